@@ -1,0 +1,480 @@
+"""AMQP 0-9-1 wire codec: frames in, frames out. No I/O, no protocol state.
+
+How it works:
+- `FrameReader` splits a byte stream into (type, channel, payload) frames, checking
+  the end octet and the negotiated frame_max (501 FRAME_ERROR otherwise).
+- `decode_method` turns a method payload into (class_id, method_id, arguments).
+  The hot path (basic.publish, basic.ack/nack/reject) is decoded by hand into small
+  frozen dataclasses; every other method is decoded by pamqp, RabbitMQ's own
+  low-level codec, so the long tail follows the spec without hand-written code.
+- `decode_properties` reads the few content-header fields the broker acts on and
+  keeps the raw header payload, which is passed to consumers unchanged.
+- Encoders for what the server sends are hand-written with struct; the tests check
+  every one of them against pamqp's decoder.
+
+Invariants: decoders raise AMQPError (never struct.error/UnicodeError); strings that
+are not valid UTF-8 are kept losslessly with surrogateescape.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pamqp import commands as pamqp_commands
+from pamqp import decode as pamqp_decode
+from pamqp import encode as pamqp_encode
+from pamqp import exceptions as pamqp_exceptions
+
+from . import spec
+from .errors import AMQPError
+
+_frame_header = struct.Struct(">BHI")
+_method_ids = struct.Struct(">HH")
+_u8 = struct.Struct(">B")
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_u64 = struct.Struct(">Q")
+_ack_args = struct.Struct(">QB")
+_header_fixed = struct.Struct(">HHQH")
+
+HEARTBEAT_FRAME = bytes([spec.FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, spec.FRAME_END])
+
+
+def frame_error(detail: str) -> AMQPError:
+    return AMQPError(spec.FRAME_ERROR, detail)
+
+
+class FrameReader:
+    """Splits bytes into frames. `frame_max` may change after tune-ok."""
+
+    __slots__ = ("_buffer", "frame_max")
+
+    def __init__(self, frame_max: int) -> None:
+        self._buffer = bytearray()
+        self.frame_max = frame_max
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def take_protocol_header(self) -> bytes | None:
+        """The first 8 bytes of a connection, once they have all arrived."""
+        if len(self._buffer) < 8:
+            return None
+        header = bytes(self._buffer[:8])
+        del self._buffer[:8]
+        return header
+
+    def frames(self) -> Iterator[tuple[int, int, bytes]]:
+        buffer = self._buffer
+        position = 0
+        end = len(buffer)
+        try:
+            while end - position >= spec.FRAME_HEADER_SIZE:
+                frame_type, channel, size = _frame_header.unpack_from(buffer, position)
+                if size + spec.FRAME_OVERHEAD > self.frame_max:
+                    raise frame_error(
+                        f"type {frame_type}, all octets = <<>>: {{frame_too_large,"
+                        f"{size},{self.frame_max - spec.FRAME_OVERHEAD}}}")
+                frame_end = position + spec.FRAME_HEADER_SIZE + size
+                if frame_end >= end:
+                    break
+                if buffer[frame_end] != spec.FRAME_END:
+                    raise frame_error(
+                        f"type {frame_type}, channel {channel}: invalid frame end "
+                        f"octet {buffer[frame_end]:#04x}, expected 0xce")
+                payload = bytes(buffer[position + spec.FRAME_HEADER_SIZE:frame_end])
+                position = frame_end + 1
+                yield frame_type, channel, payload
+        finally:
+            if position:
+                del buffer[:position]
+
+
+# ---------------------------------------------------------------- client methods
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    delivery_tag: int
+    multiple: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    delivery_tag: int
+    multiple: bool
+    requeue: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    delivery_tag: int
+    requeue: bool
+
+
+def _short_str(data: bytes, offset: int) -> tuple[str, int]:
+    length = data[offset]
+    end = offset + 1 + length
+    if end > len(data):
+        raise IndexError("short string past end of frame")
+    return data[offset + 1:end].decode("utf-8", "surrogateescape"), end
+
+
+def _decode_publish(args: bytes) -> Publish:
+    # ticket(2) exchange(shortstr) routing_key(shortstr) bits(mandatory, immediate)
+    exchange, offset = _short_str(args, 2)
+    routing_key, offset = _short_str(args, offset)
+    bits = args[offset]
+    return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+
+
+def _decode_ack(args: bytes) -> Ack:
+    tag, bits = _ack_args.unpack_from(args)
+    return Ack(tag, bool(bits & 1))
+
+
+def _decode_nack(args: bytes) -> Nack:
+    tag, bits = _ack_args.unpack_from(args)
+    return Nack(tag, bool(bits & 1), bool(bits & 2))
+
+
+def _decode_reject(args: bytes) -> Reject:
+    tag, bits = _ack_args.unpack_from(args)
+    return Reject(tag, bool(bits & 1))
+
+
+_HOT_DECODERS = {
+    spec.BASIC_PUBLISH: _decode_publish,
+    spec.BASIC_ACK: _decode_ack,
+    spec.BASIC_NACK: _decode_nack,
+    spec.BASIC_REJECT: _decode_reject,
+}
+
+
+def decode_method(payload: bytes) -> tuple[int, int, Any]:
+    """(class_id, method_id, arguments) of a method frame payload.
+
+    Raises AMQPError: 540 NOT_IMPLEMENTED for an unknown class/method (as RabbitMQ's
+    framing does), 501 FRAME_ERROR for arguments that cannot be decoded.
+    """
+    if len(payload) < 4:
+        raise frame_error(f"method frame too short ({len(payload)} octets)")
+    class_id, method_id = _method_ids.unpack_from(payload)
+    ids = (class_id, method_id)
+    hot = _HOT_DECODERS.get(ids)
+    try:
+        if hot is not None:
+            return class_id, method_id, hot(payload[4:])
+        cls = pamqp_commands.INDEX_MAPPING.get((class_id << 16) | method_id)
+        if cls is None:
+            raise AMQPError(spec.COMMAND_INVALID, f"unknown method {class_id}/{method_id}",
+                            class_id, method_id, connection_level=True)
+        method = cls()
+        method.unmarshal(payload[4:])
+        return class_id, method_id, method
+    except (struct.error, IndexError, ValueError, TypeError,
+            pamqp_exceptions.UnmarshalingException) as error:
+        raise AMQPError(spec.FRAME_ERROR,
+                        f"cannot decode {spec.method_name(class_id, method_id)} "
+                        f"arguments: {error}", class_id, method_id) from None
+
+
+# ---------------------------------------------------------------- content header
+
+
+@dataclass(slots=True)
+class Properties:
+    """What the broker reads from a content header. `raw` is the whole header
+    payload, forwarded to consumers byte for byte."""
+
+    raw: bytes
+    body_size: int
+    delivery_mode: int = 0
+    priority: int = 0
+    flags: int = 0
+    # offsets are resolved lazily for the rarely needed fields
+    _decoded: dict | None = None
+
+    @property
+    def persistent(self) -> bool:
+        return self.delivery_mode == 2
+
+    def decoded(self) -> dict:
+        """All properties, decoded by pamqp (rare path: headers routing,
+        reply-to rewriting, user-id checks)."""
+        if self._decoded is None:
+            from pamqp.header import ContentHeader
+
+            header = ContentHeader()
+            try:
+                header.unmarshal(self.raw)
+            except (struct.error, ValueError, TypeError, IndexError) as error:
+                raise AMQPError(spec.FRAME_ERROR,
+                                f"cannot decode content header: {error}") from None
+            self._decoded = {name: getattr(header.properties, name)
+                             for name in header.properties.attributes()}
+        return self._decoded
+
+
+# property flag bits, most significant first
+_FLAG_CONTENT_TYPE = 1 << 15
+_FLAG_CONTENT_ENCODING = 1 << 14
+_FLAG_HEADERS = 1 << 13
+_FLAG_DELIVERY_MODE = 1 << 12
+_FLAG_PRIORITY = 1 << 11
+
+
+def decode_properties(payload: bytes) -> tuple[int, Properties]:
+    """(class_id, Properties) of a content header payload."""
+    try:
+        class_id, _weight, body_size, flags = _header_fixed.unpack_from(payload)
+        properties = Properties(payload, body_size, flags=flags)
+        if flags & 1:
+            # continuation flags are not used by 0-9-1 basic; decode fully
+            properties.decoded()
+        offset = 14
+        if flags & _FLAG_CONTENT_TYPE:
+            offset += 1 + payload[offset]
+        if flags & _FLAG_CONTENT_ENCODING:
+            offset += 1 + payload[offset]
+        if flags & _FLAG_HEADERS:
+            offset += 4 + _u32.unpack_from(payload, offset)[0]
+        if flags & _FLAG_DELIVERY_MODE:
+            properties.delivery_mode = payload[offset]
+            offset += 1
+        if flags & _FLAG_PRIORITY:
+            properties.priority = payload[offset]
+            offset += 1
+        if offset > len(payload):
+            raise IndexError("property list past end of frame")
+        return class_id, properties
+    except (struct.error, IndexError) as error:
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None
+
+
+def encode_properties(body_size: int, values: dict, class_id: int = spec.BASIC) -> bytes:
+    """A content header payload from a dict of property values (pamqp names)."""
+    from pamqp.commands import Basic
+    from pamqp.header import ContentHeader
+
+    header = ContentHeader(0, body_size, Basic.Properties(**values))
+    header.class_id = class_id
+    return header.marshal()
+
+
+# ---------------------------------------------------------------- server encoders
+
+
+def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return b"".join((_frame_header.pack(frame_type, channel, len(payload)), payload,
+                     b"\xce"))
+
+
+def _ss(value: str) -> bytes:
+    data = value.encode("utf-8", "surrogateescape")
+    if len(data) > 255:
+        raise ValueError(f"short string longer than 255 octets: {value[:40]!r}...")
+    return _u8.pack(len(data)) + data
+
+
+def _ls(value: bytes | str) -> bytes:
+    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    return _u32.pack(len(data)) + data
+
+
+def field_table(table: dict | None) -> bytes:
+    return pamqp_encode.field_table(table or {})
+
+
+def decode_field_table(data: bytes) -> dict:
+    try:
+        return pamqp_decode.field_table(_u32.pack(len(data)) + data)[1]
+    except (struct.error, ValueError, TypeError, IndexError) as error:
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode field table: {error}") from None
+
+
+def method(channel: int, class_id: int, method_id: int, args: bytes = b"") -> bytes:
+    payload = _method_ids.pack(class_id, method_id) + args
+    return b"".join((_frame_header.pack(spec.FRAME_METHOD, channel, len(payload)),
+                     payload, b"\xce"))
+
+
+def bits(*flags: bool) -> bytes:
+    value = 0
+    for position, flag in enumerate(flags):
+        if flag:
+            value |= 1 << position
+    return _u8.pack(value)
+
+
+def connection_start(server_properties: dict, mechanisms: str, locales: str) -> bytes:
+    return method(0, 10, 10, b"\x00\x09" + field_table(server_properties)
+                  + _ls(mechanisms) + _ls(locales))
+
+
+def connection_tune(channel_max: int, frame_max: int, heartbeat: int) -> bytes:
+    return method(0, 10, 30, struct.pack(">HIH", channel_max, frame_max, heartbeat))
+
+
+def connection_open_ok() -> bytes:
+    return method(0, 10, 41, _ss(""))
+
+
+def connection_close(code: int, text: str, class_id: int, method_id: int) -> bytes:
+    return method(0, 10, 50, _u16.pack(code) + _ss(text[:255])
+                  + _method_ids.pack(class_id, method_id))
+
+
+def connection_close_ok() -> bytes:
+    return method(0, 10, 51)
+
+
+def connection_blocked(reason: str) -> bytes:
+    return method(0, 10, 60, _ss(reason))
+
+
+def connection_unblocked() -> bytes:
+    return method(0, 10, 61)
+
+
+def channel_open_ok(channel: int) -> bytes:
+    return method(channel, 20, 11, _ls(b""))
+
+
+def channel_flow_ok(channel: int, active: bool) -> bytes:
+    return method(channel, 20, 21, bits(active))
+
+
+def channel_close(channel: int, code: int, text: str, class_id: int, method_id: int) -> bytes:
+    return method(channel, 20, 40, _u16.pack(code) + _ss(text[:255])
+                  + _method_ids.pack(class_id, method_id))
+
+
+def channel_close_ok(channel: int) -> bytes:
+    return method(channel, 20, 41)
+
+
+def exchange_declare_ok(channel: int) -> bytes:
+    return method(channel, 40, 11)
+
+
+def exchange_delete_ok(channel: int) -> bytes:
+    return method(channel, 40, 21)
+
+
+def exchange_bind_ok(channel: int) -> bytes:
+    return method(channel, 40, 31)
+
+
+def exchange_unbind_ok(channel: int) -> bytes:
+    return method(channel, 40, 51)
+
+
+def queue_declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    return method(channel, 50, 11, _ss(queue) + struct.pack(">II", message_count, consumer_count))
+
+
+def queue_bind_ok(channel: int) -> bytes:
+    return method(channel, 50, 21)
+
+
+def queue_purge_ok(channel: int, message_count: int) -> bytes:
+    return method(channel, 50, 31, _u32.pack(message_count))
+
+
+def queue_delete_ok(channel: int, message_count: int) -> bytes:
+    return method(channel, 50, 41, _u32.pack(message_count))
+
+
+def queue_unbind_ok(channel: int) -> bytes:
+    return method(channel, 50, 51)
+
+
+def basic_qos_ok(channel: int) -> bytes:
+    return method(channel, 60, 11)
+
+
+def basic_consume_ok(channel: int, consumer_tag: str) -> bytes:
+    return method(channel, 60, 21, _ss(consumer_tag))
+
+
+def basic_cancel(channel: int, consumer_tag: str) -> bytes:
+    return method(channel, 60, 30, _ss(consumer_tag) + bits(False))
+
+
+def basic_cancel_ok(channel: int, consumer_tag: str) -> bytes:
+    return method(channel, 60, 31, _ss(consumer_tag))
+
+
+def basic_recover_ok(channel: int) -> bytes:
+    return method(channel, 60, 111)
+
+
+def basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    return method(channel, 60, 80, _ack_args.pack(delivery_tag, 1 if multiple else 0))
+
+
+def basic_nack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    # requeue bit is meaningless from server to client; RabbitMQ sends requeue=false
+    return method(channel, 60, 120, _ack_args.pack(delivery_tag, 1 if multiple else 0))
+
+
+def basic_get_empty(channel: int) -> bytes:
+    return method(channel, 60, 72, _ss(""))
+
+
+def confirm_select_ok(channel: int) -> bytes:
+    return method(channel, 85, 11)
+
+
+def tx_select_ok(channel: int) -> bytes:
+    return method(channel, 90, 11)
+
+
+def tx_commit_ok(channel: int) -> bytes:
+    return method(channel, 90, 21)
+
+
+def tx_rollback_ok(channel: int) -> bytes:
+    return method(channel, 90, 31)
+
+
+def content(channel: int, header: bytes, body: bytes, frame_max: int) -> list[bytes]:
+    """Header frame plus body frames split to fit frame_max."""
+    parts = [frame(spec.FRAME_HEADER, channel, header)]
+    chunk = frame_max - spec.FRAME_OVERHEAD
+    if len(body) <= chunk:
+        if body:
+            parts.append(frame(spec.FRAME_BODY, channel, body))
+    else:
+        view = memoryview(body)
+        for start in range(0, len(body), chunk):
+            parts.append(frame(spec.FRAME_BODY, channel, bytes(view[start:start + chunk])))
+    return parts
+
+
+def basic_deliver(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                  exchange: str, routing_key: str) -> bytes:
+    return method(channel, 60, 60, _ss(consumer_tag) + _u64.pack(delivery_tag)
+                  + bits(redelivered) + _ss(exchange) + _ss(routing_key))
+
+
+def basic_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
+                 routing_key: str, message_count: int) -> bytes:
+    return method(channel, 60, 71, _u64.pack(delivery_tag) + bits(redelivered)
+                  + _ss(exchange) + _ss(routing_key) + _u32.pack(message_count))
+
+
+def basic_return(channel: int, code: int, text: str, exchange: str, routing_key: str) -> bytes:
+    return method(channel, 60, 50, _u16.pack(code) + _ss(text) + _ss(exchange)
+                  + _ss(routing_key))

@@ -1,0 +1,174 @@
+"""Broker configuration: RabbitMQ's key names, in a TOML file, validated once.
+
+RabbitMQ's `rabbitmq.conf` keys are dotted (`vm_memory_high_watermark.relative`),
+and TOML reads a dotted key as nested tables, so `conf/broker.toml` uses RabbitMQ's
+names verbatim. `load_settings` flattens the file back into dotted keys, refuses
+unknown keys and impossible values with a message naming the key, and returns a
+frozen `Settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: str = "data/node"
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    max_message_size: int = 128 * 1024 * 1024
+    cluster_name: str = "quorumqueue"
+    default_vhost: str = "/"
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    loopback_users: tuple[str, ...] = ("guest",)
+    # memory alarm: absolute bytes win over the relative fraction of total memory
+    memory_high_watermark_relative: float = 0.4
+    memory_high_watermark_absolute: int = 0
+    disk_free_limit_absolute: int = 50 * 1000 * 1000
+    alarm_check_interval: float = 1.0
+    fsync: bool = True
+    msg_store_segment_bytes: int = 64 * 1024 * 1024
+    log_level: str = "info"
+
+
+# dotted RabbitMQ key -> (Settings field, converter)
+_SIZE_UNITS = {"": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3,
+               "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3,
+               "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+
+
+def parse_size(key: str, value) -> int:
+    """An integer byte count or a string like "50MB" / "1GiB" (RabbitMQ's units)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ConfigError(f"{key}: cannot read {value!r} as a size (examples: 1048576, "
+                          "\"50MB\", \"2GiB\")")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+def _int(key, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    return value
+
+
+def _str(key, value):
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _bool(key, value):
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _fraction(key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{key}: expected a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _users(key, value):
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of user names, got {value!r}")
+    return tuple(value)
+
+
+KEYS = {
+    "listeners.tcp.host": ("host", _str),
+    "listeners.tcp.default": ("port", _int),
+    "data_dir": ("data_dir", _str),
+    "frame_max": ("frame_max", _int),
+    "channel_max": ("channel_max", _int),
+    "heartbeat": ("heartbeat", _int),
+    "max_message_size": ("max_message_size", parse_size),
+    "cluster_name": ("cluster_name", _str),
+    "default_vhost": ("default_vhost", _str),
+    "default_user": ("default_user", _str),
+    "default_pass": ("default_pass", _str),
+    "loopback_users": ("loopback_users", _users),
+    "vm_memory_high_watermark.relative": ("memory_high_watermark_relative", _fraction),
+    "vm_memory_high_watermark.absolute": ("memory_high_watermark_absolute", parse_size),
+    "disk_free_limit.absolute": ("disk_free_limit_absolute", parse_size),
+    "alarm_check_interval": ("alarm_check_interval", lambda k, v: float(_int(k, v))
+                             if isinstance(v, int) else v),
+    "storage.fsync": ("fsync", _bool),
+    "storage.msg_store_segment_bytes": ("msg_store_segment_bytes", parse_size),
+    "log.level": ("log_level", _str),
+}
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def validate(settings: Settings) -> Settings:
+    if not 0 <= settings.port <= 65535:
+        raise ConfigError(f"listeners.tcp.default: port {settings.port} is not in 0..65535")
+    if not 8192 <= settings.frame_max <= 2 ** 31:
+        raise ConfigError(f"frame_max: {settings.frame_max} is outside 8192..2147483648")
+    if not 1 <= settings.channel_max <= 65535:
+        raise ConfigError(f"channel_max: {settings.channel_max} is outside 1..65535")
+    if not 0 <= settings.heartbeat <= 65535:
+        raise ConfigError(f"heartbeat: {settings.heartbeat} is outside 0..65535 seconds")
+    if not 0 < settings.max_message_size <= 512 * 1024 * 1024:
+        raise ConfigError("max_message_size: must be between 1 byte and 512MiB "
+                          f"(RabbitMQ's hard limit), got {settings.max_message_size}")
+    if settings.log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "
+                          "warning, error")
+    return settings
+
+
+def load_settings(path: str | None = None, **overrides) -> Settings:
+    """Settings from a TOML file (optional) plus explicit overrides (CLI flags)."""
+    values: dict = {}
+    if path is not None:
+        if not os.path.exists(path):
+            raise ConfigError(f"config file {path} does not exist")
+        with open(path, "rb") as handle:
+            try:
+                document = tomllib.load(handle)
+            except tomllib.TOMLDecodeError as error:
+                raise ConfigError(f"{path}: {error}") from None
+        for key, value in _flatten(document).items():
+            if key not in KEYS:
+                raise ConfigError(f"{path}: unknown key '{key}' (known keys: "
+                                  f"{', '.join(sorted(KEYS))})")
+            name, convert = KEYS[key]
+            values[name] = convert(key, value)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return validate(Settings(**values))
+
+
+def replace(settings: Settings, **changes) -> Settings:
+    return validate(dataclasses.replace(settings, **changes))
+
+
+__all__ = ["Settings", "ConfigError", "load_settings", "replace", "parse_size"]

@@ -1,0 +1,299 @@
+"""One AMQP channel: consumers, deliveries, acks, publisher confirms and transactions.
+
+Responsibilities: the basic.* and confirm/tx semantics of a single channel. Frames go
+out through the owning session's buffer; shared state (queues, routing, storage)
+through the node.
+
+How it works:
+- Every delivery gets the next delivery tag; unless no-ack it is remembered in
+  `unacked` (insertion order = tag order) until ack/nack/reject/recover or close.
+- Capacity: a consumer takes a message while its own prefetch (basic.qos global=false,
+  fixed at consume time) and the channel's shared prefetch (global=true) allow.
+- Confirms: each publish in confirm mode gets the next sequence number; its outcome
+  (ack, or nack when a queue refused it) waits in `pending_confirms` until the store
+  batch holding it is fsynced; confirms go out in order, runs of acks as one
+  `multiple` ack.
+- Transactions: publishes and acks are buffered until tx.commit, dropped on rollback.
+
+Invariants: delivery tags start at 1 and only grow; an unacked entry belongs to
+exactly one channel; a nacked or rejected message without requeue is dropped (no
+dead-lettering yet).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..amqp import codec, spec
+from ..amqp.errors import AMQPError, precondition
+from ..queues.classic import ClassicQueue, Entry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Session
+
+
+class Consumer:
+    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch",
+                 "unacked", "arguments", "reply_to")
+
+    def __init__(self, channel: "Channel", queue: ClassicQueue | None, tag: str, no_ack: bool,
+                 exclusive: bool, priority: int, prefetch: int, arguments: dict) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.prefetch = prefetch  # 0 = unlimited
+        self.unacked = 0
+        self.arguments = arguments
+        self.reply_to = False  # a direct reply-to pseudo consumer
+
+    def has_capacity(self) -> bool:
+        channel = self.channel
+        if not channel.flow_active or channel.state != "open":
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not (channel.global_prefetch
+                    and channel.unacked_count >= channel.global_prefetch)
+
+
+class Channel:
+    def __init__(self, session: "Session", number: int) -> None:
+        self.session = session
+        self.node = session.node
+        self.number = number
+        self.state = "open"  # open | closing (server sent channel.close)
+        self.consumers: dict[str, Consumer] = {}
+        self.next_delivery_tag = 1
+        self.unacked: dict[int, tuple[ClassicQueue, Entry, Consumer | None]] = {}
+        self.unacked_count = 0  # unacked deliveries counted against global prefetch
+        self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
+        self.global_prefetch = 0
+        self.flow_active = True
+        self.confirm_mode = False
+        self.next_publish_seq = 1
+        # [seq, batch_id needed (0 = none), ok]
+        self.pending_confirms: deque[list] = deque()
+        self.tx_mode = False
+        self.tx_publishes: list = []
+        self.tx_settlements: list = []
+        self.last_queue_name = ""  # server-named queue reuse (queue "" = last declared)
+        # content being assembled: (publish method, properties, body parts, received)
+        self.content_method = None
+        self.content_properties = None
+        self.content_parts: list[bytes] = []
+        self.content_received = 0
+        self.reply_to_consumer: Consumer | None = None
+
+    # ------------------------------------------------------------ output
+
+    def send(self, data: bytes) -> None:
+        self.session.write(data)
+
+    # ------------------------------------------------------------ deliveries
+
+    def deliver(self, consumer: Consumer, queue: ClassicQueue, entry: Entry) -> None:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag += 1
+        message = entry.message
+        session = self.session
+        session.write(codec.basic_deliver(self.number, consumer.tag, tag, entry.redelivered,
+                                          message.exchange, message.routing_key))
+        session.write_parts(codec.content(self.number, message.properties.raw, message.body,
+                                          session.frame_max))
+        if consumer.no_ack:
+            self.node.settle(queue, entry)
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+
+    def get(self, queue: ClassicQueue, no_ack: bool) -> None:
+        entry = queue.pop()
+        if entry is None:
+            self.send(codec.basic_get_empty(self.number))
+            return
+        tag = self.next_delivery_tag
+        self.next_delivery_tag += 1
+        message = entry.message
+        self.send(codec.basic_get_ok(self.number, tag, entry.redelivered, message.exchange,
+                                     message.routing_key, queue.ready_count))
+        self.session.write_parts(codec.content(self.number, message.properties.raw,
+                                               message.body, self.session.frame_max))
+        queue.unacked_count += 1
+        if no_ack:
+            self.node.settle(queue, entry)
+        else:
+            self.unacked[tag] = (queue, entry, None)
+            self.unacked_count += 1
+
+    # ------------------------------------------------------------ settlement
+
+    def _take(self, delivery_tag: int, multiple: bool, method: tuple[int, int]) -> list:
+        """Remove and return the unacked deliveries an ack/nack/reject names."""
+        if multiple:
+            if delivery_tag == 0:
+                taken = list(self.unacked.items())
+                self.unacked.clear()
+                return taken
+            if delivery_tag not in self.unacked and (
+                    delivery_tag >= self.next_delivery_tag or delivery_tag < 0):
+                raise precondition(f"unknown delivery tag {delivery_tag}").at(*method)
+            taken = []
+            for tag in list(self.unacked):
+                if tag > delivery_tag:
+                    break
+                taken.append((tag, self.unacked.pop(tag)))
+            if not taken:
+                raise precondition(f"unknown delivery tag {delivery_tag}").at(*method)
+            return taken
+        item = self.unacked.pop(delivery_tag, None)
+        if item is None:
+            raise precondition(f"unknown delivery tag {delivery_tag}").at(*method)
+        return [(delivery_tag, item)]
+
+    def settle(self, delivery_tag: int, multiple: bool, requeue: bool | None,
+               method: tuple[int, int]) -> None:
+        """ack (requeue None), nack/reject (requeue True/False)."""
+        taken = self._take(delivery_tag, multiple, method)
+        if self.tx_mode:
+            for item in taken:
+                self.unacked_count -= 1
+                consumer = item[1][2]
+                if consumer is not None:
+                    consumer.unacked -= 1
+            self.tx_settlements.append((taken, requeue))
+            self._refill([item[1][2] for item in taken])
+            return
+        self._apply_settlements(taken, requeue)
+
+    def _apply_settlements(self, taken: list, requeue: bool | None, counted: bool = True) -> None:
+        touched: dict[int, ClassicQueue] = {}
+        consumers = []
+        node = self.node
+        for _tag, (queue, entry, consumer) in taken:
+            if counted:
+                self.unacked_count -= 1
+                if consumer is not None:
+                    consumer.unacked -= 1
+            if requeue:
+                node.requeue(queue, entry)
+            else:
+                node.settle(queue, entry)
+            touched[id(queue)] = queue
+            consumers.append(consumer)
+        for queue in touched.values():
+            node.deliver(queue)
+        self._refill(consumers)
+
+    def _refill(self, consumers) -> None:
+        """Capacity was freed on this channel: let its consumers' queues deliver."""
+        if self.global_prefetch:
+            consumers = list(self.consumers.values())
+        seen = set()
+        for consumer in consumers:
+            if consumer is not None and consumer.queue is not None and id(consumer.queue) not in seen:
+                seen.add(id(consumer.queue))
+                self.node.deliver(consumer.queue)
+
+    def recover(self, requeue: bool) -> None:
+        if not requeue:
+            raise AMQPError(spec.NOT_IMPLEMENTED, "requeue=false", 60, 110)
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._apply_settlements(taken, True)
+
+    # ------------------------------------------------------------ publishing
+
+    def next_confirm(self) -> int:
+        seq = self.next_publish_seq
+        self.next_publish_seq += 1
+        return seq
+
+    def record_confirm(self, seq: int, batch_id: int, ok: bool) -> None:
+        self.pending_confirms.append([seq, batch_id, ok])
+        if batch_id:
+            self.node.awaiting_sync.add(self)
+        else:
+            self.release_confirms(self.node.synced_batch_id)
+
+    def release_confirms(self, synced_batch_id: int) -> bool:
+        """Send the confirms whose batches are on disk; True when none remain."""
+        pending = self.pending_confirms
+        run_end = 0
+        while pending and pending[0][1] <= synced_batch_id:
+            seq, _batch, ok = pending.popleft()
+            if ok:
+                run_end = seq
+                continue
+            if run_end:
+                self.send(codec.basic_ack(self.number, run_end, True))
+                run_end = 0
+            self.send(codec.basic_nack(self.number, seq, False))
+        if run_end:
+            self.send(codec.basic_ack(self.number, run_end, True))
+        return not pending
+
+    def commit(self) -> None:
+        """tx.commit: apply the buffered publishes and settlements."""
+        publishes, self.tx_publishes = self.tx_publishes, []
+        settlements, self.tx_settlements = self.tx_settlements, []
+        for taken, requeue in settlements:
+            self._apply_settlements(taken, requeue, counted=False)
+        for publish in publishes:
+            self.node.publish(self, *publish)
+
+    def rollback(self) -> None:
+        """tx.rollback: drop buffered publishes; buffered acks are undone, so those
+        deliveries are unacked again."""
+        self.tx_publishes.clear()
+        settlements, self.tx_settlements = self.tx_settlements, []
+        restored = dict(self.unacked)
+        for taken, _requeue in settlements:
+            for tag, item in taken:
+                restored[tag] = item
+                self.unacked_count += 1
+                if item[2] is not None:
+                    item[2].unacked += 1
+        self.unacked = dict(sorted(restored.items()))
+
+    # ------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers[consumer.tag] = consumer
+
+    def cancel(self, tag: str) -> Consumer | None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is None:
+            return None
+        if consumer.reply_to:
+            self.node.unregister_reply_to(self)
+            self.reply_to_consumer = None
+        elif consumer.queue is not None:
+            consumer.queue.remove_consumer(consumer)
+            self.node.consumer_removed(consumer.queue)
+        return consumer
+
+    # ------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """The channel is gone: cancel consumers, return unacked messages."""
+        for tag in list(self.consumers):
+            self.cancel(tag)
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        # tx-buffered settlements never happened: those messages return too
+        for tx_taken, _requeue in self.tx_settlements:
+            for tag, (queue, entry, consumer) in tx_taken:
+                self.node.requeue(queue, entry)
+                self.node.deliver(queue)
+        self.tx_settlements.clear()
+        self.tx_publishes.clear()
+        self._apply_settlements(taken, True)
+        self.pending_confirms.clear()
+        self.node.awaiting_sync.discard(self)

@@ -1,0 +1,433 @@
+"""Channel-method handlers: one function per AMQP method a client may send.
+
+Each handler validates its arguments the way RabbitMQ does, changes node state, and
+writes the reply (unless nowait). `dispatch` maps (class_id, method_id) to a handler;
+a method with no handler is 540 NOT_IMPLEMENTED, a server-only method sent by a
+client is 503 COMMAND_INVALID.
+
+Not here: connection-level methods and framing (session), routing (vhost), delivery
+(node, channel).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Callable
+
+from ..amqp import codec, spec
+from ..amqp.errors import AMQPError, access_refused, precondition
+from ..queues.types import validate_declaration
+from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from .channel import Channel, Consumer
+from .node import REPLY_TO
+from .vhost import check_arguments_equivalent
+
+RESOURCE_LOCKED_DETAIL = ("cannot obtain exclusive access to locked queue '{name}' in vhost "
+                          "'{vhost}'. It could be originally declared on another connection "
+                          "or the exclusive property value does not match that of the "
+                          "original declaration.")
+
+# properties flag bits the publish path looks at
+_FLAG_REPLY_TO = 1 << 9
+_FLAG_USER_ID = 1 << 4
+
+
+def _generated_name(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _queue_name(session, channel: Channel, name: str) -> str:
+    """queue "" means the channel's last declared queue, as in RabbitMQ."""
+    if name == "":
+        if not channel.last_queue_name:
+            raise AMQPError(spec.NOT_FOUND, "no previously declared queue")
+        return channel.last_queue_name
+    return name
+
+
+def _check_exclusive(session, queue) -> None:
+    owner = queue.exclusive_owner
+    if owner is not None and owner is not session:
+        raise AMQPError(spec.RESOURCE_LOCKED,
+                        RESOURCE_LOCKED_DETAIL.format(name=queue.name, vhost=queue.vhost))
+
+
+def _lookup_queue(session, channel: Channel, name: str):
+    queue = session.vhost.queue(_queue_name(session, channel, name))
+    _check_exclusive(session, queue)
+    return queue
+
+
+# ---------------------------------------------------------------- channel
+
+
+def channel_flow(session, channel: Channel, args) -> None:
+    if not args.active:
+        raise AMQPError(spec.NOT_IMPLEMENTED, "active=false", 20, 20)
+    channel.send(codec.channel_flow_ok(channel.number, True))
+
+
+def channel_close(session, channel: Channel, args) -> None:
+    session.channels.pop(channel.number, None)
+    channel.state = "closing"
+    channel.close()
+    channel.send(codec.channel_close_ok(channel.number))
+
+
+def channel_close_ok(session, channel: Channel, args) -> None:
+    raise AMQPError(spec.CHANNEL_ERROR, "unexpected channel.close-ok", 20, 41)
+
+
+# ---------------------------------------------------------------- exchange
+
+
+def exchange_declare(session, channel: Channel, args) -> None:
+    vhost = session.vhost
+    arguments = dict(args.arguments or {})
+    alternate = arguments.get("alternate-exchange")
+    if alternate is not None and not isinstance(alternate, (str, bytes)):
+        raise precondition(f"invalid arg 'alternate-exchange' for exchange '{args.exchange}' "
+                           f"in vhost '{vhost.name}': {{unacceptable_type,"
+                           f"{type(alternate).__name__}}}")
+    exchange, created = vhost.declare_exchange(args.exchange, args.exchange_type,
+                                               args.passive, args.durable, args.auto_delete,
+                                               args.internal, arguments)
+    if created and exchange.durable:
+        session.node.metadata_dirty = True
+    if not args.nowait:
+        channel.send(codec.exchange_declare_ok(channel.number))
+
+
+def exchange_delete(session, channel: Channel, args) -> None:
+    exchange = session.vhost.delete_exchange(args.exchange, args.if_unused)
+    if exchange is not None and exchange.durable:
+        session.node.metadata_dirty = True
+    if not args.nowait:
+        channel.send(codec.exchange_delete_ok(channel.number))
+
+
+def _bind(session, channel: Channel, source: str, destination: Destination,
+          routing_key: str, arguments: dict, unbind: bool) -> None:
+    vhost = session.vhost
+    if destination.kind == QUEUE:
+        _check_exclusive(session, vhost.queue(destination.name))
+    if unbind:
+        vhost.unbind(source, destination, routing_key, arguments)
+    else:
+        vhost.bind(source, destination, routing_key, arguments)
+    session.node.metadata_dirty = True
+
+
+def exchange_bind(session, channel: Channel, args) -> None:
+    _bind(session, channel, args.source, Destination(EXCHANGE, args.destination),
+          args.routing_key, args.arguments or {}, unbind=False)
+    if not args.nowait:
+        channel.send(codec.exchange_bind_ok(channel.number))
+
+
+def exchange_unbind(session, channel: Channel, args) -> None:
+    _bind(session, channel, args.source, Destination(EXCHANGE, args.destination),
+          args.routing_key, args.arguments or {}, unbind=True)
+    if not args.nowait:
+        channel.send(codec.exchange_unbind_ok(channel.number))
+
+
+# ---------------------------------------------------------------- queue
+
+
+def queue_declare(session, channel: Channel, args) -> None:
+    node, vhost = session.node, session.vhost
+    name = args.queue
+    arguments = dict(args.arguments or {})
+    if name == REPLY_TO or name.startswith(REPLY_TO + "."):
+        if not args.passive:
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if not args.nowait:
+            channel.send(codec.queue_declare_ok(channel.number, name, 0, 0))
+        return
+    if args.passive:
+        queue = _lookup_queue(session, channel, name)
+        channel.last_queue_name = queue.name
+        if not args.nowait:
+            channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
+                                                queue.consumer_count))
+        return
+    if name == "":
+        name = _generated_name("amq.gen-")
+    elif name.startswith("amq."):
+        raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+    existing = vhost.queues.get(name)
+    if existing is not None:
+        _check_exclusive(session, existing)
+        where = f"queue '{name}' in vhost '{vhost.name}'"
+        if bool(args.exclusive) != (existing.exclusive_owner is not None):
+            raise AMQPError(spec.RESOURCE_LOCKED,
+                            RESOURCE_LOCKED_DETAIL.format(name=name, vhost=vhost.name))
+        for field_name, received, current in (("durable", args.durable, existing.durable),
+                                              ("auto_delete", args.auto_delete,
+                                               existing.auto_delete)):
+            if bool(received) != current:
+                raise precondition(f"inequivalent arg '{field_name}' for {where}: received "
+                                   f"'{str(bool(received)).lower()}' but current is "
+                                   f"'{str(current).lower()}'")
+        check_arguments_equivalent(_without_defaults(arguments),
+                                   _without_defaults(existing.arguments), where)
+        queue = existing
+    else:
+        queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
+                                          bool(args.exclusive), bool(args.auto_delete), arguments)
+        queue = node.create_queue(vhost, name, queue_spec, session if args.exclusive else None)
+    channel.last_queue_name = queue.name
+    if not args.nowait:
+        channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
+                                            queue.consumer_count))
+
+
+def _without_defaults(arguments: dict) -> dict:
+    """x-queue-type: classic is the default, so declaring it or not is equivalent."""
+    return {k: v for k, v in arguments.items()
+            if not (k == "x-queue-type" and _text(v) == "classic")}
+
+
+def queue_bind(session, channel: Channel, args) -> None:
+    name = _queue_name(session, channel, args.queue)
+    routing_key = args.routing_key if (args.routing_key or args.queue) else name
+    _bind(session, channel, args.exchange, Destination(QUEUE, name), routing_key,
+          args.arguments or {}, unbind=False)
+    if not args.nowait:
+        channel.send(codec.queue_bind_ok(channel.number))
+
+
+def queue_unbind(session, channel: Channel, args) -> None:
+    name = _queue_name(session, channel, args.queue)
+    _bind(session, channel, args.exchange, Destination(QUEUE, name), args.routing_key,
+          args.arguments or {}, unbind=True)
+    channel.send(codec.queue_unbind_ok(channel.number))
+
+
+def queue_purge(session, channel: Channel, args) -> None:
+    queue = _lookup_queue(session, channel, args.queue)
+    count = session.node.purge_queue(queue)
+    if not args.nowait:
+        channel.send(codec.queue_purge_ok(channel.number, count))
+
+
+def queue_delete(session, channel: Channel, args) -> None:
+    vhost = session.vhost
+    name = _queue_name(session, channel, args.queue)
+    queue = vhost.queues.get(name)
+    if queue is None:
+        if not args.nowait:  # deleting what does not exist succeeds, as in RabbitMQ
+            channel.send(codec.queue_delete_ok(channel.number, 0))
+        return
+    _check_exclusive(session, queue)
+    where = f"queue '{name}' in vhost '{vhost.name}'"
+    if args.if_unused and queue.consumers:
+        raise precondition(f"{where} in use")
+    if args.if_empty and (queue.ready_count or queue.unacked_count):
+        raise precondition(f"{where} not empty")
+    count = session.node.delete_queue(vhost, queue)
+    if not args.nowait:
+        channel.send(codec.queue_delete_ok(channel.number, count))
+
+
+# ---------------------------------------------------------------- basic
+
+
+def basic_qos(session, channel: Channel, args) -> None:
+    if args.prefetch_size:
+        raise AMQPError(spec.NOT_IMPLEMENTED, f"prefetch_size!=0 ({args.prefetch_size})", 60, 10)
+    if args.global_:
+        channel.global_prefetch = args.prefetch_count
+        channel._refill(list(channel.consumers.values()))
+    else:
+        channel.consumer_prefetch = args.prefetch_count
+    channel.send(codec.basic_qos_ok(channel.number))
+
+
+def basic_consume(session, channel: Channel, args) -> None:
+    tag = args.consumer_tag or _generated_name("amq.ctag-")
+    if tag in channel.consumers:
+        raise AMQPError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", 60, 20)
+    arguments = dict(args.arguments or {})
+    priority = arguments.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise precondition(f"invalid arg 'x-priority' for consumer '{tag}': "
+                           f"{{unacceptable_type,{type(priority).__name__}}}")
+    if args.queue == REPLY_TO:
+        _consume_reply_to(session, channel, args, tag)
+        return
+    queue = _lookup_queue(session, channel, args.queue)
+    where = f"queue '{queue.name}' in vhost '{queue.vhost}'"
+    if queue.exclusive_consumer is not None or (args.exclusive and queue.consumers):
+        raise access_refused(f"{where} in exclusive use")
+    consumer = Consumer(channel, queue, tag, bool(args.no_ack), bool(args.exclusive), priority,
+                        channel.consumer_prefetch, arguments)
+    channel.add_consumer(consumer)
+    queue.add_consumer(consumer)
+    if not args.nowait:
+        channel.send(codec.basic_consume_ok(channel.number, tag))
+    session.node.deliver(queue)
+
+
+def _consume_reply_to(session, channel: Channel, args, tag: str) -> None:
+    if not args.no_ack:
+        raise precondition("reply consumer cannot acknowledge")
+    if channel.reply_to_consumer is not None:
+        raise precondition("reply consumer already set")
+    consumer = Consumer(channel, None, tag, True, False, 0, 0, {})
+    consumer.reply_to = True
+    channel.add_consumer(consumer)
+    channel.reply_to_consumer = consumer
+    session.node.register_reply_to(channel)
+    if not args.nowait:
+        channel.send(codec.basic_consume_ok(channel.number, tag))
+
+
+def basic_cancel(session, channel: Channel, args) -> None:
+    channel.cancel(args.consumer_tag)  # an unknown tag is fine, as in RabbitMQ
+    if not args.nowait:
+        channel.send(codec.basic_cancel_ok(channel.number, args.consumer_tag))
+
+
+def basic_publish_start(session, channel: Channel, publish: codec.Publish) -> None:
+    if publish.immediate:
+        raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+    channel.content_method = publish
+
+
+def publish(session, channel: Channel, publish: codec.Publish, properties, body: bytes) -> None:
+    """A complete message arrived on `channel` (method + header + body)."""
+    if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
+        properties = _checked_properties(session, channel, properties)
+    confirm_seq = channel.next_confirm() if channel.confirm_mode else 0
+    if channel.tx_mode:
+        session.vhost.exchange(publish.exchange)  # unknown exchange fails at publish time
+        channel.tx_publishes.append((publish, properties, body, confirm_seq))
+        return
+    session.node.publish(channel, publish, properties, body, confirm_seq)
+
+
+def _checked_properties(session, channel: Channel, properties):
+    values = properties.decoded()
+    user_id = values.get("user_id")
+    if user_id and _text(user_id) != session.user.name:
+        raise precondition(f"user_id property set to '{_text(user_id)}' but authenticated "
+                           f"user was '{session.user.name}'")
+    if _text(values.get("reply_to") or "") == REPLY_TO:
+        if channel.reply_to_consumer is None:
+            raise precondition("fast reply consumer does not exist")
+        name = session.node.reply_to_name(channel)
+        values = dict(values, reply_to=name)
+        raw = codec.encode_properties(properties.body_size, values)
+        _, properties = codec.decode_properties(raw)
+    return properties
+
+
+def basic_get(session, channel: Channel, args) -> None:
+    queue = _lookup_queue(session, channel, args.queue)
+    channel.get(queue, bool(args.no_ack))
+
+
+def basic_ack(session, channel: Channel, args: codec.Ack) -> None:
+    channel.settle(args.delivery_tag, args.multiple, None, spec.BASIC_ACK)
+
+
+def basic_nack(session, channel: Channel, args: codec.Nack) -> None:
+    channel.settle(args.delivery_tag, args.multiple, args.requeue, spec.BASIC_NACK)
+
+
+def basic_reject(session, channel: Channel, args: codec.Reject) -> None:
+    channel.settle(args.delivery_tag, False, args.requeue, spec.BASIC_REJECT)
+
+
+def basic_recover(session, channel: Channel, args) -> None:
+    channel.recover(args.requeue)
+    channel.send(codec.basic_recover_ok(channel.number))
+
+
+def basic_recover_async(session, channel: Channel, args) -> None:
+    channel.recover(args.requeue)
+
+
+# ---------------------------------------------------------------- confirm, tx
+
+
+def confirm_select(session, channel: Channel, args) -> None:
+    if channel.tx_mode:
+        raise precondition("cannot switch from tx to confirm mode")
+    channel.confirm_mode = True
+    if not args.nowait:
+        channel.send(codec.confirm_select_ok(channel.number))
+
+
+def tx_select(session, channel: Channel, args) -> None:
+    if channel.confirm_mode:
+        raise precondition("cannot switch from confirm to tx mode")
+    channel.tx_mode = True
+    channel.send(codec.tx_select_ok(channel.number))
+
+
+def tx_commit(session, channel: Channel, args) -> None:
+    if not channel.tx_mode:
+        raise precondition("channel is not transactional")
+    channel.commit()
+    channel.send(codec.tx_commit_ok(channel.number))
+
+
+def tx_rollback(session, channel: Channel, args) -> None:
+    if not channel.tx_mode:
+        raise precondition("channel is not transactional")
+    channel.rollback()
+    channel.send(codec.tx_rollback_ok(channel.number))
+
+
+HANDLERS: dict[tuple[int, int], Callable] = {
+    (20, 20): channel_flow,
+    (20, 40): channel_close,
+    (20, 41): channel_close_ok,
+    (40, 10): exchange_declare,
+    (40, 20): exchange_delete,
+    (40, 30): exchange_bind,
+    (40, 40): exchange_unbind,
+    (50, 10): queue_declare,
+    (50, 20): queue_bind,
+    (50, 30): queue_purge,
+    (50, 40): queue_delete,
+    (50, 50): queue_unbind,
+    (60, 10): basic_qos,
+    (60, 20): basic_consume,
+    (60, 30): basic_cancel,
+    (60, 40): basic_publish_start,
+    (60, 70): basic_get,
+    (60, 80): basic_ack,
+    (60, 90): basic_reject,
+    (60, 100): basic_recover_async,
+    (60, 110): basic_recover,
+    (60, 120): basic_nack,
+    (85, 10): confirm_select,
+    (90, 10): tx_select,
+    (90, 20): tx_commit,
+    (90, 30): tx_rollback,
+}
+
+
+def dispatch(session, channel: Channel, class_id: int, method_id: int, args) -> None:
+    handler = HANDLERS.get((class_id, method_id))
+    if handler is None:
+        if class_id == spec.CONNECTION:
+            raise AMQPError(spec.COMMAND_INVALID, f"connection method "
+                            f"'{spec.method_name(class_id, method_id)}' on channel "
+                            f"{channel.number}", class_id, method_id)
+        if (class_id, method_id) == spec.CHANNEL_OPEN:
+            raise AMQPError(spec.CHANNEL_ERROR, "second 'channel.open' seen",
+                            class_id, method_id)
+        raise AMQPError(spec.COMMAND_INVALID, f"method "
+                        f"'{spec.method_name(class_id, method_id)}' is not valid from a "
+                        "client", class_id, method_id)
+    handler(session, channel, args)

@@ -1,0 +1,366 @@
+"""The broker node: vhosts, users, sessions, the publish and delivery pipeline.
+
+Responsibilities: what crosses channels and connections — routing a published
+message into queues, handing ready messages to consumers, settling and requeueing,
+deleting queues (with consumer-cancel notifications), exclusive and auto-delete
+lifecycles, direct reply-to, resource alarms (connection.blocked), and what must be
+made durable (metadata, persistent messages).
+
+How it works: the node is synchronous and does no I/O itself. Sessions call into it;
+it writes frames into sessions' buffers and records in the stores' pending batches.
+The server shell then calls `flush()` (one write + fsync for everything pending:
+group commit) and afterwards sends every session's buffered bytes. Confirms that
+wait on a store batch are released by `synced()`.
+
+Invariants: a publisher confirm for a persistent message in a durable queue is sent
+only after the store batch holding it is fsynced; metadata is saved before the
+declare-ok of a durable entity is sent (both happen in the same flush, metadata
+first).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import TYPE_CHECKING, Iterable
+
+from ..amqp import codec, spec
+from ..amqp.errors import AMQPError
+from ..auth.users import User, UserStore
+from ..queues.classic import ClassicQueue, Entry, Message
+from ..queues.types import QueueSpec
+from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from ..storage.message_store import MessageStore, queue_key
+from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
+from .vhost import VHost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .channel import Channel
+    from .session import Session
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+
+class Node:
+    def __init__(self, settings, users: UserStore | None = None,
+                 message_store: MessageStore | None = None,
+                 metadata_store: MetadataStore | None = None) -> None:
+        self.settings = settings
+        self.users = users or UserStore.with_default_user()
+        self.store = message_store
+        self.metadata = metadata_store
+        self.vhosts: dict[str, VHost] = {"/": VHost("/")}
+        self.sessions: set["Session"] = set()
+        self.dirty: set["Session"] = set()
+        self.awaiting_sync: set["Channel"] = set()
+        self.synced_batch_id = 0
+        self.metadata_dirty = False
+        self.alarms: set[str] = set()
+        self._reply_to: dict[str, "Channel"] = {}
+        self._connection_counter = 0
+
+    # ------------------------------------------------------------ sessions
+
+    def register(self, session: "Session") -> None:
+        self.sessions.add(session)
+
+    def unregister(self, session: "Session") -> None:
+        self.sessions.discard(session)
+        self.dirty.discard(session)
+        for vhost in self.vhosts.values():
+            for queue in [q for q in vhost.queues.values() if q.exclusive_owner is session]:
+                self.delete_queue(vhost, queue)
+
+    def next_connection_id(self) -> int:
+        self._connection_counter += 1
+        return self._connection_counter
+
+    def vhost(self, name: str) -> VHost | None:
+        return self.vhosts.get(name)
+
+    def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
+        return self.users.authenticate(username, password, peer_host)
+
+    # ------------------------------------------------------------ queues
+
+    def create_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
+                     owner: "Session | None") -> ClassicQueue:
+        queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
+                             queue_spec.auto_delete, dict(queue_spec.arguments),
+                             max_priority=queue_spec.max_priority,
+                             max_length=queue_spec.max_length,
+                             max_length_bytes=queue_spec.max_length_bytes,
+                             overflow=queue_spec.overflow,
+                             single_active_consumer=queue_spec.single_active_consumer)
+        vhost.queues[name] = queue
+        if queue.durable:
+            self.metadata_dirty = True
+        return queue
+
+    def delete_queue(self, vhost: VHost, queue: ClassicQueue) -> int:
+        """Delete a queue: cancel its consumers (notifying clients that asked),
+        drop its messages. Returns the number of ready messages it held."""
+        if vhost.queues.get(queue.name) is not queue:
+            return 0
+        count = queue.ready_count
+        del vhost.queues[queue.name]
+        queue.deleted = True
+        for consumer in list(queue.consumers):
+            channel = consumer.channel
+            channel.consumers.pop(consumer.tag, None)
+            queue.remove_consumer(consumer)
+            if channel.session.capabilities.get("consumer_cancel_notify"):
+                channel.send(codec.basic_cancel(channel.number, consumer.tag))
+        queue.purge()
+        if self.store is not None and queue.durable:
+            self.store.append_delete(queue_key(vhost.name, queue.name))
+        removed = vhost.remove_bindings_to(Destination(QUEUE, queue.name))
+        if queue.durable or any(e.durable for e in removed):
+            self.metadata_dirty = True
+        return count
+
+    def purge_queue(self, queue: ClassicQueue) -> int:
+        purged = queue.purge()
+        for entry in purged:  # unacked messages survive a purge, so settle one by one
+            self._forget(queue, entry)
+        return len(purged)
+
+    def consumer_removed(self, queue: ClassicQueue) -> None:
+        if queue.is_unused_for_auto_delete() and not queue.deleted:
+            vhost = self.vhosts.get(queue.vhost)
+            if vhost is not None:
+                self.delete_queue(vhost, queue)
+
+    # ------------------------------------------------------------ messages
+
+    def publish(self, channel: "Channel", publish: codec.Publish, properties: codec.Properties,
+                body: bytes, confirm_seq: int = 0) -> None:
+        """Route and enqueue one complete message; handles mandatory returns and
+        publisher confirms. Errors (unknown exchange...) raise AMQPError."""
+        vhost = channel.session.vhost
+        exchange = vhost.exchange(publish.exchange)
+        if exchange.internal:
+            raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
+                            f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
+        message = Message(publish.exchange, publish.routing_key, properties, body)
+        if publish.exchange == "" and publish.routing_key.startswith(REPLY_TO_PREFIX):
+            delivered = self._deliver_reply(publish.routing_key, message)
+            queues = []
+        else:
+            delivered = False
+            queues = vhost.route(exchange, publish.routing_key,
+                                 lambda: properties.decoded().get("headers"))
+        if not queues and not delivered and publish.mandatory:
+            channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
+                                            publish.exchange, publish.routing_key))
+            channel.session.write_parts(codec.content(channel.number, properties.raw, body,
+                                                      channel.session.frame_max))
+        batch_id, ok = 0, True
+        for queue in queues:
+            queue_batch, accepted = self.enqueue(queue, message)
+            batch_id = max(batch_id, queue_batch)
+            ok = ok and accepted
+        if confirm_seq:
+            channel.record_confirm(confirm_seq, batch_id, ok)
+
+    def enqueue(self, queue: ClassicQueue, message: Message) -> tuple[int, bool]:
+        """(store batch id to wait for or 0, accepted)."""
+        if queue.would_overflow(message):
+            return 0, False
+        stored = queue.durable and message.persistent and self.store is not None
+        entry = queue.make_entry(message, stored)
+        batch_id = 0
+        if stored:
+            batch_id = self.store.append_enqueue(
+                queue_key(queue.vhost, queue.name), entry.seq, message.exchange,
+                message.routing_key, message.properties.raw, message.body)
+        for dropped in queue.push(entry):
+            self._forget(queue, dropped)
+        if queue.consumers:
+            self.deliver(queue)
+        return batch_id, True
+
+    def deliver(self, queue: ClassicQueue) -> None:
+        while queue.ready_count:
+            consumer = queue.next_consumer()
+            if consumer is None:
+                return
+            entry = queue.pop()
+            queue.unacked_count += 1
+            consumer.channel.deliver(consumer, queue, entry)
+
+    def settle(self, queue: ClassicQueue, entry: Entry) -> None:
+        """An unacked delivery is done with (acked, or rejected without requeue)."""
+        queue.unacked_count -= 1
+        self._forget(queue, entry)
+
+    def _forget(self, queue: ClassicQueue, entry: Entry) -> None:
+        if entry.stored and not queue.deleted and self.store is not None:
+            self.store.append_ack(queue_key(queue.vhost, queue.name), entry.seq)
+
+    def requeue(self, queue: ClassicQueue, entry: Entry) -> None:
+        queue.unacked_count -= 1
+        if not queue.deleted:
+            queue.requeue(entry)
+
+    # ------------------------------------------------------------ direct reply-to
+
+    def register_reply_to(self, channel: "Channel") -> str:
+        token = base64.urlsafe_b64encode(os.urandom(18)).decode("ascii").rstrip("=")
+        name = REPLY_TO_PREFIX + token
+        self._reply_to[name] = channel
+        return name
+
+    def unregister_reply_to(self, channel: "Channel") -> None:
+        for name in [n for n, c in self._reply_to.items() if c is channel]:
+            del self._reply_to[name]
+
+    def reply_to_name(self, channel: "Channel") -> str | None:
+        for name, owner in self._reply_to.items():
+            if owner is channel:
+                return name
+        return None
+
+    def _deliver_reply(self, routing_key: str, message: Message) -> bool:
+        channel = self._reply_to.get(routing_key)
+        if channel is None or channel.reply_to_consumer is None or channel.state != "open":
+            return False
+        consumer = channel.reply_to_consumer
+        tag = channel.next_delivery_tag
+        channel.next_delivery_tag += 1
+        channel.send(codec.basic_deliver(channel.number, consumer.tag, tag, False,
+                                         message.exchange, message.routing_key))
+        channel.session.write_parts(codec.content(channel.number, message.properties.raw,
+                                                  message.body, channel.session.frame_max))
+        return True
+
+    # ------------------------------------------------------------ alarms
+
+    def set_alarm(self, resource: str, active: bool) -> None:
+        """A memory or disk alarm started or cleared: block or unblock publishers."""
+        if active == (resource in self.alarms):
+            return
+        if active:
+            self.alarms.add(resource)
+        else:
+            self.alarms.discard(resource)
+        for session in list(self.sessions):
+            session.alarms_changed()
+
+    @property
+    def blocked_reason(self) -> str | None:
+        if not self.alarms:
+            return None
+        return "low on " + " and ".join(sorted(
+            "memory" if a == "memory" else "disk space" for a in self.alarms))
+
+    # ------------------------------------------------------------ storage
+
+    def synced(self, batch_id: int) -> None:
+        self.synced_batch_id = batch_id
+        for channel in list(self.awaiting_sync):
+            if channel.release_confirms(batch_id):
+                self.awaiting_sync.discard(channel)
+
+    def flush(self) -> None:
+        """Persist what is pending (metadata first, then messages with one fsync)
+        and release the confirms that waited for it. Called by the server shell."""
+        if self.metadata_dirty and self.metadata is not None:
+            self.metadata.save(self.metadata_document())
+        self.metadata_dirty = False
+        if self.store is not None:
+            if self.store.has_pending or self.awaiting_sync:
+                self.synced(self.store.flush())
+        elif self.awaiting_sync:
+            self.synced(self.synced_batch_id + 1)
+
+    def metadata_document(self) -> dict:
+        exchanges, queues, bindings = [], [], []
+        for vhost in self.vhosts.values():
+            for exchange in vhost.exchanges.values():
+                if exchange.durable and exchange.name and not exchange.name.startswith("amq."):
+                    exchanges.append({"vhost": vhost.name, "name": exchange.name,
+                                      "type": exchange.type, "auto_delete": exchange.auto_delete,
+                                      "internal": exchange.internal,
+                                      "arguments": encode_arguments(exchange.arguments)})
+            for queue in vhost.queues.values():
+                if queue.durable:
+                    queues.append({"vhost": vhost.name, "name": queue.name,
+                                   "type": queue.type_name, "auto_delete": queue.auto_delete,
+                                   "arguments": encode_arguments(queue.arguments)})
+            for binding in vhost.bindings():
+                if self._durable_binding(vhost, binding):
+                    bindings.append({"vhost": vhost.name, "source": binding.source,
+                                     "destination_kind": binding.destination.kind,
+                                     "destination": binding.destination.name,
+                                     "routing_key": binding.routing_key,
+                                     "arguments": encode_arguments(binding.arguments_dict)})
+        users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
+                  "vhosts": sorted(u.vhosts)} for u in self.users.users.values()]
+        return {"vhosts": sorted(self.vhosts), "users": users, "exchanges": exchanges,
+                "queues": queues, "bindings": bindings}
+
+    @staticmethod
+    def _durable_binding(vhost: VHost, binding) -> bool:
+        source = vhost.exchanges.get(binding.source)
+        if source is None or not source.durable:
+            return False
+        if binding.destination.kind == QUEUE:
+            queue = vhost.queues.get(binding.destination.name)
+            return queue is not None and queue.durable
+        target = vhost.exchanges.get(binding.destination.name)
+        return target is not None and target.durable
+
+    def recover(self) -> dict[str, int]:
+        """Rebuild durable state from the stores at start. Returns counts."""
+        from ..amqp.codec import decode_properties
+        from ..queues.types import validate_declaration
+
+        counts = {"queues": 0, "messages": 0}
+        document = self.metadata.load() if self.metadata is not None else None
+        if document is not None:
+            self.users.users.clear()
+            for user in document["users"]:
+                self.users.users[user["name"]] = User(user["name"], user["password_hash"],
+                                                      tuple(user["tags"]), set(user["vhosts"]))
+            for name in document["vhosts"]:
+                self.vhosts.setdefault(name, VHost(name))
+            for item in document["exchanges"]:
+                self.vhosts[item["vhost"]].declare_exchange(
+                    item["name"], item["type"], False, True, item["auto_delete"],
+                    item["internal"], decode_arguments(item["arguments"]))
+            for item in document["queues"]:
+                arguments = decode_arguments(item["arguments"])
+                vhost = self.vhosts[item["vhost"]]
+                queue_spec = validate_declaration(item["name"], vhost.name, True, False,
+                                                  item["auto_delete"], arguments)
+                self.create_queue(vhost, item["name"], queue_spec, None)
+                counts["queues"] += 1
+            for item in document["bindings"]:
+                vhost = self.vhosts[item["vhost"]]
+                kind = QUEUE if item["destination_kind"] == QUEUE else EXCHANGE
+                vhost.bind(item["source"], Destination(kind, item["destination"]),
+                           item["routing_key"], decode_arguments(item["arguments"]))
+        if self.store is not None:
+            recovered = self.store.recover()
+            for key, messages in recovered.items():
+                vhost_name, _, name = key.decode("utf-8", "surrogateescape").partition("\x00")
+                vhost = self.vhosts.get(vhost_name)
+                queue = vhost.queues.get(name) if vhost else None
+                if queue is None:
+                    self.store.append_delete(key)  # messages of a queue that is gone
+                    continue
+                for item in messages:
+                    _class_id, properties = decode_properties(item.header)
+                    message = Message(item.exchange, item.routing_key, properties, item.body)
+                    entry = Entry(message, item.seq, stored=True)
+                    queue.next_seq = max(queue.next_seq, item.seq + 1)
+                    queue.push(entry)
+                    counts["messages"] += 1
+        self.metadata_dirty = False
+        return counts
+
+    def all_queues(self) -> Iterable[ClassicQueue]:
+        for vhost in self.vhosts.values():
+            yield from vhost.queues.values()

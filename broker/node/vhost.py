@@ -1,0 +1,234 @@
+"""A virtual host: its exchanges, queues and bindings, and message routing. Pure.
+
+Responsibilities: declare/delete exchanges and queues with RabbitMQ's checks (reserved
+`amq.` names, the default exchange, property equivalence), bindings between exchanges
+and queues, auto-delete of exchanges that lose their last binding, and `route()`,
+which follows exchange-to-exchange bindings and alternate exchanges.
+
+Invariants: every binding is held by its source exchange; the default exchange ""
+routes to the queue named by the routing key and holds no explicit bindings;
+`amq.*` exchanges exist for the vhost's whole life.
+Not here: messages and consumers (queues, channels), persistence (node).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, access_refused, not_found, precondition
+from ..queues.classic import ClassicQueue
+from ..routing.exchanges import (EXCHANGE, EXCHANGE_TYPES, QUEUE, Binding, Destination,
+                                 Exchange, freeze)
+
+PREDECLARED = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
+               ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
+DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class VHost:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, ClassicQueue] = {}
+        for exchange_name, exchange_type in PREDECLARED:
+            self.exchanges[exchange_name] = Exchange(name, exchange_name, exchange_type)
+
+    # ------------------------------------------------------------ lookups
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found("exchange", name, self.name)
+        return exchange
+
+    def queue(self, name: str) -> ClassicQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found("queue", name, self.name)
+        return queue
+
+    # ------------------------------------------------------------ exchanges
+
+    def declare_exchange(self, name: str, exchange_type: str, passive: bool, durable: bool,
+                         auto_delete: bool, internal: bool, arguments: dict) -> tuple[Exchange, bool]:
+        """Returns (exchange, created)."""
+        if name == "":
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise not_found("exchange", name, self.name)
+            return existing, False
+        if existing is None and name.startswith("amq."):
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if exchange_type not in EXCHANGE_TYPES:
+            raise AMQPError(spec.COMMAND_INVALID, f"unknown exchange type '{exchange_type}'")
+        if existing is not None:
+            where = f"exchange '{name}' in vhost '{self.name}'"
+            for field_name, received, current in (
+                    ("type", exchange_type, existing.type),
+                    ("durable", durable, existing.durable),
+                    ("auto_delete", auto_delete, existing.auto_delete),
+                    ("internal", internal, existing.internal)):
+                if received != current:
+                    raise precondition(f"inequivalent arg '{field_name}' for {where}: "
+                                       f"received '{_show(received)}' but current is "
+                                       f"'{_show(current)}'")
+            _check_arguments_equivalent(arguments, existing.arguments, where)
+            return existing, False
+        exchange = Exchange(self.name, name, exchange_type, durable, auto_delete, internal,
+                            dict(arguments))
+        self.exchanges[name] = exchange
+        return exchange, True
+
+    def delete_exchange(self, name: str, if_unused: bool) -> Exchange | None:
+        if name == "":
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq.") and name in self.exchanges:
+            raise access_refused(f"deletion of system exchange '{name}' in vhost "
+                                 f"'{self.name}' is not allowed")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return None  # deleting what does not exist succeeds, as in RabbitMQ
+        if if_unused and (exchange.bindings or self._bound_as_destination(name)):
+            raise precondition(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+        return exchange
+
+    def _bound_as_destination(self, name: str) -> bool:
+        target = Destination(EXCHANGE, name)
+        return any(exchange.bindings_to(target) for exchange in self.exchanges.values())
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        self.remove_bindings_to(Destination(EXCHANGE, exchange.name))
+
+    # ------------------------------------------------------------ bindings
+
+    def bind(self, source: str, destination: Destination, routing_key: str,
+             arguments: dict) -> Binding | None:
+        """Returns the new binding, or None when it already existed."""
+        if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if destination.kind == QUEUE:
+            self.queue(destination.name)
+        else:
+            self.exchange(destination.name)
+        exchange = self.exchange(source)
+        binding = Binding(source, destination, routing_key, freeze(arguments))
+        return binding if exchange.add_binding(binding) else None
+
+    def unbind(self, source: str, destination: Destination, routing_key: str,
+               arguments: dict) -> list[Exchange]:
+        """Removes a binding (a missing one is fine, as in RabbitMQ). Returns the
+        auto-delete exchanges this removed."""
+        if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if destination.kind == QUEUE:
+            self.queue(destination.name)
+        else:
+            self.exchange(destination.name)
+        exchange = self.exchange(source)
+        exchange.remove_binding(Binding(source, destination, routing_key, freeze(arguments)))
+        return self._auto_delete([exchange])
+
+    def remove_bindings_to(self, destination: Destination) -> list[Exchange]:
+        """Drop every binding to a deleted queue or exchange; returns auto-deleted
+        exchanges (which may cascade)."""
+        touched = []
+        for exchange in list(self.exchanges.values()):
+            for binding in exchange.bindings_to(destination):
+                exchange.remove_binding(binding)
+                touched.append(exchange)
+        return self._auto_delete(touched)
+
+    def _auto_delete(self, exchanges: list[Exchange]) -> list[Exchange]:
+        deleted = []
+        for exchange in exchanges:
+            if (exchange.auto_delete and not exchange.bindings
+                    and self.exchanges.get(exchange.name) is exchange):
+                self._remove_exchange(exchange)
+                deleted.append(exchange)
+                deleted += self.remove_bindings_to(Destination(EXCHANGE, exchange.name))
+        return deleted
+
+    def bindings(self):
+        for exchange in self.exchanges.values():
+            yield from exchange.bindings
+
+    # ------------------------------------------------------------ routing
+
+    def route(self, exchange: Exchange, routing_key: str,
+              headers: Callable[[], dict | None]) -> list[ClassicQueue]:
+        """Queues a message published to `exchange` reaches, each once."""
+        if exchange.name == "":
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        queues: dict[str, ClassicQueue] = {}
+        self._route_into(exchange, routing_key, headers, queues, {exchange.name})
+        return list(queues.values())
+
+    def _route_into(self, exchange: Exchange, routing_key: str, headers, queues: dict,
+                    visited: set[str]) -> None:
+        found_before = len(queues)
+        for destination in list(exchange.route(routing_key, headers)):
+            if destination.kind == QUEUE:
+                queue = self.queues.get(destination.name)
+                if queue is not None:
+                    queues[destination.name] = queue
+            elif destination.name not in visited:
+                visited.add(destination.name)
+                target = self.exchanges.get(destination.name)
+                if target is not None:
+                    self._route_into(target, routing_key, headers, queues, visited)
+        alternate = exchange.alternate_exchange
+        if len(queues) == found_before and alternate and alternate not in visited:
+            visited.add(alternate)
+            target = self.exchanges.get(alternate)
+            if target is not None:
+                self._route_into(target, routing_key, headers, queues, visited)
+
+
+def _check_arguments_equivalent(received: dict, current: dict, where: str) -> None:
+    for key in sorted(set(received) | set(current)):
+        if key in received and key in current:
+            if freeze(received[key]) != freeze(current[key]):
+                raise precondition(
+                    f"inequivalent arg '{key}' for {where}: received the value "
+                    f"'{_show(received[key])}' of type '{_field_type(received[key])}' but "
+                    f"current is the value '{_show(current[key])}' of type "
+                    f"'{_field_type(current[key])}'")
+        elif key in received:
+            raise precondition(f"inequivalent arg '{key}' for {where}: received the value "
+                               f"'{_show(received[key])}' of type "
+                               f"'{_field_type(received[key])}' but current is none")
+        else:
+            raise precondition(f"inequivalent arg '{key}' for {where}: received none but "
+                               f"current is the value '{_show(current[key])}' of type "
+                               f"'{_field_type(current[key])}'")
+
+
+def _field_type(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long" if abs(value) >= 2 ** 31 else "signedint"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+check_arguments_equivalent = _check_arguments_equivalent

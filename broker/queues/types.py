@@ -1,0 +1,156 @@
+"""The queue-type plug point: which queue types exist, what each accepts at declare.
+
+`validate_declaration` checks a queue.declare against the type named by
+`x-queue-type` the way RabbitMQ's queue types do (durable/exclusive/auto-delete
+constraints, the arguments each type supports, argument value types and ranges)
+and returns the `QueueSpec` the node builds the queue from. Errors are AMQPErrors
+with RabbitMQ's reply codes and wording.
+
+Types: `classic` (broker.queues.classic) is built here; `quorum` is validated
+exactly as RabbitMQ does, and refused with 540 until the quorum-queue issue lands
+its state machine. Not here: equivalence checks against an existing queue (node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, precondition
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+# arguments each type understands, with the AMQP value kind RabbitMQ requires
+_INT = "int"
+_STR = "str"
+_BOOL = "bool"
+_COMMON_ARGS = {
+    "x-queue-type": _STR,
+    "x-max-length": _INT,
+    "x-max-length-bytes": _INT,
+    "x-overflow": _STR,
+    "x-message-ttl": _INT,
+    "x-expires": _INT,
+    "x-dead-letter-exchange": _STR,
+    "x-dead-letter-routing-key": _STR,
+    "x-single-active-consumer": _BOOL,
+    "x-queue-leader-locator": _STR,
+}
+ARGUMENTS_BY_TYPE = {
+    "classic": {**_COMMON_ARGS, "x-max-priority": _INT, "x-queue-mode": _STR,
+                "x-queue-master-locator": _STR, "x-queue-version": _INT},
+    "quorum": {**_COMMON_ARGS, "x-delivery-limit": _INT, "x-quorum-initial-group-size": _INT,
+               "x-quorum-target-group-size": _INT, "x-dead-letter-strategy": _STR},
+}
+# what quorum queues refuse outright (RabbitMQ: rabbit_quorum_queue capabilities)
+_QUORUM_UNSUPPORTED = ("x-max-priority", "x-queue-mode", "x-queue-master-locator",
+                       "x-queue-version")
+# arguments quorumqueue recognises but does not enforce yet: refused rather than
+# silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
+NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
+                     "x-dead-letter-routing-key")
+_OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    type: str
+    durable: bool
+    exclusive: bool
+    auto_delete: bool
+    arguments: dict
+    max_priority: int = 0
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    single_active_consumer: bool = False
+
+
+def _describe(name: str, vhost: str) -> str:
+    return f"queue '{name}' in vhost '{vhost}'"
+
+
+def _text(value) -> str | None:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _check_kind(key: str, value, kind: str, where: str) -> None:
+    ok = {
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _STR: _text(value) is not None,
+        _BOOL: isinstance(value, bool),
+    }[kind]
+    if not ok:
+        raise precondition(f"invalid arg '{key}' for {where}: "
+                           f"{{unacceptable_type,{type(value).__name__}}}")
+
+
+def queue_type_of(arguments: dict, default: str = "classic") -> str:
+    value = arguments.get("x-queue-type")
+    return _text(value) or default if value is not None else default
+
+
+def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
+                         auto_delete: bool, arguments: dict) -> QueueSpec:
+    where = _describe(name, vhost)
+    queue_type = queue_type_of(arguments)
+    if queue_type not in QUEUE_TYPES:
+        raise precondition(f"invalid arg 'x-queue-type' for {where}: "
+                           f"{{unsupported_queue_type,<<\"{queue_type}\">>}}")
+    if queue_type == "stream":
+        raise AMQPError(spec.NOT_IMPLEMENTED,
+                        f"queue type 'stream' is not supported by quorumqueue ({where})",
+                        connection_level=False)
+    if queue_type == "quorum":
+        if not durable:
+            raise precondition(f"invalid property 'non-durable' for {where}")
+        if auto_delete:
+            raise precondition(f"invalid property 'auto-delete' for {where}")
+        if exclusive:
+            raise precondition(f"invalid property 'exclusive-owner' for {where}")
+        for key in arguments:
+            if key in _QUORUM_UNSUPPORTED:
+                raise precondition(
+                    f"invalid arg '{key}' for {where} of queue type rabbit_quorum_queue")
+    known = ARGUMENTS_BY_TYPE[queue_type]
+    for key, value in arguments.items():
+        kind = known.get(key)
+        if kind is not None:
+            _check_kind(key, value, kind, where)
+    max_priority = arguments.get("x-max-priority", 0)
+    if isinstance(max_priority, int) and not 0 <= max_priority <= 255:
+        raise precondition(f"invalid arg 'x-max-priority' for {where}: "
+                           + (f"{{value_too_large,{max_priority},255}}" if max_priority > 255
+                              else f"{{value_negative,{max_priority}}}"))
+    for key in ("x-max-length", "x-max-length-bytes"):
+        value = arguments.get(key)
+        if isinstance(value, int) and value < 0:
+            raise precondition(f"invalid arg '{key}' for {where}: {{value_negative,{value}}}")
+    overflow = _text(arguments.get("x-overflow")) or "drop-head"
+    if overflow not in _OVERFLOW:
+        raise precondition(f"invalid arg 'x-overflow' for {where}: "
+                           f"{{unsupported_value,<<\"{overflow}\">>}}")
+    for key in NOT_YET_SUPPORTED:
+        if key in arguments:
+            raise precondition(f"invalid arg '{key}' for {where}: quorumqueue does not "
+                               "support it yet (it would be silently ignored)")
+    if overflow == "reject-publish-dlx":
+        raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
+                           "needs dead-lettering, which quorumqueue does not support yet")
+    if queue_type == "quorum":
+        raise AMQPError(spec.NOT_IMPLEMENTED,
+                        f"queue type 'quorum' is validated but not available yet ({where})",
+                        connection_level=False)
+    return QueueSpec(
+        type=queue_type, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+        arguments=arguments, max_priority=max_priority or 0,
+        max_length=arguments.get("x-max-length"),
+        max_length_bytes=arguments.get("x-max-length-bytes"),
+        overflow=overflow,
+        single_active_consumer=bool(arguments.get("x-single-active-consumer", False)),
+    )

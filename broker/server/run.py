@@ -1,0 +1,53 @@
+"""Run one broker node in the foreground until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from ..config import Settings
+from .server import BrokerServer
+
+log = logging.getLogger("quorumqueue.broker")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=level.upper(),
+        format="%(asctime)s.%(msecs)03d [%(levelname)s] <%(process)d> %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S")
+
+
+def event_loop_factory():
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+async def serve(settings: Settings, ready=None) -> None:
+    server = BrokerServer(settings)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("Server startup complete; listening for AMQP 0-9-1 on %s:%d (data: %s)",
+             settings.host, server.port, settings.data_dir)
+    if ready is not None:
+        ready(server)
+    await stop.wait()
+    log.info("shutdown requested, closing connections")
+    await server.stop()
+
+
+def run(settings: Settings) -> None:
+    configure_logging(settings.log_level)
+    loop = event_loop_factory()()
+    try:
+        loop.run_until_complete(serve(settings))
+    finally:
+        loop.close()

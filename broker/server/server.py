@@ -1,0 +1,205 @@
+"""The asyncio shell around the pure node: sockets, timers, group commit, alarms.
+
+How it works: each TCP connection is an asyncio.Protocol feeding its Session. Input
+handling only schedules a flush for the end of the event-loop iteration, so all the
+data that arrived together is applied first and then persisted with one fsync (group
+commit) before any reply or confirm leaves. A one-second ticker drives heartbeats
+and the memory and disk alarm checks.
+
+Invariants: nothing is sent before the flush that persists what it acknowledges;
+the shell holds no protocol state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+
+from ..amqp import spec
+from ..auth.users import UserStore
+from ..config import Settings
+from ..node.node import Node
+from ..node.session import Session
+from ..storage.message_store import MessageStore
+from ..storage.metadata_store import MetadataStore
+
+log = logging.getLogger("quorumqueue.broker")
+
+
+def resident_memory_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def total_memory_bytes() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def build_node(settings: Settings) -> Node:
+    """A node over `settings.data_dir`, with durable state recovered."""
+    os.makedirs(settings.data_dir, exist_ok=True)
+    users = UserStore.with_default_user() if settings.default_user == "guest" else UserStore()
+    if settings.default_user != "guest":
+        users.add(settings.default_user, settings.default_pass, ("administrator",),
+                  {settings.default_vhost})
+    users.loopback_users = frozenset(settings.loopback_users)
+    store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
+                         settings.msg_store_segment_bytes, settings.fsync)
+    node = Node(settings, users, store, MetadataStore(settings.data_dir))
+    counts = node.recover()
+    if settings.default_vhost not in node.vhosts:
+        from ..node.vhost import VHost
+
+        node.vhosts[settings.default_vhost] = VHost(settings.default_vhost)
+        node.metadata_dirty = True
+    log.info("recovered %d durable queues with %d messages from %s", counts["queues"],
+             counts["messages"], settings.data_dir)
+    return node
+
+
+class _Connection(asyncio.Protocol):
+    __slots__ = ("server", "transport", "session", "peer")
+
+    def __init__(self, server: "BrokerServer") -> None:
+        self.server = server
+        self.transport = None
+        self.session: Session | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = f"{peer[0]}:{peer[1]}"
+        self.session = Session(self.server.node, peer[0], time.monotonic())
+        self.server.connections[self.session] = self
+        log.info("accepting AMQP connection %s", self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        session = self.session
+        session.receive_data(data, time.monotonic())
+        self.server.node.dirty.add(session)
+        self.server.schedule_flush()
+
+    def connection_lost(self, exc) -> None:
+        session = self.session
+        if not session.closed:
+            log.warning("client unexpectedly closed TCP connection %s", self.peer)
+        session.connection_lost()
+        self.server.connections.pop(session, None)
+        self.server.schedule_flush()
+
+
+class BrokerServer:
+    def __init__(self, settings: Settings, node: Node | None = None) -> None:
+        self.settings = settings
+        self.node = node if node is not None else build_node(settings)
+        self.connections: dict[Session, _Connection] = {}
+        self._flush_scheduled = False
+        self._server: asyncio.AbstractServer | None = None
+        self._ticker: asyncio.Task | None = None
+        self.port = settings.port
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.node.flush()  # persist recovery results (e.g. a created default vhost)
+        self._server = await self._loop.create_server(
+            lambda: _Connection(self), self.settings.host, self.settings.port,
+            reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._tick_forever())
+        log.info("started TCP listener on %s:%d", self.settings.host, self.port)
+
+    async def stop(self) -> None:
+        """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
+        if self._server is not None:
+            self._server.close()
+        now = time.monotonic()
+        for session in list(self.connections):
+            session.server_close(spec.CONNECTION_FORCED,
+                                 "broker forced connection closure with reason 'shutdown'", now)
+        self.flush()
+        deadline = time.monotonic() + 2.0
+        while any(not s.closed for s in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections.values()):
+            connection.transport.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.node.flush()
+        if self.node.store is not None:
+            self.node.store.close()
+        log.info("stopped")
+
+    # ------------------------------------------------------------ flushing
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        node = self.node
+        node.flush()
+        now = time.monotonic()
+        dirty = list(node.dirty)
+        node.dirty.clear()
+        for session in dirty:
+            connection = self.connections.get(session)
+            if connection is None:
+                continue
+            data = session.data_to_send()
+            transport = connection.transport
+            if data:
+                transport.write(data)
+                session.sent(now)
+            if session.closed:
+                log.info("closing AMQP connection %s: %s", connection.peer,
+                         session.close_reason)
+                transport.close()
+                self.connections.pop(session, None)
+            elif session.paused:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    # ------------------------------------------------------------ timers
+
+    async def _tick_forever(self) -> None:
+        next_alarm_check = 0.0
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for session in list(self.connections):
+                session.tick(now)
+                if session.closed:
+                    self.node.dirty.add(session)
+            if now >= next_alarm_check:
+                next_alarm_check = now + self.settings.alarm_check_interval
+                self.check_alarms()
+            self.schedule_flush()
+
+    def memory_limit(self) -> int:
+        if self.settings.memory_high_watermark_absolute:
+            return self.settings.memory_high_watermark_absolute
+        return int(total_memory_bytes() * self.settings.memory_high_watermark_relative)
+
+    def check_alarms(self) -> None:
+        memory = resident_memory_bytes()
+        limit = self.memory_limit()
+        self._alarm("memory", memory > limit,
+                    f"memory resource limit alarm: {memory} bytes used, limit {limit}")
+        free = shutil.disk_usage(self.settings.data_dir).free
+        self._alarm("disk", free < self.settings.disk_free_limit_absolute,
+                    f"free disk space alarm: {free} bytes free, limit "
+                    f"{self.settings.disk_free_limit_absolute}")
+
+    def _alarm(self, resource: str, active: bool, text: str) -> None:
+        if active != (resource in self.node.alarms):
+            log.warning("%s %s", text, "set" if active else "cleared")
+            self.node.set_alarm(resource, active)

@@ -1,0 +1,321 @@
+"""Persistent messages of durable classic queues: an append-only, segmented log.
+
+Format (version 1), files `msgstore/NNNNNNNN.seg`:
+  file header: b"QQMS" + u16 version
+  record:      u32 crc32(type..payload) | u32 payload length | u8 type | payload
+  ENQUEUE  1:  u16 qlen, queue key, u64 seq, u8 elen, exchange, u8 rlen, routing key,
+               u32 hlen, content header payload, body (rest)
+  ACK      2:  u16 qlen, queue key, u64 seq
+  PURGE    3:  u16 qlen, queue key, u64 seq (everything at or below it is gone)
+  DELETE   4:  u16 qlen, queue key
+The queue key is `vhost \\x00 name`.
+
+How it works: records are appended to an in-memory batch (`append_*`, pure); the
+server shell calls `flush()` which writes the batch to the active segment and
+fdatasyncs once for all of them (group commit), then reports the batch id so
+publisher confirms waiting on it can be sent. Segments rotate at `segment_bytes`.
+
+Invariants:
+- a record is acknowledged to publishers only after the fsync that covers it;
+- segments are deleted oldest-first and only while they hold no live message, so an
+  ACK record always outlives the ENQUEUE it cancels;
+- when the oldest segment is mostly dead its live messages are copied forward
+  (compaction), so one old message does not pin the whole log;
+- recovery tolerates a torn record only at the tail of the newest segment; any other
+  bad record stops the node with an error naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+FILE_MAGIC = b"QQMS"
+VERSION = 1
+_file_header = struct.Struct(">4sH")
+_record_header = struct.Struct(">IIB")
+_u8 = struct.Struct(">B")
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_u64 = struct.Struct(">Q")
+
+ENQUEUE, ACK, PURGE, DELETE = 1, 2, 3, 4
+
+
+class CorruptStoreError(RuntimeError):
+    pass
+
+
+def queue_key(vhost: str, name: str) -> bytes:
+    return vhost.encode("utf-8", "surrogateescape") + b"\x00" + name.encode("utf-8", "surrogateescape")
+
+
+@dataclass(slots=True)
+class RecoveredMessage:
+    seq: int
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+
+
+def _encode_key(key: bytes) -> bytes:
+    return _u16.pack(len(key)) + key
+
+
+def _record(record_type: int, payload: bytes) -> bytes:
+    crc = zlib.crc32(payload, zlib.crc32(_u8.pack(record_type)))
+    return _record_header.pack(crc, len(payload), record_type) + payload
+
+
+class MessageStore:
+    def __init__(self, directory: str, segment_bytes: int = 64 * 1024 * 1024,
+                 fsync: bool = True) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.fsync = fsync
+        os.makedirs(directory, exist_ok=True)
+        self._batch: list[bytes] = []
+        self.batch_id = 1          # id of the batch being filled
+        self.synced_batch_id = 0   # every batch <= this is on disk
+        self._segments: list[int] = []   # segment numbers, oldest first
+        self._live: dict[tuple[bytes, int], int] = {}   # (queue, seq) -> segment
+        self._live_per_segment: dict[int, int] = {}
+        self._written_per_segment: dict[int, int] = {}  # ENQUEUE records ever written
+        self._file = None
+        self._file_size = 0
+
+    # ------------------------------------------------------------ recovery
+
+    def recover(self) -> dict[bytes, list[RecoveredMessage]]:
+        """Replay all segments; returns live messages per queue key in seq order."""
+        messages: dict[bytes, dict[int, RecoveredMessage]] = {}
+        numbers = sorted(int(f[:-4]) for f in os.listdir(self.directory) if f.endswith(".seg"))
+        for position, number in enumerate(numbers):
+            last = position == len(numbers) - 1
+            for record_type, payload in self._read_segment(number, tolerate_torn_tail=last):
+                self._replay(number, record_type, payload, messages)
+        self._segments = numbers
+        if numbers:
+            self._open_segment(numbers[-1], append=True)
+        else:
+            self._open_segment(1, append=False)
+            self._segments = [1]
+        return {key: [m for _, m in sorted(by_seq.items())] for key, by_seq in messages.items()}
+
+    def _path(self, number: int) -> str:
+        return os.path.join(self.directory, f"{number:08d}.seg")
+
+    def _read_segment(self, number: int, tolerate_torn_tail: bool):
+        path = self._path(number)
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if len(data) < _file_header.size:
+            if tolerate_torn_tail:
+                return
+            raise CorruptStoreError(f"{path}: truncated file header")
+        magic, version = _file_header.unpack_from(data)
+        if magic != FILE_MAGIC:
+            raise CorruptStoreError(f"{path}: not a quorumqueue message store segment")
+        if version != VERSION:
+            raise CorruptStoreError(f"{path}: unknown format version {version}")
+        offset = _file_header.size
+        while offset < len(data):
+            bad = None
+            if len(data) - offset < _record_header.size:
+                bad = "truncated record header"
+            else:
+                crc, length, record_type = _record_header.unpack_from(data, offset)
+                end = offset + _record_header.size + length
+                if end > len(data):
+                    bad = "truncated record"
+                else:
+                    payload = data[offset + _record_header.size:end]
+                    if zlib.crc32(payload, zlib.crc32(_u8.pack(record_type))) != crc:
+                        bad = "checksum mismatch"
+            if bad is not None:
+                if tolerate_torn_tail and self._is_tail(data, offset):
+                    self._truncate(path, offset)
+                    return
+                raise CorruptStoreError(
+                    f"{path}: corrupt record at offset {offset} ({bad}); the message "
+                    "store cannot be recovered automatically. Move the file aside to "
+                    "start without it (its messages are lost).")
+            yield record_type, payload
+            offset = end
+
+    @staticmethod
+    def _is_tail(data: bytes, offset: int) -> bool:
+        """A torn write leaves one incomplete record at the end; a record that
+        claims a length within the file but fails its checksum is corruption."""
+        if len(data) - offset < _record_header.size:
+            return True
+        _crc, length, _type = _record_header.unpack_from(data, offset)
+        return offset + _record_header.size + length >= len(data)
+
+    @staticmethod
+    def _truncate(path: str, offset: int) -> None:
+        with open(path, "r+b") as handle:
+            handle.truncate(offset)
+            os.fsync(handle.fileno())
+
+    def _replay(self, segment: int, record_type: int, payload: bytes,
+                messages: dict[bytes, dict[int, RecoveredMessage]]) -> None:
+        (key_length,) = _u16.unpack_from(payload)
+        key = payload[2:2 + key_length]
+        offset = 2 + key_length
+        if record_type == ENQUEUE:
+            (seq,) = _u64.unpack_from(payload, offset)
+            offset += 8
+            exchange_length = payload[offset]
+            exchange = payload[offset + 1:offset + 1 + exchange_length]
+            offset += 1 + exchange_length
+            key_len = payload[offset]
+            routing_key = payload[offset + 1:offset + 1 + key_len]
+            offset += 1 + key_len
+            (header_length,) = _u32.unpack_from(payload, offset)
+            header = payload[offset + 4:offset + 4 + header_length]
+            body = payload[offset + 4 + header_length:]
+            messages.setdefault(key, {})[seq] = RecoveredMessage(
+                seq, exchange.decode("utf-8", "surrogateescape"),
+                routing_key.decode("utf-8", "surrogateescape"), header, body)
+            self._mark_live(key, seq, segment)
+        elif record_type == ACK:
+            (seq,) = _u64.unpack_from(payload, offset)
+            messages.get(key, {}).pop(seq, None)
+            self._mark_dead(key, seq)
+        elif record_type == PURGE:
+            (seq,) = _u64.unpack_from(payload, offset)
+            by_seq = messages.get(key, {})
+            for dead in [s for s in by_seq if s <= seq]:
+                del by_seq[dead]
+                self._mark_dead(key, dead)
+        elif record_type == DELETE:
+            for dead in list(messages.pop(key, {})):
+                self._mark_dead(key, dead)
+        else:
+            raise CorruptStoreError(f"unknown record type {record_type}")
+
+    # ------------------------------------------------------------ appends (pure)
+
+    def _mark_live(self, key: bytes, seq: int, segment: int) -> None:
+        previous = self._live.get((key, seq))
+        if previous is not None:  # a compaction copy supersedes the original
+            self._live_per_segment[previous] -= 1
+        self._live[(key, seq)] = segment
+        self._live_per_segment[segment] = self._live_per_segment.get(segment, 0) + 1
+        self._written_per_segment[segment] = self._written_per_segment.get(segment, 0) + 1
+
+    def _mark_dead(self, key: bytes, seq: int) -> None:
+        segment = self._live.pop((key, seq), None)
+        if segment is not None:
+            self._live_per_segment[segment] -= 1
+
+    def append_enqueue(self, key: bytes, seq: int, exchange: str, routing_key: str,
+                       header: bytes, body: bytes) -> int:
+        exchange_bytes = exchange.encode("utf-8", "surrogateescape")
+        routing_bytes = routing_key.encode("utf-8", "surrogateescape")
+        payload = b"".join((_encode_key(key), _u64.pack(seq), _u8.pack(len(exchange_bytes)),
+                            exchange_bytes, _u8.pack(len(routing_bytes)), routing_bytes,
+                            _u32.pack(len(header)), header, body))
+        self._batch.append(_record(ENQUEUE, payload))
+        self._mark_live(key, seq, self._segments[-1])
+        return self.batch_id
+
+    def append_ack(self, key: bytes, seq: int) -> None:
+        self._batch.append(_record(ACK, _encode_key(key) + _u64.pack(seq)))
+        self._mark_dead(key, seq)
+
+    def append_purge(self, key: bytes, up_to_seq: int) -> None:
+        self._batch.append(_record(PURGE, _encode_key(key) + _u64.pack(up_to_seq)))
+        for live_key, seq in [k for k in self._live if k[0] == key and k[1] <= up_to_seq]:
+            self._mark_dead(live_key, seq)
+
+    def append_delete(self, key: bytes) -> None:
+        self._batch.append(_record(DELETE, _encode_key(key)))
+        for live_key, seq in [k for k in self._live if k[0] == key]:
+            self._mark_dead(live_key, seq)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._batch)
+
+    # ------------------------------------------------------------ I/O
+
+    def _open_segment(self, number: int, append: bool) -> None:
+        if self._file is not None:
+            self._file.close()
+        path = self._path(number)
+        self._file = open(path, "ab" if append else "wb")
+        if not append or self._file.tell() == 0:
+            self._file.write(_file_header.pack(FILE_MAGIC, VERSION))
+        self._file_size = self._file.tell()
+
+    def flush(self) -> int:
+        """Write and fsync the pending batch; returns the synced batch id."""
+        if self._batch:
+            data = b"".join(self._batch)
+            self._batch.clear()
+            self._file.write(data)
+            self._file.flush()
+            if self.fsync:
+                os.fdatasync(self._file.fileno())
+            self._file_size += len(data)
+        self.synced_batch_id = self.batch_id
+        self.batch_id += 1
+        if self._file_size >= self.segment_bytes:
+            self._rotate()
+        return self.synced_batch_id
+
+    def _rotate(self) -> None:
+        number = self._segments[-1] + 1
+        self._open_segment(number, append=False)
+        self._segments.append(number)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Delete dead segments oldest-first; compact the oldest if mostly dead."""
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            live = self._live_per_segment.get(oldest, 0)
+            if live == 0:
+                os.remove(self._path(oldest))
+                self._segments.pop(0)
+                self._live_per_segment.pop(oldest, None)
+                self._written_per_segment.pop(oldest, None)
+                continue
+            if live * 10 <= self._written_per_segment.get(oldest, 0):
+                self._copy_forward(oldest)  # at most a tenth is still live
+                continue
+            break
+
+    def _copy_forward(self, number: int) -> None:
+        """Re-append the live messages of segment `number` to the active segment."""
+        for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
+            if record_type != ENQUEUE:
+                continue
+            (key_length,) = _u16.unpack_from(payload)
+            key = payload[2:2 + key_length]
+            (seq,) = _u64.unpack_from(payload, 2 + key_length)
+            if self._live.get((key, seq)) == number:
+                self._batch.append(_record(ENQUEUE, payload))
+                self._mark_live(key, seq, self._segments[-1])
+        data = b"".join(self._batch)
+        self._batch.clear()
+        self._file.write(data)
+        self._file.flush()
+        if self.fsync:
+            os.fdatasync(self._file.fileno())
+        self._file_size += len(data)
+
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def close(self) -> None:
+        if self._batch:
+            self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,98 @@
+"""Durable metadata of one node: vhosts, users, durable exchanges, queues, bindings.
+
+Format (version 1): `metadata.json`, a JSON object
+  {"version": 1, "vhosts": [...], "users": [{name, password_hash, tags, vhosts}],
+   "exchanges": [{vhost, name, type, auto_delete, internal, arguments}],
+   "queues": [{vhost, name, type, auto_delete, arguments}],
+   "bindings": [{vhost, source, destination_kind, destination, routing_key, arguments}]}
+AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
+objects: {"$bytes": base64}, {"$decimal": "1.5"}, {"$timestamp": epoch seconds}.
+
+Writes go to a temporary file, are fsynced, then renamed over the old file (and the
+directory fsynced), so a crash leaves either the old or the new metadata, never a mix.
+The node rewrites the whole file on every durable change: metadata changes are rare
+next to messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import os
+
+VERSION = 1
+FILE_NAME = "metadata.json"
+
+
+def _to_json(value):
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$timestamp": value.timestamp()}
+    if isinstance(value, dict):
+        return {"$table": {k: _to_json(v) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(value):
+    if isinstance(value, dict):
+        if "$bytes" in value:
+            return base64.b64decode(value["$bytes"])
+        if "$decimal" in value:
+            return decimal.Decimal(value["$decimal"])
+        if "$timestamp" in value:
+            return datetime.datetime.fromtimestamp(value["$timestamp"], datetime.timezone.utc)
+        if "$table" in value:
+            return {k: _from_json(v) for k, v in value["$table"].items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def encode_arguments(arguments: dict) -> dict:
+    return {k: _to_json(v) for k, v in arguments.items()}
+
+
+def decode_arguments(arguments: dict) -> dict:
+    return {k: _from_json(v) for k, v in arguments.items()}
+
+
+class MetadataStore:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, FILE_NAME)
+
+    def load(self) -> dict | None:
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path, encoding="utf-8") as handle:
+            try:
+                document = json.load(handle)
+            except json.JSONDecodeError as error:
+                raise RuntimeError(f"{self.path}: not valid JSON ({error}); restore it "
+                                   "from a backup or move it aside") from None
+        if document.get("version") != VERSION:
+            raise RuntimeError(f"{self.path}: unknown metadata format version "
+                               f"{document.get('version')!r}")
+        return document
+
+    def save(self, document: dict) -> None:
+        document = {"version": VERSION, **document}
+        temporary = self.path + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        directory = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

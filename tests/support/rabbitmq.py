@@ -1,0 +1,348 @@
+"""A private RabbitMQ 3.10.8 node: the oracle of differential tests and benchmarks.
+
+Responsibilities
+    Start Debian's ``rabbitmq-server`` by hand (not the system service), as the
+    current user, wait until it completes a real AMQP handshake, and stop it
+    without leaving a single process behind.
+
+How it works
+    The node runs ``/usr/lib/rabbitmq/bin/rabbitmq-server`` (the script behind
+    ``/usr/sbin/rabbitmq-server``, minus its switch to the ``rabbitmq`` user) in
+    a new session. Every path the node reads or writes -- config, enabled
+    plugins, env file, Mnesia, logs, ``$HOME/.erlang.cookie`` -- is under one
+    temporary directory. Three free loopback ports are reserved: AMQP,
+    Erlang distribution, and epmd (``ERL_EPMD_PORT``), so the node starts its
+    own epmd and never talks to a system epmd or another node.
+
+Invariants
+    - The node binds 127.0.0.1 only (AMQP, distribution; epmd: loopback).
+    - The node name ``qqoracle-<random>@localhost`` is unique per instance and
+      appears on the beam command line, so ``pgrep -f <node_name>`` finds it.
+    - Every process the node spawns, including the epmd that daemonizes out of
+      the process group and the ``erl_child_setup`` / ``inet_gethost`` helpers
+      that open their own sessions, inherits ``QQ_ORACLE_NODE=<node_name>`` in
+      its environment; ``stop()`` kills by that marker and checks none remains.
+    - The default user is guest/guest and, as in any RabbitMQ, loopback-only.
+    - If the process that started the node dies, the kernel sends the
+      launcher script SIGTERM (PR_SET_PDEATHSIG), which stops the node.
+
+Not here
+    Plugins (none are enabled), clustering, TLS, the management API.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import ClassVar
+
+SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+MARKER_VARIABLE = "QQ_ORACLE_NODE"
+
+# Kept minimal: every line costs boot time. The disk alarm is lowered so an
+# almost-full CI disk cannot block publishers; everything else is RabbitMQ's
+# default (notably guest stays loopback-only and the memory watermark is 0.4).
+CONFIG_FILE_TEXT = """\
+disk_free_limit.absolute = 1MB
+log.console = false
+log.file.level = info
+"""
+
+# Erlang's +sbwt values (rabbitmq-env passes one to +sbwt, +sbwtdcpu, +sbwtdio).
+BUSY_WAIT_THRESHOLDS = ("none", "very_short", "short", "medium", "long", "very_long")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGTERM it when we die."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _reserve_loopback_ports(count: int) -> list[int]:
+    """Distinct free ports on 127.0.0.1 (held open together, then released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def processes_with_marker(node_name: str) -> list[int]:
+    """Pids whose environment carries ``QQ_ORACLE_NODE=<node_name>``."""
+    needle = f"{MARKER_VARIABLE}={node_name}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                variables = environ.read().split(b"\0")
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if needle in variables and state != b"Z":
+            found.append(int(entry.name))
+    return found
+
+
+class RabbitMQNodeError(RuntimeError):
+    """The oracle node failed to start or to stop cleanly."""
+
+
+class RabbitMQNode:
+    """One private RabbitMQ node; use as ``with RabbitMQNode() as node: ...``."""
+
+    skip_reason: ClassVar[str] = (
+        f"RabbitMQ 3.10.8 is not installed ({SERVER_SCRIPT} missing); "
+        "run .ci/install-rabbitmq (or `make oracle`) to enable the tests "
+        "that compare quorumqueue with RabbitMQ"
+    )
+
+    def __init__(
+        self,
+        *,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 15.0,
+        scheduler_busy_wait: str = "medium",
+        extra_config: str = "",
+    ) -> None:
+        if scheduler_busy_wait not in BUSY_WAIT_THRESHOLDS:
+            raise ValueError(
+                f"scheduler_busy_wait must be one of {', '.join(BUSY_WAIT_THRESHOLDS)}, "
+                f"not {scheduler_busy_wait!r}"
+            )
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        # "medium" is Erlang's own default. Debian's launcher sets "none",
+        # which on this VM makes boot ~3x slower (10 s instead of 3.5 s): each
+        # scheduler sleep/wake-up is a costly futex round trip. Benchmarks may
+        # pick either; the packaged "none" is accepted.
+        self.scheduler_busy_wait = scheduler_busy_wait
+        self.extra_config = extra_config  # appended to rabbitmq.conf (sysctl format)
+        self.node_name = f"qqoracle-{secrets.token_hex(4)}@localhost"
+        self.port = 0  # AMQP port; set by start()
+        self.dist_port = 0
+        self.epmd_port = 0
+        self.startup_seconds: float | None = None  # spawn -> first AMQP handshake
+        self.base_dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- availability ---------------------------------------------------------
+
+    @staticmethod
+    def available() -> bool:
+        return SERVER_SCRIPT.is_file() and os.access(SERVER_SCRIPT, os.X_OK)
+
+    # -- addresses --------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def log_path(self) -> Path:
+        assert self.base_dir is not None, "node not started"
+        return self.base_dir / "log" / f"{self.node_name}.log"
+
+    @property
+    def console_path(self) -> Path:
+        assert self.base_dir is not None, "node not started"
+        return self.base_dir / "console.log"
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def __enter__(self) -> RabbitMQNode:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> RabbitMQNode:
+        if self._process is not None:
+            raise RabbitMQNodeError(f"{self.node_name} already started")
+        if not self.available():
+            raise RabbitMQNodeError(self.skip_reason)
+        self.base_dir = Path(tempfile.mkdtemp(prefix="qqoracle-"))
+        self.port, self.dist_port, self.epmd_port = _reserve_loopback_ports(3)
+        environment = self._environment()
+        began = time.monotonic()
+        with open(self.console_path, "wb") as console:
+            self._process = subprocess.Popen(
+                [str(SERVER_SCRIPT)],
+                cwd=self.base_dir,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        atexit.register(self.stop)
+        try:
+            self._wait_until_ready(began)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def stop(self) -> None:
+        """Stop the node, its epmd and helpers; remove its files. Idempotent."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        atexit.unregister(self.stop)
+        if process.poll() is None:
+            # The launcher script traps TERM and stops beam gracefully; beam
+            # in the same group gets it too and shuts down on its own.
+            self._signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(process.pid, signal.SIGKILL)
+                process.wait(5)
+        self._kill_marked_processes()
+        if self.base_dir is not None:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _environment(self) -> dict[str, str]:
+        assert self.base_dir is not None
+        base = self.base_dir
+        for folder in ("home", "mnesia", "log"):
+            (base / folder).mkdir()
+        (base / "rabbitmq.conf").write_text(CONFIG_FILE_TEXT + self.extra_config + "\n")
+        (base / "enabled_plugins").write_text("[].\n")
+        (base / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq's
+        kept = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL", "TMPDIR") if name in os.environ}
+        return kept | {
+            MARKER_VARIABLE: self.node_name,
+            "HOME": str(base / "home"),  # fresh .erlang.cookie
+            "RABBITMQ_NODENAME": self.node_name,
+            "RABBITMQ_USE_LONGNAME": "false",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(base / "log"),
+            "RABBITMQ_PID_FILE": str(base / "node.pid"),
+            "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(base / "plugins-expand"),
+            "RABBITMQ_SCHEDULER_BUSY_WAIT_THRESHOLD": self.scheduler_busy_wait,
+            # Distribution on loopback only; `-qqoracle_node` is an inert init
+            # argument that puts the node name on beam's command line.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
+                f"-kernel inet_dist_use_interface {{127,0,0,1}} -qqoracle_node {self.node_name}"
+            ),
+        }
+
+    def _wait_until_ready(self, began: float) -> None:
+        deadline = began + self.startup_timeout
+        while True:
+            if self._process is not None and self._process.poll() is not None:
+                self._fail(f"exited with status {self._process.returncode} before accepting AMQP")
+            if _accepts_tcp(self.port) and _accepts_amqp_handshake(self.port):
+                return
+            if time.monotonic() > deadline:
+                self._fail(f"did not accept an AMQP handshake within {self.startup_timeout:.0f} s")
+            time.sleep(0.1)
+
+    def _fail(self, what: str) -> None:
+        raise RabbitMQNodeError(
+            f"RabbitMQ node {self.node_name} on 127.0.0.1:{self.port} {what}.\n"
+            f"--- tail of {self.log_path} ---\n{_log_excerpt(self.log_path)}\n"
+            f"--- tail of {self.console_path} ---\n{_log_excerpt(self.console_path)}"
+        )
+
+    @staticmethod
+    def _signal_group(pid: int, signum: int) -> None:
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _kill_marked_processes(self) -> None:
+        """SIGKILL what outlived beam (epmd, always), then let init reap it."""
+        deadline = time.monotonic() + 5.0
+        killed: set[int] = set()
+        while pids := processes_with_marker(self.node_name):
+            if time.monotonic() > deadline:
+                raise RabbitMQNodeError(f"processes of {self.node_name} survived SIGKILL: {pids}")
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        # Orphans are init's children; wait briefly so that their zombies do
+        # not show up in `pgrep epmd` right after stop() (not an error if so).
+        reap_deadline = time.monotonic() + 2.0
+        while any(os.path.exists(f"/proc/{pid}") for pid in killed):
+            if time.monotonic() > reap_deadline:
+                break
+            time.sleep(0.02)
+
+
+def _accepts_tcp(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _accepts_amqp_handshake(port: int) -> bool:
+    import pika  # only needed once the port is open
+    import pika.exceptions
+
+    parameters = pika.ConnectionParameters(
+        host="127.0.0.1",
+        port=port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        connection_attempts=1,
+        socket_timeout=2.0,
+        blocked_connection_timeout=2.0,
+    )
+    try:
+        pika.BlockingConnection(parameters).close()
+        return True
+    except pika.exceptions.AMQPError:
+        return False
+
+
+def _log_excerpt(path: Path, tail_lines: int = 30, first_errors: int = 8) -> str:
+    """The first error lines (they name the cause) followed by the tail."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as error:
+        return f"(unreadable: {error})"
+    tail = lines[-tail_lines:]
+    early_errors = [line for line in lines[:-tail_lines] if "[error]" in line][:first_errors]
+    if early_errors:
+        return "\n".join(["(first errors)", *early_errors, "(last lines)", *tail])
+    return "\n".join(tail)
