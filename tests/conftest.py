@@ -19,3 +19,20 @@ def rabbitmq() -> Iterator[RabbitMQNode]:
         pytest.skip(RabbitMQNode.skip_reason)
     with RabbitMQNode() as node:
         yield node
+
+
+from tests.support.broker import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    """One bundled broker per test module (use unique queue names per test)."""
+    with BrokerProcess() as process:
+        yield process
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[BrokerProcess]:
+    """A broker of the test's own, with its own data directory (restart tests)."""
+    with BrokerProcess() as process:
+        yield process
