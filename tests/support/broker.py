@@ -35,6 +35,7 @@ class BrokerProcess:
             self._tmp = tempfile.TemporaryDirectory(prefix="qq-broker-")
             data_dir = self._tmp.name
         self.data_dir = data_dir
+        os.makedirs(data_dir, exist_ok=True)
         self.port = port or free_port()
         self.config = config
         if extra_config:

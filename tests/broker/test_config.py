@@ -1,0 +1,63 @@
+"""Broker configuration: RabbitMQ key names in TOML, validated once at start."""
+
+import pytest
+
+from quorumqueue.broker.config import ConfigError, Settings, load_settings, parse_size
+
+
+def write(tmp_path, text):
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_shipped_config_loads_with_rabbitmq_key_names():
+    settings = load_settings("conf/broker.toml")
+    assert settings.port == 5672
+    assert settings.heartbeat == 60
+    assert settings.max_message_size == 128 * 1024 * 1024
+    assert settings.disk_free_limit_absolute == 50_000_000
+    assert settings.loopback_users == ("guest",)
+
+
+def test_dotted_keys_read_as_rabbitmq_writes_them(tmp_path):
+    settings = load_settings(write(tmp_path, 'listeners.tcp.default = 5999\n'
+                                             'vm_memory_high_watermark.absolute = "2GiB"\n'))
+    assert settings.port == 5999
+    assert settings.memory_high_watermark_absolute == 2 * 1024 ** 3
+
+
+def test_cli_overrides_win_over_the_file(tmp_path):
+    settings = load_settings(write(tmp_path, "listeners.tcp.default = 5999\n"), port=6000,
+                             data_dir=None)
+    assert settings.port == 6000
+    assert settings.data_dir == Settings().data_dir
+
+
+@pytest.mark.parametrize("text, key", [
+    ("listeners.tcp.defualt = 5672\n", "listeners.tcp.defualt"),
+    ("frame_max = 4096\n", "frame_max"),
+    ("heartbeat = \"soon\"\n", "heartbeat"),
+    ("max_message_size = \"1TB\"\n", "max_message_size"),
+    ("max_message_size = \"lots\"\n", "max_message_size"),
+    ("vm_memory_high_watermark.relative = 1.5\n", "vm_memory_high_watermark.relative"),
+    ("channel_max = 0\n", "channel_max"),
+    ("storage.fsync = \"yes\"\n", "storage.fsync"),
+])
+def test_impossible_settings_fail_naming_the_key(tmp_path, text, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(write(tmp_path, text))
+
+
+def test_missing_file_and_bad_toml_are_reported(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="broker.toml"):
+        load_settings(write(tmp_path, "frame_max = = 1\n"))
+
+
+@pytest.mark.parametrize("value, expected", [
+    (1024, 1024), ("50MB", 50_000_000), ("1GiB", 1024 ** 3), ("512kb", 512_000), ("7", 7),
+])
+def test_sizes_use_rabbitmqs_units(value, expected):
+    assert parse_size("k", value) == expected
