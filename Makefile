@@ -13,7 +13,6 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@echo "==> setting up $(VENV) (python: $$($(PYTHON) --version))"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
