@@ -9,25 +9,29 @@ How it works
     The node runs ``/usr/lib/rabbitmq/bin/rabbitmq-server`` (the script behind
     ``/usr/sbin/rabbitmq-server``, minus its switch to the ``rabbitmq`` user) in
     a new session. Every path the node reads or writes -- config, enabled
-    plugins, env file, Mnesia, logs, ``$HOME/.erlang.cookie`` -- is under one
-    temporary directory. Three free loopback ports are reserved: AMQP,
-    Erlang distribution, and epmd (``ERL_EPMD_PORT``), so the node starts its
-    own epmd and never talks to a system epmd or another node.
+    plugins (none), env file, Mnesia, logs, ``$HOME/.erlang.cookie`` -- is
+    under one temporary directory. Three free loopback ports are reserved:
+    AMQP, Erlang distribution, and epmd. We start that epmd ourselves
+    (``epmd -port P -address 127.0.0.1``, pointed to by ``ERL_EPMD_PORT``)
+    before the node, so the node never talks to a system epmd or another node,
+    and does not daemonize an epmd of its own that would outlive it as init's
+    child. Boot takes ~3.5 s here; see ``scheduler_busy_wait`` for the one
+    setting that matters.
 
 Invariants
-    - The node binds 127.0.0.1 only (AMQP, distribution; epmd: loopback).
+    - The node binds 127.0.0.1 only (AMQP, distribution, epmd).
     - The node name ``qqoracle-<random>@localhost`` is unique per instance and
-      appears on the beam command line, so ``pgrep -f <node_name>`` finds it.
-    - Every process the node spawns, including the epmd that daemonizes out of
-      the process group and the ``erl_child_setup`` / ``inet_gethost`` helpers
-      that open their own sessions, inherits ``QQ_ORACLE_NODE=<node_name>`` in
-      its environment; ``stop()`` kills by that marker and checks none remains.
+      appears on beam's command line, so ``pgrep -f <node_name>`` finds it.
+    - Every process of the node -- launcher script, beam, epmd, and the
+      ``erl_child_setup`` / ``inet_gethost`` helpers that open sessions of
+      their own -- carries ``QQ_ORACLE_NODE=<node_name>`` in its environment;
+      ``stop()`` kills whatever still carries it and checks that none remains.
     - The default user is guest/guest and, as in any RabbitMQ, loopback-only.
-    - If the process that started the node dies, the kernel sends the
-      launcher script SIGTERM (PR_SET_PDEATHSIG), which stops the node.
+    - If the thread that started the node dies, the kernel sends the launcher
+      script and epmd SIGTERM (PR_SET_PDEATHSIG); the launcher stops beam.
 
 Not here
-    Plugins (none are enabled), clustering, TLS, the management API.
+    Plugins, clustering, TLS, the management API.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+EPMD = Path("/usr/bin/epmd")  # Debian's erlang-base; rabbitmq-server depends on it
 MARKER_VARIABLE = "QQ_ORACLE_NODE"
 
 # Kept minimal: every line costs boot time. The disk alarm is lowered so an
@@ -142,13 +147,14 @@ class RabbitMQNode:
         self.epmd_port = 0
         self.startup_seconds: float | None = None  # spawn -> first AMQP handshake
         self.base_dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | None = None  # the launcher script
+        self._epmd: subprocess.Popen[bytes] | None = None  # ours, so we reap it
 
     # -- availability ---------------------------------------------------------
 
     @staticmethod
     def available() -> bool:
-        return SERVER_SCRIPT.is_file() and os.access(SERVER_SCRIPT, os.X_OK)
+        return all(path.is_file() and os.access(path, os.X_OK) for path in (SERVER_SCRIPT, EPMD))
 
     # -- addresses --------------------------------------------------------------
 
@@ -183,19 +189,16 @@ class RabbitMQNode:
         self.port, self.dist_port, self.epmd_port = _reserve_loopback_ports(3)
         environment = self._environment()
         began = time.monotonic()
-        with open(self.console_path, "wb") as console:
-            self._process = subprocess.Popen(
-                [str(SERVER_SCRIPT)],
-                cwd=self.base_dir,
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
         atexit.register(self.stop)
         try:
+            with open(self.console_path, "wb") as console:
+                # Our own epmd, listening before the node looks for one: the
+                # node then does not daemonize its own (which would outlive it
+                # as init's child).
+                epmd_command = [str(EPMD), "-port", str(self.epmd_port), "-address", "127.0.0.1"]
+                self._epmd = self._spawn(epmd_command, environment, console)
+                self._wait_for_epmd(began)
+                self._process = self._spawn([str(SERVER_SCRIPT)], environment, console)
             self._wait_until_ready(began)
         except BaseException:
             self.stop()
@@ -206,10 +209,11 @@ class RabbitMQNode:
     def stop(self) -> None:
         """Stop the node, its epmd and helpers; remove its files. Idempotent."""
         process, self._process = self._process, None
-        if process is None:
+        epmd, self._epmd = self._epmd, None
+        if process is None and epmd is None:
             return
         atexit.unregister(self.stop)
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             # The launcher script traps TERM and stops beam gracefully; beam
             # in the same group gets it too and shuts down on its own.
             self._signal_group(process.pid, signal.SIGTERM)
@@ -218,6 +222,9 @@ class RabbitMQNode:
             except subprocess.TimeoutExpired:
                 self._signal_group(process.pid, signal.SIGKILL)
                 process.wait(5)
+        if epmd is not None:
+            epmd.kill()  # nothing to save; the node is gone
+            epmd.wait(5)
         self._kill_marked_processes()
         if self.base_dir is not None:
             shutil.rmtree(self.base_dir, ignore_errors=True)
@@ -260,11 +267,34 @@ class RabbitMQNode:
             ),
         }
 
+    def _spawn(self, command: list[str], environment: dict[str, str], output: IO[bytes]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            command,
+            cwd=self.base_dir,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    def _wait_for_epmd(self, began: float) -> None:
+        assert self._epmd is not None
+        while not _accepts_tcp(self.epmd_port):
+            if self._epmd.poll() is not None:
+                self._fail(f"could not start epmd on port {self.epmd_port} (status {self._epmd.returncode})")
+            if time.monotonic() > began + 10.0:
+                self._fail(f"epmd did not listen on port {self.epmd_port} within 10 s")
+            time.sleep(0.01)
+
     def _wait_until_ready(self, began: float) -> None:
         deadline = began + self.startup_timeout
         while True:
             if self._process is not None and self._process.poll() is not None:
                 self._fail(f"exited with status {self._process.returncode} before accepting AMQP")
+            if self._epmd is not None and self._epmd.poll() is not None:
+                self._fail(f"lost its epmd (port {self.epmd_port}, status {self._epmd.returncode})")
             if _accepts_tcp(self.port) and _accepts_amqp_handshake(self.port):
                 return
             if time.monotonic() > deadline:
@@ -286,7 +316,7 @@ class RabbitMQNode:
             pass
 
     def _kill_marked_processes(self) -> None:
-        """SIGKILL what outlived beam (epmd, always), then let init reap it."""
+        """SIGKILL whatever outlived beam (normally nothing), let init reap it."""
         deadline = time.monotonic() + 5.0
         killed: set[int] = set()
         while pids := processes_with_marker(self.node_name):

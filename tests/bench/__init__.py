@@ -1,0 +1,1 @@
+"""Tests of the benchmark tooling in bench/ (pure, no broker)."""
