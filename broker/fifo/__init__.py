@@ -1,0 +1,1 @@
+"""The quorum-queue state machine (RabbitMQ's rabbit_fifo semantics), pure."""

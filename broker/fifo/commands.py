@@ -1,0 +1,283 @@
+"""The quorum-queue machine's vocabulary: commands (log entries), replies, effects.
+
+Commands are what the Raft log holds, so each has a compact binary encoding
+(`encode` / `decode`). An Enqueue entry carries the whole message (exchange, routing
+key, raw content header, body): the message lives only in the log, and the machine
+keeps just its raft index and size. `decode` of an Enqueue reads only the fixed
+header the machine needs; `decode_message` reads the rest when delivering.
+
+Format (version 1, all big-endian), first octet = command tag:
+  Enqueue       1 | u8 priority | u32 body size | u64 seq | u16 plen publisher |
+                  u8 elen exchange | u8 rlen routing key | u32 hlen header | body
+  Checkout      2 | consumer | u32 prefetch | i32 priority | connection
+  Cancel        3 | consumer
+  Settle        4 | consumer | u32 n | n x u64 msg id
+  Return        5 | consumer | u32 n | n x u64 msg id
+  Discard       6 | consumer | u32 n | n x u64 msg id
+  Purge         7
+  Down          8 | connection
+  Dequeue       9 | consumer | u8 settled | connection
+  LeaseGrow    10 | lease | u32 max messages | u64 max bytes | u64 timeout ms
+  LeaseSettle  11 | lease | u64 up to
+  LeaseRelease 12 | lease
+  Tick         13
+  where consumer/lease/connection/publisher = u16 length + UTF-8.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Union
+
+_u8 = struct.Struct(">B")
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_u64 = struct.Struct(">Q")
+_enqueue_head = struct.Struct(">BBIQ")
+_checkout_args = struct.Struct(">Ii")
+_grow_args = struct.Struct(">IQQ")
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What Raft tells the machine about the entry being applied."""
+    index: int
+    term: int
+    system_time: int  # milliseconds, from the leader's clock when proposed
+
+
+# ------------------------------------------------------------------ commands
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    publisher: str   # "" = no de-duplication
+    seq: int         # per-publisher sequence; a seq at or below the last seen is a duplicate
+    size: int        # body bytes
+    priority: int    # AMQP priority property (0-255); > 4 is high
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    consumer: str
+    prefetch: int    # 0 = unlimited
+    priority: int    # x-priority
+    connection: str  # whose Down returns this consumer's messages
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    consumer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    consumer: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    consumer: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    consumer: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Down:
+    connection: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dequeue:
+    consumer: str    # the basic.get "consumer" of a channel
+    settled: bool    # no-ack get
+    connection: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrow:
+    lease: str
+    max_messages: int
+    max_bytes: int   # 0 = unlimited
+    timeout_ms: int  # idle time after which the lease is released (0 = never)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettle:
+    lease: str
+    up_to: int       # lease sequence: everything at or below it is settled
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRelease:
+    lease: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    pass
+
+
+Command = Union[Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge, Down, Dequeue,
+                LeaseGrow, LeaseSettle, LeaseRelease, Tick]
+
+
+# ------------------------------------------------------------------ effects
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    msg_id: int
+    raft_index: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Send these messages to a consumer (bodies are read from the log)."""
+    consumer: str
+    deliveries: tuple[Delivery, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A message left the queue without being consumed (dead-lettered later)."""
+    raft_index: int
+    reason: str  # "rejected" | "delivery_limit" | "maxlen"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseCursor:
+    """Every log entry below `index` is dead: storage may delete it once a snapshot
+    of the machine at `snapshot_index` is written."""
+    index: int
+    snapshot_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReleased:
+    lease: str
+    reason: str  # "released" | "timeout"
+
+
+Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased]
+
+
+# ------------------------------------------------------------------ encoding
+
+
+def _s(value: str) -> bytes:
+    data = value.encode("utf-8", "surrogateescape")
+    return _u16.pack(len(data)) + data
+
+
+def _read_s(data: bytes, offset: int) -> tuple[str, int]:
+    (length,) = _u16.unpack_from(data, offset)
+    end = offset + 2 + length
+    return data[offset + 2:end].decode("utf-8", "surrogateescape"), end
+
+
+def _ids(ids: tuple[int, ...]) -> bytes:
+    return _u32.pack(len(ids)) + struct.pack(f">{len(ids)}Q", *ids)
+
+
+def _read_ids(data: bytes, offset: int) -> tuple[int, ...]:
+    (count,) = _u32.unpack_from(data, offset)
+    return struct.unpack_from(f">{count}Q", data, offset + 4)
+
+
+def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routing_key: str,
+                   header: bytes, body: bytes) -> bytes:
+    exchange_bytes = exchange.encode("utf-8", "surrogateescape")
+    key_bytes = routing_key.encode("utf-8", "surrogateescape")
+    return b"".join((_enqueue_head.pack(1, priority, len(body), seq), _s(publisher),
+                     _u8.pack(len(exchange_bytes)), exchange_bytes, _u8.pack(len(key_bytes)),
+                     key_bytes, _u32.pack(len(header)), header, body))
+
+
+def decode_message(data: bytes) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, raw content header, body) of an Enqueue entry."""
+    _tag, _priority, _size, _seq = _enqueue_head.unpack_from(data)
+    _publisher, offset = _read_s(data, _enqueue_head.size)
+    exchange_length = data[offset]
+    exchange = data[offset + 1:offset + 1 + exchange_length].decode("utf-8", "surrogateescape")
+    offset += 1 + exchange_length
+    key_length = data[offset]
+    routing_key = data[offset + 1:offset + 1 + key_length].decode("utf-8", "surrogateescape")
+    offset += 1 + key_length
+    (header_length,) = _u32.unpack_from(data, offset)
+    header = data[offset + 4:offset + 4 + header_length]
+    return exchange, routing_key, header, data[offset + 4 + header_length:]
+
+
+def encode(command: Command) -> bytes:
+    match command:
+        case Enqueue():
+            raise TypeError("encode Enqueue with encode_enqueue (it carries the message)")
+        case Checkout(consumer, prefetch, priority, connection):
+            return b"\x02" + _s(consumer) + _checkout_args.pack(prefetch, priority) + _s(connection)
+        case Cancel(consumer):
+            return b"\x03" + _s(consumer)
+        case Settle(consumer, ids):
+            return b"\x04" + _s(consumer) + _ids(ids)
+        case Return(consumer, ids):
+            return b"\x05" + _s(consumer) + _ids(ids)
+        case Discard(consumer, ids):
+            return b"\x06" + _s(consumer) + _ids(ids)
+        case Purge():
+            return b"\x07"
+        case Down(connection):
+            return b"\x08" + _s(connection)
+        case Dequeue(consumer, settled, connection):
+            return b"\x09" + _s(consumer) + (b"\x01" if settled else b"\x00") + _s(connection)
+        case LeaseGrow(lease, max_messages, max_bytes, timeout_ms):
+            return b"\x0a" + _s(lease) + _grow_args.pack(max_messages, max_bytes, timeout_ms)
+        case LeaseSettle(lease, up_to):
+            return b"\x0b" + _s(lease) + _u64.pack(up_to)
+        case LeaseRelease(lease):
+            return b"\x0c" + _s(lease)
+        case Tick():
+            return b"\x0d"
+    raise TypeError(f"not a fifo command: {command!r}")
+
+
+def decode(data: bytes) -> Command:
+    tag = data[0]
+    if tag == 1:
+        _tag, priority, size, seq = _enqueue_head.unpack_from(data)
+        publisher, _ = _read_s(data, _enqueue_head.size)
+        return Enqueue(publisher, seq, size, priority)
+    if tag in (7, 13):
+        return Purge() if tag == 7 else Tick()
+    name, offset = _read_s(data, 1)
+    if tag == 2:
+        prefetch, priority = _checkout_args.unpack_from(data, offset)
+        connection, _ = _read_s(data, offset + _checkout_args.size)
+        return Checkout(name, prefetch, priority, connection)
+    if tag == 3:
+        return Cancel(name)
+    if tag in (4, 5, 6):
+        return (Settle, Return, Discard)[tag - 4](name, _read_ids(data, offset))
+    if tag == 8:
+        return Down(name)
+    if tag == 9:
+        return Dequeue(name, data[offset] == 1, _read_s(data, offset + 1)[0])
+    if tag == 10:
+        return LeaseGrow(name, *_grow_args.unpack_from(data, offset))
+    if tag == 11:
+        return LeaseSettle(name, _u64.unpack_from(data, offset)[0])
+    if tag == 12:
+        return LeaseRelease(name)
+    raise ValueError(f"unknown fifo command tag {tag}")

@@ -1,0 +1,100 @@
+"""Durable leases: named consumers, for the Spark connector's exactly-once replay.
+
+A lease survives disconnects. `grow` assigns the next ready messages to it, each
+getting the next lease sequence number, and replies with the new end sequence; the
+assignment is a log command, so (start, end] is the same on every replica and after
+every restart. Reading a range (`entries`) is a query and settles nothing. `settle`
+removes everything at or below a sequence; `release` returns what is unsettled to
+the queue with delivery count + 1; a lease idle for longer than its timeout is
+released by the next Tick. A released lease keeps its sequence counter, so offsets
+never go backwards for a query that comes back.
+
+Invariants: lease sequences are contiguous from `first_seq` to `end_seq`; a message
+is in at most one lease.
+"""
+
+from __future__ import annotations
+
+from .commands import LeaseGrow, LeaseReleased, Meta
+from .state import FifoState, LeaseState, size_of
+
+
+def grow(meta: Meta, command: LeaseGrow, state: FifoState) -> tuple[int, int]:
+    """Assign up to max_messages / max_bytes; reply (first new seq, end seq)."""
+    from .machine import take_next  # machine imports this module
+
+    lease = state.leases.get(command.lease)
+    if lease is None:
+        lease = state.leases[command.lease] = LeaseState()
+    lease.timeout_ms = command.timeout_ms
+    lease.last_active = meta.system_time
+    first_new = lease.next_seq
+    taken_bytes = 0
+    for _ in range(command.max_messages):
+        if not state.ready_count:
+            break
+        if command.max_bytes and taken_bytes and taken_bytes >= command.max_bytes:
+            break
+        index, packed, count = take_next(state)
+        lease.indexes.append(index)
+        lease.sizes.append(packed)
+        if count:
+            lease.counts[index] = count
+        lease.next_seq += 1
+        taken_bytes += size_of(packed)
+    return first_new, lease.end_seq
+
+
+def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int:
+    lease = state.leases.get(name)
+    if lease is None:
+        return 0
+    lease.last_active = meta.system_time
+    count = max(0, min(up_to, lease.end_seq) - lease.first_seq + 1)
+    if count:
+        for index in lease.indexes[:count]:
+            lease.counts.pop(index, None)
+        del lease.indexes[:count]
+        del lease.sizes[:count]
+        lease.first_seq += count
+    return count
+
+
+def release(name: str, reason: str, state: FifoState, effects: list) -> int:
+    from .machine import requeue
+
+    lease = state.leases.get(name)
+    if lease is None:
+        return 0
+    count = len(lease.indexes)
+    for index, packed in zip(lease.indexes, lease.sizes):
+        requeue(index, packed, lease.counts.get(index, 0) + 1, state, effects)
+    lease.indexes = type(lease.indexes)("Q")
+    lease.sizes = type(lease.sizes)("I")
+    lease.counts.clear()
+    lease.first_seq = lease.next_seq
+    effects.append(LeaseReleased(name, reason))
+    return count
+
+
+def expire(meta: Meta, state: FifoState, effects: list) -> None:
+    for name, lease in list(state.leases.items()):
+        if (lease.timeout_ms and len(lease.indexes)
+                and meta.system_time - lease.last_active > lease.timeout_ms):
+            release(name, "timeout", state, effects)
+
+
+def entries(state: FifoState, name: str, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The messages with lease sequence in (start, end]: (seq, raft index, delivery count).
+    Raises KeyError for an unknown lease, ValueError for a range that is settled or
+    not assigned."""
+    lease = state.leases[name]
+    if start + 1 < lease.first_seq:
+        raise ValueError(f"lease '{name}': sequences up to {lease.first_seq - 1} are settled")
+    if end > lease.end_seq:
+        raise ValueError(f"lease '{name}': sequences above {lease.end_seq} are not assigned")
+    out = []
+    for seq in range(start + 1, end + 1):
+        index = lease.indexes[seq - lease.first_seq]
+        out.append((seq, index, lease.counts.get(index, 0)))
+    return out

@@ -1,0 +1,274 @@
+"""The quorum-queue state machine: `apply(meta, command, state) -> (state, reply, effects)`.
+
+Deterministic: the result depends only on the arguments (time arrives as
+`meta.system_time`, failures as Down commands); no I/O, clocks or randomness. For
+speed the state is updated in place and returned: `apply` owns the state it is given.
+
+Semantics (RabbitMQ's quorum queues, 4.2 guide):
+- enqueue, with per-publisher sequence de-duplication;
+- consumers check out messages within their prefetch, by consumer priority
+  (x-priority), round-robin within a priority;
+- two message priority levels: AMQP priority > 4 is high, served 2:1 against normal,
+  but a high message older than the normal head always goes first;
+- settle removes; return requeues with delivery count + 1 — near the head (served
+  before ready messages) when a delivery limit is set, at the tail when it is -1;
+  over the limit (count > limit) the message is dropped (dead-lettered later);
+- discard (reject/nack without requeue) drops; purge drops what is ready;
+- a consumer's connection going down returns its messages, delivery count + 1;
+- leases: named consumers that survive disconnects, grown, read, settled and
+  released by sequence numbers, released when idle past their timeout (Tick).
+- the release cursor (lowest live raft index) is emitted periodically so storage can
+  drop the log below it once a snapshot at that point exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing import assert_never
+
+from . import leases
+from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
+                       Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
+                       Purge, ReleaseCursor, Return, Settle, Tick)
+from .state import ConsumerState, FifoState, is_high, pack
+
+
+def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
+    effects: list[Effect] = []
+    reply: Any = None
+    match command:
+        case Enqueue():
+            reply = _enqueue(meta, command, state)
+        case Checkout():
+            _checkout(command, state)
+        case Cancel(consumer):
+            _cancel(consumer, state)
+        case Settle(consumer, msg_ids):
+            reply = _settle(consumer, msg_ids, state)
+        case Return(consumer, msg_ids):
+            reply = _return(consumer, msg_ids, state, effects)
+        case Discard(consumer, msg_ids):
+            reply = _discard(consumer, msg_ids, state, effects)
+        case Purge():
+            reply = _purge(state)
+        case Down(connection):
+            _down(connection, state, effects)
+        case Dequeue():
+            reply = _dequeue(command, state)
+        case LeaseGrow():
+            reply = leases.grow(meta, command, state)
+        case LeaseSettle(lease, up_to):
+            reply = leases.settle(meta, lease, up_to, state)
+        case LeaseRelease(lease):
+            reply = leases.release(lease, "released", state, effects)
+        case Tick():
+            leases.expire(meta, state, effects)
+        case _:
+            assert_never(command)
+    state.last_index = meta.index
+    _serve_consumers(state, effects)
+    _maybe_release_cursor(meta, state, effects)
+    return state, reply, effects
+
+
+# ------------------------------------------------------------------ messages
+
+
+def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
+    if command.publisher:
+        last = state.enqueuers.get(command.publisher, 0)
+        if command.seq <= last:
+            return "duplicate"
+        state.enqueuers[command.publisher] = command.seq
+    packed = pack(command.size, command.priority)
+    (state.high if is_high(packed) else state.normal).append(meta.index, packed)
+    state.enqueue_count += 1
+    return "ok"
+
+
+def take_next(state: FifoState) -> tuple[int, int, int] | None:
+    """(raft index, packed size, delivery count) of the next message to hand out."""
+    if len(state.returns):
+        index, packed = state.returns.popleft()
+    else:
+        high, normal = state.high, state.normal
+        if len(high) and len(normal):
+            if state.high_run < 2 or high.head_index() < normal.head_index():
+                index, packed = high.popleft()
+                state.high_run += 1
+            else:
+                index, packed = normal.popleft()
+                state.high_run = 0
+        elif len(high):
+            index, packed = high.popleft()
+        elif len(normal):
+            index, packed = normal.popleft()
+            state.high_run = 0
+        else:
+            return None
+    return index, packed, state.delivery_counts.pop(index, 0)
+
+
+def requeue(index: int, packed: int, count: int, state: FifoState,
+            effects: list[Effect], reason_if_dropped: str = "delivery_limit") -> None:
+    """Put a message back after an unsuccessful delivery (count already incremented)."""
+    limit = state.config.delivery_limit
+    if limit >= 0 and count > limit:
+        effects.append(Dropped(index, reason_if_dropped))
+        return
+    if count:
+        state.delivery_counts[index] = count
+    if limit >= 0:
+        state.returns.append(index, packed)
+    else:
+        (state.high if is_high(packed) else state.normal).append(index, packed)
+
+
+def _purge(state: FifoState) -> int:
+    count = state.ready_count
+    for queue in (state.high, state.normal, state.returns):
+        queue.clear()
+    state.delivery_counts.clear()
+    return count
+
+
+# ------------------------------------------------------------------ consumers
+
+
+def _checkout(command: Checkout, state: FifoState) -> None:
+    consumer = state.consumers.get(command.consumer)
+    if consumer is None or consumer.cancelled:
+        checked = consumer.checked if consumer is not None else {}
+        next_id = consumer.next_msg_id if consumer is not None else 1
+        consumer = ConsumerState(command.prefetch, command.priority, command.connection,
+                                 state.next_consumer_order, next_msg_id=next_id, checked=checked)
+        state.next_consumer_order += 1
+        state.consumers[command.consumer] = consumer
+    else:
+        consumer.prefetch, consumer.priority = command.prefetch, command.priority
+
+
+def _cancel(key: str, state: FifoState) -> None:
+    consumer = state.consumers.get(key)
+    if consumer is None:
+        return
+    if consumer.checked:
+        consumer.cancelled = True  # its unacked messages can still be settled
+    else:
+        del state.consumers[key]
+
+
+def _checked(key: str, msg_ids, state: FifoState) -> list[tuple[int, int, int]]:
+    consumer = state.consumers.get(key)
+    if consumer is None:
+        return []
+    taken = []
+    for msg_id in msg_ids:
+        item = consumer.checked.pop(msg_id, None)
+        if item is not None:
+            taken.append(item)
+    if consumer.cancelled and not consumer.checked:
+        del state.consumers[key]
+    return taken
+
+
+def _settle(key: str, msg_ids, state: FifoState) -> int:
+    return len(_checked(key, msg_ids, state))
+
+
+def _return(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
+    taken = _checked(key, msg_ids, state)
+    for index, packed, count in taken:
+        requeue(index, packed, count + 1, state, effects)
+    return len(taken)
+
+
+def _discard(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
+    taken = _checked(key, msg_ids, state)
+    for index, _packed, _count in taken:
+        effects.append(Dropped(index, "rejected"))
+    return len(taken)
+
+
+def _down(connection: str, state: FifoState, effects: list[Effect]) -> None:
+    for key in [k for k, c in state.consumers.items() if c.connection == connection]:
+        consumer = state.consumers.pop(key)
+        for msg_id in sorted(consumer.checked):
+            index, packed, count = consumer.checked[msg_id]
+            requeue(index, packed, count + 1, state, effects)
+
+
+def _dequeue(command: Dequeue, state: FifoState):
+    """basic.get: (Delivery, messages left) or None when empty."""
+    taken = take_next(state)
+    if taken is None:
+        return None
+    index, packed, count = taken
+    if command.settled:
+        return Delivery(0, index, count), state.ready_count
+    consumer = state.consumers.get(command.consumer)
+    if consumer is None:
+        consumer = ConsumerState(0, 0, command.connection, state.next_consumer_order,
+                                 pull_only=True)
+        state.next_consumer_order += 1
+        state.consumers[command.consumer] = consumer
+    msg_id = consumer.next_msg_id
+    consumer.next_msg_id += 1
+    consumer.checked[msg_id] = (index, packed, count)
+    return Delivery(msg_id, index, count), state.ready_count
+
+
+def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
+    """Hand ready messages to consumers with capacity: highest priority first,
+    round-robin among equal priorities."""
+    if not state.ready_count or not state.consumers:
+        return
+    ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
+                     key=lambda item: (-item[1].priority, item[1].order))
+    if not ordered:
+        return
+    batches: dict[str, list[Delivery]] = {}
+    while state.ready_count and ordered:
+        top = ordered[0][1].priority
+        group = [item for item in ordered if item[1].priority == top]
+        key, consumer = group[state.rotation % len(group)]
+        state.rotation += 1
+        index, packed, count = take_next(state)
+        msg_id = consumer.next_msg_id
+        consumer.next_msg_id += 1
+        consumer.checked[msg_id] = (index, packed, count)
+        batches.setdefault(key, []).append(Delivery(msg_id, index, count))
+        if not consumer.has_capacity():
+            ordered = [item for item in ordered if item[0] != key]
+    for key, deliveries in batches.items():
+        effects.append(Deliver(key, tuple(deliveries)))
+
+
+# ------------------------------------------------------------------ release cursor
+
+
+def lowest_live_index(state: FifoState) -> int | None:
+    candidates = [q.min_index() for q in (state.high, state.normal, state.returns)]
+    for consumer in state.consumers.values():
+        if consumer.checked:
+            candidates.append(min(item[0] for item in consumer.checked.values()))
+    for lease in state.leases.values():
+        if len(lease.indexes):
+            candidates.append(min(lease.indexes))
+    live = [c for c in candidates if c is not None]
+    return min(live) if live else None
+
+
+def _maybe_release_cursor(meta: Meta, state: FifoState, effects: list[Effect]) -> None:
+    state.applied_since_cursor += 1
+    empty = not state.ready_count and not any(c.checked for c in state.consumers.values()) \
+        and not any(len(lease.indexes) for lease in state.leases.values())
+    if state.applied_since_cursor < state.config.release_cursor_interval and not empty:
+        return
+    state.applied_since_cursor = 0
+    lowest = lowest_live_index(state)
+    cursor = meta.index + 1 if lowest is None else lowest
+    if cursor > state.release_cursor:
+        state.release_cursor = cursor
+        effects.append(ReleaseCursor(cursor, meta.index))

@@ -1,0 +1,177 @@
+"""The quorum-queue machine's state, kept compact: typed arrays, not objects per message.
+
+A queued message costs 12 bytes of state: its raft index (u64) and a u32 that packs
+its body size with its priority level in the top bit (`pack`). Delivery counts are
+kept only for messages that have been returned (a dict, usually tiny). Checked-out
+messages (bounded by the consumers' prefetch) and leased ones carry a little more.
+
+Invariants: a live message is in exactly one place — a ready queue (high, normal),
+the returns queue, one consumer's checked-out map, or one lease; `IndexQueue`
+entries between `head` and the end are live; sizes are < 2**31.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+HIGH_BIT = 1 << 31
+SIZE_MASK = HIGH_BIT - 1
+HIGH_PRIORITY_ABOVE = 4  # AMQP priority > 4 is high (the 4.2 guide)
+
+
+def pack(size: int, priority: int) -> int:
+    return min(size, SIZE_MASK) | (HIGH_BIT if priority > HIGH_PRIORITY_ABOVE else 0)
+
+
+def size_of(packed: int) -> int:
+    return packed & SIZE_MASK
+
+
+def is_high(packed: int) -> bool:
+    return bool(packed & HIGH_BIT)
+
+
+class IndexQueue:
+    """A FIFO of (raft index, packed size) in two typed arrays with a moving head."""
+
+    __slots__ = ("indexes", "sizes", "head", "ascending", "bytes")
+
+    def __init__(self) -> None:
+        self.indexes = array("Q")
+        self.sizes = array("I")
+        self.head = 0
+        self.ascending = True  # indexes[head:] sorted: min() is O(1)
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.indexes) - self.head
+
+    def append(self, index: int, packed: int) -> None:
+        if self.ascending and len(self.indexes) > self.head and self.indexes[-1] > index:
+            self.ascending = False
+        self.indexes.append(index)
+        self.sizes.append(packed)
+        self.bytes += packed & SIZE_MASK
+
+    def head_index(self) -> int:
+        return self.indexes[self.head]
+
+    def popleft(self) -> tuple[int, int]:
+        head = self.head
+        index, packed = self.indexes[head], self.sizes[head]
+        self.head = head + 1
+        self.bytes -= packed & SIZE_MASK
+        if self.head == len(self.indexes):
+            self.clear()
+        elif self.head >= 4096 and self.head * 2 >= len(self.indexes):
+            del self.indexes[:self.head]
+            del self.sizes[:self.head]
+            self.head = 0
+        return index, packed
+
+    def clear(self) -> None:
+        self.indexes = array("Q")
+        self.sizes = array("I")
+        self.head = 0
+        self.ascending = True
+        self.bytes = 0
+
+    def min_index(self) -> int | None:
+        if not len(self):
+            return None
+        if self.ascending:
+            return self.indexes[self.head]
+        return min(self.indexes[self.head:])
+
+    def items(self):
+        return zip(self.indexes[self.head:], self.sizes[self.head:])
+
+    def memory_bytes(self) -> int:
+        return self.indexes.buffer_info()[1] * 8 + self.sizes.buffer_info()[1] * 4
+
+
+@dataclass(slots=True)
+class ConsumerState:
+    prefetch: int          # 0 = unlimited
+    priority: int
+    connection: str
+    order: int             # registration order, for round-robin and ties
+    pull_only: bool = False   # basic.get holder: never pushed to
+    cancelled: bool = False   # kept until its checked-out messages are settled
+    next_msg_id: int = 1
+    # msg id -> (raft index, packed size, delivery count)
+    checked: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+
+    def has_capacity(self) -> bool:
+        if self.cancelled or self.pull_only:
+            return False
+        return not self.prefetch or len(self.checked) < self.prefetch
+
+
+@dataclass(slots=True)
+class LeaseState:
+    """Messages assigned to a durable lease, in lease-sequence order.
+    indexes[i] has lease sequence first_seq + i; next_seq - 1 is the lease's end."""
+    indexes: array = field(default_factory=lambda: array("Q"))
+    sizes: array = field(default_factory=lambda: array("I"))
+    counts: dict[int, int] = field(default_factory=dict)  # raft index -> delivery count (>0)
+    first_seq: int = 1
+    next_seq: int = 1
+    timeout_ms: int = 0
+    last_active: int = 0
+
+    @property
+    def end_seq(self) -> int:
+        return self.next_seq - 1
+
+
+@dataclass(slots=True)
+class FifoConfig:
+    delivery_limit: int = 20          # -1 disables it (returns then go to the tail)
+    release_cursor_interval: int = 2048  # commands between release-cursor checks
+
+
+@dataclass(slots=True)
+class FifoState:
+    config: FifoConfig = field(default_factory=FifoConfig)
+    high: IndexQueue = field(default_factory=IndexQueue)
+    normal: IndexQueue = field(default_factory=IndexQueue)
+    returns: IndexQueue = field(default_factory=IndexQueue)
+    delivery_counts: dict[int, int] = field(default_factory=dict)  # ready messages, >0 only
+    high_run: int = 0              # high-priority deliveries since the last normal one
+    consumers: dict[str, ConsumerState] = field(default_factory=dict)
+    next_consumer_order: int = 1
+    rotation: int = 0              # round-robin position among equal-priority consumers
+    enqueuers: dict[str, int] = field(default_factory=dict)  # publisher -> last seq
+    leases: dict[str, LeaseState] = field(default_factory=dict)
+    enqueue_count: int = 0
+    applied_since_cursor: int = 0
+    release_cursor: int = 0        # last emitted
+    last_index: int = 0            # raft index of the last applied command
+
+    @property
+    def ready_count(self) -> int:
+        return len(self.high) + len(self.normal) + len(self.returns)
+
+    @property
+    def ready_bytes(self) -> int:
+        return self.high.bytes + self.normal.bytes + self.returns.bytes
+
+    @property
+    def checked_out_count(self) -> int:
+        return sum(len(c.checked) for c in self.consumers.values())
+
+    @property
+    def leased_count(self) -> int:
+        return sum(len(lease.indexes) for lease in self.leases.values())
+
+    def metadata_bytes(self) -> int:
+        """Bytes the state holds for queued messages (typed arrays + returned-message
+        counts), the figure the memory-footprint analytics report."""
+        total = (self.high.memory_bytes() + self.normal.memory_bytes()
+                 + self.returns.memory_bytes())
+        total += len(self.delivery_counts) * 100  # dict entry + two small ints, roughly
+        for lease in self.leases.values():
+            total += lease.indexes.buffer_info()[1] * 8 + lease.sizes.buffer_info()[1] * 4
+        return total

@@ -1,0 +1,334 @@
+"""The quorum-queue state machine against the 4.2 guide (../shared/seeds/003_*.txt:
+priorities, poison-message handling / delivery-limit, repeated requeues) and
+RabbitMQ's rabbit_fifo semantics."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorumqueue.broker.fifo import leases, snapshot
+from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Deliver, Delivery, Dequeue,
+                                              Discard, Down, Dropped, Enqueue, LeaseGrow,
+                                              LeaseRelease, LeaseReleased, LeaseSettle, Meta,
+                                              Purge, ReleaseCursor, Return, Settle, Tick,
+                                              decode, encode, encode_enqueue, decode_message)
+from quorumqueue.broker.fifo.machine import apply, lowest_live_index
+from quorumqueue.broker.fifo.state import FifoConfig, FifoState
+
+
+class Script:
+    """Applies commands at increasing raft indexes; remembers replies and effects."""
+
+    def __init__(self, delivery_limit: int = 20, interval: int = 2048) -> None:
+        self.state = FifoState(config=FifoConfig(delivery_limit, interval))
+        self.index = 0
+        self.time = 1_000
+
+    def __call__(self, command, time=None):
+        self.index += 1
+        if time is not None:
+            self.time = time
+        self.state, reply, effects = apply(Meta(self.index, 1, self.time), command, self.state)
+        self.reply, self.effects = reply, effects
+        return reply
+
+    def enqueue(self, n=1, priority=0, size=10, publisher=""):
+        indexes = []
+        for _ in range(n):
+            self(Enqueue(publisher, self.index + 1, size, priority))
+            indexes.append(self.index)
+        return indexes
+
+    def delivered(self, consumer=None):
+        return [d for e in self.effects if isinstance(e, Deliver)
+                and (consumer is None or e.consumer == consumer) for d in e.deliveries]
+
+
+def test_enqueue_checkout_settle():
+    s = Script()
+    [a, b] = s.enqueue(2)
+    s(Checkout("c1", prefetch=10, priority=0, connection="conn1"))
+    assert [(d.msg_id, d.raft_index, d.delivery_count) for d in s.delivered("c1")] == \
+        [(1, a, 0), (2, b, 0)]
+    assert s(Settle("c1", (1, 2))) == 2
+    assert s.state.ready_count == 0 and s.state.checked_out_count == 0
+
+
+def test_publisher_sequence_deduplication():
+    s = Script()
+    assert s(Enqueue("pub", 1, 5, 0)) == "ok"
+    assert s(Enqueue("pub", 1, 5, 0)) == "duplicate"
+    assert s(Enqueue("pub", 2, 5, 0)) == "ok"
+    assert s(Enqueue("", 1, 5, 0)) == "ok"  # no publisher id: never de-duplicated
+    assert s.state.ready_count == 3
+
+
+def test_prefetch_limits_and_settle_refills():
+    s = Script()
+    s.enqueue(5)
+    s(Checkout("c", 2, 0, "x"))
+    assert len(s.delivered()) == 2
+    s(Settle("c", (1,)))
+    assert [d.msg_id for d in s.delivered()] == [3]
+
+
+def test_round_robin_and_consumer_priority():
+    """a and b (x-priority 5, prefetch 1) take one each before the priority-0
+    consumer gets any; within a priority, consumers alternate."""
+    s = Script()
+    s(Checkout("low", 0, 0, "x"))
+    s(Checkout("a", 1, 5, "x"))
+    s(Checkout("b", 1, 5, "x"))
+    owners = []
+    for _ in range(3):
+        s.enqueue(1)
+        owners += [e.consumer for e in s.effects if isinstance(e, Deliver)]
+    assert sorted(owners[:2]) == ["a", "b"] and owners[2] == "low"
+
+
+def test_two_priority_levels_served_two_to_one():
+    """4.2 guide: priority > 4 is high, served 2:1 against normal."""
+    s = Script()
+    normal = s.enqueue(3, priority=0)
+    high = s.enqueue(4, priority=9)
+    order = [s(Dequeue("g", True, "x"))[0].raft_index for _ in range(7)]
+    # a high message published after the normal head waits for its turn: 2 high, 1 normal
+    assert order == [high[0], high[1], normal[0], high[2], high[3], normal[1], normal[2]]
+
+
+def test_high_priority_message_older_than_normal_head_goes_first():
+    s = Script()
+    high = s.enqueue(3, priority=5)
+    normal = s.enqueue(1, priority=4)  # 4 is still normal
+    order = [s(Dequeue("g", True, "x"))[0].raft_index for _ in range(4)]
+    assert order == high + normal
+
+
+def test_return_goes_near_the_head_with_x_delivery_count():
+    s = Script(delivery_limit=20)
+    [a, b, c] = s.enqueue(3)
+    s(Checkout("c", 1, 0, "x"))
+    assert s.delivered()[0].raft_index == a
+    s(Return("c", (1,)))
+    redelivered = s.delivered()
+    assert (redelivered[0].raft_index, redelivered[0].delivery_count) == (a, 1)
+
+
+def test_without_delivery_limit_returns_go_to_the_tail():
+    """4.2 guide: with delivery-limit -1 a returned message goes to the back."""
+    s = Script(delivery_limit=-1)
+    [a, b, c] = s.enqueue(3)
+    d = s(Dequeue("g", False, "x"))[0]
+    s(Return("g", (d.msg_id,)))
+    order = [s(Dequeue("g2", True, "x"))[0].raft_index for _ in range(3)]
+    assert order == [b, c, a]
+
+
+def test_delivery_limit_drops_after_limit_returns():
+    s = Script(delivery_limit=2)
+    [a] = s.enqueue(1)
+    s(Checkout("c", 1, 0, "x"))
+    counts = []
+    for _ in range(3):
+        delivery = s.delivered()[0]
+        counts.append(delivery.delivery_count)
+        s(Return("c", (delivery.msg_id,)))
+    assert counts == [0, 1, 2]
+    assert Dropped(a, "delivery_limit") in s.effects
+    assert s.state.ready_count == 0
+
+
+def test_discard_drops_and_purge_counts_ready_only():
+    s = Script()
+    [a, b, c] = s.enqueue(3)
+    delivery = s(Dequeue("g", False, "x"))[0]
+    s(Discard("g", (delivery.msg_id,)))
+    assert s.effects[0] == Dropped(a, "rejected")
+    s(Dequeue("g", False, "x"))
+    assert s(Purge()) == 1  # the checked-out message survives a purge
+    assert s.state.checked_out_count == 1
+
+
+def test_connection_down_returns_messages_with_count_plus_one():
+    s = Script()
+    s.enqueue(2)
+    s(Checkout("c", 10, 0, "conn-1"))
+    s(Checkout("other", 10, 0, "conn-2"))
+    s(Down("conn-1"))
+    assert "c" not in s.state.consumers
+    redelivered = s.delivered("other")
+    assert [d.delivery_count for d in redelivered] == [1, 1]
+
+
+def test_cancel_keeps_unacked_settleable():
+    s = Script()
+    s.enqueue(2)
+    s(Checkout("c", 1, 0, "x"))
+    s(Cancel("c"))
+    assert s.state.consumers["c"].cancelled
+    s.enqueue(1)
+    assert s.delivered() == []
+    assert s(Settle("c", (1,))) == 1
+    assert "c" not in s.state.consumers
+
+
+def test_lease_grow_read_settle_release():
+    s = Script()
+    idx = s.enqueue(5)
+    assert s(LeaseGrow("q1", 3, 0, 60_000)) == (1, 3)
+    assert leases.entries(s.state, "q1", 0, 3) == [(1, idx[0], 0), (2, idx[1], 0),
+                                                   (3, idx[2], 0)]
+    # reads are replayable and settle nothing
+    assert leases.entries(s.state, "q1", 1, 3) == leases.entries(s.state, "q1", 1, 3)
+    assert s(LeaseGrow("q1", 10, 0, 60_000)) == (4, 5)
+    assert s(LeaseSettle("q1", 3)) == 3
+    with pytest.raises(ValueError):
+        leases.entries(s.state, "q1", 0, 3)
+    assert s(LeaseRelease("q1")) == 2
+    assert s.state.ready_count == 2
+    # a later grow continues the sequence; released messages carry delivery count 1
+    assert s(LeaseGrow("q1", 10, 0, 60_000)) == (6, 7)
+    assert [count for _, _, count in leases.entries(s.state, "q1", 5, 7)] == [1, 1]
+
+
+def test_lease_max_bytes_and_idle_timeout():
+    s = Script()
+    s.enqueue(10, size=100)
+    assert s(LeaseGrow("q", 100, 250, 1000), time=0) == (1, 3)
+    s(Tick(), time=500)
+    assert s.state.leased_count == 3
+    s(Tick(), time=2000)
+    assert LeaseReleased("q", "timeout") in s.effects
+    assert s.state.leased_count == 0 and s.state.ready_count == 10
+
+
+def test_release_cursor_is_lowest_live_index():
+    s = Script(interval=1)
+    [a, b, c] = s.enqueue(3)
+    s(Checkout("c", 0, 0, "x"))
+    s(Settle("c", (1,)))
+    cursors = [e for e in s.effects if isinstance(e, ReleaseCursor)]
+    assert cursors and cursors[-1].index == b
+    s(Settle("c", (2, 3)))
+    cursors = [e for e in s.effects if isinstance(e, ReleaseCursor)]
+    assert cursors[-1].index == s.index + 1  # empty: everything applied so far is dead
+
+
+def test_commands_round_trip_through_their_encoding():
+    for command in [Checkout("c", 5, -2, "conn"), Cancel("c"), Settle("c", (1, 2, 3)),
+                    Return("c", ()), Discard("c", (9,)), Purge(), Down("conn"),
+                    Dequeue("g", True, "conn"), LeaseGrow("l", 10, 1 << 40, 5000),
+                    LeaseSettle("l", 7), LeaseRelease("l"), Tick()]:
+        assert decode(encode(command)) == command
+    data = encode_enqueue("pub", 7, 9, "ex", "rk", b"HDR", b"body")
+    assert decode(data) == Enqueue("pub", 7, 4, 9)
+    assert decode_message(data) == ("ex", "rk", b"HDR", b"body")
+
+
+# ------------------------------------------------------------------ properties
+
+consumers = st.sampled_from(["c1", "c2", "g1"])
+commands = st.one_of(
+    st.builds(lambda p, pr: ("enqueue", p, pr), st.sampled_from(["", "p1", "p2"]),
+              st.sampled_from([0, 3, 5, 9])),
+    st.builds(lambda c, n, pr: Checkout(c, n, pr, "conn-" + c), consumers,
+              st.integers(0, 3), st.integers(0, 2)),
+    st.builds(Cancel, consumers),
+    st.builds(lambda c, k: ("settle", c, k), consumers, st.integers(0, 3)),
+    st.builds(lambda c, k: ("return", c, k), consumers, st.integers(0, 3)),
+    st.builds(lambda c, k: ("discard", c, k), consumers, st.integers(0, 3)),
+    st.just(Purge()),
+    st.builds(lambda c: Down("conn-" + c), consumers),
+    st.builds(lambda c, s: Dequeue(c, s, "conn-" + c), consumers, st.booleans()),
+    st.builds(lambda n, b: LeaseGrow("L", n, b, 50), st.integers(0, 4), st.integers(0, 30)),
+    st.builds(lambda k: ("lease_settle", k), st.integers(0, 6)),
+    st.just(LeaseRelease("L")),
+    st.just(Tick()),
+)
+
+
+def concrete(step, state: FifoState, seq: list[int]):
+    """Turn a generated step into a command valid against the current state."""
+    if isinstance(step, tuple):
+        kind = step[0]
+        if kind == "enqueue":
+            seq[0] += 1
+            return Enqueue(step[1], seq[0], 10, step[2])
+        if kind == "lease_settle":
+            lease = state.leases.get("L")
+            return LeaseSettle("L", (lease.first_seq - 1 + step[1]) if lease else step[1])
+        consumer = state.consumers.get(step[1])
+        ids = tuple(sorted(consumer.checked)[:step[2]]) if consumer else ()
+        return {"settle": Settle, "return": Return, "discard": Discard}[kind](step[1], ids)
+    return step
+
+
+def live_indexes(state: FifoState) -> list[int]:
+    live = []
+    for queue in (state.high, state.normal, state.returns):
+        live += [i for i, _ in queue.items()]
+    for consumer in state.consumers.values():
+        live += [item[0] for item in consumer.checked.values()]
+    for lease in state.leases.values():
+        live += list(lease.indexes)
+    return live
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(commands, max_size=60), st.sampled_from([-1, 0, 2, 20]),
+       st.integers(0, 60))
+def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, limit, cut):
+    """rabbit_fifo's property: restore from a snapshot and replay the rest == replay all;
+    and every message is accounted for exactly once."""
+    config = FifoConfig(limit, 3)
+    state, seq, log = FifoState(config=config), [0], []
+    enqueued, gone = set(), set()
+    for position, step in enumerate(steps, start=1):
+        command = concrete(step, state, seq)
+        log.append(command)
+        meta = Meta(position, 1, position * 20)
+        if isinstance(command, Settle) and command.consumer in state.consumers:
+            checked = state.consumers[command.consumer].checked
+            gone.update(checked[m][0] for m in command.msg_ids if m in checked)
+        if isinstance(command, Purge):
+            gone.update(i for q in (state.high, state.normal, state.returns)
+                        for i, _ in q.items())
+        if isinstance(command, LeaseSettle) and "L" in state.leases:
+            lease = state.leases["L"]
+            count = max(0, min(command.up_to, lease.end_seq) - lease.first_seq + 1)
+            gone.update(lease.indexes[:count])
+        state, reply, effects = apply(meta, command, state)
+        if isinstance(command, Enqueue) and reply == "ok":
+            enqueued.add(position)
+        if isinstance(command, Dequeue) and command.settled and reply is not None:
+            gone.add(reply[0].raft_index)
+        for effect in effects:
+            if isinstance(effect, Dropped):
+                gone.add(effect.raft_index)
+        live = live_indexes(state)
+        assert len(live) == len(set(live)), "a message is in two places"
+        assert set(live) | gone == enqueued, "a message was lost or invented"
+        assert not set(live) & gone
+        lowest = lowest_live_index(state)
+        assert lowest == (min(live) if live else None)
+
+    full = snapshot.dump(state)
+    cut = min(cut, len(log))
+    replayed = FifoState(config=config)
+    for position, command in enumerate(log[:cut], start=1):
+        replayed, _, _ = apply(Meta(position, 1, position * 20), command, replayed)
+    restored = snapshot.load(snapshot.dump(replayed))
+    for position, command in enumerate(log[cut:], start=cut + 1):
+        restored, _, _ = apply(Meta(position, 1, position * 20), command, restored)
+    assert snapshot.dump(restored) == full
+
+
+def test_metadata_bytes_per_queued_message_is_compact():
+    """The state keeps 12 bytes per ready message in typed arrays (goal: <= 32 B)."""
+    s = Script()
+    for _ in range(10_000):
+        s(Enqueue("", 0, 1000, 0))
+    per_message = s.state.metadata_bytes() / 10_000
+    assert per_message <= 32, per_message
