@@ -46,5 +46,62 @@ def broker_start(config_path, port, host, data_dir) -> None:
         sys.exit(1)
 
 
+DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
+uri_option = click.option("--uri", default=DEFAULT_URI, show_default=True,
+                          envvar="QUORUMQUEUE_URI",
+                          help="The node to talk to (AMQP URI of an administrator).")
+
+
+def _call(uri: str, op: str, **arguments):
+    from .management_client import ManagementError, call
+
+    try:
+        return call(uri, op, **arguments)
+    except ManagementError as error:
+        raise click.ClickException(str(error)) from None
+
+
+@main.group()
+def queues() -> None:
+    """List, purge and delete queues on a running node (like rabbitmq-queues)."""
+
+
+@queues.command("list")
+@uri_option
+@click.option("-p", "--vhost", help="Only this virtual host.")
+def queues_list(uri, vhost) -> None:
+    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue."""
+    rows = _call(uri, "queues.list", vhost=vhost)
+    headers = ["vhost", "name", "type", "ready", "unacked", "consumers", "leader",
+               "members", "bytes"]
+    table = [[str(r[h]) if h != "members" else ",".join(r[h]) for h in headers] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in table]) for i, h in enumerate(headers)]
+    for row in [headers] + table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@queues.command("purge")
+@uri_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+def queues_purge(uri, vhost, name) -> None:
+    """Drop the ready messages of a queue."""
+    result = _call(uri, "queues.purge", vhost=vhost, name=name)
+    click.echo(f"purged {result['purged']} messages from '{name}' in vhost '{vhost}'")
+
+
+@queues.command("delete")
+@uri_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.option("--if-unused", is_flag=True, help="Refuse if the queue has consumers.")
+@click.option("--if-empty", is_flag=True, help="Refuse if the queue holds messages.")
+@click.argument("name")
+def queues_delete(uri, vhost, if_unused, if_empty, name) -> None:
+    """Delete a queue and its messages."""
+    result = _call(uri, "queues.delete", vhost=vhost, name=name, if_unused=if_unused,
+                   if_empty=if_empty)
+    click.echo(f"deleted '{name}' in vhost '{vhost}' ({result['deleted']} messages)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
 import tomllib
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ class Settings:
     heartbeat: int = 60
     max_message_size: int = 128 * 1024 * 1024
     cluster_name: str = "quorumqueue"
+    node_name: str = ""  # default: quorumqueue@<hostname>, like RabbitMQ's rabbit@<hostname>
     default_vhost: str = "/"
     default_user: str = "guest"
     default_pass: str = "guest"
@@ -102,6 +104,7 @@ KEYS = {
     "heartbeat": ("heartbeat", _int),
     "max_message_size": ("max_message_size", parse_size),
     "cluster_name": ("cluster_name", _str),
+    "node_name": ("node_name", _str),
     "default_vhost": ("default_vhost", _str),
     "default_user": ("default_user", _str),
     "default_pass": ("default_pass", _str),
@@ -164,6 +167,8 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
             name, convert = KEYS[key]
             values[name] = convert(key, value)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if not values.get("node_name"):
+        values["node_name"] = f"quorumqueue@{socket.gethostname()}"
     return validate(Settings(**values))
 
 

@@ -21,6 +21,7 @@ first).
 from __future__ import annotations
 
 import base64
+import json
 import os
 from typing import TYPE_CHECKING, Iterable
 
@@ -32,6 +33,7 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
+from . import management
 from .vhost import VHost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,7 +146,10 @@ class Node:
             raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
                             f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
         message = Message(publish.exchange, publish.routing_key, properties, body)
-        if publish.exchange == "" and publish.routing_key.startswith(REPLY_TO_PREFIX):
+        if publish.exchange == "" and publish.routing_key == management.ROUTING_KEY:
+            delivered = self._management_request(channel, properties, body)
+            queues = []
+        elif publish.exchange == "" and publish.routing_key.startswith(REPLY_TO_PREFIX):
             delivered = self._deliver_reply(publish.routing_key, message)
             queues = []
         else:
@@ -204,6 +209,26 @@ class Node:
         if not queue.deleted:
             queue.requeue(entry)
 
+    def _management_request(self, channel: "Channel", properties: codec.Properties,
+                            body: bytes) -> bool:
+        """Answer a management RPC on its reply_to (node/management.py)."""
+        request = properties.decoded()
+        reply_to = request.get("reply_to")
+        if not reply_to:
+            return False
+        answer = json.dumps(management.handle(self, channel.session, body)).encode()
+        values = {"content_type": "application/json",
+                  "correlation_id": request.get("correlation_id")}
+        raw = codec.encode_properties(len(answer), {k: v for k, v in values.items() if v})
+        reply = Message("", reply_to, codec.decode_properties(raw)[1], answer)
+        if reply_to.startswith(REPLY_TO_PREFIX):
+            self._deliver_reply(reply_to, reply)
+        else:
+            queue = channel.session.vhost.queues.get(reply_to)
+            if queue is not None:
+                self.enqueue(queue, reply)
+        return True
+
     # ------------------------------------------------------------ direct reply-to
 
     def register_reply_to(self, channel: "Channel") -> str:
@@ -215,6 +240,9 @@ class Node:
     def unregister_reply_to(self, channel: "Channel") -> None:
         for name in [n for n, c in self._reply_to.items() if c is channel]:
             del self._reply_to[name]
+
+    def has_reply_to(self, name: str) -> bool:
+        return name in self._reply_to
 
     def reply_to_name(self, channel: "Channel") -> str | None:
         for name, owner in self._reply_to.items():

@@ -48,3 +48,39 @@ def test_port_in_use_is_explained(tmp_path):
                                 capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert "--port" in result.stderr
+
+
+def run_cli(*arguments):
+    return subprocess.run(CLI + list(arguments), capture_output=True, text=True, timeout=60)
+
+
+def test_queues_list_purge_delete_against_a_running_node(broker):
+    """`quorumqueue queues list|purge|delete`, like rabbitmq-queues/rabbitmqctl."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    channel = connection.channel()
+    channel.queue_declare("cli-orders", durable=True)
+    for _ in range(3):
+        channel.basic_publish("", "cli-orders", b"12345")
+    connection.close()
+    listed = run_cli("queues", "list", "--uri", broker.uri)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["vhost", "name", "type", "ready", "unacked", "consumers",
+                              "leader", "members", "bytes"]
+    row = next(r.split() for r in rows if r.split()[1] == "cli-orders")
+    assert row[2:6] == ["classic", "3", "0", "0"] and row[-1] == "15"
+    purged = run_cli("queues", "purge", "--uri", broker.uri, "cli-orders")
+    assert "purged 3 messages" in purged.stdout
+    refused = run_cli("queues", "delete", "--uri", broker.uri, "no-such-queue")
+    assert refused.returncode == 1
+    assert "NOT_FOUND - no queue 'no-such-queue' in vhost '/'" in refused.stderr
+    deleted = run_cli("queues", "delete", "--uri", broker.uri, "cli-orders")
+    assert deleted.returncode == 0 and "deleted 'cli-orders'" in deleted.stdout
+
+
+def test_queues_list_explains_an_unreachable_node():
+    from tests.support.broker import free_port
+
+    result = run_cli("queues", "list", "--uri", f"amqp://guest:guest@127.0.0.1:{free_port()}/")
+    assert result.returncode == 1
+    assert "Is the broker running?" in result.stderr

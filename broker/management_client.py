@@ -1,0 +1,47 @@
+"""Client side of the management RPC (see node/management.py), over pika."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pika
+
+ROUTING_KEY = "amq.quorumqueue.management"
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+class ManagementError(RuntimeError):
+    pass
+
+
+def call(uri: str, op: str, timeout: float = 10.0, **arguments) -> object:
+    """Send one request and return its result; raises ManagementError on refusal."""
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(uri))
+    except pika.exceptions.AMQPConnectionError as error:
+        raise ManagementError(f"cannot connect to {uri}: {error!r}. Is the broker running? "
+                              "Start it with `quorumqueue broker start`.") from None
+    try:
+        channel = connection.channel()
+        replies: list[bytes] = []
+        correlation_id = uuid.uuid4().hex
+        channel.basic_consume(REPLY_TO, lambda ch, m, p, body: replies.append(body)
+                              if p.correlation_id == correlation_id else None, auto_ack=True)
+        channel.basic_publish("", ROUTING_KEY, json.dumps({"op": op, **arguments}).encode(),
+                              pika.BasicProperties(reply_to=REPLY_TO,
+                                                   correlation_id=correlation_id,
+                                                   content_type="application/json"))
+        connection.process_data_events(time_limit=0)
+        deadline = timeout
+        while not replies and deadline > 0:
+            connection.process_data_events(time_limit=0.1)
+            deadline -= 0.1
+        if not replies:
+            raise ManagementError(f"no reply to '{op}' within {timeout}s")
+        answer = json.loads(replies[0])
+    finally:
+        connection.close()
+    if not answer.get("ok"):
+        raise ManagementError(answer.get("error", "unknown error"))
+    return answer["result"]

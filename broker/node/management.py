@@ -1,0 +1,108 @@
+"""The management RPC: JSON requests over AMQP 0-9-1, for the CLI and the connector.
+
+Wire form (documented in broker/README.md): a client publishes to the default
+exchange with routing key `amq.quorumqueue.management`, `reply_to` set (direct
+reply-to `amq.rabbitmq.reply-to` is the usual choice), a `correlation_id`, and a
+JSON body `{"op": ..., ...arguments}`. The broker answers on `reply_to` with the same
+correlation id and a JSON body `{"ok": true, "result": ...}` or
+`{"ok": false, "error": "NAME - detail"}`.
+
+Operations:
+  queues.list    {vhost?}              -> [{vhost, name, type, durable, ready, unacked,
+                                            consumers, bytes, leader, members}]
+  queues.purge   {vhost, name}         -> {"purged": n}
+  queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
+Queue operations need a user tagged `administrator`, like rabbitmqctl.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, not_found
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Session
+
+ROUTING_KEY = "amq.quorumqueue.management"
+
+
+def handle(node, session: "Session", body: bytes) -> dict:
+    try:
+        request = json.loads(body)
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            raise ValueError("the body must be a JSON object with a string 'op'")
+    except ValueError as error:
+        return {"ok": False, "error": f"SYNTAX_ERROR - {error}"}
+    operation = OPERATIONS.get(request["op"])
+    if operation is None:
+        return {"ok": False, "error": f"NOT_IMPLEMENTED - unknown op '{request['op']}' "
+                                      f"(known: {', '.join(sorted(OPERATIONS))})"}
+    try:
+        return {"ok": True, "result": operation(node, session, request)}
+    except AMQPError as error:
+        return {"ok": False, "error": error.reply_text}
+    except (KeyError, TypeError, ValueError) as error:
+        return {"ok": False, "error": f"PRECONDITION_FAILED - bad arguments for "
+                                      f"'{request['op']}': {error!r}"}
+
+
+def _require_administrator(session: "Session") -> None:
+    if "administrator" not in session.user.tags:
+        raise AMQPError(spec.ACCESS_REFUSED, f"user '{session.user.name}' is not an "
+                        "administrator")
+
+
+def _vhost(node, session: "Session", name: str):
+    vhost = node.vhost(name)
+    if vhost is None or name not in session.user.vhosts:
+        raise AMQPError(spec.NOT_FOUND, f"no vhost '{name}' for user '{session.user.name}'")
+    return vhost
+
+
+def queue_row(node, queue) -> dict[str, Any]:
+    return {"vhost": queue.vhost, "name": queue.name, "type": queue.type_name,
+            "durable": queue.durable, "ready": queue.ready_count,
+            "unacked": queue.unacked_count, "consumers": queue.consumer_count,
+            "bytes": queue.ready_bytes, "leader": node.settings.node_name,
+            "members": [node.settings.node_name]}
+
+
+def _list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    names = [request["vhost"]] if request.get("vhost") else sorted(session.user.vhosts)
+    rows = []
+    for name in names:
+        vhost = node.vhost(name)
+        if vhost is not None:
+            rows += [queue_row(node, q) for q in sorted(vhost.queues.values(),
+                                                         key=lambda q: q.name)]
+    return rows
+
+
+def _purge(node, session, request) -> dict:
+    _require_administrator(session)
+    vhost = _vhost(node, session, request.get("vhost", "/"))
+    queue = vhost.queues.get(request["name"])
+    if queue is None:
+        raise not_found("queue", request["name"], vhost.name)
+    return {"purged": node.purge_queue(queue)}
+
+
+def _delete(node, session, request) -> dict:
+    _require_administrator(session)
+    vhost = _vhost(node, session, request.get("vhost", "/"))
+    queue = vhost.queues.get(request["name"])
+    if queue is None:
+        raise not_found("queue", request["name"], vhost.name)
+    where = f"queue '{queue.name}' in vhost '{vhost.name}'"
+    if request.get("if_unused") and queue.consumers:
+        raise AMQPError(spec.PRECONDITION_FAILED, f"{where} in use")
+    if request.get("if_empty") and (queue.ready_count or queue.unacked_count):
+        raise AMQPError(spec.PRECONDITION_FAILED, f"{where} not empty")
+    return {"deleted": node.delete_queue(vhost, queue)}
+
+
+OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete}
