@@ -46,6 +46,43 @@ def frame_error(detail: str) -> AMQPError:
     return AMQPError(spec.FRAME_ERROR, detail)
 
 
+def _erlang_binary(data: bytes) -> str:
+    """A binary as Erlang's ~p prints it: <<"text">> when latin-1 printable, else
+    <<0,40,...>>. Octets 160-255 are kept raw (surrogateescape) as RabbitMQ sends them."""
+    if data and all(32 <= octet <= 126 or octet >= 160 or octet in _ERLANG_ESCAPES
+                    for octet in data):
+        text = "".join(_ERLANG_ESCAPES.get(octet) or (chr(octet) if octet < 128
+                                                      else chr(0xDC00 + octet))
+                       for octet in data)
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(octet) for octet in data) + ">>"
+
+
+_ERLANG_ESCAPES = {8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r",
+                   27: "\\e", 34: '\\"', 92: "\\\\"}
+
+
+def frame_snippet(frame_type: int, payload: bytes) -> str:
+    """RabbitMQ's description of a bad frame: "type ~p, ~s octets = ~p"
+    (rabbit_reader:payload_snippet shows at most the first 16 octets)."""
+    label, shown = ("all", payload) if len(payload) <= 16 else ("first 16", payload[:16])
+    return f"type {frame_type}, {label} octets = {_erlang_binary(shown)}"
+
+
+def bad_frame(frame_type: int, payload: bytes, reason: str | tuple) -> AMQPError:
+    """501 as rabbit_reader:frame_error words it: the snippet, then the reason as
+    Erlang's ~p prints it at that column (a tuple that would pass column 80 gets
+    one element per line, aligned one past its brace)."""
+    head = frame_snippet(frame_type, payload) + ": "
+    if isinstance(reason, str):
+        return frame_error(head + reason)
+    flat = "{" + ",".join(str(part) for part in reason) + "}"
+    if len(head) + len(flat) > 80:
+        indent = ",\n" + " " * (len(head) + 1)
+        flat = "{" + indent.join(str(part) for part in reason) + "}"
+    return frame_error(head + flat)
+
+
 class FrameReader:
     """Splits bytes into frames. `frame_max` may change after tune-ok."""
 
@@ -74,17 +111,15 @@ class FrameReader:
             while end - position >= spec.FRAME_HEADER_SIZE:
                 frame_type, channel, size = _frame_header.unpack_from(buffer, position)
                 if size + spec.FRAME_OVERHEAD > self.frame_max:
-                    raise frame_error(
-                        f"type {frame_type}, all octets = <<>>: {{frame_too_large,"
-                        f"{size},{self.frame_max - spec.FRAME_OVERHEAD}}}")
+                    raise bad_frame(frame_type, b"", ("frame_too_large", size,
+                                                      self.frame_max - spec.FRAME_OVERHEAD))
                 frame_end = position + spec.FRAME_HEADER_SIZE + size
                 if frame_end >= end:
                     break
-                if buffer[frame_end] != spec.FRAME_END:
-                    raise frame_error(
-                        f"type {frame_type}, channel {channel}: invalid frame end "
-                        f"octet {buffer[frame_end]:#04x}, expected 0xce")
                 payload = bytes(buffer[position + spec.FRAME_HEADER_SIZE:frame_end])
+                if buffer[frame_end] != spec.FRAME_END:
+                    raise bad_frame(frame_type, payload,
+                                    ("invalid_frame_end_marker", buffer[frame_end]))
                 position = frame_end + 1
                 yield frame_type, channel, payload
         finally:
@@ -287,6 +322,18 @@ def _ss(value: str) -> bytes:
     return _u8.pack(len(data)) + data
 
 
+def _reply_text(text: str) -> bytes:
+    """A reply text as a short string, cut to 255 octets on a UTF-8 character
+    boundary (details naming unicode queues can be longer than that)."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) > 255:
+        end = 255
+        while end and data[end] & 0xC0 == 0x80:  # do not split a multi-octet character
+            end -= 1
+        data = data[:end]
+    return _u8.pack(len(data)) + data
+
+
 def _ls(value: bytes | str) -> bytes:
     data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
     return _u32.pack(len(data)) + data
@@ -331,7 +378,7 @@ def connection_open_ok() -> bytes:
 
 
 def connection_close(code: int, text: str, class_id: int, method_id: int) -> bytes:
-    return method(0, 10, 50, _u16.pack(code) + _ss(text[:255])
+    return method(0, 10, 50, _u16.pack(code) + _reply_text(text)
                   + _method_ids.pack(class_id, method_id))
 
 
@@ -356,7 +403,7 @@ def channel_flow_ok(channel: int, active: bool) -> bytes:
 
 
 def channel_close(channel: int, code: int, text: str, class_id: int, method_id: int) -> bytes:
-    return method(channel, 20, 40, _u16.pack(code) + _ss(text[:255])
+    return method(channel, 20, 40, _u16.pack(code) + _reply_text(text)
                   + _method_ids.pack(class_id, method_id))
 
 
@@ -409,7 +456,8 @@ def basic_consume_ok(channel: int, consumer_tag: str) -> bytes:
 
 
 def basic_cancel(channel: int, consumer_tag: str) -> bytes:
-    return method(channel, 60, 30, _ss(consumer_tag) + bits(False))
+    """The server's cancel notification: nowait set, as RabbitMQ sends it."""
+    return method(channel, 60, 30, _ss(consumer_tag) + bits(True))
 
 
 def basic_cancel_ok(channel: int, consumer_tag: str) -> bytes:

@@ -13,7 +13,8 @@ How it works:
   (ack, or nack when a queue refused it) waits in `pending_confirms` until the store
   batch holding it is fsynced; confirms go out in order, runs of acks as one
   `multiple` ack.
-- Transactions: publishes and acks are buffered until tx.commit, dropped on rollback.
+- Transactions: publishes and acks are buffered until tx.commit (only then do acks
+  free prefetch, as in RabbitMQ), dropped on rollback.
 
 Invariants: delivery tags start at 1 and only grow; an unacked entry belongs to
 exactly one channel; a nacked or rejected message without requeue is dropped (no
@@ -162,25 +163,19 @@ class Channel:
         """ack (requeue None), nack/reject (requeue True/False)."""
         taken = self._take(delivery_tag, multiple, method)
         if self.tx_mode:
-            for item in taken:
-                self.unacked_count -= 1
-                consumer = item[1][2]
-                if consumer is not None:
-                    consumer.unacked -= 1
+            # RabbitMQ: the queues and the prefetch limits see these only at tx.commit
             self.tx_settlements.append((taken, requeue))
-            self._refill([item[1][2] for item in taken])
             return
         self._apply_settlements(taken, requeue)
 
-    def _apply_settlements(self, taken: list, requeue: bool | None, counted: bool = True) -> None:
+    def _apply_settlements(self, taken: list, requeue: bool | None) -> None:
         touched: dict[int, ClassicQueue] = {}
         consumers = []
         node = self.node
         for _tag, (queue, entry, consumer) in taken:
-            if counted:
-                self.unacked_count -= 1
-                if consumer is not None:
-                    consumer.unacked -= 1
+            self.unacked_count -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
             if requeue:
                 node.requeue(queue, entry)
             else:
@@ -203,7 +198,7 @@ class Channel:
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
-            raise AMQPError(spec.NOT_IMPLEMENTED, "requeue=false", 60, 110)
+            raise AMQPError(spec.NOT_IMPLEMENTED, "requeue=false")  # ids: recover(-async)
         taken = list(self.unacked.items())
         self.unacked.clear()
         self._apply_settlements(taken, True)
@@ -244,22 +239,18 @@ class Channel:
         publishes, self.tx_publishes = self.tx_publishes, []
         settlements, self.tx_settlements = self.tx_settlements, []
         for taken, requeue in settlements:
-            self._apply_settlements(taken, requeue, counted=False)
+            self._apply_settlements(taken, requeue)
         for publish in publishes:
             self.node.publish(self, *publish)
 
     def rollback(self) -> None:
         """tx.rollback: drop buffered publishes; buffered acks are undone, so those
-        deliveries are unacked again."""
+        deliveries are unacked again (they never stopped counting against prefetch)."""
         self.tx_publishes.clear()
         settlements, self.tx_settlements = self.tx_settlements, []
         restored = dict(self.unacked)
         for taken, _requeue in settlements:
-            for tag, item in taken:
-                restored[tag] = item
-                self.unacked_count += 1
-                if item[2] is not None:
-                    item[2].unacked += 1
+            restored.update(taken)
         self.unacked = dict(sorted(restored.items()))
 
     # ------------------------------------------------------------ consumers

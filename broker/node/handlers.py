@@ -16,8 +16,8 @@ import os
 from typing import Callable
 
 from ..amqp import codec, spec
-from ..amqp.errors import AMQPError, access_refused, precondition
-from ..queues.types import validate_declaration
+from ..amqp.errors import AMQPError, access_refused, not_found, precondition
+from ..queues.types import EQUIVALENCE_KEYS, check_int_argument, validate_declaration
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from .channel import Channel, Consumer
 from .node import REPLY_TO
@@ -114,8 +114,11 @@ def exchange_delete(session, channel: Channel, args) -> None:
 def _bind(session, channel: Channel, source: str, destination: Destination,
           routing_key: str, arguments: dict, unbind: bool) -> None:
     vhost = session.vhost
-    if destination.kind == QUEUE:
-        _check_exclusive(session, vhost.queue(destination.name))
+    # RabbitMQ checks exclusivity only for a binding that will change: unbinding what
+    # is not bound is unbind-ok, even on another connection's exclusive queue
+    if destination.kind == QUEUE and destination.name in vhost.queues and (
+            not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
+        _check_exclusive(session, vhost.queues[destination.name])
     if unbind:
         vhost.unbind(source, destination, routing_key, arguments)
     else:
@@ -144,14 +147,17 @@ def queue_declare(session, channel: Channel, args) -> None:
     node, vhost = session.node, session.vhost
     name = args.queue
     arguments = dict(args.arguments or {})
-    if name == REPLY_TO or name.startswith(REPLY_TO + "."):
-        if not args.passive:
-            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+    if name == REPLY_TO or (args.passive and name.startswith(REPLY_TO + ".")):
+        # RabbitMQ answers for the pseudo queue (declared or not) and for a live
+        # generated reply name with one consumer and no messages
+        if name != REPLY_TO and not node.has_reply_to(name):
+            raise not_found("queue", name, vhost.name)
         if not args.nowait:
-            channel.send(codec.queue_declare_ok(channel.number, name, 0, 0))
+            channel.send(codec.queue_declare_ok(channel.number, name, 0, 1))
         return
-    if args.passive:
-        queue = _lookup_queue(session, channel, name)
+    if args.passive:  # no "last declared queue" shortcut here, as in RabbitMQ
+        queue = vhost.queue(name)
+        _check_exclusive(session, queue)
         channel.last_queue_name = queue.name
         if not args.nowait:
             channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
@@ -176,7 +182,8 @@ def queue_declare(session, channel: Channel, args) -> None:
                                    f"'{str(bool(received)).lower()}' but current is "
                                    f"'{str(current).lower()}'")
         check_arguments_equivalent(_without_defaults(arguments),
-                                   _without_defaults(existing.arguments), where)
+                                   _without_defaults(existing.arguments), where,
+                                   EQUIVALENCE_KEYS)
         queue = existing
     else:
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
@@ -255,15 +262,13 @@ def basic_consume(session, channel: Channel, args) -> None:
     if tag in channel.consumers:
         raise AMQPError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", 60, 20)
     arguments = dict(args.arguments or {})
-    priority = arguments.get("x-priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise precondition(f"invalid arg 'x-priority' for consumer '{tag}': "
-                           f"{{unacceptable_type,{type(priority).__name__}}}")
     if args.queue == REPLY_TO:
         _consume_reply_to(session, channel, args, tag)
         return
     queue = _lookup_queue(session, channel, args.queue)
     where = f"queue '{queue.name}' in vhost '{queue.vhost}'"
+    priority = arguments.get("x-priority", 0)
+    check_int_argument("x-priority", priority, where)
     if queue.exclusive_consumer is not None or (args.exclusive and queue.consumers):
         raise access_refused(f"{where} in exclusive use")
     consumer = Consumer(channel, queue, tag, bool(args.no_ack), bool(args.exclusive), priority,

@@ -9,6 +9,7 @@ to `handlers`.
 States (a missing transition is a protocol error):
     awaiting_header -> awaiting_start_ok -> awaiting_tune_ok -> awaiting_open -> open
     any -> closing (server sent connection.close, waits for close-ok) -> closed
+    framing error -> closed (connection.close is sent, but the stream is beyond repair)
 Channels: absent -> open (channel.open) -> closing (server sent channel.close) ->
 absent (close-ok). While a channel is closing, every frame on it but close/close-ok
 is discarded, as the spec requires.
@@ -46,6 +47,22 @@ def server_properties(cluster_name: str) -> dict:
         "cluster_name": cluster_name,
         "capabilities": {name: True for name in CAPABILITIES},
     }
+
+
+_FRAME_TYPES = (spec.FRAME_METHOD, spec.FRAME_HEADER, spec.FRAME_BODY, spec.FRAME_HEARTBEAT)
+
+
+def _unexpected_in_content(channel: Channel) -> AMQPError:
+    """505 for a frame out of the method -> header -> body order, worded as RabbitMQ's
+    rabbit_command_assembler states what it was waiting for."""
+    if channel.content_method is None:
+        return AMQPError(spec.UNEXPECTED_FRAME, "expected method frame, got non method "
+                         "frame instead", connection_level=True)
+    expected = ("content header for class 60, got non content header frame"
+                if channel.content_properties is None
+                else "content body, got non content body frame")
+    return AMQPError(spec.UNEXPECTED_FRAME, f"expected {expected} instead",
+                     *spec.BASIC_PUBLISH, connection_level=True)
 
 
 class Session:
@@ -124,7 +141,10 @@ class Session:
                     self._fail(error, channel, now)
         except AMQPError as error:  # framing error: the stream cannot be trusted
             self._fail(error, 0, now)
-        if self.has_published and self.node.alarms and not self.blocked:
+            if not self.closed:  # RabbitMQ (fatal_frame_error): send the close, then drop
+                self._terminate(error.reply_text)
+            return
+        if self.has_published and self.node.alarms and not self.blocked and self.state == "open":
             self._block()
 
     def tick(self, now: float) -> None:
@@ -170,15 +190,15 @@ class Session:
                         self.write(codec.connection_close_ok())
                     self._terminate(self.close_reason or "closed")
             return
+        if frame_type not in _FRAME_TYPES:
+            raise codec.bad_frame(frame_type, payload, "unknown_frame")
         if frame_type == spec.FRAME_HEARTBEAT:
             if channel_number != 0:
-                raise AMQPError(spec.FRAME_ERROR, f"heartbeat frame on channel {channel_number}")
+                raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
             return
         if channel_number == 0 or self.state != "open":
             if frame_type != spec.FRAME_METHOD:
-                raise AMQPError(spec.UNEXPECTED_FRAME,
-                                f"expected method frame, got frame type {frame_type} on "
-                                f"channel {channel_number} instead")
+                raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
             class_id, method_id, args = codec.decode_method(payload)
             if channel_number != 0:
                 raise AMQPError(spec.COMMAND_INVALID, "expected connection method on "
@@ -204,10 +224,7 @@ class Session:
                 self.write(codec.channel_open_ok(channel_number))
                 return
             if channel.content_method is not None:
-                raise AMQPError(spec.UNEXPECTED_FRAME,
-                                f"expected content {'body' if channel.content_properties else 'header'}"
-                                f" for class 60, got method {spec.method_name(class_id, method_id)}"
-                                " instead", class_id, method_id, connection_level=True)
+                raise _unexpected_in_content(channel)
             try:
                 handlers.dispatch(self, channel, class_id, method_id, args)
             except AMQPError as error:
@@ -217,19 +234,17 @@ class Session:
             raise AMQPError(spec.CHANNEL_ERROR, "expected 'channel.open'")
         if frame_type == spec.FRAME_HEADER:
             self._content_header(channel, payload)
-        elif frame_type == spec.FRAME_BODY:
-            self._content_body(channel, payload)
         else:
-            raise AMQPError(spec.FRAME_ERROR, f"unknown frame type {frame_type}")
+            self._content_body(channel, payload)
 
     def _content_header(self, channel: Channel, payload: bytes) -> None:
         if channel.content_method is None or channel.content_properties is not None:
-            raise AMQPError(spec.UNEXPECTED_FRAME, "expected method frame, got non method "
-                            "frame instead", connection_level=True)
+            raise _unexpected_in_content(channel)
         class_id, properties = codec.decode_properties(payload)
         if class_id != spec.BASIC:
-            raise AMQPError(spec.FRAME_ERROR, f"content header for class {class_id}, "
-                            "expected class 60", 60, 40)
+            raise AMQPError(spec.UNEXPECTED_FRAME, "expected content header for class 60, "
+                            f"got one for class {class_id} instead", *spec.BASIC_PUBLISH,
+                            connection_level=True)
         if properties.body_size > self.settings.max_message_size:
             channel.content_method = None
             raise AMQPError(spec.PRECONDITION_FAILED,
@@ -243,14 +258,13 @@ class Session:
 
     def _content_body(self, channel: Channel, payload: bytes) -> None:
         if channel.content_properties is None:
-            raise AMQPError(spec.UNEXPECTED_FRAME, "expected content header for class 60, "
-                            "got non content header frame instead", connection_level=True)
+            raise _unexpected_in_content(channel)
+        expected = channel.content_properties.body_size
+        if channel.content_received + len(payload) > expected:  # as RabbitMQ 4.x
+            raise AMQPError(spec.FRAME_ERROR, "content body frame exceeds remaining "
+                            "content size", *spec.BASIC_PUBLISH)
         channel.content_parts.append(payload)
         channel.content_received += len(payload)
-        expected = channel.content_properties.body_size
-        if channel.content_received > expected:
-            raise AMQPError(spec.FRAME_ERROR, f"content body of {channel.content_received} "
-                            f"octets exceeds the declared body size {expected}", 60, 40)
         if channel.content_received == expected:
             self._content_complete(channel)
 
@@ -261,7 +275,10 @@ class Session:
         channel.content_method = channel.content_properties = None
         channel.content_parts = []
         self.has_published = True
-        handlers.publish(self, channel, publish, properties, body)
+        try:
+            handlers.publish(self, channel, publish, properties, body)
+        except AMQPError as error:  # routing and property checks fail basic.publish
+            raise error.at(*spec.BASIC_PUBLISH)
 
     def _closing_channel_frame(self, frame_type: int, number: int, payload: bytes) -> None:
         if frame_type != spec.FRAME_METHOD:
@@ -316,13 +333,14 @@ class Session:
         response = args.response
         if isinstance(response, str):
             response = response.encode("utf-8", "surrogateescape")
-        user = None
-        if mechanism in MECHANISMS.split():
-            try:
-                username, password = parse_sasl_response(mechanism, response)
-                user = self.node.authenticate(username, password, self.peer_host)
-            except SaslError:
-                user = None
+        if mechanism not in MECHANISMS.split():  # RabbitMQ: not a login failure
+            raise AMQPError(spec.COMMAND_INVALID,
+                            f"unknown authentication mechanism '{mechanism}'", 10, 11)
+        try:
+            username, password = parse_sasl_response(mechanism, response)
+            user = self.node.authenticate(username, password, self.peer_host)
+        except SaslError:
+            user = None
         if user is None:
             text = (f"ACCESS_REFUSED - Login was refused using authentication mechanism "
                     f"{mechanism}. For details see the broker logfile.")
@@ -378,6 +396,8 @@ class Session:
                                        error.class_id, error.method_id))
 
     def _fail(self, error: AMQPError, channel_number: int, now: float) -> None:
+        if self.closed or self.state == "closing":
+            return  # connection.close was sent: discard everything else (spec 1.4.2.9)
         channel = self.channels.get(channel_number)
         if not error.connection_level and channel is not None and self.state == "open":
             self.close_channel(channel, error)
@@ -421,5 +441,5 @@ class Session:
                 self._block()
         elif self.blocked:
             self.blocked = False
-            if self.capabilities.get("connection.blocked"):
+            if self.capabilities.get("connection.blocked") and self.state == "open":
                 self.write(codec.connection_unblocked())

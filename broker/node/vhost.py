@@ -18,12 +18,15 @@ from typing import Callable
 from ..amqp import spec
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..queues.classic import ClassicQueue
+from ..queues.types import field_type
 from ..routing.exchanges import (EXCHANGE, EXCHANGE_TYPES, QUEUE, Binding, Destination,
                                  Exchange, freeze)
 
 PREDECLARED = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
                ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+# the only exchange argument RabbitMQ compares on redeclare
+EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
 
 
 def _show(value) -> str:
@@ -81,7 +84,8 @@ class VHost:
                     raise precondition(f"inequivalent arg '{field_name}' for {where}: "
                                        f"received '{_show(received)}' but current is "
                                        f"'{_show(current)}'")
-            _check_arguments_equivalent(arguments, existing.arguments, where)
+            _check_arguments_equivalent(arguments, existing.arguments, where,
+                                        EXCHANGE_EQUIVALENCE_KEYS)
             return existing, False
         exchange = Exchange(self.name, name, exchange_type, durable, auto_delete, internal,
                             dict(arguments))
@@ -91,20 +95,16 @@ class VHost:
     def delete_exchange(self, name: str, if_unused: bool) -> Exchange | None:
         if name == "":
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)
-        if name.startswith("amq.") and name in self.exchanges:
+        if name.startswith("amq."):  # RabbitMQ refuses the name, declared or not
             raise access_refused(f"deletion of system exchange '{name}' in vhost "
-                                 f"'{self.name}' is not allowed")
+                                 f"'{self.name}' not allowed")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return None  # deleting what does not exist succeeds, as in RabbitMQ
-        if if_unused and (exchange.bindings or self._bound_as_destination(name)):
+        if if_unused and exchange.bindings:  # RabbitMQ: only bindings *from* it count
             raise precondition(f"exchange '{name}' in vhost '{self.name}' in use")
         self._remove_exchange(exchange)
         return exchange
-
-    def _bound_as_destination(self, name: str) -> bool:
-        target = Destination(EXCHANGE, name)
-        return any(exchange.bindings_to(target) for exchange in self.exchanges.values())
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
@@ -127,17 +127,22 @@ class VHost:
 
     def unbind(self, source: str, destination: Destination, routing_key: str,
                arguments: dict) -> list[Exchange]:
-        """Removes a binding (a missing one is fine, as in RabbitMQ). Returns the
-        auto-delete exchanges this removed."""
+        """Removes a binding (a missing binding, source or destination is fine, as in
+        RabbitMQ: unbind-ok). Returns the auto-delete exchanges this removed."""
         if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)
-        if destination.kind == QUEUE:
-            self.queue(destination.name)
-        else:
-            self.exchange(destination.name)
-        exchange = self.exchange(source)
+        targets = self.queues if destination.kind == QUEUE else self.exchanges
+        exchange = self.exchanges.get(source)
+        if exchange is None or destination.name not in targets:
+            return []
         exchange.remove_binding(Binding(source, destination, routing_key, freeze(arguments)))
         return self._auto_delete([exchange])
+
+    def has_binding(self, source: str, destination: Destination, routing_key: str,
+                    arguments: dict) -> bool:
+        exchange = self.exchanges.get(source)
+        return exchange is not None and (
+            Binding(source, destination, routing_key, freeze(arguments)) in exchange.bindings)
 
     def remove_bindings_to(self, destination: Destination) -> list[Exchange]:
         """Drop every binding to a deleted queue or exchange; returns auto-deleted
@@ -196,39 +201,29 @@ class VHost:
                 self._route_into(target, routing_key, headers, queues, visited)
 
 
-def _check_arguments_equivalent(received: dict, current: dict, where: str) -> None:
-    for key in sorted(set(received) | set(current)):
+def _check_arguments_equivalent(received: dict, current: dict, where: str,
+                                keys: tuple[str, ...]) -> None:
+    """RabbitMQ's rabbit_misc:assert_args_equivalent: only `keys` are compared (other
+    arguments may differ freely); two present values must match in type class and
+    value, and are then shown bare, while a missing side shows value and type."""
+    for key in keys:
         if key in received and key in current:
-            if freeze(received[key]) != freeze(current[key]):
+            if not _same_field(received[key], current[key]):
                 raise precondition(
-                    f"inequivalent arg '{key}' for {where}: received the value "
-                    f"'{_show(received[key])}' of type '{_field_type(received[key])}' but "
-                    f"current is the value '{_show(current[key])}' of type "
-                    f"'{_field_type(current[key])}'")
+                    f"inequivalent arg '{key}' for {where}: received "
+                    f"'{_show(received[key])}' but current is '{_show(current[key])}'")
         elif key in received:
             raise precondition(f"inequivalent arg '{key}' for {where}: received the value "
                                f"'{_show(received[key])}' of type "
-                               f"'{_field_type(received[key])}' but current is none")
-        else:
+                               f"'{field_type(received[key])}' but current is none")
+        elif key in current:
             raise precondition(f"inequivalent arg '{key}' for {where}: received none but "
                                f"current is the value '{_show(current[key])}' of type "
-                               f"'{_field_type(current[key])}'")
+                               f"'{field_type(current[key])}'")
 
 
-def _field_type(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "long" if abs(value) >= 2 ** 31 else "signedint"
-    if isinstance(value, (str, bytes)):
-        return "longstr"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
+def _same_field(a, b) -> bool:
+    return isinstance(a, bool) == isinstance(b, bool) and freeze(a) == freeze(b)
 
 
 check_arguments_equivalent = _check_arguments_equivalent

@@ -13,6 +13,8 @@ its state machine. Not here: equivalence checks against an existing queue (node)
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from dataclasses import dataclass
 
 from ..amqp import spec
@@ -50,6 +52,16 @@ _QUORUM_UNSUPPORTED = ("x-max-priority", "x-queue-mode", "x-queue-master-locator
 NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
                      "x-dead-letter-routing-key")
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+_QUEUE_MODES = ("default", "lazy")
+# the arguments a redeclare must match (RabbitMQ: rabbit_amqqueue:declare_args/0, in
+# its order); any other argument may differ between declarations
+EQUIVALENCE_KEYS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange",
+                    "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
+                    "x-max-in-memory-length", "x-max-in-memory-bytes", "x-max-priority",
+                    "x-overflow", "x-queue-mode", "x-single-active-consumer", "x-queue-type",
+                    "x-quorum-initial-group-size", "x-max-age",
+                    "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+                    "x-queue-leader-locator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +91,35 @@ def _text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def field_type(value) -> str:
+    """The AMQP field type RabbitMQ names in errors for a decoded table value."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
+    for kinds, name in (((str, bytes), "longstr"), (float, "double"), (dict, "table"),
+                        (list, "array"), (datetime.datetime, "timestamp"),
+                        (decimal.Decimal, "decimal")):
+        if isinstance(value, kinds):
+            return name
+    return "void" if value is None else type(value).__name__
+
+
+def check_int_argument(key: str, value, where: str) -> None:
+    """RabbitMQ's check_int_arg (queue and consumer arguments)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise precondition(f"invalid arg '{key}' for {where}: "
+                           f"\"expected integer, got {field_type(value)}\"")
+
+
 def _check_kind(key: str, value, kind: str, where: str) -> None:
-    ok = {
-        _INT: isinstance(value, int) and not isinstance(value, bool),
-        _STR: _text(value) is not None,
-        _BOOL: isinstance(value, bool),
-    }[kind]
+    if kind == _INT:
+        check_int_argument(key, value, where)
+        return
+    ok = _text(value) is not None if kind == _STR else isinstance(value, bool)
     if not ok:
         raise precondition(f"invalid arg '{key}' for {where}: "
-                           f"{{unacceptable_type,{type(value).__name__}}}")
+                           f"{{unacceptable_type,{field_type(value)}}}")
 
 
 def queue_type_of(arguments: dict, default: str = "classic") -> str:
@@ -101,7 +133,7 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     queue_type = queue_type_of(arguments)
     if queue_type not in QUEUE_TYPES:
         raise precondition(f"invalid arg 'x-queue-type' for {where}: "
-                           f"{{unsupported_queue_type,<<\"{queue_type}\">>}}")
+                           f"\"unsupported queue type '{queue_type}'\"")
     if queue_type == "stream":
         raise AMQPError(spec.NOT_IMPLEMENTED,
                         f"queue type 'stream' is not supported by quorumqueue ({where})",
@@ -125,7 +157,7 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     max_priority = arguments.get("x-max-priority", 0)
     if isinstance(max_priority, int) and not 0 <= max_priority <= 255:
         raise precondition(f"invalid arg 'x-max-priority' for {where}: "
-                           + (f"{{value_too_large,{max_priority},255}}" if max_priority > 255
+                           + (f"{{max_value_exceeded,{max_priority}}}" if max_priority > 255
                               else f"{{value_negative,{max_priority}}}"))
     for key in ("x-max-length", "x-max-length-bytes"):
         value = arguments.get(key)
@@ -133,8 +165,16 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
             raise precondition(f"invalid arg '{key}' for {where}: {{value_negative,{value}}}")
     overflow = _text(arguments.get("x-overflow")) or "drop-head"
     if overflow not in _OVERFLOW:
-        raise precondition(f"invalid arg 'x-overflow' for {where}: "
-                           f"{{unsupported_value,<<\"{overflow}\">>}}")
+        raise precondition(f"invalid arg 'x-overflow' for {where}: invalid_overflow")
+    mode = _text(arguments.get("x-queue-mode")) or "default"
+    if queue_type == "classic" and mode not in _QUEUE_MODES:
+        raise precondition(f"invalid arg 'x-queue-mode' for {where}: "
+                           f"\"unsupported queue mode '{mode}'\"")
+    version = arguments.get("x-queue-version")
+    if isinstance(version, int) and version not in (1, 2):
+        raise precondition(f"invalid arg 'x-queue-version' for {where}: "
+                           + (f"{{value_negative,{version}}}" if version < 0
+                              else f"\"unsupported queue version '{version}'\""))
     for key in NOT_YET_SUPPORTED:
         if key in arguments:
             raise precondition(f"invalid arg '{key}' for {where}: quorumqueue does not "

@@ -140,6 +140,8 @@ def _field_equal(a, b) -> bool:
         return a.encode() == b
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if isinstance(a, (list, tuple, dict)) or isinstance(b, (list, tuple, dict)):
+        return freeze(a) == freeze(b)  # binding arguments are kept frozen (tuples)
     return a == b
 
 

@@ -113,7 +113,9 @@ class MessageStore:
         with open(path, "rb") as handle:
             data = handle.read()
         if len(data) < _file_header.size:
-            if tolerate_torn_tail:
+            if tolerate_torn_tail:  # crashed while creating it: start the file afresh
+                if data:
+                    self._truncate(path, 0)
                 return
             raise CorruptStoreError(f"{path}: truncated file header")
         magic, version = _file_header.unpack_from(data)
@@ -293,6 +295,7 @@ class MessageStore:
 
     def _copy_forward(self, number: int) -> None:
         """Re-append the live messages of segment `number` to the active segment."""
+        live: dict[tuple[bytes, int], bytes] = {}
         for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
             if record_type != ENQUEUE:
                 continue
@@ -300,8 +303,11 @@ class MessageStore:
             key = payload[2:2 + key_length]
             (seq,) = _u64.unpack_from(payload, 2 + key_length)
             if self._live.get((key, seq)) == number:
-                self._batch.append(_record(ENQUEUE, payload))
-                self._mark_live(key, seq, self._segments[-1])
+                # a queue deleted and declared again reuses seqs: the last record wins
+                live[(key, seq)] = payload
+        for (key, seq), payload in live.items():
+            self._batch.append(_record(ENQUEUE, payload))
+            self._mark_live(key, seq, self._segments[-1])
         data = b"".join(self._batch)
         self._batch.clear()
         self._file.write(data)

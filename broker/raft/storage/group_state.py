@@ -1,0 +1,100 @@
+"""What the store knows about one group, in memory: the pieces its log is made of.
+
+A group's log is, from low to high index: entries kept in segment files (possibly
+sparse below the snapshot, after compaction), then its memory table (entries in the
+WAL not yet moved to segments). `shadow_from` records a conflict truncation that
+reached into segments and has not been applied to the files yet: segment entries at
+or above it are not part of the log (the next WAL rollover rewrites the files).
+
+Invariants:
+- segment entries < shadow_from (if set) all have index < mem.first (if mem is not empty);
+- mem is the tail of the log: when not empty, mem.last == last_index() (recovery can
+  find entries stranded below a snapshot; the store moves them to segments at once);
+- above the snapshot index the log is contiguous up to last_index();
+- entries below `release_cursor` are dead; none of them is in mem.
+
+Not here: reading segment files (log_store.py), replay rules (recovery.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..types import HardState, SnapshotMeta
+from .layout import group_dir_name
+from .memtable import MemTable
+from .segments import SegmentRef
+
+
+@dataclass(slots=True, eq=False)
+class GroupState:
+    uid: str
+    dir_name: str
+    snapshot: SnapshotMeta | None = None
+    hard_state: HardState = HardState()
+    initial_members: tuple[str, ...] = ()
+    release_cursor: int = 0                  # 0: nothing released
+    segments: list[SegmentRef] = field(default_factory=list)   # by index, oldest first
+    shadow_from: int | None = None
+    mem: MemTable = field(default_factory=MemTable)
+    next_segment_number: int = 1
+
+    @classmethod
+    def new(cls, uid: str) -> GroupState:
+        return cls(uid, group_dir_name(uid))
+
+    @property
+    def snapshot_index(self) -> int:
+        return self.snapshot.index if self.snapshot is not None else 0
+
+    def segments_last(self) -> int:
+        """Index of the last segment entry that is part of the log (0: none)."""
+        shadow = self.shadow_from
+        for ref in reversed(self.segments):
+            if shadow is None or ref.last < shadow:
+                return ref.last
+            if ref.first < shadow:
+                return shadow - 1          # not compacted (compacted ones are below it)
+        return 0
+
+    def last_index(self) -> int:
+        stored = self.mem.last if self.mem else self.segments_last()
+        return max(stored, self.snapshot_index)
+
+    def last_term_known(self) -> int | None:
+        """The last entry's term if known without reading a file (None: it would
+        take a read - only while a truncation into segments is pending)."""
+        if self.mem:
+            return self.mem.entries[-1].term
+        last = self.last_index()
+        if last == 0:
+            return 0
+        if self.snapshot is not None and last == self.snapshot.index:
+            return self.snapshot.term
+        if self.segments and self.segments[-1].last == last and self.shadow_from is None:
+            return self.segments[-1].last_term
+        return None
+
+    def first_index(self) -> int:
+        """Raft's first index: after the snapshot (entries kept below it are bodies
+        for the state machine, possibly sparse, not part of Raft's log)."""
+        return self.snapshot_index + 1
+
+    def discard_from(self, index: int) -> None:
+        """Entries with index >= `index` are no longer part of the log."""
+        if self.mem and index > self.mem.first:
+            self.mem.truncate_from(index)
+            return
+        self.mem.clear()
+        if index <= self.segments_last():
+            self.shadow_from = index if self.shadow_from is None else min(self.shadow_from,
+                                                                          index)
+
+    def discard_all(self) -> None:
+        self.mem.clear()
+        if self.segments:
+            self.shadow_from = 1
+
+    def has_content(self) -> bool:
+        return bool(self.mem or self.segments or self.snapshot is not None
+                    or self.hard_state != HardState() or self.initial_members)

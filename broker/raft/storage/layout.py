@@ -1,0 +1,92 @@
+"""Where the log storage keeps its files, and how a group uid becomes a directory name.
+
+    DATA_DIR/quorum/wal/00000001.wal                       one WAL per node
+    DATA_DIR/quorum/segments/<group-dir>/00000001.segment  per group, oldest first
+    DATA_DIR/quorum/snapshots/<group-dir>/snapshot.dat     per group, the latest one
+
+File numbers are decimal, zero-padded to at least 8 digits; order is numeric. Files
+ending in `.tmp` are unfinished rewrites and are deleted on open.
+
+Invariant: `group_dir_name` is a pure function of the uid, so it is stable across
+versions; the uid itself is recorded inside every file (readers should trust that, not
+the directory name, which is lossy for uids longer than 200 bytes once encoded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+QUORUM_DIR = "quorum"
+WAL_DIR = "wal"
+SEGMENTS_DIR = "segments"
+SNAPSHOTS_DIR = "snapshots"
+WAL_SUFFIX = ".wal"
+SEGMENT_SUFFIX = ".segment"
+SNAPSHOT_FILE = "snapshot.dat"
+TMP_SUFFIX = ".tmp"
+
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.")
+_MAX_DIR_NAME = 200
+
+
+def check_uid(uid: str) -> bytes:
+    if not isinstance(uid, str) or not uid:
+        raise ValueError(f"a group uid must be a non-empty string, got {uid!r}")
+    raw = uid.encode("utf-8")
+    if len(raw) > 0xFFFF:
+        raise ValueError(f"group uid longer than 65535 bytes: {uid[:40]!r}...")
+    return raw
+
+
+def group_dir_name(uid: str) -> str:
+    """Bytes of the UTF-8 uid in [A-Za-z0-9-.] are kept (a leading '.' is not); every
+    other byte becomes '_' + two lowercase hex digits. "%2F/orders" -> "_252F_2forders".
+    Longer than 200 characters: the first 160, '~', then 32 hex digits of sha256(uid)."""
+    raw = check_uid(uid)
+    name = "".join(chr(b) if b in _SAFE and not (i == 0 and b == 0x2E) else f"_{b:02x}"
+                   for i, b in enumerate(raw))
+    if len(name) > _MAX_DIR_NAME:
+        name = name[:160] + "~" + hashlib.sha256(raw).hexdigest()[:32]
+    return name
+
+
+def numbered_name(number: int, suffix: str) -> str:
+    return f"{number:08d}{suffix}"
+
+
+def list_numbered(directory: str, suffix: str) -> list[tuple[int, str]]:
+    """(number, path) of files named <digits><suffix>, in numeric order."""
+    found = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        stem = name[:-len(suffix)]
+        if name.endswith(suffix) and stem.isdigit():
+            found.append((int(stem), os.path.join(directory, name)))
+    found.sort()
+    return found
+
+
+def remove_tmp_files(directory: str) -> None:
+    for name in os.listdir(directory):
+        if name.endswith(TMP_SUFFIX):
+            os.remove(os.path.join(directory, name))
+
+
+def fsync_dir(path: str, enabled: bool = True) -> None:
+    """Make creations, renames and deletions in `path` durable."""
+    if not enabled:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_file(fd: int, enabled: bool = True) -> None:
+    if enabled:
+        os.fdatasync(fd)

@@ -1,0 +1,538 @@
+"""LogStore: the Raft log storage of one node, for every group on it.
+
+Responsibilities: take what the Raft cores of all groups must persist (entries, hard
+state, conflict truncations, snapshots), make it durable with as few fsyncs as
+possible, answer reads, move entries out of memory into per-group segment files, and
+delete or compact what the state machine says is dead.
+
+How it works (after rabbitmq/ra):
+- `append`, `set_hard_state`, `set_initial_members` and `truncate_from` are pure: they
+  encode WAL records into a pending batch and update the group's memory table, so
+  reads see them at once. `flush()` writes the whole batch (in write() calls of at most
+  `raft.wal_max_batch_size` records) and fdatasyncs once: one fsync commits every
+  group's work (group commit). It returns each touched group's last index, now durable.
+- When the WAL file grows past `raft.wal_max_size_bytes`, `flush()` rolls over: a new
+  WAL file starts (carrying each group's hard state, initial members and release
+  cursor), every memory table is appended to its group's segment files (fsynced), and
+  only then are the old WAL files deleted and the memory released.
+- Snapshots are written tmp -> fsync -> rename -> fsync(dir). A snapshot that does
+  not match the log (a leader's, installed on a follower) replaces the whole log: a
+  RESET record is flushed first, then the snapshot file is written.
+- `release(cursor)` deletes segment files wholly below the release cursor (the lowest
+  index the state machine still needs); `compact(live)` rewrites mostly-dead segments
+  below the snapshot to keep only live entries (RabbitMQ 4.3 / ra 3).
+
+Invariants (the durability contract):
+- an index `flush()` reported for a group is recovered after any crash, unless a later
+  `truncate_from`, `install_snapshot`, `release` or `compact` discarded it (and those
+  discard only what Raft or the state machine declared dead);
+- a WAL file is deleted only after every entry it holds is in fsynced segment files,
+  and its metadata was carried into a newer, fsynced WAL file;
+- segment files change only by appending (during a rollover), by atomic rename of a
+  rewritten copy, or by deletion.
+
+Not here: consensus (broker/raft/core.py) — this layer never decides what is committed;
+byte layouts (FORMAT.md); the I/O scheduling of the shell that calls `flush()`.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..types import HardState, LogEntry, SnapshotMeta
+from .config import StorageConfig
+from .errors import CorruptLogError
+from .group_log import GroupLog
+from .group_state import GroupState
+from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
+                     SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX, check_uid, fsync_dir,
+                     numbered_name)
+from .recovery import recover
+from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
+                       rewrite_segment)
+from .snapshots import read_snapshot_file, write_snapshot_file
+from .wal import (WalFile, encode_entries, encode_group, encode_hard_state, encode_members,
+                  encode_release, encode_reset, encode_truncate)
+
+_U64 = 1 << 64
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    deleted: tuple[str, ...] = ()      # segment files with no live entry
+    rewritten: tuple[str, ...] = ()    # mostly dead: now hold only their live entries
+    kept: tuple[str, ...] = ()         # below the snapshot but mostly live
+
+
+@dataclass(slots=True)
+class _Pending:
+    records: list[bytes] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+
+
+class LogStore:
+    def __init__(self, data_dir: str, config: StorageConfig | None = None, *,
+                 failpoint: Callable[[str], None] | None = None) -> None:
+        """Open (creating if needed) DATA_DIR/quorum and recover every group.
+        `failpoint(name)` is called at named steps of multi-file operations; tests
+        raise from it to simulate a crash there."""
+        self.config = config or StorageConfig()
+        self.root = os.path.join(data_dir, QUORUM_DIR)
+        self._failpoint = failpoint
+        self._readers = ReaderCache(self.config.segment_reader_cache)
+        self._pending = _Pending()
+        self._broken: Exception | None = None
+        recovered = recover(self.root, self.config.fsync, self._segment_term)
+        self._groups: dict[str, GroupState] = recovered.groups
+        self._wal: WalFile = recovered.wal
+        self._old_wals: list[str] = recovered.old_wal_paths
+        stranded = [s for s in self._groups.values() if s.mem and s.mem.last < s.snapshot_index]
+        if recovered.stale_resets or stranded:
+            # a RESET whose snapshot never landed must not be replayed later; entries
+            # left below a snapshot must not sit under the new tail of the memory table
+            self.roll_over()
+
+    # --- writes buffered until flush() (pure: no I/O) --------------------------------
+
+    def append(self, group: str, entries: Sequence[LogEntry]) -> None:
+        """Entries continue the group's log: entries[0].index == last_index() + 1,
+        consecutive indexes, terms never decreasing."""
+        if not entries:
+            return
+        state = self._writable(group)
+        expected = state.last_index() + 1
+        term = state.last_term_known() or 0     # no file read on the append path
+        for position, entry in enumerate(entries):
+            if entry.index != expected + position:
+                raise ValueError(f"{group}: append of entry {entry.index}, expected "
+                                 f"{expected + position} (last index {expected - 1})")
+            if entry.term < term or entry.term >= _U64:
+                raise ValueError(f"{group}: entry {entry.index} has term {entry.term} "
+                                 f"after term {term}")
+            if not isinstance(entry.data, bytes) or not 0 <= entry.kind <= 255:
+                raise ValueError(f"{group}: entry {entry.index} needs bytes data and a kind "
+                                 "in 0..255")
+            term = entry.term
+        gid = self._gid(group)
+        self._pending.records.extend(encode_entries(gid, entries))
+        state.mem.extend(list(entries))
+        self._pending.touched.add(group)
+
+    def set_hard_state(self, group: str, hard_state: HardState) -> None:
+        if not 0 <= hard_state.term < _U64 or not isinstance(hard_state.voted_for,
+                                                             (str, type(None))):
+            raise ValueError(f"{group}: bad hard state {hard_state!r}")
+        state = self._writable(group)
+        self._pending.records.append(encode_hard_state(self._gid(group), hard_state))
+        state.hard_state = hard_state
+        self._pending.touched.add(group)
+
+    def set_initial_members(self, group: str, members: Iterable[str]) -> None:
+        """The membership a group starts with (what `members()` answers)."""
+        members = tuple(members)
+        if not all(isinstance(m, str) for m in members) or len(members) > 0xFFFF:
+            raise ValueError(f"{group}: members must be strings, got {members!r}")
+        state = self._writable(group)
+        self._pending.records.append(encode_members(self._gid(group), members))
+        state.initial_members = members
+        self._pending.touched.add(group)
+
+    def truncate_from(self, group: str, index: int) -> None:
+        """Discard entries with index >= `index` (a follower's conflicting suffix).
+        Refused at or below the snapshot index: that part is committed."""
+        state = self._writable(group)
+        last = state.last_index()
+        if index <= state.snapshot_index or index > last + 1:
+            raise ValueError(f"{group}: cannot truncate from {index} (snapshot at "
+                             f"{state.snapshot_index}, last index {last})")
+        if index == last + 1:
+            return
+        self._pending.records.append(encode_truncate(self._gid(group), index))
+        state.discard_from(index)
+        self._pending.touched.add(group)
+
+    # --- durability --------------------------------------------------------------------
+
+    def flush(self) -> dict[str, int]:
+        """Write everything pending with one fdatasync. Returns {group: last index} for
+        every group written to since the previous flush; all of it is now durable."""
+        self._write_pending()
+        touched = self._pending.touched
+        durable = {group: self._groups[group].last_index() for group in sorted(touched)}
+        touched.clear()
+        if self._wal.size > self.config.wal_max_size_bytes:
+            self.roll_over()
+        return durable
+
+    def _write_pending(self) -> None:
+        self._check_usable()
+        records = self._pending.records
+        if not records:
+            return
+        step = self.config.wal_max_batch_size
+        try:
+            for start in range(0, len(records), step):
+                self._wal.write(records[start:start + step])
+            self._pending.records = []
+            self._wal.sync(self.config.fsync)
+        except OSError as error:
+            self._broken = error
+            raise
+
+    def _check_usable(self) -> None:
+        """After a failed write or fsync the kernel's view of the files is unknown (a
+        failed fsync may have dropped dirty pages): only a restart, which recovers
+        from what is really on disk, may continue."""
+        if self._broken is not None:
+            raise RuntimeError(f"the log store failed ({self._broken!r}); close it and "
+                               "reopen the data directory") from self._broken
+
+    def roll_over(self) -> None:
+        """Start a new WAL file; move every memory table into segment files; delete the
+        old WAL files; release the memory. (flush() calls this when the WAL is full.)"""
+        self._write_pending()
+        try:
+            self._roll_over()
+        except Exception as error:     # half moved: only a restart knows what is on disk
+            self._broken = error
+            raise
+
+    def _roll_over(self) -> None:
+        fsync = self.config.fsync
+        wal_dir = os.path.join(self.root, WAL_DIR)
+        number = self._wal.number + 1
+        new = WalFile.create(os.path.join(wal_dir, numbered_name(number, WAL_SUFFIX)), number,
+                             fsync)
+        carried: list[bytes] = []
+        for uid, state in sorted(self._groups.items()):
+            gid = len(new.gids) + 1
+            records = []
+            if state.hard_state != HardState():
+                records.append(encode_hard_state(gid, state.hard_state))
+            if state.initial_members:
+                records.append(encode_members(gid, state.initial_members))
+            if state.release_cursor:
+                records.append(encode_release(gid, state.release_cursor))
+            if records:
+                new.gids[uid] = gid
+                carried += [encode_group(gid, uid), *records]
+        new.write(carried)
+        new.sync(fsync)
+        fsync_dir(wal_dir, fsync)
+        self._fail("rollover.new_wal")
+        old = [*self._old_wals, self._wal.path]
+        self._wal.close()
+        self._wal = new
+        self._old_wals = old          # until they are deleted below
+        for uid in sorted(self._groups):
+            state = self._groups[uid]
+            if state.mem or state.shadow_from is not None:
+                self._move_to_segments(state)
+                self._fail("rollover.group")
+        self._fail("rollover.segments")
+        for path in old:
+            os.remove(path)
+            self._fail("rollover.wal_deleted")
+        fsync_dir(wal_dir, fsync)
+        self._old_wals = []
+
+    def _move_to_segments(self, state: GroupState) -> None:
+        fsync = self.config.fsync
+        directory = os.path.join(self.root, SEGMENTS_DIR, state.dir_name)
+        changed = False
+        if state.shadow_from is not None:
+            self._cut_segments(state, state.shadow_from)
+            state.shadow_from = None
+        entries = state.mem.entries
+        position = 0
+        while position < len(entries):
+            segments = state.segments
+            if (segments and segments[-1].accepts_more(self.config.segment_max_size_bytes)
+                    and segments[-1].last + 1 == entries[position].index):
+                ref = segments[-1]
+            else:
+                if not os.path.isdir(directory):
+                    os.makedirs(directory)
+                    fsync_dir(os.path.dirname(directory), fsync)
+                number = state.next_segment_number
+                state.next_segment_number += 1
+                ref = create_segment(os.path.join(directory, numbered_name(number, SEGMENT_SUFFIX)),
+                                     number, state.uid, self.config.segment_max_entries)
+                segments.append(ref)
+                changed = True
+            self._readers.evict(ref.path)
+            taken = append_entries(ref, entries, position, self.config.segment_max_size_bytes,
+                                   fsync)
+            assert taken > 0
+            position += taken
+        if changed:
+            fsync_dir(directory, fsync)
+        state.mem.clear()
+
+    def _cut_segments(self, state: GroupState, index: int) -> None:
+        """Apply a conflict truncation to the files: segment entries >= index go."""
+        kept: list[SegmentRef] = []
+        for ref in state.segments:
+            if ref.last < index:
+                kept.append(ref)
+                continue
+            survivors = self._readers.get(ref).read(ref.first, index) if ref.first < index else []
+            self._readers.evict(ref.path)
+            new = rewrite_segment(ref, state.uid, survivors, ref.compacted, self.config.fsync)
+            if new is not None:
+                kept.append(new)
+        state.segments = kept
+
+    # --- snapshots, release, compaction (immediate I/O) -------------------------------
+
+    def write_snapshot(self, group: str, meta: SnapshotMeta, state: bytes) -> None:
+        """Persist a snapshot of the group's state machine covering the log up to
+        meta.index. If the log does not hold (meta.index, meta.term) - a leader's
+        snapshot, installed on a follower - it replaces the whole log."""
+        group_state = self._writable(group)
+        self._check_snapshot(group_state, meta)
+        if self._term_at(group_state, meta.index) != meta.term:
+            self.install_snapshot(group, meta, state)
+            return
+        self._write_snapshot_file(group_state, meta, state)
+
+    def install_snapshot(self, group: str, meta: SnapshotMeta, state: bytes) -> None:
+        """Replace the group's whole log by a snapshot (Raft §7, Ready.snapshot). A RESET
+        record is made durable first (flushing whatever else is pending; those groups
+        are reported by the next flush()), then the snapshot file is written, then the
+        old segment files are deleted."""
+        group_state = self._writable(group)
+        self._check_snapshot(group_state, meta)
+        self._pending.records.append(encode_reset(self._gid(group), meta.index, meta.term))
+        self._pending.touched.add(group)
+        self._write_pending()
+        self._fail("install.reset_durable")
+        self._write_snapshot_file(group_state, meta, state)
+        group_state.mem.clear()
+        group_state.shadow_from = None
+        group_state.release_cursor = max(group_state.release_cursor, meta.index + 1)
+        self._delete_segments(group_state, list(group_state.segments))
+
+    def _check_snapshot(self, state: GroupState, meta: SnapshotMeta) -> None:
+        if meta.index < 1 or meta.term < 0 or meta.index < state.snapshot_index:
+            raise ValueError(f"{state.uid}: snapshot at {meta.index} (term {meta.term}) is "
+                             f"invalid or behind the current one at {state.snapshot_index}")
+        if not all(isinstance(m, str) for m in meta.members):
+            raise ValueError(f"{state.uid}: snapshot members must be strings")
+
+    def _write_snapshot_file(self, state: GroupState, meta: SnapshotMeta, data: bytes) -> None:
+        directory = os.path.join(self.root, SNAPSHOTS_DIR, state.dir_name)
+        write_snapshot_file(directory, state.uid, meta, data, self.config.fsync, self._failpoint)
+        state.snapshot = meta
+
+    def read_snapshot(self, group: str) -> tuple[SnapshotMeta, bytes] | None:
+        state = self._groups.get(group)
+        if state is None or state.snapshot is None:
+            return None
+        path = os.path.join(self.root, SNAPSHOTS_DIR, state.dir_name, SNAPSHOT_FILE)
+        uid, meta, data = read_snapshot_file(path)
+        if uid != group or meta != state.snapshot:
+            raise CorruptLogError(path, None, f"holds {uid!r} at {meta.index}, expected "
+                                  f"{group!r} at {state.snapshot.index}")
+        return meta, data
+
+    def release(self, group: str, release_cursor: int) -> list[str]:
+        """Entries below `release_cursor` are dead (the state machine says so; it must be
+        <= snapshot index + 1). Deletes the segment files wholly below it and drops such
+        entries from memory; returns the deleted paths. The cursor never moves back."""
+        state = self._writable(group)
+        if state.snapshot is None or not 1 <= release_cursor <= state.snapshot_index + 1:
+            raise ValueError(f"{group}: release cursor {release_cursor} must be within "
+                             f"[1, snapshot index + 1 = {state.snapshot_index + 1}]")
+        if release_cursor <= state.release_cursor:
+            return []
+        state.release_cursor = release_cursor
+        self._pending.records.append(encode_release(self._gid(group), release_cursor))
+        state.mem.drop_below(release_cursor)
+        return self._delete_segments(state, [r for r in state.segments if r.last < release_cursor])
+
+    def _delete_segments(self, state: GroupState, refs: list[SegmentRef]) -> list[str]:
+        if not refs:
+            return []
+        for ref in refs:
+            self._readers.evict(ref.path)
+            os.remove(ref.path)
+        gone = {id(ref) for ref in refs}
+        state.segments = [ref for ref in state.segments if id(ref) not in gone]
+        fsync_dir(os.path.dirname(refs[0].path), self.config.fsync)
+        return [ref.path for ref in refs]
+
+    def compact(self, group: str, live_indexes: Iterable[int]) -> CompactionResult:
+        """Compact the segments wholly at or below the snapshot index: a segment with no
+        live entry is deleted; one whose live entries are under half of its entries or
+        of its data bytes is rewritten with only those (tmp, fsync, rename). Reads of a
+        compacted range then return only live entries; term_at(snapshot index) still
+        answers from the snapshot. `live_indexes`: any iterable of ints, or an
+        `array.array` already sorted ascending (used as is, no copy)."""
+        state = self._writable(group)
+        if state.snapshot is None:
+            raise ValueError(f"{group}: compaction needs a snapshot")
+        live = live_indexes if isinstance(live_indexes, array) else sorted(set(live_indexes))
+        deleted, rewritten, kept = [], [], []
+        for position, ref in enumerate(list(state.segments)):
+            if ref.last > state.snapshot_index:
+                break
+            reader = self._readers.get(ref)
+            slots = reader.slots
+            a, b = bisect_left(live, ref.first), bisect_right(live, ref.last)
+            keep = [i for i in live[a:b] if reader.term_at(i) is not None]
+            if not keep:
+                deleted += self._delete_segments(state, [ref])
+                continue
+            total_bytes = ref.data_end - ref.data_start
+            live_bytes = sum(slots.lengths[bisect_left(slots.indexes, i)] for i in keep)
+            if len(keep) * 2 >= ref.count and live_bytes * 2 >= total_bytes:
+                kept.append(ref.path)
+                continue
+            wanted = set(keep)
+            entries = [e for e in reader.read(ref.first, ref.last + 1) if e.index in wanted]
+            self._readers.evict(ref.path)
+            self._fail("compact.before_rewrite")
+            new = rewrite_segment(ref, state.uid, entries, True, self.config.fsync)
+            assert new is not None
+            state.segments[state.segments.index(ref)] = new
+            rewritten.append(new.path)
+        return CompactionResult(tuple(deleted), tuple(rewritten), tuple(kept))
+
+    # --- reads -------------------------------------------------------------------------
+
+    def groups(self) -> list[str]:
+        return sorted(uid for uid, state in self._groups.items() if state.has_content())
+
+    def group_log(self, group: str) -> GroupLog:
+        check_uid(group)
+        return GroupLog(self, group)
+
+    def first_index(self, group: str) -> int:
+        return self._readable(group).first_index()
+
+    def last_index(self, group: str) -> int:
+        return self._readable(group).last_index()
+
+    def term_at(self, group: str, index: int) -> int | None:
+        return self._term_at(self._readable(group), index)
+
+    def entries(self, group: str, lo: int, hi: int) -> list[LogEntry]:
+        """The stored entries lo <= index < hi (1 <= lo <= hi <= last_index() + 1).
+        Contiguous above the snapshot; below it only what release/compact kept."""
+        state = self._readable(group)
+        last = state.last_index()
+        if lo < 1 or hi < lo or hi > last + 1:
+            raise ValueError(f"{group}: entries [{lo}, {hi}) outside [1, {last + 1})")
+        out: list[LogEntry] = []
+        segment_hi = hi
+        if state.mem:
+            segment_hi = min(segment_hi, state.mem.first)
+        if state.shadow_from is not None:
+            segment_hi = min(segment_hi, state.shadow_from)
+        if lo < segment_hi:
+            refs = state.segments
+            start = max(bisect_right(refs, lo, key=_first) - 1, 0)
+            for ref in refs[start:]:
+                if ref.first >= segment_hi:
+                    break
+                if ref.last >= lo:
+                    out.extend(self._readers.get(ref).read(lo, segment_hi))
+        out.extend(state.mem.slice(lo, hi))
+        return out
+
+    def entry(self, group: str, index: int) -> LogEntry | None:
+        state = self._readable(group)
+        if not 1 <= index <= state.last_index():
+            return None
+        found = self.entries(group, index, index + 1)
+        return found[0] if found else None
+
+    def snapshot_meta(self, group: str) -> SnapshotMeta | None:
+        return self._readable(group).snapshot
+
+    def hard_state(self, group: str) -> HardState:
+        return self._readable(group).hard_state
+
+    def members(self, group: str) -> tuple[str, ...]:
+        return self._readable(group).initial_members
+
+    def release_cursor(self, group: str) -> int:
+        return self._readable(group).release_cursor
+
+    def memtable_bytes(self, group: str) -> int:
+        """Estimated heap bytes of the group's entries held in memory (see memtable.py)."""
+        return self._readable(group).mem.nbytes
+
+    def total_memtable_bytes(self) -> int:
+        return sum(state.mem.nbytes for state in self._groups.values())
+
+    def segment_paths(self, group: str) -> list[str]:
+        return [ref.path for ref in self._readable(group).segments]
+
+    def wal_paths(self) -> list[str]:
+        return [*self._old_wals, self._wal.path]
+
+    def wal_size(self) -> int:
+        return self._wal.size
+
+    def close(self) -> None:
+        """Flush what is pending (unless an I/O error broke the store), then close
+        every file."""
+        if self._broken is None:
+            self._write_pending()
+        self._wal.close()
+        self._readers.close()
+
+    # --- internals -------------------------------------------------------------------
+
+    def _term_at(self, state: GroupState, index: int) -> int | None:
+        if index == 0:
+            return 0
+        entry = state.mem.get(index)
+        if entry is not None:
+            return entry.term
+        if state.snapshot is not None and index == state.snapshot.index:
+            return state.snapshot.term
+        if index > state.last_index() or (state.shadow_from is not None
+                                          and index >= state.shadow_from):
+            return None
+        refs = state.segments
+        position = bisect_right(refs, index, key=_first) - 1
+        if position >= 0 and refs[position].last >= index:
+            return self._segment_term(refs[position], index)
+        return None
+
+    def _segment_term(self, ref: SegmentRef, index: int) -> int | None:
+        return self._readers.get(ref).term_at(index)
+
+    def _readable(self, group: str) -> GroupState:
+        state = self._groups.get(group)
+        return state if state is not None else GroupState.new(group)
+
+    def _writable(self, group: str) -> GroupState:
+        self._check_usable()
+        state = self._groups.get(group)
+        if state is None:
+            state = self._groups[group] = GroupState.new(group)
+        return state
+
+    def _gid(self, group: str) -> int:
+        gids = self._wal.gids
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = max(gids.values(), default=0) + 1
+            self._pending.records.append(encode_group(gid, group))
+        return gid
+
+    def _fail(self, point: str) -> None:
+        if self._failpoint is not None:
+            self._failpoint(point)
+
+
+def _first(ref: SegmentRef) -> int:
+    return ref.first

@@ -1,0 +1,253 @@
+"""Recovery: rebuild every group's log from snapshots, segments and the WAL files.
+
+Responsibilities: read what is on disk in a fixed order and decide, for each group,
+which entries are its log; tolerate exactly the damage a crash can cause and refuse
+everything else with the file and byte offset.
+
+How it works:
+1. snapshots/<group>/snapshot.dat: the latest snapshot of each group (checked whole);
+2. segments/<group>/*.segment, oldest first: their indexes (not their data);
+3. wal/*.wal, oldest first, replayed record by record into memory tables:
+   ENTRY appends (when the memory table is empty, an entry at or below the segments'
+   last index shadows the segment entries from there: they were written by an
+   interrupted rollover of this very WAL, or are being replaced), TRUNCATE discards a
+   suffix, RESET (a snapshot replaced the log) discards everything if the snapshot on
+   disk covers it, RELEASE drops dead entries, HARD_STATE and MEMBERS set the group's
+   metadata;
+4. per group: entries above the snapshot must be contiguous, else CorruptLogError.
+
+Why a torn tail is safe where it is tolerated: the WAL is written strictly in order,
+so a crash leaves at most one torn record, at the end of the newest file. Segments are
+written only during a rollover, while the old WAL (holding the same entries) still
+exists; a rollover deletes the old WAL only after fsyncing the segments. So a torn
+segment tail is tolerated only when more than one WAL file exists (an interrupted
+rollover), and the entries it lost are replayed from that WAL; step 4 proves it.
+
+Invariants: recovery is idempotent (it may be interrupted and rerun); the only files
+it changes are a torn WAL tail (truncated), torn segment tails (rewritten without the
+torn part) and leftover `.tmp` files (deleted).
+
+Not here: the write path (log_store.py), byte layouts (wal.py, segments.py,
+snapshots.py, FORMAT.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..types import LogEntry
+from .errors import CorruptLogError
+from .group_state import GroupState
+from .layout import (SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE, SNAPSHOTS_DIR,
+                     WAL_DIR, WAL_SUFFIX, fsync_dir, group_dir_name, list_numbered,
+                     numbered_name, remove_tmp_files)
+from .segments import (ParsedSegment, SegmentReader, SegmentRef, parse_segment,
+                       rewrite_segment)
+from .snapshots import read_snapshot_file
+from .wal import (EntryRecord, GroupRecord, HardStateRecord, MembersRecord, ReleaseRecord,
+                  ResetRecord, TruncateRecord, WalFile, WalScan, scan_wal)
+
+TermLookup = Callable[[SegmentRef, int], "int | None"]
+
+
+@dataclass(slots=True)
+class Recovered:
+    groups: dict[str, GroupState]
+    wal: WalFile
+    old_wal_paths: list[str]                  # older WAL files still needed
+    stale_resets: list[str] = field(default_factory=list)   # groups: roll over at once
+
+
+def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
+    wal_dir = os.path.join(root, WAL_DIR)
+    for directory in (root, wal_dir, os.path.join(root, SEGMENTS_DIR),
+                      os.path.join(root, SNAPSHOTS_DIR)):
+        os.makedirs(directory, exist_ok=True)
+    wal_files = list_numbered(wal_dir, WAL_SUFFIX)
+    groups: dict[str, GroupState] = {}
+
+    def group(uid: str) -> GroupState:
+        state = groups.get(uid)
+        if state is None:
+            state = groups[uid] = GroupState.new(uid)
+        return state
+
+    _read_snapshots(os.path.join(root, SNAPSHOTS_DIR), group)
+    _read_segments(os.path.join(root, SEGMENTS_DIR), group,
+                   rollover_interrupted=len(wal_files) > 1, fsync=fsync)
+    scans: list[WalScan] = []
+    stale: set[str] = set()
+    for position, (number, path) in enumerate(wal_files):
+        scan = scan_wal(path, number, newest=position == len(wal_files) - 1)
+        _replay(scan, group, stale)
+        scans.append(scan)
+    for state in groups.values():
+        _check_group(state, root, segment_term)
+
+    if scans:
+        wal = WalFile.reopen(scans[-1], fsync)
+        old = [scan.path for scan in scans[:-1]]
+    else:
+        wal = WalFile.create(os.path.join(wal_dir, numbered_name(1, WAL_SUFFIX)), 1, fsync)
+        fsync_dir(wal_dir, fsync)
+        old = []
+    return Recovered(groups, wal, old, sorted(stale))
+
+
+def _read_snapshots(directory: str, group: Callable[[str], GroupState]) -> None:
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isdir(path):
+            continue
+        remove_tmp_files(path)
+        snapshot_path = os.path.join(path, SNAPSHOT_FILE)
+        if not os.path.exists(snapshot_path):
+            continue
+        uid, meta, _state = read_snapshot_file(snapshot_path)
+        if group_dir_name(uid) != name:
+            raise CorruptLogError(snapshot_path, None, f"holds group {uid!r}, which belongs "
+                                  f"in directory {group_dir_name(uid)!r}")
+        group(uid).snapshot = meta
+
+
+def _read_segments(directory: str, group: Callable[[str], GroupState],
+                   rollover_interrupted: bool, fsync: bool) -> None:
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isdir(path):
+            continue
+        remove_tmp_files(path)
+        files = list_numbered(path, SEGMENT_SUFFIX)
+        refs: list[SegmentRef] = []
+        uid = None
+        for position, (number, file_path) in enumerate(files):
+            newest = position == len(files) - 1
+            parsed = parse_segment(file_path, number, tolerate_torn=newest and rollover_interrupted)
+            if parsed is None or parsed.ref.count == 0:
+                if not (newest and rollover_interrupted) and parsed is None:
+                    raise CorruptLogError(file_path, 0, "unreadable segment header")
+                os.remove(file_path)                 # created by the interrupted rollover
+                fsync_dir(path, fsync)
+                continue
+            if group_dir_name(parsed.uid) != name or (uid is not None and parsed.uid != uid):
+                raise CorruptLogError(file_path, None, f"holds group {parsed.uid!r}, which "
+                                      f"does not belong in directory {name!r}")
+            uid = parsed.uid
+            ref = _without_torn_tail(parsed, fsync) if parsed.torn else parsed.ref
+            if refs and ref.first <= refs[-1].last:
+                raise CorruptLogError(file_path, None, f"starts at index {ref.first}, not "
+                                      f"after {refs[-1].path} (ends at {refs[-1].last})")
+            refs.append(ref)
+        if uid is None:
+            continue
+        state = group(uid)
+        state.segments = refs
+        state.next_segment_number = files[-1][0] + 1
+
+
+def _without_torn_tail(parsed: ParsedSegment, fsync: bool) -> SegmentRef:
+    """Rewrite a segment with only its intact entries, so appending cannot resurrect
+    half-written index slots beyond them."""
+    reader = SegmentReader(parsed.ref, parsed.slots)
+    try:
+        entries = reader.read(parsed.ref.first, parsed.ref.last + 1)
+    finally:
+        reader.close()
+    ref = rewrite_segment(parsed.ref, parsed.uid, entries, parsed.ref.compacted, fsync)
+    assert ref is not None
+    return ref
+
+
+def _replay(scan: WalScan, group: Callable[[str], GroupState], stale: set[str]) -> None:
+    gids: dict[int, GroupState] = {}
+
+    def state_of(gid: int, offset: int) -> GroupState:
+        state = gids.get(gid)
+        if state is None:
+            raise CorruptLogError(scan.path, offset, f"record for group number {gid}, "
+                                  "which no GROUP record before it names")
+        return state
+
+    for offset, record in scan.records:
+        match record:
+            case EntryRecord(gid, entry):
+                state = state_of(gid, offset)
+                _replay_entry(state, entry, scan.path, offset)
+            case GroupRecord(gid, uid):
+                if gid in gids:
+                    raise CorruptLogError(scan.path, offset, f"group number {gid} named twice")
+                gids[gid] = group(uid)
+            case HardStateRecord(gid, hard_state):
+                state_of(gid, offset).hard_state = hard_state
+            case TruncateRecord(gid, index):
+                state_of(gid, offset).discard_from(index)
+            case ResetRecord(gid, index, _term):
+                state = state_of(gid, offset)
+                if state.snapshot is not None and state.snapshot.index >= index:
+                    state.discard_all()
+                    state.release_cursor = max(state.release_cursor, index + 1)
+                else:               # the install did not finish: its snapshot is missing
+                    stale.add(state.uid)
+            case ReleaseRecord(gid, cursor):
+                state = state_of(gid, offset)
+                state.release_cursor = max(state.release_cursor, cursor)
+                state.mem.drop_below(cursor)
+            case MembersRecord(gid, members):
+                state_of(gid, offset).initial_members = members
+
+
+def _replay_entry(state: GroupState, entry: LogEntry, path: str, offset: int) -> None:
+    mem = state.mem
+    if mem:
+        if entry.index != mem.last + 1:
+            raise CorruptLogError(path, offset, f"group {state.uid!r}: entry {entry.index} "
+                                  f"does not follow {mem.last}")
+    else:
+        state.discard_from(entry.index)
+    mem.extend([entry])
+
+
+def _check_group(state: GroupState, root: str, segment_term: TermLookup) -> None:
+    """Apply the snapshot's authority, then prove the log above it is contiguous."""
+    snapshot = state.snapshot
+    if snapshot is not None:
+        stored = _stored_term(state, snapshot.index, segment_term)
+        if stored is not None and stored != snapshot.term:
+            state.discard_all()          # entries conflicting with a committed snapshot
+    if state.mem and state.release_cursor:
+        state.mem.drop_below(state.release_cursor)
+    expected = state.snapshot_index + 1
+    shadow = state.shadow_from
+    runs: list[tuple[int, int, str]] = []
+    for ref in state.segments:
+        if shadow is not None and ref.first >= shadow:
+            break
+        last = ref.last if shadow is None else min(ref.last, shadow - 1)
+        if ref.compacted and last >= expected:
+            raise CorruptLogError(ref.path, None, f"compacted segment reaches index {last}, "
+                                  f"above the snapshot ({expected - 1})")
+        runs.append((ref.first, last, ref.path))
+    if state.mem:
+        runs.append((state.mem.first, state.mem.last, os.path.join(root, WAL_DIR)))
+    for first, last, where in runs:
+        if last < expected:
+            continue
+        if first > expected:
+            raise CorruptLogError(where, None, f"group {state.uid!r}: entries {expected} to "
+                                  f"{first - 1} are missing (the log above the snapshot must "
+                                  "be contiguous)")
+        expected = last + 1
+
+
+def _stored_term(state: GroupState, index: int, segment_term: TermLookup) -> int | None:
+    entry = state.mem.get(index)
+    if entry is not None:
+        return entry.term
+    if state.shadow_from is not None and index >= state.shadow_from:
+        return None
+    for ref in state.segments:
+        if ref.first <= index <= ref.last:
+            return segment_term(ref, index)
+    return None

@@ -1,0 +1,325 @@
+"""The write-ahead log: one per node, shared by every Raft group on it.
+
+Responsibilities: encode the records groups append (pure: bytes out), write a batch of
+them and make it durable with one fdatasync (group commit), and scan a WAL file back
+into typed records on recovery, telling a torn tail from corruption.
+
+How it works: a WAL file is a 16-byte header then records. Each record carries its own
+header CRC and payload CRC, so a length can be trusted before the payload is read. A
+group is named once per file by a GROUP record mapping a small number (gid) to its
+uid; the other records carry the gid. Byte layout: FORMAT.md, "WAL file".
+
+Invariants:
+- a record is durable once the fdatasync that follows its write returned;
+- records are written in the order they were encoded, and a write is a prefix of that
+  order, so a crash leaves a prefix of the records plus at most one torn record;
+- a torn record is accepted only at the end of the newest WAL file (a file is never
+  appended to after a newer one exists); everything else that fails a check is
+  corruption, reported with the file and byte offset.
+
+Not here: what the records mean for a group's log (log_store.py, recovery.py).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ..types import HardState, LogEntry
+from .errors import CorruptLogError
+from .layout import sync_file
+
+WAL_MAGIC = b"QQWL"
+WAL_VERSION = 1
+
+FILE_HEADER = struct.Struct(">4sHHI")      # magic, version, flags, file number
+FILE_HEADER_SIZE = FILE_HEADER.size + 4    # + crc32 of the 12 bytes above
+RECORD_HEADER = struct.Struct(">IBI")      # payload length, type, payload crc32
+RECORD_HEADER_SIZE = RECORD_HEADER.size + 4  # + crc32 of the 9 bytes above
+
+GROUP, ENTRY, HARD_STATE, TRUNCATE, RESET, RELEASE, MEMBERS = 1, 2, 3, 4, 5, 6, 7
+RECORD_NAMES = {GROUP: "GROUP", ENTRY: "ENTRY", HARD_STATE: "HARD_STATE",
+                TRUNCATE: "TRUNCATE", RESET: "RESET", RELEASE: "RELEASE", MEMBERS: "MEMBERS"}
+
+_gid = struct.Struct(">I")
+_entry = struct.Struct(">IQQB")            # gid, index, term, kind; then data
+_hard_state = struct.Struct(">IQB")        # gid, term, has_vote; then voted_for
+_gid_index = struct.Struct(">IQ")          # TRUNCATE (index), RELEASE (cursor)
+_reset = struct.Struct(">IQQ")             # gid, snapshot index, snapshot term
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_crc32 = zlib.crc32
+
+
+# --- encoding (pure) -------------------------------------------------------------------
+
+def encode_file_header(number: int) -> bytes:
+    head = FILE_HEADER.pack(WAL_MAGIC, WAL_VERSION, 0, number)
+    return head + _crc32(head).to_bytes(4, "big")
+
+
+def _record(record_type: int, payload: bytes, crc: int | None = None) -> bytes:
+    head = RECORD_HEADER.pack(len(payload), record_type,
+                              _crc32(payload) if crc is None else crc)
+    return head + _crc32(head).to_bytes(4, "big") + payload
+
+
+def encode_group(gid: int, uid: str) -> bytes:
+    return _record(GROUP, _gid.pack(gid) + uid.encode("utf-8"))
+
+
+def encode_entry(gid: int, entry: LogEntry) -> bytes:
+    return encode_entries(gid, [entry])[0]
+
+
+def encode_entries(gid: int, entries: list[LogEntry]) -> list[bytes]:
+    """One ENTRY record per entry (the hot path: locals only, three C calls each)."""
+    pack_fixed, pack_head, pack_u32, crc, join = (_entry.pack, RECORD_HEADER.pack,
+                                                 _u32.pack, _crc32, b"".join)
+    fixed_size = _entry.size
+    out = []
+    for entry in entries:
+        data = entry.data
+        fixed = pack_fixed(gid, entry.index, entry.term, entry.kind)
+        head = pack_head(fixed_size + len(data), ENTRY, crc(data, crc(fixed)))
+        out.append(join((head, pack_u32(crc(head)), fixed, data)))
+    return out
+
+
+def encode_hard_state(gid: int, state: HardState) -> bytes:
+    vote = b"" if state.voted_for is None else state.voted_for.encode("utf-8")
+    return _record(HARD_STATE,
+                   _hard_state.pack(gid, state.term, state.voted_for is not None) + vote)
+
+
+def encode_truncate(gid: int, index: int) -> bytes:
+    return _record(TRUNCATE, _gid_index.pack(gid, index))
+
+
+def encode_reset(gid: int, index: int, term: int) -> bytes:
+    return _record(RESET, _reset.pack(gid, index, term))
+
+
+def encode_release(gid: int, cursor: int) -> bytes:
+    return _record(RELEASE, _gid_index.pack(gid, cursor))
+
+
+def encode_members(gid: int, members: tuple[str, ...]) -> bytes:
+    parts = [_gid.pack(gid), _u16.pack(len(members))]
+    for member in members:
+        raw = member.encode("utf-8")
+        parts += (_u16.pack(len(raw)), raw)
+    return _record(MEMBERS, b"".join(parts))
+
+
+# --- decoded records (a closed vocabulary) -----------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    gid: int
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRecord:
+    gid: int
+    entry: LogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class HardStateRecord:
+    gid: int
+    hard_state: HardState
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateRecord:
+    gid: int
+    index: int          # entries with index >= this are discarded
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    gid: int
+    index: int          # the whole log was replaced by a snapshot at (index, term)
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRecord:
+    gid: int
+    cursor: int         # entries with index < cursor are dead
+
+
+@dataclass(frozen=True, slots=True)
+class MembersRecord:
+    gid: int
+    members: tuple[str, ...]
+
+
+WalRecord: TypeAlias = (GroupRecord | EntryRecord | HardStateRecord | TruncateRecord
+                        | ResetRecord | ReleaseRecord | MembersRecord)
+
+
+def _decode(record_type: int, payload: bytes) -> WalRecord:
+    if record_type == ENTRY:
+        gid, index, term, kind = _entry.unpack_from(payload)
+        return EntryRecord(gid, LogEntry(index, term, kind, payload[_entry.size:]))
+    if record_type == GROUP:
+        return GroupRecord(_gid.unpack_from(payload)[0], payload[4:].decode("utf-8"))
+    if record_type == HARD_STATE:
+        gid, term, has_vote = _hard_state.unpack_from(payload)
+        vote = payload[_hard_state.size:].decode("utf-8") if has_vote else None
+        return HardStateRecord(gid, HardState(term, vote))
+    if record_type == TRUNCATE:
+        return TruncateRecord(*_gid_index.unpack_from(payload))
+    if record_type == RESET:
+        return ResetRecord(*_reset.unpack_from(payload))
+    if record_type == RELEASE:
+        return ReleaseRecord(*_gid_index.unpack_from(payload))
+    if record_type == MEMBERS:
+        gid, = _gid.unpack_from(payload)
+        count, = _u16.unpack_from(payload, 4)
+        offset, members = 6, []
+        for _ in range(count):
+            length, = _u16.unpack_from(payload, offset)
+            members.append(payload[offset + 2:offset + 2 + length].decode("utf-8"))
+            offset += 2 + length
+        return MembersRecord(gid, tuple(members))
+    raise ValueError(f"unknown record type {record_type}")
+
+
+# --- scanning (recovery) -----------------------------------------------------------------
+
+@dataclass(slots=True)
+class WalScan:
+    number: int
+    path: str
+    records: list[tuple[int, WalRecord]]   # (byte offset, record), in file order
+    valid_end: int                         # bytes up to here are whole records
+    size: int                              # file size as found (> valid_end: torn tail)
+
+
+def scan_wal(path: str, number: int, newest: bool) -> WalScan:
+    """Read and check a whole WAL file. `newest`: a torn tail is tolerated (reported in
+    `valid_end < size`, the caller truncates); in any older file it is corruption."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    size = len(data)
+
+    def corrupt(offset: int, detail: str) -> CorruptLogError:
+        return CorruptLogError(path, offset, detail)
+
+    if newest and (not data.strip(b"\0") or size < FILE_HEADER_SIZE
+                   and encode_file_header(number).startswith(data)):
+        return WalScan(number, path, [], 0, size)        # crashed while creating it
+    if size < FILE_HEADER_SIZE:
+        raise corrupt(0, f"truncated WAL file header ({size} bytes)")
+    magic, version, _flags, file_number = FILE_HEADER.unpack_from(data)
+    if magic != WAL_MAGIC:
+        raise corrupt(0, f"bad magic {magic!r} (expected {WAL_MAGIC!r})")
+    if version != WAL_VERSION:
+        raise corrupt(4, f"unknown WAL format version {version} (this build reads "
+                         f"{WAL_VERSION})")
+    if int.from_bytes(data[12:16], "big") != _crc32(data[:12]):
+        raise corrupt(0, "WAL file header checksum mismatch")
+    if file_number != number:
+        raise corrupt(8, f"file header says WAL {file_number}, the name says {number}")
+
+    records: list[tuple[int, WalRecord]] = []
+    offset = FILE_HEADER_SIZE
+    view = memoryview(data)
+    unpack_header = RECORD_HEADER.unpack_from
+    while offset < size:
+        remaining = size - offset
+        torn = None
+        if remaining < RECORD_HEADER_SIZE:
+            torn = "truncated record header"
+        else:
+            length, record_type, payload_crc = unpack_header(data, offset)
+            header_crc = int.from_bytes(data[offset + 9:offset + 13], "big")
+            if header_crc != _crc32(view[offset:offset + 9]):
+                if not data[offset:].strip(b"\0"):
+                    torn = "zero-filled tail"
+                else:
+                    raise corrupt(offset, "record header checksum mismatch")
+            elif RECORD_HEADER_SIZE + length > remaining:
+                torn = (f"record of {length} bytes cut off after "
+                        f"{remaining - RECORD_HEADER_SIZE}")
+        if torn is not None:
+            if newest:
+                return WalScan(number, path, records, offset, size)
+            raise corrupt(offset, f"{torn} in a WAL file that is not the newest")
+        start = offset + RECORD_HEADER_SIZE
+        payload = data[start:start + length]
+        if _crc32(payload) != payload_crc:
+            raise corrupt(offset, f"{RECORD_NAMES.get(record_type, 'record')} payload "
+                                  "checksum mismatch")
+        try:
+            records.append((offset, _decode(record_type, payload)))
+        except (ValueError, struct.error, UnicodeDecodeError) as error:
+            raise corrupt(offset, f"undecodable record: {error}") from None
+        offset = start + length
+    return WalScan(number, path, records, offset, size)
+
+
+# --- the open WAL file -------------------------------------------------------------------
+
+class WalFile:
+    """The WAL file being appended to: a raw fd (no user-space buffer to lose)."""
+
+    def __init__(self, path: str, number: int, fd: int, size: int) -> None:
+        self.path = path
+        self.number = number
+        self.size = size
+        self.gids: dict[str, int] = {}   # groups named by a GROUP record in this file
+        self._fd = fd
+
+    @classmethod
+    def create(cls, path: str, number: int, fsync: bool) -> WalFile:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        header = encode_file_header(number)
+        os.write(fd, header)
+        sync_file(fd, fsync)
+        return cls(path, number, fd, len(header))
+
+    @classmethod
+    def reopen(cls, scan: WalScan, fsync: bool) -> WalFile:
+        """Continue the newest file after recovery, cutting a torn tail off first."""
+        fd = os.open(scan.path, os.O_WRONLY)
+        end = scan.valid_end
+        if end < FILE_HEADER_SIZE:      # torn while being created: start it afresh
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, encode_file_header(scan.number), 0)
+            end = FILE_HEADER_SIZE
+            sync_file(fd, fsync)
+        elif scan.size != end:
+            os.ftruncate(fd, end)
+            sync_file(fd, fsync)
+        os.lseek(fd, end, os.SEEK_SET)
+        wal = cls(scan.path, scan.number, fd, end)
+        for _offset, record in scan.records:
+            if isinstance(record, GroupRecord):
+                wal.gids[record.uid] = record.gid
+        return wal
+
+    def write(self, chunks: list[bytes]) -> None:
+        data = b"".join(chunks)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self.size += len(data)
+
+    def sync(self, enabled: bool) -> None:
+        sync_file(self._fd, enabled)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    __del__ = close          # an abandoned store must not leak its descriptor

@@ -1,0 +1,120 @@
+"""A group of one: the Ready cycle without any network (etcd-io/raft's basic contract).
+
+A proposal is committed as soon as the leader persisted it: the commit index moves in
+`advance()`, and the next Ready hands the entry out for applying.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from quorumqueue.broker.raft.config import RaftConfig
+from quorumqueue.broker.raft.core import RaftNode
+from quorumqueue.broker.raft.errors import NotLeader
+from quorumqueue.broker.raft.ready import Role
+from quorumqueue.broker.raft.types import HardState
+
+from .harness import MemoryStorage, entry_text
+
+CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=2)
+
+
+def texts(entries):
+    return [entry_text(e) for e in entries]
+
+
+def drain(node, storage):
+    for _ in range(100):
+        if (ready := node.ready()) is None:
+            return
+        storage.persist(ready)
+        node.advance(ready)
+    raise AssertionError("Readys kept coming")
+
+
+def test_propose_persist_advance_commit():
+    storage = MemoryStorage(("a",))
+    a = RaftNode("a", CONFIG, storage, random.Random(1))
+    assert a.role is Role.FOLLOWER and a.ready() is None
+
+    # election: pre-vote and vote both win at once with a quorum of one
+    a.campaign()
+    ready = a.ready()
+    assert ready.hard_state == HardState(term=1, voted_for="a")
+    assert texts(ready.entries) == ["1@1:noop"]
+    assert ready.messages == () and ready.committed == ()
+    assert (ready.role, ready.leader_id, ready.leader_changed) == (Role.LEADER, "a", True)
+    storage.persist(ready)
+    assert a.commit_index == 0                 # nothing counts before it is persisted
+    a.advance(ready)
+    assert a.commit_index == 1                 # ... and then it is a quorum
+
+    ready = a.ready()
+    assert texts(ready.committed) == ["1@1:noop"]
+    assert ready.entries == () and ready.hard_state is None and not ready.leader_changed
+    a.advance(ready)
+    assert a.applied_index == 1 and a.ready() is None
+
+    # two proposals before the next Ready travel together
+    assert a.propose(b"x") == 2
+    assert a.propose(b"y") == 3
+    ready = a.ready()
+    assert texts(ready.entries) == ["2@1:x", "3@1:y"] and ready.committed == ()
+    storage.persist(ready)
+    a.advance(ready)
+    ready = a.ready()
+    assert texts(ready.committed) == ["2@1:x", "3@1:y"] and ready.entries == ()
+    a.advance(ready)
+    assert a.ready() is None
+
+
+def test_ready_must_be_advanced_before_the_next():
+    a = RaftNode("a", CONFIG, MemoryStorage(("a",)), random.Random(1))
+    a.campaign()
+    ready = a.ready()
+    with pytest.raises(RuntimeError, match="not advanced"):
+        a.ready()
+    a.propose(b"x")                            # inputs may arrive meanwhile ...
+    a.advance(ready)
+    assert texts(a.ready().entries) == ["2@1:x"]   # ... and show up in the next Ready
+
+
+def test_the_election_timer_fires_within_one_to_two_election_timeouts():
+    for seed in range(20):
+        a = RaftNode("a", CONFIG, MemoryStorage(("a",)), random.Random(seed))
+        for ticks in range(1, 3 * CONFIG.election_ticks):
+            a.tick()
+            if a.role is Role.LEADER:
+                break
+        assert CONFIG.election_ticks <= ticks < 2 * CONFIG.election_ticks
+
+
+def test_restart_recovers_term_vote_and_log_and_reapplies():
+    storage = MemoryStorage(("a",))
+    a = RaftNode("a", CONFIG, storage, random.Random(1))
+    a.campaign()
+    a.propose(b"x")
+    drain(a, storage)
+    assert a.applied_index == 2
+    a.propose(b"lost")                         # never in a Ready: lost in the crash
+
+    a = RaftNode("a", CONFIG, storage, random.Random(2))
+    assert (a.role, a.term, a.voted_for) == (Role.FOLLOWER, 1, "a")
+    assert (a.commit_index, a.applied_index, a.log.last_index()) == (0, 0, 2)
+    a.campaign()
+    ready = a.ready()
+    assert ready.hard_state == HardState(term=2, voted_for="a")
+    assert texts(ready.entries) == ["3@2:noop"]
+    storage.persist(ready)
+    a.advance(ready)
+    # the commit index is not persisted: the state machine starts over from the log
+    assert texts(a.ready().committed) == ["1@1:noop", "2@1:x", "3@2:noop"]
+
+
+def test_only_the_leader_takes_proposals():
+    a = RaftNode("a", CONFIG, MemoryStorage(("a", "b", "c")), random.Random(1))
+    with pytest.raises(NotLeader) as raised:
+        a.propose(b"x")
+    assert raised.value.leader_hint is None

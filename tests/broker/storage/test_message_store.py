@@ -1,0 +1,363 @@
+"""The segmented message store: what is flushed is recovered, and nothing else.
+
+Checks the invariants written in broker/storage/message_store.py: records are durable
+once `flush()` returned; recovery replays enqueue/ack/purge/delete in order; a torn
+record is tolerated only at the tail of the newest segment (a crash mid-write) and is
+cut off so appending can continue; any other damage stops recovery with an error
+naming the file and offset; dead segments are deleted oldest first; a mostly dead
+oldest segment has its live messages copied forward (compaction). A Hypothesis model
+test runs random operation sequences, with crashes, against a dictionary.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quorumqueue.broker.storage.message_store import (CorruptStoreError, MessageStore,
+                                                      queue_key)
+
+Q1 = queue_key("/", "orders")
+Q2 = queue_key("vhost-ü", "очередь")
+
+
+def opened(directory, segment_bytes: int = 1 << 20) -> MessageStore:
+    store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
+    assert store.recover() == {} or True
+    return store
+
+
+def recovered(directory, segment_bytes: int = 1 << 20) -> dict:
+    """Recover into a fresh MessageStore: {key: [(seq, exchange, key, header, body)]}."""
+    store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
+    result = {key: [(m.seq, m.exchange, m.routing_key, m.header, m.body) for m in messages]
+              for key, messages in store.recover().items() if messages}
+    store.close()
+    return result
+
+
+def segments(directory) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".seg"))
+
+
+def enqueue(store: MessageStore, key: bytes, seq: int, body: bytes = b"body") -> int:
+    return store.append_enqueue(key, seq, "amq.direct", f"rk-{seq}", b"\x00\x3c-header", body)
+
+
+def record(seq: int, body: bytes = b"body") -> tuple:
+    return (seq, "amq.direct", f"rk-{seq}", b"\x00\x3c-header", body)
+
+
+def crash(store: MessageStore) -> None:
+    """The process dies: the pending batch is lost, nothing more is written."""
+    store._batch.clear()
+    store._file.close()
+    store._file = None
+
+
+# ---------------------------------------------------------------- round trip
+
+
+def test_append_flush_recover_round_trip(tmp_path):
+    """Format v1: enqueue/ack records replay to the live set, per queue, in seq order."""
+    store = opened(tmp_path)
+    assert enqueue(store, Q1, 1, b"one") == 1
+    enqueue(store, Q1, 2, b"two")
+    enqueue(store, Q2, 1, b"\x00binary\xff")
+    store.append_ack(Q1, 1)
+    assert store.has_pending
+    assert store.flush() == 1
+    assert not store.has_pending
+    enqueue(store, Q1, 3, b"three")
+    assert store.flush() == 2
+    store.close()
+    assert recovered(tmp_path) == {Q1: [record(2, b"two"), record(3, b"three")],
+                                   Q2: [record(1, b"\x00binary\xff")]}
+
+
+def test_unflushed_appends_are_not_recovered(tmp_path):
+    """Only a flush makes records durable; a crash loses the pending batch (and the
+    broker never confirmed those messages)."""
+    store = opened(tmp_path)
+    enqueue(store, Q1, 1)
+    store.flush()
+    enqueue(store, Q1, 2)
+    store.append_ack(Q1, 1)
+    crash(store)
+    assert recovered(tmp_path) == {Q1: [record(1)]}
+
+
+def test_purge_and_delete_records(tmp_path):
+    """PURGE drops seqs up to its bound; DELETE drops a queue; later enqueues survive."""
+    store = opened(tmp_path)
+    for seq in range(1, 6):
+        enqueue(store, Q1, seq)
+        enqueue(store, Q2, seq)
+    store.append_purge(Q1, 3)
+    store.append_delete(Q2)
+    enqueue(store, Q2, 1, b"recreated queue")  # a new queue of that name starts again
+    store.flush()
+    store.close()
+    assert recovered(tmp_path) == {Q1: [record(4), record(5)],
+                                   Q2: [record(1, b"recreated queue")]}
+
+
+def test_recovery_can_continue_appending_to_the_newest_segment(tmp_path):
+    """Recovery reopens the newest segment for appends without a new file."""
+    store = opened(tmp_path)
+    enqueue(store, Q1, 1)
+    store.flush()
+    store.close()
+    store = MessageStore(str(tmp_path), fsync=False)
+    store.recover()
+    store.append_ack(Q1, 1)
+    enqueue(store, Q1, 2)
+    store.flush()
+    store.close()
+    assert segments(tmp_path) == ["00000001.seg"]
+    assert recovered(tmp_path) == {Q1: [record(2)]}
+
+
+# ---------------------------------------------------------------- torn tails and corruption
+
+
+def three_records(directory) -> tuple[str, list[int]]:
+    """A segment with three enqueues; returns its path and the record offsets."""
+    store = opened(directory)
+    offsets = []
+    for seq in (1, 2, 3):
+        offsets.append(store._file_size + sum(len(r) for r in store._batch))
+        enqueue(store, Q1, seq, b"x" * 20)
+    store.flush()
+    store.close()
+    path = os.path.join(directory, "00000001.seg")
+    return path, offsets
+
+
+def test_torn_tail_of_the_newest_segment_is_cut_off_at_every_cut_point(tmp_path):
+    """A crash mid-write leaves part of the last record: recovery keeps everything
+    before it, truncates the file there, and later appends recover normally."""
+    path, offsets = three_records(tmp_path / "template")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    for cut in range(offsets[2] + 1, len(data)):
+        directory = tmp_path / f"cut{cut}"
+        directory.mkdir()
+        with open(directory / "00000001.seg", "wb") as handle:
+            handle.write(data[:cut])
+        assert recovered(directory) == {Q1: [record(1, b"x" * 20), record(2, b"x" * 20)]}
+        assert os.path.getsize(directory / "00000001.seg") == offsets[2]
+        store = opened(directory)
+        enqueue(store, Q1, 4)
+        store.flush()
+        store.close()
+        assert [m[0] for m in recovered(directory)[Q1]] == [1, 2, 4]
+
+
+def test_a_torn_file_header_of_a_new_segment_is_tolerated(tmp_path):
+    """A crash right after a rotation can leave a newest segment with only part of its
+    6-byte file header; it holds no records, and the store must go on with it."""
+    store = opened(tmp_path)
+    enqueue(store, Q1, 1)
+    store.flush()
+    store.close()
+    with open(tmp_path / "00000002.seg", "wb") as handle:
+        handle.write(b"QQM")
+    assert recovered(tmp_path) == {Q1: [record(1)]}
+    store = opened(tmp_path)
+    enqueue(store, Q1, 2)
+    store.flush()
+    store.close()
+    assert recovered(tmp_path) == {Q1: [record(1), record(2)]}
+
+
+def test_a_flipped_byte_in_the_middle_is_corruption_naming_file_and_offset(tmp_path):
+    """A record that fails its checksum but is followed by more data is not a torn
+    write: recovery refuses to guess and names the file and the record's offset."""
+    path, offsets = three_records(tmp_path)
+    with open(path, "r+b") as handle:
+        handle.seek(offsets[1] + 20)  # inside the second record's payload
+        byte = handle.read(1)
+        handle.seek(offsets[1] + 20)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    with pytest.raises(CorruptStoreError) as raised:
+        MessageStore(str(tmp_path), fsync=False).recover()
+    assert path in str(raised.value)
+    assert f"offset {offsets[1]}" in str(raised.value)
+    assert "checksum mismatch" in str(raised.value)
+
+
+def test_a_torn_record_in_an_older_segment_is_corruption(tmp_path):
+    """Only the newest segment can have been mid-write at a crash."""
+    store = opened(tmp_path, segment_bytes=200)
+    seq = 0
+    while len(segments(tmp_path)) < 2:
+        seq += 1
+        enqueue(store, Q1, seq, b"y" * 40)
+        store.flush()
+    store.close()
+    older = os.path.join(tmp_path, segments(tmp_path)[0])
+    size = os.path.getsize(older)
+    with open(older, "r+b") as handle:
+        handle.truncate(size - 5)
+    with pytest.raises(CorruptStoreError) as raised:
+        MessageStore(str(tmp_path), fsync=False).recover()
+    assert older in str(raised.value) and "offset" in str(raised.value)
+
+
+def test_a_foreign_file_is_refused(tmp_path):
+    """A .seg file without the QQMS magic stops recovery."""
+    with open(tmp_path / "00000001.seg", "wb") as handle:
+        handle.write(b"NOT A SEGMENT AT ALL")
+    with pytest.raises(CorruptStoreError, match="not a quorumqueue message store segment"):
+        MessageStore(str(tmp_path), fsync=False).recover()
+
+
+# ---------------------------------------------------------------- rotation and compaction
+
+
+def test_segments_rotate_and_dead_ones_are_deleted_oldest_first(tmp_path):
+    """Segments rotate at segment_bytes; dead ones are deleted oldest first."""
+    store = opened(tmp_path, segment_bytes=300)
+    for seq in range(1, 21):
+        enqueue(store, Q1, seq, b"z" * 50)
+        store.flush()
+    assert store.segment_count() == len(segments(tmp_path)) > 3
+    first_segments = segments(tmp_path)
+    # ack everything but the newest message: older segments die and go at rotation
+    for seq in range(1, 20):
+        store.append_ack(Q1, seq)
+    store.flush()
+    for seq in range(21, 24):
+        enqueue(store, Q1, seq, b"z" * 50)
+        store.append_ack(Q1, seq)
+        store.flush()
+    remaining = segments(tmp_path)
+    assert remaining[0] > first_segments[0]
+    assert len(remaining) < len(first_segments)
+    store.close()
+    assert recovered(tmp_path, 300) == {Q1: [record(20, b"z" * 50)]}
+
+
+def test_a_mostly_dead_oldest_segment_is_compacted(tmp_path):
+    """One long-lived message must not pin its segment and every later one: when at
+    most a tenth of the oldest segment is live, its live messages are copied forward
+    and the segment is deleted."""
+    store = opened(tmp_path, segment_bytes=2000)
+    enqueue(store, Q2, 1, b"long-lived")
+    for seq in range(1, 30):
+        enqueue(store, Q1, seq, b"w" * 40)
+    store.flush()  # about 2.4 kB: rotates to segment 2
+    assert segments(tmp_path) == ["00000001.seg", "00000002.seg"]
+    for seq in range(1, 30):
+        store.append_ack(Q1, seq)
+    for seq in range(30, 60):  # fill segment 2 with short-lived messages to rotate again
+        enqueue(store, Q1, seq, b"w" * 40)
+        store.append_ack(Q1, seq)
+    store.flush()
+    assert "00000001.seg" not in segments(tmp_path)
+    assert store._live[(Q2, 1)] != 1
+    store.close()
+    assert recovered(tmp_path, 2000) == {Q2: [record(1, b"long-lived")]}
+
+
+def test_compaction_copies_the_live_message_when_a_recreated_queue_reused_its_seq(tmp_path):
+    """A queue deleted and declared again numbers its messages from 1 again, so one
+    segment can hold a dead and a live enqueue of the same (queue, seq); compaction
+    must carry the later, live one forward (found by the model test below)."""
+    store = opened(tmp_path, segment_bytes=600)
+    enqueue(store, Q1, 1, b"message of the deleted queue")
+    store.append_delete(Q1)
+    enqueue(store, Q1, 1, b"message of the new queue")
+    for seq in range(1, 12):  # short-lived traffic: segment 1 ends up 1/13 live
+        enqueue(store, Q2, seq, b"v" * 30)
+        store.append_ack(Q2, seq)
+    store.flush()  # rotates; segment 1 is compacted and deleted
+    assert segments(tmp_path) == ["00000002.seg"]
+    store.close()
+    assert recovered(tmp_path, 600) == {Q1: [record(1, b"message of the new queue")]}
+
+
+# ---------------------------------------------------------------- model-based property
+
+keys = st.sampled_from([Q1, Q2, queue_key("/", "q3")])
+enqueues = st.tuples(st.just("enqueue"), keys, st.binary(max_size=24))
+acks = st.tuples(st.just("ack"), keys, st.integers(min_value=0, max_value=3))
+flushes = st.tuples(st.just("flush"))
+# weighted towards enqueue, ack (mostly of the oldest) and flush, so that segments
+# fill, rotate, die and get compacted within one example
+operations = st.lists(st.one_of(
+    enqueues, enqueues, enqueues, acks, acks, acks, flushes, flushes,
+    st.tuples(st.just("purge"), keys, st.integers(min_value=0, max_value=30)),
+    st.tuples(st.just("delete"), keys),
+    st.tuples(st.just("crash")),
+), min_size=40, max_size=150)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(ops=operations, segment_bytes=st.sampled_from([150, 500, 900]))
+def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, segment_bytes):
+    """Random enqueue/ack/purge/delete/flush sequences with small segments (so rotation,
+    deletion and compaction all happen), interrupted by crashes that lose the pending
+    batch: recovering into a fresh MessageStore always yields exactly the messages a
+    model says are live after the last flush, and the recovered store keeps going."""
+    directory = tmp_path_factory.mktemp("store")
+    store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
+    store.recover()
+    durable: dict[bytes, dict[int, bytes]] = {}
+    pending: dict[bytes, dict[int, bytes]] = {}
+    next_seq: dict[bytes, int] = {}
+
+    def model_after_flush():
+        return {key: dict(messages) for key, messages in pending.items()}
+
+    for op in ops:
+        kind = op[0]
+        if kind == "enqueue":
+            _, key, body = op
+            seq = next_seq.get(key, 1)
+            next_seq[key] = seq + 1
+            enqueue(store, key, seq, body)
+            pending.setdefault(key, {})[seq] = body
+        elif kind == "ack":
+            _, key, pick = op
+            live = sorted(pending.get(key, {}))
+            if live:  # the broker only acks messages it holds
+                seq = live[pick % len(live)]
+                store.append_ack(key, seq)
+                del pending[key][seq]
+        elif kind == "purge":
+            _, key, up_to = op
+            store.append_purge(key, up_to)
+            for seq in [s for s in pending.get(key, {}) if s <= up_to]:
+                del pending[key][seq]
+        elif kind == "delete":
+            _, key = op
+            store.append_delete(key)
+            pending.pop(key, None)
+            next_seq.pop(key, None)  # a queue declared again starts at seq 1
+        elif kind == "flush":
+            store.flush()
+            durable = model_after_flush()
+        elif kind == "crash":
+            crash(store)
+            expected = {key: [record_of(seq, messages[seq]) for seq in sorted(messages)]
+                        for key, messages in durable.items() if messages}
+            assert recovered(directory, segment_bytes) == expected
+            store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
+            store.recover()
+            pending = {key: dict(messages) for key, messages in durable.items()}
+            next_seq = {key: max(messages, default=0) + 1 for key, messages in durable.items()}
+    store.close()  # flushes what is pending
+    expected = {key: [record_of(seq, messages[seq]) for seq in sorted(messages)]
+                for key, messages in pending.items() if messages}
+    assert recovered(directory, segment_bytes) == expected
+
+
+def record_of(seq: int, body: bytes) -> tuple:
+    return record(seq, body)
