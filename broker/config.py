@@ -44,6 +44,14 @@ class Settings:
     fsync: bool = True
     msg_store_segment_bytes: int = 64 * 1024 * 1024
     log_level: str = "info"
+    # the quorum-queue log storage keys (`raft.wal_max_size_bytes`...), as (key, value)
+    # pairs; validated by load_settings, turned into a StorageConfig by storage_config()
+    raft: tuple = ()
+
+    def storage_config(self):
+        from .raft.storage.config import StorageConfig
+
+        return StorageConfig.from_mapping(dict(self.raft), fsync=self.fsync)
 
 
 # dotted RabbitMQ key -> (Settings field, converter)
@@ -143,6 +151,7 @@ def validate(settings: Settings) -> Settings:
     if not 0 < settings.max_message_size <= 512 * 1024 * 1024:
         raise ConfigError("max_message_size: must be between 1 byte and 512MiB "
                           f"(RabbitMQ's hard limit), got {settings.max_message_size}")
+    settings.storage_config()  # refuses unknown or impossible raft.* values, naming the key
     if settings.log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "
                           "warning, error")
@@ -160,12 +169,18 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                 document = tomllib.load(handle)
             except tomllib.TOMLDecodeError as error:
                 raise ConfigError(f"{path}: {error}") from None
+        raft = []
         for key, value in _flatten(document).items():
+            if key.startswith("raft."):
+                raft.append((key, value))
+                continue
             if key not in KEYS:
                 raise ConfigError(f"{path}: unknown key '{key}' (known keys: "
-                                  f"{', '.join(sorted(KEYS))})")
+                                  f"{', '.join(sorted(KEYS))}, and raft.*)")
             name, convert = KEYS[key]
             values[name] = convert(key, value)
+        if raft:
+            values["raft"] = tuple(raft)
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("node_name"):
         values["node_name"] = f"quorumqueue@{socket.gethostname()}"

@@ -297,6 +297,59 @@ def decode_properties(payload: bytes) -> tuple[int, Properties]:
         raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None
 
 
+# field value type -> fixed size in octets (RabbitMQ's table types, as the errata
+# and every RabbitMQ client encode them); S, x, A, F carry a u32 length prefix
+_FIXED_FIELD_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8,
+                      "L": 8, "f": 4, "d": 8, "D": 5, "T": 8, "V": 0}
+_LONG_FIELD = struct.Struct(">cq")
+
+
+def _skip_field_value(data: bytes, offset: int) -> int:
+    kind = chr(data[offset])
+    offset += 1
+    size = _FIXED_FIELD_SIZES.get(kind)
+    if size is not None:
+        return offset + size
+    if kind in "SxAF":
+        return offset + 4 + _u32.unpack_from(data, offset)[0]
+    raise ValueError(f"unknown field value type {kind!r}")
+
+
+def with_long_headers(raw: bytes, values: dict[str, int]) -> bytes:
+    """The content header `raw` with headers `values` set as long integers ('l', as
+    RabbitMQ writes x-delivery-count), replacing fields of the same names. Every
+    other byte of the header is kept as the publisher sent it: the fields are not
+    decoded and re-encoded (which would change types and float precision)."""
+    _class_id, _weight, _body_size, flags = _header_fixed.unpack_from(raw)
+    if flags & 1:  # continuation flags: not used by 0-9-1 basic; take the slow path
+        _, properties = decode_properties(raw)
+        decoded = dict(properties.decoded())
+        decoded["headers"] = {**(decoded.get("headers") or {}), **values}
+        return encode_properties(properties.body_size, decoded, _class_id)
+    offset = 14
+    if flags & _FLAG_CONTENT_TYPE:
+        offset += 1 + raw[offset]
+    if flags & _FLAG_CONTENT_ENCODING:
+        offset += 1 + raw[offset]
+    added = b"".join(_ss(name) + _LONG_FIELD.pack(b"l", value) for name, value in values.items())
+    if not flags & _FLAG_HEADERS:
+        table = _u32.pack(len(added)) + added
+        return (_header_fixed.pack(_class_id, _weight, _body_size, flags | _FLAG_HEADERS)
+                + raw[14:offset] + table + raw[offset:])
+    length = _u32.unpack_from(raw, offset)[0]
+    start, end = offset + 4, offset + 4 + length
+    kept, position = [], start
+    names = {name.encode("utf-8", "surrogateescape") for name in values}
+    while position < end:
+        name_end = position + 1 + raw[position]
+        value_end = _skip_field_value(raw, name_end)
+        if raw[position + 1:name_end] not in names:
+            kept.append(raw[position:value_end])
+        position = value_end
+    fields = b"".join(kept) + added
+    return raw[:offset] + _u32.pack(len(fields)) + fields + raw[end:]
+
+
 def encode_properties(body_size: int, values: dict, class_id: int = spec.BASIC) -> bytes:
     """A content header payload from a dict of property values (pamqp names)."""
     from pamqp.commands import Basic

@@ -52,6 +52,8 @@ class Meta:
 
 @dataclass(frozen=True, slots=True)
 class Enqueue:
+    """Reply: "ok" (stored), "duplicate" (stored before) or "rejected" (x-overflow
+    reject-publish while over the length limit: not stored, to be nacked)."""
     publisher: str   # "" = no de-duplication
     seq: int         # per-publisher sequence; a seq at or below the last seen is a duplicate
     size: int        # body bytes

@@ -17,12 +17,41 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - a consumer's connection going down returns its messages, delivery count + 1;
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
+- length limits (x-max-length, x-max-length-bytes, x-overflow; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
   drop the log below it once a snapshot at that point exists.
+
+Length limits, as rabbit_fifo's `evaluate_limit` applies them after every command:
+- What counts: *ready* messages (queued and returned) and their body bytes; messages
+  checked out by consumers or held by leases do not. The queue-length guide: "In all
+  cases the number of ready messages is used; unacknowledged messages do not count
+  towards the limit" (what `messages_ready` / `message_bytes_ready` show); rabbit_fifo's
+  `is_over_limit` reads `messages_ready` and `msg_bytes_enqueue`, not `messages_total`.
+  Over a limit means `ready > max_length` or `ready bytes > max_bytes`.
+- The check runs after consumers are served, whatever the command: a message handed
+  straight to a waiting consumer never counts, and returns, Down and lease releases
+  that push ready messages over a limit trigger it too.
+- drop-head (default): while over a limit, the message that would be delivered next is
+  dropped (`Dropped(index, "maxlen")`), so after each command the queue is within its
+  limits; a message larger than max_bytes drops itself.
+- reject-publish: the 4.2 guide (seeds 002/003, "Length Limit") says the queue
+  "allows a quorum queue to overshoot its limit by at least one message": rabbit_fifo
+  accepts the enqueue that crosses the limit, then blocks its publishers, and
+  unblocks them only when ready messages are at or below 80% (rounded down) of every
+  set limit (`is_below_soft_limit`, ?LOW_LIMIT = 0.8). Here the reply is the
+  notification, so the overshoot is exactly the one crossing message: while
+  `publishers_blocked`, an Enqueue replies "rejected" and is not stored (the node
+  nacks the confirm). Deliberate differences: the block is queue-wide (rabbit_fifo
+  lets a channel that registers while the queue is between 80% and the limit
+  publish until the next crossing), and there are no in-flight extras.
+- An Enqueue replies "duplicate" before "rejected": a re-sent message that was
+  stored is confirmed. A rejected (publisher, seq) is not remembered, so re-sending
+  it later is judged afresh.
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from typing import assert_never
@@ -31,7 +60,7 @@ from . import leases
 from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
                        Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
                        Purge, ReleaseCursor, Return, Settle, Tick)
-from .state import ConsumerState, FifoState, is_high, pack
+from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
@@ -68,6 +97,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             assert_never(command)
     state.last_index = meta.index
     _serve_consumers(state, effects)
+    if state.config.has_limit:
+        _apply_limits(state, effects)
     _maybe_release_cursor(meta, state, effects)
     return state, reply, effects
 
@@ -76,10 +107,12 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
 
 
 def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
+    """"ok" (stored), "duplicate" (stored before) or "rejected" (reject-publish)."""
+    if command.publisher and command.seq <= state.enqueuers.get(command.publisher, 0):
+        return "duplicate"
+    if state.publishers_blocked:
+        return "rejected"
     if command.publisher:
-        last = state.enqueuers.get(command.publisher, 0)
-        if command.seq <= last:
-            return "duplicate"
         state.enqueuers[command.publisher] = command.seq
     packed = pack(command.size, command.priority)
     (state.high if is_high(packed) else state.normal).append(meta.index, packed)
@@ -131,6 +164,35 @@ def _purge(state: FifoState) -> int:
         queue.clear()
     state.delivery_counts.clear()
     return count
+
+
+# ------------------------------------------------------------------ length limits
+
+
+def _over_limit(state: FifoState) -> bool:
+    config = state.config
+    return ((config.max_length is not None and state.ready_count > config.max_length)
+            or (config.max_bytes is not None and state.ready_bytes > config.max_bytes))
+
+
+def _below_soft_limit(state: FifoState) -> bool:
+    config = state.config
+    return ((config.max_length is None
+             or state.ready_count <= config.max_length * SOFT_LIMIT_PERCENT // 100)
+            and (config.max_bytes is None
+                 or state.ready_bytes <= config.max_bytes * SOFT_LIMIT_PERCENT // 100))
+
+
+def _apply_limits(state: FifoState, effects: list[Effect]) -> None:
+    """Enforce x-max-length / x-max-length-bytes after a command (see the header)."""
+    if state.config.overflow == "drop-head":
+        while _over_limit(state):  # ends: an empty queue is within any limit >= 0
+            index, _packed, _count = take_next(state)
+            effects.append(Dropped(index, "maxlen"))
+    elif _over_limit(state):
+        state.publishers_blocked = True
+    elif state.publishers_blocked and _below_soft_limit(state):
+        state.publishers_blocked = False
 
 
 # ------------------------------------------------------------------ consumers
@@ -258,6 +320,19 @@ def lowest_live_index(state: FifoState) -> int | None:
             candidates.append(min(lease.indexes))
     live = [c for c in candidates if c is not None]
     return min(live) if live else None
+
+
+def live_indexes(state: FifoState) -> array:
+    """Every raft index whose message is still in the queue (ready, returned, checked
+    out or leased), ascending: what segment compaction must keep."""
+    live = array("Q")
+    for queue in (state.high, state.normal, state.returns):
+        live.extend(queue.indexes[queue.head:])
+    for consumer in state.consumers.values():
+        live.extend(item[0] for item in consumer.checked.values())
+    for lease in state.leases.values():
+        live.extend(lease.indexes)
+    return array("Q", sorted(live))
 
 
 def _maybe_release_cursor(meta: Meta, state: FifoState, effects: list[Effect]) -> None:

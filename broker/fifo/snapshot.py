@@ -1,10 +1,16 @@
-"""Machine snapshots: a FifoState as bytes and back (format version 1).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 2).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
 machine order is recorded in the JSON as "byteorder" and converted on load).
 Restoring a snapshot taken after entry i and applying entries i+1.. gives the same
 state as applying every entry from the start (tested as a property).
+
+Versions: 2 added the length limits to "config" ("max_length", "max_bytes",
+"overflow") and "publishers_blocked" to the state; the layout is unchanged. `load`
+reads 1 and 2 (a version-1 snapshot is a queue without limits, nothing blocked).
+A build that only knows version 1 refuses version 2 ("unknown fifo snapshot
+version 2") rather than silently dropping the limits.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from array import array
 from .state import ConsumerState, FifoConfig, FifoState, IndexQueue, LeaseState
 
 MAGIC = b"QQFS"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _head = struct.Struct(">4sHI")
 
 
@@ -35,7 +42,10 @@ def dump(state: FifoState) -> bytes:
     document = {
         "byteorder": sys.byteorder,
         "config": {"delivery_limit": state.config.delivery_limit,
-                   "release_cursor_interval": state.config.release_cursor_interval},
+                   "release_cursor_interval": state.config.release_cursor_interval,
+                   "max_length": state.config.max_length,
+                   "max_bytes": state.config.max_bytes,
+                   "overflow": state.config.overflow},
         "delivery_counts": sorted(state.delivery_counts.items()),
         "high_run": state.high_run,
         "consumers": {key: {"prefetch": c.prefetch, "priority": c.priority,
@@ -47,6 +57,7 @@ def dump(state: FifoState) -> bytes:
         "next_consumer_order": state.next_consumer_order,
         "rotation": state.rotation,
         "enqueuers": state.enqueuers,
+        "publishers_blocked": state.publishers_blocked,
         "leases": [{"name": name, "counts": sorted(state.leases[name].counts.items()),
                     "first_seq": state.leases[name].first_seq,
                     "next_seq": state.leases[name].next_seq,
@@ -67,7 +78,7 @@ def load(data: bytes) -> FifoState:
     magic, version, length = _head.unpack_from(data)
     if magic != MAGIC:
         raise ValueError("not a quorumqueue fifo snapshot")
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise ValueError(f"unknown fifo snapshot version {version}")
     document = json.loads(data[_head.size:_head.size + length])
     offset = _head.size + length
@@ -95,6 +106,7 @@ def load(data: bytes) -> FifoState:
     state.next_consumer_order = document["next_consumer_order"]
     state.rotation = document["rotation"]
     state.enqueuers = dict(document["enqueuers"])
+    state.publishers_blocked = document["publishers_blocked"] if version >= 2 else False
     for position, item in enumerate(document["leases"]):
         state.leases[item["name"]] = LeaseState(
             arrays[6 + 2 * position], arrays[7 + 2 * position],

@@ -7,7 +7,9 @@ messages (bounded by the consumers' prefetch) and leased ones carry a little mor
 
 Invariants: a live message is in exactly one place — a ready queue (high, normal),
 the returns queue, one consumer's checked-out map, or one lease; `IndexQueue`
-entries between `head` and the end are live; sizes are < 2**31.
+entries between `head` and the end are live; sizes are < 2**31. After every
+command, ready messages are within the configured length limits (drop-head), or
+`publishers_blocked` is set (reject-publish).
 """
 
 from __future__ import annotations
@@ -126,10 +128,36 @@ class LeaseState:
         return self.next_seq - 1
 
 
+OVERFLOW_MODES = ("drop-head", "reject-publish")
+SOFT_LIMIT_PERCENT = 80  # rabbit_fifo's ?LOW_LIMIT: reject-publish lifts at or below 80%
+
+
 @dataclass(slots=True)
 class FifoConfig:
+    """A queue's machine settings (from x-arguments), validated on construction.
+
+    Length limits count *ready* messages only (queued or returned, not checked out
+    or leased), as RabbitMQ does; see machine.py for the overflow semantics."""
     delivery_limit: int = 20          # -1 disables it (returns then go to the tail)
     release_cursor_interval: int = 2048  # commands between release-cursor checks
+    max_length: int | None = None     # x-max-length: ready messages; None = no limit
+    max_bytes: int | None = None      # x-max-length-bytes: ready body bytes; None = no limit
+    overflow: str = "drop-head"       # x-overflow: "drop-head" | "reject-publish"
+
+    def __post_init__(self) -> None:
+        for key in ("max_length", "max_bytes"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ValueError(f"fifo config '{key}' must be a non-negative integer or "
+                                 f"None, not {value!r}")
+        if self.overflow not in OVERFLOW_MODES:
+            raise ValueError(f"fifo config 'overflow' must be one of "
+                             f"{', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+
+    @property
+    def has_limit(self) -> bool:
+        return self.max_length is not None or self.max_bytes is not None
 
 
 @dataclass(slots=True)
@@ -144,6 +172,9 @@ class FifoState:
     next_consumer_order: int = 1
     rotation: int = 0              # round-robin position among equal-priority consumers
     enqueuers: dict[str, int] = field(default_factory=dict)  # publisher -> last seq
+    # reject-publish: set when ready messages went over a limit, cleared when they are
+    # back at or below SOFT_LIMIT_PERCENT of every limit; while set, enqueues are rejected
+    publishers_blocked: bool = False
     leases: dict[str, LeaseState] = field(default_factory=dict)
     enqueue_count: int = 0
     applied_since_cursor: int = 0

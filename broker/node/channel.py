@@ -31,7 +31,20 @@ from ..amqp.errors import AMQPError, precondition
 from ..queues.classic import ClassicQueue, Entry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..fifo.commands import Delivery
+    from ..queues.quorum import QuorumQueue
     from .session import Session
+
+
+class QuorumEntry:
+    """An unacked delivery from a quorum queue: which fifo consumer holds it, and the
+    machine's message id (settled through the log, by id)."""
+
+    __slots__ = ("key", "msg_id")
+
+    def __init__(self, key: str, msg_id: int) -> None:
+        self.key = key
+        self.msg_id = msg_id
 
 
 class Consumer:
@@ -78,7 +91,7 @@ class Channel:
         self.flow_active = True
         self.confirm_mode = False
         self.next_publish_seq = 1
-        # [seq, batch_id needed (0 = none), ok]
+        # [seq, batch_id needed (0 = none), ok, quorum entries not yet applied]
         self.pending_confirms: deque[list] = deque()
         self.tx_mode = False
         self.tx_publishes: list = []
@@ -90,6 +103,13 @@ class Channel:
         self.content_parts: list[bytes] = []
         self.content_received = 0
         self.reply_to_consumer: Consumer | None = None
+        self.quorum_queues: dict[int, "QuorumQueue"] = {}  # consumed or got from
+
+    @property
+    def quorum_identity(self) -> str:
+        """Who this channel is to the fifo machine (its Down returns our messages)."""
+        session = self.session
+        return f"{self.node.boot_id}.{session.connection_id}.{self.number}"
 
     # ------------------------------------------------------------ output
 
@@ -112,6 +132,51 @@ class Channel:
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            self.unacked_count += 1
+
+    def deliver_quorum(self, consumer: Consumer, queue: "QuorumQueue", key: str,
+                       delivery: "Delivery", exchange: str, routing_key: str, header: bytes,
+                       body: bytes) -> None:
+        from .quorum import with_delivery_count
+
+        tag = self.next_delivery_tag
+        self.next_delivery_tag += 1
+        count = delivery.delivery_count
+        if count:
+            header = with_delivery_count(header, count)
+        session = self.session
+        session.write(codec.basic_deliver(self.number, consumer.tag, tag, count > 0,
+                                          exchange, routing_key))
+        session.write_parts(codec.content(self.number, header, body, session.frame_max))
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, QuorumEntry(key, delivery.msg_id), consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+
+    def get_quorum_reply(self, queue: "QuorumQueue", key: str, no_ack: bool, reply) -> None:
+        """The machine answered a basic.get (Dequeue): get-ok with the message, or
+        get-empty."""
+        if self.state != "open":
+            return  # the channel is gone; its Down returns an unsettled message
+        if reply is None:
+            self.send(codec.basic_get_empty(self.number))
+            return
+        delivery, remaining = reply
+        exchange, routing_key, header, body = self.node.quorum.read_message(
+            queue, delivery.raft_index)
+        count = delivery.delivery_count
+        if count:
+            from .quorum import with_delivery_count
+
+            header = with_delivery_count(header, count)
+        tag = self.next_delivery_tag
+        self.next_delivery_tag += 1
+        self.send(codec.basic_get_ok(self.number, tag, count > 0, exchange, routing_key,
+                                     remaining))
+        self.session.write_parts(codec.content(self.number, header, body,
+                                               self.session.frame_max))
+        if not no_ack:
+            self.unacked[tag] = (queue, QuorumEntry(key, delivery.msg_id), None)
             self.unacked_count += 1
 
     def get(self, queue: ClassicQueue, no_ack: bool) -> None:
@@ -172,16 +237,22 @@ class Channel:
         touched: dict[int, ClassicQueue] = {}
         consumers = []
         node = self.node
+        quorum: dict[tuple[int, str], tuple["QuorumQueue", list[int]]] = {}
         for _tag, (queue, entry, consumer) in taken:
             self.unacked_count -= 1
             if consumer is not None:
                 consumer.unacked -= 1
+            if type(entry) is QuorumEntry:
+                quorum.setdefault((id(queue), entry.key), (queue, []))[1].append(entry.msg_id)
+                continue
             if requeue:
                 node.requeue(queue, entry)
             else:
                 node.settle(queue, entry)
             touched[id(queue)] = queue
             consumers.append(consumer)
+        for (_id, key), (queue, msg_ids) in quorum.items():
+            node.settle_quorum(queue, key, msg_ids, requeue)
         for queue in touched.values():
             node.deliver(queue)
         self._refill(consumers)
@@ -192,7 +263,9 @@ class Channel:
             consumers = list(self.consumers.values())
         seen = set()
         for consumer in consumers:
-            if consumer is not None and consumer.queue is not None and id(consumer.queue) not in seen:
+            if (consumer is not None and consumer.queue is not None
+                    and consumer.queue.type_name == "classic"
+                    and id(consumer.queue) not in seen):
                 seen.add(id(consumer.queue))
                 self.node.deliver(consumer.queue)
 
@@ -210,19 +283,30 @@ class Channel:
         self.next_publish_seq += 1
         return seq
 
-    def record_confirm(self, seq: int, batch_id: int, ok: bool) -> None:
-        self.pending_confirms.append([seq, batch_id, ok])
-        if batch_id:
+    def record_confirm(self, seq: int, batch_id: int, ok: bool, outstanding: int = 0) -> list:
+        """Queue the confirm of publish `seq`; it leaves once store batch `batch_id` is
+        fsynced and `outstanding` quorum queues have applied the message (each calls
+        `quorum_confirmed` on the returned record)."""
+        record = [seq, batch_id, ok, outstanding]
+        self.pending_confirms.append(record)
+        if batch_id or outstanding:
             self.node.awaiting_sync.add(self)
         else:
             self.release_confirms(self.node.synced_batch_id)
+        return record
+
+    def quorum_confirmed(self, record: list, accepted: bool) -> None:
+        record[3] -= 1
+        if not accepted:
+            record[2] = False
+        self.node.quorum.touched_channels.add(self)
 
     def release_confirms(self, synced_batch_id: int) -> bool:
         """Send the confirms whose batches are on disk; True when none remain."""
         pending = self.pending_confirms
         run_end = 0
-        while pending and pending[0][1] <= synced_batch_id:
-            seq, _batch, ok = pending.popleft()
+        while pending and pending[0][1] <= synced_batch_id and not pending[0][3]:
+            seq, _batch, ok, _outstanding = pending.popleft()
             if ok:
                 run_end = seq
                 continue
@@ -267,6 +351,8 @@ class Channel:
             self.reply_to_consumer = None
         elif consumer.queue is not None:
             consumer.queue.remove_consumer(consumer)
+            if consumer.queue.type_name == "quorum":
+                self.node.cancel_quorum_consumer(consumer.queue, self, consumer)
             self.node.consumer_removed(consumer.queue)
         return consumer
 
@@ -274,13 +360,21 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel consumers, return unacked messages."""
+        self.state = "closing"  # deliveries in flight from quorum queues are returned
         for tag in list(self.consumers):
             self.cancel(tag)
-        taken = list(self.unacked.items())
+        # quorum queues: one Down per queue returns everything this channel held
+        # (delivery count + 1), including tx-buffered settlements that never happened
+        for queue in self.quorum_queues.values():
+            self.node.quorum_channel_down(queue, self)
+        self.quorum_queues.clear()
+        taken = [item for item in self.unacked.items() if type(item[1][1]) is not QuorumEntry]
         self.unacked.clear()
         # tx-buffered settlements never happened: those messages return too
         for tx_taken, _requeue in self.tx_settlements:
             for tag, (queue, entry, consumer) in tx_taken:
+                if type(entry) is QuorumEntry:
+                    continue
                 self.node.requeue(queue, entry)
                 self.node.deliver(queue)
         self.tx_settlements.clear()

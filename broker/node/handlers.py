@@ -17,8 +17,10 @@ from typing import Callable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
-from ..queues.types import EQUIVALENCE_KEYS, check_int_argument, validate_declaration
+from ..queues.types import (EQUIVALENCE_KEYS_BY_TYPE, check_int_argument, queue_type_of,
+                            validate_declaration)
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from . import leases
 from .channel import Channel, Consumer
 from .node import REPLY_TO
 from .vhost import check_arguments_equivalent
@@ -160,10 +162,12 @@ def queue_declare(session, channel: Channel, args) -> None:
         _check_exclusive(session, queue)
         channel.last_queue_name = queue.name
         if not args.nowait:
-            channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
-                                                queue.consumer_count))
+            _send_declare_ok(channel, queue)
         return
     if name == "":
+        if queue_type_of(arguments) == "quorum":
+            raise precondition("Cannot declare a server-named queue for type "
+                               "rabbit_quorum_queue")
         name = _generated_name("amq.gen-")
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -181,9 +185,12 @@ def queue_declare(session, channel: Channel, args) -> None:
                 raise precondition(f"inequivalent arg '{field_name}' for {where}: received "
                                    f"'{str(bool(received)).lower()}' but current is "
                                    f"'{str(current).lower()}'")
-        check_arguments_equivalent(_without_defaults(arguments),
-                                   _without_defaults(existing.arguments), where,
-                                   EQUIVALENCE_KEYS)
+        if existing.type_name == "classic":  # declaring x-queue-type classic is optional
+            received, current = _without_defaults(arguments), _without_defaults(existing.arguments)
+        else:
+            received, current = arguments, existing.arguments
+        check_arguments_equivalent(received, current, where,
+                                   EQUIVALENCE_KEYS_BY_TYPE[existing.type_name])
         queue = existing
     else:
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
@@ -191,8 +198,22 @@ def queue_declare(session, channel: Channel, args) -> None:
         queue = node.create_queue(vhost, name, queue_spec, session if args.exclusive else None)
     channel.last_queue_name = queue.name
     if not args.nowait:
-        channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
-                                            queue.consumer_count))
+        _send_declare_ok(channel, queue)
+
+
+def _send_declare_ok(channel: Channel, queue) -> None:
+    """declare-ok with the queue's counts. A quorum queue answers once what was
+    proposed before (acks, publishes of this burst) is applied, so the counts are
+    those a client that already sent them expects."""
+    def send(_reply=None) -> None:
+        if channel.state == "open":
+            channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
+                                                queue.consumer_count))
+
+    if queue.type_name == "quorum" and queue.has_unapplied():
+        queue.after_applied(send)
+    else:
+        send()
 
 
 def _without_defaults(arguments: dict) -> dict:
@@ -219,9 +240,12 @@ def queue_unbind(session, channel: Channel, args) -> None:
 
 def queue_purge(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
-    count = session.node.purge_queue(queue)
-    if not args.nowait:
-        channel.send(codec.queue_purge_ok(channel.number, count))
+
+    def respond(count: int) -> None:
+        if not args.nowait and channel.state == "open":
+            channel.send(codec.queue_purge_ok(channel.number, count))
+
+    session.node.purge_queue(queue, respond)
 
 
 def queue_delete(session, channel: Channel, args) -> None:
@@ -233,6 +257,7 @@ def queue_delete(session, channel: Channel, args) -> None:
             channel.send(codec.queue_delete_ok(channel.number, 0))
         return
     _check_exclusive(session, queue)
+    check_delete_flags(queue, args.if_unused, args.if_empty)
     where = f"queue '{name}' in vhost '{vhost.name}'"
     if args.if_unused and queue.consumers:
         raise precondition(f"{where} in use")
@@ -241,6 +266,18 @@ def queue_delete(session, channel: Channel, args) -> None:
     count = session.node.delete_queue(vhost, queue)
     if not args.nowait:
         channel.send(codec.queue_delete_ok(channel.number, count))
+
+
+def check_delete_flags(queue, if_unused: bool, if_empty: bool) -> None:
+    """rabbit_quorum_queue:delete refuses if-unused and if-empty (a connection error,
+    in RabbitMQ 3.10 as in 4.x) rather than check them."""
+    if queue.type_name != "quorum":
+        return
+    for flag, given in (("if-unused", if_unused), ("if-empty", if_empty)):
+        if given:
+            raise AMQPError(spec.NOT_IMPLEMENTED, f"cannot delete queue '{queue.name}' in "
+                            f"vhost '{queue.vhost}'. queue.delete operations with {flag} "
+                            "flag set are not supported by quorum queues", 50, 40)
 
 
 # ---------------------------------------------------------------- basic
@@ -267,16 +304,31 @@ def basic_consume(session, channel: Channel, args) -> None:
         return
     queue = _lookup_queue(session, channel, args.queue)
     where = f"queue '{queue.name}' in vhost '{queue.vhost}'"
+    if "x-lease" in arguments:
+        leases.consume_lease_range(session, channel, queue, args, tag, arguments)
+        return
     priority = arguments.get("x-priority", 0)
     check_int_argument("x-priority", priority, where)
-    if queue.exclusive_consumer is not None or (args.exclusive and queue.consumers):
+    quorum = queue.type_name == "quorum"
+    if quorum and channel.global_prefetch:
+        # RabbitMQ: rabbit_quorum_queue refuses global QoS; the 4.2 guide makes it a
+        # channel error (3.10 closed the whole connection)
+        raise AMQPError(spec.NOT_IMPLEMENTED, f"{where} does not support global qos",
+                        60, 20, connection_level=False)
+    if queue.exclusive_consumer is not None or (args.exclusive and queue.consumers
+                                                and not quorum):
         raise access_refused(f"{where} in exclusive use")
-    consumer = Consumer(channel, queue, tag, bool(args.no_ack), bool(args.exclusive), priority,
+    # quorum queues accept and ignore the exclusive flag (no consumer exclusivity)
+    exclusive = bool(args.exclusive) and not quorum
+    consumer = Consumer(channel, queue, tag, bool(args.no_ack), exclusive, priority,
                         channel.consumer_prefetch, arguments)
     channel.add_consumer(consumer)
-    queue.add_consumer(consumer)
     if not args.nowait:
         channel.send(codec.basic_consume_ok(channel.number, tag))
+    if quorum:
+        session.node.consume_quorum(queue, channel, consumer)
+        return
+    queue.add_consumer(consumer)
     session.node.deliver(queue)
 
 
@@ -336,6 +388,9 @@ def _checked_properties(session, channel: Channel, properties):
 
 def basic_get(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
+    if queue.type_name == "quorum":
+        session.node.get_quorum(queue, channel, bool(args.no_ack))
+        return
     channel.get(queue, bool(args.no_ack))
 
 

@@ -12,13 +12,14 @@ Operations:
                                             consumers, bytes, leader, members}]
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
+  lease.grow | lease.settle | lease.release | lease.info: see node/leases.py
 Queue operations need a user tagged `administrator`, like rabbitmqctl.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found
@@ -29,24 +30,48 @@ if TYPE_CHECKING:  # pragma: no cover
 ROUTING_KEY = "amq.quorumqueue.management"
 
 
-def handle(node, session: "Session", body: bytes) -> dict:
+class Later:
+    """An operation's result that arrives once a log entry is applied: `start(done)`
+    proposes it and arranges for `done(result)` to be called."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[Callable[[Any], None]], None]) -> None:
+        self.start = start
+
+
+def handle(node, session: "Session", body: bytes, respond: Callable[[dict], None]) -> None:
+    """Run one request; `respond(document)` is called once, now or after the log
+    entries the operation needs are applied."""
     try:
         request = json.loads(body)
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             raise ValueError("the body must be a JSON object with a string 'op'")
     except ValueError as error:
-        return {"ok": False, "error": f"SYNTAX_ERROR - {error}"}
+        respond({"ok": False, "error": f"SYNTAX_ERROR - {error}"})
+        return
     operation = OPERATIONS.get(request["op"])
     if operation is None:
-        return {"ok": False, "error": f"NOT_IMPLEMENTED - unknown op '{request['op']}' "
-                                      f"(known: {', '.join(sorted(OPERATIONS))})"}
+        respond({"ok": False, "error": f"NOT_IMPLEMENTED - unknown op '{request['op']}' "
+                                       f"(known: {', '.join(sorted(OPERATIONS))})"})
+        return
     try:
-        return {"ok": True, "result": operation(node, session, request)}
+        result = operation(node, session, request)
+        if isinstance(result, Later):
+            result.start(lambda value: respond(_outcome(value)))
+            return
+        respond({"ok": True, "result": result})
     except AMQPError as error:
-        return {"ok": False, "error": error.reply_text}
+        respond({"ok": False, "error": error.reply_text})
     except (KeyError, TypeError, ValueError) as error:
-        return {"ok": False, "error": f"PRECONDITION_FAILED - bad arguments for "
-                                      f"'{request['op']}': {error!r}"}
+        respond({"ok": False, "error": f"PRECONDITION_FAILED - bad arguments for "
+                                       f"'{request['op']}': {error!r}"})
+
+
+def _outcome(value) -> dict:
+    if isinstance(value, AMQPError):
+        return {"ok": False, "error": value.reply_text}
+    return {"ok": True, "result": value}
 
 
 def _require_administrator(session: "Session") -> None:
@@ -63,11 +88,23 @@ def _vhost(node, session: "Session", name: str):
 
 
 def queue_row(node, queue) -> dict[str, Any]:
-    return {"vhost": queue.vhost, "name": queue.name, "type": queue.type_name,
-            "durable": queue.durable, "ready": queue.ready_count,
-            "unacked": queue.unacked_count, "consumers": queue.consumer_count,
-            "bytes": queue.ready_bytes, "leader": node.settings.node_name,
-            "members": [node.settings.node_name]}
+    """One line of `queues list`. bytes: message bodies still in the queue (ready and
+    unacked, like RabbitMQ's message_bytes); classic queues have no Raft group, so
+    their leader and only member is this node."""
+    row = {"vhost": queue.vhost, "name": queue.name, "type": queue.type_name,
+           "durable": queue.durable, "ready": queue.ready_count,
+           "unacked": queue.unacked_count, "consumers": queue.consumer_count,
+           "bytes": queue.ready_bytes, "leader": node.settings.node_name,
+           "members": [node.settings.node_name]}
+    if queue.type_name == "quorum":
+        row.update(bytes=queue.message_bytes, leader=queue.raft.leader_id,
+                   members=list(queue.raft.members), group=queue.group,
+                   commit_index=queue.raft.commit_index,
+                   # memory: the log's entries not yet moved to segment files, and the
+                   # machine's per-message state (the memory-footprint figures)
+                   memtable_bytes=node.quorum.store.memtable_bytes(queue.group),
+                   state_bytes=queue.state.metadata_bytes())
+    return row
 
 
 def _list(node, session, request) -> list[dict]:
@@ -88,7 +125,7 @@ def _purge(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
-    return {"purged": node.purge_queue(queue)}
+    return Later(lambda done: node.purge_queue(queue, lambda n: done({"purged": n})))
 
 
 def _delete(node, session, request) -> dict:
@@ -97,6 +134,9 @@ def _delete(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
+    from .handlers import check_delete_flags
+
+    check_delete_flags(queue, request.get("if_unused"), request.get("if_empty"))
     where = f"queue '{queue.name}' in vhost '{vhost.name}'"
     if request.get("if_unused") and queue.consumers:
         raise AMQPError(spec.PRECONDITION_FAILED, f"{where} in use")
@@ -106,3 +146,12 @@ def _delete(node, session, request) -> dict:
 
 
 OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete}
+
+
+def _register_leases() -> None:
+    from . import leases
+
+    OPERATIONS.update(leases.OPERATIONS)
+
+
+_register_leases()

@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING, Iterable
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..auth.users import User, UserStore
+from ..fifo import commands as fifo
 from ..queues.classic import ClassicQueue, Entry, Message
+from ..queues.quorum import NO_ACK_CREDIT, QuorumQueue
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from . import management
+from .quorum import QuorumGroups, now_ms
 from .vhost import VHost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,8 +50,11 @@ REPLY_TO_PREFIX = REPLY_TO + "."
 class Node:
     def __init__(self, settings, users: UserStore | None = None,
                  message_store: MessageStore | None = None,
-                 metadata_store: MetadataStore | None = None) -> None:
+                 metadata_store: MetadataStore | None = None,
+                 quorum: QuorumGroups | None = None) -> None:
         self.settings = settings
+        self.quorum = quorum  # None: quorum queues are refused (no log store)
+        self.boot_id = base64.b32encode(os.urandom(5)).decode("ascii").lower()
         self.users = users or UserStore.with_default_user()
         self.store = message_store
         self.metadata = metadata_store
@@ -87,7 +93,17 @@ class Node:
     # ------------------------------------------------------------ queues
 
     def create_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
-                     owner: "Session | None") -> ClassicQueue:
+                     owner: "Session | None", group: str | None = None):
+        if queue_spec.type == "quorum":
+            if self.quorum is None:
+                raise AMQPError(spec.NOT_IMPLEMENTED, "quorum queues need a log store; this "
+                                "node runs without one", connection_level=False)
+            arguments = dict(queue_spec.arguments)
+            queue = (self.quorum.recover(vhost.name, name, arguments, group) if group
+                     else self.quorum.create(vhost.name, name, arguments))
+            vhost.queues[name] = queue
+            self.metadata_dirty = True
+            return queue
         queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
                              queue_spec.auto_delete, dict(queue_spec.arguments),
                              max_priority=queue_spec.max_priority,
@@ -114,15 +130,26 @@ class Node:
             queue.remove_consumer(consumer)
             if channel.session.capabilities.get("consumer_cancel_notify"):
                 channel.send(codec.basic_cancel(channel.number, consumer.tag))
-        queue.purge()
-        if self.store is not None and queue.durable:
+        if isinstance(queue, QuorumQueue):
+            self.quorum.delete(queue)
+        else:
+            queue.purge()
+        if self.store is not None and queue.durable and not isinstance(queue, QuorumQueue):
             self.store.append_delete(queue_key(vhost.name, queue.name))
         removed = vhost.remove_bindings_to(Destination(QUEUE, queue.name))
         if queue.durable or any(e.durable for e in removed):
             self.metadata_dirty = True
         return count
 
-    def purge_queue(self, queue: ClassicQueue) -> int:
+    def purge_queue(self, queue, respond) -> None:
+        """Drop the queue's ready messages; `respond(count)` is called once that is
+        done (at once for classic queues, once the purge is applied for quorum ones)."""
+        if isinstance(queue, QuorumQueue):
+            queue.propose(fifo.Purge(), now_ms(), lambda count: respond(count or 0))
+            return
+        respond(self._purge_classic(queue))
+
+    def _purge_classic(self, queue: ClassicQueue) -> int:
         purged = queue.purge()
         for entry in purged:  # unacked messages survive a purge, so settle one by one
             self._forget(queue, entry)
@@ -162,15 +189,39 @@ class Node:
             channel.session.write_parts(codec.content(channel.number, properties.raw, body,
                                                       channel.session.frame_max))
         batch_id, ok = 0, True
+        replicated = []
         for queue in queues:
+            if isinstance(queue, QuorumQueue):
+                replicated.append(queue)
+                continue
             queue_batch, accepted = self.enqueue(queue, message)
             batch_id = max(batch_id, queue_batch)
             ok = ok and accepted
-        if confirm_seq:
-            channel.record_confirm(confirm_seq, batch_id, ok)
+        if not replicated:
+            if confirm_seq:
+                channel.record_confirm(confirm_seq, batch_id, ok)
+            return
+        record = (channel.record_confirm(confirm_seq, batch_id, ok, len(replicated))
+                  if confirm_seq else None)
+        for queue in replicated:
+            self.enqueue_quorum(queue, message, channel, record)
 
-    def enqueue(self, queue: ClassicQueue, message: Message) -> tuple[int, bool]:
+    def enqueue_quorum(self, queue: QuorumQueue, message: Message, channel: "Channel | None",
+                       record: list | None) -> None:
+        """Propose the message to the queue's log; the publisher's confirm (if any)
+        waits for the entry to be fsynced and applied."""
+        data = fifo.encode_enqueue("", 0, min(message.priority, 255), message.exchange,
+                                   message.routing_key, message.properties.raw, message.body)
+        waiter = None
+        if record is not None:
+            waiter = lambda reply: channel.quorum_confirmed(record, reply != "rejected")
+        queue.propose(data, 0, waiter)
+
+    def enqueue(self, queue, message: Message) -> tuple[int, bool]:
         """(store batch id to wait for or 0, accepted)."""
+        if isinstance(queue, QuorumQueue):
+            self.enqueue_quorum(queue, message, None, None)
+            return 0, True
         if queue.would_overflow(message):
             return 0, False
         stored = queue.durable and message.persistent and self.store is not None
@@ -187,6 +238,8 @@ class Node:
         return batch_id, True
 
     def deliver(self, queue: ClassicQueue) -> None:
+        if isinstance(queue, QuorumQueue):
+            return  # the fifo machine hands out messages (Deliver effects)
         while queue.ready_count:
             consumer = queue.next_consumer()
             if consumer is None:
@@ -209,6 +262,39 @@ class Node:
         if not queue.deleted:
             queue.requeue(entry)
 
+    # ------------------------------------------------------------ quorum consumers
+
+    def consume_quorum(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
+        key = f"{channel.quorum_identity}/{consumer.tag}"
+        queue.add_consumer(consumer, key)
+        channel.quorum_queues[id(queue)] = queue
+        prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
+        queue.propose(fifo.Checkout(key, prefetch, consumer.priority, channel.quorum_identity),
+                      now_ms())
+
+    def cancel_quorum_consumer(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
+        if not queue.deleted:
+            queue.propose(fifo.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), now_ms())
+
+    def get_quorum(self, queue: QuorumQueue, channel: "Channel", no_ack: bool) -> None:
+        key = f"{channel.quorum_identity}/get"
+        channel.quorum_queues[id(queue)] = queue
+        queue.propose(fifo.Dequeue(key, no_ack, channel.quorum_identity), now_ms(),
+                      lambda reply: channel.get_quorum_reply(queue, key, no_ack, reply))
+
+    def settle_quorum(self, queue: QuorumQueue, key: str, msg_ids: list[int],
+                      requeue: bool | None) -> None:
+        """ack (requeue None) -> Settle, nack/reject requeue -> Return (delivery count
+        + 1), without requeue -> Discard."""
+        if queue.deleted:
+            return
+        kind = fifo.Settle if requeue is None else (fifo.Return if requeue else fifo.Discard)
+        queue.propose(kind(key, tuple(msg_ids)), now_ms())
+
+    def quorum_channel_down(self, queue: QuorumQueue, channel: "Channel") -> None:
+        if not queue.deleted:
+            queue.propose(fifo.Down(channel.quorum_identity), now_ms())
+
     def _management_request(self, channel: "Channel", properties: codec.Properties,
                             body: bytes) -> bool:
         """Answer a management RPC on its reply_to (node/management.py)."""
@@ -216,17 +302,22 @@ class Node:
         reply_to = request.get("reply_to")
         if not reply_to:
             return False
-        answer = json.dumps(management.handle(self, channel.session, body)).encode()
-        values = {"content_type": "application/json",
-                  "correlation_id": request.get("correlation_id")}
-        raw = codec.encode_properties(len(answer), {k: v for k, v in values.items() if v})
-        reply = Message("", reply_to, codec.decode_properties(raw)[1], answer)
-        if reply_to.startswith(REPLY_TO_PREFIX):
-            self._deliver_reply(reply_to, reply)
-        else:
-            queue = channel.session.vhost.queues.get(reply_to)
-            if queue is not None:
-                self.enqueue(queue, reply)
+        vhost = channel.session.vhost
+
+        def respond(document: dict) -> None:
+            answer = json.dumps(document).encode()
+            values = {"content_type": "application/json",
+                      "correlation_id": request.get("correlation_id")}
+            raw = codec.encode_properties(len(answer), {k: v for k, v in values.items() if v})
+            reply = Message("", reply_to, codec.decode_properties(raw)[1], answer)
+            if reply_to.startswith(REPLY_TO_PREFIX):
+                self._deliver_reply(reply_to, reply)
+            else:
+                queue = vhost.queues.get(reply_to)
+                if queue is not None:
+                    self.enqueue(queue, reply)
+
+        management.handle(self, channel.session, body, respond)
         return True
 
     # ------------------------------------------------------------ direct reply-to
@@ -302,6 +393,8 @@ class Node:
                 self.synced(self.store.flush())
         elif self.awaiting_sync:
             self.synced(self.synced_batch_id + 1)
+        if self.quorum is not None:
+            self.quorum.flush()
 
     def metadata_document(self) -> dict:
         exchanges, queues, bindings = [], [], []
@@ -314,9 +407,12 @@ class Node:
                                       "arguments": encode_arguments(exchange.arguments)})
             for queue in vhost.queues.values():
                 if queue.durable:
-                    queues.append({"vhost": vhost.name, "name": queue.name,
-                                   "type": queue.type_name, "auto_delete": queue.auto_delete,
-                                   "arguments": encode_arguments(queue.arguments)})
+                    item = {"vhost": vhost.name, "name": queue.name,
+                            "type": queue.type_name, "auto_delete": queue.auto_delete,
+                            "arguments": encode_arguments(queue.arguments)}
+                    if isinstance(queue, QuorumQueue):
+                        item["group"] = queue.group
+                    queues.append(item)
             for binding in vhost.bindings():
                 if self._durable_binding(vhost, binding):
                     bindings.append({"vhost": vhost.name, "source": binding.source,
@@ -363,13 +459,16 @@ class Node:
                 vhost = self.vhosts[item["vhost"]]
                 queue_spec = validate_declaration(item["name"], vhost.name, True, False,
                                                   item["auto_delete"], arguments)
-                self.create_queue(vhost, item["name"], queue_spec, None)
+                self.create_queue(vhost, item["name"], queue_spec, None, item.get("group"))
                 counts["queues"] += 1
             for item in document["bindings"]:
                 vhost = self.vhosts[item["vhost"]]
                 kind = QUEUE if item["destination_kind"] == QUEUE else EXCHANGE
                 vhost.bind(item["source"], Destination(kind, item["destination"]),
                            item["routing_key"], decode_arguments(item["arguments"]))
+        if self.quorum is not None:
+            self.quorum.orphans({q.group for q in self.all_queues()
+                                 if isinstance(q, QuorumQueue)})
         if self.store is not None:
             recovered = self.store.recover()
             for key, messages in recovered.items():

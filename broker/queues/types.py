@@ -6,9 +6,9 @@ constraints, the arguments each type supports, argument value types and ranges)
 and returns the `QueueSpec` the node builds the queue from. Errors are AMQPErrors
 with RabbitMQ's reply codes and wording.
 
-Types: `classic` (broker.queues.classic) is built here; `quorum` is validated
-exactly as RabbitMQ does, and refused with 540 until the quorum-queue issue lands
-its state machine. Not here: equivalence checks against an existing queue (node).
+Types: `classic` (broker.queues.classic) and `quorum` (broker.queues.quorum, a Raft
+group and the fifo machine); `stream` is refused with 540. Not here: equivalence
+checks against an existing queue (node).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ _QUORUM_UNSUPPORTED = ("x-max-priority", "x-queue-mode", "x-queue-master-locator
 # silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
 NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
                      "x-dead-letter-routing-key")
+QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 _QUEUE_MODES = ("default", "lazy")
 # the arguments a redeclare must match (RabbitMQ: rabbit_amqqueue:declare_args/0, in
@@ -62,6 +63,12 @@ EQUIVALENCE_KEYS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange",
                     "x-quorum-initial-group-size", "x-max-age",
                     "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
                     "x-queue-leader-locator")
+# quorum queues compare every argument their type knows (rabbit_quorum_queue)
+EQUIVALENCE_KEYS_BY_TYPE = {
+    "classic": EQUIVALENCE_KEYS,
+    "quorum": EQUIVALENCE_KEYS + ("x-delivery-limit", "x-dead-letter-strategy",
+                                  "x-quorum-target-group-size"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +146,13 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
                         f"queue type 'stream' is not supported by quorumqueue ({where})",
                         connection_level=False)
     if queue_type == "quorum":
-        if not durable:
-            raise precondition(f"invalid property 'non-durable' for {where}")
+        # RabbitMQ's order: auto-delete, exclusive, then durability
         if auto_delete:
             raise precondition(f"invalid property 'auto-delete' for {where}")
         if exclusive:
             raise precondition(f"invalid property 'exclusive-owner' for {where}")
+        if not durable:
+            raise precondition(f"invalid property 'non-durable' for {where}")
         for key in arguments:
             if key in _QUORUM_UNSUPPORTED:
                 raise precondition(
@@ -183,9 +191,16 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
                            "needs dead-lettering, which quorumqueue does not support yet")
     if queue_type == "quorum":
-        raise AMQPError(spec.NOT_IMPLEMENTED,
-                        f"queue type 'quorum' is validated but not available yet ({where})",
-                        connection_level=False)
+        for key in QUORUM_NOT_YET_SUPPORTED:
+            if arguments.get(key) not in (None, False):
+                raise precondition(f"invalid arg '{key}' for {where}: quorumqueue's quorum "
+                                   "queues do not support it yet (it would be silently "
+                                   "ignored)")
+        for key in ("x-quorum-initial-group-size", "x-quorum-target-group-size"):
+            value = arguments.get(key)
+            if isinstance(value, int) and value < 1:
+                raise precondition(f"invalid arg '{key}' for {where}: "
+                                   f"{{value_zero_or_less,{value}}}")
     return QueueSpec(
         type=queue_type, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
         arguments=arguments, max_priority=max_priority or 0,

@@ -22,6 +22,8 @@ from ..amqp import spec
 from ..auth.users import UserStore
 from ..config import Settings
 from ..node.node import Node
+from ..node.quorum import QuorumGroups, now_ms
+from ..raft.storage import LogStore
 from ..node.session import Session
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
@@ -48,7 +50,9 @@ def build_node(settings: Settings) -> Node:
     users.loopback_users = frozenset(settings.loopback_users)
     store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
                          settings.msg_store_segment_bytes, settings.fsync)
-    node = Node(settings, users, store, MetadataStore(settings.data_dir))
+    quorum = QuorumGroups(LogStore(settings.data_dir, settings.storage_config()),
+                          settings.node_name)
+    node = Node(settings, users, store, MetadataStore(settings.data_dir), quorum)
     counts = node.recover()
     if settings.default_vhost not in node.vhosts:
         from ..node.vhost import VHost
@@ -133,6 +137,8 @@ class BrokerServer:
         self.node.flush()
         if self.node.store is not None:
             self.node.store.close()
+        if self.node.quorum is not None:
+            self.node.quorum.store.close()
         log.info("stopped")
 
     # ------------------------------------------------------------ flushing
@@ -179,6 +185,8 @@ class BrokerServer:
                 session.tick(now)
                 if session.closed:
                     self.node.dirty.add(session)
+            if self.node.quorum is not None:
+                self.node.quorum.tick(now_ms())
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
                 self.check_alarms()

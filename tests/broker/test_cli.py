@@ -84,3 +84,29 @@ def test_queues_list_explains_an_unreachable_node():
     result = run_cli("queues", "list", "--uri", f"amqp://guest:guest@127.0.0.1:{free_port()}/")
     assert result.returncode == 1
     assert "Is the broker running?" in result.stderr
+
+
+def test_queues_list_shows_a_quorum_queue_with_its_raft_group(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    channel = connection.channel()
+    channel.queue_declare("cli-quorum", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    for _ in range(4):
+        channel.basic_publish("", "cli-quorum", b"1234567890",
+                              pika.BasicProperties(delivery_mode=2))
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume("cli-quorum", lambda *args: None)  # holds one unacked
+    connection.process_data_events(time_limit=0.2)
+    listed = run_cli("queues", "list", "--uri", broker.uri)
+    assert listed.returncode == 0, listed.stderr
+    row = next(r.split() for r in listed.stdout.splitlines()[1:] if r.split()[1] == "cli-quorum")
+    leader = row[6]
+    assert row[2:6] == ["quorum", "3", "1", "1"]
+    assert leader.startswith("quorumqueue@") and row[7] == leader  # one member: itself
+    assert row[-1] == "40"  # bodies of ready and unacked messages
+    purged = run_cli("queues", "purge", "--uri", broker.uri, "cli-quorum")
+    assert "purged 3 messages" in purged.stdout, purged.stderr
+    connection.close()
+    deleted = run_cli("queues", "delete", "--uri", broker.uri, "cli-quorum")
+    assert deleted.returncode == 0 and "deleted 'cli-quorum' in vhost '/' (1 messages)" \
+        in deleted.stdout, deleted.stderr

@@ -18,6 +18,31 @@ def test_shipped_config_loads_with_rabbitmq_key_names():
     assert settings.max_message_size == 128 * 1024 * 1024
     assert settings.disk_free_limit_absolute == 50_000_000
     assert settings.loopback_users == ("guest",)
+    storage = settings.storage_config()
+    assert (storage.wal_max_size_bytes, storage.segment_max_entries) == (512 * 1024 ** 2, 4096)
+
+
+def test_raft_keys_reach_the_log_storage(tmp_path):
+    settings = load_settings(write(tmp_path, "storage.fsync = false\n[raft]\n"
+                                             "wal_max_size_bytes = \"64MB\"\n"
+                                             "segment_max_entries = 65535\n"))
+    storage = settings.storage_config()
+    assert storage.wal_max_size_bytes == 64_000_000
+    assert storage.segment_max_entries == 65535
+    assert storage.fsync is False
+
+
+def test_segment_max_entries_above_65535_stops_the_broker_at_startup(tmp_path):
+    import subprocess
+
+    from tests.broker.test_cli import CLI
+
+    config = write(tmp_path, "raft.segment_max_entries = 100000\n")
+    result = subprocess.run(CLI + ["broker", "start", "--config", config, "--port", "0",
+                                   "--data-dir", str(tmp_path / "data")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "raft.segment_max_entries: values above 65535 are not supported" in result.stderr
 
 
 def test_dotted_keys_read_as_rabbitmq_writes_them(tmp_path):
@@ -43,6 +68,10 @@ def test_cli_overrides_win_over_the_file(tmp_path):
     ("vm_memory_high_watermark.relative = 1.5\n", "vm_memory_high_watermark.relative"),
     ("channel_max = 0\n", "channel_max"),
     ("storage.fsync = \"yes\"\n", "storage.fsync"),
+    ("raft.segment_max_entries = 65536\n", "raft.segment_max_entries"),
+    ("raft.segment_max_entries = 0\n", "raft.segment_max_entries"),
+    ("raft.wal_max_size_bytes = \"huge\"\n", "raft.wal_max_size_bytes"),
+    ("raft.wal_max_batch_sise = 10\n", "raft.wal_max_batch_sise"),
 ])
 def test_impossible_settings_fail_naming_the_key(tmp_path, text, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

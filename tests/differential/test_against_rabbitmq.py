@@ -33,11 +33,6 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
     ("handshake", "0.start.server_properties"):
         "product, version, platform, copyright, information and cluster_name name "
         "quorumqueue, not RabbitMQ",
-    ("quorum_queue_valid_declaration", "1.reply"):
-        "quorum queues are validated but not available yet: a valid declaration is "
-        "refused with 540 NOT_IMPLEMENTED until the quorum-queue issue lands",
-    ("quorum_queue_valid_declaration", "2.reply"):
-        "follows from the 540 above: the connection is closed",
     ("queue_declare_message_ttl", "1.reply"):
         "quorumqueue refuses x-message-ttl (as x-expires and dead-lettering) with 406 "
         "rather than accept an argument it would silently ignore",
@@ -60,6 +55,16 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
         "RabbitMQ 4.x's 501 'content body frame exceeds remaining content size'",
     ("body_larger_than_declared_size", "2.reply"):
         "follows from the above: 3.10.8's delayed 505, quorumqueue already closed",
+    ("quorum_queue_global_qos", "3.reply.method"):
+        "consuming from a quorum queue with global QoS: RabbitMQ 3.10.8 closes the "
+        "connection (540 is a hard error), the 4.2 guide makes it a channel error, "
+        "which quorumqueue follows; code and text are the same",
+    ("quorum_queue_counts", "8.reply.properties.headers"):
+        "RabbitMQ 3.10.8 adds x-delivery-count: 0 to a quorum queue's first delivery; "
+        "4.x (and quorumqueue) add x-delivery-count to redeliveries only",
+    ("quorum_queue_purge_keeps_unacked", "7.reply.properties.headers"):
+        "RabbitMQ 3.10.8 adds x-delivery-count: 0 to a quorum queue's first delivery; "
+        "4.x (and quorumqueue) add x-delivery-count to redeliveries only",
 }
 
 # scenario -> why quorumqueue still differs from RabbitMQ although it should not
@@ -586,6 +591,129 @@ def quorum_queue_valid_declaration(c: Probe) -> None:
     channel(c)
     declare(c, "dt-quorum-valid", durable=True, arguments={"x-queue-type": "quorum"})
     declare(c, "dt-quorum-valid", passive=True)
+
+
+@scenario
+def quorum_queue_declaration_flags(c: Probe) -> None:
+    """Flags as pika sends them by default (durable=false): RabbitMQ's checks run in the
+    order auto-delete, exclusive, non-durable (same in 3.10 and 4.x)."""
+    channel(c)
+    for index, flags in enumerate(({"exclusive": True}, {"auto_delete": True},
+                                   {"exclusive": True, "auto_delete": True},
+                                   {"durable": True, "exclusive": True, "auto_delete": True})):
+        declare(c, f"dt-qq-flags-{index}", arguments={"x-queue-type": "quorum"}, **flags)
+        reopen(c)
+
+
+@scenario
+def quorum_queue_redeclare_equivalence(c: Probe) -> None:
+    """Redeclaring an existing quorum queue: every argument a quorum queue knows is
+    compared, x-queue-type and x-delivery-limit included."""
+    channel(c)
+    quorum = {"x-queue-type": "quorum", "x-delivery-limit": 5}
+    declare(c, "dt-qq-equiv", durable=True, arguments=quorum)
+    for options in ({"durable": True, "arguments": quorum}, {"passive": True},
+                    {"durable": True, "arguments": {**quorum, "x-queue-type": "classic"}},
+                    {"durable": True, "arguments": {"x-delivery-limit": 5}},
+                    {"durable": True, "arguments": {**quorum, "x-delivery-limit": 6}},
+                    {"durable": True, "arguments": {"x-queue-type": "quorum"}},
+                    {"durable": False, "arguments": quorum},
+                    {"durable": True, "auto_delete": True, "arguments": quorum}):
+        declare(c, "dt-qq-equiv", **options)
+        reopen(c)
+
+
+def fill_quorum(c: Probe, queue: str, bodies) -> None:
+    """Publish `bodies` to the quorum queue `queue`, waiting for the confirms. Each
+    carries a header, so that a delivery's headers exist in both transcripts (RabbitMQ
+    3.10 adds x-delivery-count: 0 to every quorum delivery, 4.x and quorumqueue only
+    to redeliveries: those paths are DELIBERATE_DIFFERENCES)."""
+    channel(c, 9)
+    c.call(9, amqp.Confirm.Select())
+    for index, body in enumerate(bodies):
+        c.publish(9, "", queue, body, properties=amqp.Basic.Properties(headers={"n": index}))
+    c.collect(len(bodies))
+    c.call(9, amqp.Channel.Close(200, "filled", 0, 0))
+
+
+@scenario
+def quorum_queue_counts(c: Probe) -> None:
+    """declare-ok, get-empty, basic.get-ok message-count and delete-ok count of a
+    quorum queue after confirmed publishes."""
+    channel(c)
+    declare(c, "dt-qq-counts", durable=True, arguments={"x-queue-type": "quorum"})
+    get(c, "dt-qq-counts")
+    fill_quorum(c, "dt-qq-counts", ["m1", "m2", "m3", "m4"])
+    declare(c, "dt-qq-counts", passive=True)
+    get(c, "dt-qq-counts", no_ack=True)
+    c.call(1, amqp.Queue.Delete(queue="dt-qq-counts"))
+    declare(c, "dt-qq-counts", passive=True)
+
+
+@scenario
+def quorum_queue_purge_keeps_unacked(c: Probe) -> None:
+    """queue.purge-ok counts the ready messages it dropped: a basic.get still unacked
+    survives it and, rejected back, is the queue's one message (redelivered, its
+    x-delivery-count 1 in 3.10 as in 4.x; got on the same channel, so after the
+    reject in RabbitMQ too); then get-empty, purge-ok 0 and delete-ok 0."""
+    channel(c)
+    channel(c, 2)
+    declare(c, "dt-qq-purge", durable=True, arguments={"x-queue-type": "quorum"})
+    fill_quorum(c, "dt-qq-purge", ["m1", "m2", "m3"])
+    get(c, "dt-qq-purge", number=2)
+    c.call(1, amqp.Queue.Purge(queue="dt-qq-purge"))
+    c.send(2, amqp.Basic.Reject(delivery_tag=1, requeue=True))
+    get(c, "dt-qq-purge", number=2, no_ack=True)
+    get(c, "dt-qq-purge", number=2)
+    c.call(1, amqp.Queue.Purge(queue="dt-qq-purge"))
+    c.call(1, amqp.Queue.Delete(queue="dt-qq-purge"))
+
+
+@scenario
+def quorum_queue_exclusive_consume(c: Probe) -> None:
+    """Quorum queues do not support consumer exclusivity (4.2 feature matrix): the
+    exclusive flag of basic.consume is accepted and not enforced, so other consumers
+    are not refused (rabbit_quorum_queue:consume only reports it, in 3.10 and 4.x)."""
+    channel(c)
+    channel(c, 2)
+    declare(c, "dt-qq-excl", durable=True, arguments={"x-queue-type": "quorum"})
+    c.call(1, amqp.Basic.Consume(queue="dt-qq-excl", consumer_tag="dt-qq-a", exclusive=True))
+    c.call(2, amqp.Basic.Consume(queue="dt-qq-excl", consumer_tag="dt-qq-b"))
+    reopen(c, 2)
+    c.call(2, amqp.Basic.Consume(queue="dt-qq-excl", consumer_tag="dt-qq-c", exclusive=True))
+    reopen(c, 2)
+    declare(c, "dt-qq-excl", passive=True)
+
+
+@scenario
+def quorum_queue_server_named(c: Probe) -> None:
+    """Quorum queues cannot be server-named (4.2 feature matrix): queue.declare with
+    an empty name is 406."""
+    channel(c)
+    declare(c, "", durable=True, arguments={"x-queue-type": "quorum"})
+
+
+@scenario
+def quorum_queue_delete_if_unused_or_if_empty(c: Probe) -> None:
+    """rabbit_quorum_queue:delete refuses the if-unused and if-empty flags (540, a
+    connection error) rather than check them, in 3.10 as in 4.x."""
+    channel(c)
+    declare(c, "dt-qq-del-flags", durable=True, arguments={"x-queue-type": "quorum"})
+    with c.another("if-empty") as other:
+        channel(other)
+        other.call(1, amqp.Queue.Delete(queue="dt-qq-del-flags", if_empty=True))
+    c.call(1, amqp.Queue.Delete(queue="dt-qq-del-flags", if_unused=True))
+
+
+@scenario
+def quorum_queue_global_qos(c: Probe) -> None:
+    """basic.consume from a quorum queue on a channel with global QoS: 540 with
+    rabbit_quorum_queue's text (3.10 closes the connection, the 4.2 guide calls it a
+    channel error: DELIBERATE_DIFFERENCES)."""
+    channel(c)
+    declare(c, "dt-qq-global", durable=True, arguments={"x-queue-type": "quorum"})
+    c.call(1, amqp.Basic.Qos(prefetch_count=3, global_=True))
+    c.call(1, amqp.Basic.Consume(queue="dt-qq-global", consumer_tag="dt-qq-g"))
 
 
 @scenario

@@ -5,7 +5,8 @@
     DATA_DIR/quorum/snapshots/<group-dir>/snapshot.dat     per group, the latest one
 
 File numbers are decimal, zero-padded to at least 8 digits; order is numeric. Files
-ending in `.tmp` are unfinished rewrites and are deleted on open.
+ending in `.tmp` are unfinished rewrites and are deleted on open. A deleted group's two
+directories are removed whole (`remove_group_dirs`).
 
 Invariant: `group_dir_name` is a pure function of the uid, so it is stable across
 versions; the uid itself is recorded inside every file (readers should trust that, not
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 QUORUM_DIR = "quorum"
 WAL_DIR = "wal"
@@ -74,6 +76,28 @@ def remove_tmp_files(directory: str) -> None:
     for name in os.listdir(directory):
         if name.endswith(TMP_SUFFIX):
             os.remove(os.path.join(directory, name))
+
+
+def remove_group_dirs(root: str, dir_name: str, fsync: bool,
+                      failpoint: Callable[[str], None] | None = None) -> None:
+    """Remove a deleted group's segments/<dir> and snapshots/<dir>, files and all, each
+    removal made durable (the directory fsynced after its files are gone, the parent
+    after the directory is). Idempotent: a crash part-way leaves a subset, and running
+    it again removes the rest."""
+    for kind in (SEGMENTS_DIR, SNAPSHOTS_DIR):
+        parent = os.path.join(root, kind)
+        directory = os.path.join(parent, dir_name)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            continue
+        for name in sorted(names):
+            os.remove(os.path.join(directory, name))
+        fsync_dir(directory, fsync)
+        if failpoint is not None:
+            failpoint("delete.files_removed")
+        os.rmdir(directory)
+        fsync_dir(parent, fsync)
 
 
 def fsync_dir(path: str, enabled: bool = True) -> None:

@@ -6,11 +6,12 @@ possible, answer reads, move entries out of memory into per-group segment files,
 delete or compact what the state machine says is dead.
 
 How it works (after rabbitmq/ra):
-- `append`, `set_hard_state`, `set_initial_members` and `truncate_from` are pure: they
-  encode WAL records into a pending batch and update the group's memory table, so
-  reads see them at once. `flush()` writes the whole batch (in write() calls of at most
-  `raft.wal_max_batch_size` records) and fdatasyncs once: one fsync commits every
-  group's work (group commit). It returns each touched group's last index, now durable.
+- `append`, `set_hard_state`, `set_initial_members`, `truncate_from` and
+  `delete_group` are pure: they encode WAL records into a pending batch and update the
+  group's memory table, so reads see them at once. `flush()` writes the whole batch
+  (in write() calls of at most `raft.wal_max_batch_size` records) and fdatasyncs
+  once: one fsync commits every group's work (group commit). It returns each touched
+  group's last index, now durable.
 - When the WAL file grows past `raft.wal_max_size_bytes`, `flush()` rolls over: a new
   WAL file starts (carrying each group's hard state, initial members and release
   cursor), every memory table is appended to its group's segment files (fsynced), and
@@ -21,15 +22,26 @@ How it works (after rabbitmq/ra):
 - `release(cursor)` deletes segment files wholly below the release cursor (the lowest
   index the state machine still needs); `compact(live)` rewrites mostly-dead segments
   below the snapshot to keep only live entries (RabbitMQ 4.3 / ra 3).
+- Deleting a group: `delete_group` drops it from memory and queues a DELETE_GROUP
+  record; once that record is fsynced (in `flush()`, or whatever else writes the
+  batch) the group's segment and snapshot directories are removed; recovery removes
+  them too if a crash came in between. The uid is then *tombstoned* until a rollover
+  has deleted the WAL file holding the record: a snapshot of a group re-created under
+  it rolls over first. So next to a DELETE_GROUP, a file of that uid either predates
+  it or is a segment of an interrupted rollover, whose entries the WAL still holds
+  after the record: recovery may remove them all and replay.
 
 Invariants (the durability contract):
 - an index `flush()` reported for a group is recovered after any crash, unless a later
-  `truncate_from`, `install_snapshot`, `release` or `compact` discarded it (and those
-  discard only what Raft or the state machine declared dead);
+  `truncate_from`, `install_snapshot`, `release`, `compact` or `delete_group`
+  discarded it (and those discard only what Raft or the state machine declared dead);
 - a WAL file is deleted only after every entry it holds is in fsynced segment files,
   and its metadata was carried into a newer, fsynced WAL file;
 - segment files change only by appending (during a rollover), by atomic rename of a
-  rewritten copy, or by deletion.
+  rewritten copy, or by deletion;
+- a deleted group never comes back: its files go only after its DELETE_GROUP is
+  durable, and while that record exists a later group with its uid has nothing on
+  disk that the WAL records after it do not also hold.
 
 Not here: consensus (broker/raft/core.py) — this layer never decides what is committed;
 byte layouts (FORMAT.md); the I/O scheduling of the shell that calls `flush()`.
@@ -50,13 +62,14 @@ from .group_log import GroupLog
 from .group_state import GroupState
 from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
                      SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX, check_uid, fsync_dir,
-                     numbered_name)
+                     group_dir_name, numbered_name, remove_group_dirs)
 from .recovery import recover
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
 from .snapshots import read_snapshot_file, write_snapshot_file
-from .wal import (WalFile, encode_entries, encode_group, encode_hard_state, encode_members,
-                  encode_release, encode_reset, encode_truncate)
+from .wal import (WAL_VERSION, WalFile, encode_delete_group, encode_entries, encode_group,
+                  encode_hard_state, encode_members, encode_release, encode_reset,
+                  encode_truncate)
 
 _U64 = 1 << 64
 
@@ -72,6 +85,7 @@ class CompactionResult:
 class _Pending:
     records: list[bytes] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
+    deleted: dict[str, list[str]] = field(default_factory=dict)   # uid: its segment paths
 
 
 class LogStore:
@@ -90,10 +104,14 @@ class LogStore:
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
         self._old_wals: list[str] = recovered.old_wal_paths
+        # uids with a DELETE_GROUP in a WAL file still on disk: no snapshot may be
+        # written for them until a rollover deleted those files ("Deleting a group")
+        self._tombstones: set[str] = set(recovered.deleted)
         stranded = [s for s in self._groups.values() if s.mem and s.mem.last < s.snapshot_index]
-        if recovered.stale_resets or stranded:
+        if recovered.stale_resets or stranded or self._wal.version < WAL_VERSION:
             # a RESET whose snapshot never landed must not be replayed later; entries
-            # left below a snapshot must not sit under the new tail of the memory table
+            # left below a snapshot must not sit under the new tail of the memory table;
+            # an older-version WAL file is never appended to
             self.roll_over()
 
     # --- writes buffered until flush() (pure: no I/O) --------------------------------
@@ -155,6 +173,22 @@ class LogStore:
         state.discard_from(index)
         self._pending.touched.add(group)
 
+    def delete_group(self, group: str) -> None:
+        """Forget the whole group (a deleted quorum queue). At once, reads answer as for
+        a uid never written to and the memory table is released; the next flush()
+        makes that durable and removes the group's segment and snapshot directories.
+        The uid may be written to again: it starts empty, from index 1. Deleting a uid
+        again, or one never written, is harmless (it is recorded all the same)."""
+        check_uid(group)
+        self._check_usable()
+        assert self._wal.version >= 2, "DELETE_GROUP in an older-version WAL file"
+        state = self._groups.pop(group, None)
+        self._pending.records.append(encode_delete_group(self._gid(group)))
+        self._pending.touched.discard(group)
+        paths = self._pending.deleted.setdefault(group, [])
+        paths += [ref.path for ref in state.segments] if state is not None else []
+        self._tombstones.add(group)
+
     # --- durability --------------------------------------------------------------------
 
     def flush(self) -> dict[str, int]:
@@ -182,6 +216,25 @@ class LogStore:
         except OSError as error:
             self._broken = error
             raise
+        if self._pending.deleted:
+            self._remove_deleted_groups()
+
+    def _remove_deleted_groups(self) -> None:
+        """The DELETE_GROUP records are durable: remove those groups' directories. A
+        failure leaves files behind that only recovery (which replays the record) may
+        remove: a later rollover must not delete the record first, so the store breaks."""
+        deleted = self._pending.deleted
+        try:
+            self._fail("delete.record_durable")
+            for uid in sorted(deleted):
+                for path in deleted[uid]:
+                    self._readers.evict(path)
+                remove_group_dirs(self.root, group_dir_name(uid), self.config.fsync,
+                                  self._failpoint)
+        except Exception as error:
+            self._broken = error
+            raise
+        deleted.clear()
 
     def _check_usable(self) -> None:
         """After a failed write or fsync the kernel's view of the files is unknown (a
@@ -239,6 +292,7 @@ class LogStore:
             self._fail("rollover.wal_deleted")
         fsync_dir(wal_dir, fsync)
         self._old_wals = []
+        self._tombstones.clear()            # no DELETE_GROUP is left in any WAL file
 
     def _move_to_segments(self, state: GroupState) -> None:
         fsync = self.config.fsync
@@ -295,6 +349,7 @@ class LogStore:
         snapshot, installed on a follower - it replaces the whole log."""
         group_state = self._writable(group)
         self._check_snapshot(group_state, meta)
+        self._end_tombstone(group)
         if self._term_at(group_state, meta.index) != meta.term:
             self.install_snapshot(group, meta, state)
             return
@@ -307,6 +362,7 @@ class LogStore:
         old segment files are deleted."""
         group_state = self._writable(group)
         self._check_snapshot(group_state, meta)
+        self._end_tombstone(group)
         self._pending.records.append(encode_reset(self._gid(group), meta.index, meta.term))
         self._pending.touched.add(group)
         self._write_pending()
@@ -316,6 +372,12 @@ class LogStore:
         group_state.shadow_from = None
         group_state.release_cursor = max(group_state.release_cursor, meta.index + 1)
         self._delete_segments(group_state, list(group_state.segments))
+
+    def _end_tombstone(self, group: str) -> None:
+        """Before a snapshot of a re-created group whose DELETE_GROUP is still in a WAL
+        file: roll over, so recovery can never take it for the deleted group's."""
+        if group in self._tombstones:
+            self.roll_over()
 
     def _check_snapshot(self, state: GroupState, meta: SnapshotMeta) -> None:
         if meta.index < 1 or meta.term < 0 or meta.index < state.snapshot_index:

@@ -13,19 +13,28 @@ How it works:
    interrupted rollover of this very WAL, or are being replaced), TRUNCATE discards a
    suffix, RESET (a snapshot replaced the log) discards everything if the snapshot on
    disk covers it, RELEASE drops dead entries, HARD_STATE and MEMBERS set the group's
-   metadata;
-4. per group: entries above the snapshot must be contiguous, else CorruptLogError.
+   metadata, DELETE_GROUP forgets the group (what its files and earlier records said;
+   later records for it start a new, empty group);
+4. a group deleted in any WAL file: its segment and snapshot directories are removed
+   (finishing a deletion a crash interrupted between the record and the unlinks);
+5. per group: entries above the snapshot must be contiguous, else CorruptLogError.
 
 Why a torn tail is safe where it is tolerated: the WAL is written strictly in order,
 so a crash leaves at most one torn record, at the end of the newest file. Segments are
 written only during a rollover, while the old WAL (holding the same entries) still
 exists; a rollover deletes the old WAL only after fsyncing the segments. So a torn
 segment tail is tolerated only when more than one WAL file exists (an interrupted
-rollover), and the entries it lost are replayed from that WAL; step 4 proves it.
+rollover), and the entries it lost are replayed from that WAL; step 5 proves it.
+
+Why step 4 may remove every file of a deleted group: while a WAL file holding a
+group's DELETE_GROUP exists, the store writes no snapshot for that uid, and segments
+only in a rollover, from entries the WAL holds after the record until the rollover
+deletes it (log_store.py, "Deleting a group"). So each file predates the record, or
+its entries are replayed after it.
 
 Invariants: recovery is idempotent (it may be interrupted and rerun); the only files
 it changes are a torn WAL tail (truncated), torn segment tails (rewritten without the
-torn part) and leftover `.tmp` files (deleted).
+torn part), leftover `.tmp` files (deleted) and deleted groups' directories (removed).
 
 Not here: the write path (log_store.py), byte layouts (wal.py, segments.py,
 snapshots.py, FORMAT.md).
@@ -36,18 +45,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from ..types import LogEntry
 from .errors import CorruptLogError
 from .group_state import GroupState
 from .layout import (SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE, SNAPSHOTS_DIR,
                      WAL_DIR, WAL_SUFFIX, fsync_dir, group_dir_name, list_numbered,
-                     numbered_name, remove_tmp_files)
+                     numbered_name, remove_group_dirs, remove_tmp_files)
 from .segments import (ParsedSegment, SegmentReader, SegmentRef, parse_segment,
                        rewrite_segment)
 from .snapshots import read_snapshot_file
-from .wal import (EntryRecord, GroupRecord, HardStateRecord, MembersRecord, ReleaseRecord,
-                  ResetRecord, TruncateRecord, WalFile, WalScan, scan_wal)
+from .wal import (DeleteGroupRecord, EntryRecord, GroupRecord, HardStateRecord,
+                  MembersRecord, ReleaseRecord, ResetRecord, TruncateRecord, WalFile,
+                  WalScan, scan_wal)
 
 TermLookup = Callable[[SegmentRef, int], "int | None"]
 
@@ -58,6 +69,7 @@ class Recovered:
     wal: WalFile
     old_wal_paths: list[str]                  # older WAL files still needed
     stale_resets: list[str] = field(default_factory=list)   # groups: roll over at once
+    deleted: list[str] = field(default_factory=list)   # uids with a DELETE_GROUP in a WAL
 
 
 def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
@@ -74,15 +86,24 @@ def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
             state = groups[uid] = GroupState.new(uid)
         return state
 
+    deleted: set[str] = set()
+    stale: set[str] = set()
+
+    def forget(uid: str) -> None:
+        groups.pop(uid, None)
+        deleted.add(uid)
+        stale.discard(uid)          # a RESET of the deleted group needs no rollover
+
     _read_snapshots(os.path.join(root, SNAPSHOTS_DIR), group)
     _read_segments(os.path.join(root, SEGMENTS_DIR), group,
                    rollover_interrupted=len(wal_files) > 1, fsync=fsync)
     scans: list[WalScan] = []
-    stale: set[str] = set()
     for position, (number, path) in enumerate(wal_files):
         scan = scan_wal(path, number, newest=position == len(wal_files) - 1)
-        _replay(scan, group, stale)
+        _replay(scan, group, forget, stale)
         scans.append(scan)
+    for uid in sorted(deleted):
+        remove_group_dirs(root, group_dir_name(uid), fsync)
     for state in groups.values():
         _check_group(state, root, segment_term)
 
@@ -93,7 +114,7 @@ def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
         wal = WalFile.create(os.path.join(wal_dir, numbered_name(1, WAL_SUFFIX)), 1, fsync)
         fsync_dir(wal_dir, fsync)
         old = []
-    return Recovered(groups, wal, old, sorted(stale))
+    return Recovered(groups, wal, old, sorted(stale), sorted(deleted))
 
 
 def _read_snapshots(directory: str, group: Callable[[str], GroupState]) -> None:
@@ -160,15 +181,19 @@ def _without_torn_tail(parsed: ParsedSegment, fsync: bool) -> SegmentRef:
     return ref
 
 
-def _replay(scan: WalScan, group: Callable[[str], GroupState], stale: set[str]) -> None:
-    gids: dict[int, GroupState] = {}
+def _replay(scan: WalScan, group: Callable[[str], GroupState],
+            forget: Callable[[str], None], stale: set[str]) -> None:
+    gids: dict[int, str] = {}      # a gid names a uid, across a DELETE_GROUP of it too
 
-    def state_of(gid: int, offset: int) -> GroupState:
-        state = gids.get(gid)
-        if state is None:
+    def uid_of(gid: int, offset: int) -> str:
+        uid = gids.get(gid)
+        if uid is None:
             raise CorruptLogError(scan.path, offset, f"record for group number {gid}, "
                                   "which no GROUP record before it names")
-        return state
+        return uid
+
+    def state_of(gid: int, offset: int) -> GroupState:
+        return group(uid_of(gid, offset))
 
     for offset, record in scan.records:
         match record:
@@ -178,7 +203,8 @@ def _replay(scan: WalScan, group: Callable[[str], GroupState], stale: set[str]) 
             case GroupRecord(gid, uid):
                 if gid in gids:
                     raise CorruptLogError(scan.path, offset, f"group number {gid} named twice")
-                gids[gid] = group(uid)
+                gids[gid] = uid
+                group(uid)
             case HardStateRecord(gid, hard_state):
                 state_of(gid, offset).hard_state = hard_state
             case TruncateRecord(gid, index):
@@ -196,6 +222,10 @@ def _replay(scan: WalScan, group: Callable[[str], GroupState], stale: set[str]) 
                 state.mem.drop_below(cursor)
             case MembersRecord(gid, members):
                 state_of(gid, offset).initial_members = members
+            case DeleteGroupRecord(gid):
+                forget(uid_of(gid, offset))
+            case _:
+                assert_never(record)
 
 
 def _replay_entry(state: GroupState, entry: LogEntry, path: str, offset: int) -> None:

@@ -15,7 +15,10 @@ Invariants:
   order, so a crash leaves a prefix of the records plus at most one torn record;
 - a torn record is accepted only at the end of the newest WAL file (a file is never
   appended to after a newer one exists); everything else that fails a check is
-  corruption, reported with the file and byte offset.
+  corruption, reported with the file and byte offset;
+- a file holds only record types its header's version defines: this build reads
+  versions 1 and 2 and writes 2 (DELETE_GROUP is new in 2); it never appends to a
+  version-1 file (the store rolls over to a new file on open instead).
 
 Not here: what the records mean for a group's log (log_store.py, recovery.py).
 """
@@ -33,7 +36,8 @@ from .errors import CorruptLogError
 from .layout import sync_file
 
 WAL_MAGIC = b"QQWL"
-WAL_VERSION = 1
+WAL_VERSION = 2                            # what this build writes (FORMAT.md, "Versioning")
+READABLE_VERSIONS = (1, 2)                 # 2 added DELETE_GROUP; nothing else changed
 
 FILE_HEADER = struct.Struct(">4sHHI")      # magic, version, flags, file number
 FILE_HEADER_SIZE = FILE_HEADER.size + 4    # + crc32 of the 12 bytes above
@@ -41,8 +45,11 @@ RECORD_HEADER = struct.Struct(">IBI")      # payload length, type, payload crc32
 RECORD_HEADER_SIZE = RECORD_HEADER.size + 4  # + crc32 of the 9 bytes above
 
 GROUP, ENTRY, HARD_STATE, TRUNCATE, RESET, RELEASE, MEMBERS = 1, 2, 3, 4, 5, 6, 7
+DELETE_GROUP = 8                           # version 2 on
 RECORD_NAMES = {GROUP: "GROUP", ENTRY: "ENTRY", HARD_STATE: "HARD_STATE",
-                TRUNCATE: "TRUNCATE", RESET: "RESET", RELEASE: "RELEASE", MEMBERS: "MEMBERS"}
+                TRUNCATE: "TRUNCATE", RESET: "RESET", RELEASE: "RELEASE", MEMBERS: "MEMBERS",
+                DELETE_GROUP: "DELETE_GROUP"}
+FIRST_VERSION = {DELETE_GROUP: 2}          # record types newer than version 1
 
 _gid = struct.Struct(">I")
 _entry = struct.Struct(">IQQB")            # gid, index, term, kind; then data
@@ -115,6 +122,10 @@ def encode_members(gid: int, members: tuple[str, ...]) -> bytes:
     return _record(MEMBERS, b"".join(parts))
 
 
+def encode_delete_group(gid: int) -> bytes:
+    return _record(DELETE_GROUP, _gid.pack(gid))
+
+
 # --- decoded records (a closed vocabulary) -----------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +171,13 @@ class MembersRecord:
     members: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteGroupRecord:
+    gid: int            # the group is forgotten: files, log, metadata (FORMAT.md)
+
+
 WalRecord: TypeAlias = (GroupRecord | EntryRecord | HardStateRecord | TruncateRecord
-                        | ResetRecord | ReleaseRecord | MembersRecord)
+                        | ResetRecord | ReleaseRecord | MembersRecord | DeleteGroupRecord)
 
 
 def _decode(record_type: int, payload: bytes) -> WalRecord:
@@ -189,6 +205,10 @@ def _decode(record_type: int, payload: bytes) -> WalRecord:
             members.append(payload[offset + 2:offset + 2 + length].decode("utf-8"))
             offset += 2 + length
         return MembersRecord(gid, tuple(members))
+    if record_type == DELETE_GROUP:
+        if len(payload) != _gid.size:
+            raise ValueError(f"DELETE_GROUP payload of {len(payload)} bytes, expected 4")
+        return DeleteGroupRecord(_gid.unpack(payload)[0])
     raise ValueError(f"unknown record type {record_type}")
 
 
@@ -198,6 +218,7 @@ def _decode(record_type: int, payload: bytes) -> WalRecord:
 class WalScan:
     number: int
     path: str
+    version: int                           # from the file header (WAL_VERSION if none yet)
     records: list[tuple[int, WalRecord]]   # (byte offset, record), in file order
     valid_end: int                         # bytes up to here are whole records
     size: int                              # file size as found (> valid_end: torn tail)
@@ -215,15 +236,15 @@ def scan_wal(path: str, number: int, newest: bool) -> WalScan:
 
     if newest and (not data.strip(b"\0") or size < FILE_HEADER_SIZE
                    and encode_file_header(number).startswith(data)):
-        return WalScan(number, path, [], 0, size)        # crashed while creating it
+        return WalScan(number, path, WAL_VERSION, [], 0, size)   # crashed while creating it
     if size < FILE_HEADER_SIZE:
         raise corrupt(0, f"truncated WAL file header ({size} bytes)")
     magic, version, _flags, file_number = FILE_HEADER.unpack_from(data)
     if magic != WAL_MAGIC:
         raise corrupt(0, f"bad magic {magic!r} (expected {WAL_MAGIC!r})")
-    if version != WAL_VERSION:
+    if version not in READABLE_VERSIONS:
         raise corrupt(4, f"unknown WAL format version {version} (this build reads "
-                         f"{WAL_VERSION})")
+                         f"{', '.join(map(str, READABLE_VERSIONS))})")
     if int.from_bytes(data[12:16], "big") != _crc32(data[:12]):
         raise corrupt(0, "WAL file header checksum mismatch")
     if file_number != number:
@@ -251,19 +272,22 @@ def scan_wal(path: str, number: int, newest: bool) -> WalScan:
                         f"{remaining - RECORD_HEADER_SIZE}")
         if torn is not None:
             if newest:
-                return WalScan(number, path, records, offset, size)
+                return WalScan(number, path, version, records, offset, size)
             raise corrupt(offset, f"{torn} in a WAL file that is not the newest")
         start = offset + RECORD_HEADER_SIZE
         payload = data[start:start + length]
         if _crc32(payload) != payload_crc:
             raise corrupt(offset, f"{RECORD_NAMES.get(record_type, 'record')} payload "
                                   "checksum mismatch")
+        if FIRST_VERSION.get(record_type, 1) > version:
+            raise corrupt(offset, f"record type {record_type} "
+                                  f"({RECORD_NAMES[record_type]}) in a version {version} WAL file")
         try:
             records.append((offset, _decode(record_type, payload)))
         except (ValueError, struct.error, UnicodeDecodeError) as error:
             raise corrupt(offset, f"undecodable record: {error}") from None
         offset = start + length
-    return WalScan(number, path, records, offset, size)
+    return WalScan(number, path, version, records, offset, size)
 
 
 # --- the open WAL file -------------------------------------------------------------------
@@ -271,10 +295,12 @@ def scan_wal(path: str, number: int, newest: bool) -> WalScan:
 class WalFile:
     """The WAL file being appended to: a raw fd (no user-space buffer to lose)."""
 
-    def __init__(self, path: str, number: int, fd: int, size: int) -> None:
+    def __init__(self, path: str, number: int, fd: int, size: int,
+                 version: int = WAL_VERSION) -> None:
         self.path = path
         self.number = number
         self.size = size
+        self.version = version           # < WAL_VERSION: read only, the store rolls over
         self.gids: dict[str, int] = {}   # groups named by a GROUP record in this file
         self._fd = fd
 
@@ -300,7 +326,7 @@ class WalFile:
             os.ftruncate(fd, end)
             sync_file(fd, fsync)
         os.lseek(fd, end, os.SEEK_SET)
-        wal = cls(scan.path, scan.number, fd, end)
+        wal = cls(scan.path, scan.number, fd, end, scan.version)
         for _offset, record in scan.records:
             if isinstance(record, GroupRecord):
                 wal.gids[record.uid] = record.gid

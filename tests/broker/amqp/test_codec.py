@@ -529,3 +529,33 @@ def test_oversize_frame_is_frame_error_before_its_payload_arrives(frame_max):
         list(reader.frames())
     assert raised.value.code == spec.FRAME_ERROR
     assert "frame_too_large" in raised.value.detail
+
+
+def test_long_headers_are_added_without_touching_the_publishers_fields():
+    from pamqp import commands as pc
+    from pamqp.header import ContentHeader
+
+    from quorumqueue.broker.amqp.codec import decode_properties, with_long_headers
+
+    def header(**values):
+        return ContentHeader(0, 5, pc.Basic.Properties(**values)).marshal()
+
+    published = header(content_type="text/plain", message_id="m1", delivery_mode=2,
+                       headers={"ratio": 0.1, "n": 7, "x-delivery-count": 3, "s": "x"})
+    raw = with_long_headers(published, {"x-delivery-count": 4})
+    values = decode_properties(raw)[1].decoded()
+    assert values["headers"] == {"ratio": published_ratio(published), "n": 7, "s": "x",
+                                 "x-delivery-count": 4}
+    assert (values["content_type"], values["message_id"], values["delivery_mode"]) == (
+        "text/plain", "m1", 2)
+    assert b"\x10x-delivery-countl" + (4).to_bytes(8, "big") in raw  # a long, as RabbitMQ
+    assert raw.count(b"ratio") == 1 and published[published.index(b"ratio"):][:11] in raw
+    bare = with_long_headers(header(delivery_mode=2), {"x-lease-seq": 9})
+    assert decode_properties(bare)[1].decoded()["headers"] == {"x-lease-seq": 9}
+    assert decode_properties(bare)[1].delivery_mode == 2
+
+
+def published_ratio(raw):
+    from quorumqueue.broker.amqp.codec import decode_properties
+
+    return decode_properties(raw)[1].decoded()["headers"]["ratio"]

@@ -216,6 +216,22 @@ def test_release_cursor_is_lowest_live_index():
     assert cursors[-1].index == s.index + 1  # empty: everything applied so far is dead
 
 
+def test_config_keeps_positional_construction_and_defaults_to_no_limit():
+    config = FifoConfig(5, 100)
+    assert (config.delivery_limit, config.release_cursor_interval) == (5, 100)
+    assert (config.max_length, config.max_bytes, config.overflow) == (None, None, "drop-head")
+    assert not config.has_limit
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"max_length": -1}, "max_length"), ({"max_bytes": "10"}, "max_bytes"),
+    ({"max_length": True}, "max_length"), ({"overflow": "reject-publish-dlx"}, "overflow"),
+    ({"overflow": "drop_head"}, "overflow")])
+def test_impossible_length_limit_settings_fail_naming_the_key(settings, key):
+    with pytest.raises(ValueError, match=f"'{key}'"):
+        FifoConfig(**settings)
+
+
 def test_commands_round_trip_through_their_encoding():
     for command in [Checkout("c", 5, -2, "conn"), Cancel("c"), Settle("c", (1, 2, 3)),
                     Return("c", ()), Discard("c", (9,)), Purge(), Down("conn"),
@@ -230,9 +246,10 @@ def test_commands_round_trip_through_their_encoding():
 # ------------------------------------------------------------------ properties
 
 consumers = st.sampled_from(["c1", "c2", "g1"])
-commands = st.one_of(
-    st.builds(lambda p, pr: ("enqueue", p, pr), st.sampled_from(["", "p1", "p2"]),
-              st.sampled_from([0, 3, 5, 9])),
+enqueues = st.builds(lambda p, pr, size: ("enqueue", p, pr, size),
+                     st.sampled_from(["", "p1", "p2"]), st.sampled_from([0, 3, 5, 9]),
+                     st.sampled_from([0, 7, 10, 25]))
+other_commands = st.one_of(
     st.builds(lambda c, n, pr: Checkout(c, n, pr, "conn-" + c), consumers,
               st.integers(0, 3), st.integers(0, 2)),
     st.builds(Cancel, consumers),
@@ -247,6 +264,9 @@ commands = st.one_of(
     st.just(LeaseRelease("L")),
     st.just(Tick()),
 )
+# half enqueues, so queues fill up and length limits are reached and left again
+# (not one_of(enqueues, other_commands): Hypothesis flattens nested one_of)
+commands = st.booleans().flatmap(lambda enqueue: enqueues if enqueue else other_commands)
 
 
 def concrete(step, state: FifoState, seq: list[int]):
@@ -255,7 +275,7 @@ def concrete(step, state: FifoState, seq: list[int]):
         kind = step[0]
         if kind == "enqueue":
             seq[0] += 1
-            return Enqueue(step[1], seq[0], 10, step[2])
+            return Enqueue(step[1], seq[0], step[3], step[2])
         if kind == "lease_settle":
             lease = state.leases.get("L")
             return LeaseSettle("L", (lease.first_seq - 1 + step[1]) if lease else step[1])
@@ -276,13 +296,33 @@ def live_indexes(state: FifoState) -> list[int]:
     return live
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(commands, max_size=60), st.sampled_from([-1, 0, 2, 20]),
-       st.integers(0, 60))
-def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, limit, cut):
+configs = st.builds(
+    FifoConfig, delivery_limit=st.sampled_from([-1, 0, 2, 20]),
+    release_cursor_interval=st.just(3),
+    max_length=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 40),
+    overflow=st.sampled_from(["drop-head", "reject-publish"]))
+
+
+def within_limits(state: FifoState) -> bool:
+    config = state.config
+    return ((config.max_length is None or state.ready_count <= config.max_length)
+            and (config.max_bytes is None or state.ready_bytes <= config.max_bytes))
+
+
+def at_or_below_80_percent(state: FifoState) -> bool:
+    """rabbit_fifo's is_below_soft_limit: ready <= trunc(limit * 0.8) for every limit."""
+    config = state.config
+    return ((config.max_length is None or 5 * state.ready_count <= 4 * config.max_length)
+            and (config.max_bytes is None or 5 * state.ready_bytes <= 4 * config.max_bytes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands, min_size=10, max_size=60), configs, st.integers(0, 60))
+def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut):
     """rabbit_fifo's property: restore from a snapshot and replay the rest == replay all;
-    and every message is accounted for exactly once."""
-    config = FifoConfig(limit, 3)
+    every message is accounted for exactly once; length limits hold (drop-head: within
+    them after every command; reject-publish: over them only while publishers are
+    blocked, and an enqueue is rejected exactly when they are)."""
     state, seq, log = FifoState(config=config), [0], []
     enqueued, gone = set(), set()
     for position, step in enumerate(steps, start=1):
@@ -299,9 +339,19 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, limit, cut)
             lease = state.leases["L"]
             count = max(0, min(command.up_to, lease.end_seq) - lease.first_seq + 1)
             gone.update(lease.indexes[:count])
+        blocked_before = state.publishers_blocked
         state, reply, effects = apply(meta, command, state)
         if isinstance(command, Enqueue) and reply == "ok":
             enqueued.add(position)
+        if isinstance(command, Enqueue) and reply != "duplicate":
+            assert (reply == "rejected") == blocked_before
+        if config.overflow == "drop-head":
+            assert within_limits(state) and not state.publishers_blocked
+        else:  # blocked when over a limit; stays blocked until at or below 80% of each
+            assert state.publishers_blocked == (
+                not within_limits(state)
+                or (blocked_before and not at_or_below_80_percent(state)))
+            assert not any(isinstance(e, Dropped) and e.reason == "maxlen" for e in effects)
         if isinstance(command, Dequeue) and command.settled and reply is not None:
             gone.add(reply[0].raft_index)
         for effect in effects:
@@ -315,11 +365,13 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, limit, cut)
         assert lowest == (min(live) if live else None)
 
     full = snapshot.dump(state)
-    cut = min(cut, len(log))
+    cut = cut % (len(log) + 1)
     replayed = FifoState(config=config)
     for position, command in enumerate(log[:cut], start=1):
         replayed, _, _ = apply(Meta(position, 1, position * 20), command, replayed)
     restored = snapshot.load(snapshot.dump(replayed))
+    assert restored.config == config
+    assert restored.publishers_blocked == replayed.publishers_blocked
     for position, command in enumerate(log[cut:], start=cut + 1):
         restored, _, _ = apply(Meta(position, 1, position * 20), command, restored)
     assert snapshot.dump(restored) == full

@@ -18,12 +18,12 @@ from quorumqueue.broker.raft.storage import LogStore
 from quorumqueue.broker.raft.storage.layout import group_dir_name
 from quorumqueue.broker.raft.types import HardState, LogEntry, SnapshotMeta
 
-from .support import G1, G2, G3, config, make_entries
+from .support import G1, G2, G3, config, crash_image, make_entries
 
 FORMAT_MD = Path(__file__).parents[4] / "broker" / "raft" / "storage" / "FORMAT.md"
 
 
-# --- the independent reader (FORMAT.md, version 1) -------------------------------------
+# --- the independent reader (FORMAT.md: WAL versions 1 and 2, segment and snapshot 1) ---
 
 def crc(data: bytes) -> int:
     return zlib.crc32(data)
@@ -32,7 +32,8 @@ def crc(data: bytes) -> int:
 def read_wal(path: str) -> list[tuple]:
     data = open(path, "rb").read()
     magic, version, flags, number, header_crc = struct.unpack_from(">4sHHII", data)
-    assert (magic, version, flags) == (b"QQWL", 1, 0) and header_crc == crc(data[:12])
+    assert magic == b"QQWL" and version in (1, 2) and flags == 0
+    assert header_crc == crc(data[:12])
     assert number == int(os.path.basename(path).split(".")[0])
     offset, records, uids = 16, [], {}
     while offset < len(data):
@@ -63,6 +64,9 @@ def read_wal(path: str) -> list[tuple]:
                 members.append(payload[at + 2:at + 2 + size].decode())
                 at += 2 + size
             records.append(("MEMBERS", uids[gid], tuple(members)))
+        elif kind == 8 and version >= 2:
+            assert length == 4
+            records.append(("DELETE_GROUP", uids[gid]))
         else:
             raise AssertionError(f"unknown record type {kind}")
         offset += 13 + length
@@ -148,6 +152,9 @@ def reconstruct(data_dir: str) -> dict:
     for path in numbered(os.path.join(root, "wal"), ".wal"):
         for record in read_wal(path):
             kind, uid = record[0], record[1]
+            if kind == "DELETE_GROUP":         # files and records so far: all forgotten
+                groups.pop(uid, None)
+                continue
             g = group(uid)
             if kind == "ENTRY":
                 entry = record[2]
@@ -248,6 +255,7 @@ def test_wal_worked_example_in_format_md_is_exact(tmp_path):
     store = LogStore(str(tmp_path), config())
     store.append("%2F/q", [LogEntry(1, 1, 0, b"hi")])
     store.set_hard_state("%2F/q", HardState(1, "n1"))
+    store.delete_group("%2F/q")
     store.close()
     wal = open(os.path.join(tmp_path, "quorum", "wal", "00000001.wal"), "rb").read()
     assert wal == _example("Worked example — file 1")
@@ -264,3 +272,38 @@ def test_segment_worked_example_in_format_md_is_exact(tmp_path):
     assert data[:23] == header
     assert data[23:63].hex().endswith("0000000000b7" "00000002" "d8932aac" "00" "000000" "7ac55b46")
     assert data[63:183] == bytes(120) and data[183:] == b"hi"
+
+
+def test_an_independent_reader_forgets_deleted_groups(tmp_path):
+    """DELETE_GROUP: what the files and the earlier records said about the group is
+    forgotten, later records start the uid afresh. Also on crash images where the
+    deleted group's files are still there, or where an interrupted rollover wrote the
+    re-created group's segments next to the WAL holding the delete (FORMAT.md rule 7)."""
+    images, armed = [], []
+
+    def failpoint(name):
+        if armed and name in ("delete.record_durable", "rollover.group"):
+            images.append(crash_image(tmp_path / "live", tmp_path / f"img{len(images)}"))
+
+    store = LogStore(str(tmp_path / "live"), config(segment_max_entries=6), failpoint=failpoint)
+    for group in (G1, G2, G3):
+        store.append(group, make_entries(group, 1, 21))
+        store.set_hard_state(group, HardState(2, "rabbit@n1"))
+    store.roll_over()
+    store.write_snapshot(G1, SnapshotMeta(10, 1, ("rabbit@n1",)), b"fifo state")
+    store.release(G1, 5)
+    armed.append(True)
+    store.delete_group(G1)
+    store.delete_group(G2)
+    store.append(G2, make_entries(G2, 1, 8, term=3))
+    store.set_hard_state(G2, HardState(3, "rabbit@n2"))
+    store.flush()
+    assert reconstruct(str(tmp_path / "live")) == _store_view(store)
+    assert sorted(reconstruct(str(tmp_path / "live"))) == sorted([G2, G3])
+    store.roll_over()
+    assert reconstruct(str(tmp_path / "live")) == _store_view(store)
+    assert len(images) == 2                  # the delete's files, then G2's segments
+    for image in images:
+        files = reconstruct(image)           # before the broker tidies the image up
+        assert files == _store_view(LogStore(image, config(segment_max_entries=6)))
+        assert files[G2]["hard_state"] == (3, "rabbit@n2") and len(files[G2]["log"]) == 7

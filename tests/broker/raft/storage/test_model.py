@@ -1,5 +1,5 @@
 """Random interleavings of append / flush / truncate / hard state / snapshot / release /
-compact / install / rollover / crash, compared with a simple in-memory model.
+compact / install / rollover / delete / crash, compared with a simple in-memory model.
 
 The model keeps, per group, the current log (what reads must show) and the durable
 log (what flush() last made durable); a crash replaces current by durable. Operations
@@ -7,7 +7,9 @@ are drawn so they are legal in Raft: truncation only above the snapshot, local
 snapshots only over durable entries, release cursors at most snapshot + 1, live sets
 that only shrink. Entries below the release cursor, and dead entries below the
 snapshot after a compaction, may or may not still be stored, but if they are, they
-are the right ones.
+are the right ones. A delete replaces the group by an empty one; a crash before it
+was flushed brings the old one back. Until a rollover, a snapshot of a deleted uid
+rolls the WAL over first, making everything pending durable (FORMAT.md rule 7).
 """
 
 from __future__ import annotations
@@ -61,14 +63,32 @@ class Model:
     def __init__(self) -> None:
         self.groups = {g: GroupModel() for g in GROUPS}
         self.touched: set[str] = set()
+        self.undelete: dict[str, GroupModel] = {}   # deleted since the last durable point
+        self.tombstoned: set[str] = set()           # deleted since the last rollover
+        self.durable_tombstoned: set[str] = set()
 
     def make_durable(self) -> None:
         for g in self.groups.values():
             g.durable = dict(g.log)
             g.durable_hard_state = g.hard_state
             g.durable_members = g.members
+        self.undelete.clear()
+        self.durable_tombstoned = set(self.tombstoned)
+
+    def rolled_over(self) -> None:
+        self.tombstoned.clear()
+        self.make_durable()
+
+    def delete(self, uid: str) -> None:
+        self.undelete.setdefault(uid, self.groups[uid])
+        self.groups[uid] = GroupModel()
+        self.touched.discard(uid)
+        self.tombstoned.add(uid)
 
     def crash(self) -> None:
+        self.groups.update(self.undelete)
+        self.undelete.clear()
+        self.tombstoned = set(self.durable_tombstoned)
         for g in self.groups.values():
             g.log = dict(g.durable)
             g.hard_state = g.durable_hard_state
@@ -120,7 +140,8 @@ def run_operations(directory: str, data) -> None:
     store = LogStore(directory, cfg)
     model = Model()
     ops = ["append", "append", "append", "flush", "flush", "truncate", "hard_state",
-           "members", "snapshot", "release", "compact", "install", "rollover", "crash"]
+           "members", "snapshot", "release", "compact", "install", "rollover", "delete",
+           "crash"]
     for _step in range(data.draw(st.integers(1, 80), label="steps")):
         op = data.draw(st.sampled_from(ops))
         uid = data.draw(st.sampled_from(GROUPS))
@@ -138,7 +159,10 @@ def run_operations(directory: str, data) -> None:
                 g.history.setdefault(entry.index, set()).add(entry)
             model.touched.add(uid)
         elif op == "flush":
+            wal = store.wal_paths()
             assert store.flush() == {u: model.groups[u].last() for u in model.touched}
+            if store.wal_paths() != wal:             # the WAL was full: rolled over
+                model.rolled_over()
             model.make_durable()
             model.touched.clear()
         elif op == "truncate":
@@ -174,6 +198,8 @@ def run_operations(directory: str, data) -> None:
             index = data.draw(st.sampled_from(prefix))
             meta = SnapshotMeta(index, g.log[index].term, g.members)
             store.write_snapshot(uid, meta, b"state@%d" % index)
+            if uid in model.tombstoned:
+                model.rolled_over()
             g.snapshot = meta
             assert store.read_snapshot(uid) == (meta, b"state@%d" % index)
         elif op == "release":
@@ -195,6 +221,8 @@ def run_operations(directory: str, data) -> None:
             term = g.last_term() + 1
             meta = SnapshotMeta(index, term, ("leader",))
             store.install_snapshot(uid, meta, b"leader@%d" % index)
+            if uid in model.tombstoned:
+                model.rolled_over()
             model.make_durable()
             g.log.clear()
             g.durable.clear()
@@ -204,11 +232,18 @@ def run_operations(directory: str, data) -> None:
             model.touched.add(uid)
         elif op == "rollover":
             store.roll_over()
-            model.make_durable()
+            model.rolled_over()
             assert store.total_memtable_bytes() == 0
+        elif op == "delete":
+            store.delete_group(uid)
+            model.delete(uid)
+            assert uid not in store.groups() and store.memtable_bytes(uid) == 0
         elif op == "crash":
+            wal = store.wal_paths()
             store = LogStore(directory, cfg)       # the old one is abandoned mid-flight
             model.crash()
+            if store.wal_paths() != wal:           # rolled over on open
+                model.rolled_over()
         check(store, model)
     store.close()
     check(LogStore(directory, cfg), model)

@@ -1,0 +1,125 @@
+"""Client side of durable leases (wire form: broker/README.md "Leases"), over pika.
+
+    with LeaseClient(uri) as client:
+        first, end = client.grow("orders", "query-1", max_messages=1000)
+        for message in client.read("orders", "query-1", first - 1, end):
+            ...                     # message.seq, .body, .properties, .routing_key
+        client.settle("orders", "query-1", end)
+
+One BlockingConnection per client, one request at a time: control operations go
+through the management RPC (answered once the command is committed), reads through
+a no-ack basic.consume that the broker ends with a basic.cancel.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+
+from .management_client import REPLY_TO, ROUTING_KEY, ManagementError
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    seq: int
+    body: bytes
+    exchange: str
+    routing_key: str
+    redelivered: bool
+    properties: pika.BasicProperties
+
+    @property
+    def delivery_count(self) -> int:
+        return int((self.properties.headers or {}).get("x-delivery-count", 0))
+
+
+class LeaseClient:
+    def __init__(self, uri: str, vhost: str = "/", timeout: float = 30.0) -> None:
+        self.vhost = vhost
+        self.timeout = timeout
+        try:
+            self.connection = pika.BlockingConnection(pika.URLParameters(uri))
+        except pika.exceptions.AMQPConnectionError as error:
+            raise ManagementError(f"cannot connect to {uri}: {error!r}. Is the broker "
+                                  "running?") from None
+        self.channel = self.connection.channel()
+        self._replies: dict[str, bytes] = {}
+        self._cancelled: set[str] = set()
+        self.channel.basic_consume(REPLY_TO, self._on_reply, auto_ack=True)
+        self.channel.add_on_cancel_callback(
+            lambda frame: self._cancelled.add(frame.method.consumer_tag))
+
+    def _on_reply(self, _channel, _method, properties, body: bytes) -> None:
+        self._replies[properties.correlation_id] = body
+
+    def call(self, op: str, **arguments) -> Any:
+        correlation_id = uuid.uuid4().hex
+        self.channel.basic_publish(
+            "", ROUTING_KEY, json.dumps({"op": op, "vhost": self.vhost, **arguments}).encode(),
+            pika.BasicProperties(reply_to=REPLY_TO, correlation_id=correlation_id,
+                                 content_type="application/json"))
+        waited = 0.0
+        while correlation_id not in self._replies:
+            if waited >= self.timeout:
+                raise ManagementError(f"no reply to '{op}' within {self.timeout}s")
+            self.connection.process_data_events(time_limit=0.05)
+            waited += 0.05
+        answer = json.loads(self._replies.pop(correlation_id))
+        if not answer.get("ok"):
+            raise ManagementError(answer.get("error", "unknown error"))
+        return answer["result"]
+
+    # --------------------------------------------------------------- operations
+
+    def grow(self, queue: str, lease: str, max_messages: int, max_bytes: int = 0,
+             timeout_ms: int = 0) -> tuple[int, int]:
+        """Assign up to max_messages (and about max_bytes) more ready messages to the
+        lease; returns (first new sequence, end sequence). first > end: none were ready."""
+        result = self.call("lease.grow", queue=queue, lease=lease, max_messages=max_messages,
+                           max_bytes=max_bytes, timeout_ms=timeout_ms)
+        return result["first"], result["end"]
+
+    def settle(self, queue: str, lease: str, up_to: int) -> int:
+        return self.call("lease.settle", queue=queue, lease=lease, up_to=up_to)["settled"]
+
+    def release(self, queue: str, lease: str) -> int:
+        return self.call("lease.release", queue=queue, lease=lease)["released"]
+
+    def info(self, queue: str, lease: str) -> dict:
+        return self.call("lease.info", queue=queue, lease=lease)
+
+    def read(self, queue: str, lease: str, start: int, end: int) -> list[LeasedMessage]:
+        """The messages with lease sequences start+1..end, in order; settles nothing."""
+        messages: list[LeasedMessage] = []
+
+        def on_message(_channel, method, properties, body):
+            headers = properties.headers or {}
+            messages.append(LeasedMessage(int(headers["x-lease-seq"]), body, method.exchange,
+                                          method.routing_key, method.redelivered, properties))
+
+        tag = self.channel.basic_consume(
+            queue, on_message, auto_ack=True,
+            arguments={"x-lease": lease, "x-lease-start": start, "x-lease-end": end})
+        waited = 0.0
+        while tag not in self._cancelled and tag in self.channel.consumer_tags:
+            if waited >= self.timeout:
+                raise ManagementError(f"reading lease '{lease}' ({start}, {end}] did not "
+                                      f"finish within {self.timeout}s")
+            self.connection.process_data_events(time_limit=0.05)
+            waited += 0.05
+        self._cancelled.discard(tag)
+        return messages
+
+    def close(self) -> None:
+        if self.connection.is_open:
+            self.connection.close()
+
+    def __enter__(self) -> "LeaseClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

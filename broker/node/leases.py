@@ -1,0 +1,169 @@
+"""Durable leases over AMQP 0-9-1: the wire side of broker/fifo/leases.py.
+
+A lease is a named consumer of one quorum queue that survives disconnects; the Spark
+connector uses one per query to get replayable, exactly-once offsets. The wire form
+(broker/README.md, "Leases"):
+
+- control, through the management RPC (node/management.py), answered once the
+  command is committed and applied:
+    lease.grow    {vhost, queue, lease, max_messages, max_bytes?, timeout_ms?}
+                  -> {"first": first new sequence, "end": the lease's end sequence}
+    lease.settle  {vhost, queue, lease, up_to}  -> {"settled": n}
+    lease.release {vhost, queue, lease}         -> {"released": n}
+    lease.info    {vhost, queue, lease}         -> {"first": f, "end": e, "timeout_ms": t}
+                  (a local read: sequences first..end are assigned and unsettled)
+- reading a range (start, end], any number of times, settling nothing: basic.consume
+  on the queue with no-ack and the arguments `x-lease` (name), `x-lease-start` and
+  `x-lease-end` (integers). The broker sends consume-ok, the messages with sequences
+  start+1..end in order — original exchange, routing key, properties and body, with
+  the header `x-lease-seq` and, when redelivered, `x-delivery-count` — and then a
+  server-side basic.cancel for the tag (clients see the consumer cancelled).
+
+Errors: an unknown queue is 404; a classic queue, an unknown lease, a settled or
+unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp import codec, spec
+from ..amqp.errors import AMQPError, not_found, precondition
+from ..fifo import commands as fifo
+from ..fifo.leases import entries
+from .quorum import now_ms, with_delivery_count
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..queues.quorum import QuorumQueue
+
+
+def _int_argument(arguments: dict, key: str, where: str, minimum: int = 0) -> int:
+    value = arguments.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise precondition(f"invalid arg '{key}' for {where}: expected an integer >= "
+                           f"{minimum}, got {value!r}")
+    return value
+
+
+def _text(value) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else None
+
+
+def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict) -> None:
+    where = f"queue '{queue.name}' in vhost '{queue.vhost}'"
+    if queue.type_name != "quorum":
+        raise precondition(f"invalid arg 'x-lease' for {where}: leases need a quorum queue")
+    name = _text(arguments.get("x-lease"))
+    if not name:
+        raise precondition(f"invalid arg 'x-lease' for {where}: expected a lease name")
+    if not args.no_ack:
+        raise precondition(f"lease '{name}' on {where}: reading a lease range settles "
+                           "nothing, consume it with no-ack (settle with lease.settle)")
+    start = _int_argument(arguments, "x-lease-start", where)
+    end = _int_argument(arguments, "x-lease-end", where)
+    if end < start:
+        raise precondition(f"lease '{name}' on {where}: x-lease-end {end} is below "
+                           f"x-lease-start {start}")
+    try:
+        items = entries(queue.state, name, start, end)
+    except KeyError:
+        raise precondition(f"no lease '{name}' on {where}") from None
+    except ValueError as error:
+        raise precondition(f"{error} ({where})") from None
+    node = session.node
+    channel.send(codec.basic_consume_ok(channel.number, tag))
+    frame_max = session.frame_max
+    for seq, index, count in items:
+        exchange, routing_key, header, body = node.quorum.read_message(queue, index)
+        header = with_delivery_count(header, count, {"x-lease-seq": seq})
+        delivery_tag = channel.next_delivery_tag
+        channel.next_delivery_tag += 1
+        channel.send(codec.basic_deliver(channel.number, tag, delivery_tag, count > 0,
+                                         exchange, routing_key))
+        session.write_parts(codec.content(channel.number, header, body, frame_max))
+    if session.capabilities.get("consumer_cancel_notify"):
+        channel.send(codec.basic_cancel(channel.number, tag))
+
+
+# ------------------------------------------------------------------ management ops
+
+
+def _queue(node, session, request) -> "QuorumQueue":
+    from .management import _vhost
+
+    vhost = _vhost(node, session, request.get("vhost", "/"))
+    name = request["queue"]
+    queue = vhost.queues.get(name)
+    if queue is None:
+        raise not_found("queue", name, vhost.name)
+    if queue.type_name != "quorum":
+        raise AMQPError(spec.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost.name}' "
+                        "is not a quorum queue; leases need one")
+    return queue
+
+
+def _lease_name(request) -> str:
+    name = request["lease"]
+    if not isinstance(name, str) or not name:
+        raise ValueError("'lease' must be a non-empty string")
+    return name
+
+
+def _count(request, key: str, default: int | None = None) -> int:
+    value = request.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"'{key}' must be an integer >= 0, got {value!r}")
+    return value
+
+
+def grow(node, session, request):
+    from .management import Later
+
+    queue = _queue(node, session, request)
+    command = fifo.LeaseGrow(_lease_name(request), _count(request, "max_messages"),
+                             _count(request, "max_bytes", 0), _count(request, "timeout_ms", 0))
+    if command.max_messages > 0xFFFFFFFF:
+        raise ValueError("'max_messages' must fit in 32 bits")
+    return Later(lambda done: queue.propose(
+        command, now_ms(), lambda reply: done(_grown(queue, reply))))
+
+
+def _grown(queue, reply):
+    if reply is None:
+        return not_found("queue", queue.name, queue.vhost)
+    first, end = reply
+    return {"first": first, "end": end}
+
+
+def settle(node, session, request):
+    from .management import Later
+
+    queue = _queue(node, session, request)
+    command = fifo.LeaseSettle(_lease_name(request), _count(request, "up_to"))
+    return Later(lambda done: queue.propose(
+        command, now_ms(), lambda reply: done({"settled": reply or 0})))
+
+
+def release(node, session, request):
+    from .management import Later
+
+    queue = _queue(node, session, request)
+    command = fifo.LeaseRelease(_lease_name(request))
+    return Later(lambda done: queue.propose(
+        command, now_ms(), lambda reply: done({"released": reply or 0})))
+
+
+def info(node, session, request) -> dict:
+    queue = _queue(node, session, request)
+    name = _lease_name(request)
+    lease = queue.state.leases.get(name)
+    if lease is None:
+        raise AMQPError(spec.NOT_FOUND, f"no lease '{name}' on queue '{queue.name}' in "
+                        f"vhost '{queue.vhost}'")
+    return {"first": lease.first_seq, "end": lease.end_seq, "timeout_ms": lease.timeout_ms}
+
+
+OPERATIONS = {"lease.grow": grow, "lease.settle": settle, "lease.release": release,
+              "lease.info": info}
