@@ -29,7 +29,8 @@ How it works (after rabbitmq/ra):
   has deleted the WAL file holding the record: a snapshot of a group re-created under
   it rolls over first. So next to a DELETE_GROUP, a file of that uid either predates
   it or is a segment of an interrupted rollover, whose entries the WAL still holds
-  after the record: recovery may remove them all and replay.
+  after the record: recovery may remove them all and replay what follows the
+  record (what precedes it is about the deleted group: skipped).
 
 Invariants (the durability contract):
 - an index `flush()` reported for a group is recovered after any crash, unless a later

@@ -7,14 +7,18 @@ everything else with the file and byte offset.
 How it works:
 1. snapshots/<group>/snapshot.dat: the latest snapshot of each group (checked whole);
 2. segments/<group>/*.segment, oldest first: their indexes (not their data);
-3. wal/*.wal, oldest first, replayed record by record into memory tables:
-   ENTRY appends (when the memory table is empty, an entry at or below the segments'
-   last index shadows the segment entries from there: they were written by an
-   interrupted rollover of this very WAL, or are being replaced), TRUNCATE discards a
-   suffix, RESET (a snapshot replaced the log) discards everything if the snapshot on
-   disk covers it, RELEASE drops dead entries, HARD_STATE and MEMBERS set the group's
-   metadata, DELETE_GROUP forgets the group (what its files and earlier records said;
-   later records for it start a new, empty group);
+3. wal/*.wal, oldest first: all of them scanned, then replayed record by record into
+   memory tables: ENTRY appends (when the memory table is empty, an entry at or
+   below the segments' last index shadows the segment entries from there: they were
+   written by an interrupted rollover of this very WAL, or are being replaced),
+   TRUNCATE discards a suffix, RESET (a snapshot replaced the log) discards
+   everything if the snapshot on disk covers it, RELEASE drops dead entries,
+   HARD_STATE and MEMBERS set the group's metadata, DELETE_GROUP forgets the group
+   (what its files and earlier records said; later records for it start a new, empty
+   group). Records for a uid before its last DELETE_GROUP are skipped, not replayed:
+   they cannot change the outcome, and the files they would be checked against may
+   be gone (a RESET of a deleted group finds no snapshot, the deletion removed it,
+   and would be taken for an install that never finished);
 4. a group deleted in any WAL file: its segment and snapshot directories are removed
    (finishing a deletion a crash interrupted between the record and the unlinks);
 5. per group: entries above the snapshot must be contiguous, else CorruptLogError.
@@ -30,7 +34,8 @@ Why step 4 may remove every file of a deleted group: while a WAL file holding a
 group's DELETE_GROUP exists, the store writes no snapshot for that uid, and segments
 only in a rollover, from entries the WAL holds after the record until the rollover
 deletes it (log_store.py, "Deleting a group"). So each file predates the record, or
-its entries are replayed after it.
+its entries are replayed after it. The same reason makes skipping the records before
+the last DELETE_GROUP right: no file the replay after it consults depends on them.
 
 Invariants: recovery is idempotent (it may be interrupted and rerun); the only files
 it changes are a torn WAL tail (truncated), torn segment tails (rewritten without the
@@ -45,7 +50,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import TypeAlias, assert_never
 
 from ..types import LogEntry
 from .errors import CorruptLogError
@@ -61,6 +66,7 @@ from .wal import (DeleteGroupRecord, EntryRecord, GroupRecord, HardStateRecord,
                   WalScan, scan_wal)
 
 TermLookup = Callable[[SegmentRef, int], "int | None"]
+Position: TypeAlias = tuple[int, int]     # a WAL record: (file, oldest = 0; byte offset)
 
 
 @dataclass(slots=True)
@@ -92,16 +98,15 @@ def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
     def forget(uid: str) -> None:
         groups.pop(uid, None)
         deleted.add(uid)
-        stale.discard(uid)          # a RESET of the deleted group needs no rollover
 
     _read_snapshots(os.path.join(root, SNAPSHOTS_DIR), group)
     _read_segments(os.path.join(root, SEGMENTS_DIR), group,
                    rollover_interrupted=len(wal_files) > 1, fsync=fsync)
-    scans: list[WalScan] = []
-    for position, (number, path) in enumerate(wal_files):
-        scan = scan_wal(path, number, newest=position == len(wal_files) - 1)
-        _replay(scan, group, forget, stale)
-        scans.append(scan)
+    scans = [scan_wal(path, number, newest=position == len(wal_files) - 1)
+             for position, (number, path) in enumerate(wal_files)]
+    last_deletes = _last_deletes(scans)
+    for position, scan in enumerate(scans):
+        _replay(scan, position, last_deletes, group, forget, stale)
     for uid in sorted(deleted):
         remove_group_dirs(root, group_dir_name(uid), fsync)
     for state in groups.values():
@@ -181,8 +186,26 @@ def _without_torn_tail(parsed: ParsedSegment, fsync: bool) -> SegmentRef:
     return ref
 
 
-def _replay(scan: WalScan, group: Callable[[str], GroupState],
-            forget: Callable[[str], None], stale: set[str]) -> None:
+def _last_deletes(scans: list[WalScan]) -> dict[str, Position]:
+    """Where each uid's last DELETE_GROUP is. (A gid no GROUP record names is left
+    for `_replay` to report.)"""
+    found: dict[str, Position] = {}
+    for position, scan in enumerate(scans):
+        gids: dict[int, str] = {}
+        for offset, record in scan.records:
+            if isinstance(record, GroupRecord):
+                gids[record.gid] = record.uid
+            elif isinstance(record, DeleteGroupRecord) and record.gid in gids:
+                found[gids[record.gid]] = (position, offset)
+    return found
+
+
+def _replay(scan: WalScan, position: int, last_deletes: dict[str, Position],
+            group: Callable[[str], GroupState], forget: Callable[[str], None],
+            stale: set[str]) -> None:
+    """Replay one WAL file (the `position`-th oldest). Records for a uid before its
+    last DELETE_GROUP are about groups that record forgets: they are checked (their
+    gid is named) but not replayed."""
     gids: dict[int, str] = {}      # a gid names a uid, across a DELETE_GROUP of it too
 
     def uid_of(gid: int, offset: int) -> str:
@@ -196,6 +219,10 @@ def _replay(scan: WalScan, group: Callable[[str], GroupState],
         return group(uid_of(gid, offset))
 
     for offset, record in scan.records:
+        if not isinstance(record, GroupRecord):
+            deleted_at = last_deletes.get(uid_of(record.gid, offset))
+            if deleted_at is not None and (position, offset) < deleted_at:
+                continue           # forgotten at deleted_at, whatever it says
         match record:
             case EntryRecord(gid, entry):
                 state = state_of(gid, offset)

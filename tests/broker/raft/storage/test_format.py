@@ -149,37 +149,42 @@ def reconstruct(data_dir: str) -> dict:
         if g["shadow"] is None or index < g["shadow"]:
             g["shadow"] = index
 
-    for path in numbered(os.path.join(root, "wal"), ".wal"):
-        for record in read_wal(path):
-            kind, uid = record[0], record[1]
-            if kind == "DELETE_GROUP":         # files and records so far: all forgotten
-                groups.pop(uid, None)
-                continue
-            g = group(uid)
-            if kind == "ENTRY":
-                entry = record[2]
-                if g["mem"]:
-                    assert entry[0] == g["mem"][-1][0] + 1
-                else:
-                    shadow(g, entry[0])
-                g["mem"].append(entry)
-            elif kind == "TRUNCATE":
-                index = record[2]
-                if g["mem"] and index > g["mem"][0][0]:
-                    g["mem"] = [e for e in g["mem"] if e[0] < index]
-                else:
-                    g["mem"] = []
-                    shadow(g, index)
-            elif kind == "RESET":
-                if g["snapshot"] is not None and g["snapshot"][0] >= record[2][0]:
-                    g["mem"] = []
-                    shadow(g, 1)
-            elif kind == "RELEASE":
-                g["mem"] = [e for e in g["mem"] if e[0] >= record[2]]
-            elif kind == "HARD_STATE":
-                g["hard_state"] = record[2]
-            elif kind == "MEMBERS":
-                g["members"] = record[2]
+    records = [record for path in numbered(os.path.join(root, "wal"), ".wal")
+               for record in read_wal(path)]
+    last_delete = {record[1]: position for position, record in enumerate(records)
+                   if record[0] == "DELETE_GROUP"}
+    for position, record in enumerate(records):
+        kind, uid = record[0], record[1]
+        if position < last_delete.get(uid, -1):
+            continue                           # about a group the last delete forgets
+        if kind == "DELETE_GROUP":             # its files: all forgotten
+            groups.pop(uid, None)
+            continue
+        g = group(uid)
+        if kind == "ENTRY":
+            entry = record[2]
+            if g["mem"]:
+                assert entry[0] == g["mem"][-1][0] + 1
+            else:
+                shadow(g, entry[0])
+            g["mem"].append(entry)
+        elif kind == "TRUNCATE":
+            index = record[2]
+            if g["mem"] and index > g["mem"][0][0]:
+                g["mem"] = [e for e in g["mem"] if e[0] < index]
+            else:
+                g["mem"] = []
+                shadow(g, index)
+        elif kind == "RESET":
+            if g["snapshot"] is not None and g["snapshot"][0] >= record[2][0]:
+                g["mem"] = []
+                shadow(g, 1)
+        elif kind == "RELEASE":
+            g["mem"] = [e for e in g["mem"] if e[0] >= record[2]]
+        elif kind == "HARD_STATE":
+            g["hard_state"] = record[2]
+        elif kind == "MEMBERS":
+            g["members"] = record[2]
     out = {}
     for uid, g in groups.items():
         log = {i: e for i, e in g["segments"].items() if g["shadow"] is None or i < g["shadow"]}
@@ -307,3 +312,20 @@ def test_an_independent_reader_forgets_deleted_groups(tmp_path):
         files = reconstruct(image)           # before the broker tidies the image up
         assert files == _store_view(LogStore(image, config(segment_max_entries=6)))
         assert files[G2]["hard_state"] == (3, "rabbit@n2") and len(files[G2]["log"]) == 7
+
+
+def test_an_independent_reader_skips_records_before_the_last_delete(tmp_path):
+    """"Replaying a group's WAL records": a uid's records before its last DELETE_GROUP
+    are skipped. Replayed, the RESET among them finds no snapshot file (the deletion
+    removed it) and the entries after it do not follow the memory table."""
+    store = LogStore(str(tmp_path), config())
+    for group in (G1, G2):
+        store.append(group, make_entries(group, 1, 5))
+    store.install_snapshot(G1, SnapshotMeta(9, 2, ("rabbit@n2",)), b"from the leader")
+    store.append(G1, make_entries(G1, 10, 12, term=2))
+    store.delete_group(G1)
+    store.append(G1, make_entries(G1, 1, 3, term=4))
+    store.close()
+    files = reconstruct(str(tmp_path))
+    assert files == _store_view(LogStore(str(tmp_path), config()))
+    assert [e[0] for e in files[G1]["log"]] == [1, 2] and files[G1]["snapshot"] is None
