@@ -14,13 +14,14 @@ a no-ack basic.consume that the broker ends with a basic.cancel.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import pika
 
-from .management_client import REPLY_TO, ROUTING_KEY, ManagementError
+from .management_client import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ class LeaseClient:
         try:
             self.connection = pika.BlockingConnection(pika.URLParameters(uri))
         except pika.exceptions.AMQPConnectionError as error:
-            raise ManagementError(f"cannot connect to {uri}: {error!r}. Is the broker "
+            raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the broker "
                                   "running?") from None
         self.channel = self.connection.channel()
         self._replies: dict[str, bytes] = {}
@@ -62,12 +63,11 @@ class LeaseClient:
             "", ROUTING_KEY, json.dumps({"op": op, "vhost": self.vhost, **arguments}).encode(),
             pika.BasicProperties(reply_to=REPLY_TO, correlation_id=correlation_id,
                                  content_type="application/json"))
-        waited = 0.0
+        deadline = time.monotonic() + self.timeout
         while correlation_id not in self._replies:
-            if waited >= self.timeout:
+            if time.monotonic() >= deadline:
                 raise ManagementError(f"no reply to '{op}' within {self.timeout}s")
             self.connection.process_data_events(time_limit=0.05)
-            waited += 0.05
         answer = json.loads(self._replies.pop(correlation_id))
         if not answer.get("ok"):
             raise ManagementError(answer.get("error", "unknown error"))
@@ -104,13 +104,12 @@ class LeaseClient:
         tag = self.channel.basic_consume(
             queue, on_message, auto_ack=True,
             arguments={"x-lease": lease, "x-lease-start": start, "x-lease-end": end})
-        waited = 0.0
+        deadline = time.monotonic() + self.timeout
         while tag not in self._cancelled and tag in self.channel.consumer_tags:
-            if waited >= self.timeout:
+            if time.monotonic() >= deadline:
                 raise ManagementError(f"reading lease '{lease}' ({start}, {end}] did not "
                                       f"finish within {self.timeout}s")
             self.connection.process_data_events(time_limit=0.05)
-            waited += 0.05
         self._cancelled.discard(tag)
         return messages
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import pika
 
@@ -15,13 +17,23 @@ class ManagementError(RuntimeError):
     pass
 
 
+def redact_uri(uri: str) -> str:
+    """`uri` with its password replaced by `***`, fit for an error message."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def call(uri: str, op: str, timeout: float = 10.0, **arguments) -> object:
     """Send one request and return its result; raises ManagementError on refusal."""
     try:
         connection = pika.BlockingConnection(pika.URLParameters(uri))
     except pika.exceptions.AMQPConnectionError as error:
-        raise ManagementError(f"cannot connect to {uri}: {error!r}. Is the broker running? "
-                              "Start it with `quorumqueue broker start`.") from None
+        raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the "
+                              "broker running? Start it with `quorumqueue broker start`."
+                              ) from None
     try:
         channel = connection.channel()
         replies: list[bytes] = []
@@ -33,10 +45,9 @@ def call(uri: str, op: str, timeout: float = 10.0, **arguments) -> object:
                                                    correlation_id=correlation_id,
                                                    content_type="application/json"))
         connection.process_data_events(time_limit=0)
-        deadline = timeout
-        while not replies and deadline > 0:
+        deadline = time.monotonic() + timeout
+        while not replies and time.monotonic() < deadline:
             connection.process_data_events(time_limit=0.1)
-            deadline -= 0.1
         if not replies:
             raise ManagementError(f"no reply to '{op}' within {timeout}s")
         answer = json.loads(replies[0])

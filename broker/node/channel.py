@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, precondition
 from ..queues.classic import ClassicQueue, Entry
+from .quorum import with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..fifo.commands import Delivery
@@ -137,8 +138,6 @@ class Channel:
     def deliver_quorum(self, consumer: Consumer, queue: "QuorumQueue", key: str,
                        delivery: "Delivery", exchange: str, routing_key: str, header: bytes,
                        body: bytes) -> None:
-        from .quorum import with_delivery_count
-
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
         count = delivery.delivery_count
@@ -166,8 +165,6 @@ class Channel:
             queue, delivery.raft_index)
         count = delivery.delivery_count
         if count:
-            from .quorum import with_delivery_count
-
             header = with_delivery_count(header, count)
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1

@@ -6,8 +6,9 @@ the memory-footprint analytics compare against).
 
 How it works: a list plus the index of its first element. `nbytes` is an estimate of
 the Python heap the entries occupy: the data bytes plus a fixed per-entry overhead
-(the LogEntry object, the bytes object's header, two integers and the list slot),
-measured once at import on this interpreter.
+(the LogEntry object, the bytes object's header, its index — an int object of its
+own — and the list slot), measured once at import on this interpreter. Terms and
+kinds are small or shared ints, so they cost nothing per entry.
 
 Invariants: indexes are contiguous (entries[k].index == first + k); the table is
 emptied only when its entries are in segment files (WAL rollover) or dead (released
@@ -23,7 +24,7 @@ import sys
 from ..types import LogEntry
 
 ENTRY_OVERHEAD = (sys.getsizeof(LogEntry(1 << 40, 1 << 20, 0, b"")) + sys.getsizeof(b"")
-                  + 2 * sys.getsizeof(1 << 40) + 8)
+                  + sys.getsizeof(1 << 40) + 8)
 
 
 def entry_cost(entry: LogEntry) -> int:
