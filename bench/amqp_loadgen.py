@@ -3,10 +3,11 @@
 Responsibilities
     Drive one broker through the throughput benchmark's two phases on one
     connection and measure them: (1) publish ``messages`` persistent messages
-    to a fresh durable classic queue with publisher confirms, at most
-    ``inflight`` unconfirmed; (2) consume them with manual acks, prefetch
-    ``prefetch``, acking ``multiple=true`` every half prefetch. Then prove
-    that every message was confirmed and consumed exactly once.
+    to a fresh durable queue -- classic, or quorum (``x-queue-type``) -- with
+    publisher confirms, at most ``inflight`` unconfirmed; (2) consume them
+    with manual acks, prefetch ``prefetch``, acking ``multiple=true`` every
+    half prefetch. Then prove that every message was confirmed and consumed
+    exactly once.
 
 How it works
     One ``asyncio.Protocol``; no client library. Writes come from the
@@ -14,7 +15,7 @@ How it works
     ``data_received`` walks the frames with ``struct.unpack_from`` and handles
     the hot ones inline -- basic.ack (confirms), basic.deliver, content
     header, body -- without building objects. Setup methods are simple
-    request/reply steps (``_call``). Anything unexpected fails the run, named
+    request/reply steps (``call``). Anything unexpected fails the run, named
     via pamqp when it can decode it. Heartbeats are negotiated off.
 
     It is light on purpose: per message the publisher does one ``pack_into``
@@ -27,12 +28,18 @@ Invariants
     - Publisher: ``published - confirmed <= inflight`` at all times.
     - Consumer: a delivery's sequence number is seen at most once, none is
       redelivered, and after the consumer channel is closed (acks processed
-      first, AMQP 0-9-1 section 4.7) a passive declare finds the queue empty.
-    - Any nack, return, cancel, channel or connection close is an error.
+      first, AMQP 0-9-1 section 4.7) a passive declare finds the queue empty
+      (a quorum queue within ``QUORUM_SETTLE_TIMEOUT_S``: its settles and the
+      consumer's removal go through its log).
+    - Any nack, return, cancel, channel or connection close is an error, and
+      so is a request/reply step unanswered for ``REPLY_TIMEOUT_S``.
 
 Not here
     Broker start/stop (``bench.brokers``), the command line and the report
-    (``bench/amqp_throughput.py``).
+    (``bench/amqp_throughput.py``). The steps (``connect``,
+    ``declare_fresh_queue``, ``publish_all``, ``consume_all``,
+    ``delete_and_close``) are public so that ``bench/quorum_memory.py`` can
+    publish without consuming.
 """
 
 from __future__ import annotations
@@ -49,6 +56,9 @@ from bench import amqp_wire as wire
 
 PUBLISH_CHANNEL = 1  # also used for queue declare / delete (in confirm mode)
 CONSUME_CHANNEL = 2
+QUEUE_TYPES = ("classic", "quorum")
+QUORUM_SETTLE_TIMEOUT_S = 10.0  # see _expect_empty
+REPLY_TIMEOUT_S = 60.0  # a request/reply step (handshake, declare, ...) that hangs fails the run
 
 _HEADER = wire.FRAME_HEADER_STRUCT.unpack_from
 _METHOD_ID = wire.METHOD_ID_STRUCT.unpack_from
@@ -72,6 +82,18 @@ class LoadSettings:
     size: int = 1024
     inflight: int = 1000
     prefetch: int = 1000
+    queue_type: str = "classic"  # one of QUEUE_TYPES
+
+    def __post_init__(self) -> None:
+        if self.queue_type not in QUEUE_TYPES:
+            raise ValueError(f"queue_type must be one of {', '.join(QUEUE_TYPES)}, not {self.queue_type!r}")
+
+
+def declare_arguments(queue_type: str) -> dict[str, object]:
+    """queue.declare's x-arguments for a queue type (quorum queues must be durable)."""
+    if queue_type not in QUEUE_TYPES:
+        raise ValueError(f"queue type must be one of {', '.join(QUEUE_TYPES)}, not {queue_type!r}")
+    return {} if queue_type == "classic" else {"x-queue-type": queue_type}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +127,7 @@ class _Generator(asyncio.Protocol):
     def __init__(self, settings: LoadSettings) -> None:
         self.settings = settings
         self.transport: asyncio.Transport | None = None
+        self.frame_max = 131072  # as tuned by ``connect``
         self.failure: BaseException | None = None
         self._pending = bytearray()  # bytes of an incomplete frame
         self._waiters: dict[int, tuple[tuple[int, int], asyncio.Future[bytes]]] = {}
@@ -267,7 +290,13 @@ class _Generator(asyncio.Protocol):
         self._waiters[channel] = (expect, reply)
         if frame:
             self.transport.write(frame)
-        return await reply
+        try:
+            return await asyncio.wait_for(reply, REPLY_TIMEOUT_S)
+        except TimeoutError:
+            self._waiters.pop(channel, None)
+            raise LoadError(
+                f"no reply {expect[0]}.{expect[1]} on channel {channel} within {REPLY_TIMEOUT_S:.0f} s"
+            ) from None
 
     def _on_method(self, channel: int, method: tuple[int, int], arguments: bytes) -> None:
         waiter = self._waiters.get(channel)
@@ -301,6 +330,10 @@ class _Generator(asyncio.Protocol):
         if self.transport and not only_if_running:
             self.transport.close()
 
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
     def never_delivered(self) -> int:
         return self.settings.messages - sum(self._seen)
 
@@ -331,68 +364,123 @@ async def _progress_reporter(generator: _Generator, report: Progress, total: int
             report("consume", generator.consumed, total, elapsed)
 
 
-async def run_load(settings: LoadSettings, report: Progress | None = None) -> LoadResult:
-    """Both phases against the broker at settings.host:port, checked."""
+# -- the steps of a run (run_load composes them; bench/quorum_memory.py uses a few) --------
+
+
+async def connect(settings: LoadSettings) -> _Generator:
+    """A connection after the handshake, with the publish channel open."""
     loop = asyncio.get_running_loop()
     transport, generator = await loop.create_connection(lambda: _Generator(settings), settings.host, settings.port)
-    reporter = loop.create_task(_progress_reporter(generator, report, settings.messages)) if report else None
     try:
         start = generator.call(0, None, wire.CONNECTION_START)
         transport.write(wire.PROTOCOL_HEADER)
         await start
         tune = await generator.call(0, wire.start_ok(settings.user, settings.password), wire.CONNECTION_TUNE)
         channel_max, frame_max, _heartbeat = wire.read_tune(tune)
-        frame_max = min(frame_max or 131072, 131072)
-        transport.write(wire.tune_ok(channel_max or 2047, frame_max))
+        generator.frame_max = min(frame_max or 131072, 131072)
+        transport.write(wire.tune_ok(channel_max or 2047, generator.frame_max))
         await generator.call(0, wire.connection_open(settings.vhost), wire.CONNECTION_OPEN_OK)
         await generator.call(PUBLISH_CHANNEL, wire.channel_open(PUBLISH_CHANNEL), wire.CHANNEL_OPEN_OK)
+    except BaseException:
+        transport.close()
+        raise
+    return generator
 
-        queue = f"bench-throughput-{secrets.token_hex(4)}"
-        declared = await generator.call(
-            PUBLISH_CHANNEL, wire.queue_declare(PUBLISH_CHANNEL, queue, durable=True), wire.QUEUE_DECLARE_OK
-        )
-        if wire.read_declare_ok(declared) != (queue, 0, 0):
-            raise LoadError(f"fresh queue {queue} is not fresh: {wire.read_declare_ok(declared)}")
-        await generator.call(PUBLISH_CHANNEL, wire.confirm_select(PUBLISH_CHANNEL), wire.CONFIRM_SELECT_OK)
-        block = wire.PublishBlock.build(PUBLISH_CHANNEL, queue, settings.size, frame_max, settings.inflight)
 
-        publish = await _timed(lambda: generator.start_publishing(block), settings.messages)
-        if generator.published != settings.messages or generator.confirmed != settings.messages:
-            raise LoadError(f"published {generator.published}, confirmed {generator.confirmed}")
-        declared = await generator.call(
-            PUBLISH_CHANNEL, wire.queue_declare(PUBLISH_CHANNEL, queue, passive=True), wire.QUEUE_DECLARE_OK
-        )
-        if wire.read_declare_ok(declared)[1] != settings.messages:
-            raise LoadError(f"after confirms the queue holds {wire.read_declare_ok(declared)[1]} messages")
+async def declare_fresh_queue(generator: _Generator, prefix: str = "bench-throughput") -> str:
+    """A new durable queue of ``settings.queue_type``, checked empty; confirms on."""
+    queue = f"{prefix}-{secrets.token_hex(4)}"
+    arguments = declare_arguments(generator.settings.queue_type)
+    declare = wire.queue_declare(PUBLISH_CHANNEL, queue, durable=True, arguments=arguments)
+    declared = await generator.call(PUBLISH_CHANNEL, declare, wire.QUEUE_DECLARE_OK)
+    if wire.read_declare_ok(declared) != (queue, 0, 0):
+        raise LoadError(f"fresh queue {queue} is not fresh: {wire.read_declare_ok(declared)}")
+    await generator.call(PUBLISH_CHANNEL, wire.confirm_select(PUBLISH_CHANNEL), wire.CONFIRM_SELECT_OK)
+    return queue
 
-        await generator.call(CONSUME_CHANNEL, wire.channel_open(CONSUME_CHANNEL), wire.CHANNEL_OPEN_OK)
-        await generator.call(CONSUME_CHANNEL, wire.basic_qos(CONSUME_CHANNEL, settings.prefetch), wire.BASIC_QOS_OK)
-        consumer_tag = f"bench-{secrets.token_hex(4)}"
 
-        async def consume() -> None:
-            done = generator.start_consuming()
-            await generator.call(CONSUME_CHANNEL, wire.basic_consume(CONSUME_CHANNEL, queue, consumer_tag), wire.BASIC_CONSUME_OK)
-            await done
+async def queue_counts(generator: _Generator, queue: str) -> tuple[int, int]:
+    """(messages ready, consumers) from a passive queue.declare."""
+    declared = await generator.call(
+        PUBLISH_CHANNEL, wire.queue_declare(PUBLISH_CHANNEL, queue, passive=True), wire.QUEUE_DECLARE_OK
+    )
+    _, messages, consumers = wire.read_declare_ok(declared)
+    return messages, consumers
 
-        consume_result = await _timed(consume, settings.messages)
-        missing = generator.never_delivered()
-        if generator.consumed != settings.messages or missing:
-            raise LoadError(f"consumed {generator.consumed} of {settings.messages}; {missing} never delivered")
-        # Closing the channel makes the broker process our acks first; any
-        # unacked message would be requeued and show up in the count.
-        await generator.call(CONSUME_CHANNEL, wire.channel_close(CONSUME_CHANNEL), wire.CHANNEL_CLOSE_OK)
-        declared = await generator.call(
-            PUBLISH_CHANNEL, wire.queue_declare(PUBLISH_CHANNEL, queue, passive=True), wire.QUEUE_DECLARE_OK
-        )
-        if wire.read_declare_ok(declared)[1:] != (0, 0):
-            raise LoadError(f"after acking everything the queue reports {wire.read_declare_ok(declared)[1:]}")
-        await generator.call(PUBLISH_CHANNEL, wire.queue_delete(PUBLISH_CHANNEL, queue), wire.QUEUE_DELETE_OK)
-        await generator.call(0, wire.connection_close(), wire.CONNECTION_CLOSE_OK)
-        return LoadResult(publish=publish, consume=consume_result, queue=queue)
+
+async def publish_all(generator: _Generator, queue: str) -> PhaseResult:
+    """Phase 1: every message published and confirmed, then counted in the queue."""
+    settings = generator.settings
+    block = wire.PublishBlock.build(PUBLISH_CHANNEL, queue, settings.size, generator.frame_max, settings.inflight)
+    publish = await _timed(lambda: generator.start_publishing(block), settings.messages)
+    if generator.published != settings.messages or generator.confirmed != settings.messages:
+        raise LoadError(f"published {generator.published}, confirmed {generator.confirmed}")
+    ready, _ = await queue_counts(generator, queue)
+    if ready != settings.messages:
+        raise LoadError(f"after confirms the queue holds {ready} messages")
+    return publish
+
+
+async def consume_all(generator: _Generator, queue: str) -> PhaseResult:
+    """Phase 2: every message delivered exactly once and acked; the queue ends empty."""
+    settings = generator.settings
+    await generator.call(CONSUME_CHANNEL, wire.channel_open(CONSUME_CHANNEL), wire.CHANNEL_OPEN_OK)
+    await generator.call(CONSUME_CHANNEL, wire.basic_qos(CONSUME_CHANNEL, settings.prefetch), wire.BASIC_QOS_OK)
+    consumer_tag = f"bench-{secrets.token_hex(4)}"
+
+    async def consume() -> None:
+        done = generator.start_consuming()
+        await generator.call(CONSUME_CHANNEL, wire.basic_consume(CONSUME_CHANNEL, queue, consumer_tag), wire.BASIC_CONSUME_OK)
+        await done
+
+    result = await _timed(consume, settings.messages)
+    missing = generator.never_delivered()
+    if generator.consumed != settings.messages or missing:
+        raise LoadError(f"consumed {generator.consumed} of {settings.messages}; {missing} never delivered")
+    # Closing the channel makes the broker process our acks first; any
+    # unacked message would be requeued and show up in the count.
+    await generator.call(CONSUME_CHANNEL, wire.channel_close(CONSUME_CHANNEL), wire.CHANNEL_CLOSE_OK)
+    await _expect_empty(generator, queue)
+    return result
+
+
+async def _expect_empty(generator: _Generator, queue: str) -> None:
+    """A classic queue is empty as soon as the channel is closed. A quorum queue
+    settles acks and removes the consumer through its log, and RabbitMQ answers a
+    passive declare from the applied state, which may lag by a moment: poll."""
+    patience = QUORUM_SETTLE_TIMEOUT_S if generator.settings.queue_type == "quorum" else 0.0
+    deadline = time.monotonic() + patience
+    while (counts := await queue_counts(generator, queue)) != (0, 0):
+        if time.monotonic() >= deadline:
+            raise LoadError(f"after acking everything the queue reports (messages, consumers) = {counts}")
+        await asyncio.sleep(0.05)
+
+
+async def delete_and_close(generator: _Generator, queue: str) -> None:
+    await generator.call(PUBLISH_CHANNEL, wire.queue_delete(PUBLISH_CHANNEL, queue), wire.QUEUE_DELETE_OK)
+    await generator.call(0, wire.connection_close(), wire.CONNECTION_CLOSE_OK)
+
+
+def start_progress_reports(generator: _Generator, report: Progress | None) -> asyncio.Task[None] | None:
+    if report is None:
+        return None
+    return asyncio.get_running_loop().create_task(_progress_reporter(generator, report, generator.settings.messages))
+
+
+async def run_load(settings: LoadSettings, report: Progress | None = None) -> LoadResult:
+    """Both phases against the broker at settings.host:port, checked."""
+    generator = await connect(settings)
+    reporter = start_progress_reports(generator, report)
+    try:
+        queue = await declare_fresh_queue(generator)
+        publish = await publish_all(generator, queue)
+        consume = await consume_all(generator, queue)
+        await delete_and_close(generator, queue)
+        return LoadResult(publish=publish, consume=consume, queue=queue)
     finally:
         if reporter:
             reporter.cancel()
-        transport.close()
+        generator.close()
 
 
 async def _timed(phase: Callable[[], Awaitable[object]], messages: int) -> PhaseResult:

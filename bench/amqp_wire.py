@@ -2,8 +2,9 @@
 
 Responsibilities
     Encode the handful of methods a publish-then-consume benchmark needs
-    (connection/channel setup, queue.declare/delete, confirm.select,
-    basic.qos/consume/ack) and build, once, the block of pre-encoded
+    (connection/channel setup, queue.declare -- with x-arguments such as
+    ``x-queue-type`` -- and queue.delete, confirm.select, basic.qos/consume/ack)
+    and build, once, the block of pre-encoded
     basic.publish + content header + body frames that the publisher writes.
 
 How it works
@@ -158,10 +159,18 @@ def channel_close(channel: int) -> bytes:
     return method_frame(channel, CHANNEL_CLOSE, struct.pack(">H", 200) + shortstr("bye") + struct.pack(">HH", 0, 0))
 
 
-def queue_declare(channel: int, queue: str, *, durable: bool = False, passive: bool = False) -> bytes:
+def queue_declare(
+    channel: int,
+    queue: str,
+    *,
+    durable: bool = False,
+    passive: bool = False,
+    arguments: dict[str, object] | None = None,
+) -> bytes:
+    """queue.declare; ``arguments`` is the x-arguments table, e.g. {"x-queue-type": "quorum"}."""
     # bits: passive, durable, exclusive, auto-delete, no-wait
-    arguments = struct.pack(">H", 0) + shortstr(queue) + bits(passive, durable, False, False, False) + table({})
-    return method_frame(channel, QUEUE_DECLARE, arguments)
+    fields = struct.pack(">H", 0) + shortstr(queue) + bits(passive, durable, False, False, False)
+    return method_frame(channel, QUEUE_DECLARE, fields + table(arguments or {}))
 
 
 def queue_delete(channel: int, queue: str) -> bytes:
