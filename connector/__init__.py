@@ -1,0 +1,1 @@
+"""quorumqueue's Spark connector: the `quorumqueue` streaming source (the sink comes next)."""

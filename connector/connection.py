@@ -1,0 +1,89 @@
+"""Reaching the broker: the first address that answers, and which kind of broker it is.
+
+`uri` may list several addresses (the nodes of a cluster); they are tried in the
+order given and the first that completes the AMQP handshake is used. Failures are
+reported with every address tried and why, passwords redacted.
+
+`detect_mode` reads the `product` server property every AMQP 0-9-1 broker sends in
+connection.start: the bundled broker says "quorumqueue" (lease mode), RabbitMQ says
+"RabbitMQ" (consume mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import pika
+import pika.exceptions
+
+from ..broker.lease_client import LeaseClient
+from ..broker.management_client import ManagementError
+from .options import BrokerAddress, Mode, OptionError, SourceOptions
+
+BUNDLED_PRODUCT = "quorumqueue"
+
+T = TypeVar("T")
+
+
+class BrokerUnreachable(ConnectionError):
+    """No address in `uri` completed an AMQP handshake."""
+
+
+def first_reachable(addresses: Sequence[BrokerAddress],
+                    open_one: Callable[[BrokerAddress], T]) -> T:
+    failures = []
+    for address in addresses:
+        try:
+            return open_one(address)
+        except (pika.exceptions.AMQPError, ManagementError, OSError) as error:
+            failures.append(f"{address.redacted}: {_describe(error)}")
+    raise BrokerUnreachable("cannot connect to the broker (option 'uri'): "
+                            + "; ".join(failures))
+
+
+def server_product(addresses: Sequence[BrokerAddress]) -> tuple[str, BrokerAddress]:
+    """The `product` server property of the first reachable broker, and its address."""
+
+    def probe(address: BrokerAddress) -> tuple[str, BrokerAddress]:
+        connection = pika.BlockingConnection(pika.URLParameters(address.uri))
+        try:
+            # pika keeps connection.start's server properties on the underlying
+            # connection only; BlockingConnection has no public accessor.
+            properties = connection._impl.server_properties or {}
+        finally:
+            connection.close()
+        product = properties.get("product", "")
+        if isinstance(product, bytes):
+            product = product.decode("utf-8", "replace")
+        return str(product), address
+
+    return first_reachable(addresses, probe)
+
+
+def detect_mode(options: SourceOptions) -> Mode:
+    """The mode to run in: `options.mode` if given (checked against the broker), else
+    what the broker's product name implies."""
+    product, address = server_product(options.addresses)
+    bundled = product == BUNDLED_PRODUCT
+    if options.mode is Mode.LEASE and not bundled:
+        raise OptionError(f"option 'mode' is 'lease', which needs the bundled quorumqueue "
+                          f"broker, but {address.redacted} is {product or 'an unnamed broker'}"
+                          "; use mode 'consume' (or leave 'mode' unset)")
+    if options.mode is not None:
+        return options.mode
+    return Mode.LEASE if bundled else Mode.CONSUME
+
+
+def open_lease_client(options: SourceOptions, timeout: float = 30.0) -> LeaseClient:
+    return first_reachable(
+        options.addresses, lambda address: LeaseClient(address.uri, vhost=address.vhost,
+                                                       timeout=timeout))
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, ManagementError):
+        # LeaseClient's message repeats the URI, password included: keep only the cause.
+        text = str(error)
+        return text.split(": ", 1)[1] if text.startswith("cannot connect to ") else text
+    return repr(error)

@@ -1,0 +1,157 @@
+"""Lease-mode offsets and the planning decisions made on them (pure).
+
+An offset names the query's lease and, per queue, the last lease sequence a batch
+covers:
+
+    {"lease": "spark-5f0c...", "queues": {"orders": 1200, "returns": 75}}
+
+Spark logs the end offset of batch N before running it, so `(start, end]` per queue
+is fixed once logged; the broker assigned those sequences through a Raft command
+(lease.grow), so reading the range again after any restart yields the same messages.
+
+Responsibilities
+    - `LeaseOffset`: the offset's JSON form, validated when read back from a
+      checkpoint (a malformed offset is an error naming the checkpoint, never a
+      silent restart from zero).
+    - `batch_limit`, `to_grow`, `batch_end`: how far a batch may go in one queue,
+      given what the lease already holds, the read limit and the Trigger.AvailableNow
+      target, and how much more to ask the broker for.
+    - `ranges`: a batch's `(start, end]` per queue cut into partitions.
+
+Invariants
+    - Sequences only grow: a batch's end is never below its start, per queue.
+    - `to_json` is canonical (queues sorted), so an unchanged offset serialises to the
+      same text and Spark sees "no new data".
+
+Not here
+    Talking to the broker (lease_reader.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+
+class OffsetError(ValueError):
+    """An offset (from Spark's checkpoint) that is not a lease-mode offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOffset:
+    lease: str
+    positions: tuple[tuple[str, int], ...]   # (queue, last sequence covered), by queue
+
+    @classmethod
+    def initial(cls, lease: str, queues: Iterable[str]) -> "LeaseOffset":
+        return cls(lease, tuple(sorted((queue, 0) for queue in queues)))
+
+    @classmethod
+    def of(cls, lease: str, positions: Mapping[str, int]) -> "LeaseOffset":
+        return cls(lease, tuple(sorted(positions.items())))
+
+    @classmethod
+    def from_json(cls, document: object) -> "LeaseOffset":
+        if (not isinstance(document, dict) or set(document) != {"lease", "queues"}
+                or not isinstance(document["lease"], str) or not document["lease"]
+                or not isinstance(document["queues"], dict)):
+            raise OffsetError(f"not a quorumqueue lease-mode offset: {document!r}; was this "
+                              "checkpoint written by another source or in consume mode?")
+        positions = document["queues"]
+        for queue, seq in positions.items():
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+                raise OffsetError(f"offset {document!r}: queue {queue!r} has an invalid "
+                                  f"position {seq!r}")
+        return cls.of(document["lease"], positions)
+
+    def to_json(self) -> dict:
+        return {"lease": self.lease, "queues": dict(self.positions)}
+
+    def position(self, queue: str) -> int:
+        """The last sequence covered in `queue`; 0 for a queue not read yet."""
+        for name, seq in self.positions:
+            if name == queue:
+                return seq
+        return 0
+
+    def advanced(self, ends: Mapping[str, int]) -> "LeaseOffset":
+        """This offset with the queues in `ends` moved to their new positions."""
+        merged = dict(self.positions)
+        for queue, seq in ends.items():
+            if seq < merged.get(queue, 0):
+                raise OffsetError(f"queue {queue!r} would move back from "
+                                  f"{merged[queue]} to {seq}")
+            merged[queue] = seq
+        return LeaseOffset.of(self.lease, merged)
+
+
+def new_lease_name() -> str:
+    """One lease per query: named once, when the query first starts, and from then on
+    carried in every offset Spark checkpoints."""
+    return f"spark-{uuid.uuid4().hex}"
+
+
+def rotated(queues: Sequence[str], turn: int) -> list[str]:
+    """The queues starting at `turn` (mod len): who is served first this trigger."""
+    if not queues:
+        return []
+    k = turn % len(queues)
+    return list(queues[k:]) + list(queues[:k])
+
+
+def batch_limit(start: int, budget: int | None, target: int | None) -> int | None:
+    """The highest sequence a batch starting after `start` may reach in one queue.
+
+    `budget`: messages the queue may add to this batch (None: no limit);
+    `target`: a Trigger.AvailableNow run's last sequence (None: not such a run).
+    None: no limit at all.
+    """
+    limit = None if budget is None else start + budget
+    if target is not None:
+        limit = target if limit is None else min(limit, target)
+    return None if limit is None else max(limit, start)
+
+
+def to_grow(held: int, limit: int | None, everything: int) -> int:
+    """How many more messages to ask the broker for, when the lease already holds
+    sequences up to `held`: none if that reaches `limit`, `everything` (the broker's
+    maximum) if there is no limit."""
+    if limit is None:
+        return everything
+    return max(0, limit - held)
+
+
+def batch_end(held: int, limit: int | None) -> int:
+    """Where the batch ends once the lease holds sequences up to `held`."""
+    return held if limit is None else min(held, limit)
+
+
+@dataclass(frozen=True)
+class LeaseRange(InputPartition):
+    """One partition: the messages with sequences start+1..end of `lease` on `queue`."""
+
+    queue: str
+    lease: str
+    start: int
+    end: int
+
+    @property
+    def value(self):  # InputPartition's field, shown by Spark in plans
+        return (self.queue, self.start, self.end)
+
+
+def ranges(start: LeaseOffset, end: LeaseOffset, max_messages: int) -> list[LeaseRange]:
+    """Partitions covering `(start, end]` in every queue, at most `max_messages` each."""
+    if start.lease != end.lease:
+        raise OffsetError(f"a batch cannot span two leases ({start.lease!r} -> {end.lease!r})")
+    out = []
+    for queue, last in end.positions:
+        first = start.position(queue)
+        if last < first:
+            raise OffsetError(f"queue {queue!r}: batch end {last} is below its start {first}")
+        for low in range(first, last, max_messages):
+            out.append(LeaseRange(queue, end.lease, low, min(low + max_messages, last)))
+    return out

@@ -1,0 +1,193 @@
+"""The source's schema, and received messages turned into Arrow record batches.
+
+Responsibilities
+    `SCHEMA` is what `spark.readStream.format("quorumqueue").load()` returns: the
+    body, where the message came from (queue, exchange, routing key), its position
+    (`offset`) and delivery history, and every AMQP 0-9-1 basic property.
+    `to_record_batch` turns one read's messages into a `pyarrow.RecordBatch` whose
+    schema equals `ARROW_SCHEMA` exactly (PySpark refuses a batch whose Arrow schema
+    differs from the declared one, nullability included).
+
+How it works
+    Columns are built in one pass each over the messages, with Arrow types taken from
+    PySpark's own Spark-to-Arrow conversion (timestamps in microseconds, UTC).
+    AMQP header tables are typed and nested; the `headers` column is a flat
+    map<string,string>: strings stay as they are, bytes are decoded as UTF-8 (invalid
+    bytes replaced), booleans are `true`/`false`, numbers and decimals their decimal
+    text, timestamps ISO-8601 in UTC, nested tables and arrays JSON, void null.
+
+Invariants
+    - The same messages give the same batch (no clocks, no randomness): a replayed
+      range yields identical rows.
+    - The broker's bookkeeping header `x-lease-seq` is not a message header: it is the
+      `offset` column. `x-delivery-count` stays in `headers`, as RabbitMQ shows it, and
+      also fills `delivery_count`.
+
+Not here
+    Reading from the broker (lease_reader.py), the sink's input schema.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, MapType,
+                               StringType, StructField, StructType, TimestampType)
+
+SCHEMA = StructType([
+    StructField("body", BinaryType(), nullable=False),
+    StructField("queue", StringType(), nullable=False),
+    StructField("routing_key", StringType(), nullable=False),
+    StructField("exchange", StringType(), nullable=False),
+    # lease mode: the lease sequence, per queue, from 1
+    StructField("offset", LongType(), nullable=False),
+    # earlier deliveries (x-delivery-count; 0 when absent)
+    StructField("delivery_count", IntegerType(), nullable=False),
+    StructField("redelivered", BooleanType(), nullable=False),
+    StructField("content_type", StringType()),
+    StructField("content_encoding", StringType()),
+    StructField("headers", MapType(StringType(), StringType())),
+    StructField("delivery_mode", IntegerType()),   # 1 transient, 2 persistent
+    StructField("priority", IntegerType()),
+    StructField("correlation_id", StringType()),
+    StructField("reply_to", StringType()),
+    StructField("expiration", StringType()),
+    StructField("message_id", StringType()),
+    StructField("timestamp", TimestampType()),     # AMQP timestamps are whole seconds
+    StructField("type", StringType()),
+    StructField("user_id", StringType()),
+    StructField("app_id", StringType()),
+])
+ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.fieldNames())
+
+# Headers the broker adds for the reader's bookkeeping, not the publisher's.
+BOOKKEEPING_HEADERS = frozenset({"x-lease-seq"})
+
+
+class Properties(Protocol):
+    """The AMQP basic properties, as pika.BasicProperties carries them."""
+
+    content_type: str | None
+    content_encoding: str | None
+    headers: dict[str, Any] | None
+    delivery_mode: int | None
+    priority: int | None
+    correlation_id: str | None
+    reply_to: str | None
+    expiration: str | None
+    message_id: str | None
+    timestamp: int | None
+    type: str | None
+    user_id: str | None
+    app_id: str | None
+
+
+class Received(Protocol):
+    """One received message (broker.lease_client.LeasedMessage is one)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def routing_key(self) -> str: ...
+    @property
+    def redelivered(self) -> bool: ...
+    @property
+    def delivery_count(self) -> int: ...
+    @property
+    def properties(self) -> Properties: ...
+
+
+def to_record_batch(queue: str, messages: Sequence[Received],
+                    include_headers: bool = True) -> pa.RecordBatch:
+    """The rows of `messages`, all read from `queue`, in order."""
+    props = [message.properties for message in messages]
+
+    def prop(name: str) -> list:
+        return [getattr(p, name) for p in props]
+
+    def text(name: str) -> list:
+        return [_text(getattr(p, name)) for p in props]
+
+    columns: dict[str, list] = {
+        "body": [message.body for message in messages],
+        "queue": [queue] * len(messages),
+        "routing_key": [message.routing_key for message in messages],
+        "exchange": [message.exchange for message in messages],
+        "offset": [message.seq for message in messages],
+        "delivery_count": [message.delivery_count for message in messages],
+        "redelivered": [message.redelivered for message in messages],
+        "content_type": text("content_type"),
+        "content_encoding": text("content_encoding"),
+        "headers": ([headers_map(p.headers) for p in props] if include_headers
+                    else [None] * len(messages)),
+        "delivery_mode": prop("delivery_mode"),
+        "priority": prop("priority"),
+        "correlation_id": text("correlation_id"),
+        "reply_to": text("reply_to"),
+        "expiration": text("expiration"),
+        "message_id": text("message_id"),
+        "timestamp": [None if t is None else t * 1_000_000 for t in prop("timestamp")],
+        "type": text("type"),
+        "user_id": text("user_id"),
+        "app_id": text("app_id"),
+    }
+    arrays = [pa.array(columns[field.name], type=field.type) for field in ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def headers_map(headers: dict[str, Any] | None) -> list[tuple[str, str | None]] | None:
+    """An AMQP header table as map<string,string> entries (see the module header)."""
+    if headers is None:
+        return None
+    return [(_text(key), header_text(value)) for key, value in headers.items()
+            if key not in BOOKKEEPING_HEADERS]
+
+
+def header_text(value: Any) -> str | None:
+    match value:
+        case None:
+            return None
+        case bool():
+            return "true" if value else "false"
+        case str():
+            return value
+        case bytes() | bytearray():
+            return bytes(value).decode("utf-8", "replace")
+        case int() | float() | decimal.Decimal():
+            return str(value)
+        case dt.datetime():
+            moment = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+            return moment.astimezone(dt.timezone.utc).isoformat()
+        case dict() | list() | tuple():
+            return json.dumps(_jsonable(value), separators=(",", ":"), sort_keys=False)
+        case _:
+            return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    match value:
+        case dict():
+            return {_text(key): _jsonable(item) for key, item in value.items()}
+        case list() | tuple():
+            return [_jsonable(item) for item in value]
+        case None | bool() | int() | float() | str():
+            return value
+        case _:
+            return header_text(value)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value

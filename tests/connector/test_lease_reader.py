@@ -1,0 +1,271 @@
+"""The lease-mode reader against the bundled broker, driven as Spark drives it.
+
+No Spark here: each test calls the reader's methods in Spark's order for a batch
+(ARCHITECTURE.md, "The connector": latestOffset -> [offset log] -> commit(previous
+end) -> partitions -> read on executors), with `read` run on a pickled copy, as on
+an executor. The Spark tests (test_streaming.py) then check the same through real
+queries.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+
+import pika
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+from quorumqueue.broker.lease_client import LeaseClient
+from quorumqueue.broker.management_client import ManagementError
+from quorumqueue.connector.connection import BrokerUnreachable, detect_mode
+from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
+                                                LeaseLostError, LeaseStreamReader)
+from quorumqueue.connector.options import Mode, OptionError, parse_source_options
+from quorumqueue.connector.schema import ARROW_SCHEMA, SCHEMA
+from quorumqueue.connector.source import QuorumQueueDataSource
+
+from .queues import order_numbers, publish_orders, quorum_queue, unique
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_reader(uri: str, queue: str, **options) -> LeaseStreamReader:
+    return LeaseStreamReader(parse_source_options({"uri": uri, "queue": queue, **options}))
+
+
+def run_batch(reader: LeaseStreamReader, start: dict, limit=None, previous: dict | None = None):
+    """One micro-batch: (end offset, order numbers read)."""
+    end = reader.latestOffset(start, limit or reader.getDefaultReadLimit())
+    if previous is not None:
+        reader.commit(previous)
+    executor = pickle.loads(pickle.dumps(reader))
+    batches = [b for part in reader.partitions(start, end) for b in executor.read(part)]
+    assert all(batch.schema.equals(ARROW_SCHEMA) for batch in batches)
+    return end, order_numbers(batches)
+
+
+def positions(offset: dict) -> dict:
+    return offset["queues"]
+
+
+def lease_info(uri: str, queue: str, lease: str) -> dict:
+    with LeaseClient(uri) as client:
+        return client.info(queue, lease)
+
+
+def test_batches_follow_the_lease_and_commit_settles_the_previous_ones(broker):
+    queue = quorum_queue(broker.uri, 25)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="10")
+    start = reader.initialOffset()
+    assert reader.initialOffset() == start  # asked again before the first batch: same lease
+    assert positions(start) == {queue: 0}
+    lease = start["lease"]
+
+    end1, read1 = run_batch(reader, start)
+    assert positions(end1) == {queue: 10} and read1 == list(range(10))
+    end2, read2 = run_batch(reader, end1, previous=start)
+    end3, read3 = run_batch(reader, end2, previous=end1)
+    assert read2 == list(range(10, 20)) and read3 == list(range(20, 25))
+    assert lease_info(broker.uri, queue, lease)["first"] == 11  # settled up to end1 only
+    reader.commit(end2)
+    assert lease_info(broker.uri, queue, lease)["first"] == 21
+    # nothing more: the offset comes back unchanged, byte for byte
+    assert json.dumps(reader.latestOffset(end3, ReadMaxRows(10))) == json.dumps(end3)
+    reader.stop()
+
+
+def test_a_logged_batch_reads_back_identically(broker):
+    queue = quorum_queue(broker.uri, 12)
+    reader = make_reader(broker.uri, queue)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    first = [b for p in parts for b in pickle.loads(pickle.dumps(reader)).read(p)]
+    # a restarted query: another process, the offsets from the checkpoint
+    replay = make_reader(broker.uri, queue)
+    again = [b for p in replay.partitions(start, end) for b in replay.read(p)]
+    assert [b.to_pylist() for b in again] == [b.to_pylist() for b in first]
+    assert order_numbers(first) == list(range(12))
+
+
+def test_read_all_available_ignores_the_configured_limits(broker):
+    queue = quorum_queue(broker.uri, 30)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="5", maxBytesPerTrigger="10")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(5)
+    end, numbers = run_batch(reader, reader.initialOffset(), ReadAllAvailable())
+    assert numbers == list(range(30))
+
+
+def test_max_bytes_per_trigger_stops_a_batch_once_the_bytes_are_reached(broker):
+    queue = quorum_queue(broker.uri, 10, padding=90)  # ~100-byte bodies
+    reader = make_reader(broker.uri, queue, maxBytesPerTrigger="250")
+    assert reader.getDefaultReadLimit() == ReadMaxBytes(250)
+    end, numbers = run_batch(reader, reader.initialOffset())
+    assert numbers == [0, 1, 2]  # the broker stops once 250 bytes are taken
+    both = make_reader(broker.uri, queue, maxBytesPerTrigger="250", maxMessagesPerTrigger="2")
+    _, numbers = run_batch(both, end)
+    assert len(numbers) == 2
+
+
+def test_messages_assigned_before_a_crash_are_batched_first_without_growing(broker):
+    queue = quorum_queue(broker.uri, 20)
+    crashed = make_reader(broker.uri, queue, maxMessagesPerTrigger="10")
+    start = crashed.initialOffset()
+    crashed.latestOffset(start, ReadMaxRows(10))  # grown, but the offset was never logged
+    lease = start["lease"]
+    assert lease_info(broker.uri, queue, lease)["end"] == 10
+
+    restarted = make_reader(broker.uri, queue)  # same checkpoint: same start offset
+    end, numbers = run_batch(restarted, start, ReadMaxRows(4))
+    assert numbers == [0, 1, 2, 3] and lease_info(broker.uri, queue, lease)["end"] == 10
+    end, numbers = run_batch(restarted, end, ReadMaxRows(10))
+    assert numbers == list(range(4, 14)) and lease_info(broker.uri, queue, lease)["end"] == 14
+
+
+def test_several_queues_share_the_limit_and_take_turns(broker):
+    first, second = quorum_queue(broker.uri, 10, "a"), quorum_queue(broker.uri, 10, "b")
+    reader = make_reader(broker.uri, f"{first},{second}", maxMessagesPerTrigger="6")
+    offset, taken = reader.initialOffset(), []
+    for _ in range(4):
+        end, numbers = run_batch(reader, offset)
+        taken.append((positions(end)[first] - positions(offset)[first],
+                      positions(end)[second] - positions(offset)[second]))
+        offset = end
+    assert taken == [(6, 0), (0, 6), (4, 2), (0, 2)]
+    assert positions(offset) == {first: 10, second: 10}
+
+
+def test_available_now_reads_what_was_ready_when_it_started(broker):
+    queue = quorum_queue(broker.uri, 5)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="2")
+    reader.prepareForTriggerAvailableNow()
+    publish_orders(broker.uri, queue, range(5, 9), declare=False)  # arrive afterwards
+    offset, numbers = reader.initialOffset(), []
+    while True:
+        end, more = run_batch(reader, offset)
+        if end == offset:
+            break
+        numbers += more
+        offset = end
+    assert numbers == [0, 1, 2, 3, 4]
+    later = make_reader(broker.uri, queue)
+    assert run_batch(later, offset)[1] == [5, 6, 7, 8]
+
+
+def test_a_range_that_can_no_longer_be_read_fails_or_is_skipped(broker):
+    queue = quorum_queue(broker.uri, 10)
+    reader = make_reader(broker.uri, queue)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    with LeaseClient(broker.uri) as client:
+        client.settle(queue, start["lease"], 4)  # settled behind the checkpoint's back
+    (part,) = reader.partitions(start, end)
+    with pytest.raises(DataLossError, match=r"messages 1\.\.10 of lease .*'failOnDataLoss'"):
+        list(reader.read(part))
+    lenient = make_reader(broker.uri, queue, failOnDataLoss="false")
+    assert order_numbers(lenient.read(part)) == [4, 5, 6, 7, 8, 9]
+
+
+def test_messages_released_before_they_were_batched_fail_or_are_read_again(broker):
+    queue = quorum_queue(broker.uri, 5)
+    crashed = make_reader(broker.uri, queue, leaseTimeout="300ms")
+    start = crashed.initialOffset()
+    crashed.latestOffset(start, ReadAllAvailable())  # grown, never logged, then idle
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    deadline = time.monotonic() + 10
+    while connection.channel().queue_declare(queue, passive=True).method.message_count < 5:
+        assert time.monotonic() < deadline, "the idle lease was never released"
+        time.sleep(0.1)
+    connection.close()
+    with pytest.raises(DataLossError, match=r"messages 1\.\.5 .* not yet in a batch"):
+        make_reader(broker.uri, queue).latestOffset(start, ReadAllAvailable())
+    lenient = make_reader(broker.uri, queue, failOnDataLoss="false")
+    end, numbers = run_batch(lenient, start, ReadAllAvailable())
+    assert positions(end) == {queue: 10} and numbers == list(range(5))  # back, re-granted
+
+
+def test_a_lease_behind_the_checkpoint_is_refused(broker):
+    queue = quorum_queue(broker.uri, 3)
+    reader = make_reader(broker.uri, queue)
+    checkpoint = {"lease": unique("spark"), "queues": {queue: 50}}
+    with pytest.raises(LeaseLostError, match="already read up to 50"):
+        reader.latestOffset(checkpoint, ReadAllAvailable())
+
+
+@pytest.mark.parametrize("configured, ms", [({}, 0), ({"leaseTimeout": "2h"}, 7_200_000),
+                                            ({"leaseTimeout": "1s"}, 1000)])
+def test_a_new_lease_stays_short_lived_until_a_checkpoint_names_it(broker, configured, ms):
+    queue = quorum_queue(broker.uri, 3)
+    reader = make_reader(broker.uri, queue, **configured)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    provisional = min(ms or PROVISIONAL_LEASE_TIMEOUT_MS, PROVISIONAL_LEASE_TIMEOUT_MS)
+    assert lease_info(broker.uri, queue, start["lease"])["timeout_ms"] == provisional
+    reader.partitions(start, end)  # Spark has logged an offset naming the lease
+    assert lease_info(broker.uri, queue, start["lease"])["timeout_ms"] == ms
+    # a restarted query's lease comes from the checkpoint: configured from the start
+    restarted = make_reader(broker.uri, queue, **configured)
+    restarted.latestOffset(end, ReadAllAvailable())
+    assert lease_info(broker.uri, queue, start["lease"])["timeout_ms"] == ms
+
+
+def test_queue_errors_name_the_queue(broker):
+    missing = make_reader(broker.uri, "no-such-queue")
+    with pytest.raises(ManagementError, match="no queue 'no-such-queue'"):
+        missing.latestOffset(missing.initialOffset(), ReadAllAvailable())
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="no-such-queue"):
+        missing.prepareForTriggerAvailableNow()
+    classic = unique("classic")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    connection.channel().queue_declare(classic, durable=True)
+    connection.close()
+    reader = make_reader(broker.uri, classic)
+    with pytest.raises(ManagementError, match="not a quorum queue"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+
+
+def test_the_driver_reconnects_after_losing_its_connection(fresh_broker):
+    queue = quorum_queue(fresh_broker.uri, 6)
+    reader = make_reader(fresh_broker.uri, queue, maxMessagesPerTrigger="3")
+    end1, numbers1 = run_batch(reader, reader.initialOffset())
+    fresh_broker.restart()
+    end2, numbers2 = run_batch(reader, end1, previous=reader.initialOffset())
+    assert numbers1 + numbers2 == list(range(6))
+
+
+# ------------------------------------------------------------------ mode and source
+
+
+def test_mode_is_detected_from_the_broker_product(broker):
+    options = parse_source_options({"uri": broker.uri, "queue": "q"})
+    assert detect_mode(options) is Mode.LEASE
+
+
+def test_the_first_reachable_address_is_used_and_failures_are_listed(broker):
+    dead = "amqp://guest:hunter2@127.0.0.1:1/%2F"
+    options = parse_source_options({"uri": f"{dead},{broker.uri}", "queue": "q"})
+    assert detect_mode(options) is Mode.LEASE
+    with pytest.raises(BrokerUnreachable, match=r"option 'uri'.*guest:\*\*\*@127.0.0.1:1") as error:
+        detect_mode(parse_source_options({"uri": f"{dead},{dead}", "queue": "q"}))
+    assert "hunter2" not in str(error.value)
+
+
+def test_the_data_source_hands_out_a_lease_reader(broker):
+    source = QuorumQueueDataSource({"uri": broker.uri, "queue": "q"})
+    assert QuorumQueueDataSource.name() == "quorumqueue" and source.schema() == SCHEMA
+    assert isinstance(source.streamReader(SCHEMA), LeaseStreamReader)
+    with pytest.raises(OptionError, match="fixed schema"):
+        source.streamReader(SCHEMA[:3])
+    with pytest.raises(OptionError, match="unknown option 'quue'"):
+        QuorumQueueDataSource({"uri": broker.uri, "quue": "q"}).streamReader(SCHEMA)
+
+
+def test_rabbitmq_means_consume_mode_which_is_not_there_yet(rabbitmq):
+    options = {"uri": rabbitmq.uri, "queue": "q"}
+    assert detect_mode(parse_source_options(options)) is Mode.CONSUME
+    with pytest.raises(OptionError, match="'lease', which needs the bundled quorumqueue broker"):
+        detect_mode(parse_source_options({**options, "mode": "lease"}))
+    with pytest.raises(NotImplementedError, match="consume mode"):
+        QuorumQueueDataSource(options).streamReader(SCHEMA)

@@ -1,0 +1,115 @@
+"""Lease-mode offsets and planning (connector/offsets.py), pure.
+
+ARCHITECTURE.md, "The connector": a batch's (start, end] is fixed once Spark logs
+its end offset; so offsets must round-trip through the checkpoint unchanged, a bad
+one must fail loudly, and an unchanged offset must serialise to the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from quorumqueue.connector.offsets import (LeaseOffset, LeaseRange, OffsetError,
+                                           batch_end, batch_limit, new_lease_name, ranges,
+                                           rotated, to_grow)
+
+
+def test_initial_offset_names_a_fresh_lease_and_starts_every_queue_at_zero():
+    offset = LeaseOffset.initial("spark-1", ["orders", "audit"])
+    assert offset.to_json() == {"lease": "spark-1", "queues": {"audit": 0, "orders": 0}}
+    assert new_lease_name() != new_lease_name()
+    assert new_lease_name().startswith("spark-")
+
+
+def test_json_round_trip_is_canonical():
+    offset = LeaseOffset.of("l", {"b": 2, "a": 1})
+    text = json.dumps(offset.to_json())
+    assert text == '{"lease": "l", "queues": {"a": 1, "b": 2}}'
+    again = LeaseOffset.from_json(json.loads(text))
+    assert again == offset and json.dumps(again.to_json()) == text
+    # the same positions given in another order are the same offset, same text
+    assert json.dumps(LeaseOffset.from_json({"lease": "l", "queues": {"b": 2, "a": 1}})
+                      .to_json()) == text
+
+
+@pytest.mark.parametrize("document", [
+    None, [], {"lease": "l"}, {"queues": {}}, {"lease": "", "queues": {}},
+    {"lease": 3, "queues": {}}, {"lease": "l", "queues": []},
+    {"lease": "l", "queues": {"q": -1}}, {"lease": "l", "queues": {"q": "3"}},
+    {"lease": "l", "queues": {"q": True}}, {"lease": "l", "queues": {"q": 1.5}},
+    {"lease": "l", "queues": {}, "extra": 1},
+    {"consume": {"q": 1}},
+])
+def test_anything_else_from_a_checkpoint_is_refused(document):
+    with pytest.raises(OffsetError):
+        LeaseOffset.from_json(document)
+
+
+def test_positions_and_advancing():
+    offset = LeaseOffset.of("l", {"a": 5})
+    assert offset.position("a") == 5 and offset.position("new") == 0
+    assert offset.advanced({"a": 7, "new": 2}).to_json() == {"lease": "l",
+                                                           "queues": {"a": 7, "new": 2}}
+    assert offset.advanced({"a": 5}) == offset
+    with pytest.raises(OffsetError, match="move back from 5 to 4"):
+        offset.advanced({"a": 4})
+
+
+@pytest.mark.parametrize("queues, turn, order", [
+    (["a"], 0, ["a"]), (["a"], 5, ["a"]), (["a", "b", "c"], 0, ["a", "b", "c"]),
+    (["a", "b", "c"], 1, ["b", "c", "a"]), (["a", "b", "c"], 5, ["c", "a", "b"]), ([], 3, []),
+])
+def test_queues_take_turns_at_being_served_first(queues, turn, order):
+    assert rotated(queues, turn) == order
+
+
+# start, budget, target -> limit
+@pytest.mark.parametrize("start, budget, target, limit", [
+    (0, None, None, None),    # read everything: no limit
+    (10, 5, None, 15),        # maxMessagesPerTrigger
+    (10, 0, None, 10),        # budget used up by queues served earlier
+    (10, None, 12, 12),       # AvailableNow: stop at the target
+    (10, 5, 12, 12),          # both: the nearer
+    (10, 5, 30, 15),
+    (10, None, 10, 10),       # target reached
+])
+def test_batch_limit(start, budget, target, limit):
+    assert batch_limit(start, budget, target) == limit
+
+
+# held (lease end), limit -> how many to grow, then the batch end once grown to `after`
+@pytest.mark.parametrize("held, limit, grow, after, end", [
+    (10, None, 99, 30, 30),   # no limit: ask for everything, take what came
+    (10, 15, 5, 15, 15),      # ask for the rest of the budget
+    (10, 15, 5, 12, 12),      # fewer were ready
+    (20, 15, 0, 20, 15),      # the lease already holds more (assigned before a crash)
+    (15, 15, 0, 15, 15),
+])
+def test_growing_and_batch_end(held, limit, grow, after, end):
+    assert to_grow(held, limit, everything=99) == grow
+    assert batch_end(after, limit) == end
+
+
+def test_ranges_cut_each_queue_into_partitions():
+    start = LeaseOffset.of("l", {"a": 0, "b": 7})
+    end = LeaseOffset.of("l", {"a": 25, "b": 7, "c": 3})
+    assert ranges(start, end, max_messages=10) == [
+        LeaseRange("a", "l", 0, 10), LeaseRange("a", "l", 10, 20), LeaseRange("a", "l", 20, 25),
+        LeaseRange("c", "l", 0, 3)]
+    assert ranges(end, end, max_messages=10) == []
+
+
+def test_ranges_refuse_impossible_batches():
+    with pytest.raises(OffsetError, match="span two leases"):
+        ranges(LeaseOffset.of("l", {}), LeaseOffset.of("m", {}), 10)
+    with pytest.raises(OffsetError, match="below its start"):
+        ranges(LeaseOffset.of("l", {"a": 5}), LeaseOffset.of("l", {"a": 4}), 10)
+
+
+def test_a_partition_pickles_for_the_executors():
+    part = LeaseRange("orders", "spark-1", 10, 20)
+    assert pickle.loads(pickle.dumps(part)) == part
+    assert part.value == ("orders", 10, 20)

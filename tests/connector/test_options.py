@@ -1,0 +1,228 @@
+"""Source options (connector/options.py): every rule, as tables.
+
+Spark hands a data source its options as strings under case-insensitive keys; an
+unknown key or an impossible value must stop the query at start with a message that
+names the option (STYLE.md: "impossible settings fail at start with a message naming
+the key").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quorumqueue.connector.options import (BrokerAddress, Mode, OptionError, SourceOptions,
+                                           parse_source_options)
+
+URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
+BASE = {"uri": URI, "queue": "orders"}
+
+
+def parse(**extra) -> SourceOptions:
+    return parse_source_options({**BASE, **extra})
+
+
+def test_defaults():
+    assert parse_source_options(BASE) == SourceOptions(
+        addresses=(BrokerAddress(URI, "127.0.0.1", 5672, "/"),),
+        queues=("orders",), mode=None, max_messages_per_trigger=None,
+        max_bytes_per_trigger=None, prefetch=None, lease_timeout_ms=0,
+        include_headers=True, fail_on_data_loss=True)
+
+
+def test_option_names_are_case_insensitive():
+    options = parse_source_options({"URI": URI, "Queue": "orders",
+                                    "maxmessagespertrigger": "5", "MAXBYTESPERTRIGGER": "1k",
+                                    "LeaseTimeout": "1s", "includeheaders": "false",
+                                    "FAILONDATALOSS": "false", "PREFETCH": "7", "MODE": "lease"})
+    assert (options.max_messages_per_trigger, options.max_bytes_per_trigger,
+            options.lease_timeout_ms, options.include_headers, options.fail_on_data_loss,
+            options.prefetch, options.mode) == (5, 1024, 1000, False, False, 7, Mode.LEASE)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"queue": "q"}, "'uri' is required"),
+    ({"uri": URI}, "'queue' is required"),
+    ({"uri": " ", "queue": "q"}, "'uri' is required"),
+    ({**BASE, "maxMessagesPerTriger": "5"}, "unknown option 'maxMessagesPerTriger'"),
+    ({**BASE, "subscribe": "orders"}, "unknown option 'subscribe'"),
+    ({**BASE, "path": "/tmp"}, "unknown option 'path'"),
+    ({**BASE, "MaxBytesPerTrigger": "1", "maxbytespertrigger": "2"},
+     "'maxBytesPerTrigger' is given twice"),
+])
+def test_missing_unknown_and_duplicated_options_are_refused(options, named):
+    with pytest.raises(OptionError, match=named):
+        parse_source_options(options)
+
+
+def test_an_unknown_option_suggests_the_close_one_and_lists_the_known():
+    with pytest.raises(OptionError) as error:
+        parse(maxMessagesPerTriger="5")
+    assert "did you mean 'maxMessagesPerTrigger'?" in str(error.value)
+    assert "known options: uri, queue, mode" in str(error.value)
+
+
+def test_the_same_option_twice_with_the_same_value_is_fine():
+    assert parse_source_options({**BASE, "Queue": "orders"}).queues == ("orders",)
+
+
+# ------------------------------------------------------------------ uri
+
+
+@pytest.mark.parametrize("uri, host, port, vhost", [
+    ("amqp://guest:guest@127.0.0.1:5672/%2F", "127.0.0.1", 5672, "/"),
+    ("amqp://localhost", "localhost", 5672, "/"),
+    ("amqp://localhost/", "localhost", 5672, "/"),
+    ("amqp://u:p@h:1234/sales", "h", 1234, "sales"),
+    ("amqp://h/sales%2Feu", "h", 5672, "sales/eu"),
+    ("amqps://h", "h", 5671, "/"),
+    ("amqp://h/%2F?heartbeat=30", "h", 5672, "/"),
+])
+def test_uri_forms(uri, host, port, vhost):
+    (address,) = parse(uri=uri).addresses
+    assert (address.uri, address.host, address.port, address.vhost) == (uri, host, port, vhost)
+
+
+def test_several_uris_are_the_nodes_of_a_cluster_tried_in_order():
+    options = parse(uri="amqp://a:5672/%2F, amqp://b:5673/%2F,amqp://c/")
+    assert [(a.host, a.port) for a in options.addresses] == [("a", 5672), ("b", 5673),
+                                                             ("c", 5672)]
+    assert options.vhost == "/"
+
+
+@pytest.mark.parametrize("uri, complaint", [
+    ("http://h/", "not an amqp:// or amqps:// URI"),
+    ("h:5672", "not an amqp:// or amqps:// URI"),
+    ("amqp:///%2F", "has no host"),
+    ("amqp://h:99999/", "invalid port"),
+    ("amqp://h:0/", "invalid port"),
+    ("amqp://h:port/", "invalid port"),
+    ("amqp://h/a/b", "must be written %2F"),
+    ("amqp://h/?bogus=1", "Unknown URL parameter"),
+    ("amqp://a/x,amqp://b/y", "same virtual host"),
+    ("amqp://a/,,amqp://b/", "empty entry"),
+])
+def test_bad_uris_are_refused_naming_the_option(uri, complaint):
+    with pytest.raises(OptionError, match="option 'uri'") as error:
+        parse(uri=uri)
+    assert complaint in str(error.value)
+
+
+def test_messages_never_show_the_password():
+    with pytest.raises(OptionError) as error:
+        parse(uri="amqp://alice:s3cret@h:99999/")
+    assert "s3cret" not in str(error.value) and "alice:***@h:99999" in str(error.value)
+    with pytest.raises(OptionError) as error:
+        parse(uri="amqp://alice:s3cret@h/,")
+    assert "s3cret" not in str(error.value)
+    assert parse(uri="amqp://alice:s3cret@h/").addresses[0].redacted == "amqp://alice:***@h/"
+
+
+# ------------------------------------------------------------------ queue
+
+
+@pytest.mark.parametrize("value, queues", [
+    ("orders", ("orders",)),
+    ("orders, returns ,audit", ("orders", "returns", "audit")),
+    ("amq.gen-x", ("amq.gen-x",)),
+])
+def test_one_or_more_queues(value, queues):
+    assert parse(queue=value).queues == queues
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ("a,,b", "empty queue name"),
+    ("a, ", "empty queue name"),
+    ("a,b,a", "names 'a' more than once"),
+    ("x" * 256, "longer than 255 bytes"),
+])
+def test_bad_queue_lists_are_refused(value, complaint):
+    with pytest.raises(OptionError, match="option 'queue'") as error:
+        parse(queue=value)
+    assert complaint in str(error.value)
+
+
+# ------------------------------------------------------------------ mode
+
+
+@pytest.mark.parametrize("value, mode", [("lease", Mode.LEASE), ("consume", Mode.CONSUME),
+                                         ("LEASE", Mode.LEASE), (" consume ", Mode.CONSUME)])
+def test_mode(value, mode):
+    assert parse(mode=value).mode is mode
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(OptionError, match="option 'mode' must be 'lease'.*got 'stream'"):
+        parse(mode="stream")
+
+
+# ------------------------------------------------------------------ numbers and sizes
+
+
+@pytest.mark.parametrize("value, expected", [("1", 1), ("1000", 1000), (" 7 ", 7),
+                                             ("4294967295", 4294967295)])
+def test_max_messages_per_trigger(value, expected):
+    assert parse(maxMessagesPerTrigger=value).max_messages_per_trigger == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "ten", "", "1e3", "4294967296"])
+def test_bad_max_messages_per_trigger(value):
+    with pytest.raises(OptionError, match="option 'maxMessagesPerTrigger'"):
+        parse(maxMessagesPerTrigger=value)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("1", 1), ("100b", 100), ("1k", 1024), ("1kb", 1024), ("64m", 64 << 20),
+    ("64MB", 64 << 20), ("2g", 2 << 30), ("1t", 1 << 40), ("10 k", 10240),
+])
+def test_max_bytes_per_trigger_takes_spark_byte_strings(value, expected):
+    assert parse(maxBytesPerTrigger=value).max_bytes_per_trigger == expected
+
+
+@pytest.mark.parametrize("value", ["0", "0k", "-1", "1.5m", "64mib", "lots", "m"])
+def test_bad_max_bytes_per_trigger(value):
+    with pytest.raises(OptionError, match="option 'maxBytesPerTrigger'"):
+        parse(maxBytesPerTrigger=value)
+
+
+@pytest.mark.parametrize("value, expected", [("1", 1), ("2000", 2000), ("65535", 65535)])
+def test_prefetch(value, expected):
+    assert parse(prefetch=value).prefetch == expected
+
+
+@pytest.mark.parametrize("value, complaint", [("0", "positive integer"),
+                                              ("65536", "at most 65535"),
+                                              ("many", "positive integer")])
+def test_bad_prefetch(value, complaint):
+    with pytest.raises(OptionError, match="option 'prefetch'") as error:
+        parse(prefetch=value)
+    assert complaint in str(error.value)
+
+
+@pytest.mark.parametrize("value, ms", [
+    ("0", 0), ("never", 0), ("NONE", 0), ("250", 250), ("250ms", 250), ("30s", 30_000),
+    ("10m", 600_000), ("10min", 600_000), ("2h", 7_200_000), ("1d", 86_400_000),
+    ("5 s", 5000),
+])
+def test_lease_timeout_takes_spark_durations(value, ms):
+    assert parse(leaseTimeout=value).lease_timeout_ms == ms
+
+
+@pytest.mark.parametrize("value", ["-1s", "1.5h", "10 minutes", "soon", "s"])
+def test_bad_lease_timeout(value):
+    with pytest.raises(OptionError, match="option 'leaseTimeout'"):
+        parse(leaseTimeout=value)
+
+
+@pytest.mark.parametrize("option, field", [("includeHeaders", "include_headers"),
+                                           ("failOnDataLoss", "fail_on_data_loss")])
+@pytest.mark.parametrize("value, expected", [("true", True), ("false", False),
+                                             ("TRUE", True), (" False ", False)])
+def test_booleans(option, field, value, expected):
+    assert getattr(parse(**{option: value}), field) is expected
+
+
+@pytest.mark.parametrize("option", ["includeHeaders", "failOnDataLoss"])
+@pytest.mark.parametrize("value", ["yes", "1", "", "on"])
+def test_bad_booleans(option, value):
+    with pytest.raises(OptionError, match=f"option '{option}' must be true or false"):
+        parse(**{option: value})

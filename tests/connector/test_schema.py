@@ -1,0 +1,116 @@
+"""The source schema and Arrow conversion (connector/schema.py).
+
+PySpark accepts a data source's Arrow batch only if its schema equals the declared
+one exactly (nullability and timestamp unit included), so every batch is checked
+against ARROW_SCHEMA; values are checked column by column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pika
+import pyarrow as pa
+import pytest
+
+from quorumqueue.broker.lease_client import LeasedMessage
+from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
+                                          headers_map, to_record_batch)
+
+UTC = dt.timezone.utc
+
+
+def leased(seq: int, body: bytes = b"x", redelivered: bool = False, **properties) -> LeasedMessage:
+    return LeasedMessage(seq, body, "events", f"key.{seq}", redelivered,
+                         pika.BasicProperties(**properties))
+
+
+def test_the_columns_named_by_the_issue_in_order():
+    assert COLUMNS == (
+        "body", "queue", "routing_key", "exchange", "offset", "delivery_count", "redelivered",
+        "content_type", "content_encoding", "headers", "delivery_mode", "priority",
+        "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type",
+        "user_id", "app_id")
+    assert SCHEMA.simpleString().startswith(
+        "struct<body:binary,queue:string,routing_key:string,exchange:string,offset:bigint,"
+        "delivery_count:int,redelivered:boolean,")
+    assert "headers:map<string,string>" in SCHEMA.simpleString()
+    assert ARROW_SCHEMA.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert [f.name for f in SCHEMA.fields if not f.nullable] == [
+        "body", "queue", "routing_key", "exchange", "offset", "delivery_count", "redelivered"]
+
+
+def test_every_property_lands_in_its_column():
+    message = leased(
+        7, b"\x00payload", redelivered=True, content_type="application/json",
+        content_encoding="gzip", headers={"tenant": "acme", "x-delivery-count": 2,
+                                          "x-lease-seq": 7},
+        delivery_mode=2, priority=5, correlation_id="c-1", reply_to="replies",
+        expiration="60000", message_id="m-7", timestamp=1_700_000_000, type="order.created",
+        user_id="guest", app_id="shop")
+    batch = to_record_batch("orders", [message])
+    assert batch.schema.equals(ARROW_SCHEMA)
+    assert batch.to_pylist() == [{
+        "body": b"\x00payload", "queue": "orders", "routing_key": "key.7",
+        "exchange": "events", "offset": 7, "delivery_count": 2, "redelivered": True,
+        "content_type": "application/json", "content_encoding": "gzip",
+        # x-lease-seq is the offset column, not a header; x-delivery-count stays
+        "headers": [("tenant", "acme"), ("x-delivery-count", "2")],
+        "delivery_mode": 2, "priority": 5, "correlation_id": "c-1", "reply_to": "replies",
+        "expiration": "60000", "message_id": "m-7",
+        "timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC),
+        "type": "order.created", "user_id": "guest", "app_id": "shop"}]
+
+
+def test_absent_properties_are_null_and_order_is_kept():
+    batch = to_record_batch("q", [leased(1), leased(2, b""), leased(3)])
+    assert batch.schema.equals(ARROW_SCHEMA)
+    rows = batch.to_pylist()
+    assert [row["offset"] for row in rows] == [1, 2, 3]
+    assert [row["body"] for row in rows] == [b"x", b"", b"x"]
+    assert all(row["delivery_count"] == 0 and row["redelivered"] is False for row in rows)
+    for name in COLUMNS[7:]:
+        assert [row[name] for row in rows] == [None] * 3, name
+
+
+def test_include_headers_false_leaves_the_column_null():
+    batch = to_record_batch("q", [leased(1, headers={"a": "b"})], include_headers=False)
+    assert batch.column("headers").to_pylist() == [None]
+
+
+def test_an_empty_read_is_an_empty_batch_of_the_schema():
+    batch = to_record_batch("q", [])
+    assert batch.num_rows == 0 and batch.schema.equals(ARROW_SCHEMA)
+
+
+def test_the_same_messages_give_the_same_batch():
+    messages = [leased(n, bytes([n]) * n, headers={"n": n}, timestamp=n) for n in range(1, 50)]
+    assert to_record_batch("q", messages).equals(to_record_batch("q", list(messages)))
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, None),
+    ("plain", "plain"),
+    ("ünïcode", "ünïcode"),
+    (b"bytes", "bytes"),
+    (b"\xff\xfe", "\ufffd\ufffd"),
+    (True, "true"),
+    (False, "false"),
+    (0, "0"),
+    (-42, "-42"),
+    (2 ** 63 - 1, "9223372036854775807"),
+    (1.5, "1.5"),
+    (decimal.Decimal("12.340"), "12.340"),
+    (dt.datetime(2024, 1, 2, 3, 4, 5), "2024-01-02T03:04:05+00:00"),
+    ({"nested": {"k": 1}, "b": b"x"}, '{"nested":{"k":1},"b":"x"}'),
+    ([1, "two", None, True], '[1,"two",null,true]'),
+])
+def test_header_values_become_text(value, text):
+    assert header_text(value) == text
+
+
+def test_headers_map_keeps_order_and_drops_only_bookkeeping():
+    assert headers_map(None) is None
+    assert headers_map({}) == []
+    assert headers_map({"b": 1, "x-lease-seq": 9, "a": None}) == [("b", "1"), ("a", None)]
