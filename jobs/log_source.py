@@ -1,0 +1,123 @@
+"""`spark.read.format("quorumqueue.log")`: the broker's quorum log as a DataFrame.
+
+    log = spark.read.format("quorumqueue.log").load("/var/lib/quorumqueue")
+    log.groupBy("queue", "file_kind").agg(F.sum("disk_bytes")).show()
+
+Responsibilities: list a node's log files on the driver, read them in parallel (one
+input partition per file), and hand Spark Arrow record batches with the columns of
+`log_files.COLUMNS`. Registered without a register call, like the connector: PySpark
+imports the top-level module `pyspark_quorumqueue_log` (connector/discovery/) and
+registers its `DefaultSource`.
+
+Options (names case-insensitive, as everywhere in Spark):
+    path       one data directory, or several comma-separated (one per node); the
+               broker's --data-dir. Required (`.load(path)` sets it).
+    node       the node name for the `node` column (only with one path); default: the
+               data directory's name.
+
+How it works: the driver lists the files when Spark plans the scan; executors parse
+them with the broker's own checked readers (log_files.py). A live broker may be
+writing: a torn tail becomes a TORN_TAIL row, a vanished file yields nothing,
+corruption or an unknown format version fails the query naming the file and offset.
+
+Not here: the analyses (jobs/segment_compaction.py, jobs/memory_footprint.py, next).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .log_files import COLUMN_NAMES, COLUMNS, LogFile, list_files, read_rows
+
+NAME = "quorumqueue.log"
+BATCH_ROWS = 8192
+SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
+KNOWN_OPTIONS = ("path", "paths", "node")
+
+
+class LogSourceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    file: LogFile
+
+
+class QuorumQueueLogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        _directories(self.options)   # bad options fail at load()
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogReader(_directories(self.options), self.options.get("node"))
+
+
+class LogReader(DataSourceReader):
+    def __init__(self, directories: list[str], node: str | None) -> None:
+        self.directories = directories
+        self.node = node
+
+    def partitions(self) -> list[FilePartition]:
+        files = [file for directory in self.directories
+                 for file in list_files(directory, self.node)]
+        return [FilePartition(file) for file in files]
+
+    def read(self, partition: FilePartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        import pyarrow as pa
+
+        schema = _arrow_schema()
+        rows: list[tuple] = []
+        for row in read_rows(partition.file):
+            rows.append(row)
+            if len(rows) >= BATCH_ROWS:
+                yield _batch(pa, schema, rows)
+                rows = []
+        if rows:
+            yield _batch(pa, schema, rows)
+
+
+def _directories(options) -> list[str]:
+    unknown = sorted(key for key in options if key.lower() not in KNOWN_OPTIONS)
+    if unknown:
+        raise LogSourceError(f"unknown option(s) {', '.join(map(repr, unknown))} for "
+                             f"format '{NAME}'; it takes {', '.join(KNOWN_OPTIONS[::2])}")
+    raw = options.get("path") or options.get("paths") or ""
+    if raw.startswith("["):           # load(["a", "b"]) passes a JSON list
+        import json
+
+        raw = ",".join(json.loads(raw))
+    directories = [part.strip() for part in raw.split(",") if part.strip()]
+    if not directories:
+        raise LogSourceError(f"format '{NAME}' needs option 'path': the broker's data "
+                             "directory, e.g. .load('/var/lib/quorumqueue')")
+    missing = [d for d in directories if not os.path.isdir(d)]
+    if missing:
+        raise LogSourceError(f"option 'path': no such directory: {', '.join(missing)}")
+    if options.get("node") and len(directories) > 1:
+        raise LogSourceError("option 'node' names one node; with several paths each "
+                             "node is named after its data directory")
+    return directories
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
+
+
+def _batch(pa, schema, rows: list[tuple]):
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, type=schema.field(k).type) for k, column in enumerate(columns)],
+        names=list(COLUMN_NAMES))
