@@ -72,18 +72,24 @@ Position: TypeAlias = tuple[int, int]     # a WAL record: (file, oldest = 0; byt
 @dataclass(slots=True)
 class Recovered:
     groups: dict[str, GroupState]
-    wal: WalFile
+    wal: WalFile | None                       # None when read only
     old_wal_paths: list[str]                  # older WAL files still needed
     stale_resets: list[str] = field(default_factory=list)   # groups: roll over at once
     deleted: list[str] = field(default_factory=list)   # uids with a DELETE_GROUP in a WAL
 
 
-def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
+def recover(root: str, fsync: bool, segment_term: TermLookup,
+            readonly: bool = False) -> Recovered:
+    """`readonly`: change no file and open no WAL for writing — for readers of a log
+    that a live node may be writing (the analytics jobs): a torn tail of any group's
+    newest segment is then left out rather than rewritten, and deleted groups' files
+    are ignored rather than removed. The groups are what a recovery would find."""
     wal_dir = os.path.join(root, WAL_DIR)
     for directory in (root, wal_dir, os.path.join(root, SEGMENTS_DIR),
                       os.path.join(root, SNAPSHOTS_DIR)):
-        os.makedirs(directory, exist_ok=True)
-    wal_files = list_numbered(wal_dir, WAL_SUFFIX)
+        if not readonly:
+            os.makedirs(directory, exist_ok=True)
+    wal_files = list_numbered(wal_dir, WAL_SUFFIX) if os.path.isdir(wal_dir) else []
     groups: dict[str, GroupState] = {}
 
     def group(uid: str) -> GroupState:
@@ -99,19 +105,23 @@ def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
         groups.pop(uid, None)
         deleted.add(uid)
 
-    _read_snapshots(os.path.join(root, SNAPSHOTS_DIR), group)
+    _read_snapshots(os.path.join(root, SNAPSHOTS_DIR), group, readonly)
     _read_segments(os.path.join(root, SEGMENTS_DIR), group,
-                   rollover_interrupted=len(wal_files) > 1, fsync=fsync)
+                   rollover_interrupted=len(wal_files) > 1, fsync=fsync, readonly=readonly)
     scans = [scan_wal(path, number, newest=position == len(wal_files) - 1)
              for position, (number, path) in enumerate(wal_files)]
     last_deletes = _last_deletes(scans)
     for position, scan in enumerate(scans):
         _replay(scan, position, last_deletes, group, forget, stale)
-    for uid in sorted(deleted):
-        remove_group_dirs(root, group_dir_name(uid), fsync)
+    if not readonly:
+        for uid in sorted(deleted):
+            remove_group_dirs(root, group_dir_name(uid), fsync)
     for state in groups.values():
         _check_group(state, root, segment_term)
 
+    if readonly:
+        return Recovered(groups, None, [scan.path for scan in scans[:-1]], sorted(stale),
+                         sorted(deleted))
     if scans:
         wal = WalFile.reopen(scans[-1], fsync)
         old = [scan.path for scan in scans[:-1]]
@@ -122,12 +132,14 @@ def recover(root: str, fsync: bool, segment_term: TermLookup) -> Recovered:
     return Recovered(groups, wal, old, sorted(stale), sorted(deleted))
 
 
-def _read_snapshots(directory: str, group: Callable[[str], GroupState]) -> None:
-    for name in sorted(os.listdir(directory)):
+def _read_snapshots(directory: str, group: Callable[[str], GroupState],
+                    readonly: bool) -> None:
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
         path = os.path.join(directory, name)
         if not os.path.isdir(path):
             continue
-        remove_tmp_files(path)
+        if not readonly:
+            remove_tmp_files(path)
         snapshot_path = os.path.join(path, SNAPSHOT_FILE)
         if not os.path.exists(snapshot_path):
             continue
@@ -139,29 +151,34 @@ def _read_snapshots(directory: str, group: Callable[[str], GroupState]) -> None:
 
 
 def _read_segments(directory: str, group: Callable[[str], GroupState],
-                   rollover_interrupted: bool, fsync: bool) -> None:
-    for name in sorted(os.listdir(directory)):
+                   rollover_interrupted: bool, fsync: bool, readonly: bool) -> None:
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
         path = os.path.join(directory, name)
         if not os.path.isdir(path):
             continue
-        remove_tmp_files(path)
+        if not readonly:
+            remove_tmp_files(path)
         files = list_numbered(path, SEGMENT_SUFFIX)
         refs: list[SegmentRef] = []
         uid = None
         for position, (number, file_path) in enumerate(files):
             newest = position == len(files) - 1
-            parsed = parse_segment(file_path, number, tolerate_torn=newest and rollover_interrupted)
+            # read only, a live node may be appending to the newest segment right now
+            tolerate = newest and (rollover_interrupted or readonly)
+            parsed = parse_segment(file_path, number, tolerate_torn=tolerate)
             if parsed is None or parsed.ref.count == 0:
-                if not (newest and rollover_interrupted) and parsed is None:
+                if not tolerate and parsed is None:
                     raise CorruptLogError(file_path, 0, "unreadable segment header")
-                os.remove(file_path)                 # created by the interrupted rollover
-                fsync_dir(path, fsync)
+                if not readonly:
+                    os.remove(file_path)             # created by the interrupted rollover
+                    fsync_dir(path, fsync)
                 continue
             if group_dir_name(parsed.uid) != name or (uid is not None and parsed.uid != uid):
                 raise CorruptLogError(file_path, None, f"holds group {parsed.uid!r}, which "
                                       f"does not belong in directory {name!r}")
             uid = parsed.uid
-            ref = _without_torn_tail(parsed, fsync) if parsed.torn else parsed.ref
+            ref = (_without_torn_tail(parsed, fsync) if parsed.torn and not readonly
+                   else parsed.ref)
             if refs and ref.first <= refs[-1].last:
                 raise CorruptLogError(file_path, None, f"starts at index {ref.first}, not "
                                       f"after {refs[-1].path} (ends at {refs[-1].last})")

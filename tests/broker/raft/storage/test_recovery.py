@@ -324,3 +324,27 @@ def test_a_new_wal_torn_while_being_created_is_started_afresh(tmp_path):
             handle.write(content)
         assert _state(reopen(copy)) == expected, label
         assert _state(reopen(copy)) == expected, label
+
+
+def _file_bytes(root) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(folder, name), root):
+            open(os.path.join(folder, name), "rb").read()
+            for folder, _dirs, names in os.walk(root) for name in names}
+
+
+def test_read_only_recovery_changes_nothing_and_sees_what_recovery_sees(tmp_path):
+    """The analytics jobs read a node's log with recover(readonly=True): at every
+    instant of a rollover it leaves every byte as it was (no truncated WAL tail, no
+    rewritten or removed segment) and finds the log a real recovery finds."""
+    from quorumqueue.broker.raft.storage.recovery import recover
+
+    images, _expected = _rollover_images(tmp_path)
+    for name, image in images:
+        before = _file_bytes(image)
+        found = recover(os.path.join(image, "quorum"), False,
+                        lambda ref, index: None, readonly=True)   # no snapshots here
+        assert found.wal is None
+        assert _file_bytes(image) == before, name
+        recovered = reopen(image)
+        lasts = {uid: state.last_index() for uid, state in found.groups.items()}
+        assert lasts == {uid: recovered.last_index(uid) for uid in recovered.groups()}, name
