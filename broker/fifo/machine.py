@@ -45,8 +45,12 @@ Length limits, as rabbit_fifo's `evaluate_limit` applies them after every comman
   lets a channel that registers while the queue is between 80% and the limit
   publish until the next crossing), and there are no in-flight extras.
 - An Enqueue replies "duplicate" before "rejected": a re-sent message that was
-  stored is confirmed. A rejected (publisher, seq) is not remembered, so re-sending
-  it later is judged afresh.
+  stored is confirmed. De-duplication is by "seq at or below the publisher's last
+  stored one", so a publisher whose seq s was rejected must not get a later seq
+  stored before s: a retry would then take s for a duplicate, confirm it, and lose
+  it. So the first rejected seq of a publisher is remembered (`enqueuer_gaps`), and
+  that publisher's higher seqs are rejected too until s itself is stored (a retry
+  re-sends from s: lower seqs are duplicates or fill in, s closes the gap).
 """
 
 from __future__ import annotations
@@ -108,12 +112,18 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
 
 def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
     """"ok" (stored), "duplicate" (stored before) or "rejected" (reject-publish)."""
-    if command.publisher and command.seq <= state.enqueuers.get(command.publisher, 0):
+    publisher, seq = command.publisher, command.seq
+    if publisher and seq <= state.enqueuers.get(publisher, 0):
         return "duplicate"
-    if state.publishers_blocked:
+    gap = state.enqueuer_gaps.get(publisher) if publisher else None
+    if state.publishers_blocked or (gap is not None and seq > gap):
+        if publisher and (gap is None or seq < gap):
+            state.enqueuer_gaps[publisher] = seq
         return "rejected"
-    if command.publisher:
-        state.enqueuers[command.publisher] = command.seq
+    if publisher:
+        state.enqueuers[publisher] = seq
+        if gap is not None and seq == gap:
+            del state.enqueuer_gaps[publisher]
     packed = pack(command.size, command.priority)
     (state.high if is_high(packed) else state.normal).append(meta.index, packed)
     state.enqueue_count += 1

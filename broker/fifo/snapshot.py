@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 2).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 3).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -8,9 +8,10 @@ state as applying every entry from the start (tested as a property).
 
 Versions: 2 added the length limits to "config" ("max_length", "max_bytes",
 "overflow") and "publishers_blocked" to the state; the layout is unchanged. `load`
-reads 1 and 2 (a version-1 snapshot is a queue without limits, nothing blocked).
-A build that only knows version 1 refuses version 2 ("unknown fifo snapshot
-version 2") rather than silently dropping the limits.
+reads 1 to 3 (a version-1 snapshot is a queue without limits, nothing blocked).
+3 added "enqueuer_gaps" (each publisher's first rejected seq not yet stored; older
+versions: none). A build that only knows an older version refuses a newer one
+("unknown fifo snapshot version 3") rather than silently dropping what it adds.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from array import array
 from .state import ConsumerState, FifoConfig, FifoState, IndexQueue, LeaseState
 
 MAGIC = b"QQFS"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _head = struct.Struct(">4sHI")
 
 
@@ -58,6 +59,7 @@ def dump(state: FifoState) -> bytes:
         "rotation": state.rotation,
         "enqueuers": state.enqueuers,
         "publishers_blocked": state.publishers_blocked,
+        "enqueuer_gaps": state.enqueuer_gaps,
         "leases": [{"name": name, "counts": sorted(state.leases[name].counts.items()),
                     "first_seq": state.leases[name].first_seq,
                     "next_seq": state.leases[name].next_seq,
@@ -107,6 +109,7 @@ def load(data: bytes) -> FifoState:
     state.rotation = document["rotation"]
     state.enqueuers = dict(document["enqueuers"])
     state.publishers_blocked = document["publishers_blocked"] if version >= 2 else False
+    state.enqueuer_gaps = dict(document["enqueuer_gaps"]) if version >= 3 else {}
     for position, item in enumerate(document["leases"]):
         state.leases[item["name"]] = LeaseState(
             arrays[6 + 2 * position], arrays[7 + 2 * position],

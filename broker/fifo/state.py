@@ -172,6 +172,8 @@ class FifoState:
     next_consumer_order: int = 1
     rotation: int = 0              # round-robin position among equal-priority consumers
     enqueuers: dict[str, int] = field(default_factory=dict)  # publisher -> last seq
+    # publisher -> its first rejected seq, while not yet stored: later seqs are rejected
+    enqueuer_gaps: dict[str, int] = field(default_factory=dict)
     # reject-publish: set when ready messages went over a limit, cleared when they are
     # back at or below SOFT_LIMIT_PERCENT of every limit; while set, enqueues are rejected
     publishers_blocked: bool = False

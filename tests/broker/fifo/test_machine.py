@@ -340,11 +340,15 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
             count = max(0, min(command.up_to, lease.end_seq) - lease.first_seq + 1)
             gone.update(lease.indexes[:count])
         blocked_before = state.publishers_blocked
+        gap_before = (state.enqueuer_gaps.get(command.publisher)
+                      if isinstance(command, Enqueue) and command.publisher else None)
         state, reply, effects = apply(meta, command, state)
         if isinstance(command, Enqueue) and reply == "ok":
             enqueued.add(position)
         if isinstance(command, Enqueue) and reply != "duplicate":
-            assert (reply == "rejected") == blocked_before
+            # rejected while blocked, or past the publisher's first unstored rejected seq
+            assert (reply == "rejected") == (
+                blocked_before or (gap_before is not None and command.seq > gap_before))
         if config.overflow == "drop-head":
             assert within_limits(state) and not state.publishers_blocked
         else:  # blocked when over a limit; stays blocked until at or below 80% of each
@@ -372,6 +376,7 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
     restored = snapshot.load(snapshot.dump(replayed))
     assert restored.config == config
     assert restored.publishers_blocked == replayed.publishers_blocked
+    assert restored.enqueuer_gaps == replayed.enqueuer_gaps
     for position, command in enumerate(log[cut:], start=cut + 1):
         restored, _, _ = apply(Meta(position, 1, position * 20), command, restored)
     assert snapshot.dump(restored) == full
