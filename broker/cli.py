@@ -1,6 +1,8 @@
 """The `quorumqueue` command line (click).
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
+    quorumqueue queues list|purge|delete ...      (a running node, management RPC)
+    quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ def queues_delete(uri, vhost, if_unused, if_empty, name) -> None:
                    if_empty=if_empty)
     click.echo(f"deleted '{name}' in vhost '{vhost}' ({result['deleted']} messages)")
 
+
+def _add_jobs() -> None:
+    # the analytics jobs' commands live with the jobs (jobs/cli.py); pyspark is imported
+    # only when a job runs
+    from ..jobs.cli import jobs
+
+    main.add_command(jobs)
+
+
+_add_jobs()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -53,6 +53,10 @@ class GroupLiveness:
     lowest_live: int | None    # the lowest index the queue still needs (None: none)
     last_index: int
     live: array                # live raft indexes, ascending ("Q")
+    messages: int = 0          # in the queue: ready, returned, checked out or leased
+    returned: int = 0          # of those, returned at least once (a delivery count kept)
+    state_bytes: int = 0       # the machine's own figure for its per-message metadata
+    memtable_bytes: int = 0    # the group's entries a node holds in memory (WAL not rolled)
 
     @property
     def frees_up_to(self) -> int:
@@ -90,8 +94,11 @@ def _group(root: str, uid: str, state: GroupState, arguments: dict,
             time_ms = stamp
         fifo, _reply, _effects = apply(Meta(entry.index, entry.term, time_ms), command, fifo)
     vhost, queue = queue_of(uid)
+    live = live_indexes(fifo)
     return GroupLiveness(uid, vhost, queue, state.snapshot_index, state.release_cursor,
-                         lowest_live_index(fifo), state.last_index(), live_indexes(fifo))
+                         lowest_live_index(fifo), state.last_index(), live,
+                         messages=len(live), returned=len(fifo.delivery_counts),
+                         state_bytes=fifo.metadata_bytes(), memtable_bytes=state.mem.nbytes)
 
 
 def _restored(root: str, state: GroupState, arguments: dict) -> FifoState:
@@ -157,9 +164,10 @@ class _Readers:
 
 
 def frames(spark, data_dir: str, node: str | None = None):
-    """(live, cursors) DataFrames of a node, keyed like the log source's rows: live =
-    (node, group, raft_index); cursors = (node, group, snapshot_index, release_cursor,
-    frees_up_to, last_index)."""
+    """(live, groups) DataFrames of a node, keyed like the log source's rows: live =
+    (node, group, raft_index); groups = one row per queue: (node, group, vhost, queue,
+    snapshot_index, release_cursor, frees_up_to, last_index, messages, returned,
+    state_bytes, memtable_bytes) — the `cursors` input of segment_compaction."""
     import pyarrow as pa
 
     node = node or os.path.basename(os.path.abspath(data_dir))
@@ -170,8 +178,12 @@ def frames(spark, data_dir: str, node: str | None = None):
         "group": pa.array([uid for uid, size in zip(groups, sizes) for _ in range(size)],
                           pa.string()),
         "raft_index": pa.array([i for g in groups.values() for i in g.live], pa.int64())})
-    cursors = [(node, g.group, g.snapshot_index, g.release_cursor, g.frees_up_to,
-                g.last_index) for g in groups.values()]
-    return (spark.createDataFrame(live),
-            spark.createDataFrame(cursors, "node string, group string, snapshot_index long, "
-                                  "release_cursor long, frees_up_to long, last_index long"))
+    rows = [(node, g.group, g.vhost, g.queue, g.snapshot_index, g.release_cursor,
+             g.frees_up_to, g.last_index, g.messages, g.returned, g.state_bytes,
+             g.memtable_bytes) for g in groups.values()]
+    return (spark.createDataFrame(live), spark.createDataFrame(rows, GROUPS_DDL))
+
+
+GROUPS_DDL = ("node string, group string, vhost string, queue string, snapshot_index long, "
+              "release_cursor long, frees_up_to long, last_index long, messages long, "
+              "returned long, state_bytes long, memtable_bytes long")

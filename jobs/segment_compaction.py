@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from .outputs import human_bytes as _size
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -176,15 +178,6 @@ def recommend(segment_rows: list, what_if_rows: list, current: int) -> list[str]
     return lines or ["no quorum-queue segments found."]
 
 
-def _size(count: int | None) -> str:
-    value = float(count or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
 def _share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "0%"
 
@@ -199,28 +192,17 @@ def run(spark, data_dir: str, out: str, segment_max_entries: int, node: str | No
     """Analyse one node's data directory; append the `segments` and `what_if` tables
     under `out/segment_compaction/` with the run's timestamp, write the report next to
     them, and return the report's lines."""
-    import datetime
-    import os
-
+    from . import outputs
     from .log_state import frames
 
-    run_at = run_at or datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     log = (spark.read.format("quorumqueue.log").options(**({"node": node} if node else {}))
            .load(data_dir).cache())
-    live, cursors = frames(spark, data_dir, node)
-    results = {"segments": segments(log, live, cursors), "what_if": what_if(log, live, cursors)}
+    live, groups = frames(spark, data_dir, node)
+    results = {"segments": segments(log, live, groups), "what_if": what_if(log, live, groups)}
     collected = {name: [row.asDict() for row in frame.collect()]
                  for name, frame in results.items()}
     lines = recommend(collected["segments"], collected["what_if"], segment_max_entries)
-    folder = os.path.join(out, "segment_compaction")
-    for name, frame in results.items():
-        (frame.withColumn("run_at", F.lit(run_at).cast("timestamp"))
-         .write.format(table_format).mode("append").option("mergeSchema", "true")
-         .save(os.path.join(folder, name)))
+    outputs.publish("segment_compaction", out, results, lines, data_dir,
+                    run_at or outputs.now(), table_format)
     log.unpersist()
-    os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
-    stamp = run_at.strftime("%Y%m%dT%H%M%SZ")
-    with open(os.path.join(folder, "reports", f"{stamp}.txt"), "w") as handle:
-        handle.write(f"segment compaction, {data_dir}, {run_at.isoformat()}\n")
-        handle.write("\n".join(lines) + "\n")
     return lines
