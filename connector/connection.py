@@ -7,6 +7,9 @@ reported with every address tried and why, passwords redacted.
 `detect_mode` reads the `product` server property every AMQP 0-9-1 broker sends in
 connection.start: the bundled broker says "quorumqueue" (lease mode), RabbitMQ says
 "RabbitMQ" (consume mode).
+
+`open_connection` is the plain pika connection consume mode and batch reads use;
+`open_lease_client` the lease-mode client.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pika.exceptions
 
 from ..broker.lease_client import LeaseClient
 from ..broker.management_client import ManagementError
-from .options import BrokerAddress, Mode, OptionError, SourceOptions
+from .options import BatchReadOptions, BrokerAddress, Mode, OptionError, SourceOptions
 
 BUNDLED_PRODUCT = "quorumqueue"
 
@@ -61,7 +64,7 @@ def server_product(addresses: Sequence[BrokerAddress]) -> tuple[str, BrokerAddre
     return first_reachable(addresses, probe)
 
 
-def detect_mode(options: SourceOptions) -> Mode:
+def detect_mode(options: SourceOptions | BatchReadOptions) -> Mode:
     """The mode to run in: `options.mode` if given (checked against the broker), else
     what the broker's product name implies."""
     product, address = server_product(options.addresses)
@@ -75,7 +78,15 @@ def detect_mode(options: SourceOptions) -> Mode:
     return Mode.LEASE if bundled else Mode.CONSUME
 
 
-def open_lease_client(options: SourceOptions, timeout: float = 30.0) -> LeaseClient:
+def open_connection(options: SourceOptions | BatchReadOptions) -> pika.BlockingConnection:
+    """A BlockingConnection to the first reachable address of `uri`."""
+    return first_reachable(options.addresses,
+                           lambda address: pika.BlockingConnection(
+                               pika.URLParameters(address.uri)))
+
+
+def open_lease_client(options: SourceOptions | BatchReadOptions,
+                      timeout: float = 30.0) -> LeaseClient:
     return first_reachable(
         options.addresses, lambda address: LeaseClient(address.uri, vhost=address.vhost,
                                                        timeout=timeout))

@@ -33,9 +33,14 @@ Invariants
       checkpointed an offset naming it (first `partitions` or `commit`), so a driver
       that dies between the first grow and the first offset log cannot strand
       messages in a lease no checkpoint remembers.
+    - `stop()` keeps the lease (what an exactly-once restart needs) unless option
+      `releaseLeaseOnStop` is true; then it settles what Spark has committed for sure
+      (up to the last `start` Spark asked latestOffset about: Spark asks only once the
+      batch ending there is in its commit log) and releases the rest, which returns
+      to the queue (delivery count + 1).
 
 Not here
-    Consume mode (any AMQP broker), releasing the lease when the query stops.
+    Consume mode (consume_reader.py), batch reads (batch_reader.py).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
 from ..broker.lease_client import LeaseClient, LeasedMessage
+from ..broker.management_client import ManagementError
 from . import offsets
 from .connection import open_lease_client
 from .offsets import LeaseOffset, LeaseRange
@@ -92,6 +98,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ready_at_start: dict[str, int] | None = None
         self._targets: dict[str, int] | None = None
         self._turn = 0
+        self._lease: str | None = None                 # the lease of the last offset seen
+        self._durable: dict[str, int] = {}             # queue -> in Spark's commit log
 
     def __getstate__(self) -> dict:
         return {"options": self.options}
@@ -124,6 +132,11 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = LeaseOffset.from_json(start)
         lease = begin.lease
+        self._lease = lease
+        for queue, seq in begin.positions:
+            # Spark asks for the next batch only once the one ending at `start` has its
+            # commit log: settling up to here is safe (used by releaseLeaseOnStop).
+            self._durable[queue] = max(self._durable.get(queue, 0), seq)
         for queue in self.options.queues:
             self._learn_end(queue, lease, begin.position(queue))
         if self._available_now and self._targets is None:
@@ -161,9 +174,33 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._settled[queue] = seq
 
     def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        try:
+            if self.options.release_lease_on_stop and self._lease is not None:
+                self._release_on_stop(self._lease)
+        finally:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _release_on_stop(self, lease: str) -> None:
+        for queue in self.options.queues:
+            durable = self._durable.get(queue, 0)
+            try:
+                if durable > self._settled.get(queue, 0):
+                    self._call(lambda c, q=queue, s=durable: c.settle(q, lease, s))
+                    self._settled[queue] = durable
+                released = self._call(lambda c, q=queue: c.release(q, lease))
+            except (ManagementError, pika.exceptions.AMQPError, OSError) as error:
+                log.warning("could not release lease '%s' on queue '%s' (%r): its messages "
+                            "stay in the lease until the query restarts%s", lease, queue,
+                            error, self._lapse_hint())
+                continue
+            log.info("released lease '%s' on queue '%s': %d messages back in the queue",
+                     lease, queue, released)
+
+    def _lapse_hint(self) -> str:
+        timeout = self.options.lease_timeout_ms
+        return f" or the lease's timeout ({timeout} ms) lapses" if timeout else ""
 
     # ------------------------------------------------------------------ executors
 

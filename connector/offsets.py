@@ -1,6 +1,6 @@
-"""Lease-mode offsets and the planning decisions made on them (pure).
+"""Offsets of both modes, and the planning decisions made on them (pure).
 
-An offset names the query's lease and, per queue, the last lease sequence a batch
+Lease mode: an offset names the query's lease and, per queue, the last lease sequence a batch
 covers:
 
     {"lease": "spark-5f0c...", "queues": {"orders": 1200, "returns": 75}}
@@ -8,6 +8,14 @@ covers:
 Spark logs the end offset of batch N before running it, so `(start, end]` per queue
 is fixed once logged; the broker assigned those sequences through a Raft command
 (lease.grow), so reading the range again after any restart yields the same messages.
+
+Consume mode: an offset counts, per queue, the messages handed to Spark since the
+query first started (the driver numbers deliveries on from the checkpoint's count):
+
+    {"delivered": {"orders": 1200, "returns": 75}}
+
+The count fixes how many messages each queue contributes to a logged batch; which
+messages they are is the broker's choice again after a driver restart (consume_reader.py).
 
 Responsibilities
     - `LeaseOffset`: the offset's JSON form, validated when read back from a
@@ -17,6 +25,7 @@ Responsibilities
       given what the lease already holds, the read limit and the Trigger.AvailableNow
       target, and how much more to ask the broker for.
     - `ranges`: a batch's `(start, end]` per queue cut into partitions.
+    - `ConsumeOffset`: consume mode's JSON form, validated the same way.
 
 Invariants
     - Sequences only grow: a batch's end is never below its start, per queue.
@@ -24,7 +33,7 @@ Invariants
       same text and Spark sees "no new data".
 
 Not here
-    Talking to the broker (lease_reader.py).
+    Talking to the broker (lease_reader.py, consume_reader.py).
 """
 
 from __future__ import annotations
@@ -155,3 +164,44 @@ def ranges(start: LeaseOffset, end: LeaseOffset, max_messages: int) -> list[Leas
         for low in range(first, last, max_messages):
             out.append(LeaseRange(queue, end.lease, low, min(low + max_messages, last)))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOffset:
+    positions: tuple[tuple[str, int], ...]   # (queue, messages handed to Spark), by queue
+
+    @classmethod
+    def initial(cls, queues: Iterable[str]) -> "ConsumeOffset":
+        return cls(tuple(sorted((queue, 0) for queue in queues)))
+
+    @classmethod
+    def of(cls, positions: Mapping[str, int]) -> "ConsumeOffset":
+        return cls(tuple(sorted(positions.items())))
+
+    @classmethod
+    def from_json(cls, document: object) -> "ConsumeOffset":
+        if (not isinstance(document, dict) or set(document) != {"delivered"}
+                or not isinstance(document["delivered"], dict)):
+            raise OffsetError(f"not a quorumqueue consume-mode offset: {document!r}; was this "
+                              "checkpoint written by another source or in lease mode?")
+        for queue, count in document["delivered"].items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise OffsetError(f"offset {document!r}: queue {queue!r} has an invalid "
+                                  f"count {count!r}")
+        return cls.of(document["delivered"])
+
+    def to_json(self) -> dict:
+        return {"delivered": dict(self.positions)}
+
+    def position(self, queue: str) -> int:
+        """Messages of `queue` handed to Spark so far; 0 for a queue not read yet."""
+        return dict(self.positions).get(queue, 0)
+
+    def advanced(self, ends: Mapping[str, int]) -> "ConsumeOffset":
+        merged = dict(self.positions)
+        for queue, count in ends.items():
+            if count < merged.get(queue, 0):
+                raise OffsetError(f"queue {queue!r} would move back from "
+                                  f"{merged[queue]} to {count}")
+            merged[queue] = count
+        return ConsumeOffset.of(merged)

@@ -1,4 +1,6 @@
-"""The source's options, parsed once into a frozen `SourceOptions`.
+"""The source's options, parsed once into a frozen `SourceOptions` (streams) or
+`BatchReadOptions` (batch reads); `consume_limits` ties consume mode's prefetch to
+the batch size.
 
 Responsibilities
     Turn the string map Spark hands a data source (`.option(key, value)`) into typed
@@ -19,10 +21,15 @@ Invariants
     - Messages never contain a password: broker addresses are shown redacted.
     - Pure: no I/O, no Spark. (Detecting `mode` when it is unset needs the network and
       lives in `connection.py`.)
+    - Streaming and batch reads share `uri`, `queue`, `mode` and `includeHeaders`;
+      an option of the other kind of read is refused with a message saying which
+      read it belongs to.
+
+The sink's options (`SinkOptions`, `parse_sink_options`) are the last section;
+sink.py reads them.
 
 Not here
-    The sink's options (a later step) and the consume-mode rules that tie `prefetch`
-    to the batch size.
+    Which columns the sink accepts (sink_rows.py).
 """
 
 from __future__ import annotations
@@ -72,10 +79,35 @@ class SourceOptions:
     lease_timeout_ms: int                  # lease mode; 0: the lease never expires
     include_headers: bool                  # False: the headers column is null
     fail_on_data_loss: bool                # False: skip ranges that can no longer be read
+    release_lease_on_stop: bool = False    # lease mode: release the lease in stop()
 
     @property
     def vhost(self) -> str:
         return self.addresses[0].vhost
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReadOptions:
+    """`spark.read.format("quorumqueue")`: drain (or peek at) up to `max_messages`."""
+
+    addresses: tuple[BrokerAddress, ...]   # as in SourceOptions
+    queues: tuple[str, ...]
+    mode: Mode | None
+    max_messages: int                      # per queue, 1..MAX_GROW
+    peek: bool                             # True: settle nothing, return what was read
+    include_headers: bool
+
+    @property
+    def vhost(self) -> str:
+        return self.addresses[0].vhost
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeLimits:
+    """Consume mode's flow control: basic.qos prefetch, and the largest batch it allows."""
+
+    prefetch: int            # per queue (one channel each), 3..65535
+    max_batch_messages: int  # <= (prefetch - 1) // 2: prefetch exceeds two batches
 
 
 # The broker's lease.grow takes max_messages as a 32-bit count.
@@ -91,12 +123,29 @@ PREFETCH = "prefetch"
 LEASE_TIMEOUT = "leaseTimeout"
 INCLUDE_HEADERS = "includeHeaders"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
+RELEASE_LEASE_ON_STOP = "releaseLeaseOnStop"
+MAX_MESSAGES = "maxMessages"
+PEEK = "peek"
 
 SOURCE_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES_PER_TRIGGER, MAX_BYTES_PER_TRIGGER,
-                  PREFETCH, LEASE_TIMEOUT, INCLUDE_HEADERS, FAIL_ON_DATA_LOSS)
+                  PREFETCH, LEASE_TIMEOUT, INCLUDE_HEADERS, FAIL_ON_DATA_LOSS,
+                  RELEASE_LEASE_ON_STOP)
+BATCH_READ_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES, PEEK, INCLUDE_HEADERS)
+
+# Consume mode: AMQP's prefetch-count is 16 bits; without `prefetch` nor
+# `maxMessagesPerTrigger`, this prefetch (and batches of at most 4,999 messages).
+MAX_PREFETCH = 65535
+DEFAULT_PREFETCH = 10_000
+
+_FOR_BATCH_READS = ("is an option of batch reads (spark.read); a stream sizes its batches "
+                    f"with '{MAX_MESSAGES_PER_TRIGGER}' and '{MAX_BYTES_PER_TRIGGER}'")
+_FOR_STREAMS = ("is an option of streaming reads (spark.readStream); a batch read takes "
+                f"'{MAX_MESSAGES}' (required) and '{PEEK}'")
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    """The options of `spark.readStream.format("quorumqueue")`."""
+    _refuse_other_kind(options, (MAX_MESSAGES, PEEK), _FOR_BATCH_READS)
     given = _case_insensitive(options, SOURCE_OPTIONS, "source")
     addresses = _addresses(_required(given, URI))
     max_messages = _optional(given, MAX_MESSAGES_PER_TRIGGER, _count)
@@ -117,7 +166,70 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         lease_timeout_ms=_optional(given, LEASE_TIMEOUT, _duration_ms) or 0,
         include_headers=_optional(given, INCLUDE_HEADERS, _boolean, default=True),
         fail_on_data_loss=_optional(given, FAIL_ON_DATA_LOSS, _boolean, default=True),
+        release_lease_on_stop=_optional(given, RELEASE_LEASE_ON_STOP, _boolean,
+                                        default=False),
     )
+
+
+def parse_batch_read_options(options: Mapping[str, str]) -> BatchReadOptions:
+    """The options of `spark.read.format("quorumqueue")`."""
+    streaming_only = tuple(name for name in SOURCE_OPTIONS if name not in BATCH_READ_OPTIONS)
+    _refuse_other_kind(options, streaming_only, _FOR_STREAMS)
+    given = _case_insensitive(options, BATCH_READ_OPTIONS, "batch read")
+    max_messages = _count(_required(given, MAX_MESSAGES, "for a batch read: how many messages "
+                                    "to read from each queue"))
+    if max_messages > MAX_GROW:
+        raise OptionError(f"option '{MAX_MESSAGES}' must be at most {MAX_GROW}, "
+                          f"got {max_messages}")
+    return BatchReadOptions(
+        addresses=_addresses(_required(given, URI)),
+        queues=_queues(_required(given, QUEUE)),
+        mode=_optional(given, MODE, _mode),
+        max_messages=max_messages,
+        peek=_optional(given, PEEK, _boolean, default=False),
+        include_headers=_optional(given, INCLUDE_HEADERS, _boolean, default=True),
+    )
+
+
+def parse_read_options(options: Mapping[str, str]) -> SourceOptions | BatchReadOptions:
+    """What `load()` can check before it knows whether the read is a stream or a batch:
+    the batch options if one of its own options is given, else the stream's."""
+    batch_only = {name.lower() for name in (MAX_MESSAGES, PEEK)}
+    if any(key.lower() in batch_only for key in options):
+        return parse_batch_read_options(options)
+    return parse_source_options(options)
+
+
+def consume_limits(options: SourceOptions) -> ConsumeLimits:
+    """Consume mode's prefetch, and the largest batch it leaves room for.
+
+    A batch's deliveries stay unacked until Spark has committed it, so while batch N+1
+    is collected batch N may still be unacked: prefetch must exceed two batches, or the
+    broker stops delivering and the query stalls (ARCHITECTURE.md, "The connector").
+    """
+    per_trigger, prefetch = options.max_messages_per_trigger, options.prefetch
+    if per_trigger is None:
+        prefetch = prefetch or DEFAULT_PREFETCH
+        if prefetch < 3:
+            raise OptionError(f"option '{PREFETCH}' must be at least 3 in consume mode (a "
+                              f"batch takes at most (prefetch - 1) / 2 messages so that "
+                              f"prefetch exceeds two batches), got {prefetch}")
+        return ConsumeLimits(prefetch, (prefetch - 1) // 2)
+    if prefetch is None:
+        if 2 * per_trigger >= MAX_PREFETCH:
+            raise OptionError(
+                f"option '{MAX_MESSAGES_PER_TRIGGER}' must be at most {MAX_PREFETCH // 2} in "
+                f"consume mode, got {per_trigger}: option '{PREFETCH}' must exceed two "
+                f"batches and AMQP caps it at {MAX_PREFETCH}")
+        return ConsumeLimits(min(MAX_PREFETCH, 3 * per_trigger), per_trigger)
+    if prefetch <= 2 * per_trigger:
+        raise OptionError(
+            f"option '{PREFETCH}' ({prefetch}) must exceed two batches of option "
+            f"'{MAX_MESSAGES_PER_TRIGGER}' ({per_trigger}), or the query stalls waiting for "
+            f"acks that come one batch later; set '{PREFETCH}' to at least "
+            f"{2 * per_trigger + 1}, lower '{MAX_MESSAGES_PER_TRIGGER}', or leave "
+            f"'{PREFETCH}' unset to derive it")
+    return ConsumeLimits(prefetch, per_trigger)
 
 
 # ------------------------------------------------------------------ keys
@@ -144,10 +256,18 @@ def _case_insensitive(options: Mapping[str, str], known: tuple[str, ...],
     return given
 
 
-def _required(given: dict[str, tuple[str, str]], name: str) -> tuple[str, str]:
+def _refuse_other_kind(options: Mapping[str, str], names: tuple[str, ...], why: str) -> None:
+    by_lower = {name.lower(): name for name in names}
+    for key in options:
+        if key.lower() in by_lower:
+            raise OptionError(f"option '{by_lower[key.lower()]}' {why}")
+
+
+def _required(given: dict[str, tuple[str, str]], name: str,
+              what: str = "") -> tuple[str, str]:
     entry = given.get(name.lower())
     if entry is None or not entry[1].strip():
-        raise OptionError(f"option '{name}' is required")
+        raise OptionError(f"option '{name}' is required" + (f" {what}" if what else ""))
     return entry
 
 
@@ -287,3 +407,65 @@ def _boolean(entry: tuple[str, str]) -> bool:
 
 def _redact_list(value: str) -> str:
     return ",".join(_redact(part.strip()) for part in value.split(","))
+
+
+# ================================================================== the sink
+# df.writeStream / df.write .format("quorumqueue"): sink.py reads these.
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    addresses: tuple[BrokerAddress, ...]   # >= 1, all of one vhost; tried in order
+    exchange: str                          # "" is the default exchange (routes by queue name)
+    routing_key: str | None                # for rows without a routing_key; None: not given
+    mandatory: bool                        # unroutable messages come back and fail the task
+    confirm_timeout_ms: int                # > 0: the longest wait without any confirm
+
+    @property
+    def vhost(self) -> str:
+        return self.addresses[0].vhost
+
+
+EXCHANGE = "exchange"
+ROUTING_KEY = "routingKey"
+MANDATORY = "mandatory"
+CONFIRM_TIMEOUT = "confirmTimeout"
+# Spark passes these writeStream options to the sink too.
+CHECKPOINT_LOCATION = "checkpointLocation"
+ASYNC_PROGRESS_TRACKING = "asyncProgressTrackingEnabled"
+ASYNC_PROGRESS_INTERVAL = "asyncProgressTrackingCheckpointIntervalMs"
+
+SINK_OPTIONS = (URI, EXCHANGE, ROUTING_KEY, MANDATORY, CONFIRM_TIMEOUT, CHECKPOINT_LOCATION,
+                ASYNC_PROGRESS_TRACKING, ASYNC_PROGRESS_INTERVAL)
+DEFAULT_CONFIRM_TIMEOUT_MS = 30_000
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    given = _case_insensitive(options, SINK_OPTIONS, "sink")
+    if _optional(given, ASYNC_PROGRESS_TRACKING, _boolean, default=False):
+        raise OptionError(f"option '{ASYNC_PROGRESS_TRACKING}' is not supported by the "
+                          "quorumqueue sink: after a restart it can run a batch id again "
+                          "with other rows, and the sink's de-duplication by (batch, row) "
+                          "would then drop messages; remove the option or set it to false")
+    timeout = _optional(given, CONFIRM_TIMEOUT, _duration_ms,
+                        default=DEFAULT_CONFIRM_TIMEOUT_MS)
+    if timeout <= 0:
+        raise OptionError(f"option '{CONFIRM_TIMEOUT}' must be a positive duration such as "
+                          f"30s or 2m (the sink never waits for confirms forever), got "
+                          f"{given[CONFIRM_TIMEOUT.lower()][1]!r}")
+    return SinkOptions(
+        addresses=_addresses(_required(given, URI)),
+        exchange=_optional(given, EXCHANGE, _short_name, default=""),
+        routing_key=_optional(given, ROUTING_KEY, _short_name),
+        mandatory=_optional(given, MANDATORY, _boolean, default=False),
+        confirm_timeout_ms=timeout,
+    )
+
+
+def _short_name(entry: tuple[str, str]) -> str:
+    """An exchange name or routing key: AMQP short strings, at most 255 bytes."""
+    name, value = entry
+    if len(value.encode("utf-8")) > 255:
+        raise OptionError(f"option '{name}' is longer than 255 bytes (AMQP's limit): "
+                          f"{value[:40]!r}...")
+    return value

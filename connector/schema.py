@@ -45,7 +45,8 @@ SCHEMA = StructType([
     StructField("queue", StringType(), nullable=False),
     StructField("routing_key", StringType(), nullable=False),
     StructField("exchange", StringType(), nullable=False),
-    # lease mode: the lease sequence, per queue, from 1
+    # per queue, from 1: lease sequence (lease mode), messages handed to Spark
+    # (consume mode), position in the read (batch reads)
     StructField("offset", LongType(), nullable=False),
     # earlier deliveries (x-delivery-count; 0 when absent)
     StructField("delivery_count", IntegerType(), nullable=False),

@@ -23,7 +23,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import struct
 from typing import TYPE_CHECKING, Iterable
+
+from pamqp import decode as pamqp_decode
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
@@ -45,6 +48,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
+# Idempotent publishing into quorum queues (broker/README.md, "Idempotent publishing").
+PUBLISHER_HEADER = "x-quorumqueue-publisher"
+SEQ_HEADER = "x-quorumqueue-seq"
+MAX_SEQ = (1 << 64) - 1  # the fifo Enqueue's u64
 
 
 class Node:
@@ -209,11 +216,16 @@ class Node:
     def enqueue_quorum(self, queue: QuorumQueue, message: Message, channel: "Channel | None",
                        record: list | None) -> None:
         """Propose the message to the queue's log; the publisher's confirm (if any)
-        waits for the entry to be fsynced and applied."""
-        data = fifo.encode_enqueue("", 0, min(message.priority, 255), message.exchange,
+        waits for the entry to be fsynced and applied. A client's publish may carry
+        an idempotency key (`publisher_sequence`); messages the broker moves itself
+        (channel None: dead-lettering) never do, as their keys are out of order."""
+        publisher, seq = (publisher_sequence(message.properties) if channel is not None
+                          else ("", 0))
+        data = fifo.encode_enqueue(publisher, seq, min(message.priority, 255), message.exchange,
                                    message.routing_key, message.properties.raw, message.body)
         waiter = None
         if record is not None:
+            # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
             waiter = lambda reply: channel.quorum_confirmed(record, reply != "rejected")
         queue.propose(data, 0, waiter)
 
@@ -491,3 +503,52 @@ class Node:
     def all_queues(self) -> Iterable[ClassicQueue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
+
+
+def publisher_sequence(properties: codec.Properties) -> tuple[str, int]:
+    """(publisher, seq) from a publish's headers, or ("", 0) when it carries neither.
+
+    Only a header table naming one of the two headers is decoded (the table alone:
+    decoding every property costs 4x more), so plain publishes keep the fast path.
+    Both must be given: a publisher string of 1 to 255 bytes and an integer seq in
+    1..2^64-1; anything else is a client bug (PRECONDITION_FAILED)."""
+    if b"x-quorumqueue-" not in properties.raw:
+        return "", 0
+    headers = _headers(properties) or {}
+    publisher, seq = headers.get(PUBLISHER_HEADER), headers.get(SEQ_HEADER)
+    if publisher is None and seq is None:
+        return "", 0
+    if isinstance(publisher, bytes):
+        publisher = publisher.decode("utf-8", "surrogateescape")
+    if (not isinstance(publisher, str) or not publisher
+            or len(publisher.encode("utf-8", "surrogateescape")) > 255):
+        raise AMQPError(spec.PRECONDITION_FAILED, f"header '{PUBLISHER_HEADER}' must be a "
+                        f"string of 1 to 255 bytes (with '{SEQ_HEADER}'), got {publisher!r}",
+                        60, 40)
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq <= MAX_SEQ:
+        raise AMQPError(spec.PRECONDITION_FAILED, f"header '{SEQ_HEADER}' must be an integer "
+                        f"from 1 to 2^64-1 (with '{PUBLISHER_HEADER}'), got {seq!r}", 60, 40)
+    return publisher, seq
+
+
+# Basic property flags (AMQP 0-9-1, 4.2.6.1): the fields before `headers` in a header.
+_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS = 1 << 15, 1 << 14, 1 << 13
+
+
+def _headers(properties: codec.Properties) -> dict | None:
+    """The header table of a content header, decoded by pamqp."""
+    raw = properties.raw
+    flags = int.from_bytes(raw[12:14])
+    if flags & 1:  # continuation flags: not used by 0-9-1 basic; decode everything
+        return properties.decoded().get("headers")
+    if not flags & _HEADERS:
+        return None
+    offset = 14
+    for present in (_CONTENT_TYPE, _CONTENT_ENCODING):
+        if flags & present:
+            offset += 1 + raw[offset]
+    end = offset + 4 + int.from_bytes(raw[offset:offset + 4])
+    try:
+        return pamqp_decode.field_table(raw[offset:end])[1]
+    except (struct.error, ValueError, TypeError, IndexError) as error:
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None

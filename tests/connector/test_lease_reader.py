@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from quorumqueue.broker.lease_client import LeaseClient
 from quorumqueue.broker.management_client import ManagementError
 from quorumqueue.connector.connection import BrokerUnreachable, detect_mode
+from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
                                                 LeaseLostError, LeaseStreamReader)
 from quorumqueue.connector.options import Mode, OptionError, parse_source_options
@@ -262,10 +263,52 @@ def test_the_data_source_hands_out_a_lease_reader(broker):
         QuorumQueueDataSource({"uri": broker.uri, "quue": "q"}).streamReader(SCHEMA)
 
 
-def test_rabbitmq_means_consume_mode_which_is_not_there_yet(rabbitmq):
+def test_rabbitmq_means_consume_mode(rabbitmq):
     options = {"uri": rabbitmq.uri, "queue": "q"}
     assert detect_mode(parse_source_options(options)) is Mode.CONSUME
     with pytest.raises(OptionError, match="'lease', which needs the bundled quorumqueue broker"):
         detect_mode(parse_source_options({**options, "mode": "lease"}))
-    with pytest.raises(NotImplementedError, match="consume mode"):
-        QuorumQueueDataSource(options).streamReader(SCHEMA)
+    assert isinstance(QuorumQueueDataSource(options).streamReader(SCHEMA), ConsumeStreamReader)
+
+
+# ------------------------------------------------------------------ stop()
+
+
+def ready(uri: str, queue: str) -> int:
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    try:
+        return connection.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        connection.close()
+
+
+def test_stop_keeps_the_lease_by_default(broker):
+    queue = quorum_queue(broker.uri, 25)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="10")
+    start = reader.initialOffset()
+    end1, _ = run_batch(reader, start)
+    end2, _ = run_batch(reader, end1, previous=start)
+    reader.stop()
+    # a restart replays from the checkpoint: the lease still holds batches 1 and 2
+    assert lease_info(broker.uri, queue, start["lease"]) == {"first": 1, "end": 20,
+                                                             "timeout_ms": 0}
+    assert ready(broker.uri, queue) == 5
+
+
+def test_release_lease_on_stop_settles_what_spark_committed_and_releases_the_rest(broker):
+    queue = quorum_queue(broker.uri, 25)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="10",
+                         releaseLeaseOnStop="true")
+    start = reader.initialOffset()
+    end1, _ = run_batch(reader, start)
+    end2, _ = run_batch(reader, end1, previous=start)  # Spark asked after batch 1: committed
+    reader.stop()
+    info = lease_info(broker.uri, queue, start["lease"])
+    assert info["end"] == 20 and info["first"] > info["end"]  # nothing left in the lease
+    assert ready(broker.uri, queue) == 15  # batch 2 (not known to be committed) came back
+    with LeaseClient(broker.uri) as client:  # what came back: batch 2, delivery count +1
+        probe = unique("probe")
+        assert client.grow(queue, probe, 15) == (1, 15)
+        counts = {json.loads(m.body)["order"]: m.delivery_count
+                  for m in client.read(queue, probe, 0, 15)}
+    assert counts == {n: 1 if n < 20 else 0 for n in range(10, 25)}

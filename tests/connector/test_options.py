@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from quorumqueue.connector.options import (BrokerAddress, Mode, OptionError, SourceOptions,
+from quorumqueue.connector.options import (BatchReadOptions, BrokerAddress, ConsumeLimits,
+                                           Mode, OptionError, SourceOptions, consume_limits,
+                                           parse_batch_read_options, parse_read_options,
                                            parse_source_options)
 
 URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -26,7 +28,7 @@ def test_defaults():
         addresses=(BrokerAddress(URI, "127.0.0.1", 5672, "/"),),
         queues=("orders",), mode=None, max_messages_per_trigger=None,
         max_bytes_per_trigger=None, prefetch=None, lease_timeout_ms=0,
-        include_headers=True, fail_on_data_loss=True)
+        include_headers=True, fail_on_data_loss=True, release_lease_on_stop=False)
 
 
 def test_option_names_are_case_insensitive():
@@ -214,15 +216,94 @@ def test_bad_lease_timeout(value):
 
 
 @pytest.mark.parametrize("option, field", [("includeHeaders", "include_headers"),
-                                           ("failOnDataLoss", "fail_on_data_loss")])
+                                           ("failOnDataLoss", "fail_on_data_loss"),
+                                           ("releaseLeaseOnStop", "release_lease_on_stop")])
 @pytest.mark.parametrize("value, expected", [("true", True), ("false", False),
                                              ("TRUE", True), (" False ", False)])
 def test_booleans(option, field, value, expected):
     assert getattr(parse(**{option: value}), field) is expected
 
 
-@pytest.mark.parametrize("option", ["includeHeaders", "failOnDataLoss"])
+@pytest.mark.parametrize("option", ["includeHeaders", "failOnDataLoss", "releaseLeaseOnStop"])
 @pytest.mark.parametrize("value", ["yes", "1", "", "on"])
 def test_bad_booleans(option, value):
     with pytest.raises(OptionError, match=f"option '{option}' must be true or false"):
         parse(**{option: value})
+
+
+# ------------------------------------------------------------------ consume mode's prefetch
+
+
+@pytest.mark.parametrize("extra, limits", [
+    ({}, ConsumeLimits(10_000, 4_999)),                           # defaults
+    ({"prefetch": "101"}, ConsumeLimits(101, 50)),                 # batches from prefetch
+    ({"prefetch": "3"}, ConsumeLimits(3, 1)),
+    ({"maxMessagesPerTrigger": "10"}, ConsumeLimits(30, 10)),      # prefetch from batches
+    ({"maxMessagesPerTrigger": "30000"}, ConsumeLimits(65535, 30000)),
+    ({"maxMessagesPerTrigger": "32767"}, ConsumeLimits(65535, 32767)),
+    ({"maxMessagesPerTrigger": "10", "prefetch": "21"}, ConsumeLimits(21, 10)),
+])
+def test_consume_prefetch_exceeds_two_batches(extra, limits):
+    assert consume_limits(parse(**extra)) == limits
+    assert limits.prefetch > 2 * limits.max_batch_messages
+
+
+@pytest.mark.parametrize("extra, complaint", [
+    ({"maxMessagesPerTrigger": "10", "prefetch": "20"},
+     "option 'prefetch' (20) must exceed two batches of option 'maxMessagesPerTrigger' (10)"
+     ", or the query stalls waiting for acks that come one batch later; set 'prefetch' to "
+     "at least 21"),
+    ({"maxMessagesPerTrigger": "32768"},
+     "option 'maxMessagesPerTrigger' must be at most 32767 in consume mode, got 32768: "
+     "option 'prefetch' must exceed two batches"),
+    ({"prefetch": "2"}, "option 'prefetch' must be at least 3 in consume mode"),
+])
+def test_a_prefetch_too_small_for_the_batches_is_refused_naming_both(extra, complaint):
+    with pytest.raises(OptionError) as error:
+        consume_limits(parse(**extra))
+    assert complaint in str(error.value)
+
+
+# ------------------------------------------------------------------ batch reads
+
+
+def test_batch_read_defaults():
+    assert parse_batch_read_options({**BASE, "maxMessages": "50"}) == BatchReadOptions(
+        addresses=(BrokerAddress(URI, "127.0.0.1", 5672, "/"),), queues=("orders",),
+        mode=None, max_messages=50, peek=False, include_headers=True)
+    options = parse_batch_read_options({**BASE, "MAXMESSAGES": "5", "Peek": "true",
+                                        "mode": "consume", "includeHeaders": "false"})
+    assert (options.max_messages, options.peek, options.mode, options.include_headers) == (
+        5, True, Mode.CONSUME, False)
+
+
+@pytest.mark.parametrize("options, complaint", [
+    (BASE, "option 'maxMessages' is required for a batch read"),
+    ({**BASE, "maxMessages": "0"}, "option 'maxMessages' must be a positive integer"),
+    ({**BASE, "maxMessages": "4294967296"}, "option 'maxMessages' must be at most"),
+    ({**BASE, "maxMessages": "5", "peek": "yes"}, "option 'peek' must be true or false"),
+    ({**BASE, "maxMessages": "5", "prefetch": "10"},
+     "option 'prefetch' is an option of streaming reads (spark.readStream); a batch read "
+     "takes 'maxMessages' (required) and 'peek'"),
+    ({**BASE, "maxMessages": "5", "releaseleaseonstop": "true"},
+     "option 'releaseLeaseOnStop' is an option of streaming reads"),
+    ({**BASE, "maxMessages": "5", "maxMesages": "5"}, "did you mean 'maxMessages'?"),
+])
+def test_bad_batch_read_options_are_named(options, complaint):
+    with pytest.raises(OptionError) as error:
+        parse_batch_read_options(options)
+    assert complaint in str(error.value)
+
+
+@pytest.mark.parametrize("extra, named", [({"maxMessages": "5"}, "maxMessages"),
+                                          ({"PEEK": "true"}, "peek")])
+def test_a_stream_refuses_the_batch_read_options(extra, named):
+    with pytest.raises(OptionError, match=f"option '{named}' is an option of batch reads"):
+        parse(**extra)
+
+
+def test_load_checks_the_options_of_whichever_read_they_belong_to():
+    assert isinstance(parse_read_options({**BASE, "maxMessages": "5"}), BatchReadOptions)
+    assert isinstance(parse_read_options({**BASE, "prefetch": "5"}), SourceOptions)
+    with pytest.raises(OptionError, match="option 'maxMessages' must be a positive"):
+        parse_read_options({**BASE, "maxMessages": "none"})

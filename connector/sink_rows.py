@@ -1,0 +1,200 @@
+"""The sink's input: the columns a DataFrame may have, and its rows as AMQP messages.
+
+Responsibilities
+    `input_plan(schema, options)` checks, when a write starts, that the DataFrame
+    has a `body` and only columns the sink understands, with the types it accepts,
+    and fails naming the column and what is accepted otherwise. `to_messages` turns
+    a task's Arrow record batches into `Outgoing` messages, numbering rows from 0 and
+    stamping each with the task's idempotency key (`IdempotencyKey`).
+
+How it works
+    The accepted columns are the source's own (schema.py), so a source-to-sink
+    pipeline needs no select: `body` (binary or string), `routing_key` and `exchange`
+    (a null routing key, or a null or empty exchange, falls back to the options), `headers` (map<string,string>) and the AMQP
+    properties. The source's `queue`, `offset`, `delivery_count` and `redelivered`
+    are ignored, and so is its `x-delivery-count` header (the broker's count for the
+    message read, not one for the message written). Names match case-insensitively,
+    as Spark's do. Batches are converted column by column (`to_pylist`), then one
+    `pika.BasicProperties` per row; `delivery_mode` defaults to 2 (persistent).
+
+    Every message carries `x-quorumqueue-publisher` = the key's publisher and
+    `x-quorumqueue-seq` = `key.base + row + 1`: the bundled broker stores a quorum
+    queue's message at most once per (publisher, seq) (broker/README.md,
+    "Idempotent publishing"); any other broker just passes the headers on.
+
+Invariants
+    - The same rows in the same order give the same messages and sequence numbers.
+    - A value AMQP cannot carry (null body, delivery_mode not 1 or 2, priority or
+      timestamp out of range) raises `RowError` naming the row and the column.
+
+Not here
+    Publishing (publisher.py); where the key comes from (sink.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pika
+import pyarrow as pa
+from pyspark.sql.types import (BinaryType, ByteType, DataType, IntegerType, LongType, MapType,
+                               ShortType, StringType, StructType, TimestampType)
+
+from .options import ROUTING_KEY, OptionError, SinkOptions
+from .publisher import Outgoing
+
+PUBLISHER_HEADER = "x-quorumqueue-publisher"
+SEQ_HEADER = "x-quorumqueue-seq"
+ROWS_PER_BATCH_ID = 1 << 32   # seq = batch id * ROWS_PER_BATCH_ID + row + 1
+
+STRING_PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to",
+                     "expiration", "message_id", "type", "user_id", "app_id")
+INTEGER_PROPERTIES = ("delivery_mode", "priority")
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+# column -> (accepted types, how a message shows them)
+ACCEPTED: dict[str, tuple[tuple[type[DataType], ...], str]] = {
+    "body": ((BinaryType, StringType), "binary or string"),
+    "routing_key": ((StringType,), "string"),
+    "exchange": ((StringType,), "string"),
+    "headers": ((MapType,), "map<string,string>"),
+    "timestamp": ((TimestampType,), "timestamp"),
+    **{name: ((StringType,), "string") for name in STRING_PROPERTIES},
+    **{name: (_INTEGRAL, "an integer type") for name in INTEGER_PROPERTIES},
+}
+IGNORED = ("queue", "offset", "delivery_count", "redelivered")  # the source's, not AMQP's
+DROPPED_HEADERS = frozenset({"x-delivery-count"})
+
+
+class RowError(ValueError):
+    """A row the sink cannot publish; the message names the row and the column."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyKey:
+    publisher: str   # stable across retries and replays of the same task's rows
+    base: int        # seq of row r is base + r + 1
+
+
+@dataclass(frozen=True, slots=True)
+class InputPlan:
+    columns: dict[str, str]   # sink column name -> the DataFrame's column name
+    body_is_text: bool
+
+
+def input_plan(schema: StructType, options: SinkOptions) -> InputPlan:
+    """What to read from each row; refuses unknown columns and wrong types."""
+    columns: dict[str, str] = {}
+    for field in schema.fields:
+        name = field.name.lower()
+        if name in IGNORED:
+            continue
+        if name not in ACCEPTED:
+            raise OptionError(f"the quorumqueue sink cannot write column '{field.name}': it "
+                              f"accepts {', '.join(ACCEPTED)} (and ignores the source's "
+                              f"{', '.join(IGNORED)}); drop or rename the column")
+        types, shown = ACCEPTED[name]
+        if not isinstance(field.dataType, types) or not _map_of_strings(name, field.dataType):
+            raise OptionError(f"column '{field.name}' of the quorumqueue sink must be {shown}, "
+                              f"got {field.dataType.simpleString()}; cast it")
+        if name in columns:
+            raise OptionError(f"columns '{columns[name]}' and '{field.name}' both mean "
+                              f"'{name}' (column names are case-insensitive); keep one")
+        columns[name] = field.name
+    if "body" not in columns:
+        raise OptionError("the quorumqueue sink needs a 'body' column (binary or string), "
+                          f"got columns {', '.join(schema.fieldNames()) or 'none'}")
+    if not options.exchange and options.routing_key is None and not (
+            {"routing_key", "exchange"} & columns.keys()):
+        raise OptionError(f"option '{ROUTING_KEY}' (or a 'routing_key' column) is required "
+                          "with the default exchange, which routes by queue name; or set "
+                          "option 'exchange'")
+    return InputPlan(columns, isinstance(schema[columns["body"]].dataType, StringType))
+
+
+def _map_of_strings(name: str, data_type: DataType) -> bool:
+    if name != "headers":
+        return True
+    return (isinstance(data_type.keyType, StringType)
+            and isinstance(data_type.valueType, StringType))
+
+
+def to_messages(batches: Iterable[pa.RecordBatch], plan: InputPlan, options: SinkOptions,
+                key: IdempotencyKey) -> Iterator[Outgoing]:
+    row = 0
+    for batch in batches:
+        if row + batch.num_rows >= ROWS_PER_BATCH_ID:
+            raise RowError(f"a task of the quorumqueue sink writes at most "
+                           f"{ROWS_PER_BATCH_ID - 1} rows per batch; repartition the input")
+        yield from _batch_messages(batch, plan, options, key, row)
+        row += batch.num_rows
+
+
+def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions,
+                    key: IdempotencyKey, first_row: int) -> Iterator[Outgoing]:
+    values = {name: _column(batch, column, name) for name, column in plan.columns.items()}
+    absent = [None] * batch.num_rows
+    bodies = values["body"]
+    exchanges = values.get("exchange", absent)
+    routing_keys = values.get("routing_key", absent)
+    headers = values.get("headers", absent)
+    properties = [(name, values[name]) for name in (*STRING_PROPERTIES, *INTEGER_PROPERTIES,
+                                                    "timestamp") if name in values]
+    default_key = options.routing_key or ""
+    for index in range(batch.num_rows):
+        row = first_row + index
+        body = bodies[index]
+        if body is None:
+            raise RowError(f"row {row} of this task: column 'body' is null, and an AMQP "
+                           "message cannot be; filter out or coalesce null bodies")
+        amqp = {name: column[index] for name, column in properties}
+        _check_properties(row, amqp)
+        amqp.setdefault("delivery_mode", 2)
+        if amqp["delivery_mode"] is None:
+            amqp["delivery_mode"] = 2
+        amqp["headers"] = _headers(headers[index], key.publisher, key.base + row + 1)
+        yield Outgoing(row, exchanges[index] or options.exchange,
+                       default_key if routing_keys[index] is None else routing_keys[index],
+                       body.encode() if plan.body_is_text else body,
+                       pika.BasicProperties(**amqp))
+
+
+def _column(batch: pa.RecordBatch, column: str, name: str) -> list:
+    array = batch.column(batch.schema.get_field_index(column))
+    if name == "timestamp":  # microseconds since the epoch -> AMQP's whole seconds
+        return [None if us is None else us // 1_000_000
+                for us in array.cast(pa.int64()).to_pylist()]
+    return array.to_pylist()
+
+
+def _check_properties(row: int, amqp: dict) -> None:
+    mode = amqp.get("delivery_mode")
+    if mode is not None and mode not in (1, 2):
+        raise RowError(f"row {row} of this task: column 'delivery_mode' must be 1 "
+                       f"(transient) or 2 (persistent), got {mode}")
+    priority = amqp.get("priority")
+    if priority is not None and not 0 <= priority <= 255:
+        raise RowError(f"row {row} of this task: column 'priority' must be 0..255 (quorum "
+                       f"queues treat above 4 as high), got {priority}")
+    stamp = amqp.get("timestamp")
+    if stamp is not None and stamp < 0:
+        raise RowError(f"row {row} of this task: column 'timestamp' is before 1970, which "
+                       "AMQP's unsigned timestamps cannot carry")
+
+
+def _headers(entries: list[tuple[str, str | None]] | None, publisher: str,
+             seq: int) -> dict[str, object]:
+    headers: dict[str, object] = {}
+    for name, value in entries or ():
+        if name not in DROPPED_HEADERS:
+            headers[name] = value
+    headers[PUBLISHER_HEADER] = publisher
+    headers[SEQ_HEADER] = seq
+    return headers
+
+
+def returned_row(properties: pika.BasicProperties) -> int | None:
+    """The row of a returned message, from its sequence header (for error messages)."""
+    seq = (properties.headers or {}).get(SEQ_HEADER)
+    return (seq - 1) % ROWS_PER_BATCH_ID if isinstance(seq, int) else None
