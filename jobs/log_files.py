@@ -31,6 +31,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import unquote
 
 from ..broker.queues.quorum import TIMED
@@ -139,6 +140,7 @@ def read_rows(file: LogFile) -> Iterator[Row]:
                            ) from None
 
 
+@lru_cache(maxsize=4096)
 def queue_of(uid: str) -> tuple[str | None, str | None]:
     """(vhost, queue name) of a quorum queue's group uid `<pct vhost>/<name>/<12 hex>`;
     (None, None) for any other group."""

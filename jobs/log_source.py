@@ -15,8 +15,10 @@ Options (names case-insensitive, as everywhere in Spark):
     node       the node name for the `node` column (only with one path); default: the
                data directory's name.
 
-How it works: the driver lists the files when Spark plans the scan; executors parse
-them with the broker's own checked readers (log_files.py). A live broker may be
+How it works: the driver lists the files when Spark plans the scan and packs them
+into partitions of about PARTITION_BYTES (largest first, each into the lightest
+partition; at least one partition per core Spark has, at most one per file);
+executors parse them with the broker's own checked readers (log_files.py). A live broker may be
 writing: a torn tail becomes a TORN_TAIL row, a vanished file yields nothing,
 corruption or an unknown format version fails the query naming the file and offset.
 
@@ -36,6 +38,7 @@ from .log_files import COLUMN_NAMES, COLUMNS, LogFile, list_files, read_rows
 
 NAME = "quorumqueue.log"
 BATCH_ROWS = 8192
+PARTITION_BYTES = 128 << 20
 SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
 KNOWN_OPTIONS = ("path", "paths", "node")
 
@@ -46,7 +49,7 @@ class LogSourceError(ValueError):
 
 @dataclass(frozen=True)
 class FilePartition(InputPartition):
-    file: LogFile
+    files: tuple[LogFile, ...]
 
 
 class QuorumQueueLogDataSource(DataSource):
@@ -59,31 +62,61 @@ class QuorumQueueLogDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogReader(_directories(self.options), self.options.get("node"))
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        cores = context.defaultParallelism if context is not None else 2
+        return LogReader(_directories(self.options), self.options.get("node"), cores)
 
 
 class LogReader(DataSourceReader):
-    def __init__(self, directories: list[str], node: str | None) -> None:
+    def __init__(self, directories: list[str], node: str | None, cores: int = 2) -> None:
         self.directories = directories
         self.node = node
+        self.cores = cores
 
     def partitions(self) -> list[FilePartition]:
         files = [file for directory in self.directories
                  for file in list_files(directory, self.node)]
-        return [FilePartition(file) for file in files]
+        return [FilePartition(tuple(group)) for group in pack(files, self.cores)]
 
     def read(self, partition: FilePartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
         import pyarrow as pa
 
         schema = _arrow_schema()
         rows: list[tuple] = []
-        for row in read_rows(partition.file):
-            rows.append(row)
-            if len(rows) >= BATCH_ROWS:
-                yield _batch(pa, schema, rows)
-                rows = []
+        for file in partition.files:
+            for row in read_rows(file):
+                rows.append(row)
+                if len(rows) >= BATCH_ROWS:
+                    yield _batch(pa, schema, rows)
+                    rows = []
         if rows:
             yield _batch(pa, schema, rows)
+
+
+def pack(files: list[LogFile], cores: int) -> list[list[LogFile]]:
+    """Files into partitions of about PARTITION_BYTES: largest first, each into the
+    lightest partition; at least `cores` partitions (when there are that many files),
+    files in their listed order within a partition."""
+    sizes = {file: _size(file) for file in files}
+    count = max(min(cores, len(files)), -(-sum(sizes.values()) // PARTITION_BYTES))
+    count = min(count, len(files))
+    bins: list[list[LogFile]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for file in sorted(files, key=lambda f: -sizes[f]):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(file)
+        loads[lightest] += sizes[file]
+    order = {file: position for position, file in enumerate(files)}
+    return [sorted(group, key=order.__getitem__) for group in bins if group]
+
+
+def _size(file: LogFile) -> int:
+    try:
+        return os.path.getsize(os.path.join(file.data_dir, file.path))
+    except FileNotFoundError:
+        return 0
 
 
 def _directories(options) -> list[str]:

@@ -173,7 +173,7 @@ def test_spark_reads_the_same_rows_in_parallel(spark, data_dir):
     from quorumqueue.jobs.log_source import SCHEMA_DDL
 
     frame = spark.read.format("quorumqueue.log").option("node", "rabbit-1").load(data_dir)
-    assert frame.rdd.getNumPartitions() == len(list_files(data_dir))
+    assert frame.rdd.getNumPartitions() == 2      # small files: one partition per core
     expected = spark.createDataFrame(
         [tuple(row.values())[:0] + ("rabbit-1",) + tuple(row.values())[1:]
          for row in rows_of(data_dir)], SCHEMA_DDL)
@@ -185,3 +185,19 @@ def test_spark_names_a_bad_option(spark, data_dir, tmp_path):
         spark.read.format("quorumqueue.log").option("nod", "x").load(data_dir)
     with pytest.raises(Exception, match="option 'path': no such directory"):
         spark.read.format("quorumqueue.log").load(str(tmp_path / "nope"))
+
+
+def test_files_are_packed_into_balanced_partitions(data_dir):
+    from quorumqueue.jobs import log_source
+
+    files = list_files(data_dir)
+    assert [len(group) for group in log_source.pack(files[:1], 2)] == [1]
+    groups = log_source.pack(files, 2)
+    assert len(groups) == 2 and sorted(f.path for g in groups for f in g) == sorted(
+        f.path for f in files)
+    original = log_source.PARTITION_BYTES
+    try:
+        log_source.PARTITION_BYTES = 1           # every file its own partition
+        assert len(log_source.pack(files, 2)) == len(files)
+    finally:
+        log_source.PARTITION_BYTES = original
