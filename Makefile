@@ -6,9 +6,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+# Delta Lake's JVM jars, for the main job, the restart tests and the source benchmark.
+# Delta publishes one build per Spark minor version (delta-spark_<spark>_2.13); its
+# newest release, 4.4.0, has builds for Spark 4.1 and 4.2 only. PySpark 4.3.0 cannot
+# read a Delta table with any of them (Spark 4.3 changed the constructor of
+# LogicalRDD, which Delta's snapshot cache calls: NoSuchMethodError on every read),
+# so pyproject.toml holds PySpark at 4.2.x and this fetches the Spark 4.2 build.
+# Keep DELTA_SPARK equal to PySpark's minor version (jobs/delta.py checks it).
+# Only delta-spark and delta-storage go on spark.jars: their other dependencies
+# (Hadoop, Parquet, Jackson, Scala, and delta-kernel for the Kernel-based paths we
+# do not use) are either in PySpark's own jars or not needed.
+DELTA_VERSION := 4.4.0
+DELTA_SPARK := 4.2
+JARS := jars
+DELTA_STAMP := $(JARS)/.delta-$(DELTA_VERSION)-spark$(DELTA_SPARK)
+DELTA_ARTIFACTS := io.delta:delta-spark_$(DELTA_SPARK)_2.13:$(DELTA_VERSION) \
+                   io.delta:delta-storage:$(DELTA_VERSION)
+MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
+
 .PHONY: setup main test oracle bench bench-memory clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(DELTA_STAMP)
 
 $(STAMP): pyproject.toml
 	@echo "==> setting up $(VENV) (python: $$($(PYTHON) --version))"
@@ -21,27 +39,49 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
 
+# Maven puts the jars in ~/.m2 too, so a fresh jars/ after `make clean` is quick.
+$(DELTA_STAMP):
+	@command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch Delta's" \
+	  "jars; install it (Debian: apt-get install maven) and run make setup again"; exit 1; }
+	@mkdir -p $(JARS) && rm -f $(JARS)/*.jar $(JARS)/.delta-*
+	@for artifact in $(DELTA_ARTIFACTS); do \
+	  echo "==> fetching $$artifact into $(JARS)/ (Maven)"; \
+	  mvn -B -q -Dstyle.color=never $(MVN_COPY) -Dartifact=$$artifact -DoutputDirectory=$(JARS) \
+	    || { echo "error: Maven could not fetch $$artifact. Check that Maven Central" \
+	         "(or the mirror in ~/.m2/settings.xml) is reachable and run make setup" \
+	         "again; mvn -X shows why."; exit 1; }; \
+	done
+	@touch $@
+	@echo "==> Delta Lake $(DELTA_VERSION) jars ready: $$(ls $(JARS)/*.jar | xargs -n1 basename | tr '\n' ' ')"
+
 # RabbitMQ 3.10.8 from Debian is the behavioural oracle of the differential
 # tests and the benchmark baseline. Installed when this machine can (root + apt);
 # otherwise the differential tests say they were skipped and why.
 oracle:
 	@bash .ci/install-rabbitmq
 
+# Orders from a quorum queue into a Delta table through the Spark source, with a
+# driver killed mid-way and restarted from its checkpoint (jobs/orders_to_delta.py).
 main: setup
-	@$(PY) -m quorumqueue.broker.demo
+	@$(PY) -m quorumqueue.jobs.orders_to_delta
 
 test: setup oracle
 	@$(PY) -m pytest -q
 
 # Throughput (classic, then quorum queues) and quorum-queue bytes per message,
-# quorumqueue next to RabbitMQ 3.10.8 in each; about 2 minutes on 2 vCPUs.
+# quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
+# against a plain AMQP consumer on the same broker, the sink against a plain confirmed
+# publisher, and the log data source against binaryFile; about 8 minutes on 2 vCPUs.
 bench: setup oracle
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
 	@$(PY) bench/quorum_memory.py
+	@$(PY) bench/connector_source.py
+	@$(PY) bench/connector_sink.py
+	@$(PY) bench/log_scan.py
 
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(JARS)

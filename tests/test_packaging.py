@@ -27,11 +27,12 @@ def test_every_package_folder_is_listed_and_mapped():
             found.add(".".join(("quorumqueue", folder, *relative.parts)))
     listed = set(SETUPTOOLS["packages"])
     assert found - listed == set(), "folders missing from [tool.setuptools] packages"
-    assert listed - found == {"pyspark_quorumqueue"}
+    assert listed - found == {"pyspark_quorumqueue", "pyspark_quorumqueue_log"}
     for package in listed:
         top = ".".join(package.split(".")[:2]) if package.startswith("quorumqueue.") else package
         assert top in mapping, f"{top} has no package-dir entry"
-    assert (ROOT / mapping["pyspark_quorumqueue"] / "__init__.py").is_file()
+    for module in ("pyspark_quorumqueue", "pyspark_quorumqueue_log"):
+        assert (ROOT / mapping[module] / "__init__.py").is_file()
 
 
 def test_pyspark_discovers_the_source_module():
@@ -46,3 +47,14 @@ def test_pyspark_discovers_the_source_module():
     assert pyspark_quorumqueue.DefaultSource is QuorumQueueDataSource
     assert issubclass(QuorumQueueDataSource, DataSource)
     assert QuorumQueueDataSource.name() == "quorumqueue"
+
+
+def test_pyspark_discovers_the_log_source_module():
+    found = [m for m in pkgutil.iter_modules() if m.name == "pyspark_quorumqueue_log"]
+    assert found, "pyspark_quorumqueue_log is not on sys.path: run `make setup`"
+    import pyspark_quorumqueue_log
+
+    from quorumqueue.jobs.log_source import QuorumQueueLogDataSource
+
+    assert pyspark_quorumqueue_log.DefaultSource is QuorumQueueLogDataSource
+    assert QuorumQueueLogDataSource.name() == "quorumqueue.log"

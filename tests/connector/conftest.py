@@ -1,36 +1,55 @@
-"""The connector's Spark fixture: one local SparkSession for the whole run.
+"""The connector's Spark fixtures: one local SparkSession for the whole run.
 
-local[2] (the machine has 2 cores), 2 shuffle partitions, no UI, UTC, and the driver
-bound to 127.0.0.1 (by default Spark picks the first non-loopback address). Python workers
-run this interpreter (PYSPARK_PYTHON), so they import the installed package. The
-source is never registered by hand: `format("quorumqueue")` must resolve through
-PySpark's own discovery of `pyspark_quorumqueue`.
+local[2] (the machine has 2 cores), 2 shuffle partitions, no UI, UTC, the driver
+bound to 127.0.0.1 (by default Spark picks the first non-loopback address), and Delta
+Lake (the jars `make setup` fetched, its SQL extension and catalog), all from
+`quorumqueue.jobs.delta`, which the main job uses too. Python workers run this
+interpreter (PYSPARK_PYTHON), so they import the installed package. The source is
+never registered by hand: `format("quorumqueue")` must resolve through PySpark's own
+discovery of `pyspark_quorumqueue`.
+
+`spark` starts without Delta when its jars are missing or built for another Spark
+(so the tests that do not write Delta still run); `delta_spark`, the same session,
+fails a test that needs Delta with the reason and what to do.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
+from quorumqueue.jobs.delta import DeltaJarsMissing, local_spark_conf, use_this_interpreter
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator["SparkSession"]:  # noqa: F821
+if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (SparkSession.builder.master("local[2]").appName("quorumqueue-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-               .getOrCreate())
+_delta_missing: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from pyspark.sql import SparkSession
+
+    use_this_interpreter()
+    try:
+        conf = local_spark_conf("quorumqueue-tests")
+    except DeltaJarsMissing as missing:
+        _delta_missing.append(str(missing))
+        conf = local_spark_conf("quorumqueue-tests", delta=False)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def delta_spark(spark) -> SparkSession:
+    """The session, for tests that write or read Delta tables."""
+    if _delta_missing:
+        pytest.fail(f"this test needs Delta Lake: {_delta_missing[0]}")
+    return spark

@@ -1,0 +1,122 @@
+"""A local SparkSession that writes and reads Delta tables, for jobs, tests and benchmarks.
+
+Responsibilities
+    - `delta_jars`: the Delta Lake jars `make setup` fetched with Maven into `jars/`
+      at the repository root (or the folder named by $QUORUMQUEUE_JARS), checked
+      against PySpark's version before Spark starts.
+    - `local_spark_conf`: the settings of a local session on 2 cores bound to
+      127.0.0.1, in UTC, with those jars on `spark.jars` and Delta's SQL extension
+      and catalog; `local_spark` builds the session from them.
+
+How it works
+    Delta publishes one build per Spark minor version, named
+    `delta-spark_<spark minor>_2.13-<delta version>.jar`. The jar found must be the
+    build for the running PySpark's minor version: any other fails at the first read
+    with a NoSuchMethodError from deep inside Delta, so the mismatch is reported here
+    first, with what to do. Nothing is downloaded at run time (no `--packages`).
+
+Invariants
+    - Python workers run this interpreter (PYSPARK_PYTHON), so they import the package
+      and PySpark discovers the quorumqueue source in them.
+    - Delta's state reconstruction uses 2 partitions (the default, 50, is a cost of
+      seconds per small table on 2 cores), and no checksum file is written per
+      commit (an optional integrity file whose computation follows every commit).
+
+Not here
+    What the jobs do with the session (orders_to_delta.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JARS_ENV = "QUORUMQUEUE_JARS"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DELTA_BUILD = re.compile(r"delta-spark_(?P<spark>\d+\.\d+)_2\.13-(?P<delta>[\w.\-]+)\.jar")
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # the per-version checksum file costs a state reconstruction after every commit
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
+}
+
+
+class DeltaJarsMissing(RuntimeError):
+    """Delta's jars are not where `make setup` puts them, or are for another Spark."""
+
+
+def jars_folder() -> Path:
+    return Path(os.environ.get(JARS_ENV) or REPO_ROOT / "jars")
+
+
+def delta_jars(folder: Path | None = None, spark_version: str | None = None) -> list[str]:
+    """The jars to put on `spark.jars`: every jar in `folder`, which must hold the
+    Delta build for `spark_version` (default: the installed PySpark's)."""
+    folder = folder or jars_folder()
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    builds = [match for jar in jars if (match := DELTA_BUILD.fullmatch(jar.name))]
+    if not builds:
+        raise DeltaJarsMissing(
+            f"Delta Lake's jars are not in {folder}: run `make setup`, which fetches them "
+            f"with Maven (or set ${JARS_ENV} to a folder holding delta-spark_<spark>_2.13 "
+            "and delta-storage jars)")
+    minor = ".".join(spark_version.split(".")[:2])
+    if [build["spark"] for build in builds] != [minor]:
+        found = ", ".join(build.string for build in builds)
+        raise DeltaJarsMissing(
+            f"{folder} holds {found}, but PySpark is {spark_version}: Delta's jars must be "
+            f"the build for Spark {minor}. Set DELTA_SPARK in the Makefile to {minor} "
+            "(if Delta publishes that build) and run `make setup`, or install the PySpark "
+            "that pyproject.toml names")
+    return [str(jar) for jar in jars]
+
+
+def local_spark_conf(app_name: str, delta: bool = True) -> dict[str, str]:
+    """Settings of a local session on 2 cores, bound to 127.0.0.1, in UTC; with Delta
+    (its jars, SQL extension and catalog) unless `delta` is false."""
+    conf = {
+        "spark.master": "local[2]",
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+    if delta:
+        conf |= {"spark.jars": ",".join(delta_jars()), **DELTA_CONF}
+    return conf
+
+
+def use_this_interpreter() -> None:
+    """Spark's Python workers run this interpreter, which has the package installed."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
+
+def local_spark(app_name: str) -> "SparkSession":
+    from pyspark.sql import SparkSession
+
+    use_this_interpreter()
+    builder = SparkSession.builder
+    for key, value in local_spark_conf(app_name).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

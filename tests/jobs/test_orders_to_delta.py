@@ -1,0 +1,47 @@
+"""The main job (`make main`) end to end, on a small workload.
+
+It runs as the README runs it (`python -m quorumqueue.jobs.orders_to_delta`), with
+30 orders in batches of 10 and the first driver killed after batch 1's Delta commit;
+the job itself checks Delta against what it published, and exits 1 on any mismatch.
+The test reads what the job reports and checks it leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def processes_naming(path) -> list[str]:
+    """Processes whose command line names `path` (the broker's data directory and the
+    driver's table are under it)."""
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True)
+    return [line for line in listing.stdout.splitlines() if str(path) in line]
+
+
+def test_the_main_job_lands_every_order_in_delta_exactly_once(tmp_path):
+    job = subprocess.run(
+        [sys.executable, "-m", "quorumqueue.jobs.orders_to_delta", "--orders", "30",
+         "--per-batch", "10", "--kill-at", "after-sink-commit:1", "--workdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=840)
+    out = job.stdout
+    assert job.returncode == 0, out + job.stderr[-3000:]
+    assert "published 30 | rows in Delta 30 | distinct message_id 30 | duplicates 0 | " \
+           "missing 0" in out
+    killed = re.search(r"SIGKILLed the driver at after-sink-commit:1: offset log \[0, 1\], "
+                       r"commit log \[0\], 2 Delta commit\(s\)", out)
+    assert killed, out
+    assert "queue 'orders': 0 ready, 0 unacked" in out
+    assert re.search(r"Delta history: v0 WRITE \(\+10\), v1 WRITE \(\+10\), v2 WRITE \(\+10\)$",
+                     out, re.MULTILINE), out
+    # then both analytics jobs ran once over the broker's log, into Delta
+    assert re.search(r"queue 'orders' \(vhost '/'\): \d+ segment files", out) or \
+        "no quorum-queue segments found." in out, out       # 30 orders: all in the WAL
+    assert "node " in out and "1 quorum queues, 0 messages" in out, out
+    assert (tmp_path / "analytics" / "memory_footprint" / "queues" / "_delta_log").is_dir()
+    assert processes_naming(tmp_path) == []
