@@ -9,6 +9,15 @@
 One BlockingConnection per client, one request at a time: control operations go
 through the management RPC (answered once the command is committed), reads through
 a no-ack basic.consume that the broker ends with a basic.cancel.
+
+`read` takes one delivery per message (x-lease-seq in its headers, as any AMQP
+client would see it); `read_packed` asks for the packed form (x-lease-format, see
+lease_records.py) and yields the messages in chunks as the deliveries arrive: pika
+then decodes a few frames per thousand messages, and messages published with the
+same properties share one decoded `pika.BasicProperties` (do not mutate it). Its
+headers never hold x-lease-seq (that is `seq`) and are `{}` rather than None, as
+`read` gives them (which always adds x-lease-seq); x-delivery-count is set as
+`read` sets it.
 """
 
 from __future__ import annotations
@@ -16,26 +25,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import pika
 
+from .lease_records import PACKED_FORMAT, LeasedMessage, PackedDecoder
 from .management_client import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
 
-
-@dataclass(frozen=True, slots=True)
-class LeasedMessage:
-    seq: int
-    body: bytes
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: pika.BasicProperties
-
-    @property
-    def delivery_count(self) -> int:
-        return int((self.properties.headers or {}).get("x-delivery-count", 0))
+__all__ = ["LeaseClient", "LeasedMessage"]
 
 
 class LeaseClient:
@@ -113,6 +111,34 @@ class LeaseClient:
         self._cancelled.discard(tag)
         return messages
 
+    def read_packed(self, queue: str, lease: str, start: int,
+                    end: int) -> Iterator[list[LeasedMessage]]:
+        """The messages with lease sequences start+1..end, in order, in chunks as they
+        arrive (packed form); settles nothing."""
+        chunks: list[list[LeasedMessage]] = []
+        decoder = PackedDecoder()
+
+        def on_delivery(_channel, _method, _properties, body: bytes) -> None:
+            chunks.append(decoder.decode(body))
+
+        tag = self.channel.basic_consume(
+            queue, on_delivery, auto_ack=True,
+            arguments={"x-lease": lease, "x-lease-start": start, "x-lease-end": end,
+                       "x-lease-format": PACKED_FORMAT})
+        deadline = time.monotonic() + self.timeout
+        while True:
+            while chunks:
+                yield chunks.pop(0)
+                deadline = time.monotonic() + self.timeout
+            if tag in self._cancelled or tag not in self.channel.consumer_tags:
+                break
+            if time.monotonic() >= deadline:
+                raise ManagementError(f"reading lease '{lease}' ({start}, {end}] stalled for "
+                                      f"{self.timeout}s")
+            self.connection.process_data_events(time_limit=0.05)
+        self._cancelled.discard(tag)
+        yield from chunks
+
     def close(self) -> None:
         if self.connection.is_open:
             self.connection.close()
@@ -122,3 +148,4 @@ class LeaseClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+

@@ -64,9 +64,14 @@ from .schema import to_record_batch
 
 log = logging.getLogger(__name__)
 
-# A partition covers at most this many sequences; a read fetches at most READ_CHUNK
-# messages at a time and hands each chunk to Spark as one Arrow record batch.
+# A batch is cut into TARGET_PARTITIONS partitions per queue, each of at least
+# MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences: a function of the
+# batch's (start, end] alone, so a replayed batch gets the same partitions. A read is
+# one packed consume of its whole range; it hands Spark an Arrow record batch per
+# READ_CHUNK messages.
 PARTITION_MESSAGES = 20_000
+MIN_PARTITION_MESSAGES = 2_000
+TARGET_PARTITIONS = 4
 READ_CHUNK = 2_000
 # The timeout of a lease this process created, until a checkpoint names it.
 PROVISIONAL_LEASE_TIMEOUT_MS = 10 * 60 * 1000
@@ -163,7 +168,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[LeaseRange]:
         first, last = LeaseOffset.from_json(start), LeaseOffset.from_json(end)
         self._confirm(last.lease)
-        return offsets.ranges(first, last, PARTITION_MESSAGES)
+        return offsets.ranges(first, last, partition_size(first, last))
 
     def commit(self, end: dict) -> None:
         done = LeaseOffset.from_json(end)
@@ -207,15 +212,18 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: LeaseRange) -> Iterator:
         client = open_lease_client(self.options)
         try:
-            for low in range(partition.start, partition.end, READ_CHUNK):
-                high = min(low + READ_CHUNK, partition.end)
-                try:
-                    messages = client.read(partition.queue, partition.lease, low, high)
-                    _check_contiguous(partition, low, high, messages)
-                except pika.exceptions.ChannelClosedByBroker as refusal:
-                    client.close()
-                    client = open_lease_client(self.options)
-                    messages = self._after_refusal(client, partition, low, high, refusal)
+            try:
+                chunks = _contiguous(partition, client.read_packed(
+                    partition.queue, partition.lease, partition.start, partition.end))
+                for messages in _rebatched(chunks, READ_CHUNK):
+                    yield to_record_batch(partition.queue, messages,
+                                          self.options.include_headers)
+            except pika.exceptions.ChannelClosedByBroker as refusal:
+                # the broker checks the whole range before it sends any of it
+                client.close()
+                client = open_lease_client(self.options)
+                messages = self._after_refusal(client, partition, partition.start,
+                                               partition.end, refusal)
                 if messages:
                     yield to_record_batch(partition.queue, messages,
                                           self.options.include_headers)
@@ -325,6 +333,44 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _ready(client: LeaseClient, queue: str) -> int:
     """Ready messages in `queue` (AMQP queue.declare, passive)."""
     return client.channel.queue_declare(queue, passive=True).method.message_count
+
+
+def partition_size(start: LeaseOffset, end: LeaseOffset) -> int:
+    """Sequences per partition for the batch (start, end]; see TARGET_PARTITIONS."""
+    largest = max((seq - start.position(queue) for queue, seq in end.positions), default=0)
+    share = -(-largest // TARGET_PARTITIONS)
+    return min(PARTITION_MESSAGES, max(MIN_PARTITION_MESSAGES, share))
+
+
+def _contiguous(part: LeaseRange,
+                chunks: Iterator[list[LeasedMessage]]) -> Iterator[list[LeasedMessage]]:
+    """The chunks of a read of `part`, checked to be exactly its sequences, in order."""
+    low = part.start
+    for chunk in chunks:
+        if chunk:
+            high = low + len(chunk)
+            if high > part.end:
+                raise DataLossError(f"reading ({part.start}, {part.end}] of lease "
+                                    f"'{part.lease}' on queue '{part.queue}' returned more "
+                                    f"than {part.end - part.start} messages")
+            _check_contiguous(part, low, high, chunk)
+            low = high
+            yield chunk
+    if low != part.end:
+        raise DataLossError(f"reading ({part.start}, {part.end}] of lease '{part.lease}' on "
+                            f"queue '{part.queue}' ended after sequence {low}")
+
+
+def _rebatched(chunks: Iterator[list[T]], size: int) -> Iterator[list[T]]:
+    """The items of `chunks`, in order, in lists of `size` (the last may be shorter)."""
+    pending: list[T] = []
+    for chunk in chunks:
+        pending += chunk
+        while len(pending) >= size:
+            yield pending[:size]
+            del pending[:size]
+    if pending:
+        yield pending
 
 
 def _check_contiguous(part: LeaseRange, low: int, high: int,

@@ -9,8 +9,11 @@ Responsibilities
     differs from the declared one, nullability included).
 
 How it works
-    Columns are built in one pass each over the messages, with Arrow types taken from
-    PySpark's own Spark-to-Arrow conversion (timestamps in microseconds, UTC).
+    Columns are built in one pass over the messages, with Arrow types taken from
+    PySpark's own Spark-to-Arrow conversion (timestamps in microseconds, UTC); the
+    property columns are worked out once per properties object, so messages that
+    share one (a packed lease read decodes each distinct property block once) cost
+    a lookup.
     AMQP header tables are typed and nested; the `headers` column is a flat
     map<string,string>: strings stay as they are, bytes are decoded as UTF-8 (invalid
     bytes replaced), booleans are `true`/`false`, numbers and decimals their decimal
@@ -109,42 +112,52 @@ class Received(Protocol):
     def properties(self) -> Properties: ...
 
 
+# The columns filled from the basic properties, in ARROW_SCHEMA order after `redelivered`.
+_TEXT_PROPERTIES = frozenset({"content_type", "content_encoding", "correlation_id", "reply_to",
+                              "expiration", "message_id", "type", "user_id", "app_id"})
+_PROPERTY_COLUMNS: tuple[str, ...] = COLUMNS[7:]
+
+
 def to_record_batch(queue: str, messages: Sequence[Received],
                     include_headers: bool = True) -> pa.RecordBatch:
     """The rows of `messages`, all read from `queue`, in order."""
-    props = [message.properties for message in messages]
-
-    def prop(name: str) -> list:
-        return [getattr(p, name) for p in props]
-
-    def text(name: str) -> list:
-        return [_text(getattr(p, name)) for p in props]
-
-    columns: dict[str, list] = {
-        "body": [message.body for message in messages],
-        "queue": [queue] * len(messages),
-        "routing_key": [message.routing_key for message in messages],
-        "exchange": [message.exchange for message in messages],
-        "offset": [message.seq for message in messages],
-        "delivery_count": [message.delivery_count for message in messages],
-        "redelivered": [message.redelivered for message in messages],
-        "content_type": text("content_type"),
-        "content_encoding": text("content_encoding"),
-        "headers": ([headers_map(p.headers) for p in props] if include_headers
-                    else [None] * len(messages)),
-        "delivery_mode": prop("delivery_mode"),
-        "priority": prop("priority"),
-        "correlation_id": text("correlation_id"),
-        "reply_to": text("reply_to"),
-        "expiration": text("expiration"),
-        "message_id": text("message_id"),
-        "timestamp": [None if t is None else t * 1_000_000 for t in prop("timestamp")],
-        "type": text("type"),
-        "user_id": text("user_id"),
-        "app_id": text("app_id"),
-    }
-    arrays = [pa.array(columns[field.name], type=field.type) for field in ARROW_SCHEMA]
+    body, routing_key, exchange, offset, delivery_count, redelivered = [], [], [], [], [], []
+    rows: list[tuple] = []
+    seen: dict[int, tuple] = {}  # id(properties) -> its column values
+    keep: list[Properties] = []  # so that an id is not reused while `seen` lives
+    for message in messages:
+        body.append(message.body)
+        routing_key.append(message.routing_key)
+        exchange.append(message.exchange)
+        offset.append(message.seq)
+        delivery_count.append(message.delivery_count)
+        redelivered.append(message.redelivered)
+        properties = message.properties
+        values = seen.get(id(properties))
+        if values is None:
+            values = seen[id(properties)] = _property_values(properties, include_headers)
+            keep.append(properties)
+        rows.append(values)
+    property_columns = list(zip(*rows)) if rows else [()] * len(_PROPERTY_COLUMNS)
+    columns = [body, [queue] * len(body), routing_key, exchange, offset, delivery_count,
+               redelivered, *property_columns]
+    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA)]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _property_values(properties: Properties, include_headers: bool) -> tuple:
+    """The property columns of one message (_PROPERTY_COLUMNS, in order)."""
+    values = []
+    for name in _PROPERTY_COLUMNS:
+        value = getattr(properties, name)
+        if name in _TEXT_PROPERTIES:
+            value = _text(value)
+        elif name == "headers":
+            value = headers_map(value) if include_headers else None
+        elif name == "timestamp" and value is not None:
+            value = value * 1_000_000
+        values.append(value)
+    return tuple(values)
 
 
 def headers_map(headers: dict[str, Any] | None) -> list[tuple[str, str | None]] | None:

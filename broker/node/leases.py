@@ -18,6 +18,9 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   start+1..end in order — original exchange, routing key, properties and body, with
   the header `x-lease-seq` and, when redelivered, `x-delivery-count` — and then a
   server-side basic.cancel for the tag (clients see the consumer cancelled).
+  With the further argument `x-lease-format` = "packed" the same messages come
+  many to a delivery instead (broker/lease_records.py): a reader then decodes a few
+  frames per thousand messages instead of three per message.
 
 Errors: an unknown queue is 404; a classic queue, an unknown lease, a settled or
 unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it.
@@ -25,16 +28,21 @@ unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..fifo import commands as fifo
 from ..fifo.leases import entries
+from ..lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
 from .quorum import now_ms, with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..queues.quorum import QuorumQueue
+
+_PACK_HEADER = struct.Struct(">HHQHB")  # class, weight, body size, flags, type length
+_FLAG_CONTENT_TYPE = 0x8000
 
 
 def _int_argument(arguments: dict, key: str, where: str, minimum: int = 0) -> int:
@@ -63,6 +71,7 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
                            "nothing, consume it with no-ack (settle with lease.settle)")
     start = _int_argument(arguments, "x-lease-start", where)
     end = _int_argument(arguments, "x-lease-end", where)
+    packed = _packed(arguments, where)
     if end < start:
         raise precondition(f"lease '{name}' on {where}: x-lease-end {end} is below "
                            f"x-lease-start {start}")
@@ -72,8 +81,28 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
         raise precondition(f"no lease '{name}' on {where}") from None
     except ValueError as error:
         raise precondition(f"{error} ({where})") from None
-    node = session.node
     channel.send(codec.basic_consume_ok(channel.number, tag))
+    if packed:
+        _deliver_packed(session, channel, queue, tag, items)
+    else:
+        _deliver_each(session, channel, queue, tag, items)
+    if session.capabilities.get("consumer_cancel_notify"):
+        channel.send(codec.basic_cancel(channel.number, tag))
+
+
+def _packed(arguments: dict, where: str) -> bool:
+    value = arguments.get("x-lease-format")
+    if value is None:
+        return False
+    if _text(value) != PACKED_FORMAT:
+        raise precondition(f"invalid arg 'x-lease-format' for {where}: expected "
+                           f"'{PACKED_FORMAT}' or no argument, got {value!r}")
+    return True
+
+
+def _deliver_each(session, channel, queue, tag: str, items) -> None:
+    """One delivery per message, x-lease-seq (and x-delivery-count) in its headers."""
+    node = session.node
     frame_max = session.frame_max
     for seq, index, count in items:
         exchange, routing_key, header, body = node.quorum.read_message(queue, index)
@@ -83,8 +112,24 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
         channel.send(codec.basic_deliver(channel.number, tag, delivery_tag, count > 0,
                                          exchange, routing_key))
         session.write_parts(codec.content(channel.number, header, body, frame_max))
-    if session.capabilities.get("consumer_cancel_notify"):
-        channel.send(codec.basic_cancel(channel.number, tag))
+
+
+def _deliver_packed(session, channel, queue, tag: str, items) -> None:
+    """Deliveries of many messages each (lease_records.py)."""
+    read = session.node.quorum.read_message
+    messages = ((seq, count, *read(queue, index)) for seq, index, count in items)
+    for body in pack_records(messages):
+        delivery_tag = channel.next_delivery_tag
+        channel.next_delivery_tag += 1
+        channel.send(codec.basic_deliver(channel.number, tag, delivery_tag, False, "",
+                                         queue.name))
+        header = _pack_header(len(body))
+        session.write_parts(codec.content(channel.number, header, body, session.frame_max))
+
+
+def _pack_header(body_size: int) -> bytes:
+    content_type = PACKED_CONTENT_TYPE.encode()
+    return _PACK_HEADER.pack(60, 0, body_size, _FLAG_CONTENT_TYPE, len(content_type)) + content_type
 
 
 # ------------------------------------------------------------------ management ops

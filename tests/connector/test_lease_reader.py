@@ -23,6 +23,7 @@ from quorumqueue.connector.connection import BrokerUnreachable, detect_mode
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
                                                 LeaseLostError, LeaseStreamReader)
+from quorumqueue.connector.offsets import LeaseRange
 from quorumqueue.connector.options import Mode, OptionError, parse_source_options
 from quorumqueue.connector.schema import ARROW_SCHEMA, SCHEMA
 from quorumqueue.connector.source import QuorumQueueDataSource
@@ -153,6 +154,36 @@ def test_available_now_reads_what_was_ready_when_it_started(broker):
     assert numbers == [0, 1, 2, 3, 4]
     later = make_reader(broker.uri, queue)
     assert run_batch(later, offset)[1] == [5, 6, 7, 8]
+
+
+def test_a_batch_is_cut_into_partitions_that_depend_only_on_its_offsets():
+    reader = make_reader("amqp://127.0.0.1:1", "a,b")
+    start = {"lease": "spark-x", "queues": {"a": 100, "b": 0}}
+    cuts = {size: [(p.queue, p.start, p.end) for p in reader.partitions(
+        start, {"lease": "spark-x", "queues": {"a": 100 + size, "b": 10}})]
+        for size in (40_000, 3_000, 200_000)}
+    assert cuts[40_000] == [("a", 100, 10_100), ("a", 10_100, 20_100), ("a", 20_100, 30_100),
+                            ("a", 30_100, 40_100), ("b", 0, 10)]
+    assert cuts[3_000] == [("a", 100, 2_100), ("a", 2_100, 3_100), ("b", 0, 10)]
+    assert len(cuts[200_000]) == 11 and cuts[200_000][1] == ("a", 20_100, 40_100)
+    again = make_reader("amqp://127.0.0.1:1", "a,b").partitions(
+        start, {"lease": "spark-x", "queues": {"a": 40_100, "b": 10}})
+    assert [(p.queue, p.start, p.end) for p in again] == cuts[40_000]
+
+
+def test_a_partition_is_read_in_record_batches_of_exactly_its_range(broker):
+    queue = quorum_queue(broker.uri, 4_600)
+    reader = make_reader(broker.uri, queue)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    assert [(p.start, p.end) for p in parts] == [(0, 2_000), (2_000, 4_000), (4_000, 4_600)]
+    part = LeaseRange(queue, start["lease"], 150, 4_321)  # any range of the lease
+    batches = list(pickle.loads(pickle.dumps(reader)).read(part))
+    assert [b.num_rows for b in batches] == [2_000, 2_000, 171]
+    assert [row for b in batches for row in b.column("offset").to_pylist()] == list(
+        range(151, 4_322))
+    assert order_numbers(batches) == list(range(150, 4_321))
 
 
 def test_a_range_that_can_no_longer_be_read_fails_or_is_skipped(broker):

@@ -155,3 +155,83 @@ def test_lease_errors_name_what_is_wrong(broker):
         arguments={"x-lease": "q", "x-lease-start": 0, "x-lease-end": 1}))
     assert error.reply_code == 406 and "no-ack" in error.reply_text
     connection.close()
+
+
+def comparable(messages) -> list[tuple]:
+    """Everything a lease read gives, with the packed form's documented differences
+    (no x-lease-seq in the headers, {} for no headers) taken out."""
+    out = []
+    for m in messages:
+        properties = dict(vars(m.properties))
+        headers = {k: v for k, v in (properties.pop("headers") or {}).items()
+                   if k != "x-lease-seq"}
+        out.append((m.seq, m.body, m.exchange, m.routing_key, m.redelivered,
+                    m.delivery_count, sorted(properties.items()), list(headers.items())))
+    return out
+
+
+def test_a_packed_read_gives_what_a_per_message_read_gives(broker):
+    queue = unique("packed")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    variants = [pika.BasicProperties(),
+                pika.BasicProperties(delivery_mode=2, priority=3, timestamp=1_700_000_000,
+                                     correlation_id="c", reply_to="r", expiration="60000",
+                                     type="t", user_id="guest", app_id="a",
+                                     content_encoding="gzip"),
+                pika.BasicProperties(headers={"x-delivery-count": 7, "x-lease-seq": 99,
+                                              "nested": {"a": [1, "b"]}, "bytes": b"\xff"})]
+    channel.queue_bind(queue, "amq.direct", queue)
+    for number in range(12):
+        channel.basic_publish("amq.direct" if number % 4 == 0 else "", queue,
+                              bytes([number]) * number, variants[number % 3])
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "first", max_messages=5)
+        client.release(queue, "first")  # messages 0..4 come back redelivered
+        assert client.grow(queue, "q", max_messages=100) == (1, 12)
+        packed = [m for chunk in client.read_packed(queue, "q", 0, 12) for m in chunk]
+        assert comparable(packed) == comparable(client.read(queue, "q", 0, 12))
+        assert comparable(packed[2:]) == comparable(client.read(queue, "q", 2, 12))
+    assert sorted(m.delivery_count for m in packed) == [0] * 4 + [1] * 5 + [7] * 3
+    assert {m.exchange for m in packed} == {"", "amq.direct"}
+    with_headers = {m.body: list(m.properties.headers.items())
+                    for m in packed if m.body[:1] in (b"\x02", b"\x05")}
+    assert with_headers == {  # the broker's count replaces the publisher's, at the end
+        bytes([2]) * 2: [("nested", {"a": [1, "b"]}), ("bytes", b"\xff"),
+                         ("x-delivery-count", 1)],
+        bytes([5]) * 5: [("x-delivery-count", 7), ("nested", {"a": [1, "b"]}),
+                         ("bytes", b"\xff")]}
+    connection.close()
+
+
+def test_a_packed_read_of_many_messages_comes_in_order_in_several_chunks(broker):
+    queue = quorum_queue_with(broker, 2500)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=2500)
+        chunks = list(client.read_packed(queue, "q", 100, 2500))
+        assert len(chunks) >= 3
+        assert [m.seq for chunk in chunks for m in chunk] == list(range(101, 2501))
+        assert snapshot(m for chunk in chunks for m in chunk) == snapshot(
+            client.read(queue, "q", 100, 2500))
+        assert list(client.read_packed(queue, "q", 7, 7)) == []
+
+
+def test_a_packed_read_is_refused_like_a_per_message_read(broker):
+    queue = quorum_queue_with(broker, 3)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=3)
+        client.settle(queue, "q", 1)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            list(client.read_packed(queue, "q", 0, 3))
+        assert info.value.reply_code == 406 and "settled" in info.value.reply_text
+    connection = connect(broker)
+    channel = connection.channel()
+    error = channel_error(lambda: channel.basic_consume(
+        queue, lambda *a: None, auto_ack=True,
+        arguments={"x-lease": "q", "x-lease-start": 1, "x-lease-end": 3,
+                   "x-lease-format": "zipped"}))
+    assert error.reply_code == 406 and "invalid arg 'x-lease-format'" in error.reply_text
+    assert "'packed'" in error.reply_text
+    connection.close()

@@ -1,0 +1,63 @@
+"""The packed form of lease reads (broker/lease_records.py): what the broker packs,
+the client decodes to the same messages, however the records fall into bodies."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from broker import lease_records
+from broker.amqp import codec
+from broker.lease_records import PackedDecoder, pack_records
+
+
+def header(properties: dict, body_size: int) -> bytes:
+    return codec.encode_properties(body_size, properties)
+
+
+def test_records_decode_to_the_packed_messages_in_order(monkeypatch):
+    monkeypatch.setattr(lease_records, "PACK_MESSAGES", 3)
+    messages = [(seq, seq % 2, "ex-é" if seq % 3 else "", f"key.{seq}",
+                 header({"message_id": f"m{seq}", "headers": {"n": seq}}, seq), b"b" * seq)
+                for seq in range(1, 9)]
+    bodies = list(pack_records(messages))
+    assert len(bodies) == 3  # at most PACK_MESSAGES records a body
+    decoder = PackedDecoder()
+    decoded = [m for body in bodies for m in decoder.decode(body)]
+    assert [(m.seq, m.body, m.exchange, m.routing_key, m.redelivered) for m in decoded] == [
+        (seq, b"b" * seq, "ex-é" if seq % 3 else "", f"key.{seq}", seq % 2 == 1)
+        for seq in range(1, 9)]
+    assert [m.properties.message_id for m in decoded] == [f"m{seq}" for seq in range(1, 9)]
+    assert [m.delivery_count for m in decoded] == [seq % 2 for seq in range(1, 9)]
+    assert decoded[0].properties.headers == {"n": 1, "x-delivery-count": 1}
+    assert decoded[1].properties.headers == {"n": 2}
+
+
+def test_messages_with_the_same_properties_share_one_decoded_object():
+    same = header({"delivery_mode": 2}, 0)
+    bodies = pack_records([(1, 0, "", "q", same, b"a"), (2, 0, "", "q", same, b"bb"),
+                           (3, 2, "", "q", same, b"c")])
+    first, second, counted = PackedDecoder().decode(b"".join(bodies))
+    assert first.properties is second.properties
+    assert first.properties.delivery_mode == 2 and first.properties.headers == {}
+    assert counted.properties is not first.properties
+    assert counted.properties.headers == {"x-delivery-count": 2}
+    assert first.properties.headers == {}  # the shared one is left as it was
+
+
+def test_a_cut_body_is_an_error_not_fewer_messages():
+    body = b"".join(pack_records([(1, 0, "", "q", header({}, 3), b"abc")]))
+    with pytest.raises(ValueError, match="sequence 1 runs past the body"):
+        PackedDecoder().decode(body[:-1])
+    with pytest.raises(ValueError, match="record header is cut"):
+        PackedDecoder().decode(body + body[:5])
+
+
+def test_the_publishers_lease_bookkeeping_headers_are_replaced():
+    raw = header({"headers": {"x-lease-seq": 5, "x-delivery-count": 9, "k": "v"}}, 1)
+    plain, counted = PackedDecoder().decode(b"".join(pack_records(
+        [(1, 0, "", "q", raw, b"x"), (2, 1, "", "q", raw, b"y")])))
+    assert plain.properties.headers == {"x-delivery-count": 9, "k": "v"}
+    assert list(counted.properties.headers.items()) == [("k", "v"),
+                                                       ("x-delivery-count", 1)]
+    assert isinstance(plain.properties, pika.BasicProperties)
