@@ -448,6 +448,11 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if cap is not None and have >= cap or room <= 0:
                 continue
             expected = min(session.ready(queue), room)
+            if not expected and not ledger.next_seq:
+                # a consumer that has received nothing yet: the broker may already have
+                # pushed the queue's messages towards it (in flight, so not counted as
+                # ready); wait for a first one (up to FIRST_DELIVERY_SECONDS)
+                expected = 1
             goal = have + expected if cap is None else min(cap, have + expected)
             if goal > have:
                 wanted[queue] = goal

@@ -49,8 +49,13 @@ def make_reader(uri: str, queue: str, **options) -> ConsumeStreamReader:
 
 def run_batch(reader: ConsumeStreamReader, start: dict, limit=None,
               previous: dict | None = None) -> tuple[dict, list[int]]:
-    """One micro-batch in Spark's order: (end offset, order numbers read)."""
-    end = reader.latestOffset(start, limit or reader.getDefaultReadLimit())
+    """One micro-batch in Spark's order: (end offset, order numbers read). Like Spark,
+    a trigger whose latestOffset is its start runs no batch and asks again (a busy
+    broker may not have delivered to a consumer that has just started)."""
+    for _trigger in range(5):
+        end = reader.latestOffset(start, limit or reader.getDefaultReadLimit())
+        if end != start:
+            break
     if previous is not None:
         reader.commit(previous)
     parts = pickle.loads(pickle.dumps(reader.partitions(start, end)))  # to the executors
