@@ -162,7 +162,11 @@ def recommend(segment_rows: list, what_if_rows: list, current: int) -> list[str]
                          f"{len(compactable)} more "
                          f"({_size(sum(r['bytes'] for r in compactable))}).")
         options = [r for r in what_if_rows if (r["vhost"], r["queue"]) == (vhost, queue)]
-        if options:
+        if not mine:
+            # entries still in the WAL never reach segments once settled: no what-if
+            lines.append("  its log is all in the WAL so far (no segment files): "
+                         "nothing on disk to reclaim yet.")
+        elif options:
             best = max(options, key=lambda r: (r["reclaimable_bytes"], -r["files"]))
             now = next((r for r in options if r["segment_max_entries"] == current), None)
             if now is not None and best["reclaimable_bytes"] > now["reclaimable_bytes"]:

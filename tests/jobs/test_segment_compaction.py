@@ -88,3 +88,14 @@ def test_the_report_names_the_pinning_message_and_the_best_size(spark, inputs):
     text = "\n".join(job.recommend(segments, options, current=8))
     assert ("with raft.segment_max_entries = 4 (now 8) the release cursor alone would "
             "reclaim 400 B instead of 0 B, in 5 files instead of 3") in text
+
+
+def test_a_queue_whose_log_is_all_in_the_wal_gets_no_what_if():
+    # settled entries still in the WAL are dropped from memory, never written to
+    # segments: a segment-size what-if would promise savings that cannot happen
+    options = [{"vhost": "/", "queue": "q", "segment_max_entries": 128,
+                "reclaimable_bytes": 4096, "files": 3}]
+    assert job.recommend([], options, current=4096) == [
+        "queue 'q' (vhost '/'): 0 segment files, 0 B, of which 0 B (0%) is settled messages.",
+        "  its log is all in the WAL so far (no segment files): nothing on disk to "
+        "reclaim yet."]
