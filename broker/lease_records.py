@@ -62,7 +62,12 @@ class LeasedMessage:
 
     @property
     def delivery_count(self) -> int:
-        return int((self.properties.headers or {}).get("x-delivery-count", 0))
+        return header_delivery_count(self.properties)
+
+
+def header_delivery_count(properties: pika.BasicProperties) -> int:
+    """Earlier deliveries of a message, from its `x-delivery-count` header (0 if none)."""
+    return int((properties.headers or {}).get("x-delivery-count", 0))
 
 
 Packable = tuple[int, int, str, str, bytes, bytes]

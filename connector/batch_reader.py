@@ -45,6 +45,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..broker.lease_client import LeaseClient
+from ..broker.lease_records import LeasedMessage
 from ..broker.management_client import ManagementError
 from .connection import open_connection, open_lease_client
 from .options import BatchReadOptions, Mode
@@ -65,22 +66,6 @@ class QueueRead(InputPartition):
     @property
     def value(self):  # InputPartition's field, shown by Spark in plans
         return self.queue
-
-
-@dataclass(frozen=True, slots=True)
-class _Got:
-    """A basic.get result, shaped as schema.Received."""
-
-    seq: int
-    body: bytes
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: pika.BasicProperties
-
-    @property
-    def delivery_count(self) -> int:
-        return int((self.properties.headers or {}).get("x-delivery-count", 0))
 
 
 class QueueBatchReader(DataSourceReader):
@@ -139,7 +124,7 @@ class QueueBatchReader(DataSourceReader):
                     break
                 seq += 1
                 last_tag = method.delivery_tag
-                chunk.append(_Got(seq, body, method.exchange, method.routing_key,
+                chunk.append(LeasedMessage(seq, body, method.exchange, method.routing_key,
                                   method.redelivered, properties))
                 if len(chunk) == READ_CHUNK:
                     yield to_record_batch(queue, chunk, self.options.include_headers)

@@ -66,6 +66,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
+from ..broker.lease_records import header_delivery_count
 from . import offsets
 from .connection import open_connection
 from .offsets import ConsumeOffset, OffsetError
@@ -108,7 +109,7 @@ class Delivery:
 
     @property
     def delivery_count(self) -> int:
-        return int((self.properties.headers or {}).get("x-delivery-count", 0))
+        return header_delivery_count(self.properties)
 
 
 class Ledger:

@@ -49,6 +49,18 @@ class OffsetError(ValueError):
     """An offset (from Spark's checkpoint) that is not a lease-mode offset."""
 
 
+
+def moved_forward(positions, ends: Mapping[str, int]) -> dict[str, int]:
+    """`positions` ((queue, position) pairs) with the queues in `ends` moved to their
+    new positions; a queue may not move back."""
+    merged = dict(positions)
+    for queue, position in ends.items():
+        if position < merged.get(queue, 0):
+            raise OffsetError(f"queue {queue!r} would move back from "
+                              f"{merged[queue]} to {position}")
+        merged[queue] = position
+    return merged
+
 @dataclass(frozen=True, slots=True)
 class LeaseOffset:
     lease: str
@@ -88,13 +100,7 @@ class LeaseOffset:
 
     def advanced(self, ends: Mapping[str, int]) -> "LeaseOffset":
         """This offset with the queues in `ends` moved to their new positions."""
-        merged = dict(self.positions)
-        for queue, seq in ends.items():
-            if seq < merged.get(queue, 0):
-                raise OffsetError(f"queue {queue!r} would move back from "
-                                  f"{merged[queue]} to {seq}")
-            merged[queue] = seq
-        return LeaseOffset.of(self.lease, merged)
+        return LeaseOffset.of(self.lease, moved_forward(self.positions, ends))
 
 
 def new_lease_name() -> str:
@@ -198,10 +204,4 @@ class ConsumeOffset:
         return dict(self.positions).get(queue, 0)
 
     def advanced(self, ends: Mapping[str, int]) -> "ConsumeOffset":
-        merged = dict(self.positions)
-        for queue, count in ends.items():
-            if count < merged.get(queue, 0):
-                raise OffsetError(f"queue {queue!r} would move back from "
-                                  f"{merged[queue]} to {count}")
-            merged[queue] = count
-        return ConsumeOffset.of(merged)
+        return ConsumeOffset.of(moved_forward(self.positions, ends))
