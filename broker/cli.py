@@ -32,12 +32,23 @@ def broker() -> None:
 @click.option("--host", help="Address to listen on (listeners.tcp.host), default 127.0.0.1.")
 @click.option("--data-dir", type=click.Path(file_okay=False),
               help="Where durable queues, messages and metadata live.")
-def broker_start(config_path, port, host, data_dir) -> None:
+@click.option("--node-name", help="This node's name (node_name), e.g. qq1@localhost.")
+@click.option("--cluster-port", type=int,
+              help="Inter-node port (distribution.listener.port; default AMQP port + 20000).")
+@click.option("--cluster-nodes", help="The cluster's nodes, comma-separated name@host:port, "
+              "this one included (cluster_formation.classic_config.nodes).")
+def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
+                 cluster_nodes) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
+    from .config import _nodes
     from .server.run import run
 
     try:
-        settings = load_settings(config_path, port=port, host=host, data_dir=data_dir)
+        nodes = (_nodes("--cluster-nodes", cluster_nodes) if cluster_nodes is not None
+                 else None)
+        settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
+                                 node_name=node_name, distribution_port=cluster_port,
+                                 cluster_nodes=nodes)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:

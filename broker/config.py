@@ -47,6 +47,32 @@ class Settings:
     # the quorum-queue log storage keys (`raft.wal_max_size_bytes`...), as (key, value)
     # pairs; validated by load_settings, turned into a StorageConfig by storage_config()
     raft: tuple = ()
+    # clustering (broker/cluster/README.md): this node's inter-node listener
+    # (RabbitMQ's distribution port: AMQP port + 20000 unless set), the cluster's
+    # nodes as "name@host:port" (every node lists the same set, itself included; empty:
+    # a node of its own), the shared secret nodes prove to each other (like Erlang's
+    # cookie; empty: read or create ~/.quorumqueue.cookie), and quorum-queue placement
+    distribution_port: int = -1
+    cluster_nodes: tuple[str, ...] = ()
+    cluster_cookie: str = ""
+    quorum_initial_cluster_size: int = 3
+    queue_leader_locator: str = "client-local"
+    raft_tick_ms: int = 100
+
+    @property
+    def cluster_port(self) -> int:
+        if self.distribution_port >= 0:
+            return self.distribution_port
+        return self.port + 20000 if self.port else 0
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.cluster_nodes)
+
+    def cluster_peers(self) -> dict[str, tuple[str, int]]:
+        """{node name: (host, port)} of every node in cluster_nodes, this one included."""
+        return dict(parse_cluster_node("cluster_formation.classic_config.nodes", item)
+                    for item in self.cluster_nodes)
 
     def storage_config(self):
         from .raft.storage.config import StorageConfig
@@ -103,6 +129,31 @@ def _users(key, value):
     return tuple(value)
 
 
+def parse_cluster_node(key: str, value: str) -> tuple[str, tuple[str, int]]:
+    """"name@host:port" -> (name, (host, port)); the name is the node's `node_name`."""
+    match = re.fullmatch(r"([^@\s:]+@([^@\s:]+)):(\d+)", value) if isinstance(value, str) else None
+    if match is None or not 0 < int(match.group(3)) < 65536:
+        raise ConfigError(f"{key}: expected \"name@host:port\" (the node's name and its "
+                          f"inter-node address), got {value!r}")
+    return match.group(1), (match.group(2), int(match.group(3)))
+
+
+def _nodes(key, value):
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of \"name@host:port\", got {value!r}")
+    for item in value:
+        parse_cluster_node(key, item)
+    return tuple(value)
+
+
+def _locator(key, value):
+    if value not in ("client-local", "balanced"):
+        raise ConfigError(f"{key}: expected \"client-local\" or \"balanced\", got {value!r}")
+    return value
+
+
 KEYS = {
     "listeners.tcp.host": ("host", _str),
     "listeners.tcp.default": ("port", _int),
@@ -125,6 +176,12 @@ KEYS = {
     "storage.fsync": ("fsync", _bool),
     "storage.msg_store_segment_bytes": ("msg_store_segment_bytes", parse_size),
     "log.level": ("log_level", _str),
+    "distribution.listener.port": ("distribution_port", _int),
+    "cluster_formation.classic_config.nodes": ("cluster_nodes", _nodes),
+    "cluster.cookie": ("cluster_cookie", _str),
+    "quorum_queue.initial_cluster_size": ("quorum_initial_cluster_size", _int),
+    "queue_leader_locator": ("queue_leader_locator", _locator),
+    "raft.tick_interval_ms": ("raft_tick_ms", _int),
 }
 
 
@@ -151,6 +208,23 @@ def validate(settings: Settings) -> Settings:
     if not 0 < settings.max_message_size <= 512 * 1024 * 1024:
         raise ConfigError("max_message_size: must be between 1 byte and 512MiB "
                           f"(RabbitMQ's hard limit), got {settings.max_message_size}")
+    if not -1 <= settings.distribution_port <= 65535:
+        raise ConfigError(f"distribution.listener.port: {settings.distribution_port} is not "
+                          "in 0..65535")
+    if settings.cluster_nodes:
+        peers = settings.cluster_peers()
+        if len(peers) != len(settings.cluster_nodes):
+            raise ConfigError("cluster_formation.classic_config.nodes: a node is listed twice")
+        if settings.node_name not in peers:
+            raise ConfigError(f"cluster_formation.classic_config.nodes: this node "
+                              f"({settings.node_name}) is not in the list "
+                              f"({', '.join(peers)}); set node_name to one of them")
+    if settings.quorum_initial_cluster_size < 1:
+        raise ConfigError("quorum_queue.initial_cluster_size: must be at least 1, got "
+                          f"{settings.quorum_initial_cluster_size}")
+    if not 10 <= settings.raft_tick_ms <= 10000:
+        raise ConfigError(f"raft.tick_interval_ms: {settings.raft_tick_ms} is outside "
+                          "10..10000")
     settings.storage_config()  # refuses unknown or impossible raft.* values, naming the key
     if settings.log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "
@@ -171,7 +245,7 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                 raise ConfigError(f"{path}: {error}") from None
         raft = []
         for key, value in _flatten(document).items():
-            if key.startswith("raft."):
+            if key.startswith("raft.") and key not in KEYS:
                 raft.append((key, value))
                 continue
             if key not in KEYS:
