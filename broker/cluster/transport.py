@@ -1,0 +1,557 @@
+"""The asyncio shell that carries envelopes between the nodes of a cluster.
+
+Responsibilities: listen for peers; connect to them lazily and reconnect with
+backoff; queue, batch and write the frames `send` is given; check the handshake of
+every accepted connection; deliver what arrives to `on_message`; count what happens
+(`stats()`, for `cluster status`).
+
+How it works: each direction has its own connection. Node A sends to B only on the
+connection A opened to B (`_Outbound`); a connection A accepts (`_Inbound`) only
+receives. So there is nothing to de-duplicate and a peer's frames arrive in the
+order they were sent, over one TCP stream. `send` encodes the envelope, appends the
+frame to the peer's bounded queue (`_Outgoing`) and, if the peer is connected,
+schedules one flush with `loop.call_soon`: every frame queued in this event-loop
+iteration leaves in one `transport.write`, and nothing waits for an answer before
+sending the next (batching and pipelining). A new connection writes the handshake
+(wire.Handshake) first; the accepting side delivers nothing from a connection until
+that handshake names this cluster, this node and the right cookie.
+
+Invariants:
+- `send` never blocks and never raises because a peer is unreachable or slow:
+  memory per peer is bounded by the queue (`max_queued_frames`, `max_queued_bytes`;
+  the oldest frames are dropped and counted) plus the transport's write buffer
+  (`write_high_water` plus one batch: while asyncio has paused writing, frames wait
+  in the queue). Raft retransmits, so a dropped frame costs a round, not safety.
+- `on_message(from_node, envelope)` runs synchronously in the event loop, in arrival
+  order, only for frames after an accepted handshake, never after `stop()`.
+- A peer's bad handshake or malformed frame closes that one connection with an
+  error log naming the peer and the fault; the node carries on.
+- After `stop()` no task, timer or connection of the transport is left.
+
+Not here: encoding and framing (`wire.py`); what messages mean, membership and
+retries of requests (the node's cluster layer); TLS (the cookie travels in clear:
+use it on a trusted network); connecting to peers before the first `send`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, FrameReader, Handshake,
+                   WireError, decode, decode_handshake, encode, encode_handshake, frame,
+                   handshake_problems)
+
+log = logging.getLogger("quorumqueue.cluster")
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStats:
+    frames_sent: int = 0        # frames written to a connection (one lost with it is lost)
+    bytes_sent: int = 0         # their bytes, frame headers included
+    writes: int = 0             # transport.write calls that carried them (batches)
+    frames_received: int = 0    # frames delivered to on_message
+    bytes_received: int = 0     # their bytes, frame headers included
+    frames_dropped: int = 0     # oldest frames dropped from a full queue
+    reconnects: int = 0         # connections made again after a failure or a loss
+    connect_failures: int = 0   # connection attempts that failed
+    refused: int = 0            # accepted connections closed for a bad handshake
+    malformed: int = 0          # accepted connections closed for a malformed frame
+    queued_frames: int = 0      # now: frames waiting for a connection or for the buffer
+    queued_bytes: int = 0       # now: their bytes
+    buffered_bytes: int = 0     # now: bytes in connections' write buffers (back-pressure)
+
+
+_GAUGES = ("queued_frames", "queued_bytes", "buffered_bytes")
+_COUNTERS = tuple(f.name for f in fields(TransportStats) if f.name not in _GAUGES)
+
+
+class _Outgoing:
+    """One peer's frames not yet written; bounded, the oldest dropped first. A single
+    frame larger than the byte bound is kept (alone): frames are bounded by wire's
+    maximum frame size instead."""
+
+    __slots__ = ("frames", "bytes", "max_frames", "max_bytes")
+
+    def __init__(self, max_frames: int, max_bytes: int) -> None:
+        self.frames: deque[bytes] = deque()
+        self.bytes = 0                 # == sum(map(len, self.frames))
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+
+    def push(self, data: bytes) -> int:
+        """Queue `data`; returns how many older frames were dropped to make room."""
+        self.frames.append(data)
+        self.bytes += len(data)
+        dropped = 0
+        while ((len(self.frames) > self.max_frames or self.bytes > self.max_bytes)
+               and len(self.frames) > 1):
+            self.bytes -= len(self.frames.popleft())
+            dropped += 1
+        return dropped
+
+    def take(self) -> list[bytes]:
+        frames = list(self.frames)
+        self.frames.clear()
+        self.bytes = 0
+        return frames
+
+
+class _Peer:
+    """What this node knows about sending to one peer."""
+
+    __slots__ = ("name", "address", "outgoing", "link", "connect_task", "flush_handle",
+                 "delay", "ever_connected", "down_reported", "failures", "dropping")
+
+    def __init__(self, name: str, address: tuple[str, int], outgoing: _Outgoing) -> None:
+        self.name = name
+        self.address = address
+        self.outgoing = outgoing
+        self.link: _Outbound | None = None     # the open outbound connection, if any
+        self.connect_task: asyncio.Task | None = None   # at most one at a time
+        self.flush_handle: asyncio.Handle | None = None  # at most one flush scheduled
+        self.delay = 0.0                # wait before the next connection attempt
+        self.ever_connected = False
+        self.down_reported = False      # on_peer_down called for the current outage
+        self.failures = 0               # failed attempts in the current outage
+        self.dropping = False           # drops logged for the current full spell
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, owner: ClusterTransport) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.closed = owner._loop.create_future()   # resolved by connection_lost
+        self.made_at = 0.0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.made_at = self.owner._loop.time()
+        self.owner._connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.owner._connections.discard(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class _Outbound(_Connection):
+    """Our connection to a peer: writes only."""
+
+    def __init__(self, owner: ClusterTransport, peer: _Peer) -> None:
+        super().__init__(owner)
+        self.peer = peer
+        self.paused = False             # asyncio's write buffer is over the high-water mark
+        self.lost = False
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        transport.set_write_buffer_limits(high=self.owner.write_high_water)
+        transport.write(self.owner._handshake_frame(self.peer.name))
+        self.owner._link_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        log.error("peer %r sent %d bytes on this node's outbound connection, which only "
+                  "writes; closing it", self.peer.name, len(data))
+        self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.owner._schedule_flush(self.peer)
+
+    def connection_lost(self, exc) -> None:
+        self.lost = True
+        super().connection_lost(exc)
+        self.owner._link_lost(self, exc)
+
+
+class _Inbound(_Connection):
+    """A connection a peer opened to us: reads only."""
+
+    def __init__(self, owner: ClusterTransport) -> None:
+        super().__init__(owner)
+        self.reader = FrameReader(owner.max_frame_size)
+        self.from_node: str | None = None   # set once the handshake is accepted
+        self.address = "?"
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        peername = transport.get_extra_info("peername") or ("?", 0)
+        self.address = f"{peername[0]}:{peername[1]}"
+        if not self.owner._running:          # accepted while stop() was closing
+            transport.close()
+            return
+        self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
+                                                 self._handshake_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        self.owner._received(self, data)
+
+    def _handshake_timed_out(self) -> None:
+        log.error("closing cluster connection from %s: no handshake within %g s",
+                  self.address, self.owner.handshake_timeout)
+        self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        super().connection_lost(exc)
+
+
+class ClusterTransport:
+    """Frames between this node and its peers; see the module docstring."""
+
+    def __init__(self, node_name: str, cluster_name: str, cookie: str, host: str,
+                 port: int, peers: dict[str, tuple[str, int]],
+                 on_message: Callable[[str, Envelope], None],
+                 on_peer_down: Callable[[str], None] | None = None, *,
+                 max_queued_frames: int = 100_000, max_queued_bytes: int = 64 * MiB,
+                 write_high_water: int = 8 * MiB, backoff_initial: float = 0.05,
+                 backoff_max: float = 1.0, connect_timeout: float = 5.0,
+                 handshake_timeout: float = 10.0,
+                 max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        for name, value in (("max_queued_frames", max_queued_frames),
+                            ("max_queued_bytes", max_queued_bytes),
+                            ("write_high_water", write_high_water),
+                            ("backoff_initial", backoff_initial),
+                            ("connect_timeout", connect_timeout),
+                            ("handshake_timeout", handshake_timeout),
+                            ("max_frame_size", max_frame_size)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if backoff_max < backoff_initial:
+            raise ValueError(f"backoff_max ({backoff_max}) must be >= backoff_initial "
+                             f"({backoff_initial})")
+        self.node_name = node_name
+        self.cluster_name = cluster_name
+        self.host = host
+        self.port = port                # the bound port once started (port 0 picks one)
+        self.max_queued_frames = max_queued_frames
+        self.max_queued_bytes = max_queued_bytes
+        self.write_high_water = write_high_water
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.connect_timeout = connect_timeout
+        self.handshake_timeout = handshake_timeout
+        self.max_frame_size = max_frame_size
+        self._cookie = cookie
+        self._on_message = on_message
+        self._on_peer_down = on_peer_down
+        self._peers: dict[str, _Peer] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._running = False           # between start() and stop()
+        self._connections: set[_Connection] = set()     # every open connection
+        self._retiring: set[asyncio.Task] = set()       # connect tasks of removed peers
+        self._totals: Counter[str] = Counter()
+        self._counters: dict[str, Counter[str]] = {}    # per peer name
+        for name, address in peers.items():
+            self.add_peer(name, address)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on host:port; `.port` is the bound port afterwards."""
+        if self._loop is not None:
+            raise RuntimeError("ClusterTransport.start() called twice")
+        self._loop = asyncio.get_running_loop()
+        self._server = await self._loop.create_server(lambda: _Inbound(self), self.host,
+                                                      self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._running = True
+        log.info("node %r listening for cluster %r on %s:%d", self.node_name,
+                 self.cluster_name, self.host, self.port)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Close the listener, cancel connection attempts, write what is queued to
+        connected peers, close every connection (aborting those not closed within
+        `grace` seconds). Queued frames of unconnected peers are discarded."""
+        if not self._running:
+            return
+        self._running = False
+        self._server.close()
+        tasks = [peer.connect_task for peer in self._peers.values() if peer.connect_task]
+        tasks += self._retiring
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for peer in self._peers.values():
+            if peer.flush_handle is not None:
+                peer.flush_handle.cancel()
+            self._flush(peer, ignore_pause=True)
+            peer.outgoing.take()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.transport.close()
+        if connections:
+            _, slow = await asyncio.wait([c.closed for c in connections], timeout=grace)
+            for connection in connections:
+                if not connection.closed.done():
+                    connection.transport.abort()
+            if slow:
+                await asyncio.wait(slow)
+        await self._server.wait_closed()
+        log.info("node %r stopped its cluster transport", self.node_name)
+
+    # -- peers ------------------------------------------------------------------------
+
+    def add_peer(self, name: str, address: tuple[str, int]) -> None:
+        """Know `name` at `address`. A known peer given a new address is replaced
+        (its connection closed, its queue dropped); the same address changes nothing."""
+        if name == self.node_name:
+            raise ValueError(f"node {name!r} cannot be its own peer")
+        host, port = address
+        if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"peer {name!r} address must be (host, port), got {address!r}")
+        current = self._peers.get(name)
+        if current is not None:
+            if current.address == (host, port):
+                return
+            self.remove_peer(name)
+        self._peers[name] = _Peer(name, (host, port),
+                                  _Outgoing(self.max_queued_frames, self.max_queued_bytes))
+
+    def remove_peer(self, name: str) -> None:
+        """Forget `name`: stop connecting, close our connection to it, drop its queue.
+        Connections it opened to us stay (they are only read from)."""
+        peer = self._peers.pop(name, None)
+        if peer is None:
+            return
+        if peer.connect_task is not None:
+            peer.connect_task.cancel()
+            self._retiring.add(peer.connect_task)
+            peer.connect_task.add_done_callback(self._retiring.discard)
+        if peer.flush_handle is not None:
+            peer.flush_handle.cancel()
+        if peer.link is not None:
+            peer.link.transport.close()
+        peer.outgoing.take()
+
+    def peers(self) -> dict[str, tuple[str, int]]:
+        return {name: peer.address for name, peer in self._peers.items()}
+
+    def is_connected(self, peer: str) -> bool:
+        """Whether our connection to `peer` is open (handshake written; a peer that
+        refuses the handshake closes it again)."""
+        state = self._peers.get(peer)
+        return (state is not None and state.link is not None
+                and not state.link.transport.is_closing())
+
+    def stats(self, peer: str | None = None) -> TransportStats:
+        """Counters for one peer, or totals over all peers (and unknown senders)."""
+        counter = self._totals if peer is None else self._counters.get(peer, Counter())
+        peers = self._peers.values() if peer is None else (
+            [self._peers[peer]] if peer in self._peers else [])
+        return TransportStats(**{name: counter[name] for name in _COUNTERS},
+                              queued_frames=sum(len(p.outgoing.frames) for p in peers),
+                              queued_bytes=sum(p.outgoing.bytes for p in peers),
+                              buffered_bytes=sum(p.link.transport.get_write_buffer_size()
+                                                 for p in peers if p.link is not None))
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send(self, peer: str, envelope: Envelope) -> None:
+        """Queue `envelope` for `peer`; it leaves with this iteration's batch once
+        connected. Raises KeyError for an unknown peer and WireError for an envelope
+        that cannot be encoded or framed; after stop() the envelope is dropped."""
+        if self._loop is None:
+            raise RuntimeError("ClusterTransport.send() before start()")
+        state = self._peers.get(peer)
+        if state is None:
+            raise KeyError(f"unknown cluster peer {peer!r}; known peers: "
+                           f"{sorted(self._peers)}")
+        if not self._running:
+            self._count(peer, "frames_dropped")
+            return
+        dropped = state.outgoing.push(frame(encode(envelope), self.max_frame_size))
+        if dropped:
+            self._count(peer, "frames_dropped", dropped)
+            if not state.dropping:
+                state.dropping = True
+                log.warning("queue for peer %r is full (%d frames, %d bytes): dropping "
+                            "the oldest frames", peer, len(state.outgoing.frames),
+                            state.outgoing.bytes)
+        if state.link is not None:
+            self._schedule_flush(state)
+        else:
+            self._ensure_connecting(state)
+
+    def _schedule_flush(self, peer: _Peer) -> None:
+        if peer.flush_handle is None and peer.outgoing.frames and self._running:
+            peer.flush_handle = self._loop.call_soon(self._flush, peer)
+
+    def _flush(self, peer: _Peer, ignore_pause: bool = False) -> None:
+        peer.flush_handle = None
+        link = peer.link
+        if (link is None or link.transport.is_closing() or (link.paused and not ignore_pause)
+                or not peer.outgoing.frames):
+            return
+        frames = peer.outgoing.take()
+        peer.dropping = False
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        link.transport.write(data)
+        self._count(peer.name, "frames_sent", len(frames))
+        self._count(peer.name, "bytes_sent", len(data))
+        self._count(peer.name, "writes")
+
+    def _handshake_frame(self, to_node: str) -> bytes:
+        return frame(encode_handshake(Handshake(self.cluster_name, self.node_name, to_node,
+                                                self._cookie)))
+
+    # -- connecting -------------------------------------------------------------------
+
+    def _ensure_connecting(self, peer: _Peer) -> None:
+        if peer.link is None and peer.connect_task is None and self._running:
+            peer.connect_task = self._loop.create_task(
+                self._connect(peer), name=f"cluster-connect-{self.node_name}-{peer.name}")
+
+    async def _connect(self, peer: _Peer) -> None:
+        """Attempt until a connection is made, waiting `peer.delay` before each."""
+        try:
+            while True:
+                if peer.delay:
+                    await asyncio.sleep(peer.delay)
+                host, port = peer.address
+                try:
+                    _, link = await asyncio.wait_for(
+                        self._loop.create_connection(lambda: _Outbound(self, peer), host,
+                                                     port),
+                        self.connect_timeout)
+                except (OSError, TimeoutError) as exc:
+                    self._connect_failed(peer, exc)
+                    continue
+                if not link.lost:
+                    return
+                # lost before this task resumed: _link_lost set the delay; try again
+        finally:
+            peer.connect_task = None
+
+    def _connect_failed(self, peer: _Peer, exc: BaseException) -> None:
+        self._count(peer.name, "connect_failures")
+        peer.failures += 1
+        peer.delay = self._next_delay(peer.delay)
+        reason = str(exc) or type(exc).__name__
+        if peer.failures == 1:
+            log.warning("cannot connect to peer %r at %s:%d (%s); retrying with backoff "
+                        "up to %.1f s", peer.name, *peer.address, reason, self.backoff_max)
+        else:
+            log.debug("connection attempt %d to peer %r failed: %s", peer.failures,
+                      peer.name, reason)
+        self._report_down(peer)
+
+    def _next_delay(self, delay: float) -> float:
+        return min(max(delay * 2, self.backoff_initial), self.backoff_max)
+
+    def _link_made(self, link: _Outbound) -> None:
+        peer = link.peer
+        if not self._running or self._peers.get(peer.name) is not peer:
+            link.transport.close()
+            return
+        peer.link = link
+        if peer.ever_connected:
+            self._count(peer.name, "reconnects")
+        log.info("connected to peer %r at %s:%d%s", peer.name, *peer.address,
+                 f" after {peer.failures} failed attempts" if peer.failures else "")
+        peer.ever_connected = True
+        peer.down_reported = False
+        peer.failures = 0
+        self._schedule_flush(peer)
+
+    def _link_lost(self, link: _Outbound, exc: BaseException | None) -> None:
+        peer = link.peer
+        if peer.link is not link:
+            return
+        peer.link = None
+        if not self._running or self._peers.get(peer.name) is not peer:
+            return
+        lived = self._loop.time() - link.made_at
+        # A connection that lived restarts the backoff; one closed at once (a refused
+        # handshake, a crashing peer) keeps doubling it.
+        peer.delay = (self.backoff_initial if lived >= self.backoff_max
+                      else self._next_delay(peer.delay))
+        log.warning("lost connection to peer %r at %s:%d (%s); reconnecting", peer.name,
+                    *peer.address, exc or "closed by the peer")
+        self._report_down(peer)
+        self._ensure_connecting(peer)
+
+    def _report_down(self, peer: _Peer) -> None:
+        if peer.down_reported or self._on_peer_down is None:
+            return
+        peer.down_reported = True
+        try:
+            self._on_peer_down(peer.name)
+        except Exception:
+            log.exception("on_peer_down(%r) raised", peer.name)
+
+    # -- receiving --------------------------------------------------------------------
+
+    def _received(self, conn: _Inbound, data: bytes) -> None:
+        if not self._running:
+            return
+        try:
+            payloads = conn.reader.feed(data)
+        except WireError as exc:
+            self._close_malformed(conn, exc)
+            return
+        for payload in payloads:
+            if not self._running or conn.transport.is_closing():
+                return
+            if conn.from_node is None:
+                if not self._accept_handshake(conn, payload):
+                    return
+                continue
+            try:
+                envelope = decode(payload)
+            except WireError as exc:
+                self._close_malformed(conn, exc)
+                return
+            self._count(conn.from_node, "frames_received")
+            self._count(conn.from_node, "bytes_received", HEADER_SIZE + len(payload))
+            self._on_message(conn.from_node, envelope)
+
+    def _accept_handshake(self, conn: _Inbound, payload: bytes) -> bool:
+        try:
+            handshake = decode_handshake(payload)
+        except WireError as exc:
+            problems, who = [str(exc)], ""
+        else:
+            problems = handshake_problems(handshake, cluster_name=self.cluster_name,
+                                          node_name=self.node_name, cookie=self._cookie)
+            who = f"node {handshake.from_node!r} at "
+        if problems:
+            log.error("refused cluster connection from %s%s: %s", who, conn.address,
+                      "; ".join(problems))
+            self._totals["refused"] += 1
+            conn.transport.close()
+            return False
+        conn.from_node = handshake.from_node
+        conn.timer.cancel()
+        log.debug("accepted cluster connection from node %r at %s", conn.from_node,
+                  conn.address)
+        return True
+
+    def _close_malformed(self, conn: _Inbound, exc: WireError) -> None:
+        who = f"node {conn.from_node!r} at " if conn.from_node else ""
+        log.error("closing cluster connection from %s%s: malformed frame: %s", who,
+                  conn.address, exc)
+        if conn.from_node:
+            self._count(conn.from_node, "malformed")
+        else:
+            self._totals["malformed"] += 1
+        conn.transport.close()
+
+    def _count(self, peer: str, name: str, amount: int = 1) -> None:
+        self._totals[name] += amount
+        counter = self._counters.get(peer)
+        if counter is None:
+            counter = self._counters[peer] = Counter()
+        counter[name] += amount

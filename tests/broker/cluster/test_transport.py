@@ -1,0 +1,383 @@
+"""The cluster transport (broker/cluster/transport.py) over real loopback sockets.
+
+Each test runs one scenario in its own event loop with asyncio.run (as
+tests/broker/server/test_aio_pika.py does), on 127.0.0.1 and ports the kernel picks.
+Waits poll a condition with a deadline; nothing asserts on timing.
+
+Checked: envelopes both ways between two and three nodes, per-peer order, batching
+(a burst is one write), a multi-MB AppendEntries, a peer that starts late or
+restarts on the same port, the queue bound and write back-pressure, handshakes
+refused for cluster name, cookie and to-node, a malformed frame closing only its
+connection, and stop() leaving no task behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import pytest
+
+from quorumqueue.broker.cluster.transport import ClusterTransport
+from quorumqueue.broker.cluster.wire import (Handshake, RaftEnvelope, Rpc, encode,
+                                             encode_handshake, frame)
+from quorumqueue.broker.raft.messages import (AppendEntries, AppendEntriesResponse,
+                                              InstallSnapshot, RequestVote, TimeoutNow)
+from quorumqueue.broker.raft.types import COMMAND, LogEntry, SnapshotMeta
+
+pytestmark = pytest.mark.timeout(30)
+
+LOCAL = "127.0.0.1"
+
+
+def run(scenario):
+    asyncio.run(asyncio.wait_for(scenario(), timeout=15))
+
+
+class Node:
+    """A started transport and what it delivered."""
+
+    def __init__(self, transport: ClusterTransport) -> None:
+        self.transport = transport
+        self.got: list[tuple[str, object]] = []
+        self.down: list[str] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (LOCAL, self.transport.port)
+
+    def sent_from(self, peer: str) -> list[object]:
+        return [envelope for sender, envelope in self.got if sender == peer]
+
+
+async def start(name: str, *, cluster: str = "test", cookie: str = "secret", port: int = 0,
+                peers: dict | None = None, **options) -> Node:
+    options = {"backoff_initial": 0.01, "backoff_max": 0.1, **options}
+    node = Node(None)
+    node.transport = ClusterTransport(
+        name, cluster, cookie, LOCAL, port, peers or {},
+        lambda sender, envelope: node.got.append((sender, envelope)), node.down.append,
+        **options)
+    await node.transport.start()
+    return node
+
+
+def mesh(*nodes: Node) -> None:
+    for node in nodes:
+        for other in nodes:
+            if other is not node:
+                node.transport.add_peer(other.transport.node_name, other.address)
+
+
+async def until(condition, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOCAL, 0))
+        return sock.getsockname()[1]
+
+
+def traffic(sender: str, to: str, count: int) -> list:
+    """Raft envelopes of several kinds interleaved with Rpcs, numbered for order."""
+    out = []
+    for i in range(count):
+        match i % 4:
+            case 0:
+                out.append(RaftEnvelope("meta", RequestVote(i, sender, to, i, i)))
+            case 1:
+                entry = LogEntry(i, 1, COMMAND, f"{sender}->{to} #{i}".encode())
+                out.append(RaftEnvelope("%2F/q1", AppendEntries(1, sender, to, i - 1, 1,
+                                                                (entry,), i - 1)))
+            case 2:
+                out.append(Rpc("declare", {"seq": i, "from": sender, "args": [1, b"\x00"]}))
+            case 3:
+                out.append(RaftEnvelope("%2F/q1", AppendEntriesResponse(1, sender, to, True,
+                                                                        i)))
+    return out
+
+
+# -- exchanging -----------------------------------------------------------------------
+
+def test_two_nodes_exchange_envelopes_both_ways_in_order_one_write_per_burst():
+    async def scenario():
+        a, b = await start("a"), await start("b")
+        mesh(a, b)
+        a_to_b, b_to_a = traffic("a", "b", 400), traffic("b", "a", 400)
+        for envelope in a_to_b:                  # one iteration: queued, then one write
+            a.transport.send("b", envelope)
+        for envelope in b_to_a:
+            b.transport.send("a", envelope)
+        await until(lambda: len(a.got) == 400 and len(b.got) == 400)
+        assert b.got == [("a", e) for e in a_to_b]
+        assert a.got == [("b", e) for e in b_to_a]
+        sent = a.transport.stats("b")
+        assert (sent.frames_sent, sent.writes, sent.frames_dropped) == (400, 1, 0)
+        assert b.transport.stats("a").frames_received == 400
+        assert b.transport.stats("a").bytes_received == sent.bytes_sent
+        assert a.transport.is_connected("b") and b.transport.is_connected("a")
+
+        burst = traffic("a", "b", 100)
+        for envelope in burst:
+            a.transport.send("b", envelope)
+        await until(lambda: len(b.got) == 500)
+        assert b.sent_from("a")[400:] == burst
+        assert a.transport.stats("b").writes == 2
+        await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
+
+
+def test_three_nodes_each_receive_from_both_others_in_order():
+    async def scenario():
+        nodes = [await start(name) for name in "abc"]
+        mesh(*nodes)
+        sent = {}
+        for round_ in range(5):                  # several iterations, several writes
+            for node in nodes:
+                for other in nodes:
+                    if other is node:
+                        continue
+                    me, to = node.transport.node_name, other.transport.node_name
+                    batch = traffic(me, to, 40)[round_ * 8:(round_ + 1) * 8]
+                    sent.setdefault((me, to), []).extend(batch)
+                    for envelope in batch:
+                        node.transport.send(to, envelope)
+            await asyncio.sleep(0)
+        await until(lambda: all(len(n.got) == 80 for n in nodes))
+        for (me, to), envelopes in sent.items():
+            receiver = nodes["abc".index(to)]
+            assert receiver.sent_from(me) == envelopes
+        for node in nodes:
+            await node.transport.stop()
+    run(scenario)
+
+
+def test_a_several_megabyte_append_entries_arrives_intact():
+    async def scenario():
+        a, b = await start("a"), await start("b")
+        mesh(a, b)
+        entries = tuple(LogEntry(i, 3, COMMAND, os.urandom(128 * 1024)) for i in range(1, 41))
+        big = RaftEnvelope("%2F/big", AppendEntries(3, "a", "b", 0, 0, entries, 40))
+        snapshot = RaftEnvelope("%2F/big", InstallSnapshot(
+            3, "a", "b", SnapshotMeta(40, 3, ("a", "b")), os.urandom(3 * 1024 * 1024)))
+        a.transport.send("b", big)
+        a.transport.send("b", snapshot)
+        a.transport.send("b", RaftEnvelope("%2F/big", TimeoutNow(3, "a", "b")))
+        await until(lambda: len(b.got) == 3)
+        assert b.sent_from("a")[:2] == [big, snapshot]
+        await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
+
+
+# -- unreachable, late and restarted peers --------------------------------------------
+
+def test_a_peer_that_starts_late_receives_what_was_queued_within_the_bound():
+    async def scenario():
+        port = free_port()
+        a = await start("a", peers={"b": (LOCAL, port)}, max_queued_frames=10)
+        sent = traffic("a", "b", 25)
+        for envelope in sent:
+            a.transport.send("b", envelope)      # never blocks, never raises
+        await until(lambda: a.transport.stats("b").connect_failures >= 2)
+        stats = a.transport.stats("b")
+        assert (stats.frames_dropped, stats.queued_frames) == (15, 10)
+        assert a.down == ["b"]                   # once per outage, not per attempt
+        assert not a.transport.is_connected("b")
+
+        b = await start("b", port=port)
+        await until(lambda: len(b.got) == 10)
+        assert b.sent_from("a") == sent[15:]     # the oldest were dropped
+        assert a.transport.is_connected("b")
+        assert a.transport.stats("b").reconnects == 0   # a first connection
+        await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
+
+
+def test_a_peer_restarted_on_the_same_port_is_reconnected_to():
+    async def scenario():
+        a, b = await start("a"), await start("b")
+        mesh(a, b)
+        a.transport.send("b", Rpc("ping", {"n": 1}))
+        await until(lambda: len(b.got) == 1)
+        port = b.transport.port
+        await b.transport.stop()
+        await until(lambda: a.down == ["b"])            # on_peer_down, once
+        assert not a.transport.is_connected("b")
+        a.transport.send("b", Rpc("ping", {"n": 2}))      # queued while b is down
+
+        b2 = await start("b", port=port)
+        await until(lambda: len(b2.got) == 1)
+        assert b2.got == [("a", Rpc("ping", {"n": 2}))]
+        assert a.transport.stats("b").reconnects == 1
+        await a.transport.stop()
+        await b2.transport.stop()
+    run(scenario)
+
+
+def test_write_back_pressure_bounds_memory_by_dropping_the_oldest_frames():
+    async def scenario():
+        held: list[asyncio.StreamWriter] = []
+        sink = socket.socket()
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sink.bind((LOCAL, 0))
+        server = await asyncio.start_server(lambda reader, writer: held.append(writer),
+                                            sock=sink)        # accepts, never reads
+        high, bound = 64 * 1024, 1024 * 1024
+        a = await start("a", peers={"sink": sink.getsockname()}, write_high_water=high,
+                        max_queued_bytes=bound)
+        chunk = Rpc("blob", {"data": b"\x00" * 100_000})
+        for _ in range(2000):
+            a.transport.send("sink", chunk)
+            await asyncio.sleep(0)
+            stats = a.transport.stats("sink")
+            assert stats.queued_bytes <= bound
+            assert stats.buffered_bytes <= high + bound
+            if stats.frames_dropped > 10:
+                break
+        assert a.transport.stats("sink").frames_dropped > 10
+        await a.transport.stop(grace=0.05)      # the sink never drains: aborted
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    run(scenario)
+
+
+# -- refusing and surviving bad peers -------------------------------------------------
+
+@pytest.mark.parametrize("case, fault", [
+    ("cluster", "refused cluster connection from node 'a' at 127.0.0.1:"),
+    ("cluster", "cluster name 'other' is not this node's 'test'"),
+    ("cookie", "the cookie does not match this node's cookie"),
+    ("to_node", "it is addressed to node 'c', this node is 'b'"),
+])
+def test_a_bad_handshake_is_refused_and_nothing_is_delivered(case, fault, caplog):
+    async def scenario():
+        b = await start("b")
+        a = await start("a", cluster="other" if case == "cluster" else "test",
+                        cookie="guess" if case == "cookie" else "secret")
+        target = "c" if case == "to_node" else "b"
+        a.transport.add_peer(target, b.address)
+        for envelope in traffic("a", target, 5):
+            a.transport.send(target, envelope)
+        await until(lambda: b.transport.stats().refused >= 2)   # refused, and again
+        assert b.got == [] and b.transport.stats().frames_received == 0
+        await a.transport.stop()
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert fault in caplog.text
+    assert "secret" not in caplog.text and "guess" not in caplog.text
+
+
+async def raw_client(port: int, data: bytes) -> bytes:
+    """Connect, write `data`, and return what arrives until the node closes."""
+    reader, writer = await asyncio.open_connection(LOCAL, port)
+    writer.write(data)
+    try:
+        return await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+HELLO = frame(encode_handshake(Handshake("test", "x", "b", "secret")))
+
+
+@pytest.mark.parametrize("data, delivered, fault", [
+    (HELLO + frame(encode(Rpc("ok", {}))) + frame(b"\xc1junk") + frame(encode(Rpc("no", {}))),
+     1, "closing cluster connection from node 'x' at 127.0.0.1:"),
+    (HELLO + frame(b"\x93\x03\xa1g\x01"), 0, "malformed frame: AppendEntries must have"),
+    (HELLO + b"\x7f\xff\xff\xff", 0, "exceeds the maximum frame size"),
+    (b"GET / HTTP/1.1\r\nHost: b\r\n\r\n", 0, "exceeds the maximum frame size"),
+    (frame(b"\x92\x01\x02") + HELLO, 0, "not a quorumqueue cluster handshake"),
+], ids=["garbage-after-good-frames", "bad-envelope", "oversized", "http", "no-handshake"])
+def test_a_malformed_frame_closes_only_that_connection(data, delivered, fault, caplog):
+    async def scenario():
+        b = await start("b")
+        assert await raw_client(b.transport.port, data) == b""   # closed by b
+        assert b.sent_from("x") == [Rpc("ok", {})][:delivered]
+        a = await start("a")                                      # b carries on
+        mesh(a, b)
+        a.transport.send("b", Rpc("still", {"up": True}))
+        await until(lambda: b.sent_from("a") == [Rpc("still", {"up": True})])
+        await a.transport.stop()
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert fault in caplog.text
+
+
+def test_a_connection_without_a_handshake_is_closed_after_the_timeout(caplog):
+    async def scenario():
+        b = await start("b", handshake_timeout=0.05)
+        assert await raw_client(b.transport.port, b"") == b""
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert "no handshake within 0.05 s" in caplog.text
+
+
+# -- peers and lifecycle --------------------------------------------------------------
+
+def test_peers_are_added_replaced_and_removed():
+    async def scenario():
+        a, b = await start("a"), await start("b")
+        with pytest.raises(RuntimeError, match="before start"):
+            ClusterTransport("z", "test", "k", LOCAL, 0, {}, print).send("b", Rpc("x", {}))
+        with pytest.raises(ValueError, match="own peer"):
+            a.transport.add_peer("a", b.address)
+        with pytest.raises(KeyError, match="unknown cluster peer 'b'"):
+            a.transport.send("b", Rpc("x", {}))
+        a.transport.add_peer("b", (LOCAL, free_port()))
+        a.transport.add_peer("b", b.address)                  # a new address replaces
+        assert a.transport.peers() == {"b": b.address}
+        a.transport.send("b", Rpc("x", {}))
+        await until(lambda: len(b.got) == 1)
+        a.transport.remove_peer("b")
+        assert a.transport.peers() == {} and not a.transport.is_connected("b")
+        with pytest.raises(KeyError):
+            a.transport.send("b", Rpc("x", {}))
+        a.transport.remove_peer("b")                          # idempotent
+        await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
+
+
+def test_stop_leaves_no_task_and_no_connection_behind():
+    async def scenario():
+        before = asyncio.all_tasks()
+        a, b = await start("a"), await start("b")
+        mesh(a, b)
+        a.transport.add_peer("gone", (LOCAL, free_port()))   # retrying in backoff
+        a.transport.send("gone", Rpc("x", {}))
+        a.transport.send("b", Rpc("x", {}))
+        b.transport.send("a", Rpc("y", {}))
+        await until(lambda: len(b.got) == 1 and len(a.got) == 1)
+        a.transport.send("b", Rpc("last", {}))                # queued, flushed by stop
+        _, silent = await asyncio.open_connection(*a.address)   # no handshake yet
+        await until(lambda: a.transport.stats("gone").connect_failures >= 1)
+        await a.transport.stop()
+        await b.transport.stop()
+        await b.transport.stop()                                # idempotent
+        assert asyncio.all_tasks() == before
+        a.transport.send("b", Rpc("after", {}))                 # dropped, no error
+        assert a.transport.stats("b").frames_dropped == 1
+        assert not a.transport.is_connected("b")
+        silent.close()
+        await silent.wait_closed()
+    run(scenario)
