@@ -3,6 +3,7 @@
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
     quorumqueue queues list|purge|delete ...      (a running node, management RPC)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
+    quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
 """
 
 from __future__ import annotations
@@ -125,6 +126,16 @@ def _add_jobs() -> None:
 
 
 _add_jobs()
+
+
+def _add_cluster() -> None:
+    # `quorumqueue cluster start|status` (cluster/cli.py)
+    from .cluster.cli import cluster
+
+    main.add_command(cluster)
+
+
+_add_cluster()
 
 if __name__ == "__main__":  # pragma: no cover
     main()
