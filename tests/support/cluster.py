@@ -1,0 +1,524 @@
+"""A local cluster of real broker processes, with every inter-node link behind a proxy.
+
+`LocalCluster(n)` runs n nodes (qq1@localhost.., free loopback ports, a temporary
+data directory, one cookie) planned by broker/cluster/launcher.py, the module behind
+`quorumqueue cluster start`, so tests run nodes exactly as the launcher does. With
+`proxied=True` (the default) node A reaches node B only through `TcpProxy` A->B:
+A's --cluster-nodes lists A's own inter-node port and, for each peer B, the port of
+the proxy A->B. A link between two nodes is therefore two proxies (A->B carries the
+connections A opens, B->A those B opens), and a test can cut and heal it.
+
+Faults: `kill(node, sig)`, `pause` (SIGSTOP) / `resume` (SIGCONT), `restart` (same
+data directory and ports), `cut(a, b)` / `cut(a, b, one_way=True)` / `isolate(node)`
+and `heal(...)`. A cut comes in two modes:
+- "drop": both proxies reset their connections (RST) and reset every new one at
+  once, until healed: each side sees the link fail fast, like a refused peer;
+- "stall": bytes stop moving (the proxy reads a chunk and holds it, so the sender's
+  buffers fill) and new connections wait before reaching the target; on heal,
+  everything held flows on. One-way cuts are stalls of one direction: cut(a, b,
+  one_way=True) stops what a sends to b on both proxies between them.
+
+Readiness is an AMQP protocol header answered on each node's AMQP port; a timeout
+or an early exit raises naming the node, with the tail of its log (logs are
+ROOT/qqN.log). `stop()` (and leaving the `with` block, also on failure) resumes
+paused nodes, stops every node (SIGTERM, then SIGKILL), stops every proxy thread and
+removes the temporary directory; an atexit hook does the same for a cluster a test
+forgot.
+
+Not here: waiting for the cluster to form or elect leaders (ask `cluster.status`
+through broker/management_client.py), workloads (history.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+
+from quorumqueue.broker.cluster import launcher
+from quorumqueue.broker.cluster.launcher import NodePlan
+
+ROOT = Path(__file__).resolve().parents[2]
+DIRECTIONS = ("forward", "backward")  # forward: client -> target; backward: target -> client
+
+
+class TcpProxy:
+    """Forwards each connection made to 127.0.0.1:port to target_host:target_port,
+    from a thread of its own running an asyncio loop; `cut` and `heal` take effect
+    before they return."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", *,
+                 listen_port: int = 0, name: str = "proxy") -> None:
+        self.target_host = target_host
+        self.target_port = target_port  # read at each new connection: may be set late
+        self.name = name
+        self.port = listen_port  # the real port once started
+        self.bytes_forwarded = {"forward": 0, "backward": 0}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._links: set[asyncio.Task] = set()
+        self._dropping = False
+        self._open: dict[str, asyncio.Event] = {}  # per direction; cleared = stalled
+
+    # -- control, from any thread ------------------------------------------------
+
+    def start(self) -> "TcpProxy":
+        assert self._thread is None, "already started"
+        self._loop = asyncio.new_event_loop()
+        started: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(started,),
+                                        name=f"tcp-proxy {self.name}", daemon=True)
+        self._thread.start()
+        try:
+            self.port = started.result(timeout=10)
+        except BaseException:
+            self._thread.join(10)
+            self._thread = None
+            raise
+        return self
+
+    def cut(self, mode: str = "drop", direction: str = "both") -> None:
+        """Stop traffic. "drop": reset every connection now and every new one (both
+        directions only); "stall": hold the bytes of `direction` ("forward",
+        "backward" or "both") and keep new connections from reaching the target.
+        Cuts add up until `heal`."""
+        if mode not in ("drop", "stall"):
+            raise ValueError(f"mode: expected 'drop' or 'stall', got {mode!r}")
+        directions = DIRECTIONS if direction == "both" else (direction,)
+        if not set(directions) <= set(DIRECTIONS):
+            raise ValueError(f"direction: expected 'forward', 'backward' or 'both', got "
+                             f"{direction!r}")
+        if mode == "drop" and direction != "both":
+            raise ValueError("a drop cut resets connections, so it is always both ways; "
+                             "use mode='stall' for one direction")
+        self._call(self._cut(mode, directions))
+
+    def heal(self) -> None:
+        """Let traffic flow again (what a stall held is delivered)."""
+        self._call(self._heal())
+
+    @property
+    def state(self) -> str:
+        if self._dropping:
+            return "dropping"
+        stalled = [d for d in DIRECTIONS if d in self._open and not self._open[d].is_set()]
+        return "stalled " + "+".join(stalled) if stalled else "open"
+
+    @property
+    def connections(self) -> int:
+        return len(self._links)
+
+    def stop(self) -> None:
+        """Close the listener and every connection, end the thread. Idempotent."""
+        if self._thread is None:
+            return
+        try:
+            self._call(self._shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._thread = None
+
+    def __enter__(self) -> "TcpProxy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (f"TcpProxy({self.name}: 127.0.0.1:{self.port} -> "
+                f"{self.target_host}:{self.target_port}, {self.state})")
+
+    def _call(self, coroutine, timeout: float = 10.0):
+        if self._thread is None:
+            coroutine.close()
+            raise RuntimeError(f"{self!r} is not running")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    # -- the loop thread -----------------------------------------------------------
+
+    def _run(self, started: concurrent.futures.Future) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._open = {d: asyncio.Event() for d in DIRECTIONS}
+            for event in self._open.values():
+                event.set()
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._accept, "127.0.0.1", self.port))
+            started.set_result(self._server.sockets[0].getsockname()[1])
+        except BaseException as error:  # noqa: BLE001 - handed to start()
+            started.set_exception(error)
+            loop.close()
+            return
+        try:
+            loop.run_forever()
+        finally:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    async def _cut(self, mode: str, directions: tuple[str, ...]) -> None:
+        if mode == "drop":
+            self._dropping = True
+            links = list(self._links)
+            for task in links:
+                task.cancel()
+            await asyncio.gather(*links, return_exceptions=True)
+        else:
+            for direction in directions:
+                self._open[direction].clear()
+
+    async def _heal(self) -> None:
+        self._dropping = False
+        for event in self._open.values():
+            event.set()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        links = list(self._links)
+        for task in links:
+            task.cancel()
+        await asyncio.gather(*links, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        if self._dropping:
+            _reset(writer)
+            return
+        # a task of our own per link: cancelling the server's handler task would log
+        self._links.add(asyncio.ensure_future(self._link(reader, writer)))
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        task = asyncio.current_task()
+        upstream = None
+        clean = False
+        try:
+            while not all(event.is_set() for event in self._open.values()):
+                await asyncio.gather(*(event.wait() for event in self._open.values()))
+            try:
+                up_reader, upstream = await asyncio.open_connection(self.target_host,
+                                                                    self.target_port)
+            except OSError:
+                return
+            pumps = [asyncio.ensure_future(self._pump(reader, upstream, "forward")),
+                     asyncio.ensure_future(self._pump(up_reader, writer, "backward"))]
+            try:
+                done, pending = await asyncio.wait(pumps,
+                                                   return_when=asyncio.FIRST_EXCEPTION)
+                clean = not pending and not any(p.exception() for p in done)
+            finally:
+                for pump in pumps:
+                    pump.cancel()
+                await asyncio.gather(*pumps, return_exceptions=True)
+        finally:
+            self._links.discard(task)
+            for side in (writer, upstream):
+                if side is not None:
+                    side.close() if clean else _reset(side)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                    direction: str) -> None:
+        gate = self._open[direction]
+        while True:
+            data = await source.read(65536)
+            if not data:
+                if sink.can_write_eof():
+                    sink.write_eof()
+                return
+            await gate.wait()  # a stall holds this chunk; the sender's buffers fill
+            self.bytes_forwarded[direction] += len(data)
+            sink.write(data)
+            await sink.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with an RST rather than a FIN: the peer sees the link fail."""
+    sock = writer.get_extra_info("socket")
+    try:
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    writer.transport.abort()
+
+
+NodeRef = int | str  # a 0-based index, a node name "qq1@localhost", or its short "qq1"
+
+_live_clusters: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_forgotten_clusters() -> None:  # pragma: no cover - a safety net
+    for cluster in list(_live_clusters):
+        cluster.stop()
+
+
+class LocalCluster:
+    """n real nodes on loopback; see the module header."""
+
+    def __init__(self, nodes: int = 3, *, proxied: bool = True, data_dir: str | None = None,
+                 extra_config: str = "", cookie: str | None = None,
+                 start_timeout: float = 30.0, stop_timeout: float = 10.0) -> None:
+        self._tmp = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="qq-cluster-")
+            data_dir = self._tmp.name
+        self.root = os.path.abspath(data_dir)
+        self.count = nodes
+        self.proxied = proxied
+        self.cookie = cookie or launcher.new_cookie()
+        self.extra_config = extra_config
+        self.start_timeout, self.stop_timeout = start_timeout, stop_timeout
+        self.plans: tuple[NodePlan, ...] = ()
+        self.proxies: dict[tuple[str, str], TcpProxy] = {}  # (from, to) -> proxy
+        self._processes: dict[str, subprocess.Popen] = {}
+        self._logs: dict[str, object] = {}
+        self._paused: set[str] = set()
+        self.config_path = os.path.join(self.root, launcher.CONFIG_NAME)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> "LocalCluster":
+        _live_clusters.add(self)
+        try:
+            if self.proxied:  # bound before the nodes' ports are picked: no collisions
+                names = launcher.node_names(self.count)
+                for a in names:
+                    for b in names:
+                        if a != b:
+                            self.proxies[(a, b)] = TcpProxy(
+                                0, name=f"{a.partition('@')[0]}->{b.partition('@')[0]}"
+                            ).start()
+            self.plans = launcher.plan_local_cluster(self.count, 0, self.root)
+            for (a, b), proxy in self.proxies.items():
+                proxy.target_port = self._plan(b).cluster_port
+            launcher.write_cluster_config(self.config_path, self.cookie, self.extra_config)
+            for plan in self.plans:
+                self._spawn(plan)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every node and proxy and remove the temporary directory. Idempotent."""
+        try:
+            for name in list(self._processes):
+                self._signal(name, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_timeout
+            for name in list(self._processes):
+                self._reap(name, max(0.0, deadline - time.monotonic()))
+        finally:
+            for proxy in self.proxies.values():
+                proxy.stop()
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
+            _live_clusters.discard(self)
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- addresses -----------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return [plan.name for plan in self.plans]
+
+    def uri(self, node: NodeRef) -> str:
+        return self._plan(node).uri
+
+    def uris(self, nodes: Iterable[NodeRef] | None = None) -> list[str]:
+        return [self.uri(node) for node in (self.names if nodes is None else nodes)]
+
+    def running(self, node: NodeRef) -> bool:
+        """The node's process exists and is not paused."""
+        name = self._plan(node).name
+        process = self._processes.get(name)
+        return process is not None and process.poll() is None and name not in self._paused
+
+    def live_nodes(self) -> list[str]:
+        return [name for name in self.names if self.running(name)]
+
+    def live_uris(self) -> list[str]:
+        return self.uris(self.live_nodes())
+
+    def pid(self, node: NodeRef) -> int | None:
+        process = self._processes.get(self._plan(node).name)
+        return process.pid if process is not None and process.poll() is None else None
+
+    def proxy(self, source: NodeRef, target: NodeRef) -> TcpProxy:
+        """The proxy carrying the connections `source` opens to `target`."""
+        key = (self._plan(source).name, self._plan(target).name)
+        if key not in self.proxies:
+            raise ValueError(f"no proxy {key[0]} -> {key[1]} (proxied={self.proxied})")
+        return self.proxies[key]
+
+    def log(self, node: NodeRef, tail: int = 4000) -> str:
+        try:
+            return Path(self._log_path(self._plan(node))).read_text(errors="replace")[-tail:]
+        except OSError:
+            return ""
+
+    # -- processes -----------------------------------------------------------------
+
+    def kill(self, node: NodeRef, sig: int = signal.SIGKILL,
+             timeout: float | None = None) -> int | None:
+        """Send `sig` and wait for the process to end (SIGTERM escalates to SIGKILL
+        after `timeout`, default stop_timeout); returns its exit status."""
+        name = self._plan(node).name
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            raise ValueError("use pause() and resume() for SIGSTOP and SIGCONT")
+        self._signal(name, sig)
+        return self._reap(name, self.stop_timeout if timeout is None else timeout)
+
+    def pause(self, node: NodeRef) -> None:
+        name = self._plan(node).name
+        self._require_live(name).send_signal(signal.SIGSTOP)
+        self._paused.add(name)
+
+    def resume(self, node: NodeRef) -> None:
+        name = self._plan(node).name
+        self._require_live(name).send_signal(signal.SIGCONT)
+        self._paused.discard(name)
+
+    def restart(self, node: NodeRef, sig: int = signal.SIGTERM) -> None:
+        """Stop the node if it runs (with `sig`), start it again with the same data
+        directory and ports, and wait until it accepts AMQP."""
+        plan = self._plan(node)
+        if plan.name in self._processes:
+            self.kill(plan.name, sig)
+        self._spawn(plan)
+        self.wait_ready([plan.name])
+
+    def wait_ready(self, nodes: Iterable[NodeRef] | None = None,
+                   timeout: float | None = None) -> None:
+        """Until every node given (default: all) answers on its AMQP port."""
+        waiting = [self._plan(node) for node in (self.names if nodes is None else nodes)]
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        while waiting:
+            for plan in waiting:
+                process = self._processes.get(plan.name)
+                if process is None or process.poll() is not None:
+                    how = "is not running" if process is None else \
+                        launcher.describe_exit(process.returncode)
+                    raise RuntimeError(f"node {plan.name} {how} before accepting AMQP on "
+                                       f"port {plan.amqp_port}; its log ends:\n"
+                                       f"{self.log(plan)}")
+            waiting = [plan for plan in waiting
+                       if not launcher.accepts_amqp(plan.connect_host, plan.amqp_port)]
+            if waiting and time.monotonic() > deadline:
+                plan = waiting[0]
+                raise RuntimeError(
+                    f"node {plan.name} did not accept AMQP on port {plan.amqp_port} within "
+                    f"{self.start_timeout if timeout is None else timeout:g}s (also waiting: "
+                    f"{', '.join(p.name for p in waiting[1:]) or 'none'}); its log ends:\n"
+                    f"{self.log(plan)}")
+            if waiting:
+                time.sleep(0.05)
+
+    # -- links ---------------------------------------------------------------------
+
+    def cut(self, a: NodeRef, b: NodeRef, *, one_way: bool = False,
+            mode: str = "drop") -> None:
+        """Cut the link between a and b (both proxies); one_way=True stops only what a
+        sends to b (always a stall)."""
+        there, back = self.proxy(a, b), self.proxy(b, a)
+        if one_way:
+            there.cut("stall", "forward")  # what a writes on the connections a opened
+            back.cut("stall", "backward")  # what a writes on the connections b opened
+        else:
+            there.cut(mode)
+            back.cut(mode)
+
+    def isolate(self, node: NodeRef, mode: str = "drop") -> None:
+        """Cut `node` off from every other node."""
+        for other in self.names:
+            if other != self._plan(node).name:
+                self.cut(node, other, mode=mode)
+
+    def heal(self, a: NodeRef | None = None, b: NodeRef | None = None) -> None:
+        """Heal the link between a and b, every link of a, or (no arguments) all."""
+        for (source, target), proxy in self.proxies.items():
+            ends = {source, target}
+            if ((a is None or self._plan(a).name in ends)
+                    and (b is None or self._plan(b).name in ends)):
+                proxy.heal()
+
+    # -- internals -----------------------------------------------------------------
+
+    def _plan(self, node: NodeRef | NodePlan) -> NodePlan:
+        if isinstance(node, NodePlan):
+            return node
+        for index, plan in enumerate(self.plans):
+            if node in (index, plan.name, plan.short_name):
+                return plan
+        raise ValueError(f"no node {node!r} in this cluster ({', '.join(self.names)})")
+
+    def _log_path(self, plan: NodePlan) -> str:
+        return os.path.join(self.root, f"{plan.short_name}.log")
+
+    def _cluster_nodes(self, plan: NodePlan) -> str:
+        ports = {peer: proxy.port for (source, peer), proxy in self.proxies.items()
+                 if source == plan.name}
+        return launcher.cluster_nodes_option(self.plans, ports)
+
+    def _spawn(self, plan: NodePlan) -> None:
+        os.makedirs(plan.data_dir, exist_ok=True)
+        if plan.name in self._logs:
+            self._logs.pop(plan.name).close()
+        log = self._logs[plan.name] = open(self._log_path(plan), "ab")
+        command = launcher.node_command(plan, self._cluster_nodes(plan), self.config_path)
+        # no PR_SET_PDEATHSIG: it fires when the *thread* that started the node ends,
+        # and fault tests restart nodes from threads of their own
+        self._processes[plan.name] = launcher.spawn(command, stdout=log,
+                                                    die_with_parent=False, cwd=str(ROOT))
+        self._paused.discard(plan.name)
+
+    def _require_live(self, name: str) -> subprocess.Popen:
+        process = self._processes.get(name)
+        if process is None or process.poll() is not None:
+            raise RuntimeError(f"node {name} is not running")
+        return process
+
+    def _signal(self, name: str, sig: int) -> None:
+        process = self._processes.get(name)
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        if name in self._paused:  # a stopped process acts on SIGTERM only once continued
+            process.send_signal(signal.SIGCONT)
+            self._paused.discard(name)
+
+    def _reap(self, name: str, timeout: float) -> int | None:
+        process = self._processes.pop(name, None)
+        if process is None:
+            return None
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return process.returncode
