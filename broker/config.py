@@ -131,7 +131,7 @@ def _users(key, value):
 
 def parse_cluster_node(key: str, value: str) -> tuple[str, tuple[str, int]]:
     """"name@host:port" -> (name, (host, port)); the name is the node's `node_name`."""
-    match = re.fullmatch(r"([^@\s:]+@([^@\s:]+)):(\d+)", value) if isinstance(value, str) else None
+    match = re.fullmatch(r"([^@\s:/]+@([^@\s:/]+)):(\d+)", value) if isinstance(value, str) else None
     if match is None or not 0 < int(match.group(3)) < 65536:
         raise ConfigError(f"{key}: expected \"name@host:port\" (the node's name and its "
                           f"inter-node address), got {value!r}")

@@ -21,6 +21,7 @@ from ..queues.types import (EQUIVALENCE_KEYS_BY_TYPE, check_int_argument, queue_
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from . import leases
+from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
 from .vhost import check_arguments_equivalent
@@ -96,6 +97,17 @@ def exchange_declare(session, channel: Channel, args) -> None:
         raise precondition(f"invalid arg 'alternate-exchange' for exchange '{args.exchange}' "
                            f"in vhost '{vhost.name}': {{unacceptable_type,"
                            f"{type(alternate).__name__}}}")
+    cluster = session.node.cluster
+    if cluster is not None and not args.passive and args.exchange not in vhost.exchanges:
+        vhost.check_new_exchange(args.exchange, args.exchange_type)
+        _replicate(session, channel, spec.EXCHANGE_DECLARE, meta.encode(
+            "exchange.declare", vhost=vhost.name, name=args.exchange,
+            type=args.exchange_type, durable=bool(args.durable),
+            auto_delete=bool(args.auto_delete), internal=bool(args.internal),
+            arguments=arguments),
+            None if args.nowait else lambda _: channel.send(
+                codec.exchange_declare_ok(channel.number)))
+        return
     exchange, created = vhost.declare_exchange(args.exchange, args.exchange_type,
                                                args.passive, args.durable, args.auto_delete,
                                                args.internal, arguments)
@@ -106,6 +118,15 @@ def exchange_declare(session, channel: Channel, args) -> None:
 
 
 def exchange_delete(session, channel: Channel, args) -> None:
+    vhost = session.vhost
+    if session.node.cluster is not None and args.exchange in vhost.exchanges:
+        vhost.check_delete_exchange(args.exchange, args.if_unused)
+        _replicate(session, channel, spec.EXCHANGE_DELETE, meta.encode(
+            "exchange.delete", vhost=vhost.name, name=args.exchange,
+            if_unused=bool(args.if_unused)),
+            None if args.nowait else lambda _: channel.send(
+                codec.exchange_delete_ok(channel.number)))
+        return
     exchange = session.vhost.delete_exchange(args.exchange, args.if_unused)
     if exchange is not None and exchange.durable:
         session.node.metadata_dirty = True
@@ -114,8 +135,21 @@ def exchange_delete(session, channel: Channel, args) -> None:
 
 
 def _bind(session, channel: Channel, source: str, destination: Destination,
-          routing_key: str, arguments: dict, unbind: bool) -> None:
+          routing_key: str, arguments: dict, unbind: bool, method: tuple[int, int],
+          ok: Callable[[], bytes] | None) -> None:
+    """Bind or unbind; `ok()` builds the answer (None: nowait). In a cluster, bindings
+    of replicated exchanges to exchanges and quorum queues go through the metadata
+    group; a classic queue's bindings stay on its node, as the queue does."""
     vhost = session.vhost
+    target = vhost.queues.get(destination.name) if destination.kind == QUEUE else None
+    if session.node.cluster is not None and (target is None or target.type_name == "quorum"):
+        vhost.check_binding(source, destination, unbind)
+        _replicate(session, channel, method, meta.encode(
+            "unbind" if unbind else "bind", vhost=vhost.name, source=source,
+            kind=destination.kind, destination=destination.name, routing_key=routing_key,
+            arguments=dict(arguments)),
+            None if ok is None else lambda _: channel.send(ok()))
+        return
     # RabbitMQ checks exclusivity only for a binding that will change: unbinding what
     # is not bound is unbind-ok, even on another connection's exclusive queue
     if destination.kind == QUEUE and destination.name in vhost.queues and (
@@ -126,20 +160,36 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
     else:
         vhost.bind(source, destination, routing_key, arguments)
     session.node.metadata_dirty = True
+    if ok is not None:
+        channel.send(ok())
+
+
+def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
+               then: Callable[[object], None] | None) -> None:
+    """Propose a metadata command (broker/cluster/meta.py); once this node applied it,
+    call `then(reply)`, or fail the channel as RabbitMQ would if it could not be
+    applied (another node changed the same thing first)."""
+    def applied(reply) -> None:
+        if channel.state != "open":
+            return
+        if isinstance(reply, (tuple, list)) and reply and reply[0] == "error":
+            session.fail_later(AMQPError(reply[1], reply[2], *method), channel)
+        elif then is not None:
+            then(reply)
+
+    session.node.cluster.meta.propose_data(data, applied)
 
 
 def exchange_bind(session, channel: Channel, args) -> None:
     _bind(session, channel, args.source, Destination(EXCHANGE, args.destination),
-          args.routing_key, args.arguments or {}, unbind=False)
-    if not args.nowait:
-        channel.send(codec.exchange_bind_ok(channel.number))
+          args.routing_key, args.arguments or {}, False, spec.EXCHANGE_BIND,
+          None if args.nowait else lambda: codec.exchange_bind_ok(channel.number))
 
 
 def exchange_unbind(session, channel: Channel, args) -> None:
     _bind(session, channel, args.source, Destination(EXCHANGE, args.destination),
-          args.routing_key, args.arguments or {}, unbind=True)
-    if not args.nowait:
-        channel.send(codec.exchange_unbind_ok(channel.number))
+          args.routing_key, args.arguments or {}, True, spec.EXCHANGE_UNBIND,
+          None if args.nowait else lambda: codec.exchange_unbind_ok(channel.number))
 
 
 # ---------------------------------------------------------------- queue
@@ -195,10 +245,42 @@ def queue_declare(session, channel: Channel, args) -> None:
     else:
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
                                           bool(args.exclusive), bool(args.auto_delete), arguments)
+        if queue_spec.type == "quorum" and node.cluster is not None:
+            _declare_replicated(session, channel, args, name, queue_spec)
+            return
         queue = node.create_queue(vhost, name, queue_spec, session if args.exclusive else None)
     channel.last_queue_name = queue.name
     if not args.nowait:
         _send_declare_ok(channel, queue)
+
+
+def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) -> None:
+    """A new quorum queue in a cluster: placed (members, intended leader), declared
+    through the metadata group; declare-ok once this node applied it and the queue's
+    group has a leader."""
+    node, vhost = session.node, session.vhost
+    arguments = dict(queue_spec.arguments)
+    size = arguments.get("x-quorum-initial-group-size") or node.settings.quorum_initial_cluster_size
+    locator = _text(arguments.get("x-queue-leader-locator")) or node.settings.queue_leader_locator
+    members, leader = node.cluster.place(size, locator)
+
+    def declared(_reply) -> None:
+        queue = vhost.queues.get(name)
+        if queue is None or channel.state != "open":
+            return  # deleted meanwhile; the client learns it at its next use
+        channel.last_queue_name = name
+        if not args.nowait:
+            if queue.raft is None:
+                _send_declare_ok(channel, queue)
+            else:
+                queue.when_led(lambda: _send_declare_ok(channel, queue))
+
+    from .quorum import group_uid
+
+    _replicate(session, channel, spec.QUEUE_DECLARE, meta.encode(
+        "queue.declare", vhost=vhost.name, name=name, arguments=arguments,
+        group=group_uid(vhost.name, name), members=list(members), leader=leader),
+        declared)
 
 
 def _send_declare_ok(channel: Channel, queue) -> None:
@@ -226,16 +308,15 @@ def queue_bind(session, channel: Channel, args) -> None:
     name = _queue_name(session, channel, args.queue)
     routing_key = args.routing_key if (args.routing_key or args.queue) else name
     _bind(session, channel, args.exchange, Destination(QUEUE, name), routing_key,
-          args.arguments or {}, unbind=False)
-    if not args.nowait:
-        channel.send(codec.queue_bind_ok(channel.number))
+          args.arguments or {}, False, spec.QUEUE_BIND,
+          None if args.nowait else lambda: codec.queue_bind_ok(channel.number))
 
 
 def queue_unbind(session, channel: Channel, args) -> None:
     name = _queue_name(session, channel, args.queue)
     _bind(session, channel, args.exchange, Destination(QUEUE, name), args.routing_key,
-          args.arguments or {}, unbind=True)
-    channel.send(codec.queue_unbind_ok(channel.number))
+          args.arguments or {}, True, spec.QUEUE_UNBIND,
+          lambda: codec.queue_unbind_ok(channel.number))
 
 
 def queue_purge(session, channel: Channel, args) -> None:
@@ -263,6 +344,12 @@ def queue_delete(session, channel: Channel, args) -> None:
         raise precondition(f"{where} in use")
     if args.if_empty and (queue.ready_count or queue.unacked_count):
         raise precondition(f"{where} not empty")
+    if session.node.cluster is not None and queue.type_name == "quorum":
+        _replicate(session, channel, spec.QUEUE_DELETE, meta.encode(
+            "queue.delete", vhost=vhost.name, name=name, group=queue.group),
+            None if args.nowait else lambda count: channel.send(
+                codec.queue_delete_ok(channel.number, count or 0)))
+        return
     count = session.node.delete_queue(vhost, queue)
     if not args.nowait:
         channel.send(codec.queue_delete_ok(channel.number, count))

@@ -12,6 +12,9 @@ Operations:
                                             consumers, bytes, leader, members}]
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
+  cluster.status {}                    -> {cluster_name, node, metadata_leader,
+                                            nodes: [{name, address, reachable, amqp_uri}],
+                                            queues: [{vhost, name, leader, members, online}]}
   lease.grow | lease.settle | lease.release | lease.info: see node/leases.py
 Queue operations need a user tagged `administrator`, like rabbitmqctl.
 """
@@ -96,7 +99,9 @@ def queue_row(node, queue) -> dict[str, Any]:
            "unacked": queue.unacked_count, "consumers": queue.consumer_count,
            "bytes": queue.ready_bytes, "leader": node.settings.node_name,
            "members": [node.settings.node_name]}
-    if queue.type_name == "quorum":
+    if queue.type_name == "quorum" and queue.raft is None:  # no replica on this node
+        row.update(leader=None, members=list(queue.members), group=queue.group)
+    elif queue.type_name == "quorum":
         row.update(bytes=queue.message_bytes, leader=queue.raft.leader_id,
                    members=list(queue.raft.members), group=queue.group,
                    commit_index=queue.raft.commit_index,
@@ -142,10 +147,32 @@ def _delete(node, session, request) -> dict:
         raise AMQPError(spec.PRECONDITION_FAILED, f"{where} in use")
     if request.get("if_empty") and (queue.ready_count or queue.unacked_count):
         raise AMQPError(spec.PRECONDITION_FAILED, f"{where} not empty")
+    if node.cluster is not None and queue.type_name == "quorum":
+        from ..cluster import meta
+
+        data = meta.encode("queue.delete", vhost=vhost.name, name=queue.name,
+                           group=queue.group)
+        return Later(lambda done: node.cluster.meta.propose_data(
+            data, lambda count: done({"deleted": count or 0})))
     return {"deleted": node.delete_queue(vhost, queue)}
 
 
-OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete}
+def _cluster_status(node, session, request) -> dict:
+    _require_administrator(session)
+    if node.cluster is None:
+        name = node.settings.node_name
+        return {"cluster_name": node.settings.cluster_name, "node": name,
+                "metadata_leader": name,
+                "nodes": [{"name": name, "address": None, "reachable": True,
+                           "amqp_uri": None}],
+                "queues": [{"vhost": q["vhost"], "name": q["name"], "leader": q["leader"],
+                            "members": q["members"], "online": q["members"]}
+                           for q in _list(node, session, {}) if q["type"] == "quorum"]}
+    return node.cluster.status()
+
+
+OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete,
+              "cluster.status": _cluster_status}
 
 
 def _register_leases() -> None:

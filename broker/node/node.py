@@ -61,6 +61,7 @@ class Node:
                  quorum: QuorumGroups | None = None) -> None:
         self.settings = settings
         self.quorum = quorum  # None: quorum queues are refused (no log store)
+        self.cluster = None   # broker/cluster/cluster.py Cluster, when clustered
         self.boot_id = base64.b32encode(os.urandom(5)).decode("ascii").lower()
         self.users = users or UserStore.with_default_user()
         self.store = message_store
@@ -123,6 +124,16 @@ class Node:
             self.metadata_dirty = True
         return queue
 
+    def create_replicated_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
+                                group: str, members: tuple[str, ...], leader: str):
+        """A quorum queue the metadata group declared (broker/cluster/meta.py): every
+        node records it; its members start their replica of the group."""
+        queue = self.quorum.create(vhost.name, name, dict(queue_spec.arguments), group,
+                                   members, campaign=leader == self.quorum.member)
+        vhost.queues[name] = queue
+        self.metadata_dirty = True
+        return queue
+
     def delete_queue(self, vhost: VHost, queue: ClassicQueue) -> int:
         """Delete a queue: cancel its consumers (notifying clients that asked),
         drop its messages. Returns the number of ready messages it held."""
@@ -152,6 +163,7 @@ class Node:
         """Drop the queue's ready messages; `respond(count)` is called once that is
         done (at once for classic queues, once the purge is applied for quorum ones)."""
         if isinstance(queue, QuorumQueue):
+            require_replica(queue, self)
             queue.propose(fifo.Purge(), now_ms(), lambda count: respond(count or 0))
             return
         respond(self._purge_classic(queue))
@@ -219,6 +231,7 @@ class Node:
         waits for the entry to be fsynced and applied. A client's publish may carry
         an idempotency key (`publisher_sequence`); messages the broker moves itself
         (channel None: dead-lettering) never do, as their keys are out of order."""
+        require_replica(queue, self)
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
         data = fifo.encode_enqueue(publisher, seq, min(message.priority, 255), message.exchange,
@@ -277,6 +290,7 @@ class Node:
     # ------------------------------------------------------------ quorum consumers
 
     def consume_quorum(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
+        require_replica(queue, self)
         key = f"{channel.quorum_identity}/{consumer.tag}"
         queue.add_consumer(consumer, key)
         channel.quorum_queues[id(queue)] = queue
@@ -289,6 +303,7 @@ class Node:
             queue.propose(fifo.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), now_ms())
 
     def get_quorum(self, queue: QuorumQueue, channel: "Channel", no_ack: bool) -> None:
+        require_replica(queue, self)
         key = f"{channel.quorum_identity}/get"
         channel.quorum_queues[id(queue)] = queue
         queue.propose(fifo.Dequeue(key, no_ack, channel.quorum_identity), now_ms(),
@@ -424,6 +439,8 @@ class Node:
                             "arguments": encode_arguments(queue.arguments)}
                     if isinstance(queue, QuorumQueue):
                         item["group"] = queue.group
+                        if self.cluster is not None:
+                            item["members"] = list(queue.members)
                     queues.append(item)
             for binding in vhost.bindings():
                 if self._durable_binding(vhost, binding):
@@ -471,7 +488,12 @@ class Node:
                 vhost = self.vhosts[item["vhost"]]
                 queue_spec = validate_declaration(item["name"], vhost.name, True, False,
                                                   item["auto_delete"], arguments)
-                self.create_queue(vhost, item["name"], queue_spec, None, item.get("group"))
+                if item.get("members"):
+                    vhost.queues[item["name"]] = self.quorum.recover(
+                        vhost.name, item["name"], dict(queue_spec.arguments), item["group"],
+                        tuple(item["members"]))
+                else:
+                    self.create_queue(vhost, item["name"], queue_spec, None, item.get("group"))
                 counts["queues"] += 1
             for item in document["bindings"]:
                 vhost = self.vhosts[item["vhost"]]
@@ -503,6 +525,15 @@ class Node:
     def all_queues(self) -> Iterable[ClassicQueue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
+
+
+def require_replica(queue: QuorumQueue, node: Node) -> None:
+    """Messages and consumers of a quorum queue are served by nodes holding a replica
+    (broker/cluster/README.md: no proxying through other nodes yet)."""
+    if queue.raft is None:
+        raise AMQPError(spec.PRECONDITION_FAILED, f"quorum queue '{queue.name}' in vhost "
+                        f"'{queue.vhost}' has no replica on node {node.quorum.member}; "
+                        f"connect to one of its members ({', '.join(queue.members)})")
 
 
 def publisher_sequence(properties: codec.Properties) -> tuple[str, int]:

@@ -70,7 +70,9 @@ class QuorumGroups:
         self.store = store
         self.member = member
         self.raft_config = raft_config or RaftConfig()
-        self.queues: dict[str, QuorumQueue] = {}   # group uid -> queue
+        # group uid -> queue (or the cluster's metadata group: broker/cluster/meta.py)
+        self.queues: dict[str, QuorumQueue] = {}
+        self.cluster = None  # the Cluster (broker/cluster/cluster.py) of a clustered node
         self.tick_interval_ms = tick_interval_ms
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released
@@ -78,36 +80,61 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ lifecycle
 
-    def create(self, vhost: str, name: str, arguments: dict) -> QuorumQueue:
-        uid = group_uid(vhost, name)
-        self.store.set_initial_members(uid, [self.member])
-        return self._start(vhost, name, arguments, uid, FifoState(config=fifo_config(arguments)))
+    def create(self, vhost: str, name: str, arguments: dict, uid: str | None = None,
+               members: tuple[str, ...] = (), campaign: bool = True) -> QuorumQueue:
+        """A new group; `members` (default: this node alone) all start it from the same
+        configuration. A member of several campaigns if `campaign` (the leader's
+        intended place); the others wait for it (or time out and elect another)."""
+        uid = uid or group_uid(vhost, name)
+        members = tuple(members) or (self.member,)
+        if self.member not in members:  # a replica elsewhere: only the record is here
+            return self._remote(vhost, name, arguments, uid, members)
+        self.store.set_initial_members(uid, list(members))
+        return self._start(vhost, name, arguments, uid, FifoState(config=fifo_config(arguments)),
+                           members, campaign or len(members) == 1)
 
-    def recover(self, vhost: str, name: str, arguments: dict, uid: str) -> QuorumQueue:
+    def recover(self, vhost: str, name: str, arguments: dict, uid: str,
+                members: tuple[str, ...] = ()) -> QuorumQueue:
         """Open an existing group: restore the latest snapshot; the first flush replays
         the log after it."""
+        members = tuple(members) or (self.member,)
         if uid not in self.store.groups():
+            if self.member not in members:
+                return self._remote(vhost, name, arguments, uid, members)
             # declared, but the process died before the group's first flush: start empty
-            self.store.set_initial_members(uid, [self.member])
+            self.store.set_initial_members(uid, list(members))
         stored = self.store.read_snapshot(uid)
         state = snapshot.load(stored[1]) if stored else FifoState(config=fifo_config(arguments))
-        queue = self._start(vhost, name, arguments, uid, state)
+        queue = self._start(vhost, name, arguments, uid, state, members, len(members) == 1)
         queue.replay_until = self.store.last_index(uid)
         return queue
 
     def _start(self, vhost: str, name: str, arguments: dict, uid: str,
-               state: FifoState) -> QuorumQueue:
+               state: FifoState, members: tuple[str, ...], campaign: bool) -> QuorumQueue:
         raft = RaftNode(self.member, self.raft_config, self.store.group_log(uid), self._random)
-        raft.campaign()  # a group of one elects itself at once
-        queue = QuorumQueue(vhost, name, arguments, uid, raft, state)
+        if campaign:
+            raft.campaign()  # a group of one elects itself at once
+        queue = QuorumQueue(vhost, name, arguments, uid, raft, state, members)
+        queue.router = self.cluster
         self.queues[uid] = queue
         return queue
 
+    def _remote(self, vhost: str, name: str, arguments: dict, uid: str,
+                members: tuple[str, ...]) -> QuorumQueue:
+        """The record of a queue with no replica on this node (no Raft member here)."""
+        return QuorumQueue(vhost, name, arguments, uid, None,
+                           FifoState(config=fifo_config(arguments)), members)
+
+    def add_group(self, member) -> None:
+        """Drive another replicated thing (the metadata group) in the same cycle."""
+        member.router = self.cluster
+        self.queues[member.group] = member
+
     def delete(self, queue: QuorumQueue) -> None:
-        self.queues.pop(queue.group, None)
         queue.deleted = True
         queue.fail_waiters()
-        self.store.delete_group(queue.group)
+        if self.queues.pop(queue.group, None) is not None:
+            self.store.delete_group(queue.group)
 
     def orphans(self, known: set[str]) -> list[str]:
         """Groups in the log store that no queue in the metadata names (deleted while
@@ -139,20 +166,39 @@ class QuorumGroups:
                 if ready.hard_state is not None:
                     store.set_hard_state(queue.group, ready.hard_state)
             store.flush()  # one fdatasync for every group
+            cluster = self.cluster
+            if cluster is not None:  # only now: what the messages promise is durable
+                for queue, ready in batch:
+                    if ready.messages:
+                        cluster.send_raft(queue.group, ready.messages)
             for queue, ready in batch:
                 if ready.snapshot is not None:
-                    queue.state = snapshot.load(ready.snapshot.data)
+                    queue.restore(ready.snapshot.data)
                 for entry in ready.committed:
                     if queue.deleted:
                         break
                     if entry.kind == COMMAND:
-                        self._apply(queue, entry.index, entry.term, entry.data)
+                        if isinstance(queue, QuorumQueue):
+                            self._apply(queue, entry.index, entry.term, entry.data)
+                        else:
+                            reply = queue.apply(entry.index, entry.term, entry.data)
+                            for callback in queue.take_waiters(entry.index, entry.term):
+                                callback(reply)
                     else:  # NOOP, MEMBERSHIP: nothing for the machine; barriers may wait
-                        for callback in queue.waiters.pop(entry.index, ()):
+                        for callback in queue.take_waiters(entry.index, entry.term):
                             callback(None)
                 queue.raft.advance(ready)
-                if not queue.deleted:
+                if ready.leader_changed:
+                    if cluster is not None:
+                        cluster.leader_changed(queue)
+                    if ready.leader_id is not None:
+                        queue.leader_known()
+                if queue.deleted:
+                    continue
+                if isinstance(queue, QuorumQueue):
                     self._after_apply(queue)
+                else:
+                    queue.after_apply()
         else:  # pragma: no cover - proposals while applying are bounded
             log.warning("quorum flush: still busy after %d rounds", _MAX_ROUNDS)
         store.flush()
@@ -167,10 +213,8 @@ class QuorumGroups:
             queue.last_time_ms = time_ms
         queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms), command,
                                             queue.state)
-        callbacks = queue.waiters.pop(index, None)
-        if callbacks:
-            for callback in callbacks:
-                callback(reply)
+        for callback in queue.take_waiters(index, term):
+            callback(reply)
         replaying = index <= queue.replay_until
         for effect in effects:
             match effect:
@@ -180,10 +224,18 @@ class QuorumGroups:
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     queue.pending_snapshot = (cursor, snapshot_index, snapshot.dump(queue.state))
 
+    def _is_stale(self, identity: str) -> bool:
+        """A connection of an earlier run of this node (a group of one: every recorded
+        one). In a cluster, other nodes' connections are theirs to report."""
+        if self.cluster is None:
+            return True
+        return self.cluster.is_stale_identity(identity)
+
     def _after_apply(self, queue: QuorumQueue) -> None:
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
-            stale = sorted({c.connection for c in queue.state.consumers.values()})
+            stale = sorted({c.connection for c in queue.state.consumers.values()
+                            if self._is_stale(c.connection)})
             for connection in stale:
                 queue.propose(Down(connection), now_ms())
         if queue.pending_snapshot is not None:
@@ -223,6 +275,8 @@ class QuorumGroups:
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
         consumer: "Consumer | None" = queue.by_key.get(key)
+        if consumer is None and self.cluster is not None and not self.cluster.is_local_key(key):
+            return  # another node's consumer: that node's replica delivers
         returned, settled = [], []
         for delivery in deliveries:
             if consumer is None or consumer.channel.state != "open":
@@ -240,11 +294,18 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ time
 
+    def raft_tick(self) -> None:
+        """One Raft tick for every group (elections, heartbeats): the server calls it
+        every `raft.tick_interval_ms`."""
+        for queue in list(self.queues.values()):
+            queue.raft.tick()
+
     def tick(self, now: int) -> None:
         """Called by the server about every second: leases idle past their timeout are
         released by a Tick command (through the log, so every replica agrees)."""
         for queue in list(self.queues.values()):
-            queue.raft.tick()
+            if not isinstance(queue, QuorumQueue) or not queue.is_leader:
+                continue  # the leader proposes time; the others apply it
             if now - queue.last_tick_ms < self.tick_interval_ms:
                 continue
             if any(lease.timeout_ms and len(lease.indexes)

@@ -22,6 +22,7 @@ session is closed once `closed` is True and the shell has sent `data_to_send()`.
 from __future__ import annotations
 
 import platform
+import time
 
 from .. import __version__
 from ..amqp import codec, spec
@@ -394,6 +395,11 @@ class Session:
         self.closing_channels.add(channel.number)
         self.write(codec.channel_close(channel.number, error.code, error.reply_text,
                                        error.class_id, error.method_id))
+
+    def fail_later(self, error: AMQPError, channel: Channel) -> None:
+        """A method's error known only once a log entry is applied (cluster metadata):
+        closes the channel (or the connection) as if the method had failed at once."""
+        self._fail(error, channel.number, time.monotonic())
 
     def _fail(self, error: AMQPError, channel_number: int, now: float) -> None:
         if self.closed or self.state == "closing":

@@ -92,6 +92,39 @@ class VHost:
         self.exchanges[name] = exchange
         return exchange, True
 
+    def check_new_exchange(self, name: str, exchange_type: str) -> None:
+        """What declare_exchange refuses for an exchange that does not exist yet."""
+        if name == "":
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq."):
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if exchange_type not in EXCHANGE_TYPES:
+            raise AMQPError(spec.COMMAND_INVALID, f"unknown exchange type '{exchange_type}'")
+
+    def check_delete_exchange(self, name: str, if_unused: bool) -> None:
+        """What delete_exchange refuses, without deleting."""
+        if name == "":
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq."):
+            raise access_refused(f"deletion of system exchange '{name}' in vhost "
+                                 f"'{self.name}' not allowed")
+        exchange = self.exchanges.get(name)
+        if exchange is not None and if_unused and exchange.bindings:
+            raise precondition(f"exchange '{name}' in vhost '{self.name}' in use")
+
+    def check_binding(self, source: str, destination: Destination, unbind: bool) -> None:
+        """What bind refuses (unknown source or destination, the default exchange);
+        unbinding what is missing is fine, as in RabbitMQ."""
+        if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if unbind:
+            return
+        if destination.kind == QUEUE:
+            self.queue(destination.name)
+        else:
+            self.exchange(destination.name)
+        self.exchange(source)
+
     def delete_exchange(self, name: str, if_unused: bool) -> Exchange | None:
         if name == "":
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)

@@ -23,11 +23,12 @@ first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any
 
 from ..fifo import commands
 from ..fifo.state import FifoConfig, FifoState
 from ..raft import RaftNode
+from .replicated import ReplicatedGroup, Waiter
 
 TIMED = 0xFF
 _timed_head = struct.Struct(">BQ")
@@ -66,30 +67,27 @@ def fifo_config(arguments: dict) -> FifoConfig:
                       overflow=_text(arguments.get("x-overflow")) or "drop-head")
 
 
-Waiter = Callable[[Any], None]
 
-
-class QuorumQueue:
+class QuorumQueue(ReplicatedGroup):
     type_name = "quorum"
     durable = True
     auto_delete = False
     exclusive_owner = None
     single_active_consumer = False
 
-    def __init__(self, vhost: str, name: str, arguments: dict, group: str, raft: RaftNode,
-                 state: FifoState) -> None:
+    def __init__(self, vhost: str, name: str, arguments: dict, group: str,
+                 raft: RaftNode | None, state: FifoState,
+                 members: tuple[str, ...] = ()) -> None:
+        super().__init__(group, raft)
         self.vhost = vhost
         self.name = name
         self.arguments = arguments
-        self.group = group            # the Raft group uid (log storage key)
-        self.raft = raft
+        self.members = members        # the group's members when declared (cluster)
         self.state = state
         self.consumers: list = []     # AMQP consumers on this node (channel.Consumer)
         self.by_key: dict[str, Any] = {}
         self.exclusive_consumer = None
         self.had_consumers = False
-        self.deleted = False
-        self.waiters: dict[int, list[Waiter]] = {}
         self.last_time_ms = 0         # the last leader time applied (see module doc)
         self.replay_until = 0         # entries up to here were applied before a restart
         self.pending_snapshot: tuple[int, int, bytes] | None = None  # cursor, index, data
@@ -152,24 +150,14 @@ class QuorumQueue:
     # ------------------------------------------------------------ proposals
 
     def propose(self, command: commands.Command | bytes, now_ms: int,
-                waiter: Waiter | None = None) -> int:
-        """Append a command to the log (this node leads its group); `waiter` gets the
-        machine's reply once the entry is committed and applied."""
+                waiter: Waiter | None = None) -> None:
+        """Append a command to the log (here, or at the group's leader); `waiter` gets
+        the machine's reply once the entry is committed and applied here."""
         data = command if isinstance(command, bytes) else encode_command(command, now_ms)
-        index = self.raft.propose(data)
-        if waiter is not None:
-            self.waiters.setdefault(index, []).append(waiter)
-        return index
+        self.propose_data(data, waiter)
 
-    def has_unapplied(self) -> bool:
-        return self.raft.log.last_index() > self.raft.applied_index
+    def restore(self, data: bytes) -> None:
+        """The state machine from a snapshot the leader sent (replaces the state)."""
+        from ..fifo import snapshot
 
-    def after_applied(self, waiter: Waiter) -> None:
-        """Call `waiter` once everything proposed so far is applied (a read barrier)."""
-        self.waiters.setdefault(self.raft.log.last_index(), []).append(waiter)
-
-    def fail_waiters(self) -> None:
-        waiters, self.waiters = self.waiters, {}
-        for callbacks in waiters.values():
-            for callback in callbacks:
-                callback(None)
+        self.state = snapshot.load(data)

@@ -50,9 +50,21 @@ def build_node(settings: Settings) -> Node:
     users.loopback_users = frozenset(settings.loopback_users)
     store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
                          settings.msg_store_segment_bytes, settings.fsync)
+    raft_config = None
+    if settings.clustered:
+        from ..raft import RaftConfig
+
+        raft_config = RaftConfig(election_ticks=10, heartbeat_ticks=1)
     quorum = QuorumGroups(LogStore(settings.data_dir, settings.storage_config()),
-                          settings.node_name)
+                          settings.node_name, raft_config)
     node = Node(settings, users, store, MetadataStore(settings.data_dir), quorum)
+    if settings.clustered:
+        from ..cluster.cluster import Cluster
+
+        # fifo identities carry the node's name: every node tells its own from others'
+        node.boot_id = f"{settings.node_name}:{node.boot_id}"
+        node.cluster = quorum.cluster = Cluster(node, settings)
+        node.cluster.start_metadata()
     counts = node.recover()
     if settings.default_vhost not in node.vhosts:
         from ..node.vhost import VHost
@@ -62,6 +74,29 @@ def build_node(settings: Settings) -> Node:
     log.info("recovered %d durable queues with %d messages from %s", counts["queues"],
              counts["messages"], settings.data_dir)
     return node
+
+
+def cluster_cookie(settings: Settings) -> str:
+    """The secret nodes of one cluster share: `cluster.cookie`, else the contents of
+    ~/.quorumqueue.cookie (created with a random secret if missing, like Erlang's
+    ~/.erlang.cookie), so nodes of one user on one host agree without configuration."""
+    if settings.cluster_cookie:
+        return settings.cluster_cookie
+    path = os.path.expanduser("~/.quorumqueue.cookie")
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except FileNotFoundError:
+        import secrets
+
+        cookie = secrets.token_urlsafe(24)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another node of this host wrote it first
+            return cluster_cookie(settings)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(cookie + "\n")
+        return cookie
 
 
 class _Connection(asyncio.Protocol):
@@ -105,6 +140,7 @@ class BrokerServer:
         self._ticker: asyncio.Task | None = None
         self.port = settings.port
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._raft_ticker: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -117,6 +153,21 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
         log.info("started TCP listener on %s:%d", self.settings.host, self.port)
+        cluster = self.node.cluster
+        if cluster is not None:
+            from ..cluster.transport import ClusterTransport
+
+            host, port = cluster.addresses[cluster.name]
+            peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+            cluster.transport = ClusterTransport(
+                cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
+                host, port, peers, cluster.on_message)
+            cluster.wake = self.schedule_flush
+            await cluster.transport.start()
+            self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
+            log.info("cluster %s: node %s, inter-node listener on %s:%d, peers %s",
+                     self.settings.cluster_name, cluster.name, host, port,
+                     ", ".join(sorted(peers)) or "none")
 
     async def stop(self) -> None:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
@@ -134,7 +185,11 @@ class BrokerServer:
             connection.transport.close()
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._raft_ticker is not None:
+            self._raft_ticker.cancel()
         self.node.flush()
+        if self.node.cluster is not None and self.node.cluster.transport is not None:
+            await self.node.cluster.transport.stop()
         if self.node.store is not None:
             self.node.store.close()
         if self.node.quorum is not None:
@@ -186,10 +241,22 @@ class BrokerServer:
                 if session.closed:
                     self.node.dirty.add(session)
             if self.node.quorum is not None:
+                if self.node.cluster is None:
+                    self.node.quorum.raft_tick()
                 self.node.quorum.tick(now_ms())
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
                 self.check_alarms()
+            self.schedule_flush()
+
+    async def _raft_tick_forever(self) -> None:
+        """Raft's clock in a cluster: elections and heartbeats every raft tick."""
+        interval = self.settings.raft_tick_ms / 1000
+        cluster = self.node.cluster
+        while True:
+            await asyncio.sleep(interval)
+            self.node.quorum.raft_tick()
+            cluster.tick()
             self.schedule_flush()
 
     def memory_limit(self) -> int:

@@ -1,0 +1,277 @@
+"""A node's place in its cluster: Raft traffic between nodes, and commands forwarded
+to the leaders of the groups they are for.
+
+Responsibilities: carry the Raft messages of every group this node is a member of
+(the metadata group and its quorum queues' groups) to the other members, and step
+the ones that arrive into their group; forward a command proposed on a member that
+does not lead its group to the leader, and tie the leader's answer — the (index,
+term) it appended the command at — back to the waiter (queues/replicated.py);
+choose the members of new quorum queues; tell this node's own connections from
+other nodes' (fifo consumer keys carry the node's name).
+
+How it works: a forwarded command is an Rpc "propose" {group, request id, data}; the
+leader appends it and answers "accepted" {request id, index, term}, or "redirect"
+{request id, leader} if it no longer leads. Until accepted, the request stays
+pending and is sent again when the group's leader changes, on a redirect, and after
+a second without an answer; the leader remembers the requests it appended recently,
+so a repeat of one it already appended is answered with the same (index, term)
+instead of being appended twice. What a leader appended and then lost with its
+leadership is caught by the waiter's term check, and proposed again.
+
+Invariants: a Raft message leaves only after the Ready that produced it is durable
+(QuorumGroups.flush calls `send_raft` after the fsync); this node's fifo identities
+are `<node name>:<boot id>.<connection>.<channel>`, so every node recognises its
+own and its previous runs' consumers and leaves other nodes' alone.
+
+Not here: the transport (transport.py), the wire format (wire.py), consensus
+(broker/raft), what commands mean (broker/fifo, meta.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from ..raft import RaftNode
+from ..raft.messages import InstallSnapshot
+from ..queues.replicated import ReplicatedGroup, Waiter
+from .meta import META_GROUP, MetaGroup
+from .wire import RaftEnvelope, Rpc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Settings
+    from ..node.node import Node
+
+log = logging.getLogger("quorumqueue.cluster")
+
+RESEND_AFTER = 1.0          # seconds without an answer before a forward is sent again
+REMEMBERED_REQUESTS = 100_000
+
+
+class _Pending:
+    __slots__ = ("member", "data", "waiter", "sent_to", "sent_at")
+
+    def __init__(self, member: ReplicatedGroup, data: bytes, waiter: Waiter | None) -> None:
+        self.member = member
+        self.data = data
+        self.waiter = waiter
+        self.sent_to: str | None = None
+        self.sent_at = 0.0
+
+
+class Cluster:
+    def __init__(self, node: "Node", settings: "Settings") -> None:
+        self.node = node
+        self.name = settings.node_name
+        self.settings = settings
+        self.addresses = settings.cluster_peers()
+        self.nodes = tuple(sorted(self.addresses))
+        self.transport = None            # ClusterTransport, set by the server shell
+        self.wake = lambda: None         # the server's schedule_flush
+        self.pending: dict[int, _Pending] = {}
+        # request ids: unique across this node's runs too (a leader remembers requests
+        # by (node, id); a restarted node counting from 0 again would be "remembered")
+        self._next_request = int.from_bytes(os.urandom(7), "big") << 8
+        self._appended: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+        self._random = random.Random()
+        self.meta: MetaGroup | None = None
+
+    # ------------------------------------------------------------ setup
+
+    def start_metadata(self) -> MetaGroup:
+        """This node's member of the metadata group (every node is one)."""
+        quorum = self.node.quorum
+        store = quorum.store
+        fresh = META_GROUP not in store.groups()
+        if fresh:
+            store.set_initial_members(META_GROUP, list(self.nodes))
+        raft = RaftNode(self.name, quorum.raft_config, store.group_log(META_GROUP),
+                        quorum._random)
+        if fresh and self.name == self.nodes[0]:
+            raft.campaign()  # a new cluster: the first node asks first (others time out)
+        self.meta = MetaGroup(self.node, raft)
+        quorum.add_group(self.meta)
+        return self.meta
+
+    # ------------------------------------------------------------ identities
+
+    def is_local_key(self, key: str) -> bool:
+        """A fifo consumer key or connection identity of this node (this run or an
+        earlier one)."""
+        identity = key.partition("/")[0]
+        return identity.startswith(self.name + ":") or ":" not in identity  # or single-node
+
+    def is_stale_identity(self, identity: str) -> bool:
+        """A connection of an earlier run of this node."""
+        return self.is_local_key(identity) and not identity.startswith(self.node.boot_id + ".")
+
+    # ------------------------------------------------------------ placement
+
+    def place(self, size: int, locator: str) -> tuple[tuple[str, ...], str]:
+        """(members, intended leader) of a new quorum queue: `size` nodes (capped at
+        the cluster's size) including this one; the leader here (client-local) or on
+        the member leading the fewest groups (balanced)."""
+        size = max(1, min(size, len(self.nodes)))
+        others = [n for n in self.nodes if n != self.name]
+        members = tuple(sorted([self.name] + self._random.sample(others, size - 1)))
+        if locator != "balanced":
+            return members, self.name
+        counts = {n: 0 for n in members}
+        for member in self.node.quorum.queues.values():
+            if member.group != META_GROUP and member.leader_id in counts:
+                counts[member.leader_id] += 1
+        return members, min(members, key=lambda n: (counts[n], n != self.name, n))
+
+    # ------------------------------------------------------------ Raft traffic
+
+    def send_raft(self, group: str, messages) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        for message in messages:
+            if isinstance(message, InstallSnapshot) and message.data is None:
+                stored = self.node.quorum.store.read_snapshot(group)
+                if stored is None or stored[0].index != message.meta.index:
+                    member = self.node.quorum.queues.get(group)
+                    if member is not None and member.raft is not None:
+                        member.raft.report_snapshot(message.to, False)
+                    continue
+                message = message.with_data(stored[1])
+            transport.send(message.to, RaftEnvelope(group, message))
+
+    def on_message(self, sender: str, envelope) -> None:
+        """From the transport, in the event loop."""
+        if isinstance(envelope, RaftEnvelope):
+            member = self.node.quorum.queues.get(envelope.group)
+            if member is None or member.raft is None:
+                return  # not (yet) a member here: the leader will retry
+            member.raft.step(envelope.message)
+        elif isinstance(envelope, Rpc):
+            handler = _RPCS.get(envelope.kind)
+            if handler is None:
+                log.warning("unknown cluster request '%s' from %s", envelope.kind, sender)
+                return
+            handler(self, sender, envelope.body)
+        self.wake()
+
+    # ------------------------------------------------------------ forwarding
+
+    def forward(self, member: ReplicatedGroup, data: bytes, waiter: Waiter | None) -> None:
+        self._next_request += 1
+        request = self._next_request
+        self.pending[request] = _Pending(member, data, waiter)
+        self._send(request)
+
+    def _send(self, request: int) -> None:
+        pending = self.pending[request]
+        member = pending.member
+        if member.deleted:
+            del self.pending[request]
+            if pending.waiter is not None:
+                pending.waiter(None)
+            return
+        leader = member.leader_id
+        if leader == self.name and member.is_leader:
+            del self.pending[request]
+            member.propose_data(pending.data, pending.waiter)
+            return
+        pending.sent_to = leader
+        pending.sent_at = time.monotonic()
+        if leader is not None and self.transport is not None:
+            self.transport.send(leader, Rpc("propose", {"g": member.group, "r": request,
+                                                        "d": pending.data}))
+
+    def leader_changed(self, member: ReplicatedGroup) -> None:
+        for request, pending in list(self.pending.items()):
+            if pending.member is member and pending.sent_to != member.leader_id:
+                self._send(request)
+
+    def tick(self) -> None:
+        """Send again what no leader answered within RESEND_AFTER."""
+        deadline = time.monotonic() - RESEND_AFTER
+        for request, pending in list(self.pending.items()):
+            if pending.sent_at < deadline:
+                self._send(request)
+
+    def _on_propose(self, sender: str, body: dict) -> None:
+        key = (sender, body["r"])
+        appended = self._appended.get(key)
+        member = self.node.quorum.queues.get(body["g"])
+        if appended is None and member is not None and member.is_leader:
+            try:
+                index = member.raft.propose(body["d"])
+            except Exception:  # noqa: BLE001 - a transfer in progress: redirect below
+                index = 0
+            if index:
+                appended = (index, member.raft.term)
+                self._appended[key] = appended
+                if len(self._appended) > REMEMBERED_REQUESTS:
+                    self._appended.popitem(last=False)
+        if appended is not None:
+            self.transport.send(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
+                                                         "t": appended[1]}))
+        else:
+            leader = None if member is None else member.leader_id
+            self.transport.send(sender, Rpc("redirect", {"r": body["r"], "l": leader}))
+
+    def _on_accepted(self, sender: str, body: dict) -> None:
+        pending = self.pending.pop(body["r"], None)
+        if pending is None or pending.waiter is None:
+            return
+        member = pending.member
+        if member.deleted:
+            pending.waiter(None)
+        elif member.raft.applied_index >= body["i"]:
+            # applied here already (from a snapshot): its reply is gone; ask again
+            member.propose_data(pending.data, pending.waiter)
+        else:
+            member.wait_at(body["i"], body["t"], pending.data, pending.waiter)
+
+    def _on_redirect(self, sender: str, body: dict) -> None:
+        pending = self.pending.get(body["r"])
+        if pending is None:
+            return
+        hint = body.get("l")
+        if hint is not None and hint != sender and hint != pending.sent_to:
+            pending.sent_to = hint
+            pending.sent_at = time.monotonic()
+            self.transport.send(hint, Rpc("propose", {"g": pending.member.group,
+                                                      "r": body["r"], "d": pending.data}))
+        else:
+            pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict:
+        transport = self.transport
+        nodes = []
+        for name in self.nodes:
+            host, port = self.addresses[name]
+            reachable = (name == self.name
+                         or (transport is not None and transport.is_connected(name)))
+            nodes.append({"name": name, "address": f"{host}:{port}", "reachable": reachable,
+                          "amqp_uri": None})
+        queues = []
+        for vhost in self.node.vhosts.values():
+            for queue in vhost.queues.values():
+                if queue.type_name != "quorum":
+                    continue
+                queues.append({"vhost": vhost.name, "name": queue.name,
+                               "leader": queue.leader_id, "members": list(queue.members),
+                               "online": [n for n in queue.members
+                                          if n == self.name or (transport is not None
+                                                                and transport.is_connected(n))]})
+        return {"cluster_name": self.settings.cluster_name, "node": self.name,
+                "metadata_leader": self.meta.leader_id if self.meta else None,
+                "nodes": nodes, "queues": queues}
+
+
+_RPCS = {
+    "propose": Cluster._on_propose,
+    "accepted": Cluster._on_accepted,
+    "redirect": Cluster._on_redirect,
+}

@@ -1,0 +1,122 @@
+"""A member of a Raft group as the node sees it: proposing commands and waiting for them.
+
+Responsibilities: the bookkeeping shared by every replicated thing on a node (a quorum
+queue, the cluster's metadata): propose a command where it can be appended — this
+member when it leads its group, else the leader through the node's router (the
+cluster: broker/cluster/cluster.py) — and tie each proposal to whoever waits for its
+reply.
+
+How it works: a waiter is kept under the log index its command was appended at, with
+the term of that append. When entry i is applied, a waiter whose term matches gets
+the machine's reply; one whose term does not lost its entry to another leader's (the
+append was never committed) and its command is proposed again. A router answers a
+forwarded proposal with the (index, term) the leader appended it at, so the waiter
+then sits here like a local one: replies always come from this member's own apply,
+so everything this node shows afterwards (counts, bodies) already includes it.
+
+Invariants: every waiter is called exactly once — with the reply of its own command's
+entry, or None when the group is deleted first; a command is never applied twice
+because of a retry of this module (a forwarded command is re-sent only while no
+leader acknowledged it; see broker/cluster/README.md for what a leader crash between
+append and acknowledgement means).
+
+Not here: consensus (broker/raft), the transport and forwarding (broker/cluster),
+applying entries (broker/node/quorum.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from ..raft import RaftNode
+from ..raft.errors import NotLeader, ProposalRejected
+from ..raft.ready import Role
+
+Waiter = Callable[[Any], None]
+
+
+class Router(Protocol):
+    def forward(self, member: "ReplicatedGroup", data: bytes, waiter: Waiter | None) -> None:
+        ...
+
+
+class ReplicatedGroup:
+    """Base of QuorumQueue and the metadata group: `raft`, `group`, the waiters."""
+
+    def __init__(self, group: str, raft: RaftNode | None) -> None:
+        self.group = group            # the Raft group uid (log storage key)
+        self.raft = raft
+        self.router: Router | None = None  # None: a group of one (no cluster)
+        self.deleted = False
+        # index -> [(term of the append or None for "any", command data, waiter)]
+        self.waiters: dict[int, list[tuple[int | None, bytes, Waiter]]] = {}
+        self.on_leader: list[Callable[[], None]] = []  # waiting for a known leader
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft is not None and self.raft.role is Role.LEADER
+
+    @property
+    def leader_id(self) -> str | None:
+        return None if self.raft is None else self.raft.leader_id
+
+    def propose_data(self, data: bytes, waiter: Waiter | None = None) -> None:
+        """Append `data` to the group's log, here or at the leader; `waiter` gets the
+        machine's reply once this member applied it."""
+        if self.router is None or self.is_leader:
+            try:
+                index = self.raft.propose(data)
+            except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it
+                if self.router is None:
+                    raise
+            else:
+                if waiter is not None:
+                    self.waiters.setdefault(index, []).append((self.raft.term, data, waiter))
+                return
+        self.router.forward(self, data, waiter)
+
+    def wait_at(self, index: int, term: int, data: bytes, waiter: Waiter) -> None:
+        """A forwarded command was appended at (index, term) by the leader."""
+        self.waiters.setdefault(index, []).append((term, data, waiter))
+
+    def take_waiters(self, index: int, term: int) -> list[Waiter]:
+        """The waiters entry (index, term) answers; the others' commands are proposed
+        again (their append was overwritten by another leader's)."""
+        waiting = self.waiters.pop(index, None)
+        if not waiting:
+            return []
+        answered = []
+        for expected, data, waiter in waiting:
+            if expected is None or expected == term:
+                answered.append(waiter)
+            else:
+                self.propose_data(data, waiter)
+        return answered
+
+    def has_unapplied(self) -> bool:
+        return self.raft.log.last_index() > self.raft.applied_index
+
+    def after_applied(self, waiter: Waiter) -> None:
+        """Call `waiter` once everything appended here so far is applied (a barrier)."""
+        self.waiters.setdefault(self.raft.log.last_index(), []).append((None, b"", waiter))
+
+    def when_led(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the group has a known leader (now if it has one)."""
+        if self.leader_id is not None:
+            callback()
+        else:
+            self.on_leader.append(callback)
+
+    def leader_known(self) -> None:
+        callbacks, self.on_leader = self.on_leader, []
+        for callback in callbacks:
+            callback()
+
+    def fail_waiters(self) -> None:
+        waiters, self.waiters = self.waiters, {}
+        for waiting in waiters.values():
+            for _term, _data, waiter in waiting:
+                waiter(None)
+        callbacks, self.on_leader = self.on_leader, []
+        for callback in callbacks:
+            callback()
