@@ -257,6 +257,22 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+def _wait_for_state(pid: int, stopped: bool, timeout: float = 5.0) -> None:
+    """Until /proc says the process is (not) stopped: signals land asynchronously."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return  # no /proc (or the process is gone): nothing to wait for
+        if (state in ("T", "t")) == stopped:
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"process {pid} did not {'stop' if stopped else 'continue'} "
+                       f"within {timeout:g}s")
+
+
 NodeRef = int | str  # a 0-based index, a node name "qq1@localhost", or its short "qq1"
 
 _live_clusters: weakref.WeakSet = weakref.WeakSet()
@@ -395,14 +411,20 @@ class LocalCluster:
         return self._reap(name, self.stop_timeout if timeout is None else timeout)
 
     def pause(self, node: NodeRef) -> None:
+        """SIGSTOP; returns once the process is stopped."""
         name = self._plan(node).name
-        self._require_live(name).send_signal(signal.SIGSTOP)
+        process = self._require_live(name)
+        process.send_signal(signal.SIGSTOP)
         self._paused.add(name)
+        _wait_for_state(process.pid, stopped=True)
 
     def resume(self, node: NodeRef) -> None:
+        """SIGCONT; returns once the process runs again."""
         name = self._plan(node).name
-        self._require_live(name).send_signal(signal.SIGCONT)
+        process = self._require_live(name)
+        process.send_signal(signal.SIGCONT)
         self._paused.discard(name)
+        _wait_for_state(process.pid, stopped=False)
 
     def restart(self, node: NodeRef, sig: int = signal.SIGTERM) -> None:
         """Stop the node if it runs (with `sig`), start it again with the same data
