@@ -331,23 +331,27 @@ class AckingConsumer(_Client):
             time.sleep(0.05)
 
 
-def declare_quorum_queue(uri: str, queue: str, timeout: float = 10.0) -> None:
-    """Declare a durable quorum queue, retrying while the node refuses (no leader yet)."""
+def declare_quorum_queue(uris: Uris, queue: str, timeout: float = 10.0) -> None:
+    """Declare a durable quorum queue through any node of `uris`, retrying while they
+    refuse (no metadata leader yet) until `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            connection = pika.BlockingConnection(connection_parameters(uri))
+        for uri in list(uris() if callable(uris) else uris):
             try:
-                connection.channel().queue_declare(
-                    queue, durable=True, arguments={"x-queue-type": "quorum"})
-                return
-            finally:
-                if connection.is_open:
-                    connection.close()
-        except FAILURES:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+                connection = pika.BlockingConnection(connection_parameters(uri))
+                try:
+                    connection.channel().queue_declare(
+                        queue, durable=True, arguments={"x-queue-type": "quorum"})
+                    return
+                finally:
+                    if connection.is_open:
+                        connection.close()
+            except FAILURES:
+                if time.monotonic() > deadline:
+                    raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no node to declare {queue!r} on within {timeout:g}s")
+        time.sleep(0.2)
 
 
 class Workload:
@@ -368,8 +372,7 @@ class Workload:
 
     def start(self) -> "Workload":
         if self.declare:
-            uris = list(self.uris() if callable(self.uris) else self.uris)
-            declare_quorum_queue(uris[0], self.queue)
+            declare_quorum_queue(self.uris, self.queue)
         self.consumer.start()
         self.publisher.start()
         return self
