@@ -49,6 +49,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("quorumqueue.cluster")
 
 RESEND_AFTER = 1.0          # seconds without an answer before a forward is sent again
+# a node not heard from for this long is down for the queues it consumes from: the
+# leaders return its consumers' unacknowledged messages (RabbitMQ does on noconnection)
+NODE_DOWN_AFTER = 5.0
 REMEMBERED_REQUESTS = 100_000
 
 
@@ -79,6 +82,8 @@ class Cluster:
         self._appended: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
         self._random = random.Random()
         self.meta: MetaGroup | None = None
+        self.started = time.monotonic()
+        self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
 
     # ------------------------------------------------------------ setup
 
@@ -145,6 +150,7 @@ class Cluster:
 
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""
+        self.last_heard[sender] = time.monotonic()
         if isinstance(envelope, RaftEnvelope):
             member = self.node.quorum.queues.get(envelope.group)
             if member is None or member.raft is None:
@@ -191,11 +197,39 @@ class Cluster:
                 self._send(request)
 
     def tick(self) -> None:
-        """Send again what no leader answered within RESEND_AFTER."""
-        deadline = time.monotonic() - RESEND_AFTER
+        """Send again what no leader answered within RESEND_AFTER; return the messages
+        of consumers on nodes that went silent."""
+        now = time.monotonic()
+        deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
             if pending.sent_at < deadline:
                 self._send(request)
+        silent = {n for n in self.nodes if n != self.name
+                  and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
+        if silent:
+            self._down_consumers_of(silent)
+
+    def _down_consumers_of(self, silent: set[str]) -> None:
+        """On the queues this node leads: a Down for every connection of a silent node
+        that still has consumers (their messages go back to the queue, delivery count
+        + 1). If that node was only cut off, its live channels check out again when
+        they see the Down applied (QuorumGroups._apply)."""
+        from ..fifo.commands import Down
+        from ..queues.quorum import QuorumQueue
+        from ..node.quorum import now_ms
+
+        for member in list(self.node.quorum.queues.values()):
+            if not isinstance(member, QuorumQueue) or not member.is_leader:
+                continue
+            connections = {c.connection for c in member.state.consumers.values()}
+            member.downed &= connections
+            for connection in connections - member.downed:
+                if connection.partition(":")[0] in silent:
+                    member.downed.add(connection)
+                    log.warning("node %s is silent: returning the messages of its "
+                                "connection %s to queue '%s'", connection.partition(":")[0],
+                                connection, member.name)
+                    member.propose(Down(connection), now_ms())
 
     def _on_propose(self, sender: str, body: dict) -> None:
         key = (sender, body["r"])

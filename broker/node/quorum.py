@@ -216,6 +216,9 @@ class QuorumGroups:
         for callback in queue.take_waiters(index, term):
             callback(reply)
         replaying = index <= queue.replay_until
+        if (isinstance(command, Down) and self.cluster is not None and not replaying
+                and command.connection.startswith(self.cluster.node.boot_id + ".")):
+            self._check_out_again(queue, command.connection)
         for effect in effects:
             match effect:
                 case Deliver(consumer, deliveries):
@@ -223,6 +226,17 @@ class QuorumGroups:
                         self._deliver(queue, consumer, deliveries)
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     queue.pending_snapshot = (cursor, snapshot_index, snapshot.dump(queue.state))
+
+    def _check_out_again(self, queue: QuorumQueue, connection: str) -> None:
+        """A leader took this node for down and returned our consumers' messages, but
+        the channel is alive (the node was cut off, or paused): consume again."""
+        from ..queues.quorum import NO_ACK_CREDIT
+
+        for key, consumer in list(queue.by_key.items()):
+            if key.startswith(connection + "/") and consumer.channel.state == "open":
+                prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
+                queue.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
+                              now_ms())
 
     def _is_stale(self, identity: str) -> bool:
         """A connection of an earlier run of this node (a group of one: every recorded

@@ -88,6 +88,7 @@ class QuorumQueue(ReplicatedGroup):
         self.by_key: dict[str, Any] = {}
         self.exclusive_consumer = None
         self.had_consumers = False
+        self.downed: set[str] = set()  # connections of silent nodes a Down was proposed for
         self.last_time_ms = 0         # the last leader time applied (see module doc)
         self.replay_until = 0         # entries up to here were applied before a restart
         self.pending_snapshot: tuple[int, int, bytes] | None = None  # cursor, index, data

@@ -1,0 +1,248 @@
+"""A 3-node cluster of real processes, used the way a RabbitMQ user would.
+
+Metadata declared on one node is seen on every node; a quorum queue has a replica on
+each of the three; a message published on one node is consumed on another; killing
+the queue's leader elects another and nothing confirmed is lost; a restarted node
+catches up; two nodes down leave the last one refusing work (no confirm); a
+consumer's messages come back when its node dies. The fault tests with a running
+workload and the checker are in test_faults.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from quorumqueue.broker.management_client import call
+from tests.support.cluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def status(uri: str) -> dict:
+    return call(uri, "cluster.status")
+
+
+def wait_for(what, predicate, timeout: float = 20.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as error:  # noqa: BLE001 - a node may be starting or stopping
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def queue_status(uri: str, name: str) -> dict | None:
+    for queue in status(uri)["queues"]:
+        if queue["name"] == name:
+            return queue
+    return None
+
+
+def leader_of(uri: str, name: str) -> str | None:
+    queue = queue_status(uri, name)
+    return queue and queue["leader"]
+
+
+def connect(uri: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(uri))
+
+
+def drain(uri: str, queue: str, idle: float = 1.0) -> list[bytes]:
+    with connect(uri) as connection:
+        channel = connection.channel()
+        bodies = []
+        for method, _properties, body in channel.consume(queue, inactivity_timeout=idle):
+            if method is None:
+                break
+            bodies.append(body)
+            channel.basic_ack(method.delivery_tag)
+        channel.cancel()
+        return bodies
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(3, proxied=False) as running:
+        wait_for("a metadata leader all nodes agree on", lambda: len(
+            {status(uri)["metadata_leader"] for uri in running.uris()} - {None}) == 1
+            and all(status(uri)["metadata_leader"] for uri in running.uris()))
+        yield running
+
+
+def test_metadata_declared_on_one_node_is_on_every_node(cluster):
+    one, two, three = cluster.uris()
+    with connect(two) as connection:
+        channel = connection.channel()
+        channel.exchange_declare("orders-x", "direct", durable=True)
+        channel.queue_declare("orders", durable=True, arguments={"x-queue-type": "quorum"})
+        channel.queue_bind("orders", "orders-x", "new")
+    for uri in (one, three):
+        queue = wait_for("the queue on " + uri, lambda: queue_status(uri, "orders"))
+        assert sorted(queue["members"]) == sorted(cluster.names)
+        with connect(uri) as connection:
+            channel = connection.channel()
+            channel.exchange_declare("orders-x", passive=True)
+            assert channel.queue_declare("orders", passive=True).method.message_count == 0
+    # an inequivalent redeclaration through another node fails as in RabbitMQ
+    with connect(three) as connection:
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.exchange_declare("orders-x", "fanout", durable=True)
+        assert refused.value.reply_code == 406
+        assert "inequivalent arg 'type'" in refused.value.reply_text
+
+
+def test_published_on_one_node_consumed_on_another(cluster):
+    one, two, three = cluster.uris()
+    with connect(one) as connection:
+        channel = connection.channel()
+        channel.queue_declare("relay", durable=True, arguments={"x-queue-type": "quorum"})
+    wait_for("a leader", lambda: leader_of(three, "relay"))
+    with connect(three) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in range(50):
+            channel.basic_publish("", "relay", f"m{n}".encode(),
+                                  pika.BasicProperties(delivery_mode=2))
+    assert drain(two, "relay") == [f"m{n}".encode() for n in range(50)]
+    for uri in cluster.uris():
+        wait_for("the queue empty on " + uri, lambda: call(uri, "queues.list", vhost="/")
+                 and [q for q in call(uri, "queues.list", vhost="/")
+                      if q["name"] == "relay"][0]["ready"] == 0)
+
+
+def test_deleted_through_one_node_is_gone_everywhere(cluster):
+    one, two, three = cluster.uris()
+    with connect(one) as connection:
+        connection.channel().queue_declare("doomed", durable=True,
+                                           arguments={"x-queue-type": "quorum"})
+    wait_for("a leader", lambda: leader_of(two, "doomed"))
+    with connect(two) as connection:
+        assert connection.channel().queue_delete("doomed").method.message_count == 0
+    for uri in cluster.uris():
+        wait_for("the queue gone on " + uri, lambda: queue_status(uri, "doomed") is None)
+    with connect(three) as connection:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+            connection.channel().queue_declare("doomed", passive=True)
+        assert missing.value.reply_code == 404
+
+
+def test_leader_killed_another_is_elected_and_the_old_one_catches_up():
+    with LocalCluster(3, proxied=False) as cluster:
+        first = cluster.uris()[0]
+        wait_for("a metadata leader", lambda: status(first)["metadata_leader"])
+        with connect(first) as connection:
+            connection.channel().queue_declare("q", durable=True,
+                                               arguments={"x-queue-type": "quorum"})
+        leader = wait_for("a leader", lambda: leader_of(first, "q"))
+        others = [name for name in cluster.names if name != leader]
+        with connect(cluster.uri(others[0])) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            for n in range(100):
+                channel.basic_publish("", "q", b"before-%d" % n,
+                                      pika.BasicProperties(delivery_mode=2))
+        cluster.kill(leader)
+        new = wait_for("a new leader", lambda: (leader_of(cluster.uri(others[0]), "q")
+                                                not in (None, leader))
+                       and leader_of(cluster.uri(others[0]), "q"))
+        assert new in others
+        with connect(cluster.uri(others[1])) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            for n in range(100):
+                channel.basic_publish("", "q", b"after-%d" % n,
+                                      pika.BasicProperties(delivery_mode=2))
+        cluster.restart(leader)
+        cluster.wait_ready([leader])
+        expected = [b"before-%d" % n for n in range(100)] + [b"after-%d" % n for n in range(100)]
+        # the restarted node learns what it missed and serves it
+        wait_for("the restarted node to catch up", lambda: [
+            q for q in call(cluster.uri(leader), "queues.list", vhost="/")
+            if q["name"] == "q"][0]["ready"] == 200)
+        assert drain(cluster.uri(leader), "q") == expected
+
+
+def confirmed_within(uri: str, queue: str, body: bytes, seconds: float) -> bool:
+    """Publish with confirms (aio-pika); True if the broker confirmed in time."""
+    import asyncio
+
+    import aio_pika
+
+    async def publish() -> bool:
+        connection = await aio_pika.connect(uri)
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+            message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+            try:
+                await asyncio.wait_for(channel.default_exchange.publish(message, queue),
+                                       seconds)
+            except asyncio.TimeoutError:
+                return False
+            return True
+        finally:
+            await connection.close()
+
+    return asyncio.run(publish())
+
+
+def test_a_minority_refuses_work_and_the_majority_comes_back():
+    with LocalCluster(3, proxied=False) as cluster:
+        first = cluster.uris()[0]
+        wait_for("a metadata leader", lambda: status(first)["metadata_leader"])
+        with connect(first) as connection:
+            connection.channel().queue_declare("q", durable=True,
+                                               arguments={"x-queue-type": "quorum"})
+        wait_for("a leader", lambda: leader_of(first, "q"))
+        survivor, *gone = cluster.names
+        for name in gone:
+            cluster.kill(name)
+        assert not confirmed_within(cluster.uri(survivor), "q", b"in-minority", 3.0), \
+            "a single node of three confirmed a publish on its own"
+        for name in gone:
+            cluster.restart(name)
+        cluster.wait_ready(gone)
+        with connect(cluster.uri(gone[0])) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("", "q", b"in-majority", pika.BasicProperties(delivery_mode=2))
+        bodies = drain(cluster.uri(survivor), "q")
+        assert bodies[-1] == b"in-majority"
+        assert set(bodies) <= {b"in-minority", b"in-majority"}
+
+
+def test_a_dead_consumers_messages_come_back():
+    with LocalCluster(3, proxied=False) as cluster:
+        first = cluster.uris()[0]
+        wait_for("a metadata leader", lambda: status(first)["metadata_leader"])
+        with connect(first) as connection:
+            channel = connection.channel()
+            channel.queue_declare("q", durable=True, arguments={"x-queue-type": "quorum"})
+            channel.confirm_delivery()
+            for n in range(10):
+                channel.basic_publish("", "q", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+        leader = wait_for("a leader", lambda: leader_of(first, "q"))
+        victim = next(name for name in cluster.names if name != leader)
+        doomed = connect(cluster.uri(victim))
+        channel = doomed.channel()
+        channel.basic_qos(prefetch_count=10)
+        taken = []
+        channel.basic_consume("q", lambda ch, method, props, body: taken.append(body))
+        deadline = time.monotonic() + 10
+        while len(taken) < 10 and time.monotonic() < deadline:
+            doomed.process_data_events(time_limit=0.1)
+        assert len(taken) == 10
+        cluster.kill(victim)  # unacked, on a node that is gone for good
+        other = next(name for name in cluster.names if name not in (leader, victim))
+        bodies = wait_for("the messages back", lambda: sorted(drain(cluster.uri(other), "q"))
+                          or None, timeout=30)
+        assert bodies == sorted(b"%d" % n for n in range(10))
