@@ -301,7 +301,9 @@ class Cluster:
                                                                 and transport.is_connected(n))]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
-                "nodes": nodes, "queues": queues}
+                "nodes": nodes, "queues": queues,
+                # commands waiting for a leader's answer (forwarded, not yet appended)
+                "forwarding": len(self.pending)}
 
 
 _RPCS = {

@@ -105,6 +105,9 @@ def queue_row(node, queue) -> dict[str, Any]:
         row.update(bytes=queue.message_bytes, leader=queue.raft.leader_id,
                    members=list(queue.raft.members), group=queue.group,
                    commit_index=queue.raft.commit_index,
+                   # replies this node waits for (confirms, gets...): (index, term) each
+                   waiting=sorted((index, term) for index, waiting in queue.waiters.items()
+                                  for term, _data, _waiter in waiting),
                    # memory: the log's entries not yet moved to segment files, and the
                    # machine's per-message state (the memory-footprint figures)
                    memtable_bytes=node.quorum.store.memtable_bytes(queue.group),

@@ -139,6 +139,7 @@ class QuorumGroups:
     def orphans(self, known: set[str]) -> list[str]:
         """Groups in the log store that no queue in the metadata names (deleted while
         the process was dying): deleted now."""
+        known = known | set(self.queues)  # the metadata group is no queue's
         gone = [uid for uid in self.store.groups() if uid not in known]
         for uid in gone:
             self.store.delete_group(uid)
@@ -177,6 +178,8 @@ class QuorumGroups:
                 for entry in ready.committed:
                     if queue.deleted:
                         break
+                    if queue.waiters:
+                        queue.entry_committed(entry.index, entry.term)
                     if entry.kind == COMMAND:
                         if isinstance(queue, QuorumQueue):
                             self._apply(queue, entry.index, entry.term, entry.data)

@@ -12,7 +12,11 @@ the machine's reply; one whose term does not lost its entry to another leader's 
 append was never committed) and its command is proposed again. A router answers a
 forwarded proposal with the (index, term) the leader appended it at, so the waiter
 then sits here like a local one: replies always come from this member's own apply,
-so everything this node shows afterwards (counts, bodies) already includes it.
+so everything this node shows afterwards (counts, bodies) already includes it. An
+append of term T at index i is also known lost, before anything is applied at i,
+once an entry of a later term is applied at or below i (`entry_committed`): the
+leader that lost term T may have been cut off, and nothing may ever be appended
+at i again.
 
 Invariants: every waiter is called exactly once — with the reply of its own command's
 entry, or None when the group is deleted first; a command is never applied twice
@@ -51,6 +55,7 @@ class ReplicatedGroup:
         # index -> [(term of the append or None for "any", command data, waiter)]
         self.waiters: dict[int, list[tuple[int | None, bytes, Waiter]]] = {}
         self.on_leader: list[Callable[[], None]] = []  # waiting for a known leader
+        self.applied_term = 0         # the term of the last entry applied here
 
     @property
     def is_leader(self) -> bool:
@@ -78,6 +83,27 @@ class ReplicatedGroup:
     def wait_at(self, index: int, term: int, data: bytes, waiter: Waiter) -> None:
         """A forwarded command was appended at (index, term) by the leader."""
         self.waiters.setdefault(index, []).append((term, data, waiter))
+
+    def entry_committed(self, index: int, term: int) -> None:
+        """Called for every entry this member applies, before its waiters. The first
+        entry of a newer term dooms every append of an older term at this index or
+        later (terms never decrease along a log): their commands are proposed again
+        now, even if nothing is ever appended at their own index."""
+        if term <= self.applied_term:
+            return
+        self.applied_term = term
+        doomed = [i for i, waiting in self.waiters.items() if i > index
+                  and any(expected is not None and expected < term
+                          for expected, _data, _waiter in waiting)]
+        for i in doomed:
+            keep = []
+            for expected, data, waiter in self.waiters.pop(i):
+                if expected is not None and expected < term:
+                    self.propose_data(data, waiter)
+                else:
+                    keep.append((expected, data, waiter))
+            if keep:
+                self.waiters.setdefault(i, []).extend(keep)
 
     def take_waiters(self, index: int, term: int) -> list[Waiter]:
         """The waiters entry (index, term) answers; the others' commands are proposed

@@ -246,3 +246,26 @@ def test_a_dead_consumers_messages_come_back():
         bodies = wait_for("the messages back", lambda: sorted(drain(cluster.uri(other), "q"))
                           or None, timeout=30)
         assert bodies == sorted(b"%d" % n for n in range(10))
+
+
+def test_the_whole_cluster_restarts_with_its_metadata_and_messages(tmp_path):
+    data = str(tmp_path / "cluster")
+    with LocalCluster(3, proxied=False, data_dir=data) as cluster:
+        first = cluster.uris()[0]
+        wait_for("a metadata leader", lambda: status(first)["metadata_leader"])
+        with connect(first) as connection:
+            channel = connection.channel()
+            channel.exchange_declare("x", "fanout", durable=True)
+            channel.queue_declare("kept", durable=True, arguments={"x-queue-type": "quorum"})
+            channel.queue_bind("kept", "x")
+            channel.confirm_delivery()
+            for n in range(20):
+                channel.basic_publish("x", "", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+    with LocalCluster(3, proxied=False, data_dir=data) as cluster:
+        last = cluster.uris()[-1]
+        wait_for("a leader for the queue", lambda: leader_of(last, "kept"))
+        with connect(last) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("x", "", b"after", pika.BasicProperties(delivery_mode=2))
+        assert drain(last, "kept") == [b"%d" % n for n in range(20)] + [b"after"]
