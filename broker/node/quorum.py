@@ -175,6 +175,7 @@ class QuorumGroups:
             for queue, ready in batch:
                 if ready.snapshot is not None:
                     queue.restore(ready.snapshot.data)
+                    queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
                 for entry in ready.committed:
                     if queue.deleted:
                         break

@@ -105,6 +105,20 @@ class ReplicatedGroup:
             if keep:
                 self.waiters.setdefault(i, []).extend(keep)
 
+    def snapshot_installed(self, index: int, term: int) -> None:
+        """The leader sent a snapshot up to `index` in place of entries: the waiters
+        at or below it never see their entry applied here, and the snapshot does not
+        say which commands it holds. Their commands are proposed again (a command
+        that did make it in is then applied twice: at least once, never lost);
+        barriers are released."""
+        self.applied_term = max(self.applied_term, term)
+        for i in sorted(i for i in self.waiters if i <= index):
+            for expected, data, waiter in self.waiters.pop(i):
+                if expected is None:
+                    waiter(None)
+                else:
+                    self.propose_data(data, waiter)
+
     def take_waiters(self, index: int, term: int) -> list[Waiter]:
         """The waiters entry (index, term) answers; the others' commands are proposed
         again (their append was overwritten by another leader's)."""
