@@ -88,10 +88,8 @@ def queues_list(uri, vhost) -> None:
     rows = _call(uri, "queues.list", vhost=vhost)
     headers = ["vhost", "name", "type", "ready", "unacked", "consumers", "leader",
                "members", "bytes"]
-    table = [[str(r[h]) if h != "members" else ",".join(r[h]) for h in headers] for r in rows]
-    widths = [max([len(h)] + [len(row[i]) for row in table]) for i, h in enumerate(headers)]
-    for row in [headers] + table:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _echo_table(headers, [[str(r[h]) if h != "members" else ",".join(r[h]) for h in headers]
+                          for r in rows])
 
 
 @queues.command("purge")
@@ -115,6 +113,79 @@ def queues_delete(uri, vhost, if_unused, if_empty, name) -> None:
     result = _call(uri, "queues.delete", vhost=vhost, name=name, if_unused=if_unused,
                    if_empty=if_empty)
     click.echo(f"deleted '{name}' in vhost '{vhost}' ({result['deleted']} messages)")
+
+
+@queues.command("add_member")
+@uri_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+@click.argument("node")
+def queues_add_member(uri, vhost, name, node) -> None:
+    """Add a replica of quorum queue NAME on NODE (rabbitmq-queues add_member)."""
+    result = _call(uri, "queues.add_member", vhost=vhost, name=name, node=node)
+    click.echo(f"added {node} to quorum queue '{name}' in vhost '{vhost}' (members: "
+               f"{', '.join(result['members'])})")
+
+
+@queues.command("delete_member")
+@uri_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+@click.argument("node")
+def queues_delete_member(uri, vhost, name, node) -> None:
+    """Remove the replica of quorum queue NAME on NODE (rabbitmq-queues delete_member)."""
+    result = _call(uri, "queues.delete_member", vhost=vhost, name=name, node=node)
+    click.echo(f"removed {node} from quorum queue '{name}' in vhost '{vhost}' (members: "
+               f"{', '.join(result['members'])})")
+
+
+def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+    for row in [headers] + rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@queues.command("grow")
+@uri_option
+@click.argument("node")
+@click.argument("strategy", type=click.Choice(["all", "even"]))
+@click.option("--vhost-pattern", default=".*", show_default=True)
+@click.option("--queue-pattern", default=".*", show_default=True)
+def queues_grow(uri, node, strategy, vhost_pattern, queue_pattern) -> None:
+    """Add NODE to every matching quorum queue (all), or to those with an even number
+    of members (even), like rabbitmq-queues grow."""
+    rows = _call(uri, "queues.grow", node=node, strategy=strategy,
+                 vhost_pattern=vhost_pattern, queue_pattern=queue_pattern)
+    _echo_table(["vhost", "name", "size", "result"],
+                [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
+
+
+@queues.command("shrink")
+@uri_option
+@click.argument("node")
+@click.option("--errors-only", is_flag=True,
+              help="Only queues whose replica on NODE is not reachable.")
+def queues_shrink(uri, node, errors_only) -> None:
+    """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink)."""
+    rows = _call(uri, "queues.shrink", node=node, errors_only=errors_only)
+    _echo_table(["vhost", "name", "size", "result"],
+                [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
+
+
+@queues.command("rebalance")
+@uri_option
+@click.argument("kind", type=click.Choice(["quorum", "all"]))
+@click.option("--vhost-pattern", default=".*", show_default=True)
+@click.option("--queue-pattern", default=".*", show_default=True)
+def queues_rebalance(uri, kind, vhost_pattern, queue_pattern) -> None:
+    """Move quorum-queue leaders so each node leads about as many (membership is
+    unchanged), like rabbitmq-queues rebalance."""
+    result = _call(uri, "queues.rebalance", vhost_pattern=vhost_pattern,
+                   queue_pattern=queue_pattern)
+    _echo_table(["vhost", "name", "from", "to"],
+                [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
+    click.echo("leaders per node: " + ", ".join(f"{n} {c}"
+                                                for n, c in sorted(result["leaders"].items())))
 
 
 def _add_jobs() -> None:

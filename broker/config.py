@@ -58,6 +58,12 @@ class Settings:
     quorum_initial_cluster_size: int = 3
     queue_leader_locator: str = "client-local"
     raft_tick_ms: int = 100
+    # continuous membership reconciliation (the 4.2 guide's CMR; broker/cluster/membership.py)
+    cmr_enabled: bool = False
+    cmr_target_group_size: int = 0       # 0: none (per queue: x-quorum-target-group-size)
+    cmr_auto_remove: bool = False
+    cmr_interval_ms: int = 3_600_000
+    cmr_trigger_interval_ms: int = 10_000
 
     @property
     def cluster_port(self) -> int:
@@ -182,6 +188,13 @@ KEYS = {
     "quorum_queue.initial_cluster_size": ("quorum_initial_cluster_size", _int),
     "queue_leader_locator": ("queue_leader_locator", _locator),
     "raft.tick_interval_ms": ("raft_tick_ms", _int),
+    "quorum_queue.continuous_membership_reconciliation.enabled": ("cmr_enabled", _bool),
+    "quorum_queue.continuous_membership_reconciliation.target_group_size":
+        ("cmr_target_group_size", _int),
+    "quorum_queue.continuous_membership_reconciliation.auto_remove": ("cmr_auto_remove", _bool),
+    "quorum_queue.continuous_membership_reconciliation.interval": ("cmr_interval_ms", _int),
+    "quorum_queue.continuous_membership_reconciliation.trigger_interval":
+        ("cmr_trigger_interval_ms", _int),
 }
 
 
@@ -222,6 +235,12 @@ def validate(settings: Settings) -> Settings:
     if settings.quorum_initial_cluster_size < 1:
         raise ConfigError("quorum_queue.initial_cluster_size: must be at least 1, got "
                           f"{settings.quorum_initial_cluster_size}")
+    for key, value in (("target_group_size", settings.cmr_target_group_size),
+                       ("interval", settings.cmr_interval_ms),
+                       ("trigger_interval", settings.cmr_trigger_interval_ms)):
+        if value < (0 if key == "target_group_size" else 1):
+            raise ConfigError(f"quorum_queue.continuous_membership_reconciliation.{key}: "
+                              f"must be a positive integer, got {value}")
     if not 10 <= settings.raft_tick_ms <= 10000:
         raise ConfigError(f"raft.tick_interval_ms: {settings.raft_tick_ms} is outside "
                           "10..10000")

@@ -52,6 +52,8 @@ RESEND_AFTER = 1.0          # seconds without an answer before a forward is sent
 # a node not heard from for this long is down for the queues it consumes from: the
 # leaders return its consumers' unacknowledged messages (RabbitMQ does on noconnection)
 NODE_DOWN_AFTER = 5.0
+PING_EVERY = 1.0            # every node pings every other (Erlang's net ticks)
+REACHABLE_WITHIN = 3.0      # heard from this recently: reachable (cluster status)
 REMEMBERED_REQUESTS = 100_000
 
 
@@ -84,6 +86,7 @@ class Cluster:
         self.meta: MetaGroup | None = None
         self.started = time.monotonic()
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
+        self._next_ping = 0.0
 
     # ------------------------------------------------------------ setup
 
@@ -200,6 +203,11 @@ class Cluster:
         """Send again what no leader answered within RESEND_AFTER; return the messages
         of consumers on nodes that went silent."""
         now = time.monotonic()
+        if now >= self._next_ping and self.transport is not None:
+            self._next_ping = now + PING_EVERY
+            for name in self.nodes:
+                if name != self.name:
+                    self.transport.send(name, Rpc("ping", {}))
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
             if pending.sent_at < deadline:
@@ -278,15 +286,35 @@ class Cluster:
         else:
             pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
 
+    def reachable(self, name: str) -> bool:
+        """This node, or one heard from within REACHABLE_WITHIN (pings every second)."""
+        return name == self.name or (
+            time.monotonic() - self.last_heard.get(name, -REACHABLE_WITHIN) < REACHABLE_WITHIN)
+
+    def transfer_leadership(self, member: ReplicatedGroup, to: str) -> None:
+        """Ask the group's leader (here or elsewhere) to hand leadership to `to`."""
+        if member.is_leader:
+            try:
+                member.raft.transfer_leadership(to)
+            except Exception as error:  # noqa: BLE001 - not leader any more, not a member
+                log.warning("leadership transfer of %s to %s: %s", member.group, to, error)
+        elif member.leader_id is not None and self.transport is not None:
+            self.transport.send(member.leader_id, Rpc("transfer", {"g": member.group,
+                                                                   "to": to}))
+        self.wake()
+
+    def _on_transfer(self, sender: str, body: dict) -> None:
+        member = self.node.quorum.queues.get(body["g"])
+        if member is not None and member.raft is not None and member.is_leader:
+            self.transfer_leadership(member, body["to"])
+
     # ------------------------------------------------------------ status
 
     def status(self) -> dict:
-        transport = self.transport
         nodes = []
         for name in self.nodes:
             host, port = self.addresses[name]
-            reachable = (name == self.name
-                         or (transport is not None and transport.is_connected(name)))
+            reachable = self.reachable(name)
             nodes.append({"name": name, "address": f"{host}:{port}", "reachable": reachable,
                           "amqp_uri": None})
         queues = []
@@ -296,9 +324,7 @@ class Cluster:
                     continue
                 queues.append({"vhost": vhost.name, "name": queue.name,
                                "leader": queue.leader_id, "members": list(queue.members),
-                               "online": [n for n in queue.members
-                                          if n == self.name or (transport is not None
-                                                                and transport.is_connected(n))]})
+                               "online": [n for n in queue.members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "nodes": nodes, "queues": queues,
@@ -310,4 +336,6 @@ _RPCS = {
     "propose": Cluster._on_propose,
     "accepted": Cluster._on_accepted,
     "redirect": Cluster._on_redirect,
+    "transfer": Cluster._on_transfer,
+    "ping": lambda cluster, sender, body: None,  # on_message noted the sender
 }

@@ -14,6 +14,7 @@ Commands (field "op"):
   exchange.delete   vhost name if_unused
   queue.declare     vhost name arguments group members leader   (quorum queues)
   queue.delete      vhost name group
+  queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 Application is idempotent where a retry can repeat a command: declaring what exists
@@ -127,6 +128,17 @@ def _queue_delete(node: "Node", c: dict):
     return node.delete_queue(vhost, queue)
 
 
+def _queue_members(node: "Node", c: dict):
+    """The members asked for (membership.py makes the Raft groups follow)."""
+    vhost = node.vhosts.get(c["vhost"])
+    queue = vhost.queues.get(c["name"]) if vhost is not None else None
+    if queue is None or getattr(queue, "group", None) != c["group"]:
+        return None
+    queue.members = tuple(c["members"])
+    node.metadata_dirty = True
+    return None
+
+
 def _bind(node: "Node", c: dict):
     vhost = _vhost(node, c["vhost"])
     destination = Destination(QUEUE if c["kind"] == QUEUE else EXCHANGE, c["destination"])
@@ -143,6 +155,7 @@ APPLY = {
     "exchange.delete": _exchange_delete,
     "queue.declare": _queue_declare,
     "queue.delete": _queue_delete,
+    "queue.members": _queue_members,
     "bind": _bind,
     "unbind": _bind,
 }

@@ -12,6 +12,10 @@ Operations:
                                             consumers, bytes, leader, members}]
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
+  queues.add_member | queues.delete_member {vhost, name, node}
+  queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
+  queues.shrink  {node, errors_only?}
+  queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
                                             nodes: [{name, address, reachable, amqp_uri}],
                                             queues: [{vhost, name, leader, members, online}]}
@@ -174,8 +178,49 @@ def _cluster_status(node, session, request) -> dict:
     return node.cluster.status()
 
 
+def _members_op(name: str):
+    """queues.add_member | delete_member | grow | shrink | rebalance (membership.py)."""
+    def operation(node, session, request):
+        from ..cluster import membership
+
+        _require_administrator(session)
+        vhost, queue = request.get("vhost", "/"), request.get("name")
+        vhost_pattern = request.get("vhost_pattern") or ".*"
+        queue_pattern = request.get("queue_pattern") or ".*"
+        calls = {
+            "add_member": lambda done: membership.add_member(node, vhost, queue,
+                                                             request["node"], done),
+            "delete_member": lambda done: membership.delete_member(node, vhost, queue,
+                                                                   request["node"], done),
+            "grow": lambda done: membership.grow(node, request["node"],
+                                                 request.get("strategy", "all"),
+                                                 vhost_pattern, queue_pattern, done),
+            "shrink": lambda done: membership.shrink(node, request["node"],
+                                                     bool(request.get("errors_only")), done),
+            "rebalance": lambda done: membership.rebalance(node, vhost_pattern,
+                                                           queue_pattern, done),
+        }
+        answered: dict = {}
+        waiting: list = []
+
+        def done(result) -> None:
+            if waiting:
+                waiting[0](result)
+            else:
+                answered["result"] = result
+
+        calls[name](done)  # refusals raise now; a membership change answers once applied
+        if "result" in answered:
+            return answered["result"]
+        return Later(waiting.append)
+
+    return operation
+
+
 OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete,
-              "cluster.status": _cluster_status}
+              "cluster.status": _cluster_status,
+              **{f"queues.{name}": _members_op(name)
+                 for name in ("add_member", "delete_member", "grow", "shrink", "rebalance")}}
 
 
 def _register_leases() -> None:

@@ -142,12 +142,7 @@ class Node:
         count = queue.ready_count
         del vhost.queues[queue.name]
         queue.deleted = True
-        for consumer in list(queue.consumers):
-            channel = consumer.channel
-            channel.consumers.pop(consumer.tag, None)
-            queue.remove_consumer(consumer)
-            if channel.session.capabilities.get("consumer_cancel_notify"):
-                channel.send(codec.basic_cancel(channel.number, consumer.tag))
+        self.cancel_consumers(queue)
         if isinstance(queue, QuorumQueue):
             self.quorum.delete(queue)
         else:
@@ -158,6 +153,21 @@ class Node:
         if queue.durable or any(e.durable for e in removed):
             self.metadata_dirty = True
         return count
+
+    def cancel_consumers(self, queue) -> None:
+        """Cancel the queue's consumers on this node (basic.cancel to clients that
+        asked for consumer_cancel_notify)."""
+        for consumer in list(queue.consumers):
+            channel = consumer.channel
+            channel.consumers.pop(consumer.tag, None)
+            queue.remove_consumer(consumer)
+            if channel.session.capabilities.get("consumer_cancel_notify"):
+                channel.send(codec.basic_cancel(channel.number, consumer.tag))
+
+    def drop_replica(self, queue: QuorumQueue) -> None:
+        """This node is no longer one of the queue's members (cluster membership)."""
+        self.cancel_consumers(queue)
+        self.quorum.leave(queue)
 
     def purge_queue(self, queue, respond) -> None:
         """Drop the queue's ready messages; `respond(count)` is called once that is

@@ -125,6 +125,30 @@ class QuorumGroups:
         return QuorumQueue(vhost, name, arguments, uid, None,
                            FifoState(config=fifo_config(arguments)), members)
 
+    def join(self, queue: QuorumQueue) -> None:
+        """This node was named a member of an existing queue: an empty replica, which
+        the leader adds to the group and fills (entries or a snapshot)."""
+        if queue.group in self.store.groups():
+            self.store.delete_group(queue.group)  # a stale replica from an earlier time
+        queue.raft = RaftNode(self.member, self.raft_config, self.store.group_log(queue.group),
+                              self._random)
+        queue.router = self.cluster
+        queue.state = FifoState(config=fifo_config(queue.arguments))
+        self.queues[queue.group] = queue
+        log.info("quorum queue '%s' in vhost '%s': replica started on %s", queue.name,
+                 queue.vhost, self.member)
+
+    def leave(self, queue: QuorumQueue) -> None:
+        """This node is no longer a member: drop the replica (the node cancelled its
+        consumers here first); the record stays."""
+        self.queues.pop(queue.group, None)
+        queue.fail_waiters()
+        queue.raft = None
+        self.store.delete_group(queue.group)
+        queue.state = FifoState(config=fifo_config(queue.arguments))
+        log.info("quorum queue '%s' in vhost '%s': replica on %s removed", queue.name,
+                 queue.vhost, self.member)
+
     def add_group(self, member) -> None:
         """Drive another replicated thing (the metadata group) in the same cycle."""
         member.router = self.cluster

@@ -251,12 +251,28 @@ class BrokerServer:
 
     async def _raft_tick_forever(self) -> None:
         """Raft's clock in a cluster: elections and heartbeats every raft tick."""
-        interval = self.settings.raft_tick_ms / 1000
+        from ..cluster import membership
+
+        settings = self.settings
+        interval = settings.raft_tick_ms / 1000
         cluster = self.node.cluster
+        ticks = 0
+        # CMR: first a trigger_interval after this node started (a node joining is one
+        # of the guide's trigger events), then every interval
+        next_cmr = time.monotonic() + settings.cmr_trigger_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             self.node.quorum.raft_tick()
             cluster.tick()
+            ticks += 1
+            if ticks * settings.raft_tick_ms >= 500:
+                ticks = 0
+                membership.reconcile(self.node)
+                if settings.cmr_enabled and time.monotonic() >= next_cmr:
+                    next_cmr = time.monotonic() + settings.cmr_interval_ms / 1000
+                    membership.continuous_reconciliation(
+                        self.node, settings.cmr_target_group_size or None,
+                        settings.cmr_auto_remove)
             self.schedule_flush()
 
     def memory_limit(self) -> int:

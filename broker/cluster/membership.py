@@ -1,0 +1,270 @@
+"""Quorum-queue replicas: which nodes hold one, and moving toward what was asked.
+
+Responsibilities: the replica-management operations of `rabbitmq-queues`, as
+management RPCs (`quorumqueue queues add_member|delete_member|grow|shrink|rebalance`);
+their refusals, in plain words, of anything that would leave a queue without a
+majority of its members online; continuous membership reconciliation (the 4.2
+guide's CMR); and, on every node, the loop that makes each group's Raft
+configuration follow the queue record.
+
+How it works: a queue record's `members` (replicated by the metadata group,
+`queue.members`) is the membership asked for. Every node applies it: a node newly
+named starts an empty replica that learns the log (or a snapshot) from the leader; a
+node no longer named drops its replica once it does not lead. The queue's leader
+`reconcile`s about twice a second: one Raft configuration change at a time (thesis
+§4.1), adds before removals, so a replacement never passes through a smaller group.
+`rebalance` moves leaders only (Raft leadership transfer), never membership.
+
+Not here: the Raft membership mechanics (broker/raft/membership.py), placement of new
+queues (cluster.py `place`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError
+from ..raft.errors import NotLeader, ProposalRejected
+from . import meta
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..node.node import Node
+
+log = logging.getLogger("quorumqueue.cluster")
+
+
+def _refuse(detail: str) -> AMQPError:
+    return AMQPError(spec.PRECONDITION_FAILED, detail)
+
+
+def _quorum_queue(node: "Node", vhost: str, name: str):
+    queues = node.vhosts.get(vhost).queues if vhost in node.vhosts else {}
+    queue = queues.get(name)
+    if queue is None:
+        raise AMQPError(spec.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+    if queue.type_name != "quorum":
+        raise _refuse(f"queue '{name}' in vhost '{vhost}' is a {queue.type_name} queue: "
+                      "only quorum queues have members")
+    return queue
+
+
+def _cluster(node: "Node"):
+    if node.cluster is None:
+        raise _refuse(f"node {node.settings.node_name} is not clustered: its quorum queues "
+                      "have one member each (start it with cluster_formation.classic_config"
+                      ".nodes)")
+    return node.cluster
+
+
+def _online(node: "Node", name: str) -> bool:
+    return node.cluster.reachable(name)
+
+
+def _check_node(node: "Node", name: str) -> None:
+    cluster = _cluster(node)
+    if name not in cluster.nodes:
+        raise _refuse(f"node {name} is not a member of this cluster (nodes: "
+                      f"{', '.join(cluster.nodes)})")
+    if not _online(node, name):
+        raise _refuse(f"node {name} is not running or not reachable from "
+                      f"{cluster.name}: a replica cannot be added there")
+
+
+def _set_members(node: "Node", queue, members: list[str], done) -> None:
+    data = meta.encode("queue.members", vhost=queue.vhost, name=queue.name,
+                       group=queue.group, members=sorted(members))
+    node.cluster.meta.propose_data(data, done)
+
+
+def _majority_online(node: "Node", members: list[str]) -> bool:
+    online = sum(1 for m in members if _online(node, m))
+    return online > len(members) // 2
+
+
+# ---------------------------------------------------------------- operations
+
+
+def add_member(node: "Node", vhost: str, name: str, member: str, done) -> None:
+    queue = _quorum_queue(node, vhost, name)
+    _check_node(node, member)
+    if member in queue.members:
+        raise _refuse(f"{member} is already a member of quorum queue '{name}' in vhost "
+                      f"'{vhost}'")
+    if not _majority_online(node, list(queue.members)):
+        raise _refuse(f"quorum queue '{name}' in vhost '{vhost}' has no majority of its "
+                      "members online: membership cannot change until it has")
+    _set_members(node, queue, [*queue.members, member],
+                 lambda _reply: done({"vhost": vhost, "name": name,
+                                      "members": sorted([*queue.members])}))
+
+
+def delete_member(node: "Node", vhost: str, name: str, member: str, done) -> None:
+    queue = _quorum_queue(node, vhost, name)
+    _cluster(node)
+    if member not in queue.members:
+        raise _refuse(f"{member} is not a member of quorum queue '{name}' in vhost "
+                      f"'{vhost}' (members: {', '.join(queue.members)})")
+    remaining = [m for m in queue.members if m != member]
+    if not remaining:
+        raise _refuse(f"{member} is the last member of quorum queue '{name}' in vhost "
+                      f"'{vhost}': delete the queue instead")
+    if not _majority_online(node, remaining):
+        online = [m for m in remaining if _online(node, m)]
+        raise _refuse(f"deleting {member} would leave quorum queue '{name}' in vhost "
+                      f"'{vhost}' with {len(online)} of {len(remaining)} members online, "
+                      "less than a majority: it would become unavailable")
+    _set_members(node, queue, remaining,
+                 lambda _reply: done({"vhost": vhost, "name": name,
+                                      "members": sorted(queue.members)}))
+
+
+def _matching(node: "Node", vhost_pattern: str, queue_pattern: str):
+    """Quorum queues whose vhost and name match the patterns (regular expressions
+    found anywhere in the name, as rabbitmq-queues' --vhost-pattern/--queue-pattern)."""
+    try:
+        vhost_re, queue_re = re.compile(vhost_pattern), re.compile(queue_pattern)
+    except re.error as error:
+        raise _refuse(f"bad pattern: {error}") from None
+    for vhost in sorted(node.vhosts):
+        if not vhost_re.search(vhost):
+            continue
+        for name, queue in sorted(node.vhosts[vhost].queues.items()):
+            if queue.type_name == "quorum" and queue_re.search(name):
+                yield queue
+
+
+def grow(node: "Node", member: str, strategy: str, vhost_pattern: str, queue_pattern: str,
+         done) -> None:
+    """Add `member` to every matching queue (`all`), or to those with an even number
+    of members (`even`), as `rabbitmq-queues grow` does."""
+    if strategy not in ("all", "even"):
+        raise _refuse(f"grow: strategy must be 'all' or 'even', got {strategy!r}")
+    _check_node(node, member)
+    results = []
+    for queue in _matching(node, vhost_pattern, queue_pattern):
+        size = len(queue.members)
+        if member in queue.members or (strategy == "even" and size % 2):
+            continue
+        if not _majority_online(node, list(queue.members)):
+            results.append({"vhost": queue.vhost, "name": queue.name, "size": size,
+                            "result": "error: no majority of members online"})
+            continue
+        _set_members(node, queue, [*queue.members, member], lambda _reply: None)
+        results.append({"vhost": queue.vhost, "name": queue.name, "size": size + 1,
+                        "result": "ok"})
+    done(results)
+
+
+def shrink(node: "Node", member: str, errors_only: bool, done) -> None:
+    """Remove `member` from every queue it is a member of (`--errors-only`: only where
+    its replica is not reachable), never below one member or a majority online."""
+    _cluster(node)
+    results = []
+    for queue in _matching(node, ".*", ".*"):
+        if member not in queue.members:
+            continue
+        if errors_only and _online(node, member):
+            continue
+        remaining = [m for m in queue.members if m != member]
+        if not remaining:
+            result = "error: last member (delete the queue instead)"
+        elif not _majority_online(node, remaining):
+            result = "error: would leave less than a majority of members online"
+        else:
+            _set_members(node, queue, remaining, lambda _reply: None)
+            result = "ok"
+        results.append({"vhost": queue.vhost, "name": queue.name,
+                        "size": len(remaining) if result == "ok" else len(queue.members),
+                        "result": result})
+    done(results)
+
+
+def rebalance(node: "Node", vhost_pattern: str, queue_pattern: str, done) -> None:
+    """Move queue leaders so every node leads about as many (leadership transfer to a
+    caught-up member); membership is left as it is."""
+    cluster = _cluster(node)
+    queues = [q for q in _matching(node, vhost_pattern, queue_pattern) if q.leader_id]
+    online = [n for n in cluster.nodes if _online(node, n)]
+    counts = {n: 0 for n in online}
+    for queue in queues:
+        if queue.leader_id in counts:
+            counts[queue.leader_id] += 1
+    target = -(-len(queues) // max(1, len(online)))  # ceil
+    moves = []
+    for queue in queues:
+        leader = queue.leader_id
+        if counts.get(leader, 0) <= target:
+            continue
+        candidates = [m for m in queue.members if m in counts and counts[m] < target]
+        if not candidates:
+            continue
+        to = min(candidates, key=lambda m: (counts[m], m))
+        counts[leader] -= 1
+        counts[to] += 1
+        cluster.transfer_leadership(queue, to)
+        moves.append({"vhost": queue.vhost, "name": queue.name, "from": leader, "to": to})
+    done({"moves": moves, "leaders": counts})
+
+
+# ---------------------------------------------------------------- reconciliation
+
+
+def reconcile(node: "Node") -> None:
+    """On every node, about twice a second: leaders step their group's Raft
+    configuration toward the record's members (one change at a time, adds first);
+    replicas on nodes the record no longer names go away once they do not lead."""
+    quorum = node.quorum
+    me = quorum.member
+    for vhost in list(node.vhosts.values()):
+        for queue in list(vhost.queues.values()):
+            if queue.type_name != "quorum" or queue.deleted:
+                continue
+            wanted = set(queue.members)
+            if queue.raft is None:
+                if me in wanted:
+                    quorum.join(queue)
+                continue
+            if me not in wanted and not queue.is_leader:
+                node.drop_replica(queue)
+                continue
+            if not queue.is_leader:
+                continue
+            current = set(queue.raft.members)
+            change = ({"add": sorted(wanted - current)[0]} if wanted - current
+                      else {"remove": sorted(current - wanted)[0]} if current - wanted
+                      else None)
+            if change is None:
+                continue
+            try:
+                queue.raft.propose_membership(**change)
+            except (NotLeader, ProposalRejected):
+                continue  # a change in flight, or no entry of this term committed yet
+            log.info("quorum queue '%s' in vhost '%s': %s member %s", queue.name,
+                     queue.vhost, "adding" if "add" in change else "removing",
+                     change.get("add") or change.get("remove"))
+
+
+def continuous_reconciliation(node: "Node", target_default: int | None,
+                              auto_remove: bool) -> None:
+    """The metadata leader grows queues below their target group size onto online
+    nodes without a replica (CMR); with auto_remove, drops members on nodes no longer
+    in the cluster."""
+    cluster = node.cluster
+    if cluster is None or not cluster.meta.is_leader:
+        return
+    for queue in _matching(node, ".*", ".*"):
+        target = queue.arguments.get("x-quorum-target-group-size") or target_default
+        members = list(queue.members)
+        if auto_remove:
+            members = [m for m in members if m in cluster.nodes] or members
+        if target and len(members) < target:
+            candidates = [n for n in cluster.nodes if n not in members and _online(node, n)]
+            members += candidates[:target - len(members)]
+        if sorted(members) != sorted(queue.members) and _majority_online(node, members):
+            log.info("continuous membership reconciliation: quorum queue '%s' in vhost "
+                     "'%s' members %s -> %s", queue.name, queue.vhost,
+                     ",".join(queue.members), ",".join(sorted(members)))
+            _set_members(node, queue, members, lambda _reply: None)

@@ -1,0 +1,147 @@
+"""Replica management on a real 3-node cluster, as `rabbitmq-queues` does it:
+add_member / delete_member, grow / shrink, rebalance, continuous membership
+reconciliation, and the refusals that would lose a queue's quorum."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+from click.testing import CliRunner
+
+from quorumqueue.broker.cli import main
+from quorumqueue.broker.management_client import ManagementError, call
+from tests.broker.cluster.test_cluster import connect, drain, leader_of, queue_status, status, \
+    wait_for
+from tests.support.cluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def declare(uri: str, name: str, size: int | None = None, **arguments) -> None:
+    if size is not None:
+        arguments["x-quorum-initial-group-size"] = size
+    with connect(uri) as connection:
+        channel = connection.channel()
+        channel.queue_declare(name, durable=True,
+                              arguments={"x-queue-type": "quorum", **arguments})
+        channel.confirm_delivery()
+        for n in range(5):
+            channel.basic_publish("", name, b"%d" % n, pika.BasicProperties(delivery_mode=2))
+
+
+def raft_members(uri: str, name: str) -> list[str]:
+    for row in call(uri, "queues.list", vhost="/"):
+        if row["name"] == name:
+            return sorted(row["members"])
+    return []
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(3, proxied=False, extra_config="") as running:
+        wait_for("a metadata leader", lambda: all(status(u)["metadata_leader"]
+                                                  for u in running.uris()))
+        yield running
+
+
+def test_add_and_delete_a_member(cluster):
+    one, two, three = cluster.names
+    uri = cluster.uri(one)
+    declare(uri, "single", size=1)
+    assert queue_status(uri, "single")["members"] == [one]
+    output = cli("queues", "add_member", "--uri", uri, "single", two)
+    assert f"added {two}" in output
+    # the new replica joins the Raft group and holds the messages
+    wait_for("two Raft members", lambda: raft_members(uri, "single") == sorted([one, two]))
+    wait_for("the new replica filled", lambda: [
+        r for r in call(cluster.uri(two), "queues.list", vhost="/")
+        if r["name"] == "single"][0].get("ready") == 5)
+    assert drain(cluster.uri(two), "single") == [b"%d" % n for n in range(5)]
+    cli("queues", "delete_member", "--uri", uri, "single", one)
+    wait_for("one Raft member", lambda: raft_members(cluster.uri(two), "single") == [two])
+    assert queue_status(uri, "single")["members"] == [two]
+
+
+def test_refusals_name_the_problem(cluster):
+    one, two, three = cluster.names
+    uri = cluster.uri(one)
+    declare(uri, "refusing", size=1)
+    with pytest.raises(ManagementError, match="last member"):
+        call(uri, "queues.delete_member", vhost="/", name="refusing", node=one)
+    with pytest.raises(ManagementError, match="already a member"):
+        call(uri, "queues.add_member", vhost="/", name="refusing", node=one)
+    with pytest.raises(ManagementError, match="not a member of this cluster"):
+        call(uri, "queues.add_member", vhost="/", name="refusing", node="qq9@localhost")
+    with pytest.raises(ManagementError, match="no queue 'nope'"):
+        call(uri, "queues.add_member", vhost="/", name="nope", node=two)
+
+
+def test_grow_even_and_all_then_shrink(cluster):
+    one, two, three = cluster.names
+    uri = cluster.uri(one)
+    declare(uri, "g-one", size=1)
+    declare(uri, "g-two", size=2)
+    # even: only queues with an even number of members grow
+    if three in queue_status(uri, "g-two")["members"]:
+        target = two if two not in queue_status(uri, "g-two")["members"] else one
+    else:
+        target = three
+    output = cli("queues", "grow", "--uri", uri, target, "even", "--queue-pattern", "^g-")
+    assert "g-two" in output and "g-one" not in output
+    wait_for("g-two has 3 members", lambda: len(raft_members(uri, "g-two")) == 3)
+    grown = [m for m in cluster.names if m not in queue_status(uri, "g-one")["members"]][0]
+    cli("queues", "grow", "--uri", uri, grown, "all", "--queue-pattern", "^g-one$")
+    wait_for("g-one has 2 members", lambda: len(raft_members(uri, "g-one")) == 2)
+    output = cli("queues", "shrink", "--uri", uri, grown)
+    assert "g-one" in output
+    wait_for("g-one back to 1", lambda: grown not in queue_status(uri, "g-one")["members"])
+
+
+def test_rebalance_moves_leaders_not_members(cluster):
+    uri = cluster.uri(0)
+    for n in range(6):
+        declare(uri, f"r-{n}")
+    names = [f"r-{n}" for n in range(6)]
+    wait_for("leaders", lambda: all(leader_of(uri, n) for n in names))
+    before = {n: sorted(queue_status(uri, n)["members"]) for n in names}
+    # every queue was declared through node 1 (client-local): it leads them all
+    result = call(uri, "queues.rebalance", queue_pattern="^r-")
+    assert result["moves"], result
+    wait_for("balanced leaders", lambda: max(
+        sum(1 for n in names if leader_of(uri, n) == node) for node in cluster.names) <= 2)
+    assert {n: sorted(queue_status(uri, n)["members"]) for n in names} == before
+
+
+def test_deleting_a_member_that_would_lose_quorum_is_refused():
+    with LocalCluster(3, proxied=False) as cluster:
+        one, two, three = cluster.names
+        uri = cluster.uri(one)
+        wait_for("a metadata leader", lambda: status(uri)["metadata_leader"])
+        declare(uri, "fragile", size=2)
+        members = queue_status(uri, "fragile")["members"]
+        other = next(m for m in members if m != one)
+        # with `one` down, deleting `other` would leave a single member that is down
+        cluster.kill(one)
+        survivor = cluster.uri(other)
+        wait_for(f"{one} seen down", lambda: not next(
+            n for n in status(survivor)["nodes"] if n["name"] == one)["reachable"])
+        with pytest.raises(ManagementError, match="less than a majority"):
+            call(survivor, "queues.delete_member", vhost="/", name="fragile", node=other)
+
+
+def test_continuous_membership_reconciliation_grows_to_the_target():
+    config = ("[quorum_queue.continuous_membership_reconciliation]\n"
+              "enabled = true\ntarget_group_size = 3\ninterval = 1000\n"
+              "trigger_interval = 500\n")
+    with LocalCluster(3, proxied=False, extra_config=config) as cluster:
+        uri = cluster.uri(0)
+        wait_for("a metadata leader", lambda: status(uri)["metadata_leader"])
+        declare(uri, "small", size=1)
+        wait_for("grown to 3 members", lambda: len(raft_members(uri, "small")) == 3,
+                 timeout=30)
