@@ -38,8 +38,12 @@ def broker() -> None:
               help="Inter-node port (distribution.listener.port; default AMQP port + 20000).")
 @click.option("--cluster-nodes", help="The cluster's nodes, comma-separated name@host:port, "
               "this one included (cluster_formation.classic_config.nodes).")
+@click.option("--join", "join", metavar="NAME@HOST:PORT",
+              help="Join the cluster of the running node NAME, whose inter-node port is "
+                   "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
+                   "queue replicas until `queues grow` or `add_member`.")
 def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
-                 cluster_nodes) -> None:
+                 cluster_nodes, join) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
     from .config import _nodes
     from .server.run import run
@@ -49,7 +53,7 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
                  else None)
         settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
                                  node_name=node_name, distribution_port=cluster_port,
-                                 cluster_nodes=nodes)
+                                 cluster_nodes=nodes, cluster_join=join)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:

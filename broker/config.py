@@ -55,6 +55,7 @@ class Settings:
     distribution_port: int = -1
     cluster_nodes: tuple[str, ...] = ()
     cluster_cookie: str = ""
+    cluster_join: str = ""               # "name@host:port" of a running node to join
     quorum_initial_cluster_size: int = 3
     queue_leader_locator: str = "client-local"
     raft_tick_ms: int = 100
@@ -73,12 +74,20 @@ class Settings:
 
     @property
     def clustered(self) -> bool:
-        return bool(self.cluster_nodes)
+        return bool(self.cluster_nodes or self.cluster_join)
 
     def cluster_peers(self) -> dict[str, tuple[str, int]]:
-        """{node name: (host, port)} of every node in cluster_nodes, this one included."""
-        return dict(parse_cluster_node("cluster_formation.classic_config.nodes", item)
-                    for item in self.cluster_nodes)
+        """{node name: (host, port)} of every node in cluster_nodes, this one included
+        (a node joining with --join: itself, at its name's host and cluster_port, and
+        the node it joins through)."""
+        peers = dict(parse_cluster_node("cluster_formation.classic_config.nodes", item)
+                     for item in self.cluster_nodes)
+        if self.cluster_join:
+            name, address = parse_cluster_node("--join", self.cluster_join)
+            peers.setdefault(name, address)
+            peers.setdefault(self.node_name, (self.node_name.partition("@")[2],
+                                              self.cluster_port))
+        return peers
 
     def storage_config(self):
         from .raft.storage.config import StorageConfig
@@ -224,6 +233,15 @@ def validate(settings: Settings) -> Settings:
     if not -1 <= settings.distribution_port <= 65535:
         raise ConfigError(f"distribution.listener.port: {settings.distribution_port} is not "
                           "in 0..65535")
+    if settings.cluster_join:
+        if not re.fullmatch(r"[^@\s:/]+@[^@\s:/]+", settings.node_name):
+            raise ConfigError(f"node_name: a node joining a cluster needs a name@host name "
+                              f"(its host is where the others reach it), got "
+                              f"{settings.node_name!r}")
+        if settings.cluster_port == 0:
+            raise ConfigError("distribution.listener.port: a node joining a cluster needs "
+                              "a fixed inter-node port, not 0")
+        settings.cluster_peers()
     if settings.cluster_nodes:
         peers = settings.cluster_peers()
         if len(peers) != len(settings.cluster_nodes):

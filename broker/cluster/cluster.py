@@ -29,6 +29,7 @@ Not here: the transport (transport.py), the wire format (wire.py), consensus
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -40,6 +41,7 @@ from ..raft import RaftNode
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
 from .meta import META_GROUP, MetaGroup
+from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,7 +76,10 @@ class Cluster:
         self.name = settings.node_name
         self.settings = settings
         self.addresses = settings.cluster_peers()
-        self.nodes = tuple(sorted(self.addresses))
+        self._nodes_file = os.path.join(settings.data_dir, "cluster_nodes.json")
+        for name, address in self._load_nodes().items():  # nodes that joined later
+            self.addresses.setdefault(name, address)
+        self.joining = bool(settings.cluster_join)
         self.transport = None            # ClusterTransport, set by the server shell
         self.wake = lambda: None         # the server's schedule_flush
         self.pending: dict[int, _Pending] = {}
@@ -88,18 +93,49 @@ class Cluster:
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
 
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted(self.addresses))
+
     # ------------------------------------------------------------ setup
+
+    def _load_nodes(self) -> dict[str, tuple[str, int]]:
+        try:
+            with open(self._nodes_file) as handle:
+                return {name: (host, port)
+                        for name, (host, port) in json.load(handle)["nodes"].items()}
+        except FileNotFoundError:
+            return {}
+
+    def _save_nodes(self) -> None:
+        tmp = self._nodes_file + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"nodes": {n: list(a) for n, a in self.addresses.items()}}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self._nodes_file)
+
+    def add_node(self, name: str, address: tuple[str, int]) -> None:
+        """A node joined (the metadata group's `cluster.add_node`, or a welcome)."""
+        address = (address[0], int(address[1]))
+        if self.addresses.get(name) == address:
+            return
+        self.addresses[name] = address
+        if self.transport is not None and name != self.name:
+            self.transport.add_peer(name, address)
+        self._save_nodes()
+        log.info("cluster %s: node %s at %s:%d", self.settings.cluster_name, name, *address)
 
     def start_metadata(self) -> MetaGroup:
         """This node's member of the metadata group (every node is one)."""
         quorum = self.node.quorum
         store = quorum.store
         fresh = META_GROUP not in store.groups()
-        if fresh:
+        if fresh and not self.joining:  # a joining node learns the group from its leader
             store.set_initial_members(META_GROUP, list(self.nodes))
         raft = RaftNode(self.name, quorum.raft_config, store.group_log(META_GROUP),
                         quorum._random)
-        if fresh and self.name == self.nodes[0]:
+        if fresh and not self.joining and self.name == self.nodes[0]:
             raft.campaign()  # a new cluster: the first node asks first (others time out)
         self.meta = MetaGroup(self.node, raft)
         quorum.add_group(self.meta)
@@ -136,6 +172,12 @@ class Cluster:
 
     # ------------------------------------------------------------ Raft traffic
 
+    def _post(self, peer: str, envelope) -> None:
+        try:
+            self.transport.send(peer, envelope)
+        except KeyError:  # a member whose address this node has not learned yet
+            log.debug("no address for %s yet: dropped a message to it", peer)
+
     def send_raft(self, group: str, messages) -> None:
         transport = self.transport
         if transport is None:
@@ -149,7 +191,7 @@ class Cluster:
                         member.raft.report_snapshot(message.to, False)
                     continue
                 message = message.with_data(stored[1])
-            transport.send(message.to, RaftEnvelope(group, message))
+            self._post(message.to, RaftEnvelope(group, message))
 
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""
@@ -191,7 +233,7 @@ class Cluster:
         pending.sent_to = leader
         pending.sent_at = time.monotonic()
         if leader is not None and self.transport is not None:
-            self.transport.send(leader, Rpc("propose", {"g": member.group, "r": request,
+            self._post(leader, Rpc("propose", {"g": member.group, "r": request,
                                                         "d": pending.data}))
 
     def leader_changed(self, member: ReplicatedGroup) -> None:
@@ -205,9 +247,14 @@ class Cluster:
         now = time.monotonic()
         if now >= self._next_ping and self.transport is not None:
             self._next_ping = now + PING_EVERY
+            joined = self.meta is not None and self.name in self.meta.raft.members
             for name in self.nodes:
                 if name != self.name:
-                    self.transport.send(name, Rpc("ping", {}))
+                    self._post(name, Rpc("ping", {}))
+                    if self.joining and not joined:  # until the metadata group has us
+                        host, port = self.addresses[self.name]
+                        self._post(name, Rpc("join", {"name": self.name,
+                                                      "address": [host, port]}))
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
             if pending.sent_at < deadline:
@@ -254,11 +301,11 @@ class Cluster:
                 if len(self._appended) > REMEMBERED_REQUESTS:
                     self._appended.popitem(last=False)
         if appended is not None:
-            self.transport.send(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
+            self._post(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
                                                          "t": appended[1]}))
         else:
             leader = None if member is None else member.leader_id
-            self.transport.send(sender, Rpc("redirect", {"r": body["r"], "l": leader}))
+            self._post(sender, Rpc("redirect", {"r": body["r"], "l": leader}))
 
     def _on_accepted(self, sender: str, body: dict) -> None:
         pending = self.pending.pop(body["r"], None)
@@ -281,7 +328,7 @@ class Cluster:
         if hint is not None and hint != sender and hint != pending.sent_to:
             pending.sent_to = hint
             pending.sent_at = time.monotonic()
-            self.transport.send(hint, Rpc("propose", {"g": pending.member.group,
+            self._post(hint, Rpc("propose", {"g": pending.member.group,
                                                       "r": body["r"], "d": pending.data}))
         else:
             pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
@@ -299,9 +346,31 @@ class Cluster:
             except Exception as error:  # noqa: BLE001 - not leader any more, not a member
                 log.warning("leadership transfer of %s to %s: %s", member.group, to, error)
         elif member.leader_id is not None and self.transport is not None:
-            self.transport.send(member.leader_id, Rpc("transfer", {"g": member.group,
+            self._post(member.leader_id, Rpc("transfer", {"g": member.group,
                                                                    "to": to}))
         self.wake()
+
+    def _on_join(self, sender: str, body: dict) -> None:
+        """A node asks to join: tell it every node's address; the metadata leader
+        records it (`cluster.add_node`), and then adds it to the metadata group
+        (membership.reconcile_metadata)."""
+        name, address = body["name"], tuple(body["address"])
+        if name not in self.addresses and self.transport is not None:
+            self.transport.add_peer(name, address)  # to answer; recorded when committed
+        self._post(name, Rpc("welcome", {"nodes": {n: list(a)
+                                                    for n, a in self.addresses.items()}}))
+        meta = self.meta
+        if meta.is_leader:
+            if self.addresses.get(name) != address:
+                meta.propose_data(encode_meta("cluster.add_node", name=name,
+                                              address=list(address)))
+        elif meta.leader_id is not None and meta.leader_id != sender:
+            self._post(meta.leader_id, Rpc("join", body))
+
+    def _on_welcome(self, sender: str, body: dict) -> None:
+        for name, address in body["nodes"].items():
+            if name != self.name:
+                self.add_node(name, tuple(address))
 
     def _on_transfer(self, sender: str, body: dict) -> None:
         member = self.node.quorum.queues.get(body["g"])
@@ -338,4 +407,6 @@ _RPCS = {
     "redirect": Cluster._on_redirect,
     "transfer": Cluster._on_transfer,
     "ping": lambda cluster, sender, body: None,  # on_message noted the sender
+    "join": Cluster._on_join,
+    "welcome": Cluster._on_welcome,
 }

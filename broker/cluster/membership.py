@@ -218,6 +218,7 @@ def reconcile(node: "Node") -> None:
     replicas on nodes the record no longer names go away once they do not lead."""
     quorum = node.quorum
     me = quorum.member
+    _reconcile_metadata(node)
     for vhost in list(node.vhosts.values()):
         for queue in list(vhost.queues.values()):
             if queue.type_name != "quorum" or queue.deleted:
@@ -245,6 +246,22 @@ def reconcile(node: "Node") -> None:
             log.info("quorum queue '%s' in vhost '%s': %s member %s", queue.name,
                      queue.vhost, "adding" if "add" in change else "removing",
                      change.get("add") or change.get("remove"))
+
+
+def _reconcile_metadata(node: "Node") -> None:
+    """The metadata group's members follow the cluster's nodes (a node that joined is
+    added once its `cluster.add_node` is applied), one change at a time."""
+    cluster = node.cluster
+    meta_group = cluster.meta
+    if meta_group is None or not meta_group.is_leader:
+        return
+    missing = sorted(set(cluster.nodes) - set(meta_group.raft.members))
+    if missing and cluster.reachable(missing[0]):
+        try:
+            meta_group.raft.propose_membership(add=missing[0])
+        except (NotLeader, ProposalRejected):
+            return
+        log.info("metadata group: adding %s", missing[0])
 
 
 def continuous_reconciliation(node: "Node", target_default: int | None,

@@ -16,6 +16,7 @@ Commands (field "op"):
   queue.delete      vhost name group
   queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
+  cluster.add_node  name address                 (a node joined: broker start --join)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 Application is idempotent where a retry can repeat a command: declaring what exists
 with the same definition, deleting what is gone, binding twice.
@@ -150,7 +151,13 @@ def _bind(node: "Node", c: dict):
     return None
 
 
+def _add_node(node: "Node", c: dict):
+    node.cluster.add_node(c["name"], tuple(c["address"]))
+    return None
+
+
 APPLY = {
+    "cluster.add_node": _add_node,
     "exchange.declare": _exchange_declare,
     "exchange.delete": _exchange_delete,
     "queue.declare": _queue_declare,

@@ -262,17 +262,20 @@ class BrokerServer:
         next_cmr = time.monotonic() + settings.cmr_trigger_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            self.node.quorum.raft_tick()
-            cluster.tick()
-            ticks += 1
-            if ticks * settings.raft_tick_ms >= 500:
-                ticks = 0
-                membership.reconcile(self.node)
-                if settings.cmr_enabled and time.monotonic() >= next_cmr:
-                    next_cmr = time.monotonic() + settings.cmr_interval_ms / 1000
-                    membership.continuous_reconciliation(
-                        self.node, settings.cmr_target_group_size or None,
-                        settings.cmr_auto_remove)
+            try:
+                self.node.quorum.raft_tick()
+                cluster.tick()
+                ticks += 1
+                if ticks * settings.raft_tick_ms >= 500:
+                    ticks = 0
+                    membership.reconcile(self.node)
+                    if settings.cmr_enabled and time.monotonic() >= next_cmr:
+                        next_cmr = time.monotonic() + settings.cmr_interval_ms / 1000
+                        membership.continuous_reconciliation(
+                            self.node, settings.cmr_target_group_size or None,
+                            settings.cmr_auto_remove)
+            except Exception:  # a bug must not stop this node's Raft clock
+                log.exception("cluster tick failed")
             self.schedule_flush()
 
     def memory_limit(self) -> int:

@@ -145,3 +145,49 @@ def test_continuous_membership_reconciliation_grows_to_the_target():
         declare(uri, "small", size=1)
         wait_for("grown to 3 members", lambda: len(raft_members(uri, "small")) == 3,
                  timeout=30)
+
+
+def test_a_node_joins_a_running_cluster_and_grows_a_queue_onto_it(tmp_path):
+    import subprocess
+    import sys
+
+    from quorumqueue.broker.cluster import launcher
+
+    with LocalCluster(3, proxied=False) as cluster:
+        seed = cluster.plans[0]
+        uri = seed.uri
+        wait_for("a metadata leader", lambda: status(uri)["metadata_leader"])
+        declare(uri, "widening")
+        amqp_port, cluster_port = launcher.pick_free_ports(2)
+        joiner = "qq4@localhost"
+        log = open(tmp_path / "qq4.log", "w")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+             "--port", str(amqp_port), "--data-dir", str(tmp_path / "qq4"),
+             "--node-name", joiner, "--cluster-port", str(cluster_port),
+             "--config", cluster.config_path,
+             "--join", f"{seed.name}:{seed.cluster_port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            joined_uri = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
+            wait_for("four reachable nodes", lambda: sorted(
+                n["name"] for n in status(uri)["nodes"] if n["reachable"])
+                == sorted([*cluster.names, joiner]), timeout=30)
+            # the new node learned the metadata: it knows the queue, holds no replica
+            record = wait_for("the queue on the new node",
+                              lambda: queue_status(joined_uri, "widening"), timeout=30)
+            assert joiner not in record["members"]
+            output = cli("queues", "grow", "--uri", uri, joiner, "all")
+            assert "widening" in output
+            wait_for("the new replica filled", lambda: [
+                r for r in call(joined_uri, "queues.list", vhost="/")
+                if r["name"] == "widening"][0].get("ready") == 5, timeout=30)
+            assert drain(joined_uri, "widening") == [b"%d" % n for n in range(5)]
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
