@@ -92,6 +92,8 @@ class Cluster:
         self.started = time.monotonic()
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
+        self.amqp_uris: dict[str, str] = {}     # node -> where clients reach it (pings)
+        self.amqp_uri: str | None = None        # this node's, set by the server shell
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -250,7 +252,7 @@ class Cluster:
             joined = self.meta is not None and self.name in self.meta.raft.members
             for name in self.nodes:
                 if name != self.name:
-                    self._post(name, Rpc("ping", {}))
+                    self._post(name, Rpc("ping", {"amqp": self.amqp_uri}))
                     if self.joining and not joined:  # until the metadata group has us
                         host, port = self.addresses[self.name]
                         self._post(name, Rpc("join", {"name": self.name,
@@ -384,8 +386,9 @@ class Cluster:
         for name in self.nodes:
             host, port = self.addresses[name]
             reachable = self.reachable(name)
+            uri = self.amqp_uri if name == self.name else self.amqp_uris.get(name)
             nodes.append({"name": name, "address": f"{host}:{port}", "reachable": reachable,
-                          "amqp_uri": None})
+                          "amqp_uri": uri})
         queues = []
         for vhost in self.node.vhosts.values():
             for queue in vhost.queues.values():
@@ -406,7 +409,8 @@ _RPCS = {
     "accepted": Cluster._on_accepted,
     "redirect": Cluster._on_redirect,
     "transfer": Cluster._on_transfer,
-    "ping": lambda cluster, sender, body: None,  # on_message noted the sender
+    "ping": lambda cluster, sender, body: cluster.amqp_uris.__setitem__(sender,
+                                                                        body.get("amqp")),
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
 }

@@ -163,6 +163,8 @@ class BrokerServer:
                 cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
                 host, port, peers, cluster.on_message)
             cluster.wake = self.schedule_flush
+            # where clients reach this node, without credentials (cluster status)
+            cluster.amqp_uri = f"amqp://{self.settings.host}:{self.port}"
             await cluster.transport.start()
             self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
             log.info("cluster %s: node %s, inter-node listener on %s:%d, peers %s",

@@ -85,6 +85,12 @@ def test_metadata_declared_on_one_node_is_on_every_node(cluster):
         channel.exchange_declare("orders-x", "direct", durable=True)
         channel.queue_declare("orders", durable=True, arguments={"x-queue-type": "quorum"})
         channel.queue_bind("orders", "orders-x", "new")
+    nodes = wait_for("every node reachable, with its AMQP address", lambda: {
+        n["name"]: n for n in status(one)["nodes"] if n["reachable"] and n["amqp_uri"]}
+        if all(n["reachable"] and n["amqp_uri"] for n in status(one)["nodes"]) else None)
+    for plan in cluster.plans:  # every node tells where clients reach it
+        port = plan.uri.rsplit(":", 1)[1].split("/")[0]
+        assert nodes[plan.name]["amqp_uri"].endswith(f":{port}")
     for uri in (one, three):
         queue = wait_for("the queue on " + uri, lambda: queue_status(uri, "orders"))
         assert sorted(queue["members"]) == sorted(cluster.names)
