@@ -60,7 +60,7 @@ REMEMBERED_REQUESTS = 100_000
 
 
 class _Pending:
-    __slots__ = ("member", "data", "waiter", "sent_to", "sent_at")
+    __slots__ = ("member", "data", "waiter", "sent_to", "sent_at", "accepted")
 
     def __init__(self, member: ReplicatedGroup, data: bytes, waiter: Waiter | None) -> None:
         self.member = member
@@ -68,6 +68,7 @@ class _Pending:
         self.waiter = waiter
         self.sent_to: str | None = None
         self.sent_at = 0.0
+        self.accepted = False  # a proxied command: appended, its reply still to come
 
 
 class Cluster:
@@ -94,6 +95,7 @@ class Cluster:
         self._next_ping = 0.0
         self.amqp_uris: dict[str, str] = {}     # node -> where clients reach it (pings)
         self.amqp_uri: str | None = None        # this node's, set by the server shell
+        self.boots: dict[str, str] = {}         # node -> its boot id (pings)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -227,6 +229,15 @@ class Cluster:
             if pending.waiter is not None:
                 pending.waiter(None)
             return
+        if member.raft is None:  # no replica here: the leader answers (proxying)
+            leader = member.leader_hint if member.leader_hint in self.addresses else \
+                self._some_member(member, pending.sent_to)
+            pending.sent_to = leader
+            pending.sent_at = time.monotonic()
+            if leader is not None and self.transport is not None:
+                self._post(leader, Rpc("propose", {"g": member.group, "r": request,
+                                                   "d": pending.data, "reply": True}))
+            return
         leader = member.leader_id
         if leader == self.name and member.is_leader:
             del self.pending[request]
@@ -236,7 +247,17 @@ class Cluster:
         pending.sent_at = time.monotonic()
         if leader is not None and self.transport is not None:
             self._post(leader, Rpc("propose", {"g": member.group, "r": request,
-                                                        "d": pending.data}))
+                                               "d": pending.data}))
+
+    def _some_member(self, record, previous: str | None) -> str | None:
+        """A reachable member of a queue with no replica here, other than the last one
+        tried (it redirects to its leader)."""
+        members = [m for m in record.members if m != self.name and self.reachable(m)]
+        if not members:
+            return None
+        if previous in members and len(members) > 1:
+            members.remove(previous)
+        return self._random.choice(members)
 
     def leader_changed(self, member: ReplicatedGroup) -> None:
         for request, pending in list(self.pending.items()):
@@ -252,24 +273,26 @@ class Cluster:
             joined = self.meta is not None and self.name in self.meta.raft.members
             for name in self.nodes:
                 if name != self.name:
-                    self._post(name, Rpc("ping", {"amqp": self.amqp_uri}))
+                    self._post(name, Rpc("ping", {"amqp": self.amqp_uri,
+                                                  "boot": self.node.boot_id}))
                     if self.joining and not joined:  # until the metadata group has us
                         host, port = self.addresses[self.name]
                         self._post(name, Rpc("join", {"name": self.name,
                                                       "address": [host, port]}))
+            silent = {n for n in self.nodes if n != self.name
+                      and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
+            self._down_stale_consumers(silent)
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
-            if pending.sent_at < deadline:
+            if pending.sent_at < deadline and not (pending.accepted
+                                                   and self.reachable(pending.sent_to)):
                 self._send(request)
-        silent = {n for n in self.nodes if n != self.name
-                  and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
-        if silent:
-            self._down_consumers_of(silent)
 
-    def _down_consumers_of(self, silent: set[str]) -> None:
-        """On the queues this node leads: a Down for every connection of a silent node
-        that still has consumers (their messages go back to the queue, delivery count
-        + 1). If that node was only cut off, its live channels check out again when
+    def _down_stale_consumers(self, silent: set[str]) -> None:
+        """On the queues this node leads: a Down for every connection, still holding
+        consumers, of a silent node or of an earlier run of a node that restarted (its
+        pings carry its boot id): their messages go back to the queue, delivery count
+        + 1. If a silent node was only cut off, its live channels check out again when
         they see the Down applied (QuorumGroups._apply)."""
         from ..fifo.commands import Down
         from ..queues.quorum import QuorumQueue
@@ -281,11 +304,16 @@ class Cluster:
             connections = {c.connection for c in member.state.consumers.values()}
             member.downed &= connections
             for connection in connections - member.downed:
-                if connection.partition(":")[0] in silent:
+                owner = connection.partition(":")[0]
+                if owner == self.name or ":" not in connection.partition("/")[0]:
+                    continue  # this node's own: it returns them itself after a restart
+                boot = self.boots.get(owner)
+                earlier_run = boot is not None and not connection.startswith(boot + ".")
+                if owner in silent or earlier_run:
                     member.downed.add(connection)
-                    log.warning("node %s is silent: returning the messages of its "
-                                "connection %s to queue '%s'", connection.partition(":")[0],
-                                connection, member.name)
+                    log.warning("%s: returning the messages of connection %s to queue "
+                                "'%s'", f"node {owner} is silent" if owner in silent
+                                else f"node {owner} restarted", connection, member.name)
                     member.propose(Down(connection), now_ms())
 
     def _on_propose(self, sender: str, body: dict) -> None:
@@ -302,14 +330,25 @@ class Cluster:
                 self._appended[key] = appended
                 if len(self._appended) > REMEMBERED_REQUESTS:
                     self._appended.popitem(last=False)
+            if index and body.get("reply"):  # a node with no replica: answer it after apply
+                request = body["r"]
+                member.wait_at(index, member.raft.term, body["d"],
+                               lambda reply: self._post(sender, Rpc("reply", {
+                                   "r": request, "v": self._encode_reply(member, reply)})))
         if appended is not None:
             self._post(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
-                                                         "t": appended[1]}))
+                                                "t": appended[1]}))
         else:
             leader = None if member is None else member.leader_id
             self._post(sender, Rpc("redirect", {"r": body["r"], "l": leader}))
 
     def _on_accepted(self, sender: str, body: dict) -> None:
+        pending = self.pending.get(body["r"])
+        if pending is not None and pending.member.raft is None:
+            pending.member.leader_hint = sender  # proxied: the reply follows the apply
+            pending.accepted = True
+            pending.sent_to = sender
+            return
         pending = self.pending.pop(body["r"], None)
         if pending is None or pending.waiter is None:
             return
@@ -327,6 +366,13 @@ class Cluster:
         if pending is None:
             return
         hint = body.get("l")
+        if pending.member.raft is None:
+            pending.member.leader_hint = hint if hint != sender else None
+            if hint is not None and hint != sender:
+                self._send(body["r"])
+            else:
+                pending.sent_to = None
+            return
         if hint is not None and hint != sender and hint != pending.sent_to:
             pending.sent_to = hint
             pending.sent_at = time.monotonic()
@@ -351,6 +397,11 @@ class Cluster:
             self._post(member.leader_id, Rpc("transfer", {"g": member.group,
                                                                    "to": to}))
         self.wake()
+
+    def _on_ping(self, sender: str, body: dict) -> None:
+        self.amqp_uris[sender] = body.get("amqp")
+        if body.get("boot"):
+            self.boots[sender] = body["boot"]
 
     def _on_join(self, sender: str, body: dict) -> None:
         """A node asks to join: tell it every node's address; the metadata leader
@@ -378,6 +429,76 @@ class Cluster:
         member = self.node.quorum.queues.get(body["g"])
         if member is not None and member.raft is not None and member.is_leader:
             self.transfer_leadership(member, body["to"])
+
+    # ------------------------------------------------------------ proxying
+
+    def _encode_reply(self, member, reply):
+        """A machine reply for a node with no replica: plain values as they are; a
+        basic.get's (Delivery, remaining) with the message read from this log."""
+        from ..fifo.commands import Delivery
+
+        if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], Delivery):
+            delivery, remaining = reply
+            exchange, routing_key, header, body = self.node.quorum.read_message(
+                member, delivery.raft_index)
+            return {"get": [delivery.msg_id, delivery.delivery_count, exchange, routing_key,
+                            header, body, remaining]}
+        if reply is None or isinstance(reply, (bool, int, str)):
+            return reply
+        return None
+
+    def _on_reply(self, sender: str, body: dict) -> None:
+        pending = self.pending.pop(body["r"], None)
+        if pending is None or pending.waiter is None:
+            return
+        value = body.get("v")
+        if isinstance(value, dict) and "get" in value:
+            from ..fifo.commands import Delivery
+
+            msg_id, count, exchange, routing_key, header, message, remaining = value["get"]
+            value = (Delivery(msg_id, 0, count), remaining,
+                     (exchange, routing_key, header, message))
+        pending.waiter(value)
+
+    def deliver_remote(self, queue, owner: str, key: str, deliveries) -> None:
+        """The leader hands the deliveries of a consumer on a node with no replica to
+        that node, with the messages read from this log."""
+        items = []
+        for delivery in deliveries:
+            exchange, routing_key, header, body = self.node.quorum.read_message(
+                queue, delivery.raft_index)
+            items.append([delivery.msg_id, delivery.delivery_count, exchange, routing_key,
+                          header, body])
+        self._post(owner, Rpc("deliver", {"g": queue.group, "k": key, "m": items}))
+
+    def _record(self, group: str):
+        for vhost in self.node.vhosts.values():
+            for queue in vhost.queues.values():
+                if getattr(queue, "group", None) == group:
+                    return queue
+        return None
+
+    def _on_deliver(self, sender: str, body: dict) -> None:
+        from ..fifo.commands import Delivery, Return, Settle
+        from ..node.quorum import now_ms
+
+        record = self._record(body["g"])
+        if record is None or record.deleted:
+            return
+        record.leader_hint = sender
+        key = body["k"]
+        consumer = record.by_key.get(key)
+        if consumer is None or consumer.channel.state != "open":
+            record.propose(Return(key, tuple(item[0] for item in body["m"])), now_ms())
+            return
+        settled = []
+        for msg_id, count, exchange, routing_key, header, message in body["m"]:
+            consumer.channel.deliver_quorum(consumer, record, key, Delivery(msg_id, 0, count),
+                                            exchange, routing_key, header, message)
+            if consumer.no_ack:
+                settled.append(msg_id)
+        if settled:
+            record.propose(Settle(key, tuple(settled)), now_ms())
 
     # ------------------------------------------------------------ status
 
@@ -409,8 +530,9 @@ _RPCS = {
     "accepted": Cluster._on_accepted,
     "redirect": Cluster._on_redirect,
     "transfer": Cluster._on_transfer,
-    "ping": lambda cluster, sender, body: cluster.amqp_uris.__setitem__(sender,
-                                                                        body.get("amqp")),
+    "ping": Cluster._on_ping,
+    "reply": Cluster._on_reply,
+    "deliver": Cluster._on_deliver,
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
 }

@@ -160,9 +160,10 @@ class Channel:
         if reply is None:
             self.send(codec.basic_get_empty(self.number))
             return
-        delivery, remaining = reply
-        exchange, routing_key, header, body = self.node.quorum.read_message(
-            queue, delivery.raft_index)
+        delivery, remaining, *message = reply
+        exchange, routing_key, header, body = (
+            message[0] if message  # from the leader: no replica on this node
+            else self.node.quorum.read_message(queue, delivery.raft_index))
         count = delivery.delivery_count
         if count:
             header = with_delivery_count(header, count)

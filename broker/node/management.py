@@ -104,7 +104,8 @@ def queue_row(node, queue) -> dict[str, Any]:
            "bytes": queue.ready_bytes, "leader": node.settings.node_name,
            "members": [node.settings.node_name]}
     if queue.type_name == "quorum" and queue.raft is None:  # no replica on this node
-        row.update(leader=None, members=list(queue.members), group=queue.group)
+        row.update(leader=queue.leader_id, members=list(queue.members), group=queue.group,
+                   replica=False)
     elif queue.type_name == "quorum":
         row.update(bytes=queue.message_bytes, leader=queue.raft.leader_id,
                    members=list(queue.raft.members), group=queue.group,

@@ -173,7 +173,6 @@ class Node:
         """Drop the queue's ready messages; `respond(count)` is called once that is
         done (at once for classic queues, once the purge is applied for quorum ones)."""
         if isinstance(queue, QuorumQueue):
-            require_replica(queue, self)
             queue.propose(fifo.Purge(), now_ms(), lambda count: respond(count or 0))
             return
         respond(self._purge_classic(queue))
@@ -241,7 +240,6 @@ class Node:
         waits for the entry to be fsynced and applied. A client's publish may carry
         an idempotency key (`publisher_sequence`); messages the broker moves itself
         (channel None: dead-lettering) never do, as their keys are out of order."""
-        require_replica(queue, self)
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
         data = fifo.encode_enqueue(publisher, seq, min(message.priority, 255), message.exchange,
@@ -300,7 +298,6 @@ class Node:
     # ------------------------------------------------------------ quorum consumers
 
     def consume_quorum(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
-        require_replica(queue, self)
         key = f"{channel.quorum_identity}/{consumer.tag}"
         queue.add_consumer(consumer, key)
         channel.quorum_queues[id(queue)] = queue
@@ -313,7 +310,6 @@ class Node:
             queue.propose(fifo.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), now_ms())
 
     def get_quorum(self, queue: QuorumQueue, channel: "Channel", no_ack: bool) -> None:
-        require_replica(queue, self)
         key = f"{channel.quorum_identity}/get"
         channel.quorum_queues[id(queue)] = queue
         queue.propose(fifo.Dequeue(key, no_ack, channel.quorum_identity), now_ms(),
@@ -535,15 +531,6 @@ class Node:
     def all_queues(self) -> Iterable[ClassicQueue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
-
-
-def require_replica(queue: QuorumQueue, node: Node) -> None:
-    """Messages and consumers of a quorum queue are served by nodes holding a replica
-    (broker/cluster/README.md: no proxying through other nodes yet)."""
-    if queue.raft is None:
-        raise AMQPError(spec.PRECONDITION_FAILED, f"quorum queue '{queue.name}' in vhost "
-                        f"'{queue.vhost}' has no replica on node {node.quorum.member}; "
-                        f"connect to one of its members ({', '.join(queue.members)})")
 
 
 def publisher_sequence(properties: codec.Properties) -> tuple[str, int]:

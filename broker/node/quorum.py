@@ -121,9 +121,12 @@ class QuorumGroups:
 
     def _remote(self, vhost: str, name: str, arguments: dict, uid: str,
                 members: tuple[str, ...]) -> QuorumQueue:
-        """The record of a queue with no replica on this node (no Raft member here)."""
-        return QuorumQueue(vhost, name, arguments, uid, None,
-                           FifoState(config=fifo_config(arguments)), members)
+        """The record of a queue with no replica on this node (no Raft member here):
+        its commands go to the leader through the cluster (proxying)."""
+        queue = QuorumQueue(vhost, name, arguments, uid, None,
+                            FifoState(config=fifo_config(arguments)), members)
+        queue.router = self.cluster
+        return queue
 
     def join(self, queue: QuorumQueue) -> None:
         """This node was named a member of an existing queue: an empty replica, which
@@ -143,7 +146,7 @@ class QuorumGroups:
         consumers here first); the record stays."""
         self.queues.pop(queue.group, None)
         queue.fail_waiters()
-        queue.raft = None
+        queue.raft = None  # the record stays, proxying to the leader
         self.store.delete_group(queue.group)
         queue.state = FifoState(config=fifo_config(queue.arguments))
         log.info("quorum queue '%s' in vhost '%s': replica on %s removed", queue.name,
@@ -318,7 +321,11 @@ class QuorumGroups:
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
         consumer: "Consumer | None" = queue.by_key.get(key)
         if consumer is None and self.cluster is not None and not self.cluster.is_local_key(key):
-            return  # another node's consumer: that node's replica delivers
+            owner = key.partition(":")[0]
+            if queue.is_leader and owner not in queue.raft.members:
+                # a node with no replica: the leader sends it the messages
+                self.cluster.deliver_remote(queue, owner, key, deliveries)
+            return  # else that node's replica delivers
         returned, settled = [], []
         for delivery in deliveries:
             if consumer is None or consumer.channel.state != "open":

@@ -56,6 +56,7 @@ class ReplicatedGroup:
         self.waiters: dict[int, list[tuple[int | None, bytes, Waiter]]] = {}
         self.on_leader: list[Callable[[], None]] = []  # waiting for a known leader
         self.applied_term = 0         # the term of the last entry applied here
+        self.leader_hint: str | None = None  # no replica here: the leader, last we heard
 
     @property
     def is_leader(self) -> bool:
@@ -63,7 +64,7 @@ class ReplicatedGroup:
 
     @property
     def leader_id(self) -> str | None:
-        return None if self.raft is None else self.raft.leader_id
+        return self.leader_hint if self.raft is None else self.raft.leader_id
 
     def propose_data(self, data: bytes, waiter: Waiter | None = None) -> None:
         """Append `data` to the group's log, here or at the leader; `waiter` gets the
@@ -134,6 +135,8 @@ class ReplicatedGroup:
         return answered
 
     def has_unapplied(self) -> bool:
+        if self.raft is None:  # no replica here: nothing is applied here
+            return False
         return self.raft.log.last_index() > self.raft.applied_index
 
     def after_applied(self, waiter: Waiter) -> None:

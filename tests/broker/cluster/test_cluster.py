@@ -275,3 +275,30 @@ def test_the_whole_cluster_restarts_with_its_metadata_and_messages(tmp_path):
             channel.confirm_delivery()
             channel.basic_publish("x", "", b"after", pika.BasicProperties(delivery_mode=2))
         assert drain(last, "kept") == [b"%d" % n for n in range(20)] + [b"after"]
+
+
+def test_a_node_without_a_replica_serves_the_queue_through_its_leader(cluster):
+    first = cluster.uris()[0]
+    with connect(first) as connection:
+        connection.channel().queue_declare("pair", durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    members = wait_for("the record", lambda: queue_status(first, "pair"))["members"]
+    assert len(members) == 2
+    outsider = next(name for name in cluster.names if name not in members)
+    uri = cluster.uri(outsider)
+    wait_for("the record on the outsider", lambda: queue_status(uri, "pair"))
+    with connect(uri) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in range(30):
+            channel.basic_publish("", "pair", b"p%d" % n, pika.BasicProperties(delivery_mode=2))
+        method, _properties, body = channel.basic_get("pair")
+        assert body == b"p0" and not method.redelivered
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    # the leader sends the outsider's consumer its messages
+    bodies = drain(uri, "pair")
+    assert sorted(bodies) == sorted(b"p%d" % n for n in range(30))
+    for member in members:
+        wait_for("the queue empty on " + member, lambda: [
+            q for q in call(cluster.uri(member), "queues.list", vhost="/")
+            if q["name"] == "pair"][0]["ready"] == 0)
