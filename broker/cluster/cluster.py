@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from ..raft import RaftNode
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
+from . import proxy
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -334,7 +335,8 @@ class Cluster:
                 request = body["r"]
                 member.wait_at(index, member.raft.term, body["d"],
                                lambda reply: self._post(sender, Rpc("reply", {
-                                   "r": request, "v": self._encode_reply(member, reply)})))
+                                   "r": request, "v": proxy.encode_reply(self, member,
+                                                                         reply)})))
         if appended is not None:
             self._post(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
                                                 "t": appended[1]}))
@@ -430,75 +432,8 @@ class Cluster:
         if member is not None and member.raft is not None and member.is_leader:
             self.transfer_leadership(member, body["to"])
 
-    # ------------------------------------------------------------ proxying
-
-    def _encode_reply(self, member, reply):
-        """A machine reply for a node with no replica: plain values as they are; a
-        basic.get's (Delivery, remaining) with the message read from this log."""
-        from ..fifo.commands import Delivery
-
-        if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], Delivery):
-            delivery, remaining = reply
-            exchange, routing_key, header, body = self.node.quorum.read_message(
-                member, delivery.raft_index)
-            return {"get": [delivery.msg_id, delivery.delivery_count, exchange, routing_key,
-                            header, body, remaining]}
-        if reply is None or isinstance(reply, (bool, int, str)):
-            return reply
-        return None
-
-    def _on_reply(self, sender: str, body: dict) -> None:
-        pending = self.pending.pop(body["r"], None)
-        if pending is None or pending.waiter is None:
-            return
-        value = body.get("v")
-        if isinstance(value, dict) and "get" in value:
-            from ..fifo.commands import Delivery
-
-            msg_id, count, exchange, routing_key, header, message, remaining = value["get"]
-            value = (Delivery(msg_id, 0, count), remaining,
-                     (exchange, routing_key, header, message))
-        pending.waiter(value)
-
     def deliver_remote(self, queue, owner: str, key: str, deliveries) -> None:
-        """The leader hands the deliveries of a consumer on a node with no replica to
-        that node, with the messages read from this log."""
-        items = []
-        for delivery in deliveries:
-            exchange, routing_key, header, body = self.node.quorum.read_message(
-                queue, delivery.raft_index)
-            items.append([delivery.msg_id, delivery.delivery_count, exchange, routing_key,
-                          header, body])
-        self._post(owner, Rpc("deliver", {"g": queue.group, "k": key, "m": items}))
-
-    def _record(self, group: str):
-        for vhost in self.node.vhosts.values():
-            for queue in vhost.queues.values():
-                if getattr(queue, "group", None) == group:
-                    return queue
-        return None
-
-    def _on_deliver(self, sender: str, body: dict) -> None:
-        from ..fifo.commands import Delivery, Return, Settle
-        from ..node.quorum import now_ms
-
-        record = self._record(body["g"])
-        if record is None or record.deleted:
-            return
-        record.leader_hint = sender
-        key = body["k"]
-        consumer = record.by_key.get(key)
-        if consumer is None or consumer.channel.state != "open":
-            record.propose(Return(key, tuple(item[0] for item in body["m"])), now_ms())
-            return
-        settled = []
-        for msg_id, count, exchange, routing_key, header, message in body["m"]:
-            consumer.channel.deliver_quorum(consumer, record, key, Delivery(msg_id, 0, count),
-                                            exchange, routing_key, header, message)
-            if consumer.no_ack:
-                settled.append(msg_id)
-        if settled:
-            record.propose(Settle(key, tuple(settled)), now_ms())
+        proxy.deliver_remote(self, queue, owner, key, deliveries)
 
     # ------------------------------------------------------------ status
 
@@ -531,8 +466,8 @@ _RPCS = {
     "redirect": Cluster._on_redirect,
     "transfer": Cluster._on_transfer,
     "ping": Cluster._on_ping,
-    "reply": Cluster._on_reply,
-    "deliver": Cluster._on_deliver,
+    "reply": proxy.on_reply,
+    "deliver": proxy.on_deliver,
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
 }

@@ -1,0 +1,89 @@
+"""Proxying for nodes that hold no replica of a quorum queue.
+
+Responsibilities: what the leader sends such a node and what that node does with it.
+The node's commands reach the leader as forwarded proposals asking for the reply
+(cluster.py); the leader answers after its apply with the reply encoded here (plain
+values as they are, a basic.get's message read from its log), and hands that node's
+consumers their deliveries with the bodies. The receiving node writes them to its
+channels, settles what no-ack consumers took, and returns what arrives for a consumer
+that is gone.
+
+Not here: forwarding and retries (cluster.py), the queue record (queues/quorum.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..fifo.commands import Delivery, Return, Settle
+from ..node.quorum import now_ms
+from .wire import Rpc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cluster import Cluster
+
+
+def encode_reply(cluster: "Cluster", member, reply):
+    """A machine reply for a node with no replica: plain values as they are; a
+    basic.get's (Delivery, remaining) with the message read from this log."""
+    if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], Delivery):
+        delivery, remaining = reply
+        exchange, routing_key, header, body = cluster.node.quorum.read_message(
+            member, delivery.raft_index)
+        return {"get": [delivery.msg_id, delivery.delivery_count, exchange, routing_key,
+                        header, body, remaining]}
+    if reply is None or isinstance(reply, (bool, int, str)):
+        return reply
+    return None
+
+
+def on_reply(cluster: "Cluster", sender: str, body: dict) -> None:
+    pending = cluster.pending.pop(body["r"], None)
+    if pending is None or pending.waiter is None:
+        return
+    value = body.get("v")
+    if isinstance(value, dict) and "get" in value:
+        msg_id, count, exchange, routing_key, header, message, remaining = value["get"]
+        value = (Delivery(msg_id, 0, count), remaining,
+                 (exchange, routing_key, header, message))
+    pending.waiter(value)
+
+
+def deliver_remote(cluster: "Cluster", queue, owner: str, key: str, deliveries) -> None:
+    """The leader hands the deliveries of a consumer on a node with no replica to
+    that node, with the messages read from this log."""
+    items = []
+    for delivery in deliveries:
+        exchange, routing_key, header, body = cluster.node.quorum.read_message(
+            queue, delivery.raft_index)
+        items.append([delivery.msg_id, delivery.delivery_count, exchange, routing_key,
+                      header, body])
+    cluster._post(owner, Rpc("deliver", {"g": queue.group, "k": key, "m": items}))
+
+
+def _record(cluster: "Cluster", group: str):
+    for vhost in cluster.node.vhosts.values():
+        for queue in vhost.queues.values():
+            if getattr(queue, "group", None) == group:
+                return queue
+    return None
+
+
+def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
+    record = _record(cluster, body["g"])
+    if record is None or record.deleted:
+        return
+    record.leader_hint = sender
+    key = body["k"]
+    consumer = record.by_key.get(key)
+    if consumer is None or consumer.channel.state != "open":
+        record.propose(Return(key, tuple(item[0] for item in body["m"])), now_ms())
+        return
+    settled = []
+    for msg_id, count, exchange, routing_key, header, message in body["m"]:
+        consumer.channel.deliver_quorum(consumer, record, key, Delivery(msg_id, 0, count),
+                                        exchange, routing_key, header, message)
+        if consumer.no_ack:
+            settled.append(msg_id)
+    if settled:
+        record.propose(Settle(key, tuple(settled)), now_ms())
