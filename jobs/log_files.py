@@ -2,7 +2,8 @@
 
 Responsibilities: find a node's WAL, segment and snapshot files in its data directory,
 and turn one file into rows — one per WAL record, per segment entry, per snapshot —
-with the columns of `SCHEMA`. Files are read as they are on disk (physical rows): which
+with the columns of `COLUMNS`: as tuples (`read_rows`) or as Arrow record batches
+(`read_batches`, what Spark reads). Files are read as they are on disk (physical rows): which
 entries are shadowed, truncated or live is the jobs' business (FORMAT.md's replay
 rules), not this module's.
 
@@ -11,7 +12,12 @@ How it works: the files are parsed with the broker's own checked readers
 checksum, a version and a torn tail mean here exactly what they mean to recovery.
 For COMMAND entries the first bytes of the data name the fifo command (FORMAT.md,
 "Quorum-queue entries"; a time envelope is looked through) and, for an Enqueue, the
-message body's size.
+message body's size. `read_batches` builds a segment's rows column-wise instead
+(nearly all of a log's bytes are segments): `scan_segment` (storage/scan.py) checks
+the slots as `parse_segment` does, the commands come from the entries' first bytes
+by numpy indexing, and Arrow gets whole arrays — no Python object per entry.
+`read_rows` stays the reference: the tests hold both to the same rows, torn tails
+and errors.
 
 Invariants:
 - A torn tail — where a live broker may be writing: the newest WAL file, a segment's
@@ -34,11 +40,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote
 
+import numpy as np
+import pyarrow as pa
+
 from ..broker.queues.quorum import TIMED
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR,
                                           SNAPSHOT_FILE, SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX,
                                           list_numbered)
+from ..broker.raft.storage.scan import scan_segment
 from ..broker.raft.storage.segments import SLOT_SIZE, parse_segment
 from ..broker.raft.storage.snapshots import read_snapshot_file
 from ..broker.raft.storage.wal import (RECORD_HEADER_SIZE, DeleteGroupRecord, EntryRecord,
@@ -67,6 +77,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("compacted", "boolean"),    # segment rows: the file's COMPACTED flag
 )
 COLUMN_NAMES = tuple(name for name, _type in COLUMNS)
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
+ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in COLUMNS])
 Row = tuple
 
 ENTRY_KINDS = {COMMAND: "COMMAND", NOOP: "NOOP", MEMBERSHIP: "MEMBERSHIP"}
@@ -127,11 +139,32 @@ def list_files(data_dir: str, node: str | None = None) -> list[LogFile]:
 
 
 def read_rows(file: LogFile) -> Iterator[Row]:
-    """The rows of one file, in file order (see COLUMNS)."""
+    """The rows of one file, in file order (see COLUMNS). The reference reader: every
+    file through the broker's own parsers, one tuple per row."""
     path = os.path.join(file.data_dir, file.path)
     reader = {"wal": _wal_rows, "segment": _segment_rows, "snapshot": _snapshot_rows}[file.kind]
+    yield from _checked(reader(file, path))
+
+
+def read_batches(file: LogFile, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """The rows of `read_rows(file)`, in the same order, as Arrow record batches of at
+    most `max_rows` rows (schema `ARROW_SCHEMA`). Segment entries are built column-wise
+    from the slot index (broker/raft/storage/scan.py, which checks slots exactly as
+    `parse_segment` does); WAL records and snapshots go through their rows."""
+    path = os.path.join(file.data_dir, file.path)
+    if file.kind == "segment":
+        batches = _segment_batches(file, path)
+    else:
+        reader = {"wal": _wal_rows, "snapshot": _snapshot_rows}[file.kind]
+        batches = _row_batches(reader(file, path), max_rows)
+    for batch in _checked(batches):
+        for start in range(0, batch.num_rows, max_rows):
+            yield batch.slice(start, max_rows)
+
+
+def _checked(items: Iterator) -> Iterator:
     try:
-        yield from reader(file, path)
+        yield from items
     except FileNotFoundError:
         return                  # removed by the broker after listing: nothing to read
     except CorruptLogError as error:
@@ -218,6 +251,106 @@ def _segment_rows(file: LogFile, path: str) -> Iterator[Row]:
     if parsed.torn:
         torn_at = ref.header_size + ref.count * SLOT_SIZE
         yield _torn(file, parsed.uid, torn_at, os.path.getsize(path) - ref.data_end)
+
+
+def _segment_batches(file: LogFile, path: str) -> Iterator[pa.RecordBatch]:
+    """_segment_rows, column-wise: one batch of the used slots, then the torn row."""
+    scan = scan_segment(path)
+    if scan is None:                   # torn while being created
+        yield from _row_batches([_torn(file, "", 0, os.path.getsize(path))])
+        return
+    count, uid = scan.count, scan.uid
+    if count:
+        if int(scan.indexes[-1]) >= 1 << 63 or int(scan.terms.max()) >= 1 << 63:
+            raise LogReadError(f"{path}: a raft index or term above 2^63 - 1 does not fit "
+                               "the long columns raft_index and term")
+        vhost, queue = queue_of(uid)
+        lengths = scan.lengths.astype(np.int64)
+        commands, bodies = _commands_of(scan.content, scan.offsets, lengths,
+                                        scan.kinds == COMMAND)
+        columns = {
+            "node": _repeat(file.node, count), "group": _repeat(uid or None, count),
+            "vhost": _repeat(vhost, count), "queue": _repeat(queue, count),
+            "file": _repeat(file.path, count), "file_kind": _repeat(file.kind, count),
+            "file_number": _repeat(file.number, count, pa.int64()),
+            "offset": pa.array(scan.header_size + SLOT_SIZE * np.arange(count, dtype=np.int64)),
+            "record_type": _repeat("ENTRY", count),
+            "raft_index": pa.array(scan.indexes.astype(np.int64)),
+            "term": pa.array(scan.terms.astype(np.int64)),
+            "entry_kind": _names(scan.kinds, lambda kind: ENTRY_KINDS.get(kind, str(kind))),
+            "command": commands, "bytes": pa.array(lengths),
+            "disk_bytes": pa.array(lengths + SLOT_SIZE), "body_bytes": bodies,
+            "compacted": _repeat(scan.compacted, count, pa.bool_()),
+        }
+        yield pa.RecordBatch.from_arrays([columns[name] for name in COLUMN_NAMES],
+                                         schema=ARROW_SCHEMA)
+    if scan.torn:
+        yield from _row_batches([_torn(file, uid, scan.header_size + count * SLOT_SIZE,
+                                       len(scan.content) - scan.data_end)])
+
+
+def _commands_of(content: bytes, offsets: np.ndarray, lengths: np.ndarray,
+                 is_command: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """command_of for every entry at once: (command names, Enqueue body sizes), null
+    where command_of answers None. `offsets`/`lengths` locate each entry's data in
+    `content`; only the first 16 bytes of an entry are looked at, as by command_of."""
+    buf = np.frombuffer(content, dtype=np.uint8)
+    starts = offsets.astype(np.int64)
+    nonempty = is_command & (lengths > 0)
+    timed = np.zeros(len(starts), dtype=bool)
+    timed[nonempty] = buf[starts[nonempty]] == TIMED
+    skip = np.where(timed, _ENVELOPE, 0)
+    tagged = is_command & (lengths > skip)
+    tags = np.zeros(len(starts), dtype=np.int64)
+    tags[tagged] = buf[(starts + skip)[tagged]]
+    enqueue = tagged & (tags == _ENQUEUE) & (lengths >= skip + 2 + _body_size.size)
+    bodies = np.zeros(len(starts), dtype=np.int64)
+    at = (starts + skip + 2)[enqueue]
+    for k in range(_body_size.size):        # big-endian u32 after tag and priority
+        bodies[enqueue] = (bodies[enqueue] << 8) | buf[at + k]
+    names = _names(tags, lambda tag: COMMANDS.get(tag, f"UNKNOWN_{tag}"), tagged)
+    return names, pa.array(bodies, mask=~enqueue)
+
+
+def _names(codes: np.ndarray, name_of, valid: np.ndarray | None = None) -> pa.Array:
+    """A string column: name_of(code) per row (null where not `valid`), each distinct
+    code named once."""
+    distinct, positions = np.unique(codes, return_inverse=True)
+    if len(distinct) == 1 and (valid is None or valid.all()):
+        return _repeat(name_of(int(distinct[0])), len(codes))
+    dictionary = pa.array([name_of(int(code)) for code in distinct], type=pa.string())
+    mask = None if valid is None else ~valid
+    return dictionary.take(pa.array(positions.astype(np.int32), mask=mask))
+
+
+def _repeat(value, count: int, kind: pa.DataType = pa.string()) -> pa.Array:
+    """`count` times `value` (None: nulls). A string is laid out directly in Arrow's
+    buffers: offsets 0, n, 2n, ... over the value repeated (pa.repeat is ~60 ns a row)."""
+    if value is None or kind != pa.string():
+        return pa.repeat(pa.scalar(value, type=kind), count)
+    raw = value.encode("utf-8")
+    offsets = np.arange(count + 1, dtype=np.int64) * len(raw)
+    if offsets[-1] < 1 << 31:
+        return pa.Array.from_buffers(pa.string(), count, [
+            None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw * count)])
+    return pa.repeat(pa.scalar(value, type=kind), count)
+
+
+def _row_batches(rows, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    chunk: list[Row] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= max_rows:
+            yield _batch_of(chunk)
+            chunk = []
+    if chunk:
+        yield _batch_of(chunk)
+
+
+def _batch_of(rows: list[Row]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, type=ARROW_SCHEMA.field(k).type)
+         for k, column in enumerate(zip(*rows))], schema=ARROW_SCHEMA)
 
 
 def _snapshot_rows(file: LogFile, path: str) -> Iterator[Row]:

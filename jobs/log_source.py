@@ -3,8 +3,8 @@
     log = spark.read.format("quorumqueue.log").load("/var/lib/quorumqueue")
     log.groupBy("queue", "file_kind").agg(F.sum("disk_bytes")).show()
 
-Responsibilities: list a node's log files on the driver, read them in parallel (one
-input partition per file), and hand Spark Arrow record batches with the columns of
+Responsibilities: list a node's log files on the driver, read them in parallel (files
+packed into input partitions), and hand Spark Arrow record batches with the columns of
 `log_files.COLUMNS`. Registered without a register call, like the connector: PySpark
 imports the top-level module `pyspark_quorumqueue_log` (connector/discovery/) and
 registers its `DefaultSource`.
@@ -16,11 +16,13 @@ Options (names case-insensitive, as everywhere in Spark):
                data directory's name.
 
 How it works: the driver lists the files when Spark plans the scan and packs them
-into partitions of about PARTITION_BYTES (largest first, each into the lightest
-partition; at least one partition per core Spark has, at most one per file);
-executors parse them with the broker's own checked readers (log_files.py). A live broker may be
-writing: a torn tail becomes a TORN_TAIL row, a vanished file yields nothing,
-corruption or an unknown format version fails the query naming the file and offset.
+into partitions of at most about PARTITION_BYTES (largest first, each into the
+lightest partition; a multiple of the cores Spark has, at most one per file);
+executors parse them with the broker's own checks into Arrow record batches
+(log_files.read_batches: segment entries column-wise, broker/raft/storage/scan.py).
+A live broker may be writing: a torn tail becomes a TORN_TAIL row, a vanished file
+yields nothing, corruption or an unknown format version fails the query naming the
+file and offset.
 
 Not here: the analyses (jobs/segment_compaction.py, jobs/memory_footprint.py, next).
 """
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .log_files import COLUMN_NAMES, COLUMNS, LogFile, list_files, read_rows
+from .log_files import COLUMNS, LogFile, list_files, read_batches
 
 NAME = "quorumqueue.log"
 BATCH_ROWS = 8192
@@ -81,27 +83,33 @@ class LogReader(DataSourceReader):
         return [FilePartition(tuple(group)) for group in pack(files, self.cores)]
 
     def read(self, partition: FilePartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-        import pyarrow as pa
-
-        schema = _arrow_schema()
-        rows: list[tuple] = []
+        """The files' batches in order; small ones (snapshots, short WAL files) are
+        combined up to BATCH_ROWS rows, so a thousand snapshots are not a thousand
+        Arrow messages."""
+        small, rows = [], 0
         for file in partition.files:
-            for row in read_rows(file):
-                rows.append(row)
-                if len(rows) >= BATCH_ROWS:
-                    yield _batch(pa, schema, rows)
-                    rows = []
-        if rows:
-            yield _batch(pa, schema, rows)
+            for batch in read_batches(file, BATCH_ROWS):
+                if batch.num_rows >= BATCH_ROWS // 2:
+                    yield from _combined(small)
+                    small, rows = [], 0
+                    yield batch
+                else:
+                    small.append(batch)
+                    rows += batch.num_rows
+                    if rows >= BATCH_ROWS // 2:
+                        yield from _combined(small)
+                        small, rows = [], 0
+        yield from _combined(small)
 
 
 def pack(files: list[LogFile], cores: int) -> list[list[LogFile]]:
-    """Files into partitions of about PARTITION_BYTES: largest first, each into the
-    lightest partition; at least `cores` partitions (when there are that many files),
-    files in their listed order within a partition."""
+    """Files into partitions of at most about PARTITION_BYTES: largest first, each into
+    the lightest partition; a multiple of `cores` partitions (so the last wave of tasks
+    keeps every core busy), at most one per file; files in their listed order within a
+    partition."""
     sizes = {file: _size(file) for file in files}
-    count = max(min(cores, len(files)), -(-sum(sizes.values()) // PARTITION_BYTES))
-    count = min(count, len(files))
+    count = -(-sum(sizes.values()) // PARTITION_BYTES)
+    count = min(max(cores, -(-count // cores) * cores), len(files))
     bins: list[list[LogFile]] = [[] for _ in range(count)]
     loads = [0] * count
     for file in sorted(files, key=lambda f: -sizes[f]):
@@ -110,6 +118,14 @@ def pack(files: list[LogFile], cores: int) -> list[list[LogFile]]:
         loads[lightest] += sizes[file]
     order = {file: position for position, file in enumerate(files)}
     return [sorted(group, key=order.__getitem__) for group in bins if group]
+
+
+def _combined(batches: list) -> list:
+    if len(batches) <= 1:
+        return batches
+    import pyarrow as pa
+
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()
 
 
 def _size(file: LogFile) -> int:
@@ -140,17 +156,3 @@ def _directories(options) -> list[str]:
         raise LogSourceError("option 'node' names one node; with several paths each "
                              "node is named after its data directory")
     return directories
-
-
-def _arrow_schema():
-    import pyarrow as pa
-
-    types = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
-    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
-
-
-def _batch(pa, schema, rows: list[tuple]):
-    columns = list(zip(*rows))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(column, type=schema.field(k).type) for k, column in enumerate(columns)],
-        names=list(COLUMN_NAMES))

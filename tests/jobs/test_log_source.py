@@ -201,3 +201,48 @@ def test_files_are_packed_into_balanced_partitions(data_dir):
         assert len(log_source.pack(files, 2)) == len(files)
     finally:
         log_source.PARTITION_BYTES = original
+
+
+@pytest.mark.parametrize("damage", ["none", "torn wal", "torn segment slot",
+                                    "middle slot flipped", "segment version"])
+def test_the_batches_spark_reads_hold_the_reference_rows(data_dir, damage):
+    """read_batches (segments column-wise) against read_rows (the broker's parsers),
+    file by file, on the broker's own log as written and damaged."""
+    from tests.jobs.test_log_files import assert_same_rows
+
+    segments = [os.path.join(data_dir, f.path) for f in list_files(data_dir)
+                if f.kind == "segment"]
+    if damage == "torn wal":
+        path = newest_wal(data_dir)
+        os.truncate(path, os.path.getsize(path) - 7)
+    elif damage != "none":
+        with open(segments[-1] if damage == "torn segment slot" else segments[0],
+                  "r+b") as handle:
+            header = 18 + struct.unpack(">H", handle.read(14)[12:])[0]
+            at = {"torn segment slot": header + 40 * 2 + 20, "middle slot flipped":
+                  header + 40 * 10 + 9, "segment version": 4}[damage]
+            handle.seek(at)
+            handle.write(b"\x63")
+    rows = assert_same_rows(data_dir)
+    assert len(rows) > 300 or damage == "segment version"
+
+
+def test_a_partition_reads_its_files_in_order_with_small_batches_combined(data_dir):
+    from quorumqueue.jobs.log_source import BATCH_ROWS, FilePartition, LogReader
+
+    files = list_files(data_dir)
+    batches = list(LogReader([data_dir], None).read(FilePartition(tuple(files))))
+    rows = [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
+    assert rows == [row for file in files for row in read_rows(file)]
+    assert len(batches) < len(files) / 4, "small files' batches were not combined"
+    assert all(batch.num_rows < BATCH_ROWS for batch in batches)
+
+
+def test_partitions_come_in_whole_waves_of_cores(data_dir, monkeypatch):
+    from quorumqueue.jobs import log_source
+
+    files = list_files(data_dir)
+    total = sum(os.path.getsize(os.path.join(data_dir, f.path)) for f in files)
+    monkeypatch.setattr(log_source, "PARTITION_BYTES", total // 3 + 1)   # 3 would do
+    assert len(files) >= 6 and len(log_source.pack(files, 2)) == 4
+    assert len(log_source.pack(files, 3)) == 3
