@@ -46,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 import aiormq  # noqa: E402
+import pika.exceptions  # noqa: E402
 
 from bench.clusters import QuorumQueueCluster, queue_status, wait_for  # noqa: E402
 from quorumqueue.broker.management_client import call  # noqa: E402
@@ -56,6 +57,7 @@ TARGET_MEDIAN_S = 2.0
 ROUND_TIMEOUT_S = 30.0  # a figure not seen by then fails the run
 CATCH_UP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.005
+FAILURES = (AssertionError, TimeoutError, RuntimeError, OSError, pika.exceptions.AMQPError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +343,7 @@ def drain_and_check(cluster: QuorumQueueCluster, history: History, timeout: floa
     with history.lock:
         confirmed = list(history.confirmed)
     print(f"draining: {len(confirmed):,} confirmed messages to find ...", file=sys.stderr)
+    drain_began = len(history.events)
     consumer = AckingConsumer(cluster.uris(), QUEUE, history, prefetch=500).start()
     try:
         missing = consumer.wait_for(confirmed, timeout)
@@ -351,11 +354,24 @@ def drain_and_check(cluster: QuorumQueueCluster, history: History, timeout: floa
         consumer.stop()
     with history.lock:
         by_node = Counter(delivery.node for delivery in history.deliveries)
-    leader = agreed_leader(cluster.uris(), QUEUE)
-    print(f"drained (queue leader {leader}): " + ", ".join(
+        for event in history.events[drain_began:]:
+            print(f"  {event}", file=sys.stderr)
+    print("drained: " + ", ".join(
         f"{count:,} from {cluster.names[cluster.uris().index(uri)]}"
         for uri, count in by_node.items()), file=sys.stderr)
     return str(check(history))
+
+
+def first_errors(cluster: QuorumQueueCluster, lines_after: int = 20) -> dict[str, str]:
+    """Per node that logged an [ERROR], its first one with the lines after it (a
+    traceback): a node can fail on its own while the cluster carries on."""
+    found = {}
+    for name in cluster.names:
+        lines = cluster.local.log(name, tail=10**9).splitlines()
+        first = next((i for i, line in enumerate(lines) if "[ERROR]" in line), None)
+        if first is not None:
+            found[name] = "\n".join(lines[first:first + lines_after])
+    return found
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -377,34 +393,57 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     history = History()
     rounds: list[Round] = []
+    checked, failure, errors = "", None, {}
     print("[cluster] starting 3 nodes ...", file=sys.stderr)
     try:
         with QuorumQueueCluster(3) as cluster:
-            print(f"[cluster] up after {cluster.startup_s:.1f} s: {', '.join(cluster.names)}",
-                  file=sys.stderr)
-            declare(cluster.uris()[0])
-            publisher = ContinuousPublisher(QUEUE, history, arguments.rate)
+            print(f"[cluster] up after {cluster.startup_s:.1f} s: " + ", ".join(
+                f"{name} ({uri})" for name, uri in zip(cluster.names, cluster.uris())),
+                file=sys.stderr)
             try:
-                publisher.start(cluster.uris()[1])
-                for number in range(1, arguments.rounds + 1):
-                    rounds.append(run_round(number, cluster, publisher))
-            finally:
-                publisher.stop()
-            checked = drain_and_check(cluster, history, arguments.drain_timeout)
-    except (AssertionError, TimeoutError, RuntimeError, OSError) as error:
+                checked = run(cluster, history, rounds, arguments)
+            except FAILURES as error:
+                failure = f"{type(error).__name__}: {error}"
+                for name in cluster.names:
+                    print(f"--- the end of {name}'s log ---\n{cluster.local.log(name, 3000)}",
+                          file=sys.stderr)
+            errors = first_errors(cluster)
+            for name, excerpt in errors.items():
+                print(f"--- {name} logged errors; the first ---\n{excerpt}", file=sys.stderr)
+    except FAILURES as error:
+        failure = f"{type(error).__name__}: {error}"
+    summary = summarize(rounds) if rounds else {}
+    if rounds:
+        print()
+        print(render(rounds, summary))
+    if failure:
         print(f"counts so far: {report(history)}", file=sys.stderr)
-        sys.exit(f"FAILED after {len(rounds)} round(s): {error}")
-    summary = summarize(rounds)
-    print()
-    print(render(rounds, summary))
+        sys.exit(f"FAILED after {len(rounds)} round(s): {failure}")
     print(f"\nno confirmed message lost: {checked}")
+    if errors:
+        print(f"nodes that logged errors (first one on stderr): {', '.join(errors)}")
     if arguments.json:
         document = {"settings": {"rounds": arguments.rounds, "rate": arguments.rate, "nodes": 3},
                     "rounds": [asdict(one) for one in rounds], "summary": summary,
-                    "target_median_s": TARGET_MEDIAN_S, "history": checked}
+                    "target_median_s": TARGET_MEDIAN_S, "history": checked,
+                    "node_errors": errors}
         arguments.json.write_text(json.dumps(document, indent=2) + "\n")
         print(f"results written to {arguments.json}", file=sys.stderr)
     return 0
+
+
+def run(cluster: QuorumQueueCluster, history: History, rounds: list[Round],
+        arguments: argparse.Namespace) -> str:
+    """The rounds (appended to ``rounds`` as they end), then the drain; the check's counts."""
+    declare(cluster.uris()[0])
+    publisher = ContinuousPublisher(QUEUE, history, arguments.rate)
+    try:
+        publisher.start(cluster.uris()[1])
+        for number in range(1, arguments.rounds + 1):
+            rounds.append(run_round(number, cluster, publisher))
+    finally:
+        publisher.stop()
+    return drain_and_check(cluster, history, arguments.drain_timeout)
 
 
 if __name__ == "__main__":
