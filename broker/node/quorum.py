@@ -256,7 +256,11 @@ class QuorumGroups:
                     if not replaying:
                         self._deliver(queue, consumer, deliveries)
                 case commands.ReleaseCursor(cursor, snapshot_index):
-                    queue.pending_snapshot = (cursor, snapshot_index, snapshot.dump(queue.state))
+                    if self.cluster is None:
+                        queue.pending_snapshot = (cursor, snapshot_index,
+                                                  snapshot.dump(queue.state))
+                    else:
+                        self._snapshot_below_live(queue, cursor, snapshot_index)
 
     def _check_out_again(self, queue: QuorumQueue, connection: str) -> None:
         """A leader took this node for down and returned our consumers' messages, but
@@ -268,6 +272,24 @@ class QuorumGroups:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
                 queue.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
                               now_ms())
+
+    def _snapshot_below_live(self, queue: QuorumQueue, cursor: int, index: int) -> None:
+        """In a cluster a snapshot must not cover a live message: a follower that
+        installs it gets no entries below it, and the message body lives only in the
+        log. So the machine's state at `index` is kept as a candidate until every live
+        message is above it (the cursor passed it), as RabbitMQ 3's release-cursor
+        queue does; the newest candidate the cursor passed is then taken. At most
+        three candidates wait (a newer one replaces the last)."""
+        candidates = queue.snapshot_candidates
+        data = snapshot.dump(queue.state)
+        if len(candidates) < 3:
+            candidates.append((index, data))
+        else:
+            candidates[-1] = (index, data)
+        usable = [c for c in candidates if c[0] < cursor]
+        if usable:
+            queue.pending_snapshot = (cursor, *usable[-1])
+            queue.snapshot_candidates = [c for c in candidates if c[0] > usable[-1][0]]
 
     def _is_stale(self, identity: str) -> bool:
         """A connection of an earlier run of this node (a group of one: every recorded
@@ -292,7 +314,8 @@ class QuorumGroups:
                 self.store.write_snapshot(queue.group, meta, data)
             cursor = min(cursor, index + 1)
             self.store.release(queue.group, cursor)
-            self._maybe_compact(queue, cursor, index)
+            if self.cluster is None:  # in a cluster nothing live is below the snapshot
+                self._maybe_compact(queue, cursor, index)
 
     def _maybe_compact(self, queue: QuorumQueue, cursor: int, index: int) -> None:
         """One long-lived message pins the log from its index on (the release cursor

@@ -92,6 +92,7 @@ class QuorumQueue(ReplicatedGroup):
         self.last_time_ms = 0         # the last leader time applied (see module doc)
         self.replay_until = 0         # entries up to here were applied before a restart
         self.pending_snapshot: tuple[int, int, bytes] | None = None  # cursor, index, data
+        self.snapshot_candidates: list[tuple[int, bytes]] = []  # cluster: (index, data)
         self.last_tick_ms = 0
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
 

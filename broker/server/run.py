@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -30,8 +31,10 @@ def event_loop_factory():
 
 async def serve(settings: Settings, ready=None) -> None:
     server = BrokerServer(settings)
-    await server.start()
     stop = asyncio.Event()
+    failed = []
+    server.on_fatal = lambda: (failed.append(True), stop.set())
+    await server.start()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -41,6 +44,8 @@ async def serve(settings: Settings, ready=None) -> None:
         ready(server)
     await stop.wait()
     log.info("shutdown requested, closing connections")
+    if failed:
+        os._exit(70)  # EX_SOFTWARE: no clean stop after a failed apply; restart recovers
     await server.stop()
 
 

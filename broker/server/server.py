@@ -141,6 +141,7 @@ class BrokerServer:
         self.port = settings.port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft_ticker: asyncio.Task | None = None
+        self.on_fatal = None  # called instead of raising when a flush fails (run.py)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -208,7 +209,17 @@ class BrokerServer:
     def flush(self) -> None:
         self._flush_scheduled = False
         node = self.node
-        node.flush()
+        try:
+            node.flush()
+        except Exception:
+            if self.on_fatal is None:
+                raise
+            # a bug: this node's state can no longer be trusted to move on. Stop (what
+            # was confirmed is on disk) rather than sit there answering nobody.
+            log.critical("the node failed while applying its logs; stopping it",
+                         exc_info=True)
+            self.on_fatal()
+            return
         now = time.monotonic()
         dirty = list(node.dirty)
         node.dirty.clear()
