@@ -3,8 +3,9 @@
 Responsibilities
     `pack_records` (the broker, node/leases.py) turns a lease range's messages into
     delivery bodies; `PackedDecoder` (the client, lease_client.py) turns them back
-    into `LeasedMessage`s. A reader asks for this form with the consume argument
-    `x-lease-format` = "packed" (broker/README.md, "Leases (wire form)").
+    into messages, column by column (`PackedRecords`). A reader asks for this form
+    with the consume argument `x-lease-format` = "packed" (broker/README.md, "Leases
+    (wire form)").
 
 How it works
     A body is a run of records, one per message in sequence order. A record is
@@ -13,8 +14,12 @@ How it works
     followed by the exchange, the routing key, the content header payload exactly as
     published (the broker adds no x-lease-seq and no x-delivery-count) and the body.
     A body holds records until PACK_BYTES or PACK_MESSAGES is reached; a message is
-    never split over two bodies. The decoder decodes each distinct published property
-    block once (pika's decoder) and shares the result between the messages that have it.
+    never split over two bodies. The decoder fills one list per field instead of an
+    object per message (a reader turns the lists into Arrow columns), decodes each
+    distinct published property block once (pika's decoder), per delivery count, and
+    each distinct exchange and routing key once, and shares the results between the
+    messages that have them. `PackedRecords` is also a sequence of `LeasedMessage`,
+    built on access.
 
 Invariants
     - Decoded messages equal what a per-message lease read gives (same seq, body,
@@ -31,8 +36,9 @@ Not here
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import overload
 
 import pika
 import pika.spec
@@ -47,7 +53,8 @@ PACK_MESSAGES = 1000
 _PROPERTIES_AT = 12
 # Headers the broker sets on a per-message lease read (replacing the publisher's).
 _LEASE_HEADERS = ("x-lease-seq", "x-delivery-count")
-# Distinct property blocks a decoder remembers (messages with unique headers).
+# Distinct property blocks, and exchange/routing key pairs, a decoder remembers
+# (messages with unique headers or keys are decoded each time).
 _MAX_REMEMBERED = 10_000
 
 
@@ -93,14 +100,56 @@ def pack_records(messages: Iterable[Packable]) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
+@dataclass(slots=True, eq=False)
+class PackedRecords(Sequence[LeasedMessage]):
+    """Decoded messages, one list per field, in sequence order. Items of equal value
+    are shared objects (property sets, exchange and routing key strings)."""
+
+    seqs: list[int] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    exchanges: list[str] = field(default_factory=list)
+    routing_keys: list[str] = field(default_factory=list)
+    redelivered: list[bool] = field(default_factory=list)
+    properties: list[pika.BasicProperties] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @overload
+    def __getitem__(self, index: int) -> LeasedMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LeasedMessage]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return LeasedMessage(self.seqs[index], self.bodies[index], self.exchanges[index],
+                             self.routing_keys[index], self.redelivered[index],
+                             self.properties[index])
+
+    def extend(self, other: PackedRecords) -> None:
+        """Append `other`'s messages (which must follow these in sequence order)."""
+        self.seqs += other.seqs
+        self.bodies += other.bodies
+        self.exchanges += other.exchanges
+        self.routing_keys += other.routing_keys
+        self.redelivered += other.redelivered
+        self.properties += other.properties
+
+
 class PackedDecoder:
     """Messages from packed delivery bodies; one per read (it caches properties)."""
 
     def __init__(self) -> None:
-        self._properties: dict[bytes, pika.BasicProperties] = {}
+        self._properties: dict[tuple[bytes, int], pika.BasicProperties] = {}
+        self._names: dict[tuple[int, bytes], tuple[str, str]] = {}
 
-    def decode(self, body: bytes) -> list[LeasedMessage]:
-        messages = []
+    def decode(self, body: bytes) -> PackedRecords:
+        records = PackedRecords()
+        seqs, bodies, exchanges, routing_keys = (records.seqs, records.bodies,
+                                                 records.exchanges, records.routing_keys)
+        redelivered, properties = records.redelivered, records.properties
+        remembered_names, remembered_properties = self._names, self._properties
         record, unpack = PACKED_RECORD.size, PACKED_RECORD.unpack_from
         position, size = 0, len(body)
         while position < size:
@@ -110,38 +159,55 @@ class PackedDecoder:
             seq, count, exchange_length, key_length, header_length, body_length = unpack(
                 body, position)
             position += record
-            end = position + exchange_length + key_length + header_length + body_length
+            names_end = position + exchange_length + key_length
+            end = names_end + header_length + body_length
             if end > size or header_length < _PROPERTIES_AT + 2:
                 raise ValueError(f"packed lease records: the record of sequence {seq} "
                                  f"runs past the body ({end} > {size} octets) or has no "
                                  "content header")
-            exchange = body[position:position + exchange_length].decode(
-                "utf-8", "surrogateescape")
-            position += exchange_length
-            routing_key = body[position:position + key_length].decode(
-                "utf-8", "surrogateescape")
-            position += key_length
-            properties = self._decoded(
-                body[position + _PROPERTIES_AT:position + header_length], count)
-            position += header_length
-            messages.append(LeasedMessage(seq, body[position:end], exchange, routing_key,
-                                          count > 0, properties))
+            names_key = (exchange_length, body[position:names_end])
+            names = remembered_names.get(names_key)
+            if names is None:
+                names = self._names_of(names_key)
+            raw_properties = body[names_end + _PROPERTIES_AT:names_end + header_length]
+            decoded = remembered_properties.get((raw_properties, count))
+            if decoded is None:
+                decoded = self._decoded(raw_properties, count)
+            seqs.append(seq)
+            bodies.append(body[end - body_length:end])
+            exchanges.append(names[0])
+            routing_keys.append(names[1])
+            redelivered.append(count > 0)
+            properties.append(decoded)
             position = end
-        return messages
+        return records
+
+    def _names_of(self, key: tuple[int, bytes]) -> tuple[str, str]:
+        exchange_length, raw = key
+        names = (raw[:exchange_length].decode("utf-8", "surrogateescape"),
+                 raw[exchange_length:].decode("utf-8", "surrogateescape"))
+        if len(self._names) < _MAX_REMEMBERED:
+            self._names[key] = names
+        return names
 
     def _decoded(self, raw: bytes, delivery_count: int) -> pika.BasicProperties:
-        properties = self._properties.get(raw)
-        if properties is None:
-            properties = pika.spec.BasicProperties()
-            properties.decode(raw)
-            properties.headers = {key: value for key, value in
-                                  (properties.headers or {}).items() if key != "x-lease-seq"}
-            if len(self._properties) < _MAX_REMEMBERED:
-                self._properties[raw] = properties
+        plain = self._properties.get((raw, 0))
+        if plain is None:
+            plain = pika.spec.BasicProperties()
+            plain.decode(raw)
+            plain.headers = {key: value for key, value in (plain.headers or {}).items()
+                             if key != "x-lease-seq"}
+            self._remember(raw, 0, plain)
         if not delivery_count:
-            return properties
-        counted = pika.spec.BasicProperties(**vars(properties))
-        counted.headers = ({key: value for key, value in properties.headers.items()
+            return plain
+        counted = pika.spec.BasicProperties(**vars(plain))
+        counted.headers = ({key: value for key, value in plain.headers.items()
                             if key not in _LEASE_HEADERS}
                            | {"x-delivery-count": delivery_count})
+        self._remember(raw, delivery_count, counted)
         return counted
+
+    def _remember(self, raw: bytes, delivery_count: int,
+                  properties: pika.BasicProperties) -> None:
+        if len(self._properties) < _MAX_REMEMBERED:
+            self._properties[(raw, delivery_count)] = properties

@@ -55,6 +55,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
 from ..broker.lease_client import LeaseClient, LeasedMessage
+from ..broker.lease_records import PackedRecords
 from ..broker.management_client import ManagementError
 from . import offsets
 from .connection import open_lease_client
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 # MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences: a function of the
 # batch's (start, end] alone, so a replayed batch gets the same partitions. A read is
 # one packed consume of its whole range; it hands Spark an Arrow record batch per
-# READ_CHUNK messages.
+# READ_CHUNK messages or more (whole packed deliveries, decoded column by column).
 PARTITION_MESSAGES = 20_000
 MIN_PARTITION_MESSAGES = 2_000
 TARGET_PARTITIONS = 4
@@ -215,8 +216,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 chunks = _contiguous(partition, client.read_packed(
                     partition.queue, partition.lease, partition.start, partition.end))
-                for messages in _rebatched(chunks, READ_CHUNK):
-                    yield to_record_batch(partition.queue, messages,
+                for records in _rebatched(chunks, READ_CHUNK):
+                    yield to_record_batch(partition.queue, records,
                                           self.options.include_headers)
             except pika.exceptions.ChannelClosedByBroker as refusal:
                 # the broker checks the whole range before it sends any of it
@@ -248,7 +249,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if readable_low >= readable_high:
             return []
         messages = client.read(part.queue, part.lease, readable_low, readable_high)
-        _check_contiguous(part, readable_low, readable_high, messages)
+        _check_contiguous(part, readable_low, readable_high, [m.seq for m in messages])
         return messages
 
     # ------------------------------------------------------------------ internals
@@ -343,7 +344,7 @@ def partition_size(start: LeaseOffset, end: LeaseOffset) -> int:
 
 
 def _contiguous(part: LeaseRange,
-                chunks: Iterator[list[LeasedMessage]]) -> Iterator[list[LeasedMessage]]:
+                chunks: Iterator[PackedRecords]) -> Iterator[PackedRecords]:
     """The chunks of a read of `part`, checked to be exactly its sequences, in order."""
     low = part.start
     for chunk in chunks:
@@ -353,7 +354,7 @@ def _contiguous(part: LeaseRange,
                 raise DataLossError(f"reading ({part.start}, {part.end}] of lease "
                                     f"'{part.lease}' on queue '{part.queue}' returned more "
                                     f"than {part.end - part.start} messages")
-            _check_contiguous(part, low, high, chunk)
+            _check_contiguous(part, low, high, chunk.seqs)
             low = high
             yield chunk
     if low != part.end:
@@ -361,21 +362,20 @@ def _contiguous(part: LeaseRange,
                             f"queue '{part.queue}' ended after sequence {low}")
 
 
-def _rebatched(chunks: Iterator[list[T]], size: int) -> Iterator[list[T]]:
-    """The items of `chunks`, in order, in lists of `size` (the last may be shorter)."""
-    pending: list[T] = []
+def _rebatched(chunks: Iterator[PackedRecords], size: int) -> Iterator[PackedRecords]:
+    """The messages of `chunks`, in order, in whole chunks joined until they hold at
+    least `size` messages (the last may hold fewer)."""
+    pending = PackedRecords()
     for chunk in chunks:
-        pending += chunk
-        while len(pending) >= size:
-            yield pending[:size]
-            del pending[:size]
+        pending.extend(chunk)
+        if len(pending) >= size:
+            yield pending
+            pending = PackedRecords()
     if pending:
         yield pending
 
 
-def _check_contiguous(part: LeaseRange, low: int, high: int,
-                      messages: list[LeasedMessage]) -> None:
-    seqs = [message.seq for message in messages]
+def _check_contiguous(part: LeaseRange, low: int, high: int, seqs: list[int]) -> None:
     if seqs != list(range(low + 1, high + 1)):
         raise DataLossError(f"reading ({low}, {high}] of lease '{part.lease}' on queue "
                             f"'{part.queue}' returned sequences {_summary(seqs)}, not "

@@ -6,14 +6,19 @@ Responsibilities
     (`offset`) and delivery history, and every AMQP 0-9-1 basic property.
     `to_record_batch` turns one read's messages into a `pyarrow.RecordBatch` whose
     schema equals `ARROW_SCHEMA` exactly (PySpark refuses a batch whose Arrow schema
-    differs from the declared one, nullability included).
+    differs from the declared one, nullability included). It takes messages either
+    one object each (`Received`) or field by field (`MessageColumns`, what a packed
+    lease read decodes to, broker/lease_records.py), which saves an object per
+    message.
 
 How it works
-    Columns are built in one pass over the messages, with Arrow types taken from
-    PySpark's own Spark-to-Arrow conversion (timestamps in microseconds, UTC); the
-    property columns are worked out once per properties object, so messages that
-    share one (a packed lease read decodes each distinct property block once) cost
-    a lookup.
+    Arrow types are PySpark's own Spark-to-Arrow conversion (timestamps in
+    microseconds, UTC). Body, offset, exchange, routing key and redelivered are
+    converted list to array. The property columns, and `delivery_count` (from the
+    `x-delivery-count` header), are worked out once per distinct properties object
+    (a packed lease read shares one between the messages that were published with
+    the same properties) into a small array, and each column is that array taken
+    at every message's position in it.
     AMQP header tables are typed and nested; the `headers` column is a flat
     map<string,string>: strings stay as they are, bytes are decoded as UTF-8 (invalid
     bytes replaced), booleans are `true`/`false`, numbers and decimals their decimal
@@ -42,6 +47,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, MapType,
                                StringType, StructField, StructType, TimestampType)
+
+from ..broker.lease_records import header_delivery_count
 
 SCHEMA = StructType([
     StructField("body", BinaryType(), nullable=False),
@@ -107,42 +114,100 @@ class Received(Protocol):
     @property
     def redelivered(self) -> bool: ...
     @property
-    def delivery_count(self) -> int: ...
-    @property
     def properties(self) -> Properties: ...
+
+
+class MessageColumns(Protocol):
+    """Received messages field by field, equal lengths, in order
+    (broker.lease_records.PackedRecords is one)."""
+
+    @property
+    def seqs(self) -> Sequence[int]: ...
+    @property
+    def bodies(self) -> Sequence[bytes]: ...
+    @property
+    def exchanges(self) -> Sequence[str]: ...
+    @property
+    def routing_keys(self) -> Sequence[str]: ...
+    @property
+    def redelivered(self) -> Sequence[bool]: ...
+    @property
+    def properties(self) -> Sequence[Properties]: ...
 
 
 # The columns filled from the basic properties, in ARROW_SCHEMA order after `redelivered`.
 _TEXT_PROPERTIES = frozenset({"content_type", "content_encoding", "correlation_id", "reply_to",
                               "expiration", "message_id", "type", "user_id", "app_id"})
 _PROPERTY_COLUMNS: tuple[str, ...] = COLUMNS[7:]
+_PROPERTY_FIELDS: tuple[pa.Field, ...] = tuple(ARROW_SCHEMA.field(name)
+                                               for name in _PROPERTY_COLUMNS)
 
 
-def to_record_batch(queue: str, messages: Sequence[Received],
+def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns,
                     include_headers: bool = True) -> pa.RecordBatch:
     """The rows of `messages`, all read from `queue`, in order."""
-    body, routing_key, exchange, offset, delivery_count, redelivered = [], [], [], [], [], []
-    rows: list[tuple] = []
-    seen: dict[int, tuple] = {}  # id(properties) -> its column values
-    keep: list[Properties] = []  # so that an id is not reused while `seen` lives
-    for message in messages:
-        body.append(message.body)
-        routing_key.append(message.routing_key)
-        exchange.append(message.exchange)
-        offset.append(message.seq)
-        delivery_count.append(message.delivery_count)
-        redelivered.append(message.redelivered)
-        properties = message.properties
-        values = seen.get(id(properties))
-        if values is None:
-            values = seen[id(properties)] = _property_values(properties, include_headers)
-            keep.append(properties)
-        rows.append(values)
-    property_columns = list(zip(*rows)) if rows else [()] * len(_PROPERTY_COLUMNS)
-    columns = [body, [queue] * len(body), routing_key, exchange, offset, delivery_count,
-               redelivered, *property_columns]
-    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA)]
+    columns = messages if hasattr(messages, "seqs") else _Columns.of(messages)
+    count = len(columns.seqs)
+    distinct, positions = _distinct(columns.properties)
+    values = [_property_values(properties, include_headers) for properties in distinct]
+    per_message = [
+        _taken(column, field.type, positions)
+        for column, field in zip(zip(*values) if values else [()] * len(_PROPERTY_FIELDS),
+                                 _PROPERTY_FIELDS)]
+    delivery_counts = _taken([header_delivery_count(properties) for properties in distinct],
+                             pa.int32(), positions)
+    arrays = [pa.array(columns.bodies, pa.binary()),
+              pa.repeat(pa.scalar(queue, pa.string()), count),
+              pa.array(columns.routing_keys, pa.string()),
+              pa.array(columns.exchanges, pa.string()),
+              pa.array(columns.seqs, pa.int64()),
+              delivery_counts,
+              pa.array(columns.redelivered, pa.bool_()),
+              *per_message]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+class _Columns:
+    """MessageColumns of messages that come one object each."""
+
+    __slots__ = ("seqs", "bodies", "exchanges", "routing_keys", "redelivered", "properties")
+
+    @classmethod
+    def of(cls, messages: Sequence[Received]) -> _Columns:
+        columns = cls()
+        columns.seqs = [message.seq for message in messages]
+        columns.bodies = [message.body for message in messages]
+        columns.exchanges = [message.exchange for message in messages]
+        columns.routing_keys = [message.routing_key for message in messages]
+        columns.redelivered = [message.redelivered for message in messages]
+        columns.properties = [message.properties for message in messages]
+        return columns
+
+
+def _taken(values: Sequence[Any], type_: pa.DataType, positions: pa.Array) -> pa.Array:
+    """`values` (one per distinct properties object) at each message's position."""
+    if all(value is None for value in values):
+        return pa.nulls(len(positions), type_)
+    return pa.array(values, type=type_).take(positions)
+
+
+def _distinct(properties: Sequence[Properties]) -> tuple[list[Properties], pa.Array]:
+    """The distinct properties objects, in order of first use, and each message's
+    position among them."""
+    identities = list(map(id, properties))
+    if not identities or identities.count(identities[0]) == len(identities):
+        distinct = list(properties[:1])
+        return distinct, pa.repeat(pa.scalar(0, pa.int32()), len(identities))
+    # every object is alive in `properties`, so an id names one object
+    position_of: dict[int, int] = {}
+    distinct, positions = [], []
+    for identity, item in zip(identities, properties):
+        position = position_of.get(identity)
+        if position is None:
+            position = position_of[identity] = len(distinct)
+            distinct.append(item)
+        positions.append(position)
+    return distinct, pa.array(positions, pa.int32())
 
 
 def _property_values(properties: Properties, include_headers: bool) -> tuple:

@@ -61,3 +61,36 @@ def test_the_publishers_lease_bookkeeping_headers_are_replaced():
     assert list(counted.properties.headers.items()) == [("k", "v"),
                                                        ("x-delivery-count", 1)]
     assert isinstance(plain.properties, pika.BasicProperties)
+
+
+def test_a_body_decodes_column_by_column_with_equal_values_shared():
+    plain, redelivered = header({"delivery_mode": 2}, 0), header({"priority": 3}, 0)
+    records = PackedDecoder().decode(b"".join(pack_records(
+        [(1, 0, "", "orders", plain, b"a"), (2, 1, "", "orders", redelivered, b"bb"),
+         (3, 0, "ex", "orders", plain, b"")])))
+    assert (records.seqs, records.bodies, records.exchanges, records.routing_keys,
+            records.redelivered) == ([1, 2, 3], [b"a", b"bb", b""], ["", "", "ex"],
+                                     ["orders"] * 3, [False, True, False])
+    assert records.routing_keys[0] is records.routing_keys[1]
+    assert records.properties[0] is records.properties[2]
+    assert records.properties[1].headers == {"x-delivery-count": 1}
+    assert [m.seq for m in records] == [1, 2, 3] and records[1].delivery_count == 1
+    assert [m.body for m in records[1:]] == [b"bb", b""]
+
+
+def test_exchange_and_routing_key_are_told_apart_where_they_meet():
+    same = header({}, 0)
+    records = PackedDecoder().decode(b"".join(pack_records(
+        [(1, 0, "ab", "c", same, b""), (2, 0, "a", "bc", same, b"")])))
+    assert list(zip(records.exchanges, records.routing_keys)) == [("ab", "c"), ("a", "bc")]
+
+
+def test_records_of_several_bodies_join_in_order(monkeypatch):
+    monkeypatch.setattr(lease_records, "PACK_MESSAGES", 2)
+    same = header({}, 0)
+    decoder = PackedDecoder()
+    joined = lease_records.PackedRecords()
+    for body in pack_records([(seq, 0, "", "q", same, bytes([seq])) for seq in range(1, 6)]):
+        joined.extend(decoder.decode(body))
+    assert joined.seqs == [1, 2, 3, 4, 5] and len(joined) == 5
+    assert joined.bodies == [bytes([seq]) for seq in range(1, 6)]

@@ -14,7 +14,9 @@ import pika
 import pyarrow as pa
 import pytest
 
+from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.lease_client import LeasedMessage
+from quorumqueue.broker.lease_records import PackedDecoder, pack_records
 from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
                                           headers_map, to_record_batch)
 
@@ -82,6 +84,24 @@ def test_include_headers_false_leaves_the_column_null():
 def test_an_empty_read_is_an_empty_batch_of_the_schema():
     batch = to_record_batch("q", [])
     assert batch.num_rows == 0 and batch.schema.equals(ARROW_SCHEMA)
+
+
+def test_packed_columns_give_the_batch_their_messages_give():
+    """A packed lease read's columns (shared properties, some redelivered) and the same
+    messages one object each make the same rows."""
+    blocks = [codec.encode_properties(0, properties) for properties in (
+        {"delivery_mode": 2}, {"message_id": "m", "headers": {"k": "v"}}, {})]
+    records = PackedDecoder().decode(b"".join(pack_records(
+        (seq, seq % 4 == 0, "ex" if seq % 5 else "", f"key.{seq % 2}", blocks[seq % 3],
+         bytes([seq]) * seq) for seq in range(1, 40))))
+    batch = to_record_batch("q", records)
+    assert batch.equals(to_record_batch("q", list(records)))
+    assert batch.column("delivery_count").to_pylist() == [
+        int(seq % 4 == 0) for seq in range(1, 40)]
+    assert batch.column("headers").to_pylist()[:4] == [
+        [("k", "v")], [], [], [("k", "v"), ("x-delivery-count", "1")]]
+    assert to_record_batch("q", records, include_headers=False).column(
+        "headers").null_count == 39
 
 
 def test_the_same_messages_give_the_same_batch():
