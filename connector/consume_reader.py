@@ -84,6 +84,10 @@ KEEPALIVE_SECONDS = 1.0
 # just started, on a busy broker, may take a few seconds to be served).
 QUIET_SECONDS = 1.0
 FIRST_DELIVERY_SECONDS = 5.0
+# Before a batch is cut, deliveries keep being taken in until none has come for this
+# long: a message the broker has pushed towards the consumer (in flight) no longer
+# counts as ready, so the ready count alone would cut a batch short of it.
+SETTLE_SECONDS = 0.1
 # A batch re-planned after a restart waits this long without a delivery before it
 # concludes the queue no longer has the batch's messages.
 REPLAN_QUIET_SECONDS = 15.0
@@ -119,6 +123,7 @@ class Ledger:
     def __init__(self) -> None:
         self.held: list[Delivery] = []
         self.next_seq: int | None = None   # None: numbering not started
+        self.arrived = 0                   # deliveries received on the current channel
 
     @property
     def started(self) -> bool:
@@ -140,6 +145,7 @@ class Ledger:
         self.held.append(Delivery(self.next_seq, tag, body, method.exchange,
                                   method.routing_key, method.redelivered, properties))
         self.next_seq += 1
+        self.arrived += 1
 
     def ahead(self, start: int) -> int:
         """Deliveries held beyond `start`."""
@@ -170,6 +176,7 @@ class Ledger:
         `handed` + 1. Returns how many handed-but-unacked deliveries will come again."""
         again = sum(1 for delivery in self.held if delivery.seq <= handed)
         self.held = []
+        self.arrived = 0
         if self.next_seq is not None:
             self.next_seq = handed + 1
         return again
@@ -448,8 +455,13 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = None if limits[queue] is None else limits[queue] - start
             if cap is not None and have >= cap or room <= 0:
                 continue
-            expected = min(session.ready(queue), room)
-            if not expected and not ledger.next_seq:
+            if queue in self._targets:
+                # Trigger.AvailableNow: the run's messages were counted ready before
+                # this channel consumed, so they are known to be there (or on their way)
+                expected = room
+            else:
+                expected = min(session.ready(queue), room)
+            if not expected and not ledger.arrived:
                 # a consumer that has received nothing yet: the broker may already have
                 # pushed the queue's messages towards it (in flight, so not counted as
                 # ready); wait for a first one (up to FIRST_DELIVERY_SECONDS)
@@ -458,6 +470,23 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if goal > have:
                 wanted[queue] = goal
         self._wait_for(session, begin, wanted, QUIET_SECONDS)
+        self._settle(session, begin, limits)
+
+    def _settle(self, session: _Session, begin: ConsumeOffset,
+                limits: dict[str, int | None]) -> None:
+        """Take in what is already in flight, until SETTLE_SECONDS pass without a
+        delivery or every queue's batch is full."""
+        def open_queues() -> bool:
+            return any((limits[q] is None or ledger.ahead(begin.position(q))
+                        < limits[q] - begin.position(q))
+                       and len(ledger.held) < self.limits.prefetch
+                       for q, ledger in self._ledgers.items())
+
+        while open_queues():
+            before = sum(ledger.arrived for ledger in self._ledgers.values())
+            session.pump(SETTLE_SECONDS)
+            if sum(ledger.arrived for ledger in self._ledgers.values()) == before:
+                return
 
     def _wait_for(self, session: _Session, begin: ConsumeOffset, wanted: dict[str, int],
                   quiet: float) -> None:
