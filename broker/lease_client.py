@@ -8,7 +8,8 @@
 
 One BlockingConnection per client, one request at a time: control operations go
 through the management RPC (answered once the command is committed), reads through
-a no-ack basic.consume that the broker ends with a basic.cancel.
+a no-ack basic.consume that the broker ends with a basic.cancel (pika's consume
+generator: a channel the broker closes part-way raises ChannelClosedByBroker).
 
 `read` takes one delivery per message (x-lease-seq in its headers, as any AMQP
 client would see it); `read_packed` asks for the packed form (x-lease-format, see
@@ -30,7 +31,7 @@ from typing import Any
 
 import pika
 
-from .lease_records import PACKED_FORMAT, LeasedMessage, PackedDecoder
+from .lease_records import PACKED_FORMAT, LeasedMessage, PackedDecoder, PackedRecords
 from .management_client import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
 
 __all__ = ["LeaseClient", "LeasedMessage"]
@@ -47,10 +48,7 @@ class LeaseClient:
                                   "running?") from None
         self.channel = self.connection.channel()
         self._replies: dict[str, bytes] = {}
-        self._cancelled: set[str] = set()
         self.channel.basic_consume(REPLY_TO, self._on_reply, auto_ack=True)
-        self.channel.add_on_cancel_callback(
-            lambda frame: self._cancelled.add(frame.method.consumer_tag))
 
     def _on_reply(self, _channel, _method, properties, body: bytes) -> None:
         self._replies[properties.correlation_id] = body
@@ -92,52 +90,38 @@ class LeaseClient:
 
     def read(self, queue: str, lease: str, start: int, end: int) -> list[LeasedMessage]:
         """The messages with lease sequences start+1..end, in order; settles nothing."""
-        messages: list[LeasedMessage] = []
-
-        def on_message(_channel, method, properties, body):
-            headers = properties.headers or {}
-            messages.append(LeasedMessage(int(headers["x-lease-seq"]), body, method.exchange,
-                                          method.routing_key, method.redelivered, properties))
-
-        tag = self.channel.basic_consume(
-            queue, on_message, auto_ack=True,
-            arguments={"x-lease": lease, "x-lease-start": start, "x-lease-end": end})
-        deadline = time.monotonic() + self.timeout
-        while tag not in self._cancelled and tag in self.channel.consumer_tags:
-            if time.monotonic() >= deadline:
-                raise ManagementError(f"reading lease '{lease}' ({start}, {end}] did not "
-                                      f"finish within {self.timeout}s")
-            self.connection.process_data_events(time_limit=0.05)
-        self._cancelled.discard(tag)
-        return messages
+        arguments = {"x-lease": lease, "x-lease-start": start, "x-lease-end": end}
+        return [LeasedMessage(int((properties.headers or {})["x-lease-seq"]), body,
+                              method.exchange, method.routing_key, method.redelivered,
+                              properties)
+                for method, properties, body in self._range(queue, lease, arguments)]
 
     def read_packed(self, queue: str, lease: str, start: int,
-                    end: int) -> Iterator[list[LeasedMessage]]:
+                    end: int) -> Iterator[PackedRecords]:
         """The messages with lease sequences start+1..end, in order, in chunks as they
         arrive (packed form); settles nothing."""
-        chunks: list[list[LeasedMessage]] = []
         decoder = PackedDecoder()
+        arguments = {"x-lease": lease, "x-lease-start": start, "x-lease-end": end,
+                     "x-lease-format": PACKED_FORMAT}
+        for _method, _properties, body in self._range(queue, lease, arguments):
+            yield decoder.decode(body)
 
-        def on_delivery(_channel, _method, _properties, body: bytes) -> None:
-            chunks.append(decoder.decode(body))
-
-        tag = self.channel.basic_consume(
-            queue, on_delivery, auto_ack=True,
-            arguments={"x-lease": lease, "x-lease-start": start, "x-lease-end": end,
-                       "x-lease-format": PACKED_FORMAT})
-        deadline = time.monotonic() + self.timeout
-        while True:
-            while chunks:
-                yield chunks.pop(0)
-                deadline = time.monotonic() + self.timeout
-            if tag in self._cancelled or tag not in self.channel.consumer_tags:
-                break
-            if time.monotonic() >= deadline:
-                raise ManagementError(f"reading lease '{lease}' ({start}, {end}] stalled for "
-                                      f"{self.timeout}s")
-            self.connection.process_data_events(time_limit=0.05)
-        self._cancelled.discard(tag)
-        yield from chunks
+    def _range(self, queue: str, lease: str, arguments: dict) -> Iterator[tuple]:
+        """The deliveries of a lease range, until the broker cancels the consumer (the
+        range is complete). A refusal, before or during the range, raises pika's
+        ChannelClosedByBroker; a range that stalls raises ManagementError."""
+        what = f"reading lease '{lease}' ({arguments['x-lease-start']}, " \
+               f"{arguments['x-lease-end']}]"
+        try:
+            for method, properties, body in self.channel.consume(
+                    queue, auto_ack=True, arguments=arguments,
+                    inactivity_timeout=self.timeout):
+                if method is None:
+                    raise ManagementError(f"{what} stalled for {self.timeout}s")
+                yield method, properties, body
+        finally:
+            if self.channel.is_open:
+                self.channel.cancel()  # a range left part-way: forget its consumer
 
     def close(self) -> None:
         if self.connection.is_open:

@@ -212,6 +212,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: LeaseRange) -> Iterator:
         client = open_lease_client(self.options)
+        handed = partition.start   # the last sequence handed to Spark
         try:
             try:
                 chunks = _contiguous(partition, client.read_packed(
@@ -219,11 +220,13 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for records in _rebatched(chunks, READ_CHUNK):
                     yield to_record_batch(partition.queue, records,
                                           self.options.include_headers)
+                    handed = records.seqs[-1]
             except pika.exceptions.ChannelClosedByBroker as refusal:
-                # the broker checks the whole range before it sends any of it
+                # the broker checks the range before it sends any of it, but a message
+                # can become unreadable while the range streams: go on after `handed`
                 client.close()
                 client = open_lease_client(self.options)
-                messages = self._after_refusal(client, partition, partition.start,
+                messages = self._after_refusal(client, partition, handed,
                                                partition.end, refusal)
                 if messages:
                     yield to_record_batch(partition.queue, messages,

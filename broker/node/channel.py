@@ -84,6 +84,7 @@ class Channel:
         self.number = number
         self.state = "open"  # open | closing (server sent channel.close)
         self.consumers: dict[str, Consumer] = {}
+        self.lease_ranges: set[str] = set()  # tags of lease ranges streaming (leases.py)
         self.next_delivery_tag = 1
         self.unacked: dict[int, tuple[ClassicQueue, Entry, Consumer | None]] = {}
         self.unacked_count = 0  # unacked deliveries counted against global prefetch
@@ -341,6 +342,7 @@ class Channel:
         self.consumers[consumer.tag] = consumer
 
     def cancel(self, tag: str) -> Consumer | None:
+        self.lease_ranges.discard(tag)  # its stream stops at its next step
         consumer = self.consumers.pop(tag, None)
         if consumer is None:
             return None

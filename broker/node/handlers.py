@@ -383,7 +383,7 @@ def basic_qos(session, channel: Channel, args) -> None:
 
 def basic_consume(session, channel: Channel, args) -> None:
     tag = args.consumer_tag or _generated_name("amq.ctag-")
-    if tag in channel.consumers:
+    if tag in channel.consumers or tag in channel.lease_ranges:
         raise AMQPError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", 60, 20)
     arguments = dict(args.arguments or {})
     if args.queue == REPLY_TO:

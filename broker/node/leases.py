@@ -21,14 +21,21 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   With the further argument `x-lease-format` = "packed" the same messages come
   many to a delivery instead (broker/lease_records.py): a reader then decodes a few
   frames per thousand messages instead of three per message.
+  A range is streamed (Session.stream): its messages are read from the log as the
+  client takes them, so the first arrive while the broker reads the rest, and a long
+  range never sits whole in memory.
 
 Errors: an unknown queue is 404; a classic queue, an unknown lease, a settled or
-unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it.
+unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it, before
+any message is sent. A message that can no longer be read once the range has begun
+(the lease released by its timeout and the message settled by another consumer, the
+queue deleted) closes the channel with 406 naming it and the last sequence sent.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
@@ -82,12 +89,9 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
     except ValueError as error:
         raise precondition(f"{error} ({where})") from None
     channel.send(codec.basic_consume_ok(channel.number, tag))
-    if packed:
-        _deliver_packed(session, channel, queue, tag, items)
-    else:
-        _deliver_each(session, channel, queue, tag, items)
-    if session.capabilities.get("consumer_cancel_notify"):
-        channel.send(codec.basic_cancel(channel.number, tag))
+    channel.lease_ranges.add(tag)
+    steps = (_packed_steps if packed else _each_steps)(session, channel, queue, tag, items)
+    session.stream(_while_open(session, channel, queue, name, tag, steps))
 
 
 def _packed(arguments: dict, where: str) -> bool:
@@ -100,31 +104,93 @@ def _packed(arguments: dict, where: str) -> bool:
     return True
 
 
-def _deliver_each(session, channel, queue, tag: str, items) -> None:
-    """One delivery per message, x-lease-seq (and x-delivery-count) in its headers."""
-    node = session.node
+class _Unreadable(Exception):
+    """A message of a range being streamed can no longer be read from the log."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
+def _while_open(session, channel, queue, lease: str, tag: str,
+                steps: Iterator[tuple[int, list[bytes]]]) -> Iterator[list[bytes]]:
+    """The frames of `steps` while `channel` stays open and the client has not
+    cancelled `tag`, then the server's basic.cancel; a message that cannot be read any
+    more closes the channel instead."""
+    sent = None
+    while True:
+        if (channel.state != "open" or session.channels.get(channel.number) is not channel
+                or tag not in channel.lease_ranges):
+            return  # the client cancelled or closed the channel, or the connection closes
+        try:
+            step = next(steps, None)
+        except _Unreadable as error:
+            after = "" if sent is None else f" after sequence {sent}"
+            channel.lease_ranges.discard(tag)
+            session.close_channel(channel, precondition(
+                f"lease '{lease}' on queue '{queue.name}' in vhost '{queue.vhost}': the "
+                f"range stops{after}: sequence {error.seq} can no longer be read (settled "
+                "or released, or the queue was deleted)"))
+            return
+        if step is None:
+            break
+        sent, parts = step
+        yield parts
+    channel.lease_ranges.discard(tag)
+    if session.capabilities.get("consumer_cancel_notify"):
+        yield [codec.basic_cancel(channel.number, tag)]
+
+
+def _reader(session, queue) -> Callable[[int, int], tuple[str, str, bytes, bytes]]:
+    """read(seq, raft index) -> the message's exchange, routing key, header, body."""
+    read_message = session.node.quorum.read_message
+
+    def read(seq: int, index: int):
+        try:
+            return read_message(queue, index)
+        except (LookupError, RuntimeError):
+            raise _Unreadable(seq) from None
+
+    return read
+
+
+def _each_steps(session, channel, queue, tag: str,
+                items) -> Iterator[tuple[int, list[bytes]]]:
+    """One delivery per message, x-lease-seq (and x-delivery-count) in its headers:
+    (the message's sequence, its frames)."""
+    read = _reader(session, queue)
     frame_max = session.frame_max
     for seq, index, count in items:
-        exchange, routing_key, header, body = node.quorum.read_message(queue, index)
+        exchange, routing_key, header, body = read(seq, index)
         header = with_delivery_count(header, count, {"x-lease-seq": seq})
         delivery_tag = channel.next_delivery_tag
         channel.next_delivery_tag += 1
-        channel.send(codec.basic_deliver(channel.number, tag, delivery_tag, count > 0,
-                                         exchange, routing_key))
-        session.write_parts(codec.content(channel.number, header, body, frame_max))
+        yield seq, [codec.basic_deliver(channel.number, tag, delivery_tag, count > 0,
+                                        exchange, routing_key),
+                    *codec.content(channel.number, header, body, frame_max)]
 
 
-def _deliver_packed(session, channel, queue, tag: str, items) -> None:
-    """Deliveries of many messages each (lease_records.py)."""
-    read = session.node.quorum.read_message
-    messages = ((seq, count, *read(queue, index)) for seq, index, count in items)
-    for body in pack_records(messages):
+def _packed_steps(session, channel, queue, tag: str,
+                  items) -> Iterator[tuple[int, list[bytes]]]:
+    """Deliveries of many messages each (lease_records.py): (the last sequence in the
+    delivery, its frames)."""
+    read = _reader(session, queue)
+    last = 0
+
+    def messages():
+        nonlocal last
+        for seq, index, count in items:
+            message = (seq, count, *read(seq, index))
+            last = seq   # before the yield: pack_records may close a pack with it
+            yield message
+
+    for body in pack_records(messages()):
         delivery_tag = channel.next_delivery_tag
         channel.next_delivery_tag += 1
-        channel.send(codec.basic_deliver(channel.number, tag, delivery_tag, False, "",
-                                         queue.name))
-        header = _pack_header(len(body))
-        session.write_parts(codec.content(channel.number, header, body, session.frame_max))
+        yield last, [codec.basic_deliver(channel.number, tag, delivery_tag, False, "",
+                                         queue.name),
+                     *codec.content(channel.number, _pack_header(len(body)), body,
+                                    session.frame_max)]
 
 
 def _pack_header(body_size: int) -> bytes:

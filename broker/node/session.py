@@ -17,12 +17,20 @@ is discarded, as the spec requires.
 Time enters as `now` arguments (monotonic seconds); the server shell owns sockets.
 Invariants: after connection.close is sent, only close/close-ok are processed; a
 session is closed once `closed` is True and the shell has sent `data_to_send()`.
+
+Long outputs (a lease range of thousands of messages) are streams: a producer the
+session pulls from in `data_to_send`, about STREAM_CHUNK_BYTES a call, while the shell
+finds the client keeping up (`streaming` says more is waiting). Everything written
+before a stream goes out before it; a stream's own frames keep their order, and a
+producer checks its channel is still open before each step.
 """
 
 from __future__ import annotations
 
 import platform
 import time
+from collections import deque
+from collections.abc import Iterator
 
 from .. import __version__
 from ..amqp import codec, spec
@@ -36,6 +44,8 @@ CAPABILITIES = ("publisher_confirms", "exchange_exchange_bindings", "basic.nack"
                 "authentication_failure_close", "per_consumer_qos", "direct_reply_to")
 MECHANISMS = "PLAIN AMQPLAIN"
 CLOSE_OK_TIMEOUT = 5.0
+# What one `data_to_send` pulls from streams at most (a little more: whole steps).
+STREAM_CHUNK_BYTES = 256 * 1024
 
 
 def server_properties(cluster_name: str) -> dict:
@@ -76,6 +86,7 @@ class Session:
         self.state = "awaiting_header"
         self.reader = codec.FrameReader(settings.frame_max)
         self._out: list[bytes] = []
+        self._streams: deque[Iterator[list[bytes]]] = deque()
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
         self.client_properties: dict = {}
@@ -104,12 +115,38 @@ class Session:
         self._out.extend(parts)
         self.node.dirty.add(self)
 
-    def data_to_send(self) -> bytes:
+    def stream(self, producer: Iterator[list[bytes]]) -> None:
+        """Send what `producer` yields (frames, a list per step) after everything
+        written so far, pulled by `data_to_send` as the client takes it."""
+        self._streams.append(producer)
+        self.node.dirty.add(self)
+
+    @property
+    def streaming(self) -> bool:
+        """A stream has more to send: call `data_to_send` again once the client has
+        taken what was sent."""
+        return bool(self._streams)
+
+    def data_to_send(self, pull: bool = True) -> bytes:
+        """The bytes to send now; with `pull`, up to about STREAM_CHUNK_BYTES more
+        from the streams."""
+        if pull and self._streams:
+            self._pull(STREAM_CHUNK_BYTES)
         if not self._out:
             return b""
         data = b"".join(self._out)
         self._out.clear()
         return data
+
+    def _pull(self, budget: int) -> None:
+        taken = 0
+        while self._streams and taken < budget:
+            parts = next(self._streams[0], None)
+            if parts is None:
+                self._streams.popleft()
+                continue
+            self._out.extend(parts)
+            taken += sum(map(len, parts))
 
     @property
     def paused(self) -> bool:
@@ -179,6 +216,7 @@ class Session:
         if not self.closed:
             self._terminate("connection lost")
         self._out.clear()
+        self._streams.clear()
 
     # ------------------------------------------------------------ frames
 
@@ -429,6 +467,7 @@ class Session:
 
     def _terminate(self, reason: str) -> None:
         self._release_channels()
+        self._streams.clear()
         self.closed = True
         self.state = "closed"
         self.close_reason = self.close_reason or reason

@@ -100,12 +100,13 @@ def cluster_cookie(settings: Settings) -> str:
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("server", "transport", "session", "peer")
+    __slots__ = ("server", "transport", "session", "peer", "write_paused")
 
     def __init__(self, server: "BrokerServer") -> None:
         self.server = server
         self.transport = None
         self.session: Session | None = None
+        self.write_paused = False   # the socket's buffer is full: pull no stream output
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -120,6 +121,15 @@ class _Connection(asyncio.Protocol):
         session.receive_data(data, time.monotonic())
         self.server.node.dirty.add(session)
         self.server.schedule_flush()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.session.streaming:
+            self.server.node.dirty.add(self.session)
+            self.server.schedule_flush()
 
     def connection_lost(self, exc) -> None:
         session = self.session
@@ -227,11 +237,16 @@ class BrokerServer:
             connection = self.connections.get(session)
             if connection is None:
                 continue
-            data = session.data_to_send()
+            data = session.data_to_send(pull=not connection.write_paused)
             transport = connection.transport
             if data:
                 transport.write(data)
                 session.sent(now)
+            if session.streaming and not connection.write_paused:
+                # more of a stream: the next chunk on the loop's next turn, after other
+                # clients' events (resume_writing brings it back once paused)
+                node.dirty.add(session)
+                self.schedule_flush()
             if session.closed:
                 log.info("closing AMQP connection %s: %s", connection.peer,
                          session.close_reason)

@@ -136,15 +136,22 @@ class Client:
         flush the stores first (releases confirms), then mark the bytes as sent."""
         if flush:
             self.node.flush()
-        data = self.session.data_to_send()
+        data = self._everything_to_send()
         if data:
             self.session.sent(self.now)
         return decode_stream(data)
 
+    def _everything_to_send(self) -> bytes:
+        """What the session sends now, streams included (a client that keeps up)."""
+        data = self.session.data_to_send()
+        while self.session.streaming:
+            data += self.session.data_to_send()
+        return data
+
     def read_raw(self, flush: bool = True) -> bytes:
         if flush:
             self.node.flush()
-        data = self.session.data_to_send()
+        data = self._everything_to_send()
         if data:
             self.session.sent(self.now)
         return data

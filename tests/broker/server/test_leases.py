@@ -14,6 +14,7 @@ import pika
 import pytest
 
 from broker.lease_client import LeaseClient
+from broker.lease_records import PackedDecoder
 from broker.management_client import ManagementError
 
 from .pika_support import channel_error, connect, unique
@@ -235,3 +236,61 @@ def test_a_packed_read_is_refused_like_a_per_message_read(broker):
     assert error.reply_code == 406 and "invalid arg 'x-lease-format'" in error.reply_text
     assert "'packed'" in error.reply_text
     connection.close()
+
+
+# ------------------------------------------------------------------ streamed ranges
+# A range is read from the log as the reader takes it (broker/node/leases.py), so what
+# happens to the queue while it streams reaches the reader part-way.
+
+
+def fill_fast(broker, count: int, size: int) -> str:
+    """A quorum queue of `count` messages of `size` bytes, published with confirms in
+    one go (basic.publish pipelined, one wait)."""
+    name = unique("stream")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    body = b"x" * size
+    for _ in range(count):
+        channel.basic_publish("", name, body, pika.BasicProperties(delivery_mode=2),
+                              mandatory=False)
+    connection.close()
+    return name
+
+
+def test_a_queue_deleted_while_its_range_streams_closes_the_readers_channel(broker):
+    # 40 MiB of messages: more than loopback's socket buffers hold, so most of the range
+    # is still in the log when the queue goes
+    queue = fill_fast(broker, 10_000, 4096)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=10_000)
+        chunks = client.read_packed(queue, "q", 0, 10_000)
+        received = list(next(chunks))  # the range has begun
+        connection = connect(broker)
+        connection.channel().queue_delete(queue)
+        connection.close()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            for chunk in chunks:
+                received += chunk
+    error = closed.value
+    assert error.reply_code == 406
+    assert f"lease 'q' on queue '{queue}'" in error.reply_text
+    assert "can no longer be read" in error.reply_text
+    # what came, came in order from the start, and no further than the broker says it
+    # sent (pika drops deliveries still queued in its consumer when the channel closes)
+    last_sent = int(error.reply_text.split("the range stops after sequence ")[1].split(":")[0])
+    assert 1 <= last_sent < 10_000
+    assert [m.seq for m in received] == list(range(1, len(received) + 1))
+    assert len(received) <= last_sent
+
+
+def test_a_reader_that_leaves_a_range_part_way_can_read_it_again(broker):
+    queue = fill_fast(broker, 5_000, 4096)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=5_000)
+        chunks = client.read_packed(queue, "q", 0, 5_000)
+        next(chunks)
+        chunks.close()  # cancels the consumer; the broker stops the range
+        again = [m.seq for chunk in client.read_packed(queue, "q", 0, 5_000) for m in chunk]
+        assert again == list(range(1, 5_001))
