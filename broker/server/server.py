@@ -158,6 +158,8 @@ class BrokerServer:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.node.flush()  # persist recovery results (e.g. a created default vhost)
+        # as RabbitMQ's resource monitors: alarms hold before the first client connects
+        self.check_alarms()
         self._server = await self._loop.create_server(
             lambda: _Connection(self), self.settings.host, self.settings.port,
             reuse_address=True, backlog=1024)
