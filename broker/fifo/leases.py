@@ -21,28 +21,55 @@ from .state import FifoState, LeaseState, size_of
 
 def grow(meta: Meta, command: LeaseGrow, state: FifoState) -> tuple[int, int]:
     """Assign up to max_messages / max_bytes; reply (first new seq, end seq)."""
-    from .machine import take_next  # machine imports this module
-
     lease = state.leases.get(command.lease)
     if lease is None:
         lease = state.leases[command.lease] = LeaseState()
     lease.timeout_ms = command.timeout_ms
     lease.last_active = meta.system_time
     first_new = lease.next_seq
+    if not command.max_bytes and not len(state.returns) and not len(state.high):
+        _take_normal(command.max_messages, state, lease)
+    else:
+        _take_each(command.max_messages, command.max_bytes, state, lease)
+    return first_new, lease.end_seq
+
+
+def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState) -> None:
+    """Assign the next ready messages one by one, in take_next's order: up to `count`,
+    stopping once `max_bytes` (0: no limit) is reached."""
+    from .machine import take_next  # machine imports this module
+
     taken_bytes = 0
-    for _ in range(command.max_messages):
+    for _ in range(count):
         if not state.ready_count:
             break
-        if command.max_bytes and taken_bytes and taken_bytes >= command.max_bytes:
+        if max_bytes and taken_bytes and taken_bytes >= max_bytes:
             break
-        index, packed, count = take_next(state)
+        index, packed, delivered = take_next(state)
         lease.indexes.append(index)
         lease.sizes.append(packed)
-        if count:
-            lease.counts[index] = count
+        if delivered:
+            lease.counts[index] = delivered
         lease.next_seq += 1
         taken_bytes += size_of(packed)
-    return first_new, lease.end_seq
+
+
+def _take_normal(count: int, state: FifoState, lease: LeaseState) -> None:
+    """`grow` when every ready message is in the normal queue and no byte limit
+    applies: the next `count` in one slice, as `_take_each` would assign them (the
+    Spark source's grows; tests/broker/fifo/test_leases.py holds the two equal)."""
+    indexes, sizes = state.normal.popleft_many(count)
+    if not indexes:
+        return
+    lease.indexes.extend(indexes)
+    lease.sizes.extend(sizes)
+    if state.delivery_counts:
+        for index in indexes:
+            delivered = state.delivery_counts.pop(index, 0)
+            if delivered:
+                lease.counts[index] = delivered
+    lease.next_seq += len(indexes)
+    state.high_run = 0
 
 
 def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int:

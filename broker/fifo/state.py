@@ -72,6 +72,26 @@ class IndexQueue:
             self.head = 0
         return index, packed
 
+    def popleft_many(self, count: int) -> tuple[array, array]:
+        """The first `count` entries (at most len(self)), removed: (indexes, sizes)."""
+        head = self.head
+        end = head + min(count, len(self))
+        indexes, sizes = self.indexes[head:end], self.sizes[head:end]
+        self.head = end
+        self.bytes -= sum(sizes) if not self._any_high(sizes) else sum(
+            packed & SIZE_MASK for packed in sizes)
+        if self.head == len(self.indexes):
+            self.clear()
+        elif self.head >= 4096 and self.head * 2 >= len(self.indexes):
+            del self.indexes[:self.head]
+            del self.sizes[:self.head]
+            self.head = 0
+        return indexes, sizes
+
+    @staticmethod
+    def _any_high(sizes: array) -> bool:
+        return bool(sizes) and max(sizes) >= HIGH_BIT
+
     def clear(self) -> None:
         self.indexes = array("Q")
         self.sizes = array("I")

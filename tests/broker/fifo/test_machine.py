@@ -15,7 +15,7 @@ from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Deliver, Deliver
                                               Purge, ReleaseCursor, Return, Settle, Tick,
                                               decode, encode, encode_enqueue, decode_message)
 from quorumqueue.broker.fifo.machine import apply, lowest_live_index
-from quorumqueue.broker.fifo.state import FifoConfig, FifoState
+from quorumqueue.broker.fifo.state import FifoConfig, FifoState, LeaseState
 
 
 class Script:
@@ -191,6 +191,19 @@ def test_lease_grow_read_settle_release():
     # a later grow continues the sequence; released messages carry delivery count 1
     assert s(LeaseGrow("q1", 10, 0, 60_000)) == (6, 7)
     assert [count for _, _, count in leases.entries(s.state, "q1", 5, 7)] == [1, 1]
+
+
+def test_a_lease_grow_takes_returned_messages_with_their_delivery_count():
+    # delivery-limit -1: a returned message goes to the back of the queue (the 4.2
+    # guide) and keeps its count; a grow with no byte limit takes them in one slice
+    s = Script(delivery_limit=-1)
+    [a, b, c] = s.enqueue(3)
+    d = s(Dequeue("g", False, "x"))[0]
+    s(Return("g", (d.msg_id,)))
+    assert s(LeaseGrow("q1", 5, 0, 0)) == (1, 3)
+    assert leases.entries(s.state, "q1", 0, 3) == [(1, b, 0), (2, c, 0), (3, a, 1)]
+    assert s.state.ready_count == 0 and s.state.ready_bytes == 0
+    assert not s.state.delivery_counts
 
 
 def test_lease_max_bytes_and_idle_timeout():
@@ -389,3 +402,49 @@ def test_metadata_bytes_per_queued_message_is_compact():
         s(Enqueue("", 0, 1000, 0))
     per_message = s.state.metadata_bytes() / 10_000
     assert per_message <= 32, per_message
+
+
+def _copy(state: FifoState) -> FifoState:
+    copied = snapshot.load(snapshot.dump(state))
+    copied.high_run = state.high_run
+    return copied
+
+
+def _observable(state: FifoState) -> tuple:
+    return (snapshot.dump(state), state.high_run, state.ready_bytes, state.ready_count,
+            [(q.bytes, len(q)) for q in (state.high, state.normal, state.returns)])
+
+
+# mostly normal priority and returns to the tail (no delivery limit), so the normal
+# queue often holds returned messages, with their delivery counts
+normal_enqueues = st.builds(lambda p, pr, size: ("enqueue", p, pr, size),
+                            st.sampled_from(["", "p1"]), st.sampled_from([0, 0, 3, 9]),
+                            st.sampled_from([0, 7, 25]))
+grow_commands = st.booleans().flatmap(lambda e: normal_enqueues if e else other_commands)
+grow_configs = st.builds(FifoConfig, delivery_limit=st.sampled_from([-1, -1, 2]),
+                         release_cursor_interval=st.just(3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(grow_commands, min_size=5, max_size=40), grow_configs, st.integers(0, 6))
+def test_a_bulk_lease_grow_assigns_what_one_by_one_assigns(steps, config, count):
+    """leases.grow takes the next messages in one slice when all ready ones are in the
+    normal queue and no byte limit applies: the same messages, sequences, delivery
+    counts and queue bytes as taking them one by one (take_next's order)."""
+    state, seq, compared = FifoState(config=config), [0], 0
+    for position, step in enumerate(steps, start=1):
+        state, _, _ = apply(Meta(position, 1, position * 20), concrete(step, state, seq), state)
+        if len(state.high) or len(state.returns):
+            continue
+        bulk, each = _copy(state), _copy(state)
+        for copy in (bulk, each):
+            copy.leases.setdefault("B", LeaseState())
+        leases._take_normal(count, bulk, bulk.leases["B"])
+        leases._take_each(count, 0, each, each.leases["B"])
+        assert _observable(bulk) == _observable(each)
+        compared += 1
+    # and through the machine: a grow with no byte limit answers as before
+    if not len(state.high) and not len(state.returns):
+        grown, reply, _ = apply(Meta(len(steps) + 1, 1, 0), LeaseGrow("B", count, 0, 0),
+                                _copy(state))
+        assert reply == (1, min(count, len(state.normal)))
