@@ -7,6 +7,8 @@ Responsibilities
     - `local_spark_conf`: the settings of a local session on 2 cores bound to
       127.0.0.1, in UTC, with those jars on `spark.jars` and Delta's SQL extension
       and catalog; `local_spark` builds the session from them.
+    - `create_source_table`: the Delta table a quorumqueue stream appends to, with
+      file statistics on the columns worth skipping on only (`SOURCE_STATS_COLUMNS`).
 
 How it works
     Delta publishes one build per Spark minor version, named
@@ -21,6 +23,13 @@ Invariants
     - Delta's state reconstruction uses 2 partitions (the default, 50, is a cost of
       seconds per small table on 2 cores), and no checksum file is written per
       commit (an optional integrity file whose computation follows every commit).
+    - Delta computes min/max/null-count statistics of every file it writes for the
+      first 32 columns of a table (`delta.dataSkippingNumIndexedCols`): for the
+      source's 20 columns that is all of them, and it costs about as much CPU as
+      writing the Parquet itself (bench/README.md, `connector_source.py`). A
+      table made by `create_source_table` keeps statistics on `queue`, `offset` and
+      `timestamp` only (`delta.dataSkippingStatsColumns`); a table a stream creates
+      by itself keeps Delta's default.
 
 Not here
     What the jobs do with the session (orders_to_delta.py).
@@ -31,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,6 +111,28 @@ def local_spark_conf(app_name: str, delta: bool = True) -> dict[str, str]:
     if delta:
         conf |= {"spark.jars": ",".join(delta_jars()), **DELTA_CONF}
     return conf
+
+
+# Columns of the quorumqueue source worth data skipping: which queue, where in it, when.
+SOURCE_STATS_COLUMNS = ("queue", "offset", "timestamp")
+
+
+def create_source_table(spark: "SparkSession", location: str,
+                        stats_columns: Sequence[str] | None = SOURCE_STATS_COLUMNS) -> None:
+    """Create, unless it exists, the Delta table at `location` with the quorumqueue
+    source's schema (every column nullable, as a stream would create it) and file
+    statistics on `stats_columns` only (None: Delta's default, the first 32 columns)."""
+    from ..connector.schema import SCHEMA
+
+    columns = ", ".join(f"`{field.name}` {field.dataType.simpleString()}"
+                        for field in SCHEMA.fields)
+    unknown = set(stats_columns or ()) - set(SCHEMA.fieldNames())
+    if unknown:
+        raise ValueError(f"not columns of the quorumqueue source: {sorted(unknown)}")
+    properties = ("" if stats_columns is None else
+                  f" TBLPROPERTIES ('delta.dataSkippingStatsColumns' = '{','.join(stats_columns)}')")
+    target = location.replace("`", "``")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{target}` ({columns}) USING delta{properties}")
 
 
 def use_this_interpreter() -> None:

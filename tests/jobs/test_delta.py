@@ -1,0 +1,43 @@
+"""jobs/delta.py: the Delta table a quorumqueue stream appends to keeps file
+statistics on the columns worth skipping on only (Delta's default is every column)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql.types import StructField, StructType
+
+from quorumqueue.connector.schema import SCHEMA
+from quorumqueue.jobs.delta import SOURCE_STATS_COLUMNS, create_source_table
+from tests.connector.conftest import delta_spark, spark  # noqa: F401
+
+ROW = (b"x", "orders", "orders", "", 1, 0, False) + (None,) * 13
+
+
+def file_statistics(location) -> dict:
+    """The statistics of the one file the table's version 1 added."""
+    log = (location / "_delta_log" / f"{1:020d}.json").read_text().splitlines()
+    [added] = [json.loads(line)["add"] for line in log if '"add"' in line]
+    return json.loads(added["stats"])
+
+
+@pytest.mark.parametrize("columns, kept", [
+    (SOURCE_STATS_COLUMNS, {"queue", "offset", "timestamp"}),
+    (None, set(SCHEMA.fieldNames())),
+])
+def test_the_table_keeps_statistics_on_its_columns(delta_spark, tmp_path, columns, kept):  # noqa: F811
+    location = tmp_path / "orders"
+    create_source_table(delta_spark, str(location), columns)
+    create_source_table(delta_spark, str(location), columns)  # exists: left as it is
+    delta_spark.createDataFrame([ROW], SCHEMA).write.format("delta").mode("append").save(
+        str(location))
+    assert set(file_statistics(location)["nullCount"]) == kept
+    # every column nullable, as a table a stream creates by itself
+    assert delta_spark.read.format("delta").load(str(location)).schema == StructType(
+        [StructField(field.name, field.dataType) for field in SCHEMA.fields])
+
+
+def test_a_column_the_source_does_not_have_is_refused(delta_spark, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match="'ofset'"):
+        create_source_table(delta_spark, str(tmp_path / "t"), ("queue", "ofset"))
