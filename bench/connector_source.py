@@ -1,7 +1,8 @@
 """The Spark source into Delta against a plain AMQP consumer, same broker, same run.
 
-    python bench/connector_source.py [--messages 40000] [--size 256]
-        [--per-trigger 40000] [--prefetch 1000] [--rounds 2] [--json PATH]
+    python bench/connector_source.py [--messages 500000] [--size 256]
+        [--per-trigger 100000] [--prefetch 1000] [--rounds 3]
+        [--stats-columns queue,offset,timestamp|all] [--json PATH]
 
 One bundled broker; per round, two durable quorum queues filled with the same
 `--messages` persistent messages of `--size` bytes (the load generator of
@@ -11,30 +12,47 @@ amqp_throughput.py, publisher confirms). Then, one after the other:
    manual acks (`multiple=true` every half prefetch) — timed from `basic.consume` to
    the last delivery; it checks every message arrived once.
 2. **source**: `spark.readStream.format("quorumqueue")` (lease mode,
-   maxMessagesPerTrigger `--per-trigger`, Trigger.AvailableNow) drains queue B into a
-   Delta table (`writeStream.format("delta")`), timed from `start()` to the end of the
-   query (planning, reads on the executors, Parquet and the Delta commits included);
-   it checks the table holds every message once. A warm-up query over a small queue
-   runs first, untimed, so the JVM, Delta's code and the Python workers are up.
+   maxMessagesPerTrigger `--per-trigger`, so several micro-batches as a running
+   query has them; Trigger.AvailableNow) drains queue B into a Delta table
+   (`writeStream.format("delta")`), timed from `start()` to the end of the query
+   (Spark starting the source's Python process, planning, reads on the executors,
+   Parquet and the Delta commits included); it checks the table holds every message
+   once. The empty table is created before the clock starts, as a job appending to
+   its table finds it, with file statistics on `--stats-columns` (default
+   `jobs.delta.SOURCE_STATS_COLUMNS`; `all`: Delta's default, every column).
 
-`--rounds` (default 2) repeats both, interleaved (pika, source, pika, source), and
-keeps each one's best round: on a shared 2-core machine other work slows one
-measurement or the other by tens of percent. Prints both rates and source / pika
-(target >= 0.8, goal >= 0.95), plus where the source's time went per Spark's
-progress reports (latestOffset, planning, addBatch, commits). The default
-`--per-trigger` makes one batch of two partitions (the source cuts partitions at
-20,000 messages): with 20,000 a batch is one partition, read by one core.
-Progress goes to stderr.
+Before the rounds, a warm-up query of the same shape (`--messages`, `--per-trigger`)
+runs untimed, so the Python workers are up and the JVM has compiled the hot paths,
+as in a query that has been running for a while. A small warm-up is not enough: the
+JVM's JIT compiler threads were measured busy for 19 CPU-seconds over a fresh
+session's first 30 s of this workload, and still 1.2-2.8 CPU-seconds per 200,000
+messages after a 20,000-message warm-up, on a machine with 2 cores.
+
+`--rounds` (default 3) repeats both, interleaved (pika, source, pika, source, ...),
+and keeps each one's best round: on a shared 2-core machine other work slows one
+measurement or the other by tens of percent, and each round's ratio is printed
+too. Prints both rates and source / pika (target >= 0.8, goal >= 0.95), plus where
+the source's time went: before its first trigger (Spark starting the Python
+process that runs the reader, which imports PySpark from its zip, and the reader's
+first calls), per step of Spark's micro-batches (progress reports: latestOffset,
+planning, addBatch, commits) and after the last one. The source has a fixed cost
+per query of about one second (any Python data source: Spark starts a Python
+process for its reader), so the ratio grows with `--messages`. Besides the headline
+(start() to the end), it prints the sustained rate: messages over the summed
+durations of the query's micro-batches, Spark's own processedRowsPerSecond for the
+whole run. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pika
@@ -44,9 +62,11 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.amqp_loadgen import LoadSettings, connect, declare_fresh_queue, publish_all  # noqa: E402
 from bench.brokers import quorumqueue_broker  # noqa: E402
+from quorumqueue.jobs.delta import SOURCE_STATS_COLUMNS  # noqa: E402
 
 TARGET, GOAL = 0.8, 0.95
-WARM_UP_MESSAGES = 2000
+# The step of a progress report's durationMs that holds all the others.
+_ENCLOSING_STEP = "triggerExecution"
 
 
 def log(text: str) -> None:
@@ -55,11 +75,15 @@ def log(text: str) -> None:
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=40_000)
+    parser.add_argument("--messages", type=int, default=500_000)
     parser.add_argument("--size", type=int, default=256, help="body bytes (>= 8)")
-    parser.add_argument("--per-trigger", type=int, default=40_000, help="maxMessagesPerTrigger")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; best kept")
+    parser.add_argument("--per-trigger", type=int, default=100_000,
+                        help="maxMessagesPerTrigger")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best kept")
     parser.add_argument("--prefetch", type=int, default=1000, help="pika's basic.qos prefetch")
+    parser.add_argument("--stats-columns", default=",".join(SOURCE_STATS_COLUMNS),
+                        help="the Delta table's statistics columns, comma-separated, or "
+                             "'all' (Delta's default)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     arguments = parser.parse_args(argv)
     if min(arguments.messages, arguments.per_trigger, arguments.prefetch, arguments.rounds) < 1:
@@ -67,6 +91,13 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if arguments.size < 8:
         parser.error("--size must be at least 8 (bodies carry an 8-byte sequence number)")
     return arguments
+
+
+def stats_columns(arguments: argparse.Namespace) -> tuple[str, ...] | None:
+    """The table's statistics columns; None: Delta's default."""
+    if arguments.stats_columns == "all":
+        return None
+    return tuple(name.strip() for name in arguments.stats_columns.split(",") if name.strip())
 
 
 async def _fill(settings: LoadSettings, prefix: str) -> str:
@@ -119,9 +150,28 @@ def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, n
             .trigger(availableNow=True).start(str(workdir / name)))
 
 
+@dataclass(frozen=True, slots=True)
+class SourceRun:
+    seconds: float                 # start() to the end of the query
+    progress: tuple[dict, ...]     # the progress reports of batches that read rows
+    before_first_trigger: float    # start() to the first trigger's start
+    after_last_trigger: float      # the last trigger's end to the end of the query
+
+    @property
+    def batch_seconds(self) -> float:
+        """The summed durations of the micro-batches that read messages."""
+        return sum(report["durationMs"][_ENCLOSING_STEP] for report in self.progress) / 1000
+
+
 def drain_with_source(spark, uri: str, queue: str, messages: int, per_trigger: int,
-                      workdir: Path, name: str) -> tuple[float, list[dict]]:
-    """Seconds from start() to the end of an AvailableNow query, and its progress."""
+                      workdir: Path, name: str,
+                      statistics: tuple[str, ...] | None) -> SourceRun:
+    """An AvailableNow query from `queue` into a new Delta table, timed from start() to
+    its end; checks the table holds every message once."""
+    from quorumqueue.jobs.delta import create_source_table
+
+    create_source_table(spark, str(workdir / name), statistics)
+    began_at = time.time()
     began = time.perf_counter()
     query = source_query(spark, uri, queue, per_trigger, workdir, name)
     query.awaitTermination()
@@ -132,10 +182,20 @@ def drain_with_source(spark, uri: str, queue: str, messages: int, per_trigger: i
     rows, distinct = table.count(), table.select("body").distinct().count()
     if rows != messages or distinct != messages:
         raise RuntimeError(f"Delta holds {rows} rows ({distinct} distinct), not {messages}")
-    return elapsed, [p for p in query.recentProgress if p["numInputRows"]]
+    reports = query.recentProgress
+    first = trigger_start(reports[0]) - began_at if reports else elapsed
+    last = (trigger_start(reports[-1]) + reports[-1]["durationMs"][_ENCLOSING_STEP] / 1000
+            - began_at) if reports else elapsed
+    return SourceRun(elapsed, tuple(p for p in reports if p["numInputRows"]), first,
+                     elapsed - last)
 
 
-def time_split(progress: list[dict]) -> dict[str, float]:
+def trigger_start(report: dict) -> float:
+    """A progress report's trigger start, as seconds since the epoch."""
+    return dt.datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def time_split(progress: tuple[dict, ...]) -> dict[str, float]:
     """Seconds per step of Spark's micro-batch, summed over the batches."""
     totals: dict[str, float] = {}
     for report in progress:
@@ -153,24 +213,34 @@ def verdict(ratio: float) -> str:
 
 
 def measure(spark, uri: str, host: str, port: int, arguments: argparse.Namespace,
-            workdir: Path) -> tuple[float, float, list[dict]]:
-    """Best seconds of pika and of the source over the rounds, and the source's progress
-    in its best round."""
-    pika_best = source_best = float("inf")
-    best_progress: list[dict] = []
+            workdir: Path) -> tuple[list[float], list[SourceRun]]:
+    """Seconds of pika and the source's runs, round by round."""
+    pika_runs: list[float] = []
+    source_runs: list[SourceRun] = []
     for round_number in range(1, arguments.rounds + 1):
         for_pika = fill_queue(host, port, arguments.messages, arguments.size, "pika")
         for_source = fill_queue(host, port, arguments.messages, arguments.size, "source")
-        pika_s = drain_with_pika(uri, for_pika, arguments.messages, arguments.prefetch)
-        log(f"[round {round_number}] pika: {arguments.messages:,} in {pika_s:.2f} s")
-        source_s, progress = drain_with_source(spark, uri, for_source, arguments.messages,
-                                               arguments.per_trigger, workdir,
-                                               f"orders_{round_number}")
-        log(f"[round {round_number}] source: {arguments.messages:,} in {source_s:.2f} s")
-        pika_best = min(pika_best, pika_s)
-        if source_s < source_best:
-            source_best, best_progress = source_s, progress
-    return pika_best, source_best, best_progress
+        pika_runs.append(drain_with_pika(uri, for_pika, arguments.messages, arguments.prefetch))
+        log(f"[round {round_number}] pika: {arguments.messages:,} in {pika_runs[-1]:.2f} s")
+        source_runs.append(drain_with_source(
+            spark, uri, for_source, arguments.messages, arguments.per_trigger, workdir,
+            f"orders_{round_number}", stats_columns(arguments)))
+        log(f"[round {round_number}] source: {arguments.messages:,} in "
+            f"{source_runs[-1].seconds:.2f} s (round ratio "
+            f"{pika_runs[-1] / source_runs[-1].seconds:.2f}x)")
+    return pika_runs, source_runs
+
+
+def breakdown(run: SourceRun) -> str:
+    split = time_split(run.progress)
+    steps = ", ".join(f"{step} {seconds:.2f}" for step, seconds in
+                      sorted(split.items(), key=lambda item: -item[1])
+                      if step != _ENCLOSING_STEP)
+    return (f"source, seconds: {run.seconds:.2f} = before the first trigger "
+            f"{run.before_first_trigger:.2f} + {len(run.progress)} batch(es) "
+            f"{split.get(_ENCLOSING_STEP, 0.0):.2f} ({steps}) + the rest "
+            f"{run.seconds - run.before_first_trigger - split.get(_ENCLOSING_STEP, 0.0):.2f} "
+            f"(of which after the last trigger {run.after_last_trigger:.2f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,35 +249,51 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"{arguments.messages:,} x {arguments.size} B messages per quorum queue; pika prefetch "
         f"{arguments.prefetch}; source maxMessagesPerTrigger {arguments.per_trigger:,} into "
-        f"Delta; {arguments.rounds} round(s)")
+        f"Delta (statistics on {arguments.stats_columns}); {arguments.rounds} round(s)")
     with quorumqueue_broker() as broker, tempfile.TemporaryDirectory(prefix="qq-bench-") as tmp:
         uri = f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
-        log(f"[broker] 127.0.0.1:{broker.port}; starting Spark (Delta) and a warm-up query ...")
-        warm = fill_queue(broker.host, broker.port, WARM_UP_MESSAGES, arguments.size, "warm")
+        log(f"[broker] 127.0.0.1:{broker.port}; starting Spark (Delta) and a warm-up query "
+            f"of {arguments.messages:,} messages ...")
+        warm = fill_queue(broker.host, broker.port, arguments.messages, arguments.size, "warm")
         spark = local_spark("bench-connector-source")
         try:
-            drain_with_source(spark, uri, warm, WARM_UP_MESSAGES, arguments.per_trigger,
-                              Path(tmp), "warm_up")
-            pika_s, source_s, progress = measure(spark, uri, broker.host, broker.port,
-                                                 arguments, Path(tmp))
+            warm_up = drain_with_source(spark, uri, warm, arguments.messages,
+                                        arguments.per_trigger, Path(tmp), "warm_up",
+                                        stats_columns(arguments))
+            log(f"[warm-up] source: {arguments.messages:,} in {warm_up.seconds:.2f} s (untimed)")
+            pika_runs, source_runs = measure(spark, uri, broker.host, broker.port,
+                                             arguments, Path(tmp))
         finally:
             spark.stop()
-    pika_rate, source_rate = arguments.messages / pika_s, arguments.messages / source_s
+    pika_s = min(pika_runs)
+    best = min(source_runs, key=lambda run: run.seconds)
+    pika_rate, source_rate = arguments.messages / pika_s, arguments.messages / best.seconds
     ratio = source_rate / pika_rate
-    split = time_split(progress)
     print(f"{'consumer (best round)':<28} {'messages':>9} {'seconds':>8} {'msg/s':>9}")
     print(f"{'pika (manual acks)':<28} {arguments.messages:>9,} {pika_s:>8.2f} {pika_rate:>9,.0f}")
-    print(f"{'quorumqueue source -> Delta':<28} {arguments.messages:>9,} {source_s:>8.2f} "
+    print(f"{'quorumqueue source -> Delta':<28} {arguments.messages:>9,} {best.seconds:>8.2f} "
           f"{source_rate:>9,.0f}")
-    print(f"\nsource / pika: {ratio:.2f}x ({verdict(ratio)})")
-    print(f"source, {len(progress)} batch(es), seconds per step: " + ", ".join(
-        f"{step} {seconds:.2f}" for step, seconds in sorted(split.items(), key=lambda i: -i[1])))
+    print(f"\nsource / pika: {ratio:.2f}x ({verdict(ratio)}); round by round: " + ", ".join(
+        f"{p / s.seconds:.2f}x" for p, s in zip(pika_runs, source_runs)))
+    steady = min(source_runs, key=lambda run: run.batch_seconds)
+    sustained = arguments.messages / steady.batch_seconds
+    print(f"sustained (its micro-batches only, without the query's start): {sustained:,.0f} "
+          f"msg/s, {sustained / pika_rate:.2f}x pika; round by round: " + ", ".join(
+              f"{p / s.batch_seconds:.2f}x" for p, s in zip(pika_runs, source_runs)))
+    print(breakdown(best))
     if arguments.json:
         arguments.json.write_text(json.dumps({
             "settings": vars(arguments) | {"json": str(arguments.json)},
-            "pika": {"seconds": pika_s, "msgs_per_s": pika_rate},
-            "source": {"seconds": source_s, "msgs_per_s": source_rate, "steps_s": split},
-            "ratio": ratio, "target": TARGET, "goal": GOAL}, indent=2) + "\n")
+            "pika": {"seconds": pika_s, "msgs_per_s": pika_rate, "rounds_s": pika_runs},
+            "source": {"seconds": best.seconds, "msgs_per_s": source_rate,
+                       "rounds_s": [run.seconds for run in source_runs],
+                       "before_first_trigger_s": best.before_first_trigger,
+                       "after_last_trigger_s": best.after_last_trigger,
+                       "steps_s": time_split(best.progress),
+                       "sustained_msgs_per_s": sustained,
+                       "rounds_batch_s": [run.batch_seconds for run in source_runs]},
+            "ratio": ratio, "sustained_ratio": sustained / pika_rate,
+            "target": TARGET, "goal": GOAL}, indent=2) + "\n")
     return 0
 
 
