@@ -22,6 +22,13 @@ How it works
     queue's message at most once per (publisher, seq) (broker/README.md,
     "Idempotent publishing"); any other broker just passes the headers on.
 
+    Rows whose properties differ only in that seq (all of them, when the DataFrame
+    has no property or header columns) share one encoded content header: pika asks
+    a message's properties to `encode()` themselves, and `_Stamped` answers with
+    the shared bytes and its own 8-byte seq in place (pika encodes every integer
+    header as a 64-bit 'l' field). Encoding a header table per message was the
+    biggest cost of a sink task (bench/README.md, `connector_sink.py`).
+
 Invariants
     - The same rows in the same order give the same messages and sequence numbers.
     - A value AMQP cannot carry (null body, delivery_mode not 1 or 2, priority or
@@ -33,6 +40,7 @@ Not here
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -65,6 +73,12 @@ ACCEPTED: dict[str, tuple[tuple[type[DataType], ...], str]] = {
 }
 IGNORED = ("queue", "offset", "delivery_count", "redelivered")  # the source's, not AMQP's
 DROPPED_HEADERS = frozenset({"x-delivery-count"})
+# Distinct property sets of a batch whose encoding is kept (rows with a property of
+# their own, e.g. a message_id each, are encoded one by one past this).
+SHARED_TEMPLATES = 64
+# Stands for the seq in a template's encoding: found there, then cut out.
+_SEQ_SENTINEL = 0x5153_5345_515F_5345
+_SEQ_FIELD = struct.Struct(">q")
 
 
 class RowError(ValueError):
@@ -142,6 +156,11 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
     properties = [(name, values[name]) for name in (*STRING_PROPERTIES, *INTEGER_PROPERTIES,
                                                     "timestamp") if name in values]
     default_key = options.routing_key or ""
+    if not properties and "headers" not in values:
+        yield from _plain_messages(batch.num_rows, bodies, exchanges, routing_keys, plan,
+                                   options, key, first_row)
+        return
+    templates: dict[tuple, _Template | None] = {}
     for index in range(batch.num_rows):
         row = first_row + index
         body = bodies[index]
@@ -149,15 +168,90 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
             raise RowError(f"row {row} of this task: column 'body' is null, and an AMQP "
                            "message cannot be; filter out or coalesce null bodies")
         amqp = {name: column[index] for name, column in properties}
-        _check_properties(row, amqp)
-        amqp.setdefault("delivery_mode", 2)
-        if amqp["delivery_mode"] is None:
+        if amqp:
+            _check_properties(row, amqp)
+        if amqp.get("delivery_mode") is None:
             amqp["delivery_mode"] = 2
-        amqp["headers"] = _headers(headers[index], key.publisher, key.base + row + 1)
+        seq = key.base + row + 1
+        shape = (tuple(amqp.items()), tuple(headers[index] or ()))
+        template = templates.get(shape, _MISSING)
+        if template is _MISSING:
+            amqp["headers"] = _headers(headers[index], key.publisher, _SEQ_SENTINEL)
+            template = _template(pika.BasicProperties(**amqp))
+            if len(templates) < SHARED_TEMPLATES:
+                templates[shape] = template
+        if template is not None:
+            stamped = _Stamped(template, seq)
+        else:
+            amqp["headers"] = _headers(headers[index], key.publisher, seq)
+            stamped = pika.BasicProperties(**amqp)
         yield Outgoing(row, exchanges[index] or options.exchange,
                        default_key if routing_keys[index] is None else routing_keys[index],
-                       body.encode() if plan.body_is_text else body,
-                       pika.BasicProperties(**amqp))
+                       body.encode() if plan.body_is_text else body, stamped)
+
+
+def _plain_messages(rows: int, bodies: list, exchanges: list, routing_keys: list,
+                    plan: InputPlan, options: SinkOptions, key: IdempotencyKey,
+                    first_row: int) -> Iterator[Outgoing]:
+    """`_batch_messages` for a DataFrame without property or header columns: every
+    row's properties are the same but for the seq, one template for all."""
+    template = _template(pika.BasicProperties(
+        delivery_mode=2, headers=_headers(None, key.publisher, _SEQ_SENTINEL)))
+    default_key = options.routing_key or ""
+    for index in range(rows):
+        row = first_row + index
+        body = bodies[index]
+        if body is None:
+            raise RowError(f"row {row} of this task: column 'body' is null, and an AMQP "
+                           "message cannot be; filter out or coalesce null bodies")
+        seq = key.base + row + 1
+        stamped = (_Stamped(template, seq) if template is not None else pika.BasicProperties(
+            delivery_mode=2, headers=_headers(None, key.publisher, seq)))
+        yield Outgoing(row, exchanges[index] or options.exchange,
+                       default_key if routing_keys[index] is None else routing_keys[index],
+                       body.encode() if plan.body_is_text else body, stamped)
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    properties: pika.BasicProperties   # a row's, with the seq header at the sentinel
+    before: bytes                      # its encoding up to the seq's 8 bytes
+    after: bytes                       # and after them
+
+
+def _template(properties: pika.BasicProperties) -> _Template | None:
+    """The encoding of `properties` split around the seq; None if it cannot be found
+    exactly once (then the rows are encoded one by one)."""
+    encoded = b"".join(properties.encode())
+    mark = b"l" + _SEQ_FIELD.pack(_SEQ_SENTINEL)
+    at = encoded.find(mark)
+    if at < 0 or encoded.find(mark, at + 1) >= 0:
+        return None
+    return _Template(properties, encoded[:at + 1], encoded[at + len(mark):])
+
+
+class _Stamped(pika.BasicProperties):
+    """A row's properties: its template's, with its own seq. Encodes as the template's
+    bytes around the seq; reads like any BasicProperties (`headers` holds the seq)."""
+
+    def __init__(self, template: _Template, seq: int) -> None:  # noqa: D107 - fields come
+        self.__dict__["_template"] = template                  # from the template
+        self.__dict__["_seq"] = seq
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        template = self.__dict__["_template"]
+        if name == "headers":
+            return {**template.properties.headers, SEQ_HEADER: self.__dict__["_seq"]}
+        return getattr(template.properties, name)
+
+    def encode(self) -> list[bytes]:
+        template = self._template
+        return [template.before, _SEQ_FIELD.pack(self._seq), template.after]
 
 
 def _column(batch: pa.RecordBatch, column: str, name: str) -> list:

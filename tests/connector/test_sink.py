@@ -432,6 +432,34 @@ def test_rows_become_messages_with_growing_sequence_numbers():
     assert {m.properties.delivery_mode for m in messages} == {2}
 
 
+def test_rows_go_on_the_wire_as_pika_would_encode_them():
+    # rows that share their properties share one encoded content header with their own
+    # seq in it (sink_rows._Stamped); the bytes must be pika's for the same properties
+    schema = StructType([StructField("body", BinaryType()), StructField("type", StringType()),
+                         StructField("message_id", StringType()),
+                         StructField("headers", MapType(StringType(), StringType()))])
+    arrow = pa.schema([("body", pa.binary()), ("type", pa.string()),
+                       ("message_id", pa.string()), ("headers", pa.map_(pa.string(), pa.string()))])
+    rows = 200  # more distinct message ids than templates are kept for
+    batch = pa.record_batch(
+        [[b"x"] * rows, ["order" if n % 3 else None for n in range(rows)],
+         [None if n < 100 else f"id-{n}" for n in range(rows)],
+         [[("tenant", "acme")] if n % 2 else None for n in range(rows)]], schema=arrow)
+    options = parse_sink_options({"uri": "amqp://h", "routingKey": "k"})
+    key = IdempotencyKey("spark-query/abc/3", 3 << 32)
+    messages = list(to_messages([batch], input_plan(schema, options), options, key))
+    for n, message in enumerate(messages):
+        expected = pika.BasicProperties(
+            delivery_mode=2, type="order" if n % 3 else None,
+            message_id=None if n < 100 else f"id-{n}",
+            headers={**({"tenant": "acme"} if n % 2 else {}),
+                     PUBLISHER: "spark-query/abc/3", SEQ: (3 << 32) + n + 1})
+        assert b"".join(message.properties.encode()) == b"".join(expected.encode()), n
+        assert message.properties.headers == expected.headers
+        assert (message.properties.type, message.properties.message_id) == (
+            expected.type, expected.message_id)
+
+
 @pytest.mark.parametrize("column, arrow_type, value, message", [
     ("body", pa.binary(), None, "row 0 of this task: column 'body' is null"),
     ("delivery_mode", pa.int32(), 3, "column 'delivery_mode' must be 1 (transient) or 2"),
