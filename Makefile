@@ -18,6 +18,8 @@ STAMP := $(VENV)/.installed
 # do not use) are either in PySpark's own jars or not needed.
 DELTA_VERSION := 4.4.0
 DELTA_SPARK := 4.2
+# The PySpark of .venv: the one DELTA_SPARK is built for (pyproject.toml allows newer).
+SPARK_FOR_DELTA := pyspark>=4.2.1,<4.3
 JARS := jars
 DELTA_STAMP := $(JARS)/.delta-$(DELTA_VERSION)-spark$(DELTA_SPARK)
 DELTA_ARTIFACTS := io.delta:delta-spark_$(DELTA_SPARK)_2.13:$(DELTA_VERSION) \
@@ -31,13 +33,30 @@ setup: $(STAMP) $(DELTA_STAMP)
 $(STAMP): pyproject.toml
 	@echo "==> setting up $(VENV) (python: $$($(PYTHON) --version))"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pip install --quiet -e '.[dev]' '$(SPARK_FOR_DELTA)'
 	@# PySpark finds `pyspark_quorumqueue` with pkgutil.iter_modules(), which sees
 	@# files on sys.path but not the import hook of an editable install: put its
 	@# folder on the venv's path (a `pip install` puts it in site-packages).
 	@echo "$(CURDIR)/connector/discovery" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/quorumqueue-spark-discovery.pth"
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
+
+# The connector on the newest PySpark too, which Delta Lake has no build for yet:
+# `make test` runs the connector's tests and the log data source's there as well,
+# those needing Delta excepted (they run on .venv's Spark).
+SPARK_NEWEST := 4.3.0
+VENV_NEWEST := .venv-spark$(SPARK_NEWEST)
+STAMP_NEWEST := $(VENV_NEWEST)/.installed
+NEWEST_TESTS := tests/connector tests/jobs/test_log_source.py tests/jobs/test_log_files.py \
+                tests/jobs/test_segment_compaction.py tests/jobs/test_memory_footprint.py
+
+$(STAMP_NEWEST): pyproject.toml
+	@echo "==> setting up $(VENV_NEWEST) (PySpark $(SPARK_NEWEST), for the connector's tests)"
+	@test -x $(VENV_NEWEST)/bin/python || $(PYTHON) -m venv $(VENV_NEWEST)
+	@$(VENV_NEWEST)/bin/python -m pip install --quiet -e '.[dev]' 'pyspark==$(SPARK_NEWEST)'
+	@echo "$(CURDIR)/connector/discovery" > "$$($(VENV_NEWEST)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/quorumqueue-spark-discovery.pth"
+	@touch $@
+	@echo "==> $(VENV_NEWEST) ready"
 
 # Maven puts the jars in ~/.m2 too, so a fresh jars/ after `make clean` is quick.
 $(DELTA_STAMP):
@@ -65,8 +84,11 @@ oracle:
 main: setup
 	@$(PY) -m quorumqueue.jobs.orders_to_delta
 
-test: setup oracle
+test: setup oracle $(STAMP_NEWEST)
 	@$(PY) -m pytest -q
+	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
+	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \
+	  $(VENV_NEWEST)/bin/python -m pytest -q $(NEWEST_TESTS)
 
 # Throughput (classic, then quorum queues) and quorum-queue bytes per message,
 # quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
@@ -84,4 +106,4 @@ bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache $(JARS)
+	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS)
