@@ -4,6 +4,10 @@ Password hashes use RabbitMQ's default scheme (rabbit_password_hashing_sha256):
 base64(salt || sha256(salt || password)) with a 4-byte random salt, so hashes can
 be moved between RabbitMQ definitions and quorumqueue.
 
+Permissions are RabbitMQ's: per vhost, three regular expressions (configure, write,
+read) matched against resource names (`re.search`, unanchored, as Erlang's re:run;
+"" grants nothing, like "^$"). A user with no permissions in a vhost cannot open it.
+
 `loopback_users` (default: guest) may only log in from a loopback address, as in
 RabbitMQ. Invariant: a password is never stored or logged in clear.
 """
@@ -15,6 +19,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 
 
@@ -37,12 +42,59 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+PERMISSION_KINDS = ("configure", "write", "read")
+
+
+class InvalidPattern(ValueError):
+    """A permission pattern that is not a regular expression."""
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """A user's rights in one vhost: a regular expression per kind of access."""
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def __post_init__(self) -> None:
+        for kind in PERMISSION_KINDS:
+            try:
+                re.compile(getattr(self, kind))
+            except re.error as error:
+                raise InvalidPattern(f"{kind} pattern {getattr(self, kind)!r} is not a "
+                                     f"regular expression: {error}") from None
+
+    def allows(self, kind: str, name: str) -> bool:
+        """May `kind` access (configure, write or read) happen to resource `name`?"""
+        pattern = getattr(self, kind)
+        return bool(pattern) and re.search(pattern, name) is not None
+
+    def as_list(self) -> list[str]:
+        return [self.configure, self.write, self.read]
+
+
+FULL = Permissions()
+
+
 @dataclass(slots=True)
 class User:
     name: str
     password_hash: str
     tags: tuple[str, ...] = ()
-    vhosts: set[str] = field(default_factory=set)  # vhosts this user may open
+    permissions: dict[str, Permissions] = field(default_factory=dict)  # vhost -> rights
+
+    @property
+    def vhosts(self) -> set[str]:
+        """The vhosts this user may open (has permissions in)."""
+        return set(self.permissions)
+
+    @property
+    def is_administrator(self) -> bool:
+        return "administrator" in self.tags
+
+    def may(self, vhost: str, kind: str, name: str) -> bool:
+        permissions = self.permissions.get(vhost)
+        return permissions is not None and permissions.allows(kind, name)
 
 
 @dataclass(slots=True)
@@ -57,7 +109,9 @@ class UserStore:
         return store
 
     def add(self, name: str, password: str, tags=(), vhosts=("/",)) -> User:
-        user = User(name, hash_password(password), tuple(tags), set(vhosts))
+        """A user with full permissions in `vhosts` (the configured default user)."""
+        user = User(name, hash_password(password), tuple(tags),
+                    {vhost: FULL for vhost in vhosts})
         self.users[name] = user
         return user
 
@@ -105,5 +159,6 @@ def amqplain_response(username: str, password: str) -> bytes:
     return table[4:]  # AMQPLAIN sends the table without its length prefix
 
 
-__all__ = ["User", "UserStore", "hash_password", "check_password", "parse_sasl_response",
+__all__ = ["User", "UserStore", "Permissions", "FULL", "PERMISSION_KINDS", "InvalidPattern",
+           "hash_password", "check_password", "parse_sasl_response",
            "amqplain_response", "SaslError", "is_loopback"]

@@ -30,7 +30,7 @@ from pamqp import decode as pamqp_decode
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
-from ..auth.users import User, UserStore
+from ..auth.users import FULL, Permissions, User, UserStore
 from ..fifo import commands as fifo
 from ..queues.classic import ClassicQueue, Entry, Message
 from ..queues.quorum import NO_ACK_CREDIT, QuorumQueue
@@ -456,7 +456,10 @@ class Node:
                                      "routing_key": binding.routing_key,
                                      "arguments": encode_arguments(binding.arguments_dict)})
         users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
-                  "vhosts": sorted(u.vhosts)} for u in self.users.users.values()]
+                  "vhosts": sorted(u.vhosts),
+                  "permissions": {vhost: rights.as_list()
+                                  for vhost, rights in sorted(u.permissions.items())}}
+                 for u in self.users.users.values()]
         return {"vhosts": sorted(self.vhosts), "users": users, "exchanges": exchanges,
                 "queues": queues, "bindings": bindings}
 
@@ -481,8 +484,12 @@ class Node:
         if document is not None:
             self.users.users.clear()
             for user in document["users"]:
-                self.users.users[user["name"]] = User(user["name"], user["password_hash"],
-                                                      tuple(user["tags"]), set(user["vhosts"]))
+                # written before permissions had patterns: full rights in each vhost
+                rights = user.get("permissions") or {vhost: FULL.as_list()
+                                                     for vhost in user["vhosts"]}
+                self.users.users[user["name"]] = User(
+                    user["name"], user["password_hash"], tuple(user["tags"]),
+                    {vhost: Permissions(*patterns) for vhost, patterns in rights.items()})
             for name in document["vhosts"]:
                 self.vhosts.setdefault(name, VHost(name))
             for item in document["exchanges"]:
