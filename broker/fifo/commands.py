@@ -21,7 +21,14 @@ Format (version 1, all big-endian), first octet = command tag:
   LeaseSettle  11 | lease | u64 up to
   LeaseRelease 12 | lease
   Tick         13
+  UpdateConfig 14 | u8 overflow (0 drop-head, 1 reject-publish) | i64 delivery limit |
+                  i64 max length | i64 max bytes          (-1 = no limit, each)
   where consumer/lease/connection/publisher = u16 length + UTF-8.
+
+Tags are only ever added: a build that does not know a tag refuses the entry
+("unknown fifo command tag 14") rather than skipping it, since skipping would make
+its replica diverge. UpdateConfig (14) came after 1-13: every member of a queue's
+group must run a build that knows it before one is proposed.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
+from .state import OVERFLOW_MODES
+
 _u8 = struct.Struct(">B")
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
@@ -37,6 +46,10 @@ _u64 = struct.Struct(">Q")
 _enqueue_head = struct.Struct(">BBIQ")
 _checkout_args = struct.Struct(">Ii")
 _grow_args = struct.Struct(">IQQ")
+_update_args = struct.Struct(">Bqqq")
+_I64_LIMIT = 1 << 63
+# UpdateConfig's overflow octet: the position here (append only, never reorder)
+_OVERFLOW_CODES = ("drop-head", "reject-publish")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +145,35 @@ class Tick:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateConfig:
+    """A policy changed the queue's limits (rabbit_fifo's update_config): the four
+    settings replace the machine's (each one, not only those the policy names); what
+    is not here (release_cursor_interval) is kept. Reply: None. Values are checked
+    here, so an impossible one fails when the command is built, naming the key."""
+    delivery_limit: int        # -1 = no limit (x-delivery-limit / policy delivery-limit)
+    max_length: int | None     # ready messages; None = no limit
+    max_bytes: int | None      # ready body bytes; None = no limit
+    overflow: str              # "drop-head" | "reject-publish"
+
+    def __post_init__(self) -> None:
+        limit = self.delivery_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not -1 <= limit < _I64_LIMIT:
+            raise ValueError(f"fifo update_config 'delivery_limit' must be -1 (no limit) or a "
+                             f"non-negative integer below 2^63, not {limit!r}")
+        for key in ("max_length", "max_bytes"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value < _I64_LIMIT):
+                raise ValueError(f"fifo update_config '{key}' must be a non-negative integer "
+                                 f"below 2^63 or None, not {value!r}")
+        if self.overflow not in OVERFLOW_MODES:
+            raise ValueError(f"fifo update_config 'overflow' must be one of "
+                             f"{', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+
+
 Command = Union[Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge, Down, Dequeue,
-                LeaseGrow, LeaseSettle, LeaseRelease, Tick]
+                LeaseGrow, LeaseSettle, LeaseRelease, Tick, UpdateConfig]
 
 
 # ------------------------------------------------------------------ effects
@@ -252,6 +292,10 @@ def encode(command: Command) -> bytes:
             return b"\x0c" + _s(lease)
         case Tick():
             return b"\x0d"
+        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow):
+            return b"\x0e" + _update_args.pack(
+                _OVERFLOW_CODES.index(overflow), delivery_limit,
+                -1 if max_length is None else max_length, -1 if max_bytes is None else max_bytes)
     raise TypeError(f"not a fifo command: {command!r}")
 
 
@@ -263,6 +307,12 @@ def decode(data: bytes) -> Command:
         return Enqueue(publisher, seq, size, priority)
     if tag in (7, 13):
         return Purge() if tag == 7 else Tick()
+    if tag == 14:
+        overflow, delivery_limit, max_length, max_bytes = _update_args.unpack_from(data, 1)
+        if overflow >= len(_OVERFLOW_CODES):
+            raise ValueError(f"unknown overflow code {overflow} in a fifo UpdateConfig")
+        return UpdateConfig(delivery_limit, None if max_length < 0 else max_length,
+                            None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow])
     name, offset = _read_s(data, 1)
     if tag == 2:
         prefetch, priority = _checkout_args.unpack_from(data, offset)

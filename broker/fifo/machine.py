@@ -17,7 +17,8 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - a consumer's connection going down returns its messages, delivery count + 1;
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
-- length limits (x-max-length, x-max-length-bytes, x-overflow; below);
+- length limits (x-max-length, x-max-length-bytes, x-overflow; below), and the
+  limits changed while the queue runs (UpdateConfig, from a policy; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
   drop the log below it once a snapshot at that point exists.
 
@@ -51,19 +52,43 @@ Length limits, as rabbit_fifo's `evaluate_limit` applies them after every comman
   it. So the first rejected seq of a publisher is remembered (`enqueuer_gaps`), and
   that publisher's higher seqs are rejected too until s itself is stored (a retry
   re-sends from s: lower seqs are duplicates or fill in, s closes the gap).
+
+Changing the limits of a running queue (UpdateConfig: a policy's max-length,
+max-length-bytes, overflow, delivery-limit; seed 002 "Policy Support"), as
+rabbit_fifo's `apply(#update_config{})`, which swaps the config and runs `checkout`
+(serve consumers, then `evaluate_limit`):
+- the four settings replace the config's, the rest (release_cursor_interval) stays;
+  consumers are served, then the limits hold at once, exactly as after any command:
+  drop-head drops from the head down to the new limits (`Dropped(..., "maxlen")`);
+  reject-publish blocks if ready messages are over a new limit, and lifts a block
+  only at or below 80% of every new limit (so raising a limit does not unblock
+  publishers still above 80% of it).
+- a delivery limit applies from the next return on: nothing is dropped at the
+  update (rabbit_fifo checks it in `return`), a checked-out message over a lowered
+  limit is dropped when it comes back, a ready one over it is delivered once more.
+  Messages stay where they are: a limit switched between -1 and >= 0 changes where
+  later returns go (tail / near the head), not where earlier ones went.
+- the block exists only under reject-publish with a limit, so an update to
+  drop-head or to no limit lifts it. rabbit_fifo lifts it when the limits are
+  removed (`unblock_enqueuers`) but not on a switch to drop_head, which leaves its
+  enqueuers blocked; here drop-head never blocks (deliberate difference).
+- publishers' rejected-seq gaps stay whatever the config: they guard
+  de-duplication, not the limit.
+- an update to the settings the queue already has changes no message: proposing it
+  twice is harmless. Which settings a queue should have (arguments combined with a
+  policy) is the node's business, not the machine's.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Any
-
-from typing import assert_never
+from dataclasses import replace
+from typing import Any, assert_never
 
 from . import leases
 from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
                        Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
-                       Purge, ReleaseCursor, Return, Settle, Tick)
+                       Purge, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
 from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
 
 
@@ -97,6 +122,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             reply = leases.release(lease, "released", state, effects)
         case Tick():
             leases.expire(meta, state, effects)
+        case UpdateConfig():
+            _update_config(command, state)
         case _:
             assert_never(command)
     state.last_index = meta.index
@@ -202,6 +229,15 @@ def _apply_limits(state: FifoState, effects: list[Effect]) -> None:
     elif _over_limit(state):
         state.publishers_blocked = True
     elif state.publishers_blocked and _below_soft_limit(state):
+        state.publishers_blocked = False
+
+
+def _update_config(command: UpdateConfig, state: FifoState) -> None:
+    """New limits (see the header); `apply` then serves consumers and enforces them."""
+    state.config = replace(state.config, delivery_limit=command.delivery_limit,
+                           max_length=command.max_length, max_bytes=command.max_bytes,
+                           overflow=command.overflow)
+    if state.config.overflow != "reject-publish" or not state.config.has_limit:
         state.publishers_blocked = False
 
 

@@ -12,6 +12,9 @@ reads 1 to 3 (a version-1 snapshot is a queue without limits, nothing blocked).
 3 added "enqueuer_gaps" (each publisher's first rejected seq not yet stored; older
 versions: none). A build that only knows an older version refuses a newer one
 ("unknown fifo snapshot version 3") rather than silently dropping what it adds.
+"config" is the machine's current one (the queue's arguments, then any UpdateConfig
+applied since), so a restore keeps a policy's limits: a log compacted below an
+UpdateConfig does not lose it.
 """
 
 from __future__ import annotations

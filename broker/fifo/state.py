@@ -154,7 +154,9 @@ SOFT_LIMIT_PERCENT = 80  # rabbit_fifo's ?LOW_LIMIT: reject-publish lifts at or 
 
 @dataclass(slots=True)
 class FifoConfig:
-    """A queue's machine settings (from x-arguments), validated on construction.
+    """A queue's machine settings, validated on construction: from its x-arguments at
+    declaration, then the limits from each UpdateConfig in its log (policies; the
+    snapshot carries the current ones).
 
     Length limits count *ready* messages only (queued or returned, not checked out
     or leased), as RabbitMQ does; see machine.py for the overflow semantics."""

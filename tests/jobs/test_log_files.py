@@ -1,8 +1,9 @@
 """`read_batches` (what the Spark source reads) holds exactly the rows of the reference
 reader `read_rows`, on logs LogStore wrote without a broker: every shape of entry data
 `command_of` looks at (FORMAT.md, "Quorum-queue entries": time envelope, Enqueue body
-size, unknown tags, empty data), entries in segments and in the WAL, torn files.
-The broker-written log is compared in test_log_source.py.
+size, unknown tags, empty data), entries in segments and in the WAL, torn files; and
+that every fifo command tag has its name. The broker-written log is compared in
+test_log_source.py.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import os
 
 import pytest
 
-from quorumqueue.broker.fifo.commands import encode_enqueue
+from quorumqueue.broker.fifo.commands import UpdateConfig, decode, encode, encode_enqueue
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.raft.types import COMMAND, MEMBERSHIP, NOOP, LogEntry
-from quorumqueue.jobs.log_files import (ARROW_SCHEMA, COLUMN_NAMES, LogReadError, list_files,
-                                        read_batches, read_rows)
+from quorumqueue.jobs.log_files import (ARROW_SCHEMA, COLUMN_NAMES, COMMANDS, LogReadError,
+                                        list_files, read_batches, read_rows)
 
 GROUP = "%2F/orders/0123456789ab"
 ENQUEUE = encode_enqueue("", 0, 0, "", "orders", b"\x00\x3c", b"hello world")
@@ -30,6 +31,7 @@ DATA = [                                   # (kind, data, expected command, body
     (COMMAND, b"\x01\x00\x00\x00\x05", "ENQUEUE", None),   # too short for the body size
     (COMMAND, b"\x01\x00\x00\x00\x00\x07", "ENQUEUE", 7),
     (COMMAND, b"\x04" + bytes(30), "SETTLE", None),
+    (COMMAND, encode(UpdateConfig(5, 1000, None, "reject-publish")), "UPDATE_CONFIG", None),
     (COMMAND, b"\xc8rest", "UNKNOWN_200", None),
     (NOOP, b"", None, None),
     (MEMBERSHIP, b"\x01\x00\x00\x00\x09", None, None),   # not a command: not decoded
@@ -93,6 +95,19 @@ def test_every_entry_shape_gives_the_reference_row(data_dir):
     segment_rows = [row for row in entries if row["file_kind"] == "segment"]
     assert {(row["vhost"], row["queue"], row["compacted"]) for row in segment_rows} == {
         ("/", "orders", False)}
+
+
+def test_every_fifo_command_tag_has_a_name():
+    """COMMANDS names exactly the tags the broker's decoder knows (FORMAT.md's table):
+    a new fifo command needs a name here, or its entries read as UNKNOWN_<tag>."""
+    def known(tag: int) -> bool:
+        try:
+            decode(bytes([tag]) + bytes(64))
+        except ValueError as error:
+            return "unknown fifo command tag" not in str(error)
+        return True
+
+    assert set(COMMANDS) == {tag for tag in range(256) if known(tag)}
 
 
 def segment_paths(data_dir: str) -> list[str]:

@@ -29,6 +29,9 @@ and the block ends with the state's counts. Commands:
     dequeue C [settled] [connection=conn-C]
     purge | down CONNECTION | tick [time=MS]
     lease-grow L [n=1] [bytes=0] [timeout=0] | lease-settle L UP_TO | lease-release L
+    update-config [delivery_limit=N] [max_length=N|none] [max_bytes=N|none] [overflow=MODE]
+                                   an UpdateConfig (a policy change); a key left out
+                                   keeps its current value; prints the new config
     snapshot                       dump and load the state (prints the format version)
     state                          the counts only
 
@@ -49,7 +52,8 @@ from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Command, Deliver
                                               Dequeue, Discard, Down, Dropped, Effect,
                                               Enqueue, LeaseGrow, LeaseRelease,
                                               LeaseReleased, LeaseSettle, Meta, Purge,
-                                              ReleaseCursor, Return, Settle, Tick)
+                                              ReleaseCursor, Return, Settle, Tick,
+                                              UpdateConfig)
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
 
@@ -185,6 +189,20 @@ class Machine:
 
     def do_lease_release(self, args, _options) -> list[str]:
         return self._step(LeaseRelease(args[0]))
+
+    def do_update_config(self, _args, options) -> list[str]:
+        config = self.state.config
+
+        def limit(key: str, current: int | None) -> int | None:
+            value = options.get(key, "none" if current is None else str(current))
+            return None if value == "none" else int(value)
+
+        command = UpdateConfig(int(options.get("delivery_limit", config.delivery_limit)),
+                               limit("max_length", config.max_length),
+                               limit("max_bytes", config.max_bytes),
+                               options.get("overflow", config.overflow))
+        out = self._apply(command)
+        return out + [_config_text(self.state.config), self._counts()]
 
     def do_snapshot(self, _args, _options) -> list[str]:
         data = snapshot.dump(self.state)

@@ -13,7 +13,8 @@ from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Deliver, Deliver
                                               Discard, Down, Dropped, Enqueue, LeaseGrow,
                                               LeaseRelease, LeaseReleased, LeaseSettle, Meta,
                                               Purge, ReleaseCursor, Return, Settle, Tick,
-                                              decode, encode, encode_enqueue, decode_message)
+                                              UpdateConfig, decode, encode, encode_enqueue,
+                                              decode_message)
 from quorumqueue.broker.fifo.machine import apply, lowest_live_index
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState, LeaseState
 
@@ -249,7 +250,10 @@ def test_commands_round_trip_through_their_encoding():
     for command in [Checkout("c", 5, -2, "conn"), Cancel("c"), Settle("c", (1, 2, 3)),
                     Return("c", ()), Discard("c", (9,)), Purge(), Down("conn"),
                     Dequeue("g", True, "conn"), LeaseGrow("l", 10, 1 << 40, 5000),
-                    LeaseSettle("l", 7), LeaseRelease("l"), Tick()]:
+                    LeaseSettle("l", 7), LeaseRelease("l"), Tick(),
+                    UpdateConfig(20, None, None, "drop-head"),
+                    UpdateConfig(-1, 0, (1 << 63) - 1, "reject-publish"),
+                    UpdateConfig(0, 5, None, "reject-publish")]:
         assert decode(encode(command)) == command
     data = encode_enqueue("pub", 7, 9, "ex", "rk", b"HDR", b"body")
     assert decode(data) == Enqueue("pub", 7, 4, 9)
@@ -277,9 +281,15 @@ other_commands = st.one_of(
     st.just(LeaseRelease("L")),
     st.just(Tick()),
 )
+# a policy changing the limits (UpdateConfig): about one command in 28
+update_configs = st.builds(
+    UpdateConfig, delivery_limit=st.sampled_from([-1, 0, 2, 20]),
+    max_length=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 40),
+    overflow=st.sampled_from(["drop-head", "reject-publish"]))
 # half enqueues, so queues fill up and length limits are reached and left again
 # (not one_of(enqueues, other_commands): Hypothesis flattens nested one_of)
-commands = st.booleans().flatmap(lambda enqueue: enqueues if enqueue else other_commands)
+commands = st.booleans().flatmap(
+    lambda enqueue: enqueues if enqueue else st.one_of(other_commands, update_configs))
 
 
 def concrete(step, state: FifoState, seq: list[int]):
@@ -333,9 +343,10 @@ def at_or_below_80_percent(state: FifoState) -> bool:
 @given(st.lists(commands, min_size=10, max_size=60), configs, st.integers(0, 60))
 def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut):
     """rabbit_fifo's property: restore from a snapshot and replay the rest == replay all;
-    every message is accounted for exactly once; length limits hold (drop-head: within
-    them after every command; reject-publish: over them only while publishers are
-    blocked, and an enqueue is rejected exactly when they are)."""
+    every message is accounted for exactly once; the length limits in force (the
+    starting config, then each UpdateConfig's) hold (drop-head: within them after every
+    command; reject-publish: over them only while publishers are blocked, and an
+    enqueue is rejected exactly when they are)."""
     state, seq, log = FifoState(config=config), [0], []
     enqueued, gone = set(), set()
     for position, step in enumerate(steps, start=1):
@@ -362,7 +373,12 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
             # rejected while blocked, or past the publisher's first unstored rejected seq
             assert (reply == "rejected") == (
                 blocked_before or (gap_before is not None and command.seq > gap_before))
-        if config.overflow == "drop-head":
+        if isinstance(command, UpdateConfig):
+            assert reply is None
+            assert state.config == FifoConfig(
+                command.delivery_limit, config.release_cursor_interval, command.max_length,
+                command.max_bytes, command.overflow)
+        if state.config.overflow == "drop-head":
             assert within_limits(state) and not state.publishers_blocked
         else:  # blocked when over a limit; stays blocked until at or below 80% of each
             assert state.publishers_blocked == (
@@ -387,7 +403,7 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
     for position, command in enumerate(log[:cut], start=1):
         replayed, _, _ = apply(Meta(position, 1, position * 20), command, replayed)
     restored = snapshot.load(snapshot.dump(replayed))
-    assert restored.config == config
+    assert restored.config == replayed.config
     assert restored.publishers_blocked == replayed.publishers_blocked
     assert restored.enqueuer_gaps == replayed.enqueuer_gaps
     for position, command in enumerate(log[cut:], start=cut + 1):
