@@ -14,7 +14,9 @@ How it works
     - `collect()` records pending asynchronous events until a count is reached
       (or a short timeout passes): deliveries carry their body and redelivered
       flag, publisher confirms are expanded to one event per sequence number, so
-      the two brokers' different batching of `multiple` acks compares equal.
+      the two brokers' different batching of `multiple` acks compares equal, and a
+      run of confirms is recorded in sequence order: RabbitMQ may confirm an
+      unroutable message before a routed one published earlier (seen under load).
     - `barrier()` is a cheap synchronous round trip on a channel (passive declare
       of amq.direct): channel errors caused by earlier asynchronous methods arrive
       before its answer, in both brokers.
@@ -124,7 +126,7 @@ class Probe:
         self.closed = False  # connection.close seen or stream ended
         self.open_channels: set[int] = set()
         self.integer_encoding = "client"  # or "smallest": pamqp's default
-        self._confirmed = 0  # highest publisher-confirm sequence number recorded
+        self._confirmed: set[int] = set()  # publisher-confirm sequence numbers recorded
 
     # ------------------------------------------------------------ lifecycle
 
@@ -241,6 +243,8 @@ class Probe:
                 break
             self._keep(*found)
         events, self.pending = self.pending[:count], self.pending[count:]
+        if events and all(e["method"] in ("Basic.Ack", "Basic.Nack") for e in events):
+            events.sort(key=lambda e: (e["channel"], e["delivery_tag"]))
         self.record({"events": events})
         return events
 
@@ -326,10 +330,10 @@ class Probe:
         if event["method"] not in ("Basic.Ack", "Basic.Nack"):
             return [event]
         tag = event["delivery_tag"]
-        first = self._confirmed + 1 if event.get("multiple") else tag
-        self._confirmed = max(self._confirmed, tag)
-        return [{"method": event["method"], "delivery_tag": number}
-                for number in range(first, tag + 1)]
+        numbers = ([n for n in range(1, tag + 1) if n not in self._confirmed]
+                   if event.get("multiple") else [tag])
+        self._confirmed.update(numbers)
+        return [{"method": event["method"], "delivery_tag": number} for number in numbers]
 
     def _answer(self, channel: int, event: dict) -> None:
         if event["method"] == "Channel.Close":
