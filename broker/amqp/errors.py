@@ -47,3 +47,10 @@ def precondition(detail: str) -> AMQPError:
 
 def access_refused(detail: str) -> AMQPError:
     return AMQPError(spec.ACCESS_REFUSED, detail)
+
+
+def resource_refused(kind: str, name: str, vhost: str, user: str) -> AMQPError:
+    """A permission check failed (rabbit_access_control in RabbitMQ 3.x): `kind` is
+    "queue" or "exchange"."""
+    return access_refused(f"access to {kind} '{name}' in vhost '{vhost}' refused for "
+                          f"user '{user}'")

@@ -7,6 +7,9 @@ be moved between RabbitMQ definitions and quorumqueue.
 Permissions are RabbitMQ's: per vhost, three regular expressions (configure, write,
 read) matched against resource names (`re.search`, unanchored, as Erlang's re:run;
 "" grants nothing, like "^$"). A user with no permissions in a vhost cannot open it.
+`check_access` is RabbitMQ's check_resource_access: the default exchange "" is
+matched (and named in the refusal) as "amq.default". Which AMQP method needs which
+permission on which resource is the handlers' business (node/handlers.py).
 
 `loopback_users` (default: guest) may only log in from a loopback address, as in
 RabbitMQ. Invariant: a password is never stored or logged in clear.
@@ -21,6 +24,8 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
+
+from ..amqp.errors import resource_refused
 
 
 def hash_password(password: str, salt: bytes | None = None) -> str:
@@ -97,6 +102,18 @@ class User:
         return permissions is not None and permissions.allows(kind, name)
 
 
+DEFAULT_EXCHANGE_RESOURCE = "amq.default"  # what RabbitMQ checks for the exchange ""
+
+
+def check_access(user: User, vhost: str, permission: str, kind: str, name: str) -> None:
+    """Raise 403 ACCESS_REFUSED unless `user` may `permission` (configure, write or
+    read) the `kind` ("queue" or "exchange") called `name` in `vhost`."""
+    if kind == "exchange" and name == "":
+        name = DEFAULT_EXCHANGE_RESOURCE
+    if not user.may(vhost, permission, name):
+        raise resource_refused(kind, name, vhost, user.name)
+
+
 @dataclass(slots=True)
 class UserStore:
     users: dict[str, User] = field(default_factory=dict)
@@ -160,5 +177,6 @@ def amqplain_response(username: str, password: str) -> bytes:
 
 
 __all__ = ["User", "UserStore", "Permissions", "FULL", "PERMISSION_KINDS", "InvalidPattern",
+           "check_access", "DEFAULT_EXCHANGE_RESOURCE",
            "hash_password", "check_password", "parse_sasl_response",
            "amqplain_response", "SaslError", "is_loopback"]

@@ -15,6 +15,9 @@ How it works:
   `multiple` ack.
 - Transactions: publishes and acks are buffered until tx.commit (only then do acks
   free prefetch, as in RabbitMQ), dropped on rollback.
+- Permissions: `check_access` asks auth/users.py and remembers the last
+  PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
+  under (RabbitMQ's per-channel permission cache; rights that changed miss it).
 
 Invariants: delivery tags start at 1 and only grow; an unacked entry belongs to
 exactly one channel; a nacked or rejected message without requeue is dropped (no
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, precondition
+from ..auth.users import Permissions, check_access
 from ..queues.classic import ClassicQueue, Entry
 from .quorum import with_delivery_count
 
@@ -35,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..fifo.commands import Delivery
     from ..queues.quorum import QuorumQueue
     from .session import Session
+
+PERMISSION_CACHE_SIZE = 12  # rabbit_channel's ?MAX_PERMISSION_CACHE_SIZE
 
 
 class QuorumEntry:
@@ -106,12 +112,31 @@ class Channel:
         self.content_received = 0
         self.reply_to_consumer: Consumer | None = None
         self.quorum_queues: dict[int, "QuorumQueue"] = {}  # consumed or got from
+        # (permission, kind, name) -> the user's Permissions it passed under
+        self.permitted: dict[tuple[str, str, str], Permissions] = {}
 
     @property
     def quorum_identity(self) -> str:
         """Who this channel is to the fifo machine (its Down returns our messages)."""
         session = self.session
         return f"{self.node.boot_id}.{session.connection_id}.{self.number}"
+
+    # ------------------------------------------------------------ permissions
+
+    def check_access(self, permission: str, kind: str, name: str) -> None:
+        """403 ACCESS_REFUSED unless this channel's user may `permission` (configure,
+        write, read) the `kind` (queue, exchange) `name` in the session's vhost."""
+        session = self.session
+        vhost = session.vhost.name
+        rights = session.user.permissions.get(vhost)
+        key = (permission, kind, name)
+        permitted = self.permitted
+        if rights is not None and permitted.get(key) is rights:
+            return
+        check_access(session.user, vhost, permission, kind, name)
+        if len(permitted) >= PERMISSION_CACHE_SIZE:
+            del permitted[next(iter(permitted))]
+        permitted[key] = rights
 
     # ------------------------------------------------------------ output
 

@@ -5,6 +5,14 @@ writes the reply (unless nowait). `dispatch` maps (class_id, method_id) to a han
 a method with no handler is 540 NOT_IMPLEMENTED, a server-only method sent by a
 client is 503 COMMAND_INVALID.
 
+Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control), each
+checked (`Channel.check_access`, 403) where rabbit_channel checks it, so before any
+state changes or any proposal to the cluster's metadata group. configure: exchange
+and queue declare (not passive) and delete; write: publish (on the exchange, "" as
+amq.default), a binding's destination, a new exchange's alternate or queue's
+dead-letter exchange (with read on the new one); read: get, consume (lease reads
+too), purge, a binding's source exchange.
+
 Not here: connection-level methods and framing (session), routing (vhost), delivery
 (node, channel).
 """
@@ -19,12 +27,12 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..queues.types import (EQUIVALENCE_KEYS_BY_TYPE, check_int_argument, queue_type_of,
                             validate_declaration)
-from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases
 from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
-from .vhost import check_arguments_equivalent
+from .vhost import DEFAULT_EXCHANGE_REFUSED, check_arguments_equivalent
 
 RESOURCE_LOCKED_DETAIL = ("cannot obtain exclusive access to locked queue '{name}' in vhost "
                           "'{vhost}'. It could be originally declared on another connection "
@@ -61,7 +69,11 @@ def _check_exclusive(session, queue) -> None:
 
 
 def _lookup_queue(session, channel: Channel, name: str):
-    queue = session.vhost.queue(_queue_name(session, channel, name))
+    """The queue a basic.get, basic.consume or queue.purge reads (the user's read
+    permission is checked before the lookup, as in RabbitMQ)."""
+    name = _queue_name(session, channel, name)
+    channel.check_access("read", QUEUE, name)
+    queue = session.vhost.queue(name)
     _check_exclusive(session, queue)
     return queue
 
@@ -92,11 +104,18 @@ def channel_close_ok(session, channel: Channel, args) -> None:
 def exchange_declare(session, channel: Channel, args) -> None:
     vhost = session.vhost
     arguments = dict(args.arguments or {})
+    checked = not args.passive and bool(args.exchange) and args.exchange_type in EXCHANGE_TYPES
+    if checked:  # after RabbitMQ's type and default exchange checks
+        channel.check_access("configure", EXCHANGE, args.exchange)
     alternate = arguments.get("alternate-exchange")
     if alternate is not None and not isinstance(alternate, (str, bytes)):
         raise precondition(f"invalid arg 'alternate-exchange' for exchange '{args.exchange}' "
                            f"in vhost '{vhost.name}': {{unacceptable_type,"
                            f"{type(alternate).__name__}}}")
+    if (checked and alternate is not None and args.exchange not in vhost.exchanges
+            and not args.exchange.startswith("amq.")):
+        channel.check_access("read", EXCHANGE, args.exchange)
+        channel.check_access("write", EXCHANGE, _text(alternate))
     cluster = session.node.cluster
     if cluster is not None and not args.passive and args.exchange not in vhost.exchanges:
         vhost.check_new_exchange(args.exchange, args.exchange_type)
@@ -119,6 +138,8 @@ def exchange_declare(session, channel: Channel, args) -> None:
 
 def exchange_delete(session, channel: Channel, args) -> None:
     vhost = session.vhost
+    if args.exchange and not args.exchange.startswith("amq."):  # those are refused first
+        channel.check_access("configure", EXCHANGE, args.exchange)
     if session.node.cluster is not None and args.exchange in vhost.exchanges:
         vhost.check_delete_exchange(args.exchange, args.if_unused)
         _replicate(session, channel, spec.EXCHANGE_DELETE, meta.encode(
@@ -141,6 +162,10 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
     of replicated exchanges to exchanges and quorum queues go through the metadata
     group; a classic queue's bindings stay on its node, as the queue does."""
     vhost = session.vhost
+    channel.check_access("write", destination.kind, destination.name)
+    if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
+        raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+    channel.check_access("read", EXCHANGE, source)
     target = vhost.queues.get(destination.name) if destination.kind == QUEUE else None
     if session.node.cluster is not None and (target is None or target.type_name == "quorum"):
         vhost.check_binding(source, destination, unbind)
@@ -221,6 +246,7 @@ def queue_declare(session, channel: Channel, args) -> None:
         name = _generated_name("amq.gen-")
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+    channel.check_access("configure", QUEUE, name)
     existing = vhost.queues.get(name)
     if existing is not None:
         _check_exclusive(session, existing)
@@ -243,6 +269,10 @@ def queue_declare(session, channel: Channel, args) -> None:
                                    EQUIVALENCE_KEYS_BY_TYPE[existing.type_name])
         queue = existing
     else:
+        dead_letter = arguments.get("x-dead-letter-exchange")
+        if isinstance(dead_letter, (str, bytes)):  # as RabbitMQ: before the arguments
+            channel.check_access("read", QUEUE, name)
+            channel.check_access("write", EXCHANGE, _text(dead_letter))
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
                                           bool(args.exclusive), bool(args.auto_delete), arguments)
         if queue_spec.type == "quorum" and node.cluster is not None:
@@ -332,6 +362,7 @@ def queue_purge(session, channel: Channel, args) -> None:
 def queue_delete(session, channel: Channel, args) -> None:
     vhost = session.vhost
     name = _queue_name(session, channel, args.queue)
+    channel.check_access("configure", QUEUE, name)
     queue = vhost.queues.get(name)
     if queue is None:
         if not args.nowait:  # deleting what does not exist succeeds, as in RabbitMQ
@@ -447,6 +478,7 @@ def basic_publish_start(session, channel: Channel, publish: codec.Publish) -> No
 
 def publish(session, channel: Channel, publish: codec.Publish, properties, body: bytes) -> None:
     """A complete message arrived on `channel` (method + header + body)."""
+    channel.check_access("write", EXCHANGE, publish.exchange)
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
         properties = _checked_properties(session, channel, properties)
     confirm_seq = channel.next_confirm() if channel.confirm_mode else 0

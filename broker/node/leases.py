@@ -25,6 +25,11 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   client takes them, so the first arrive while the broker reads the rest, and a long
   range never sits whole in memory.
 
+Permissions: a lease is its reader's state in the queue, so reading a range (a
+basic.consume, checked in handlers.py) and every control operation need the user's
+read permission on the queue, checked before the queue is looked up; a refusal is
+403 ACCESS_REFUSED naming the queue, as RabbitMQ words it.
+
 Errors: an unknown queue is 404; a classic queue, an unknown lease, a settled or
 unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it, before
 any message is sent. A message that can no longer be read once the range has begun
@@ -40,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, not_found, precondition
+from ..auth.users import check_access
 from ..fifo import commands as fifo
 from ..fifo.leases import entries
 from ..lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
@@ -206,6 +212,7 @@ def _queue(node, session, request) -> "QuorumQueue":
 
     vhost = _vhost(node, session, request.get("vhost", "/"))
     name = request["queue"]
+    check_access(session.user, vhost.name, "read", "queue", name)
     queue = vhost.queues.get(name)
     if queue is None:
         raise not_found("queue", name, vhost.name)
