@@ -1,0 +1,227 @@
+"""Policies, as RabbitMQ's: named rules that set queue and exchange settings by name
+pattern, per vhost. Pure.
+
+Responsibilities: validating a policy (`parse_policy`: its pattern, priority,
+apply-to and definition keys and values, refused with a message naming what is
+wrong); choosing the policy that applies to a queue or exchange (`matching`); and
+combining a queue's arguments with that policy's definition the way RabbitMQ's
+queue types do (`quorum_config`, `classic_limits`, `leader_locator`,
+`target_group_size`, `alternate_exchange`).
+
+How it works
+    A policy applies to a queue or exchange of its vhost whose name its pattern
+    matches (`re.search`, unanchored, as RabbitMQ's) and whose kind its apply-to
+    covers; of those, the one with the highest priority wins (equal priorities:
+    the name first in sort order, so every node picks the same). Only that one
+    policy's definition counts, as in RabbitMQ. Combining with queue arguments
+    follows rabbit_quorum_queue's `gather_policy_config`: max-length and
+    max-length-bytes take the lower of argument and policy; overflow takes the
+    policy's; delivery-limit the lower, unless either is negative (unlimited), then
+    the higher. queue-leader-locator: policy, then argument, then the node's
+    configuration (the 4.2 guide's order). target-group-size: the argument
+    x-quorum-target-group-size, then the policy, then the configuration. An
+    exchange's alternate-exchange argument overrules the policy's (RabbitMQ's AE
+    guide).
+
+Invariants: a `Policy` is valid once built (parse_policy is the only way in from
+outside); definitions hold only the keys quorumqueue applies, so no policy is
+accepted that would silently do nothing.
+
+Not here: storing policies and applying them to running queues (node.py,
+definitions.py), replicating them (cluster/meta.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..fifo.state import FifoConfig
+
+APPLY_TO = ("all", "queues", "classic_queues", "quorum_queues", "exchanges")
+LOCATORS = ("client-local", "balanced")
+OVERFLOWS = ("drop-head", "reject-publish")
+
+# definition key -> (the kinds of object it acts on, what its value must be)
+_QUEUES = ("classic", "quorum")
+KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "max-length": (_QUEUES, "a non-negative integer"),
+    "max-length-bytes": (_QUEUES, "a non-negative integer"),
+    "overflow": (_QUEUES, "'drop-head' or 'reject-publish'"),
+    "delivery-limit": (("quorum",), "an integer (-1: no limit)"),
+    "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),
+    "target-group-size": (("quorum",), "a positive integer"),
+    "alternate-exchange": (("exchange",), "an exchange name"),
+}
+# keys RabbitMQ knows that quorumqueue does not apply: refused by name rather than
+# accepted and ignored
+NOT_SUPPORTED = ("message-ttl", "expires", "dead-letter-exchange", "dead-letter-routing-key",
+                 "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes",
+                 "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
+                 "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
+                 "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
+                 "initial-cluster-size", "federation-upstream", "federation-upstream-set",
+                 "single-active-consumer", "consumer-timeout")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be set; the message names the offending part."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    vhost: str
+    name: str
+    pattern: str
+    definition: Mapping[str, Any]
+    priority: int = 0
+    apply_to: str = "all"
+
+    def applies_to(self, kind: str, name: str) -> bool:
+        """Does this policy cover a `kind` ("classic", "quorum", "exchange") named
+        `name`?"""
+        if kind == "exchange":
+            covered = self.apply_to in ("all", "exchanges")
+        else:
+            covered = self.apply_to in ("all", "queues", f"{kind}_queues")
+        return covered and re.search(self.pattern, name) is not None
+
+    def as_dict(self) -> dict:
+        return {"vhost": self.vhost, "name": self.name, "pattern": self.pattern,
+                "definition": dict(self.definition), "priority": self.priority,
+                "apply_to": self.apply_to}
+
+
+def parse_policy(vhost: str, name: str, pattern: str, definition: Any, priority: Any = 0,
+                 apply_to: str = "all") -> Policy:
+    """A valid Policy, or PolicyError naming what is wrong."""
+    if not isinstance(name, str) or not name:
+        raise PolicyError("a policy needs a name")
+    what = f"policy '{name}' in vhost '{vhost}'"
+    if not isinstance(pattern, str):
+        raise PolicyError(f"{what}: the pattern must be a string, got {pattern!r}")
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise PolicyError(f"{what}: pattern {pattern!r} is not a regular expression: "
+                          f"{error}") from None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PolicyError(f"{what}: priority must be an integer, got {priority!r}")
+    if apply_to not in APPLY_TO:
+        raise PolicyError(f"{what}: apply-to must be one of {', '.join(APPLY_TO)}, got "
+                          f"{apply_to!r}")
+    if not isinstance(definition, Mapping) or not definition:
+        raise PolicyError(f"{what}: the definition must be a non-empty JSON object, e.g. "
+                          "'{\"max-length\": 1000}'")
+    for key, value in definition.items():
+        _check_key(what, apply_to, key, value)
+    return Policy(vhost, name, pattern, dict(definition), priority, apply_to)
+
+
+def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
+    if key in NOT_SUPPORTED:
+        raise PolicyError(f"{what}: key '{key}' is not supported by quorumqueue (it "
+                          f"applies: {', '.join(KEYS)})")
+    if key not in KEYS:
+        raise PolicyError(f"{what}: '{key}' is not a recognised policy setting (known: "
+                          f"{', '.join(KEYS)})")
+    kinds, shown = KEYS[key]
+    if apply_to == "exchanges" and "exchange" not in kinds or (
+            apply_to.endswith("queues") and "exchange" in kinds):
+        raise PolicyError(f"{what}: key '{key}' does not act on {apply_to}")
+    valid = {
+        "max-length": _integer(value, 0),
+        "max-length-bytes": _integer(value, 0),
+        "overflow": value in OVERFLOWS,
+        "delivery-limit": _integer(value, -1),
+        "queue-leader-locator": value in LOCATORS,
+        "target-group-size": _integer(value, 1),
+        "alternate-exchange": isinstance(value, str) and 0 < len(value.encode()) <= 255,
+    }[key]
+    if not valid:
+        raise PolicyError(f"{what}: key '{key}' must be {shown}, got {value!r}")
+
+
+def _integer(value: Any, minimum: int) -> bool:
+    # below 2^63: what the quorum-queue log's settings command carries (fifo UpdateConfig)
+    return (not isinstance(value, bool) and isinstance(value, int)
+            and minimum <= value < 2 ** 63)
+
+
+def matching(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
+    """The policy that applies to the `kind` named `name`: the highest priority,
+    ties to the first name."""
+    best = None
+    for policy in policies:
+        if policy.applies_to(kind, name) and (
+                best is None or (-policy.priority, policy.name) < (-best.priority, best.name)):
+            best = policy
+    return best
+
+
+def _definition(policy: Policy | None) -> Mapping[str, Any]:
+    return policy.definition if policy is not None else {}
+
+
+def _lower(argument, policy):
+    if argument is None:
+        return policy
+    if policy is None:
+        return argument
+    return min(argument, policy)
+
+
+def _text(value) -> str | None:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def quorum_config(arguments: Mapping[str, Any], policy: Policy | None,
+                  base: FifoConfig) -> FifoConfig:
+    """A quorum queue's machine settings: its arguments (as `base`, built from them)
+    combined with `policy` (rabbit_quorum_queue's rules, module header)."""
+    definition = _definition(policy)
+    overflow = definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head"
+    limit = arguments.get("x-delivery-limit")
+    policy_limit = definition.get("delivery-limit")
+    if limit is None and policy_limit is None:
+        delivery_limit = base.delivery_limit
+    elif limit is None or policy_limit is None:
+        delivery_limit = policy_limit if limit is None else limit
+    elif limit < 0 or policy_limit < 0:
+        delivery_limit = max(limit, policy_limit)
+    else:
+        delivery_limit = min(limit, policy_limit)
+    return FifoConfig(delivery_limit=-1 if delivery_limit < 0 else delivery_limit,
+                      release_cursor_interval=base.release_cursor_interval,
+                      max_length=_lower(arguments.get("x-max-length"),
+                                        definition.get("max-length")),
+                      max_bytes=_lower(arguments.get("x-max-length-bytes"),
+                                       definition.get("max-length-bytes")),
+                      overflow=overflow)
+
+
+def classic_limits(arguments: Mapping[str, Any],
+                   policy: Policy | None) -> tuple[int | None, int | None, str]:
+    """(max length, max length bytes, overflow) of a classic queue."""
+    definition = _definition(policy)
+    return (_lower(arguments.get("x-max-length"), definition.get("max-length")),
+            _lower(arguments.get("x-max-length-bytes"), definition.get("max-length-bytes")),
+            definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head")
+
+
+def leader_locator(arguments: Mapping[str, Any], policy: Policy | None, configured: str) -> str:
+    return (_definition(policy).get("queue-leader-locator")
+            or _text(arguments.get("x-queue-leader-locator")) or configured)
+
+
+def target_group_size(arguments: Mapping[str, Any], policy: Policy | None,
+                      configured: int | None) -> int | None:
+    return (arguments.get("x-quorum-target-group-size")
+            or _definition(policy).get("target-group-size") or configured)
+
+
+def alternate_exchange(arguments: Mapping[str, Any], policy: Policy | None) -> str | None:
+    return _text(arguments.get("alternate-exchange")) or _definition(policy).get(
+        "alternate-exchange")

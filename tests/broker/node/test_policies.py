@@ -1,0 +1,117 @@
+"""Policies (broker/node/policies.py): which policy applies, and how its definition
+combines with a queue's arguments. The rules are RabbitMQ's (the quorum-queue guide's
+"Policy Support" and queue-leader-locator order, the max-length guide's "the minimum
+of the two", rabbit_quorum_queue's overflow and delivery-limit resolution)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quorumqueue.broker.fifo.state import FifoConfig
+from quorumqueue.broker.node.policies import (Policy, PolicyError, alternate_exchange,
+                                              classic_limits, leader_locator, matching,
+                                              parse_policy, quorum_config, target_group_size)
+from quorumqueue.broker.queues.quorum import fifo_config
+
+
+def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") -> Policy:
+    return parse_policy("/", name, pattern,
+                        {"max-length": 10} if definition is None else definition, priority,
+                        apply_to)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(pattern="("), "pattern '(' is not a regular expression"),
+    (dict(definition={}), "the definition must be a non-empty JSON object"),
+    (dict(definition=[1]), "the definition must be a non-empty JSON object"),
+    (dict(definition={"max-length": -1}), "key 'max-length' must be a non-negative integer"),
+    (dict(definition={"max-length": "10"}), "key 'max-length' must be a non-negative integer"),
+    (dict(definition={"max-length": True}), "key 'max-length' must be a non-negative integer"),
+    (dict(definition={"max-length-bytes": 2 ** 63}),
+     "key 'max-length-bytes' must be a non-negative integer"),
+    (dict(definition={"overflow": "reject-publish-dlx"}),
+     "key 'overflow' must be 'drop-head' or 'reject-publish'"),
+    (dict(definition={"delivery-limit": -2}), "key 'delivery-limit' must be an integer"),
+    (dict(definition={"queue-leader-locator": "random"}),
+     "key 'queue-leader-locator' must be 'client-local' or 'balanced'"),
+    (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
+    (dict(definition={"message-ttl": 1000}),
+     "key 'message-ttl' is not supported by quorumqueue"),
+    (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
+    (dict(definition={"max-lenght": 5}), "'max-lenght' is not a recognised policy setting"),
+    (dict(priority="high"), "priority must be an integer"),
+    (dict(apply_to="streams"), "apply-to must be one of all, queues, classic_queues"),
+    (dict(apply_to="exchanges"), "key 'max-length' does not act on exchanges"),
+    (dict(apply_to="queues", definition={"alternate-exchange": "ae"}),
+     "key 'alternate-exchange' does not act on queues"),
+])
+def test_an_invalid_policy_is_refused_naming_the_problem(arguments, message):
+    with pytest.raises(PolicyError, match=message.replace("(", r"\(")):
+        policy(**arguments)
+
+
+def test_the_highest_priority_matching_policy_applies_and_ties_go_to_the_first_name():
+    low = policy("a-low", "^orders", priority=1)
+    high = policy("z-high", "^orders", priority=5)
+    tie = policy("b-tie", "^orders", priority=5)
+    other = policy("other", "^audit", priority=9)
+    classic_only = policy("classic", ".*", priority=99, apply_to="classic_queues")
+    policies = [low, high, tie, other, classic_only]
+    assert matching(policies, "quorum", "orders.eu") is tie
+    assert matching(policies, "classic", "orders.eu") is classic_only
+    assert matching([low, other], "quorum", "audit-orders") is other  # unanchored
+    assert matching([low, other], "quorum", "payments") is None
+    assert matching([low], "exchange", "orders") is low  # apply-to all
+    assert matching([policy("q", apply_to="queues")], "exchange", "orders") is None
+
+
+ARGS = {"x-max-length": 100, "x-max-length-bytes": 5000, "x-overflow": "drop-head",
+        "x-delivery-limit": 10}
+
+
+@pytest.mark.parametrize("arguments, definition, expected", [
+    # nothing from a policy: the arguments (delivery limit 20 by default, the 4.2 guide)
+    ({}, None, FifoConfig(delivery_limit=20)),
+    (ARGS, None, FifoConfig(10, max_length=100, max_bytes=5000)),
+    # max-length(-bytes): the lower of the two; overflow: the policy's
+    (ARGS, {"max-length": 50, "max-length-bytes": 9000, "overflow": "reject-publish"},
+     FifoConfig(10, max_length=50, max_bytes=5000, overflow="reject-publish")),
+    ({}, {"max-length": 7}, FifoConfig(20, max_length=7)),
+    # delivery-limit: the lower; -1 (unlimited) on either side: the higher
+    (ARGS, {"delivery-limit": 5}, FifoConfig(5, max_length=100, max_bytes=5000)),
+    (ARGS, {"delivery-limit": 50}, FifoConfig(10, max_length=100, max_bytes=5000)),
+    (ARGS, {"delivery-limit": -1}, FifoConfig(10, max_length=100, max_bytes=5000)),
+    ({"x-delivery-limit": -1}, {"delivery-limit": 3}, FifoConfig(3)),
+    ({"x-delivery-limit": -1}, None, FifoConfig(-1)),
+    ({}, {"delivery-limit": -1}, FifoConfig(-1)),
+])
+def test_a_quorum_queues_settings_combine_its_arguments_and_its_policy(arguments, definition,
+                                                                     expected):
+    applied = policy(definition=definition) if definition else None
+    assert quorum_config(arguments, applied, fifo_config(arguments)) == expected
+
+
+def test_a_classic_queues_limits_combine_the_same_way():
+    assert classic_limits(ARGS, None) == (100, 5000, "drop-head")
+    assert classic_limits(ARGS, policy(definition={"max-length": 3, "overflow":
+                                                   "reject-publish"})) == (
+        3, 5000, "reject-publish")
+    assert classic_limits({}, None) == (None, None, "drop-head")
+
+
+def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented_order():
+    locating = policy(definition={"queue-leader-locator": "balanced",
+                                  "target-group-size": 5})
+    argument = {"x-queue-leader-locator": "client-local", "x-quorum-target-group-size": 3}
+    # leader locator: policy, then argument, then the configuration (the 4.2 guide)
+    assert leader_locator(argument, locating, "client-local") == "balanced"
+    assert leader_locator(argument, None, "balanced") == "client-local"
+    assert leader_locator({}, None, "balanced") == "balanced"
+    # target group size: the argument, then the policy, then the configuration
+    assert target_group_size(argument, locating, 7) == 3
+    assert target_group_size({}, locating, 7) == 5
+    assert target_group_size({}, None, 7) == 7
+    # alternate exchange: the argument overrules the policy (RabbitMQ's AE guide)
+    routing = policy(definition={"alternate-exchange": "unrouted"}, apply_to="exchanges")
+    assert alternate_exchange({"alternate-exchange": "mine"}, routing) == "mine"
+    assert alternate_exchange({}, routing) == "unrouted"
