@@ -2,6 +2,7 @@
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
     quorumqueue queues list|purge|delete ...      (a running node, management RPC)
+    quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
     quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
 """
@@ -64,19 +65,7 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
         sys.exit(1)
 
 
-DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
-uri_option = click.option("--uri", default=DEFAULT_URI, show_default=True,
-                          envvar="QUORUMQUEUE_URI",
-                          help="The node to talk to (AMQP URI of an administrator).")
-
-
-def _call(uri: str, op: str, **arguments):
-    from .management_client import ManagementError, call
-
-    try:
-        return call(uri, op, **arguments)
-    except ManagementError as error:
-        raise click.ClickException(str(error)) from None
+from .cli_rpc import DEFAULT_URI, _call, _echo_table, uri_option  # noqa: E402,F401
 
 
 @main.group()
@@ -143,12 +132,6 @@ def queues_delete_member(uri, vhost, name, node) -> None:
                f"{', '.join(result['members'])})")
 
 
-def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
-    for row in [headers] + rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-
-
 @queues.command("grow")
 @uri_option
 @click.argument("node")
@@ -211,6 +194,16 @@ def _add_cluster() -> None:
 
 
 _add_cluster()
+
+
+def _add_ctl() -> None:
+    # `quorumqueue ctl add_user|add_vhost|set_permissions|set_policy|...` (ctl.py)
+    from .ctl import ctl
+
+    main.add_command(ctl)
+
+
+_add_ctl()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

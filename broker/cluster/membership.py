@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError
+from ..node.policies import target_group_size
 from ..raft.errors import NotLeader, ProposalRejected
 from . import meta
 
@@ -273,7 +274,10 @@ def continuous_reconciliation(node: "Node", target_default: int | None,
     if cluster is None or not cluster.meta.is_leader:
         return
     for queue in _matching(node, ".*", ".*"):
-        target = queue.arguments.get("x-quorum-target-group-size") or target_default
+        # the argument, else a policy's target-group-size, else the configuration
+        target = target_group_size(queue.arguments, node.policy_for(queue.vhost, "quorum",
+                                                                    queue.name),
+                                   target_default)
         members = list(queue.members)
         if auto_remove:
             members = [m for m in members if m in cluster.nodes] or members

@@ -1,5 +1,5 @@
-"""The cluster's metadata: a Raft group on every node replicating exchanges, bindings
-and quorum-queue records.
+"""The cluster's metadata: a Raft group on every node replicating exchanges, bindings,
+quorum-queue records, users, vhosts, permissions and policies.
 
 Responsibilities: the metadata commands (JSON objects, one per log entry) and their
 application to a node's vhosts. Every node applies the same commands in the same
@@ -17,6 +17,14 @@ Commands (field "op"):
   queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
   cluster.add_node  name address                 (a node joined: broker start --join)
+  user.put          name password_hash tags       (add_user, change_password, tags)
+  user.delete       name
+  vhost.add / vhost.delete  name
+  permissions.set   user vhost patterns [configure, write, read]
+  permissions.clear user vhost
+  policy.set        policy {vhost name pattern definition priority apply_to}
+  policy.clear      vhost name
+  (node/definitions.py checks these on the proposing node and applies them)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 Application is idempotent where a retry can repeat a command: declaring what exists
 with the same definition, deleting what is gone, binding twice.
@@ -26,9 +34,9 @@ A reply is the command's result (a message count for queue.delete, None otherwis
 the same name differently first): the proposing node raises that as the channel
 error RabbitMQ would have sent.
 
-Not here (yet): users, vhosts, policies (each node has its own, from its config);
-classic queues, which live on the node that declared them (and are reachable only
-through it); snapshots of this group (its log holds only metadata changes).
+Not here (yet): classic queues, which live on the node that declared them (and are
+reachable only through it); snapshots of this group (its log holds only metadata
+changes).
 """
 
 from __future__ import annotations
@@ -156,6 +164,35 @@ def _add_node(node: "Node", c: dict):
     return None
 
 
+def _definition(node: "Node", c: dict):
+    from ..auth.users import Permissions
+    from ..node import definitions as d
+    from ..node.policies import parse_policy
+
+    match c["op"]:
+        case "user.put":
+            d.apply_user(node, c["name"], c["password_hash"], tuple(c["tags"]))
+        case "user.delete":
+            d.apply_delete_user(node, c["name"])
+        case "vhost.add":
+            d.apply_vhost(node, c["name"])
+        case "vhost.delete":
+            d.apply_delete_vhost(node, c["name"])
+        case "permissions.set":
+            d.apply_permissions(node, c["user"], c["vhost"], Permissions(*c["patterns"]))
+        case "permissions.clear":
+            d.apply_permissions(node, c["user"], c["vhost"], None)
+        case "policy.set":
+            p = c["policy"]
+            if p["vhost"] in node.vhosts:  # deleted meanwhile through another node
+                d.apply_policy(node, parse_policy(p["vhost"], p["name"], p["pattern"],
+                                                  p["definition"], p["priority"],
+                                                  p["apply_to"]))
+        case "policy.clear":
+            d.apply_clear_policy(node, c["vhost"], c["name"])
+    return None
+
+
 APPLY = {
     "cluster.add_node": _add_node,
     "exchange.declare": _exchange_declare,
@@ -165,4 +202,7 @@ APPLY = {
     "queue.members": _queue_members,
     "bind": _bind,
     "unbind": _bind,
+    **{op: _definition for op in ("user.put", "user.delete", "vhost.add", "vhost.delete",
+                                  "permissions.set", "permissions.clear", "policy.set",
+                                  "policy.clear")},
 }

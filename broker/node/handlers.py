@@ -32,6 +32,7 @@ from . import leases
 from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
+from .policies import leader_locator
 from .vhost import DEFAULT_EXCHANGE_REFUSED, check_arguments_equivalent
 
 RESOURCE_LOCKED_DETAIL = ("cannot obtain exclusive access to locked queue '{name}' in vhost "
@@ -291,7 +292,9 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
     node, vhost = session.node, session.vhost
     arguments = dict(queue_spec.arguments)
     size = arguments.get("x-quorum-initial-group-size") or node.settings.quorum_initial_cluster_size
-    locator = _text(arguments.get("x-queue-leader-locator")) or node.settings.queue_leader_locator
+    # the policy's queue-leader-locator, else the argument, else the configuration
+    locator = leader_locator(arguments, node.policy_for(vhost.name, "quorum", name),
+                             node.settings.queue_leader_locator)
     members, leader = node.cluster.place(size, locator)
 
     def declared(_reply) -> None:

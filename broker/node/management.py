@@ -20,6 +20,7 @@ Operations:
                                             nodes: [{name, address, reachable, amqp_uri}],
                                             queues: [{vhost, name, leader, members, online}]}
   lease.grow | lease.settle | lease.release | lease.info: see node/leases.py
+  users.* | vhosts.* | permissions.* | policies.*: see node/definition_ops.py
 Queue operations need a user tagged `administrator`, like rabbitmqctl.
 """
 
@@ -122,7 +123,10 @@ def queue_row(node, queue) -> dict[str, Any]:
 
 def _list(node, session, request) -> list[dict]:
     _require_administrator(session)
-    names = [request["vhost"]] if request.get("vhost") else sorted(session.user.vhosts)
+    if request.get("vhost"):
+        names = [_vhost(node, session, request["vhost"]).name]
+    else:
+        names = sorted(session.user.vhosts)
     rows = []
     for name in names:
         vhost = node.vhost(name)
@@ -224,10 +228,11 @@ OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _de
                  for name in ("add_member", "delete_member", "grow", "shrink", "rebalance")}}
 
 
-def _register_leases() -> None:
-    from . import leases
+def _register() -> None:
+    from . import definition_ops, leases
 
     OPERATIONS.update(leases.OPERATIONS)
+    OPERATIONS.update(definition_ops.OPERATIONS)
 
 
-_register_leases()
+_register()

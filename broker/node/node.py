@@ -33,12 +33,13 @@ from ..amqp.errors import AMQPError
 from ..auth.users import FULL, Permissions, User, UserStore
 from ..fifo import commands as fifo
 from ..queues.classic import ClassicQueue, Entry, Message
-from ..queues.quorum import NO_ACK_CREDIT, QuorumQueue
+from ..queues.quorum import NO_ACK_CREDIT, QuorumQueue, fifo_config
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from . import management
+from .policies import Policy, classic_limits, matching, parse_policy, quorum_config
 from .quorum import QuorumGroups, now_ms
 from .vhost import VHost
 
@@ -73,6 +74,7 @@ class Node:
         self.synced_batch_id = 0
         self.metadata_dirty = False
         self.alarms: set[str] = set()
+        self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
         self._reply_to: dict[str, "Channel"] = {}
         self._connection_counter = 0
 
@@ -111,13 +113,16 @@ class Node:
                      else self.quorum.create(vhost.name, name, arguments))
             vhost.queues[name] = queue
             self.metadata_dirty = True
+            self.reconcile_quorum(queue)  # a policy's settings, as the log's first command
             return queue
+        arguments = dict(queue_spec.arguments)
+        max_length, max_bytes, overflow = classic_limits(
+            arguments, self.policy_for(vhost.name, "classic", name))
         queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
-                             queue_spec.auto_delete, dict(queue_spec.arguments),
+                             queue_spec.auto_delete, arguments,
                              max_priority=queue_spec.max_priority,
-                             max_length=queue_spec.max_length,
-                             max_length_bytes=queue_spec.max_length_bytes,
-                             overflow=queue_spec.overflow,
+                             max_length=max_length, max_length_bytes=max_bytes,
+                             overflow=overflow,
                              single_active_consumer=queue_spec.single_active_consumer)
         vhost.queues[name] = queue
         if queue.durable:
@@ -132,7 +137,62 @@ class Node:
                                    members, campaign=leader == self.quorum.member)
         vhost.queues[name] = queue
         self.metadata_dirty = True
+        self.reconcile_quorum(queue)  # its leader, once elected, does it on a tick
         return queue
+
+    # ------------------------------------------------------------ policies
+
+    def policy_for(self, vhost: str, kind: str, name: str) -> Policy | None:
+        """The policy that applies to a `kind` ("classic", "quorum", "exchange")
+        named `name` in `vhost` (policies.py)."""
+        return matching(self.policies.get(vhost, {}).values(), kind, name)
+
+    def apply_policies(self, vhost_name: str) -> None:
+        """After a policy change: classic queues take their limits at once (drop-head
+        drops what is over), exchanges their alternate exchange; quorum queues this
+        node leads get their new settings through their log (`reconcile_quorum`)."""
+        vhost = self.vhosts.get(vhost_name)
+        if vhost is None:
+            return
+        for exchange in vhost.exchanges.values():
+            policy = self.policy_for(vhost_name, "exchange", exchange.name)
+            exchange.policy_alternate = (policy.definition.get("alternate-exchange")
+                                         if policy is not None else None)
+        for queue in list(vhost.queues.values()):
+            if isinstance(queue, QuorumQueue):
+                self.reconcile_quorum(queue)
+                continue
+            queue.max_length, queue.max_length_bytes, queue.overflow = classic_limits(
+                queue.arguments, self.policy_for(vhost_name, "classic", queue.name))
+            for dropped in queue.enforce_limits():
+                self._forget(queue, dropped)
+
+    def reconcile_quorum(self, queue: QuorumQueue) -> None:
+        """If this node leads `queue` and its machine's settings differ from what its
+        arguments and policy give, propose the change (rabbit_fifo's update_config):
+        every member applies it at the same log index. Called on policy changes and
+        on every tick (a new leader, a restart)."""
+        if queue.raft is None or not queue.is_leader or queue.deleted:
+            return
+        wanted = quorum_config(queue.arguments, self.policy_for(queue.vhost, "quorum",
+                                                                queue.name),
+                               fifo_config(queue.arguments))
+        if wanted == queue.state.config or wanted == queue.config_proposed:
+            return
+        queue.config_proposed = wanted
+
+        def applied(_reply, queue=queue) -> None:
+            queue.config_proposed = None
+
+        queue.propose(fifo.UpdateConfig(wanted.delivery_limit, wanted.max_length,
+                                        wanted.max_bytes, wanted.overflow),
+                      now_ms(), applied)
+
+    def tick_policies(self) -> None:
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                if isinstance(queue, QuorumQueue):
+                    self.reconcile_quorum(queue)
 
     def delete_queue(self, vhost: VHost, queue: ClassicQueue) -> int:
         """Delete a queue: cancel its consumers (notifying clients that asked),
@@ -460,7 +520,10 @@ class Node:
                   "permissions": {vhost: rights.as_list()
                                   for vhost, rights in sorted(u.permissions.items())}}
                  for u in self.users.users.values()]
-        return {"vhosts": sorted(self.vhosts), "users": users, "exchanges": exchanges,
+        policies = [policy.as_dict() for vhost in sorted(self.policies)
+                    for _name, policy in sorted(self.policies[vhost].items())]
+        return {"vhosts": sorted(self.vhosts), "users": users, "policies": policies,
+                "exchanges": exchanges,
                 "queues": queues, "bindings": bindings}
 
     @staticmethod
@@ -492,6 +555,10 @@ class Node:
                     {vhost: Permissions(*patterns) for vhost, patterns in rights.items()})
             for name in document["vhosts"]:
                 self.vhosts.setdefault(name, VHost(name))
+            for item in document.get("policies", ()):
+                policy = parse_policy(item["vhost"], item["name"], item["pattern"],
+                                      item["definition"], item["priority"], item["apply_to"])
+                self.policies.setdefault(policy.vhost, {})[policy.name] = policy
             for item in document["exchanges"]:
                 self.vhosts[item["vhost"]].declare_exchange(
                     item["name"], item["type"], False, True, item["auto_delete"],
@@ -532,6 +599,8 @@ class Node:
                     queue.next_seq = max(queue.next_seq, item.seq + 1)
                     queue.push(entry)
                     counts["messages"] += 1
+        for name in list(self.vhosts):
+            self.apply_policies(name)
         self.metadata_dirty = False
         return counts
 

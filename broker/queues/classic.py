@@ -113,6 +113,16 @@ class ClassicQueue:
             dropped.append(self.pop())
         return dropped
 
+    def enforce_limits(self) -> list[Entry]:
+        """After the limits changed (a policy): drop-head drops ready entries from the
+        head until within them, and returns them; reject-publish keeps what it has and
+        refuses publishes until below."""
+        dropped = []
+        if self.overflow == "drop-head":
+            while self.ready_count and self._over_limit():
+                dropped.append(self.pop())
+        return dropped
+
     def _over_limit(self) -> bool:
         return ((self.max_length is not None and self.ready_count > self.max_length)
                 or (self.max_length_bytes is not None

@@ -95,6 +95,7 @@ class QuorumQueue(ReplicatedGroup):
         self.snapshot_candidates: list[tuple[int, bytes]] = []  # cluster: (index, data)
         self.last_tick_ms = 0
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
+        self.config_proposed = None   # settings proposed for the machine, not yet applied
 
     # ------------------------------------------------------------ counts
 

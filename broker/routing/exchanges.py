@@ -154,16 +154,18 @@ class Exchange:
     auto_delete: bool = False
     internal: bool = False
     arguments: dict = field(default_factory=dict)
+    policy_alternate: str | None = None  # a policy's alternate-exchange (node.apply_policies)
     bindings: dict[Binding, None] = field(default_factory=dict)  # insertion-ordered set
     _direct: dict[str, dict[Destination, int]] = field(default_factory=dict)
     _topic: _TopicTrie = field(default_factory=_TopicTrie)
 
     @property
     def alternate_exchange(self) -> str | None:
+        """The argument's, else the policy's (the argument overrules, as RabbitMQ's)."""
         value = self.arguments.get("alternate-exchange")
         if isinstance(value, bytes):
             value = value.decode("utf-8", "surrogateescape")
-        return value or None
+        return value or self.policy_alternate
 
     def add_binding(self, binding: Binding) -> bool:
         if binding in self.bindings:

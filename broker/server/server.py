@@ -274,6 +274,7 @@ class BrokerServer:
                 if self.node.cluster is None:
                     self.node.quorum.raft_tick()
                 self.node.quorum.tick(now_ms())
+                self.node.tick_policies()
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
                 self.check_alarms()

@@ -118,6 +118,55 @@ def test_rebalance_moves_leaders_not_members(cluster):
     assert {n: sorted(queue_status(uri, n)["members"]) for n in names} == before
 
 
+def node_uri(cluster, name: str, user: str, password: str, vhost: str = "%2F") -> str:
+    port = cluster.uri(name).rsplit(":", 1)[1].split("/")[0]
+    return f"amqp://{user}:{password}@127.0.0.1:{port}/{vhost}"
+
+
+def test_users_vhosts_and_permissions_are_the_same_on_every_node(cluster):
+    one, two, three = cluster.names
+    cli("ctl", "add_user", "--uri", cluster.uri(one), "erin", "pw")
+    cli("ctl", "add_vhost", "--uri", cluster.uri(two), "shared")
+    cli("ctl", "set_permissions", "--uri", cluster.uri(three), "-p", "shared", "erin",
+        ".*", ".*", ".*")
+    # added through three different nodes, usable through any
+    wait_for("erin on every node", lambda: all(
+        ["erin", "shared"] == [row["user"], row["vhost"]]
+        for uri in cluster.uris()
+        for row in call(uri, "permissions.list", user="erin")) and all(
+        call(uri, "permissions.list", user="erin") for uri in cluster.uris()))
+    with connect(node_uri(cluster, three, "erin", "pw", "shared")) as connection:
+        channel = connection.channel()
+        channel.queue_declare("in-shared", durable=True, arguments={"x-queue-type": "quorum"})
+        channel.confirm_delivery()
+        channel.basic_publish("", "in-shared", b"hello", pika.BasicProperties(delivery_mode=2))
+    assert drain(node_uri(cluster, one, "erin", "pw", "shared"), "in-shared") == [b"hello"]
+    cli("ctl", "delete_user", "--uri", cluster.uri(two), "erin")
+    wait_for("erin gone everywhere", lambda: not any(
+        row["name"] == "erin" for uri in cluster.uris() for row in call(uri, "users.list")))
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(node_uri(cluster, one, "erin", "pw", "shared"))
+    cli("ctl", "delete_vhost", "--uri", cluster.uri(three), "shared")
+    wait_for("the vhost gone everywhere", lambda: not any(
+        row["name"] == "shared" for uri in cluster.uris() for row in call(uri, "vhosts.list")))
+
+
+def test_a_policy_set_through_one_node_limits_a_queue_led_by_another(cluster):
+    one, two, three = cluster.names
+    declare(cluster.uri(one), "limited-by-policy")  # five messages, leader: node one
+    wait_for("node one leads", lambda: leader_of(cluster.uri(one), "limited-by-policy") == one)
+    cli("ctl", "set_policy", "--uri", cluster.uri(three), "--apply-to", "quorum_queues",
+        "three-only", "^limited-by-policy$", '{"max-length": 3, "delivery-limit": 4}')
+    # the leader proposes the new settings to the queue's log: every replica drops the
+    # two oldest at the same index
+    wait_for("three messages on every replica", lambda: all(
+        row["ready"] == 3 for uri in cluster.uris()
+        for row in call(uri, "queues.list", vhost="/") if row["name"] == "limited-by-policy"))
+    assert drain(cluster.uri(two), "limited-by-policy") == [b"2", b"3", b"4"]
+    cli("ctl", "clear_policy", "--uri", cluster.uri(two), "three-only")
+    assert all(not call(uri, "policies.list") for uri in cluster.uris())
+
+
 def test_deleting_a_member_that_would_lose_quorum_is_refused():
     with LocalCluster(3, proxied=False) as cluster:
         one, two, three = cluster.names

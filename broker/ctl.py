@@ -1,0 +1,190 @@
+"""`quorumqueue ctl`: users, vhosts, permissions and policies of a running node, with
+rabbitmqctl's command names and arguments.
+
+    quorumqueue ctl add_user NAME PASSWORD          quorumqueue ctl add_vhost NAME
+    quorumqueue ctl delete_user NAME                quorumqueue ctl delete_vhost NAME
+    quorumqueue ctl change_password NAME PASSWORD   quorumqueue ctl list_vhosts
+    quorumqueue ctl set_user_tags NAME [TAG ...]    quorumqueue ctl list_users
+    quorumqueue ctl set_permissions [-p VHOST] USER CONF WRITE READ
+    quorumqueue ctl clear_permissions [-p VHOST] USER
+    quorumqueue ctl list_permissions [-p VHOST]     quorumqueue ctl list_user_permissions USER
+    quorumqueue ctl set_policy [-p VHOST] [--priority N] [--apply-to KIND] NAME PATTERN DEFINITION
+    quorumqueue ctl clear_policy [-p VHOST] NAME    quorumqueue ctl list_policies [-p VHOST]
+
+Each is one management RPC (node/definition_ops.py) to the node named by --uri (an
+administrator's AMQP URI); in a cluster any node will do, and every node has the
+change once the command returns.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .cli_rpc import _call, _echo_table, uri_option
+
+vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
+                            help="The virtual host.")
+
+
+@click.group()
+def ctl() -> None:
+    """Users, vhosts, permissions and policies of a running node (like rabbitmqctl)."""
+
+
+@ctl.command("add_user")
+@uri_option
+@click.argument("name")
+@click.argument("password")
+def add_user(uri, name, password) -> None:
+    """Create user NAME, with no permissions and no tags."""
+    _call(uri, "users.add", name=name, password=password)
+    click.echo(f"Adding user \"{name}\" ...")
+
+
+@ctl.command("delete_user")
+@uri_option
+@click.argument("name")
+def delete_user(uri, name) -> None:
+    """Delete user NAME (its connections are closed)."""
+    _call(uri, "users.delete", name=name)
+    click.echo(f"Deleting user \"{name}\" ...")
+
+
+@ctl.command("change_password")
+@uri_option
+@click.argument("name")
+@click.argument("password")
+def change_password(uri, name, password) -> None:
+    """Give user NAME a new password."""
+    _call(uri, "users.change_password", name=name, password=password)
+    click.echo(f"Changing password for user \"{name}\" ...")
+
+
+@ctl.command("set_user_tags")
+@uri_option
+@click.argument("name")
+@click.argument("tags", nargs=-1)
+def set_user_tags(uri, name, tags) -> None:
+    """Replace the tags of user NAME (administrator: may use these commands)."""
+    _call(uri, "users.set_tags", name=name, tags=list(tags))
+    click.echo(f"Setting tags for user \"{name}\" to [{', '.join(tags)}] ...")
+
+
+@ctl.command("list_users")
+@uri_option
+def list_users(uri) -> None:
+    rows = _call(uri, "users.list")
+    _echo_table(["user", "tags"], [[r["name"], f"[{', '.join(r['tags'])}]"] for r in rows])
+
+
+@ctl.command("add_vhost")
+@uri_option
+@click.argument("name")
+def add_vhost(uri, name) -> None:
+    """Create virtual host NAME (no user has permissions in it yet)."""
+    _call(uri, "vhosts.add", name=name)
+    click.echo(f"Adding vhost \"{name}\" ...")
+
+
+@ctl.command("delete_vhost")
+@uri_option
+@click.argument("name")
+def delete_vhost(uri, name) -> None:
+    """Delete virtual host NAME with its queues, exchanges, permissions and policies."""
+    _call(uri, "vhosts.delete", name=name)
+    click.echo(f"Deleting vhost \"{name}\" ...")
+
+
+@ctl.command("list_vhosts")
+@uri_option
+def list_vhosts(uri) -> None:
+    rows = _call(uri, "vhosts.list")
+    _echo_table(["name"], [[r["name"]] for r in rows])
+
+
+@ctl.command("set_permissions")
+@uri_option
+@vhost_option
+@click.argument("user")
+@click.argument("configure")
+@click.argument("write")
+@click.argument("read")
+def set_permissions(uri, vhost, user, configure, write, read) -> None:
+    """Let USER configure, write and read the resources of VHOST whose names match
+    these regular expressions ("" for none, ".*" for all)."""
+    _call(uri, "permissions.set", vhost=vhost, user=user, configure=configure, write=write,
+          read=read)
+    click.echo(f"Setting permissions for user \"{user}\" in vhost \"{vhost}\" ...")
+
+
+@ctl.command("clear_permissions")
+@uri_option
+@vhost_option
+@click.argument("user")
+def clear_permissions(uri, vhost, user) -> None:
+    _call(uri, "permissions.clear", vhost=vhost, user=user)
+    click.echo(f"Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...")
+
+
+@ctl.command("list_permissions")
+@uri_option
+@vhost_option
+def list_permissions(uri, vhost) -> None:
+    rows = _call(uri, "permissions.list", vhost=vhost)
+    _echo_table(["user", "configure", "write", "read"],
+                [[r["user"], r["configure"], r["write"], r["read"]] for r in rows])
+
+
+@ctl.command("list_user_permissions")
+@uri_option
+@click.argument("user")
+def list_user_permissions(uri, user) -> None:
+    rows = _call(uri, "permissions.list", user=user)
+    _echo_table(["vhost", "configure", "write", "read"],
+                [[r["vhost"], r["configure"], r["write"], r["read"]] for r in rows])
+
+
+@ctl.command("set_policy")
+@uri_option
+@vhost_option
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Of the policies matching a queue, the highest priority applies.")
+@click.option("--apply-to", "apply_to", default="all", show_default=True,
+              type=click.Choice(["all", "queues", "classic_queues", "quorum_queues",
+                                 "exchanges"]))
+@click.argument("name")
+@click.argument("pattern")
+@click.argument("definition")
+def set_policy(uri, vhost, priority, apply_to, name, pattern, definition) -> None:
+    """Set policy NAME: queues (or exchanges) whose names match PATTERN get the
+    settings of DEFINITION, a JSON object, e.g. '{"max-length": 1000}'."""
+    try:
+        parsed = json.loads(definition)
+    except ValueError as error:
+        raise click.BadParameter(f"not JSON: {error}", param_hint="DEFINITION") from None
+    _call(uri, "policies.set", vhost=vhost, name=name, pattern=pattern, definition=parsed,
+          priority=priority, apply_to=apply_to)
+    click.echo(f"Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" "
+               f"with priority \"{priority}\" for vhost \"{vhost}\" ...")
+
+
+@ctl.command("clear_policy")
+@uri_option
+@vhost_option
+@click.argument("name")
+def clear_policy(uri, vhost, name) -> None:
+    _call(uri, "policies.clear", vhost=vhost, name=name)
+    click.echo(f"Clearing policy \"{name}\" on vhost \"{vhost}\" ...")
+
+
+@ctl.command("list_policies")
+@uri_option
+@vhost_option
+def list_policies(uri, vhost) -> None:
+    rows = _call(uri, "policies.list", vhost=vhost)
+    _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+                [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
+                  json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
+                 for r in rows])

@@ -1,0 +1,178 @@
+"""Management RPC operations on users, vhosts, permissions and policies (rabbitmqctl's
+add_user, add_vhost, set_permissions, set_policy and their kin; the CLI is
+broker/ctl.py).
+
+Operations (request fields -> result):
+  users.add          {name, password, tags?}         -> {}
+  users.delete       {name}                          -> {}
+  users.change_password {name, password}             -> {}
+  users.set_tags     {name, tags}                    -> {}
+  users.list         {}                              -> [{name, tags}]
+  vhosts.add         {name}                          -> {}
+  vhosts.delete      {name}                          -> {}
+  vhosts.list        {}                              -> [{name}]
+  permissions.set    {vhost, user, configure, write, read} -> {}
+  permissions.clear  {vhost, user}                   -> {}
+  permissions.list   {vhost?, user?}                 -> [{user, vhost, configure, write, read}]
+  policies.set       {vhost, name, pattern, definition, priority?, apply_to?} -> {}
+  policies.clear     {vhost, name}                   -> {}
+  policies.list      {vhost?}                        -> [{vhost, name, pattern, definition,
+                                                          priority, apply_to}]
+All need a user tagged `administrator`. A change is checked on the node the client
+talks to (definitions.py), then applied there, or, in a cluster, proposed to the
+metadata group and answered once this node applied it: every node then has it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..auth.users import hash_password
+from . import definitions as d
+
+
+def _require_administrator(session) -> None:
+    from .management import _require_administrator as required  # management imports us
+
+    required(session)
+
+
+def _change(node, op: str, fields: dict, apply: Callable[[], None]):
+    """Apply here (a node of its own) or through the metadata group (a cluster)."""
+    if node.cluster is None:
+        apply()
+        return {}
+    from ..cluster import meta
+    from .management import Later
+
+    data = meta.encode(op, **fields)
+    return Later(lambda done: node.cluster.meta.propose_data(data, lambda _reply: done({})))
+
+
+def _users_add(node, session, request):
+    _require_administrator(session)
+    name, password = request.get("name"), request.get("password")
+    d.check_new_user(node, name, password)
+    tags = d.check_tags(request.get("tags", []))
+    password_hash = hash_password(password)
+    return _change(node, "user.put", {"name": name, "password_hash": password_hash,
+                                      "tags": list(tags)},
+                   lambda: d.apply_user(node, name, password_hash, tags))
+
+
+def _users_change_password(node, session, request):
+    _require_administrator(session)
+    user = d.check_user(node, request.get("name"))
+    password = request.get("password")
+    d.check_password(user.name, password)
+    password_hash = hash_password(password)
+    return _change(node, "user.put", {"name": user.name, "password_hash": password_hash,
+                                      "tags": list(user.tags)},
+                   lambda: d.apply_user(node, user.name, password_hash, user.tags))
+
+
+def _users_set_tags(node, session, request):
+    _require_administrator(session)
+    user = d.check_user(node, request.get("name"))
+    tags = d.check_tags(request.get("tags"))
+    return _change(node, "user.put", {"name": user.name, "password_hash": user.password_hash,
+                                      "tags": list(tags)},
+                   lambda: d.apply_user(node, user.name, user.password_hash, tags))
+
+
+def _users_delete(node, session, request):
+    _require_administrator(session)
+    user = d.check_user(node, request.get("name"))
+    return _change(node, "user.delete", {"name": user.name},
+                   lambda: d.apply_delete_user(node, user.name))
+
+
+def _users_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    return d.user_rows(node)
+
+
+def _vhosts_add(node, session, request):
+    _require_administrator(session)
+    name = request.get("name")
+    d.check_new_vhost(node, name)
+    return _change(node, "vhost.add", {"name": name}, lambda: d.apply_vhost(node, name))
+
+
+def _vhosts_delete(node, session, request):
+    _require_administrator(session)
+    name = request.get("name")
+    d.check_vhost(node, name)
+    return _change(node, "vhost.delete", {"name": name},
+                   lambda: d.apply_delete_vhost(node, name))
+
+
+def _vhosts_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    return [{"name": name} for name in sorted(node.vhosts)]
+
+
+def _permissions_set(node, session, request):
+    _require_administrator(session)
+    vhost, user = request.get("vhost", "/"), request.get("user")
+    rights = d.check_permissions(node, user, vhost, request.get("configure"),
+                                 request.get("write"), request.get("read"))
+    return _change(node, "permissions.set", {"user": user, "vhost": vhost,
+                                             "patterns": rights.as_list()},
+                   lambda: d.apply_permissions(node, user, vhost, rights))
+
+
+def _permissions_clear(node, session, request):
+    _require_administrator(session)
+    vhost, user = request.get("vhost", "/"), request.get("user")
+    d.check_user(node, user)
+    d.check_vhost(node, vhost)
+    return _change(node, "permissions.clear", {"user": user, "vhost": vhost},
+                   lambda: d.apply_permissions(node, user, vhost, None))
+
+
+def _permissions_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    vhost, user = request.get("vhost"), request.get("user")
+    if vhost is not None:
+        d.check_vhost(node, vhost)
+    if user is not None:
+        d.check_user(node, user)
+    return d.permission_rows(node, vhost, user)
+
+
+def _policies_set(node, session, request):
+    _require_administrator(session)
+    policy = d.check_policy(node, request.get("vhost", "/"), request.get("name"),
+                            request.get("pattern"), request.get("definition"),
+                            request.get("priority", 0), request.get("apply_to", "all"))
+    return _change(node, "policy.set", {"policy": policy.as_dict()},
+                   lambda: d.apply_policy(node, policy))
+
+
+def _policies_clear(node, session, request):
+    _require_administrator(session)
+    vhost, name = request.get("vhost", "/"), request.get("name")
+    d.check_existing_policy(node, vhost, name)
+    return _change(node, "policy.clear", {"vhost": vhost, "name": name},
+                   lambda: d.apply_clear_policy(node, vhost, name))
+
+
+def _policies_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    vhost = request.get("vhost")
+    if vhost is not None:
+        d.check_vhost(node, vhost)
+    return d.policy_rows(node, vhost)
+
+
+OPERATIONS: dict[str, Callable[..., Any]] = {
+    "users.add": _users_add, "users.delete": _users_delete,
+    "users.change_password": _users_change_password, "users.set_tags": _users_set_tags,
+    "users.list": _users_list,
+    "vhosts.add": _vhosts_add, "vhosts.delete": _vhosts_delete, "vhosts.list": _vhosts_list,
+    "permissions.set": _permissions_set, "permissions.clear": _permissions_clear,
+    "permissions.list": _permissions_list,
+    "policies.set": _policies_set, "policies.clear": _policies_clear,
+    "policies.list": _policies_list,
+}

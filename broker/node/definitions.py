@@ -1,0 +1,219 @@
+"""Users, vhosts, permissions and policies: checking a change and applying it to a node.
+
+Responsibilities
+    `check_*` functions refuse what cannot be done, with RabbitMQ's reply codes and
+    a text naming the user, vhost or policy; they change nothing. `apply_*`
+    functions make a checked change on this node: the management RPC calls them
+    directly on a node of its own, and every node of a cluster calls them when it
+    applies the same metadata command (cluster/meta.py), so every node ends up with
+    the same users, vhosts, permissions and policies.
+
+How it works
+    Passwords are hashed on the node the client talks to (auth/users.py); only the
+    hash travels and is stored. Deleting a user closes its connections; deleting a
+    vhost deletes its queues (quorum queues' groups included) and exchanges and
+    closes the connections to it (320 CONNECTION_FORCED, as RabbitMQ). Setting or
+    clearing a policy re-applies the policies of its vhost (node.apply_policies):
+    classic queues take their new limits at once, quorum queues through their log.
+
+Invariants: `apply_*` are idempotent (a retried metadata command applies twice);
+after any of them the node's metadata is marked dirty, so it is written out.
+
+Not here: the policy rules themselves (policies.py), the wire (management.py, the
+CLI in broker/ctl.py), replication (cluster/meta.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, precondition
+from ..auth.users import InvalidPattern, Permissions, User
+from .policies import Policy, PolicyError, parse_policy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Node
+
+NAME_LIMIT = 255  # bytes, as AMQP short strings
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _name(kind: str, value) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > NAME_LIMIT:
+        raise precondition(f"a {kind} name must be a non-empty string of at most "
+                           f"{NAME_LIMIT} bytes, got {value!r}")
+    return value
+
+
+def check_new_user(node: "Node", name, password) -> None:
+    _name("user", name)
+    check_password(name, password)
+    if name in node.users.users:
+        raise AMQPError(spec.PRECONDITION_FAILED, f"user '{name}' already exists")
+
+
+def check_password(name: str, password) -> None:
+    if not isinstance(password, str) or not password:
+        raise precondition(f"user '{name}': the password must be a non-empty string")
+
+
+def check_user(node: "Node", name) -> User:
+    user = node.users.users.get(name) if isinstance(name, str) else None
+    if user is None:
+        raise AMQPError(spec.NOT_FOUND, f"no user '{name}'")
+    return user
+
+
+def check_tags(tags) -> tuple[str, ...]:
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) and t for t in tags):
+        raise precondition(f"tags must be a list of non-empty strings, got {tags!r}")
+    return tuple(dict.fromkeys(tags))
+
+
+def check_vhost(node: "Node", name) -> None:
+    if not isinstance(name, str) or node.vhost(name) is None:
+        raise AMQPError(spec.NOT_FOUND, f"no vhost '{name}'")
+
+
+def check_new_vhost(node: "Node", name) -> None:
+    _name("vhost", name)
+    if node.vhost(name) is not None:
+        raise AMQPError(spec.PRECONDITION_FAILED, f"vhost '{name}' already exists")
+
+
+def check_permissions(node: "Node", user, vhost, configure, write, read) -> Permissions:
+    check_user(node, user)
+    check_vhost(node, vhost)
+    for kind, pattern in (("configure", configure), ("write", write), ("read", read)):
+        if not isinstance(pattern, str):
+            raise precondition(f"the {kind} pattern must be a string, got {pattern!r}")
+    try:
+        return Permissions(configure, write, read)
+    except InvalidPattern as error:
+        raise precondition(f"permissions of user '{user}' in vhost '{vhost}': {error}") \
+            from None
+
+
+def check_policy(node: "Node", vhost, name, pattern, definition, priority,
+                 apply_to) -> Policy:
+    check_vhost(node, vhost)
+    try:
+        return parse_policy(vhost, name, pattern, definition, priority, apply_to)
+    except PolicyError as error:
+        raise precondition(str(error)) from None
+
+
+def check_existing_policy(node: "Node", vhost, name) -> None:
+    check_vhost(node, vhost)
+    if name not in node.policies.get(vhost, {}):
+        raise AMQPError(spec.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
+
+
+# ------------------------------------------------------------------ applying
+
+
+def apply_user(node: "Node", name: str, password_hash: str, tags: tuple[str, ...]) -> None:
+    """Create the user, or give an existing one this password hash and these tags
+    (its permissions stay)."""
+    existing = node.users.users.get(name)
+    permissions = existing.permissions if existing is not None else {}
+    node.users.users[name] = User(name, password_hash, tuple(tags), permissions)
+    node.metadata_dirty = True
+
+
+def apply_delete_user(node: "Node", name: str) -> None:
+    if node.users.users.pop(name, None) is None:
+        return
+    node.metadata_dirty = True
+    _close_sessions(node, lambda session: session.user is not None
+                    and session.user.name == name, f"user '{name}' was deleted")
+
+
+def apply_vhost(node: "Node", name: str) -> None:
+    from .vhost import VHost
+
+    if name not in node.vhosts:
+        node.vhosts[name] = VHost(name)
+        node.metadata_dirty = True
+
+
+def apply_delete_vhost(node: "Node", name: str) -> None:
+    vhost = node.vhosts.get(name)
+    if vhost is None:
+        return
+    _close_sessions(node, lambda session: session.vhost is vhost,
+                    f"vhost '{name}' is deleted")
+    for queue in list(vhost.queues.values()):
+        node.delete_queue(vhost, queue)
+    del node.vhosts[name]
+    for user in node.users.users.values():
+        user.permissions.pop(name, None)
+    node.policies.pop(name, None)
+    node.metadata_dirty = True
+
+
+def apply_permissions(node: "Node", user: str, vhost: str,
+                      permissions: Permissions | None) -> None:
+    """Set (or clear, with None) a user's permissions in a vhost."""
+    account = node.users.users.get(user)
+    if account is None or (permissions is not None and vhost not in node.vhosts):
+        return  # deleted meanwhile (through another node of the cluster)
+    if permissions is None:
+        if account.permissions.pop(vhost, None) is None:
+            return
+    else:
+        account.permissions[vhost] = permissions
+    node.metadata_dirty = True
+
+
+def apply_policy(node: "Node", policy: Policy) -> None:
+    node.policies.setdefault(policy.vhost, {})[policy.name] = policy
+    node.metadata_dirty = True
+    node.apply_policies(policy.vhost)
+
+
+def apply_clear_policy(node: "Node", vhost: str, name: str) -> None:
+    if node.policies.get(vhost, {}).pop(name, None) is None:
+        return
+    node.metadata_dirty = True
+    node.apply_policies(vhost)
+
+
+def _close_sessions(node: "Node", which, reason: str) -> None:
+    now = time.monotonic()
+    for session in list(node.sessions):
+        if which(session):
+            session.server_close(spec.CONNECTION_FORCED, reason, now)
+            node.dirty.add(session)
+
+
+# ------------------------------------------------------------------ listing
+
+
+def user_rows(node: "Node") -> list[dict]:
+    return [{"name": user.name, "tags": list(user.tags)}
+            for user in sorted(node.users.users.values(), key=lambda u: u.name)]
+
+
+def permission_rows(node: "Node", vhost: str | None = None,
+                    user: str | None = None) -> list[dict]:
+    rows = []
+    for account in sorted(node.users.users.values(), key=lambda u: u.name):
+        if user is not None and account.name != user:
+            continue
+        for name, rights in sorted(account.permissions.items()):
+            if vhost is None or name == vhost:
+                rows.append({"user": account.name, "vhost": name,
+                             "configure": rights.configure, "write": rights.write,
+                             "read": rights.read})
+    return rows
+
+
+def policy_rows(node: "Node", vhost: str | None = None) -> list[dict]:
+    return [policy.as_dict() for name in sorted(node.policies)
+            if vhost is None or name == vhost
+            for policy in sorted(node.policies[name].values(), key=lambda p: p.name)]
