@@ -110,9 +110,11 @@ def test_rebalance_moves_leaders_not_members(cluster):
     names = [f"r-{n}" for n in range(6)]
     wait_for("leaders", lambda: all(leader_of(uri, n) for n in names))
     before = {n: sorted(queue_status(uri, n)["members"]) for n in names}
-    # every queue was declared through node 1 (client-local): it leads them all
+    # every queue was declared through node 1 (client-local), so it leads them all,
+    # unless an election moved some meanwhile (a slow heartbeat on a loaded machine)
+    led = [sum(1 for n in names if leader_of(uri, n) == node) for node in cluster.names]
     result = call(uri, "queues.rebalance", queue_pattern="^r-")
-    assert result["moves"], result
+    assert bool(result["moves"]) == (max(led) > 2), (led, result)
     wait_for("balanced leaders", lambda: max(
         sum(1 for n in names if leader_of(uri, n) == node) for node in cluster.names) <= 2)
     assert {n: sorted(queue_status(uri, n)["members"]) for n in names} == before
