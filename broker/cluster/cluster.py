@@ -85,6 +85,8 @@ class Cluster:
         self.transport = None            # ClusterTransport, set by the server shell
         self.wake = lambda: None         # the server's schedule_flush
         self.pending: dict[int, _Pending] = {}
+        # counts asked of other nodes (proxy.counts): request -> (callback, deadline)
+        self.stats: dict[int, tuple] = {}
         # request ids: unique across this node's runs too (a leader remembers requests
         # by (node, id); a restarted node counting from 0 again would be "remembered")
         self._next_request = int.from_bytes(os.urandom(7), "big") << 8
@@ -283,6 +285,7 @@ class Cluster:
             silent = {n for n in self.nodes if n != self.name
                       and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
             self._down_stale_consumers(silent)
+        proxy.expire_stats(self)
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
             if pending.sent_at < deadline and not (pending.accepted
@@ -468,6 +471,8 @@ _RPCS = {
     "ping": Cluster._on_ping,
     "reply": proxy.on_reply,
     "deliver": proxy.on_deliver,
+    "stat": proxy.on_stat,
+    "stat_reply": proxy.on_stat_reply,
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
 }

@@ -6,14 +6,18 @@ The node's commands reach the leader as forwarded proposals asking for the reply
 values as they are, a basic.get's message read from its log), and hands that node's
 consumers their deliveries with the bodies. The receiving node writes them to its
 channels, settles what no-ack consumers took, and returns what arrives for a consumer
-that is gone.
+that is gone. Its counts (a passive queue.declare) come from a member too: an Rpc
+"stat" that member answers once it applied everything it had appended, so the
+publishes this node forwarded before are counted; (0, 0) if no member answers within
+STAT_TIMEOUT (a queue without a reachable majority), as RabbitMQ answers then.
 
 Not here: forwarding and retries (cluster.py), the queue record (queues/quorum.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 from ..fifo.commands import Delivery, Return, Settle
 from ..node.quorum import now_ms
@@ -21,6 +25,8 @@ from .wire import Rpc
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster import Cluster
+
+STAT_TIMEOUT = 5.0  # seconds a node with no replica waits for a member's counts
 
 
 def encode_reply(cluster: "Cluster", member, reply):
@@ -87,3 +93,48 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
             settled.append(msg_id)
     if settled:
         record.propose(Settle(key, tuple(settled)), now_ms())
+
+
+def counts(cluster: "Cluster", record, callback: Callable[[int, int], None]) -> None:
+    """(ready, consumers) of a quorum queue with no replica here, from a member (its
+    leader if known), passed to `callback`."""
+    cluster._next_request += 1
+    request = cluster._next_request
+    target = (record.leader_hint if record.leader_hint in cluster.addresses
+              else cluster._some_member(record, None))
+    if target is None:
+        callback(0, 0)
+        return
+    cluster.stats[request] = (callback, time.monotonic() + STAT_TIMEOUT)
+    cluster._post(target, Rpc("stat", {"g": record.group, "r": request}))
+
+
+def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
+    member = cluster.node.quorum.queues.get(body["g"])
+    request = body["r"]
+    if member is None or member.raft is None or member.deleted:
+        cluster._post(sender, Rpc("stat_reply", {"r": request}))
+        return
+
+    def answer(_reply=None) -> None:
+        cluster._post(sender, Rpc("stat_reply", {"r": request, "ready": member.ready_count,
+                                                 "consumers": member.consumer_count}))
+
+    if member.has_unapplied():
+        member.after_applied(answer)
+    else:
+        answer()
+
+
+def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
+    waiting = cluster.stats.pop(body["r"], None)
+    if waiting is not None:
+        waiting[0](body.get("ready", 0), body.get("consumers", 0))
+
+
+def expire_stats(cluster: "Cluster") -> None:
+    now = time.monotonic()
+    for request, (callback, deadline) in list(cluster.stats.items()):
+        if now >= deadline:
+            del cluster.stats[request]
+            callback(0, 0)

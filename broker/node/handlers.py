@@ -29,7 +29,7 @@ from ..queues.types import (EQUIVALENCE_KEYS_BY_TYPE, check_int_argument, queue_
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases
-from ..cluster import meta
+from ..cluster import meta, proxy
 from .channel import Channel, Consumer
 from .node import REPLY_TO
 from .policies import leader_locator
@@ -320,12 +320,18 @@ def _send_declare_ok(channel: Channel, queue) -> None:
     """declare-ok with the queue's counts. A quorum queue answers once what was
     proposed before (acks, publishes of this burst) is applied, so the counts are
     those a client that already sent them expects."""
-    def send(_reply=None) -> None:
+    def send(_reply=None, ready: int | None = None, consumers: int | None = None) -> None:
         if channel.state == "open":
-            channel.send(codec.queue_declare_ok(channel.number, queue.name, queue.ready_count,
-                                                queue.consumer_count))
+            channel.send(codec.queue_declare_ok(
+                channel.number, queue.name,
+                queue.ready_count if ready is None else ready,
+                queue.consumer_count if consumers is None else consumers))
 
-    if queue.type_name == "quorum" and queue.has_unapplied():
+    cluster = channel.node.cluster
+    if queue.type_name == "quorum" and queue.raft is None and cluster is not None:
+        # no replica here: a member counts (cluster/proxy.py)
+        proxy.counts(cluster, queue, lambda ready, consumers: send(None, ready, consumers))
+    elif queue.type_name == "quorum" and queue.has_unapplied():
         queue.after_applied(send)
     else:
         send()

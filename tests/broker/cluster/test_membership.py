@@ -50,6 +50,28 @@ def cluster():
         yield running
 
 
+def test_a_node_without_a_replica_counts_like_the_queues_members(cluster):
+    one, two, three = cluster.names
+    declare(cluster.uri(one), "counted-elsewhere", size=1)  # five messages, on one only
+    assert queue_status(cluster.uri(one), "counted-elsewhere")["members"] == [one]
+    with connect(cluster.uri(one)) as consuming:
+        channel = consuming.channel()
+        channel.basic_qos(prefetch_count=1)
+        channel.basic_consume("counted-elsewhere", lambda *_: None)
+        consuming.process_data_events(time_limit=0.5)
+        with connect(cluster.uri(two)) as elsewhere:
+            other = elsewhere.channel()
+            declared = other.queue_declare("counted-elsewhere", passive=True).method
+            # one message is out to the consumer (prefetch 1), four are ready
+            assert (declared.message_count, declared.consumer_count) == (4, 1)
+            other.confirm_delivery()
+            for n in range(3):  # through node two, then counted at once
+                other.basic_publish("", "counted-elsewhere", b"more",
+                                    pika.BasicProperties(delivery_mode=2))
+            assert other.queue_declare("counted-elsewhere",
+                                       passive=True).method.message_count == 7
+
+
 def test_add_and_delete_a_member(cluster):
     one, two, three = cluster.names
     uri = cluster.uri(one)
