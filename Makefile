@@ -93,7 +93,7 @@ test: setup oracle $(STAMP_NEWEST)
 # Throughput (classic, then quorum queues) and quorum-queue bytes per message,
 # quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
-# publisher, and the log data source against binaryFile; about 8 minutes on 2 vCPUs.
+# publisher, and the log data source against binaryFile; about 12 minutes on 2 vCPUs.
 bench: setup oracle
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
