@@ -75,6 +75,7 @@ def set_user_tags(uri, name, tags) -> None:
 @ctl.command("list_users")
 @uri_option
 def list_users(uri) -> None:
+    """Every user and its tags."""
     rows = _call(uri, "users.list")
     _echo_table(["user", "tags"], [[r["name"], f"[{', '.join(r['tags'])}]"] for r in rows])
 
@@ -100,6 +101,7 @@ def delete_vhost(uri, name) -> None:
 @ctl.command("list_vhosts")
 @uri_option
 def list_vhosts(uri) -> None:
+    """Every virtual host."""
     rows = _call(uri, "vhosts.list")
     _echo_table(["name"], [[r["name"]] for r in rows])
 
@@ -124,6 +126,7 @@ def set_permissions(uri, vhost, user, configure, write, read) -> None:
 @vhost_option
 @click.argument("user")
 def clear_permissions(uri, vhost, user) -> None:
+    """Take away all of USER's permissions in VHOST."""
     _call(uri, "permissions.clear", vhost=vhost, user=user)
     click.echo(f"Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...")
 
@@ -132,6 +135,7 @@ def clear_permissions(uri, vhost, user) -> None:
 @uri_option
 @vhost_option
 def list_permissions(uri, vhost) -> None:
+    """Every user's permissions in VHOST."""
     rows = _call(uri, "permissions.list", vhost=vhost)
     _echo_table(["user", "configure", "write", "read"],
                 [[r["user"], r["configure"], r["write"], r["read"]] for r in rows])
@@ -141,6 +145,7 @@ def list_permissions(uri, vhost) -> None:
 @uri_option
 @click.argument("user")
 def list_user_permissions(uri, user) -> None:
+    """USER's permissions in every vhost."""
     rows = _call(uri, "permissions.list", user=user)
     _echo_table(["vhost", "configure", "write", "read"],
                 [[r["vhost"], r["configure"], r["write"], r["read"]] for r in rows])
@@ -175,6 +180,7 @@ def set_policy(uri, vhost, priority, apply_to, name, pattern, definition) -> Non
 @vhost_option
 @click.argument("name")
 def clear_policy(uri, vhost, name) -> None:
+    """Remove policy NAME from VHOST (its queues return to their own arguments)."""
     _call(uri, "policies.clear", vhost=vhost, name=name)
     click.echo(f"Clearing policy \"{name}\" on vhost \"{vhost}\" ...")
 
@@ -183,6 +189,7 @@ def clear_policy(uri, vhost, name) -> None:
 @uri_option
 @vhost_option
 def list_policies(uri, vhost) -> None:
+    """The policies of VHOST."""
     rows = _call(uri, "policies.list", vhost=vhost)
     _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
                 [[r["vhost"], r["name"], r["pattern"], r["apply_to"],

@@ -64,12 +64,7 @@ class IndexQueue:
         index, packed = self.indexes[head], self.sizes[head]
         self.head = head + 1
         self.bytes -= packed & SIZE_MASK
-        if self.head == len(self.indexes):
-            self.clear()
-        elif self.head >= 4096 and self.head * 2 >= len(self.indexes):
-            del self.indexes[:self.head]
-            del self.sizes[:self.head]
-            self.head = 0
+        self._compact()
         return index, packed
 
     def popleft_many(self, count: int) -> tuple[array, array]:
@@ -80,13 +75,18 @@ class IndexQueue:
         self.head = end
         self.bytes -= sum(sizes) if not self._any_high(sizes) else sum(
             packed & SIZE_MASK for packed in sizes)
+        self._compact()
+        return indexes, sizes
+
+    def _compact(self) -> None:
+        """After taking from the head: drop the taken entries once they are half the
+        arrays (or all of them)."""
         if self.head == len(self.indexes):
             self.clear()
         elif self.head >= 4096 and self.head * 2 >= len(self.indexes):
             del self.indexes[:self.head]
             del self.sizes[:self.head]
             self.head = 0
-        return indexes, sizes
 
     @staticmethod
     def _any_high(sizes: array) -> bool:

@@ -655,6 +655,15 @@ _INTEGER = {ord("b"): struct.Struct(">b"), ord("B"): struct.Struct(">B"),
 _PUBLISHER_KEY, _SEQ_KEY = PUBLISHER_HEADER.encode(), SEQ_HEADER.encode()
 
 
+def _header_table_span(raw: bytes, flags: int) -> tuple[int, int]:
+    """Where a content header's header table starts (its u32 length) and ends."""
+    offset = 14
+    for present in (_CONTENT_TYPE, _CONTENT_ENCODING):
+        if flags & present:
+            offset += 1 + raw[offset]
+    return offset, offset + 4 + int.from_bytes(raw[offset:offset + 4])
+
+
 def _scan_sequence_headers(properties: codec.Properties) -> tuple[object, object] | None:
     """(publisher, seq) found by walking the header table's entries without decoding
     the others (the Spark sink sends them on every message; pamqp's decoding of the
@@ -665,11 +674,7 @@ def _scan_sequence_headers(properties: codec.Properties) -> tuple[object, object
     flags = int.from_bytes(raw[12:14])
     if flags & 1 or not flags & _HEADERS:
         return None
-    offset = 14
-    for present in (_CONTENT_TYPE, _CONTENT_ENCODING):
-        if flags & present:
-            offset += 1 + raw[offset]
-    end = offset + 4 + int.from_bytes(raw[offset:offset + 4])
+    offset, end = _header_table_span(raw, flags)
     if end > len(raw):
         return None
     position = offset + 4
@@ -713,11 +718,7 @@ def _headers(properties: codec.Properties) -> dict | None:
         return properties.decoded().get("headers")
     if not flags & _HEADERS:
         return None
-    offset = 14
-    for present in (_CONTENT_TYPE, _CONTENT_ENCODING):
-        if flags & present:
-            offset += 1 + raw[offset]
-    end = offset + 4 + int.from_bytes(raw[offset:offset + 4])
+    offset, end = _header_table_span(raw, flags)
     try:
         return pamqp_decode.field_table(raw[offset:end])[1]
     except (struct.error, ValueError, TypeError, IndexError) as error:
