@@ -25,8 +25,8 @@ Invariants
       commit (an optional integrity file whose computation follows every commit).
     - Delta computes min/max/null-count statistics of every file it writes for the
       first 32 columns of a table (`delta.dataSkippingNumIndexedCols`): for the
-      source's 20 columns that is all of them, and it costs about as much CPU as
-      writing the Parquet itself (bench/README.md, `connector_source.py`). A
+      source's 20 columns that is all of them, though only a few are worth skipping
+      files by (a body or a header map never is). A
       table made by `create_source_table` keeps statistics on `queue`, `offset` and
       `timestamp` only (`delta.dataSkippingStatsColumns`); a table a stream creates
       by itself keeps Delta's default.
