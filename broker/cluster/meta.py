@@ -45,6 +45,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
+from ..node.definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 from ..queues.replicated import ReplicatedGroup
 from ..raft import RaftNode
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
@@ -165,31 +166,7 @@ def _add_node(node: "Node", c: dict):
 
 
 def _definition(node: "Node", c: dict):
-    from ..auth.users import Permissions
-    from ..node import definitions as d
-    from ..node.policies import parse_policy
-
-    match c["op"]:
-        case "user.put":
-            d.apply_user(node, c["name"], c["password_hash"], tuple(c["tags"]))
-        case "user.delete":
-            d.apply_delete_user(node, c["name"])
-        case "vhost.add":
-            d.apply_vhost(node, c["name"])
-        case "vhost.delete":
-            d.apply_delete_vhost(node, c["name"])
-        case "permissions.set":
-            d.apply_permissions(node, c["user"], c["vhost"], Permissions(*c["patterns"]))
-        case "permissions.clear":
-            d.apply_permissions(node, c["user"], c["vhost"], None)
-        case "policy.set":
-            p = c["policy"]
-            if p["vhost"] in node.vhosts:  # deleted meanwhile through another node
-                d.apply_policy(node, parse_policy(p["vhost"], p["name"], p["pattern"],
-                                                  p["definition"], p["priority"],
-                                                  p["apply_to"]))
-        case "policy.clear":
-            d.apply_clear_policy(node, c["vhost"], c["name"])
+    apply_command(node, c)  # users, vhosts, permissions, policies: node/definitions.py
     return None
 
 
@@ -202,7 +179,5 @@ APPLY = {
     "queue.members": _queue_members,
     "bind": _bind,
     "unbind": _bind,
-    **{op: _definition for op in ("user.put", "user.delete", "vhost.add", "vhost.delete",
-                                  "permissions.set", "permissions.clear", "policy.set",
-                                  "policy.clear")},
+    **{op: _definition for op in DEFINITION_COMMANDS},
 }

@@ -37,10 +37,11 @@ def _require_administrator(session) -> None:
     required(session)
 
 
-def _change(node, op: str, fields: dict, apply: Callable[[], None]):
-    """Apply here (a node of its own) or through the metadata group (a cluster)."""
+def _change(node, op: str, fields: dict):
+    """Apply the command here (a node of its own) or through the metadata group (a
+    cluster), with definitions.apply_command either way."""
     if node.cluster is None:
-        apply()
+        d.apply_command(node, {"op": op, **fields})
         return {}
     from ..cluster import meta
     from .management import Later
@@ -56,8 +57,7 @@ def _users_add(node, session, request):
     tags = d.check_tags(request.get("tags", []))
     password_hash = hash_password(password)
     return _change(node, "user.put", {"name": name, "password_hash": password_hash,
-                                      "tags": list(tags)},
-                   lambda: d.apply_user(node, name, password_hash, tags))
+                                      "tags": list(tags)})
 
 
 def _users_change_password(node, session, request):
@@ -67,8 +67,7 @@ def _users_change_password(node, session, request):
     d.check_password(user.name, password)
     password_hash = hash_password(password)
     return _change(node, "user.put", {"name": user.name, "password_hash": password_hash,
-                                      "tags": list(user.tags)},
-                   lambda: d.apply_user(node, user.name, password_hash, user.tags))
+                                      "tags": list(user.tags)})
 
 
 def _users_set_tags(node, session, request):
@@ -76,15 +75,13 @@ def _users_set_tags(node, session, request):
     user = d.check_user(node, request.get("name"))
     tags = d.check_tags(request.get("tags"))
     return _change(node, "user.put", {"name": user.name, "password_hash": user.password_hash,
-                                      "tags": list(tags)},
-                   lambda: d.apply_user(node, user.name, user.password_hash, tags))
+                                      "tags": list(tags)})
 
 
 def _users_delete(node, session, request):
     _require_administrator(session)
     user = d.check_user(node, request.get("name"))
-    return _change(node, "user.delete", {"name": user.name},
-                   lambda: d.apply_delete_user(node, user.name))
+    return _change(node, "user.delete", {"name": user.name})
 
 
 def _users_list(node, session, request) -> list[dict]:
@@ -96,15 +93,14 @@ def _vhosts_add(node, session, request):
     _require_administrator(session)
     name = request.get("name")
     d.check_new_vhost(node, name)
-    return _change(node, "vhost.add", {"name": name}, lambda: d.apply_vhost(node, name))
+    return _change(node, "vhost.add", {"name": name})
 
 
 def _vhosts_delete(node, session, request):
     _require_administrator(session)
     name = request.get("name")
     d.check_vhost(node, name)
-    return _change(node, "vhost.delete", {"name": name},
-                   lambda: d.apply_delete_vhost(node, name))
+    return _change(node, "vhost.delete", {"name": name})
 
 
 def _vhosts_list(node, session, request) -> list[dict]:
@@ -118,8 +114,7 @@ def _permissions_set(node, session, request):
     rights = d.check_permissions(node, user, vhost, request.get("configure"),
                                  request.get("write"), request.get("read"))
     return _change(node, "permissions.set", {"user": user, "vhost": vhost,
-                                             "patterns": rights.as_list()},
-                   lambda: d.apply_permissions(node, user, vhost, rights))
+                                             "patterns": rights.as_list()})
 
 
 def _permissions_clear(node, session, request):
@@ -127,8 +122,7 @@ def _permissions_clear(node, session, request):
     vhost, user = request.get("vhost", "/"), request.get("user")
     d.check_user(node, user)
     d.check_vhost(node, vhost)
-    return _change(node, "permissions.clear", {"user": user, "vhost": vhost},
-                   lambda: d.apply_permissions(node, user, vhost, None))
+    return _change(node, "permissions.clear", {"user": user, "vhost": vhost})
 
 
 def _permissions_list(node, session, request) -> list[dict]:
@@ -146,16 +140,14 @@ def _policies_set(node, session, request):
     policy = d.check_policy(node, request.get("vhost", "/"), request.get("name"),
                             request.get("pattern"), request.get("definition"),
                             request.get("priority", 0), request.get("apply_to", "all"))
-    return _change(node, "policy.set", {"policy": policy.as_dict()},
-                   lambda: d.apply_policy(node, policy))
+    return _change(node, "policy.set", {"policy": policy.as_dict()})
 
 
 def _policies_clear(node, session, request):
     _require_administrator(session)
     vhost, name = request.get("vhost", "/"), request.get("name")
     d.check_existing_policy(node, vhost, name)
-    return _change(node, "policy.clear", {"vhost": vhost, "name": name},
-                   lambda: d.apply_clear_policy(node, vhost, name))
+    return _change(node, "policy.clear", {"vhost": vhost, "name": name})
 
 
 def _policies_list(node, session, request) -> list[dict]:

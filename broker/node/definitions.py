@@ -183,6 +183,39 @@ def apply_clear_policy(node: "Node", vhost: str, name: str) -> None:
     node.apply_policies(vhost)
 
 
+def apply_command(node: "Node", c: dict) -> None:
+    """Apply one definition command ({"op": ..., fields}, as cluster/meta.py lists
+    them): the one way a checked change reaches a node, whether the management RPC
+    applies it on a node of its own or every node applies it from the metadata log."""
+    match c["op"]:
+        case "user.put":
+            apply_user(node, c["name"], c["password_hash"], tuple(c["tags"]))
+        case "user.delete":
+            apply_delete_user(node, c["name"])
+        case "vhost.add":
+            apply_vhost(node, c["name"])
+        case "vhost.delete":
+            apply_delete_vhost(node, c["name"])
+        case "permissions.set":
+            apply_permissions(node, c["user"], c["vhost"], Permissions(*c["patterns"]))
+        case "permissions.clear":
+            apply_permissions(node, c["user"], c["vhost"], None)
+        case "policy.set":
+            p = c["policy"]
+            if p["vhost"] in node.vhosts:  # deleted meanwhile through another node
+                apply_policy(node, parse_policy(p["vhost"], p["name"], p["pattern"],
+                                                p["definition"], p["priority"],
+                                                p["apply_to"]))
+        case "policy.clear":
+            apply_clear_policy(node, c["vhost"], c["name"])
+        case op:
+            raise ValueError(f"not a definition command: {op!r}")
+
+
+COMMANDS = ("user.put", "user.delete", "vhost.add", "vhost.delete", "permissions.set",
+            "permissions.clear", "policy.set", "policy.clear")
+
+
 def _close_sessions(node: "Node", which, reason: str) -> None:
     now = time.monotonic()
     for session in list(node.sessions):
