@@ -156,10 +156,6 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
     properties = [(name, values[name]) for name in (*STRING_PROPERTIES, *INTEGER_PROPERTIES,
                                                     "timestamp") if name in values]
     default_key = options.routing_key or ""
-    if not properties and "headers" not in values:
-        yield from _plain_messages(batch.num_rows, bodies, exchanges, routing_keys, plan,
-                                   options, key, first_row)
-        return
     templates: dict[tuple, _Template | None] = {}
     for index in range(batch.num_rows):
         row = first_row + index
@@ -185,28 +181,6 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
         else:
             amqp["headers"] = _headers(headers[index], key.publisher, seq)
             stamped = pika.BasicProperties(**amqp)
-        yield Outgoing(row, exchanges[index] or options.exchange,
-                       default_key if routing_keys[index] is None else routing_keys[index],
-                       body.encode() if plan.body_is_text else body, stamped)
-
-
-def _plain_messages(rows: int, bodies: list, exchanges: list, routing_keys: list,
-                    plan: InputPlan, options: SinkOptions, key: IdempotencyKey,
-                    first_row: int) -> Iterator[Outgoing]:
-    """`_batch_messages` for a DataFrame without property or header columns: every
-    row's properties are the same but for the seq, one template for all."""
-    template = _template(pika.BasicProperties(
-        delivery_mode=2, headers=_headers(None, key.publisher, _SEQ_SENTINEL)))
-    default_key = options.routing_key or ""
-    for index in range(rows):
-        row = first_row + index
-        body = bodies[index]
-        if body is None:
-            raise RowError(f"row {row} of this task: column 'body' is null, and an AMQP "
-                           "message cannot be; filter out or coalesce null bodies")
-        seq = key.base + row + 1
-        stamped = (_Stamped(template, seq) if template is not None else pika.BasicProperties(
-            delivery_mode=2, headers=_headers(None, key.publisher, seq)))
         yield Outgoing(row, exchanges[index] or options.exchange,
                        default_key if routing_keys[index] is None else routing_keys[index],
                        body.encode() if plan.body_is_text else body, stamped)
