@@ -435,6 +435,10 @@ class Cluster:
         if member is not None and member.raft is not None and member.is_leader:
             self.transfer_leadership(member, body["to"])
 
+    def counts(self, record, callback) -> None:
+        """(ready, consumers) of a quorum queue with no replica here, from a member."""
+        proxy.counts(self, record, callback)
+
     def deliver_remote(self, queue, owner: str, key: str, deliveries) -> None:
         proxy.deliver_remote(self, queue, owner, key, deliveries)
 

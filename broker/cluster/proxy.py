@@ -87,8 +87,8 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         return
     settled = []
     for msg_id, count, exchange, routing_key, header, message in body["m"]:
-        consumer.channel.deliver_quorum(consumer, record, key, Delivery(msg_id, 0, count),
-                                        exchange, routing_key, header, message)
+        record.deliver(consumer, key, Delivery(msg_id, 0, count), exchange, routing_key,
+                       header, message)
         if consumer.no_ack:
             settled.append(msg_id)
     if settled:

@@ -6,12 +6,15 @@ through the node.
 
 How it works:
 - Every delivery gets the next delivery tag; unless no-ack it is remembered in
-  `unacked` (insertion order = tag order) until ack/nack/reject/recover or close.
+  `unacked` (insertion order = tag order) with its queue and the queue's token for
+  it, until ack/nack/reject/recover or close, when the queue gets its tokens back
+  (queues/base.py: the channel never asks which type a queue is).
 - Capacity: a consumer takes a message while its own prefetch (basic.qos global=false,
   fixed at consume time) and the channel's shared prefetch (global=true) allow.
-- Confirms: each publish in confirm mode gets the next sequence number; its outcome
-  (ack, or nack when a queue refused it) waits in `pending_confirms` until the store
-  batch holding it is fsynced; confirms go out in order, runs of acks as one
+- Confirms: each publish in confirm mode gets the next sequence number and a
+  `Confirm` (queues/base.py); its outcome (ack, or nack when a queue refused it) waits
+  in `pending_confirms` until the store batch holding it is fsynced and every queue
+  that answers later has answered; confirms go out in order, runs of acks as one
   `multiple` ack.
 - Transactions: publishes and acks are buffered until tx.commit (only then do acks
   free prefetch, as in RabbitMQ), dropped on rollback.
@@ -19,7 +22,7 @@ How it works:
   PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
   under (RabbitMQ's per-channel permission cache; rights that changed miss it).
 
-Invariants: delivery tags start at 1 and only grow; an unacked entry belongs to
+Invariants: delivery tags start at 1 and only grow; an unacked token belongs to
 exactly one channel; a nacked or rejected message without requeue is dropped (no
 dead-lettering yet).
 """
@@ -32,33 +35,19 @@ from typing import TYPE_CHECKING
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, precondition
 from ..auth.users import Permissions, check_access
-from ..queues.classic import ClassicQueue, Entry
-from .quorum import with_delivery_count
+from ..queues.base import Confirm, Queue
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..fifo.commands import Delivery
-    from ..queues.quorum import QuorumQueue
     from .session import Session
 
 PERMISSION_CACHE_SIZE = 12  # rabbit_channel's ?MAX_PERMISSION_CACHE_SIZE
-
-
-class QuorumEntry:
-    """An unacked delivery from a quorum queue: which fifo consumer holds it, and the
-    machine's message id (settled through the log, by id)."""
-
-    __slots__ = ("key", "msg_id")
-
-    def __init__(self, key: str, msg_id: int) -> None:
-        self.key = key
-        self.msg_id = msg_id
 
 
 class Consumer:
     __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch",
                  "unacked", "arguments", "reply_to")
 
-    def __init__(self, channel: "Channel", queue: ClassicQueue | None, tag: str, no_ack: bool,
+    def __init__(self, channel: "Channel", queue: Queue | None, tag: str, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int, arguments: dict) -> None:
         self.channel = channel
         self.queue = queue
@@ -92,15 +81,15 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.lease_ranges: set[str] = set()  # tags of lease ranges streaming (leases.py)
         self.next_delivery_tag = 1
-        self.unacked: dict[int, tuple[ClassicQueue, Entry, Consumer | None]] = {}
+        # delivery tag -> (queue, the queue's token for the delivery, consumer or None)
+        self.unacked: dict[int, tuple[Queue, object, Consumer | None]] = {}
         self.unacked_count = 0  # unacked deliveries counted against global prefetch
         self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
         self.global_prefetch = 0
         self.flow_active = True
         self.confirm_mode = False
         self.next_publish_seq = 1
-        # [seq, batch_id needed (0 = none), ok, quorum entries not yet applied]
-        self.pending_confirms: deque[list] = deque()
+        self.pending_confirms: deque[Confirm] = deque()
         self.tx_mode = False
         self.tx_publishes: list = []
         self.tx_settlements: list = []
@@ -111,9 +100,13 @@ class Channel:
         self.content_parts: list[bytes] = []
         self.content_received = 0
         self.reply_to_consumer: Consumer | None = None
-        self.quorum_queues: dict[int, "QuorumQueue"] = {}  # consumed or got from
+        self.queues_used: dict[int, Queue] = {}  # consumed or got from: told of the close
         # (permission, kind, name) -> the user's Permissions it passed under
         self.permitted: dict[tuple[str, str, str], Permissions] = {}
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == "open"
 
     @property
     def quorum_identity(self) -> str:
@@ -145,82 +138,37 @@ class Channel:
 
     # ------------------------------------------------------------ deliveries
 
-    def deliver(self, consumer: Consumer, queue: ClassicQueue, entry: Entry) -> None:
+    def deliver(self, consumer: Consumer, queue: Queue, token, redelivered: bool,
+                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
+        """basic.deliver of one message to `consumer`; unless no-ack, `token` is kept
+        until the client settles the delivery (the queue gets it back)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
-        message = entry.message
         session = self.session
-        session.write(codec.basic_deliver(self.number, consumer.tag, tag, entry.redelivered,
-                                          message.exchange, message.routing_key))
-        session.write_parts(codec.content(self.number, message.properties.raw, message.body,
-                                          session.frame_max))
-        if consumer.no_ack:
-            self.node.settle(queue, entry)
-        else:
-            self.unacked[tag] = (queue, entry, consumer)
-            consumer.unacked += 1
-            self.unacked_count += 1
-
-    def deliver_quorum(self, consumer: Consumer, queue: "QuorumQueue", key: str,
-                       delivery: "Delivery", exchange: str, routing_key: str, header: bytes,
-                       body: bytes) -> None:
-        tag = self.next_delivery_tag
-        self.next_delivery_tag += 1
-        count = delivery.delivery_count
-        if count:
-            header = with_delivery_count(header, count)
-        session = self.session
-        session.write(codec.basic_deliver(self.number, consumer.tag, tag, count > 0,
+        session.write(codec.basic_deliver(self.number, consumer.tag, tag, redelivered,
                                           exchange, routing_key))
         session.write_parts(codec.content(self.number, header, body, session.frame_max))
         if not consumer.no_ack:
-            self.unacked[tag] = (queue, QuorumEntry(key, delivery.msg_id), consumer)
+            self.unacked[tag] = (queue, token, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
 
-    def get_quorum_reply(self, queue: "QuorumQueue", key: str, no_ack: bool, reply) -> None:
-        """The machine answered a basic.get (Dequeue): get-ok with the message, or
-        get-empty."""
-        if self.state != "open":
-            return  # the channel is gone; its Down returns an unsettled message
-        if reply is None:
-            self.send(codec.basic_get_empty(self.number))
-            return
-        delivery, remaining, *message = reply
-        exchange, routing_key, header, body = (
-            message[0] if message  # from the leader: no replica on this node
-            else self.node.quorum.read_message(queue, delivery.raft_index))
-        count = delivery.delivery_count
-        if count:
-            header = with_delivery_count(header, count)
+    def get_ok(self, queue: Queue, token, no_ack: bool, redelivered: bool, exchange: str,
+               routing_key: str, remaining: int, header: bytes, body: bytes) -> None:
+        """basic.get-ok with one message; unless no-ack, `token` is kept as for a
+        delivery."""
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
-        self.send(codec.basic_get_ok(self.number, tag, count > 0, exchange, routing_key,
+        self.send(codec.basic_get_ok(self.number, tag, redelivered, exchange, routing_key,
                                      remaining))
         self.session.write_parts(codec.content(self.number, header, body,
                                                self.session.frame_max))
         if not no_ack:
-            self.unacked[tag] = (queue, QuorumEntry(key, delivery.msg_id), None)
+            self.unacked[tag] = (queue, token, None)
             self.unacked_count += 1
 
-    def get(self, queue: ClassicQueue, no_ack: bool) -> None:
-        entry = queue.pop()
-        if entry is None:
-            self.send(codec.basic_get_empty(self.number))
-            return
-        tag = self.next_delivery_tag
-        self.next_delivery_tag += 1
-        message = entry.message
-        self.send(codec.basic_get_ok(self.number, tag, entry.redelivered, message.exchange,
-                                     message.routing_key, queue.ready_count))
-        self.session.write_parts(codec.content(self.number, message.properties.raw,
-                                               message.body, self.session.frame_max))
-        queue.unacked_count += 1
-        if no_ack:
-            self.node.settle(queue, entry)
-        else:
-            self.unacked[tag] = (queue, entry, None)
-            self.unacked_count += 1
+    def get_empty(self) -> None:
+        self.send(codec.basic_get_empty(self.number))
 
     # ------------------------------------------------------------ settlement
 
@@ -258,27 +206,18 @@ class Channel:
         self._apply_settlements(taken, requeue)
 
     def _apply_settlements(self, taken: list, requeue: bool | None) -> None:
-        touched: dict[int, ClassicQueue] = {}
+        """Hand each queue its settled tokens (in tag order), then let the consumers
+        whose prefetch this freed take more."""
+        by_queue: dict[int, tuple[Queue, list]] = {}
         consumers = []
-        node = self.node
-        quorum: dict[tuple[int, str], tuple["QuorumQueue", list[int]]] = {}
-        for _tag, (queue, entry, consumer) in taken:
+        for _tag, (queue, token, consumer) in taken:
             self.unacked_count -= 1
             if consumer is not None:
                 consumer.unacked -= 1
-            if type(entry) is QuorumEntry:
-                quorum.setdefault((id(queue), entry.key), (queue, []))[1].append(entry.msg_id)
-                continue
-            if requeue:
-                node.requeue(queue, entry)
-            else:
-                node.settle(queue, entry)
-            touched[id(queue)] = queue
-            consumers.append(consumer)
-        for (_id, key), (queue, msg_ids) in quorum.items():
-            node.settle_quorum(queue, key, msg_ids, requeue)
-        for queue in touched.values():
-            node.deliver(queue)
+                consumers.append(consumer)
+            by_queue.setdefault(id(queue), (queue, []))[1].append(token)
+        for queue, tokens in by_queue.values():
+            queue.settle(self, tokens, requeue)
         self._refill(consumers)
 
     def _refill(self, consumers) -> None:
@@ -287,11 +226,10 @@ class Channel:
             consumers = list(self.consumers.values())
         seen = set()
         for consumer in consumers:
-            if (consumer is not None and consumer.queue is not None
-                    and consumer.queue.type_name == "classic"
-                    and id(consumer.queue) not in seen):
-                seen.add(id(consumer.queue))
-                self.node.deliver(consumer.queue)
+            queue = consumer.queue
+            if queue is not None and id(queue) not in seen:
+                seen.add(id(queue))
+                queue.capacity_freed()
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
@@ -307,31 +245,33 @@ class Channel:
         self.next_publish_seq += 1
         return seq
 
-    def record_confirm(self, seq: int, batch_id: int, ok: bool, outstanding: int = 0) -> list:
-        """Queue the confirm of publish `seq`; it leaves once store batch `batch_id` is
-        fsynced and `outstanding` quorum queues have applied the message (each calls
-        `quorum_confirmed` on the returned record)."""
-        record = [seq, batch_id, ok, outstanding]
-        self.pending_confirms.append(record)
-        if batch_id or outstanding:
+    def open_confirm(self, seq: int) -> Confirm:
+        """The confirm of publish `seq`, queued in order; the queues the message is
+        routed to say what it waits for (queues/base.py), then `close_confirm`."""
+        confirm = Confirm(self, seq)
+        self.pending_confirms.append(confirm)
+        return confirm
+
+    def close_confirm(self, confirm: Confirm) -> None:
+        """Every queue has taken the message: send the confirm now if it waits for
+        nothing, else once the node's fsync (`synced`) or the queues' answers allow."""
+        if confirm.batch_id or confirm.outstanding:
             self.node.awaiting_sync.add(self)
         else:
             self.release_confirms(self.node.synced_batch_id)
-        return record
 
-    def quorum_confirmed(self, record: list, accepted: bool) -> None:
-        record[3] -= 1
-        if not accepted:
-            record[2] = False
+    def confirm_answered(self) -> None:
+        """A queue answered for a confirm (Confirm.hold): released after the flush."""
         self.node.quorum.touched_channels.add(self)
 
     def release_confirms(self, synced_batch_id: int) -> bool:
         """Send the confirms whose batches are on disk; True when none remain."""
         pending = self.pending_confirms
         run_end = 0
-        while pending and pending[0][1] <= synced_batch_id and not pending[0][3]:
-            seq, _batch, ok, _outstanding = pending.popleft()
-            if ok:
+        while pending and pending[0].batch_id <= synced_batch_id and not pending[0].outstanding:
+            confirm = pending.popleft()
+            seq = confirm.seq
+            if confirm.ok:
                 run_end = seq
                 continue
             if run_end:
@@ -375,9 +315,7 @@ class Channel:
             self.node.unregister_reply_to(self)
             self.reply_to_consumer = None
         elif consumer.queue is not None:
-            consumer.queue.remove_consumer(consumer)
-            if consumer.queue.type_name == "quorum":
-                self.node.cancel_quorum_consumer(consumer.queue, self, consumer)
+            consumer.queue.cancel(self, consumer)
             self.node.consumer_removed(consumer.queue)
         return consumer
 
@@ -388,22 +326,21 @@ class Channel:
         self.state = "closing"  # deliveries in flight from quorum queues are returned
         for tag in list(self.consumers):
             self.cancel(tag)
-        # quorum queues: one Down per queue returns everything this channel held
-        # (delivery count + 1), including tx-buffered settlements that never happened
-        for queue in self.quorum_queues.values():
-            self.node.quorum_channel_down(queue, self)
-        self.quorum_queues.clear()
-        taken = [item for item in self.unacked.items() if type(item[1][1]) is not QuorumEntry]
-        self.unacked.clear()
-        # tx-buffered settlements never happened: those messages return too
+        # every queue consumed or got from hears of the close, with the tokens of its
+        # unacked deliveries, tx-buffered settlements included (they never happened)
+        returned: dict[int, tuple[Queue, list]] = {
+            key: (queue, []) for key, queue in self.queues_used.items()}
+        held = list(self.unacked.values())
         for tx_taken, _requeue in self.tx_settlements:
-            for tag, (queue, entry, consumer) in tx_taken:
-                if type(entry) is QuorumEntry:
-                    continue
-                self.node.requeue(queue, entry)
-                self.node.deliver(queue)
+            held += [item for _tag, item in tx_taken]
+        for queue, token, _consumer in held:
+            returned.setdefault(id(queue), (queue, []))[1].append(token)
+        self.unacked.clear()
+        self.unacked_count = 0
+        self.queues_used.clear()
         self.tx_settlements.clear()
         self.tx_publishes.clear()
-        self._apply_settlements(taken, True)
+        for queue, tokens in returned.values():
+            queue.channel_closed(self, tokens)
         self.pending_confirms.clear()
         self.node.awaiting_sync.discard(self)

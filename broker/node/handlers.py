@@ -25,11 +25,11 @@ from typing import Callable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
-from ..queues.types import (EQUIVALENCE_KEYS_BY_TYPE, check_int_argument, queue_type_of,
+from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases
-from ..cluster import meta, proxy
+from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
 from .policies import leader_locator
@@ -241,9 +241,7 @@ def queue_declare(session, channel: Channel, args) -> None:
             _send_declare_ok(channel, queue)
         return
     if name == "":
-        if queue_type_of(arguments) == "quorum":
-            raise precondition("Cannot declare a server-named queue for type "
-                               "rabbit_quorum_queue")
+        check_server_named(arguments)
         name = _generated_name("amq.gen-")
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -262,12 +260,8 @@ def queue_declare(session, channel: Channel, args) -> None:
                 raise precondition(f"inequivalent arg '{field_name}' for {where}: received "
                                    f"'{str(bool(received)).lower()}' but current is "
                                    f"'{str(current).lower()}'")
-        if existing.type_name == "classic":  # declaring x-queue-type classic is optional
-            received, current = _without_defaults(arguments), _without_defaults(existing.arguments)
-        else:
-            received, current = arguments, existing.arguments
-        check_arguments_equivalent(received, current, where,
-                                   EQUIVALENCE_KEYS_BY_TYPE[existing.type_name])
+        received, current = existing.equivalence_arguments(arguments)
+        check_arguments_equivalent(received, current, where, existing.EQUIVALENCE_KEYS)
         queue = existing
     else:
         dead_letter = arguments.get("x-dead-letter-exchange")
@@ -303,10 +297,7 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
             return  # deleted meanwhile; the client learns it at its next use
         channel.last_queue_name = name
         if not args.nowait:
-            if queue.raft is None:
-                _send_declare_ok(channel, queue)
-            else:
-                queue.when_led(lambda: _send_declare_ok(channel, queue))
+            queue.when_led(lambda: _send_declare_ok(channel, queue))
 
     from .quorum import group_uid
 
@@ -317,30 +308,12 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
 
 
 def _send_declare_ok(channel: Channel, queue) -> None:
-    """declare-ok with the queue's counts. A quorum queue answers once what was
-    proposed before (acks, publishes of this burst) is applied, so the counts are
-    those a client that already sent them expects."""
-    def send(_reply=None, ready: int | None = None, consumers: int | None = None) -> None:
-        if channel.state == "open":
-            channel.send(codec.queue_declare_ok(
-                channel.number, queue.name,
-                queue.ready_count if ready is None else ready,
-                queue.consumer_count if consumers is None else consumers))
+    """declare-ok with the queue's counts, once the queue knows them (queues/base.py)."""
+    def send(ready: int, consumers: int) -> None:
+        if channel.is_open:
+            channel.send(codec.queue_declare_ok(channel.number, queue.name, ready, consumers))
 
-    cluster = channel.node.cluster
-    if queue.type_name == "quorum" and queue.raft is None and cluster is not None:
-        # no replica here: a member counts (cluster/proxy.py)
-        proxy.counts(cluster, queue, lambda ready, consumers: send(None, ready, consumers))
-    elif queue.type_name == "quorum" and queue.has_unapplied():
-        queue.after_applied(send)
-    else:
-        send()
-
-
-def _without_defaults(arguments: dict) -> dict:
-    """x-queue-type: classic is the default, so declaring it or not is equivalent."""
-    return {k: v for k, v in arguments.items()
-            if not (k == "x-queue-type" and _text(v) == "classic")}
+    queue.declare_ok(send)
 
 
 def queue_bind(session, channel: Channel, args) -> None:
@@ -378,12 +351,7 @@ def queue_delete(session, channel: Channel, args) -> None:
             channel.send(codec.queue_delete_ok(channel.number, 0))
         return
     _check_exclusive(session, queue)
-    check_delete_flags(queue, args.if_unused, args.if_empty)
-    where = f"queue '{name}' in vhost '{vhost.name}'"
-    if args.if_unused and queue.consumers:
-        raise precondition(f"{where} in use")
-    if args.if_empty and (queue.ready_count or queue.unacked_count):
-        raise precondition(f"{where} not empty")
+    queue.check_delete(bool(args.if_unused), bool(args.if_empty))
     if session.node.cluster is not None and queue.type_name == "quorum":
         _replicate(session, channel, spec.QUEUE_DELETE, meta.encode(
             "queue.delete", vhost=vhost.name, name=name, group=queue.group),
@@ -393,18 +361,6 @@ def queue_delete(session, channel: Channel, args) -> None:
     count = session.node.delete_queue(vhost, queue)
     if not args.nowait:
         channel.send(codec.queue_delete_ok(channel.number, count))
-
-
-def check_delete_flags(queue, if_unused: bool, if_empty: bool) -> None:
-    """rabbit_quorum_queue:delete refuses if-unused and if-empty (a connection error,
-    in RabbitMQ 3.10 as in 4.x) rather than check them."""
-    if queue.type_name != "quorum":
-        return
-    for flag, given in (("if-unused", if_unused), ("if-empty", if_empty)):
-        if given:
-            raise AMQPError(spec.NOT_IMPLEMENTED, f"cannot delete queue '{queue.name}' in "
-                            f"vhost '{queue.vhost}'. queue.delete operations with {flag} "
-                            "flag set are not supported by quorum queues", 50, 40)
 
 
 # ---------------------------------------------------------------- basic
@@ -436,27 +392,16 @@ def basic_consume(session, channel: Channel, args) -> None:
         return
     priority = arguments.get("x-priority", 0)
     check_int_argument("x-priority", priority, where)
-    quorum = queue.type_name == "quorum"
-    if quorum and channel.global_prefetch:
-        # RabbitMQ: rabbit_quorum_queue refuses global QoS; the 4.2 guide makes it a
-        # channel error (3.10 closed the whole connection)
-        raise AMQPError(spec.NOT_IMPLEMENTED, f"{where} does not support global qos",
-                        60, 20, connection_level=False)
-    if queue.exclusive_consumer is not None or (args.exclusive and queue.consumers
-                                                and not quorum):
+    exclusive = queue.check_consume(channel, bool(args.exclusive))
+    if queue.exclusive_consumer is not None or (exclusive and queue.consumers):
         raise access_refused(f"{where} in exclusive use")
-    # quorum queues accept and ignore the exclusive flag (no consumer exclusivity)
-    exclusive = bool(args.exclusive) and not quorum
     consumer = Consumer(channel, queue, tag, bool(args.no_ack), exclusive, priority,
                         channel.consumer_prefetch, arguments)
     channel.add_consumer(consumer)
+    channel.queues_used[id(queue)] = queue
     if not args.nowait:
         channel.send(codec.basic_consume_ok(channel.number, tag))
-    if quorum:
-        session.node.consume_quorum(queue, channel, consumer)
-        return
-    queue.add_consumer(consumer)
-    session.node.deliver(queue)
+    queue.consume(channel, consumer)
 
 
 def _consume_reply_to(session, channel: Channel, args, tag: str) -> None:
@@ -516,10 +461,8 @@ def _checked_properties(session, channel: Channel, properties):
 
 def basic_get(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
-    if queue.type_name == "quorum":
-        session.node.get_quorum(queue, channel, bool(args.no_ack))
-        return
-    channel.get(queue, bool(args.no_ack))
+    channel.queues_used[id(queue)] = queue
+    queue.basic_get(channel, bool(args.no_ack))
 
 
 def basic_ack(session, channel: Channel, args: codec.Ack) -> None:

@@ -47,7 +47,6 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..auth.users import check_access
 from ..fifo import commands as fifo
-from ..fifo.leases import entries
 from ..lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
 from .quorum import now_ms, with_delivery_count
 
@@ -74,8 +73,7 @@ def _text(value) -> str | None:
 
 def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict) -> None:
     where = f"queue '{queue.name}' in vhost '{queue.vhost}'"
-    if queue.type_name != "quorum":
-        raise precondition(f"invalid arg 'x-lease' for {where}: leases need a quorum queue")
+    queue.check_leases(f"invalid arg 'x-lease' for {where}: leases need a quorum queue")
     name = _text(arguments.get("x-lease"))
     if not name:
         raise precondition(f"invalid arg 'x-lease' for {where}: expected a lease name")
@@ -89,7 +87,7 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
         raise precondition(f"lease '{name}' on {where}: x-lease-end {end} is below "
                            f"x-lease-start {start}")
     try:
-        items = entries(queue.state, name, start, end)
+        items = queue.lease_entries(name, start, end)
     except KeyError:
         raise precondition(f"no lease '{name}' on {where}") from None
     except ValueError as error:
@@ -149,11 +147,9 @@ def _while_open(session, channel, queue, lease: str, tag: str,
 
 def _reader(session, queue) -> Callable[[int, int], tuple[str, str, bytes, bytes]]:
     """read(seq, raft index) -> the message's exchange, routing key, header, body."""
-    read_message = session.node.quorum.read_message
-
     def read(seq: int, index: int):
         try:
-            return read_message(queue, index)
+            return queue.read_message(index)
         except (LookupError, RuntimeError):
             raise _Unreadable(seq) from None
 
@@ -216,9 +212,8 @@ def _queue(node, session, request) -> "QuorumQueue":
     queue = vhost.queues.get(name)
     if queue is None:
         raise not_found("queue", name, vhost.name)
-    if queue.type_name != "quorum":
-        raise AMQPError(spec.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost.name}' "
-                        "is not a quorum queue; leases need one")
+    queue.check_leases(f"queue '{name}' in vhost '{vhost.name}' is not a quorum queue; "
+                       "leases need one")
     return queue
 
 
@@ -276,7 +271,7 @@ def release(node, session, request):
 def info(node, session, request) -> dict:
     queue = _queue(node, session, request)
     name = _lease_name(request)
-    lease = queue.state.leases.get(name)
+    lease = queue.lease_info(name)
     if lease is None:
         raise AMQPError(spec.NOT_FOUND, f"no lease '{name}' on queue '{queue.name}' in "
                         f"vhost '{queue.vhost}'")

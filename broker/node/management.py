@@ -96,29 +96,10 @@ def _vhost(node, session: "Session", name: str):
 
 
 def queue_row(node, queue) -> dict[str, Any]:
-    """One line of `queues list`. bytes: message bodies still in the queue (ready and
-    unacked, like RabbitMQ's message_bytes); classic queues have no Raft group, so
-    their leader and only member is this node."""
-    row = {"vhost": queue.vhost, "name": queue.name, "type": queue.type_name,
-           "durable": queue.durable, "ready": queue.ready_count,
-           "unacked": queue.unacked_count, "consumers": queue.consumer_count,
-           "bytes": queue.ready_bytes, "leader": node.settings.node_name,
-           "members": [node.settings.node_name]}
-    if queue.type_name == "quorum" and queue.raft is None:  # no replica on this node
-        row.update(leader=queue.leader_id, members=list(queue.members), group=queue.group,
-                   replica=False)
-    elif queue.type_name == "quorum":
-        row.update(bytes=queue.message_bytes, leader=queue.raft.leader_id,
-                   members=list(queue.raft.members), group=queue.group,
-                   commit_index=queue.raft.commit_index,
-                   # replies this node waits for (confirms, gets...): (index, term) each
-                   waiting=sorted((index, term) for index, waiting in queue.waiters.items()
-                                  for term, _data, _waiter in waiting),
-                   # memory: the log's entries not yet moved to segment files, and the
-                   # machine's per-message state (the memory-footprint figures)
-                   memtable_bytes=node.quorum.store.memtable_bytes(queue.group),
-                   state_bytes=queue.state.metadata_bytes())
-    return row
+    """One line of `queues list` (queues/base.py `stats`). bytes: message bodies still
+    in the queue (ready and unacked, like RabbitMQ's message_bytes); a queue without
+    a Raft group has this node as its leader and only member."""
+    return queue.stats(node.settings.node_name)
 
 
 def _list(node, session, request) -> list[dict]:
@@ -151,14 +132,7 @@ def _delete(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
-    from .handlers import check_delete_flags
-
-    check_delete_flags(queue, request.get("if_unused"), request.get("if_empty"))
-    where = f"queue '{queue.name}' in vhost '{vhost.name}'"
-    if request.get("if_unused") and queue.consumers:
-        raise AMQPError(spec.PRECONDITION_FAILED, f"{where} in use")
-    if request.get("if_empty") and (queue.ready_count or queue.unacked_count):
-        raise AMQPError(spec.PRECONDITION_FAILED, f"{where} not empty")
+    queue.check_delete(bool(request.get("if_unused")), bool(request.get("if_empty")))
     if node.cluster is not None and queue.type_name == "quorum":
         from ..cluster import meta
 

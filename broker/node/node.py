@@ -31,16 +31,15 @@ from pamqp import decode as pamqp_decode
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..auth.users import FULL, Permissions, User, UserStore
-from ..fifo import commands as fifo
-from ..queues.classic import ClassicQueue, Entry, Message
-from ..queues.quorum import NO_ACK_CREDIT, QuorumQueue, fifo_config
+from ..queues.base import Confirm, Queue
+from ..queues.classic import ClassicQueue, Message
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from . import management
-from .policies import Policy, classic_limits, matching, parse_policy, quorum_config
-from .quorum import QuorumGroups, now_ms
+from .policies import Policy, matching, parse_policy
+from .quorum import QuorumGroups
 from .vhost import VHost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,30 +102,26 @@ class Node:
     # ------------------------------------------------------------ queues
 
     def create_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
-                     owner: "Session | None", group: str | None = None):
+                     owner: "Session | None", group: str | None = None) -> Queue:
+        arguments = dict(queue_spec.arguments)
         if queue_spec.type == "quorum":
             if self.quorum is None:
                 raise AMQPError(spec.NOT_IMPLEMENTED, "quorum queues need a log store; this "
                                 "node runs without one", connection_level=False)
-            arguments = dict(queue_spec.arguments)
             queue = (self.quorum.recover(vhost.name, name, arguments, group) if group
                      else self.quorum.create(vhost.name, name, arguments))
-            vhost.queues[name] = queue
-            self.metadata_dirty = True
-            self.reconcile_quorum(queue)  # a policy's settings, as the log's first command
-            return queue
-        arguments = dict(queue_spec.arguments)
-        max_length, max_bytes, overflow = classic_limits(
-            arguments, self.policy_for(vhost.name, "classic", name))
-        queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
-                             queue_spec.auto_delete, arguments,
-                             max_priority=queue_spec.max_priority,
-                             max_length=max_length, max_length_bytes=max_bytes,
-                             overflow=overflow,
-                             single_active_consumer=queue_spec.single_active_consumer)
+        else:
+            queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
+                                 queue_spec.auto_delete, arguments,
+                                 max_priority=queue_spec.max_priority,
+                                 single_active_consumer=queue_spec.single_active_consumer,
+                                 store=self.store)
         vhost.queues[name] = queue
         if queue.durable:
             self.metadata_dirty = True
+        # a policy's settings: classic queues take them at once, quorum queues as the
+        # log's first command
+        queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
 
     def create_replicated_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
@@ -137,7 +132,8 @@ class Node:
                                    members, campaign=leader == self.quorum.member)
         vhost.queues[name] = queue
         self.metadata_dirty = True
-        self.reconcile_quorum(queue)  # its leader, once elected, does it on a tick
+        # its leader, once elected, proposes the policy's settings on a tick
+        queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
 
     # ------------------------------------------------------------ policies
@@ -148,9 +144,9 @@ class Node:
         return matching(self.policies.get(vhost, {}).values(), kind, name)
 
     def apply_policies(self, vhost_name: str) -> None:
-        """After a policy change: classic queues take their limits at once (drop-head
-        drops what is over), exchanges their alternate exchange; quorum queues this
-        node leads get their new settings through their log (`reconcile_quorum`)."""
+        """After a policy change: every queue takes its settings (classic queues at
+        once, drop-head dropping what is over; quorum queues through their log, by
+        their leader), exchanges their alternate exchange."""
         vhost = self.vhosts.get(vhost_name)
         if vhost is None:
             return
@@ -159,42 +155,16 @@ class Node:
             exchange.policy_alternate = (policy.definition.get("alternate-exchange")
                                          if policy is not None else None)
         for queue in list(vhost.queues.values()):
-            if isinstance(queue, QuorumQueue):
-                self.reconcile_quorum(queue)
-                continue
-            queue.max_length, queue.max_length_bytes, queue.overflow = classic_limits(
-                queue.arguments, self.policy_for(vhost_name, "classic", queue.name))
-            for dropped in queue.enforce_limits():
-                self._forget(queue, dropped)
-
-    def reconcile_quorum(self, queue: QuorumQueue) -> None:
-        """If this node leads `queue` and its machine's settings differ from what its
-        arguments and policy give, propose the change (rabbit_fifo's update_config):
-        every member applies it at the same log index. Called on policy changes and
-        on every tick (a new leader, a restart)."""
-        if queue.raft is None or not queue.is_leader or queue.deleted:
-            return
-        wanted = quorum_config(queue.arguments, self.policy_for(queue.vhost, "quorum",
-                                                                queue.name),
-                               fifo_config(queue.arguments))
-        if wanted == queue.state.config or wanted == queue.config_proposed:
-            return
-        queue.config_proposed = wanted
-
-        def applied(_reply, queue=queue) -> None:
-            queue.config_proposed = None
-
-        queue.propose(fifo.UpdateConfig(wanted.delivery_limit, wanted.max_length,
-                                        wanted.max_bytes, wanted.overflow),
-                      now_ms(), applied)
+            queue.policy_changed(self.policy_for(vhost_name, queue.type_name, queue.name))
 
     def tick_policies(self) -> None:
+        """On every tick: a queue whose settings are applied through a log (a new
+        leader, a restart) catches up."""
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
-                if isinstance(queue, QuorumQueue):
-                    self.reconcile_quorum(queue)
+                queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
 
-    def delete_queue(self, vhost: VHost, queue: ClassicQueue) -> int:
+    def delete_queue(self, vhost: VHost, queue: Queue) -> int:
         """Delete a queue: cancel its consumers (notifying clients that asked),
         drop its messages. Returns the number of ready messages it held."""
         if vhost.queues.get(queue.name) is not queue:
@@ -203,12 +173,7 @@ class Node:
         del vhost.queues[queue.name]
         queue.deleted = True
         self.cancel_consumers(queue)
-        if isinstance(queue, QuorumQueue):
-            self.quorum.delete(queue)
-        else:
-            queue.purge()
-        if self.store is not None and queue.durable and not isinstance(queue, QuorumQueue):
-            self.store.append_delete(queue_key(vhost.name, queue.name))
+        queue.delete()
         removed = vhost.remove_bindings_to(Destination(QUEUE, queue.name))
         if queue.durable or any(e.durable for e in removed):
             self.metadata_dirty = True
@@ -224,27 +189,19 @@ class Node:
             if channel.session.capabilities.get("consumer_cancel_notify"):
                 channel.send(codec.basic_cancel(channel.number, consumer.tag))
 
-    def drop_replica(self, queue: QuorumQueue) -> None:
+    def drop_replica(self, queue) -> None:
         """This node is no longer one of the queue's members (cluster membership)."""
         self.cancel_consumers(queue)
         self.quorum.leave(queue)
 
-    def purge_queue(self, queue, respond) -> None:
+    def purge_queue(self, queue: Queue, respond) -> None:
         """Drop the queue's ready messages; `respond(count)` is called once that is
         done (at once for classic queues, once the purge is applied for quorum ones)."""
-        if isinstance(queue, QuorumQueue):
-            queue.propose(fifo.Purge(), now_ms(), lambda count: respond(count or 0))
-            return
-        respond(self._purge_classic(queue))
+        queue.purge(respond)
 
-    def _purge_classic(self, queue: ClassicQueue) -> int:
-        purged = queue.purge()
-        for entry in purged:  # unacked messages survive a purge, so settle one by one
-            self._forget(queue, entry)
-        return len(purged)
-
-    def consumer_removed(self, queue: ClassicQueue) -> None:
-        if queue.is_unused_for_auto_delete() and not queue.deleted:
+    def consumer_removed(self, queue: Queue) -> None:
+        if queue.auto_delete and queue.had_consumers and not queue.consumers \
+                and not queue.deleted:
             vhost = self.vhosts.get(queue.vhost)
             if vhost is not None:
                 self.delete_queue(vhost, queue)
@@ -276,117 +233,11 @@ class Node:
                                             publish.exchange, publish.routing_key))
             channel.session.write_parts(codec.content(channel.number, properties.raw, body,
                                                       channel.session.frame_max))
-        batch_id, ok = 0, True
-        replicated = []
+        confirm = channel.open_confirm(confirm_seq) if confirm_seq else None
         for queue in queues:
-            if isinstance(queue, QuorumQueue):
-                replicated.append(queue)
-                continue
-            queue_batch, accepted = self.enqueue(queue, message)
-            batch_id = max(batch_id, queue_batch)
-            ok = ok and accepted
-        if not replicated:
-            if confirm_seq:
-                channel.record_confirm(confirm_seq, batch_id, ok)
-            return
-        record = (channel.record_confirm(confirm_seq, batch_id, ok, len(replicated))
-                  if confirm_seq else None)
-        for queue in replicated:
-            self.enqueue_quorum(queue, message, channel, record)
-
-    def enqueue_quorum(self, queue: QuorumQueue, message: Message, channel: "Channel | None",
-                       record: list | None) -> None:
-        """Propose the message to the queue's log; the publisher's confirm (if any)
-        waits for the entry to be fsynced and applied. A client's publish may carry
-        an idempotency key (`publisher_sequence`); messages the broker moves itself
-        (channel None: dead-lettering) never do, as their keys are out of order."""
-        publisher, seq = (publisher_sequence(message.properties) if channel is not None
-                          else ("", 0))
-        data = fifo.encode_enqueue(publisher, seq, min(message.priority, 255), message.exchange,
-                                   message.routing_key, message.properties.raw, message.body)
-        waiter = None
-        if record is not None:
-            # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
-            waiter = lambda reply: channel.quorum_confirmed(record, reply != "rejected")
-        queue.propose(data, 0, waiter)
-
-    def enqueue(self, queue, message: Message) -> tuple[int, bool]:
-        """(store batch id to wait for or 0, accepted)."""
-        if isinstance(queue, QuorumQueue):
-            self.enqueue_quorum(queue, message, None, None)
-            return 0, True
-        if queue.would_overflow(message):
-            return 0, False
-        stored = queue.durable and message.persistent and self.store is not None
-        entry = queue.make_entry(message, stored)
-        batch_id = 0
-        if stored:
-            batch_id = self.store.append_enqueue(
-                queue_key(queue.vhost, queue.name), entry.seq, message.exchange,
-                message.routing_key, message.properties.raw, message.body)
-        for dropped in queue.push(entry):
-            self._forget(queue, dropped)
-        if queue.consumers:
-            self.deliver(queue)
-        return batch_id, True
-
-    def deliver(self, queue: ClassicQueue) -> None:
-        if isinstance(queue, QuorumQueue):
-            return  # the fifo machine hands out messages (Deliver effects)
-        while queue.ready_count:
-            consumer = queue.next_consumer()
-            if consumer is None:
-                return
-            entry = queue.pop()
-            queue.unacked_count += 1
-            consumer.channel.deliver(consumer, queue, entry)
-
-    def settle(self, queue: ClassicQueue, entry: Entry) -> None:
-        """An unacked delivery is done with (acked, or rejected without requeue)."""
-        queue.unacked_count -= 1
-        self._forget(queue, entry)
-
-    def _forget(self, queue: ClassicQueue, entry: Entry) -> None:
-        if entry.stored and not queue.deleted and self.store is not None:
-            self.store.append_ack(queue_key(queue.vhost, queue.name), entry.seq)
-
-    def requeue(self, queue: ClassicQueue, entry: Entry) -> None:
-        queue.unacked_count -= 1
-        if not queue.deleted:
-            queue.requeue(entry)
-
-    # ------------------------------------------------------------ quorum consumers
-
-    def consume_quorum(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
-        key = f"{channel.quorum_identity}/{consumer.tag}"
-        queue.add_consumer(consumer, key)
-        channel.quorum_queues[id(queue)] = queue
-        prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
-        queue.propose(fifo.Checkout(key, prefetch, consumer.priority, channel.quorum_identity),
-                      now_ms())
-
-    def cancel_quorum_consumer(self, queue: QuorumQueue, channel: "Channel", consumer) -> None:
-        if not queue.deleted:
-            queue.propose(fifo.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), now_ms())
-
-    def get_quorum(self, queue: QuorumQueue, channel: "Channel", no_ack: bool) -> None:
-        key = f"{channel.quorum_identity}/get"
-        channel.quorum_queues[id(queue)] = queue
-        queue.propose(fifo.Dequeue(key, no_ack, channel.quorum_identity), now_ms(),
-                      lambda reply: channel.get_quorum_reply(queue, key, no_ack, reply))
-
-    def settle_quorum(self, queue: QuorumQueue, key: str, msg_ids: list[int],
-                      requeue: bool | None) -> None:
-        """ack (requeue None) -> Settle, nack/reject requeue -> Return (delivery count
-        + 1), without requeue -> Discard."""
-        if queue.deleted:
-            return
-        kind = fifo.Settle if requeue is None else (fifo.Return if requeue else fifo.Discard)
-        queue.propose(kind(key, tuple(msg_ids)), now_ms())
-
-    def quorum_channel_down(self, queue: QuorumQueue, channel: "Channel") -> None:
-        if not queue.deleted:
-            queue.propose(fifo.Down(channel.quorum_identity), now_ms())
+            queue.publish(message, channel, confirm)
+        if confirm is not None:
+            channel.close_confirm(confirm)
 
     def _management_request(self, channel: "Channel", properties: codec.Properties,
                             body: bytes) -> bool:
@@ -408,7 +259,7 @@ class Node:
             else:
                 queue = vhost.queues.get(reply_to)
                 if queue is not None:
-                    self.enqueue(queue, reply)
+                    queue.publish(reply, None, None)
 
         management.handle(self, channel.session, body, respond)
         return True
@@ -436,7 +287,7 @@ class Node:
 
     def _deliver_reply(self, routing_key: str, message: Message) -> bool:
         channel = self._reply_to.get(routing_key)
-        if channel is None or channel.reply_to_consumer is None or channel.state != "open":
+        if channel is None or channel.reply_to_consumer is None or not channel.is_open:
             return False
         consumer = channel.reply_to_consumer
         tag = channel.next_delivery_tag
@@ -500,14 +351,10 @@ class Node:
                                       "arguments": encode_arguments(exchange.arguments)})
             for queue in vhost.queues.values():
                 if queue.durable:
-                    item = {"vhost": vhost.name, "name": queue.name,
-                            "type": queue.type_name, "auto_delete": queue.auto_delete,
-                            "arguments": encode_arguments(queue.arguments)}
-                    if isinstance(queue, QuorumQueue):
-                        item["group"] = queue.group
-                        if self.cluster is not None:
-                            item["members"] = list(queue.members)
-                    queues.append(item)
+                    queues.append({"vhost": vhost.name, "name": queue.name,
+                                   "type": queue.type_name, "auto_delete": queue.auto_delete,
+                                   "arguments": encode_arguments(queue.arguments),
+                                   **queue.metadata_record()})
             for binding in vhost.bindings():
                 if self._durable_binding(vhost, binding):
                     bindings.append({"vhost": vhost.name, "source": binding.source,
@@ -539,7 +386,6 @@ class Node:
 
     def recover(self) -> dict[str, int]:
         """Rebuild durable state from the stores at start. Returns counts."""
-        from ..amqp.codec import decode_properties
         from ..queues.types import validate_declaration
 
         counts = {"queues": 0, "messages": 0}
@@ -581,8 +427,7 @@ class Node:
                 vhost.bind(item["source"], Destination(kind, item["destination"]),
                            item["routing_key"], decode_arguments(item["arguments"]))
         if self.quorum is not None:
-            self.quorum.orphans({q.group for q in self.all_queues()
-                                 if isinstance(q, QuorumQueue)})
+            self.quorum.orphans({q.metadata_record().get("group") for q in self.all_queues()} - {None})
         if self.store is not None:
             recovered = self.store.recover()
             for key, messages in recovered.items():
@@ -592,19 +437,16 @@ class Node:
                 if queue is None:
                     self.store.append_delete(key)  # messages of a queue that is gone
                     continue
-                for item in messages:
-                    _class_id, properties = decode_properties(item.header)
-                    message = Message(item.exchange, item.routing_key, properties, item.body)
-                    entry = Entry(message, item.seq, stored=True)
-                    queue.next_seq = max(queue.next_seq, item.seq + 1)
-                    queue.push(entry)
-                    counts["messages"] += 1
+                taken = queue.recover_stored(messages)
+                if not taken:
+                    self.store.append_delete(key)  # a queue of another type now
+                counts["messages"] += taken
         for name in list(self.vhosts):
             self.apply_policies(name)
         self.metadata_dirty = False
         return counts
 
-    def all_queues(self) -> Iterable[ClassicQueue]:
+    def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
 

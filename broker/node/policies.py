@@ -4,9 +4,9 @@ pattern, per vhost. Pure.
 Responsibilities: validating a policy (`parse_policy`: its pattern, priority,
 apply-to and definition keys and values, refused with a message naming what is
 wrong); choosing the policy that applies to a queue or exchange (`matching`); and
-combining a queue's arguments with that policy's definition the way RabbitMQ's
-queue types do (`quorum_config`, `classic_limits`, `leader_locator`,
-`target_group_size`, `alternate_exchange`).
+combining an exchange's arguments with that policy (`alternate_exchange`). How a
+queue's arguments combine with a policy is each queue type's (queues/settings.py;
+re-exported here).
 
 How it works
     A policy applies to a queue or exchange of its vhost whose name its pattern
@@ -38,7 +38,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..fifo.state import FifoConfig
+from ..queues.settings import (_definition, _text, classic_limits, leader_locator,  # noqa: F401
+                               quorum_config, target_group_size)
 
 APPLY_TO = ("all", "queues", "classic_queues", "quorum_queues", "exchanges")
 LOCATORS = ("client-local", "balanced")
@@ -159,67 +160,6 @@ def matching(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
                 best is None or (-policy.priority, policy.name) < (-best.priority, best.name)):
             best = policy
     return best
-
-
-def _definition(policy: Policy | None) -> Mapping[str, Any]:
-    return policy.definition if policy is not None else {}
-
-
-def _lower(argument, policy):
-    if argument is None:
-        return policy
-    if policy is None:
-        return argument
-    return min(argument, policy)
-
-
-def _text(value) -> str | None:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
-
-
-def quorum_config(arguments: Mapping[str, Any], policy: Policy | None,
-                  base: FifoConfig) -> FifoConfig:
-    """A quorum queue's machine settings: its arguments (as `base`, built from them)
-    combined with `policy` (rabbit_quorum_queue's rules, module header)."""
-    definition = _definition(policy)
-    overflow = definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head"
-    limit = arguments.get("x-delivery-limit")
-    policy_limit = definition.get("delivery-limit")
-    if limit is None and policy_limit is None:
-        delivery_limit = base.delivery_limit
-    elif limit is None or policy_limit is None:
-        delivery_limit = policy_limit if limit is None else limit
-    elif limit < 0 or policy_limit < 0:
-        delivery_limit = max(limit, policy_limit)
-    else:
-        delivery_limit = min(limit, policy_limit)
-    return FifoConfig(delivery_limit=-1 if delivery_limit < 0 else delivery_limit,
-                      release_cursor_interval=base.release_cursor_interval,
-                      max_length=_lower(arguments.get("x-max-length"),
-                                        definition.get("max-length")),
-                      max_bytes=_lower(arguments.get("x-max-length-bytes"),
-                                       definition.get("max-length-bytes")),
-                      overflow=overflow)
-
-
-def classic_limits(arguments: Mapping[str, Any],
-                   policy: Policy | None) -> tuple[int | None, int | None, str]:
-    """(max length, max length bytes, overflow) of a classic queue."""
-    definition = _definition(policy)
-    return (_lower(arguments.get("x-max-length"), definition.get("max-length")),
-            _lower(arguments.get("x-max-length-bytes"), definition.get("max-length-bytes")),
-            definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head")
-
-
-def leader_locator(arguments: Mapping[str, Any], policy: Policy | None, configured: str) -> str:
-    return (_definition(policy).get("queue-leader-locator")
-            or _text(arguments.get("x-queue-leader-locator")) or configured)
-
-
-def target_group_size(arguments: Mapping[str, Any], policy: Policy | None,
-                      configured: int | None) -> int | None:
-    return (arguments.get("x-quorum-target-group-size")
-            or _definition(policy).get("target-group-size") or configured)
 
 
 def alternate_exchange(arguments: Mapping[str, Any], policy: Policy | None) -> str | None:

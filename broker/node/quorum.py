@@ -40,7 +40,8 @@ from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.machine import apply, live_indexes
 from ..fifo.state import FifoState
-from ..queues.quorum import QuorumQueue, decode_entry, fifo_config
+from ..queues.quorum import (QuorumQueue, decode_entry, fifo_config,  # noqa: F401
+                             with_delivery_count)
 from ..raft import COMMAND, RaftConfig, RaftNode
 from ..raft.storage import LogStore
 
@@ -116,6 +117,7 @@ class QuorumGroups:
             raft.campaign()  # a group of one elects itself at once
         queue = QuorumQueue(vhost, name, arguments, uid, raft, state, members)
         queue.router = self.cluster
+        queue.groups = self
         self.queues[uid] = queue
         return queue
 
@@ -126,6 +128,7 @@ class QuorumGroups:
         queue = QuorumQueue(vhost, name, arguments, uid, None,
                             FifoState(config=fifo_config(arguments)), members)
         queue.router = self.cluster
+        queue.groups = self
         return queue
 
     def join(self, queue: QuorumQueue) -> None:
@@ -355,8 +358,7 @@ class QuorumGroups:
                 returned.append(delivery.msg_id)
                 continue
             exchange, routing_key, header, body = self.read_message(queue, delivery.raft_index)
-            consumer.channel.deliver_quorum(consumer, queue, key, delivery, exchange,
-                                            routing_key, header, body)
+            queue.deliver(consumer, key, delivery, exchange, routing_key, header, body)
             if consumer.no_ack:
                 settled.append(delivery.msg_id)
         if returned:
@@ -386,10 +388,3 @@ class QuorumGroups:
                 queue.propose(commands.Tick(), now)
 
 
-def with_delivery_count(header: bytes, count: int, extra: dict | None = None) -> bytes:
-    """The content header with `x-delivery-count` (when count > 0) and any `extra`
-    integer headers set; everything else stays byte for byte as published."""
-    values = dict(extra or {})
-    if count:
-        values["x-delivery-count"] = count
-    return codec.with_long_headers(header, values) if values else header

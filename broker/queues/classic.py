@@ -11,19 +11,31 @@ to the next consumer that has capacity; the channel that owns the consumer track
 as unacked. A returned (requeued) entry goes back to its original position: entries
 are ordered by sequence number within a level.
 
+As a queue type (queues/base.py): publishes are appended to the node's message store
+when the queue is durable and the message persistent (the publisher's confirm waits
+for that batch's fsync); deliveries go to consumers' channels at once; an unacked
+delivery's token is its `Entry`, and settling one writes an ack record for a stored
+message.
+
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
-ready here, or unacked on exactly one channel, or settled; sequence numbers only grow.
-Not here: persistence (the node writes the store), routing, AMQP framing.
+ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
+`unacked_count` counts the entries handed out and not yet settled or returned.
+Not here: routing, AMQP framing, the store's format (storage/message_store.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ..storage.message_store import queue_key
+from .base import Confirm, Queue
+from .settings import classic_limits
+from .types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..node.channel import Consumer
+    from ..node.channel import Channel, Consumer
 
 
 class Message:
@@ -56,8 +68,8 @@ class Entry:
         self.redelivered = redelivered
 
 
-@dataclass(slots=True)
-class ClassicQueue:
+@dataclass(slots=True, eq=False)
+class ClassicQueue(Queue):
     vhost: str
     name: str
     durable: bool
@@ -80,8 +92,10 @@ class ClassicQueue:
     _rotation: int = 0
     _arrivals: list = field(default_factory=list)  # consumers in registration order
     deleted: bool = False
+    store: Any = None  # the node's MessageStore (None: nothing is persisted)
 
     type_name = "classic"
+    EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
@@ -154,14 +168,6 @@ class ClassicQueue:
         self.ready_count += 1
         self.ready_bytes += entry.message.size
 
-    def purge(self) -> list[Entry]:
-        purged = [entry for level in self.levels for entry in level]
-        for level in self.levels:
-            level.clear()
-        self.ready_count = 0
-        self.ready_bytes = 0
-        return purged
-
     def ready_entries(self) -> Iterator[Entry]:
         for level in reversed(self.levels):
             yield from level
@@ -219,3 +225,144 @@ class ClassicQueue:
 
     def is_unused_for_auto_delete(self) -> bool:
         return self.auto_delete and self.had_consumers and not self.consumers
+
+    # ------------------------------------------------------------ the queue type
+
+    def equivalence_arguments(self, arguments: dict) -> tuple[dict, dict]:
+        """x-queue-type: classic is the default, so declaring it or not is equivalent."""
+        return _without_default_type(arguments), _without_default_type(self.arguments)
+
+    def publish(self, message: Message, channel: "Channel | None",
+                confirm: Confirm | None) -> None:
+        if self.would_overflow(message):  # reject-publish: nacked
+            if confirm is not None:
+                confirm.refuse()
+            return
+        stored = self.durable and message.persistent and self.store is not None
+        entry = self.make_entry(message, stored)
+        if stored:
+            batch_id = self.store.append_enqueue(
+                queue_key(self.vhost, self.name), entry.seq, message.exchange,
+                message.routing_key, message.properties.raw, message.body)
+            if confirm is not None:
+                confirm.after_batch(batch_id)
+        for dropped in self.push(entry):
+            self._forget(dropped)
+        if self.consumers:
+            self.deliver()
+
+    def deliver(self) -> None:
+        """Hand ready messages to consumers with capacity."""
+        while self.ready_count:
+            consumer = self.next_consumer()
+            if consumer is None:
+                return
+            entry = self.pop()
+            self.unacked_count += 1
+            message = entry.message
+            consumer.channel.deliver(consumer, self, entry, entry.redelivered,
+                                     message.exchange, message.routing_key,
+                                     message.properties.raw, message.body)
+            if consumer.no_ack:
+                self._settled(entry)
+
+    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+        self.add_consumer(consumer)
+        self.deliver()
+
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        self.remove_consumer(consumer)
+
+    def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
+        return exclusive
+
+    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        entry = self.pop()
+        if entry is None:
+            channel.get_empty()
+            return
+        self.unacked_count += 1
+        message = entry.message
+        channel.get_ok(self, entry, no_ack, entry.redelivered, message.exchange,
+                       message.routing_key, self.ready_count, message.properties.raw,
+                       message.body)
+        if no_ack:
+            self._settled(entry)
+
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+        for entry in tokens:
+            if requeue:
+                self.unacked_count -= 1
+                if not self.deleted:
+                    self.requeue(entry)
+            else:
+                self._settled(entry)
+        if requeue and not self.deleted:
+            self.deliver()
+
+    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+        if tokens:
+            self.settle(channel, tokens, True)
+
+    def capacity_freed(self) -> None:
+        if not self.deleted:
+            self.deliver()
+
+    def purge(self, respond: Callable[[int], None] | None = None):
+        """As a queue type (`respond` given): drop the ready messages (unacked ones
+        survive a purge) and answer their count. Without `respond`: take and return
+        the ready entries (the pure FIFO operation)."""
+        purged = [entry for level in self.levels for entry in level]
+        for level in self.levels:
+            level.clear()
+        self.ready_count = 0
+        self.ready_bytes = 0
+        if respond is None:
+            return purged
+        for entry in purged:
+            self._forget(entry)
+        respond(len(purged))
+        return None
+
+    def delete(self) -> None:
+        self.deleted = True
+        self.purge()
+        if self.store is not None and self.durable:
+            self.store.append_delete(queue_key(self.vhost, self.name))
+
+    def policy_changed(self, policy) -> list:
+        self.max_length, self.max_length_bytes, self.overflow = classic_limits(
+            self.arguments, policy)
+        dropped = self.enforce_limits()
+        for entry in dropped:
+            self._forget(entry)
+        return dropped
+
+    def recover_stored(self, items) -> int:
+        """The message store's records of this queue after a restart, in order."""
+        from ..amqp.codec import decode_properties
+
+        for item in items:
+            _class_id, properties = decode_properties(item.header)
+            message = Message(item.exchange, item.routing_key, properties, item.body)
+            self.next_seq = max(self.next_seq, item.seq + 1)
+            self.push(Entry(message, item.seq, stored=True))
+        return len(items)
+
+    def _settled(self, entry: Entry) -> None:
+        """An unacked delivery is done with (acked, or rejected without requeue)."""
+        self.unacked_count -= 1
+        self._forget(entry)
+
+    def _forget(self, entry: Entry) -> None:
+        if entry.stored and not self.deleted and self.store is not None:
+            self.store.append_ack(queue_key(self.vhost, self.name), entry.seq)
+
+
+def _without_default_type(arguments: dict) -> dict:
+    return {k: v for k, v in arguments.items()
+            if not (k == "x-queue-type" and _text(v) == "classic")}
+
+
+def _text(value) -> str | None:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value

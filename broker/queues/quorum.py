@@ -14,6 +14,14 @@ commands whose effect depends on time (lease grow/settle, tick), the envelope
 `Meta.system_time`; an entry without it reuses the last time seen in the log, so a
 replay after a restart computes exactly what the first run did.
 
+As a queue type (queues/base.py): every operation is a fifo command proposed to the
+queue's log (here, or at the leader through the cluster's router); replies come from
+this member's own apply (node/quorum.py drives the groups and turns Deliver effects
+into `channel.deliver` calls). An unacked delivery's token is a `QuorumToken`
+(the fifo consumer key and the machine's message id); settling goes through the log
+by id. Commands that do not depend on time are proposed with time 0 (only the
+TIMED ones carry the leader's clock).
+
 Invariants: every live message is in the log at its raft index (bodies are read
 from there, never copied into the state); `waiters[i]` is called exactly once, with
 the machine's reply, when entry i is applied (or with None if the queue is deleted
@@ -23,12 +31,20 @@ first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from ..amqp import codec, spec
+from ..amqp.errors import AMQPError
 from ..fifo import commands
 from ..fifo.state import FifoConfig, FifoState
 from ..raft import RaftNode
+from .base import Confirm, Queue
 from .replicated import ReplicatedGroup, Waiter
+from .settings import quorum_config
+from .types import EQUIVALENCE_KEYS_BY_TYPE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..node.channel import Channel, Consumer
 
 TIMED = 0xFF
 _timed_head = struct.Struct(">BQ")
@@ -68,8 +84,29 @@ def fifo_config(arguments: dict) -> FifoConfig:
 
 
 
-class QuorumQueue(ReplicatedGroup):
+class QuorumToken:
+    """An unacked delivery from a quorum queue: which fifo consumer holds it, and the
+    machine's message id (settled through the log, by id)."""
+
+    __slots__ = ("key", "msg_id")
+
+    def __init__(self, key: str, msg_id: int) -> None:
+        self.key = key
+        self.msg_id = msg_id
+
+
+def with_delivery_count(header: bytes, count: int, extra: dict | None = None) -> bytes:
+    """The content header with `x-delivery-count` (when count > 0) and any `extra`
+    integer headers set; everything else stays byte for byte as published."""
+    values = dict(extra or {})
+    if count:
+        values["x-delivery-count"] = count
+    return codec.with_long_headers(header, values) if values else header
+
+
+class QuorumQueue(ReplicatedGroup, Queue):
     type_name = "quorum"
+    EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["quorum"]
     durable = True
     auto_delete = False
     exclusive_owner = None
@@ -96,6 +133,7 @@ class QuorumQueue(ReplicatedGroup):
         self.last_tick_ms = 0
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
         self.config_proposed = None   # settings proposed for the machine, not yet applied
+        self.groups = None            # the node's QuorumGroups (reads bodies from the log)
 
     # ------------------------------------------------------------ counts
 
@@ -164,3 +202,181 @@ class QuorumQueue(ReplicatedGroup):
         from ..fifo import snapshot
 
         self.state = snapshot.load(data)
+
+    # ------------------------------------------------------------ the queue type
+
+    def read_message(self, index: int) -> tuple[str, str, bytes, bytes]:
+        """(exchange, routing key, content header, body) of the message at `index`."""
+        return self.groups.read_message(self, index)
+
+    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+        """Propose the message to the log; the confirm waits for the entry to be
+        fsynced and applied. A client's publish may carry an idempotency key
+        (publisher_sequence); messages the broker moves itself (channel None) never
+        do, as their keys are out of order."""
+        publisher, seq = (publisher_sequence(message.properties) if channel is not None
+                          else ("", 0))
+        data = commands.encode_enqueue(publisher, seq, min(message.priority, 255),
+                                       message.exchange, message.routing_key,
+                                       message.properties.raw, message.body)
+        waiter = None
+        if confirm is not None:
+            answer = confirm.hold()
+            # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
+            waiter = lambda reply: answer(reply != "rejected")  # noqa: E731
+        self.propose(data, 0, waiter)
+
+    def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
+        if channel.global_prefetch:
+            # RabbitMQ: rabbit_quorum_queue refuses global QoS; the 4.2 guide makes it a
+            # channel error (3.10 closed the whole connection)
+            raise AMQPError(spec.NOT_IMPLEMENTED, f"queue '{self.name}' in vhost "
+                            f"'{self.vhost}' does not support global qos", 60, 20,
+                            connection_level=False)
+        return False  # the exclusive flag is accepted and ignored (no consumer exclusivity)
+
+    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+        key = f"{channel.quorum_identity}/{consumer.tag}"
+        self.add_consumer(consumer, key)
+        prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
+        self.propose(commands.Checkout(key, prefetch, consumer.priority,
+                                       channel.quorum_identity), 0)
+
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        self.remove_consumer(consumer)
+        if not self.deleted:
+            self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0)
+
+    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        key = f"{channel.quorum_identity}/get"
+        self.propose(commands.Dequeue(key, no_ack, channel.quorum_identity), 0,
+                     lambda reply: self._got(channel, key, no_ack, reply))
+
+    def _got(self, channel: "Channel", key: str, no_ack: bool, reply) -> None:
+        """The machine answered a basic.get (Dequeue): get-ok with the message, or
+        get-empty."""
+        if not channel.is_open:
+            return  # the channel is gone; its Down returns an unsettled message
+        if reply is None:
+            channel.get_empty()
+            return
+        delivery, remaining, *message = reply
+        exchange, routing_key, header, body = (
+            message[0] if message  # from the leader: no replica on this node
+            else self.read_message(delivery.raft_index))
+        count = delivery.delivery_count
+        if count:
+            header = with_delivery_count(header, count)
+        channel.get_ok(self, QuorumToken(key, delivery.msg_id), no_ack, count > 0, exchange,
+                       routing_key, remaining, header, body)
+
+    def deliver(self, consumer: "Consumer", key: str, delivery: commands.Delivery,
+                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
+        """One Deliver effect's message to this node's consumer."""
+        count = delivery.delivery_count
+        if count:
+            header = with_delivery_count(header, count)
+        consumer.channel.deliver(consumer, self, QuorumToken(key, delivery.msg_id),
+                                 count > 0, exchange, routing_key, header, body)
+
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+        """ack (requeue None) -> Settle, nack/reject requeue -> Return (delivery count
+        + 1), without requeue -> Discard; one command per fifo consumer."""
+        if self.deleted:
+            return
+        kind = (commands.Settle if requeue is None
+                else commands.Return if requeue else commands.Discard)
+        by_key: dict[str, list[int]] = {}
+        for token in tokens:
+            by_key.setdefault(token.key, []).append(token.msg_id)
+        for key, msg_ids in by_key.items():
+            self.propose(kind(key, tuple(msg_ids)), 0)
+
+    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+        """One Down returns everything the channel held (delivery count + 1),
+        tx-buffered settlements included."""
+        if not self.deleted:
+            self.propose(commands.Down(channel.quorum_identity), 0)
+
+    def purge(self, respond: Callable[[int], None]) -> None:
+        self.propose(commands.Purge(), 0, lambda count: respond(count or 0))
+
+    def delete(self) -> None:
+        self.groups.delete(self)
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        """rabbit_quorum_queue:delete refuses if-unused and if-empty (a connection
+        error, in RabbitMQ 3.10 as in 4.x) rather than check them."""
+        for flag, given in (("if-unused", if_unused), ("if-empty", if_empty)):
+            if given:
+                raise AMQPError(spec.NOT_IMPLEMENTED, f"cannot delete queue '{self.name}' in "
+                                f"vhost '{self.vhost}'. queue.delete operations with {flag} "
+                                "flag set are not supported by quorum queues", 50, 40)
+
+    def declare_ok(self, send: Callable[[int, int], None]) -> None:
+        """Once what was proposed before (acks, publishes of this burst) is applied,
+        so the counts are those a client that already sent them expects; with no
+        replica here, a member counts (cluster/proxy.py)."""
+        if self.raft is None and self.router is not None:
+            self.router.counts(self, send)
+        elif self.raft is not None and self.has_unapplied():
+            self.after_applied(lambda _reply: send(self.ready_count, self.consumer_count))
+        else:
+            send(self.ready_count, self.consumer_count)
+
+    def policy_changed(self, policy) -> list:
+        """If this node leads the queue and its machine's settings differ from what its
+        arguments and `policy` give, propose the change (rabbit_fifo's update_config):
+        every member applies it at the same log index. Called on policy changes and on
+        every tick (a new leader, a restart)."""
+        if self.raft is None or not self.is_leader or self.deleted:
+            return []
+        wanted = quorum_config(self.arguments, policy, fifo_config(self.arguments))
+        if wanted == self.state.config or wanted == self.config_proposed:
+            return []
+        self.config_proposed = wanted
+
+        def applied(_reply) -> None:
+            self.config_proposed = None
+
+        self.propose(commands.UpdateConfig(wanted.delivery_limit, wanted.max_length,
+                                           wanted.max_bytes, wanted.overflow), 0, applied)
+        return []
+
+    def check_leases(self, detail: str) -> None:
+        pass  # quorum queues hold leases
+
+    def lease_entries(self, lease: str, start: int, end: int) -> Iterable[tuple[int, int, int]]:
+        from ..fifo.leases import entries
+
+        return entries(self.state, lease, start, end)
+
+    def lease_info(self, lease: str):
+        return self.state.leases.get(lease)
+
+    def stats(self, node_name: str) -> dict[str, Any]:
+        row = super().stats(node_name)
+        if self.raft is None:  # no replica on this node
+            row.update(leader=self.leader_id, members=list(self.members), group=self.group,
+                       replica=False)
+            return row
+        row.update(bytes=self.message_bytes, leader=self.raft.leader_id,
+                   members=list(self.raft.members), group=self.group,
+                   commit_index=self.raft.commit_index,
+                   # replies this node waits for (confirms, gets...): (index, term) each
+                   waiting=sorted((index, term) for index, waiting in self.waiters.items()
+                                  for term, _data, _waiter in waiting),
+                   # memory: the log's entries not yet moved to segment files, and the
+                   # machine's per-message state (the memory-footprint figures)
+                   memtable_bytes=self.groups.store.memtable_bytes(self.group),
+                   state_bytes=self.state.metadata_bytes())
+        return row
+
+    def metadata_record(self) -> dict[str, Any]:
+        return {"group": self.group, "members": list(self.members)}
+
+
+def publisher_sequence(properties) -> tuple[str, int]:
+    from ..node.node import publisher_sequence as scan  # moving to broker/amqp (issue 12)
+
+    return scan(properties)

@@ -145,7 +145,7 @@ class ReplicatedGroup:
 
     def when_led(self, callback: Callable[[], None]) -> None:
         """Call `callback` once the group has a known leader (now if it has one)."""
-        if self.leader_id is not None:
+        if self.raft is None or self.leader_id is not None:  # no replica here: no wait
             callback()
         else:
             self.on_leader.append(callback)

@@ -134,6 +134,14 @@ def queue_type_of(arguments: dict, default: str = "classic") -> str:
     return _text(value) or default if value is not None else default
 
 
+def check_server_named(arguments: dict) -> None:
+    """queue.declare with an empty name: the server names it (amq.gen-...), which
+    quorum queues refuse, as RabbitMQ does."""
+    if queue_type_of(arguments) == "quorum":
+        raise precondition("Cannot declare a server-named queue for type "
+                           "rabbit_quorum_queue")
+
+
 def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
                          auto_delete: bool, arguments: dict) -> QueueSpec:
     where = _describe(name, vhost)

@@ -1,0 +1,207 @@
+"""What every queue type implements: the one interface the node and the channels call.
+
+RabbitMQ's `rabbit_queue_type` behaviour is the model. A queue type is a class in
+this package (`classic.py`, `quorum.py`) registered in `registry.py`; the channel,
+the method handlers and the node hold a `Queue` and call these methods, never asking
+which type it is. A new type (mirrored classic queues come next) is a new module
+here, not edits across the node.
+
+The operations, and what each owes its caller:
+- `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
+  (publisher confirms), the queue says what the confirm waits for: a message-store
+  batch (`confirm.after_batch`), an answer later (`confirm.hold()` returns the
+  callback to call with True/False), or a refusal now (`confirm.refuse()`).
+- `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
+  this node starts or stops; deliveries go out through `channel.deliver`.
+- `check_consume(channel, exclusive)`: what the type refuses at basic.consume
+  (global QoS on quorum queues), and whether the consumer is exclusive.
+- `basic_get(channel, no_ack)`: answer a basic.get with `channel.get_ok` or
+  `channel.get_empty` (now, or once the queue's log applied it).
+- `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this queue
+  (the tokens the queue handed to `channel.deliver`) are acked (requeue None), or
+  nacked/rejected (requeue True/False).
+- `channel_closed(channel, tokens)`: the channel is gone; its unacked deliveries
+  (tokens, possibly none) come back.
+- `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
+- `purge(respond)`, `delete()`: `respond(count)` once purged; delete drops the
+  queue's messages and resources (the node has cancelled its consumers).
+- `check_delete(if_unused, if_empty)`: what queue.delete refuses.
+- `declare_ok(send)`: `send(ready, consumers)` once the counts a client that
+  already sent its publishes and acks expects are known.
+- `policy_changed(policy)`, `tick(now_ms)`: settings from policies, time.
+- `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`:
+  lease ranges (quorum queues only; the others refuse with 406 and `detail`).
+- `recover_stored(items)`: messages the node's message store kept (classic queues).
+- `stats()`: the queue's line in `queues list`; `metadata_record()`: what the
+  metadata file keeps beyond name, type and arguments.
+
+Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
+`message_bytes`) are properties or fields of every type.
+
+Not here: routing (routing/, node/vhost.py), AMQP framing (amqp/, channel).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+
+from ..amqp.errors import precondition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..node.channel import Channel, Consumer
+
+
+class Confirm:
+    """The publisher confirm one publish owes: it leaves once the message-store batch
+    it waits for is fsynced and every queue that answers later has answered; it is a
+    nack if any queue refused the message.
+
+    Invariant: `outstanding` counts the holds not yet answered; each hold's callback
+    is called exactly once."""
+
+    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel")
+
+    def __init__(self, channel: "Channel", seq: int) -> None:
+        self.channel = channel
+        self.seq = seq
+        self.batch_id = 0       # the message-store batch to wait for (0: none)
+        self.ok = True
+        self.outstanding = 0    # queues that answer later
+
+    def after_batch(self, batch_id: int) -> None:
+        if batch_id > self.batch_id:
+            self.batch_id = batch_id
+
+    def refuse(self) -> None:
+        self.ok = False
+
+    def hold(self) -> Callable[[bool], None]:
+        """A queue will answer later: call the returned function with whether it
+        took the message."""
+        self.outstanding += 1
+        return self._answer
+
+    def _answer(self, accepted: bool) -> None:
+        self.outstanding -= 1
+        if not accepted:
+            self.ok = False
+        self.channel.confirm_answered()
+
+
+class Queue:
+    """The interface (see the module header). Subclasses set `type_name` and
+    `EQUIVALENCE_KEYS` and implement the operations."""
+
+    type_name: ClassVar[str]
+    # arguments compared when a queue is declared again (RabbitMQ's per-type list)
+    EQUIVALENCE_KEYS: ClassVar[tuple[str, ...]]
+
+    vhost: str
+    name: str
+    durable: bool
+    auto_delete: bool
+    exclusive_owner: Any
+    arguments: dict
+    consumers: list
+    exclusive_consumer: Any
+    deleted: bool
+
+    # ------------------------------------------------------------ declaring
+
+    def equivalence_arguments(self, arguments: dict) -> tuple[dict, dict]:
+        """(received, current) arguments to compare on a redeclare."""
+        return arguments, self.arguments
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        where = f"queue '{self.name}' in vhost '{self.vhost}'"
+        if if_unused and self.consumers:
+            raise precondition(f"{where} in use")
+        if if_empty and self.ready_count:  # RabbitMQ: unacked messages do not count
+            raise precondition(f"{where} not empty")
+
+    def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
+        """Refuse what this type cannot do at basic.consume; returns whether the new
+        consumer is exclusive."""
+        return exclusive
+
+    def declare_ok(self, send: Callable[[int, int], None]) -> None:
+        send(self.ready_count, self.consumer_count)
+
+    # ------------------------------------------------------------ messages
+
+    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+        raise NotImplementedError
+
+    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+        raise NotImplementedError
+
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        raise NotImplementedError
+
+    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        raise NotImplementedError
+
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+        raise NotImplementedError
+
+    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+        raise NotImplementedError
+
+    def capacity_freed(self) -> None:
+        pass
+
+    def purge(self, respond: Callable[[int], None]) -> None:
+        raise NotImplementedError
+
+    def delete(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ settings, time
+
+    def policy_changed(self, policy) -> list:
+        """New settings from a policy; returns messages dropped by it (none here)."""
+        return []
+
+    def tick(self, now_ms: int) -> None:
+        pass
+
+    # ------------------------------------------------------------ leases
+
+    def check_leases(self, detail: str) -> None:
+        """Refuse a lease operation (406 with `detail`) unless this type holds leases."""
+        raise precondition(detail)
+
+    def lease_entries(self, lease: str, start: int, end: int) -> Iterable[tuple[int, int, int]]:
+        """(sequence, log index, delivery count) of a lease's range (start, end];
+        KeyError for an unknown lease, ValueError for a range it does not hold."""
+        raise NotImplementedError
+
+    def read_message(self, index: int) -> tuple[str, str, bytes, bytes]:
+        """A message of a lease range by its log index."""
+        raise NotImplementedError
+
+    def lease_info(self, lease: str):
+        """The lease's state (first_seq, end_seq, timeout_ms), or None if unknown."""
+        return None
+
+    # ------------------------------------------------------------ recovery
+
+    def recover_stored(self, items) -> int:
+        """Messages the node's message store kept for this queue (classic queues);
+        returns how many were taken (0: not this type's, the store forgets them)."""
+        return 0
+
+    # ------------------------------------------------------------ listing
+
+    @property
+    def message_bytes(self) -> int:
+        return self.ready_bytes
+
+    def stats(self, node_name: str) -> dict[str, Any]:
+        return {"vhost": self.vhost, "name": self.name, "type": self.type_name,
+                "durable": self.durable, "ready": self.ready_count,
+                "unacked": self.unacked_count, "consumers": self.consumer_count,
+                "bytes": self.message_bytes, "leader": node_name, "members": [node_name]}
+
+    def metadata_record(self) -> dict[str, Any]:
+        return {}

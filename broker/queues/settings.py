@@ -1,0 +1,81 @@
+"""How a queue's arguments combine with the policy that applies to it. Pure.
+
+The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`
+and the max-length guide): max-length and max-length-bytes take the lower of
+argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+either is negative (unlimited), then the higher. queue-leader-locator: policy, then
+argument, then the node's configuration (the 4.2 quorum queues guide's order).
+target-group-size: the argument x-quorum-target-group-size, then the policy, then
+the configuration. A policy is anything with a `definition` mapping (None: no
+policy applies).
+
+Not here: validating and matching policies (node/policies.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..fifo.state import FifoConfig
+
+
+def _definition(policy) -> Mapping[str, Any]:
+    return policy.definition if policy is not None else {}
+
+
+def _lower(argument, policy):
+    if argument is None:
+        return policy
+    if policy is None:
+        return argument
+    return min(argument, policy)
+
+
+def _text(value) -> str | None:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def quorum_config(arguments: Mapping[str, Any], policy,
+                  base: FifoConfig) -> FifoConfig:
+    """A quorum queue's machine settings: its arguments (as `base`, built from them)
+    combined with `policy` (rabbit_quorum_queue's rules, module header)."""
+    definition = _definition(policy)
+    overflow = definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head"
+    limit = arguments.get("x-delivery-limit")
+    policy_limit = definition.get("delivery-limit")
+    if limit is None and policy_limit is None:
+        delivery_limit = base.delivery_limit
+    elif limit is None or policy_limit is None:
+        delivery_limit = policy_limit if limit is None else limit
+    elif limit < 0 or policy_limit < 0:
+        delivery_limit = max(limit, policy_limit)
+    else:
+        delivery_limit = min(limit, policy_limit)
+    return FifoConfig(delivery_limit=-1 if delivery_limit < 0 else delivery_limit,
+                      release_cursor_interval=base.release_cursor_interval,
+                      max_length=_lower(arguments.get("x-max-length"),
+                                        definition.get("max-length")),
+                      max_bytes=_lower(arguments.get("x-max-length-bytes"),
+                                       definition.get("max-length-bytes")),
+                      overflow=overflow)
+
+
+def classic_limits(arguments: Mapping[str, Any],
+                   policy) -> tuple[int | None, int | None, str]:
+    """(max length, max length bytes, overflow) of a classic queue."""
+    definition = _definition(policy)
+    return (_lower(arguments.get("x-max-length"), definition.get("max-length")),
+            _lower(arguments.get("x-max-length-bytes"), definition.get("max-length-bytes")),
+            definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head")
+
+
+def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:
+    return (_definition(policy).get("queue-leader-locator")
+            or _text(arguments.get("x-queue-leader-locator")) or configured)
+
+
+def target_group_size(arguments: Mapping[str, Any], policy,
+                      configured: int | None) -> int | None:
+    return (arguments.get("x-quorum-target-group-size")
+            or _definition(policy).get("target-group-size") or configured)
