@@ -32,7 +32,8 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..auth.users import FULL, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
-from ..queues.classic import ClassicQueue, Message
+from ..queues import registry
+from ..queues.classic import Message
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
@@ -103,19 +104,7 @@ class Node:
 
     def create_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
                      owner: "Session | None", group: str | None = None) -> Queue:
-        arguments = dict(queue_spec.arguments)
-        if queue_spec.type == "quorum":
-            if self.quorum is None:
-                raise AMQPError(spec.NOT_IMPLEMENTED, "quorum queues need a log store; this "
-                                "node runs without one", connection_level=False)
-            queue = (self.quorum.recover(vhost.name, name, arguments, group) if group
-                     else self.quorum.create(vhost.name, name, arguments))
-        else:
-            queue = ClassicQueue(vhost.name, name, queue_spec.durable, owner,
-                                 queue_spec.auto_delete, arguments,
-                                 max_priority=queue_spec.max_priority,
-                                 single_active_consumer=queue_spec.single_active_consumer,
-                                 store=self.store)
+        queue = registry.create(self, vhost.name, name, queue_spec, owner, group)
         vhost.queues[name] = queue
         if queue.durable:
             self.metadata_dirty = True

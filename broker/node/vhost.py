@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
-from ..queues.classic import ClassicQueue
+from ..queues.base import Queue
 from ..queues.types import field_type
 from ..routing.exchanges import (EXCHANGE, EXCHANGE_TYPES, QUEUE, Binding, Destination,
                                  Exchange, freeze)
@@ -39,7 +39,7 @@ class VHost:
     def __init__(self, name: str) -> None:
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, ClassicQueue] = {}
+        self.queues: dict[str, Queue] = {}
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(name, exchange_name, exchange_type)
 
@@ -51,7 +51,7 @@ class VHost:
             raise not_found("exchange", name, self.name)
         return exchange
 
-    def queue(self, name: str) -> ClassicQueue:
+    def queue(self, name: str) -> Queue:
         queue = self.queues.get(name)
         if queue is None:
             raise not_found("queue", name, self.name)
@@ -204,12 +204,12 @@ class VHost:
     # ------------------------------------------------------------ routing
 
     def route(self, exchange: Exchange, routing_key: str,
-              headers: Callable[[], dict | None]) -> list[ClassicQueue]:
+              headers: Callable[[], dict | None]) -> list[Queue]:
         """Queues a message published to `exchange` reaches, each once."""
         if exchange.name == "":
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
-        queues: dict[str, ClassicQueue] = {}
+        queues: dict[str, Queue] = {}
         self._route_into(exchange, routing_key, headers, queues, {exchange.name})
         return list(queues.values())
 
