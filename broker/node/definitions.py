@@ -25,7 +25,6 @@ CLI in broker/ctl.py), replication (cluster/meta.py).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from ..amqp import spec
@@ -217,7 +216,7 @@ COMMANDS = ("user.put", "user.delete", "vhost.add", "vhost.delete", "permissions
 
 
 def _close_sessions(node: "Node", which, reason: str) -> None:
-    now = time.monotonic()
+    now = node.now
     for session in list(node.sessions):
         if which(session):
             session.server_close(spec.CONNECTION_FORCED, reason, now)

@@ -48,7 +48,7 @@ from ..amqp.errors import AMQPError, not_found, precondition
 from ..auth.users import check_access
 from ..fifo import commands as fifo
 from ..lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
-from .quorum import now_ms, with_delivery_count
+from ..queues.quorum import with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..queues.quorum import QuorumQueue
@@ -240,7 +240,7 @@ def grow(node, session, request):
     if command.max_messages > 0xFFFFFFFF:
         raise ValueError("'max_messages' must fit in 32 bits")
     return Later(lambda done: queue.propose(
-        command, now_ms(), lambda reply: done(_grown(queue, reply))))
+        command, node.clock_ms, lambda reply: done(_grown(queue, reply))))
 
 
 def _grown(queue, reply):
@@ -256,7 +256,7 @@ def settle(node, session, request):
     queue = _queue(node, session, request)
     command = fifo.LeaseSettle(_lease_name(request), _count(request, "up_to"))
     return Later(lambda done: queue.propose(
-        command, now_ms(), lambda reply: done({"settled": reply or 0})))
+        command, node.clock_ms, lambda reply: done({"settled": reply or 0})))
 
 
 def release(node, session, request):
@@ -265,7 +265,7 @@ def release(node, session, request):
     queue = _queue(node, session, request)
     command = fifo.LeaseRelease(_lease_name(request))
     return Later(lambda done: queue.propose(
-        command, now_ms(), lambda reply: done({"released": reply or 0})))
+        command, node.clock_ms, lambda reply: done({"released": reply or 0})))
 
 
 def info(node, session, request) -> dict:

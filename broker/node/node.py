@@ -77,6 +77,14 @@ class Node:
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
         self._reply_to: dict[str, "Channel"] = {}
         self._connection_counter = 0
+        # time, as the shell last told it (`set_clock`): the node reads no clock
+        self.now = 0.0        # monotonic seconds (timeouts)
+        self.clock_ms = 0     # wall-clock milliseconds (the leader time of timed commands)
+
+    def set_clock(self, now: float, clock_ms: int) -> None:
+        """The server shell passes time in (tests drive it themselves)."""
+        self.now = now
+        self.clock_ms = clock_ms
 
     # ------------------------------------------------------------ sessions
 

@@ -99,6 +99,13 @@ def cluster_cookie(settings: Settings) -> str:
         return cookie
 
 
+def pass_time(node: Node) -> float:
+    """Tell the node the time (it reads no clock itself); returns monotonic seconds."""
+    now = time.monotonic()
+    node.set_clock(now, int(time.time() * 1000))
+    return now
+
+
 class _Connection(asyncio.Protocol):
     __slots__ = ("server", "transport", "session", "peer", "write_paused")
 
@@ -118,7 +125,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         session = self.session
-        session.receive_data(data, time.monotonic())
+        session.receive_data(data, pass_time(self.server.node))
         self.server.node.dirty.add(session)
         self.server.schedule_flush()
 
@@ -265,7 +272,7 @@ class BrokerServer:
         next_alarm_check = 0.0
         while True:
             await asyncio.sleep(0.5)
-            now = time.monotonic()
+            now = pass_time(self.node)
             for session in list(self.connections):
                 session.tick(now)
                 if session.closed:
