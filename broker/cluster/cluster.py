@@ -436,7 +436,7 @@ class Cluster:
             self.transfer_leadership(member, body["to"])
 
     def counts(self, record, callback) -> None:
-        """(ready, consumers) of a quorum queue with no replica here, from a member."""
+        """The counts of a quorum queue with no replica here, from a member (proxy.py)."""
         proxy.counts(self, record, callback)
 
     def deliver_remote(self, queue, owner: str, key: str, deliveries) -> None:

@@ -8,8 +8,9 @@ consumers their deliveries with the bodies. The receiving node writes them to it
 channels, settles what no-ack consumers took, and returns what arrives for a consumer
 that is gone. Its counts (a passive queue.declare) come from a member too: an Rpc
 "stat" that member answers once it applied everything it had appended, so the
-publishes this node forwarded before are counted; (0, 0) if no member answers within
-STAT_TIMEOUT (a queue without a reachable majority), as RabbitMQ answers then.
+publishes this node forwarded before are counted; all zeros if no member answers
+within STAT_TIMEOUT (a queue without a reachable majority), as RabbitMQ answers then.
+The counts are a dict: ready, unacked, consumers, bytes (message bodies in the queue).
 
 Not here: forwarding and retries (cluster.py), the queue record (queues/quorum.py).
 """
@@ -95,15 +96,18 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         record.propose(Settle(key, tuple(settled)), now_ms())
 
 
-def counts(cluster: "Cluster", record, callback: Callable[[int, int], None]) -> None:
-    """(ready, consumers) of a quorum queue with no replica here, from a member (its
-    leader if known), passed to `callback`."""
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+
+
+def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None:
+    """The counts of a quorum queue with no replica here (a dict: ready, unacked,
+    consumers, bytes), from a member (its leader if known), passed to `callback`."""
     cluster._next_request += 1
     request = cluster._next_request
     target = (record.leader_hint if record.leader_hint in cluster.addresses
               else cluster._some_member(record, None))
     if target is None:
-        callback(0, 0)
+        callback(dict(NO_COUNTS))
         return
     cluster.stats[request] = (callback, time.monotonic() + STAT_TIMEOUT)
     cluster._post(target, Rpc("stat", {"g": record.group, "r": request}))
@@ -117,8 +121,9 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
         return
 
     def answer(_reply=None) -> None:
-        cluster._post(sender, Rpc("stat_reply", {"r": request, "ready": member.ready_count,
-                                                 "consumers": member.consumer_count}))
+        cluster._post(sender, Rpc("stat_reply", {
+            "r": request, "ready": member.ready_count, "unacked": member.unacked_count,
+            "consumers": member.consumer_count, "bytes": member.message_bytes}))
 
     if member.has_unapplied():
         member.after_applied(answer)
@@ -129,7 +134,7 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
 def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
     waiting = cluster.stats.pop(body["r"], None)
     if waiting is not None:
-        waiting[0](body.get("ready", 0), body.get("consumers", 0))
+        waiting[0]({key: body.get(key, 0) for key in NO_COUNTS})
 
 
 def expire_stats(cluster: "Cluster") -> None:
@@ -137,4 +142,4 @@ def expire_stats(cluster: "Cluster") -> None:
     for request, (callback, deadline) in list(cluster.stats.items()):
         if now >= deadline:
             del cluster.stats[request]
-            callback(0, 0)
+            callback(dict(NO_COUNTS))

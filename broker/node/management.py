@@ -102,19 +102,41 @@ def queue_row(node, queue) -> dict[str, Any]:
     return queue.stats(node.settings.node_name)
 
 
-def _list(node, session, request) -> list[dict]:
+def _queues(node, session, request) -> list:
     _require_administrator(session)
     if request.get("vhost"):
         names = [_vhost(node, session, request["vhost"]).name]
     else:
         names = sorted(session.user.vhosts)
-    rows = []
+    queues = []
     for name in names:
         vhost = node.vhost(name)
         if vhost is not None:
-            rows += [queue_row(node, q) for q in sorted(vhost.queues.values(),
-                                                         key=lambda q: q.name)]
-    return rows
+            queues += sorted(vhost.queues.values(), key=lambda q: q.name)
+    return queues
+
+
+def _list(node, session, request):
+    """Every queue of the vhosts asked for, with the counts of the node that serves it
+    (a queue with no replica here asks a member), so every node lists the same."""
+    queues = _queues(node, session, request)
+    rows: list = [None] * len(queues)
+    waiting = [len(queues)]
+
+    def start(done) -> None:
+        if not queues:
+            done([])
+        for position, queue in enumerate(queues):
+            queue.stats_later(node.settings.node_name,
+                              lambda row, position=position: answered(position, row, done))
+
+    def answered(position: int, row: dict, done) -> None:
+        rows[position] = row
+        waiting[0] -= 1
+        if not waiting[0]:
+            done(rows)
+
+    return Later(start)
 
 
 def _purge(node, session, request) -> dict:
@@ -153,7 +175,9 @@ def _cluster_status(node, session, request) -> dict:
                            "amqp_uri": None}],
                 "queues": [{"vhost": q["vhost"], "name": q["name"], "leader": q["leader"],
                             "members": q["members"], "online": q["members"]}
-                           for q in _list(node, session, {}) if q["type"] == "quorum"]}
+                           for q in map(lambda queue: queue_row(node, queue),
+                                        _queues(node, session, {}))
+                           if q["type"] == "quorum"]}
     return node.cluster.status()
 
 

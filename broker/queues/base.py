@@ -32,8 +32,9 @@ The operations, and what each owes its caller:
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
-- `stats()`: the queue's line in `queues list`; `metadata_record()`: what the
-  metadata file keeps beyond name, type and arguments.
+- `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
+  counts of the node that serves the queue); `metadata_record()`: what the metadata
+  file keeps beyond name, type and arguments.
 
 Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
 `message_bytes`) are properties or fields of every type.
@@ -196,6 +197,11 @@ class Queue:
     @property
     def message_bytes(self) -> int:
         return self.ready_bytes
+
+    def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
+        """`done(stats)` once the counts are known (a queue served by another node
+        asks it); at once here."""
+        done(self.stats(node_name))
 
     def stats(self, node_name: str) -> dict[str, Any]:
         return {"vhost": self.vhost, "name": self.name, "type": self.type_name,

@@ -318,7 +318,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         so the counts are those a client that already sent them expects; with no
         replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
-            self.router.counts(self, send)
+            self.router.counts(self, lambda counts: send(counts["ready"],
+                                                         counts["consumers"]))
         elif self.raft is not None and self.has_unapplied():
             self.after_applied(lambda _reply: send(self.ready_count, self.consumer_count))
         else:
@@ -350,6 +351,20 @@ class QuorumQueue(ReplicatedGroup, Queue):
         from ..fifo.leases import entries
 
         return entries(self.state, lease, start, end)
+
+    def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
+        """With no replica here, the counts come from a member (as a passive declare's)."""
+        row = self.stats(node_name)
+        if self.raft is not None or self.router is None:
+            done(row)
+            return
+
+        def counted(counts: dict) -> None:
+            row.update(ready=counts["ready"], unacked=counts["unacked"],
+                       consumers=counts["consumers"], bytes=counts["bytes"])
+            done(row)
+
+        self.router.counts(self, counted)
 
     def lease_info(self, lease: str):
         return self.state.leases.get(lease)

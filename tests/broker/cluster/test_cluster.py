@@ -340,3 +340,31 @@ def test_a_follower_behind_the_leaders_snapshot_serves_the_live_messages():
         assert sorted(drain(cluster.uri(follower), "behind"), key=int) == [
             b"%d" % n for n in range(2500, 3000)]
         assert "Traceback" not in cluster.log(follower, tail=100_000)
+
+
+def test_every_node_lists_every_queue_with_the_same_counts(cluster):
+    """`queues list` on a node with no replica of a queue shows the counts of the
+    queue's members (ready and unacked), not zeros (issue 12's acceptance)."""
+    first = cluster.uris()[0]
+    with connect(first) as connection:
+        connection.channel().queue_declare("listed", durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
+    members = wait_for("the record", lambda: queue_status(first, "listed"))["members"]
+    assert len(members) == 1
+    with connect(cluster.uri(members[0])) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in range(12):
+            channel.basic_publish("", "listed", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+        method, _properties, _body = channel.basic_get("listed")
+        assert method is not None
+
+        def counts(uri: str):
+            rows = [q for q in call(uri, "queues.list", vhost="/") if q["name"] == "listed"]
+            return rows and (rows[0]["ready"], rows[0]["unacked"], rows[0]["consumers"])
+
+        for uri in cluster.uris():
+            assert wait_for(f"the counts on {uri}", lambda: counts(uri) == (11, 1, 1)), uri
+        channel.basic_ack(method.delivery_tag)
+        for uri in cluster.uris():
+            assert wait_for(f"the counts on {uri}", lambda: counts(uri) == (11, 0, 0)), uri
