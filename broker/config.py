@@ -65,6 +65,9 @@ class Settings:
     cmr_auto_remove: bool = False
     cmr_interval_ms: int = 3_600_000
     cmr_trigger_interval_ms: int = 10_000
+    # the metadata group snapshots its state and truncates its log every this many
+    # applied entries (broker/cluster/meta_snapshot.py; Khepri's default is 4096)
+    metadata_snapshot_interval: int = 4096
 
     @property
     def cluster_port(self) -> int:
@@ -204,6 +207,7 @@ KEYS = {
     "quorum_queue.continuous_membership_reconciliation.interval": ("cmr_interval_ms", _int),
     "quorum_queue.continuous_membership_reconciliation.trigger_interval":
         ("cmr_trigger_interval_ms", _int),
+    "metadata_store.snapshot_interval": ("metadata_snapshot_interval", _int),
 }
 
 
@@ -259,6 +263,9 @@ def validate(settings: Settings) -> Settings:
         if value < (0 if key == "target_group_size" else 1):
             raise ConfigError(f"quorum_queue.continuous_membership_reconciliation.{key}: "
                               f"must be a positive integer, got {value}")
+    if settings.metadata_snapshot_interval < 1:
+        raise ConfigError("metadata_store.snapshot_interval: must be a positive integer, got "
+                          f"{settings.metadata_snapshot_interval}")
     if not 10 <= settings.raft_tick_ms <= 10000:
         raise ConfigError(f"raft.tick_interval_ms: {settings.raft_tick_ms} is outside "
                           "10..10000")

@@ -79,8 +79,11 @@ class Cluster:
         self.settings = settings
         self.addresses = settings.cluster_peers()
         self._nodes_file = os.path.join(settings.data_dir, "cluster_nodes.json")
-        for name, address in self._load_nodes().items():  # nodes that joined later
+        joined, self.forgotten = self._load_nodes()
+        for name, address in joined.items():  # nodes that joined later
             self.addresses.setdefault(name, address)
+        for name in self.forgotten - {self.name}:  # forgotten, even if configured
+            self.addresses.pop(name, None)
         self.joining = bool(settings.cluster_join)
         self.transport = None            # ClusterTransport, set by the server shell
         self.wake = lambda: None         # the server's schedule_flush
@@ -106,18 +109,21 @@ class Cluster:
 
     # ------------------------------------------------------------ setup
 
-    def _load_nodes(self) -> dict[str, tuple[str, int]]:
+    def _load_nodes(self) -> tuple[dict[str, tuple[str, int]], set[str]]:
+        """The nodes learned (joined later) and forgotten, from cluster_nodes.json."""
         try:
             with open(self._nodes_file) as handle:
-                return {name: (host, port)
-                        for name, (host, port) in json.load(handle)["nodes"].items()}
+                document = json.load(handle)
         except FileNotFoundError:
-            return {}
+            return {}, set()
+        return ({name: (host, port) for name, (host, port) in document["nodes"].items()},
+                set(document.get("forgotten", ())))
 
     def _save_nodes(self) -> None:
         tmp = self._nodes_file + ".tmp"
         with open(tmp, "w") as handle:
-            json.dump({"nodes": {n: list(a) for n, a in self.addresses.items()}}, handle)
+            json.dump({"nodes": {n: list(a) for n, a in self.addresses.items()},
+                       "forgotten": sorted(self.forgotten)}, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self._nodes_file)
@@ -128,10 +134,26 @@ class Cluster:
         if self.addresses.get(name) == address:
             return
         self.addresses[name] = address
+        self.forgotten.discard(name)  # forgotten, then joined again (with a fresh node)
         if self.transport is not None and name != self.name:
             self.transport.add_peer(name, address)
         self._save_nodes()
         log.info("cluster %s: node %s at %s:%d", self.settings.cluster_name, name, *address)
+
+    def forget_node(self, name: str) -> None:
+        """A node was removed for good (the metadata group's `cluster.forget_node`):
+        no longer listed, reached or waited for; kept out of the list after restarts
+        (cluster_nodes.json), even though the configuration still names it."""
+        if name == self.name or (name not in self.addresses and name in self.forgotten):
+            return
+        self.addresses.pop(name, None)
+        self.forgotten.add(name)
+        for known in (self.last_heard, self.amqp_uris, self.boots):
+            known.pop(name, None)
+        if self.transport is not None:
+            self.transport.remove_peer(name)
+        self._save_nodes()
+        log.info("cluster %s: node %s forgotten", self.settings.cluster_name, name)
 
     def start_metadata(self) -> MetaGroup:
         """This node's member of the metadata group (every node is one)."""
@@ -202,6 +224,9 @@ class Cluster:
 
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""
+        if sender in self.forgotten and not (isinstance(envelope, Rpc)
+                                             and envelope.kind == "join"):
+            return  # removed from the cluster: only a join (of a reset node) is heard
         self.last_heard[sender] = time.monotonic()
         if isinstance(envelope, RaftEnvelope):
             member = self.node.quorum.queues.get(envelope.group)
@@ -313,11 +338,12 @@ class Cluster:
                     continue  # this node's own: it returns them itself after a restart
                 boot = self.boots.get(owner)
                 earlier_run = boot is not None and not connection.startswith(boot + ".")
-                if owner in silent or earlier_run:
+                if owner in silent or earlier_run or owner in self.forgotten:
                     member.downed.add(connection)
                     log.warning("%s: returning the messages of connection %s to queue "
                                 "'%s'", f"node {owner} is silent" if owner in silent
-                                else f"node {owner} restarted", connection, member.name)
+                                else f"node {owner} restarted" if earlier_run
+                                else f"node {owner} was forgotten", connection, member.name)
                     member.propose(Down(connection), now_ms())
 
     def _on_propose(self, sender: str, body: dict) -> None:

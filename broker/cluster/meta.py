@@ -1,13 +1,13 @@
 """The cluster's metadata: a Raft group on every node replicating exchanges, bindings,
-quorum-queue records, users, vhosts, permissions and policies.
+quorum-queue records, users, vhosts, permissions, policies and the cluster's nodes.
 
 Responsibilities: the metadata commands (JSON objects, one per log entry) and their
-application to a node's vhosts. Every node applies the same commands in the same
-order, so every node routes the same way and knows every quorum queue (its group uid
-and members). The node a client talks to checks what it can at once (names, types,
-equivalence with what it already knows), proposes the command, and answers the
-client when its own replica has applied it (replicated.py): an answer leaves only
-once the change is committed and visible on that node.
+application to a node's vhosts; the group's snapshots. Every node applies the same
+commands in the same order, so every node routes the same way and knows every quorum
+queue (its group uid and members). The node a client talks to checks what it can at
+once (names, types, equivalence with what it already knows), proposes the command,
+and answers the client when its own replica has applied it (replicated.py): an answer
+leaves only once the change is committed and visible on that node.
 
 Commands (field "op"):
   exchange.declare  vhost name type durable auto_delete internal arguments
@@ -17,6 +17,8 @@ Commands (field "op"):
   queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
   cluster.add_node  name address                 (a node joined: broker start --join)
+  cluster.forget_node name                       (`ctl forget_cluster_node`: the node
+                    leaves the node list and every quorum queue's members)
   user.put          name password_hash tags       (add_user, change_password, tags)
   user.delete       name
   vhost.add / vhost.delete  name
@@ -34,14 +36,26 @@ A reply is the command's result (a message count for queue.delete, None otherwis
 the same name differently first): the proposing node raises that as the channel
 error RabbitMQ would have sent.
 
-Not here (yet): classic queues, which live on the node that declared them (and are
-reachable only through it); snapshots of this group (its log holds only metadata
-changes).
+Snapshots: every `metadata_store.snapshot_interval` applied entries (4096, Khepri's
+default) a member snapshots the whole replicated state (meta_snapshot.py) and
+releases its log below it, as a quorum queue's member does at its release cursor; a
+follower too far behind gets that snapshot (InstallSnapshot) and `restore`s it. The
+node's metadata file (metadata.json, written by the node) is what a restart starts
+from, and the log after the snapshot is applied again on top of it (application is
+idempotent). So before a snapshot at index i is written, the metadata file is saved
+with everything applied up to i, and `DATA_DIR/metadata_group_applied` records i:
+a restart whose metadata file is older than the snapshot (a crash between installing
+a leader's snapshot and saving it) restores the snapshot first (`recover`).
+
+Not here: classic queues, which live on the node that declared them (and are
+reachable only through it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
@@ -50,11 +64,15 @@ from ..queues.replicated import ReplicatedGroup
 from ..raft import RaftNode
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.metadata_store import decode_arguments, encode_arguments
+from . import meta_snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.node import Node
 
+log = logging.getLogger("quorumqueue.cluster")
+
 META_GROUP = "_cluster/metadata"
+APPLIED_FILE = "metadata_group_applied"  # {"index": i}: metadata.json holds every entry <= i
 
 
 def encode(op: str, **fields) -> bytes:
@@ -80,10 +98,66 @@ class MetaGroup(ReplicatedGroup):
             return ("error", error.code, error.detail)
 
     def after_apply(self) -> None:
-        pass
+        """Snapshot once `metadata_store.snapshot_interval` entries were applied since
+        the last snapshot, and release the log below it."""
+        store = self.node.quorum.store
+        current = store.snapshot_meta(META_GROUP)
+        applied = self.raft.applied_index
+        if applied - (current.index if current else 0) < self.node.settings.metadata_snapshot_interval:
+            return
+        data = meta_snapshot.encode(self.node)
+        self._save_metadata(applied)
+        store.write_snapshot(META_GROUP, self.raft.compact(applied), data)
+        store.release(META_GROUP, applied + 1)
+        log.debug("metadata group: snapshot at %d (%d bytes)", applied, len(data))
 
-    def restore(self, data: bytes) -> None:  # pragma: no cover - never snapshotted
-        raise RuntimeError("the metadata group takes no snapshots (broker/cluster/meta.py)")
+    def restore(self, data: bytes) -> None:
+        """The leader's snapshot replaced this member's log (it was too far behind)."""
+        meta_snapshot.restore(self.node, meta_snapshot.decode(data))
+        installed = self.node.quorum.store.snapshot_meta(META_GROUP)
+        self._save_metadata(installed.index if installed else 0)
+        log.info("metadata group: restored the snapshot at %d",
+                 installed.index if installed else 0)
+
+    def recover(self) -> None:
+        """At start, after the node loaded its metadata file: restore the group's
+        snapshot if that file is older than it, else add what the file does not hold
+        (non-durable exchanges and their bindings); the log after the snapshot is
+        then applied on top, as after any restart."""
+        stored = self.node.quorum.store.read_snapshot(META_GROUP)
+        if stored is None:
+            return
+        if self._saved_index() >= stored[0].index:
+            meta_snapshot.add_transient(self.node, meta_snapshot.decode(stored[1]))
+            return
+        log.info("metadata group: the metadata file is older than the snapshot at %d: "
+                 "restoring it", stored[0].index)
+        meta_snapshot.restore(self.node, meta_snapshot.decode(stored[1]))
+        self._save_metadata(stored[0].index)
+
+    def _applied_path(self) -> str:
+        return os.path.join(self.node.settings.data_dir, APPLIED_FILE)
+
+    def _saved_index(self) -> int:
+        try:
+            with open(self._applied_path()) as handle:
+                return int(json.load(handle)["index"])
+        except FileNotFoundError:
+            return 0
+
+    def _save_metadata(self, index: int) -> None:
+        """The node's metadata file now, then the record that it holds entry `index`."""
+        node = self.node
+        if node.metadata is None:
+            return
+        node.metadata.save(node.metadata_document())
+        node.metadata_dirty = False
+        path = self._applied_path()
+        with open(path + ".tmp", "w") as handle:
+            json.dump({"index": index}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(path + ".tmp", path)
 
 
 def _vhost(node: "Node", name: str):
@@ -165,6 +239,20 @@ def _add_node(node: "Node", c: dict):
     return None
 
 
+def _forget_node(node: "Node", c: dict):
+    """The node leaves the cluster's list and every quorum queue's members (their
+    leaders then remove it from their Raft groups: membership.reconcile); a queue
+    whose only member it was keeps it (it can only be deleted)."""
+    name = c["name"]
+    node.cluster.forget_node(name)
+    for vhost in node.vhosts.values():
+        for queue in vhost.queues.values():
+            if queue.type_name == "quorum" and name in queue.members and len(queue.members) > 1:
+                queue.members = tuple(m for m in queue.members if m != name)
+                node.metadata_dirty = True
+    return None
+
+
 def _definition(node: "Node", c: dict):
     apply_command(node, c)  # users, vhosts, permissions, policies: node/definitions.py
     return None
@@ -172,6 +260,7 @@ def _definition(node: "Node", c: dict):
 
 APPLY = {
     "cluster.add_node": _add_node,
+    "cluster.forget_node": _forget_node,
     "exchange.declare": _exchange_declare,
     "exchange.delete": _exchange_delete,
     "queue.declare": _queue_declare,

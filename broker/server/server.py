@@ -66,6 +66,8 @@ def build_node(settings: Settings) -> Node:
         node.cluster = quorum.cluster = Cluster(node, settings)
         node.cluster.start_metadata()
     counts = node.recover()
+    if node.cluster is not None:  # the metadata group's snapshot, if the file is older
+        node.cluster.meta.recover()
     if settings.default_vhost not in node.vhosts:
         from ..node.vhost import VHost
 

@@ -1,0 +1,291 @@
+"""The metadata group's snapshot: everything the group replicates, as one JSON document,
+and making a node's metadata equal to one.
+
+Responsibilities: `document(node)` builds the snapshot of what the metadata commands
+(meta.py) replicate — the cluster's nodes, vhosts, users with their permissions,
+policies, exchanges (all but the default and `amq.*` ones, which every vhost has),
+quorum-queue records (vhost, name, arguments, group, members) and the bindings whose
+destination is replicated (an exchange or a quorum queue; a classic queue's bindings
+stay on its node). `restore(node, document)` changes a node until `document(node)`
+equals the snapshot, as applying every command up to the snapshot's index would:
+
+- nodes the snapshot lacks are forgotten (`cluster.forget_node`), the others known;
+- vhosts, users, permissions and policies are replaced, with node/definitions.py's
+  `apply_*` (deleting a vhost deletes its queues and closes its connections,
+  deleting a user closes its connections, as the commands do);
+- a quorum queue the node has and the snapshot lacks (or holds under another group
+  uid: deleted and declared again) is deleted as `queue.delete` does; one it lacks
+  is recorded as `queue.declare` does (a replica started where this node is a
+  member, else a record that proxies to the leader), or reopened from this node's
+  log store when its group is already there (a node that restarted); a kept one
+  takes the snapshot's members (`queue.members`);
+- exchanges and replicated bindings are replaced; an exchange whose definition did
+  not change stays the same object, so the bindings to this node's classic queues
+  survive.
+
+Format (version 1, JSON, keys sorted):
+  {"version": 1, "nodes": {name: [host, port]}, "vhosts": [...],
+   "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]}}],
+   "policies": [{vhost, name, pattern, definition, priority, apply_to}],
+   "exchanges": [{vhost, name, type, durable, auto_delete, internal, arguments}],
+   "queues": [{vhost, name, arguments, group, members}],
+   "bindings": [{vhost, source, kind, destination, routing_key, arguments}]}
+Arguments are encoded as in the metadata file (storage/metadata_store.py).
+
+Invariants: `restore` is pure over the node's objects (no disk I/O but what deleting a
+queue's group does); deletions never cascade into what the snapshot keeps (exchange
+auto-delete is not triggered by the removals a restore makes).
+
+Not here: when snapshots are taken and restored (meta.py), the log (broker/raft).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from ..auth.users import Permissions, User
+from ..node import definitions
+from ..node.policies import parse_policy
+from ..queues.types import validate_declaration
+from ..routing.exchanges import EXCHANGE, QUEUE, Binding, Destination, freeze
+from ..storage.metadata_store import decode_arguments, encode_arguments
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..node.node import Node
+    from ..node.vhost import VHost
+
+VERSION = 1
+
+
+def _replicated_exchange(name: str) -> bool:
+    return bool(name) and not name.startswith("amq.")
+
+
+def _replicated_queue(queue) -> bool:
+    return queue.type_name == "quorum"
+
+
+def _replicated_binding(vhost: "VHost", binding: Binding) -> bool:
+    if binding.destination.kind == EXCHANGE:
+        return True
+    queue = vhost.queues.get(binding.destination.name)
+    return queue is not None and _replicated_queue(queue)
+
+
+def document(node: "Node") -> dict:
+    cluster = node.cluster
+    exchanges, queues, bindings = [], [], []
+    for vhost in node.vhosts.values():
+        for exchange in vhost.exchanges.values():
+            if _replicated_exchange(exchange.name):
+                exchanges.append(_exchange_item(vhost.name, exchange))
+        for queue in vhost.queues.values():
+            if _replicated_queue(queue):
+                queues.append({"vhost": vhost.name, "name": queue.name,
+                               "arguments": encode_arguments(queue.arguments),
+                               "group": queue.group, "members": sorted(queue.members)})
+        for binding in vhost.bindings():
+            if _replicated_binding(vhost, binding):
+                bindings.append(_binding_item(vhost.name, binding))
+    users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
+              "permissions": {v: p.as_list() for v, p in sorted(u.permissions.items())}}
+             for u in node.users.users.values()]
+    policies = [policy.as_dict() for vhost in node.policies.values()
+                for policy in vhost.values()]
+    key = lambda item: json.dumps(item, sort_keys=True)  # noqa: E731 - one sort order
+    return {"version": VERSION,
+            "nodes": {} if cluster is None else {n: list(a)
+                                                 for n, a in sorted(cluster.addresses.items())},
+            "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
+            "policies": sorted(policies, key=key), "exchanges": sorted(exchanges, key=key),
+            "queues": sorted(queues, key=key), "bindings": sorted(bindings, key=key)}
+
+
+def encode(node: "Node") -> bytes:
+    return json.dumps(document(node), sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict:
+    snapshot = json.loads(data)
+    if snapshot.get("version") != VERSION:
+        raise ValueError(f"metadata snapshot version {snapshot.get('version')!r}: this node "
+                         f"reads version {VERSION}")
+    return snapshot
+
+
+def _exchange_item(vhost: str, exchange) -> dict:
+    return {"vhost": vhost, "name": exchange.name, "type": exchange.type,
+            "durable": exchange.durable, "auto_delete": exchange.auto_delete,
+            "internal": exchange.internal, "arguments": encode_arguments(exchange.arguments)}
+
+
+def _binding_item(vhost: str, binding: Binding) -> dict:
+    return {"vhost": vhost, "source": binding.source, "kind": binding.destination.kind,
+            "destination": binding.destination.name, "routing_key": binding.routing_key,
+            "arguments": encode_arguments(binding.arguments_dict)}
+
+
+# ---------------------------------------------------------------- restore
+
+
+def restore(node: "Node", snapshot: dict) -> None:
+    """Make the node's replicated metadata equal to `snapshot` (a decoded document)."""
+    if node.cluster is not None:
+        _restore_nodes(node, snapshot["nodes"])
+    _restore_vhosts(node, snapshot["vhosts"])
+    _restore_users(node, snapshot["users"])
+    _restore_policies(node, snapshot["policies"])
+    _restore_queues(node, snapshot["queues"])
+    _restore_exchanges(node, snapshot["exchanges"])
+    _restore_bindings(node, snapshot["bindings"])
+    for vhost in list(node.vhosts):
+        node.apply_policies(vhost)  # new exchanges and queues take theirs too
+    node.metadata_dirty = True
+
+
+def add_transient(node: "Node", snapshot: dict) -> None:
+    """At start, over a metadata file at least as new as the snapshot: add the
+    non-durable exchanges and the bindings the file does not hold (one end is not
+    durable) that the snapshot has and the node lacks. The log after the snapshot,
+    applied next, deletes again what was deleted after it."""
+    exchanges = {(item["vhost"], item["name"]): item for item in snapshot["exchanges"]}
+    for (vhost_name, name), item in sorted(exchanges.items()):
+        vhost = node.vhosts.get(vhost_name)
+        if vhost is not None and not item["durable"] and name not in vhost.exchanges:
+            vhost.declare_exchange(name, item["type"], False, False, item["auto_delete"],
+                                   item["internal"], decode_arguments(item["arguments"]))
+
+    def durable(vhost: str, name: str) -> bool:
+        return not _replicated_exchange(name) or exchanges[(vhost, name)]["durable"]
+
+    for item in snapshot["bindings"]:
+        vhost = node.vhosts.get(item["vhost"])
+        if vhost is None or (durable(item["vhost"], item["source"]) and (
+                item["kind"] == QUEUE or durable(item["vhost"], item["destination"]))):
+            continue
+        kind = QUEUE if item["kind"] == QUEUE else EXCHANGE
+        source = vhost.exchanges.get(item["source"])
+        targets = vhost.queues if kind == QUEUE else vhost.exchanges
+        if source is not None and item["destination"] in targets:
+            source.add_binding(Binding(item["source"], Destination(kind, item["destination"]),
+                                       item["routing_key"],
+                                       freeze(decode_arguments(item["arguments"]))))
+
+
+def _restore_nodes(node: "Node", nodes: dict) -> None:
+    cluster = node.cluster
+    for name in [n for n in cluster.addresses if n not in nodes and n != cluster.name]:
+        cluster.forget_node(name)
+    for name, address in nodes.items():
+        cluster.add_node(name, tuple(address))
+
+
+def _restore_vhosts(node: "Node", names: list[str]) -> None:
+    for name in [n for n in node.vhosts if n not in names]:
+        definitions.apply_delete_vhost(node, name)
+    for name in names:
+        definitions.apply_vhost(node, name)
+
+
+def _restore_users(node: "Node", users: list[dict]) -> None:
+    wanted = {item["name"]: User(item["name"], item["password_hash"], tuple(item["tags"]),
+                                 {vhost: Permissions(*patterns)
+                                  for vhost, patterns in item["permissions"].items()})
+              for item in users}
+    for name in [n for n in node.users.users if n not in wanted]:
+        definitions.apply_delete_user(node, name)
+    for name, user in wanted.items():
+        current = node.users.users.get(name)
+        if current is None:
+            node.users.users[name] = user
+        elif current != user:  # in place: sessions hold their user
+            current.password_hash, current.tags = user.password_hash, user.tags
+            current.permissions.clear()
+            current.permissions.update(user.permissions)
+
+
+def _restore_policies(node: "Node", policies: list[dict]) -> None:
+    wanted: dict[str, dict] = {}
+    for item in policies:
+        policy = parse_policy(item["vhost"], item["name"], item["pattern"],
+                              item["definition"], item["priority"], item["apply_to"])
+        wanted.setdefault(policy.vhost, {})[policy.name] = policy
+    for vhost in set(wanted) | set(node.policies):
+        current = node.policies.get(vhost, {})
+        target = wanted.get(vhost, {})
+        if ({n: p.as_dict() for n, p in current.items()}
+                == {n: p.as_dict() for n, p in target.items()}):
+            continue
+        if target:
+            node.policies[vhost] = dict(target)
+        else:
+            node.policies.pop(vhost, None)
+
+
+def _restore_queues(node: "Node", queues: list[dict]) -> None:
+    wanted = {(item["vhost"], item["name"]): item for item in queues}
+    for vhost in list(node.vhosts.values()):
+        for queue in [q for q in vhost.queues.values() if _replicated_queue(q)]:
+            item = wanted.get((vhost.name, queue.name))
+            if item is None or item["group"] != queue.group:
+                node.delete_queue(vhost, queue)  # as queue.delete
+            elif tuple(sorted(queue.members)) != tuple(item["members"]):
+                queue.members = tuple(item["members"])  # as queue.members
+    quorum = node.quorum
+    for (vhost_name, name), item in sorted(wanted.items()):
+        vhost = node.vhosts[vhost_name]
+        if name in vhost.queues:
+            continue
+        arguments = decode_arguments(item["arguments"])
+        spec = validate_declaration(name, vhost_name, True, False, False, arguments)
+        members = tuple(item["members"])
+        if item["group"] in quorum.store.groups():  # this node's replica, from before
+            vhost.queues[name] = quorum.recover(vhost_name, name, dict(spec.arguments),
+                                                item["group"], members)
+            node.reconcile_quorum(vhost.queues[name])
+        else:  # as queue.declare; the group's leader was elected long ago
+            node.create_replicated_queue(vhost, name, spec, item["group"], members, "")
+
+
+def _restore_exchanges(node: "Node", exchanges: list[dict]) -> None:
+    wanted = {(item["vhost"], item["name"]): item for item in exchanges}
+    for vhost in node.vhosts.values():
+        for exchange in list(vhost.exchanges.values()):
+            if not _replicated_exchange(exchange.name):
+                continue
+            item = wanted.get((vhost.name, exchange.name))
+            if item is None or item != _exchange_item(vhost.name, exchange):
+                _remove_exchange(vhost, exchange.name)
+    for (vhost_name, name), item in sorted(wanted.items()):
+        vhost = node.vhosts[vhost_name]
+        if name not in vhost.exchanges:
+            vhost.declare_exchange(name, item["type"], False, item["durable"],
+                                   item["auto_delete"], item["internal"],
+                                   decode_arguments(item["arguments"]))
+
+
+def _remove_exchange(vhost: "VHost", name: str) -> None:
+    """Delete an exchange and the bindings to it, without auto-deleting the exchanges
+    that lose their last binding (the snapshot says which exchanges exist)."""
+    del vhost.exchanges[name]
+    gone = Destination(EXCHANGE, name)
+    for exchange in vhost.exchanges.values():
+        for binding in exchange.bindings_to(gone):
+            exchange.remove_binding(binding)
+
+
+def _restore_bindings(node: "Node", bindings: list[dict]) -> None:
+    wanted: dict[str, set[Binding]] = {}
+    for item in bindings:
+        kind = QUEUE if item["kind"] == QUEUE else EXCHANGE
+        wanted.setdefault(item["vhost"], set()).add(Binding(
+            item["source"], Destination(kind, item["destination"]), item["routing_key"],
+            freeze(decode_arguments(item["arguments"]))))
+    for vhost in node.vhosts.values():
+        target = wanted.get(vhost.name, set())
+        for binding in list(vhost.bindings()):
+            if _replicated_binding(vhost, binding) and binding not in target:
+                vhost.exchanges[binding.source].remove_binding(binding)
+        for binding in target:
+            vhost.exchanges[binding.source].add_binding(binding)  # a no-op if bound

@@ -1,0 +1,188 @@
+"""The metadata group's snapshot on a node of its own (broker/cluster/meta_snapshot.py):
+restoring the snapshot of any point of a command history makes a node's metadata
+equal to a node that applied that history, from behind (creations) and from ahead
+(deletions), and leaves what is not replicated (a classic queue and its bindings)
+alone. Multi-process snapshots: test_metadata_snapshots.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quorumqueue.broker.cluster import meta, meta_snapshot
+from quorumqueue.broker.config import Settings
+from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.node.quorum import QuorumGroups
+from quorumqueue.broker.queues.types import validate_declaration
+from quorumqueue.broker.raft.storage import LogStore, StorageConfig
+from quorumqueue.broker.routing.exchanges import QUEUE, Destination
+from quorumqueue.broker.storage.metadata_store import decode_arguments
+
+ME = "qq1@localhost"
+QUORUM = {"x-queue-type": "quorum"}
+
+
+def exchange(name: str, type_: str = "direct", durable: bool = True, auto_delete=False,
+             vhost: str = "/", **arguments) -> tuple:
+    return ("exchange.declare", dict(vhost=vhost, name=name, type=type_, durable=durable,
+                                     auto_delete=auto_delete, internal=False,
+                                     arguments=arguments))
+
+
+def queue(name: str, group: str, members: list[str], vhost: str = "/") -> tuple:
+    return ("queue.declare", dict(vhost=vhost, name=name, arguments=dict(QUORUM), group=group,
+                                  members=members, leader=members[0]))
+
+
+def bind(source: str, kind: str, destination: str, key: str = "", vhost: str = "/",
+         **arguments) -> tuple:
+    return ("bind", dict(vhost=vhost, source=source, kind=kind, destination=destination,
+                         routing_key=key, arguments=arguments))
+
+
+HISTORY = [
+    ("vhost.add", dict(name="v2")),
+    ("user.put", dict(name="alice", password_hash="hash-1", tags=["administrator"])),
+    ("permissions.set", dict(user="alice", vhost="v2", patterns=[".*", "", ".*"])),
+    ("policy.set", dict(policy=dict(vhost="/", name="cap", pattern="^orders",
+                                    definition={"max-length": 10}, priority=1,
+                                    apply_to="queues"))),
+    exchange("x1"),
+    exchange("x-transient", "fanout", durable=False),
+    exchange("x-gone", "topic"),
+    exchange("x-auto", "headers", auto_delete=True, **{"alternate-exchange": "x1"}),
+    queue("orders", "g-orders", [ME, "qq2@localhost"]),
+    queue("remote", "g-remote", ["qq2@localhost", "qq3@localhost"]),
+    queue("in-v2", "g-in-v2", [ME], vhost="v2"),
+    bind("x1", QUEUE, "orders", "new"),
+    bind("amq.topic", "exchange", "x1", "#", level=1),
+    bind("x-transient", QUEUE, "remote"),
+    bind("x-gone", QUEUE, "orders", "a.*"),
+    bind("x-auto", QUEUE, "remote", **{"x-match": "any", "colour": b"raw"}),
+    ("queue.members", dict(vhost="/", name="orders", group="g-orders",
+                           members=[ME, "qq2@localhost", "qq3@localhost"])),
+    ("exchange.delete", dict(vhost="/", name="x-gone", if_unused=False)),
+    queue("short", "g-short-1", [ME]),
+    ("queue.delete", dict(vhost="/", name="short", group="g-short-1")),
+    queue("short", "g-short-2", ["qq2@localhost"]),
+    ("user.put", dict(name="bob", password_hash="hash-2", tags=[])),
+    ("permissions.set", dict(user="bob", vhost="/", patterns=["", "", ".*"])),
+    ("user.put", dict(name="alice", password_hash="hash-3", tags=[])),
+    ("user.put", dict(name="bob", password_hash="hash-2", tags=["monitoring"])),
+    ("unbind", bind("x1", QUEUE, "orders", "new")[1]),
+    ("policy.clear", dict(vhost="/", name="cap")),
+    ("policy.set", dict(policy=dict(vhost="v2", name="all", pattern=".*",
+                                    definition={"delivery-limit": 3}, priority=0,
+                                    apply_to="all"))),
+    ("vhost.add", dict(name="v3")),
+    exchange("x-v3", vhost="v3"),
+    ("vhost.delete", dict(name="v2")),
+    ("user.delete", dict(name="bob")),
+]
+
+
+def new_node(tmp_path, name: str) -> Node:
+    settings = Settings(node_name=ME, data_dir=str(tmp_path / name))
+    quorum = QuorumGroups(LogStore(settings.data_dir, StorageConfig(fsync=False)), ME)
+    node = Node(settings, quorum=quorum)
+    # this node's own classic queue, bound to a replicated exchange: never replicated
+    node.create_queue(node.vhosts["/"], "local",
+                      validate_declaration("local", "/", True, False, False, {}), None)
+    return node
+
+
+def apply(node: Node, history) -> None:
+    """As MetaGroup.apply does with each entry's bytes."""
+    for op, fields in history:
+        command = json.loads(meta.encode(op, **dict(fields)))
+        if "arguments" in command:
+            command["arguments"] = decode_arguments(command["arguments"])
+        meta.APPLY[command["op"]](node, command)
+
+
+def snapshot_of(node: Node) -> dict:
+    return meta_snapshot.decode(meta_snapshot.encode(node))
+
+
+@pytest.mark.parametrize("point", range(len(HISTORY) + 1))
+def test_restoring_the_snapshot_of_any_point_equals_applying_the_history(tmp_path, point):
+    full = new_node(tmp_path, "full")
+    apply(full, HISTORY)
+    at_point = new_node(tmp_path, "point")
+    apply(at_point, HISTORY[:point])
+    expected_full, expected_point = snapshot_of(full), snapshot_of(at_point)
+
+    behind = new_node(tmp_path, "behind")  # a follower that missed the rest
+    apply(behind, HISTORY[:point])
+    meta_snapshot.restore(behind, expected_full)
+    assert snapshot_of(behind) == expected_full
+
+    ahead = new_node(tmp_path, "ahead")  # restored back to an earlier point
+    apply(ahead, HISTORY)
+    meta_snapshot.restore(ahead, expected_point)
+    assert snapshot_of(ahead) == expected_point
+
+    fresh = new_node(tmp_path, "fresh")
+    meta_snapshot.restore(fresh, expected_full)
+    assert snapshot_of(fresh) == expected_full
+
+
+def test_the_snapshot_holds_what_the_group_replicates_and_nothing_else(tmp_path):
+    node = new_node(tmp_path, "n")
+    apply(node, HISTORY)
+    node.vhosts["/"].bind("x1", Destination(QUEUE, "local"), "mine", {})
+    snapshot = snapshot_of(node)
+    assert [(q["vhost"], q["name"], q["group"], q["members"]) for q in snapshot["queues"]] == [
+        ("/", "orders", "g-orders", [ME, "qq2@localhost", "qq3@localhost"]),
+        ("/", "remote", "g-remote", ["qq2@localhost", "qq3@localhost"]),
+        ("/", "short", "g-short-2", ["qq2@localhost"])]
+    assert sorted((e["vhost"], e["name"], e["durable"]) for e in snapshot["exchanges"]) == [
+        ("/", "x-auto", True), ("/", "x-transient", False), ("/", "x1", True),
+        ("v3", "x-v3", True)]
+    assert sorted((b["source"], b["destination"]) for b in snapshot["bindings"]) == [
+        ("amq.topic", "x1"), ("x-auto", "remote"), ("x-transient", "remote")]
+    assert snapshot["vhosts"] == ["/", "v3"]
+    assert {u["name"]: u["tags"] for u in snapshot["users"]} == {"alice": [], "guest": [
+        "administrator"]}
+
+
+def test_a_restore_keeps_this_nodes_classic_queue_and_its_bindings_to_kept_exchanges(
+        tmp_path):
+    leader = new_node(tmp_path, "leader")
+    apply(leader, HISTORY)
+    follower = new_node(tmp_path, "follower")
+    apply(follower, HISTORY[:8])  # x1, x-gone exist; x-gone is deleted later
+    vhost = follower.vhosts["/"]
+    vhost.bind("x1", Destination(QUEUE, "local"), "kept", {})
+    vhost.bind("x-gone", Destination(QUEUE, "local"), "lost", {})
+    meta_snapshot.restore(follower, snapshot_of(leader))
+    local = Destination(QUEUE, "local")
+    assert [(b.source, b.routing_key) for b in vhost.bindings() if b.destination == local] \
+        == [("x1", "kept")]
+    assert "local" in vhost.queues
+    # the replicated exchange x1 is the one the classic binding lives in, and routes
+    assert [q.name for q in vhost.route(vhost.exchanges["x1"], "kept", lambda: None)] == \
+        ["local"]
+
+
+def test_a_restore_starts_the_replicas_of_queues_this_node_is_a_member_of(tmp_path):
+    leader = new_node(tmp_path, "leader")
+    apply(leader, HISTORY)
+    follower = new_node(tmp_path, "follower")
+    apply(follower, HISTORY[:7])
+    meta_snapshot.restore(follower, snapshot_of(leader))
+    orders = follower.vhosts["/"].queues["orders"]
+    remote = follower.vhosts["/"].queues["remote"]
+    assert orders.raft is not None and orders.group in follower.quorum.queues
+    assert remote.raft is None and remote.group not in follower.quorum.queues
+    # and a restore back drops the replica and its log, as queue.delete does
+    meta_snapshot.restore(follower, snapshot_of(new_node(tmp_path, "empty")))
+    assert "orders" not in follower.vhosts["/"].queues
+    assert "g-orders" not in follower.quorum.queues
+    assert "g-orders" not in follower.quorum.store.groups()
+
+
+def test_a_snapshot_of_another_version_is_refused():
+    with pytest.raises(ValueError, match="metadata snapshot version 2"):
+        meta_snapshot.decode(b'{"version": 2}')
