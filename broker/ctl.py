@@ -1,5 +1,5 @@
-"""`quorumqueue ctl`: users, vhosts, permissions and policies of a running node, with
-rabbitmqctl's command names and arguments.
+"""`quorumqueue ctl`: users, vhosts, permissions and policies of a running node, and
+removing a node from its cluster, with rabbitmqctl's command names and arguments.
 
     quorumqueue ctl add_user NAME PASSWORD          quorumqueue ctl add_vhost NAME
     quorumqueue ctl delete_user NAME                quorumqueue ctl delete_vhost NAME
@@ -10,10 +10,11 @@ rabbitmqctl's command names and arguments.
     quorumqueue ctl list_permissions [-p VHOST]     quorumqueue ctl list_user_permissions USER
     quorumqueue ctl set_policy [-p VHOST] [--priority N] [--apply-to KIND] NAME PATTERN DEFINITION
     quorumqueue ctl clear_policy [-p VHOST] NAME    quorumqueue ctl list_policies [-p VHOST]
+    quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
 
-Each is one management RPC (node/definition_ops.py) to the node named by --uri (an
-administrator's AMQP URI); in a cluster any node will do, and every node has the
-change once the command returns.
+Each is one management RPC (node/definition_ops.py; forget_cluster_node:
+cluster/membership.py) to the node named by --uri (an administrator's AMQP URI); in a
+cluster any node will do, and every node has the change once the command returns.
 """
 
 from __future__ import annotations
@@ -195,3 +196,14 @@ def list_policies(uri, vhost) -> None:
                 [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
                  for r in rows])
+
+
+@ctl.command("forget_cluster_node")
+@uri_option
+@click.argument("node")
+def forget_cluster_node(uri, node) -> None:
+    """Remove stopped NODE from the cluster for good: it leaves the node list, the
+    metadata group and every quorum queue's members. Run it against another, running
+    node of the cluster; NODE must be stopped (and reset before it joins again)."""
+    click.echo(f"Removing node {node} from the cluster ...")
+    _call(uri, "cluster.forget_node", node=node)

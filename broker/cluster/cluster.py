@@ -7,7 +7,8 @@ the ones that arrive into their group; forward a command proposed on a member th
 does not lead its group to the leader, and tie the leader's answer — the (index,
 term) it appended the command at — back to the waiter (queues/replicated.py);
 choose the members of new quorum queues; tell this node's own connections from
-other nodes' (fifo consumer keys carry the node's name).
+other nodes' (fifo consumer keys carry the node's name); keep the cluster's node
+list (nodes that joined, nodes forgotten: cluster_nodes.json).
 
 How it works: a forwarded command is an Rpc "propose" {group, request id, data}; the
 leader appends it and answers "accepted" {request id, index, term}, or "redirect"
@@ -488,6 +489,7 @@ class Cluster:
                                "online": [n for n in queue.members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
+                "metadata_members": sorted(self.meta.raft.members) if self.meta else [],
                 "nodes": nodes, "queues": queues,
                 # commands waiting for a leader's answer (forwarded, not yet appended)
                 "forwarding": len(self.pending)}

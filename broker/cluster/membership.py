@@ -1,7 +1,8 @@
 """Quorum-queue replicas: which nodes hold one, and moving toward what was asked.
 
 Responsibilities: the replica-management operations of `rabbitmq-queues`, as
-management RPCs (`quorumqueue queues add_member|delete_member|grow|shrink|rebalance`);
+management RPCs (`quorumqueue queues add_member|delete_member|grow|shrink|rebalance`),
+and removing a node from the cluster (`quorumqueue ctl forget_cluster_node`);
 their refusals, in plain words, of anything that would leave a queue without a
 majority of its members online; continuous membership reconciliation (the 4.2
 guide's CMR); and, on every node, the loop that makes each group's Raft
@@ -210,6 +211,30 @@ def rebalance(node: "Node", vhost_pattern: str, queue_pattern: str, done) -> Non
     done({"moves": moves, "leaders": counts})
 
 
+def forget_node(node: "Node", name: str, done) -> None:
+    """Remove a stopped node from the cluster for good (`rabbitmqctl
+    forget_cluster_node`): the metadata group's `cluster.forget_node`, applied on every
+    node; the metadata leader and the queues' leaders then drop it from their groups.
+    Refused for the node this runs on, a node still running or reachable, and while
+    the metadata group has no majority of its members online."""
+    cluster = _cluster(node)
+    if name == cluster.name:
+        raise _refuse(f"cannot forget {name}: it is the node this command talks to; run "
+                      "it against another node of the cluster")
+    if name not in cluster.nodes:
+        raise AMQPError(spec.NOT_FOUND, f"node {name} is not a member of this cluster "
+                        f"(nodes: {', '.join(cluster.nodes)})")
+    if _online(node, name):
+        raise _refuse(f"node {name} is running (reachable from {cluster.name}): stop it "
+                      "before forgetting it")
+    if not _majority_online(node, list(cluster.meta.raft.members)):
+        raise _refuse("the metadata group has no majority of its members online: the "
+                      "cluster cannot change until it has")
+    cluster.meta.propose_data(meta.encode("cluster.forget_node", name=name),
+                              lambda _reply: done({"forgotten": name,
+                                                   "nodes": list(cluster.nodes)}))
+
+
 # ---------------------------------------------------------------- reconciliation
 
 
@@ -251,18 +276,27 @@ def reconcile(node: "Node") -> None:
 
 def _reconcile_metadata(node: "Node") -> None:
     """The metadata group's members follow the cluster's nodes (a node that joined is
-    added once its `cluster.add_node` is applied), one change at a time."""
+    added once its `cluster.add_node` is applied, a forgotten one removed once its
+    `cluster.forget_node` is), one change at a time, adds first."""
     cluster = node.cluster
     meta_group = cluster.meta
     if meta_group is None or not meta_group.is_leader:
         return
-    missing = sorted(set(cluster.nodes) - set(meta_group.raft.members))
+    members = set(meta_group.raft.members)
+    missing = sorted(set(cluster.nodes) - members)
+    extra = sorted(members & cluster.forgotten)
     if missing and cluster.reachable(missing[0]):
-        try:
-            meta_group.raft.propose_membership(add=missing[0])
-        except (NotLeader, ProposalRejected):
-            return
-        log.info("metadata group: adding %s", missing[0])
+        change = {"add": missing[0]}
+    elif extra:
+        change = {"remove": extra[0]}
+    else:
+        return
+    try:
+        meta_group.raft.propose_membership(**change)
+    except (NotLeader, ProposalRejected):
+        return
+    log.info("metadata group: %s %s", "adding" if "add" in change else "removing",
+             missing[0] if "add" in change else extra[0])
 
 
 def continuous_reconciliation(node: "Node", target_default: int | None,

@@ -103,7 +103,8 @@ class MetaGroup(ReplicatedGroup):
         store = self.node.quorum.store
         current = store.snapshot_meta(META_GROUP)
         applied = self.raft.applied_index
-        if applied - (current.index if current else 0) < self.node.settings.metadata_snapshot_interval:
+        interval = self.node.settings.metadata_snapshot_interval
+        if applied - (current.index if current else 0) < interval:
             return
         data = meta_snapshot.encode(self.node)
         self._save_metadata(applied)
@@ -247,7 +248,8 @@ def _forget_node(node: "Node", c: dict):
     node.cluster.forget_node(name)
     for vhost in node.vhosts.values():
         for queue in vhost.queues.values():
-            if queue.type_name == "quorum" and name in queue.members and len(queue.members) > 1:
+            if (queue.type_name == "quorum" and name in queue.members
+                    and len(queue.members) > 1):
                 queue.members = tuple(m for m in queue.members if m != name)
                 node.metadata_dirty = True
     return None

@@ -23,6 +23,10 @@ equals the snapshot, as applying every command up to the snapshot's index would:
   not change stays the same object, so the bindings to this node's classic queues
   survive.
 
+`add_transient(node, document)` is the restart's half-way: over a metadata file at
+least as new as the snapshot it only adds what that file cannot hold (non-durable
+exchanges and their bindings).
+
 Format (version 1, JSON, keys sorted):
   {"version": 1, "nodes": {name: [host, port]}, "vhosts": [...],
    "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]}}],
@@ -32,9 +36,10 @@ Format (version 1, JSON, keys sorted):
    "bindings": [{vhost, source, kind, destination, routing_key, arguments}]}
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 
-Invariants: `restore` is pure over the node's objects (no disk I/O but what deleting a
-queue's group does); deletions never cascade into what the snapshot keeps (exchange
-auto-delete is not triggered by the removals a restore makes).
+Invariants: `restore` touches the disk only where the commands would (a deleted
+queue's group, cluster_nodes.json); the exchange and binding removals it makes do not
+auto-delete exchanges (the snapshot says which exist), and an auto-delete exchange a
+deleted queue took along is declared again when the snapshot has it.
 
 Not here: when snapshots are taken and restored (meta.py), the log (broker/raft).
 """
@@ -93,10 +98,9 @@ def document(node: "Node") -> dict:
              for u in node.users.users.values()]
     policies = [policy.as_dict() for vhost in node.policies.values()
                 for policy in vhost.values()]
+    nodes = {} if cluster is None else {n: list(a) for n, a in cluster.addresses.items()}
     key = lambda item: json.dumps(item, sort_keys=True)  # noqa: E731 - one sort order
-    return {"version": VERSION,
-            "nodes": {} if cluster is None else {n: list(a)
-                                                 for n, a in sorted(cluster.addresses.items())},
+    return {"version": VERSION, "nodes": dict(sorted(nodes.items())),
             "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
             "policies": sorted(policies, key=key), "exchanges": sorted(exchanges, key=key),
             "queues": sorted(queues, key=key), "bindings": sorted(bindings, key=key)}

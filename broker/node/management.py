@@ -17,8 +17,10 @@ Operations:
   queues.shrink  {node, errors_only?}
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
+                                            metadata_members,
                                             nodes: [{name, address, reachable, amqp_uri}],
                                             queues: [{vhost, name, leader, members, online}]}
+  cluster.forget_node {node}           -> {forgotten, nodes}  (membership.forget_node)
   lease.grow | lease.settle | lease.release | lease.info: see node/leases.py
   users.* | vhosts.* | permissions.* | policies.*: see node/definition_ops.py
 Queue operations need a user tagged `administrator`, like rabbitmqctl.
@@ -170,7 +172,7 @@ def _cluster_status(node, session, request) -> dict:
     if node.cluster is None:
         name = node.settings.node_name
         return {"cluster_name": node.settings.cluster_name, "node": name,
-                "metadata_leader": name,
+                "metadata_leader": name, "metadata_members": [name],
                 "nodes": [{"name": name, "address": None, "reachable": True,
                            "amqp_uri": None}],
                 "queues": [{"vhost": q["vhost"], "name": q["name"], "leader": q["leader"],
@@ -220,8 +222,15 @@ def _members_op(name: str):
     return operation
 
 
+def _forget_node(node, session, request):
+    from ..cluster import membership
+
+    _require_administrator(session)
+    return Later(lambda done: membership.forget_node(node, request["node"], done))
+
+
 OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete,
-              "cluster.status": _cluster_status,
+              "cluster.status": _cluster_status, "cluster.forget_node": _forget_node,
               **{f"queues.{name}": _members_op(name)
                  for name in ("add_member", "delete_member", "grow", "shrink", "rebalance")}}
 
