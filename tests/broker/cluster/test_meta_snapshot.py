@@ -2,11 +2,13 @@
 restoring the snapshot of any point of a command history makes a node's metadata
 equal to a node that applied that history, from behind (creations) and from ahead
 (deletions), and leaves what is not replicated (a classic queue and its bindings)
-alone. Multi-process snapshots: test_metadata_snapshots.py."""
+alone; at start (MetaGroup.recover) the snapshot is restored only over a metadata
+file older than it. Multi-process snapshots: test_metadata_snapshots.py."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -15,9 +17,10 @@ from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
 from quorumqueue.broker.node.quorum import QuorumGroups
 from quorumqueue.broker.queues.types import validate_declaration
+from quorumqueue.broker.raft import SnapshotMeta
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.routing.exchanges import QUEUE, Destination
-from quorumqueue.broker.storage.metadata_store import decode_arguments
+from quorumqueue.broker.storage.metadata_store import MetadataStore, decode_arguments
 
 ME = "qq1@localhost"
 QUORUM = {"x-queue-type": "quorum"}
@@ -85,7 +88,7 @@ HISTORY = [
 def new_node(tmp_path, name: str) -> Node:
     settings = Settings(node_name=ME, data_dir=str(tmp_path / name))
     quorum = QuorumGroups(LogStore(settings.data_dir, StorageConfig(fsync=False)), ME)
-    node = Node(settings, quorum=quorum)
+    node = Node(settings, quorum=quorum, metadata_store=MetadataStore(settings.data_dir))
     # this node's own classic queue, bound to a replicated exchange: never replicated
     node.create_queue(node.vhosts["/"], "local",
                       validate_declaration("local", "/", True, False, False, {}), None)
@@ -181,6 +184,48 @@ def test_a_restore_starts_the_replicas_of_queues_this_node_is_a_member_of(tmp_pa
     assert "orders" not in follower.vhosts["/"].queues
     assert "g-orders" not in follower.quorum.queues
     assert "g-orders" not in follower.quorum.store.groups()
+
+
+def stored_snapshot(node: Node, snapshot: bytes, index: int) -> meta.MetaGroup:
+    """The metadata group's snapshot at `index` in the node's log store, as a leader's
+    InstallSnapshot leaves it."""
+    store = node.quorum.store
+    store.set_initial_members(meta.META_GROUP, [ME])
+    store.install_snapshot(meta.META_GROUP, SnapshotMeta(index, 1, (ME,)), snapshot)
+    return meta.MetaGroup(node, None)
+
+
+def test_a_start_over_an_older_metadata_file_restores_the_snapshot(tmp_path):
+    leader = new_node(tmp_path, "leader")
+    apply(leader, HISTORY)
+    node = new_node(tmp_path, "restarted")  # its metadata file: before the snapshot
+    apply(node, HISTORY[:10])
+    group = stored_snapshot(node, meta_snapshot.encode(leader), 40)
+    group.recover()
+    assert snapshot_of(node) == snapshot_of(leader)
+    with open(os.path.join(node.settings.data_dir, meta.APPLIED_FILE)) as handle:
+        assert json.load(handle) == {"index": 40}
+    saved = MetadataStore(node.settings.data_dir).load()
+    assert sorted(q["name"] for q in saved["queues"]) == ["local", "orders", "remote",
+                                                          "short"]
+
+
+def test_a_start_over_a_newer_metadata_file_only_adds_what_the_file_cannot_hold(tmp_path):
+    at_snapshot = new_node(tmp_path, "leader")
+    apply(at_snapshot, HISTORY[:14])  # up to the binding of x-transient
+    node = new_node(tmp_path, "restarted")
+    apply(node, HISTORY)  # saved after entries the snapshot does not hold
+    node.vhosts["/"].exchanges.pop("x-transient")  # not durable: not in the file
+    group = stored_snapshot(node, meta_snapshot.encode(at_snapshot), 14)
+    node.metadata.save(node.metadata_document())
+    with open(os.path.join(node.settings.data_dir, meta.APPLIED_FILE), "w") as handle:
+        json.dump({"index": 30}, handle)
+    group.recover()
+    vhost = node.vhosts["/"]
+    assert vhost.exchanges["x-transient"].durable is False
+    assert [b.destination.name for b in vhost.exchanges["x-transient"].bindings] == ["remote"]
+    assert "x-gone" not in vhost.exchanges  # deleted after the snapshot: the file is right
+    assert "short" in vhost.queues and "v3" in node.vhosts
 
 
 def test_a_snapshot_of_another_version_is_refused():
