@@ -245,9 +245,11 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
         spec = validate_declaration(name, vhost_name, True, False, False, arguments)
         members = tuple(item["members"])
         if item["group"] in quorum.store.groups():  # this node's replica, from before
-            vhost.queues[name] = quorum.recover(vhost_name, name, dict(spec.arguments),
-                                                item["group"], members)
-            node.reconcile_quorum(vhost.queues[name])
+            queue = vhost.queues[name] = quorum.recover(vhost_name, name,
+                                                        dict(spec.arguments), item["group"],
+                                                        members)
+            queue.policy_changed(node.policy_for(vhost_name, queue.type_name, name))
+            node.metadata_dirty = True
         else:  # as queue.declare; the group's leader was elected long ago
             node.create_replicated_queue(vhost, name, spec, item["group"], members, "")
 

@@ -186,6 +186,28 @@ def test_a_restore_starts_the_replicas_of_queues_this_node_is_a_member_of(tmp_pa
     assert "g-orders" not in follower.quorum.store.groups()
 
 
+def test_a_restore_reopens_a_replica_whose_log_this_node_still_has(tmp_path):
+    """A node that restarted over a metadata file older than the snapshot: a queue
+    declared in between is missing from the file, but its group is in the log store:
+    it is opened as after a restart (its log replayed, deliveries not sent again)."""
+    leader = new_node(tmp_path, "leader")
+    apply(leader, HISTORY)
+    node = new_node(tmp_path, "restarted")
+    apply(node, HISTORY[:11])  # in-v2: this node its only member, so it leads
+    node.quorum.flush()
+    group = node.vhosts["v2"].queues["in-v2"].group
+    kept = node.quorum.store.last_index(group)
+    del node.vhosts["v2"].queues["in-v2"], node.quorum.queues[group]  # not in the file
+    at_eleven = new_node(tmp_path, "at-eleven")
+    apply(at_eleven, HISTORY[:11])
+    meta_snapshot.restore(node, snapshot_of(at_eleven))
+    queue = node.vhosts["v2"].queues["in-v2"]
+    assert node.quorum.queues[group] is queue and kept > 0
+    assert queue.replay_until == kept  # recovered over its log, not declared afresh
+    assert queue.raft.log.term_at(kept) == node.quorum.store.group_log(group).term_at(kept)
+    assert snapshot_of(node) == snapshot_of(at_eleven)
+
+
 def stored_snapshot(node: Node, snapshot: bytes, index: int) -> meta.MetaGroup:
     """The metadata group's snapshot at `index` in the node's log store, as a leader's
     InstallSnapshot leaves it."""
