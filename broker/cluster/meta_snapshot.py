@@ -9,7 +9,8 @@ destination is replicated (an exchange or a quorum queue; a classic queue's bind
 stay on its node). `restore(node, document)` changes a node until `document(node)`
 equals the snapshot, as applying every command up to the snapshot's index would:
 
-- nodes the snapshot lacks are forgotten (`cluster.forget_node`), the others known;
+- nodes the snapshot lacks are forgotten (`cluster.forget_node`), those this node
+  lacks added (`cluster.add_node`);
 - vhosts, users, permissions and policies are replaced, with node/definitions.py's
   `apply_*` (deleting a vhost deletes its queues and closes its connections,
   deleting a user closes its connections, as the commands do);
@@ -178,11 +179,14 @@ def add_transient(node: "Node", snapshot: dict) -> None:
 
 
 def _restore_nodes(node: "Node", nodes: dict) -> None:
+    """Nodes this one knows keep the address it reaches them at (its configuration
+    may name a different route than the snapshot's author's)."""
     cluster = node.cluster
     for name in [n for n in cluster.addresses if n not in nodes and n != cluster.name]:
         cluster.forget_node(name)
     for name, address in nodes.items():
-        cluster.add_node(name, tuple(address))
+        if name not in cluster.addresses:
+            cluster.add_node(name, tuple(address))
 
 
 def _restore_vhosts(node: "Node", names: list[str]) -> None:

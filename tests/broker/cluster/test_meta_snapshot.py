@@ -3,7 +3,9 @@ restoring the snapshot of any point of a command history makes a node's metadata
 equal to a node that applied that history, from behind (creations) and from ahead
 (deletions), and leaves what is not replicated (a classic queue and its bindings)
 alone; at start (MetaGroup.recover) the snapshot is restored only over a metadata
-file older than it. Multi-process snapshots: test_metadata_snapshots.py."""
+file older than it; `cluster.forget_node` takes a node out of the node list and the
+queues' members, for good. Multi-process: test_metadata_snapshots.py,
+test_forget_node.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import pytest
 
 from quorumqueue.broker.cluster import meta, meta_snapshot
+from quorumqueue.broker.cluster.cluster import Cluster
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
 from quorumqueue.broker.node.quorum import QuorumGroups
@@ -253,3 +256,36 @@ def test_a_start_over_a_newer_metadata_file_only_adds_what_the_file_cannot_hold(
 def test_a_snapshot_of_another_version_is_refused():
     with pytest.raises(ValueError, match="metadata snapshot version 2"):
         meta_snapshot.decode(b'{"version": 2}')
+
+
+def clustered_node(tmp_path, name: str) -> Node:
+    node = new_node(tmp_path, name)
+    node.settings = Settings(node_name=ME, data_dir=node.settings.data_dir, cluster_nodes=(
+        f"{ME}:25672", "qq2@localhost:25673", "qq3@localhost:25674"))
+    node.cluster = Cluster(node, node.settings)
+    return node
+
+
+def test_forget_node_leaves_the_node_list_and_the_queues_members_and_a_restore_follows(
+        tmp_path):
+    leader = clustered_node(tmp_path, "leader")
+    history = [queue("three", "g-three", [ME, "qq2@localhost", "qq3@localhost"]),
+               queue("only-on-two", "g-two", ["qq2@localhost"]),
+               ("cluster.add_node", dict(name="qq4@localhost", address=["10.0.0.4", 25672])),
+               ("cluster.forget_node", dict(name="qq2@localhost"))]
+    apply(leader, history)
+    assert leader.cluster.nodes == (ME, "qq3@localhost", "qq4@localhost")
+    queues = leader.vhosts["/"].queues
+    assert queues["three"].members == (ME, "qq3@localhost")
+    assert queues["only-on-two"].members == ("qq2@localhost",)  # its last member stays
+    apply(leader, history[-1:])  # applied again (a retry): nothing changes
+    assert leader.cluster.nodes == (ME, "qq3@localhost", "qq4@localhost")
+
+    follower = clustered_node(tmp_path, "follower")
+    meta_snapshot.restore(follower, snapshot_of(leader))
+    assert follower.cluster.nodes == leader.cluster.nodes
+    assert snapshot_of(follower) == snapshot_of(leader)
+    # forgotten for good: a restart over the same data directory, configured as before
+    again = Cluster(follower, follower.settings)
+    assert again.nodes == (ME, "qq3@localhost", "qq4@localhost")
+    assert again.forgotten == {"qq2@localhost"}
