@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.brokers import BrokerAddress
-from quorumqueue.broker.management_client import call as management_call
+from quorumqueue.client.management import call as management_call
 from tests.support.broker import BrokerProcess
 from tests.support.rabbitmq import MARKER_VARIABLE, RabbitMQNode, processes_with_marker
 

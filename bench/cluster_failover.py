@@ -49,7 +49,7 @@ import aiormq  # noqa: E402
 import pika.exceptions  # noqa: E402
 
 from bench.clusters import QuorumQueueCluster, queue_status, wait_for  # noqa: E402
-from quorumqueue.broker.management_client import call  # noqa: E402
+from quorumqueue.client.management import call  # noqa: E402
 from tests.support.history import ID_HEADER, AckingConsumer, History, check, report  # noqa: E402
 
 QUEUE = "bench-failover"

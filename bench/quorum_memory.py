@@ -59,7 +59,7 @@ from bench.broker_memory import (  # noqa: E402
     rabbitmq_probe,
     rss_bytes,
 )
-from quorumqueue.broker.management_client import ManagementError  # noqa: E402
+from quorumqueue.client.management import ManagementError  # noqa: E402
 from tests.support.rabbitmq import RabbitMQNode, RabbitMQNodeError  # noqa: E402
 
 TARGET_BYTES = 64  # per queued message, quorumqueue

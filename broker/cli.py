@@ -65,7 +65,7 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
         sys.exit(1)
 
 
-from .cli_rpc import DEFAULT_URI, _call, _echo_table, uri_option  # noqa: E402,F401
+from ..client.cli_rpc import DEFAULT_URI, _call, _echo_table, uri_option  # noqa: E402,F401
 
 
 @main.group()

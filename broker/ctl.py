@@ -23,7 +23,7 @@ import json
 
 import click
 
-from .cli_rpc import _call, _echo_table, uri_option
+from ..client.cli_rpc import _call, _echo_table, uri_option
 
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
                             help="The virtual host.")

@@ -44,9 +44,9 @@ import pika.exceptions
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..broker.lease_client import LeaseClient
-from ..broker.lease_records import LeasedMessage
-from ..broker.management_client import ManagementError
+from ..client.delivery import Delivery
+from ..client.lease_client import LeaseClient
+from ..client.management import ManagementError
 from .connection import open_connection, open_lease_client
 from .options import BatchReadOptions, Mode
 from .schema import to_record_batch
@@ -124,8 +124,8 @@ class QueueBatchReader(DataSourceReader):
                     break
                 seq += 1
                 last_tag = method.delivery_tag
-                chunk.append(LeasedMessage(seq, body, method.exchange, method.routing_key,
-                                  method.redelivered, properties))
+                chunk.append(Delivery(seq, body, method.exchange, method.routing_key,
+                                      method.redelivered, properties, method.delivery_tag))
                 if len(chunk) == READ_CHUNK:
                     yield to_record_batch(queue, chunk, self.options.include_headers)
                     chunk = []

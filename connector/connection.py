@@ -20,8 +20,8 @@ from typing import TypeVar
 import pika
 import pika.exceptions
 
-from ..broker.lease_client import LeaseClient
-from ..broker.management_client import ManagementError
+from ..client.lease_client import LeaseClient
+from ..client.management import ManagementError
 from .options import BatchReadOptions, BrokerAddress, Mode, OptionError, SourceOptions
 
 BUNDLED_PRODUCT = "quorumqueue"

@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pika
 import pika.exceptions
@@ -66,7 +66,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
-from ..broker.lease_records import header_delivery_count
+from ..client.delivery import Delivery
 from . import offsets
 from .connection import open_connection
 from .offsets import ConsumeOffset, OffsetError
@@ -101,21 +101,6 @@ class DataLossError(RuntimeError):
     """A logged batch cannot be re-planned: the queue no longer has enough messages."""
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    seq: int                 # the count of this queue's messages handed to Spark, from 1
-    tag: int                 # the delivery tag, valid on its channel only
-    body: bytes
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: pika.BasicProperties
-
-    @property
-    def delivery_count(self) -> int:
-        return header_delivery_count(self.properties)
-
-
 class Ledger:
     """One queue's unacked deliveries on the current channel, numbered contiguously
     (pure: the reader does the I/O)."""
@@ -142,8 +127,8 @@ class Ledger:
 
     def add(self, tag: int, method, properties, body: bytes) -> None:
         assert self.next_seq is not None, "deliveries before numbering started"
-        self.held.append(Delivery(self.next_seq, tag, body, method.exchange,
-                                  method.routing_key, method.redelivered, properties))
+        self.held.append(Delivery(self.next_seq, body, method.exchange, method.routing_key,
+                                  method.redelivered, properties, tag))
         self.next_seq += 1
         self.arrived += 1
 
@@ -183,8 +168,7 @@ class Ledger:
 
 
 def _renumbered(delivery: Delivery, seq: int) -> Delivery:
-    return Delivery(seq, delivery.tag, delivery.body, delivery.exchange,
-                    delivery.routing_key, delivery.redelivered, delivery.properties)
+    return replace(delivery, seq=seq)
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,10 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
-from ..broker.lease_client import LeaseClient, LeasedMessage
-from ..broker.lease_records import PackedRecords
-from ..broker.management_client import ManagementError
+from ..client.delivery import Delivery
+from ..client.lease_client import LeaseClient
+from ..client.lease_records import PackedRecords
+from ..client.management import ManagementError
 from . import offsets
 from .connection import open_lease_client
 from .offsets import LeaseOffset, LeaseRange
@@ -235,7 +236,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             client.close()
 
     def _after_refusal(self, client: LeaseClient, part: LeaseRange, low: int, high: int,
-                       refusal: pika.exceptions.ChannelClosedByBroker) -> list[LeasedMessage]:
+                       refusal: pika.exceptions.ChannelClosedByBroker) -> list[Delivery]:
         what = (f"messages {low + 1}..{high} of lease '{part.lease}' on queue "
                 f"'{part.queue}' can no longer be read ({refusal.reply_code} "
                 f"{refusal.reply_text})")

@@ -43,7 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 import pika
 
-from ..broker.management_client import redact_uri as _redact
+from ..client.management import redact_uri as _redact
 
 
 class OptionError(ValueError):

@@ -8,8 +8,8 @@ Responsibilities
     schema equals `ARROW_SCHEMA` exactly (PySpark refuses a batch whose Arrow schema
     differs from the declared one, nullability included). It takes messages either
     one object each (`Received`) or field by field (`MessageColumns`, what a packed
-    lease read decodes to, broker/lease_records.py), which saves an object per
-    message.
+    lease read decodes to, quorumqueue.client.lease_records), which saves an object
+    per message.
 
 How it works
     Arrow types are PySpark's own Spark-to-Arrow conversion (timestamps in
@@ -48,7 +48,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, MapType,
                                StringType, StructField, StructType, TimestampType)
 
-from ..broker.lease_records import header_delivery_count
+from ..client.delivery import header_delivery_count
 
 SCHEMA = StructType([
     StructField("body", BinaryType(), nullable=False),
@@ -101,7 +101,7 @@ class Properties(Protocol):
 
 
 class Received(Protocol):
-    """One received message (broker.lease_client.LeasedMessage is one)."""
+    """One received message (quorumqueue.client.Delivery is one)."""
 
     @property
     def seq(self) -> int: ...
@@ -119,7 +119,7 @@ class Received(Protocol):
 
 class MessageColumns(Protocol):
     """Received messages field by field, equal lengths, in order
-    (broker.lease_records.PackedRecords is one)."""
+    (quorumqueue.client.lease_records.PackedRecords is one)."""
 
     @property
     def seqs(self) -> Sequence[int]: ...

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..broker.lease_client import LeaseClient
+from ..client.lease_client import LeaseClient
 from ..connector.offsets import LeaseOffset
 
 

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..broker.management_client import call
+from ..client.management import call
 from . import checkpoint as ckpt
 from .delta import local_spark
 from .driver import QueryPaths, StopPoint, run_killed_driver, start_query

@@ -74,7 +74,7 @@ def cluster_start(count, base_port, data_dir, host, cookie, config_path,
 def cluster_status(uri) -> None:
     """Nodes (reachable or not), the metadata leader, and each quorum queue's leader,
     members and online members, as seen by one node."""
-    from ..management_client import ManagementError, call, redact_uri
+    from ...client.management import ManagementError, call, redact_uri
 
     try:
         status = call(uri, "cluster.status")

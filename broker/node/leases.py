@@ -19,7 +19,7 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   the header `x-lease-seq` and, when redelivered, `x-delivery-count` — and then a
   server-side basic.cancel for the tag (clients see the consumer cancelled).
   With the further argument `x-lease-format` = "packed" the same messages come
-  many to a delivery instead (broker/lease_records.py): a reader then decodes a few
+  many to a delivery instead (amqp/lease_records.py): a reader then decodes a few
   frames per thousand messages instead of three per message.
   A range is streamed (Session.stream): its messages are read from the log as the
   client takes them, so the first arrive while the broker reads the rest, and a long
@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError, not_found, precondition
+from ..amqp.lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
 from ..auth.users import check_access
 from ..fifo import commands as fifo
-from ..lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
 from ..queues.quorum import with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -174,7 +174,7 @@ def _each_steps(session, channel, queue, tag: str,
 
 def _packed_steps(session, channel, queue, tag: str,
                   items) -> Iterator[tuple[int, list[bytes]]]:
-    """Deliveries of many messages each (lease_records.py): (the last sequence in the
+    """Deliveries of many messages each (amqp/lease_records.py): (the last sequence in the
     delivery, its frames)."""
     read = _reader(session, queue)
     last = 0

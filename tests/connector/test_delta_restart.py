@@ -23,8 +23,8 @@ import json
 import pytest
 from chispa import assert_df_equality
 
-from quorumqueue.broker.lease_client import LeaseClient
-from quorumqueue.broker.management_client import call
+from quorumqueue.client.lease_client import LeaseClient
+from quorumqueue.client.management import call
 from quorumqueue.jobs import checkpoint as ckpt
 from quorumqueue.jobs.driver import QueryPaths, StopPoint, run_killed_driver, start_query
 from quorumqueue.jobs.orders import order_message, publish_orders

@@ -17,8 +17,8 @@ import pika
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from quorumqueue.broker.lease_client import LeaseClient
-from quorumqueue.broker.management_client import ManagementError
+from quorumqueue.client.lease_client import LeaseClient
+from quorumqueue.client.management import ManagementError
 from quorumqueue.connector.connection import BrokerUnreachable, detect_mode
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,

@@ -15,17 +15,18 @@ import pyarrow as pa
 import pytest
 
 from quorumqueue.broker.amqp import codec
-from quorumqueue.broker.lease_client import LeasedMessage
-from quorumqueue.broker.lease_records import PackedDecoder, pack_records
+from quorumqueue.broker.amqp.lease_records import pack_records
+from quorumqueue.client.delivery import Delivery
+from quorumqueue.client.lease_records import PackedDecoder
 from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
                                           headers_map, to_record_batch)
 
 UTC = dt.timezone.utc
 
 
-def leased(seq: int, body: bytes = b"x", redelivered: bool = False, **properties) -> LeasedMessage:
-    return LeasedMessage(seq, body, "events", f"key.{seq}", redelivered,
-                         pika.BasicProperties(**properties))
+def leased(seq: int, body: bytes = b"x", redelivered: bool = False, **properties) -> Delivery:
+    return Delivery(seq, body, "events", f"key.{seq}", redelivered,
+                    pika.BasicProperties(**properties))
 
 
 def test_the_columns_named_by_the_issue_in_order():

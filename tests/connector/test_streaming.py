@@ -17,7 +17,7 @@ import os
 import pytest
 from chispa import assert_df_equality
 
-from quorumqueue.broker.lease_client import LeaseClient
+from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.connector.schema import SCHEMA
 
 from .queues import order_body, order_properties, publish_orders, quorum_queue

@@ -11,7 +11,7 @@ import pika
 import pytest
 from chispa import assert_df_equality
 
-from quorumqueue.broker.management_client import call
+from quorumqueue.client.management import call
 from quorumqueue.broker.raft.storage.memtable import ENTRY_OVERHEAD
 from quorumqueue.jobs import memory_footprint as job
 from quorumqueue.jobs.log_state import GROUPS_DDL

@@ -26,7 +26,7 @@ removes the temporary directory; an atexit hook does the same for a cluster a te
 forgot.
 
 Not here: waiting for the cluster to form or elect leaders (ask `cluster.status`
-through broker/management_client.py), workloads (history.py).
+through quorumqueue.client.management), workloads (history.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import time
 import pika
 import pytest
 
-from quorumqueue.broker.management_client import call
+from quorumqueue.client.management import call
 from tests.support.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)

@@ -32,7 +32,7 @@ from quorumqueue.broker.cli import main
 from quorumqueue.broker.cluster import cli as cluster_cli
 from quorumqueue.broker.cluster import launcher
 from quorumqueue.broker.config import load_settings
-from quorumqueue.broker.management_client import ManagementError
+from quorumqueue.client.management import ManagementError
 from tests.support.cluster import ROOT, LocalCluster
 
 pytestmark = pytest.mark.timeout(60)
@@ -179,7 +179,7 @@ def test_status_from_a_node_without_cluster_support_is_a_clear_error(monkeypatch
     def refuse(uri, op, **arguments):
         raise ManagementError(f"NOT_IMPLEMENTED - unknown op '{op}' (known: queues.list)")
 
-    monkeypatch.setattr("quorumqueue.broker.management_client.call", refuse)
+    monkeypatch.setattr("quorumqueue.client.management.call", refuse)
     result = CliRunner().invoke(main, ["cluster", "status", "--uri",
                                        "amqp://guest:secret@127.0.0.1:1/%2F"])
     assert result.exit_code == 1

@@ -12,7 +12,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from broker.management_client import ManagementError, call
+from quorumqueue.client.management import ManagementError, call
 from quorumqueue.broker.cli import main
 
 from .pika_support import channel_error, connect, get_bodies, publish_bodies, unique

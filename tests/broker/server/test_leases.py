@@ -13,9 +13,9 @@ import time
 import pika
 import pytest
 
-from broker.lease_client import LeaseClient
-from broker.lease_records import PackedDecoder
-from broker.management_client import ManagementError
+from quorumqueue.client.lease_client import LeaseClient
+from quorumqueue.client.lease_records import PackedDecoder
+from quorumqueue.client.management import ManagementError
 
 from .pika_support import channel_error, connect, unique
 

@@ -9,7 +9,7 @@ import os
 import pika
 import pytest
 
-from broker.lease_client import LeaseClient
+from quorumqueue.client.lease_client import LeaseClient
 from tests.support.broker import BrokerProcess
 
 from .pika_support import connect

@@ -1,14 +1,16 @@
-"""The packed form of lease reads (broker/lease_records.py): what the broker packs,
-the client decodes to the same messages, however the records fall into bodies."""
+"""The packed form of lease reads (broker/README.md, "Leases (wire form)"): what the
+broker packs (broker/amqp/lease_records.py), the client decodes
+(client/lease_records.py) to the same messages, however the records fall into bodies."""
 
 from __future__ import annotations
 
 import pika
 import pytest
 
-from broker import lease_records
-from broker.amqp import codec
-from broker.lease_records import PackedDecoder, pack_records
+from quorumqueue.broker.amqp import codec
+from quorumqueue.broker.amqp import lease_records as codec_records
+from quorumqueue.broker.amqp.lease_records import pack_records
+from quorumqueue.client.lease_records import PackedDecoder, PackedRecords
 
 
 def header(properties: dict, body_size: int) -> bytes:
@@ -16,7 +18,7 @@ def header(properties: dict, body_size: int) -> bytes:
 
 
 def test_records_decode_to_the_packed_messages_in_order(monkeypatch):
-    monkeypatch.setattr(lease_records, "PACK_MESSAGES", 3)
+    monkeypatch.setattr(codec_records, "PACK_MESSAGES", 3)
     messages = [(seq, seq % 2, "ex-é" if seq % 3 else "", f"key.{seq}",
                  header({"message_id": f"m{seq}", "headers": {"n": seq}}, seq), b"b" * seq)
                 for seq in range(1, 9)]
@@ -86,10 +88,10 @@ def test_exchange_and_routing_key_are_told_apart_where_they_meet():
 
 
 def test_records_of_several_bodies_join_in_order(monkeypatch):
-    monkeypatch.setattr(lease_records, "PACK_MESSAGES", 2)
+    monkeypatch.setattr(codec_records, "PACK_MESSAGES", 2)
     same = header({}, 0)
     decoder = PackedDecoder()
-    joined = lease_records.PackedRecords()
+    joined = PackedRecords()
     for body in pack_records([(seq, 0, "", "q", same, bytes([seq])) for seq in range(1, 6)]):
         joined.extend(decoder.decode(body))
     assert joined.seqs == [1, 2, 3, 4, 5] and len(joined) == 5

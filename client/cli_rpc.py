@@ -1,5 +1,6 @@
 """The command line's side of the management RPC: the --uri option, one call, and
-tables (used by `quorumqueue queues ...` in cli.py and `quorumqueue ctl ...` in ctl.py)."""
+tables (used by `quorumqueue queues ...` in broker/cli.py and `quorumqueue ctl ...` in
+broker/ctl.py, the command line being a client of the broker)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ uri_option = click.option("--uri", default=DEFAULT_URI, show_default=True,
 
 
 def _call(uri: str, op: str, **arguments):
-    from .management_client import ManagementError, call
+    from .management import ManagementError, call
 
     try:
         return call(uri, op, **arguments)

@@ -1,25 +1,19 @@
-"""The packed form of a lease read: many messages to one delivery body; no I/O.
+"""Packed lease records decoded into messages, column by column; no I/O.
 
 Responsibilities
-    `pack_records` (the broker, node/leases.py) turns a lease range's messages into
-    delivery bodies; `PackedDecoder` (the client, lease_client.py) turns them back
-    into messages, column by column (`PackedRecords`). A reader asks for this form
-    with the consume argument `x-lease-format` = "packed" (broker/README.md, "Leases
-    (wire form)").
+    `PackedDecoder` turns the delivery bodies of a packed lease read (the consume
+    argument `x-lease-format` = "packed"; broker/README.md, "Leases (wire form)")
+    back into messages (`PackedRecords`). The record layout and the encoder the
+    broker packs with are the pure codec in quorumqueue.broker.amqp.lease_records
+    (there because the broker must not import this package; see its header); this
+    module reads that layout and adds what needs pika, the property decoding.
 
 How it works
-    A body is a run of records, one per message in sequence order. A record is
-    `PACKED_RECORD` (lease sequence u64, delivery count u32, exchange length u8,
-    routing key length u8, content header length u32, body length u32; big-endian)
-    followed by the exchange, the routing key, the content header payload exactly as
-    published (the broker adds no x-lease-seq and no x-delivery-count) and the body.
-    A body holds records until PACK_BYTES or PACK_MESSAGES is reached; a message is
-    never split over two bodies. The decoder fills one list per field instead of an
-    object per message (a reader turns the lists into Arrow columns), decodes each
-    distinct published property block once (pika's decoder), per delivery count, and
-    each distinct exchange and routing key once, and shares the results between the
-    messages that have them. `PackedRecords` is also a sequence of `LeasedMessage`,
-    built on access.
+    The decoder fills one list per field instead of an object per message (a reader
+    turns the lists into Arrow columns), decodes each distinct published property
+    block once (pika's decoder), per delivery count, and each distinct exchange and
+    routing key once, and shares the results between the messages that have them.
+    `PackedRecords` is also a sequence of `Delivery`, built on access.
 
 Invariants
     - Decoded messages equal what a per-message lease read gives (same seq, body,
@@ -30,27 +24,22 @@ Invariants
     - Shared properties objects must not be mutated.
 
 Not here
-    Consuming (lease_client.py), choosing the range (fifo/leases.py).
+    Encoding (broker/amqp/lease_records.py), consuming (lease_client.py).
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
 import pika
 import pika.spec
 
-PACKED_FORMAT = "packed"
-PACKED_CONTENT_TYPE = "application/x-quorumqueue-lease-records"
-PACKED_RECORD = struct.Struct(">QIBBII")
-PACK_BYTES = 256 * 1024
-PACK_MESSAGES = 1000
+from ..broker.amqp.lease_records import PACKED_RECORD, PROPERTIES_AT
 
-# The content header payload: class id, weight, body size, then the properties.
-_PROPERTIES_AT = 12
+from .delivery import Delivery
+
 # Headers the broker sets on a per-message lease read (replacing the publisher's).
 _LEASE_HEADERS = ("x-lease-seq", "x-delivery-count")
 # Distinct property blocks, and exchange/routing key pairs, a decoder remembers
@@ -58,50 +47,8 @@ _LEASE_HEADERS = ("x-lease-seq", "x-delivery-count")
 _MAX_REMEMBERED = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class LeasedMessage:
-    seq: int
-    body: bytes
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: pika.BasicProperties
-
-    @property
-    def delivery_count(self) -> int:
-        return header_delivery_count(self.properties)
-
-
-def header_delivery_count(properties: pika.BasicProperties) -> int:
-    """Earlier deliveries of a message, from its `x-delivery-count` header (0 if none)."""
-    return int((properties.headers or {}).get("x-delivery-count", 0))
-
-
-Packable = tuple[int, int, str, str, bytes, bytes]
-
-
-def pack_records(messages: Iterable[Packable]) -> Iterator[bytes]:
-    """Delivery bodies for (seq, delivery count, exchange, routing key, content header
-    payload, body) tuples, in order."""
-    parts: list[bytes] = []
-    size = count = 0
-    for seq, delivery_count, exchange, routing_key, header, body in messages:
-        raw_exchange = exchange.encode("utf-8", "surrogateescape")
-        raw_key = routing_key.encode("utf-8", "surrogateescape")
-        head = PACKED_RECORD.pack(seq, delivery_count, len(raw_exchange), len(raw_key),
-                                  len(header), len(body))
-        parts += (head, raw_exchange, raw_key, header, body)
-        size += len(head) + len(raw_exchange) + len(raw_key) + len(header) + len(body)
-        count += 1
-        if size >= PACK_BYTES or count >= PACK_MESSAGES:
-            yield b"".join(parts)
-            parts, size, count = [], 0, 0
-    if parts:
-        yield b"".join(parts)
-
-
 @dataclass(slots=True, eq=False)
-class PackedRecords(Sequence[LeasedMessage]):
+class PackedRecords(Sequence[Delivery]):
     """Decoded messages, one list per field, in sequence order. Items of equal value
     are shared objects (property sets, exchange and routing key strings)."""
 
@@ -116,14 +63,14 @@ class PackedRecords(Sequence[LeasedMessage]):
         return len(self.seqs)
 
     @overload
-    def __getitem__(self, index: int) -> LeasedMessage: ...
+    def __getitem__(self, index: int) -> Delivery: ...
     @overload
-    def __getitem__(self, index: slice) -> list[LeasedMessage]: ...
+    def __getitem__(self, index: slice) -> list[Delivery]: ...
 
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return LeasedMessage(self.seqs[index], self.bodies[index], self.exchanges[index],
+        return Delivery(self.seqs[index], self.bodies[index], self.exchanges[index],
                              self.routing_keys[index], self.redelivered[index],
                              self.properties[index])
 
@@ -161,7 +108,7 @@ class PackedDecoder:
             position += record
             names_end = position + exchange_length + key_length
             end = names_end + header_length + body_length
-            if end > size or header_length < _PROPERTIES_AT + 2:
+            if end > size or header_length < PROPERTIES_AT + 2:
                 raise ValueError(f"packed lease records: the record of sequence {seq} "
                                  f"runs past the body ({end} > {size} octets) or has no "
                                  "content header")
@@ -169,7 +116,7 @@ class PackedDecoder:
             names = remembered_names.get(names_key)
             if names is None:
                 names = self._names_of(names_key)
-            raw_properties = body[names_end + _PROPERTIES_AT:names_end + header_length]
+            raw_properties = body[names_end + PROPERTIES_AT:names_end + header_length]
             decoded = remembered_properties.get((raw_properties, count))
             if decoded is None:
                 decoded = self._decoded(raw_properties, count)

@@ -1,4 +1,11 @@
-"""Client side of the management RPC (see node/management.py), over pika."""
+"""Client side of the management RPC, over pika: one request, one answer.
+
+The wire form is broker/README.md's "Management RPC (wire form)": a publish to the
+default exchange with routing key `amq.quorumqueue.management`, answered on direct
+reply-to. The broker checks each operation's own rights (the administrator tag, or
+read on the queue for lease operations); publishing the request needs no write
+permission on the default exchange. `redact_uri` keeps passwords out of messages.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Client side of durable leases (wire form: broker/README.md "Leases"), over pika.
+"""Client side of durable leases (wire form: broker/README.md, "Leases"), over pika.
 
     with LeaseClient(uri) as client:
         first, end = client.grow("orders", "query-1", max_messages=1000)
@@ -31,10 +31,10 @@ from typing import Any
 
 import pika
 
-from .lease_records import PACKED_FORMAT, LeasedMessage, PackedDecoder, PackedRecords
-from .management_client import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
-
-__all__ = ["LeaseClient", "LeasedMessage"]
+from ..broker.amqp.lease_records import PACKED_FORMAT
+from .delivery import Delivery
+from .lease_records import PackedDecoder, PackedRecords
+from .management import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
 
 
 class LeaseClient:
@@ -88,10 +88,10 @@ class LeaseClient:
     def info(self, queue: str, lease: str) -> dict:
         return self.call("lease.info", queue=queue, lease=lease)
 
-    def read(self, queue: str, lease: str, start: int, end: int) -> list[LeasedMessage]:
+    def read(self, queue: str, lease: str, start: int, end: int) -> list[Delivery]:
         """The messages with lease sequences start+1..end, in order; settles nothing."""
         arguments = {"x-lease": lease, "x-lease-start": start, "x-lease-end": end}
-        return [LeasedMessage(int((properties.headers or {})["x-lease-seq"]), body,
+        return [Delivery(int((properties.headers or {})["x-lease-seq"]), body,
                               method.exchange, method.routing_key, method.redelivered,
                               properties)
                 for method, properties, body in self._range(queue, lease, arguments)]

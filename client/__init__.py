@@ -1,0 +1,8 @@
+"""quorumqueue's client side: what a program needs to talk to the bundled broker.
+
+The lease client (lease_client.py), the management RPC client (management.py),
+the one delivery type every read returns (delivery.py), the decoder of packed lease
+reads (lease_records.py) and the command line's RPC helpers (cli_rpc.py). The Spark
+connector, the jobs and the `quorumqueue` command use the broker through these only
+(README.md in this folder).
+"""
