@@ -9,7 +9,8 @@ Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control), ea
 checked (`Channel.check_access`, 403) where rabbit_channel checks it, so before any
 state changes or any proposal to the cluster's metadata group. configure: exchange
 and queue declare (not passive) and delete; write: publish (on the exchange, "" as
-amq.default), a binding's destination, a new exchange's alternate or queue's
+amq.default; not a management request, whose operation checks its own rights), a
+binding's destination, a new exchange's alternate or queue's
 dead-letter exchange (with read on the new one); read: get, consume (lease reads
 too), purge, a binding's source exchange.
 
@@ -28,7 +29,7 @@ from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
-from . import leases
+from . import leases, management
 from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
@@ -432,7 +433,8 @@ def basic_publish_start(session, channel: Channel, publish: codec.Publish) -> No
 
 def publish(session, channel: Channel, publish: codec.Publish, properties, body: bytes) -> None:
     """A complete message arrived on `channel` (method + header + body)."""
-    channel.check_access("write", EXCHANGE, publish.exchange)
+    if publish.exchange or publish.routing_key != management.ROUTING_KEY:
+        channel.check_access("write", EXCHANGE, publish.exchange)
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
         properties = _checked_properties(session, channel, properties)
     confirm_seq = channel.next_confirm() if channel.confirm_mode else 0

@@ -444,12 +444,28 @@ def test_leases_need_read_permission_on_the_queue(tmp_path):
     assert outcome(bob) == ("Channel.Close", 403, refusal("queue 'other-qq'"), 60, 20)
 
 
-def test_management_rpc_is_a_publish_to_the_default_exchange(tmp_path):
-    """The management RPC is published to "": a user without write on amq.default
-    cannot send it (the channel closes as for any refused publish)."""
+def test_management_requests_need_no_write_on_the_default_exchange(tmp_path):
+    """The management RPC is published to "", but its operations check their own
+    rights (broker/README.md, "Users, vhosts, permissions and policies"): ada, tagged
+    administrator with no permission anywhere in "/" (eve's ""-patterns), lists queues
+    and is refused a lease operation for want of read on its queue; eve, with the
+    same permissions and no tag, is refused as not an administrator, not for write on
+    amq.default. Any other publish to "" still needs write on amq.default."""
     node = quorum_node(tmp_path)
-    eve = rpc_client(node, "eve")
-    eve.publish(1, "", "amq.quorumqueue.management", b'{"op": "lease.info"}',
-                properties(reply_to="amq.rabbitmq.reply-to", correlation_id="1"))
-    assert outcome(eve) == ("Channel.Close", 403, refusal("exchange 'amq.default'", "eve"),
+    node.users.users["ada"] = User("ada", hash_password("ada"), ("administrator",),
+                                   {"/": EVE})
+    guest = rpc_client(node, "guest")
+    guest.declare_queue(1, "r-qq", durable=True, arguments={"x-queue-type": "quorum"})
+    ada, eve = rpc_client(node, "ada"), rpc_client(node, "eve")
+
+    listed = management(ada, {"op": "queues.list", "vhost": "/"})
+    assert listed["ok"] is True and [row["name"] for row in listed["result"]] == ["r-qq"]
+    assert management(ada, {"op": "lease.info", "vhost": "/", "queue": "r-qq",
+                            "lease": "L"}) == {"ok": False,
+                                               "error": refusal("queue 'r-qq'", "ada")}
+    assert management(eve, {"op": "queues.list", "vhost": "/"}) == {
+        "ok": False, "error": "ACCESS_REFUSED - user 'eve' is not an administrator"}
+
+    ada.publish(1, "", "r-qq", b"m")
+    assert outcome(ada) == ("Channel.Close", 403, refusal("exchange 'amq.default'", "ada"),
                             60, 40)
