@@ -16,9 +16,33 @@ batch reads (batch_reader.py); `streamWriter` and `writer` hand over to the sink
 (sink.py). Spark calls `streamReader` on the driver, in the
 process that answers offset calls and again where it plans the scan; executors get
 the reader pickled, so constructing one does no I/O beyond the mode check.
+
+An `OptionError` reaches the user as its message on the first line of the error.
+Spark runs these methods in a Python worker and raises an AnalysisException reading
+`[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: ` followed
+by the text the worker sent: by default a traceback of the connector's frames, the
+message naming the option on its last line. Raising one of PySpark's error classes
+instead changes nothing (the worker formats every exception the same way). The
+worker sends the exception line alone when the environment variable
+SPARK_HIDE_TRACEBACK is set, which is what the session setting
+`spark.sql.execution.pyspark.udf.hideTraceback.enabled` does for every worker;
+`_options_checked` sets it for an OptionError only, in the worker about to report
+it, which exits right after (PySpark's worker_run), so no other error loses its
+traceback (and never in another process, where a Spark session started later would
+inherit it). Not for `streamReader`: when Spark starts a query, PySpark (4.2 and 4.3)
+runs it in its streaming source runner, whose `finally: reader.stop()` replaces any
+exception from `streamReader` with an UnboundLocalError; only the traceback, which
+chains the two, still shows the option's message (options given with `.schema(...)`
+are first checked there; without one, `schema` checked them at `load()`).
 """
 
 from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import TypeVar
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     DataSourceStreamWriter, DataSourceWriter)
@@ -29,6 +53,30 @@ from .options import (Mode, OptionError, parse_batch_read_options, parse_read_op
 from .schema import SCHEMA
 
 NAME = "quorumqueue"
+# What PySpark's worker reads when it reports an error (pyspark.util.handle_worker_exception).
+_HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
+
+Method = TypeVar("Method", bound=Callable)
+
+
+def _options_checked(method: Method) -> Method:
+    """`method`, whose OptionError Spark shows as its message (see the module header)."""
+    @wraps(method)
+    def checked(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except OptionError:
+            if _in_a_pyspark_worker():  # elsewhere (a test, a driver) nothing reads it
+                os.environ[_HIDE_TRACEBACK] = "1"
+            raise
+    return checked  # type: ignore[return-value]
+
+
+def _in_a_pyspark_worker() -> bool:
+    """Whether this process is a PySpark worker (run as `python -m pyspark.daemon`, or
+    a `pyspark.` worker module), which exits after reporting an error."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and spec.name.startswith("pyspark.")
 
 
 class QuorumQueueDataSource(DataSource):
@@ -36,6 +84,7 @@ class QuorumQueueDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
+    @_options_checked
     def schema(self) -> StructType:
         # Spark calls schema() at load() (reads only: writes never call it), so bad
         # options fail there, before a query even starts. It does not say whether the
@@ -56,6 +105,7 @@ class QuorumQueueDataSource(DataSource):
 
         return LeaseStreamReader(options)
 
+    @_options_checked
     def reader(self, schema: StructType) -> DataSourceReader:
         """`spark.read.format("quorumqueue")`: drain or peek (batch_reader.py)."""
         options = parse_batch_read_options(self.options)
@@ -65,12 +115,14 @@ class QuorumQueueDataSource(DataSource):
 
         return QueueBatchReader(options, detect_mode(options))
 
+    @_options_checked
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """`df.writeStream.format("quorumqueue")`: the sink (sink.py)."""
         from .sink import stream_writer
 
         return stream_writer(self.options, schema)
 
+    @_options_checked
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("quorumqueue")`: the sink (sink.py)."""
         from .sink import batch_writer

@@ -1,0 +1,75 @@
+"""What a user sees first when an option is wrong (connector/source.py's header).
+
+Spark wraps a Python data source's error in an AnalysisException whose text is
+`[PYTHON_DATA_SOURCE_ERROR] Failed to ...: ` and what the Python worker sent; the
+first line of that text is the first line a user reads (of the exception printed by
+Python or a notebook). It must name the option, not open a traceback. No broker is
+needed: options are refused before any connection (port 1 on 127.0.0.1 is closed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+NO_BROKER = "amqp://guest:guest@127.0.0.1:1/%2F"
+
+
+def first_line(error: pytest.ExceptionInfo) -> str:
+    return str(error.value).splitlines()[0]
+
+
+def test_a_bad_stream_option_is_the_first_line_of_the_error(spark):
+    with pytest.raises(Exception) as error:
+        (spark.readStream.format("quorumqueue").option("uri", NO_BROKER)
+         .option("queue", "orders").option("maxMessagesPerTrigger", "x").load())
+    assert first_line(error) == (
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
+        "quorumqueue.connector.options.OptionError: option 'maxMessagesPerTrigger' must "
+        "be a positive integer, got 'x'")
+
+
+def test_a_bad_batch_read_option_is_the_first_line_of_the_error(spark):
+    with pytest.raises(Exception) as error:
+        (spark.read.format("quorumqueue").option("uri", NO_BROKER)
+         .option("queue", "orders").option("maxMessages", "0").load())
+    assert first_line(error).endswith(
+        "OptionError: option 'maxMessages' must be a positive integer, got '0'")
+
+
+def test_a_bad_sink_option_is_the_first_line_of_the_error(spark):
+    rows = spark.createDataFrame([(b"x",)], "body binary")
+    with pytest.raises(Exception) as error:
+        (rows.write.format("quorumqueue").option("uri", NO_BROKER).option("exchange", "e")
+         .option("confirmTimout", "5s").mode("append").save())
+    assert "Failed to initialize Python data source writer" in first_line(error)
+    assert "unknown option 'confirmtimout' for the quorumqueue sink" in first_line(error)
+
+
+def test_other_errors_keep_their_traceback(spark):
+    """Only an OptionError loses its traceback: an unreachable broker, raised when the
+    read is planned after the same kind of failure above, still shows where it came
+    from."""
+    with pytest.raises(Exception, match="option 'maxMessages'"):
+        (spark.read.format("quorumqueue").option("uri", NO_BROKER)
+         .option("queue", "orders").option("maxMessages", "-1").load())
+    with pytest.raises(Exception) as error:
+        (spark.read.format("quorumqueue").option("uri", NO_BROKER)
+         .option("queue", "orders").option("maxMessages", "10").load().collect())
+    assert first_line(error).endswith("Traceback (most recent call last):")
+    assert "127.0.0.1:1" in str(error.value)
+
+
+def test_outside_a_spark_worker_the_environment_is_left_alone(monkeypatch):
+    """A driver or a test calling the source directly gets the OptionError and keeps
+    its environment (a Spark session started later would inherit the setting)."""
+    from quorumqueue.connector.options import OptionError
+    from quorumqueue.connector.source import QuorumQueueDataSource
+
+    monkeypatch.delenv("SPARK_HIDE_TRACEBACK", raising=False)
+    source = QuorumQueueDataSource({"uri": NO_BROKER, "queue": "orders",
+                                    "maxmessagespertrigger": "x"})
+    with pytest.raises(OptionError, match="option 'maxMessagesPerTrigger'"):
+        source.schema()
+    assert "SPARK_HIDE_TRACEBACK" not in os.environ
