@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from quorumqueue.broker.cli import main
-from quorumqueue.broker.management_client import ManagementError, call
+from quorumqueue.client.management import ManagementError, call
 from tests.broker.cluster.test_cluster import connect, status, wait_for
 from tests.support.cluster import LocalCluster
 

@@ -16,7 +16,7 @@ import pika
 import pytest
 
 from quorumqueue.broker.cluster.meta import META_GROUP
-from quorumqueue.broker.management_client import call
+from quorumqueue.client.management import call
 from quorumqueue.broker.raft.storage.layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR,
                                                     SNAPSHOT_FILE, SNAPSHOTS_DIR,
                                                     group_dir_name, list_numbered)
