@@ -7,13 +7,14 @@ How it works:
   The hot path (basic.publish, basic.ack/nack/reject) is decoded by hand into small
   frozen dataclasses; every other method is decoded by pamqp, RabbitMQ's own
   low-level codec, so the long tail follows the spec without hand-written code.
-- `decode_properties` reads the few content-header fields the broker acts on and
-  keeps the raw header payload, which is passed to consumers unchanged.
+- Content headers (`Properties`, `decode_properties`, `with_long_headers`) live in
+  properties.py and are importable from here too.
 - Encoders for what the server sends are hand-written with struct; the tests check
   every one of them against pamqp's decoder.
 
-Invariants: decoders raise AMQPError (never struct.error/UnicodeError); strings that
-are not valid UTF-8 are kept losslessly with surrogateescape.
+Invariants: decoders raise AMQPError (never struct.error/UnicodeError/RecursionError);
+strings that are not valid UTF-8 are kept losslessly with surrogateescape; a decoded
+field table nests at most MAX_TABLE_DEPTH levels.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pamqp import exceptions as pamqp_exceptions
 
 from . import spec
 from .errors import AMQPError
+from .properties import (MAX_TABLE_DEPTH, TOO_DEEP, Properties, decode_properties,  # noqa: F401
+                         encode_properties, too_deep, with_long_headers)
 
 _frame_header = struct.Struct(">BHI")
 _method_ids = struct.Struct(">HH")
@@ -37,7 +40,6 @@ _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _ack_args = struct.Struct(">QB")
-_header_fixed = struct.Struct(">HHQH")
 
 HEARTBEAT_FRAME = bytes([spec.FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, spec.FRAME_END])
 
@@ -84,47 +86,58 @@ def bad_frame(frame_type: int, payload: bytes, reason: str | tuple) -> AMQPError
 
 
 class FrameReader:
-    """Splits bytes into frames. `frame_max` may change after tune-ok."""
+    """Splits bytes into frames. `frame_max` may change after tune-ok.
 
-    __slots__ = ("_buffer", "frame_max")
+    Consumed bytes are dropped when more arrive (`feed`), so pulling frames one at a
+    time with `next_frame` costs no copying of what is still buffered."""
+
+    __slots__ = ("_buffer", "_position", "frame_max")
 
     def __init__(self, frame_max: int) -> None:
         self._buffer = bytearray()
+        self._position = 0  # where the next frame starts in _buffer
         self.frame_max = frame_max
 
     def feed(self, data: bytes) -> None:
+        if self._position:
+            del self._buffer[:self._position]
+            self._position = 0
         self._buffer += data
 
     def take_protocol_header(self) -> bytes | None:
         """The first 8 bytes of a connection, once they have all arrived."""
-        if len(self._buffer) < 8:
+        position = self._position
+        if len(self._buffer) - position < 8:
             return None
-        header = bytes(self._buffer[:8])
-        del self._buffer[:8]
-        return header
+        self._position = position + 8
+        return bytes(self._buffer[position:position + 8])
+
+    def next_frame(self) -> tuple[int, int, bytes] | None:
+        """(type, channel, payload) of the next whole frame, or None until more bytes
+        arrive. Raises AMQPError (501) for a frame over frame_max or a bad end octet:
+        the stream cannot be resynchronised after either."""
+        buffer = self._buffer
+        position = self._position
+        if len(buffer) - position < spec.FRAME_HEADER_SIZE:
+            return None
+        frame_type, channel, size = _frame_header.unpack_from(buffer, position)
+        if size + spec.FRAME_OVERHEAD > self.frame_max:
+            raise bad_frame(frame_type, b"", ("frame_too_large", size,
+                                              self.frame_max - spec.FRAME_OVERHEAD))
+        frame_end = position + spec.FRAME_HEADER_SIZE + size
+        if frame_end >= len(buffer):
+            return None
+        payload = bytes(buffer[position + spec.FRAME_HEADER_SIZE:frame_end])
+        if buffer[frame_end] != spec.FRAME_END:
+            raise bad_frame(frame_type, payload,
+                            ("invalid_frame_end_marker", buffer[frame_end]))
+        self._position = frame_end + 1
+        return frame_type, channel, payload
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
-        buffer = self._buffer
-        position = 0
-        end = len(buffer)
-        try:
-            while end - position >= spec.FRAME_HEADER_SIZE:
-                frame_type, channel, size = _frame_header.unpack_from(buffer, position)
-                if size + spec.FRAME_OVERHEAD > self.frame_max:
-                    raise bad_frame(frame_type, b"", ("frame_too_large", size,
-                                                      self.frame_max - spec.FRAME_OVERHEAD))
-                frame_end = position + spec.FRAME_HEADER_SIZE + size
-                if frame_end >= end:
-                    break
-                payload = bytes(buffer[position + spec.FRAME_HEADER_SIZE:frame_end])
-                if buffer[frame_end] != spec.FRAME_END:
-                    raise bad_frame(frame_type, payload,
-                                    ("invalid_frame_end_marker", buffer[frame_end]))
-                position = frame_end + 1
-                yield frame_type, channel, payload
-        finally:
-            if position:
-                del buffer[:position]
+        """Every whole frame buffered now."""
+        while (found := self.next_frame()) is not None:
+            yield found
 
 
 # ---------------------------------------------------------------- client methods
@@ -216,148 +229,18 @@ def decode_method(payload: bytes) -> tuple[int, int, Any]:
                             class_id, method_id, connection_level=True)
         method = cls()
         method.unmarshal(payload[4:])
+        if any(isinstance(value, dict) and too_deep(value) for _name, value in method):
+            raise RecursionError(TOO_DEEP)
         return class_id, method_id, method
+    except RecursionError:
+        raise AMQPError(spec.FRAME_ERROR,
+                        f"cannot decode {spec.method_name(class_id, method_id)} "
+                        f"arguments: {TOO_DEEP}", class_id, method_id) from None
     except (struct.error, IndexError, ValueError, TypeError,
             pamqp_exceptions.UnmarshalingException) as error:
         raise AMQPError(spec.FRAME_ERROR,
                         f"cannot decode {spec.method_name(class_id, method_id)} "
                         f"arguments: {error}", class_id, method_id) from None
-
-
-# ---------------------------------------------------------------- content header
-
-
-@dataclass(slots=True)
-class Properties:
-    """What the broker reads from a content header. `raw` is the whole header
-    payload, forwarded to consumers byte for byte."""
-
-    raw: bytes
-    body_size: int
-    delivery_mode: int = 0
-    priority: int = 0
-    flags: int = 0
-    # offsets are resolved lazily for the rarely needed fields
-    _decoded: dict | None = None
-
-    @property
-    def persistent(self) -> bool:
-        return self.delivery_mode == 2
-
-    def decoded(self) -> dict:
-        """All properties, decoded by pamqp (rare path: headers routing,
-        reply-to rewriting, user-id checks)."""
-        if self._decoded is None:
-            from pamqp.header import ContentHeader
-
-            header = ContentHeader()
-            try:
-                header.unmarshal(self.raw)
-            except (struct.error, ValueError, TypeError, IndexError) as error:
-                raise AMQPError(spec.FRAME_ERROR,
-                                f"cannot decode content header: {error}") from None
-            self._decoded = {name: getattr(header.properties, name)
-                             for name in header.properties.attributes()}
-        return self._decoded
-
-
-# property flag bits, most significant first
-_FLAG_CONTENT_TYPE = 1 << 15
-_FLAG_CONTENT_ENCODING = 1 << 14
-_FLAG_HEADERS = 1 << 13
-_FLAG_DELIVERY_MODE = 1 << 12
-_FLAG_PRIORITY = 1 << 11
-
-
-def decode_properties(payload: bytes) -> tuple[int, Properties]:
-    """(class_id, Properties) of a content header payload."""
-    try:
-        class_id, _weight, body_size, flags = _header_fixed.unpack_from(payload)
-        properties = Properties(payload, body_size, flags=flags)
-        if flags & 1:
-            # continuation flags are not used by 0-9-1 basic; decode fully
-            properties.decoded()
-        offset = 14
-        if flags & _FLAG_CONTENT_TYPE:
-            offset += 1 + payload[offset]
-        if flags & _FLAG_CONTENT_ENCODING:
-            offset += 1 + payload[offset]
-        if flags & _FLAG_HEADERS:
-            offset += 4 + _u32.unpack_from(payload, offset)[0]
-        if flags & _FLAG_DELIVERY_MODE:
-            properties.delivery_mode = payload[offset]
-            offset += 1
-        if flags & _FLAG_PRIORITY:
-            properties.priority = payload[offset]
-            offset += 1
-        if offset > len(payload):
-            raise IndexError("property list past end of frame")
-        return class_id, properties
-    except (struct.error, IndexError) as error:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None
-
-
-# field value type -> fixed size in octets (RabbitMQ's table types, as the errata
-# and every RabbitMQ client encode them); S, x, A, F carry a u32 length prefix
-_FIXED_FIELD_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8,
-                      "L": 8, "f": 4, "d": 8, "D": 5, "T": 8, "V": 0}
-_LONG_FIELD = struct.Struct(">cq")
-
-
-def _skip_field_value(data: bytes, offset: int) -> int:
-    kind = chr(data[offset])
-    offset += 1
-    size = _FIXED_FIELD_SIZES.get(kind)
-    if size is not None:
-        return offset + size
-    if kind in "SxAF":
-        return offset + 4 + _u32.unpack_from(data, offset)[0]
-    raise ValueError(f"unknown field value type {kind!r}")
-
-
-def with_long_headers(raw: bytes, values: dict[str, int]) -> bytes:
-    """The content header `raw` with headers `values` set as long integers ('l', as
-    RabbitMQ writes x-delivery-count), replacing fields of the same names. Every
-    other byte of the header is kept as the publisher sent it: the fields are not
-    decoded and re-encoded (which would change types and float precision)."""
-    _class_id, _weight, _body_size, flags = _header_fixed.unpack_from(raw)
-    if flags & 1:  # continuation flags: not used by 0-9-1 basic; take the slow path
-        _, properties = decode_properties(raw)
-        decoded = dict(properties.decoded())
-        decoded["headers"] = {**(decoded.get("headers") or {}), **values}
-        return encode_properties(properties.body_size, decoded, _class_id)
-    offset = 14
-    if flags & _FLAG_CONTENT_TYPE:
-        offset += 1 + raw[offset]
-    if flags & _FLAG_CONTENT_ENCODING:
-        offset += 1 + raw[offset]
-    added = b"".join(_ss(name) + _LONG_FIELD.pack(b"l", value) for name, value in values.items())
-    if not flags & _FLAG_HEADERS:
-        table = _u32.pack(len(added)) + added
-        return (_header_fixed.pack(_class_id, _weight, _body_size, flags | _FLAG_HEADERS)
-                + raw[14:offset] + table + raw[offset:])
-    length = _u32.unpack_from(raw, offset)[0]
-    start, end = offset + 4, offset + 4 + length
-    kept, position = [], start
-    names = {name.encode("utf-8", "surrogateescape") for name in values}
-    while position < end:
-        name_end = position + 1 + raw[position]
-        value_end = _skip_field_value(raw, name_end)
-        if raw[position + 1:name_end] not in names:
-            kept.append(raw[position:value_end])
-        position = value_end
-    fields = b"".join(kept) + added
-    return raw[:offset] + _u32.pack(len(fields)) + fields + raw[end:]
-
-
-def encode_properties(body_size: int, values: dict, class_id: int = spec.BASIC) -> bytes:
-    """A content header payload from a dict of property values (pamqp names)."""
-    from pamqp.commands import Basic
-    from pamqp.header import ContentHeader
-
-    header = ContentHeader(0, body_size, Basic.Properties(**values))
-    header.class_id = class_id
-    return header.marshal()
 
 
 # ---------------------------------------------------------------- server encoders
@@ -398,7 +281,12 @@ def field_table(table: dict | None) -> bytes:
 
 def decode_field_table(data: bytes) -> dict:
     try:
-        return pamqp_decode.field_table(_u32.pack(len(data)) + data)[1]
+        table = pamqp_decode.field_table(_u32.pack(len(data)) + data)[1]
+        if too_deep(table):
+            raise RecursionError(TOO_DEEP)
+        return table
+    except RecursionError:
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode field table: {TOO_DEEP}") from None
     except (struct.error, ValueError, TypeError, IndexError) as error:
         raise AMQPError(spec.FRAME_ERROR, f"cannot decode field table: {error}") from None
 

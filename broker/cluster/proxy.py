@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
+from ..amqp.channel import ChannelState
 from ..fifo.commands import Delivery, Return, Settle
 from ..node.quorum import now_ms
 from .wire import Rpc
@@ -83,7 +84,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
     record.leader_hint = sender
     key = body["k"]
     consumer = record.by_key.get(key)
-    if consumer is None or consumer.channel.state != "open":
+    if consumer is None or consumer.channel.state != ChannelState.OPEN:
         record.propose(Return(key, tuple(item[0] for item in body["m"])), now_ms())
         return
     settled = []

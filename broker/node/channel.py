@@ -33,6 +33,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
+from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, precondition
 from ..auth.users import Permissions, check_access
 from ..queues.base import Confirm, Queue
@@ -62,7 +63,7 @@ class Consumer:
 
     def has_capacity(self) -> bool:
         channel = self.channel
-        if not channel.flow_active or channel.state != "open":
+        if not channel.flow_active or channel.state != ChannelState.OPEN:
             return False
         if self.no_ack:
             return True
@@ -77,7 +78,7 @@ class Channel:
         self.session = session
         self.node = session.node
         self.number = number
-        self.state = "open"  # open | closing (server sent channel.close)
+        self.state = ChannelState.OPEN  # CLOSING once closed (by either side)
         self.consumers: dict[str, Consumer] = {}
         self.lease_ranges: set[str] = set()  # tags of lease ranges streaming (leases.py)
         self.next_delivery_tag = 1
@@ -94,11 +95,6 @@ class Channel:
         self.tx_publishes: list = []
         self.tx_settlements: list = []
         self.last_queue_name = ""  # server-named queue reuse (queue "" = last declared)
-        # content being assembled: (publish method, properties, body parts, received)
-        self.content_method = None
-        self.content_properties = None
-        self.content_parts: list[bytes] = []
-        self.content_received = 0
         self.reply_to_consumer: Consumer | None = None
         self.queues_used: dict[int, Queue] = {}  # consumed or got from: told of the close
         # (permission, kind, name) -> the user's Permissions it passed under
@@ -106,7 +102,7 @@ class Channel:
 
     @property
     def is_open(self) -> bool:
-        return self.state == "open"
+        return self.state == ChannelState.OPEN
 
     @property
     def quorum_identity(self) -> str:
@@ -323,7 +319,7 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel consumers, return unacked messages."""
-        self.state = "closing"  # deliveries in flight from quorum queues are returned
+        self.state = ChannelState.CLOSING  # deliveries in flight from quorum queues are returned
         for tag in list(self.consumers):
             self.cancel(tag)
         # every queue consumed or got from hears of the close, with the tokens of its

@@ -1,9 +1,10 @@
 """Channel-method handlers: one function per AMQP method a client may send.
 
 Each handler validates its arguments the way RabbitMQ does, changes node state, and
-writes the reply (unless nowait). `dispatch` maps (class_id, method_id) to a handler;
-a method with no handler is 540 NOT_IMPLEMENTED, a server-only method sent by a
-client is 503 COMMAND_INVALID.
+writes the reply (unless nowait). `dispatch` finds the handler by the decoded method's
+class (`HANDLERS`); a method no handler takes (one only a server sends) is 503
+COMMAND_INVALID. Channel open/close and content assembly are the protocol's
+(broker/amqp/); a whole message arrives at `publish`.
 
 Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control), each
 checked (`Channel.check_access`, 403) where rabbit_channel checks it, so before any
@@ -14,8 +15,8 @@ binding's destination, a new exchange's alternate or queue's
 dead-letter exchange (with read on the new one); read: get, consume (lease reads
 too), purge, a binding's source exchange.
 
-Not here: connection-level methods and framing (session), routing (vhost), delivery
-(node, channel).
+Not here: connection-level methods, framing and channel lifecycles (broker/amqp/),
+routing (vhost), delivery (node, channel).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import base64
 import os
 from typing import Callable
 
+from pamqp import commands as methods
+
 from ..amqp import codec, spec
+from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
@@ -87,17 +91,6 @@ def channel_flow(session, channel: Channel, args) -> None:
     if not args.active:
         raise AMQPError(spec.NOT_IMPLEMENTED, "active=false", 20, 20)
     channel.send(codec.channel_flow_ok(channel.number, True))
-
-
-def channel_close(session, channel: Channel, args) -> None:
-    session.channels.pop(channel.number, None)
-    channel.state = "closing"
-    channel.close()
-    channel.send(codec.channel_close_ok(channel.number))
-
-
-def channel_close_ok(session, channel: Channel, args) -> None:
-    raise AMQPError(spec.CHANNEL_ERROR, "unexpected channel.close-ok", 20, 41)
 
 
 # ---------------------------------------------------------------- exchange
@@ -197,7 +190,7 @@ def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
     call `then(reply)`, or fail the channel as RabbitMQ would if it could not be
     applied (another node changed the same thing first)."""
     def applied(reply) -> None:
-        if channel.state != "open":
+        if channel.state != ChannelState.OPEN:
             return
         if isinstance(reply, (tuple, list)) and reply and reply[0] == "error":
             session.fail_later(AMQPError(reply[1], reply[2], *method), channel)
@@ -294,7 +287,7 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
 
     def declared(_reply) -> None:
         queue = vhost.queues.get(name)
-        if queue is None or channel.state != "open":
+        if queue is None or channel.state != ChannelState.OPEN:
             return  # deleted meanwhile; the client learns it at its next use
         channel.last_queue_name = name
         if not args.nowait:
@@ -336,7 +329,7 @@ def queue_purge(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
 
     def respond(count: int) -> None:
-        if not args.nowait and channel.state == "open":
+        if not args.nowait and channel.state == ChannelState.OPEN:
             channel.send(codec.queue_purge_ok(channel.number, count))
 
     session.node.purge_queue(queue, respond)
@@ -425,14 +418,10 @@ def basic_cancel(session, channel: Channel, args) -> None:
         channel.send(codec.basic_cancel_ok(channel.number, args.consumer_tag))
 
 
-def basic_publish_start(session, channel: Channel, publish: codec.Publish) -> None:
-    if publish.immediate:
-        raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
-    channel.content_method = publish
-
-
 def publish(session, channel: Channel, publish: codec.Publish, properties, body: bytes) -> None:
     """A complete message arrived on `channel` (method + header + body)."""
+    if publish.immediate:  # refused once the content is in, as rabbit_channel does
+        raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
     if publish.exchange or publish.routing_key != management.ROUTING_KEY:
         channel.check_access("write", EXCHANGE, publish.exchange)
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
@@ -520,47 +509,39 @@ def tx_rollback(session, channel: Channel, args) -> None:
     channel.send(codec.tx_rollback_ok(channel.number))
 
 
-HANDLERS: dict[tuple[int, int], Callable] = {
-    (20, 20): channel_flow,
-    (20, 40): channel_close,
-    (20, 41): channel_close_ok,
-    (40, 10): exchange_declare,
-    (40, 20): exchange_delete,
-    (40, 30): exchange_bind,
-    (40, 40): exchange_unbind,
-    (50, 10): queue_declare,
-    (50, 20): queue_bind,
-    (50, 30): queue_purge,
-    (50, 40): queue_delete,
-    (50, 50): queue_unbind,
-    (60, 10): basic_qos,
-    (60, 20): basic_consume,
-    (60, 30): basic_cancel,
-    (60, 40): basic_publish_start,
-    (60, 70): basic_get,
-    (60, 80): basic_ack,
-    (60, 90): basic_reject,
-    (60, 100): basic_recover_async,
-    (60, 110): basic_recover,
-    (60, 120): basic_nack,
-    (85, 10): confirm_select,
-    (90, 10): tx_select,
-    (90, 20): tx_commit,
-    (90, 30): tx_rollback,
+HANDLERS: dict[type, Callable] = {
+    methods.Channel.Flow: channel_flow,
+    methods.Exchange.Declare: exchange_declare,
+    methods.Exchange.Delete: exchange_delete,
+    methods.Exchange.Bind: exchange_bind,
+    methods.Exchange.Unbind: exchange_unbind,
+    methods.Queue.Declare: queue_declare,
+    methods.Queue.Bind: queue_bind,
+    methods.Queue.Purge: queue_purge,
+    methods.Queue.Delete: queue_delete,
+    methods.Queue.Unbind: queue_unbind,
+    methods.Basic.Qos: basic_qos,
+    methods.Basic.Consume: basic_consume,
+    methods.Basic.Cancel: basic_cancel,
+    methods.Basic.Get: basic_get,
+    codec.Ack: basic_ack,
+    codec.Reject: basic_reject,
+    methods.Basic.RecoverAsync: basic_recover_async,
+    methods.Basic.Recover: basic_recover,
+    codec.Nack: basic_nack,
+    methods.Confirm.Select: confirm_select,
+    methods.Tx.Select: tx_select,
+    methods.Tx.Commit: tx_commit,
+    methods.Tx.Rollback: tx_rollback,
 }
 
 
-def dispatch(session, channel: Channel, class_id: int, method_id: int, args) -> None:
-    handler = HANDLERS.get((class_id, method_id))
-    if handler is None:
-        if class_id == spec.CONNECTION:
-            raise AMQPError(spec.COMMAND_INVALID, f"connection method "
-                            f"'{spec.method_name(class_id, method_id)}' on channel "
-                            f"{channel.number}", class_id, method_id)
-        if (class_id, method_id) == spec.CHANNEL_OPEN:
-            raise AMQPError(spec.CHANNEL_ERROR, "second 'channel.open' seen",
-                            class_id, method_id)
+def dispatch(session, channel: Channel, method) -> None:
+    """Run the handler of `method` (a decoded method: codec's hot-path classes or
+    pamqp's). The caller attaches the method's ids to errors."""
+    handler = HANDLERS.get(type(method))
+    if handler is None:  # only a server sends it (the protocol took the rest)
         raise AMQPError(spec.COMMAND_INVALID, f"method "
-                        f"'{spec.method_name(class_id, method_id)}' is not valid from a "
-                        "client", class_id, method_id)
-    handler(session, channel, args)
+                        f"'{spec.method_name(method.index >> 16, method.index & 0xFFFF)}' "
+                        "is not valid from a client")
+    handler(session, channel, method)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
+from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..amqp.lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
 from ..auth.users import check_access
@@ -123,7 +124,7 @@ def _while_open(session, channel, queue, lease: str, tag: str,
     more closes the channel instead."""
     sent = None
     while True:
-        if (channel.state != "open" or session.channels.get(channel.number) is not channel
+        if (channel.state != ChannelState.OPEN or session.channels.get(channel.number) is not channel
                 or tag not in channel.lease_ranges):
             return  # the client cancelled or closed the channel, or the connection closes
         try:

@@ -23,10 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import struct
 from typing import TYPE_CHECKING, Iterable
-
-from pamqp import decode as pamqp_decode
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
@@ -49,10 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
-# Idempotent publishing into quorum queues (broker/README.md, "Idempotent publishing").
-PUBLISHER_HEADER = "x-quorumqueue-publisher"
-SEQ_HEADER = "x-quorumqueue-seq"
-MAX_SEQ = (1 << 64) - 1  # the fifo Enqueue's u64
 
 
 class Node:
@@ -446,119 +439,3 @@ class Node:
     def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
-
-
-def publisher_sequence(properties: codec.Properties) -> tuple[str, int]:
-    """(publisher, seq) from a publish's headers, or ("", 0) when it carries neither.
-
-    Only a header table naming one of the two headers is decoded (the table alone:
-    decoding every property costs 4x more), so plain publishes keep the fast path.
-    Both must be given: a publisher string of 1 to 255 bytes and an integer seq in
-    1..2^64-1; anything else is a client bug (PRECONDITION_FAILED)."""
-    if b"x-quorumqueue-" not in properties.raw:
-        return "", 0
-    found = _scan_sequence_headers(properties)
-    if found is None:
-        headers = _headers(properties) or {}
-        found = headers.get(PUBLISHER_HEADER), headers.get(SEQ_HEADER)
-    publisher, seq = found
-    if publisher is None and seq is None:
-        return "", 0
-    if isinstance(publisher, bytes):
-        publisher = publisher.decode("utf-8", "surrogateescape")
-    if (not isinstance(publisher, str) or not publisher
-            or len(publisher.encode("utf-8", "surrogateescape")) > 255):
-        raise AMQPError(spec.PRECONDITION_FAILED, f"header '{PUBLISHER_HEADER}' must be a "
-                        f"string of 1 to 255 bytes (with '{SEQ_HEADER}'), got {publisher!r}",
-                        60, 40)
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq <= MAX_SEQ:
-        raise AMQPError(spec.PRECONDITION_FAILED, f"header '{SEQ_HEADER}' must be an integer "
-                        f"from 1 to 2^64-1 (with '{PUBLISHER_HEADER}'), got {seq!r}", 60, 40)
-    return publisher, seq
-
-
-# Basic property flags (AMQP 0-9-1, 4.2.6.1): the fields before `headers` in a header.
-_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS = 1 << 15, 1 << 14, 1 << 13
-
-
-# Field-table value types (as pamqp reads them): fixed sizes, and those that carry a
-# u32 length first (long string, array, table, byte array).
-_FIXED_SIZE = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4,
-               ord("i"): 4, ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8, ord("D"): 5,
-               ord("T"): 8, ord("V"): 0, 0: 0}
-_LENGTH_FIRST = frozenset(map(ord, "SAFx"))
-_INTEGER = {ord("b"): struct.Struct(">b"), ord("B"): struct.Struct(">B"),
-            ord("s"): struct.Struct(">h"), ord("u"): struct.Struct(">H"),
-            ord("I"): struct.Struct(">i"), ord("i"): struct.Struct(">I"),
-            ord("l"): struct.Struct(">q"), ord("L"): struct.Struct(">q")}
-_PUBLISHER_KEY, _SEQ_KEY = PUBLISHER_HEADER.encode(), SEQ_HEADER.encode()
-
-
-def _header_table_span(raw: bytes, flags: int) -> tuple[int, int]:
-    """Where a content header's header table starts (its u32 length) and ends."""
-    offset = 14
-    for present in (_CONTENT_TYPE, _CONTENT_ENCODING):
-        if flags & present:
-            offset += 1 + raw[offset]
-    return offset, offset + 4 + int.from_bytes(raw[offset:offset + 4])
-
-
-def _scan_sequence_headers(properties: codec.Properties) -> tuple[object, object] | None:
-    """(publisher, seq) found by walking the header table's entries without decoding
-    the others (the Spark sink sends them on every message; pamqp's decoding of the
-    whole table was ~12% of the broker's time per keyed publish). None when the table
-    is anything but a plain, well-formed one with a long-string publisher and an
-    integer seq: then pamqp decodes it and the checks name what is wrong."""
-    raw = properties.raw
-    flags = int.from_bytes(raw[12:14])
-    if flags & 1 or not flags & _HEADERS:
-        return None
-    offset, end = _header_table_span(raw, flags)
-    if end > len(raw):
-        return None
-    position = offset + 4
-    publisher = seq = None
-    while position < end:
-        key_end = position + 1 + raw[position]
-        if key_end >= end:
-            return None
-        key, kind, position = raw[position + 1:key_end], raw[key_end], key_end + 1
-        if kind in _LENGTH_FIRST:
-            if position + 4 > end:
-                return None
-            size = 4 + int.from_bytes(raw[position:position + 4])
-        else:
-            size = _FIXED_SIZE.get(kind, -1)
-            if size < 0:
-                return None
-        if position + size > end:
-            return None
-        if key == _PUBLISHER_KEY:
-            if kind != ord("S"):
-                return None
-            try:
-                publisher = raw[position + 4:position + size].decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-        elif key == _SEQ_KEY:
-            reader = _INTEGER.get(kind)
-            if reader is None:
-                return None
-            seq = reader.unpack_from(raw, position)[0]
-        position += size
-    return publisher, seq
-
-
-def _headers(properties: codec.Properties) -> dict | None:
-    """The header table of a content header, decoded by pamqp."""
-    raw = properties.raw
-    flags = int.from_bytes(raw[12:14])
-    if flags & 1:  # continuation flags: not used by 0-9-1 basic; decode everything
-        return properties.decoded().get("headers")
-    if not flags & _HEADERS:
-        return None
-    offset, end = _header_table_span(raw, flags)
-    try:
-        return pamqp_decode.field_table(raw[offset:end])[1]
-    except (struct.error, ValueError, TypeError, IndexError) as error:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None

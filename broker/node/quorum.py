@@ -36,6 +36,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..amqp import codec
+from ..amqp.channel import ChannelState
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.machine import apply, live_indexes
@@ -271,7 +272,7 @@ class QuorumGroups:
         from ..queues.quorum import NO_ACK_CREDIT
 
         for key, consumer in list(queue.by_key.items()):
-            if key.startswith(connection + "/") and consumer.channel.state == "open":
+            if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
                 queue.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
                               now_ms())
@@ -354,7 +355,7 @@ class QuorumGroups:
             return  # else that node's replica delivers
         returned, settled = [], []
         for delivery in deliveries:
-            if consumer is None or consumer.channel.state != "open":
+            if consumer is None or consumer.channel.state != ChannelState.OPEN:
                 returned.append(delivery.msg_id)
                 continue
             exchange, routing_key, header, body = self.read_message(queue, delivery.raft_index)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
+from ..amqp.properties import publisher_sequence
 from ..fifo import commands
 from ..fifo.state import FifoConfig, FifoState
 from ..raft import RaftNode
@@ -389,9 +390,3 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def metadata_record(self) -> dict[str, Any]:
         return {"group": self.group, "members": list(self.members)}
-
-
-def publisher_sequence(properties) -> tuple[str, int]:
-    from ..node.node import publisher_sequence as scan  # moving to broker/amqp (issue 12)
-
-    return scan(properties)

@@ -13,6 +13,7 @@ import pytest
 from pamqp import commands
 
 from quorumqueue.broker.amqp import spec
+from quorumqueue.broker.amqp.connection import ConnectionState
 from quorumqueue.broker.config import Settings
 from tests.broker.node.harness import (Client, content_frames, marshal, method, name,
                                        new_node, raw_frame)
@@ -106,7 +107,7 @@ def test_guest_is_accepted_from_loopback(peer):
     """RabbitMQ loopback_users: any loopback address counts, IPv4 or IPv6."""
     client = Client(new_node(), peer_host=peer)
     client.handshake()
-    assert client.session.state == "open"
+    assert client.session.state is ConnectionState.OPEN
 
 
 def test_other_users_may_connect_from_anywhere():
@@ -294,13 +295,13 @@ def test_heartbeat_on_a_non_zero_channel_is_unexpected_frame():
 
 
 def expect_connection_close(client: Client, code: int, class_method=None,
-                            state: str = "closing") -> object:
+                            state: ConnectionState = ConnectionState.CLOSING) -> object:
     close = client.expect_one("Connection.Close", channel=0)
     assert close.reply_code == code, close.reply_text
     assert close.reply_text.startswith(spec.REPLY_NAMES[code] + " - ")
     if class_method is not None:
         assert (close.class_id, close.method_id) == class_method
-    assert client.session.state == state
+    assert client.session.state is state
     return close
 
 
@@ -341,12 +342,69 @@ def test_second_channel_open_is_channel_error():
     finish_close(client)
 
 
-def test_channel_number_above_channel_max_is_refused():
-    """spec 1.4.2.6.1: channel numbers are bounded by the negotiated channel-max."""
+def test_channel_numbers_above_channel_max_open():
+    """RabbitMQ (rabbit_reader, 3.10 as 4.x) bounds how many channels are open, not
+    their numbers: channel 65535 opens under channel_max 5 (clients such as the Java
+    client's test suite use high channel numbers)."""
     client = Client(new_node(Settings(channel_max=5)))
     client.handshake()
-    client.send(6, commands.Channel.Open())
-    expect_connection_close(client, 504, (20, 10))
+    for number in (6, 2048, 65535):
+        client.open_channel(number)
+    client.declare_queue(65535, "high")
+
+
+def channel_max_client(channel_max: int) -> Client:
+    client = Client(new_node(Settings(channel_max=channel_max)))
+    client.handshake()
+    return client
+
+
+def test_channel_max_bounds_the_channels_open_at_once():
+    """RabbitMQ: the channel past channel_max is refused with a connection error, 530
+    NOT_ALLOWED, no class or method ids, the text of rabbit_reader:create_channel."""
+    client = channel_max_client(2)
+    client.open_channel(1)
+    client.open_channel(7)
+    client.send(9, commands.Channel.Open())
+    close = expect_connection_close(client, 530, (0, 0))
+    assert close.reply_text == ("NOT_ALLOWED - number of channels opened (2) has reached "
+                                "the negotiated channel_max (2)")
+    finish_close(client)
+
+
+@pytest.mark.parametrize("closed_by", ["client", "server"])
+def test_a_closed_channel_frees_its_place_under_channel_max(closed_by):
+    """A channel the client closed, or the server closed with a channel error (even
+    before close-ok), no longer counts against channel_max (RabbitMQ 3.10 the same)."""
+    client = channel_max_client(2)
+    client.open_channel(1)
+    client.open_channel(7)
+    if closed_by == "client":
+        client.call(7, commands.Channel.Close(reply_code=200, reply_text="", class_id=0,
+                                              method_id=0), "Channel.CloseOk")
+    else:
+        client.send(7, commands.Queue.Declare(queue="missing", passive=True))
+        client.expect_one("Channel.Close", channel=7)
+    client.open_channel(9)
+    client.send(10, commands.Channel.Open())
+    assert expect_connection_close(client, 530).reply_text.endswith("(2) has reached the "
+                                                                    "negotiated channel_max (2)")
+
+
+def test_tune_ok_lowers_channel_max():
+    """spec 1.4.2.6.1: the client may lower channel-max in tune-ok; the limit is then
+    the client's."""
+    client = Client(new_node())
+    client.send_bytes(spec.PROTOCOL_HEADER)
+    client.expect_one("Connection.Start")
+    client.start_ok()
+    client.expect_one("Connection.Tune")
+    client.send(0, commands.Connection.TuneOk(channel_max=1, frame_max=131072),
+                commands.Connection.Open(virtual_host="/"))
+    client.expect_one("Connection.OpenOk")
+    client.open_channel(300)
+    client.send(1, commands.Channel.Open())
+    assert expect_connection_close(client, 530).reply_text.endswith("channel_max (1)")
 
 
 @byte_modes
@@ -415,7 +473,7 @@ def test_oversize_frame_is_a_frame_error():
     client.handshake(frame_max=8192)
     client.open_channel(1)
     client.send_bytes(raw_frame(spec.FRAME_BODY, 1, b"x" * 8185))
-    close = expect_connection_close(client, 501, state="closed")
+    close = expect_connection_close(client, 501, state=ConnectionState.CLOSED)
     assert "frame_too_large" in close.reply_text
 
 
@@ -426,7 +484,7 @@ def test_a_framing_error_sends_close_then_drops_the_connection():
     client = opened()
     client.send_bytes(raw_frame(spec.FRAME_METHOD, 1, b"\x00\x3c\x00\x50" + b"\x00" * 9,
                                 end=0) + marshal(commands.Channel.Open(), 2))
-    expect_connection_close(client, 501, state="closed")
+    expect_connection_close(client, 501, state=ConnectionState.CLOSED)
     client.send(2, commands.Channel.Open())
     assert client.read() == []
 
@@ -532,7 +590,7 @@ def test_soft_errors_close_only_the_channel(case, byte_at_a_time):
     client.send_bytes(frames)
     close = client.expect_one("Channel.Close", channel=1)
     assert close_of(close) == (code, text, *class_method)
-    assert client.session.state == "open"
+    assert client.session.state is ConnectionState.OPEN
     # the other channel keeps working
     client.declare_queue(2, "other")
     client.publish(2, "", "other", b"still here")

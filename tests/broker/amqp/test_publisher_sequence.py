@@ -17,8 +17,9 @@ from pamqp import header as pamqp_header
 
 from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.amqp.errors import AMQPError
-from quorumqueue.broker.node import node as node_module
-from quorumqueue.broker.node.node import PUBLISHER_HEADER, SEQ_HEADER, publisher_sequence
+from quorumqueue.broker.amqp import properties as properties_module
+from quorumqueue.broker.amqp.properties import (PUBLISHER_HEADER, SEQ_HEADER,
+                                                publisher_sequence)
 
 
 def content_header(**properties) -> codec.Properties:
@@ -29,14 +30,14 @@ def content_header(**properties) -> codec.Properties:
 
 def by_pamqp(properties: codec.Properties):
     """publisher_sequence as it was: the whole table decoded by pamqp."""
-    original = node_module._scan_sequence_headers
-    node_module._scan_sequence_headers = lambda _properties: None
+    original = properties_module._scan_sequence_headers
+    properties_module._scan_sequence_headers = lambda _properties: None
     try:
         return publisher_sequence(properties)
     except AMQPError as error:
         return error.code, error.reply_text
     finally:
-        node_module._scan_sequence_headers = original
+        properties_module._scan_sequence_headers = original
 
 
 def answer(properties: codec.Properties):
@@ -51,7 +52,7 @@ def test_the_sinks_headers_are_found_among_others():
         "tenant": "acme", "n": 7, "nested": {"a": [1, "x"]}, PUBLISHER_HEADER: "spark-q/1",
         SEQ_HEADER: (5 << 32) + 3, "after": bytearray(b"\x00\xff")})
     assert answer(properties) == ("spark-q/1", (5 << 32) + 3)
-    assert node_module._scan_sequence_headers(properties) == ("spark-q/1", (5 << 32) + 3)
+    assert properties_module._scan_sequence_headers(properties) == ("spark-q/1", (5 << 32) + 3)
 
 
 @pytest.mark.parametrize("headers, text", [

@@ -1,0 +1,193 @@
+"""One channel's protocol state: its lifecycle and the assembly of content frames.
+
+Responsibilities: which frame a channel may receive in which state (spec 1.5.2 channel
+class, 4.2.6 content framing), as two transition tables, and putting basic.publish,
+its content header and its body frames together into one message.
+
+How it works: the connection classifies every frame on a channel into a `Frame` kind
+and looks it up. A channel that is OPEN first asks `CONTENT` (is a content header or
+body due?), then `LIFECYCLE` (absent -> OPEN on channel.open, OPEN -> absent on
+channel.close, CLOSING -> absent on close/close-ok). A kind missing from a table is
+the protocol error RabbitMQ sends for it, built by `lifecycle_error` and
+`content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
+
+Invariants: a channel in CLOSING (the server sent channel.close) receives nothing but
+channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a message's
+body frames add up to exactly the header's body size; a new method arrives only
+between messages.
+
+Not here: the channel-max count and the connection's own states (connection.py),
+what a method does (broker/node/handlers.py).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from pamqp import commands as pamqp_commands
+
+from . import spec
+from .codec import Publish
+from .properties import Properties, decode_properties
+from .errors import AMQPError
+from .events import ContentReceived
+
+
+class ChannelState(enum.StrEnum):
+    OPEN = "open"          # channel.open answered: methods and content flow
+    CLOSING = "closing"    # the server sent channel.close: waits for close-ok
+
+
+class ContentState(enum.StrEnum):
+    IDLE = "idle"                         # between messages: a method frame is due
+    AWAITING_HEADER = "awaiting header"   # after basic.publish
+    AWAITING_BODY = "awaiting body"       # after the header, until body_size octets
+
+
+class Frame(enum.StrEnum):
+    """What arrived on a channel, as the tables know it."""
+
+    OPEN = "channel.open"
+    CLOSE = "channel.close"
+    CLOSE_OK = "channel.close-ok"
+    PUBLISH = "basic.publish"              # the one content method a client sends
+    CONNECTION_METHOD = "connection method"
+    METHOD = "method"                      # any other method
+    HEADER = "content header"
+    BODY = "content body"
+
+
+_METHOD_KINDS = {pamqp_commands.Channel.Open: Frame.OPEN,
+                 pamqp_commands.Channel.Close: Frame.CLOSE,
+                 pamqp_commands.Channel.CloseOk: Frame.CLOSE_OK,
+                 Publish: Frame.PUBLISH}
+
+
+def method_kind(method: object, class_id: int) -> Frame:
+    kind = _METHOD_KINDS.get(type(method))
+    if kind is not None:
+        return kind
+    return Frame.CONNECTION_METHOD if class_id == spec.CONNECTION else Frame.METHOD
+
+
+_ALL = tuple(Frame)
+_METHODS = (Frame.OPEN, Frame.CLOSE, Frame.CLOSE_OK, Frame.CONNECTION_METHOD, Frame.METHOD)
+
+# (state, frame) -> state after it (None: the channel number is free). A CLOSING
+# channel discards what is not close or close-ok, so every kind has an entry there.
+LIFECYCLE: dict[tuple[ChannelState | None, Frame], ChannelState | None] = {
+    (None, Frame.OPEN): ChannelState.OPEN,
+    (ChannelState.OPEN, Frame.CLOSE): None,
+    (ChannelState.OPEN, Frame.METHOD): ChannelState.OPEN,
+    (ChannelState.OPEN, Frame.PUBLISH): ChannelState.OPEN,
+    (ChannelState.OPEN, Frame.HEADER): ChannelState.OPEN,
+    (ChannelState.OPEN, Frame.BODY): ChannelState.OPEN,
+    **{(ChannelState.CLOSING, kind): ChannelState.CLOSING for kind in _ALL},
+    (ChannelState.CLOSING, Frame.CLOSE): None,      # close-ok is sent back
+    (ChannelState.CLOSING, Frame.CLOSE_OK): None,
+}
+
+# (content state, frame) -> content state after it, for an OPEN channel. The header
+# and the last body frame may end the message (back to IDLE): `ChannelMachine` does it.
+CONTENT: dict[tuple[ContentState, Frame], ContentState] = {
+    **{(ContentState.IDLE, kind): ContentState.IDLE for kind in _METHODS},
+    (ContentState.IDLE, Frame.PUBLISH): ContentState.AWAITING_HEADER,
+    (ContentState.AWAITING_HEADER, Frame.HEADER): ContentState.AWAITING_BODY,
+    (ContentState.AWAITING_BODY, Frame.BODY): ContentState.AWAITING_BODY,
+}
+
+
+def lifecycle_error(state: ChannelState | None, kind: Frame, number: int, class_id: int,
+                    method_id: int) -> AMQPError:
+    """The error for a (state, frame) pair LIFECYCLE lacks (all are connection errors)."""
+    if state is None:
+        return AMQPError(spec.CHANNEL_ERROR, "expected 'channel.open'", class_id, method_id)
+    if kind is Frame.OPEN:
+        return AMQPError(spec.CHANNEL_ERROR, "second 'channel.open' seen", class_id, method_id)
+    if kind is Frame.CLOSE_OK:
+        return AMQPError(spec.CHANNEL_ERROR, "unexpected channel.close-ok", class_id, method_id)
+    # a connection-class method on a channel other than 0
+    return AMQPError(spec.COMMAND_INVALID, f"connection method "
+                     f"'{spec.method_name(class_id, method_id)}' on channel {number}",
+                     class_id, method_id)
+
+
+def content_error(content: ContentState) -> AMQPError:
+    """505 for a frame out of the method -> header -> body order, worded as RabbitMQ's
+    rabbit_command_assembler states what it was waiting for."""
+    if content is ContentState.IDLE:
+        return AMQPError(spec.UNEXPECTED_FRAME, "expected method frame, got non method "
+                         "frame instead", connection_level=True)
+    expected = ("content header for class 60, got non content header frame"
+                if content is ContentState.AWAITING_HEADER
+                else "content body, got non content body frame")
+    return AMQPError(spec.UNEXPECTED_FRAME, f"expected {expected} instead",
+                     *spec.BASIC_PUBLISH, connection_level=True)
+
+
+class ChannelMachine:
+    """The protocol state of one channel number (the node keeps its own Channel)."""
+
+    __slots__ = ("number", "state", "content", "_publish", "_properties", "_parts",
+                 "_received")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.state = ChannelState.OPEN
+        self.content = ContentState.IDLE
+        self._publish: Publish | None = None
+        self._properties: Properties | None = None
+        self._parts: list[bytes] = []
+        self._received = 0
+
+    def step_content(self, kind: Frame) -> None:
+        """Check `kind` against CONTENT and move to the state it gives."""
+        after = CONTENT.get((self.content, kind))
+        if after is None:
+            raise content_error(self.content)
+        self.content = after
+
+    def begin(self, publish: Publish) -> None:
+        self._publish = publish
+
+    def header(self, payload: bytes, max_message_size: int) -> ContentReceived | None:
+        class_id, properties = decode_properties(payload)
+        if class_id != spec.BASIC:
+            raise AMQPError(spec.UNEXPECTED_FRAME, "expected content header for class 60, "
+                            f"got one for class {class_id} instead", *spec.BASIC_PUBLISH,
+                            connection_level=True)
+        if properties.body_size > max_message_size:
+            self._reset()
+            raise AMQPError(spec.PRECONDITION_FAILED,
+                            f"message size {properties.body_size} is larger than configured "
+                            f"max size {max_message_size}", *spec.BASIC_PUBLISH)
+        self._properties = properties
+        self._parts = []
+        self._received = 0
+        if properties.body_size == 0:
+            return self._complete()
+        return None
+
+    def body(self, payload: bytes) -> ContentReceived | None:
+        expected = self._properties.body_size
+        if self._received + len(payload) > expected:  # as RabbitMQ 4.x
+            raise AMQPError(spec.FRAME_ERROR, "content body frame exceeds remaining "
+                            "content size", *spec.BASIC_PUBLISH)
+        self._parts.append(payload)
+        self._received += len(payload)
+        if self._received == expected:
+            return self._complete()
+        return None
+
+    def _complete(self) -> ContentReceived:
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        event = ContentReceived(self.number, self._publish, self._properties, body)
+        self._reset()
+        return event
+
+    def _reset(self) -> None:
+        self.content = ContentState.IDLE
+        self._publish = self._properties = None
+        self._parts = []
+        self._received = 0

@@ -1,0 +1,447 @@
+"""One AMQP 0-9-1 client connection as a state machine: bytes in, events and bytes out.
+
+Responsibilities: the protocol header, the connection handshake (start/start-ok,
+tune/tune-ok, open/open-ok), heartbeats and the close-ok timeout, channel lifecycles
+and content assembly (channel.py), and turning protocol errors into channel.close or
+connection.close with RabbitMQ's reply codes and texts. No sockets and no clocks:
+time comes in as `now` arguments (python-hyper/h11 is the model).
+
+How it works: `receive_data(data, now)` buffers bytes; `next_event()` reads frames
+one at a time until one means something to the node and returns it (events.py), or
+None when it needs more bytes. The node acts on each event before it asks for the
+next, so an error it reports with `fail(error, channel)` already holds for the very
+next frame. `data_to_send()` returns what to write: the connection's own frames and
+the frames the node appended to `outbound`, in the one order they were produced.
+
+States (ConnectionState); a frame a state has no transition for is a protocol error:
+
+    AWAITING_HEADER -protocol header-> AWAITING_START_OK -start-ok-> AUTHENTICATING
+      -accept_login()-> AWAITING_TUNE_OK -tune-ok-> AWAITING_OPEN -open-> OPENING
+      -accept_open()-> OPEN
+    OPEN -fail(connection error)-> CLOSING (connection.close sent; close-ok awaited
+      for CLOSE_OK_TIMEOUT at most) -> CLOSED
+    any -client close or close-ok, refused login, handshake error, framing error,
+      missed heartbeats, lost socket-> CLOSED
+
+Channels follow channel.py's LIFECYCLE and CONTENT tables. `channel_max` bounds how
+many channels are OPEN at once (530 NOT_ALLOWED, as rabbit_reader), not their numbers:
+RabbitMQ 3.10 opens channel 65535 under channel_max 2047, and so does this.
+
+Invariants: after connection.close is sent only close and close-ok are processed
+(spec 1.4.2.9); every OPEN channel gets ChannelClosed before ConnectionClosed, which is
+the last event; a handshake error sends connection.close and drops the connection,
+as RabbitMQ does.
+
+Not here: SASL parsing, users, vhosts and what methods do (broker/node/session.py,
+broker/node/handlers.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+from pamqp import commands as pamqp_commands
+
+from . import codec, spec
+from .channel import LIFECYCLE, ChannelMachine, ChannelState, Frame, lifecycle_error, method_kind
+from .errors import AMQPError
+from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, Event, LoginRequested,
+                     MethodReceived, VhostRequested)
+
+MECHANISMS = "PLAIN AMQPLAIN"
+LOCALES = "en_US"
+CLOSE_OK_TIMEOUT = 5.0  # seconds a client has to answer connection.close
+
+
+class ConnectionState(enum.StrEnum):
+    AWAITING_HEADER = "awaiting protocol header"
+    AWAITING_START_OK = "awaiting start-ok"
+    AUTHENTICATING = "authenticating"      # LoginRequested: the node answers
+    AWAITING_TUNE_OK = "awaiting tune-ok"
+    AWAITING_OPEN = "awaiting open"
+    OPENING = "opening"                    # VhostRequested: the node answers
+    OPEN = "open"
+    CLOSING = "closing"                    # the server sent connection.close
+    CLOSED = "closed"
+
+
+_Methods = pamqp_commands.Connection  # connection-class methods
+
+# handshake state -> (the one method it accepts, the state after it). Anything else is
+# 503 COMMAND_INVALID naming what was expected, except connection.close.
+HANDSHAKE: dict[ConnectionState, tuple[type, ConnectionState]] = {
+    ConnectionState.AWAITING_START_OK: (_Methods.StartOk, ConnectionState.AUTHENTICATING),
+    ConnectionState.AWAITING_TUNE_OK: (_Methods.TuneOk, ConnectionState.AWAITING_OPEN),
+    ConnectionState.AWAITING_OPEN: (_Methods.Open, ConnectionState.OPENING),
+}
+
+_FRAME_TYPES = (spec.FRAME_METHOD, spec.FRAME_HEADER, spec.FRAME_BODY, spec.FRAME_HEARTBEAT)
+_NO_TRANSITION = object()
+
+
+def _ids(method_class: type) -> tuple[int, int]:
+    return method_class.index >> 16, method_class.index & 0xFFFF
+
+
+class Connection:
+    def __init__(self, server_properties: dict, *, frame_max: int, channel_max: int,
+                 heartbeat: int, max_message_size: int, now: float) -> None:
+        self.state = ConnectionState.AWAITING_HEADER
+        self.server_properties = server_properties
+        # what the server offers in connection.tune; tune-ok may lower them
+        self.server_limits = (channel_max, frame_max, heartbeat)
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = 0
+        self.max_message_size = max_message_size
+        self.reader = codec.FrameReader(frame_max)
+        self.outbound: list[bytes] = []  # frames to send, in order (the node appends too)
+        self._events: deque[Event] = deque()
+        self.channels: dict[int, ChannelMachine] = {}  # OPEN and CLOSING channels
+        self._open_channels = 0  # how many of them are OPEN (bounded by channel_max)
+        self.client_properties: dict = {}
+        self.capabilities: dict = {}
+        self.mechanism = ""
+        self.blocked = False  # connection.blocked is in force (RabbitMQ's extension)
+        self.last_received = now
+        self.last_sent = now
+        self._now = now  # the latest time given: the close-ok timeout starts from it
+        self.close_reason = ""
+        self._close_deadline = 0.0
+
+    # ------------------------------------------------------------ bytes
+
+    def write(self, data: bytes) -> None:
+        self.outbound.append(data)
+
+    def data_to_send(self) -> bytes:
+        if not self.outbound:
+            return b""
+        data = b"".join(self.outbound)
+        self.outbound.clear()
+        return data
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        if self.state is ConnectionState.CLOSED:
+            return
+        self.last_received = now
+        self._now = max(self._now, now)
+        self.reader.feed(data)
+
+    def sent(self, now: float) -> None:
+        """The shell wrote what `data_to_send` returned (heartbeats count from it)."""
+        self.last_sent = now
+        self._now = max(self._now, now)
+
+    # ------------------------------------------------------------ events
+
+    def next_event(self) -> Event | None:
+        """The next event, or None until more bytes arrive (or after ConnectionClosed)."""
+        events = self._events
+        while not events:
+            state = self.state
+            if state is ConnectionState.CLOSED:
+                return None
+            if state is ConnectionState.AUTHENTICATING or state is ConnectionState.OPENING:
+                raise RuntimeError(f"next_event() while {state}: answer the last event first")
+            if state is ConnectionState.AWAITING_HEADER:
+                if not self._protocol_header():
+                    return None
+                continue
+            try:
+                found = self.reader.next_frame()
+            except AMQPError as error:  # framing error: the stream cannot be trusted
+                self.fail(error)
+                if self.state is not ConnectionState.CLOSED:
+                    # RabbitMQ (fatal_frame_error): the close is sent, then the socket dropped
+                    self._terminate(error.reply_text)
+                continue
+            if found is None:
+                return None
+            frame_type, number, payload = found
+            try:
+                if number and state is ConnectionState.OPEN and 0 < frame_type < 4:
+                    event = self._channel_frame(frame_type, number, payload)
+                else:
+                    event = self._frame(frame_type, number, payload)
+            except AMQPError as error:
+                self.fail(error, number)
+                continue
+            if event is not None:
+                return event
+        return events.popleft()
+
+    def _protocol_header(self) -> bool:
+        header = self.reader.take_protocol_header()
+        if header is None:
+            return False
+        if header != spec.PROTOCOL_HEADER:  # spec 4.2.2: answer with ours, then close
+            self.write(spec.PROTOCOL_HEADER)
+            self._terminate(f"unsupported protocol header {header!r}")
+            return True
+        self.write(codec.connection_start(self.server_properties, MECHANISMS, LOCALES))
+        self.state = ConnectionState.AWAITING_START_OK
+        return True
+
+    def _frame(self, frame_type: int, number: int, payload: bytes) -> Event | None:
+        if self.state is ConnectionState.CLOSING:
+            return self._frame_while_closing(frame_type, number, payload)
+        if frame_type not in _FRAME_TYPES:
+            raise codec.bad_frame(frame_type, payload, "unknown_frame")
+        if frame_type == spec.FRAME_HEARTBEAT:
+            if number != 0:
+                raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
+            return None
+        if frame_type != spec.FRAME_METHOD:
+            raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
+        class_id, method_id, method = codec.decode_method(payload)
+        if number != 0:
+            raise AMQPError(spec.COMMAND_INVALID, "expected connection method on channel 0 "
+                            f"during handshake, got channel {number}", class_id, method_id)
+        expected = HANDSHAKE.get(self.state)
+        if expected is None:
+            return self._connection_method(method, class_id, method_id)
+        accepted, after = expected
+        if type(method) is not accepted:
+            if type(method) is _Methods.Close:
+                self.write(codec.connection_close_ok())
+                self._terminate("client closed during handshake")
+                return None
+            raise AMQPError(spec.COMMAND_INVALID,
+                            f"expected '{spec.method_name(*_ids(accepted))}', got "
+                            f"'{spec.method_name(class_id, method_id)}'", class_id, method_id)
+        self.state = after
+        if after is ConnectionState.AUTHENTICATING:
+            return self._start_ok(method)
+        if after is ConnectionState.AWAITING_OPEN:
+            self._tune_ok(method)
+            return None
+        return VhostRequested(method.virtual_host or "/")
+
+    def _frame_while_closing(self, frame_type: int, number: int, payload: bytes) -> None:
+        if frame_type == spec.FRAME_METHOD and number == 0:
+            class_id, method_id, _ = codec.decode_method(payload)
+            if (class_id, method_id) in (spec.CONNECTION_CLOSE_OK, spec.CONNECTION_CLOSE):
+                if (class_id, method_id) == spec.CONNECTION_CLOSE:
+                    self.write(codec.connection_close_ok())
+                self._terminate(self.close_reason or "closed")
+        return None
+
+    def _connection_method(self, method, class_id: int, method_id: int) -> None:
+        """A method on channel 0 of an OPEN connection."""
+        kind = type(method)
+        if kind is _Methods.Close:
+            self.write(codec.connection_close_ok())
+            self._terminate("client closed the connection")
+        elif kind is _Methods.CloseOk:
+            self._terminate("closed")
+        elif kind is _Methods.UpdateSecret:
+            self.write(codec.method(0, 10, 71))
+        elif kind is not _Methods.Blocked and kind is not _Methods.Unblocked:
+            # (clients may echo blocked/unblocked: nothing to do)
+            raise AMQPError(spec.COMMAND_INVALID,
+                            f"unexpected method '{spec.method_name(class_id, method_id)}' "
+                            "on channel 0", class_id, method_id)
+        return None
+
+    def _channel_frame(self, frame_type: int, number: int, payload: bytes) -> Event | None:
+        """A method, header or body frame on channel `number` of an OPEN connection."""
+        channel = self.channels.get(number)
+        state = channel.state if channel is not None else None
+        method = None
+        if frame_type == spec.FRAME_METHOD:
+            class_id, method_id, method = codec.decode_method(payload)
+            kind = method_kind(method, class_id)
+        elif state is ChannelState.CLOSING:
+            return None  # content of a closing channel is discarded undecoded
+        else:
+            kind = Frame.HEADER if frame_type == spec.FRAME_HEADER else Frame.BODY
+            class_id = method_id = 0
+        if state is ChannelState.OPEN:
+            channel.step_content(kind)
+        after = LIFECYCLE.get((state, kind), _NO_TRANSITION)
+        if after is _NO_TRANSITION:
+            raise lifecycle_error(state, kind, number, class_id, method_id)
+        if state is ChannelState.OPEN:
+            if kind is Frame.METHOD:
+                return MethodReceived(number, method, class_id, method_id)
+            if kind is Frame.BODY:
+                return channel.body(payload)
+            if kind is Frame.HEADER:
+                return channel.header(payload, self.max_message_size)
+            if kind is Frame.PUBLISH:
+                channel.begin(method)
+                return None
+            del self.channels[number]  # channel.close from the client
+            self._open_channels -= 1
+            self.write(codec.channel_close_ok(number))
+            return ChannelClosed(number)
+        if state is None:  # channel.open
+            if self.channel_max and self._open_channels >= self.channel_max:
+                raise AMQPError(spec.NOT_ALLOWED, "number of channels opened "
+                                f"({self._open_channels}) has reached the negotiated "
+                                f"channel_max ({self.channel_max})")
+            self.channels[number] = ChannelMachine(number)
+            self._open_channels += 1
+            self.write(codec.channel_open_ok(number))
+            return ChannelOpened(number)
+        if after is None:  # close or close-ok ends a closing channel
+            del self.channels[number]
+            if kind is Frame.CLOSE:
+                self.write(codec.channel_close_ok(number))
+        return None
+
+    # ------------------------------------------------------------ the handshake
+
+    def _start_ok(self, start_ok) -> LoginRequested:
+        self.client_properties = start_ok.client_properties or {}
+        capabilities = self.client_properties.get("capabilities") or {}
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        mechanism = start_ok.mechanism
+        response = start_ok.response
+        if isinstance(response, str):
+            response = response.encode("utf-8", "surrogateescape")
+        if mechanism not in MECHANISMS.split():  # RabbitMQ: not a login failure
+            raise AMQPError(spec.COMMAND_INVALID,
+                            f"unknown authentication mechanism '{mechanism}'", 10, 11)
+        self.mechanism = mechanism
+        return LoginRequested(mechanism, response)
+
+    def accept_login(self) -> None:
+        """The answer to LoginRequested: the user may log in; connection.tune follows."""
+        self._expect(ConnectionState.AUTHENTICATING)
+        self.write(codec.connection_tune(*self.server_limits))
+        self.state = ConnectionState.AWAITING_TUNE_OK
+
+    def refuse_login(self) -> None:
+        """The answer to LoginRequested: wrong credentials. 403 for clients that
+        advertise authentication_failure_close, a silent close for the others."""
+        self._expect(ConnectionState.AUTHENTICATING)
+        text = (f"ACCESS_REFUSED - Login was refused using authentication mechanism "
+                f"{self.mechanism}. For details see the broker logfile.")
+        if self.capabilities.get("authentication_failure_close"):
+            self.write(codec.connection_close(spec.ACCESS_REFUSED, text, 10, 11))
+        self._terminate(text)
+
+    def _tune_ok(self, tune_ok) -> None:
+        server_channel_max, server_frame_max, _heartbeat = self.server_limits
+        frame_max = tune_ok.frame_max or server_frame_max
+        channel_max = tune_ok.channel_max or server_channel_max
+        if frame_max < spec.FRAME_MIN_SIZE:
+            raise AMQPError(spec.NOT_ALLOWED, f"frame_max={frame_max} < "
+                            f"{spec.FRAME_MIN_SIZE} min size", 10, 31)
+        if frame_max > server_frame_max:
+            raise AMQPError(spec.NOT_ALLOWED, f"frame_max={frame_max} > "
+                            f"{server_frame_max} max size", 10, 31)
+        if channel_max > server_channel_max:
+            raise AMQPError(spec.NOT_ALLOWED, f"channel_max={channel_max} > "
+                            f"{server_channel_max} max", 10, 31)
+        self.frame_max = frame_max
+        self.reader.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = tune_ok.heartbeat
+
+    def accept_open(self) -> None:
+        """The answer to VhostRequested: the vhost may be used; open-ok follows. (A
+        refusal is `fail(error)`: during the handshake it closes the connection.)"""
+        self._expect(ConnectionState.OPENING)
+        self.write(codec.connection_open_ok())
+        self.state = ConnectionState.OPEN
+
+    def _expect(self, state: ConnectionState) -> None:
+        if self.state is not state:
+            raise RuntimeError(f"connection is {self.state}, not {state}")
+
+    # ------------------------------------------------------------ time
+
+    def tick(self, now: float) -> None:
+        """Heartbeats (spec 4.2.7: one after half the interval without sending, none
+        received for two intervals is a dead peer) and the close-ok timeout."""
+        state = self.state
+        if state is ConnectionState.CLOSED:
+            return
+        self._now = max(self._now, now)
+        if state is ConnectionState.CLOSING and now >= self._close_deadline:
+            self._terminate("client did not answer connection.close")
+            return
+        if self.heartbeat and (state is ConnectionState.OPEN
+                               or state is ConnectionState.CLOSING):
+            # RabbitMQ does not time out a connection it stopped reading from
+            if now - self.last_received > 2 * self.heartbeat and not self.blocked:
+                self._terminate(f"missed heartbeats from client, timeout: {self.heartbeat}s")
+                return
+            if now - self.last_sent >= self.heartbeat / 2:
+                self.write(codec.HEARTBEAT_FRAME)
+
+    # ------------------------------------------------------------ errors and closing
+
+    def fail(self, error: AMQPError, channel: int = 0) -> None:
+        """Report `error` for `channel`: channel.close for a soft error on an open
+        channel of an open connection, else connection.close (and, during the
+        handshake, the end of the connection). Nothing once connection.close is out."""
+        state = self.state
+        if state is ConnectionState.CLOSED or state is ConnectionState.CLOSING:
+            return  # connection.close was sent: discard everything else (spec 1.4.2.9)
+        machine = self.channels.get(channel)
+        if (not error.connection_level and machine is not None
+                and machine.state is ChannelState.OPEN and state is ConnectionState.OPEN):
+            machine.state = ChannelState.CLOSING
+            self._open_channels -= 1
+            self.write(codec.channel_close(channel, error.code, error.reply_text,
+                                           error.class_id, error.method_id))
+            self._events.append(ChannelClosed(channel))
+            return
+        self.write(codec.connection_close(error.code, error.reply_text, error.class_id,
+                                          error.method_id))
+        if state is not ConnectionState.OPEN:
+            self._terminate(error.reply_text)
+            return
+        self._release_channels()
+        self.state = ConnectionState.CLOSING
+        self.close_reason = error.reply_text
+        self._close_deadline = self._now + CLOSE_OK_TIMEOUT
+
+    def server_close(self, code: int, detail: str, now: float) -> None:
+        """The broker ends the connection (shutdown, a deleted user or vhost):
+        connection.close when open, else at once."""
+        self._now = max(self._now, now)
+        if self.state is ConnectionState.CLOSED:
+            return
+        if self.state is not ConnectionState.OPEN:
+            self._terminate(detail)
+            return
+        self.fail(AMQPError(code, detail, connection_level=True))
+
+    def connection_lost(self) -> None:
+        """The socket is gone: end without sending anything."""
+        if self.state is not ConnectionState.CLOSED:
+            self._terminate("connection lost")
+        self.outbound.clear()
+
+    def _release_channels(self) -> None:
+        for number, machine in self.channels.items():
+            if machine.state is ChannelState.OPEN:
+                self._events.append(ChannelClosed(number))
+        self.channels.clear()
+        self._open_channels = 0
+
+    def _terminate(self, reason: str) -> None:
+        self._release_channels()
+        self.state = ConnectionState.CLOSED
+        self.close_reason = self.close_reason or reason
+        self._events.append(ConnectionClosed(self.close_reason))
+
+    # ------------------------------------------------------------ connection.blocked
+
+    def block(self, reason: str) -> None:
+        """RabbitMQ's connection.blocked extension: the node stops reading from this
+        client; clients that advertised the capability are told why."""
+        self.blocked = True
+        if self.capabilities.get("connection.blocked"):
+            self.write(codec.connection_blocked(reason))
+
+    def unblock(self) -> None:
+        self.blocked = False
+        if self.capabilities.get("connection.blocked") and self.state is ConnectionState.OPEN:
+            self.write(codec.connection_unblocked())

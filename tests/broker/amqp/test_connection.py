@@ -1,0 +1,456 @@
+"""The connection and channel state machines (broker/amqp/connection.py, channel.py),
+driven without a node: frames in (marshalled by pamqp), events and frames out.
+
+Tables: every (channel state, frame) pair and every (content state, frame) pair with
+the outcome AMQP 0-9-1 (spec 1.5.2 channel class, 4.2.6 content framing) and RabbitMQ
+(rabbit_reader, rabbit_command_assembler) give it, written out here rather than read
+from the code's own tables; the handshake (spec 1.4.2) state by state; heartbeats
+(spec 4.2.7) and the close-ok timeout with time passed in. Every script also runs fed
+one byte at a time, as h11's tests do, and must give the same events and output.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from pamqp import body as pamqp_body
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
+from pamqp import heartbeat as pamqp_heartbeat
+
+from quorumqueue.broker.amqp import codec, spec
+from quorumqueue.broker.amqp.channel import ChannelState, ContentState
+from quorumqueue.broker.amqp.connection import Connection, ConnectionState
+from quorumqueue.broker.amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed,
+                                            ContentReceived, LoginRequested, MethodReceived,
+                                            VhostRequested)
+
+CAPABILITIES = {"authentication_failure_close": True, "connection.blocked": True}
+
+
+def frame(value, channel: int = 0) -> bytes:
+    return pamqp_frame.marshal(value, channel)
+
+
+def raw(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + b"\xce"
+
+
+def publish(channel: int = 1, routing_key: str = "q") -> bytes:
+    return frame(commands.Basic.Publish(exchange="", routing_key=routing_key), channel)
+
+
+def header(channel: int = 1, size: int = 3) -> bytes:
+    return frame(pamqp_header.ContentHeader(0, size, commands.Basic.Properties()), channel)
+
+
+def body(channel: int = 1, data: bytes = b"abc") -> bytes:
+    return frame(pamqp_body.ContentBody(data), channel)
+
+
+START_OK = frame(commands.Connection.StartOk(
+    client_properties={"capabilities": CAPABILITIES}, mechanism="PLAIN",
+    response="\0guest\0guest", locale="en_US"))
+TUNE_OK = frame(commands.Connection.TuneOk(channel_max=0, frame_max=131072, heartbeat=10))
+OPEN = frame(commands.Connection.Open(virtual_host="/"))
+
+
+class Driver:
+    """Feeds bytes (whole or one at a time), answers the handshake's two questions,
+    and records events and decoded output."""
+
+    def __init__(self, bytewise: bool = False, channel_max: int = 2047) -> None:
+        self.bytewise = bytewise
+        self.connection = Connection({"product": "test"}, frame_max=131072,
+                                     channel_max=channel_max, heartbeat=60,
+                                     max_message_size=1000, now=0.0)
+        self.events: list = []
+
+    def feed(self, data: bytes, now: float = 0.0) -> list:
+        chunks = [data[i:i + 1] for i in range(len(data))] if self.bytewise else [data]
+        events = []
+        for chunk in chunks:
+            self.connection.receive_data(chunk, now)
+            events += self.drain()
+        return events
+
+    def drain(self) -> list:
+        events = []
+        while (event := self.connection.next_event()) is not None:
+            events.append(event)
+            if isinstance(event, LoginRequested):
+                self.connection.accept_login()
+            elif isinstance(event, VhostRequested):
+                self.connection.accept_open()
+        self.events += events
+        return events
+
+    def output(self) -> list[str]:
+        """What was sent, as 'Class.Method' names (closes with code and text)."""
+        data = self.connection.data_to_send()
+        if data.startswith(b"AMQP"):
+            data = data[8:]
+        names, position = [], 0
+        while position < len(data):
+            consumed, channel, value = pamqp_frame.unmarshal(data[position:])
+            position += consumed
+            name = getattr(value, "name", type(value).__name__)
+            if name in ("Connection.Close", "Channel.Close"):
+                name += f" {value.reply_code} {value.reply_text} {value.class_id}/{value.method_id}"
+            names.append(f"{channel}:{name}")
+        return names
+
+    def open(self, *channels: int) -> "Driver":
+        self.feed(spec.PROTOCOL_HEADER + START_OK + TUNE_OK + OPEN)
+        for number in channels:
+            self.feed(frame(commands.Channel.Open(), number))
+        self.output()
+        self.events.clear()
+        return self
+
+
+bytewise = pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+
+
+# ---------------------------------------------------------------- handshake (spec 1.4.2)
+
+
+@bytewise
+def test_the_handshake_step_by_step(bytewise):
+    """Each step answers with the next server method, or waits for the node's answer
+    (login, vhost) before it reads on."""
+    driver = Driver(bytewise)
+    connection = driver.connection
+    assert driver.feed(spec.PROTOCOL_HEADER) == []
+    assert driver.output() == ["0:Connection.Start"]
+    assert connection.state is ConnectionState.AWAITING_START_OK
+    connection.receive_data(START_OK + TUNE_OK + OPEN, 0.0)
+    login = connection.next_event()
+    assert login == LoginRequested("PLAIN", b"\0guest\0guest")
+    assert connection.state is ConnectionState.AUTHENTICATING
+    with pytest.raises(RuntimeError):  # the node must answer first
+        connection.next_event()
+    connection.accept_login()
+    assert driver.output() == ["0:Connection.Tune"]
+    assert connection.next_event() == VhostRequested("/")
+    assert (connection.frame_max, connection.channel_max, connection.heartbeat) == \
+        (131072, 2047, 10)
+    connection.accept_open()
+    assert driver.output() == ["0:Connection.OpenOk"]
+    assert connection.state is ConnectionState.OPEN
+    assert connection.next_event() is None
+
+
+HANDSHAKE_ERRORS = [
+    # (fed after the protocol header, expected output, close reason)
+    ("tune-ok before start-ok", TUNE_OK,
+     ["0:Connection.Close 503 COMMAND_INVALID - expected 'connection.start_ok', got "
+      "'connection.tune_ok' 10/31"]),
+    ("a method on channel 1", frame(commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response="\0a\0b", locale="en_US"), 1),
+     ["0:Connection.Close 503 COMMAND_INVALID - expected connection method on channel 0 "
+      "during handshake, got channel 1 10/11"]),
+    ("a content header", header(0),
+     ["0:Connection.Close 505 UNEXPECTED_FRAME - type 2, all octets = "
+      "<<0,60,0,0,0,0,0,0,0,0,0,3,0,0>> 0/0"]),
+    ("an unoffered mechanism", frame(commands.Connection.StartOk(
+        client_properties={}, mechanism="EXTERNAL", response="", locale="en_US")),
+     ["0:Connection.Close 503 COMMAND_INVALID - unknown authentication mechanism "
+      "'EXTERNAL' 10/11"]),
+    ("connection.close", frame(commands.Connection.Close(200, "bye", 0, 0)),
+     ["0:Connection.CloseOk"]),
+]
+
+
+@bytewise
+@pytest.mark.parametrize("case", HANDSHAKE_ERRORS, ids=lambda case: case[0])
+def test_handshake_errors_close_and_end_the_connection(case, bytewise):
+    """RabbitMQ: during the handshake an error sends connection.close and drops the
+    connection at once (no close-ok is awaited)."""
+    _description, data, expected = case
+    driver = Driver(bytewise)
+    driver.feed(spec.PROTOCOL_HEADER)
+    driver.output()
+    events = driver.feed(data)
+    assert driver.output() == expected
+    assert isinstance(events[-1], ConnectionClosed)
+    assert driver.connection.state is ConnectionState.CLOSED
+    assert driver.feed(OPEN) == [] and driver.output() == []
+
+
+def test_refused_login_with_authentication_failure_close():
+    connection = Driver().connection
+    connection.receive_data(spec.PROTOCOL_HEADER + START_OK, 0.0)
+    assert isinstance(connection.next_event(), LoginRequested)
+    connection.data_to_send()
+    connection.refuse_login()
+    assert connection.next_event() == ConnectionClosed(
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For "
+        "details see the broker logfile.")
+    assert connection.data_to_send().startswith(codec.connection_close(
+        403, "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+        "For details see the broker logfile.", 10, 11)[:11])
+    assert connection.state is ConnectionState.CLOSED
+
+
+# ---------------------------------------------------------------- channels (spec 1.5.2)
+
+# A channel's state before the frame, the frame, then what the server sends, the
+# event the node gets, and the channel's state after (None: the number is free).
+# Connection errors leave the connection CLOSING and every channel gone.
+CHANNEL_TABLE = [
+    (None, "channel.open", ["1:Channel.OpenOk"], [ChannelOpened(1)], ChannelState.OPEN),
+    (None, "method", ["0:Connection.Close 504 CHANNEL_ERROR - expected 'channel.open' 50/10"],
+     [], None),
+    (None, "content header", ["0:Connection.Close 504 CHANNEL_ERROR - expected "
+                              "'channel.open' 0/0"], [], None),
+    (None, "channel.close", ["0:Connection.Close 504 CHANNEL_ERROR - expected "
+                             "'channel.open' 20/40"], [], None),
+    (ChannelState.OPEN, "channel.open", ["0:Connection.Close 504 CHANNEL_ERROR - second "
+                                         "'channel.open' seen 20/10"],
+     [ChannelClosed(1)], None),
+    (ChannelState.OPEN, "method", [], ["method"], ChannelState.OPEN),
+    (ChannelState.OPEN, "connection method", [
+        "0:Connection.Close 503 COMMAND_INVALID - connection method 'connection.open' on "
+        "channel 1 10/40"], [ChannelClosed(1)], None),
+    (ChannelState.OPEN, "channel.close", ["1:Channel.CloseOk"], [ChannelClosed(1)], None),
+    (ChannelState.OPEN, "channel.close-ok", ["0:Connection.Close 504 CHANNEL_ERROR - "
+                                             "unexpected channel.close-ok 20/41"],
+     [ChannelClosed(1)], None),
+    (ChannelState.OPEN, "content header", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected method frame, got non method "
+        "frame instead 0/0"], [ChannelClosed(1)], None),
+    (ChannelState.CLOSING, "method", [], [], ChannelState.CLOSING),
+    (ChannelState.CLOSING, "content header", [], [], ChannelState.CLOSING),
+    (ChannelState.CLOSING, "channel.open", [], [], ChannelState.CLOSING),
+    (ChannelState.CLOSING, "connection method", [], [], ChannelState.CLOSING),
+    (ChannelState.CLOSING, "channel.close-ok", [], [], None),
+    (ChannelState.CLOSING, "channel.close", ["1:Channel.CloseOk"], [], None),
+]
+
+FRAMES = {
+    "channel.open": frame(commands.Channel.Open(), 1),
+    "channel.close": frame(commands.Channel.Close(200, "bye", 0, 0), 1),
+    "channel.close-ok": frame(commands.Channel.CloseOk(), 1),
+    "method": frame(commands.Queue.Declare(queue="q"), 1),
+    "connection method": frame(commands.Connection.Open(virtual_host="/"), 1),
+    "content header": header(1),
+}
+
+
+def channel_in(state: ChannelState | None, bytewise: bool) -> Driver:
+    driver = Driver(bytewise).open(*([1] if state is not None else []))
+    if state is ChannelState.CLOSING:  # the server closed it with a channel error
+        driver.connection.fail(codec.AMQPError(404, "gone"), 1)
+        driver.drain()
+        driver.output()
+        driver.events.clear()
+    return driver
+
+
+@bytewise
+@pytest.mark.parametrize("case", CHANNEL_TABLE, ids=lambda c: f"{c[0]}+{c[1]}")
+def test_channel_lifecycle_table(case, bytewise):
+    state, kind, output, events, after = case
+    driver = channel_in(state, bytewise)
+    got = driver.feed(FRAMES[kind])
+    assert driver.output() == output
+    if events == ["method"]:
+        assert [type(e) for e in got] == [MethodReceived]
+        assert (got[0].channel, got[0].class_id, got[0].method_id) == (1, 50, 10)
+        assert got[0].method.queue == "q"
+    else:
+        assert got == events
+    machine = driver.connection.channels.get(1)
+    assert (machine.state if machine is not None else None) is after
+
+
+# (content state, frame) -> output and the content state after (None: connection closed)
+CONTENT_TABLE = [
+    (ContentState.IDLE, "basic.publish", [], ContentState.AWAITING_HEADER),
+    (ContentState.IDLE, "content body", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected method frame, got non method "
+        "frame instead 0/0"], None),
+    (ContentState.AWAITING_HEADER, "content header", [], ContentState.AWAITING_BODY),
+    (ContentState.AWAITING_HEADER, "method", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected content header for class 60, "
+        "got non content header frame instead 60/40"], None),
+    (ContentState.AWAITING_HEADER, "content body", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected content header for class 60, "
+        "got non content header frame instead 60/40"], None),
+    (ContentState.AWAITING_BODY, "channel.close", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected content body, got non content "
+        "body frame instead 60/40"], None),
+    (ContentState.AWAITING_BODY, "content header", [
+        "0:Connection.Close 505 UNEXPECTED_FRAME - expected content body, got non content "
+        "body frame instead 60/40"], None),
+    (ContentState.AWAITING_BODY, "content body", [], ContentState.AWAITING_BODY),
+]
+
+CONTENT_FRAMES = {**FRAMES, "basic.publish": publish(), "content header": header(size=9),
+                  "content body": body()}
+BEFORE = {ContentState.IDLE: b"", ContentState.AWAITING_HEADER: publish(),
+          ContentState.AWAITING_BODY: publish() + header(size=9)}
+
+
+@bytewise
+@pytest.mark.parametrize("case", CONTENT_TABLE, ids=lambda c: f"{c[0]}+{c[1]}")
+def test_content_table(case, bytewise):
+    state, kind, output, after = case
+    driver = Driver(bytewise).open(1)
+    driver.feed(BEFORE[state])
+    assert driver.connection.channels[1].content is state
+    assert driver.feed(CONTENT_FRAMES[kind]) in ([], [ChannelClosed(1)])
+    assert driver.output() == output
+    machine = driver.connection.channels.get(1)
+    assert (machine.content if machine is not None else None) is after
+
+
+@bytewise
+def test_a_message_is_one_event_after_its_last_body_frame(bytewise):
+    """spec 4.2.6: basic.publish, a content header, body frames adding up to its size."""
+    driver = Driver(bytewise).open(1)
+    assert driver.feed(publish() + header(size=7) + body(data=b"abc")) == []
+    [event] = driver.feed(body(data=b"defg"))
+    assert isinstance(event, ContentReceived)
+    assert (event.channel, event.method.routing_key, event.properties.body_size,
+            event.body) == (1, "q", 7, b"abcdefg")
+    [empty] = driver.feed(publish(routing_key="e") + header(size=0))
+    assert (empty.method.routing_key, empty.body) == ("e", b"")
+
+
+def test_content_over_max_message_size_closes_the_channel():
+    """RabbitMQ: a body size above max_message_size is 406 on basic.publish, a channel
+    error; the content is dropped unread."""
+    driver = Driver().open(1)
+    events = driver.feed(publish() + header(size=1001))
+    assert events == [ChannelClosed(1)]
+    assert driver.output() == ["1:Channel.Close 406 PRECONDITION_FAILED - message size "
+                               "1001 is larger than configured max size 1000 60/40"]
+    assert driver.feed(body(data=b"x" * 1001)) == [] and driver.output() == []
+
+
+# ---------------------------------------------------------------- channel_max
+
+
+def test_channel_max_counts_open_channels_not_numbers():
+    """rabbit_reader: channel numbers are free; the channel_max+1-th open channel is
+    530 with no method ids. A channel the server is closing no longer counts."""
+    driver = Driver(channel_max=2).open(65535, 3)
+    driver.connection.fail(codec.AMQPError(404, "gone"), 3)
+    driver.drain()
+    driver.feed(frame(commands.Channel.Open(), 4))
+    assert driver.output() == ["3:Channel.Close 404 NOT_FOUND - gone 0/0", "4:Channel.OpenOk"]
+    driver.feed(frame(commands.Channel.Open(), 5))
+    assert driver.output() == ["0:Connection.Close 530 NOT_ALLOWED - number of channels "
+                               "opened (2) has reached the negotiated channel_max (2) 0/0"]
+
+
+# ---------------------------------------------------------------- closing (spec 1.4.2.9)
+
+
+def test_after_connection_close_only_close_and_close_ok_count():
+    driver = Driver().open(1)
+    driver.connection.fail(codec.AMQPError(541, "broken"), 1)
+    assert driver.drain() == [ChannelClosed(1)]
+    assert driver.output() == ["0:Connection.Close 541 INTERNAL_ERROR - broken 0/0"]
+    assert driver.feed(FRAMES["method"] + raw(9, 1, b"") + header(1)) == []
+    assert driver.output() == []
+    assert driver.feed(frame(commands.Connection.Close(200, "", 0, 0))) == [
+        ConnectionClosed("INTERNAL_ERROR - broken")]
+    assert driver.output() == ["0:Connection.CloseOk"]
+
+
+def test_framing_error_sends_close_and_ends_the_connection():
+    driver = Driver().open(1)
+    events = driver.feed(FRAMES["method"][:-1] + b"\x00")
+    assert events == [ChannelClosed(1), ConnectionClosed(
+        "FRAME_ERROR - type 1, all octets = <<0,50,0,10,0,0,1,113,0,0,0,0,0>>: "
+        "{invalid_frame_end_marker,\n" + " " * 57 + "0}")]  # rabbit_reader's ~p layout
+    assert driver.connection.state is ConnectionState.CLOSED
+
+
+def test_a_deeply_nested_field_table_is_a_frame_error():
+    """RabbitMQ decodes any depth; pamqp would overflow Python's stack, so a table
+    nested deeper than MAX_TABLE_DEPTH is 501 naming the method, never a traceback."""
+    table = struct.pack(">I", 0)
+    for _ in range(5000):
+        table = struct.pack(">I", len(table) + 3) + b"\x01aF" + table
+    driver = Driver().open(1)
+    driver.feed(raw(1, 1, struct.pack(">HHH", 50, 10, 0) + b"\x01q\x00" + table))
+    assert driver.output() == ["0:Connection.Close 501 FRAME_ERROR - cannot decode "
+                               "queue.declare arguments: field table nested deeper than "
+                               "100 levels 50/10"]
+
+
+# ---------------------------------------------------------------- time (spec 4.2.7)
+
+
+def test_heartbeats_and_the_close_ok_timeout_follow_the_time_given():
+    driver = Driver().open()  # heartbeat 10 from TUNE_OK
+    connection = driver.connection
+    connection.tick(4.9)
+    assert driver.output() == []
+    connection.tick(5.0)
+    assert driver.output() == ["0:Heartbeat"]
+    connection.sent(5.0)
+    driver.feed(frame(pamqp_heartbeat.Heartbeat()), now=15.0)
+    connection.tick(35.0)
+    assert connection.state is ConnectionState.OPEN
+    connection.tick(35.1)
+    assert driver.drain() == [ConnectionClosed("missed heartbeats from client, timeout: 10s")]
+
+    driver = Driver().open()
+    driver.connection.fail(codec.AMQPError(541, "broken"))
+    driver.connection.tick(4.9)
+    assert driver.connection.state is ConnectionState.CLOSING
+    driver.connection.tick(5.0)
+    assert driver.drain() == [ConnectionClosed("INTERNAL_ERROR - broken")]
+
+
+def test_a_blocked_connection_is_not_timed_out():
+    driver = Driver().open()
+    driver.connection.block("low on memory")
+    assert driver.output() == ["0:Connection.Blocked"]
+    driver.connection.tick(100.0)
+    assert driver.connection.state is ConnectionState.OPEN
+    assert driver.output() == ["0:Heartbeat"]
+    driver.connection.unblock()
+    assert driver.output() == ["0:Connection.Unblocked"]
+
+
+def described(event) -> tuple:
+    if isinstance(event, MethodReceived) and hasattr(event.method, "name"):
+        # pamqp methods compare by identity: compare their fields
+        return (type(event).__name__, event.channel, event.method.name, dict(event.method))
+    return (type(event).__name__, repr(event))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_any_chunking_gives_the_same_events_and_output(seed):
+    """The same script in random chunks, whole and byte by byte: same events, same bytes."""
+    import random
+
+    script = (frame(commands.Channel.Open(), 1) + frame(commands.Channel.Open(), 2)
+              + publish(1) + header(1, 5) + FRAMES["method"].replace(b"\x00\x01", b"\x00\x02", 1)
+              + body(1, b"ab") + body(1, b"cde") + frame(commands.Basic.Ack(3), 2)
+              + FRAMES["channel.close"] + FRAMES["channel.open"])
+    outcomes = []
+    for chunking in ("whole", "bytewise", "random"):
+        driver = Driver(chunking == "bytewise").open()
+        if chunking == "random":
+            rng = random.Random(seed)
+            position = 0
+            while position < len(script):
+                size = rng.randint(1, 40)
+                driver.feed(script[position:position + size])
+                position += size
+        else:
+            driver.feed(script)
+        outcomes.append(([described(e) for e in driver.events], driver.output()))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    assert [type(e).__name__ for e in driver.events] == [
+        "ChannelOpened", "ChannelOpened", "MethodReceived", "ContentReceived",
+        "MethodReceived", "ChannelClosed", "ChannelOpened"]
