@@ -352,9 +352,11 @@ def queue_delete(session, channel: Channel, args) -> None:
             None if args.nowait else lambda count: channel.send(
                 codec.queue_delete_ok(channel.number, count or 0)))
         return
-    count = session.node.delete_queue(vhost, queue)
+    # delete-ok before the basic.cancel this channel's own consumers get, as RabbitMQ
+    # sends them (the count is the ready messages the deletion drops)
     if not args.nowait:
-        channel.send(codec.queue_delete_ok(channel.number, count))
+        channel.send(codec.queue_delete_ok(channel.number, queue.ready_count))
+    session.node.delete_queue(vhost, queue)
 
 
 # ---------------------------------------------------------------- basic

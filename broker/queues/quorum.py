@@ -229,11 +229,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:
-            # RabbitMQ: rabbit_quorum_queue refuses global QoS; the 4.2 guide makes it a
-            # channel error (3.10 closed the whole connection)
+            # rabbit_quorum_queue:consume refuses global QoS with not_implemented, and
+            # 540 is a hard error: RabbitMQ (3.10 as 4.x) closes the connection. The 4.2
+            # guide ("Global QoS") calls it "a channel error"; clients see what the
+            # broker does, so this follows RabbitMQ, not the guide's wording.
             raise AMQPError(spec.NOT_IMPLEMENTED, f"queue '{self.name}' in vhost "
-                            f"'{self.vhost}' does not support global qos", 60, 20,
-                            connection_level=False)
+                            f"'{self.vhost}' does not support global qos", 60, 20)
         return False  # the exclusive flag is accepted and ignored (no consumer exclusivity)
 
     def consume(self, channel: "Channel", consumer: "Consumer") -> None:

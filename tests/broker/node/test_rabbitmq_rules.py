@@ -1,0 +1,198 @@
+"""RabbitMQ behaviours real clients depend on, driven through `Session` by the harness
+(each also checked against RabbitMQ 3.10.8 in tests/differential/):
+
+- queue.delete if-empty refuses only a queue with ready messages (unacked ones do not
+  count), through AMQP and the management RPC; quorum queues refuse the flag itself;
+- when a consumer's own channel deletes its queue, queue.delete-ok comes before the
+  server's basic.cancel;
+- basic.consume from a quorum queue after basic.qos global=true closes the connection
+  with 540 (rabbit_quorum_queue:consume, not_implemented: a hard error);
+- a field table nested thousands deep is a 501 connection error, never a traceback;
+  deep headers a message only carries are delivered as published.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from pamqp import commands
+
+from quorumqueue.broker.amqp.connection import ConnectionState
+from quorumqueue.broker.config import Settings
+from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.node.quorum import QuorumGroups
+from quorumqueue.broker.raft.storage.config import StorageConfig
+from quorumqueue.broker.raft.storage.log_store import LogStore
+from tests.broker.node.harness import (Client, Delivery, method, new_node, properties,
+                                       raw_frame)
+
+
+def opened(node=None, *channels: int) -> Client:
+    client = Client(node or new_node())
+    client.handshake()
+    for number in channels or (1,):
+        client.open_channel(number)
+    return client
+
+
+def with_unacked_only(client: Client, queue: str) -> None:
+    client.declare_queue(1, queue)
+    client.publish(1, "", queue, b"taken")
+    assert client.get(1, queue, no_ack=False).body == b"taken"
+
+
+def test_if_empty_ignores_unacked_messages():
+    """RabbitMQ (rabbit_amqqueue:check_if_empty counts ready messages): a queue whose
+    only message is delivered and unacked is empty; delete-ok counts 0."""
+    client = opened()
+    with_unacked_only(client, "q")
+    ok = client.call(1, commands.Queue.Delete(queue="q", if_empty=True), "Queue.DeleteOk")
+    assert ok.message_count == 0
+    assert "q" not in client.node.vhosts["/"].queues
+
+
+def test_if_empty_refuses_ready_messages():
+    client = opened()
+    client.declare_queue(1, "q")
+    client.publish(1, "", "q", b"ready")
+    client.send(1, commands.Queue.Delete(queue="q", if_empty=True))
+    close = client.expect_one("Channel.Close", channel=1)
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        406, "PRECONDITION_FAILED - queue 'q' in vhost '/' not empty", 50, 40)
+
+
+def test_the_management_rpc_if_empty_ignores_unacked_messages_too():
+    client = opened(None, 1, 2)
+    with_unacked_only(client, "q")
+    client.call(2, method(commands.Basic.Consume, queue="amq.rabbitmq.reply-to", no_ack=True),
+                "Basic.ConsumeOk")
+    request = {"op": "queues.delete", "vhost": "/", "name": "q", "if_empty": True}
+    client.publish(2, "", "amq.quorumqueue.management", json.dumps(request).encode(),
+                   properties(reply_to="amq.rabbitmq.reply-to", correlation_id="1"))
+    [reply] = [r for r in client.read_deliveries() if isinstance(r, Delivery)]
+    assert json.loads(reply.body) == {"ok": True, "result": {"deleted": 0}}
+
+
+def test_delete_ok_comes_before_the_cancel_of_the_channels_own_consumer():
+    """RabbitMQ: the deleting channel gets queue.delete-ok, then basic.cancel for its
+    consumer (consumer_cancel_notify); other channels' consumers get theirs too."""
+    client = opened(None, 1, 2)
+    client.declare_queue(1, "q")
+    for number, tag in ((1, "own"), (2, "other")):
+        client.call(number, commands.Basic.Consume(queue="q", consumer_tag=tag),
+                    "Basic.ConsumeOk")
+    client.send(1, commands.Queue.Delete(queue="q"))
+    sent = [(channel, value.name, getattr(value, "consumer_tag", None))
+            for channel, value in client.read()]
+    own = [frame for frame in sent if frame[0] == 1]
+    assert own == [(1, "Queue.DeleteOk", None), (1, "Basic.Cancel", "own")]
+    assert (2, "Basic.Cancel", "other") in sent
+
+
+def quorum_node(tmp_path) -> Node:
+    settings = Settings()
+    quorum = QuorumGroups(LogStore(str(tmp_path), StorageConfig(fsync=False)),
+                          settings.node_name)
+    return Node(settings, quorum=quorum)
+
+
+def test_quorum_consume_after_global_qos_closes_the_connection(tmp_path):
+    """rabbit_quorum_queue:consume refuses a channel with global QoS (not_implemented,
+    540, a hard error): RabbitMQ 3.10 and 4.x close the connection, whatever the 4.2
+    guide's "Global QoS" calls it."""
+    client = opened(quorum_node(tmp_path))
+    client.declare_queue(1, "qq", durable=True, arguments={"x-queue-type": "quorum"})
+    client.call(1, commands.Basic.Qos(prefetch_count=3, global_=True), "Basic.QosOk")
+    client.send(1, commands.Basic.Consume(queue="qq", consumer_tag="g"))
+    close = client.expect_one("Connection.Close", channel=0)
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        540, "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos", 60, 20)
+    assert client.session.state is ConnectionState.CLOSING
+
+
+@pytest.mark.parametrize("flag", ["if_empty", "if_unused"])
+def test_quorum_queues_still_refuse_the_delete_flags(tmp_path, flag):
+    client = opened(quorum_node(tmp_path))
+    client.declare_queue(1, "qq", durable=True, arguments={"x-queue-type": "quorum"})
+    client.send(1, commands.Queue.Delete(queue="qq", **{flag: True}))
+    close = client.expect_one("Connection.Close", channel=0)
+    assert close.reply_code == 540
+    assert f"with {flag.replace('_', '-')} flag set are not supported" in close.reply_text
+
+
+# ---------------------------------------------------------------- nested field tables
+
+
+def nested_table(depth: int) -> bytes:
+    """A field table (with its length) holding {"a": {"a": ... {}}} `depth` deep."""
+    table = struct.pack(">I", 0)
+    for _ in range(depth):
+        table = struct.pack(">I", len(table) + 3) + b"\x01aF" + table
+    return table
+
+
+def deep_publish(channel: int, exchange: str, routing_key: str, depth: int) -> bytes:
+    headers = b"\x01hF" + nested_table(depth)
+    header = (struct.pack(">HHQH", 60, 0, 2, 1 << 13) + struct.pack(">I", len(headers))
+              + headers)
+    publish = (struct.pack(">HHH", 60, 40, 0) + bytes([len(exchange)]) + exchange.encode()
+               + bytes([len(routing_key)]) + routing_key.encode() + b"\x00")
+    return (raw_frame(1, channel, publish) + raw_frame(2, channel, header)
+            + raw_frame(3, channel, b"hi")), header
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_deeply_nested_declare_argument_is_a_connection_frame_error(depth):
+    client = opened()
+    client.send_bytes(raw_frame(1, 1, struct.pack(">HHH", 50, 10, 0) + b"\x01q\x00"
+                                + nested_table(depth)))
+    close = client.expect_one("Connection.Close", channel=0)
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        501, "FRAME_ERROR - cannot decode queue.declare arguments: field table nested "
+        "deeper than 100 levels", 50, 10)
+    assert "q" not in client.node.vhosts["/"].queues
+
+
+def test_a_table_within_the_limit_is_accepted():
+    client = opened()
+    client.send_bytes(raw_frame(1, 1, struct.pack(">HHH", 50, 10, 0) + b"\x01q\x00"
+                                + nested_table(99)))  # 100 levels with the arguments
+    assert client.read_names() == ["Queue.DeclareOk"]
+
+
+def test_deep_headers_are_delivered_as_published():
+    """RabbitMQ accepts the message: headers nobody reads are passed on byte for byte."""
+    client = opened()
+    client.declare_queue(1, "q")
+    frames, header = deep_publish(1, "", "q", 5000)
+    client.send_bytes(frames)
+    client.send(1, method(commands.Basic.Get, queue="q", no_ack=True))
+    data = client.read_raw()
+    assert header in data and data.endswith(raw_frame(3, 1, b"hi"))
+
+
+def test_deep_headers_a_headers_exchange_must_read_are_a_frame_error():
+    client = opened()
+    client.call(1, method(commands.Exchange.Declare, exchange="h", exchange_type="headers"),
+                "Exchange.DeclareOk")
+    frames, _header = deep_publish(1, "h", "", 5000)
+    client.send_bytes(frames)
+    close = client.expect_one("Connection.Close", channel=0)
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        501, "FRAME_ERROR - cannot decode content header: field table nested deeper "
+        "than 100 levels", 60, 40)
+
+
+def test_deep_client_properties_end_the_handshake_with_a_frame_error():
+    client = Client(new_node())
+    client.send_bytes(b"AMQP\x00\x00\x09\x01")
+    client.expect_one("Connection.Start")
+    response = b"\x00guest\x00guest"
+    start_ok = (struct.pack(">HH", 10, 11) + nested_table(5000) + b"\x05PLAIN"
+                + struct.pack(">I", len(response)) + response + b"\x05en_US")
+    client.send_bytes(raw_frame(1, 0, start_ok))
+    close = client.expect_one("Connection.Close", channel=0)
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 10, 11)
+    assert client.session.closed
