@@ -20,6 +20,7 @@ so all share one RabbitMQ node per session and one broker per module.
 from __future__ import annotations
 
 import json
+import struct
 import warnings
 
 import pytest
@@ -42,10 +43,10 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
     ("quorum_queue_delivery_limit_type", "1.reply"):
         "quorumqueue type-checks x-delivery-limit (406 unacceptable_type) where "
         "RabbitMQ 3.10.8 accepts any value and ignores what is not an integer",
-    ("channel_number_above_channel_max", "0.reply"):
-        "quorumqueue enforces spec 1.4.2.6.1 (a channel number may not exceed the "
-        "negotiated channel-max: 504); RabbitMQ only limits how many channels are "
-        "open at once (530 'number of channels opened...')",
+    ("field_table_nested_thousands_deep", "1.reply"):
+        "RabbitMQ decodes a field table of any depth; quorumqueue closes the connection "
+        "with 501 FRAME_ERROR past 100 levels (pamqp decodes recursively and Python's "
+        "stack ends near 500), rather than crash on it",
     ("unknown_method", "1.reply"):
         "RabbitMQ's reader crashes on an unknown method id and drops the socket "
         "without a connection.close; quorumqueue closes with 503 COMMAND_INVALID",
@@ -55,10 +56,6 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
         "RabbitMQ 4.x's 501 'content body frame exceeds remaining content size'",
     ("body_larger_than_declared_size", "2.reply"):
         "follows from the above: 3.10.8's delayed 505, quorumqueue already closed",
-    ("quorum_queue_global_qos", "3.reply.method"):
-        "consuming from a quorum queue with global QoS: RabbitMQ 3.10.8 closes the "
-        "connection (540 is a hard error), the 4.2 guide makes it a channel error, "
-        "which quorumqueue follows; code and text are the same",
     ("quorum_queue_counts", "8.reply.properties.headers"):
         "RabbitMQ 3.10.8 adds x-delivery-count: 0 to a quorum queue's first delivery; "
         "4.x (and quorumqueue) add x-delivery-count to redeliveries only",
@@ -249,7 +246,40 @@ def second_channel_open(c: Probe) -> None:
 
 @scenario
 def channel_number_above_channel_max(c: Probe) -> None:
+    """channel_max (2047 here) bounds how many channels are open, not their numbers."""
     channel(c, 2048)
+    channel(c, 65535)
+    c.barrier(65535)
+
+
+@raw_scenario
+def channel_max_counts_open_channels(uri: str) -> list:
+    """The channel past channel_max is a connection error, 530 with no method ids; a
+    channel closed by the client or by a channel error no longer counts."""
+    with Probe(uri) as c:
+        c.handshake(channel_max=2)
+        channel(c, 1)
+        channel(c, 7)
+        c.call(7, amqp.Channel.Close(200, "bye", 0, 0))
+        channel(c, 9)
+        declare(c, "dt-chmax-missing", number=9, passive=True)
+        channel(c, 10)
+        channel(c, 11)
+        return c.transcript
+
+
+@scenario
+def field_table_nested_thousands_deep(c: Probe) -> None:
+    """queue.declare whose arguments nest 5,000 tables deep, as one raw frame."""
+    channel(c)
+    table = struct.pack(">I", 0)
+    for _ in range(5000):
+        table = struct.pack(">I", len(table) + 3) + b"\x01aF" + table
+    name = b"dt-deep-arguments"
+    c.send_bytes(frame(1, 1, struct.pack(">HHH", 50, 10, 0) + bytes([len(name)]) + name
+                       + b"\x00" + table))
+    c.record({"sent": "queue.declare, arguments nested 5000 deep",
+              "reply": c.next_event(timeout=2.0)})
 
 
 @scenario
@@ -501,6 +531,26 @@ def queue_delete_conditions(c: Probe) -> None:
 
 
 @scenario
+def queue_delete_if_empty_with_unacked_only(c: Probe) -> None:
+    """if-empty counts ready messages: one delivered and unacked does not stop it."""
+    channel(c)
+    fill(c, "dt-q-del-unacked", ["taken"])
+    get(c, "dt-q-del-unacked")
+    c.call(1, amqp.Queue.Delete(queue="dt-q-del-unacked", if_empty=True))
+    declare(c, "dt-q-del-unacked", passive=True)
+
+
+@scenario
+def queue_delete_by_its_consumers_channel(c: Probe) -> None:
+    """The deleting channel gets delete-ok first, then basic.cancel for its consumer."""
+    channel(c)
+    declare(c, "dt-q-del-own")
+    c.call(1, amqp.Basic.Consume(queue="dt-q-del-own", consumer_tag="dt-own"))
+    c.send(1, amqp.Queue.Delete(queue="dt-q-del-own"))
+    c.collect(2)
+
+
+@scenario
 def queue_delete_cancels_consumers(c: Probe) -> None:
     channel(c)
     channel(c, 2)
@@ -708,8 +758,8 @@ def quorum_queue_delete_if_unused_or_if_empty(c: Probe) -> None:
 @scenario
 def quorum_queue_global_qos(c: Probe) -> None:
     """basic.consume from a quorum queue on a channel with global QoS: 540 with
-    rabbit_quorum_queue's text (3.10 closes the connection, the 4.2 guide calls it a
-    channel error: DELIBERATE_DIFFERENCES)."""
+    rabbit_quorum_queue's text, a connection error (the 4.2 guide's "Global QoS" says
+    "a channel error", but 540 is hard and RabbitMQ closes the connection)."""
     channel(c)
     declare(c, "dt-qq-global", durable=True, arguments={"x-queue-type": "quorum"})
     c.call(1, amqp.Basic.Qos(prefetch_count=3, global_=True))
