@@ -5,11 +5,13 @@ class, 4.2.6 content framing), as two transition tables, and putting basic.publi
 its content header and its body frames together into one message.
 
 How it works: the connection classifies every frame on a channel into a `Frame` kind
-and looks it up. A channel that is OPEN first asks `CONTENT` (is a content header or
-body due?), then `LIFECYCLE` (absent -> OPEN on channel.open, OPEN -> absent on
-channel.close, CLOSING -> absent on close/close-ok). A kind missing from a table is
-the protocol error RabbitMQ sends for it, built by `lifecycle_error` and
-`content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
+and looks it up: `TABLE[state][kind]`. A channel that is OPEN first asks `CONTENT`
+(is a content header or body due?), then `LIFECYCLE` (absent -> OPEN on channel.open,
+OPEN -> absent on channel.close, CLOSING -> absent on close/close-ok). A kind missing
+from a table is the protocol error RabbitMQ sends for it, built by `lifecycle_error`
+and `content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
+The tables are nested dicts (state, then kind) rather than keyed by pairs: no tuple
+is built per frame.
 
 Invariants: a channel in CLOSING (the server sent channel.close) receives nothing but
 channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a message's
@@ -57,43 +59,38 @@ class Frame(enum.StrEnum):
     BODY = "content body"
 
 
-_METHOD_KINDS = {pamqp_commands.Channel.Open: Frame.OPEN,
-                 pamqp_commands.Channel.Close: Frame.CLOSE,
-                 pamqp_commands.Channel.CloseOk: Frame.CLOSE_OK,
-                 Publish: Frame.PUBLISH}
-
-
-def method_kind(method: object, class_id: int) -> Frame:
-    kind = _METHOD_KINDS.get(type(method))
-    if kind is not None:
-        return kind
-    return Frame.CONNECTION_METHOD if class_id == spec.CONNECTION else Frame.METHOD
+# decoded method class -> its kind; other methods are CONNECTION_METHOD (class 10)
+# or METHOD
+METHOD_KINDS = {pamqp_commands.Channel.Open: Frame.OPEN,
+                pamqp_commands.Channel.Close: Frame.CLOSE,
+                pamqp_commands.Channel.CloseOk: Frame.CLOSE_OK,
+                Publish: Frame.PUBLISH}
 
 
 _ALL = tuple(Frame)
 _METHODS = (Frame.OPEN, Frame.CLOSE, Frame.CLOSE_OK, Frame.CONNECTION_METHOD, Frame.METHOD)
 
-# (state, frame) -> state after it (None: the channel number is free). A CLOSING
+# state -> frame -> state after it (None: the channel number is free). A CLOSING
 # channel discards what is not close or close-ok, so every kind has an entry there.
-LIFECYCLE: dict[tuple[ChannelState | None, Frame], ChannelState | None] = {
-    (None, Frame.OPEN): ChannelState.OPEN,
-    (ChannelState.OPEN, Frame.CLOSE): None,
-    (ChannelState.OPEN, Frame.METHOD): ChannelState.OPEN,
-    (ChannelState.OPEN, Frame.PUBLISH): ChannelState.OPEN,
-    (ChannelState.OPEN, Frame.HEADER): ChannelState.OPEN,
-    (ChannelState.OPEN, Frame.BODY): ChannelState.OPEN,
-    **{(ChannelState.CLOSING, kind): ChannelState.CLOSING for kind in _ALL},
-    (ChannelState.CLOSING, Frame.CLOSE): None,      # close-ok is sent back
-    (ChannelState.CLOSING, Frame.CLOSE_OK): None,
+LIFECYCLE: dict[ChannelState | None, dict[Frame, ChannelState | None]] = {
+    None: {Frame.OPEN: ChannelState.OPEN},
+    ChannelState.OPEN: {Frame.CLOSE: None,
+                        Frame.METHOD: ChannelState.OPEN,
+                        Frame.PUBLISH: ChannelState.OPEN,
+                        Frame.HEADER: ChannelState.OPEN,
+                        Frame.BODY: ChannelState.OPEN},
+    ChannelState.CLOSING: {**{kind: ChannelState.CLOSING for kind in _ALL},
+                           Frame.CLOSE: None,      # close-ok is sent back
+                           Frame.CLOSE_OK: None},
 }
 
-# (content state, frame) -> content state after it, for an OPEN channel. The header
+# content state -> frame -> content state after it, for an OPEN channel. The header
 # and the last body frame may end the message (back to IDLE): `ChannelMachine` does it.
-CONTENT: dict[tuple[ContentState, Frame], ContentState] = {
-    **{(ContentState.IDLE, kind): ContentState.IDLE for kind in _METHODS},
-    (ContentState.IDLE, Frame.PUBLISH): ContentState.AWAITING_HEADER,
-    (ContentState.AWAITING_HEADER, Frame.HEADER): ContentState.AWAITING_BODY,
-    (ContentState.AWAITING_BODY, Frame.BODY): ContentState.AWAITING_BODY,
+CONTENT: dict[ContentState, dict[Frame, ContentState]] = {
+    ContentState.IDLE: {**{kind: ContentState.IDLE for kind in _METHODS},
+                        Frame.PUBLISH: ContentState.AWAITING_HEADER},
+    ContentState.AWAITING_HEADER: {Frame.HEADER: ContentState.AWAITING_BODY},
+    ContentState.AWAITING_BODY: {Frame.BODY: ContentState.AWAITING_BODY},
 }
 
 
@@ -125,6 +122,9 @@ def content_error(content: ContentState) -> AMQPError:
                      *spec.BASIC_PUBLISH, connection_level=True)
 
 
+_IDLE = ContentState.IDLE  # (a global: enum member reads are slow on Python 3.11)
+
+
 class ChannelMachine:
     """The protocol state of one channel number (the node keeps its own Channel)."""
 
@@ -139,13 +139,6 @@ class ChannelMachine:
         self._properties: Properties | None = None
         self._parts: list[bytes] = []
         self._received = 0
-
-    def step_content(self, kind: Frame) -> None:
-        """Check `kind` against CONTENT and move to the state it gives."""
-        after = CONTENT.get((self.content, kind))
-        if after is None:
-            raise content_error(self.content)
-        self.content = after
 
     def begin(self, publish: Publish) -> None:
         self._publish = publish
@@ -162,32 +155,36 @@ class ChannelMachine:
                             f"message size {properties.body_size} is larger than configured "
                             f"max size {max_message_size}", *spec.BASIC_PUBLISH)
         self._properties = properties
-        self._parts = []
-        self._received = 0
         if properties.body_size == 0:
             return self._complete()
         return None
 
     def body(self, payload: bytes) -> ContentReceived | None:
         expected = self._properties.body_size
-        if self._received + len(payload) > expected:  # as RabbitMQ 4.x
+        received = self._received + len(payload)
+        if received > expected:  # as RabbitMQ 4.x
             raise AMQPError(spec.FRAME_ERROR, "content body frame exceeds remaining "
                             "content size", *spec.BASIC_PUBLISH)
-        self._parts.append(payload)
-        self._received += len(payload)
-        if self._received == expected:
-            return self._complete()
-        return None
-
-    def _complete(self) -> ContentReceived:
+        if received < expected:
+            self._parts.append(payload)
+            self._received = received
+            return None
         parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        event = ContentReceived(self.number, self._publish, self._properties, body)
+        if parts:
+            parts.append(payload)
+            payload = b"".join(parts)
+        event = ContentReceived(self.number, self._publish, self._properties, payload)
+        self._reset()
+        return event
+
+    def _complete(self) -> ContentReceived:  # an empty body
+        event = ContentReceived(self.number, self._publish, self._properties, b"")
         self._reset()
         return event
 
     def _reset(self) -> None:
-        self.content = ContentState.IDLE
+        self.content = _IDLE
         self._publish = self._properties = None
-        self._parts = []
+        if self._parts:
+            self._parts = []
         self._received = 0

@@ -44,7 +44,8 @@ from collections import deque
 from pamqp import commands as pamqp_commands
 
 from . import codec, spec
-from .channel import LIFECYCLE, ChannelMachine, ChannelState, Frame, lifecycle_error, method_kind
+from .channel import (CONTENT, LIFECYCLE, METHOD_KINDS, ChannelMachine, ChannelState, Frame,
+                      content_error, lifecycle_error)
 from .errors import AMQPError
 from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, Event, LoginRequested,
                      MethodReceived, VhostRequested)
@@ -78,6 +79,13 @@ HANDSHAKE: dict[ConnectionState, tuple[type, ConnectionState]] = {
 
 _FRAME_TYPES = (spec.FRAME_METHOD, spec.FRAME_HEADER, spec.FRAME_BODY, spec.FRAME_HEARTBEAT)
 _NO_TRANSITION = object()
+# Enum members as module constants for the per-frame path: on Python 3.11 reading a
+# member off its class costs ~10x a global (EnumType defines __getattr__).
+_OPEN, _CLOSED = ConnectionState.OPEN, ConnectionState.CLOSED
+_CHANNEL_OPEN, _CHANNEL_CLOSING = ChannelState.OPEN, ChannelState.CLOSING
+_KIND_METHOD, _KIND_HEADER, _KIND_BODY = Frame.METHOD, Frame.HEADER, Frame.BODY
+_KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
+_METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
 
 
 def _ids(method_class: type) -> tuple[int, int]:
@@ -139,18 +147,21 @@ class Connection:
     def next_event(self) -> Event | None:
         """The next event, or None until more bytes arrive (or after ConnectionClosed)."""
         events = self._events
+        next_frame = self.reader.next_frame
         while not events:
             state = self.state
-            if state is ConnectionState.CLOSED:
-                return None
-            if state is ConnectionState.AUTHENTICATING or state is ConnectionState.OPENING:
-                raise RuntimeError(f"next_event() while {state}: answer the last event first")
-            if state is ConnectionState.AWAITING_HEADER:
-                if not self._protocol_header():
+            if state is not _OPEN:
+                if state is _CLOSED:
                     return None
-                continue
+                if state is ConnectionState.AUTHENTICATING or state is ConnectionState.OPENING:
+                    raise RuntimeError(f"next_event() while {state}: answer the last event "
+                                       "first")
+                if state is ConnectionState.AWAITING_HEADER:
+                    if not self._protocol_header():
+                        return None
+                    continue
             try:
-                found = self.reader.next_frame()
+                found = next_frame()
             except AMQPError as error:  # framing error: the stream cannot be trusted
                 self.fail(error)
                 if self.state is not ConnectionState.CLOSED:
@@ -161,7 +172,7 @@ class Connection:
                 return None
             frame_type, number, payload = found
             try:
-                if number and state is ConnectionState.OPEN and 0 < frame_type < 4:
+                if number and state is _OPEN and 0 < frame_type < 4:
                     event = self._channel_frame(frame_type, number, payload)
                 else:
                     event = self._frame(frame_type, number, payload)
@@ -247,30 +258,36 @@ class Connection:
 
     def _channel_frame(self, frame_type: int, number: int, payload: bytes) -> Event | None:
         """A method, header or body frame on channel `number` of an OPEN connection."""
+        # (the per-frame path: inlined table lookups, no helper calls)
         channel = self.channels.get(number)
         state = channel.state if channel is not None else None
         method = None
-        if frame_type == spec.FRAME_METHOD:
+        if frame_type == _METHOD:
             class_id, method_id, method = codec.decode_method(payload)
-            kind = method_kind(method, class_id)
-        elif state is ChannelState.CLOSING:
+            kind = METHOD_KINDS.get(type(method))
+            if kind is None:
+                kind = _KIND_CONNECTION_METHOD if class_id == spec.CONNECTION else _KIND_METHOD
+        elif state is _CHANNEL_CLOSING:
             return None  # content of a closing channel is discarded undecoded
         else:
-            kind = Frame.HEADER if frame_type == spec.FRAME_HEADER else Frame.BODY
+            kind = _KIND_HEADER if frame_type == _HEADER else _KIND_BODY
             class_id = method_id = 0
-        if state is ChannelState.OPEN:
-            channel.step_content(kind)
-        after = LIFECYCLE.get((state, kind), _NO_TRANSITION)
+        if state is _CHANNEL_OPEN:
+            content = CONTENT[channel.content].get(kind)
+            if content is None:
+                raise content_error(channel.content)
+            channel.content = content
+        after = LIFECYCLE[state].get(kind, _NO_TRANSITION)
         if after is _NO_TRANSITION:
             raise lifecycle_error(state, kind, number, class_id, method_id)
-        if state is ChannelState.OPEN:
-            if kind is Frame.METHOD:
+        if state is _CHANNEL_OPEN:
+            if kind is _KIND_METHOD:
                 return MethodReceived(number, method, class_id, method_id)
-            if kind is Frame.BODY:
+            if kind is _KIND_BODY:
                 return channel.body(payload)
-            if kind is Frame.HEADER:
+            if kind is _KIND_HEADER:
                 return channel.header(payload, self.max_message_size)
-            if kind is Frame.PUBLISH:
+            if kind is _KIND_PUBLISH:
                 channel.begin(method)
                 return None
             del self.channels[number]  # channel.close from the client

@@ -9,6 +9,10 @@ Two events wait for an answer before the connection reads on: `LoginRequested`
 (answer `accept_login()` or `refuse_login()`) and `VhostRequested` (`accept_open()`
 or `fail(error)`).
 
+Events are never changed once made. They are not `frozen` dataclasses only because
+those cost four times as much to build (object.__setattr__ per field), and a
+published message or an ack makes one.
+
 Not here: what the node does with them (broker/node/session.py).
 """
 
@@ -20,7 +24,7 @@ from typing import Any
 from .codec import Properties, Publish
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoginRequested:
     """connection.start-ok: the client's SASL response for an offered mechanism."""
 
@@ -28,21 +32,21 @@ class LoginRequested:
     response: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class VhostRequested:
     """connection.open: the client asks for a virtual host."""
 
     vhost: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelOpened:
     """channel.open was answered with open-ok."""
 
     channel: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MethodReceived:
     """A channel method for the node (anything but channel.open/close/close-ok and
     content-carrying methods). `method` is the decoded method object (a pamqp method,
@@ -54,7 +58,7 @@ class MethodReceived:
     method_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ContentReceived:
     """A whole message: basic.publish, its content header and every body frame."""
 
@@ -64,7 +68,7 @@ class ContentReceived:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelClosed:
     """The channel is gone for the node: the client closed it (close-ok was sent),
     the server closed it (channel.close was sent), or the connection is closing."""
@@ -72,7 +76,7 @@ class ChannelClosed:
     channel: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionClosed:
     """The connection is over (client close, close-ok, timeout, framing error, lost
     socket): send what is left in `data_to_send()`, then drop the socket."""

@@ -81,6 +81,7 @@ class Session:
         self.channels: dict[int, Channel] = {}  # the OPEN channels
         self.user = None
         self.vhost = None
+        self.frame_max = settings.frame_max  # the negotiated one once open (tune-ok)
         self.closed = False
         self.close_reason = ""
         self.has_published = False
@@ -92,10 +93,6 @@ class Session:
     @property
     def state(self) -> ConnectionState:
         return self.connection.state
-
-    @property
-    def frame_max(self) -> int:
-        return self.connection.frame_max
 
     @property
     def capabilities(self) -> dict:
@@ -150,9 +147,8 @@ class Session:
             return
         self.connection.receive_data(data, now)
         self._handle_events()
-        if (self.has_published and self.node.alarms and not self.connection.blocked
-                and self.connection.state is ConnectionState.OPEN):
-            self._block()
+        if self.has_published and self.node.alarms:
+            self.alarms_changed()
 
     def tick(self, now: float) -> None:
         """Heartbeats and close-ok timeouts."""
@@ -189,10 +185,14 @@ class Session:
         try:
             while (event := connection.next_event()) is not None:
                 match event:
+                    case MethodReceived():
+                        try:
+                            handlers.dispatch(self, self.channels[event.channel], event.method)
+                        except AMQPError as error:
+                            connection.fail(error.at(event.class_id, event.method_id),
+                                            event.channel)
                     case ContentReceived():
                         self._content(event)
-                    case MethodReceived():
-                        self._method(event)
                     case ChannelOpened(channel=number):
                         self.channels[number] = Channel(self, number)
                     case ChannelClosed(channel=number):
@@ -209,12 +209,6 @@ class Session:
             self._handling = False
             if self._out:
                 self.node.dirty.add(self)
-
-    def _method(self, event: MethodReceived) -> None:
-        try:
-            handlers.dispatch(self, self.channels[event.channel], event.method)
-        except AMQPError as error:
-            self.connection.fail(error.at(event.class_id, event.method_id), event.channel)
 
     def _content(self, event: ContentReceived) -> None:
         self.has_published = True
@@ -252,6 +246,7 @@ class Session:
                                            f"refused for user '{self.user.name}'", 10, 40))
         else:
             self.vhost = vhost
+            self.frame_max = self.connection.frame_max  # fixed since tune-ok
             self.connection.accept_open()
 
     def _closed(self, reason: str) -> None:
