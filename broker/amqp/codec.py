@@ -5,7 +5,7 @@ How it works:
   the end octet and the negotiated frame_max (501 FRAME_ERROR otherwise).
 - `decode_method` turns a method payload into (class_id, method_id, arguments).
   The hot path (basic.publish, basic.ack/nack/reject) is decoded by hand into small
-  frozen dataclasses; every other method is decoded by pamqp, RabbitMQ's own
+  slotted dataclasses; every other method is decoded by pamqp, RabbitMQ's own
   low-level codec, so the long tail follows the spec without hand-written code.
 - Content headers (`Properties`, `decode_properties`, `with_long_headers`) live in
   properties.py and are importable from here too.
