@@ -93,6 +93,12 @@ def _ids(method_class: type) -> tuple[int, int]:
 
 
 class Connection:
+    """The server side of one connection. Input: `receive_data(data, now)`,
+    `tick(now)`, `sent(now)`, the answers `accept_login`/`refuse_login` and
+    `accept_open`, the node's `fail(error, channel)`, `server_close`,
+    `connection_lost`, `block`/`unblock`. Output: `next_event()` and
+    `data_to_send()`."""
+
     def __init__(self, server_properties: dict, *, frame_max: int, channel_max: int,
                  heartbeat: int, max_message_size: int, now: float) -> None:
         self.state = ConnectionState.AWAITING_HEADER
