@@ -78,7 +78,12 @@ class Cluster:
         self.node = node
         self.name = settings.node_name
         self.settings = settings
-        self.addresses = settings.cluster_peers()
+        # every node of the cluster, this one included (a node of its own: just it)
+        self.addresses = settings.cluster_peers() or {
+            self.name: (settings.host, settings.cluster_port)}
+        # no other node can ever join: started without cluster configuration, this
+        # node has no inter-node listener (server.py)
+        self.solo = not settings.clustered
         self._nodes_file = os.path.join(settings.data_dir, "cluster_nodes.json")
         joined, self.forgotten = self._load_nodes()
         for name, address in joined.items():  # nodes that joined later
@@ -165,8 +170,11 @@ class Cluster:
             store.set_initial_members(META_GROUP, list(self.nodes))
         raft = RaftNode(self.name, quorum.raft_config, store.group_log(META_GROUP),
                         quorum._random)
-        if fresh and not self.joining and self.name == self.nodes[0]:
-            raft.campaign()  # a new cluster: the first node asks first (others time out)
+        if raft.members == (self.name,) or (fresh and not self.joining
+                                            and self.name == self.nodes[0]):
+            # a group of one elects itself at once; a new cluster: the first node asks
+            # first (the others time out)
+            raft.campaign()
         self.meta = MetaGroup(self.node, raft)
         quorum.add_group(self.meta)
         return self.meta
@@ -477,16 +485,18 @@ class Cluster:
             host, port = self.addresses[name]
             reachable = self.reachable(name)
             uri = self.amqp_uri if name == self.name else self.amqp_uris.get(name)
-            nodes.append({"name": name, "address": f"{host}:{port}", "reachable": reachable,
-                          "amqp_uri": uri})
+            nodes.append({"name": name, "reachable": reachable, "amqp_uri": uri,
+                          # a node of its own has no inter-node listener
+                          "address": None if self.solo else f"{host}:{port}"})
         queues = []
         for vhost in self.node.vhosts.values():
             for queue in vhost.queues.values():
-                if queue.type_name != "quorum":
-                    continue
+                members = queue.metadata_record().get("members")
+                if members is None:
+                    continue  # a queue with no replicas (classic): not the cluster's
                 queues.append({"vhost": vhost.name, "name": queue.name,
-                               "leader": queue.leader_id, "members": list(queue.members),
-                               "online": [n for n in queue.members if self.reachable(n)]})
+                               "leader": queue.leader_id, "members": list(members),
+                               "online": [n for n in members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "metadata_members": sorted(self.meta.raft.members) if self.meta else [],

@@ -47,14 +47,14 @@ def _quorum_queue(node: "Node", vhost: str, name: str):
     queue = queues.get(name)
     if queue is None:
         raise AMQPError(spec.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
-    if queue.type_name != "quorum":
+    if not queue.REPLICATED:
         raise _refuse(f"queue '{name}' in vhost '{vhost}' is a {queue.type_name} queue: "
                       "only quorum queues have members")
     return queue
 
 
 def _cluster(node: "Node"):
-    if node.cluster is None:
+    if node.cluster.solo:
         raise _refuse(f"node {node.settings.node_name} is not clustered: its quorum queues "
                       "have one member each (start it with cluster_formation.classic_config"
                       ".nodes)")
@@ -134,7 +134,7 @@ def _matching(node: "Node", vhost_pattern: str, queue_pattern: str):
         if not vhost_re.search(vhost):
             continue
         for name, queue in sorted(node.vhosts[vhost].queues.items()):
-            if queue.type_name == "quorum" and queue_re.search(name):
+            if queue.REPLICATED and queue_re.search(name):
                 yield queue
 
 
@@ -247,7 +247,7 @@ def reconcile(node: "Node") -> None:
     _reconcile_metadata(node)
     for vhost in list(node.vhosts.values()):
         for queue in list(vhost.queues.values()):
-            if queue.type_name != "quorum" or queue.deleted:
+            if not queue.REPLICATED or queue.deleted:
                 continue
             wanted = set(queue.members)
             if queue.raft is None:
@@ -305,7 +305,7 @@ def continuous_reconciliation(node: "Node", target_default: int | None,
     nodes without a replica (CMR); with auto_remove, drops members on nodes no longer
     in the cluster."""
     cluster = node.cluster
-    if cluster is None or not cluster.meta.is_leader:
+    if not cluster.meta.is_leader:
         return
     for queue in _matching(node, ".*", ".*"):
         # the argument, else a policy's target-group-size, else the configuration

@@ -12,7 +12,7 @@ leaves only once the change is committed and visible on that node.
 Commands (field "op"):
   exchange.declare  vhost name type durable auto_delete internal arguments
   exchange.delete   vhost name if_unused
-  queue.declare     vhost name arguments group members leader   (quorum queues)
+  queue.declare     vhost name type arguments group members leader   (quorum queues)
   queue.delete      vhost name group
   queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
@@ -87,6 +87,8 @@ class MetaGroup(ReplicatedGroup):
     def __init__(self, node: "Node", raft: RaftNode) -> None:
         super().__init__(META_GROUP, raft)
         self.node = node
+        # entries up to here were applied before a restart: replayed now
+        self.replay_until = raft.log.last_index() if raft is not None else 0
 
     def apply(self, index: int, term: int, data: bytes):
         command = json.loads(data)
@@ -98,8 +100,12 @@ class MetaGroup(ReplicatedGroup):
             return ("error", error.code, error.detail)
 
     def after_apply(self) -> None:
-        """Snapshot once `metadata_store.snapshot_interval` entries were applied since
-        the last snapshot, and release the log below it."""
+        """After a restart's replay, the node's say on what did not survive it; then a
+        snapshot once `metadata_store.snapshot_interval` entries were applied since the
+        last one, and the log released below it."""
+        if self.replay_until and self.raft.applied_index >= self.replay_until:
+            self.replay_until = 0
+            self.node.metadata_replayed()
         store = self.node.quorum.store
         current = store.snapshot_meta(META_GROUP)
         applied = self.raft.applied_index
@@ -187,17 +193,18 @@ def _exchange_delete(node: "Node", c: dict):
 
 def _queue_declare(node: "Node", c: dict):
     from ..node.vhost import check_arguments_equivalent
-    from ..queues.types import EQUIVALENCE_KEYS_BY_TYPE, validate_declaration
+    from ..queues.types import validate_declaration
 
     vhost = _vhost(node, c["vhost"])
     existing = vhost.queues.get(c["name"])
     if existing is not None:  # declared meanwhile through another node: the same?
         where = f"queue '{c['name']}' in vhost '{vhost.name}'"
-        if existing.type_name != "quorum":
+        declared = c.get("type", "quorum")  # records before types were written: quorum
+        if existing.type_name != declared:
             raise precondition(f"inequivalent arg 'x-queue-type' for {where}: received "
-                               f"'quorum' but current is '{existing.type_name}'")
-        check_arguments_equivalent(c["arguments"], existing.arguments, where,
-                                   EQUIVALENCE_KEYS_BY_TYPE["quorum"])
+                               f"'{declared}' but current is '{existing.type_name}'")
+        check_arguments_equivalent(*existing.equivalence_arguments(c["arguments"]), where,
+                                   existing.EQUIVALENCE_KEYS)
         return None
     spec = validate_declaration(c["name"], vhost.name, True, False, False, c["arguments"])
     node.create_replicated_queue(vhost, c["name"], spec, c["group"], tuple(c["members"]),
@@ -248,8 +255,7 @@ def _forget_node(node: "Node", c: dict):
     node.cluster.forget_node(name)
     for vhost in node.vhosts.values():
         for queue in vhost.queues.values():
-            if (queue.type_name == "quorum" and name in queue.members
-                    and len(queue.members) > 1):
+            if queue.REPLICATED and name in queue.members and len(queue.members) > 1:
                 queue.members = tuple(m for m in queue.members if m != name)
                 node.metadata_dirty = True
     return None

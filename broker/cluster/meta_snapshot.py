@@ -69,7 +69,7 @@ def _replicated_exchange(name: str) -> bool:
 
 
 def _replicated_queue(queue) -> bool:
-    return queue.type_name == "quorum"
+    return queue.IN_METADATA
 
 
 def _replicated_binding(vhost: "VHost", binding: Binding) -> bool:
@@ -99,7 +99,7 @@ def document(node: "Node") -> dict:
              for u in node.users.users.values()]
     policies = [policy.as_dict() for vhost in node.policies.values()
                 for policy in vhost.values()]
-    nodes = {} if cluster is None else {n: list(a) for n, a in cluster.addresses.items()}
+    nodes = {n: list(a) for n, a in cluster.addresses.items()}
     key = lambda item: json.dumps(item, sort_keys=True)  # noqa: E731 - one sort order
     return {"version": VERSION, "nodes": dict(sorted(nodes.items())),
             "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
@@ -136,8 +136,7 @@ def _binding_item(vhost: str, binding: Binding) -> dict:
 
 def restore(node: "Node", snapshot: dict) -> None:
     """Make the node's replicated metadata equal to `snapshot` (a decoded document)."""
-    if node.cluster is not None:
-        _restore_nodes(node, snapshot["nodes"])
+    _restore_nodes(node, snapshot["nodes"])
     _restore_vhosts(node, snapshot["vhosts"])
     _restore_users(node, snapshot["users"])
     _restore_policies(node, snapshot["policies"])

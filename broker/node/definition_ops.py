@@ -19,8 +19,8 @@ Operations (request fields -> result):
   policies.list      {vhost?}                        -> [{vhost, name, pattern, definition,
                                                           priority, apply_to}]
 All need a user tagged `administrator`. A change is checked on the node the client
-talks to (definitions.py), then applied there, or, in a cluster, proposed to the
-metadata group and answered once this node applied it: every node then has it.
+talks to (definitions.py), then proposed to the metadata group (a node of its own is
+a cluster of one) and answered once this node applied it: every node then has it.
 """
 
 from __future__ import annotations
@@ -38,11 +38,8 @@ def _require_administrator(session) -> None:
 
 
 def _change(node, op: str, fields: dict):
-    """Apply the command here (a node of its own) or through the metadata group (a
-    cluster), with definitions.apply_command either way."""
-    if node.cluster is None:
-        d.apply_command(node, {"op": op, **fields})
-        return {}
+    """Propose the command to the metadata group (every node applies it with
+    definitions.apply_command); answered once this node applied it."""
     from ..cluster import meta
     from .management import Later
 

@@ -30,6 +30,7 @@ from pamqp import commands as methods
 from ..amqp import codec, spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
+from ..queues import registry
 from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
@@ -37,7 +38,6 @@ from . import leases, management
 from ..cluster import meta
 from .channel import Channel, Consumer
 from .node import REPLY_TO
-from .policies import leader_locator
 from .vhost import DEFAULT_EXCHANGE_REFUSED, check_arguments_equivalent
 
 RESOURCE_LOCKED_DETAIL = ("cannot obtain exclusive access to locked queue '{name}' in vhost "
@@ -111,8 +111,7 @@ def exchange_declare(session, channel: Channel, args) -> None:
             and not args.exchange.startswith("amq.")):
         channel.check_access("read", EXCHANGE, args.exchange)
         channel.check_access("write", EXCHANGE, _text(alternate))
-    cluster = session.node.cluster
-    if cluster is not None and not args.passive and args.exchange not in vhost.exchanges:
+    if not args.passive and args.exchange not in vhost.exchanges:  # new: the metadata path
         vhost.check_new_exchange(args.exchange, args.exchange_type)
         _replicate(session, channel, spec.EXCHANGE_DECLARE, meta.encode(
             "exchange.declare", vhost=vhost.name, name=args.exchange,
@@ -135,7 +134,7 @@ def exchange_delete(session, channel: Channel, args) -> None:
     vhost = session.vhost
     if args.exchange and not args.exchange.startswith("amq."):  # those are refused first
         channel.check_access("configure", EXCHANGE, args.exchange)
-    if session.node.cluster is not None and args.exchange in vhost.exchanges:
+    if args.exchange in vhost.exchanges:
         vhost.check_delete_exchange(args.exchange, args.if_unused)
         _replicate(session, channel, spec.EXCHANGE_DELETE, meta.encode(
             "exchange.delete", vhost=vhost.name, name=args.exchange,
@@ -153,16 +152,16 @@ def exchange_delete(session, channel: Channel, args) -> None:
 def _bind(session, channel: Channel, source: str, destination: Destination,
           routing_key: str, arguments: dict, unbind: bool, method: tuple[int, int],
           ok: Callable[[], bytes] | None) -> None:
-    """Bind or unbind; `ok()` builds the answer (None: nowait). In a cluster, bindings
-    of replicated exchanges to exchanges and quorum queues go through the metadata
-    group; a classic queue's bindings stay on its node, as the queue does."""
+    """Bind or unbind; `ok()` builds the answer (None: nowait). Bindings to exchanges
+    and to queues recorded in the metadata go through the metadata group; a classic
+    queue's bindings stay on its node, as the queue does (for now: queues/base.py)."""
     vhost = session.vhost
     channel.check_access("write", destination.kind, destination.name)
     if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
         raise access_refused(DEFAULT_EXCHANGE_REFUSED)
     channel.check_access("read", EXCHANGE, source)
     target = vhost.queues.get(destination.name) if destination.kind == QUEUE else None
-    if session.node.cluster is not None and (target is None or target.type_name == "quorum"):
+    if target is None or target.IN_METADATA:
         vhost.check_binding(source, destination, unbind)
         _replicate(session, channel, method, meta.encode(
             "unbind" if unbind else "bind", vhost=vhost.name, source=source,
@@ -188,16 +187,48 @@ def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
                then: Callable[[object], None] | None) -> None:
     """Propose a metadata command (broker/cluster/meta.py); once this node applied it,
     call `then(reply)`, or fail the channel as RabbitMQ would if it could not be
-    applied (another node changed the same thing first)."""
+    applied (another node changed the same thing first). Until then the channel
+    holds the methods that follow (`hold`): a channel's methods act in order, so a
+    publish right after a declare with nowait finds the exchange, as on RabbitMQ."""
     def applied(reply) -> None:
         if channel.state != ChannelState.OPEN:
             return
         if isinstance(reply, (tuple, list)) and reply and reply[0] == "error":
+            channel.held = None
             session.fail_later(AMQPError(reply[1], reply[2], *method), channel)
-        elif then is not None:
+            return
+        if then is not None:
             then(reply)
+        _resume(session, channel)
 
+    if channel.held is None:
+        channel.held = []
     session.node.cluster.meta.propose_data(data, applied)
+
+
+def hold(session, channel: Channel, call: Callable[[], None], method: tuple[int, int]) -> bool:
+    """Keep `call` (a method's handling) for after the metadata change the channel
+    waits for; False when it waits for none (then the caller runs it now)."""
+    if channel.held is None:
+        return False
+    channel.held.append((call, method))
+    return True
+
+
+def _resume(session, channel: Channel) -> None:
+    """Run the methods a channel held, in order, until one waits for the metadata
+    again (the rest wait with it) or fails (the channel or connection closes)."""
+    held, channel.held = channel.held or [], None
+    while held:
+        call, method = held.pop(0)
+        try:
+            call()
+        except AMQPError as error:
+            session.fail_later(error.at(*method), channel)
+            return
+        if channel.held is not None:
+            channel.held.extend(held)
+            return
 
 
 def exchange_bind(session, channel: Channel, args) -> None:
@@ -264,7 +295,7 @@ def queue_declare(session, channel: Channel, args) -> None:
             channel.check_access("write", EXCHANGE, _text(dead_letter))
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
                                           bool(args.exclusive), bool(args.auto_delete), arguments)
-        if queue_spec.type == "quorum" and node.cluster is not None:
+        if registry.type_of(queue_spec.type).IN_METADATA:
             _declare_replicated(session, channel, args, name, queue_spec)
             return
         queue = node.create_queue(vhost, name, queue_spec, session if args.exclusive else None)
@@ -274,16 +305,14 @@ def queue_declare(session, channel: Channel, args) -> None:
 
 
 def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) -> None:
-    """A new quorum queue in a cluster: placed (members, intended leader), declared
-    through the metadata group; declare-ok once this node applied it and the queue's
-    group has a leader."""
+    """A new queue recorded in the metadata: placed by its type (a quorum queue's
+    members and intended leader), declared through the metadata group; declare-ok
+    once this node applied it and the queue can answer."""
     node, vhost = session.node, session.vhost
     arguments = dict(queue_spec.arguments)
-    size = arguments.get("x-quorum-initial-group-size") or node.settings.quorum_initial_cluster_size
-    # the policy's queue-leader-locator, else the argument, else the configuration
-    locator = leader_locator(arguments, node.policy_for(vhost.name, "quorum", name),
-                             node.settings.queue_leader_locator)
-    members, leader = node.cluster.place(size, locator)
+    record = registry.type_of(queue_spec.type).place(
+        vhost.name, name, arguments, node.policy_for(vhost.name, queue_spec.type, name),
+        node.settings, node.cluster)
 
     def declared(_reply) -> None:
         queue = vhost.queues.get(name)
@@ -293,11 +322,9 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
         if not args.nowait:
             queue.when_led(lambda: _send_declare_ok(channel, queue))
 
-    from .quorum import group_uid
-
     _replicate(session, channel, spec.QUEUE_DECLARE, meta.encode(
-        "queue.declare", vhost=vhost.name, name=name, arguments=arguments,
-        group=group_uid(vhost.name, name), members=list(members), leader=leader),
+        "queue.declare", vhost=vhost.name, name=name, type=queue_spec.type,
+        arguments=arguments, **record),
         declared)
 
 
@@ -346,11 +373,20 @@ def queue_delete(session, channel: Channel, args) -> None:
         return
     _check_exclusive(session, queue)
     queue.check_delete(bool(args.if_unused), bool(args.if_empty))
-    if session.node.cluster is not None and queue.type_name == "quorum":
+    if queue.IN_METADATA:
+        # the basic.cancel of this channel's own consumers waits for the delete-ok
+        channel.deleting = (vhost.name, name, [])
+
+        def deleted(count) -> None:
+            _where, _name, cancels = channel.deleting or (None, None, [])
+            channel.deleting = None
+            if not args.nowait:
+                channel.send(codec.queue_delete_ok(channel.number, count or 0))
+            for frame in cancels:
+                channel.send(frame)
+
         _replicate(session, channel, spec.QUEUE_DELETE, meta.encode(
-            "queue.delete", vhost=vhost.name, name=name, group=queue.group),
-            None if args.nowait else lambda count: channel.send(
-                codec.queue_delete_ok(channel.number, count or 0)))
+            "queue.delete", vhost=vhost.name, name=name, group=queue.group), deleted)
         return
     # delete-ok before the basic.cancel this channel's own consumers get, as RabbitMQ
     # sends them (the count is the ready messages the deletion drops)

@@ -157,7 +157,7 @@ def _delete(node, session, request) -> dict:
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
     queue.check_delete(bool(request.get("if_unused")), bool(request.get("if_empty")))
-    if node.cluster is not None and queue.type_name == "quorum":
+    if queue.IN_METADATA:
         from ..cluster import meta
 
         data = meta.encode("queue.delete", vhost=vhost.name, name=queue.name,
@@ -169,17 +169,6 @@ def _delete(node, session, request) -> dict:
 
 def _cluster_status(node, session, request) -> dict:
     _require_administrator(session)
-    if node.cluster is None:
-        name = node.settings.node_name
-        return {"cluster_name": node.settings.cluster_name, "node": name,
-                "metadata_leader": name, "metadata_members": [name],
-                "nodes": [{"name": name, "address": None, "reachable": True,
-                           "amqp_uri": None}],
-                "queues": [{"vhost": q["vhost"], "name": q["name"], "leader": q["leader"],
-                            "members": q["members"], "online": q["members"]}
-                           for q in map(lambda queue: queue_row(node, queue),
-                                        _queues(node, session, {}))
-                           if q["type"] == "quorum"]}
     return node.cluster.status()
 
 

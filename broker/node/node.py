@@ -154,6 +154,23 @@ class Node:
             for queue in vhost.queues.values():
                 queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
 
+    def metadata_replayed(self) -> None:
+        """The metadata log was replayed after a restart. A node of its own restarted
+        its whole cluster: non-durable exchanges are gone, as RabbitMQ's transient
+        exchanges are after a full restart (the deletion goes through the log, so
+        the next replay agrees)."""
+        if not self.cluster.solo or not self.cluster.meta.is_leader:
+            return
+        from ..cluster import meta
+
+        for vhost in self.vhosts.values():
+            for exchange in list(vhost.exchanges.values()):
+                if not exchange.durable and exchange.name and \
+                        not exchange.name.startswith("amq."):
+                    self.cluster.meta.propose_data(meta.encode(
+                        "exchange.delete", vhost=vhost.name, name=exchange.name,
+                        if_unused=False))
+
     def delete_queue(self, vhost: VHost, queue: Queue) -> int:
         """Delete a queue: cancel its consumers (notifying clients that asked),
         drop its messages. Returns the number of ready messages it held."""
@@ -177,7 +194,12 @@ class Node:
             channel.consumers.pop(consumer.tag, None)
             queue.remove_consumer(consumer)
             if channel.session.capabilities.get("consumer_cancel_notify"):
-                channel.send(codec.basic_cancel(channel.number, consumer.tag))
+                frame = codec.basic_cancel(channel.number, consumer.tag)
+                deleting = channel.deleting
+                if deleting is not None and deleting[:2] == (queue.vhost, queue.name):
+                    deleting[2].append(frame)  # after the delete-ok this channel waits for
+                else:
+                    channel.send(frame)
 
     def drop_replica(self, queue) -> None:
         """This node is no longer one of the queue's members (cluster membership)."""

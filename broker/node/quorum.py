@@ -29,7 +29,6 @@ format (broker/raft/storage), AMQP framing (channel, session).
 from __future__ import annotations
 
 import logging
-import os
 from bisect import bisect_right
 import random
 import time
@@ -42,7 +41,7 @@ from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.machine import apply, live_indexes
 from ..fifo.state import FifoState
 from ..queues.quorum import (QuorumQueue, decode_entry, fifo_config,  # noqa: F401
-                             with_delivery_count)
+                             group_uid, with_delivery_count)
 from ..raft import COMMAND, RaftConfig, RaftNode
 from ..raft.storage import LogStore
 
@@ -56,14 +55,6 @@ _MAX_ROUNDS = 64
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def group_uid(vhost: str, name: str) -> str:
-    """A new group uid: vhost and name (readable in `ls`), plus a random suffix so a
-    queue declared again after a delete never meets its predecessor's files."""
-    from urllib.parse import quote
-
-    return f"{quote(vhost, safe='')}/{name}/{os.urandom(6).hex()}"
 
 
 class QuorumGroups:
@@ -199,10 +190,9 @@ class QuorumGroups:
                     store.set_hard_state(queue.group, ready.hard_state)
             store.flush()  # one fdatasync for every group
             cluster = self.cluster
-            if cluster is not None:  # only now: what the messages promise is durable
-                for queue, ready in batch:
-                    if ready.messages:
-                        cluster.send_raft(queue.group, ready.messages)
+            for queue, ready in batch:  # only now: what the messages promise is durable
+                if ready.messages:
+                    cluster.send_raft(queue.group, ready.messages)
             for queue, ready in batch:
                 if ready.snapshot is not None:
                     queue.restore(ready.snapshot.data)
@@ -224,8 +214,7 @@ class QuorumGroups:
                             callback(None)
                 queue.raft.advance(ready)
                 if ready.leader_changed:
-                    if cluster is not None:
-                        cluster.leader_changed(queue)
+                    cluster.leader_changed(queue)
                     if ready.leader_id is not None:
                         queue.leader_known()
                 if queue.deleted:
@@ -251,7 +240,7 @@ class QuorumGroups:
         for callback in queue.take_waiters(index, term):
             callback(reply)
         replaying = index <= queue.replay_until
-        if (isinstance(command, Down) and self.cluster is not None and not replaying
+        if (isinstance(command, Down) and not replaying
                 and command.connection.startswith(self.cluster.node.boot_id + ".")):
             self._check_out_again(queue, command.connection)
         for effect in effects:
@@ -260,7 +249,7 @@ class QuorumGroups:
                     if not replaying:
                         self._deliver(queue, consumer, deliveries)
                 case commands.ReleaseCursor(cursor, snapshot_index):
-                    if self.cluster is None:
+                    if self.cluster.solo:
                         queue.pending_snapshot = (cursor, snapshot_index,
                                                   snapshot.dump(queue.state))
                     else:
@@ -298,8 +287,6 @@ class QuorumGroups:
     def _is_stale(self, identity: str) -> bool:
         """A connection of an earlier run of this node (a group of one: every recorded
         one). In a cluster, other nodes' connections are theirs to report."""
-        if self.cluster is None:
-            return True
         return self.cluster.is_stale_identity(identity)
 
     def _after_apply(self, queue: QuorumQueue) -> None:
@@ -318,7 +305,7 @@ class QuorumGroups:
                 self.store.write_snapshot(queue.group, meta, data)
             cursor = min(cursor, index + 1)
             self.store.release(queue.group, cursor)
-            if self.cluster is None:  # in a cluster nothing live is below the snapshot
+            if self.cluster.solo:  # in a cluster nothing live is below the snapshot
                 self._maybe_compact(queue, cursor, index)
 
     def _maybe_compact(self, queue: QuorumQueue, cursor: int, index: int) -> None:
@@ -347,7 +334,7 @@ class QuorumGroups:
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
         consumer: "Consumer | None" = queue.by_key.get(key)
-        if consumer is None and self.cluster is not None and not self.cluster.is_local_key(key):
+        if consumer is None and not self.cluster.is_local_key(key):
             owner = key.partition(":")[0]
             if queue.is_leader and owner not in queue.raft.members:
                 # a node with no replica: the leader sends it the messages

@@ -186,8 +186,13 @@ class Session:
             while (event := connection.next_event()) is not None:
                 match event:
                     case MethodReceived():
+                        channel = self.channels[event.channel]
+                        if handlers.hold(self, channel, lambda channel=channel, method=event.method:
+                                         handlers.dispatch(self, channel, method),
+                                         (event.class_id, event.method_id)):
+                            continue  # after the metadata change the channel waits for
                         try:
-                            handlers.dispatch(self, self.channels[event.channel], event.method)
+                            handlers.dispatch(self, channel, event.method)
                         except AMQPError as error:
                             connection.fail(error.at(event.class_id, event.method_id),
                                             event.channel)
@@ -212,9 +217,13 @@ class Session:
 
     def _content(self, event: ContentReceived) -> None:
         self.has_published = True
+        channel = self.channels[event.channel]
+        if handlers.hold(self, channel, lambda: handlers.publish(
+                self, channel, event.method, event.properties, event.body),
+                spec.BASIC_PUBLISH):
+            return  # after the metadata change the channel waits for
         try:
-            handlers.publish(self, self.channels[event.channel], event.method,
-                             event.properties, event.body)
+            handlers.publish(self, channel, event.method, event.properties, event.body)
         except AMQPError as error:  # routing and property checks fail basic.publish
             self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
 

@@ -96,6 +96,12 @@ class Queue:
     type_name: ClassVar[str]
     # arguments compared when a queue is declared again (RabbitMQ's per-type list)
     EQUIVALENCE_KEYS: ClassVar[tuple[str, ...]]
+    # declared, deleted and bound through the cluster's metadata group (then `place`
+    # gives the record's fields); False: only the declaring node knows the queue
+    IN_METADATA: ClassVar[bool]
+    # has replicas on several nodes (`members`, a Raft group): replica management
+    # (add_member, grow, shrink, rebalance, continuous reconciliation) applies
+    REPLICATED: ClassVar[bool]
 
     vhost: str
     name: str

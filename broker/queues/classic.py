@@ -96,6 +96,8 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
+    IN_METADATA = False  # lives on the node that declared it (metadata: issue 12, next)
+    REPLICATED = False
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]

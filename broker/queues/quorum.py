@@ -30,6 +30,7 @@ first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -41,7 +42,7 @@ from ..fifo.state import FifoConfig, FifoState
 from ..raft import RaftNode
 from .base import Confirm, Queue
 from .replicated import ReplicatedGroup, Waiter
-from .settings import quorum_config
+from .settings import leader_locator, quorum_config
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,9 +106,30 @@ def with_delivery_count(header: bytes, count: int, extra: dict | None = None) ->
     return codec.with_long_headers(header, values) if values else header
 
 
+def group_uid(vhost: str, name: str) -> str:
+    """A new group uid: vhost and name (readable in `ls`), plus a random suffix so a
+    queue declared again after a delete never meets its predecessor's files."""
+    from urllib.parse import quote
+
+    return f"{quote(vhost, safe='')}/{name}/{os.urandom(6).hex()}"
+
+
 class QuorumQueue(ReplicatedGroup, Queue):
     type_name = "quorum"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["quorum"]
+    IN_METADATA = True
+    REPLICATED = True
+
+    @staticmethod
+    def place(vhost: str, name: str, arguments: dict, policy, settings, cluster) -> dict:
+        """The record of a new queue (queue.declare's fields beyond name and
+        arguments): its group uid, its members (x-quorum-initial-group-size, else
+        quorum_queue.initial_cluster_size, capped at the cluster's size) and intended
+        leader (queue-leader-locator: the policy's, the argument, the configuration)."""
+        size = arguments.get("x-quorum-initial-group-size") or settings.quorum_initial_cluster_size
+        locator = leader_locator(arguments, policy, settings.queue_leader_locator)
+        members, leader = cluster.place(size, locator)
+        return {"group": group_uid(vhost, name), "members": list(members), "leader": leader}
     durable = True
     auto_delete = False
     exclusive_owner = None

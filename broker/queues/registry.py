@@ -25,6 +25,13 @@ class QueueHost(Protocol):
     quorum: Any   # node.quorum.QuorumGroups | None
 
 
+def type_of(name: str) -> type[Queue]:
+    """The class implementing queue type `name` (a name validate_declaration accepted)."""
+    from .quorum import QuorumQueue
+
+    return {"classic": ClassicQueue, "quorum": QuorumQueue}[name]
+
+
 def create(host: QueueHost, vhost: str, name: str, spec: QueueSpec, owner: Any,
            group: str | None = None) -> Queue:
     """A new queue (or, with `group`, a quorum queue's group reopened at start)."""

@@ -50,24 +50,10 @@ def build_node(settings: Settings) -> Node:
     users.loopback_users = frozenset(settings.loopback_users)
     store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
                          settings.msg_store_segment_bytes, settings.fsync)
-    raft_config = None
-    if settings.clustered:
-        from ..raft import RaftConfig
-
-        raft_config = RaftConfig(election_ticks=10, heartbeat_ticks=1)
-    quorum = QuorumGroups(LogStore(settings.data_dir, settings.storage_config()),
-                          settings.node_name, raft_config)
-    node = Node(settings, users, store, MetadataStore(settings.data_dir), quorum)
-    if settings.clustered:
-        from ..cluster.cluster import Cluster
-
-        # fifo identities carry the node's name: every node tells its own from others'
-        node.boot_id = f"{settings.node_name}:{node.boot_id}"
-        node.cluster = quorum.cluster = Cluster(node, settings)
-        node.cluster.start_metadata()
+    node = assemble_node(settings, users, LogStore(settings.data_dir, settings.storage_config()),
+                         store, MetadataStore(settings.data_dir))
     counts = node.recover()
-    if node.cluster is not None:  # the metadata group's snapshot, if the file is older
-        node.cluster.meta.recover()
+    node.cluster.meta.recover()  # the metadata group's snapshot, if the file is older
     if settings.default_vhost not in node.vhosts:
         from ..node.vhost import VHost
 
@@ -75,6 +61,23 @@ def build_node(settings: Settings) -> Node:
         node.metadata_dirty = True
     log.info("recovered %d durable queues with %d messages from %s", counts["queues"],
              counts["messages"], settings.data_dir)
+    return node
+
+
+def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
+                  message_store: MessageStore | None = None,
+                  metadata_store: MetadataStore | None = None) -> Node:
+    """A node and what it always runs, whatever the cluster's size: its quorum groups
+    over `log_store` and its member of the metadata group (a node is a cluster of
+    one until others join: every definition takes the same path)."""
+    from ..cluster.cluster import Cluster
+
+    quorum = QuorumGroups(log_store, settings.node_name)
+    node = Node(settings, users, message_store, metadata_store, quorum)
+    # fifo identities carry the node's name: every node tells its own from others'
+    node.boot_id = f"{settings.node_name}:{node.boot_id}"
+    node.cluster = quorum.cluster = Cluster(node, settings)
+    node.cluster.start_metadata()
     return node
 
 
@@ -176,7 +179,11 @@ class BrokerServer:
         self._ticker = asyncio.create_task(self._tick_forever())
         log.info("started TCP listener on %s:%d", self.settings.host, self.port)
         cluster = self.node.cluster
-        if cluster is not None:
+        cluster.wake = self.schedule_flush
+        # where clients reach this node, without credentials (cluster status)
+        cluster.amqp_uri = f"amqp://{self.settings.host}:{self.port}"
+        self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
+        if self.settings.clustered:  # other nodes to talk to: the inter-node listener
             from ..cluster.transport import ClusterTransport
 
             host, port = cluster.addresses[cluster.name]
@@ -184,11 +191,7 @@ class BrokerServer:
             cluster.transport = ClusterTransport(
                 cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
                 host, port, peers, cluster.on_message)
-            cluster.wake = self.schedule_flush
-            # where clients reach this node, without credentials (cluster status)
-            cluster.amqp_uri = f"amqp://{self.settings.host}:{self.port}"
             await cluster.transport.start()
-            self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
             log.info("cluster %s: node %s, inter-node listener on %s:%d, peers %s",
                      self.settings.cluster_name, cluster.name, host, port,
                      ", ".join(sorted(peers)) or "none")
@@ -212,12 +215,11 @@ class BrokerServer:
         if self._raft_ticker is not None:
             self._raft_ticker.cancel()
         self.node.flush()
-        if self.node.cluster is not None and self.node.cluster.transport is not None:
+        if self.node.cluster.transport is not None:
             await self.node.cluster.transport.stop()
         if self.node.store is not None:
             self.node.store.close()
-        if self.node.quorum is not None:
-            self.node.quorum.store.close()
+        self.node.quorum.store.close()
         log.info("stopped")
 
     # ------------------------------------------------------------ flushing
@@ -279,11 +281,8 @@ class BrokerServer:
                 session.tick(now)
                 if session.closed:
                     self.node.dirty.add(session)
-            if self.node.quorum is not None:
-                if self.node.cluster is None:
-                    self.node.quorum.raft_tick()
-                self.node.quorum.tick(now_ms())
-                self.node.tick_policies()
+            self.node.quorum.tick(now_ms())
+            self.node.tick_policies()
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
                 self.check_alarms()

@@ -18,11 +18,12 @@ from quorumqueue.broker.cluster import meta, meta_snapshot
 from quorumqueue.broker.cluster.cluster import Cluster
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
-from quorumqueue.broker.node.quorum import QuorumGroups
+from quorumqueue.broker.auth.users import UserStore
 from quorumqueue.broker.queues.types import validate_declaration
 from quorumqueue.broker.raft import SnapshotMeta
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.routing.exchanges import QUEUE, Destination
+from quorumqueue.broker.server.server import assemble_node
 from quorumqueue.broker.storage.metadata_store import MetadataStore, decode_arguments
 
 ME = "qq1@localhost"
@@ -90,8 +91,9 @@ HISTORY = [
 
 def new_node(tmp_path, name: str) -> Node:
     settings = Settings(node_name=ME, data_dir=str(tmp_path / name))
-    quorum = QuorumGroups(LogStore(settings.data_dir, StorageConfig(fsync=False)), ME)
-    node = Node(settings, quorum=quorum, metadata_store=MetadataStore(settings.data_dir))
+    node = assemble_node(settings, UserStore.with_default_user(),
+                         LogStore(settings.data_dir, StorageConfig(fsync=False)),
+                         metadata_store=MetadataStore(settings.data_dir))
     # this node's own classic queue, bound to a replicated exchange: never replicated
     node.create_queue(node.vhosts["/"], "local",
                       validate_declaration("local", "/", True, False, False, {}), None)

@@ -17,7 +17,10 @@ No sockets, no threads, no sleeping: every test that uses this is deterministic.
 
 from __future__ import annotations
 
+import shutil
 import struct
+import tempfile
+import weakref
 from dataclasses import dataclass
 from functools import cache
 
@@ -28,10 +31,13 @@ from pamqp import header as pamqp_header
 from pamqp import heartbeat as pamqp_heartbeat
 
 from quorumqueue.broker.amqp import spec
-from quorumqueue.broker.auth.users import amqplain_response
+from quorumqueue.broker.auth.users import UserStore, amqplain_response
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
 from quorumqueue.broker.node.session import Session
+from quorumqueue.broker.raft.storage import LogStore
+from quorumqueue.broker.raft.storage.config import StorageConfig
+from quorumqueue.broker.server.server import assemble_node
 
 CLIENT_CAPABILITIES = {"authentication_failure_close": True, "basic.nack": True,
                        "connection.blocked": True, "consumer_cancel_notify": True,
@@ -103,8 +109,24 @@ class Delivery:
     body: bytes
 
 
-def new_node(settings: Settings | None = None, **kwargs) -> Node:
-    return Node(settings or Settings(), **kwargs)
+def new_node(settings: Settings | None = None, users: UserStore | None = None,
+             message_store=None, metadata_store=None, log_store: LogStore | None = None) -> Node:
+    """A node as the broker assembles it (its quorum groups and its one-member
+    metadata group), over `log_store` or a fresh one in a temporary directory, without
+    fsync; nothing else touches the disk unless the test passes stores."""
+    if log_store is None:
+        directory = tempfile.mkdtemp(prefix="qq-node-")
+        weakref.finalize(_LOG_DIRECTORIES, shutil.rmtree, directory, True)
+        log_store = LogStore(directory, StorageConfig(fsync=False))
+    return assemble_node(settings or Settings(), users or UserStore.with_default_user(),
+                         log_store, message_store, metadata_store)
+
+
+class _Directories:
+    """Temporary log directories live as long as the test process."""
+
+
+_LOG_DIRECTORIES = _Directories()
 
 
 class Client:

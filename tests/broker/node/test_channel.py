@@ -26,7 +26,7 @@ PERSISTENT = properties(delivery_mode=2)
 @pytest.fixture
 def stored_node(tmp_path) -> Node:
     store = MessageStore(str(tmp_path / "msgstore"), segment_bytes=1 << 20, fsync=False)
-    node = Node(Settings(), message_store=store)
+    node = new_node(Settings(), message_store=store)
     node.recover()
     return node
 

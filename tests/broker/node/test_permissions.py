@@ -26,10 +26,9 @@ from pamqp import commands
 from quorumqueue.broker.auth.users import Permissions, User, UserStore, hash_password
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
-from quorumqueue.broker.node.quorum import QuorumGroups
 from quorumqueue.broker.raft.storage.config import StorageConfig
 from quorumqueue.broker.raft.storage.log_store import LogStore
-from tests.broker.node.harness import (Client, Delivery, content_frames, marshal, method,
+from tests.broker.node.harness import (Client, new_node, Delivery, content_frames, marshal, method,
                                        name, properties)
 
 BOB = Permissions(configure=r"^(cfg|all)-|^amq\.gen-", write=r"^(w|all)-|^amq\.default$",
@@ -306,7 +305,7 @@ def test_each_method_checks_rabbitmqs_permission(user, request_, expected):
     """The access-control table, method by method: a refusal is a channel error 403
     naming the resource (the default exchange as amq.default) with the method's ids,
     checked where RabbitMQ checks it, and it changes nothing."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     client = connect(node, user)
     before = state(node)
     send(client, request_)
@@ -320,7 +319,7 @@ def test_publish_allowed_by_write_permission_is_routed():
     """basic.publish needs write on the exchange only: bob's message reaches a queue
     he may not read or configure; eve's refused one reaches none and closes her
     channel (60, 40)."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     bob = connect(node, "bob")
     send(bob, Publish("w-x"))
     send(bob, Publish("", "other-q"))
@@ -335,7 +334,7 @@ def test_publish_allowed_by_write_permission_is_routed():
 def test_server_named_queue_is_checked_under_its_generated_name():
     """queue.declare with no name: RabbitMQ generates amq.gen-... and checks configure
     on that name; a refusal names it and no queue is created."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     eve = connect(node, "eve")
     before = state(node)
     eve.send(1, declare_queue(""))
@@ -349,7 +348,7 @@ def test_server_named_queue_is_checked_under_its_generated_name():
 def test_transactional_publish_is_refused_at_publish_not_at_commit():
     """rabbit_channel checks write permission when basic.publish arrives, in a
     transaction too: the refusal closes the channel and nothing is buffered."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     bob = connect(node, "bob")
     bob.call(1, method(commands.Tx.Select), "Tx.SelectOk")
     before = state(node)
@@ -361,7 +360,7 @@ def test_transactional_publish_is_refused_at_publish_not_at_commit():
 def test_changed_permissions_apply_to_open_channels():
     """A channel remembers the checks that passed (as RabbitMQ's permission cache), but
     only under the rights they passed under: new rights are checked again."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     bob = connect(node, "bob")
     send(bob, Publish("w-x"))
     assert bob.read() == []
@@ -372,7 +371,7 @@ def test_changed_permissions_apply_to_open_channels():
 
 def test_the_permission_cache_keeps_only_recent_checks():
     """Many resources on one channel: every check still answers from the rights."""
-    node = world(Node(Settings(), users()))
+    node = world(new_node(Settings(), users()))
     bob = connect(node, "bob")
     for number in range(30):
         bob.call(1, declare_queue(f"cfg-{number}"), "Queue.DeclareOk")
@@ -386,9 +385,8 @@ def test_the_permission_cache_keeps_only_recent_checks():
 
 def quorum_node(tmp_path) -> Node:
     settings = Settings()
-    quorum = QuorumGroups(LogStore(str(tmp_path), StorageConfig(fsync=False)),
-                          settings.node_name)
-    return Node(settings, users(), quorum=quorum)
+    return new_node(settings, users(),
+                    log_store=LogStore(str(tmp_path), StorageConfig(fsync=False)))
 
 
 def management(client: Client, request: dict) -> dict:

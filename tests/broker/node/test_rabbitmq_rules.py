@@ -22,7 +22,6 @@ from pamqp import commands
 from quorumqueue.broker.amqp.connection import ConnectionState
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
-from quorumqueue.broker.node.quorum import QuorumGroups
 from quorumqueue.broker.raft.storage.config import StorageConfig
 from quorumqueue.broker.raft.storage.log_store import LogStore
 from tests.broker.node.harness import (Client, Delivery, method, new_node, properties,
@@ -75,11 +74,13 @@ def test_the_management_rpc_if_empty_ignores_unacked_messages_too():
     assert json.loads(reply.body) == {"ok": True, "result": {"deleted": 0}}
 
 
-def test_delete_ok_comes_before_the_cancel_of_the_channels_own_consumer():
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_delete_ok_comes_before_the_cancel_of_the_channels_own_consumer(tmp_path, queue_type):
     """RabbitMQ: the deleting channel gets queue.delete-ok, then basic.cancel for its
-    consumer (consumer_cancel_notify); other channels' consumers get theirs too."""
-    client = opened(None, 1, 2)
-    client.declare_queue(1, "q")
+    consumer (consumer_cancel_notify); other channels' consumers get theirs too. A
+    quorum queue's deletion goes through the metadata log: the same order."""
+    client = opened(quorum_node(tmp_path), 1, 2)
+    client.declare_queue(1, "q", durable=True, arguments={"x-queue-type": queue_type})
     for number, tag in ((1, "own"), (2, "other")):
         client.call(number, commands.Basic.Consume(queue="q", consumer_tag=tag),
                     "Basic.ConsumeOk")
@@ -92,10 +93,7 @@ def test_delete_ok_comes_before_the_cancel_of_the_channels_own_consumer():
 
 
 def quorum_node(tmp_path) -> Node:
-    settings = Settings()
-    quorum = QuorumGroups(LogStore(str(tmp_path), StorageConfig(fsync=False)),
-                          settings.node_name)
-    return Node(settings, quorum=quorum)
+    return new_node(log_store=LogStore(str(tmp_path), StorageConfig(fsync=False)))
 
 
 def test_quorum_consume_after_global_qos_closes_the_connection(tmp_path):
