@@ -66,7 +66,7 @@ class Settings:
     cmr_interval_ms: int = 3_600_000
     cmr_trigger_interval_ms: int = 10_000
     # the metadata group snapshots its state and truncates its log every this many
-    # applied entries (broker/cluster/meta_snapshot.py; Khepri's default is 4096)
+    # applied entries (broker/node/metadata_snapshot.py; Khepri's default is 4096)
     metadata_snapshot_interval: int = 4096
 
     @property

@@ -334,7 +334,6 @@ class Cluster:
         they see the Down applied (QuorumGroups._apply)."""
         from ..fifo.commands import Down
         from ..queues.quorum import QuorumQueue
-        from ..node.quorum import now_ms
 
         for member in list(self.node.quorum.queues.values()):
             if not isinstance(member, QuorumQueue) or not member.is_leader:
@@ -353,7 +352,7 @@ class Cluster:
                                 "'%s'", f"node {owner} is silent" if owner in silent
                                 else f"node {owner} restarted" if earlier_run
                                 else f"node {owner} was forgotten", connection, member.name)
-                    member.propose(Down(connection), now_ms())
+                    member.propose(Down(connection), 0)  # untimed: the time is not logged
 
     def _on_propose(self, sender: str, body: dict) -> None:
         key = (sender, body["r"])

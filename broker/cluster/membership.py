@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError
-from ..node.policies import target_group_size
+from ..queues.settings import target_group_size
 from ..raft.errors import NotLeader, ProposalRejected
 from . import meta
 

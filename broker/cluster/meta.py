@@ -1,8 +1,10 @@
 """The cluster's metadata: a Raft group on every node replicating exchanges, bindings,
 quorum-queue records, users, vhosts, permissions, policies and the cluster's nodes.
 
-Responsibilities: the metadata commands (JSON objects, one per log entry) and their
-application to a node's vhosts; the group's snapshots. Every node applies the same
+Responsibilities: the metadata commands (JSON objects, one per log entry), this
+node's member of the group, and when it snapshots. What a command does to a node is
+the node's own (node/metadata.py, `Node.apply_metadata`), as is the snapshot's
+content (node/metadata_snapshot.py): this package never imports the node. Every node applies the same
 commands in the same order, so every node routes the same way and knows every quorum
 queue (its group uid and members). The node a client talks to checks what it can at
 once (names, types, equivalence with what it already knows), proposes the command,
@@ -26,7 +28,8 @@ Commands (field "op"):
   permissions.clear user vhost
   policy.set        policy {vhost name pattern definition priority apply_to}
   policy.clear      vhost name
-  (node/definitions.py checks these on the proposing node and applies them)
+  (node/metadata.py applies every command to a node; node/definitions.py checks
+  the definitions on the proposing node)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 Application is idempotent where a retry can repeat a command: declaring what exists
 with the same definition, deleting what is gone, binding twice.
@@ -37,7 +40,7 @@ the same name differently first): the proposing node raises that as the channel
 error RabbitMQ would have sent.
 
 Snapshots: every `metadata_store.snapshot_interval` applied entries (4096, Khepri's
-default) a member snapshots the whole replicated state (meta_snapshot.py) and
+default) a member snapshots the whole replicated state (node/metadata_snapshot.py) and
 releases its log below it, as a quorum queue's member does at its release cursor; a
 follower too far behind gets that snapshot (InstallSnapshot) and `restore`s it. The
 node's metadata file (metadata.json, written by the node) is what a restart starts
@@ -58,13 +61,9 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from ..amqp.errors import AMQPError, precondition
-from ..node.definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 from ..queues.replicated import ReplicatedGroup
 from ..raft import RaftNode
-from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.metadata_store import decode_arguments, encode_arguments
-from . import meta_snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.node import Node
@@ -94,10 +93,7 @@ class MetaGroup(ReplicatedGroup):
         command = json.loads(data)
         if "arguments" in command:
             command["arguments"] = decode_arguments(command["arguments"])
-        try:
-            return APPLY[command["op"]](self.node, command)
-        except AMQPError as error:
-            return ("error", error.code, error.detail)
+        return self.node.apply_metadata(command)  # node/metadata.py
 
     def after_apply(self) -> None:
         """After a restart's replay, the node's say on what did not survive it; then a
@@ -112,7 +108,7 @@ class MetaGroup(ReplicatedGroup):
         interval = self.node.settings.metadata_snapshot_interval
         if applied - (current.index if current else 0) < interval:
             return
-        data = meta_snapshot.encode(self.node)
+        data = self.node.metadata_snapshot()
         self._save_metadata(applied)
         store.write_snapshot(META_GROUP, self.raft.compact(applied), data)
         store.release(META_GROUP, applied + 1)
@@ -120,7 +116,7 @@ class MetaGroup(ReplicatedGroup):
 
     def restore(self, data: bytes) -> None:
         """The leader's snapshot replaced this member's log (it was too far behind)."""
-        meta_snapshot.restore(self.node, meta_snapshot.decode(data))
+        self.node.restore_metadata(data)
         installed = self.node.quorum.store.snapshot_meta(META_GROUP)
         self._save_metadata(installed.index if installed else 0)
         log.info("metadata group: restored the snapshot at %d",
@@ -135,11 +131,11 @@ class MetaGroup(ReplicatedGroup):
         if stored is None:
             return
         if self._saved_index() >= stored[0].index:
-            meta_snapshot.add_transient(self.node, meta_snapshot.decode(stored[1]))
+            self.node.restore_metadata(stored[1], transient_only=True)
             return
         log.info("metadata group: the metadata file is older than the snapshot at %d: "
                  "restoring it", stored[0].index)
-        meta_snapshot.restore(self.node, meta_snapshot.decode(stored[1]))
+        self.node.restore_metadata(stored[1])
         self._save_metadata(stored[0].index)
 
     def _applied_path(self) -> str:
@@ -165,116 +161,3 @@ class MetaGroup(ReplicatedGroup):
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(path + ".tmp", path)
-
-
-def _vhost(node: "Node", name: str):
-    vhost = node.vhosts.get(name)
-    if vhost is None:
-        from ..node.vhost import VHost
-
-        vhost = node.vhosts[name] = VHost(name)
-    return vhost
-
-
-def _exchange_declare(node: "Node", c: dict):
-    _exchange, created = _vhost(node, c["vhost"]).declare_exchange(
-        c["name"], c["type"], False, c["durable"], c["auto_delete"], c["internal"],
-        c["arguments"])
-    if created:
-        node.metadata_dirty = True
-    return None
-
-
-def _exchange_delete(node: "Node", c: dict):
-    if _vhost(node, c["vhost"]).delete_exchange(c["name"], c["if_unused"]) is not None:
-        node.metadata_dirty = True
-    return None
-
-
-def _queue_declare(node: "Node", c: dict):
-    from ..node.vhost import check_arguments_equivalent
-    from ..queues.types import validate_declaration
-
-    vhost = _vhost(node, c["vhost"])
-    existing = vhost.queues.get(c["name"])
-    if existing is not None:  # declared meanwhile through another node: the same?
-        where = f"queue '{c['name']}' in vhost '{vhost.name}'"
-        declared = c.get("type", "quorum")  # records before types were written: quorum
-        if existing.type_name != declared:
-            raise precondition(f"inequivalent arg 'x-queue-type' for {where}: received "
-                               f"'{declared}' but current is '{existing.type_name}'")
-        check_arguments_equivalent(*existing.equivalence_arguments(c["arguments"]), where,
-                                   existing.EQUIVALENCE_KEYS)
-        return None
-    spec = validate_declaration(c["name"], vhost.name, True, False, False, c["arguments"])
-    node.create_replicated_queue(vhost, c["name"], spec, c["group"], tuple(c["members"]),
-                                 c["leader"])
-    return None
-
-
-def _queue_delete(node: "Node", c: dict):
-    vhost = node.vhosts.get(c["vhost"])
-    queue = vhost.queues.get(c["name"]) if vhost is not None else None
-    if queue is None or getattr(queue, "group", None) != c["group"]:
-        return 0  # gone already (a retry, or deleted through another node first)
-    return node.delete_queue(vhost, queue)
-
-
-def _queue_members(node: "Node", c: dict):
-    """The members asked for (membership.py makes the Raft groups follow)."""
-    vhost = node.vhosts.get(c["vhost"])
-    queue = vhost.queues.get(c["name"]) if vhost is not None else None
-    if queue is None or getattr(queue, "group", None) != c["group"]:
-        return None
-    queue.members = tuple(c["members"])
-    node.metadata_dirty = True
-    return None
-
-
-def _bind(node: "Node", c: dict):
-    vhost = _vhost(node, c["vhost"])
-    destination = Destination(QUEUE if c["kind"] == QUEUE else EXCHANGE, c["destination"])
-    if c["op"] == "unbind":
-        vhost.unbind(c["source"], destination, c["routing_key"], c["arguments"])
-    else:
-        vhost.bind(c["source"], destination, c["routing_key"], c["arguments"])
-    node.metadata_dirty = True
-    return None
-
-
-def _add_node(node: "Node", c: dict):
-    node.cluster.add_node(c["name"], tuple(c["address"]))
-    return None
-
-
-def _forget_node(node: "Node", c: dict):
-    """The node leaves the cluster's list and every quorum queue's members (their
-    leaders then remove it from their Raft groups: membership.reconcile); a queue
-    whose only member it was keeps it (it can only be deleted)."""
-    name = c["name"]
-    node.cluster.forget_node(name)
-    for vhost in node.vhosts.values():
-        for queue in vhost.queues.values():
-            if queue.REPLICATED and name in queue.members and len(queue.members) > 1:
-                queue.members = tuple(m for m in queue.members if m != name)
-                node.metadata_dirty = True
-    return None
-
-
-def _definition(node: "Node", c: dict):
-    apply_command(node, c)  # users, vhosts, permissions, policies: node/definitions.py
-    return None
-
-
-APPLY = {
-    "cluster.add_node": _add_node,
-    "cluster.forget_node": _forget_node,
-    "exchange.declare": _exchange_declare,
-    "exchange.delete": _exchange_delete,
-    "queue.declare": _queue_declare,
-    "queue.delete": _queue_delete,
-    "queue.members": _queue_members,
-    "bind": _bind,
-    "unbind": _bind,
-    **{op: _definition for op in DEFINITION_COMMANDS},
-}

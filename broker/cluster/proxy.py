@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Callable
 
 from ..amqp.channel import ChannelState
 from ..fifo.commands import Delivery, Return, Settle
-from ..node.quorum import now_ms
 from .wire import Rpc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,7 +84,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
     key = body["k"]
     consumer = record.by_key.get(key)
     if consumer is None or consumer.channel.state != ChannelState.OPEN:
-        record.propose(Return(key, tuple(item[0] for item in body["m"])), now_ms())
+        record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # untimed
         return
     settled = []
     for msg_id, count, exchange, routing_key, header, message in body["m"]:
@@ -94,7 +93,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         if consumer.no_ack:
             settled.append(msg_id)
     if settled:
-        record.propose(Settle(key, tuple(settled)), now_ms())
+        record.propose(Settle(key, tuple(settled)), 0)  # untimed: no time logged
 
 
 NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}

@@ -154,6 +154,31 @@ class Node:
             for queue in vhost.queues.values():
                 queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
 
+    # ------------------------------------------------------------ the metadata group
+
+    def apply_metadata(self, command: dict):
+        """One metadata command, applied here as on every node (node/metadata.py)."""
+        from . import metadata
+
+        return metadata.apply(self, command)
+
+    def metadata_snapshot(self) -> bytes:
+        """Everything the metadata group replicates, as its snapshot."""
+        from . import metadata_snapshot
+
+        return metadata_snapshot.encode(self)
+
+    def restore_metadata(self, data: bytes, transient_only: bool = False) -> None:
+        """Make this node's metadata equal to a snapshot (`transient_only`: add only
+        what the metadata file cannot hold, over a file at least as new)."""
+        from . import metadata_snapshot
+
+        document = metadata_snapshot.decode(data)
+        if transient_only:
+            metadata_snapshot.add_transient(self, document)
+        else:
+            metadata_snapshot.restore(self, document)
+
     def metadata_replayed(self) -> None:
         """The metadata log was replayed after a restart. A node of its own restarted
         its whole cluster: non-durable exchanges are gone, as RabbitMQ's transient

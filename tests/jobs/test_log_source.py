@@ -71,8 +71,12 @@ def test_every_published_message_is_one_enqueue_row_with_its_body_size(data_dir)
     assert sorted(row["body_bytes"] for row in enqueues) == sorted(map(len, BODIES + LATE))
     assert {(row["vhost"], row["queue"], row["node"]) for row in enqueues} == {
         ("/", "orders", "n1")}
-    indexes = [row["raft_index"] for row in rows if row["record_type"] == "ENTRY"]
+    # every group's entries (the queue's, and the node's metadata group's: a node is a
+    # cluster of one) are read once each
+    indexes = [(row["group"], row["raft_index"]) for row in rows
+               if row["record_type"] == "ENTRY"]
     assert len(indexes) == len(set(indexes)), "an entry was read twice"
+    assert {group for group, _index in indexes} >= {enqueues[0]["group"]}
     kinds = Counter(row["file_kind"] for row in enqueues)
     assert kinds["segment"] > 0 and kinds["wal"] > 0, kinds     # both were read
     settles = [row for row in rows if row["command"] == "SETTLE"]

@@ -2,7 +2,7 @@
 and making a node's metadata equal to one.
 
 Responsibilities: `document(node)` builds the snapshot of what the metadata commands
-(meta.py) replicate — the cluster's nodes, vhosts, users with their permissions,
+(cluster/meta.py) replicate — the cluster's nodes, vhosts, users with their permissions,
 policies, exchanges (all but the default and `amq.*` ones, which every vhost has),
 quorum-queue records (vhost, name, arguments, group, members) and the bindings whose
 destination is replicated (an exchange or a quorum queue; a classic queue's bindings
@@ -42,7 +42,8 @@ queue's group, cluster_nodes.json); the exchange and binding removals it makes d
 auto-delete exchanges (the snapshot says which exist), and an auto-delete exchange a
 deleted queue took along is declared again when the snapshot has it.
 
-Not here: when snapshots are taken and restored (meta.py), the log (broker/raft).
+Not here: when snapshots are taken and restored (cluster/meta.py), the log
+(broker/raft).
 """
 
 from __future__ import annotations
@@ -51,15 +52,15 @@ import json
 from typing import TYPE_CHECKING
 
 from ..auth.users import Permissions, User
-from ..node import definitions
-from ..node.policies import parse_policy
+from . import definitions
+from .policies import parse_policy
 from ..queues.types import validate_declaration
 from ..routing.exchanges import EXCHANGE, QUEUE, Binding, Destination, freeze
 from ..storage.metadata_store import decode_arguments, encode_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..node.node import Node
-    from ..node.vhost import VHost
+    from .node import Node
+    from .vhost import VHost
 
 VERSION = 1
 

@@ -1,4 +1,4 @@
-"""The metadata group's snapshot on a node of its own (broker/cluster/meta_snapshot.py):
+"""The metadata group's snapshot on a node of its own (broker/node/metadata_snapshot.py):
 restoring the snapshot of any point of a command history makes a node's metadata
 equal to a node that applied that history, from behind (creations) and from ahead
 (deletions), and leaves what is not replicated (a classic queue and its bindings)
@@ -14,7 +14,9 @@ import os
 
 import pytest
 
-from quorumqueue.broker.cluster import meta, meta_snapshot
+from quorumqueue.broker.cluster import meta
+from quorumqueue.broker.node import metadata
+from quorumqueue.broker.node import metadata_snapshot as meta_snapshot
 from quorumqueue.broker.cluster.cluster import Cluster
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.node import Node
@@ -106,7 +108,7 @@ def apply(node: Node, history) -> None:
         command = json.loads(meta.encode(op, **dict(fields)))
         if "arguments" in command:
             command["arguments"] = decode_arguments(command["arguments"])
-        meta.APPLY[command["op"]](node, command)
+        metadata.APPLY[command["op"]](node, command)
 
 
 def snapshot_of(node: Node) -> dict:

@@ -1,0 +1,146 @@
+"""What each metadata command does to a node (the commands: cluster/meta.py).
+
+Every node applies the same commands in the same order, so every node routes the
+same way and knows every queue in the metadata (a quorum queue's group uid and
+members). `apply(node, command)` returns the command's result (a message count for
+queue.delete, None otherwise) or `("error", reply_code, reply_text)` when it cannot
+be applied (another node declared the same name differently first): the proposing
+node raises that as the channel error RabbitMQ would have sent.
+
+Application is idempotent where a retry can repeat a command: declaring what exists
+with the same definition, deleting what is gone, binding twice.
+
+Not here: the group and its log (cluster/meta.py), checks made before proposing
+(handlers.py, definitions.py), snapshots (metadata_snapshot.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp.errors import AMQPError, precondition
+from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from .definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Node
+
+
+def apply(node: "Node", command: dict):
+    try:
+        return APPLY[command["op"]](node, command)
+    except AMQPError as error:
+        return ("error", error.code, error.detail)
+
+
+def _vhost(node: "Node", name: str):
+    vhost = node.vhosts.get(name)
+    if vhost is None:
+        from .vhost import VHost
+
+        vhost = node.vhosts[name] = VHost(name)
+    return vhost
+
+
+def _exchange_declare(node: "Node", c: dict):
+    _exchange, created = _vhost(node, c["vhost"]).declare_exchange(
+        c["name"], c["type"], False, c["durable"], c["auto_delete"], c["internal"],
+        c["arguments"])
+    if created:
+        node.metadata_dirty = True
+    return None
+
+
+def _exchange_delete(node: "Node", c: dict):
+    if _vhost(node, c["vhost"]).delete_exchange(c["name"], c["if_unused"]) is not None:
+        node.metadata_dirty = True
+    return None
+
+
+def _queue_declare(node: "Node", c: dict):
+    from .vhost import check_arguments_equivalent
+    from ..queues.types import validate_declaration
+
+    vhost = _vhost(node, c["vhost"])
+    existing = vhost.queues.get(c["name"])
+    if existing is not None:  # declared meanwhile through another node: the same?
+        where = f"queue '{c['name']}' in vhost '{vhost.name}'"
+        declared = c.get("type", "quorum")  # records before types were written: quorum
+        if existing.type_name != declared:
+            raise precondition(f"inequivalent arg 'x-queue-type' for {where}: received "
+                               f"'{declared}' but current is '{existing.type_name}'")
+        check_arguments_equivalent(*existing.equivalence_arguments(c["arguments"]), where,
+                                   existing.EQUIVALENCE_KEYS)
+        return None
+    spec = validate_declaration(c["name"], vhost.name, True, False, False, c["arguments"])
+    node.create_replicated_queue(vhost, c["name"], spec, c["group"], tuple(c["members"]),
+                                 c["leader"])
+    return None
+
+
+def _queue_delete(node: "Node", c: dict):
+    vhost = node.vhosts.get(c["vhost"])
+    queue = vhost.queues.get(c["name"]) if vhost is not None else None
+    if queue is None or getattr(queue, "group", None) != c["group"]:
+        return 0  # gone already (a retry, or deleted through another node first)
+    return node.delete_queue(vhost, queue)
+
+
+def _queue_members(node: "Node", c: dict):
+    """The members asked for (membership.py makes the Raft groups follow)."""
+    vhost = node.vhosts.get(c["vhost"])
+    queue = vhost.queues.get(c["name"]) if vhost is not None else None
+    if queue is None or getattr(queue, "group", None) != c["group"]:
+        return None
+    queue.members = tuple(c["members"])
+    node.metadata_dirty = True
+    return None
+
+
+def _bind(node: "Node", c: dict):
+    vhost = _vhost(node, c["vhost"])
+    destination = Destination(QUEUE if c["kind"] == QUEUE else EXCHANGE, c["destination"])
+    if c["op"] == "unbind":
+        vhost.unbind(c["source"], destination, c["routing_key"], c["arguments"])
+    else:
+        vhost.bind(c["source"], destination, c["routing_key"], c["arguments"])
+    node.metadata_dirty = True
+    return None
+
+
+def _add_node(node: "Node", c: dict):
+    node.cluster.add_node(c["name"], tuple(c["address"]))
+    return None
+
+
+def _forget_node(node: "Node", c: dict):
+    """The node leaves the cluster's list and every quorum queue's members (their
+    leaders then remove it from their Raft groups: membership.reconcile); a queue
+    whose only member it was keeps it (it can only be deleted)."""
+    name = c["name"]
+    node.cluster.forget_node(name)
+    for vhost in node.vhosts.values():
+        for queue in vhost.queues.values():
+            if queue.REPLICATED and name in queue.members and len(queue.members) > 1:
+                queue.members = tuple(m for m in queue.members if m != name)
+                node.metadata_dirty = True
+    return None
+
+
+def _definition(node: "Node", c: dict):
+    apply_command(node, c)  # users, vhosts, permissions, policies: node/definitions.py
+    return None
+
+
+APPLY = {
+    "cluster.add_node": _add_node,
+    "cluster.forget_node": _forget_node,
+    "exchange.declare": _exchange_declare,
+    "exchange.delete": _exchange_delete,
+    "queue.declare": _queue_declare,
+    "queue.delete": _queue_delete,
+    "queue.members": _queue_members,
+    "bind": _bind,
+    "unbind": _bind,
+    **{op: _definition for op in DEFINITION_COMMANDS},
+}
