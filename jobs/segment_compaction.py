@@ -199,8 +199,10 @@ def run(spark, data_dir: str, out: str, segment_max_entries: int, node: str | No
     from . import outputs
     from .log_state import frames
 
+    # the quorum queues' groups (a node's data directory also holds its metadata
+    # group's log, which no queue owns)
     log = (spark.read.format("quorumqueue.log").options(**({"node": node} if node else {}))
-           .load(data_dir).cache())
+           .load(data_dir).where(F.col("queue").isNotNull()).cache())
     live, groups = frames(spark, data_dir, node)
     results = {"segments": segments(log, live, groups), "what_if": what_if(log, live, groups)}
     collected = {name: [row.asDict() for row in frame.collect()]
