@@ -187,10 +187,12 @@ class Session:
                 match event:
                     case MethodReceived():
                         channel = self.channels[event.channel]
-                        if handlers.hold(self, channel, lambda channel=channel, method=event.method:
-                                         handlers.dispatch(self, channel, method),
-                                         (event.class_id, event.method_id)):
-                            continue  # after the metadata change the channel waits for
+                        if channel.held is not None:  # after the metadata change it waits for
+                            handlers.hold(self, channel, lambda channel=channel,
+                                          method=event.method: handlers.dispatch(
+                                              self, channel, method),
+                                          (event.class_id, event.method_id))
+                            continue
                         try:
                             handlers.dispatch(self, channel, event.method)
                         except AMQPError as error:
@@ -218,10 +220,11 @@ class Session:
     def _content(self, event: ContentReceived) -> None:
         self.has_published = True
         channel = self.channels[event.channel]
-        if handlers.hold(self, channel, lambda: handlers.publish(
+        if channel.held is not None:  # after the metadata change the channel waits for
+            handlers.hold(self, channel, lambda: handlers.publish(
                 self, channel, event.method, event.properties, event.body),
-                spec.BASIC_PUBLISH):
-            return  # after the metadata change the channel waits for
+                spec.BASIC_PUBLISH)
+            return
         try:
             handlers.publish(self, channel, event.method, event.properties, event.body)
         except AMQPError as error:  # routing and property checks fail basic.publish
