@@ -15,7 +15,8 @@ As a queue type (queues/base.py): publishes are appended to the node's message s
 when the queue is durable and the message persistent (the publisher's confirm waits
 for that batch's fsync); deliveries go to consumers' channels at once; an unacked
 delivery's token is its `Entry`, and settling one writes an ack record for a stored
-message.
+message. A stored message's first delivery that must be acked writes a delivered
+record, so after a restart it comes back redelivered, as RabbitMQ's classic queues do.
 
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
 ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
@@ -267,6 +268,8 @@ class ClassicQueue(Queue):
                                      message.properties.raw, message.body)
             if consumer.no_ack:
                 self._settled(entry)
+            elif entry.stored and not entry.redelivered:
+                self._record_delivery(entry)
 
     def consume(self, channel: "Channel", consumer: "Consumer") -> None:
         self.add_consumer(consumer)
@@ -290,6 +293,8 @@ class ClassicQueue(Queue):
                        message.body)
         if no_ack:
             self._settled(entry)
+        elif entry.stored and not entry.redelivered:
+            self._record_delivery(entry)
 
     def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
         for entry in tokens:
@@ -348,13 +353,19 @@ class ClassicQueue(Queue):
             _class_id, properties = decode_properties(item.header)
             message = Message(item.exchange, item.routing_key, properties, item.body)
             self.next_seq = max(self.next_seq, item.seq + 1)
-            self.push(Entry(message, item.seq, stored=True))
+            self.push(Entry(message, item.seq, stored=True, redelivered=item.delivered))
         return len(items)
 
     def _settled(self, entry: Entry) -> None:
         """An unacked delivery is done with (acked, or rejected without requeue)."""
         self.unacked_count -= 1
         self._forget(entry)
+
+    def _record_delivery(self, entry: Entry) -> None:
+        """A stored entry's first delivery that must be acked: the store records it
+        (once: a later delivery is of a redelivered entry)."""
+        if not self.deleted and self.store is not None:
+            self.store.append_delivered(queue_key(self.vhost, self.name), entry.seq)
 
     def _forget(self, entry: Entry) -> None:
         if entry.stored and not self.deleted and self.store is not None:

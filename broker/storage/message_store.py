@@ -1,22 +1,37 @@
 """Persistent messages of durable classic queues: an append-only, segmented log.
 
-Format (version 1), files `msgstore/NNNNNNNN.seg`:
+Format (version 2), files `msgstore/NNNNNNNN.seg`:
   file header: b"QQMS" + u16 version
   record:      u32 crc32(type..payload) | u32 payload length | u8 type | payload
-  ENQUEUE  1:  u16 qlen, queue key, u64 seq, u8 elen, exchange, u8 rlen, routing key,
-               u32 hlen, content header payload, body (rest)
-  ACK      2:  u16 qlen, queue key, u64 seq
-  PURGE    3:  u16 qlen, queue key, u64 seq (everything at or below it is gone)
-  DELETE   4:  u16 qlen, queue key
-The queue key is `vhost \\x00 name`.
+  ENQUEUE   1:  u16 qlen, queue key, u64 seq, u8 elen, exchange, u8 rlen, routing key,
+                u32 hlen, content header payload, body (rest)
+  ACK       2:  u16 qlen, queue key, u64 seq
+  PURGE     3:  u16 qlen, queue key, u64 seq (everything at or below it is gone)
+  DELETE    4:  u16 qlen, queue key
+  DELIVERED 5:  u16 qlen, queue key, u64 seq (handed to a consumer that must ack it;
+                version 2 only)
+The queue key is `vhost \\x00 name`. Version 1 is version 2 without DELIVERED: its
+segments are still read, and recovery starts a new version-2 segment rather than
+appending to a version-1 one, so a file's header always tells which records it holds.
 
 How it works: records are appended to an in-memory batch (`append_*`, pure); the
 server shell calls `flush()` which writes the batch to the active segment and
 fdatasyncs once for all of them (group commit), then reports the batch id so
 publisher confirms waiting on it can be sent. Segments rotate at `segment_bytes`.
 
+DELIVERED is how a recovered message knows it was delivered before the restart and
+comes back with redelivered=true, as RabbitMQ's classic queues do (they record
+deliveries of persistent messages in their queue index). The node writes one for a
+stored message the first time it goes out to a consumer or basic.get that must ack
+it. A batch holding only DELIVERED records is written but not fdatasynced: it
+survives the broker process dying (the data is in the OS page cache), and rides
+with the next fsync against a machine crash; a lost one only means a redelivery is
+not flagged, never a lost or duplicated message.
+
 Invariants:
 - a record is acknowledged to publishers only after the fsync that covers it;
+- a message's DELIVERED record follows its ENQUEUE record in log order (compaction
+  copies a delivered message forward with a DELIVERED record after the copy);
 - segments are deleted oldest-first and only while they hold no live message, so an
   ACK record always outlives the ENQUEUE it cancels;
 - when the oldest segment is mostly dead its live messages are copied forward
@@ -33,7 +48,8 @@ import zlib
 from dataclasses import dataclass
 
 FILE_MAGIC = b"QQMS"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _file_header = struct.Struct(">4sH")
 _record_header = struct.Struct(">IIB")
 _u8 = struct.Struct(">B")
@@ -41,7 +57,7 @@ _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 
-ENQUEUE, ACK, PURGE, DELETE = 1, 2, 3, 4
+ENQUEUE, ACK, PURGE, DELETE, DELIVERED = 1, 2, 3, 4, 5
 
 
 class CorruptStoreError(RuntimeError):
@@ -59,6 +75,7 @@ class RecoveredMessage:
     routing_key: str
     header: bytes
     body: bytes
+    delivered: bool = False  # delivered before the restart and not acked since
 
 
 def _encode_key(key: bytes) -> bytes:
@@ -84,6 +101,9 @@ class MessageStore:
         self._live: dict[tuple[bytes, int], int] = {}   # (queue, seq) -> segment
         self._live_per_segment: dict[int, int] = {}
         self._written_per_segment: dict[int, int] = {}  # ENQUEUE records ever written
+        self._delivered: set[tuple[bytes, int]] = set()  # live messages with a DELIVERED
+        self._needs_sync = False   # the batch holds a record other than DELIVERED
+        self._versions: dict[int, int] = {}  # segment -> format version, read at recovery
         self._file = None
         self._file_size = 0
 
@@ -98,8 +118,11 @@ class MessageStore:
             for record_type, payload in self._read_segment(number, tolerate_torn_tail=last):
                 self._replay(number, record_type, payload, messages)
         self._segments = numbers
-        if numbers:
+        if numbers and self._versions.get(numbers[-1], VERSION) == VERSION:
             self._open_segment(numbers[-1], append=True)
+        elif numbers:  # an older format's segment stays as it is, read-only
+            self._open_segment(numbers[-1] + 1, append=False)
+            self._segments.append(numbers[-1] + 1)
         else:
             self._open_segment(1, append=False)
             self._segments = [1]
@@ -121,8 +144,9 @@ class MessageStore:
         magic, version = _file_header.unpack_from(data)
         if magic != FILE_MAGIC:
             raise CorruptStoreError(f"{path}: not a quorumqueue message store segment")
-        if version != VERSION:
+        if version not in READABLE_VERSIONS:
             raise CorruptStoreError(f"{path}: unknown format version {version}")
+        self._versions[number] = version
         offset = _file_header.size
         while offset < len(data):
             bad = None
@@ -183,7 +207,14 @@ class MessageStore:
             messages.setdefault(key, {})[seq] = RecoveredMessage(
                 seq, exchange.decode("utf-8", "surrogateescape"),
                 routing_key.decode("utf-8", "surrogateescape"), header, body)
+            self._delivered.discard((key, seq))  # a compaction copy: DELIVERED follows it
             self._mark_live(key, seq, segment)
+        elif record_type == DELIVERED:
+            (seq,) = _u64.unpack_from(payload, offset)
+            message = messages.get(key, {}).get(seq)
+            if message is not None:
+                message.delivered = True
+                self._delivered.add((key, seq))
         elif record_type == ACK:
             (seq,) = _u64.unpack_from(payload, offset)
             messages.get(key, {}).pop(seq, None)
@@ -214,6 +245,8 @@ class MessageStore:
         segment = self._live.pop((key, seq), None)
         if segment is not None:
             self._live_per_segment[segment] -= 1
+            if self._delivered:
+                self._delivered.discard((key, seq))
 
     def append_enqueue(self, key: bytes, seq: int, exchange: str, routing_key: str,
                        header: bytes, body: bytes) -> int:
@@ -223,20 +256,33 @@ class MessageStore:
                             exchange_bytes, _u8.pack(len(routing_bytes)), routing_bytes,
                             _u32.pack(len(header)), header, body))
         self._batch.append(_record(ENQUEUE, payload))
+        self._needs_sync = True
         self._mark_live(key, seq, self._segments[-1])
         return self.batch_id
 
+    def append_delivered(self, key: bytes, seq: int) -> None:
+        """The live message (key, seq) went out to a consumer that must ack it. The
+        caller writes this once per message (its first such delivery); a repeat, or
+        a message that is not live, is ignored."""
+        if (key, seq) in self._delivered or (key, seq) not in self._live:
+            return
+        self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
+        self._delivered.add((key, seq))
+
     def append_ack(self, key: bytes, seq: int) -> None:
         self._batch.append(_record(ACK, _encode_key(key) + _u64.pack(seq)))
+        self._needs_sync = True
         self._mark_dead(key, seq)
 
     def append_purge(self, key: bytes, up_to_seq: int) -> None:
         self._batch.append(_record(PURGE, _encode_key(key) + _u64.pack(up_to_seq)))
+        self._needs_sync = True
         for live_key, seq in [k for k in self._live if k[0] == key and k[1] <= up_to_seq]:
             self._mark_dead(live_key, seq)
 
     def append_delete(self, key: bytes) -> None:
         self._batch.append(_record(DELETE, _encode_key(key)))
+        self._needs_sync = True
         for live_key, seq in [k for k in self._live if k[0] == key]:
             self._mark_dead(live_key, seq)
 
@@ -256,14 +302,16 @@ class MessageStore:
         self._file_size = self._file.tell()
 
     def flush(self) -> int:
-        """Write and fsync the pending batch; returns the synced batch id."""
+        """Write and fsync the pending batch (only write it if it holds nothing but
+        DELIVERED records); returns the synced batch id."""
         if self._batch:
             data = b"".join(self._batch)
             self._batch.clear()
             self._file.write(data)
             self._file.flush()
-            if self.fsync:
+            if self.fsync and self._needs_sync:
                 os.fdatasync(self._file.fileno())
+            self._needs_sync = False
             self._file_size += len(data)
         self.synced_batch_id = self.batch_id
         self.batch_id += 1
@@ -308,6 +356,8 @@ class MessageStore:
         for (key, seq), payload in live.items():
             self._batch.append(_record(ENQUEUE, payload))
             self._mark_live(key, seq, self._segments[-1])
+            if (key, seq) in self._delivered:
+                self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
         data = b"".join(self._batch)
         self._batch.clear()
         self._file.write(data)

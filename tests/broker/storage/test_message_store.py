@@ -5,8 +5,10 @@ once `flush()` returned; recovery replays enqueue/ack/purge/delete in order; a t
 record is tolerated only at the tail of the newest segment (a crash mid-write) and is
 cut off so appending can continue; any other damage stops recovery with an error
 naming the file and offset; dead segments are deleted oldest first; a mostly dead
-oldest segment has its live messages copied forward (compaction). A Hypothesis model
-test runs random operation sequences, with crashes, against a dictionary.
+oldest segment has its live messages copied forward (compaction), delivered flag and
+all; a DELIVERED record marks a recovered message delivered; version-1 segments are
+still read. A Hypothesis model test runs random operation sequences, with crashes,
+against a dictionary.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ def opened(directory, segment_bytes: int = 1 << 20) -> MessageStore:
 
 
 def recovered(directory, segment_bytes: int = 1 << 20) -> dict:
-    """Recover into a fresh MessageStore: {key: [(seq, exchange, key, header, body)]}."""
+    """Recover into a fresh MessageStore:
+    {key: [(seq, exchange, key, header, body, delivered)]}."""
     store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
-    result = {key: [(m.seq, m.exchange, m.routing_key, m.header, m.body) for m in messages]
+    result = {key: [(m.seq, m.exchange, m.routing_key, m.header, m.body, m.delivered)
+                    for m in messages]
               for key, messages in store.recover().items() if messages}
     store.close()
     return result
@@ -47,8 +51,8 @@ def enqueue(store: MessageStore, key: bytes, seq: int, body: bytes = b"body") ->
     return store.append_enqueue(key, seq, "amq.direct", f"rk-{seq}", b"\x00\x3c-header", body)
 
 
-def record(seq: int, body: bytes = b"body") -> tuple:
-    return (seq, "amq.direct", f"rk-{seq}", b"\x00\x3c-header", body)
+def record(seq: int, body: bytes = b"body", delivered: bool = False) -> tuple:
+    return (seq, "amq.direct", f"rk-{seq}", b"\x00\x3c-header", body, delivered)
 
 
 def crash(store: MessageStore) -> None:
@@ -62,7 +66,7 @@ def crash(store: MessageStore) -> None:
 
 
 def test_append_flush_recover_round_trip(tmp_path):
-    """Format v1: enqueue/ack records replay to the live set, per queue, in seq order."""
+    """Enqueue/ack records replay to the live set, per queue, in seq order."""
     store = opened(tmp_path)
     assert enqueue(store, Q1, 1, b"one") == 1
     enqueue(store, Q1, 2, b"two")
@@ -119,6 +123,94 @@ def test_recovery_can_continue_appending_to_the_newest_segment(tmp_path):
     store.close()
     assert segments(tmp_path) == ["00000001.seg"]
     assert recovered(tmp_path) == {Q1: [record(2)]}
+
+
+# ---------------------------------------------------------------- deliveries
+
+
+def test_a_delivered_record_marks_the_recovered_message_delivered(tmp_path):
+    """DELIVERED marks a live message as handed out before the restart; a repeat is
+    not written twice, an acked message forgets it, and other messages stay undelivered."""
+    store = opened(tmp_path)
+    for seq in (1, 2, 3):
+        enqueue(store, Q1, seq)
+    store.flush()
+    store.append_delivered(Q1, 1)
+    store.append_delivered(Q1, 1)
+    store.append_delivered(Q1, 3)
+    assert len(store._batch) == 2
+    store.append_ack(Q1, 3)
+    store.append_delivered(Q1, 9)  # not live: nothing to record
+    store.flush()
+    store.close()
+    assert recovered(tmp_path) == {Q1: [record(1, delivered=True), record(2)]}
+
+
+def test_a_batch_of_only_delivered_records_is_written_without_fdatasync(tmp_path,
+                                                                       monkeypatch):
+    """A DELIVERED record never costs an fdatasync of its own: it is written (so it
+    survives the broker process dying) and rides with the next fsync."""
+    synced = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
+    store = MessageStore(str(tmp_path), segment_bytes=1 << 20, fsync=True)
+    store.recover()
+    enqueue(store, Q1, 1)
+    store.flush()
+    assert len(synced) == 1
+    store.append_delivered(Q1, 1)
+    store.flush()
+    assert len(synced) == 1
+    crash(store)  # the process dies after the write: the record is in the file
+    assert recovered(tmp_path) == {Q1: [record(1, delivered=True)]}
+
+
+def test_compaction_carries_the_delivered_flag_forward(tmp_path):
+    """A delivered long-lived message copied forward out of a mostly dead segment is
+    still delivered after recovery, though the segment with its DELIVERED is gone."""
+    store = opened(tmp_path, segment_bytes=2000)
+    enqueue(store, Q2, 1, b"long-lived")
+    store.append_delivered(Q2, 1)
+    for seq in range(1, 30):
+        enqueue(store, Q1, seq, b"w" * 40)
+    store.flush()  # rotates to segment 2
+    for seq in range(1, 30):
+        store.append_ack(Q1, seq)
+    for seq in range(30, 60):
+        enqueue(store, Q1, seq, b"w" * 40)
+        store.append_ack(Q1, seq)
+    store.flush()
+    assert "00000001.seg" not in segments(tmp_path)
+    store.close()
+    assert recovered(tmp_path, 2000) == {Q2: [record(1, b"long-lived", delivered=True)]}
+
+
+def test_a_version_1_store_is_read_and_left_as_it_is(tmp_path):
+    """A store written before DELIVERED existed (format version 1, the same records
+    without type 5) recovers; new records go to a new version-2 segment, so the old
+    file's header stays true. An unknown version stops recovery, naming it."""
+    store = opened(tmp_path)
+    enqueue(store, Q1, 1)
+    enqueue(store, Q1, 2)
+    store.flush()
+    store.close()
+    path = tmp_path / "00000001.seg"
+    data = bytearray(path.read_bytes())
+    data[4:6] = (1).to_bytes(2, "big")
+    path.write_bytes(bytes(data))
+    store = MessageStore(str(tmp_path), fsync=False)
+    assert [m.seq for m in store.recover()[Q1]] == [1, 2]
+    store.append_delivered(Q1, 1)
+    store.append_ack(Q1, 2)
+    store.flush()
+    store.close()
+    assert path.read_bytes() == bytes(data)
+    assert segments(tmp_path) == ["00000001.seg", "00000002.seg"]
+    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x02"
+    assert recovered(tmp_path) == {Q1: [record(1, delivered=True)]}
+    data[4:6] = (3).to_bytes(2, "big")
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError, match="unknown format version 3"):
+        MessageStore(str(tmp_path), fsync=False).recover()
 
 
 # ---------------------------------------------------------------- torn tails and corruption
@@ -286,11 +378,12 @@ def test_compaction_copies_the_live_message_when_a_recreated_queue_reused_its_se
 keys = st.sampled_from([Q1, Q2, queue_key("/", "q3")])
 enqueues = st.tuples(st.just("enqueue"), keys, st.binary(max_size=24))
 acks = st.tuples(st.just("ack"), keys, st.integers(min_value=0, max_value=3))
+deliveries = st.tuples(st.just("deliver"), keys, st.integers(min_value=0, max_value=3))
 flushes = st.tuples(st.just("flush"))
 # weighted towards enqueue, ack (mostly of the oldest) and flush, so that segments
 # fill, rotate, die and get compacted within one example
 operations = st.lists(st.one_of(
-    enqueues, enqueues, enqueues, acks, acks, acks, flushes, flushes,
+    enqueues, enqueues, enqueues, acks, acks, acks, deliveries, flushes, flushes,
     st.tuples(st.just("purge"), keys, st.integers(min_value=0, max_value=30)),
     st.tuples(st.just("delete"), keys),
     st.tuples(st.just("crash")),
@@ -302,15 +395,16 @@ operations = st.lists(st.one_of(
                                  HealthCheck.too_slow])
 @given(ops=operations, segment_bytes=st.sampled_from([150, 500, 900]))
 def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, segment_bytes):
-    """Random enqueue/ack/purge/delete/flush sequences with small segments (so rotation,
+    """Random enqueue/deliver/ack/purge/delete/flush sequences with small segments (so rotation,
     deletion and compaction all happen), interrupted by crashes that lose the pending
     batch: recovering into a fresh MessageStore always yields exactly the messages a
-    model says are live after the last flush, and the recovered store keeps going."""
+    model says are live after the last flush (with the delivered flag of each), and
+    the recovered store keeps going."""
     directory = tmp_path_factory.mktemp("store")
     store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
     store.recover()
-    durable: dict[bytes, dict[int, bytes]] = {}
-    pending: dict[bytes, dict[int, bytes]] = {}
+    durable: dict[bytes, dict[int, tuple[bytes, bool]]] = {}  # seq -> (body, delivered)
+    pending: dict[bytes, dict[int, tuple[bytes, bool]]] = {}
     next_seq: dict[bytes, int] = {}
 
     def model_after_flush():
@@ -323,7 +417,14 @@ def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, seg
             seq = next_seq.get(key, 1)
             next_seq[key] = seq + 1
             enqueue(store, key, seq, body)
-            pending.setdefault(key, {})[seq] = body
+            pending.setdefault(key, {})[seq] = (body, False)
+        elif kind == "deliver":
+            _, key, pick = op
+            live = sorted(pending.get(key, {}))
+            if live:
+                seq = live[pick % len(live)]
+                store.append_delivered(key, seq)
+                pending[key][seq] = (pending[key][seq][0], True)
         elif kind == "ack":
             _, key, pick = op
             live = sorted(pending.get(key, {}))
@@ -346,7 +447,7 @@ def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, seg
             durable = model_after_flush()
         elif kind == "crash":
             crash(store)
-            expected = {key: [record_of(seq, messages[seq]) for seq in sorted(messages)]
+            expected = {key: [record(seq, *messages[seq]) for seq in sorted(messages)]
                         for key, messages in durable.items() if messages}
             assert recovered(directory, segment_bytes) == expected
             store = MessageStore(str(directory), segment_bytes=segment_bytes, fsync=False)
@@ -354,10 +455,7 @@ def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, seg
             pending = {key: dict(messages) for key, messages in durable.items()}
             next_seq = {key: max(messages, default=0) + 1 for key, messages in durable.items()}
     store.close()  # flushes what is pending
-    expected = {key: [record_of(seq, messages[seq]) for seq in sorted(messages)]
+    expected = {key: [record(seq, *messages[seq]) for seq in sorted(messages)]
                 for key, messages in pending.items() if messages}
     assert recovered(directory, segment_bytes) == expected
 
-
-def record_of(seq: int, body: bytes) -> tuple:
-    return record(seq, body)
