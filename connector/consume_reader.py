@@ -1,7 +1,7 @@
 """Consume mode: the streaming reader for any AMQP 0-9-1 broker (RabbitMQ, or the bundled
 broker when option `mode` is `consume`).
 
-How Spark drives it (ARCHITECTURE.md, "The connector"), for batch N:
+How Spark's micro-batch execution drives it, for batch N:
 
     latestOffset(end N-1, limit) -> end N    ack up to end N-1, number what arrived, cut N
     [Spark writes offset log N]

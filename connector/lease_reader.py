@@ -1,6 +1,6 @@
 """Lease mode: the streaming reader over the bundled broker's durable leases.
 
-How Spark drives it (ARCHITECTURE.md, "The connector"), for batch N:
+How Spark's micro-batch execution drives it, for batch N:
 
     latestOffset(end N-1, limit) -> end N    grow the query's lease (a Raft command)
     [Spark writes offset log N]

@@ -205,7 +205,7 @@ def consume_limits(options: SourceOptions) -> ConsumeLimits:
 
     A batch's deliveries stay unacked until Spark has committed it, so while batch N+1
     is collected batch N may still be unacked: prefetch must exceed two batches, or the
-    broker stops delivering and the query stalls (ARCHITECTURE.md, "The connector").
+    broker stops delivering and the query stalls (connector/README.md, "Consume mode").
     """
     per_trigger, prefetch = options.max_messages_per_trigger, options.prefetch
     if per_trigger is None:

@@ -1,5 +1,5 @@
 """Job `memory_footprint`: what a node's quorum queues cost in memory, against the model
-RabbitMQ documents (../shared/seeds/002, "Resources that Quorum Queues Use").
+RabbitMQ documents (the quorum queues guide, "Resources that Quorum Queues Use").
 
 The model: each queue keeps an in-memory index of its messages, at least 32 bytes
 per message (more when a message was returned or has a TTL: at least 1 MB per 30,000

@@ -1,8 +1,8 @@
 """Job `segment_compaction`: how much of each quorum queue's log is settled messages kept
 on disk, what frees it, and which segment size would suit the observed workload.
 
-The quorum-queue guides (../shared/seeds/002, "Resources that Quorum Queues Use", and
-003, segment truncation) explain the problem: a segment file is deleted only once every
+RabbitMQ's quorum queues guide ("Resources that Quorum Queues Use"; in the 4.2 edition
+"Resource Use", "When Does Segment File Truncation Happen?") explains the problem: a segment file is deleted only once every
 entry in it is below the release cursor, the lowest index the queue still needs, so one
 old unacknowledged message pins every segment from its own on. RabbitMQ 4.3 adds
 compaction around live entries; the broker implements both (FORMAT.md, "Compaction").

@@ -1,6 +1,6 @@
 """pyproject.toml's package list, and the module PySpark discovers the source by.
 
-ARCHITECTURE.md: the folders ship as `quorumqueue.<folder>` (no generic top-level
+pyproject.toml and connector/README.md: the folders ship as `quorumqueue.<folder>` (no generic top-level
 names), and `spark.readStream.format("quorumqueue")` works right after `pip install`
 with no register call, because PySpark registers the `DefaultSource` of every
 top-level `pyspark_*` module it finds with `pkgutil.iter_modules()`.

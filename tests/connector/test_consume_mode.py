@@ -1,6 +1,6 @@
 """Consume mode (connector/consume_reader.py) against the bundled broker and RabbitMQ 3.10.8.
 
-ARCHITECTURE.md, "The connector": on any AMQP 0-9-1 broker the driver consumes with
+connector/README.md, "Consume mode": on any AMQP 0-9-1 broker the driver consumes with
 manual acks and acks a batch only once Spark has committed it; what is not acked
 returns to the queue, so nothing is lost, and a batch handed to Spark but not acked
 when the driver stops comes back (at-least-once, deduplicated on `message_id`).

@@ -1,6 +1,6 @@
 """Exactly-once into Delta when the driver dies at each step of Spark's commit protocol.
 
-ARCHITECTURE.md, "The connector": for batch N Spark writes offset log N, settles the
+connector/lease_reader.py's header: for batch N Spark writes offset log N, settles the
 source up to N-1, runs the batch (here: a Delta commit with txnAppId/txnVersion),
 then writes commit log N. A driver (its JVM and Python workers) is SIGKILLed for
 real at one of three points of batch 1 (`quorumqueue.jobs.driver`):

@@ -1,7 +1,7 @@
 """The lease-mode reader against the bundled broker, driven as Spark drives it.
 
 No Spark here: each test calls the reader's methods in Spark's order for a batch
-(ARCHITECTURE.md, "The connector": latestOffset -> [offset log] -> commit(previous
+(connector/lease_reader.py's header: latestOffset -> [offset log] -> commit(previous
 end) -> partitions -> read on executors), with `read` run on a pickled copy, as on
 an executor. The Spark tests (test_streaming.py) then check the same through real
 queries.

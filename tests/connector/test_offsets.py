@@ -1,6 +1,6 @@
 """Lease-mode offsets and planning (connector/offsets.py), pure.
 
-ARCHITECTURE.md, "The connector": a batch's (start, end] is fixed once Spark logs
+connector/README.md, "Lease mode": a batch's (start, end] is fixed once Spark logs
 its end offset; so offsets must round-trip through the checkpoint unchanged, a bad
 one must fail loudly, and an unchanged offset must serialise to the same text.
 """

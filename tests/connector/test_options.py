@@ -2,8 +2,7 @@
 
 Spark hands a data source its options as strings under case-insensitive keys; an
 unknown key or an impossible value must stop the query at start with a message that
-names the option (STYLE.md: "impossible settings fail at start with a message naming
-the key").
+names the option.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Spark sink: `df.write` / `df.writeStream` `.format("quorumqueue")` (connector/sink.py).
 
-ARCHITECTURE.md, "The connector": publisher confirms on every partition; with the
+connector/README.md, "Sink": publisher confirms on every partition; with the
 bundled broker, publishing is idempotent per (query, partition, batch), so a batch
 Spark runs again adds nothing twice. What arrives is checked with pika (or, for a
 source-to-sink pipeline, read back through the source and compared with chispa).

@@ -1,6 +1,6 @@
 """Real streaming queries from a quorum queue on the bundled broker (local Spark).
 
-ARCHITECTURE.md, "The connector": Spark logs batch N's end offset, then commits the
+connector/lease_reader.py's header: Spark logs batch N's end offset, then commits the
 source up to N-1's end, runs N, commits the sink, then writes commit log N; a query
 restarted from its checkpoint re-plans a logged but uncommitted batch with the same
 (start, end] and must read the same rows. These tests run whole queries with

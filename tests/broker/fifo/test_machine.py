@@ -1,6 +1,6 @@
-"""The quorum-queue state machine against the 4.2 guide (../shared/seeds/003_*.txt:
-priorities, poison-message handling / delivery-limit, repeated requeues) and
-RabbitMQ's rabbit_fifo semantics."""
+"""The quorum-queue state machine against RabbitMQ 4.2's quorum queues guide
+("Priorities", "Poison Message Handling" and its delivery-limit, "Repeated Requeues")
+and RabbitMQ's rabbit_fifo semantics."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Quorum queues with aio-pika (over aiormq), the essentials as an asyncio user of
 RabbitMQ 4.x writes them: declare with x-arguments, publish with confirms, iterate and
 ack, nack with requeue (x-delivery-count), basic.get with its message count, and the
-declaration errors (4.2 quorum-queues guide, seeds/003).
+declaration errors (RabbitMQ 4.2's quorum queues guide, "Declaring").
 
 Tests are plain functions that run one coroutine with asyncio.run (no plugin needed),
 as in test_aio_pika.py.

@@ -1,6 +1,6 @@
 """Quorum queues (x-queue-type: quorum) through pika's BlockingConnection, as a user of
-RabbitMQ 4.x observes them. The spec is the 4.2 quorum-queues guide (seeds/003) and,
-for what 4.2 keeps, the earlier one (seeds/002); where RabbitMQ's source settles a
+RabbitMQ 4.x observes them. The spec is RabbitMQ 4.2's quorum queues guide and, for
+what 4.2 keeps, the 3.x edition; where RabbitMQ's source settles a
 detail the guide leaves open, the docstring says so.
 
 Sections: declaring ("Declaring", feature matrix: always durable, never exclusive or
