@@ -1,0 +1,54 @@
+"""The import contracts in `.importlinter` hold: lower layers of the broker import
+nothing above them, its cores do not import each other, and the connector and jobs
+stay out of the broker's node, cluster and server.
+
+Runs import-linter's `lint-imports` (in this interpreter, so it sees the package as
+installed) over the package's import graph; a broken contract fails this test with
+import-linter's report, which names the contract and every import that breaks it
+(module and line).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACTS = ROOT / ".importlinter"
+LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+
+
+def test_every_import_contract_is_kept():
+    result = subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, str(CONTRACTS), "--no-cache", "--no-logo"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    broken = [line.removesuffix(" BROKEN") for line in result.stdout.splitlines()
+              if line.endswith(" BROKEN")]
+    assert result.returncode == 0, (
+        f"broken import contracts: {broken or '(none named: see the output)'}\n"
+        f"{result.stdout}{result.stderr}")
+    contracts = [section for section in read_contracts().sections()
+                 if section.startswith("importlinter:contract:")]
+    assert f"Contracts: {len(contracts)} kept, 0 broken." in result.stdout, result.stdout
+
+
+def test_the_contracts_cover_every_broker_package():
+    """A new package under broker/ gets a place in the layers (a contract naming it),
+    rather than escaping every contract."""
+    contracts = read_contracts()
+    named = {module for section in contracts.sections()
+             for key in ("source_modules", "modules", "forbidden_modules")
+             for module in contracts[section].get(key, "").split()}
+    packages = sorted(path.parent.name for path in (ROOT / "broker").glob("*/__init__.py"))
+    missing = [name for name in packages if f"quorumqueue.broker.{name}" not in named]
+    assert not missing, f"broker packages no contract in .importlinter names: {missing}"
+
+
+def read_contracts() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser()
+    parser.read(CONTRACTS, encoding="utf-8")
+    return parser
