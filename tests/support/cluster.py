@@ -25,8 +25,12 @@ paused nodes, stops every node (SIGTERM, then SIGKILL), stops every proxy thread
 removes the temporary directory; an atexit hook does the same for a cluster a test
 forgot.
 
-Not here: waiting for the cluster to form or elect leaders (ask `cluster.status`
-through quorumqueue.client.management), workloads (history.py).
+`wait_for(what, predicate)` polls a condition (a leader elected, a replica caught
+up; ask `cluster.status` through quorumqueue.client.management) until it holds, for
+up to CONVERGE_TIMEOUT: a bound generous enough for a loaded machine (the suite must
+pass with CPU-heavy work beside it), never a fixed time a test relies on.
+
+Not here: workloads (history.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ from quorumqueue.broker.cluster import launcher
 from quorumqueue.broker.cluster.launcher import NodePlan
 
 ROOT = Path(__file__).resolve().parents[2]
+# how long a test waits for a cluster to agree on something (an election, a failover,
+# a replica catching up) before failing: an election takes a second or two on an idle
+# machine, far longer with two CPU-bound processes sharing its two cores
+CONVERGE_TIMEOUT = 90.0
 DIRECTIONS = ("forward", "backward")  # forward: client -> target; backward: target -> client
 
 
@@ -257,7 +265,26 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-def _wait_for_state(pid: int, stopped: bool, timeout: float = 5.0) -> None:
+def wait_for(what: str, predicate, timeout: float = CONVERGE_TIMEOUT,
+             interval: float = 0.05):
+    """predicate()'s first true value, polled until `timeout`; an exception counts as
+    not yet (a node may be starting or stopping). Raises naming `what` and the last
+    value or error."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as error:  # noqa: BLE001 - a node may be starting or stopping
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+
+
+def _wait_for_state(pid: int, stopped: bool, timeout: float = 30.0) -> None:
     """Until /proc says the process is (not) stopped: signals land asynchronously."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -289,7 +316,7 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, *, proxied: bool = True, data_dir: str | None = None,
                  extra_config: str = "", cookie: str | None = None,
-                 start_timeout: float = 30.0, stop_timeout: float = 10.0) -> None:
+                 start_timeout: float = CONVERGE_TIMEOUT, stop_timeout: float = 30.0) -> None:
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="qq-cluster-")

@@ -16,28 +16,13 @@ import pika
 import pytest
 
 from quorumqueue.client.management import call
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # the waits inside have their own bounds
 
 
 def status(uri: str) -> dict:
     return call(uri, "cluster.status")
-
-
-def wait_for(what, predicate, timeout: float = 20.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as error:  # noqa: BLE001 - a node may be starting or stopping
-            last = error
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def queue_status(uri: str, name: str) -> dict | None:
@@ -56,13 +41,21 @@ def connect(uri: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(uri))
 
 
-def drain(uri: str, queue: str, idle: float = 1.0) -> list[bytes]:
+def drain(uri: str, queue: str, count: int = 0, idle: float = 1.0) -> list[bytes]:
+    """Consume and ack: wait (up to CONVERGE_TIMEOUT) for `count` messages, then go on
+    until none arrives for `idle` seconds, so that any extra message shows too."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
     with connect(uri) as connection:
         channel = connection.channel()
         bodies = []
         for method, _properties, body in channel.consume(queue, inactivity_timeout=idle):
             if method is None:
-                break
+                if len(bodies) >= count:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"{len(bodies)} of {count} messages from {queue} on {uri} after "
+                    f"{CONVERGE_TIMEOUT:g}s")
+                continue
             bodies.append(body)
             channel.basic_ack(method.delivery_tag)
         channel.cancel()
@@ -119,7 +112,7 @@ def test_published_on_one_node_consumed_on_another(cluster):
         for n in range(50):
             channel.basic_publish("", "relay", f"m{n}".encode(),
                                   pika.BasicProperties(delivery_mode=2))
-    assert drain(two, "relay") == [f"m{n}".encode() for n in range(50)]
+    assert drain(two, "relay", 50) == [f"m{n}".encode() for n in range(50)]
     for uri in cluster.uris():
         wait_for("the queue empty on " + uri, lambda: call(uri, "queues.list", vhost="/")
                  and [q for q in call(uri, "queues.list", vhost="/")
@@ -175,7 +168,7 @@ def test_leader_killed_another_is_elected_and_the_old_one_catches_up():
         wait_for("the restarted node to catch up", lambda: [
             q for q in call(cluster.uri(leader), "queues.list", vhost="/")
             if q["name"] == "q"][0]["ready"] == 200)
-        assert drain(cluster.uri(leader), "q") == expected
+        assert drain(cluster.uri(leader), "q", 200) == expected
 
 
 def confirmed_within(uri: str, queue: str, body: bytes, seconds: float) -> bool:
@@ -221,7 +214,9 @@ def test_a_minority_refuses_work_and_the_majority_comes_back():
             channel = connection.channel()
             channel.confirm_delivery()
             channel.basic_publish("", "q", b"in-majority", pika.BasicProperties(delivery_mode=2))
-        bodies = drain(cluster.uri(survivor), "q")
+        bodies = []  # "in-minority" is there too if the survivor led and kept it
+        wait_for("'in-majority' delivered", lambda: bodies.extend(
+            drain(cluster.uri(survivor), "q")) or b"in-majority" in bodies)
         assert bodies[-1] == b"in-majority"
         assert set(bodies) <= {b"in-minority", b"in-majority"}
 
@@ -243,14 +238,11 @@ def test_a_dead_consumers_messages_come_back():
         channel.basic_qos(prefetch_count=10)
         taken = []
         channel.basic_consume("q", lambda ch, method, props, body: taken.append(body))
-        deadline = time.monotonic() + 10
-        while len(taken) < 10 and time.monotonic() < deadline:
-            doomed.process_data_events(time_limit=0.1)
-        assert len(taken) == 10
+        wait_for("ten deliveries on " + victim, lambda: doomed.process_data_events(
+            time_limit=0.1) or len(taken) == 10)
         cluster.kill(victim)  # unacked, on a node that is gone for good
         other = next(name for name in cluster.names if name not in (leader, victim))
-        bodies = wait_for("the messages back", lambda: sorted(drain(cluster.uri(other), "q"))
-                          or None, timeout=30)
+        bodies = sorted(drain(cluster.uri(other), "q", 10))
         assert bodies == sorted(b"%d" % n for n in range(10))
 
 
@@ -274,7 +266,7 @@ def test_the_whole_cluster_restarts_with_its_metadata_and_messages(tmp_path):
             channel = connection.channel()
             channel.confirm_delivery()
             channel.basic_publish("x", "", b"after", pika.BasicProperties(delivery_mode=2))
-        assert drain(last, "kept") == [b"%d" % n for n in range(20)] + [b"after"]
+        assert drain(last, "kept", 21) == [b"%d" % n for n in range(20)] + [b"after"]
 
 
 def test_a_node_without_a_replica_serves_the_queue_through_its_leader(cluster):
@@ -296,7 +288,7 @@ def test_a_node_without_a_replica_serves_the_queue_through_its_leader(cluster):
         assert body == b"p0" and not method.redelivered
         channel.basic_nack(method.delivery_tag, requeue=True)
     # the leader sends the outsider's consumer its messages
-    bodies = drain(uri, "pair")
+    bodies = drain(uri, "pair", 30)
     assert sorted(bodies) == sorted(b"p%d" % n for n in range(30))
     for member in members:
         wait_for("the queue empty on " + member, lambda: [
@@ -335,9 +327,9 @@ def test_a_follower_behind_the_leaders_snapshot_serves_the_live_messages():
         cluster.wait_ready([follower])
         wait_for("the follower caught up", lambda: [
             q for q in call(cluster.uri(follower), "queues.list", vhost="/")
-            if q["name"] == "behind"][0]["ready"] == 500, timeout=30)
+            if q["name"] == "behind"][0]["ready"] == 500)
         # (the 500 prefetched past the 2500th came back when the channel closed)
-        assert sorted(drain(cluster.uri(follower), "behind"), key=int) == [
+        assert sorted(drain(cluster.uri(follower), "behind", 500), key=int) == [
             b"%d" % n for n in range(2500, 3000)]
         assert "Traceback" not in cluster.log(follower, tail=100_000)
 

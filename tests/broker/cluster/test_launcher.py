@@ -33,9 +33,9 @@ from quorumqueue.broker.cluster import cli as cluster_cli
 from quorumqueue.broker.cluster import launcher
 from quorumqueue.broker.config import load_settings
 from quorumqueue.client.management import ManagementError
-from tests.support.cluster import ROOT, LocalCluster
+from tests.support.cluster import CONVERGE_TIMEOUT, ROOT, LocalCluster
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)  # the waits inside have their own bounds
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -232,7 +232,8 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
-def read_uris(process: subprocess.Popen, count: int, log_path, timeout: float = 30.0):
+def read_uris(process: subprocess.Popen, count: int, log_path,
+              timeout: float = CONVERGE_TIMEOUT):
     """The URIs the launcher prints once every node accepts AMQP."""
     uris, buffered = [], b""
     deadline = time.monotonic() + timeout
@@ -262,7 +263,7 @@ def node_processes(process: subprocess.Popen) -> dict[str, psutil.Process]:
 
 
 def gone(processes) -> bool:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes):
         if time.monotonic() > deadline:
             return False

@@ -27,13 +27,13 @@ from quorumqueue.broker.raft.messages import (AppendEntries, AppendEntriesRespon
                                               InstallSnapshot, RequestVote, TimeoutNow)
 from quorumqueue.broker.raft.types import COMMAND, LogEntry, SnapshotMeta
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)
 
 LOCAL = "127.0.0.1"
 
 
 def run(scenario):
-    asyncio.run(asyncio.wait_for(scenario(), timeout=15))
+    asyncio.run(asyncio.wait_for(scenario(), timeout=90))
 
 
 class Node:
@@ -71,7 +71,7 @@ def mesh(*nodes: Node) -> None:
                 node.transport.add_peer(other.transport.node_name, other.address)
 
 
-async def until(condition, timeout: float = 5.0) -> None:
+async def until(condition, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not condition():
