@@ -1,13 +1,16 @@
 """The bundled broker as a child process: the main job's embedded default.
 
 Responsibilities
-    Start `quorumqueue broker start` on a free 127.0.0.1 port with a data directory,
-    wait until it completes an AMQP handshake, and stop it (SIGTERM, then SIGKILL if
-    it does not exit), so the job leaves no process behind.
+    Start `quorumqueue broker start` on a free 127.0.0.1 port with a data directory
+    and, optionally, configuration keys of `conf/broker.toml`, wait until it completes
+    an AMQP handshake, and stop it (SIGTERM, then SIGKILL if it does not exit), so the
+    job leaves no process behind.
 
 How it works
     The broker runs as `python -m quorumqueue.broker.cli` with this interpreter,
-    logging to `broker.log` in its data directory. Readiness is the 8-byte AMQP
+    logging to `broker.log` in its data directory; configuration keys given are
+    written to `broker.toml` there and passed with `--config` (the broker refuses an
+    unknown key or an impossible value, naming it). Readiness is the 8-byte AMQP
     protocol header answered by connection.start, as a client would see it.
 
 Not here
@@ -22,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -34,10 +38,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def toml_lines(config: Mapping[str, str | int | bool]) -> list[str]:
+    """`key = value` lines of a broker configuration file (dotted keys as written in
+    conf/broker.toml; strings quoted, as TOML wants them)."""
+    def value(item: str | int | bool) -> str:
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, int):
+            return str(item)
+        return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return [f"{key} = {value(item)}" for key, item in config.items()]
+
+
 class EmbeddedBroker:
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None,
+                 config: Mapping[str, str | int | bool] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.config = dict(config or {})
         self.log_path = data_dir / "broker.log"
         self._process: subprocess.Popen | None = None
 
@@ -49,6 +67,10 @@ class EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
                    "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if self.config:
+            config_path = self.data_dir / "broker.toml"
+            config_path.write_text("\n".join(toml_lines(self.config)) + "\n", encoding="utf-8")
+            command += ["--config", str(config_path)]
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)

@@ -6,23 +6,27 @@ across a driver killed mid-way.
 
 Phases, each printed as it happens:
 
-1. start the bundled broker on a free 127.0.0.1 port (a fresh data directory);
+1. start the bundled broker on a free 127.0.0.1 port (a fresh data directory), with a
+   small write-ahead log and small segments (BROKER_STORAGE), so that a few thousand
+   orders already go through segment files as a busy queue's would;
 2. publish `--orders` shop orders (JSON, headers, AMQP properties) to a durable quorum
    queue with publisher confirms;
 3. run `spark.readStream.format("quorumqueue")` (lease mode) into a Delta table with a
    checkpoint, in a driver process of its own, and SIGKILL that driver (JVM and Python
    workers) at `--kill-at`: by default after batch 2's Delta commit and before its
    commit log, the worst moment, with orders still waiting in the queue;
-4. restart the query from the checkpoint in this process (Trigger.AvailableNow): Spark
+4. run the analytics jobs once over the broker's own log while it holds settled,
+   unacked and ready orders (segment_compaction, memory_footprint: Delta tables under
+   the working directory) and print their headline figures; at the end of the job
+   every order is settled and the broker has deleted its segments, so there would be
+   nothing left to look at;
+5. restart the query from the checkpoint in this process (Trigger.AvailableNow): Spark
    runs batch 2 again, Delta skips it (txnAppId/txnVersion), then the rest;
-5. settle the last batch: Spark settles batch N-1 when it plans N, so a query that
+6. settle the last batch: Spark settles batch N-1 when it plans N, so a query that
    stops leaves its last batch in its lease (unacked); the job settles it from the
    checkpoint's commit log, which leaves the queue at 0 ready / 0 unacked;
-6. print the evidence: published, rows in Delta, distinct message ids, duplicates,
-   missing, a few rows, the query's lastProgress, the Delta history and the queue;
-7. run the analytics jobs once over the broker's own log (segment_compaction,
-   memory_footprint: Delta tables under the working directory) and print their
-   headline figures.
+7. print the evidence: published, rows in Delta, distinct message ids, duplicates,
+   missing, a few rows, the query's lastProgress, the Delta history and the queue.
 
 Exits 1 if any order is missing or duplicated. Every process it starts is stopped;
 the working directory is a temporary one, removed at the end unless `--workdir` is
@@ -46,6 +50,11 @@ from .embedded_broker import EmbeddedBroker
 from .orders import publish_orders
 
 QUEUE = "orders"
+# RabbitMQ's raft.* keys (conf/broker.toml): the WAL rolls over into per-queue segment
+# files past 8 KiB, and a segment closes after 64 entries. With the defaults (512 MiB
+# and 4096) the job's orders would never leave the WAL, and step 7's analytics would
+# find no segment file to look at.
+BROKER_STORAGE = {"raft.wal_max_size_bytes": "8KiB", "raft.segment_max_entries": 64}
 
 
 def say(text: str) -> None:
@@ -160,12 +169,12 @@ def analytics(spark, data_dir: Path, out: Path) -> None:
     from ..broker.raft.storage.config import StorageConfig
     from . import memory_footprint, segment_compaction
 
-    defaults = StorageConfig()          # the embedded broker runs with the defaults
+    storage = StorageConfig.from_mapping(BROKER_STORAGE)  # what the broker runs with
     for name, lines in (
             ("segment_compaction", segment_compaction.run(
-                spark, str(data_dir), str(out), defaults.segment_max_entries)),
+                spark, str(data_dir), str(out), storage.segment_max_entries)),
             ("memory_footprint", memory_footprint.run(
-                spark, str(data_dir), str(out), defaults.wal_max_size_bytes))):
+                spark, str(data_dir), str(out), storage.wal_max_size_bytes))):
         say(f"  {name} (tables under {out / name}):")
         for line in lines[:4]:
             say(f"    {line.strip()}")
@@ -177,28 +186,30 @@ def main(argv: list[str] | None = None) -> None:
     paths = QueryPaths(workdir / "orders_delta", workdir / "checkpoint")
     say(f"1/7 starting the bundled broker (working directory {workdir})")
     try:
-        with EmbeddedBroker(workdir / "broker") as broker:
-            say(f"  broker on 127.0.0.1:{broker.port}")
+        with EmbeddedBroker(workdir / "broker", config=BROKER_STORAGE) as broker:
+            say(f"  broker on 127.0.0.1:{broker.port}, with "
+                + ", ".join(f"{key} = {value}" for key, value in BROKER_STORAGE.items()))
             say(f"2/7 publishing {arguments.orders:,} orders to quorum queue '{QUEUE}' "
                 "with publisher confirms")
             publish(broker.uri, arguments.orders)
             say(f"3/7 streaming into Delta ({paths.table}), {arguments.per_batch} orders a "
                 f"batch, in a driver process that gets killed at {arguments.kill_at}")
             first_run(broker.uri, paths, arguments.per_batch, arguments.kill_at, workdir)
-            say("4/7 restarting the query from its checkpoint (AvailableNow)")
             spark = local_spark("orders-to-delta")
             try:
+                say("4/7 analytics over the broker's own log (quorumqueue jobs run ...), "
+                    f"mid-way: queue {queue_state(broker.uri)}")
+                analytics(spark, broker.data_dir, workdir / "analytics")
+                say("5/7 restarting the query from its checkpoint (AvailableNow)")
                 query = restart(spark, broker.uri, paths, arguments.per_batch)
                 say(f"  done; queue: {queue_state(broker.uri)} (the last batch is still "
                     "in the query's lease: Spark settles batch N-1 when it plans N)")
-                say("5/7 settling the last committed batch from the checkpoint")
+                say("6/7 settling the last committed batch from the checkpoint")
                 end = ckpt.settle_committed(paths.checkpoint, broker.uri)
                 say(f"  settled lease {end.lease if end else '-'} up to "
                     f"{dict(end.positions) if end else {}}; queue: {queue_state(broker.uri)}")
-                say("6/7 exactly-once evidence")
+                say("7/7 exactly-once evidence")
                 ok = evidence(spark, broker.uri, paths, arguments.orders, query)
-                say("7/7 analytics over the broker's own log (quorumqueue jobs run ...)")
-                analytics(spark, broker.data_dir, workdir / "analytics")
             finally:
                 spark.stop()
     finally:
