@@ -415,11 +415,16 @@ class ClusterTransport:
                 self._connect(peer), name=f"cluster-connect-{self.node_name}-{peer.name}")
 
     async def _connect(self, peer: _Peer) -> None:
-        """Attempt until a connection is made, waiting `peer.delay` before each."""
+        """Attempt until a connection is made or the transport stops, waiting
+        `peer.delay` before each. `_running` is checked on every turn, not only the
+        task's cancellation: Python 3.11's asyncio.wait_for loses a cancellation that
+        arrives as the attempt finishes (it returns or raises the attempt's result)."""
         try:
-            while True:
+            while self._running:
                 if peer.delay:
                     await asyncio.sleep(peer.delay)
+                    if not self._running:
+                        return
                 host, port = peer.address
                 try:
                     _, link = await asyncio.wait_for(

@@ -381,3 +381,36 @@ def test_stop_leaves_no_task_and_no_connection_behind():
         silent.close()
         await silent.wait_closed()
     run(scenario)
+
+
+def test_stop_ends_a_connection_attempt_whose_cancellation_was_swallowed(monkeypatch):
+    """Python 3.11's asyncio.wait_for can lose a cancellation: when the attempt it
+    waits for finishes as the cancel arrives, it returns (or raises) the attempt's
+    result instead. A connecting task that then caught a refused connection kept
+    retrying, and stop() waited for it for ever (seen under CPU load). Here every
+    cancelled attempt is turned into a refusal; stop() must still end."""
+    real_wait_for = asyncio.wait_for
+
+    async def swallowing_wait_for(awaitable, timeout):
+        try:
+            return await real_wait_for(awaitable, timeout)
+        except asyncio.CancelledError:
+            raise ConnectionRefusedError("the attempt finished as the cancel arrived")
+
+    async def scenario():
+        a = await start("a", connect_timeout=30.0)
+        loop = asyncio.get_running_loop()
+        attempts = []
+
+        async def hanging_connection(*args, **kwargs):
+            attempts.append(args)
+            await loop.create_future()  # never answers: the task waits in wait_for
+
+        monkeypatch.setattr(loop, "create_connection", hanging_connection)
+        monkeypatch.setattr(asyncio, "wait_for", swallowing_wait_for)
+        a.transport.add_peer("slow", (LOCAL, free_port()))
+        a.transport.send("slow", Rpc("x", {}))
+        await until(lambda: attempts)
+        await real_wait_for(a.transport.stop(), 10)
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("cluster-")]
+    run(scenario)
