@@ -17,8 +17,7 @@ import tomllib
 from dataclasses import dataclass
 
 
-class ConfigError(ValueError):
-    pass
+from .config_values import ConfigError, parse_size  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,24 +98,6 @@ class Settings:
 
 
 # dotted RabbitMQ key -> (Settings field, converter)
-_SIZE_UNITS = {"": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3,
-               "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3,
-               "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
-
-
-def parse_size(key: str, value) -> int:
-    """An integer byte count or a string like "50MB" / "1GiB" (RabbitMQ's units)."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a size, got {value!r}")
-    if isinstance(value, int):
-        return value
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ConfigError(f"{key}: cannot read {value!r} as a size (examples: 1048576, "
-                          "\"50MB\", \"2GiB\")")
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-
-
 def _int(key, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key}: expected an integer, got {value!r}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from ...config import ConfigError, parse_size
+from ...config_values import ConfigError, parse_size
 
 SEGMENT_MAX_ENTRIES_LIMIT = 65535   # RabbitMQ: "values above 65535 are not supported"
 
