@@ -43,7 +43,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 
-from ..broker.queues.quorum import TIMED
+from ..broker.fifo.envelope import TIMED, TIMED_HEAD
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR,
                                           SNAPSHOT_FILE, SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX,
@@ -86,7 +86,7 @@ COMMANDS = {1: "ENQUEUE", 2: "CHECKOUT", 3: "CANCEL", 4: "SETTLE", 5: "RETURN",
             6: "DISCARD", 7: "PURGE", 8: "DOWN", 9: "DEQUEUE", 10: "LEASE_GROW",
             11: "LEASE_SETTLE", 12: "LEASE_RELEASE", 13: "TICK", 14: "UPDATE_CONFIG"}
 _ENQUEUE = 1
-_ENVELOPE = 9                       # u8 0xFF + u64 leader time
+_ENVELOPE = TIMED_HEAD.size        # u8 0xFF + u64 leader time
 _body_size = struct.Struct(">I")    # after the Enqueue's tag and priority octets
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from ..broker.fifo import snapshot as fifo_snapshot
 from ..broker.fifo.commands import Meta
+from ..broker.fifo.envelope import decode_entry
 from ..broker.fifo.machine import apply, live_indexes, lowest_live_index
-from ..broker.fifo.state import FifoState
-from ..broker.queues.quorum import decode_entry, fifo_config
+from ..broker.fifo.state import FifoState, fifo_config
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.group_state import GroupState
 from ..broker.raft.storage.layout import QUORUM_DIR, SNAPSHOT_FILE, SNAPSHOTS_DIR

@@ -182,6 +182,21 @@ class FifoConfig:
         return self.max_length is not None or self.max_bytes is not None
 
 
+def fifo_config(arguments: dict) -> FifoConfig:
+    """A queue's machine settings from its validated x-arguments (broker/queues/types.py
+    validates them at declaration; the analytics jobs read them from metadata.json):
+    `x-delivery-limit` (default 20, negative = none), `x-max-length`,
+    `x-max-length-bytes`, `x-overflow` (default drop-head)."""
+    limit = arguments.get("x-delivery-limit", 20)
+    overflow = arguments.get("x-overflow")
+    if isinstance(overflow, bytes):
+        overflow = overflow.decode("utf-8", "surrogateescape")
+    return FifoConfig(delivery_limit=-1 if limit < 0 else limit,
+                      max_length=arguments.get("x-max-length"),
+                      max_bytes=arguments.get("x-max-length-bytes"),
+                      overflow=overflow or "drop-head")
+
+
 @dataclass(slots=True)
 class FifoState:
     config: FifoConfig = field(default_factory=FifoConfig)

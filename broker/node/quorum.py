@@ -38,10 +38,11 @@ from ..amqp import codec
 from ..amqp.channel import ChannelState
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
+from ..fifo.envelope import decode_entry
 from ..fifo.machine import apply, live_indexes
-from ..fifo.state import FifoState
-from ..queues.quorum import (QuorumQueue, decode_entry, fifo_config,  # noqa: F401
-                             group_uid, with_delivery_count)
+from ..fifo.state import FifoState, fifo_config
+from ..queues.quorum import (QuorumQueue, group_uid,  # noqa: F401 (names importable here)
+                             with_delivery_count)
 from ..raft import COMMAND, RaftConfig, RaftNode
 from ..raft.storage import LogStore
 

@@ -2,17 +2,11 @@
 compact state. Pure: no I/O (broker/node/quorum.py drives it against the log store).
 
 Responsibilities: what a queue object must answer for the node and the AMQP layer
-(name, arguments, counts, the consumers attached on this node), the encoding of log
-entries (a fifo command, optionally with the leader's clock), and the bookkeeping that
-ties a log index to whoever waits for it to be applied (a publisher confirm, a
-basic.get, a purge, a lease operation).
-
-Log entry payload (a COMMAND entry of the queue's group; FORMAT.md "Quorum-queue
-commands"): either a fifo command as `broker/fifo/commands.py` encodes it, or, for the
-commands whose effect depends on time (lease grow/settle, tick), the envelope
-`0xFF | u64 leader time in ms | fifo command`. The machine sees that time as
-`Meta.system_time`; an entry without it reuses the last time seen in the log, so a
-replay after a restart computes exactly what the first run did.
+(name, arguments, counts, the consumers attached on this node), proposing fifo
+commands to the log (encoded by `broker/fifo/envelope.py`: a command, stamped with the
+leader's clock when its effect depends on time), and the bookkeeping that ties a log
+index to whoever waits for it to be applied (a publisher confirm, a basic.get, a
+purge, a lease operation).
 
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
 queue's log (here, or at the leader through the cluster's router); replies come from
@@ -20,7 +14,7 @@ this member's own apply (node/quorum.py drives the groups and turns Deliver effe
 into `channel.deliver` calls). An unacked delivery's token is a `QuorumToken`
 (the fifo consumer key and the machine's message id); settling goes through the log
 by id. Commands that do not depend on time are proposed with time 0 (only the
-TIMED ones carry the leader's clock).
+envelope's TIMED_COMMANDS carry the leader's clock).
 
 Invariants: every live message is in the log at its raft index (bodies are read
 from there, never copied into the state); `waiters[i]` is called exactly once, with
@@ -31,14 +25,14 @@ first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 from __future__ import annotations
 
 import os
-import struct
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
-from ..fifo.state import FifoConfig, FifoState
+from ..fifo.envelope import encode_command
+from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
 from .base import Confirm, Queue
 from .replicated import ReplicatedGroup, Waiter
@@ -48,42 +42,9 @@ from .types import EQUIVALENCE_KEYS_BY_TYPE
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
-TIMED = 0xFF
-_timed_head = struct.Struct(">BQ")
-TIMED_COMMANDS = (commands.LeaseGrow, commands.LeaseSettle, commands.LeaseRelease,
-                  commands.Tick)
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
 NO_ACK_CREDIT = 2000
-
-
-def encode_command(command: commands.Command, now_ms: int) -> bytes:
-    data = commands.encode(command)
-    if isinstance(command, TIMED_COMMANDS):
-        return _timed_head.pack(TIMED, now_ms) + data
-    return data
-
-
-def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:
-    """(leader time in ms or None, fifo command) of a COMMAND entry."""
-    if data[0] == TIMED:
-        _tag, now_ms = _timed_head.unpack_from(data)
-        return now_ms, commands.decode(data[_timed_head.size:])
-    return None, commands.decode(data)
-
-
-def _text(value) -> str | None:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
-
-
-def fifo_config(arguments: dict) -> FifoConfig:
-    """The machine's settings from validated queue arguments (queues/types.py)."""
-    limit = arguments.get("x-delivery-limit", 20)
-    return FifoConfig(delivery_limit=-1 if limit < 0 else limit,
-                      max_length=arguments.get("x-max-length"),
-                      max_bytes=arguments.get("x-max-length-bytes"),
-                      overflow=_text(arguments.get("x-overflow")) or "drop-head")
-
 
 
 class QuorumToken:

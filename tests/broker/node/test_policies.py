@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from quorumqueue.broker.fifo.state import FifoConfig
+from quorumqueue.broker.fifo.state import FifoConfig, fifo_config
 from quorumqueue.broker.node.policies import (Policy, PolicyError, alternate_exchange,
                                               classic_limits, leader_locator, matching,
                                               parse_policy, quorum_config, target_group_size)
-from quorumqueue.broker.queues.quorum import fifo_config
 
 
 def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") -> Policy:

@@ -1,0 +1,50 @@
+"""The log-entry envelope: what a quorum queue's COMMAND entry holds around a fifo command.
+
+Responsibilities: encode a fifo command into the data of a COMMAND log entry, and
+decode one back into (leader time, command). This is the documented format the
+broker writes and the analytics jobs read (broker/raft/storage/FORMAT.md,
+"Quorum-queue entries").
+
+How it works: the data is either a fifo command exactly as `commands.encode` writes
+it, or, for the commands whose effect depends on time (`TIMED_COMMANDS`: lease grow,
+settle and release, tick), the envelope `u8 0xFF | u64 leader time in ms since the
+Unix epoch | command`. The leader stamps its clock when it proposes; every replica
+applies the entry with that time (`Meta.system_time`), and an entry without one
+reuses the latest time seen in the log, so a replay after a restart computes
+exactly what the first run did.
+
+Invariants: 0xFF (`TIMED`) is never a command tag (tags are 1..14 and only grow by
+one at a time), so the first octet tells the two forms apart; the envelope's layout
+is version 1 of the format and never changes in place.
+
+Not here: the commands' own encodings (commands.py), applying them (machine.py),
+proposing them (broker/queues/quorum.py).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from . import commands
+
+TIMED = 0xFF                        # first octet of an entry with a leader time
+TIMED_HEAD = struct.Struct(">BQ")   # TIMED, leader time in ms
+TIMED_COMMANDS = (commands.LeaseGrow, commands.LeaseSettle, commands.LeaseRelease,
+                  commands.Tick)
+
+
+def encode_command(command: commands.Command, now_ms: int) -> bytes:
+    """The data of a COMMAND entry for `command`, stamped with `now_ms` if its effect
+    depends on time."""
+    data = commands.encode(command)
+    if isinstance(command, TIMED_COMMANDS):
+        return TIMED_HEAD.pack(TIMED, now_ms) + data
+    return data
+
+
+def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:
+    """(leader time in ms or None, fifo command) of a COMMAND entry."""
+    if data[0] == TIMED:
+        _tag, now_ms = TIMED_HEAD.unpack_from(data)
+        return now_ms, commands.decode(data[TIMED_HEAD.size:])
+    return None, commands.decode(data)

@@ -1,0 +1,60 @@
+"""The log-entry envelope (broker/fifo/envelope.py), byte for byte as FORMAT.md
+"Quorum-queue entries" documents it: lease commands and ticks carry `0xFF | u64
+leader time in ms`, every other command is its encoding alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from quorumqueue.broker.fifo import commands
+from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Down, LeaseGrow, LeaseRelease,
+                                              LeaseSettle, Purge, Settle, Tick, UpdateConfig)
+from quorumqueue.broker.fifo.envelope import TIMED, decode_entry, encode_command
+
+NOW = 1_764_000_000_123  # ms since the epoch (2025-11-24)
+NOW_BYTES = NOW.to_bytes(8, "big")
+
+
+@pytest.mark.parametrize("command, expected", [
+    (Tick(), b"\xff" + NOW_BYTES + b"\x0d"),
+    (LeaseRelease("l"), b"\xff" + NOW_BYTES + b"\x0c\x00\x01l"),
+    (LeaseSettle("l", 7), b"\xff" + NOW_BYTES + b"\x0b\x00\x01l" + (7).to_bytes(8, "big")),
+    (LeaseGrow("l", 3, 0, 500), b"\xff" + NOW_BYTES + b"\x0a\x00\x01l"
+     + (3).to_bytes(4, "big") + (0).to_bytes(8, "big") + (500).to_bytes(8, "big")),
+    (Purge(), b"\x07"),
+    (Down("c1"), b"\x08\x00\x02c1"),
+    (Cancel("k"), b"\x03\x00\x01k"),
+    (Settle("k", (1, 2)), b"\x04\x00\x01k" + (2).to_bytes(4, "big")
+     + (1).to_bytes(8, "big") + (2).to_bytes(8, "big")),
+])
+def test_time_dependent_commands_carry_the_leader_time_and_the_others_do_not(command, expected):
+    data = encode_command(command, NOW)
+    assert data == expected
+    stamped = isinstance(command, (Tick, LeaseRelease, LeaseSettle, LeaseGrow))
+    assert decode_entry(data) == ((NOW if stamped else None), command)
+
+
+@pytest.mark.parametrize("command", [
+    Checkout("k", 10, -2, "conn"), UpdateConfig(-1, None, 5, "reject-publish"),
+    Tick(), LeaseGrow("lease", 2**32 - 1, 2**64 - 1, 0),
+])
+def test_every_command_survives_the_round_trip(command):
+    for now in (0, 1, 2**64 - 1):
+        stamp, decoded = decode_entry(encode_command(command, now))
+        assert decoded == command
+        assert stamp in (None, now)
+
+
+def test_an_enqueue_entry_is_the_message_without_an_envelope():
+    data = commands.encode_enqueue("pub", 4, 9, "ex", "rk", b"header", b"body")
+    assert data[0] == 1
+    assert decode_entry(data) == (None, commands.Enqueue("pub", 4, 4, 9))
+
+
+def test_the_envelope_marker_is_no_command_tag():
+    assert TIMED == 0xFF
+    with pytest.raises(ValueError, match="unknown fifo command tag 255"):
+        commands.decode(bytes([TIMED]) + b"\x00\x00")
+    # an envelope around an unknown tag is refused, not skipped (FORMAT.md)
+    with pytest.raises(ValueError, match="unknown fifo command tag 99"):
+        decode_entry(b"\xff" + NOW_BYTES + b"\x63\x00\x00")
