@@ -1,20 +1,22 @@
 """The node's quorum queues: Raft groups over one log store, driven in group commit.
 
 Responsibilities: create, recover and delete the Raft groups behind quorum queues;
-run every group's Ready cycle (persist, fsync once for all groups, apply committed
-entries to the fifo machine, advance); turn the machine's effects into AMQP work —
-deliveries to this node's consumers (bodies read back from the log), replies to
-whoever waited for an entry, snapshots and log release at the machine's release
-cursor; and time (lease expiry ticks).
+be the Ready loop's handler (broker/raft/driver.py) for every group on the node —
+cluster sends (`send`), committed entries through the fifo machine (`apply`), and
+what follows (`advanced`: leader news, snapshots); turn the machine's effects into
+AMQP work — deliveries to this node's consumers (bodies read back from the log),
+replies to whoever waited for an entry, snapshots and log release at the machine's
+release cursor; and time (lease expiry ticks).
 
 How it works: `Node.flush()` calls `flush()` after the metadata and message-store
-writes. Each round collects a Ready from every group, appends their entries and hard
-states to the log store, calls `LogStore.flush()` (one fdatasync for all of them),
-then applies what is committed and advances. A single-member group commits its own
-entries once they are durable, so the round after the fsync applies them; proposals
-made while applying (settling a no-ack delivery...) get one more round. Confirms and
-replies are written to the sessions' buffers, which the server sends after the flush:
-nothing leaves before the fsync that covers it.
+writes. `driver.run` collects a Ready from every group, appends their entries and
+hard states to the log store, calls `LogStore.flush()` (one fdatasync for all of
+them), then sends, applies what is committed and advances, in rounds until no group
+has a Ready. A single-member group commits its own entries once they are durable,
+so the round after the fsync applies them; proposals made while applying (settling
+a no-ack delivery...) get one more round. Confirms and replies are written to the
+sessions' buffers, which the server sends after the flush: nothing leaves before
+the fsync that covers it.
 
 After a restart, every entry in the log is replayed into a fresh machine (from the
 latest snapshot on). Consumers recorded in it belonged to connections that are gone:
@@ -43,15 +45,14 @@ from ..fifo.machine import apply, live_indexes
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (QuorumQueue, group_uid,  # noqa: F401 (names importable here)
                              with_delivery_count)
-from ..raft import COMMAND, RaftConfig, RaftNode
+from ..queues.replicated import ReplicatedGroup
+from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.storage import LogStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel, Consumer
 
 log = logging.getLogger("quorumqueue.broker")
-
-_MAX_ROUNDS = 64
 
 
 def now_ms() -> int:
@@ -171,68 +172,65 @@ class QuorumGroups:
     # ------------------------------------------------------------ the Ready cycle
 
     def flush(self) -> None:
-        store = self.store
-        for _round in range(_MAX_ROUNDS):
-            batch = []
-            for queue in list(self.queues.values()):
-                ready = queue.raft.ready()
-                if ready is not None:
-                    batch.append((queue, ready))
-            if not batch:
-                break
-            for queue, ready in batch:
-                if ready.snapshot is not None:
-                    store.install_snapshot(queue.group, ready.snapshot.meta, ready.snapshot.data)
-                if ready.truncate_from is not None:
-                    store.truncate_from(queue.group, ready.truncate_from)
-                if ready.entries:
-                    store.append(queue.group, ready.entries)
-                if ready.hard_state is not None:
-                    store.set_hard_state(queue.group, ready.hard_state)
-            store.flush()  # one fdatasync for every group
-            cluster = self.cluster
-            for queue, ready in batch:  # only now: what the messages promise is durable
-                if ready.messages:
-                    cluster.send_raft(queue.group, ready.messages)
-            for queue, ready in batch:
-                if ready.snapshot is not None:
-                    queue.restore(ready.snapshot.data)
-                    queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
-                for entry in ready.committed:
-                    if queue.deleted:
-                        break
-                    if queue.waiters:
-                        queue.entry_committed(entry.index, entry.term)
-                    if entry.kind == COMMAND:
-                        if isinstance(queue, QuorumQueue):
-                            self._apply(queue, entry.index, entry.term, entry.data)
-                        else:
-                            reply = queue.apply(entry.index, entry.term, entry.data)
-                            for callback in queue.take_waiters(entry.index, entry.term):
-                                callback(reply)
-                    else:  # NOOP, MEMBERSHIP: nothing for the machine; barriers may wait
-                        for callback in queue.take_waiters(entry.index, entry.term):
-                            callback(None)
-                queue.raft.advance(ready)
-                if ready.leader_changed:
-                    cluster.leader_changed(queue)
-                    if ready.leader_id is not None:
-                        queue.leader_known()
-                if queue.deleted:
-                    continue
-                if isinstance(queue, QuorumQueue):
-                    self._after_apply(queue)
-                else:
-                    queue.after_apply()
-        else:  # pragma: no cover - proposals while applying are bounded
-            log.warning("quorum flush: still busy after %d rounds", _MAX_ROUNDS)
-        store.flush()
+        """Every group's Ready rounds (broker/raft/driver.py: persist, one fsync, send,
+        apply, advance), then the confirms the replies released."""
+        driver.run(self.store, self.queues.values, self)
+        self.release_confirms()
+
+    def release_confirms(self) -> None:
+        """Confirms waiting for quorum replies that came in while applying."""
         touched, self.touched_channels = self.touched_channels, set()
         for channel in touched:
             if channel.release_confirms(channel.node.synced_batch_id):
                 channel.node.awaiting_sync.discard(channel)
 
+    # the driver's ReadyHandler: send, apply, advanced
+
+    def send(self, queue: ReplicatedGroup, messages) -> None:
+        """Raft messages to the group's peers (the driver calls this only once what
+        they promise is durable)."""
+        self.cluster.send_raft(queue.group, messages)
+
+    def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:
+        """A snapshot from the leader, then the committed entries: commands to the
+        group's machine, replies to whoever waited for them."""
+        if ready.snapshot is not None:
+            queue.restore(ready.snapshot.data)
+            queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
+        for entry in ready.committed:
+            if queue.deleted:
+                break
+            if queue.waiters:
+                queue.entry_committed(entry.index, entry.term)
+            if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
+                for callback in queue.take_waiters(entry.index, entry.term):  # barriers
+                    callback(None)
+            elif isinstance(queue, QuorumQueue):
+                self._apply(queue, entry.index, entry.term, entry.data)
+            else:  # the cluster's metadata group (broker/cluster/meta.py)
+                reply = queue.apply(entry.index, entry.term, entry.data)
+                for callback in queue.take_waiters(entry.index, entry.term):
+                    callback(reply)
+
+    def advanced(self, queue: ReplicatedGroup, ready: Ready) -> None:
+        """After the group advanced: news of its leader, then the work that follows
+        applying (snapshots and log release, a restart's Down commands)."""
+        if ready.leader_changed:
+            self.cluster.leader_changed(queue)
+            if ready.leader_id is not None:
+                queue.leader_known()
+        if queue.deleted:
+            return
+        if isinstance(queue, QuorumQueue):
+            self._after_apply(queue)
+        else:
+            queue.after_apply()
+
+    # ------------------------------------------------------------ the fifo machine
+
     def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes) -> None:
+        """One committed command through the fifo machine: the reply to its waiters,
+        then its effects."""
         time_ms, command = decode_entry(data)
         if time_ms is not None:
             queue.last_time_ms = time_ms
@@ -244,6 +242,11 @@ class QuorumGroups:
         if (isinstance(command, Down) and not replaying
                 and command.connection.startswith(self.cluster.node.boot_id + ".")):
             self._check_out_again(queue, command.connection)
+        self._apply_effects(queue, effects, replaying)
+
+    def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
+        """Deliveries to consumers (none while replaying a restart's log: those
+        connections are gone) and release cursors (snapshots, once applied)."""
         for effect in effects:
             match effect:
                 case Deliver(consumer, deliveries):

@@ -1,0 +1,157 @@
+"""The Ready loop over many groups (broker/raft/driver.py): etcd-io/raft's order —
+persist, then send, then apply, then advance — for every group of a node at once,
+with one store flush (one fdatasync) between persisting and sending.
+
+First an interaction script with scripted cores and a recording store, so the order
+of every call is visible; then real single-member groups over a real LogStore."""
+
+from __future__ import annotations
+
+import random
+
+from quorumqueue.broker.raft import COMMAND, HardState, LogEntry, RaftConfig, RaftNode, driver
+from quorumqueue.broker.raft.ready import Ready, Role
+from quorumqueue.broker.raft.storage import LogStore
+
+
+def make_ready(entries=(), messages=(), committed=(), hard_state=None, leader_changed=False):
+    return Ready(hard_state=hard_state, snapshot=None, truncate_from=None,
+                 entries=tuple(entries), messages=tuple(messages), committed=tuple(committed),
+                 term=1, role=Role.LEADER, leader_id="n1", leader_changed=leader_changed,
+                 commit_index=0, members=("n1",))
+
+
+def entry(index, data=b"x"):
+    return LogEntry(index, 1, COMMAND, data)
+
+
+class ScriptedRaft:
+    """A core that hands out the Readies it was given, one per round."""
+
+    def __init__(self, name, readies, calls):
+        self.name, self.readies, self.calls = name, list(readies), calls
+
+    def ready(self):
+        return self.readies.pop(0) if self.readies else None
+
+    def advance(self, ready):
+        self.calls.append(f"advance {self.name}")
+
+
+class Group:
+    def __init__(self, name, readies, calls):
+        self.group = name
+        self.raft = ScriptedRaft(name, readies, calls)
+
+
+class RecordingStore:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def append(self, group, entries):
+        self.calls.append(f"append {group} {[e.index for e in entries]}")
+
+    def set_hard_state(self, group, hard_state):
+        self.calls.append(f"hard_state {group} term={hard_state.term}")
+
+    def flush(self):
+        self.calls.append("flush")
+
+
+class RecordingHandler:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def send(self, member, messages):
+        self.calls.append(f"send {member.group} {list(messages)}")
+
+    def apply(self, member, ready):
+        self.calls.append(f"apply {member.group} {[e.index for e in ready.committed]}")
+
+    def advanced(self, member, ready):
+        self.calls.append(f"advanced {member.group}")
+
+
+def test_every_group_is_persisted_then_one_flush_then_sends_then_apply_and_advance():
+    calls = []
+    a = Group("a", [make_ready(entries=[entry(1), entry(2)], messages=["a->b App"],
+                               hard_state=HardState(1, "a")),
+                    make_ready(committed=[entry(1), entry(2)])], calls)
+    b = Group("b", [make_ready(entries=[entry(7)], messages=["b->c App"],
+                               committed=[entry(6)])], calls)
+    driver.run(RecordingStore(calls), lambda: [a, b], RecordingHandler(calls))
+    assert calls == [
+        # round 1: both groups persisted, one flush for both, then every send
+        "append a [1, 2]", "hard_state a term=1", "append b [7]",
+        "flush",
+        "send a ['a->b App']", "send b ['b->c App']",
+        "apply a []", "advance a", "advanced a",
+        "apply b [6]", "advance b", "advanced b",
+        # round 2: only a has a Ready (its entries, now durable, are committed)
+        "flush",
+        "apply a [1, 2]", "advance a", "advanced a",
+        # no Ready left: the last flush (for what applying buffered)
+        "flush",
+    ]
+
+
+def test_persist_round_buffers_and_finish_round_sends_applies_and_advances():
+    """The two halves a shell with its own flush uses: nothing is sent, applied or
+    advanced by persist_round."""
+    calls = []
+    a = Group("a", [make_ready(entries=[entry(1)], messages=["a->b App"])], calls)
+    batch = driver.persist_round(RecordingStore(calls), [a])
+    assert calls == ["append a [1]"]
+    driver.finish_round(batch, RecordingHandler(calls))
+    assert calls == ["append a [1]", "send a ['a->b App']", "apply a []", "advance a",
+                     "advanced a"]
+
+
+class Applier:
+    """Applies committed commands of real groups; the first command proposes another
+    (as a no-ack delivery proposes its settle while applying)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.applied = []
+        self.durable_at_apply = []
+
+    def send(self, member, messages):
+        raise AssertionError("a group of one sends nothing")
+
+    def apply(self, member, ready):
+        for committed in ready.committed:
+            if committed.kind != COMMAND:
+                continue
+            # what is applied is durable: the store has nothing left to write for it
+            self.durable_at_apply.append(not self.store._pending.records)
+            self.applied.append((member.group, committed.data))
+            if committed.data == b"first":
+                member.raft.propose(b"proposed while applying")
+
+    def advanced(self, member, ready):
+        pass
+
+
+def test_groups_of_one_over_a_log_store_apply_everything_durable(tmp_path):
+    store = LogStore(str(tmp_path))
+    members = []
+    for name in ("g1", "g2"):
+        store.set_initial_members(name, ["n1"])
+        member = Group(name, [], [])
+        member.raft = RaftNode("n1", RaftConfig(), store.group_log(name), random.Random(1))
+        member.raft.campaign()
+        members.append(member)
+    members[0].raft.propose(b"first")    # a group of one leads once it campaigns
+    members[1].raft.propose(b"second")
+    applier = Applier(store)
+    driver.run(store, lambda: members, applier)
+    assert sorted(applier.applied) == [("g1", b"first"), ("g1", b"proposed while applying"),
+                                       ("g2", b"second")]
+    assert all(applier.durable_at_apply)
+    assert all(m.raft.ready() is None for m in members)
+    store.close()
+
+    reopened = LogStore(str(tmp_path))    # everything applied was on disk
+    assert reopened.last_index("g1") == 3 and reopened.last_index("g2") == 2
+    reopened.close()
