@@ -35,7 +35,7 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from . import management
+from . import group_commit, management
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
 from .vhost import VHost
@@ -364,18 +364,11 @@ class Node:
                 self.awaiting_sync.discard(channel)
 
     def flush(self) -> None:
-        """Persist what is pending (metadata first, then messages with one fsync)
-        and release the confirms that waited for it. Called by the server shell."""
-        if self.metadata_dirty and self.metadata is not None:
-            self.metadata.save(self.metadata_document())
-        self.metadata_dirty = False
-        if self.store is not None:
-            if self.store.has_pending or self.awaiting_sync:
-                self.synced(self.store.flush())
-        elif self.awaiting_sync:
-            self.synced(self.synced_batch_id + 1)
-        if self.quorum is not None:
-            self.quorum.flush()
+        """Persist what is pending (metadata first, then messages with one fsync, then
+        the quorum queues' Raft rounds) and release what waited for it, all on this
+        thread (node/group_commit.py; the server runs the same steps with the fsyncs
+        off its event loop)."""
+        group_commit.flush(self)
 
     def metadata_document(self) -> dict:
         exchanges, queues, bindings = [], [], []

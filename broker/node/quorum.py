@@ -8,15 +8,16 @@ AMQP work — deliveries to this node's consumers (bodies read back from the log
 replies to whoever waited for an entry, snapshots and log release at the machine's
 release cursor; and time (lease expiry ticks).
 
-How it works: `Node.flush()` calls `flush()` after the metadata and message-store
-writes. `driver.run` collects a Ready from every group, appends their entries and
-hard states to the log store, calls `LogStore.flush()` (one fdatasync for all of
-them), then sends, applies what is committed and advances, in rounds until no group
-has a Ready. A single-member group commits its own entries once they are durable,
-so the round after the fsync applies them; proposals made while applying (settling
-a no-ack delivery...) get one more round. Confirms and replies are written to the
-sessions' buffers, which the server sends after the flush: nothing leaves before
-the fsync that covers it.
+How it works: the node's group commit (node/group_commit.py) runs one round at a
+time: `begin_round` collects a Ready from every group and appends their entries and
+hard states to the log store (`driver.persist_round`), then seals the store's
+batch; once that batch is written and fdatasynced (one for all groups, on the
+server's writer thread), `end_round` sends, applies what is committed and advances
+(`driver.finish_round`). A single-member group commits its own entries once they
+are durable, so the round after the fsync applies them; proposals made while
+applying (settling a no-ack delivery...) get one more round. Confirms and replies
+are written to the sessions' buffers, which the server sends only after the fsync
+that covers them.
 
 After a restart, every entry in the log is replayed into a fresh machine (from the
 latest snapshot on). Consumers recorded in it belonged to connections that are gone:
@@ -48,6 +49,7 @@ from ..queues.quorum import (QuorumQueue, group_uid,  # noqa: F401 (names import
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.storage import LogStore
+from ..raft.storage.wal import WalBatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel, Consumer
@@ -172,9 +174,27 @@ class QuorumGroups:
     # ------------------------------------------------------------ the Ready cycle
 
     def flush(self) -> None:
-        """Every group's Ready rounds (broker/raft/driver.py: persist, one fsync, send,
-        apply, advance), then the confirms the replies released."""
-        driver.run(self.store, self.queues.values, self)
+        """The groups' rounds alone, here and now (the fsyncs on this thread), until no
+        group has a Ready; `Node.flush` does this with the other stores."""
+        for _round in range(driver.MAX_ROUNDS):
+            readies = driver.persist_round(self.store, self.queues.values())
+            self.store.flush()
+            driver.finish_round(readies, self)
+            self.release_confirms()
+            if not readies:
+                return
+
+    def begin_round(self) -> tuple[driver.Batch, WalBatch]:
+        """One round in halves, for a shell that fsyncs off its event loop: every
+        group's Ready persisted and sealed (`batch.write()` makes it durable, on any
+        thread); `end_round` once that returned."""
+        readies = driver.persist_round(self.store, self.queues.values())
+        return readies, self.store.seal()
+
+    def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
+        """`batch` is written: send, apply and advance the round's Readies."""
+        self.store.synced(batch)
+        driver.finish_round(readies, self)
         self.release_confirms()
 
     def release_confirms(self) -> None:

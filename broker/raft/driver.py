@@ -8,12 +8,12 @@ applying mean is the caller's (`ReadyHandler`: the node's quorum queues and meta
 group, broker/node/quorum.py); this module only guarantees when they are called.
 
 How it works: one *round* is `persist_round` (collect and persist, buffered in the
-store), the store's flush, and `finish_round` (send, apply, advance). Applying may
+store), the store's flush, and `finish_round` (send, apply, advance). The flush is the
+caller's, so that it can run wherever the caller likes (the server runs it on a
+writer thread), as long as `finish_round` runs only once it completed. Applying may
 propose new entries (a no-ack delivery is settled at once, a restart's Down...) and a
-single-member group commits its own entries only after they are durable, so `run`
-repeats rounds until no group has a Ready, at most `max_rounds` times. `persist_round`
-and `finish_round` are separate so that a shell may flush the store in between
-however it likes, as long as `finish_round` runs only once that flush completed.
+single-member group commits its own entries only after they are durable, so callers
+repeat rounds until `persist_round` finds no Ready (at most `MAX_ROUNDS`).
 
 Invariants: `finish_round(batch)` is called only after everything `persist_round`
 returned `batch` for is durable; every group's Ready is advanced exactly once, after
@@ -27,8 +27,7 @@ Not here: consensus (core.py), the on-disk format (storage/), what an entry mean
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Protocol
 
 from .core import RaftNode
@@ -36,9 +35,7 @@ from .messages import Message
 from .ready import Ready
 from .storage import LogStore
 
-log = logging.getLogger("quorumqueue.broker")
-
-MAX_ROUNDS = 64
+MAX_ROUNDS = 64  # rounds per flush: proposals made while applying are bounded
 
 
 class Member(Protocol):
@@ -58,7 +55,8 @@ class ReadyHandler(Protocol):
         """After `advance(ready)`: leadership news, work that follows applying."""
 
 
-Batch = list[tuple[Member, Ready]]
+# (member, the core that produced the Ready, the Ready)
+Batch = list[tuple[Member, RaftNode, Ready]]
 
 
 def persist(store: LogStore, group: str, ready: Ready) -> None:
@@ -80,35 +78,24 @@ def persist_round(store: LogStore, members: Iterable[Member]) -> Batch:
     for member in list(members):
         ready = member.raft.ready()
         if ready is not None:
-            batch.append((member, ready))
-    for member, ready in batch:
+            batch.append((member, member.raft, ready))
+    for member, _raft, ready in batch:
         persist(store, member.group, ready)
     return batch
 
 
 def finish_round(batch: Batch, handler: ReadyHandler) -> None:
     """Steps 2-4 of every Ready in `batch`, whose persisting is now durable: first
-    every group's messages, then per group apply, advance, `advanced`."""
-    for member, ready in batch:
+    every group's messages, then per group apply, advance, `advanced`. A member whose
+    core was dropped or replaced since `persist_round` (this node left the group while
+    the store flushed) is skipped: nobody drives that core any more."""
+    batch = [(member, raft, ready) for member, raft, ready in batch if member.raft is raft]
+    for member, _raft, ready in batch:
         if ready.messages:
             handler.send(member, ready.messages)
-    for member, ready in batch:
+    for member, raft, ready in batch:
+        if member.raft is not raft:  # left while an earlier group was applied
+            continue
         handler.apply(member, ready)
-        member.raft.advance(ready)
+        raft.advance(ready)
         handler.advanced(member, ready)
-
-
-def run(store: LogStore, members: Callable[[], Iterable[Member]], handler: ReadyHandler,
-        max_rounds: int = MAX_ROUNDS) -> None:
-    """Rounds until no group has a Ready (`members()` is asked again each round: the
-    handler may add or remove groups while applying), then a last flush for whatever
-    applying buffered without a Ready (snapshots' WAL records, releases)."""
-    for _round in range(max_rounds):
-        batch = persist_round(store, members())
-        if not batch:
-            break
-        store.flush()  # one fdatasync for every group
-        finish_round(batch, handler)
-    else:  # pragma: no cover - proposals while applying are bounded
-        log.warning("raft driver: still busy after %d rounds", max_rounds)
-    store.flush()

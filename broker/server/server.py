@@ -3,11 +3,17 @@
 How it works: each TCP connection is an asyncio.Protocol feeding its Session. Input
 handling only schedules a flush for the end of the event-loop iteration, so all the
 data that arrived together is applied first and then persisted with one fsync (group
-commit) before any reply or confirm leaves. A one-second ticker drives heartbeats
-and the memory and disk alarm checks.
+commit) before any reply or confirm leaves. The fsyncs run on one writer thread
+(`flush`: a Sync of node/group_commit.py at a time), so while the disk syncs the
+loop goes on reading and applying input; the output of that input waits for the
+next Sync. A one-second ticker drives heartbeats and the memory and disk alarm
+checks.
 
-Invariants: nothing is sent before the flush that persists what it acknowledges;
-the shell holds no protocol state of its own.
+Invariants: session output is sent only after the Sync that began after it was
+written has ended (or at once when nothing was pending to write), so nothing leaves
+before the fsync that persists what it acknowledges; Raft messages go to peers from
+`end_sync`, after the fsync of their Ready; at most one Sync runs; the shell holds no
+protocol state of its own.
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 
 from ..amqp import spec
 from ..auth.users import UserStore
 from ..config import Settings
+from ..node import group_commit
 from ..node.node import Node
 from ..node.quorum import QuorumGroups, now_ms
+from ..raft.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
 from ..node.session import Session
 from ..storage.message_store import MessageStore
@@ -111,6 +121,35 @@ def pass_time(node: Node) -> float:
     return now
 
 
+class SyncWriter:
+    """The thread that runs Syncs (the fsyncs), one at a time, off the event loop; each
+    Sync's outcome (None or the exception) comes back on the loop through `done`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="quorumqueue-sync",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, sync: group_commit.Sync, done) -> None:
+        self._work.put((sync, done))
+
+    def stop(self) -> None:
+        self._work.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            sync, done = item
+            try:
+                sync.run()
+            except BaseException as error:  # reported on the loop, which stops the node
+                self._loop.call_soon_threadsafe(done, error)
+            else:
+                self._loop.call_soon_threadsafe(done, None)
+
+
 class _Connection(asyncio.Protocol):
     __slots__ = ("server", "transport", "session", "peer", "write_paused")
 
@@ -164,11 +203,17 @@ class BrokerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft_ticker: asyncio.Task | None = None
         self.on_fatal = None  # called instead of raising when a flush fails (run.py)
+        self._writer: SyncWriter | None = None  # the thread that runs Syncs (`flush`)
+        self._sync: group_commit.Sync | None = None  # running on the writer thread
+        # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
+        self._held: list[tuple[Session, bytes, bool]] = []
+        self._stopped = False
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._writer = SyncWriter(self._loop)
         self.node.flush()  # persist recovery results (e.g. a created default vhost)
         # as RabbitMQ's resource monitors: alarms hold before the first client connects
         self.check_alarms()
@@ -208,13 +253,17 @@ class BrokerServer:
         deadline = time.monotonic() + 2.0
         while any(not s.closed for s in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        await self.wait_synced()  # the close-oks it holds go out before the sockets close
         for connection in list(self.connections.values()):
             connection.transport.close()
         if self._ticker is not None:
             self._ticker.cancel()
         if self._raft_ticker is not None:
             self._raft_ticker.cancel()
+        await self.wait_synced()
+        self._stopped = True  # a flush still scheduled finds the stores closed: none
         self.node.flush()
+        self._writer.stop()
         if self.node.cluster.transport is not None:
             await self.node.cluster.transport.stop()
         if self.node.store is not None:
@@ -230,37 +279,106 @@ class BrokerServer:
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
+        """Group commit without blocking the loop: take everything pending as one Sync
+        (node/group_commit.py) and every session's output so far, fsync on the writer
+        thread, and send that output once the Sync is durable. Meanwhile input is read
+        and applied; its output waits for the next Sync. A step with nothing to write
+        finishes (and sends) at once."""
         self._flush_scheduled = False
+        if self._sync is not None or self._stopped:
+            return  # the running Sync flushes again when it ends
         node = self.node
         try:
-            node.flush()
+            for _round in range(MAX_ROUNDS):
+                sync = group_commit.begin_sync(node)
+                if sync.writes:
+                    break
+                group_commit.end_sync(node, sync)  # nothing to wait for
+                if not sync.readies:
+                    sync = None
+                    break
+            else:  # pragma: no cover - proposals while applying are bounded
+                log.warning("flush: still busy after %d rounds", MAX_ROUNDS)
+                sync = None
         except Exception:
-            if self.on_fatal is None:
-                raise
-            # a bug: this node's state can no longer be trusted to move on. Stop (what
-            # was confirmed is on disk) rather than sit there answering nobody.
-            log.critical("the node failed while applying its logs; stopping it",
-                         exc_info=True)
-            self.on_fatal()
+            self._fatal()
             return
-        now = time.monotonic()
+        output, self._held = self._held + self._take_output(), []
+        if sync is None:
+            self._send(output)
+            return
+        self._sync = sync
+        self._writer.submit(sync, lambda error: self._synced(sync, output, error))
+
+    def _synced(self, sync, output, error: BaseException | None) -> None:
+        """The writer thread finished `sync`: send the output that waited for it, then
+        release what it covers (`end_sync`) and flush again. Output written while it
+        ran may depend on writes it did not cover: held for the next Sync. What
+        `end_sync` releases (confirms by batch id, replies to applied entries) depends
+        only on this Sync and earlier ones: it leaves now, unless its session has held
+        output (bytes keep their order) or applying wrote something new."""
+        self._sync = None
+        node = self.node
+        try:
+            if error is not None:
+                raise error
+            self._send(output)
+            self._held += self._take_output()
+            before = group_commit.pending_writes(node)
+            group_commit.end_sync(node, sync)
+            released = self._take_output()
+        except Exception:
+            self._fatal()
+            return
+        after = group_commit.pending_writes(node)
+        if after is None or after != before:
+            self._held += released
+        else:
+            waiting = {session for session, data, closed in self._held if data or closed}
+            self._send([item for item in released if item[0] not in waiting])
+            self._held += [item for item in released if item[0] in waiting]
+        self.flush()
+
+    def _fatal(self) -> None:
+        self._stopped = True  # nothing more is written or sent
+        if self.on_fatal is None:
+            raise
+        # a bug or a failed disk: this node's state can no longer be trusted to move
+        # on. Stop (what was confirmed is on disk) rather than sit there answering nobody.
+        log.critical("the node failed while applying or persisting its logs; stopping it",
+                     exc_info=True)
+        self.on_fatal()
+
+    def _take_output(self) -> list[tuple[Session, bytes, bool]]:
+        """Every session's pending bytes, and whether it closed after them."""
+        node = self.node
         dirty = list(node.dirty)
         node.dirty.clear()
+        output = []
         for session in dirty:
             connection = self.connections.get(session)
             if connection is None:
                 continue
             data = session.data_to_send(pull=not connection.write_paused)
-            transport = connection.transport
-            if data:
-                transport.write(data)
-                session.sent(now)
+            output.append((session, data, session.closed))
             if session.streaming and not connection.write_paused:
                 # more of a stream: the next chunk on the loop's next turn, after other
                 # clients' events (resume_writing brings it back once paused)
                 node.dirty.add(session)
                 self.schedule_flush()
-            if session.closed:
+        return output
+
+    def _send(self, output: list[tuple[Session, bytes, bool]]) -> None:
+        now = time.monotonic()
+        for session, data, closed in output:
+            connection = self.connections.get(session)
+            if connection is None:
+                continue
+            transport = connection.transport
+            if data:
+                transport.write(data)
+                session.sent(now)
+            if closed:
                 log.info("closing AMQP connection %s: %s", connection.peer,
                          session.close_reason)
                 transport.close()
@@ -269,6 +387,11 @@ class BrokerServer:
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+
+    async def wait_synced(self) -> None:
+        """Until no Sync runs (stop() needs the stores to itself)."""
+        while self._sync is not None:
+            await asyncio.sleep(0.005)
 
     # ------------------------------------------------------------ timers
 

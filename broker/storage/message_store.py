@@ -15,9 +15,12 @@ segments are still read, and recovery starts a new version-2 segment rather than
 appending to a version-1 one, so a file's header always tells which records it holds.
 
 How it works: records are appended to an in-memory batch (`append_*`, pure); the
-server shell calls `flush()` which writes the batch to the active segment and
-fdatasyncs once for all of them (group commit), then reports the batch id so
-publisher confirms waiting on it can be sent. Segments rotate at `segment_bytes`.
+server shell seals it (`seal()`), writes it to the active segment
+(`SealedBatch.write_data()`) and fdatasyncs once for all of them on its writer
+thread (`SealedBatch.sync()`: group commit), then reports it (`synced()`) so
+publisher confirms waiting on its batch id can be sent; appends go on into the next
+batch meanwhile. `flush()` is all of it in one.
+Segments rotate at `segment_bytes`.
 
 DELIVERED is how a recovered message knows it was delivered before the restart and
 comes back with redelivered=true, as RabbitMQ's classic queues do (they record
@@ -85,6 +88,32 @@ def _encode_key(key: bytes) -> bytes:
 def _record(record_type: int, payload: bytes) -> bytes:
     crc = zlib.crc32(payload, zlib.crc32(_u8.pack(record_type)))
     return _record_header.pack(crc, len(payload), record_type) + payload
+
+
+@dataclass(slots=True)
+class SealedBatch:
+    """Records taken by `MessageStore.seal()`: `write_data()` appends them to the
+    segment file, `sync()` fdatasyncs it (on any thread: nothing else writes the file
+    until `MessageStore.synced`)."""
+    batch_id: int
+    data: bytes
+    file: object
+    fsync: bool      # fdatasync it: storage.fsync is on and a record is not DELIVERED
+
+    def write(self) -> None:
+        self.write_data()
+        self.sync()
+
+    def write_data(self) -> None:
+        """Into the file (the page cache): quick, done on the event loop."""
+        if self.data:
+            self.file.write(self.data)
+            self.file.flush()
+
+    def sync(self) -> None:
+        """The fdatasync: slow, done on the writer thread."""
+        if self.data and self.fsync:
+            os.fdatasync(self.file.fileno())
 
 
 class MessageStore:
@@ -290,6 +319,10 @@ class MessageStore:
     def has_pending(self) -> bool:
         return bool(self._batch)
 
+    @property
+    def pending_records(self) -> int:
+        return len(self._batch)
+
     # ------------------------------------------------------------ I/O
 
     def _open_segment(self, number: int, append: bool) -> None:
@@ -304,20 +337,42 @@ class MessageStore:
     def flush(self) -> int:
         """Write and fsync the pending batch (only write it if it holds nothing but
         DELIVERED records); returns the synced batch id."""
-        if self._batch:
-            data = b"".join(self._batch)
-            self._batch.clear()
-            self._file.write(data)
-            self._file.flush()
-            if self.fsync and self._needs_sync:
-                os.fdatasync(self._file.fileno())
-            self._needs_sync = False
-            self._file_size += len(data)
-        self.synced_batch_id = self.batch_id
+        batch = self.seal()
+        batch.write()
+        return self.synced(batch)
+
+    def seal(self) -> "SealedBatch":
+        """The pending batch, for `batch.write()` (or `write_data()` here and `sync()`
+        on any thread) and then `synced(batch)` here: `flush()` in steps. Appends
+        meanwhile go to the next batch; until `synced`, nothing else writes the
+        segment file."""
+        data = b"".join(self._batch)
+        self._batch.clear()
+        batch = SealedBatch(self.batch_id, data, self._file, self.fsync and self._needs_sync)
+        self._needs_sync = False
         self.batch_id += 1
+        return batch
+
+    def synced(self, batch: "SealedBatch") -> int:
+        """`batch.write()` returned: every batch up to its id is on disk (its id is
+        returned). A full segment rotates here; records appended since the seal were
+        counted live in the active segment, so they are written to it first."""
+        self._file_size += len(batch.data)
+        self.synced_batch_id = batch.batch_id
         if self._file_size >= self.segment_bytes:
+            if self._batch:
+                self._write_now(b"".join(self._batch))
+                self._batch.clear()
+                self._needs_sync = False
             self._rotate()
         return self.synced_batch_id
+
+    def _write_now(self, data: bytes) -> None:
+        self._file.write(data)
+        self._file.flush()
+        if self.fsync:
+            os.fdatasync(self._file.fileno())
+        self._file_size += len(data)
 
     def _rotate(self) -> None:
         number = self._segments[-1] + 1
@@ -358,13 +413,8 @@ class MessageStore:
             self._mark_live(key, seq, self._segments[-1])
             if (key, seq) in self._delivered:
                 self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
-        data = b"".join(self._batch)
+        self._write_now(b"".join(self._batch))
         self._batch.clear()
-        self._file.write(data)
-        self._file.flush()
-        if self.fsync:
-            os.fdatasync(self._file.fileno())
-        self._file_size += len(data)
 
     def segment_count(self) -> int:
         return len(self._segments)

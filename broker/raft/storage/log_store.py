@@ -11,7 +11,10 @@ How it works (after rabbitmq/ra):
   group's memory table, so reads see them at once. `flush()` writes the whole batch
   (in write() calls of at most `raft.wal_max_batch_size` records) and fdatasyncs
   once: one fsync commits every group's work (group commit). It returns each touched
-  group's last index, now durable.
+  group's last index, now durable. `seal()`, `WalBatch.write()` (or
+  `write_records()` and `sync()`) and `synced()` are the same in steps, so a shell can
+  run the fdatasync on another thread while the pure writes go on (nothing else
+  writes the WAL meanwhile).
 - When the WAL file grows past `raft.wal_max_size_bytes`, `flush()` rolls over: a new
   WAL file starts (carrying each group's hard state, initial members and release
   cursor), every memory table is appended to its group's segment files (fsynced), and
@@ -68,9 +71,9 @@ from .recovery import recover
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
 from .snapshots import read_snapshot_file, write_snapshot_file
-from .wal import (WAL_VERSION, WalFile, encode_delete_group, encode_entries, encode_group,
-                  encode_hard_state, encode_members, encode_release, encode_reset,
-                  encode_truncate)
+from .wal import (WAL_VERSION, WalBatch, WalFile, encode_delete_group, encode_entries,
+                  encode_group, encode_hard_state, encode_members, encode_release,
+                  encode_reset, encode_truncate)
 
 _U64 = 1 << 64
 
@@ -100,6 +103,7 @@ class LogStore:
         self._failpoint = failpoint
         self._readers = ReaderCache(self.config.segment_reader_cache)
         self._pending = _Pending()
+        self._in_flight: WalBatch | None = None   # sealed, not yet reported synced
         self._broken: Exception | None = None
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
@@ -195,36 +199,75 @@ class LogStore:
     def flush(self) -> dict[str, int]:
         """Write everything pending with one fdatasync. Returns {group: last index} for
         every group written to since the previous flush; all of it is now durable."""
-        self._write_pending()
-        touched = self._pending.touched
-        durable = {group: self._groups[group].last_index() for group in sorted(touched)}
-        touched.clear()
+        batch = self.seal()
+        try:
+            batch.write()
+        except OSError as error:
+            self._in_flight = None
+            self._broken = error
+            raise
+        return self.synced(batch)
+
+    def seal(self) -> WalBatch:
+        """Take everything pending as one batch: `flush()` in steps, for a caller that
+        fdatasyncs off its event loop — `seal()`, then `batch.write_records()` and
+        `batch.sync()` (on any thread), then `synced(batch)` back here. Between seal and synced the pure writes
+        (append, set_hard_state, delete_group...) and reads go on as usual; nothing
+        else may write the WAL (a second seal, flush, snapshot install or rollover
+        raises)."""
+        self._idle()
+        pending, self._pending = self._pending, _Pending()
+        durable = {group: self._groups[group].last_index() for group in sorted(pending.touched)
+                   if group in self._groups}
+        batch = WalBatch(self._wal, pending.records, self.config.wal_max_batch_size,
+                         self.config.fsync, durable, pending.deleted)
+        self._in_flight = batch
+        return batch
+
+    def synced(self, batch: WalBatch) -> dict[str, int]:
+        """`batch.write()` returned (or raised): what it made durable, {group: last
+        index}; then the groups it deleted lose their files, and a full WAL rolls over."""
+        assert batch is self._in_flight, "synced() of a batch this store did not seal last"
+        self._in_flight = None
+        if batch.error is not None:
+            self._broken = batch.error
+            self._check_usable()
+        if batch.deleted:
+            self._remove_deleted_groups(batch.deleted)
         if self._wal.size > self.config.wal_max_size_bytes:
             self.roll_over()
-        return durable
+        return batch.durable
+
+    @property
+    def pending_records(self) -> int:
+        """WAL records waiting for the next flush (or seal)."""
+        return len(self._pending.records)
+
+    def _idle(self) -> None:
+        self._check_usable()
+        if self._in_flight is not None:
+            raise RuntimeError("the log store has a sealed batch not yet synced: only the "
+                               "pure writes may run until synced()")
 
     def _write_pending(self) -> None:
-        self._check_usable()
+        self._idle()
         records = self._pending.records
         if not records:
             return
-        step = self.config.wal_max_batch_size
         try:
-            for start in range(0, len(records), step):
-                self._wal.write(records[start:start + step])
-            self._pending.records = []
-            self._wal.sync(self.config.fsync)
+            WalBatch(self._wal, records, self.config.wal_max_batch_size,
+                     self.config.fsync, {}, {}).write()
         except OSError as error:
             self._broken = error
             raise
+        self._pending.records = []
         if self._pending.deleted:
-            self._remove_deleted_groups()
+            self._remove_deleted_groups(self._pending.deleted)
 
-    def _remove_deleted_groups(self) -> None:
+    def _remove_deleted_groups(self, deleted: dict[str, list[str]]) -> None:
         """The DELETE_GROUP records are durable: remove those groups' directories. A
         failure leaves files behind that only recovery (which replays the record) may
         remove: a later rollover must not delete the record first, so the store breaks."""
-        deleted = self._pending.deleted
         try:
             self._fail("delete.record_durable")
             for uid in sorted(deleted):

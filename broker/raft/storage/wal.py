@@ -349,3 +349,39 @@ class WalFile:
             self._fd = -1
 
     __del__ = close          # an abandoned store must not leak its descriptor
+
+
+@dataclass(slots=True)
+class WalBatch:
+    """Records to write to a WAL file and fdatasync once (what `LogStore.seal()`
+    took). `write_records()` and `sync()` touch nothing but the file, so the sync may
+    run on another thread while the store takes the next batch's appends."""
+    wal: WalFile
+    records: list[bytes]
+    step: int                           # records per write() call
+    fsync: bool
+    durable: dict[str, int]             # group: last index, durable once written
+    deleted: dict[str, list[str]]       # groups whose DELETE_GROUP record is in here
+    error: OSError | None = None
+
+    def write(self) -> None:
+        self.write_records()
+        self.sync()
+
+    def write_records(self) -> None:
+        """Into the file (the page cache): quick, done on the event loop."""
+        try:
+            for start in range(0, len(self.records), self.step):
+                self.wal.write(self.records[start:start + self.step])
+        except OSError as error:
+            self.error = error
+            raise
+
+    def sync(self) -> None:
+        """The fdatasync: slow, done on the writer thread."""
+        try:
+            if self.records:
+                self.wal.sync(self.fsync)
+        except OSError as error:
+            self.error = error
+            raise

@@ -356,6 +356,33 @@ def test_a_mostly_dead_oldest_segment_is_compacted(tmp_path):
     assert recovered(tmp_path, 2000) == {Q2: [record(1, b"long-lived")]}
 
 
+def test_appends_while_a_sealed_batch_is_written_land_in_the_segment_that_counts_them(tmp_path):
+    """flush() in three steps, as the server runs it with the fsync on its writer
+    thread: appends made between seal() and synced() go to the next batch; when that
+    synced() rotates, they are written to the segment they were counted live in
+    (written first, then the rotation), so acking them later frees that segment and
+    recovery sees every message exactly once."""
+    store = opened(tmp_path, segment_bytes=300)
+    enqueue(store, Q1, 1, b"a" * 300)       # past segment_bytes once written
+    batch = store.seal()
+    enqueue(store, Q1, 2, b"b" * 200)       # while batch 1 is being written
+    batch.write()
+    assert store.synced(batch) == batch.batch_id
+    assert segments(tmp_path) == ["00000001.seg", "00000002.seg"]  # rotated
+    assert store._live[(Q1, 2)] == 1 and not store.has_pending  # 2 went to segment 1
+    enqueue(store, Q1, 3, b"c" * 10)
+    store.append_ack(Q1, 1)
+    store.append_ack(Q1, 2)
+    store.flush()
+    for seq in range(4, 8):                 # rotate again: segment 1 is dead, deleted
+        enqueue(store, Q1, seq, b"d" * 100)
+        store.append_ack(Q1, seq)
+        store.flush()
+    assert "00000001.seg" not in segments(tmp_path)
+    store.close()
+    assert recovered(tmp_path, 300) == {Q1: [record(3, b"c" * 10)]}
+
+
 def test_compaction_copies_the_live_message_when_a_recreated_queue_reused_its_seq(tmp_path):
     """A queue deleted and declared again numbers its messages from 1 again, so one
     segment can hold a dead and a live enqueue of the same (queue, seq); compaction

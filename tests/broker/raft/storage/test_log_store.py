@@ -88,6 +88,33 @@ def test_group_commit_is_one_fdatasync_for_many_groups(tmp_path, monkeypatch):
     assert len(writes) == -(-(10 + 1000) // 64)     # 10 GROUP + 1000 ENTRY records
 
 
+def test_flush_in_three_steps_lets_pure_writes_go_on_while_a_batch_is_written(tmp_path):
+    """seal(), WalBatch.write() (the server runs it on its writer thread), synced():
+    what was sealed is what synced() reports durable; appends and deletes made in
+    between wait for the next batch (a group's files go only once its own
+    DELETE_GROUP record is durable); nothing else may write the WAL meanwhile."""
+    store = LogStore(str(tmp_path), config())
+    store.append(G1, make_entries(G1, 1, 4))
+    store.append(G2, make_entries(G2, 1, 3))
+    store.flush()
+    store.append(G1, make_entries(G1, 4, 6))
+    batch = store.seal()
+    store.append(G1, make_entries(G1, 6, 8))            # while batch is written
+    store.delete_group(G2)
+    assert store.last_index(G1) == 7 and store.pending_records > 0
+    with pytest.raises(RuntimeError, match="sealed batch not yet synced"):
+        store.flush()
+    batch.write()
+    assert batch.deleted == {}                           # G2's record is not in it
+    assert store.synced(batch) == {G1: 5}
+    assert store.flush() == {G1: 7}                      # the rest, G2's delete too
+    store.close()
+
+    again = reopen(tmp_path)
+    assert again.last_index(G1) == 7 and again.groups() == [G1]
+    again.close()
+
+
 def test_rollover_moves_memory_tables_to_segments_and_releases_them(tmp_path):
     """When the WAL passes raft.wal_max_size_bytes: new WAL, entries to segments,
     old WAL deleted, memory released; reads are unchanged."""

@@ -1,0 +1,125 @@
+"""Group commit for the whole node: one step writes and fsyncs everything pending.
+
+Responsibilities: what `Node.flush()` does, in halves a shell can run apart, so that
+the fsyncs happen off its event loop: `begin_sync` takes everything pending — the
+metadata document, the message store's batch, one Raft round (every group's Ready
+persisted into the log store's batch) — as a `Sync` and writes the two batches into
+their files (the page cache: quick); `Sync.run()`, on any thread, replaces the
+metadata file and fdatasyncs; `end_sync` then releases what it made durable —
+confirms waiting on the message store, the Raft round's sends, applies and
+advances (and the replies and confirms they produce).
+
+How it works: a Sync makes things durable in the order of the synchronous flush it
+replaces: the metadata file (tmp, fsync, rename), then the message store's batch
+(one fdatasync), then the Raft log's batch (one fdatasync for every group). Records
+that reach the disk before the metadata naming their queue are harmless: recovery
+drops messages and groups of queues the metadata does not know. Applying a round may
+propose (a single-member group commits its entries only once they are durable), so
+`flush` repeats begin/run/end until a round has no Ready.
+
+Invariants: between `begin_sync` and `end_sync` of one Sync, no other Sync begins
+(the log store refuses a second sealed batch); what `end_sync` releases — confirms
+by batch id, replies to applied entries, Raft messages — depends only on that Sync
+and earlier ones, unless applying wrote something itself (`pending_writes` moves).
+Output written to sessions before `begin_sync` may depend on anything that Sync
+writes: the shell sends it only once the Sync is durable (broker/server/server.py).
+
+Not here: what is written (the stores' formats), when to flush and where the I/O
+runs (the server shell), the Ready order itself (broker/raft/driver.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..raft import driver
+from ..raft.storage.wal import WalBatch
+from ..storage.message_store import SealedBatch
+from ..storage.metadata_store import MetadataStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Node
+
+log = logging.getLogger("quorumqueue.broker")
+
+
+@dataclass(slots=True)
+class Sync:
+    """One group-commit step: begun by `begin_sync`, run, ended by `end_sync`."""
+    metadata: MetadataStore | None
+    document: dict | None              # the metadata file's new contents, if changed
+    messages: SealedBatch | None       # the message store's batch (None: no store)
+    readies: driver.Batch              # the Raft round waiting for `log`
+    log: WalBatch | None               # the log store's batch (None: no quorum queues)
+
+    @property
+    def writes(self) -> bool:
+        """False: nothing for `run` to do (no metadata, nothing to fdatasync) —
+        `end_sync` may follow at once."""
+        return (self.document is not None
+                or (self.messages is not None and bool(self.messages.data)
+                    and self.messages.fsync)
+                or (self.log is not None and bool(self.log.records) and self.log.fsync))
+
+    def write(self) -> None:
+        """The batches into their files, unsynced (quick: the event loop does it)."""
+        if self.messages is not None:
+            self.messages.write_data()
+        if self.log is not None:
+            self.log.write_records()
+
+    def run(self) -> None:
+        """The metadata file, then the fdatasyncs, in order; on any thread (touches
+        only the files). After `write`."""
+        if self.document is not None:
+            self.metadata.save(self.document)
+        if self.messages is not None:
+            self.messages.sync()
+        if self.log is not None:
+            self.log.sync()
+
+
+def begin_sync(node: "Node") -> Sync:
+    document = None
+    if node.metadata_dirty and node.metadata is not None:
+        document = node.metadata_document()
+    node.metadata_dirty = False
+    messages = None
+    if node.store is not None and (node.store.has_pending or node.awaiting_sync):
+        messages = node.store.seal()
+    readies, batch = node.quorum.begin_round() if node.quorum is not None else ([], None)
+    sync = Sync(node.metadata, document, messages, readies, batch)
+    sync.write()
+    return sync
+
+
+def end_sync(node: "Node", sync: Sync) -> None:
+    if sync.messages is not None:
+        node.synced(node.store.synced(sync.messages))
+    elif node.store is None and node.awaiting_sync:
+        node.synced(node.synced_batch_id + 1)
+    if sync.log is not None:
+        node.quorum.end_round(sync.readies, sync.log)
+
+
+def pending_writes(node: "Node") -> tuple[int, int] | None:
+    """A mark of what waits for the next Sync: two marks are equal only if nothing was
+    written between them. None (equal to no mark) while metadata waits to be saved:
+    that is a flag, which a second change would not move."""
+    if node.metadata_dirty:
+        return None
+    return (node.store.pending_records if node.store is not None else 0,
+            node.quorum.store.pending_records if node.quorum is not None else 0)
+
+
+def flush(node: "Node") -> None:
+    """All of it here and now (the fsyncs on this thread): rounds until no Ready."""
+    for _round in range(driver.MAX_ROUNDS):
+        sync = begin_sync(node)
+        sync.run()
+        end_sync(node, sync)
+        if not sync.readies:
+            return
+    log.warning("node flush: still busy after %d rounds", driver.MAX_ROUNDS)  # pragma: no cover

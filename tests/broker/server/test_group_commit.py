@@ -1,0 +1,204 @@
+"""Group commit off the event loop (broker/server/server.py `flush`, node/group_commit.py):
+the broker's Ordering rules (broker/README.md) — a confirm leaves only after the fsync
+that covers it — still hold while the fsyncs run on the writer thread, and while one
+runs the event loop keeps reading and applying other clients' input.
+
+The broker runs in this process (a thread with its own event loop) so that the test can
+hold the writer thread inside a Sync and look at the node meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pika
+import pytest
+
+from quorumqueue.broker.config import Settings
+from quorumqueue.broker.node import group_commit
+from quorumqueue.broker.server.server import BrokerServer
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT = 30.0  # generous: the suite runs beside other CPU-heavy work
+
+
+class Gate:
+    """Holds the writer thread at the start of each Sync that writes, until the test
+    lets it through: `allow(n)` lets n more pass, `open()` all of them."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._permits: float = float("inf")
+        self.entered = 0      # Syncs that reached the gate
+
+    def close(self) -> None:
+        """Hold every Sync from now on; `entered` counts from here."""
+        with self._condition:
+            self._permits = 0
+            self.entered = 0
+
+    def allow(self, count: int) -> None:
+        with self._condition:
+            self._permits += count
+            self._condition.notify_all()
+
+    def open(self) -> None:
+        self.allow(float("inf"))
+
+    def wait_entered(self, count: int) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: self.entered >= count, WAIT)
+
+    def pass_(self) -> None:
+        with self._condition:
+            self.entered += 1
+            self._condition.notify_all()
+            assert self._condition.wait_for(lambda: self._permits > 0, WAIT), \
+                "the test never let this Sync through"
+            self._permits -= 1
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    gate = Gate()
+    run = group_commit.Sync.run
+
+    def held_run(sync):
+        if threading.current_thread().name.startswith("quorumqueue-sync") and sync.writes:
+            gate.pass_()
+        run(sync)
+
+    monkeypatch.setattr(group_commit.Sync, "run", held_run)
+    return gate
+
+
+@pytest.fixture
+def server(tmp_path, gate):
+    settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"))
+    started = threading.Event()
+    holder = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        server = BrokerServer(settings)
+        holder["server"] = server
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(WAIT)
+    yield holder["server"]
+    gate.open()
+    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
+    thread.join(WAIT)
+
+
+def connect(server):
+    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class Publisher(threading.Thread):
+    """One persistent message with publisher confirms, on a connection of its own."""
+
+    def __init__(self, server, queue: str, body: bytes) -> None:
+        super().__init__(daemon=True)
+        self.connection = connect(server)
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+        self.queue, self.body = queue, body
+        self.confirmed = threading.Event()
+
+    def run(self) -> None:
+        self.channel.basic_publish("", self.queue, self.body,
+                                   pika.BasicProperties(delivery_mode=2), mandatory=True)
+        self.confirmed.set()
+        self.connection.close()
+
+
+@pytest.mark.parametrize("arguments", [{"x-queue-type": "quorum"}, {}],
+                         ids=["quorum", "classic"])
+def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server, gate,
+                                                                          arguments):
+    setup = connect(server)
+    queue = f"group-commit-{len(arguments)}"
+    setup.channel().queue_declare(queue, durable=True, arguments=arguments)
+    node = server.node
+    if arguments:
+        group = node.vhosts["/"].queues[queue]
+        applied = lambda: group.raft.log.last_index()  # noqa: E731
+    else:
+        applied = lambda: node.store.batch_id + len(node.store._batch)  # noqa: E731
+    first = Publisher(server, queue, b"first")
+    second = Publisher(server, queue, b"second")
+
+    gate.close()
+    first.start()
+    assert gate.wait_entered(1), "no Sync began for the first publish"
+    before = applied()
+    second.start()
+    # the loop reads and applies the second publish while the first one's fsync runs
+    wait_until(lambda: applied() > before, "the second publish to be applied")
+    time.sleep(0.2)  # nothing may be confirmed while the writer thread is held
+    assert not first.confirmed.is_set() and not second.confirmed.is_set()
+
+    gate.open()
+    assert first.confirmed.wait(WAIT) and second.confirmed.wait(WAIT)
+    first.join(WAIT)
+    second.join(WAIT)
+    channel = setup.channel()
+    bodies = []
+    for _ in range(2):
+        _method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        bodies.append(body)
+    assert sorted(bodies) == [b"first", b"second"]
+    setup.close()
+
+
+def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server, gate):
+    """broker/README.md "Ordering rules": nothing is acknowledged before it is durable.
+    A durable classic queue is recorded in the node's metadata file (replaced
+    atomically); its declare-ok, read while another client's fsync runs, leaves only
+    after the later Sync that replaced the file with one naming the queue."""
+    setup = connect(server)
+    setup.channel().queue_declare("busy", durable=True, arguments={"x-queue-type": "quorum"})
+    publisher = Publisher(server, "busy", b"m")
+    declarer = connect(server)
+    channel = declarer.channel()
+    answered = {}
+
+    def declare():
+        channel.queue_declare("declared-meanwhile", durable=True)
+        with open(server.node.metadata.path, encoding="utf-8") as handle:
+            answered["saved"] = "declared-meanwhile" in handle.read()
+
+    gate.close()
+    publisher.start()
+    assert gate.wait_entered(1), "no Sync began for the publish"
+    thread = threading.Thread(target=declare, daemon=True)
+    thread.start()
+    wait_until(lambda: "declared-meanwhile" in server.node.vhosts["/"].queues,
+               "the declare to be applied while the first Sync is held")
+    gate.allow(1)           # the publish's Sync ends; the next one holds the metadata
+    assert gate.wait_entered(2), "no Sync began for the declared queue"
+    thread.join(0.3)
+    assert "saved" not in answered, "declare-ok left before the Sync that saves it"
+    gate.open()
+    thread.join(WAIT)
+    assert answered == {"saved": True}
+    assert publisher.confirmed.wait(WAIT)
+    declarer.close()
+    setup.close()
