@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 import random
-import time
 from typing import TYPE_CHECKING
 
 from ..amqp import codec
@@ -57,8 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("quorumqueue.broker")
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class QuorumGroups:
@@ -288,7 +285,7 @@ class QuorumGroups:
             if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
                 queue.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
-                              now_ms())
+                              0)  # untimed: no clock is read here
 
     def _snapshot_below_live(self, queue: QuorumQueue, cursor: int, index: int) -> None:
         """In a cluster a snapshot must not cover a live message: a follower that
@@ -319,7 +316,7 @@ class QuorumGroups:
             stale = sorted({c.connection for c in queue.state.consumers.values()
                             if self._is_stale(c.connection)})
             for connection in stale:
-                queue.propose(Down(connection), now_ms())
+                queue.propose(Down(connection), 0)
         if queue.pending_snapshot is not None:
             cursor, index, data = queue.pending_snapshot
             queue.pending_snapshot = None
@@ -374,9 +371,9 @@ class QuorumGroups:
             if consumer.no_ack:
                 settled.append(delivery.msg_id)
         if returned:
-            queue.propose(Return(key, tuple(returned)), now_ms())
+            queue.propose(Return(key, tuple(returned)), 0)
         if settled:
-            queue.propose(Settle(key, tuple(settled)), now_ms())
+            queue.propose(Settle(key, tuple(settled)), 0)
 
     # ------------------------------------------------------------ time
 

@@ -31,7 +31,7 @@ from ..auth.users import UserStore
 from ..config import Settings
 from ..node import group_commit
 from ..node.node import Node
-from ..node.quorum import QuorumGroups, now_ms
+from ..node.quorum import QuorumGroups
 from ..raft.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
 from ..node.session import Session
@@ -112,6 +112,11 @@ def cluster_cookie(settings: Settings) -> str:
         with os.fdopen(fd, "w") as handle:
             handle.write(cookie + "\n")
         return cookie
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: the leader time timed commands carry (lease expiry)."""
+    return int(time.time() * 1000)
 
 
 def pass_time(node: Node) -> float:
