@@ -55,7 +55,7 @@ class Node:
                  quorum: QuorumGroups | None = None) -> None:
         self.settings = settings
         self.quorum = quorum  # None: quorum queues are refused (no log store)
-        self.cluster = None   # broker/cluster/cluster.py Cluster, when clustered
+        self.cluster = None   # the Cluster (broker/cluster/cluster.py): server.assemble_node
         self.boot_id = base64.b32encode(os.urandom(5)).decode("ascii").lower()
         self.users = users or UserStore.with_default_user()
         self.store = message_store
@@ -116,7 +116,7 @@ class Node:
 
     def create_replicated_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
                                 group: str, members: tuple[str, ...], leader: str):
-        """A quorum queue the metadata group declared (broker/cluster/meta.py): every
+        """A quorum queue the metadata group declared (node/metadata.py): every
         node records it; its members start their replica of the group."""
         queue = self.quorum.create(vhost.name, name, dict(queue_spec.arguments), group,
                                    members, campaign=leader == self.quorum.member)

@@ -66,7 +66,7 @@ class QuorumGroups:
         self.raft_config = raft_config or RaftConfig()
         # group uid -> queue (or the cluster's metadata group: broker/cluster/meta.py)
         self.queues: dict[str, QuorumQueue] = {}
-        self.cluster = None  # the Cluster (broker/cluster/cluster.py) of a clustered node
+        self.cluster = None  # the node's Cluster (broker/cluster/cluster.py), set at assembly
         self.tick_interval_ms = tick_interval_ms
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released

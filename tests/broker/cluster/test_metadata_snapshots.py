@@ -5,7 +5,7 @@ snapshot; a node stopped meanwhile comes back through the leader's snapshot
 (InstallSnapshot) and then lists the same users, exchanges, queues and bindings as
 the others; a node restarted after its own snapshots keeps what the snapshot holds,
 also what its metadata file does not (a non-durable exchange). The restore itself,
-from any point of a history, is in test_meta_snapshot.py."""
+from any point of a history, is in tests/broker/node/test_metadata_snapshot.py."""
 
 from __future__ import annotations
 
