@@ -39,7 +39,7 @@ from bench.brokers import BrokerAddress, quorumqueue_broker, rabbitmq_broker  # 
 from tests.support.rabbitmq import RabbitMQNode, RabbitMQNodeError  # noqa: E402
 
 TARGET_RATIO = 0.5  # quorumqueue / RabbitMQ, both phases
-GOAL_RATIOS = {"quorum": 1.0}  # the quorum-queue issue's goal
+GOAL_RATIOS = {"quorum": 1.0}  # quorum queues: at least as fast as RabbitMQ (bench/README.md)
 BrokerStarter = Callable[[], AbstractContextManager[BrokerAddress]]
 
 

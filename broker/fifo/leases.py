@@ -57,7 +57,7 @@ def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState) 
 def _take_normal(count: int, state: FifoState, lease: LeaseState) -> None:
     """`grow` when every ready message is in the normal queue and no byte limit
     applies: the next `count` in one slice, as `_take_each` would assign them (the
-    Spark source's grows; tests/broker/fifo/test_leases.py holds the two equal)."""
+    Spark source's grows; test_machine.py's bulk-grow property holds the two equal)."""
     indexes, sizes = state.normal.popleft_many(count)
     if not indexes:
         return

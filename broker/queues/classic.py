@@ -97,7 +97,7 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
-    IN_METADATA = False  # lives on the node that declared it (metadata: issue 12, next)
+    IN_METADATA = False  # only its node knows it, for now (cluster/README.md, "Not yet")
     REPLICATED = False
 
     def __post_init__(self) -> None:

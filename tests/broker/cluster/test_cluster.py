@@ -336,7 +336,7 @@ def test_a_follower_behind_the_leaders_snapshot_serves_the_live_messages():
 
 def test_every_node_lists_every_queue_with_the_same_counts(cluster):
     """`queues list` on a node with no replica of a queue shows the counts of the
-    queue's members (ready and unacked), not zeros (issue 12's acceptance)."""
+    queue's members (ready and unacked), not zeros."""
     first = cluster.uris()[0]
     with connect(first) as connection:
         connection.channel().queue_declare("listed", durable=True, arguments={
