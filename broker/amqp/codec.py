@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pamqp import commands as pamqp_commands
-from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 from pamqp import exceptions as pamqp_exceptions
 
 from . import spec
 from .errors import AMQPError
 from .properties import (MAX_TABLE_DEPTH, TOO_DEEP, Properties, decode_properties,  # noqa: F401
-                         encode_properties, too_deep, with_long_headers)
+                         decode_table, encode_properties, too_deep, with_long_headers)
 
 _frame_header = struct.Struct(">BHI")
 _method_ids = struct.Struct(">HH")
@@ -283,15 +282,7 @@ def field_table(table: dict | None) -> bytes:
 
 
 def decode_field_table(data: bytes) -> dict:
-    try:
-        table = pamqp_decode.field_table(_u32.pack(len(data)) + data)[1]
-        if too_deep(table):
-            raise RecursionError(TOO_DEEP)
-        return table
-    except RecursionError:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode field table: {TOO_DEEP}") from None
-    except (struct.error, ValueError, TypeError, IndexError) as error:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode field table: {error}") from None
+    return decode_table(_u32.pack(len(data)) + data, "field table")
 
 
 def method(channel: int, class_id: int, method_id: int, args: bytes = b"") -> bytes:

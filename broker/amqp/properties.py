@@ -219,15 +219,21 @@ def _headers(properties: Properties) -> dict | None:
     if not flags & _FLAG_HEADERS:
         return None
     offset, end = _header_table_span(raw, flags)
+    return decode_table(raw[offset:end], "content header")
+
+
+def decode_table(prefixed: bytes, what: str) -> dict:
+    """A field table with its u32 length first; a malformed or too deeply nested one
+    is 501 FRAME_ERROR naming `what` ("cannot decode content header: ...")."""
     try:
-        table = pamqp_decode.field_table(raw[offset:end])[1]
+        table = pamqp_decode.field_table(prefixed)[1]
         if too_deep(table):
             raise RecursionError(TOO_DEEP)
         return table
     except RecursionError:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {TOO_DEEP}") from None
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode {what}: {TOO_DEEP}") from None
     except (struct.error, ValueError, TypeError, IndexError) as error:
-        raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None
+        raise AMQPError(spec.FRAME_ERROR, f"cannot decode {what}: {error}") from None
 
 
 # ---------------------------------------------------------------- idempotent publishing

@@ -152,7 +152,9 @@ class Node:
         leader, a restart) catches up."""
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
-                queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
+                if queue.POLICY_ON_TICK:
+                    queue.policy_changed(self.policy_for(vhost.name, queue.type_name,
+                                                         queue.name))
 
     # ------------------------------------------------------------ the metadata group
 

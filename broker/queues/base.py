@@ -28,7 +28,8 @@ The operations, and what each owes its caller:
 - `check_delete(if_unused, if_empty)`: what queue.delete refuses.
 - `declare_ok(send)`: `send(ready, consumers)` once the counts a client that
   already sent its publishes and acks expects are known.
-- `policy_changed(policy)`, `tick(now_ms)`: settings from policies, time.
+- `policy_changed(policy)`: settings from policies (again on every tick for types
+  whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
@@ -102,6 +103,9 @@ class Queue:
     # has replicas on several nodes (`members`, a Raft group): replica management
     # (add_member, grow, shrink, rebalance, continuous reconciliation) applies
     REPLICATED: ClassVar[bool]
+    # policy_changed is called on every tick too (settings applied through a log,
+    # which a new leader or a restart must catch up with)
+    POLICY_ON_TICK: ClassVar[bool]
 
     vhost: str
     name: str
@@ -168,9 +172,6 @@ class Queue:
     def policy_changed(self, policy) -> list:
         """New settings from a policy; returns messages dropped by it (none here)."""
         return []
-
-    def tick(self, now_ms: int) -> None:
-        pass
 
     # ------------------------------------------------------------ leases
 

@@ -99,6 +99,7 @@ class ClassicQueue(Queue):
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
     IN_METADATA = False  # only its node knows it, for now (cluster/README.md, "Not yet")
     REPLICATED = False
+    POLICY_ON_TICK = False  # its limits change at once, on the policy change
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
@@ -278,9 +279,6 @@ class ClassicQueue(Queue):
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
         self.remove_consumer(consumer)
 
-    def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
-        return exclusive
-
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
         entry = self.pop()
         if entry is None:
@@ -315,25 +313,25 @@ class ClassicQueue(Queue):
         if not self.deleted:
             self.deliver()
 
-    def purge(self, respond: Callable[[int], None] | None = None):
-        """As a queue type (`respond` given): drop the ready messages (unacked ones
-        survive a purge) and answer their count. Without `respond`: take and return
-        the ready entries (the pure FIFO operation)."""
+    def take_ready(self) -> list[Entry]:
+        """Remove and return every ready entry (the pure FIFO operation)."""
         purged = [entry for level in self.levels for entry in level]
         for level in self.levels:
             level.clear()
         self.ready_count = 0
         self.ready_bytes = 0
-        if respond is None:
-            return purged
+        return purged
+
+    def purge(self, respond: Callable[[int], None]) -> None:
+        """Drop the ready messages (unacked ones survive a purge); answer their count."""
+        purged = self.take_ready()
         for entry in purged:
             self._forget(entry)
         respond(len(purged))
-        return None
 
     def delete(self) -> None:
         self.deleted = True
-        self.purge()
+        self.take_ready()
         if self.store is not None and self.durable:
             self.store.append_delete(queue_key(self.vhost, self.name))
 

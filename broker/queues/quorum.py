@@ -80,6 +80,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["quorum"]
     IN_METADATA = True
     REPLICATED = True
+    POLICY_ON_TICK = True
 
     @staticmethod
     def place(vhost: str, name: str, arguments: dict, policy, settings, cluster) -> dict:

@@ -175,7 +175,7 @@ def test_purge_empties_ready_messages_only():
     push(queue, b"1", priority=1)
     push(queue, b"2", priority=3)
     unacked = queue.pop()
-    purged = queue.purge()
+    purged = queue.take_ready()
     assert [e.message.body for e in purged] == [b"1"]
     assert (queue.ready_count, queue.ready_bytes) == (0, 0)
     queue.requeue(unacked)
@@ -321,7 +321,7 @@ def test_queue_matches_a_sorted_model(max_priority, ops):
             queue.requeue(entry)
             model[entry.seq] = (min(entry.message.priority, max_priority), entry.message.size)
         elif op[0] == "purge":
-            assert sorted(e.seq for e in queue.purge()) == sorted(model)
+            assert sorted(e.seq for e in queue.take_ready()) == sorted(model)
             model.clear()
         assert queue.ready_count == len(model) == sum(len(level) for level in queue.levels)
         assert queue.ready_bytes == sum(size for _level, size in model.values())
