@@ -59,6 +59,9 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
         raise click.UsageError(str(error)) from None
     try:
         run(settings)
+    except ConfigError as error:  # found while starting (e.g. a damaged cookie file)
+        click.echo(f"quorumqueue: cannot start the broker: {error}", err=True)
+        sys.exit(1)
     except OSError as error:
         click.echo(f"quorumqueue: cannot start the broker: {error}. Is another broker "
                    f"using port {settings.port}? Pick another with --port.", err=True)

@@ -94,24 +94,40 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
 def cluster_cookie(settings: Settings) -> str:
     """The secret nodes of one cluster share: `cluster.cookie`, else the contents of
     ~/.quorumqueue.cookie (created with a random secret if missing, like Erlang's
-    ~/.erlang.cookie), so nodes of one user on one host agree without configuration."""
+    ~/.erlang.cookie), so nodes of one user on one host agree without configuration.
+
+    Nodes started at once race to create the file: each writes its secret to a file
+    of its own and links it into place (atomic, refused if the file exists), so there
+    is one winner and every node reads the winner's whole secret, never a partly
+    written or empty file."""
     if settings.cluster_cookie:
         return settings.cluster_cookie
     path = os.path.expanduser("~/.quorumqueue.cookie")
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except FileNotFoundError:
+    if not os.path.exists(path):
         import secrets
 
-        cookie = secrets.token_urlsafe(24)
+        mine = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another node of this host wrote it first
-            return cluster_cookie(settings)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(cookie + "\n")
-        return cookie
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(24) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(mine, path)
+            except FileExistsError:  # another node of this host won: use its secret
+                pass
+        finally:
+            os.unlink(mine)
+    with open(path) as handle:
+        cookie = handle.read().strip()
+    if not cookie:
+        from ..config import ConfigError
+
+        raise ConfigError(f"the cluster cookie file {path} is empty: delete it (a new "
+                         "secret is made at the next start) or set cluster.cookie in "
+                         "the configuration")
+    return cookie
 
 
 def now_ms() -> int:
