@@ -26,7 +26,7 @@ DELTA_ARTIFACTS := io.delta:delta-spark_$(DELTA_SPARK)_2.13:$(DELTA_VERSION) \
                    io.delta:delta-storage:$(DELTA_VERSION)
 MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
 
-.PHONY: setup main test oracle bench bench-memory clean
+.PHONY: setup main test oracle bench bench-memory faults clean
 
 setup: $(STAMP) $(DELTA_STAMP)
 
@@ -104,6 +104,14 @@ bench: setup oracle
 
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
+
+# The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
+# workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,
+# slow links, a slow disk), about an hour on 2 vCPUs; the table and a plot per run
+# go to tests/faults/results/. Fewer: make faults FAULT_RUNS=12.
+FAULT_RUNS ?= 100
+faults: setup
+	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --out tests/faults/results
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS)

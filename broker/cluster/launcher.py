@@ -238,9 +238,10 @@ def _die_with_parent() -> Callable[[], None] | None:
 
 
 def spawn(command: list[str], *, stdout, die_with_parent: bool = True,
-          cwd: str | None = None) -> subprocess.Popen:
-    """Start one node process in a session of its own, output to `stdout`."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+          cwd: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start one node process in a session of its own, output to `stdout`; `env`
+    adds to the environment it inherits."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
                             cwd=cwd, preexec_fn=_die_with_parent() if die_with_parent else None)

@@ -233,6 +233,9 @@ class QuorumGroups:
         """After the group advanced: news of its leader, then the work that follows
         applying (snapshots and log release, a restart's Down commands)."""
         if ready.leader_changed:
+            if ready.leader_id == self.member:  # operators (and the fault suite) read it
+                log.info("group %s: %s is the leader in term %d", queue.group,
+                         self.member, ready.term)
             self.cluster.leader_changed(queue)
             if ready.leader_id is not None:
                 queue.leader_known()

@@ -142,12 +142,26 @@ def pass_time(node: Node) -> float:
     return now
 
 
+# the fault suite's slow disk (tests/faults): when this environment variable names a
+# file, each Sync first waits the seconds written in it (none while it is missing)
+FAULT_FSYNC_DELAY_FILE = "QUORUMQUEUE_FAULT_FSYNC_DELAY_FILE"
+
+
+def _fault_delay(path: str) -> float:
+    try:
+        with open(path) as handle:
+            return max(0.0, float(handle.read().strip() or 0))
+    except (OSError, ValueError):
+        return 0.0
+
+
 class SyncWriter:
     """The thread that runs Syncs (the fsyncs), one at a time, off the event loop; each
     Sync's outcome (None or the exception) comes back on the loop through `done`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._slow_disk = os.environ.get(FAULT_FSYNC_DELAY_FILE)
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="quorumqueue-sync",
                                         daemon=True)
@@ -163,6 +177,8 @@ class SyncWriter:
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
             sync, done = item
+            if self._slow_disk:
+                time.sleep(_fault_delay(self._slow_disk))
             try:
                 sync.run()
             except BaseException as error:  # reported on the loop, which stops the node

@@ -9,8 +9,10 @@ the proxy A->B. A link between two nodes is therefore two proxies (A->B carries 
 connections A opens, B->A those B opens), and a test can cut and heal it.
 
 Faults: `kill(node, sig)`, `pause` (SIGSTOP) / `resume` (SIGCONT), `restart` (same
-data directory and ports), `cut(a, b)` / `cut(a, b, one_way=True)` / `isolate(node)`
-and `heal(...)`. A cut comes in two modes:
+data directory and ports), `cut(a, b)` / `cut(a, b, one_way=True)` / `isolate(node)` /
+`partition(group, group, ...)`, `slow(a, b, delay)` (a slow link), `slow_disk(node,
+delay)` (each fsync batch waits) and `heal(...)`.
+A cut comes in two modes:
 - "drop": both proxies reset their connections (RST) and reset every new one at
   once, until healed: each side sees the link fail fast, like a refused peer;
 - "stall": bytes stop moving (the proxy reads a chunk and holds it, so the sender's
@@ -52,6 +54,7 @@ from pathlib import Path
 
 from quorumqueue.broker.cluster import launcher
 from quorumqueue.broker.cluster.launcher import NodePlan
+from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 # how long a test waits for a cluster to agree on something (an election, a failover,
@@ -79,6 +82,7 @@ class TcpProxy:
         self._links: set[asyncio.Task] = set()
         self._dropping = False
         self._open: dict[str, asyncio.Event] = {}  # per direction; cleared = stalled
+        self.delay = 0.0  # seconds each chunk waits before it is forwarded (slow())
 
     # -- control, from any thread ------------------------------------------------
 
@@ -114,8 +118,15 @@ class TcpProxy:
         self._call(self._cut(mode, directions))
 
     def heal(self) -> None:
-        """Let traffic flow again (what a stall held is delivered)."""
+        """Let traffic flow again (what a stall held is delivered; no delay)."""
         self._call(self._heal())
+
+    def slow(self, delay: float) -> None:
+        """A slow link: every chunk, both ways, reaches the other side `delay` seconds
+        after it arrived here (order kept; until `heal`)."""
+        if delay < 0:
+            raise ValueError(f"delay: expected seconds >= 0, got {delay!r}")
+        self.delay = delay
 
     @property
     def state(self) -> str:
@@ -193,6 +204,7 @@ class TcpProxy:
 
     async def _heal(self) -> None:
         self._dropping = False
+        self.delay = 0.0
         for event in self._open.values():
             event.set()
 
@@ -249,6 +261,8 @@ class TcpProxy:
                     sink.write_eof()
                 return
             await gate.wait()  # a stall holds this chunk; the sender's buffers fill
+            if self.delay:  # a slow link: this pump holds the chunk, order is kept
+                await asyncio.sleep(self.delay)
             self.bytes_forwarded[direction] += len(data)
             sink.write(data)
             await sink.drain()
@@ -502,6 +516,29 @@ class LocalCluster:
             there.cut(mode)
             back.cut(mode)
 
+    def slow(self, a: NodeRef, b: NodeRef, delay: float) -> None:
+        """Delay everything between a and b by `delay` seconds each way (heal ends it)."""
+        self.proxy(a, b).slow(delay)
+        self.proxy(b, a).slow(delay)
+
+    def partition(self, *groups: Iterable[NodeRef], mode: str = "drop") -> None:
+        """Cut every link between nodes of different groups (a node in no group keeps
+        all its links: with groups (a,) and (b,) of three nodes, c bridges them)."""
+        names = [[self._plan(node).name for node in group] for group in groups]
+        for index, group in enumerate(names):
+            for other in names[index + 1:]:
+                for a in group:
+                    for b in other:
+                        self.cut(a, b, mode=mode)
+
+    def slow_disk(self, node: NodeRef, delay: float) -> None:
+        """Every fsync batch of `node` waits `delay` seconds first (0: a normal disk
+        again), through the broker's fault hook (server.FAULT_FSYNC_DELAY_FILE)."""
+        path = self._slow_disk_file(self._plan(node))
+        with open(path + ".tmp", "w") as handle:
+            handle.write(f"{delay}\n")
+        os.replace(path + ".tmp", path)
+
     def isolate(self, node: NodeRef, mode: str = "drop") -> None:
         """Cut `node` off from every other node."""
         for other in self.names:
@@ -526,6 +563,9 @@ class LocalCluster:
                 return plan
         raise ValueError(f"no node {node!r} in this cluster ({', '.join(self.names)})")
 
+    def _slow_disk_file(self, plan: NodePlan) -> str:
+        return os.path.join(self.root, f"{plan.short_name}.fsync-delay")
+
     def _log_path(self, plan: NodePlan) -> str:
         return os.path.join(self.root, f"{plan.short_name}.log")
 
@@ -542,8 +582,9 @@ class LocalCluster:
         command = launcher.node_command(plan, self._cluster_nodes(plan), self.config_path)
         # no PR_SET_PDEATHSIG: it fires when the *thread* that started the node ends,
         # and fault tests restart nodes from threads of their own
-        self._processes[plan.name] = launcher.spawn(command, stdout=log,
-                                                    die_with_parent=False, cwd=str(ROOT))
+        self._processes[plan.name] = launcher.spawn(
+            command, stdout=log, die_with_parent=False, cwd=str(ROOT),
+            env={FAULT_FSYNC_DELAY_FILE: self._slow_disk_file(plan)})
         self._paused.discard(plan.name)
 
     def _require_live(self, name: str) -> subprocess.Popen:

@@ -179,3 +179,18 @@ def test_stop_closes_connections_listener_and_thread(echo):
     assert not [t for t in threading.enumerate() if t.name.startswith("tcp-proxy")]
     with pytest.raises(RuntimeError, match="not running"):
         proxy.heal()
+
+
+def test_a_slow_link_delays_every_chunk_each_way_until_healed(proxy, echo):
+    import time
+
+    client = connect(proxy)
+    proxy.slow(0.3)
+    started = time.monotonic()
+    assert roundtrip(client, b"slow") == b"slow"
+    assert time.monotonic() - started >= 0.6  # 0.3 s there and 0.3 s back, at least
+    proxy.heal()
+    assert proxy.delay == 0
+    assert roundtrip(client, b"fast") == b"fast"
+    with pytest.raises(ValueError, match="delay"):
+        proxy.slow(-1)

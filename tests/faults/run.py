@@ -1,0 +1,286 @@
+"""The fault suite's runner: runs of a workload under a nemesis, checked, tabled, plotted.
+
+One run: a fresh LocalCluster of 3 or 5 real nodes (tests/support/cluster.py, every
+inter-node link behind a proxy), a confirmed publisher and a manual-ack consumer that
+reconnect to other nodes (tests/support/history.py), and a nemesis (nemesis.py) that
+strikes, holds, heals, and strikes again for the run's duration, a few seconds of
+calm between faults. After the last heal the workload must get confirms again; then
+publishing stops, the consumer drains, and the checkers judge:
+
+- total queue (history.violations): every confirmed message was delivered, nothing
+  was delivered that was never published, nothing unconfirmed twice as new;
+  duplicates (ids delivered as new more than once) are counted;
+- no split brain: no two nodes led one group in one term (the "is the leader in
+  term" lines every node logs when it becomes a leader).
+
+It also measures, from a sampler of the client's counts every 0.2 s: the windows
+with no confirm for a second or more (unavailability) and the time from each heal
+to the next confirm (recovery). `python -m tests.faults.run` runs many and writes
+the table (markdown) and a plot per run (confirms and publishes per second, faults
+shaded) into --out; `make faults` is its long form. Seeds make runs repeatable in
+what they choose (which node, when, how long), not in the machine's timing.
+
+Not here: the nemeses (nemesis.py), the short seeded subset CI runs
+(test_fault_suite.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from quorumqueue.client.management import call
+from tests.faults.nemesis import NEMESES, Nemesis
+from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
+from tests.support.history import History, Workload, report, violations
+
+QUEUE = "fault-suite"
+SAMPLE_EVERY = 0.2
+UNAVAILABLE_AFTER = 1.0     # seconds without a confirm that count as a window
+LEADER_LINE = re.compile(r"group (\S+): (\S+) is the leader in term (\d+)")
+
+
+@dataclass
+class RunResult:
+    nodes: int
+    nemesis: str
+    seed: int
+    faults: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)
+    recoveries: list[float] = field(default_factory=list)  # heal -> next confirm, s
+    violations: list[str] = field(default_factory=list)
+    split_brain: list[str] = field(default_factory=list)
+    elections: int = 0         # leaderships the logs show (all groups, all terms)
+    counts: object = None      # history.Report
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.violations or self.split_brain or self.error)
+
+    def unavailable(self) -> list[tuple[float, float]]:
+        """Windows of UNAVAILABLE_AFTER seconds or more in which nothing was confirmed
+        (while publishing: from the first confirm to the last sample)."""
+        windows, last_t, last_count = [], None, None
+        for t, _published, confirmed, _delivered in self.samples:
+            if last_count is None or confirmed > last_count:
+                if last_t is not None and t - last_t >= UNAVAILABLE_AFTER and last_count:
+                    windows.append((last_t, t))
+                last_t, last_count = t, confirmed
+        return windows
+
+
+class Sampler:
+    """Samples (time, published, confirmed, delivered) of a History in a thread."""
+
+    def __init__(self, history: History, into: list) -> None:
+        self.history, self.into = history, into
+        self.stopping = threading.Event()
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="fault sampler", daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(SAMPLE_EVERY):
+            with self.history.lock:
+                row = (time.monotonic() - self.started, len(self.history.published),
+                       len(self.history.confirmed), len(self.history.deliveries))
+            self.into.append(row)
+
+
+def confirmed(history: History) -> int:
+    with history.lock:
+        return len(history.confirmed)
+
+
+def leader(cluster: LocalCluster) -> str:
+    """The queue's leader as a live node sees it (waited for: a fault may have just
+    ended)."""
+    def find():
+        for uri in cluster.live_uris():
+            for queue in call(uri, "cluster.status", timeout=5)["queues"]:
+                if queue["name"] == QUEUE and queue["leader"] in cluster.names:
+                    return queue["leader"]
+        return None
+    return wait_for("the queue's leader", find)
+
+
+def leaderships(logs: list[str]) -> dict[tuple[str, int], set[str]]:
+    """(group, term) -> the nodes that logged leading it, from the nodes' logs."""
+    leaders: dict[tuple[str, int], set[str]] = {}
+    for text in logs:
+        for group, node, term in LEADER_LINE.findall(text):
+            leaders.setdefault((group, int(term)), set()).add(node)
+    return leaders
+
+
+def split_brain(leaders: dict[tuple[str, int], set[str]]) -> list[str]:
+    """Groups with two leaders in one term."""
+    return [f"group {group} term {term}: {', '.join(sorted(nodes))}"
+            for (group, term), nodes in sorted(leaders.items()) if len(nodes) > 1]
+
+
+def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
+            say=lambda text: None) -> RunResult:
+    rng = random.Random(seed)
+    result = RunResult(nodes, nemesis.name, seed)
+    began = time.monotonic()
+    with LocalCluster(nodes) as cluster:
+        wait_for("a metadata leader", lambda: all(
+            call(uri, "cluster.status", timeout=5)["metadata_leader"]
+            for uri in cluster.uris()))
+        workload = Workload(cluster.live_uris, QUEUE, interval=0.002)
+        sampler = None
+        try:
+            workload.start()
+            sampler = Sampler(workload.history, result.samples).start()
+            history = workload.history
+            wait_for("25 confirms before the first fault", lambda: confirmed(history) >= 25)
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                time.sleep(rng.uniform(1.0, 3.0))
+                target = leader(cluster)
+                start = time.monotonic() - sampler.started
+                heal = nemesis.strike(cluster, target, rng)
+                time.sleep(rng.uniform(*nemesis.hold))
+                heal()
+                healed = time.monotonic()
+                result.faults.append((start, healed - sampler.started))
+                before = confirmed(history)
+                wait_for(f"a confirm after healing {nemesis.name}",
+                         lambda: confirmed(history) > before)
+                result.recoveries.append(time.monotonic() - healed)
+                say(f"  {nemesis.name} on {target}: healed, confirms again after "
+                    f"{result.recoveries[-1]:.1f}s")
+            history = workload.finish(drain_timeout=CONVERGE_TIMEOUT)
+            with history.lock:
+                result.violations = violations(history)
+                result.counts = report(history)
+        except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
+            result.error = f"{type(error).__name__}: {error}"[:500]
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            try:
+                workload.stop()
+            except Exception as error:  # noqa: BLE001
+                result.error = result.error or f"workload: {error}"[:500]
+        leaders = leaderships([cluster.log(name, tail=1 << 30) for name in cluster.names])
+        result.split_brain = split_brain(leaders)
+        result.elections = len(leaders)
+    result.seconds = time.monotonic() - began
+    return result
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def table(results: list[RunResult]) -> str:
+    head = ("| run | nodes | nemesis | seed | faults | confirmed | lost | duplicates | "
+            "unknown | unavailable (windows, longest s) | recovery max s | leaderships | "
+            "split brain | result |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    rows = []
+    for number, r in enumerate(results, 1):
+        counts = r.counts
+        windows = r.unavailable()
+        longest = max((b - a for a, b in windows), default=0.0)
+        rows.append(
+            f"| {number} | {r.nodes} | {r.nemesis} | {r.seed} | {len(r.faults)} | "
+            f"{counts.confirmed if counts else '-'} | "
+            f"{_lost(r) if counts else '-'} | "
+            f"{counts.duplicated_new if counts else '-'} | "
+            f"{counts.unknown if counts else '-'} | {len(windows)}, {longest:.1f} | "
+            f"{max(r.recoveries, default=0.0):.1f} | {r.elections} | "
+            f"{'yes' if r.split_brain else 'no'} | "
+            f"{'ok' if r.ok else 'FAILED'} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def _lost(result: RunResult) -> int:
+    for violation in result.violations:
+        if violation.startswith("confirmed but never delivered"):
+            return int(violation.split(": ", 1)[1].split()[0])
+    return 0
+
+
+def plot(result: RunResult, path: str) -> None:
+    """Publishes and confirms per second over time, faults shaded (a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = [s[0] for s in result.samples]
+    fig, axis = plt.subplots(figsize=(9, 3))
+    for column, label in ((1, "published/s"), (2, "confirmed/s"), (3, "delivered/s")):
+        rates = [0.0] + [(b[column] - a[column]) / (b[0] - a[0])
+                         for a, b in zip(result.samples, result.samples[1:])]
+        axis.plot(times, rates, label=label, linewidth=0.8)
+    for start, end in result.faults:
+        axis.axvspan(start, end, color="red", alpha=0.15)
+    axis.set_xlabel("seconds (shaded: fault)")
+    axis.set_ylabel("messages/s")
+    axis.set_title(f"{result.nemesis}, {result.nodes} nodes, seed {result.seed}"
+                   f" - {'ok' if result.ok else 'FAILED'}")
+    axis.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.faults.run",
+        description="Run the fault suite: a confirmed-publish + manual-ack workload on "
+                    "real node processes under nemeses; check, table and plot the runs.")
+    parser.add_argument("--runs", type=int, default=100, help="how many runs (default 100)")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[3, 5],
+                        help="cluster sizes to cycle through (default 3 5)")
+    parser.add_argument("--nemesis", nargs="+", default=sorted(NEMESES),
+                        choices=sorted(NEMESES), help="nemeses to cycle through (default all)")
+    parser.add_argument("--duration", type=float, default=20.0,
+                        help="seconds of faults per run (default 20)")
+    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    parser.add_argument("--out", default="tests/faults/results",
+                        help="where the table and plots go (default tests/faults/results)")
+    options = parser.parse_args(argv)
+    os.makedirs(options.out, exist_ok=True)
+    combos = itertools.cycle(itertools.product(options.nemesis, options.nodes))
+    results = []
+    for number in range(1, options.runs + 1):
+        name, nodes = next(combos)
+        seed = options.seed + number - 1
+        print(f"run {number}/{options.runs}: {name} on {nodes} nodes, seed {seed}",
+              flush=True)
+        result = run_one(nodes, NEMESES[name], seed, options.duration,
+                         say=lambda text: print(text, flush=True))
+        results.append(result)
+        plot(result, os.path.join(options.out, f"run-{number:03d}.png"))
+        verdict = "ok" if result.ok else "FAILED: " + "; ".join(
+            result.violations + result.split_brain + [result.error])
+        print(f"  {result.counts or ''} - {verdict} ({result.seconds:.0f}s)", flush=True)
+        with open(os.path.join(options.out, "table.md"), "w") as handle:
+            handle.write(table(results))
+    failed = [r for r in results if not r.ok]
+    print(f"{len(results)} runs, {len(failed)} failed; table: "
+          f"{os.path.join(options.out, 'table.md')}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
