@@ -14,14 +14,32 @@ schedules one flush with `loop.call_soon`: every frame queued in this event-loop
 iteration leaves in one `transport.write`, and nothing waits for an answer before
 sending the next (batching and pipelining). A new connection writes the handshake
 (wire.Handshake) first; the accepting side delivers nothing from a connection until
-that handshake names this cluster, this node and the right cookie.
+that handshake names this cluster, this node and the right cookie, and answers it
+with a `Resume`; only then does the connecting side write.
+
+Rpcs are delivered reliably, Raft messages are not (Raft retransmits; the node's
+requests, replies and deliveries do not). Each transport run has a random session
+id. `send` numbers every Rpc for its peer (1, 2, ...) and keeps it until the peer
+acknowledges it: the receiver delivers a sender's Rpcs once each, in order, skipping
+numbers it already delivered, and sends back an `RpcAck` (the highest delivered)
+ACK_DELAY after receiving some. A connection that breaks may take Rpcs with it
+(written, never read); the next connection's `Resume` says what the peer delivered,
+and the Rpcs after that are written again before anything new. A `Resume` from a
+new session of the peer (it restarted) drops what its previous run never
+acknowledged instead: the node's cluster layer knows a restarted peer by its boot id
+and acts on that. Across one run of each side, so, no Rpc is lost or delivered twice
+while it stays within the bounds below; past them the oldest are given up and the
+receiver logs the gap.
 
 Invariants:
 - `send` never blocks and never raises because a peer is unreachable or slow:
   memory per peer is bounded by the queue (`max_queued_frames`, `max_queued_bytes`;
-  the oldest frames are dropped and counted) plus the transport's write buffer
-  (`write_high_water` plus one batch: while asyncio has paused writing, frames wait
-  in the queue). Raft retransmits, so a dropped frame costs a round, not safety.
+  the oldest frames are dropped and counted), the Rpcs kept for retransmission (the
+  same bounds again) and the transport's write buffer (`write_high_water` plus one
+  batch: while asyncio has paused writing, frames wait in the queue). Raft
+  retransmits, so a dropped Raft frame costs a round, not safety.
+- Per peer and per run of both sides, Rpcs reach `on_message` at most once each and
+  in the order sent, and every one within the bounds arrives.
 - `on_message(from_node, envelope)` runs synchronously in the event loop, in arrival
   order, only for frames after an accepted handshake, never after `stop()`.
 - A peer's bad handshake or malformed frame closes that one connection with an
@@ -37,17 +55,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, FrameReader, Handshake,
-                   WireError, decode, decode_handshake, encode, encode_handshake, frame,
-                   handshake_problems)
+from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, FrameReader, Handshake, Resume,
+                   Rpc, RpcAck, WireError, decode, decode_handshake, encode,
+                   encode_handshake, frame, handshake_problems)
 
 log = logging.getLogger("quorumqueue.cluster")
 
 MiB = 1024 * 1024
+ACK_DELAY = 0.05  # seconds a receiver gathers Rpcs before acknowledging them
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +85,13 @@ class TransportStats:
     queued_frames: int = 0      # now: frames waiting for a connection or for the buffer
     queued_bytes: int = 0       # now: their bytes
     buffered_bytes: int = 0     # now: bytes in connections' write buffers (back-pressure)
+    retransmitted: int = 0      # Rpcs written again on a new connection (not acknowledged)
+    duplicates: int = 0         # Rpcs received again and not delivered a second time
+    gaps: int = 0               # times Rpcs were missing (the sender dropped them: bounds)
+    unacked_frames: int = 0     # now: Rpcs sent and not yet acknowledged by the peer
 
 
-_GAUGES = ("queued_frames", "queued_bytes", "buffered_bytes")
+_GAUGES = ("queued_frames", "queued_bytes", "buffered_bytes", "unacked_frames")
 _COUNTERS = tuple(f.name for f in fields(TransportStats) if f.name not in _GAUGES)
 
 
@@ -106,7 +130,9 @@ class _Peer:
     """What this node knows about sending to one peer."""
 
     __slots__ = ("name", "address", "outgoing", "link", "connect_task", "flush_handle",
-                 "delay", "ever_connected", "down_reported", "failures", "dropping")
+                 "delay", "ever_connected", "down_reported", "failures", "dropping",
+                 "pending_link", "rpc_seq", "written_seq", "unacked", "unacked_bytes",
+                 "remote_session")
 
     def __init__(self, name: str, address: tuple[str, int], outgoing: _Outgoing) -> None:
         self.name = name
@@ -120,6 +146,13 @@ class _Peer:
         self.down_reported = False      # on_peer_down called for the current outage
         self.failures = 0               # failed attempts in the current outage
         self.dropping = False           # drops logged for the current full spell
+        self.pending_link: _Outbound | None = None  # connected, its Resume not yet read
+        # reliable Rpcs (module docstring): numbered from 1 in this transport's session
+        self.rpc_seq = 0                # the last number given
+        self.written_seq = 0            # every Rpc up to here was written (or dropped)
+        self.unacked: deque[tuple[int, bytes]] = deque()  # (seq, frame), oldest first
+        self.unacked_bytes = 0
+        self.remote_session: int | None = None  # the peer's run, from its last Resume
 
 
 class _Connection(asyncio.Protocol):
@@ -141,23 +174,50 @@ class _Connection(asyncio.Protocol):
 
 
 class _Outbound(_Connection):
-    """Our connection to a peer: writes only."""
+    """Our connection to a peer: writes, after reading the peer's one Resume."""
 
     def __init__(self, owner: ClusterTransport, peer: _Peer) -> None:
         super().__init__(owner)
         self.peer = peer
         self.paused = False             # asyncio's write buffer is over the high-water mark
         self.lost = False
+        self.reader: FrameReader | None = FrameReader(owner.max_frame_size)
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.owner.write_high_water)
         transport.write(self.owner._handshake_frame(self.peer.name))
-        self.owner._link_made(self)
+        self.peer.pending_link = self
+        self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
+                                                 self._resume_timed_out)
 
     def data_received(self, data: bytes) -> None:
+        if self.reader is not None:
+            try:
+                payloads = self.reader.feed(data)
+                resume = decode(payloads[0]) if payloads else None
+            except WireError as exc:
+                payloads, resume = [b""], exc
+            if not payloads:
+                return                  # the Resume is not complete yet
+            if isinstance(resume, Resume) and len(payloads) == 1:
+                self.reader = None
+                self.timer.cancel()
+                self.owner._link_made(self, resume)
+                return
+            log.error("peer %r answered this node's handshake with something other than "
+                      "a Resume (%s); closing the connection", self.peer.name,
+                      resume if isinstance(resume, WireError) else type(resume).__name__)
+            self.transport.close()
+            return
         log.error("peer %r sent %d bytes on this node's outbound connection, which only "
-                  "writes; closing it", self.peer.name, len(data))
+                  "writes once resumed; closing it", self.peer.name, len(data))
+        self.transport.close()
+
+    def _resume_timed_out(self) -> None:
+        log.error("closing the connection to peer %r: no answer to the handshake within "
+                  "%g s", self.peer.name, self.owner.handshake_timeout)
         self.transport.close()
 
     def pause_writing(self) -> None:
@@ -169,6 +229,8 @@ class _Outbound(_Connection):
 
     def connection_lost(self, exc) -> None:
         self.lost = True
+        if self.timer is not None:
+            self.timer.cancel()
         super().connection_lost(exc)
         self.owner._link_lost(self, exc)
 
@@ -180,6 +242,7 @@ class _Inbound(_Connection):
         super().__init__(owner)
         self.reader = FrameReader(owner.max_frame_size)
         self.from_node: str | None = None   # set once the handshake is accepted
+        self.sender: list[int] | None = None  # [its session, last Rpc seq delivered]
         self.address = "?"
         self.timer: asyncio.TimerHandle | None = None
 
@@ -254,6 +317,11 @@ class ClusterTransport:
         self._retiring: set[asyncio.Task] = set()       # connect tasks of removed peers
         self._totals: Counter[str] = Counter()
         self._counters: dict[str, Counter[str]] = {}    # per peer name
+        # reliable Rpcs: this run's session, and per sender [its session, last seq
+        # delivered] (kept across its connections), and the senders owed an RpcAck
+        self.session = int.from_bytes(os.urandom(7), "big") | 1
+        self._senders: dict[str, list[int]] = {}
+        self._acks_due: set[str] = set()
         for name, address in peers.items():
             self.add_peer(name, address)
 
@@ -355,7 +423,8 @@ class ClusterTransport:
                               queued_frames=sum(len(p.outgoing.frames) for p in peers),
                               queued_bytes=sum(p.outgoing.bytes for p in peers),
                               buffered_bytes=sum(p.link.transport.get_write_buffer_size()
-                                                 for p in peers if p.link is not None))
+                                                 for p in peers if p.link is not None),
+                              unacked_frames=sum(len(p.unacked) for p in peers))
 
     # -- sending ----------------------------------------------------------------------
 
@@ -372,7 +441,18 @@ class ClusterTransport:
         if not self._running:
             self._count(peer, "frames_dropped")
             return
-        dropped = state.outgoing.push(frame(encode(envelope), self.max_frame_size))
+        if type(envelope) is Rpc:  # numbered, and kept until the peer acknowledges it
+            state.rpc_seq += 1
+            data = frame(encode(Rpc(envelope.kind, envelope.body, state.rpc_seq)),
+                         self.max_frame_size)
+            self._keep_unacked(state, state.rpc_seq, data)
+        else:
+            data = frame(encode(envelope), self.max_frame_size)
+        self._queue(state, data)
+
+    def _queue(self, state: _Peer, data: bytes) -> None:
+        peer = state.name
+        dropped = state.outgoing.push(data)
         if dropped:
             self._count(peer, "frames_dropped", dropped)
             if not state.dropping:
@@ -385,6 +465,22 @@ class ClusterTransport:
         else:
             self._ensure_connecting(state)
 
+    def _keep_unacked(self, peer: _Peer, seq: int, data: bytes) -> None:
+        """Keep a sent Rpc until acknowledged, within the queue's bounds (the oldest
+        given up first: the receiver then sees a gap)."""
+        unacked = peer.unacked
+        unacked.append((seq, data))
+        peer.unacked_bytes += len(data)
+        while ((len(unacked) > self.max_queued_frames
+                or peer.unacked_bytes > self.max_queued_bytes) and len(unacked) > 1):
+            peer.unacked_bytes -= len(unacked.popleft()[1])
+            self._count(peer.name, "frames_dropped")
+
+    def _acknowledged(self, peer: _Peer, seq: int) -> None:
+        unacked = peer.unacked
+        while unacked and unacked[0][0] <= seq:
+            peer.unacked_bytes -= len(unacked.popleft()[1])
+
     def _schedule_flush(self, peer: _Peer) -> None:
         if peer.flush_handle is None and peer.outgoing.frames and self._running:
             peer.flush_handle = self._loop.call_soon(self._flush, peer)
@@ -396,6 +492,7 @@ class ClusterTransport:
                 or not peer.outgoing.frames):
             return
         frames = peer.outgoing.take()
+        peer.written_seq = peer.rpc_seq  # every numbered Rpc was written or dropped
         peer.dropping = False
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         link.transport.write(data)
@@ -405,7 +502,7 @@ class ClusterTransport:
 
     def _handshake_frame(self, to_node: str) -> bytes:
         return frame(encode_handshake(Handshake(self.cluster_name, self.node_name, to_node,
-                                                self._cookie)))
+                                                self._cookie, self.session)))
 
     # -- connecting -------------------------------------------------------------------
 
@@ -456,12 +553,34 @@ class ClusterTransport:
     def _next_delay(self, delay: float) -> float:
         return min(max(delay * 2, self.backoff_initial), self.backoff_max)
 
-    def _link_made(self, link: _Outbound) -> None:
+    def _link_made(self, link: _Outbound, resume: Resume) -> None:
+        """The peer answered our handshake: write again what it has not acknowledged
+        (if it is the same run of the peer), then everything queued."""
         peer = link.peer
+        if peer.pending_link is link:
+            peer.pending_link = None
         if not self._running or self._peers.get(peer.name) is not peer:
             link.transport.close()
             return
+        again: list[bytes] = []
+        if peer.remote_session is not None and resume.session != peer.remote_session:
+            # the peer restarted: what its previous run did not acknowledge went with
+            # it (the node's cluster layer handles a restarted peer); nothing written
+            # to that run is sent to this one
+            while peer.unacked and peer.unacked[0][0] <= peer.written_seq:
+                peer.unacked_bytes -= len(peer.unacked.popleft()[1])
+        else:
+            self._acknowledged(peer, resume.delivered)
+            again = [data for seq, data in peer.unacked if seq <= peer.written_seq]
+        peer.remote_session = resume.session
         peer.link = link
+        if again:
+            data = b"".join(again)
+            link.transport.write(data)
+            self._count(peer.name, "retransmitted", len(again))
+            self._count(peer.name, "frames_sent", len(again))
+            self._count(peer.name, "bytes_sent", len(data))
+            self._count(peer.name, "writes")
         if peer.ever_connected:
             self._count(peer.name, "reconnects")
         log.info("connected to peer %r at %s:%d%s", peer.name, *peer.address,
@@ -473,6 +592,13 @@ class ClusterTransport:
 
     def _link_lost(self, link: _Outbound, exc: BaseException | None) -> None:
         peer = link.peer
+        if peer.pending_link is link:  # closed before it answered the handshake
+            peer.pending_link = None
+            if self._running and self._peers.get(peer.name) is peer:
+                self._connect_failed(peer, exc or ConnectionError("closed before it "
+                                                                   "answered the handshake"))
+                self._ensure_connecting(peer)
+            return
         if peer.link is not link:
             return
         peer.link = None
@@ -516,11 +642,30 @@ class ClusterTransport:
                 continue
             try:
                 envelope = decode(payload)
+                if type(envelope) is Resume:
+                    raise WireError("a Resume after the handshake")
             except WireError as exc:
                 self._close_malformed(conn, exc)
                 return
             self._count(conn.from_node, "frames_received")
             self._count(conn.from_node, "bytes_received", HEADER_SIZE + len(payload))
+            if type(envelope) is Rpc and envelope.seq:
+                sender = conn.sender
+                if envelope.seq <= sender[1]:
+                    self._count(conn.from_node, "duplicates")
+                    continue
+                if sender[1] and envelope.seq != sender[1] + 1:
+                    self._count(conn.from_node, "gaps")
+                    log.warning("%d messages from peer %r were lost (its queue for this "
+                                "node overflowed)", envelope.seq - sender[1] - 1,
+                                conn.from_node)
+                sender[1] = envelope.seq
+                self._ack_later(conn.from_node)
+            elif type(envelope) is RpcAck:
+                peer = self._peers.get(conn.from_node)
+                if peer is not None and envelope.session == self.session:
+                    self._acknowledged(peer, envelope.seq)
+                continue
             self._on_message(conn.from_node, envelope)
 
     def _accept_handshake(self, conn: _Inbound, payload: bytes) -> bool:
@@ -540,6 +685,11 @@ class ClusterTransport:
             return False
         conn.from_node = handshake.from_node
         conn.timer.cancel()
+        sender = self._senders.get(handshake.from_node)
+        if sender is None or sender[0] != handshake.session:  # a new run of that node
+            sender = self._senders[handshake.from_node] = [handshake.session, 0]
+        conn.sender = sender
+        conn.transport.write(frame(encode(Resume(self.session, sender[1]))))
         log.debug("accepted cluster connection from node %r at %s", conn.from_node,
                   conn.address)
         return True
@@ -553,6 +703,18 @@ class ClusterTransport:
         else:
             self._totals["malformed"] += 1
         conn.transport.close()
+
+    def _ack_later(self, sender: str) -> None:
+        if sender not in self._acks_due:
+            self._acks_due.add(sender)
+            self._loop.call_later(ACK_DELAY, self._send_ack, sender)
+
+    def _send_ack(self, sender: str) -> None:
+        self._acks_due.discard(sender)
+        state, peer = self._senders.get(sender), self._peers.get(sender)
+        if state is None or peer is None or not self._running:
+            return
+        self._queue(peer, frame(encode(RpcAck(state[0], state[1]))))
 
     def _count(self, peer: str, name: str, amount: int = 1) -> None:
         self._totals[name] += amount

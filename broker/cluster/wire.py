@@ -10,9 +10,12 @@ How it works: every envelope is one msgpack array whose first item is a small
 integer tag. A Raft message is positional, `[tag, group, term, from_, to, ...the
 other fields in dataclass order]`, laid out by `_LAYOUTS`, the one table both
 directions read. A log entry is `[index, term, kind, data]` and a SnapshotMeta
-`[index, term, [members...]]`. An Rpc is `[RPC_TAG, kind, body]`. The handshake has
-a shape of its own, `[MAGIC, VERSION, cluster_name, from_node, to_node, cookie]`, so
-neither is ever taken for the other. Strings travel as msgpack str, bytes as bin
+`[index, term, [members...]]`. An Rpc is `[RPC_TAG, kind, body]`, or `[RPC_TAG, kind,
+body, seq]` when the transport numbered it (reliable delivery: transport.py), and an
+`RpcAck` (the receiver delivered a session's Rpcs up to seq) `[ACK_TAG, session, seq]`.
+The handshake has a shape of its own, `[MAGIC, VERSION, cluster_name, from_node,
+to_node, cookie, session]`, so neither is ever taken for the other; the accepting
+side answers it with a `Resume` `[RESUME_TAG, session, delivered]`. Strings travel as msgpack str, bytes as bin
 (use_bin_type=True, raw=False). A frame is a 4-byte big-endian payload length and
 the payload.
 
@@ -45,8 +48,10 @@ from ..raft.types import LogEntry, SnapshotMeta
 
 MAX_FRAME_SIZE = 256 * 1024 * 1024   # bytes of payload; the reader refuses more
 MAGIC = "quorumqueue-cluster"        # first item of a handshake
-VERSION = 1                          # the wire version this module speaks
+VERSION = 2                          # the wire version this module speaks
 RPC_TAG = 16                         # tags 1..7 are the Raft messages (_LAYOUTS)
+ACK_TAG = 17
+RESUME_TAG = 18
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size
@@ -68,9 +73,27 @@ class Rpc:
     kind: str                  # what the node-level request or reply is
     body: dict[Any, Any]       # str, int (-2^63 .. 2^64-1), float, bytes, bool, None,
                                # lists and dicts of them; no tuples
+    # the sending transport's number for it within its session (0: not numbered);
+    # not part of what the Rpc says, so not compared
+    seq: int = field(default=0, compare=False)
 
 
-Envelope: TypeAlias = RaftEnvelope | Rpc
+@dataclass(frozen=True, slots=True)
+class RpcAck:
+    """The receiver delivered every Rpc of the sender's `session` up to `seq`."""
+    session: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """The accepting side's answer to a handshake: its own session (one per run) and
+    the last Rpc seq it delivered from the connecting node's session (0: none)."""
+    session: int
+    delivered: int
+
+
+Envelope: TypeAlias = RaftEnvelope | Rpc | RpcAck | Resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +102,7 @@ class Handshake:
     from_node: str             # the connecting node
     to_node: str               # the node it means to reach
     cookie: str = field(repr=False)   # the shared secret; never logged
+    session: int = 0           # the connecting transport's session (one per run)
 
 
 # -- Raft message layouts -------------------------------------------------------------
@@ -135,11 +159,20 @@ def encode(envelope: Envelope) -> bytes:
                 raise WireError(f"cannot encode Rpc {kind!r}: body must be a dict, got "
                                 f"{_show(body)}")
             _check_primitive(body, f"Rpc {kind!r} body")
-            items = [RPC_TAG, kind, body]
+            items = [RPC_TAG, kind, body, envelope.seq] if envelope.seq else [RPC_TAG, kind,
+                                                                              body]
             what = f"Rpc {kind!r}"
+        case RpcAck(session=session, seq=seq):
+            items = [ACK_TAG, _nat(session, "RpcAck.session"), _nat(seq, "RpcAck.seq")]
+            what = "RpcAck"
+        case Resume(session=session, delivered=delivered):
+            items = [RESUME_TAG, _nat(session, "Resume.session"),
+                     _nat(delivered, "Resume.delivered")]
+            what = "Resume"
         case _:
             raise WireError(f"cannot encode {type(envelope).__name__}: "
-                            "not a RaftEnvelope or an Rpc")
+                            "not a RaftEnvelope or an Rpc (nor the transport's RpcAck "
+                            "or Resume)")
     return _pack(items, what)
 
 
@@ -150,6 +183,7 @@ def encode_handshake(handshake: Handshake) -> bytes:
         if type(value) is not str:
             raise WireError(f"cannot encode handshake: {name} must be a str, got "
                             f"{_show(value)}")
+    items.append(_nat(handshake.session, "handshake session"))
     return _pack(items, "handshake")
 
 
@@ -180,6 +214,12 @@ def decode(payload: bytes) -> Envelope:
         raise WireError(f"envelope tag must be an int, got {_show(tag)}")
     if tag == RPC_TAG:
         return _decode_rpc(items)
+    if tag in (ACK_TAG, RESUME_TAG):
+        cls = RpcAck if tag == ACK_TAG else Resume
+        if len(items) != 3:
+            raise WireError(f"{cls.__name__} must have 3 items, got {len(items)}")
+        return cls(*(_nat(value, f"{cls.__name__}[{i}]")
+                     for i, value in enumerate(items[1:], 1)))
     found = _BY_TAG.get(tag)
     if found is None:
         raise WireError(f"unknown envelope tag {tag}")
@@ -198,17 +238,21 @@ def decode(payload: bytes) -> Envelope:
 
 def decode_handshake(payload: bytes) -> Handshake:
     items = _unpack(payload, "handshake")
-    if type(items) is not list or len(items) != 6 or items[0] != MAGIC:
+    if type(items) is not list or len(items) not in (6, 7) or items[0] != MAGIC:
         raise WireError("not a quorumqueue cluster handshake (expected "
-                        f"[{MAGIC!r}, version, cluster, from, to, cookie])")
+                        f"[{MAGIC!r}, version, cluster, from, to, cookie, session])")
     version = items[1]
     if type(version) is not int or version != VERSION:
         raise WireError(f"handshake version {version!r} is not supported "
-                        f"(this node speaks version {VERSION})")
+                        f"(this node speaks version {VERSION}: run the same quorumqueue "
+                        "version on every node)")
+    if len(items) != 7:
+        raise WireError("not a quorumqueue cluster handshake (expected "
+                        f"[{MAGIC!r}, version, cluster, from, to, cookie, session])")
     for name, value in zip(("cluster_name", "from_node", "to_node", "cookie"), items[2:]):
         if type(value) is not str:
             raise WireError(f"handshake {name} must be a str, got {_show(value)}")
-    return Handshake(*items[2:])
+    return Handshake(*items[2:6], session=_nat(items[6], "handshake session"))
 
 
 def handshake_problems(handshake: Handshake, *, cluster_name: str, node_name: str,
@@ -237,15 +281,16 @@ def _unpack(payload: bytes, what: str) -> Any:
 
 
 def _decode_rpc(items: list[Any]) -> Rpc:
-    if len(items) != 3:
-        raise WireError(f"Rpc must have 3 items (tag, kind, body), got {len(items)}")
-    _, kind, body = items
+    if len(items) not in (3, 4):
+        raise WireError(f"Rpc must have 3 items (tag, kind, body) or 4 (and seq), got "
+                        f"{len(items)}")
+    _, kind, body, *numbered = items
     if type(kind) is not str:
         raise WireError(f"Rpc kind must be a str, got {_show(kind)}")
     if type(body) is not dict:
         raise WireError(f"Rpc {kind!r} body must be a map, got {_show(body)}")
     _check_primitive(body, f"Rpc {kind!r} body")
-    return Rpc(kind, body)
+    return Rpc(kind, body, _nat(numbered[0], f"Rpc {kind!r} seq") if numbered else 0)
 
 
 def _decode_field(kind: str, value: Any, where: str) -> Any:

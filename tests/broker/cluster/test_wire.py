@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorumqueue.broker.cluster.wire import (MAGIC, MAX_FRAME_SIZE, RPC_TAG, VERSION,
-                                             FrameReader, Handshake, RaftEnvelope, Rpc,
+from quorumqueue.broker.cluster.wire import (ACK_TAG, MAGIC, MAX_FRAME_SIZE, RPC_TAG, VERSION,
+                                             FrameReader, Handshake, RaftEnvelope, Resume,
+                                             Rpc, RpcAck,
                                              WireError, decode, decode_handshake, encode,
                                              encode_handshake, frame, handshake_problems)
 from quorumqueue.broker.raft.messages import (AppendEntries, AppendEntriesResponse,
@@ -104,6 +105,22 @@ def test_bytes_stay_bytes_strings_stay_str_and_tuples_come_back_as_tuples():
     assert rpc.body["big"] == 2**64 - 1
     snapshot = decode(encode(RaftEnvelope("g", EXAMPLES[5]))).message
     assert type(snapshot.meta.members) is tuple and type(snapshot.data) is bytes
+
+
+def test_the_transport_s_numbering_and_acknowledgements_round_trip():
+    numbered = Rpc("deliver", {"k": "x"}, seq=7)
+    assert decode(encode(numbered)).seq == 7 and decode(encode(numbered)) == numbered
+    assert msgpack.unpackb(encode(numbered)) == [RPC_TAG, "deliver", {"k": "x"}, 7]
+    assert msgpack.unpackb(encode(Rpc("ping", {}))) == [RPC_TAG, "ping", {}]  # unnumbered
+    assert decode(encode(RpcAck(2**55, 9))) == RpcAck(2**55, 9)
+    assert msgpack.unpackb(encode(RpcAck(1, 2))) == [ACK_TAG, 1, 2]
+    assert decode(encode(Resume(5, 0))) == Resume(5, 0)
+    handshake = Handshake("prod", "a", "b", "k", session=3)
+    assert decode_handshake(encode_handshake(handshake)).session == 3
+    with pytest.raises(WireError, match="RpcAck.seq must be a non-negative int"):
+        encode(RpcAck(1, -1))
+    with pytest.raises(WireError, match="seq must be a non-negative int"):
+        decode(msgpack.packb([RPC_TAG, "x", {}, "7"]))
 
 
 def test_raft_messages_are_positional_arrays_with_a_small_tag():
@@ -212,9 +229,11 @@ def test_handshake_round_trips_and_never_shows_its_cookie():
     (packed("rabbitmq", 1, "c", "a", "b", "k"), "not a quorumqueue cluster handshake"),
     (packed(MAGIC, 1, "c", "a", "b"), "not a quorumqueue cluster handshake"),
     (packed(*VOTE), "not a quorumqueue cluster handshake"),
-    (packed(MAGIC, VERSION + 1, "c", "a", "b", "k"), "version 2 is not supported"),
+    (packed(MAGIC, VERSION + 1, "c", "a", "b", "k", 1), f"version {VERSION + 1} is not supported"),
+    (packed(MAGIC, VERSION, "c", "a", "b", "k"), "not a quorumqueue cluster handshake"),
+    (packed(MAGIC, VERSION, "c", "a", "b", "k", -1), "session must be a non-negative"),
     (packed(MAGIC, True, "c", "a", "b", "k"), "version True is not supported"),
-    (packed(MAGIC, VERSION, "c", "a", b"b", "k"), "to_node must be a str"),
+    (packed(MAGIC, VERSION, "c", "a", b"b", "k", 1), "to_node must be a str"),
 ])
 def test_malformed_handshakes_raise_wire_error(payload, fault):
     with pytest.raises(WireError, match=fault):
