@@ -476,6 +476,10 @@ class Cluster:
     def deliver_remote(self, queue, owner: str, key: str, deliveries) -> None:
         proxy.deliver_remote(self, queue, owner, key, deliveries)
 
+    def tell_downed(self, queue, connection: str) -> None:
+        """The leader applied a Down for another node's connection (proxy.py)."""
+        proxy.tell_downed(self, queue, connection)
+
     # ------------------------------------------------------------ status
 
     def status(self) -> dict:
@@ -514,6 +518,7 @@ _RPCS = {
     "deliver": proxy.on_deliver,
     "stat": proxy.on_stat,
     "stat_reply": proxy.on_stat_reply,
+    "downed": proxy.on_downed,
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
 }

@@ -96,6 +96,23 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         record.propose(Settle(key, tuple(settled)), 0)  # untimed: no time logged
 
 
+def tell_downed(cluster: "Cluster", queue, connection: str) -> None:
+    """The leader applied a Down for `connection`: its consumers' messages went back
+    to the queue. A node with a replica sees the Down in its own log; a node with none
+    hears it from the leader and, if the connection's channels are alive (the node was
+    only cut off), checks its consumers out again."""
+    owner = connection.partition(":")[0]
+    if owner != cluster.name and owner in cluster.addresses and owner not in queue.members:
+        cluster._post(owner, Rpc("downed", {"g": queue.group, "c": connection}))
+
+
+def on_downed(cluster: "Cluster", sender: str, body: dict) -> None:
+    record = _record(cluster, body["g"])
+    if record is not None and not record.deleted and record.raft is None:
+        record.leader_hint = sender
+        record.check_out_again(body["c"])
+
+
 NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
 
 

@@ -259,9 +259,11 @@ class QuorumGroups:
         for callback in queue.take_waiters(index, term):
             callback(reply)
         replaying = index <= queue.replay_until
-        if (isinstance(command, Down) and not replaying
-                and command.connection.startswith(self.cluster.node.boot_id + ".")):
-            self._check_out_again(queue, command.connection)
+        if isinstance(command, Down) and not replaying:
+            if command.connection.startswith(self.cluster.node.boot_id + "."):
+                queue.check_out_again(command.connection)
+            elif queue.is_leader:  # a node with no replica learns it from the leader
+                self.cluster.tell_downed(queue, command.connection)
         self._apply_effects(queue, effects, replaying)
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
@@ -278,17 +280,6 @@ class QuorumGroups:
                                                   snapshot.dump(queue.state))
                     else:
                         self._snapshot_below_live(queue, cursor, snapshot_index)
-
-    def _check_out_again(self, queue: QuorumQueue, connection: str) -> None:
-        """A leader took this node for down and returned our consumers' messages, but
-        the channel is alive (the node was cut off, or paused): consume again."""
-        from ..queues.quorum import NO_ACK_CREDIT
-
-        for key, consumer in list(queue.by_key.items()):
-            if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
-                prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
-                queue.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
-                              0)  # untimed: no clock is read here
 
     def _snapshot_below_live(self, queue: QuorumQueue, cursor: int, index: int) -> None:
         """In a cluster a snapshot must not cover a live message: a follower that

@@ -173,6 +173,18 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def is_unused_for_auto_delete(self) -> bool:
         return False  # quorum queues cannot be auto-delete
 
+    def check_out_again(self, connection: str) -> None:
+        """A leader took this node for down and returned the messages of this node's
+        `connection` (a Down), but its channels are alive (the node was cut off, or
+        paused): their consumers consume again."""
+        from ..amqp.channel import ChannelState
+
+        for key, consumer in list(self.by_key.items()):
+            if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
+                prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
+                self.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
+                             0)  # untimed: no clock is read here
+
     # ------------------------------------------------------------ proposals
 
     def propose(self, command: commands.Command | bytes, now_ms: int,

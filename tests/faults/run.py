@@ -59,6 +59,8 @@ class RunResult:
     split_brain: list[str] = field(default_factory=list)
     elections: int = 0         # leaderships the logs show (all groups, all terms)
     counts: object = None      # history.Report
+    diagnosis: list[str] = field(default_factory=list)  # the queue as nodes saw it, on failure
+    events: list[str] = field(default_factory=list)     # the clients' reconnections, on failure
     seconds: float = 0.0
     error: str = ""
 
@@ -135,6 +137,23 @@ def split_brain(leaders: dict[tuple[str, int], set[str]]) -> list[str]:
             for (group, term), nodes in sorted(leaders.items()) if len(nodes) > 1]
 
 
+def diagnose(cluster: LocalCluster) -> list[str]:
+    """What each live node says of the queue and the cluster (for a failed run)."""
+    lines = []
+    for name in cluster.live_nodes():
+        uri = cluster.uri(name)
+        try:
+            queues = [q for q in call(uri, "queues.list", timeout=10) if q["name"] == QUEUE]
+            status = call(uri, "cluster.status", timeout=10)
+            lines.append(f"{name}: {queues} forwarding={status.get('forwarding')}")
+        except Exception as error:  # noqa: BLE001 - a diagnosis, not a verdict
+            lines.append(f"{name}: {error!r}")
+        warnings = [line for line in cluster.log(name, tail=1 << 30).splitlines()
+                    if "[WARNING]" in line or "[ERROR]" in line]
+        lines += [f"{name} log: {line}" for line in warnings[-8:]]
+    return lines
+
+
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             say=lambda text: None) -> RunResult:
     rng = random.Random(seed)
@@ -180,6 +199,10 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 workload.stop()
             except Exception as error:  # noqa: BLE001
                 result.error = result.error or f"workload: {error}"[:500]
+        if not result.ok:
+            result.diagnosis = diagnose(cluster)
+            with workload.history.lock:
+                result.events = list(workload.history.events[-40:])
         leaders = leaderships([cluster.log(name, tail=1 << 30) for name in cluster.names])
         result.split_brain = split_brain(leaders)
         result.elections = len(leaders)
@@ -272,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         plot(result, os.path.join(options.out, f"run-{number:03d}.png"))
         verdict = "ok" if result.ok else "FAILED: " + "; ".join(
-            result.violations + result.split_brain + [result.error])
+            result.violations + result.split_brain + [result.error]) + "".join(
+            "\n    " + line for line in result.diagnosis + result.events)
         print(f"  {result.counts or ''} - {verdict} ({result.seconds:.0f}s)", flush=True)
         with open(os.path.join(options.out, "table.md"), "w") as handle:
             handle.write(table(results))

@@ -95,3 +95,63 @@ def test_follower_paused_during_the_workload(seed):
 def test_node_cut_off_and_healed_during_the_workload(role, seed):
     with LocalCluster(3) as cluster:
         run(cluster, cut_off(role), seed)
+
+
+def test_a_consumer_on_a_node_without_a_replica_consumes_again_after_a_cut():
+    """The queue's leader takes a node cut off for longer than NODE_DOWN_AFTER for
+    down and returns its consumer's messages (a Down in the log). The consumer's node
+    has no replica, so it never applies that Down: the leader tells it, and once the
+    link heals its live consumer checks out again and gets the returned and the new
+    messages (before, it waited forever: nothing was checked out to it any more)."""
+    import pika
+
+    from quorumqueue.client.management import call
+
+    with LocalCluster(3) as cluster:
+        started(cluster)
+        first = cluster.uris()[0]
+        with pika.BlockingConnection(pika.URLParameters(first)) as connection:
+            connection.channel().queue_declare("pair", durable=True, arguments={
+                "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+        members = wait_for("the record", lambda: [
+            q for q in call(first, "cluster.status")["queues"] if q["name"] == "pair"])[0][
+            "members"]
+        outsider = next(name for name in cluster.names if name not in members)
+        wait_for("the record on " + outsider, lambda: [
+            q for q in call(cluster.uri(outsider), "cluster.status")["queues"]
+            if q["name"] == "pair"])
+        consumer = pika.BlockingConnection(pika.URLParameters(cluster.uri(outsider)))
+        got: list[bytes] = []
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=5)
+        channel.basic_consume("pair", lambda ch, method, props, body: got.append(body))
+
+        def publish(bodies):
+            with pika.BlockingConnection(pika.URLParameters(cluster.uri(members[0]))) as c:
+                publisher = c.channel()
+                publisher.confirm_delivery()
+                for body in bodies:
+                    publisher.basic_publish("", "pair", body,
+                                            pika.BasicProperties(delivery_mode=2))
+
+        def received(count):
+            return lambda: consumer.process_data_events(time_limit=0.1) or len(got) >= count
+
+        try:
+            publish([b"a%d" % n for n in range(5)])
+            wait_for("five deliveries on " + outsider, received(5))  # unacked: prefetch full
+            cluster.isolate(outsider)
+            wait_for("the leader returning the outsider's messages", lambda: any(
+                "returning the messages of connection " + outsider in cluster.log(m, 1 << 30)
+                for m in members))
+            cluster.heal()
+            publish([b"b%d" % n for n in range(5)])
+            # the five returned (prefetch 5 again) and, as those are acked, the new ones
+            wait_for("the returned messages again", received(10))
+            assert sorted(got[5:10]) == sorted(b"a%d" % n for n in range(5))
+            for tag in range(6, 11):
+                channel.basic_ack(tag)
+            wait_for("the new messages", received(15))
+            assert sorted(got[10:15]) == sorted(b"b%d" % n for n in range(5))
+        finally:
+            consumer.close()
