@@ -11,7 +11,8 @@ How it works: the files are parsed with the broker's own checked readers
 (broker/raft/storage: `scan_wal`, `parse_segment`, `read_snapshot_file`), so a
 checksum, a version and a torn tail mean here exactly what they mean to recovery.
 For COMMAND entries the first bytes of the data name the fifo command (FORMAT.md,
-"Quorum-queue entries"; a time envelope is looked through) and, for an Enqueue, the
+"Quorum-queue entries"; a forwarded command's identity and a time envelope are
+looked through) and, for an Enqueue, the
 message body's size. `read_batches` builds a segment's rows column-wise instead
 (nearly all of a log's bytes are segments): `scan_segment` (storage/scan.py) checks
 the slots as `parse_segment` does, the commands come from the entries' first bytes
@@ -44,6 +45,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..broker.fifo.envelope import TIMED, TIMED_HEAD
+from ..broker.raft.forwarded import FORWARDED
+from ..broker.raft.forwarded import HEAD_SIZE as _FORWARDED
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR,
                                           SNAPSHOT_FILE, SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX,
@@ -88,6 +91,8 @@ COMMANDS = {1: "ENQUEUE", 2: "CHECKOUT", 3: "CANCEL", 4: "SETTLE", 5: "RETURN",
 _ENQUEUE = 1
 _ENVELOPE = TIMED_HEAD.size        # u8 0xFF + u64 leader time
 _body_size = struct.Struct(">I")    # after the Enqueue's tag and priority octets
+# what command_of looks at: an identity, a time envelope, a tag, a priority, a body size
+HEAD_BYTES = _FORWARDED + _ENVELOPE + 2 + _body_size.size
 
 
 class LogReadError(RuntimeError):
@@ -185,8 +190,11 @@ def queue_of(uid: str) -> tuple[str | None, str | None]:
 
 
 def command_of(data: bytes) -> tuple[str | None, int | None]:
-    """(command name, body bytes for an Enqueue) of a COMMAND entry's data."""
-    start = _ENVELOPE if data[:1] == bytes((TIMED,)) else 0
+    """(command name, body bytes for an Enqueue) of a COMMAND entry's data (its first
+    HEAD_BYTES are enough)."""
+    start = _FORWARDED if data[:1] == bytes((FORWARDED,)) else 0
+    if data[start:start + 1] == bytes((TIMED,)):
+        start += _ENVELOPE
     if len(data) <= start:
         return None, None
     tag = data[start]
@@ -244,7 +252,7 @@ def _segment_rows(file: LogFile, path: str) -> Iterator[Row]:
         start, length, kind = slots.offsets[k], slots.lengths[k], slots.kinds[k]
         command = body = None
         if kind == COMMAND:
-            command, body = command_of(data[start:start + min(length, 16)])
+            command, body = command_of(data[start:start + min(length, HEAD_BYTES)])
         yield _row(file, parsed.uid, ref.header_size + k * SLOT_SIZE, "ENTRY",
                    slots.indexes[k], slots.terms[k], ENTRY_KINDS.get(kind, str(kind)), command,
                    length, length + SLOT_SIZE, body, compacted)
@@ -293,13 +301,17 @@ def _commands_of(content: bytes, offsets: np.ndarray, lengths: np.ndarray,
                  is_command: np.ndarray) -> tuple[pa.Array, pa.Array]:
     """command_of for every entry at once: (command names, Enqueue body sizes), null
     where command_of answers None. `offsets`/`lengths` locate each entry's data in
-    `content`; only the first 16 bytes of an entry are looked at, as by command_of."""
+    `content`; only the first HEAD_BYTES of an entry are looked at, as by command_of."""
     buf = np.frombuffer(content, dtype=np.uint8)
     starts = offsets.astype(np.int64)
     nonempty = is_command & (lengths > 0)
+    forwarded = np.zeros(len(starts), dtype=bool)
+    forwarded[nonempty] = buf[starts[nonempty]] == FORWARDED
+    skip = np.where(forwarded, _FORWARDED, 0)
+    enveloped = is_command & (lengths > skip)
     timed = np.zeros(len(starts), dtype=bool)
-    timed[nonempty] = buf[starts[nonempty]] == TIMED
-    skip = np.where(timed, _ENVELOPE, 0)
+    timed[enveloped] = buf[(starts + skip)[enveloped]] == TIMED
+    skip = skip + np.where(timed, _ENVELOPE, 0)
     tagged = is_command & (lengths > skip)
     tags = np.zeros(len(starts), dtype=np.int64)
     tags[tagged] = buf[(starts + skip)[tagged]]

@@ -11,7 +11,9 @@ read-only mode over the files — the same replay rules as FORMAT.md, changing n
 on disk — and yields each group's segments, memory table and snapshot. The queue's
 fifo state is restored from the snapshot (or, without one, from the queue's
 arguments in metadata.json) and the COMMAND entries above the snapshot are applied
-with the broker's pure state machine (`broker/fifo/machine.py`). `live_indexes` and
+with the broker's pure state machine (`broker/fifo/machine.py`), skipping a forwarded
+command whose identity was applied before, as every member does (the identities
+applied come from the snapshot too: `broker/raft/forwarded.py`). `live_indexes` and
 `lowest_live_index` of that state are the answer.
 
 Invariants: nothing is written; the result equals the state a broker restarted on
@@ -28,10 +30,11 @@ from array import array
 from dataclasses import dataclass
 
 from ..broker.fifo import snapshot as fifo_snapshot
-from ..broker.fifo.commands import Meta
+from ..broker.fifo.commands import Meta, decode_reply
 from ..broker.fifo.envelope import decode_entry
 from ..broker.fifo.machine import apply, live_indexes, lowest_live_index
 from ..broker.fifo.state import FifoState, fifo_config
+from ..broker.raft.forwarded import AppliedIds, load_snapshot, unwrap
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.group_state import GroupState
 from ..broker.raft.storage.layout import QUORUM_DIR, SNAPSHOT_FILE, SNAPSHOTS_DIR
@@ -83,16 +86,21 @@ def liveness(data_dir: str) -> dict[str, GroupLiveness]:
 
 def _group(root: str, uid: str, state: GroupState, arguments: dict,
            readers: "_Readers") -> GroupLiveness:
-    fifo = _restored(root, state, arguments)
+    applied, fifo = _restored(root, state, arguments)
     index = state.snapshot_index
     time_ms = 0
     for entry in _entries(state, index + 1, readers):
         if entry.kind != COMMAND:
             continue
-        stamp, command = decode_entry(entry.data)
+        identity, data = unwrap(entry.data)
+        if identity is not None and applied.seen(identity):
+            continue  # a forwarded command appended again after a leader crash
+        stamp, command = decode_entry(data)
         if stamp is not None:
             time_ms = stamp
-        fifo, _reply, _effects = apply(Meta(entry.index, entry.term, time_ms), command, fifo)
+        fifo, reply, _effects = apply(Meta(entry.index, entry.term, time_ms), command, fifo)
+        if identity is not None:
+            applied.record(identity, entry.index, reply)
     vhost, queue = queue_of(uid)
     live = live_indexes(fifo)
     return GroupLiveness(uid, vhost, queue, state.snapshot_index, state.release_cursor,
@@ -101,12 +109,13 @@ def _group(root: str, uid: str, state: GroupState, arguments: dict,
                          state_bytes=fifo.metadata_bytes(), memtable_bytes=state.mem.nbytes)
 
 
-def _restored(root: str, state: GroupState, arguments: dict) -> FifoState:
+def _restored(root: str, state: GroupState, arguments: dict) -> tuple[AppliedIds, FifoState]:
     if state.snapshot is None:
-        return FifoState(config=fifo_config(arguments))
+        return AppliedIds(), FifoState(config=fifo_config(arguments))
     path = os.path.join(root, SNAPSHOTS_DIR, state.dir_name, SNAPSHOT_FILE)
     _uid, _meta, data = read_snapshot_file(path)
-    return fifo_snapshot.load(data)
+    applied, machine = load_snapshot(data, decode_reply)
+    return applied, fifo_snapshot.load(machine)
 
 
 def _entries(state: GroupState, lo: int, readers: "_Readers"):

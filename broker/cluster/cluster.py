@@ -19,6 +19,15 @@ so a repeat of one it already appended is answered with the same (index, term)
 instead of being appended twice. What a leader appended and then lost with its
 leadership is caught by the waiter's term check, and proposed again.
 
+A leader that appended a forwarded command and crashed before its "accepted" left
+cannot answer the repeat: the next leader appends the command again. So the data
+itself carries the command's identity (broker/raft/forwarded.py): `origin`, 64 bits
+drawn when this node starts, and a sequence number per group counting this run's
+forwards to it. Every member's apply skips an entry whose identity it applied
+before and answers its waiter with the first application's reply
+(queues/replicated.py `admit`): the command takes effect once. Commands proposed on
+the leader itself carry no identity (nobody resends them to another leader).
+
 Invariants: a Raft message leaves only after the Ready that produced it is durable
 (QuorumGroups.flush calls `send_raft` after the fsync); this node's fifo identities
 are `<node name>:<boot id>.<connection>.<channel>`, so every node recognises its
@@ -39,6 +48,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from ..raft import RaftNode
+from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
 from . import proxy
@@ -100,6 +110,10 @@ class Cluster:
         # by (node, id); a restarted node counting from 0 again would be "remembered")
         self._next_request = int.from_bytes(os.urandom(7), "big") << 8
         self._appended: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+        # the identity of forwarded commands (forwarded.py): this run's origin, and per
+        # group the last sequence number given (a new run starts again from 1)
+        self.origin = int.from_bytes(os.urandom(8), "big")
+        self._forwarded: dict[str, int] = {}
         self._random = random.Random()
         self.meta: MetaGroup | None = None
         self.started = time.monotonic()
@@ -253,6 +267,12 @@ class Cluster:
     # ------------------------------------------------------------ forwarding
 
     def forward(self, member: ReplicatedGroup, data: bytes, waiter: Waiter | None) -> None:
+        """Send a command to its group's leader, wrapped with its identity (a command
+        proposed again after a lost append already has one, and keeps it)."""
+        if data[0] != FORWARDED:
+            seq = self._forwarded.get(member.group, 0) + 1
+            self._forwarded[member.group] = seq
+            data = wrap(Identity(self.origin, seq, waiter is not None), data)
         self._next_request += 1
         request = self._next_request
         self.pending[request] = _Pending(member, data, waiter)
@@ -395,7 +415,8 @@ class Cluster:
         if member.deleted:
             pending.waiter(None)
         elif member.raft.applied_index >= body["i"]:
-            # applied here already (from a snapshot): its reply is gone; ask again
+            # applied here already (from a snapshot): its reply is gone; proposed again,
+            # the entry is known by its identity and answered with the reply kept for it
             member.propose_data(pending.data, pending.waiter)
         else:
             member.wait_at(body["i"], body["t"], pending.data, pending.waiter)

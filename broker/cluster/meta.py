@@ -39,8 +39,14 @@ A reply is the command's result (a message count for queue.delete, None otherwis
 the same name differently first): the proposing node raises that as the channel
 error RabbitMQ would have sent.
 
+A command forwarded by a node that does not lead the group carries its identity
+(broker/raft/forwarded.py) and is applied once on every member even when a leader
+crash made the next leader append it again (queues/replicated.py `admit`); the
+duplicate's waiter gets the first application's reply (an error tuple, a count).
+
 Snapshots: every `metadata_store.snapshot_interval` applied entries (4096, Khepri's
-default) a member snapshots the whole replicated state (node/metadata_snapshot.py) and
+default) a member snapshots the whole replicated state (node/metadata_snapshot.py,
+wrapped with the identities of the forwarded commands applied: forwarded.py) and
 releases its log below it, as a quorum queue's member does at its release cursor; a
 follower too far behind gets that snapshot (InstallSnapshot) and `restore`s it. The
 node's metadata file (metadata.json, written by the node) is what a restart starts
@@ -63,6 +69,7 @@ from typing import TYPE_CHECKING
 
 from ..queues.replicated import ReplicatedGroup
 from ..raft import RaftNode
+from ..raft.forwarded import dump_snapshot, load_snapshot
 from ..storage.metadata_store import decode_arguments, encode_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +79,16 @@ log = logging.getLogger("quorumqueue.cluster")
 
 META_GROUP = "_cluster/metadata"
 APPLIED_FILE = "metadata_group_applied"  # {"index": i}: metadata.json holds every entry <= i
+
+
+def encode_reply(reply):
+    """A command's reply as a JSON value (kept in snapshots for forwarded commands):
+    an error tuple as a list."""
+    return list(reply) if isinstance(reply, tuple) else reply
+
+
+def decode_reply(value):
+    return tuple(value) if isinstance(value, list) else value
 
 
 def encode(op: str, **fields) -> bytes:
@@ -108,7 +125,7 @@ class MetaGroup(ReplicatedGroup):
         interval = self.node.settings.metadata_snapshot_interval
         if applied - (current.index if current else 0) < interval:
             return
-        data = self.node.metadata_snapshot()
+        data = dump_snapshot(self.applied, self.node.metadata_snapshot(), encode_reply)
         self._save_metadata(applied)
         store.write_snapshot(META_GROUP, self.raft.compact(applied), data)
         store.release(META_GROUP, applied + 1)
@@ -116,6 +133,7 @@ class MetaGroup(ReplicatedGroup):
 
     def restore(self, data: bytes) -> None:
         """The leader's snapshot replaced this member's log (it was too far behind)."""
+        self.applied, data = load_snapshot(data, decode_reply)
         self.node.restore_metadata(data)
         installed = self.node.quorum.store.snapshot_meta(META_GROUP)
         self._save_metadata(installed.index if installed else 0)
@@ -130,12 +148,13 @@ class MetaGroup(ReplicatedGroup):
         stored = self.node.quorum.store.read_snapshot(META_GROUP)
         if stored is None:
             return
+        self.applied, data = load_snapshot(stored[1], decode_reply)  # the log replays on it
         if self._saved_index() >= stored[0].index:
-            self.node.restore_metadata(stored[1], transient_only=True)
+            self.node.restore_metadata(data, transient_only=True)
             return
         log.info("metadata group: the metadata file is older than the snapshot at %d: "
                  "restoring it", stored[0].index)
-        self.node.restore_metadata(stored[1])
+        self.node.restore_metadata(data)
         self._save_metadata(stored[0].index)
 
     def _applied_path(self) -> str:

@@ -217,6 +217,29 @@ class LeaseReleased:
 Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased]
 
 
+# ------------------------------------------------------------------ replies as JSON
+
+
+def encode_reply(reply):
+    """A machine reply as a JSON value (a snapshot keeps the replies of forwarded
+    commands: broker/raft/forwarded.py): strings, numbers and None as they are, a
+    tuple as a list, a Delivery as {"delivery": [msg id, raft index, delivery count]}."""
+    if isinstance(reply, Delivery):
+        return {"delivery": [reply.msg_id, reply.raft_index, reply.delivery_count]}
+    if isinstance(reply, tuple):
+        return [encode_reply(item) for item in reply]
+    return reply
+
+
+def decode_reply(value):
+    """The reply `encode_reply` wrote."""
+    if isinstance(value, dict):
+        return Delivery(*value["delivery"])
+    if isinstance(value, list):
+        return tuple(decode_reply(item) for item in value)
+    return value
+
+
 # ------------------------------------------------------------------ encoding
 
 

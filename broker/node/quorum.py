@@ -47,6 +47,7 @@ from ..queues.quorum import (QuorumQueue, group_uid,  # noqa: F401 (names import
                              with_delivery_count)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
+from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
 
@@ -98,8 +99,11 @@ class QuorumGroups:
             # declared, but the process died before the group's first flush: start empty
             self.store.set_initial_members(uid, list(members))
         stored = self.store.read_snapshot(uid)
-        state = snapshot.load(stored[1]) if stored else FifoState(config=fifo_config(arguments))
+        applied, machine = (load_snapshot(stored[1], commands.decode_reply) if stored
+                            else (AppliedIds(), None))
+        state = snapshot.load(machine) if stored else FifoState(config=fifo_config(arguments))
         queue = self._start(vhost, name, arguments, uid, state, members, len(members) == 1)
+        queue.applied = applied
         queue.replay_until = self.store.last_index(uid)
         return queue
 
@@ -133,6 +137,7 @@ class QuorumGroups:
                               self._random)
         queue.router = self.cluster
         queue.state = FifoState(config=fifo_config(queue.arguments))
+        queue.applied = AppliedIds()
         self.queues[queue.group] = queue
         log.info("quorum queue '%s' in vhost '%s': replica started on %s", queue.name,
                  queue.vhost, self.member)
@@ -145,6 +150,7 @@ class QuorumGroups:
         queue.raft = None  # the record stays, proxying to the leader
         self.store.delete_group(queue.group)
         queue.state = FifoState(config=fifo_config(queue.arguments))
+        queue.applied = AppliedIds()
         log.info("quorum queue '%s' in vhost '%s': replica on %s removed", queue.name,
                  queue.vhost, self.member)
 
@@ -210,7 +216,9 @@ class QuorumGroups:
 
     def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:
         """A snapshot from the leader, then the committed entries: commands to the
-        group's machine, replies to whoever waited for them."""
+        group's machine, replies to whoever waited for them. A forwarded command
+        whose identity was applied before is skipped (queues/replicated.py `admit`);
+        the others' identities are recorded as they are applied."""
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
@@ -222,10 +230,18 @@ class QuorumGroups:
             if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
                 for callback in queue.take_waiters(entry.index, entry.term):  # barriers
                     callback(None)
-            elif isinstance(queue, QuorumQueue):
-                self._apply(queue, entry.index, entry.term, entry.data)
+                continue
+            data, identity = entry.data, None
+            if data[0] == FORWARDED:
+                identity, data = queue.admit(entry.index, entry.term, data)
+                if data is None:
+                    continue  # applied before: its waiters have the first reply
+            if isinstance(queue, QuorumQueue):
+                self._apply(queue, entry.index, entry.term, data, identity)
             else:  # the cluster's metadata group (broker/cluster/meta.py)
-                reply = queue.apply(entry.index, entry.term, entry.data)
+                reply = queue.apply(entry.index, entry.term, data)
+                if identity is not None:
+                    queue.applied.record(identity, entry.index, reply)
                 for callback in queue.take_waiters(entry.index, entry.term):
                     callback(reply)
 
@@ -248,14 +264,19 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ the fifo machine
 
-    def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes) -> None:
-        """One committed command through the fifo machine: the reply to its waiters,
-        then its effects."""
+    def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes,
+               identity: Identity | None) -> None:
+        """One committed command through the fifo machine: its identity recorded (a
+        forwarded one), the reply to its waiters, then its effects (a snapshot taken
+        there includes the identity)."""
         time_ms, command = decode_entry(data)
         if time_ms is not None:
             queue.last_time_ms = time_ms
         queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms), command,
                                             queue.state)
+        if identity is not None:
+            # a publish's "ok" is not kept: a duplicate's waiter takes None as stored too
+            queue.applied.record(identity, index, None if reply == "ok" else reply)
         for callback in queue.take_waiters(index, term):
             callback(reply)
         replaying = index <= queue.replay_until
@@ -276,8 +297,7 @@ class QuorumGroups:
                         self._deliver(queue, consumer, deliveries)
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     if self.cluster.solo:
-                        queue.pending_snapshot = (cursor, snapshot_index,
-                                                  snapshot.dump(queue.state))
+                        queue.pending_snapshot = (cursor, snapshot_index, queue.snapshot())
                     else:
                         self._snapshot_below_live(queue, cursor, snapshot_index)
 
@@ -289,7 +309,7 @@ class QuorumGroups:
         queue does; the newest candidate the cursor passed is then taken. At most
         three candidates wait (a newer one replaces the last)."""
         candidates = queue.snapshot_candidates
-        data = snapshot.dump(queue.state)
+        data = queue.snapshot()
         if len(candidates) < 3:
             candidates.append((index, data))
         else:
@@ -345,7 +365,10 @@ class QuorumGroups:
         if entry is None:
             raise RuntimeError(f"quorum queue '{queue.name}': message at log index {index} "
                                "is missing from the log")
-        return commands.decode_message(entry.data)
+        data = entry.data
+        if data[0] == FORWARDED:  # published on another node
+            data = unwrap(data)[1]
+        return commands.decode_message(data)
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
         consumer: "Consumer | None" = queue.by_key.get(key)

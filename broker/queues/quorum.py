@@ -34,6 +34,7 @@ from ..fifo import commands
 from ..fifo.envelope import encode_command
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
+from ..raft.forwarded import dump_snapshot, load_snapshot
 from .base import Confirm, Queue
 from .replicated import ReplicatedGroup, Waiter
 from .settings import leader_locator, quorum_config
@@ -195,10 +196,19 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.propose_data(data, waiter)
 
     def restore(self, data: bytes) -> None:
-        """The state machine from a snapshot the leader sent (replaces the state)."""
+        """The state machine, and the identities of the forwarded commands applied,
+        from a snapshot the leader sent (replaces both)."""
         from ..fifo import snapshot
 
-        self.state = snapshot.load(data)
+        self.applied, machine = load_snapshot(data, commands.decode_reply)
+        self.state = snapshot.load(machine)
+
+    def snapshot(self) -> bytes:
+        """The group's snapshot now: the identities applied, then the machine's state
+        (broker/raft/forwarded.py wraps broker/fifo/snapshot.py)."""
+        from ..fifo import snapshot
+
+        return dump_snapshot(self.applied, snapshot.dump(self.state), commands.encode_reply)
 
     # ------------------------------------------------------------ the queue type
 

@@ -18,11 +18,20 @@ once an entry of a later term is applied at or below i (`entry_committed`): the
 leader that lost term T may have been cut off, and nothing may ever be appended
 at i again.
 
+A forwarded command's entry carries its identity (broker/raft/forwarded.py: the
+forwarding node's run and a sequence number); `admit` skips an entry whose identity
+this member applied before — a leader that appended a forwarded command and crashed
+before acknowledging it leaves it in the log, and the resend is appended again by
+the next leader — and answers that entry's waiters with the first application's
+reply (`applied` is part of the replicated state and of every snapshot). A command
+proposed again by this module keeps its data, identity included, so it is skipped
+as well if its first append did make it into the log.
+
 Invariants: every waiter is called exactly once — with the reply of its own command's
-entry, or None when the group is deleted first; a command is never applied twice
-because of a retry of this module (a forwarded command is re-sent only while no
-leader acknowledged it; see broker/cluster/README.md for what a leader crash between
-append and acknowledgement means).
+entry (for a skipped duplicate: the reply of the entry applied first, or None when
+that one was not kept), or None when the group is deleted first; an entry with an
+identity is applied at most once per member within the window
+(forwarded.WINDOW later forwards of the same origin to the group).
 
 Not here: consensus (broker/raft), the transport and forwarding (broker/cluster),
 applying entries (broker/node/quorum.py).
@@ -34,6 +43,7 @@ from typing import Any, Callable, Protocol
 
 from ..raft import RaftNode
 from ..raft.errors import NotLeader, ProposalRejected
+from ..raft.forwarded import AppliedIds, Identity, unwrap
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
@@ -57,6 +67,9 @@ class ReplicatedGroup:
         self.on_leader: list[Callable[[], None]] = []  # waiting for a known leader
         self.applied_term = 0         # the term of the last entry applied here
         self.leader_hint: str | None = None  # no replica here: the leader, last we heard
+        # identities of the forwarded commands applied here (replicated state: equal on
+        # every member at the same index, saved in snapshots)
+        self.applied = AppliedIds()
 
     @property
     def is_leader(self) -> bool:
@@ -109,9 +122,11 @@ class ReplicatedGroup:
     def snapshot_installed(self, index: int, term: int) -> None:
         """The leader sent a snapshot up to `index` in place of entries: the waiters
         at or below it never see their entry applied here, and the snapshot does not
-        say which commands it holds. Their commands are proposed again (a command
-        that did make it in is then applied twice: at least once, never lost);
-        barriers are released."""
+        say which commands it holds. Their commands are proposed again: a forwarded
+        one that did make it in is recognised by its identity (the snapshot holds
+        the identities applied) and answered with the reply kept for it; a command
+        proposed on the leader itself that did make it in is applied twice (at
+        least once, never lost). Barriers are released."""
         self.applied_term = max(self.applied_term, term)
         for i in sorted(i for i in self.waiters if i <= index):
             for expected, data, waiter in self.waiters.pop(i):
@@ -119,6 +134,19 @@ class ReplicatedGroup:
                     waiter(None)
                 else:
                     self.propose_data(data, waiter)
+
+    def admit(self, index: int, term: int, data: bytes) -> tuple[Identity | None, bytes | None]:
+        """(identity, the command's data) of a forwarded COMMAND entry about to be
+        applied; (identity, None) if an entry with that identity was applied before:
+        then the entry's waiters are answered here, with the first one's reply, and
+        the machine must not see it. The caller `record`s an admitted identity."""
+        identity, command = unwrap(data)
+        if identity is None or not self.applied.seen(identity):
+            return identity, command
+        reply = self.applied.reply(identity)
+        for waiter in self.take_waiters(index, term):
+            waiter(reply)
+        return identity, None
 
     def take_waiters(self, index: int, term: int) -> list[Waiter]:
         """The waiters entry (index, term) answers; the others' commands are proposed

@@ -1,7 +1,7 @@
 """`read_batches` (what the Spark source reads) holds exactly the rows of the reference
 reader `read_rows`, on logs LogStore wrote without a broker: every shape of entry data
-`command_of` looks at (FORMAT.md, "Quorum-queue entries": time envelope, Enqueue body
-size, unknown tags, empty data), entries in segments and in the WAL, torn files; and
+`command_of` looks at (FORMAT.md, "Quorum-queue entries": a forwarded command's
+identity, time envelope, Enqueue body size, unknown tags, empty data), entries in segments and in the WAL, torn files; and
 that every fifo command tag has its name. The broker-written log is compared in
 test_log_source.py.
 """
@@ -13,6 +13,7 @@ import os
 import pytest
 
 from quorumqueue.broker.fifo.commands import UpdateConfig, decode, encode, encode_enqueue
+from quorumqueue.broker.raft.forwarded import Identity, wrap
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.raft.types import COMMAND, MEMBERSHIP, NOOP, LogEntry
 from quorumqueue.jobs.log_files import (ARROW_SCHEMA, COLUMN_NAMES, COMMANDS, LogReadError,
@@ -21,6 +22,7 @@ from quorumqueue.jobs.log_files import (ARROW_SCHEMA, COLUMN_NAMES, COMMANDS, Lo
 GROUP = "%2F/orders/0123456789ab"
 ENQUEUE = encode_enqueue("", 0, 0, "", "orders", b"\x00\x3c", b"hello world")
 TIME = b"\xff" + (1_700_000_000_000).to_bytes(8, "big")
+FORWARDED = wrap(Identity(0xFEED, 3, True), b"")   # the 18-byte identity alone
 DATA = [                                   # (kind, data, expected command, body bytes)
     (COMMAND, ENQUEUE, "ENQUEUE", 11),
     (COMMAND, TIME + ENQUEUE, "ENQUEUE", 11),
@@ -33,6 +35,12 @@ DATA = [                                   # (kind, data, expected command, body
     (COMMAND, b"\x04" + bytes(30), "SETTLE", None),
     (COMMAND, encode(UpdateConfig(5, 1000, None, "reject-publish")), "UPDATE_CONFIG", None),
     (COMMAND, b"\xc8rest", "UNKNOWN_200", None),
+    (COMMAND, FORWARDED + ENQUEUE, "ENQUEUE", 11),
+    (COMMAND, FORWARDED + TIME + b"\x0d", "TICK", None),
+    (COMMAND, FORWARDED + encode(UpdateConfig(5, 1000, None, "reject-publish")),
+     "UPDATE_CONFIG", None),
+    (COMMAND, FORWARDED, None, None),                     # an identity and nothing else
+    (COMMAND, FORWARDED[:7], None, None),                 # an identity cut short
     (NOOP, b"", None, None),
     (MEMBERSHIP, b"\x01\x00\x00\x00\x09", None, None),   # not a command: not decoded
     (7, b"\x01", None, None),                             # a kind this build has no name for

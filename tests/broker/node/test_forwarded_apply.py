@@ -1,0 +1,208 @@
+"""A forwarded command appended twice is applied once (broker/raft/forwarded.py,
+queues/replicated.py `admit`, node/quorum.py `apply`): a leader that appended and
+replicated a command a follower forwarded, then crashed before answering, leaves it
+in the log, and the follower's resend is appended again by the next leader.
+
+The entries are appended here as those two leaders would have, into a node's real
+groups (a quorum queue, the metadata group), and applied by the node's own Ready loop:
+the state changes once, the duplicate's waiter gets the first application's reply,
+and the same holds after a snapshot (restored, or a restart from it) and for a log
+replayed after a restart, old-format entries included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from quorumqueue.broker.auth.users import UserStore
+from quorumqueue.broker.cluster.meta import encode as encode_meta
+from quorumqueue.broker.config import Settings
+from quorumqueue.broker.fifo import commands
+from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
+from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.raft.forwarded import Identity, wrap
+from quorumqueue.broker.raft.storage import LogStore, StorageConfig
+from quorumqueue.broker.server.server import assemble_node
+from quorumqueue.broker.storage.metadata_store import MetadataStore
+
+ME = "qq1@localhost"
+QUORUM = {"x-queue-type": "quorum"}
+FOLLOWER = 0x5EED  # the forwarding node's run
+HEADER = b"\x00\x3c\x00\x00" + bytes(8) + b"\x00\x00"  # an empty class-60 content header
+
+
+def start(tmp_path, name: str = "node", **settings) -> Node:
+    """A node on DATA_DIR tmp_path/name (the same name again: a restart), recovered as
+    the server recovers one."""
+    config = Settings(node_name=ME, data_dir=str(tmp_path / name), **settings)
+    node = assemble_node(config, UserStore.with_default_user(),
+                         LogStore(config.data_dir, StorageConfig(fsync=False)),
+                         metadata_store=MetadataStore(config.data_dir))
+    node.recover()
+    node.cluster.meta.recover()
+    return node
+
+
+def declare(node: Node, group: str = "%2F/q/0123456789ab"):
+    """The quorum queue "q", declared through the metadata group (a node recovers
+    what its metadata names)."""
+    node.cluster.meta.propose_data(encode_meta("queue.declare", vhost="/", name="q",
+                                               arguments=QUORUM, group=group,
+                                               members=[ME], leader=ME))
+    node.flush()
+    return node.vhosts["/"].queues["q"]
+
+
+def message(body: bytes) -> bytes:
+    return encode_enqueue("", 0, 0, "", "q", HEADER, body)
+
+
+def forwarded(seq: int, data: bytes) -> bytes:
+    return wrap(Identity(FOLLOWER, seq, True), data)
+
+
+def append(group, data: bytes, replies: list | None = None) -> int:
+    """Append `data` to the group's log as its leader does; `replies` gets the reply of
+    this entry (as a forwarding node waits at the (index, term) it was told)."""
+    index = group.raft.propose(data)
+    if replies is not None:
+        group.wait_at(index, group.raft.term, data, replies.append)
+    return index
+
+
+def bodies(node: Node, queue) -> list[bytes]:
+    indexes = [index for index, _size in queue.state.normal.items()]
+    return [node.quorum.read_message(queue, index)[3] for index in indexes]
+
+
+def test_a_publish_appended_twice_is_stored_once_and_confirmed_twice(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    replies: list = []
+    append(queue, forwarded(1, message(b"once")), replies)       # the first leader's append
+    append(queue, message(b"local"))                             # proposed on the leader
+    append(queue, forwarded(1, message(b"once")), replies)       # the resend, appended again
+    node.quorum.flush()
+    assert bodies(node, queue) == [b"once", b"local"]
+    # the duplicate's waiter: not "rejected", so the publisher's confirm is an ack
+    assert replies == ["ok", None]
+
+
+def test_a_basic_get_appended_twice_takes_one_message_and_answers_both_with_it(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    first_index = append(queue, message(b"m0"))
+    for n in (1, 2):
+        append(queue, message(b"m%d" % n))
+    get = forwarded(1, commands.encode(Dequeue("qq2@localhost:b.1.1/get", False,
+                                               "qq2@localhost:b.1.1")))
+    replies: list = []
+    append(queue, get, replies)
+    append(queue, get, replies)
+    node.quorum.flush()
+    assert queue.ready_count == 2 and queue.unacked_count == 1
+    first = Delivery(1, first_index, 0)
+    assert replies == [(first, 2), (first, 2)]  # the same message, not a second one
+
+
+def test_identities_appended_out_of_order_are_each_applied_once(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    for seq in (1, 3, 2, 3, 1, 4, 2):
+        append(queue, forwarded(seq, message(b"%d" % seq)))
+    node.quorum.flush()
+    assert bodies(node, queue) == [b"1", b"3", b"2", b"4"]
+
+
+def test_a_duplicate_after_a_restored_snapshot_is_skipped_with_its_reply(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    index_a = append(queue, message(b"a"))
+    replies: list = []
+    get = forwarded(7, commands.encode(Dequeue("k/get", True, "k")))
+    append(queue, get, replies)
+    node.quorum.flush()
+    snapshot = queue.snapshot()
+    # a follower that installs this snapshot, then gets the entry appended again
+    other = start(tmp_path, "follower")
+    follower = declare(other)
+    follower.restore(snapshot)
+    assert follower.state.ready_count == 0 and follower.applied == queue.applied
+    append(follower, message(b"b"))
+    append(follower, get, replies)
+    other.quorum.flush()
+    assert follower.ready_count == 1  # "b" is still there: the get was not applied again
+    assert replies == [(Delivery(0, index_a, 0), 0)] * 2
+
+
+def test_a_restart_replays_old_and_new_entries_and_skips_the_duplicate(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    append(queue, message(b"old-format"))            # as every entry before identities
+    append(queue, forwarded(1, message(b"forwarded")))
+    append(queue, forwarded(1, message(b"forwarded")))
+    node.flush()
+    node.quorum.store.close()
+    again = start(tmp_path)
+    again.flush()
+    recovered = again.vhosts["/"].queues["q"]
+    assert bodies(again, recovered) == [b"old-format", b"forwarded"]
+    assert recovered.applied == queue.applied
+
+
+def test_a_restart_from_a_snapshot_skips_a_duplicate_appended_after_it(tmp_path):
+    node = start(tmp_path)
+    queue = declare(node)
+    # a snapshot after every command (the machine's release-cursor interval)
+    queue.state.config = replace(queue.state.config, release_cursor_interval=1)
+    append(queue, forwarded(1, message(b"forwarded")))
+    append(queue, message(b"local"))
+    node.quorum.flush()
+    snapshot_at = node.quorum.store.snapshot_meta(queue.group).index
+    assert snapshot_at == 2  # holds the forwarded command's identity
+    append(queue, forwarded(1, message(b"forwarded")))
+    node.flush()
+    node.quorum.store.close()
+    again = start(tmp_path)
+    again.flush()
+    recovered = again.vhosts["/"].queues["q"]
+    assert recovered.raft.applied_index > snapshot_at + 1  # the duplicate was replayed
+    assert bodies(again, recovered) == [b"forwarded", b"local"]
+    assert recovered.applied == queue.applied
+
+
+def exchange_declare(name: str, type_: str) -> bytes:
+    return encode_meta("exchange.declare", vhost="/", name=name, type=type_, durable=True,
+                       auto_delete=False, internal=False, arguments={})
+
+
+def test_a_metadata_command_resent_does_not_undo_what_followed_it(tmp_path):
+    node = start(tmp_path)
+    meta = node.cluster.meta
+    declare = forwarded(1, exchange_declare("x", "direct"))
+    replies: list = []
+    append(meta, declare, replies)
+    append(meta, encode_meta("exchange.delete", vhost="/", name="x", if_unused=False))
+    append(meta, declare, replies)  # applied again, it would declare x once more
+    node.flush()
+    assert "x" not in node.vhosts["/"].exchanges and replies == [None, None]
+
+
+def test_a_metadata_error_reply_survives_a_snapshot_and_a_restart(tmp_path):
+    node = start(tmp_path, metadata_snapshot_interval=1)
+    meta = node.cluster.meta
+    append(meta, exchange_declare("y", "direct"))
+    refused = forwarded(1, exchange_declare("y", "fanout"))
+    replies: list = []
+    append(meta, refused, replies)
+    append(meta, encode_meta("exchange.delete", vhost="/", name="y", if_unused=False))
+    node.flush()
+    assert replies[0][:2] == ("error", 406) and "y" not in node.vhosts["/"].exchanges
+    assert node.quorum.store.snapshot_meta(meta.group).index == meta.raft.applied_index
+    node.quorum.store.close()
+    again = start(tmp_path, metadata_snapshot_interval=1)
+    again.flush()
+    append(again.cluster.meta, refused, replies)  # the resend, after the restart
+    again.flush()
+    # answered as the first time, and not applied (it would declare y, fanout, now)
+    assert replies[1] == replies[0] and "y" not in again.vhosts["/"].exchanges
