@@ -31,10 +31,14 @@ the leader itself carry no identity (nobody resends them to another leader).
 Invariants: a Raft message leaves only after the Ready that produced it is durable
 (QuorumGroups.flush calls `send_raft` after the fsync); this node's fifo identities
 are `<node name>:<boot id>.<connection>.<channel>`, so every node recognises its
-own and its previous runs' consumers and leaves other nodes' alone.
+own and its previous runs' consumers and leaves other nodes' alone; a forwarded
+command keeps one identity through every resend and re-proposal (`forward` wraps
+only data not wrapped yet), and a run never gives a sequence number twice in a group.
 
 Not here: the transport (transport.py), the wire format (wire.py), consensus
-(broker/raft), what commands mean (broker/fifo, meta.py).
+(broker/raft), the identity's bytes and the window of identities applied
+(broker/raft/forwarded.py), skipping a duplicate (queues/replicated.py), what
+commands mean (broker/fifo, meta.py).
 """
 
 from __future__ import annotations
