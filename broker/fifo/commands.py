@@ -4,7 +4,9 @@ Commands are what the Raft log holds, so each has a compact binary encoding
 (`encode` / `decode`). An Enqueue entry carries the whole message (exchange, routing
 key, raw content header, body): the message lives only in the log, and the machine
 keeps just its raft index and size. `decode` of an Enqueue reads only the fixed
-header the machine needs; `decode_message` reads the rest when delivering.
+header the machine needs; `decode_message` reads the rest when delivering. Replies
+have a JSON form (`encode_reply` / `decode_reply`) for the snapshots that keep the
+replies of forwarded commands.
 
 Format (version 1, all big-endian), first octet = command tag:
   Enqueue       1 | u8 priority | u32 body size | u64 seq | u16 plen publisher |
@@ -25,7 +27,9 @@ Format (version 1, all big-endian), first octet = command tag:
                   i64 max length | i64 max bytes          (-1 = no limit, each)
   where consumer/lease/connection/publisher = u16 length + UTF-8.
 
-Tags are only ever added: a build that does not know a tag refuses the entry
+Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
+identity and the time envelope that may wrap a command in its entry: FORMAT.md,
+"Quorum-queue entries"): a build that does not know a tag refuses the entry
 ("unknown fifo command tag 14") rather than skipping it, since skipping would make
 its replica diverge. UpdateConfig (14) came after 1-13: every member of a queue's
 group must run a build that knows it before one is proposed.

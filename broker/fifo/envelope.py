@@ -13,9 +13,13 @@ applies the entry with that time (`Meta.system_time`), and an entry without one
 reuses the latest time seen in the log, so a replay after a restart computes
 exactly what the first run did.
 
-Invariants: 0xFF (`TIMED`) is never a command tag (tags are 1..14 and only grow by
-one at a time), so the first octet tells the two forms apart; the envelope's layout
-is version 1 of the format and never changes in place.
+A command forwarded by a node that does not lead the queue is wrapped once more,
+outermost, with its identity (u8 0xFE ...: broker/raft/forwarded.py); whoever reads
+an entry takes that off (`forwarded.unwrap`) before `decode_entry`.
+
+Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags (tags are
+1..14 and only grow by one at a time), so the first octet tells the forms apart; the
+envelope's layout is version 1 of the format and never changes in place.
 
 Not here: the commands' own encodings (commands.py), applying them (machine.py),
 proposing them (broker/queues/quorum.py).
