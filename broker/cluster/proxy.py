@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..amqp.channel import ChannelState
 from ..fifo.commands import Delivery, Return, Settle
+from ..queues.quorum import MessageGone
 from .wire import Rpc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,8 +36,14 @@ def encode_reply(cluster: "Cluster", member, reply):
     basic.get's (Delivery, remaining) with the message read from this log."""
     if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], Delivery):
         delivery, remaining = reply
-        exchange, routing_key, header, body = cluster.node.quorum.read_message(
-            member, delivery.raft_index)
+        try:
+            exchange, routing_key, header, body = cluster.node.quorum.read_message(
+                member, delivery.raft_index)
+        except MessageGone:
+            if delivery.msg_id:  # checked out: live, never released
+                raise
+            return None  # a no-ack get applied twice, its message settled and released
+
         return {"get": [delivery.msg_id, delivery.delivery_count, exchange, routing_key,
                         header, body, remaining]}
     if reply is None or isinstance(reply, (bool, int, str)):

@@ -43,8 +43,8 @@ from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.envelope import decode_entry
 from ..fifo.machine import apply, live_indexes
 from ..fifo.state import FifoState, fifo_config
-from ..queues.quorum import (QuorumQueue, group_uid,  # noqa: F401 (names importable here)
-                             with_delivery_count)
+from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
+                             group_uid, with_delivery_count)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
@@ -363,8 +363,8 @@ class QuorumGroups:
     def read_message(self, queue: QuorumQueue, index: int) -> tuple[str, str, bytes, bytes]:
         entry = self.store.entry(queue.group, index)
         if entry is None:
-            raise RuntimeError(f"quorum queue '{queue.name}': message at log index {index} "
-                               "is missing from the log")
+            raise MessageGone(f"quorum queue '{queue.name}': message at log index {index} "
+                              "is missing from the log")
         data = entry.data
         if data[0] == FORWARDED:  # published on another node
             data = unwrap(data)[1]

@@ -48,6 +48,11 @@ if TYPE_CHECKING:  # pragma: no cover
 NO_ACK_CREDIT = 2000
 
 
+class MessageGone(RuntimeError):
+    """A message's entry is no longer in the log: the log was released past it (only a
+    settled message's can be: a live one's never is)."""
+
+
 class QuorumToken:
     """An unacked delivery from a quorum queue: which fifo consumer holds it, and the
     machine's message id (settled through the log, by id)."""
@@ -269,9 +274,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
             channel.get_empty()
             return
         delivery, remaining, *message = reply
-        exchange, routing_key, header, body = (
-            message[0] if message  # from the leader: no replica on this node
-            else self.read_message(delivery.raft_index))
+        try:
+            exchange, routing_key, header, body = (
+                message[0] if message  # from the leader: no replica on this node
+                else self.read_message(delivery.raft_index))
+        except MessageGone:
+            if delivery.msg_id:  # checked out to this channel: live, never released
+                raise
+            # a forwarded no-ack get applied twice: the first took and settled this
+            # message, and the log below it was released before the second was applied
+            channel.get_empty()
+            return
         count = delivery.delivery_count
         if count:
             header = with_delivery_count(header, count)

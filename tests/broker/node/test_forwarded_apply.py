@@ -61,12 +61,13 @@ def forwarded(seq: int, data: bytes) -> bytes:
     return wrap(Identity(FOLLOWER, seq, True), data)
 
 
-def append(group, data: bytes, replies: list | None = None) -> int:
+def append(group, data: bytes, replies: list | None = None, waiter=None) -> int:
     """Append `data` to the group's log as its leader does; `replies` gets the reply of
-    this entry (as a forwarding node waits at the (index, term) it was told)."""
+    this entry, or `waiter` is called with it (as a forwarding node waits at the
+    (index, term) it was told)."""
     index = group.raft.propose(data)
-    if replies is not None:
-        group.wait_at(index, group.raft.term, data, replies.append)
+    if replies is not None or waiter is not None:
+        group.wait_at(index, group.raft.term, data, waiter or replies.append)
     return index
 
 
@@ -103,6 +104,41 @@ def test_a_basic_get_appended_twice_takes_one_message_and_answers_both_with_it(t
     assert queue.ready_count == 2 and queue.unacked_count == 1
     first = Delivery(1, first_index, 0)
     assert replies == [(first, 2), (first, 2)]  # the same message, not a second one
+
+
+class Channel:
+    """What a basic.get's answer (QuorumQueue._got) is written to."""
+
+    is_open = True
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def get_empty(self) -> None:
+        self.sent.append("get-empty")
+
+    def get_ok(self, queue, token, no_ack, redelivered, exchange, routing_key, remaining,
+               header, body) -> None:
+        self.sent.append(("get-ok", body, remaining))
+
+
+def test_a_no_ack_get_applied_twice_after_its_message_was_released_answers_empty(tmp_path):
+    """The first application took and settled the message; by the time the duplicate
+    is applied the log below the release cursor may be gone: the duplicate's client
+    gets get-empty (a no-ack get is at most once), not an error in the apply loop."""
+    node = start(tmp_path)
+    queue = declare(node)
+    append(queue, message(b"a"))
+    channel = Channel()
+    answer = lambda reply: queue._got(channel, "k/get", True, reply)  # noqa: E731
+    get = forwarded(1, commands.encode(Dequeue("k/get", True, "k")))
+    append(queue, get, waiter=answer)
+    node.flush()
+    assert channel.sent == [("get-ok", b"a", 0)]
+    node.quorum.store.release(queue.group, queue.raft.applied_index + 1)
+    append(queue, get, waiter=answer)
+    node.flush()
+    assert channel.sent == [("get-ok", b"a", 0), "get-empty"]
 
 
 def test_identities_appended_out_of_order_are_each_applied_once(tmp_path):
