@@ -23,9 +23,9 @@ forwarding node's run and a sequence number); `admit` skips an entry whose ident
 this member applied before — a leader that appended a forwarded command and crashed
 before acknowledging it leaves it in the log, and the resend is appended again by
 the next leader — and answers that entry's waiters with the first application's
-reply (`applied` is part of the replicated state and of every snapshot). A command
-proposed again by this module keeps its data, identity included, so it is skipped
-as well if its first append did make it into the log.
+reply (`applied` is part of the replicated state and of every snapshot). A forwarded
+command proposed again by this module keeps its data, identity included, so it is
+skipped as well if its first append did make it into the log.
 
 Invariants: every waiter is called exactly once — with the reply of its own command's
 entry (for a skipped duplicate: the reply of the entry applied first, or None when
