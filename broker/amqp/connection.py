@@ -53,6 +53,11 @@ from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, Event, Logi
 MECHANISMS = "PLAIN AMQPLAIN"
 LOCALES = "en_US"
 CLOSE_OK_TIMEOUT = 5.0  # seconds a client has to answer connection.close
+# seconds the socket of a connection refused before connection.tune-ok (a failed
+# login, an unknown mechanism, a bad tune-ok) stays open, read no more, before it is
+# closed: RabbitMQ's SILENT_CLOSE_DELAY, which makes password guessing slow
+SILENT_CLOSE_DELAY = 3.0
+_EARLY = frozenset({"awaiting start-ok", "authenticating", "awaiting tune-ok"})
 
 
 class ConnectionState(enum.StrEnum):
@@ -123,6 +128,9 @@ class Connection:
         self._now = now  # the latest time given: the close-ok timeout starts from it
         self.close_reason = ""
         self._close_deadline = 0.0
+        # once CLOSED: seconds the shell keeps the socket open (reading nothing)
+        # before closing it (SILENT_CLOSE_DELAY after an early refusal)
+        self.linger = 0.0
 
     # ------------------------------------------------------------ bytes
 
@@ -345,6 +353,7 @@ class Connection:
                 f"{self.mechanism}. For details see the broker logfile.")
         if self.capabilities.get("authentication_failure_close"):
             self.write(codec.connection_close(spec.ACCESS_REFUSED, text, 10, 11))
+        self.linger = SILENT_CLOSE_DELAY
         self._terminate(text)
 
     def _tune_ok(self, tune_ok) -> None:
@@ -417,6 +426,8 @@ class Connection:
             return
         self.write(codec.connection_close(error.code, error.reply_text, error.class_id,
                                           error.method_id))
+        if state in _EARLY:
+            self.linger = SILENT_CLOSE_DELAY
         if state is not ConnectionState.OPEN:
             self._terminate(error.reply_text)
             return

@@ -233,6 +233,7 @@ class BrokerServer:
         self.settings = settings
         self.node = node if node is not None else build_node(settings)
         self.connections: dict[Session, _Connection] = {}
+        self._lingering: set = set()  # sockets of early refusals, closed after a delay
         self._flush_scheduled = False
         self._server: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task | None = None
@@ -293,6 +294,8 @@ class BrokerServer:
         await self.wait_synced()  # the close-oks it holds go out before the sockets close
         for connection in list(self.connections.values()):
             connection.transport.close()
+        for transport in list(self._lingering):
+            self._close_lingering(transport)
         if self._ticker is not None:
             self._ticker.cancel()
         if self._raft_ticker is not None:
@@ -418,12 +421,22 @@ class BrokerServer:
             if closed:
                 log.info("closing AMQP connection %s: %s", connection.peer,
                          session.close_reason)
-                transport.close()
                 self.connections.pop(session, None)
+                linger = session.connection.linger
+                if linger:  # refused early: the socket stays open, unread, a while
+                    transport.pause_reading()
+                    self._lingering.add(transport)
+                    self._loop.call_later(linger, self._close_lingering, transport)
+                else:
+                    transport.close()
             elif session.paused:
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+
+    def _close_lingering(self, transport) -> None:
+        self._lingering.discard(transport)
+        transport.close()
 
     async def wait_synced(self) -> None:
         """Until no Sync runs (stop() needs the stores to itself)."""

@@ -22,7 +22,9 @@ from pamqp import heartbeat as pamqp_heartbeat
 
 from quorumqueue.broker.amqp import codec, spec
 from quorumqueue.broker.amqp.channel import ChannelState, ContentState
-from quorumqueue.broker.amqp.connection import Connection, ConnectionState
+from quorumqueue.broker.amqp.connection import (SILENT_CLOSE_DELAY, Connection,
+                                                ConnectionState)
+from quorumqueue.broker.amqp.errors import AMQPError
 from quorumqueue.broker.amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed,
                                             ContentReceived, LoginRequested, MethodReceived,
                                             VhostRequested)
@@ -193,6 +195,26 @@ def test_refused_login_with_authentication_failure_close():
         403, "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
         "For details see the broker logfile.", 10, 11)[:11])
     assert connection.state is ConnectionState.CLOSED
+    assert connection.linger == SILENT_CLOSE_DELAY  # the shell closes the socket later
+
+
+def test_only_refusals_before_tune_ok_linger():
+    """RabbitMQ's SILENT_CLOSE_DELAY: an error before the connection is tuned keeps
+    the socket open a while (password guessing is slow); later errors do not."""
+    early = Driver().connection
+    early.receive_data(spec.PROTOCOL_HEADER + frame(commands.Connection.StartOk(
+        client_properties={}, mechanism="EXTERNAL", response="", locale="en_US")), 0.0)
+    assert isinstance(early.next_event(), ConnectionClosed)
+    assert early.linger == SILENT_CLOSE_DELAY
+    late = Driver().connection
+    late.receive_data(spec.PROTOCOL_HEADER + START_OK, 0.0)
+    late.next_event()
+    late.accept_login()
+    late.receive_data(frame(commands.Connection.TuneOk(frame_max=131072))
+                      + frame(commands.Connection.Open(virtual_host="/")), 0.0)
+    assert isinstance(late.next_event(), VhostRequested)
+    late.fail(AMQPError(spec.NOT_ALLOWED, "vhost / not found", 10, 40))
+    assert late.state is ConnectionState.CLOSED and late.linger == 0
 
 
 # ---------------------------------------------------------------- channels (spec 1.5.2)
