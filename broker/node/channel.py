@@ -17,7 +17,10 @@ How it works:
   that answers later has answered; confirms go out in order, runs of acks as one
   `multiple` ack.
 - Transactions: publishes and acks are buffered until tx.commit (only then do acks
-  free prefetch, as in RabbitMQ), dropped on rollback.
+  free prefetch, as in RabbitMQ), dropped on rollback. tx.commit-ok waits for what a
+  publisher confirm of each committed publish would wait for (the fsync of a durable
+  classic queue's batch, a quorum queue's majority): the publishes get silent
+  confirms (seq 0) and the commit-ok queues behind them (queues/base.py Confirm).
 - Permissions: `check_access` asks auth/users.py and remembers the last
   PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
   under (RabbitMQ's per-channel permission cache; rights that changed miss it).
@@ -273,6 +276,10 @@ class Channel:
         while pending and pending[0].batch_id <= synced_batch_id and not pending[0].outstanding:
             confirm = pending.popleft()
             seq = confirm.seq
+            if not seq:  # a transaction's publish (nothing to send) or its commit-ok
+                if confirm.reply is not None:
+                    self.send(confirm.reply)
+                continue
             if confirm.ok:
                 run_end = seq
                 continue
@@ -285,13 +292,19 @@ class Channel:
         return not pending
 
     def commit(self) -> None:
-        """tx.commit: apply the buffered publishes and settlements."""
+        """tx.commit: apply the buffered publishes and settlements; commit-ok leaves
+        once every publish is where its confirm would have waited for it to be (a
+        nack-worthy refusal, e.g. reject-publish, does not fail the commit: RabbitMQ's
+        transactions say nothing per message)."""
         publishes, self.tx_publishes = self.tx_publishes, []
         settlements, self.tx_settlements = self.tx_settlements, []
         for taken, requeue in settlements:
             self._apply_settlements(taken, requeue)
-        for publish in publishes:
-            self.node.publish(self, *publish)
+        for publish, properties, body, _seq in publishes:
+            self.node.publish(self, publish, properties, body, tx=True)
+        done = Confirm(self, 0, codec.tx_commit_ok(self.number))
+        self.pending_confirms.append(done)
+        self.close_confirm(done)
 
     def rollback(self) -> None:
         """tx.rollback: drop buffered publishes; buffered acks are undone, so those

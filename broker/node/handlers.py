@@ -536,8 +536,7 @@ def tx_select(session, channel: Channel, args) -> None:
 def tx_commit(session, channel: Channel, args) -> None:
     if not channel.tx_mode:
         raise precondition("channel is not transactional")
-    channel.commit()
-    channel.send(codec.tx_commit_ok(channel.number))
+    channel.commit()  # commit-ok once the publishes are safe (Channel.commit)
 
 
 def tx_rollback(session, channel: Channel, args) -> None:

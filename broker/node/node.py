@@ -248,9 +248,11 @@ class Node:
     # ------------------------------------------------------------ messages
 
     def publish(self, channel: "Channel", publish: codec.Publish, properties: codec.Properties,
-                body: bytes, confirm_seq: int = 0) -> None:
+                body: bytes, confirm_seq: int = 0, tx: bool = False) -> None:
         """Route and enqueue one complete message; handles mandatory returns and
-        publisher confirms. Errors (unknown exchange...) raise AMQPError."""
+        publisher confirms (`tx`: a committed transaction's publish, whose silent
+        confirm the tx.commit-ok waits behind). Errors (unknown exchange...) raise
+        AMQPError."""
         vhost = channel.session.vhost
         exchange = vhost.exchange(publish.exchange)
         if exchange.internal:
@@ -272,7 +274,7 @@ class Node:
                                             publish.exchange, publish.routing_key))
             channel.session.write_parts(codec.content(channel.number, properties.raw, body,
                                                       channel.session.frame_max))
-        confirm = channel.open_confirm(confirm_seq) if confirm_seq else None
+        confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
         for queue in queues:
             queue.publish(message, channel, confirm)
         if confirm is not None:

@@ -58,14 +58,19 @@ class Confirm:
     it waits for is fsynced and every queue that answers later has answered; it is a
     nack if any queue refused the message.
 
+    A transaction's publishes owe the same wait without a basic.ack: their confirms
+    have seq 0 (nothing is sent for them), and the tx.commit-ok that follows them in
+    the channel's queue of confirms is `reply`, sent once everything before it left.
+
     Invariant: `outstanding` counts the holds not yet answered; each hold's callback
     is called exactly once."""
 
-    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel")
+    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply")
 
-    def __init__(self, channel: "Channel", seq: int) -> None:
+    def __init__(self, channel: "Channel", seq: int, reply: bytes | None = None) -> None:
         self.channel = channel
-        self.seq = seq
+        self.seq = seq          # 0: a transaction's publish, or the commit-ok (`reply`)
+        self.reply = reply      # a frame to send when released (tx.commit-ok)
         self.batch_id = 0       # the message-store batch to wait for (0: none)
         self.ok = True
         self.outstanding = 0    # queues that answer later
