@@ -65,6 +65,7 @@ class RaftNode:
         self._leader_id: str | None = None
         self._leader: Leader | None = None         # exists exactly while leading
         self._votes: dict[str, bool] = {}          # campaigning: voter -> granted
+        self._transfer_campaign = False            # the election a TimeoutNow started
         self._election_elapsed = 0
         self._election_timeout = 0
         self._reset_election_timer()
@@ -124,6 +125,9 @@ class RaftNode:
         self._election_elapsed += 1
         if self._election_elapsed >= self._election_timeout and self._promotable():
             self._campaign(pre=self.config.pre_vote, transfer=False)
+        elif self._role in (Role.PRE_CANDIDATE, Role.CANDIDATE) \
+                and self._election_elapsed % self.config.heartbeat_ticks == 0:
+            self._ask_for_votes(again=True)
 
     def campaign(self) -> None:
         """Start an election now (e.g. on the member that created the group)."""
@@ -334,20 +338,30 @@ class RaftNode:
         self._votes = {}
         self._reset_election_timer()
         if pre:
-            self._role = Role.PRE_CANDIDATE
-            term = self._term + 1                     # the term we would campaign in
+            self._role = Role.PRE_CANDIDATE           # asks for term + 1, keeps its term
         else:
             self._role = Role.CANDIDATE
             self._term += 1
             self._voted_for = self.id
-            term = self._term
+        self._transfer_campaign = transfer
         if self._poll(self.id, True):                 # a group of one wins at once
             return
+        self._ask_for_votes(again=False)
+
+    def _ask_for_votes(self, again: bool) -> None:
+        """RequestVote to every member that has not answered. Asked `again` every
+        heartbeat while the election runs: a request lost on its way (a member whose
+        group did not exist yet when it arrived: a new queue's first election) would
+        otherwise wait for an election timeout, and another member's timer may fire
+        first. A repeated request of the same term gets the same answer."""
+        pre = self._role is Role.PRE_CANDIDATE
+        term = self._term + 1 if pre else self._term
         last_index, last_term = self._log.last_index(), self._log.last_term()
         for peer in self._membership.current:
-            if peer != self.id:
+            if peer != self.id and not (again and peer in self._votes):
                 self._send(RequestVote(term, self.id, peer, last_index, last_term,
-                                       pre_vote=pre, leadership_transfer=transfer))
+                                       pre_vote=pre,
+                                       leadership_transfer=self._transfer_campaign))
 
     def _poll(self, voter: str, granted: bool) -> bool:
         """Count an answer; act on a decided election. True if it was decided."""

@@ -178,3 +178,45 @@ def test_the_longer_log_wins_the_election():
                                  "b->c VoteResp term=2 granted"]
     assert s.node("c").role is Role.LEADER
     assert s.applied("b") == ["x"]
+
+
+
+
+def test_a_candidate_asks_again_members_that_did_not_answer():
+    """A new quorum queue's first election: the member the leader locator chose
+    campaigns as soon as its group exists, but the other members may not have started
+    theirs yet, and drop its requests. It asks again every heartbeat (not only at its
+    next election timeout, which another member's timer may beat), so it wins once
+    they start, long before their timers fire."""
+    s = Script("a", "b", "c")
+    s.campaign("a")
+    assert s.send("a") == ["a->b PreVote term=1 last=0@0", "a->c PreVote term=1 last=0@0"]
+    s.mailbox.clear()                        # b and c had no group yet: lost
+    s.tick("a", CONFIG.heartbeat_ticks - 1)
+    assert s.send("a") == []
+    s.tick("a")                              # a heartbeat later: asked again
+    assert s.send("a") == ["a->b PreVote term=1 last=0@0", "a->c PreVote term=1 last=0@0"]
+    s.deliver("b")
+    s.mailbox.clear()                        # c still had no group
+    assert s.send("b") == ["b->a PreVoteResp term=1 granted"]
+    s.deliver("a")                           # a majority of pre-votes: the real vote
+    assert s.send("a") == ["a->b Vote term=1 last=0@0", "a->c Vote term=1 last=0@0"]
+    s.mailbox.clear()                        # lost again
+    s.tick("a", CONFIG.heartbeat_ticks)
+    assert s.send("a") == ["a->b Vote term=1 last=0@0", "a->c Vote term=1 last=0@0"]
+    s.stabilize()
+    assert [s.node(n).role for n in "abc"] == [Role.LEADER, Role.FOLLOWER, Role.FOLLOWER]
+    assert s.node("a").term == 1
+
+
+def test_only_members_that_did_not_answer_are_asked_again():
+    s = Script("a", "b", "c", "d", "e")
+    s.campaign("a")
+    s.send("a")
+    s.deliver("b")
+    s.mailbox.clear()
+    s.send("b")
+    s.deliver("a")                           # b granted: 2 of 5, not yet a majority
+    s.tick("a", CONFIG.heartbeat_ticks)
+    assert s.send("a") == ["a->c PreVote term=1 last=0@0", "a->d PreVote term=1 last=0@0",
+                           "a->e PreVote term=1 last=0@0"]
