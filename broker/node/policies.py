@@ -33,6 +33,7 @@ definitions.py), replicating them (cluster/meta.py).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from ..queues.settings import (_definition, _text, classic_limits, leader_locato
                                quorum_config, target_group_size)
 
 APPLY_TO = ("all", "queues", "classic_queues", "quorum_queues", "exchanges")
-LOCATORS = ("client-local", "balanced")
+LOCATORS = ("client-local", "balanced", "random", "least-leaders", "min-masters")
 OVERFLOWS = ("drop-head", "reject-publish")
 
 # definition key -> (the kinds of object it acts on, what its value must be)
@@ -52,7 +53,7 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "max-length-bytes": (_QUEUES, "a non-negative integer"),
     "overflow": (_QUEUES, "'drop-head' or 'reject-publish'"),
     "delivery-limit": (("quorum",), "an integer (-1: no limit)"),
-    "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),
+    "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),  # + deprecated
     "target-group-size": (("quorum",), "a positive integer"),
     "alternate-exchange": (("exchange",), "an exchange name"),
 }
@@ -141,8 +142,16 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "target-group-size": _integer(value, 1),
         "alternate-exchange": isinstance(value, str) and 0 < len(value.encode()) <= 255,
     }[key]
+    if not valid and key == "queue-leader-locator":  # rabbit_policies' text
+        raise PolicyError(f"{what}: Validation failed: {_erlang_term(value)} is not a "
+                          f"valid queue leader locator value (it must be {shown})")
     if not valid:
         raise PolicyError(f"{what}: key '{key}' must be {shown}, got {value!r}")
+
+
+def _erlang_term(value: Any) -> str:
+    """How RabbitMQ's ~p shows a JSON value in a validation error."""
+    return f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
 
 
 def _integer(value: Any, minimum: int) -> bool:

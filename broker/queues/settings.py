@@ -71,8 +71,11 @@ def classic_limits(arguments: Mapping[str, Any],
 
 
 def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:
-    return (_definition(policy).get("queue-leader-locator")
-            or _text(arguments.get("x-queue-leader-locator")) or configured)
+    """'client-local' or 'balanced'; RabbitMQ 4's deprecated values (random,
+    least-leaders, min-masters) are balanced, as there."""
+    locator = (_definition(policy).get("queue-leader-locator")
+               or _text(arguments.get("x-queue-leader-locator")) or configured)
+    return "client-local" if locator == "client-local" else "balanced"
 
 
 def target_group_size(arguments: Mapping[str, Any], policy,

@@ -53,6 +53,10 @@ NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
                      "x-dead-letter-routing-key")
 QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+# rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
+# deprecated and mean balanced (queues/settings.py leader_locator)
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders", "min-masters")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 _QUEUE_MODES = ("default", "lazy")
 # the arguments a redeclare must match (RabbitMQ: rabbit_amqqueue:declare_args/0, in
 # its order); any other argument may differ between declarations
@@ -182,6 +186,15 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     overflow = _text(arguments.get("x-overflow")) or "drop-head"
     if overflow not in _OVERFLOW:
         raise precondition(f"invalid arg 'x-overflow' for {where}: invalid_overflow")
+    # rabbit_amqqueue's check_queue_leader_locator_arg and check_dlxstrategy_arg
+    locator = arguments.get("x-queue-leader-locator")
+    if locator is not None and _text(locator) not in LEADER_LOCATORS:
+        raise precondition(f"invalid arg 'x-queue-leader-locator' for {where}: "
+                           "invalid_queue_locator_arg")
+    strategy = arguments.get("x-dead-letter-strategy")
+    if strategy is not None and _text(strategy) not in DEAD_LETTER_STRATEGIES:
+        raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
+                           "invalid_dlx_strategy")
     mode = _text(arguments.get("x-queue-mode")) or "default"
     if queue_type == "classic" and mode not in _QUEUE_MODES:
         raise precondition(f"invalid arg 'x-queue-mode' for {where}: "

@@ -637,6 +637,22 @@ def quorum_queue_declaration_validation(c: Probe) -> None:
 
 
 @scenario
+def quorum_queue_locator_and_dead_letter_strategy(c: Probe) -> None:
+    """rabbit_amqqueue's check_queue_leader_locator_arg and check_dlxstrategy_arg."""
+    channel(c)
+    quorum = {"x-queue-type": "quorum"}
+    for index, arguments in enumerate(({"x-queue-leader-locator": "bogus"},
+                                       {"x-queue-leader-locator": 5},
+                                       {"x-queue-leader-locator": "client-local"},
+                                       {"x-queue-leader-locator": "balanced"},
+                                       {"x-dead-letter-strategy": "bogus"},
+                                       {"x-dead-letter-strategy": 7},
+                                       {"x-dead-letter-strategy": "at-most-once"})):
+        declare(c, f"dt-quorum-locator-{index}", durable=True, arguments={**quorum, **arguments})
+        reopen(c)
+
+
+@scenario
 def quorum_queue_valid_declaration(c: Probe) -> None:
     channel(c)
     declare(c, "dt-quorum-valid", durable=True, arguments={"x-queue-type": "quorum"})

@@ -31,8 +31,10 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"overflow": "reject-publish-dlx"}),
      "key 'overflow' must be 'drop-head' or 'reject-publish'"),
     (dict(definition={"delivery-limit": -2}), "key 'delivery-limit' must be an integer"),
-    (dict(definition={"queue-leader-locator": "random"}),
-     "key 'queue-leader-locator' must be 'client-local' or 'balanced'"),
+    (dict(definition={"queue-leader-locator": "bogus"}),  # RabbitMQ's rabbit_policies text
+     'Validation failed: <<"bogus">> is not a valid queue leader locator value'),
+    (dict(definition={"queue-leader-locator": 3}),
+     "Validation failed: 3 is not a valid queue leader locator value"),
     (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
     (dict(definition={"message-ttl": 1000}),
      "key 'message-ttl' is not supported by quorumqueue"),
@@ -104,6 +106,12 @@ def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented
     argument = {"x-queue-leader-locator": "client-local", "x-quorum-target-group-size": 3}
     # leader locator: policy, then argument, then the configuration (the 4.2 guide)
     assert leader_locator(argument, locating, "client-local") == "balanced"
+    # RabbitMQ 4's deprecated locators are accepted and mean balanced
+    for deprecated in ("random", "least-leaders", "min-masters"):
+        assert leader_locator({}, policy(definition={"queue-leader-locator": deprecated}),
+                              "client-local") == "balanced"
+        assert leader_locator({"x-queue-leader-locator": deprecated}, None,
+                              "client-local") == "balanced"
     assert leader_locator(argument, None, "balanced") == "client-local"
     assert leader_locator({}, None, "balanced") == "balanced"
     # target group size: the argument, then the policy, then the configuration

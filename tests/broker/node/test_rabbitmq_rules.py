@@ -8,7 +8,9 @@
 - basic.consume from a quorum queue after basic.qos global=true closes the connection
   with 540 (rabbit_quorum_queue:consume, not_implemented: a hard error);
 - a field table nested thousands deep is a 501 connection error, never a traceback;
-  deep headers a message only carries are delivered as published.
+  deep headers a message only carries are delivered as published;
+- an unknown x-queue-leader-locator or x-dead-letter-strategy is refused with 406 and
+  rabbit_amqqueue's reason (invalid_queue_locator_arg, invalid_dlx_strategy).
 """
 
 from __future__ import annotations
@@ -194,3 +196,39 @@ def test_deep_client_properties_end_the_handshake_with_a_frame_error():
     close = client.expect_one("Connection.Close", channel=0)
     assert (close.reply_code, close.class_id, close.method_id) == (501, 10, 11)
     assert client.session.closed
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({"x-queue-type": "quorum", "x-queue-leader-locator": "bogus"},
+     "invalid arg 'x-queue-leader-locator' for queue 'q' in vhost '/': "
+     "invalid_queue_locator_arg"),
+    # classic queues take a leader locator since RabbitMQ 4.0 (3.10.8 refuses the
+    # argument itself: "of queue type rabbit_classic_queue"); 4.2 wins
+    ({"x-queue-leader-locator": "bogus"},
+     "invalid arg 'x-queue-leader-locator' for queue 'q' in vhost '/': "
+     "invalid_queue_locator_arg"),
+    ({"x-queue-type": "quorum", "x-queue-leader-locator": 5},
+     "invalid arg 'x-queue-leader-locator' for queue 'q' in vhost '/': "
+     "{unacceptable_type,signedint}"),
+    ({"x-queue-type": "quorum", "x-dead-letter-strategy": "bogus"},
+     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': invalid_dlx_strategy"),
+    ({"x-queue-type": "quorum", "x-dead-letter-strategy": 7},
+     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': "
+     "{unacceptable_type,signedint}"),
+])
+def test_an_unknown_leader_locator_or_dead_letter_strategy_is_refused(tmp_path, arguments,
+                                                                       text):
+    client = opened(quorum_node(tmp_path))
+    client.send(1, commands.Queue.Declare(queue="q", durable=True, arguments=arguments))
+    close = client.expect_one("Channel.Close", channel=1)
+    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - " + text)
+    assert "q" not in client.node.vhosts["/"].queues
+
+
+@pytest.mark.parametrize("locator", ["client-local", "balanced", "random", "least-leaders",
+                                     "min-masters"])
+def test_every_leader_locator_rabbitmq_4_knows_is_accepted(tmp_path, locator):
+    client = opened(quorum_node(tmp_path))
+    client.call(1, commands.Queue.Declare(queue="q", durable=True, arguments={
+        "x-queue-type": "quorum", "x-queue-leader-locator": locator,
+        "x-dead-letter-strategy": "at-least-once"}), "Queue.DeclareOk")
