@@ -303,7 +303,9 @@ def continuous_reconciliation(node: "Node", target_default: int | None,
                               auto_remove: bool) -> None:
     """The metadata leader grows queues below their target group size onto online
     nodes without a replica (CMR); with auto_remove, drops members on nodes no longer
-    in the cluster."""
+    in the cluster. The server runs it periodically and a trigger_interval after each
+    trigger event (node/node.py CMR_TRIGGERS: policy changes, nodes joining or
+    forgotten)."""
     cluster = node.cluster
     if not cluster.meta.is_leader:
         return

@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
+# metadata commands that trigger continuous membership reconciliation (the 4.2 quorum
+# queues guide: a node added, a node removed for good, a policy change)
+CMR_TRIGGERS = frozenset({"cluster.add_node", "cluster.forget_node", "policy.set",
+                          "policy.clear"})
 
 
 class Node:
@@ -68,6 +72,10 @@ class Node:
         self.metadata_dirty = False
         self.alarms: set[str] = set()
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
+        # metadata commands applied that are continuous membership reconciliation's
+        # trigger events (a node joined or was forgotten, a policy changed: the 4.2
+        # guide's CMR); the server runs CMR a trigger_interval after a new one
+        self.membership_events = 0
         self._reply_to: dict[str, "Channel"] = {}
         self._connection_counter = 0
         # time, as the shell last told it (`set_clock`): the node reads no clock
@@ -162,7 +170,10 @@ class Node:
         """One metadata command, applied here as on every node (node/metadata.py)."""
         from . import metadata
 
-        return metadata.apply(self, command)
+        result = metadata.apply(self, command)
+        if command["op"] in CMR_TRIGGERS:
+            self.membership_events += 1
+        return result
 
     def metadata_snapshot(self) -> bytes:
         """Everything the metadata group replicates, as its snapshot."""

@@ -470,14 +470,20 @@ class BrokerServer:
         cluster = self.node.cluster
         ticks = 0
         # CMR: first a trigger_interval after this node started (a node joining is one
-        # of the guide's trigger events), then every interval
+        # of the guide's trigger events), then every interval; a trigger event applied
+        # (node/node.py CMR_TRIGGERS) brings the next run to a trigger_interval after it
         next_cmr = time.monotonic() + settings.cmr_trigger_interval_ms / 1000
+        events_seen = self.node.membership_events
         while True:
             await asyncio.sleep(interval)
             try:
                 self.node.quorum.raft_tick()
                 cluster.tick()
                 ticks += 1
+                if self.node.membership_events != events_seen:
+                    events_seen = self.node.membership_events
+                    next_cmr = min(next_cmr, time.monotonic()
+                                   + settings.cmr_trigger_interval_ms / 1000)
                 if ticks * settings.raft_tick_ms >= 500:
                     ticks = 0
                     membership.reconcile(self.node)
