@@ -67,6 +67,15 @@ class Settings:
     # the metadata group snapshots its state and truncates its log every this many
     # applied entries (broker/node/metadata_snapshot.py; Khepri's default is 4096)
     metadata_snapshot_interval: int = 4096
+    # the 4.2 quorum queues guide's "Options to Relax Property Equivalence Checks": a
+    # redeclaration's x-queue-type is not compared (node/handlers.py queue_declare)
+    quorum_relaxed_checks_on_redeclaration: bool = False
+    # accepted and validated; what they govern is not built yet, and the server logs a
+    # warning at start when one is set (NOT_ENFORCED_YET, broker/README.md "Configuration")
+    quorum_commands_soft_limit: int = 32          # RabbitMQ's default
+    dead_letter_worker_consumer_prefetch: int = 32  # RabbitMQ's default
+    consumer_timeout_ms: int = 1_800_000          # 30 minutes, RabbitMQ's default
+    configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
     def cluster_port(self) -> int:
@@ -189,7 +198,25 @@ KEYS = {
     "quorum_queue.continuous_membership_reconciliation.trigger_interval":
         ("cmr_trigger_interval_ms", _int),
     "metadata_store.snapshot_interval": ("metadata_snapshot_interval", _int),
+    "quorum_queue.property_equivalence.relaxed_checks_on_redeclaration":
+        ("quorum_relaxed_checks_on_redeclaration", _bool),
+    "quorum_queue.commands_soft_limit": ("quorum_commands_soft_limit", _int),
+    "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
+    "consumer_timeout": ("consumer_timeout_ms", _int),
 }
+
+# keys accepted and validated whose effect is not built yet: (key, Settings field,
+# what they will govern). The server logs a warning naming each one a file sets, so
+# nobody takes it for applied.
+NOT_ENFORCED_YET = (
+    ("quorum_queue.commands_soft_limit", "quorum_commands_soft_limit",
+     "the unconfirmed quorum-queue commands a channel may have before it is throttled "
+     "(credit flow): quorumqueue does not throttle publishers per channel"),
+    ("dead_letter_worker_consumer_prefetch", "dead_letter_worker_consumer_prefetch",
+     "at-least-once dead-lettering's prefetch: dead-lettering is not built yet"),
+    ("consumer_timeout", "consumer_timeout_ms",
+     "the delivery acknowledgement timeout: not enforced yet"),
+)
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -244,6 +271,12 @@ def validate(settings: Settings) -> Settings:
         if value < (0 if key == "target_group_size" else 1):
             raise ConfigError(f"quorum_queue.continuous_membership_reconciliation.{key}: "
                               f"must be a positive integer, got {value}")
+    for key, value in (("quorum_queue.commands_soft_limit", settings.quorum_commands_soft_limit),
+                       ("dead_letter_worker_consumer_prefetch",
+                        settings.dead_letter_worker_consumer_prefetch),
+                       ("consumer_timeout", settings.consumer_timeout_ms)):
+        if value < 1:
+            raise ConfigError(f"{key}: must be a positive integer, got {value}")
     if settings.metadata_snapshot_interval < 1:
         raise ConfigError("metadata_store.snapshot_interval: must be a positive integer, got "
                           f"{settings.metadata_snapshot_interval}")
@@ -280,6 +313,7 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
             values[name] = convert(key, value)
         if raft:
             values["raft"] = tuple(raft)
+        values["configured_keys"] = frozenset(_flatten(document))
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("node_name"):
         values["node_name"] = f"quorumqueue@{socket.gethostname()}"
@@ -288,6 +322,12 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
 
 def replace(settings: Settings, **changes) -> Settings:
     return validate(dataclasses.replace(settings, **changes))
+
+
+def not_enforced_yet(settings: Settings) -> list[str]:
+    """A warning for each key the configuration set whose effect is not built yet."""
+    return [f"{key} = {getattr(settings, field)} is accepted but has no effect yet: {what}"
+            for key, field, what in NOT_ENFORCED_YET if key in settings.configured_keys]
 
 
 __all__ = ["Settings", "ConfigError", "load_settings", "replace", "parse_size"]

@@ -286,7 +286,10 @@ def queue_declare(session, channel: Channel, args) -> None:
                                    f"'{str(bool(received)).lower()}' but current is "
                                    f"'{str(current).lower()}'")
         received, current = existing.equivalence_arguments(arguments)
-        check_arguments_equivalent(received, current, where, existing.EQUIVALENCE_KEYS)
+        keys = existing.EQUIVALENCE_KEYS
+        if node.settings.quorum_relaxed_checks_on_redeclaration:  # the 4.2 guide's option
+            keys = tuple(key for key in keys if key != "x-queue-type")
+        check_arguments_equivalent(received, current, where, keys)
         queue = existing
     else:
         dead_letter = arguments.get("x-dead-letter-exchange")

@@ -90,3 +90,46 @@ def test_missing_file_and_bad_toml_are_reported(tmp_path):
 ])
 def test_sizes_use_rabbitmqs_units(value, expected):
     assert parse_size("k", value) == expected
+
+
+RABBITMQ_42_KEYS = ('quorum_queue.property_equivalence.relaxed_checks_on_redeclaration = true\n'
+                    'quorum_queue.commands_soft_limit = 512\n'
+                    'dead_letter_worker_consumer_prefetch = 64\n'
+                    'consumer_timeout = 900000\n')
+
+
+def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
+    settings = load_settings(write(tmp_path, RABBITMQ_42_KEYS))
+    assert settings.quorum_relaxed_checks_on_redeclaration is True
+    assert settings.quorum_commands_soft_limit == 512
+    assert settings.dead_letter_worker_consumer_prefetch == 64
+    assert settings.consumer_timeout_ms == 900_000
+    defaults = Settings()  # RabbitMQ's defaults
+    assert (defaults.quorum_relaxed_checks_on_redeclaration, defaults.quorum_commands_soft_limit,
+            defaults.dead_letter_worker_consumer_prefetch, defaults.consumer_timeout_ms) == (
+        False, 32, 32, 1_800_000)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("quorum_queue.property_equivalence.relaxed_checks_on_redeclaration = 1\n",
+     "relaxed_checks_on_redeclaration: expected true or false"),
+    ("quorum_queue.commands_soft_limit = 0\n",
+     "quorum_queue.commands_soft_limit: must be a positive integer"),
+    ("dead_letter_worker_consumer_prefetch = -1\n",
+     "dead_letter_worker_consumer_prefetch: must be a positive integer"),
+    ('consumer_timeout = "30m"\n', "consumer_timeout: expected an integer"),
+])
+def test_rabbitmq_42_keys_are_validated(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text))
+
+
+def test_keys_without_an_effect_yet_are_named_in_a_warning_at_start(tmp_path):
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(data_dir=str(tmp_path), extra_config=RABBITMQ_42_KEYS) as broker:
+        log = broker.log()
+    for key in ("quorum_queue.commands_soft_limit = 512", "consumer_timeout = 900000",
+                "dead_letter_worker_consumer_prefetch = 64"):
+        assert f"{key} is accepted but has no effect yet" in log
+    assert "relaxed_checks_on_redeclaration" not in log  # applied: nothing to warn of

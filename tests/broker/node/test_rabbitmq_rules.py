@@ -232,3 +232,33 @@ def test_every_leader_locator_rabbitmq_4_knows_is_accepted(tmp_path, locator):
     client.call(1, commands.Queue.Declare(queue="q", durable=True, arguments={
         "x-queue-type": "quorum", "x-queue-leader-locator": locator,
         "x-dead-letter-strategy": "at-least-once"}), "Queue.DeclareOk")
+
+
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_relaxed_checks_on_redeclaration_ignore_only_the_queue_type(tmp_path, relaxed):
+    """The 4.2 quorum queues guide, "Options to Relax Property Equivalence Checks": with
+    quorum_queue.property_equivalence.relaxed_checks_on_redeclaration, a redeclaration's
+    x-queue-type is not compared; every other property still is."""
+    settings = Settings(quorum_relaxed_checks_on_redeclaration=relaxed)
+    node = new_node(settings, log_store=LogStore(str(tmp_path), StorageConfig(fsync=False)))
+    client = opened(node)
+    client.call(1, commands.Queue.Declare(queue="q", durable=True, arguments={
+        "x-queue-type": "quorum"}), "Queue.DeclareOk")
+    client.send(1, commands.Queue.Declare(queue="q", durable=True, arguments={
+        "x-queue-type": "classic"}))
+    if relaxed:
+        assert client.expect_one("Queue.DeclareOk", channel=1).queue == "q"
+        assert client.node.vhosts["/"].queues["q"].type_name == "quorum"
+    else:
+        close = client.expect_one("Channel.Close", channel=1)
+        assert (close.reply_code, close.reply_text) == (
+            406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in "
+                 "vhost '/': received 'classic' but current is 'quorum'")
+        client.open_channel(2)
+    channel = 1 if relaxed else 2
+    client.send(channel, commands.Queue.Declare(queue="q", durable=False, arguments={
+        "x-queue-type": "classic"}))
+    close = client.expect_one("Channel.Close", channel=channel)
+    assert (close.reply_code, close.reply_text) == (
+        406, "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'q' in vhost '/': "
+             "received 'false' but current is 'true'")
