@@ -67,6 +67,11 @@ class Settings:
     # the metadata group snapshots its state and truncates its log every this many
     # applied entries (broker/node/metadata_snapshot.py; Khepri's default is 4096)
     metadata_snapshot_interval: int = 4096
+    # how long a client waits for the metadata group to apply a change it asked for
+    # (declare, delete, bind, users, policies...) before it gets an error instead:
+    # without a majority the group commits nothing (cluster/meta.py MetaGroup.bounded;
+    # RabbitMQ 4's Khepri operations time out after 30 s too)
+    metadata_timeout_ms: int = 30_000
     # the 4.2 quorum queues guide's "Options to Relax Property Equivalence Checks": a
     # redeclaration's x-queue-type is not compared (node/handlers.py queue_declare)
     quorum_relaxed_checks_on_redeclaration: bool = False
@@ -198,6 +203,7 @@ KEYS = {
     "quorum_queue.continuous_membership_reconciliation.trigger_interval":
         ("cmr_trigger_interval_ms", _int),
     "metadata_store.snapshot_interval": ("metadata_snapshot_interval", _int),
+    "metadata_store.operation_timeout": ("metadata_timeout_ms", _int),
     "quorum_queue.property_equivalence.relaxed_checks_on_redeclaration":
         ("quorum_relaxed_checks_on_redeclaration", _bool),
     "quorum_queue.commands_soft_limit": ("quorum_commands_soft_limit", _int),
@@ -277,6 +283,9 @@ def validate(settings: Settings) -> Settings:
                        ("consumer_timeout", settings.consumer_timeout_ms)):
         if value < 1:
             raise ConfigError(f"{key}: must be a positive integer, got {value}")
+    if settings.metadata_timeout_ms < 1:
+        raise ConfigError("metadata_store.operation_timeout: must be a positive number of "
+                          f"milliseconds, got {settings.metadata_timeout_ms}")
     if settings.metadata_snapshot_interval < 1:
         raise ConfigError("metadata_store.snapshot_interval: must be a positive integer, got "
                           f"{settings.metadata_snapshot_interval}")

@@ -91,6 +91,61 @@ def decode_reply(value):
     return tuple(value) if isinstance(value, list) else value
 
 
+class MetadataTimeout:
+    """The reply a bounded wait gets when the metadata group did not apply its command
+    within `metadata_store.operation_timeout` (no majority online, say). The command
+    may still be applied later, once the group can commit it: a timeout says the
+    answer did not come, not that the change did not happen (as with RabbitMQ 4's
+    Khepri timeouts)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data  # the command, encoded
+
+    @property
+    def command(self) -> dict:
+        return json.loads(self.data)
+
+
+def timed_out_text(command: dict, node: str) -> str:
+    """RabbitMQ 4's reply text (541 INTERNAL_ERROR) for a metadata change that timed
+    out: rabbit_amqqueue's for a queue declaration and rabbit_channel's for an exchange
+    deletion, verbatim; the other changes in the same forms."""
+    op, vhost = command.get("op", ""), command.get("vhost", "/")
+    name = command.get("name", "")
+    if op in ("queue.declare", "exchange.declare"):
+        kind = op.partition(".")[0]
+        return (f"Could not declare {kind} '{name}' in vhost '{vhost}' on node '{node}' "
+                "because the metadata store operation timed out")
+    if op in ("queue.delete", "exchange.delete"):
+        return f"failed to delete {op.partition('.')[0]} '{name}' in vhost '{vhost}' due to a timeout"
+    if op in ("bind", "unbind"):
+        action = "add" if op == "bind" else "remove"
+        return (f"failed to {action} binding from exchange '{command.get('source')}' in "
+                f"vhost '{vhost}' to {command.get('kind')} '{command.get('destination')}' "
+                f"in vhost '{vhost}' due to a timeout")
+    return f"failed to apply '{op}' due to a timeout (the metadata store operation timed out)"
+
+
+class _Bounded:
+    """A waiter answered at most once: with its command's reply, or with `timed_out`
+    once `deadline` passed (MetaGroup.expire), whichever comes first."""
+
+    __slots__ = ("waiter", "deadline", "timed_out", "answered")
+
+    def __init__(self, waiter, deadline: float, timed_out) -> None:
+        self.waiter = waiter
+        self.deadline = deadline
+        self.timed_out = timed_out
+        self.answered = False
+
+    def __call__(self, reply) -> None:
+        if not self.answered:
+            self.answered = True
+            self.waiter(reply)
+
+
 def encode(op: str, **fields) -> bytes:
     if "arguments" in fields:
         fields["arguments"] = encode_arguments(fields["arguments"])
@@ -105,6 +160,28 @@ class MetaGroup(ReplicatedGroup):
         self.node = node
         # entries up to here were applied before a restart: replayed now
         self.replay_until = raft.log.last_index() if raft is not None else 0
+        self._bounded: list[_Bounded] = []  # waiters with a deadline (bounded, expire)
+
+    def bounded(self, waiter, now: float, timed_out):
+        """`waiter` answered within `metadata_store.operation_timeout` of `now`: with
+        the command's reply, else with `timed_out` (a client waiting on a change the
+        group cannot commit gets an error in bounded time, not silence)."""
+        call = _Bounded(waiter, now + self.node.settings.metadata_timeout_ms / 1000,
+                        timed_out)
+        self._bounded.append(call)
+        return call
+
+    def expire(self, now: float) -> None:
+        """Answer the bounded waiters whose deadline passed (the server's tick)."""
+        live = []
+        for call in self._bounded:
+            if call.answered:
+                continue
+            if now >= call.deadline:
+                call(call.timed_out)
+            else:
+                live.append(call)
+        self._bounded = live
 
     def apply(self, index: int, term: int, data: bytes):
         command = json.loads(data)

@@ -44,7 +44,8 @@ def _change(node, op: str, fields: dict):
     from .management import Later
 
     data = meta.encode(op, **fields)
-    return Later(lambda done: node.cluster.meta.propose_data(data, lambda _reply: done({})))
+    return Later(lambda done: node.cluster.meta.propose_data(data, lambda _reply: done({})),
+                 metadata=True)
 
 
 def _users_add(node, session, request):

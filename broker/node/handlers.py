@@ -193,6 +193,11 @@ def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
     def applied(reply) -> None:
         if channel.state != ChannelState.OPEN:
             return
+        if isinstance(reply, meta.MetadataTimeout):  # RabbitMQ 4: 541, the connection
+            channel.held = None
+            session.fail_later(AMQPError(spec.INTERNAL_ERROR, meta.timed_out_text(
+                reply.command, session.node.settings.node_name), *method), channel)
+            return
         if isinstance(reply, (tuple, list)) and reply and reply[0] == "error":
             channel.held = None
             session.fail_later(AMQPError(reply[1], reply[2], *method), channel)
@@ -203,7 +208,9 @@ def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
 
     if channel.held is None:
         channel.held = []
-    session.node.cluster.meta.propose_data(data, applied)
+    group = session.node.cluster.meta
+    group.propose_data(data, group.bounded(applied, session.node.now,
+                                           meta.MetadataTimeout(data)))
 
 
 def hold(session, channel: Channel, call: Callable[[], None], method: tuple[int, int]) -> bool:

@@ -42,12 +42,16 @@ ROUTING_KEY = "amq.quorumqueue.management"
 
 class Later:
     """An operation's result that arrives once a log entry is applied: `start(done)`
-    proposes it and arranges for `done(result)` to be called."""
+    proposes it and arranges for `done(result)` to be called. A change of the metadata
+    (`metadata`) is answered within metadata_store.operation_timeout, with an error
+    if the metadata group did not apply it by then (cluster/meta.py)."""
 
-    __slots__ = ("start",)
+    __slots__ = ("start", "metadata")
 
-    def __init__(self, start: Callable[[Callable[[Any], None]], None]) -> None:
+    def __init__(self, start: Callable[[Callable[[Any], None]], None],
+                 metadata: bool = False) -> None:
         self.start = start
+        self.metadata = metadata
 
 
 def handle(node, session: "Session", body: bytes, respond: Callable[[dict], None]) -> None:
@@ -68,7 +72,10 @@ def handle(node, session: "Session", body: bytes, respond: Callable[[dict], None
     try:
         result = operation(node, session, request)
         if isinstance(result, Later):
-            result.start(lambda value: respond(_outcome(value)))
+            answer = lambda value: respond(_outcome(value))  # noqa: E731
+            if result.metadata:
+                answer = node.cluster.meta.bounded(answer, node.now, _timed_out(node, request))
+            result.start(answer)
             return
         respond({"ok": True, "result": result})
     except AMQPError as error:
@@ -76,6 +83,17 @@ def handle(node, session: "Session", body: bytes, respond: Callable[[dict], None
     except (KeyError, TypeError, ValueError) as error:
         respond({"ok": False, "error": f"PRECONDITION_FAILED - bad arguments for "
                                        f"'{request['op']}': {error!r}"})
+
+
+def _timed_out(node, request: dict) -> AMQPError:
+    if request["op"] == "queues.delete":
+        command = {"op": "queue.delete", "vhost": request.get("vhost", "/"),
+                   "name": request.get("name")}
+    else:
+        command = {"op": request["op"]}
+    from ..cluster.meta import timed_out_text
+
+    return AMQPError(spec.INTERNAL_ERROR, timed_out_text(command, node.settings.node_name))
 
 
 def _outcome(value) -> dict:
@@ -163,7 +181,7 @@ def _delete(node, session, request) -> dict:
         data = meta.encode("queue.delete", vhost=vhost.name, name=queue.name,
                            group=queue.group)
         return Later(lambda done: node.cluster.meta.propose_data(
-            data, lambda count: done({"deleted": count or 0})))
+            data, lambda count: done({"deleted": count or 0})), metadata=True)
     return {"deleted": node.delete_queue(vhost, queue)}
 
 
@@ -206,7 +224,7 @@ def _members_op(name: str):
         calls[name](done)  # refusals raise now; a membership change answers once applied
         if "result" in answered:
             return answered["result"]
-        return Later(waiting.append)
+        return Later(waiting.append, metadata=True)
 
     return operation
 
@@ -215,7 +233,8 @@ def _forget_node(node, session, request):
     from ..cluster import membership
 
     _require_administrator(session)
-    return Later(lambda done: membership.forget_node(node, request["node"], done))
+    return Later(lambda done: membership.forget_node(node, request["node"], done),
+                 metadata=True)
 
 
 OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _delete,

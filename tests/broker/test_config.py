@@ -133,3 +133,12 @@ def test_keys_without_an_effect_yet_are_named_in_a_warning_at_start(tmp_path):
                 "dead_letter_worker_consumer_prefetch = 64"):
         assert f"{key} is accepted but has no effect yet" in log
     assert "relaxed_checks_on_redeclaration" not in log  # applied: nothing to warn of
+
+
+def test_the_metadata_operation_timeout_is_read_and_validated(tmp_path):
+    assert Settings().metadata_timeout_ms == 30_000
+    settings = load_settings(write(tmp_path, "metadata_store.operation_timeout = 5000\n"))
+    assert settings.metadata_timeout_ms == 5000
+    with pytest.raises(ConfigError, match="metadata_store.operation_timeout: must be a "
+                                          "positive number of milliseconds"):
+        load_settings(write(tmp_path, "metadata_store.operation_timeout = 0\n"))
