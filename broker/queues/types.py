@@ -41,12 +41,21 @@ _COMMON_ARGS = {
 ARGUMENTS_BY_TYPE = {
     "classic": {**_COMMON_ARGS, "x-max-priority": _INT, "x-queue-mode": _STR,
                 "x-queue-master-locator": _STR, "x-queue-version": _INT},
+    # x-max-in-memory-length/-bytes: accepted with no effect, as RabbitMQ since 3.10 (the
+    # quorum queues guide, "Lazy Mode": bodies are always on disk; here in the log)
     "quorum": {**_COMMON_ARGS, "x-delivery-limit": _INT, "x-quorum-initial-group-size": _INT,
-               "x-quorum-target-group-size": _INT, "x-dead-letter-strategy": _STR},
+               "x-quorum-target-group-size": _INT, "x-dead-letter-strategy": _STR,
+               "x-max-in-memory-length": _INT, "x-max-in-memory-bytes": _INT},
 }
-# what quorum queues refuse outright (RabbitMQ: rabbit_quorum_queue capabilities)
-_QUORUM_UNSUPPORTED = ("x-max-priority", "x-queue-mode", "x-queue-master-locator",
-                       "x-queue-version")
+# RabbitMQ's stream queues' arguments: known to RabbitMQ, so refused by the other types
+_STREAM_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+                "x-stream-filter-size-bytes")
+# rabbit_queue_type_util:check_invalid_arguments: an argument some queue type knows but
+# the declared one does not is refused "of queue type rabbit_<type>_queue" (classic
+# queues refuse x-delivery-limit, x-max-in-memory-length...; quorum queues
+# x-max-priority, x-queue-mode, x-queue-version...); one no type knows is accepted
+_KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in kinds) \
+    - {"x-quorum-target-group-size"} | frozenset(_STREAM_ARGS)
 # arguments quorumqueue recognises but does not enforce yet: refused rather than
 # silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
 NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
@@ -165,11 +174,11 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
             raise precondition(f"invalid property 'exclusive-owner' for {where}")
         if not durable:
             raise precondition(f"invalid property 'non-durable' for {where}")
-        for key in arguments:
-            if key in _QUORUM_UNSUPPORTED:
-                raise precondition(
-                    f"invalid arg '{key}' for {where} of queue type rabbit_quorum_queue")
     known = ARGUMENTS_BY_TYPE[queue_type]
+    for key in arguments:
+        if key in _KNOWN_ARGUMENTS and key not in known:
+            raise precondition(
+                f"invalid arg '{key}' for {where} of queue type rabbit_{queue_type}_queue")
     for key, value in arguments.items():
         kind = known.get(key)
         if kind is not None:
@@ -179,7 +188,8 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-max-priority' for {where}: "
                            + (f"{{max_value_exceeded,{max_priority}}}" if max_priority > 255
                               else f"{{value_negative,{max_priority}}}"))
-    for key in ("x-max-length", "x-max-length-bytes"):
+    for key in ("x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+                "x-max-in-memory-bytes"):
         value = arguments.get(key)
         if isinstance(value, int) and value < 0:
             raise precondition(f"invalid arg '{key}' for {where}: {{value_negative,{value}}}")

@@ -798,6 +798,29 @@ def classic_queue_argument_validation(c: Probe) -> None:
 
 
 @scenario
+def arguments_of_other_queue_types(c: Probe) -> None:
+    """rabbit_queue_type_util:check_invalid_arguments: an argument another queue type
+    knows is refused "of queue type ..."; one no type knows is accepted. The quorum
+    queues guide's "Lazy Mode": x-max-in-memory-length/-bytes are still permitted on
+    quorum queues (validated, no effect); x-queue-mode is refused there."""
+    channel(c)
+    quorum = {"x-queue-type": "quorum"}
+    for index, arguments in enumerate((
+            {"x-delivery-limit": 5}, {"x-quorum-initial-group-size": 3},
+            {"x-max-age": "1D"}, {"x-max-in-memory-bytes": 5},
+            {"x-max-in-memory-length": -1}, {"x-dead-letter-strategy": "at-most-once"},
+            {"x-foo": 1}, {"x-queue-mode": "lazy", "x-max-priority": 3},
+            {**quorum, "x-max-in-memory-length": -1}, {**quorum, "x-max-in-memory-length": "x"},
+            {**quorum, "x-max-in-memory-bytes": -3},
+            {**quorum, "x-max-in-memory-length": 0, "x-max-in-memory-bytes": 1000},
+            {**quorum, "x-max-age": "1D"}, {**quorum, "x-foo": 1},
+            {**quorum, "x-queue-version": 2}, {**quorum, "x-queue-mode": "default"},
+            {**quorum, "x-queue-mode": "lazy"})):
+        declare(c, f"dt-other-type-{index}", durable=True, arguments=arguments)
+        reopen(c)
+
+
+@scenario
 def quorum_queue_delivery_limit_type(c: Probe) -> None:
     channel(c)
     declare(c, "dt-quorum-limit", durable=True,
