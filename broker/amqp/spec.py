@@ -113,6 +113,8 @@ BASIC_ACK = (60, 80)
 BASIC_REJECT = (60, 90)
 BASIC_NACK = (60, 120)
 
+TX_COMMIT = (90, 20)
+
 # Methods that carry content (a header frame and body frames follow).
 CONTENT_METHODS = frozenset({(60, 40), (60, 50), (60, 60), (60, 71)})
 

@@ -20,7 +20,8 @@ How it works:
   free prefetch, as in RabbitMQ), dropped on rollback. tx.commit-ok waits for what a
   publisher confirm of each committed publish would wait for (the fsync of a durable
   classic queue's batch, a quorum queue's majority): the publishes get silent
-  confirms (seq 0) and the commit-ok queues behind them (queues/base.py Confirm).
+  confirms (seq 0) and the commit-ok queues behind them (queues/base.py Confirm); a
+  publish a queue refused fails the commit ("partial tx completion", as RabbitMQ).
 - Permissions: `check_access` asks auth/users.py and remembers the last
   PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
   under (RabbitMQ's per-channel permission cache; rights that changed miss it).
@@ -97,6 +98,7 @@ class Channel:
         self.tx_mode = False
         self.tx_publishes: list = []
         self.tx_settlements: list = []
+        self.tx_refused = False  # a queue refused a publish of the commit under way
         self.last_queue_name = ""  # server-named queue reuse (queue "" = last declared)
         self.reply_to_consumer: Consumer | None = None
         self.queues_used: dict[int, Queue] = {}  # consumed or got from: told of the close
@@ -277,8 +279,15 @@ class Channel:
             confirm = pending.popleft()
             seq = confirm.seq
             if not seq:  # a transaction's publish (nothing to send) or its commit-ok
-                if confirm.reply is not None:
-                    self.send(confirm.reply)
+                if confirm.reply is None:
+                    self.tx_refused |= not confirm.ok
+                    continue
+                refused, self.tx_refused = self.tx_refused, False
+                if refused:  # rabbit_channel: a queue refused a committed publish
+                    self.session.fail_later(precondition("partial tx completion").at(
+                        *spec.TX_COMMIT), self)
+                    return True
+                self.send(confirm.reply)
                 continue
             if confirm.ok:
                 run_end = seq
@@ -293,9 +302,9 @@ class Channel:
 
     def commit(self) -> None:
         """tx.commit: apply the buffered publishes and settlements; commit-ok leaves
-        once every publish is where its confirm would have waited for it to be (a
-        nack-worthy refusal, e.g. reject-publish, does not fail the commit: RabbitMQ's
-        transactions say nothing per message)."""
+        once every publish is where its confirm would have waited for it to be. If a
+        queue refused one (reject-publish: the nack of a confirm), the commit fails
+        with 406 "partial tx completion", as rabbit_channel's does."""
         publishes, self.tx_publishes = self.tx_publishes, []
         settlements, self.tx_settlements = self.tx_settlements, []
         for taken, requeue in settlements:

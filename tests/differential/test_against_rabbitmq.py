@@ -1170,6 +1170,21 @@ def tx_publish_commit_rollback(c: Probe) -> None:
     declare(c, "dt-tx", passive=True)
 
 
+@scenario
+def tx_commit_with_a_refused_publish(c: Probe) -> None:
+    """rabbit_channel: a queue that refuses a committed publish (x-overflow
+    reject-publish) fails the commit with 406 'partial tx completion'; the messages
+    the queues took stay."""
+    channel(c)
+    declare(c, "dt-tx-full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    c.call(1, amqp.Tx.Select())
+    c.publish(1, "", "dt-tx-full", "taken")
+    c.publish(1, "", "dt-tx-full", "refused")
+    c.call(1, amqp.Tx.Commit())
+    reopen(c)
+    declare(c, "dt-tx-full", passive=True)
+
+
 # ================================================================ the comparison
 
 
