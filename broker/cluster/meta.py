@@ -110,14 +110,18 @@ class MetadataTimeout:
 
 def timed_out_text(command: dict, node: str) -> str:
     """RabbitMQ 4's reply text (541 INTERNAL_ERROR) for a metadata change that timed
-    out: rabbit_amqqueue's for a queue declaration and rabbit_channel's for an exchange
-    deletion, verbatim; the other changes in the same forms."""
+    out, verbatim where RabbitMQ has one: queue declarations (rabbit_quorum_queue's
+    and rabbit_amqqueue_process's), exchange declarations and deletions
+    (rabbit_channel's); queue deletions and bindings in the exchange deletion's form."""
     op, vhost = command.get("op", ""), command.get("vhost", "/")
     name = command.get("name", "")
-    if op in ("queue.declare", "exchange.declare"):
-        kind = op.partition(".")[0]
+    if op == "queue.declare":
+        kind = "quorum queue" if command.get("type", "quorum") == "quorum" else "queue"
         return (f"Could not declare {kind} '{name}' in vhost '{vhost}' on node '{node}' "
                 "because the metadata store operation timed out")
+    if op == "exchange.declare":
+        return (f"failed to declare exchange '{name}' in vhost '{vhost}' because the "
+                "operation timed out")
     if op in ("queue.delete", "exchange.delete"):
         return f"failed to delete {op.partition('.')[0]} '{name}' in vhost '{vhost}' due to a timeout"
     if op in ("bind", "unbind"):

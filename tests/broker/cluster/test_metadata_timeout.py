@@ -73,8 +73,12 @@ def test_changes_without_a_metadata_majority_fail_in_bounded_time():
             closed = amqp_failure(uri, lambda ch: ch.queue_declare(
                 "new-q", durable=True, arguments={"x-queue-type": "quorum"}))
             assert (closed.reply_code, closed.reply_text) == (
-                541, f"INTERNAL_ERROR - Could not declare queue 'new-q' in vhost '/' on node "
-                     f"'{one}' because the metadata store operation timed out")
+                541, f"INTERNAL_ERROR - Could not declare quorum queue 'new-q' in vhost '/' "
+                     f"on node '{one}' because the metadata store operation timed out")
+            closed = amqp_failure(uri, lambda ch: ch.exchange_declare("new-x", "fanout"))
+            assert (closed.reply_code, closed.reply_text) == (
+                541, "INTERNAL_ERROR - failed to declare exchange 'new-x' in vhost '/' "
+                     "because the operation timed out")
             closed = amqp_failure(uri, lambda ch: ch.exchange_delete("kept-x"))
             assert (closed.reply_code, closed.reply_text) == (
                 541, "INTERNAL_ERROR - failed to delete exchange 'kept-x' in vhost '/' due "
