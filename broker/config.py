@@ -277,7 +277,8 @@ def validate(settings: Settings) -> Settings:
         if value < (0 if key == "target_group_size" else 1):
             raise ConfigError(f"quorum_queue.continuous_membership_reconciliation.{key}: "
                               f"must be a positive integer, got {value}")
-    for key, value in (("quorum_queue.commands_soft_limit", settings.quorum_commands_soft_limit),
+    for key, value in (("quorum_queue.commands_soft_limit",
+                        settings.quorum_commands_soft_limit),
                        ("dead_letter_worker_consumer_prefetch",
                         settings.dead_letter_worker_consumer_prefetch),
                        ("consumer_timeout", settings.consumer_timeout_ms)):

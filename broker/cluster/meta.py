@@ -123,7 +123,8 @@ def timed_out_text(command: dict, node: str) -> str:
         return (f"failed to declare exchange '{name}' in vhost '{vhost}' because the "
                 "operation timed out")
     if op in ("queue.delete", "exchange.delete"):
-        return f"failed to delete {op.partition('.')[0]} '{name}' in vhost '{vhost}' due to a timeout"
+        kind = op.partition(".")[0]
+        return f"failed to delete {kind} '{name}' in vhost '{vhost}' due to a timeout"
     if op in ("bind", "unbind"):
         action = "add" if op == "bind" else "remove"
         return (f"failed to {action} binding from exchange '{command.get('source')}' in "

@@ -38,7 +38,8 @@ def test_client_local_gives_every_new_queue_a_leader_on_the_declaring_node():
                                           arguments={"x-queue-type": "quorum"})
                     declared[name] = node
         uri = cluster.uri(0)
-        leaders = {name: wait_for(f"a leader of {name}", lambda name=name: leader_of(uri, name))
+        leaders = {name: wait_for(f"a leader of {name}",
+                                  lambda name=name: leader_of(uri, name))
                    for name in declared}
         elsewhere = {name: (declared[name], leader) for name, leader in leaders.items()
                      if leader != declared[name]}
