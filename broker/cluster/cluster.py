@@ -73,10 +73,15 @@ NODE_DOWN_AFTER = 5.0
 PING_EVERY = 1.0            # every node pings every other (Erlang's net ticks)
 REACHABLE_WITHIN = 3.0      # heard from this recently: reachable (cluster status)
 REMEMBERED_REQUESTS = 100_000
+# a proxied command accepted by a leader whose reply has not come this long after is
+# sent again (the leader may have lost its place in the log or its waiter with a
+# restart; a repeat applied already is skipped by its identity: raft/forwarded.py)
+REPLY_WITHIN = 5.0
 
 
 class _Pending:
-    __slots__ = ("member", "data", "waiter", "sent_to", "sent_at", "accepted")
+    __slots__ = ("member", "data", "waiter", "sent_to", "sent_at", "accepted",
+                 "accepted_at", "accepted_by_boot")
 
     def __init__(self, member: ReplicatedGroup, data: bytes, waiter: Waiter | None) -> None:
         self.member = member
@@ -85,6 +90,8 @@ class _Pending:
         self.sent_to: str | None = None
         self.sent_at = 0.0
         self.accepted = False  # a proxied command: appended, its reply still to come
+        self.accepted_at = 0.0
+        self.accepted_by_boot: str | None = None  # the accepting node's run (its pings)
 
 
 class Cluster:
@@ -295,6 +302,7 @@ class Cluster:
                 self._some_member(member, pending.sent_to)
             pending.sent_to = leader
             pending.sent_at = time.monotonic()
+            pending.accepted = False
             if leader is not None and self.transport is not None:
                 self._post(leader, Rpc("propose", {"g": member.group, "r": request,
                                                    "d": pending.data, "reply": True}))
@@ -346,9 +354,16 @@ class Cluster:
         proxy.expire_stats(self)
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
-            if pending.sent_at < deadline and not (pending.accepted
-                                                   and self.reachable(pending.sent_to)):
+            if pending.sent_at < deadline and not self._reply_coming(pending, now):
                 self._send(request)
+
+    def _reply_coming(self, pending: _Pending, now: float) -> bool:
+        """A proxied command's leader accepted it and can still answer: it is
+        reachable, has not restarted since (its waiter would be gone), and the
+        answer is not overdue (REPLY_WITHIN)."""
+        return (pending.accepted and self.reachable(pending.sent_to)
+                and self.boots.get(pending.sent_to) == pending.accepted_by_boot
+                and now - pending.accepted_at < REPLY_WITHIN)
 
     def _down_stale_consumers(self, silent: set[str]) -> None:
         """On the queues this node leads: a Down for every connection, still holding
@@ -410,6 +425,8 @@ class Cluster:
         if pending is not None and pending.member.raft is None:
             pending.member.leader_hint = sender  # proxied: the reply follows the apply
             pending.accepted = True
+            pending.accepted_at = time.monotonic()
+            pending.accepted_by_boot = self.boots.get(sender)
             pending.sent_to = sender
             return
         pending = self.pending.pop(body["r"], None)
@@ -529,8 +546,10 @@ class Cluster:
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "metadata_members": sorted(self.meta.raft.members) if self.meta else [],
                 "nodes": nodes, "queues": queues,
-                # commands waiting for a leader's answer (forwarded, not yet appended)
-                "forwarding": len(self.pending)}
+                # commands waiting for a leader's answer (forwarded, not yet appended),
+                # and of those proxied ones a leader accepted: their reply to come
+                "forwarding": len(self.pending),
+                "awaiting_reply": sum(1 for p in self.pending.values() if p.accepted)}
 
 
 _RPCS = {

@@ -155,3 +155,70 @@ def test_a_consumer_on_a_node_without_a_replica_consumes_again_after_a_cut():
             assert sorted(got[10:15]) == sorted(b"b%d" % n for n in range(5))
         finally:
             consumer.close()
+
+
+def test_a_proxied_publish_accepted_by_a_leader_that_restarts_is_confirmed():
+    """A node with no replica forwards a publish; the leader appends it and says so,
+    but cannot commit it (its only follower is paused), then is killed and restarted:
+    the waiter that would have sent the reply died with it. The forwarding node sends
+    the publish again — because the leader fell silent, or because its pings carry a
+    new boot id, or because the reply is overdue (cluster.REPLY_WITHIN) — and the log
+    skips it if the first append survived (its identity): one message, confirmed.
+    (Here the restart takes long enough for the silence alone to trigger the resend;
+    the fault suite found the case where it does not: a restart quicker than
+    REACHABLE_WITHIN left the forward waiting forever before the boot-id check.)"""
+    import threading
+
+    import pika
+
+    from quorumqueue.client.management import call
+
+    with LocalCluster(3, proxied=False) as cluster:
+        started(cluster)
+        first = cluster.uris()[0]
+        with pika.BlockingConnection(pika.URLParameters(first)) as connection:
+            connection.channel().queue_declare("pair", durable=True, arguments={
+                "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+
+        def record(uri, led=True):
+            return next((q for q in call(uri, "cluster.status")["queues"]
+                         if q["name"] == "pair" and (q["leader"] or not led)), None)
+
+        queue = wait_for("the queue's leader", lambda: record(first))
+        leader = queue["leader"]
+        follower = next(m for m in queue["members"] if m != leader)
+        outsider = next(n for n in cluster.names if n not in queue["members"])
+        wait_for("the record on " + outsider, lambda: record(cluster.uri(outsider), False))
+        cluster.pause(follower)
+        confirmed = threading.Event()
+
+        def publish():
+            with pika.BlockingConnection(pika.URLParameters(cluster.uri(outsider))) as c:
+                channel = c.channel()
+                channel.confirm_delivery()
+                channel.basic_publish("", "pair", b"once", pika.BasicProperties(
+                    delivery_mode=2))
+                confirmed.set()
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        try:
+            wait_for("the leader's acceptance on " + outsider, lambda: call(
+                cluster.uri(outsider), "cluster.status")["awaiting_reply"] == 1)
+            cluster.kill(leader)
+            cluster.resume(follower)
+            cluster.restart(leader)
+            wait_for("the publisher's confirm", confirmed.is_set)
+        finally:
+            if follower in cluster._paused:
+                cluster.resume(follower)
+            publisher.join(30)
+        with pika.BlockingConnection(pika.URLParameters(cluster.uri(outsider))) as c:
+            channel = c.channel()
+            bodies = []
+            while True:
+                method, _properties, body = channel.basic_get("pair", auto_ack=True)
+                if method is None:
+                    break
+                bodies.append(body)
+        assert bodies == [b"once"]
