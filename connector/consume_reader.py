@@ -34,6 +34,11 @@ How it works
     flow in), holding the lock every driver call takes. A lost connection is replaced
     at the next call; its delivery tags are void (the broker requeued those messages),
     so numbering goes on from the last count handed to Spark.
+    Option minMessagesPerTrigger holds a batch back while fewer messages are held
+    and ready than it asks for, up to maxTriggerDelay (admission.py); options
+    minPartitions and maxMessagesPerPartition cut a batch as in lease mode
+    (offsets.partition_sizes). `reportLatestOffset` gives each queue's tail (messages
+    received plus ready) and the query's lag (lag.py).
 
 Invariants
     - Nothing is acked before the commit log of the batch holding it is durable.
@@ -48,7 +53,8 @@ At-least-once (documented in connector/README.md, "Consume mode")
     messages. Deduplicate on `message_id`.
 
 Not here
-    Lease mode (lease_reader.py), batch reads (batch_reader.py).
+    Numbering one queue's deliveries (ledger.py), lease mode (lease_reader.py), batch
+    reads (batch_reader.py).
 """
 
 from __future__ import annotations
@@ -58,25 +64,31 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pika
 import pika.exceptions
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
-                                              ReadMaxRows, SupportsTriggerAvailableNow)
+                                              ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
 
 from ..client.delivery import Delivery
 from . import offsets
+from .admission import MinimumGate
 from .connection import open_connection
-from .offsets import ConsumeOffset, OffsetError
+from .lag import QueueFigures, latest_report
+from .ledger import Ledger
+from .offsets import ConsumeOffset, Cut, OffsetError
 from .options import ConsumeLimits, SourceOptions, consume_limits
 from .schema import to_record_batch
 
 log = logging.getLogger(__name__)
 
-# A partition carries at most this many rows.
+# A partition carries at most this many rows (unless maxMessagesPerPartition says
+# otherwise), a queue's batch as few partitions as that allows.
 PARTITION_MESSAGES = 5_000
+CONSUME_CUT = Cut(per_queue=None, floor=1, cap=PARTITION_MESSAGES)
 # How often the daemon thread services the connection between triggers.
 KEEPALIVE_SECONDS = 1.0
 # Waiting for deliveries the broker said were ready stops after this long without one
@@ -99,76 +111,6 @@ _CONNECTION_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.Connect
 
 class DataLossError(RuntimeError):
     """A logged batch cannot be re-planned: the queue no longer has enough messages."""
-
-
-class Ledger:
-    """One queue's unacked deliveries on the current channel, numbered contiguously
-    (pure: the reader does the I/O)."""
-
-    def __init__(self) -> None:
-        self.held: list[Delivery] = []
-        self.next_seq: int | None = None   # None: numbering not started
-        self.arrived = 0                   # deliveries received on the current channel
-
-    @property
-    def started(self) -> bool:
-        return self.next_seq is not None
-
-    @property
-    def last(self) -> int:
-        """The number of the last delivery received."""
-        assert self.next_seq is not None
-        return self.next_seq - 1
-
-    def start_at(self, count: int) -> None:
-        """Number deliveries from `count` + 1, unless numbering has started."""
-        if self.next_seq is None:
-            self.next_seq = count + 1
-
-    def add(self, tag: int, method, properties, body: bytes) -> None:
-        assert self.next_seq is not None, "deliveries before numbering started"
-        self.held.append(Delivery(self.next_seq, body, method.exchange, method.routing_key,
-                                  method.redelivered, properties, tag))
-        self.next_seq += 1
-        self.arrived += 1
-
-    def ahead(self, start: int) -> int:
-        """Deliveries held beyond `start`."""
-        return sum(1 for delivery in self.held if delivery.seq > start)
-
-    def through(self, seq: int) -> int | None:
-        """Drop the deliveries numbered up to `seq`; the tag of the last one (to ack
-        with multiple=True), None if there were none."""
-        dropped = [delivery for delivery in self.held if delivery.seq <= seq]
-        self.held = self.held[len(dropped):]
-        return dropped[-1].tag if dropped else None
-
-    def span(self, start: int, end: int) -> list[Delivery] | None:
-        """The deliveries numbered start+1..end, None unless all of them are held."""
-        chosen = [delivery for delivery in self.held if start < delivery.seq <= end]
-        return chosen if len(chosen) == end - start else None
-
-    def renumber_from(self, start: int) -> None:
-        """Number the deliveries held beyond `start` (and the next ones) from start+1."""
-        kept = [delivery for delivery in self.held if delivery.seq <= start]
-        moved = self.held[len(kept):]
-        self.held = kept + [_renumbered(delivery, start + 1 + i)
-                            for i, delivery in enumerate(moved)]
-        self.next_seq = start + 1 + len(moved)
-
-    def forget(self, handed: int) -> int:
-        """The channel is gone (its tags are void): drop everything, number on from
-        `handed` + 1. Returns how many handed-but-unacked deliveries will come again."""
-        again = sum(1 for delivery in self.held if delivery.seq <= handed)
-        self.held = []
-        self.arrived = 0
-        if self.next_seq is not None:
-            self.next_seq = handed + 1
-        return again
-
-
-def _renumbered(delivery: Delivery, seq: int) -> Delivery:
-    return replace(delivery, seq=seq)
 
 
 @dataclass(frozen=True)
@@ -275,6 +217,11 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ready_at_start: dict[str, int] = {}      # AvailableNow, numbering not started
         self._targets: dict[str, int] = {}             # AvailableNow: last count to read
         self._turn = 0
+        self._available_now = False
+        self._gate = (None if options.min_messages_per_trigger is None else
+                      MinimumGate(options.min_messages_per_trigger,
+                                  options.max_trigger_delay_ms))
+        self._batch_end: dict[str, int] | None = None  # the end latestOffset last returned
 
     def __getstate__(self) -> dict:
         return {"options": self.options}
@@ -295,6 +242,7 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # The run stops at what each queue has ready now (plus what is already held).
+        self._available_now = True
         with self._driver() as session:
             for queue, ledger in self._ledgers.items():
                 ready = session.ready(queue)
@@ -311,19 +259,45 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # Spark asks for the next batch only once the batch ending at `start`
                 # is in its commit log: ack it now (see the module header).
                 self._ack_through(session, queue, begin.position(queue))
+            self._batch_end = dict(begin.positions)
             messages, total_bytes = self._budgets(limit)
             limits = {queue: offsets.batch_limit(begin.position(queue), messages,
                                                  self._targets.get(queue))
                       for queue in self.options.queues}
+            if not self._admitted(session, begin, limit):
+                return begin.to_json()
             self._collect(session, begin, limits)
             ends = self._cut(begin, messages, total_bytes, limits)
+        self._batch_end.update(ends)
         for queue, end in ends.items():
             self._handed[queue] = max(self._handed.get(queue, 0), end)
         self._turn += 1
         return begin.advanced(ends).to_json()
 
+    def reportLatestOffset(self) -> dict | None:
+        """Each queue's tail (deliveries numbered so far plus what the queue has ready)
+        in the offset's form, and the query's lag (lag.py); None before the first batch.
+        The broker's unacked counts are not reported: AMQP 0-9-1 does not give them.
+        Deliveries on their way to the driver (up to the prefetch) are neither received
+        nor ready, so the tail is a lower bound until they arrive."""
+        if self._batch_end is None:
+            return None
+        figures = {}
+        with self._driver() as session:
+            session.pump(0)
+            for queue, ledger in self._ledgers.items():
+                if not ledger.started:
+                    continue
+                ready = session.ready(queue)
+                figures[queue] = QueueFigures(tail=ledger.last + ready, ready=ready,
+                                              held=len(ledger.held), unacked=None)
+        return latest_report({}, "delivered", figures, self._batch_end)
+
     def partitions(self, start: dict, end: dict) -> list[ConsumedRows]:
         first, last = ConsumeOffset.from_json(start), ConsumeOffset.from_json(end)
+        counts = {queue: count - first.position(queue) for queue, count in last.positions}
+        sizes = offsets.partition_sizes(counts, CONSUME_CUT, self.options.min_partitions,
+                                        self.options.max_messages_per_partition)
         parts: list[ConsumedRows] = []
         with self._driver() as session:
             for queue, stop in last.positions:
@@ -336,7 +310,7 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._begin(session, queue, low)
                 deliveries = self._deliveries(session, queue, low, stop)
                 self._handed[queue] = max(self._handed.get(queue, 0), stop)
-                parts += self._cut_partitions(queue, deliveries)
+                parts += self._cut_partitions(queue, deliveries, sizes[queue])
         return parts
 
     def commit(self, end: dict) -> None:
@@ -423,8 +397,20 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.options.max_bytes_per_trigger
             case ReadMaxBytes(max_bytes=size):
                 return self.limits.max_batch_messages, size
+            case ReadMinRows():   # not passed while maxMessagesPerTrigger is derived; safe
+                return self.limits.max_batch_messages, self.options.max_bytes_per_trigger
             case _:
                 raise TypeError(f"the quorumqueue source does not support read limit {limit!r}")
+
+    def _admitted(self, session: _Session, begin: ConsumeOffset, limit: ReadLimit) -> bool:
+        """Option minMessagesPerTrigger: whether this trigger may plan a batch (messages
+        held beyond `start`, after taking in what has arrived, plus those ready)."""
+        if self._gate is None or self._available_now or isinstance(limit, ReadAllAvailable):
+            return True
+        session.pump(0)
+        available = sum(ledger.ahead(begin.position(queue)) + session.ready(queue)
+                        for queue, ledger in self._ledgers.items())
+        return self._gate.admit(available, time.monotonic() * 1000)
 
     def _collect(self, session: _Session, begin: ConsumeOffset,
                  limits: dict[str, int | None]) -> None:
@@ -529,10 +515,11 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("going on with fewer messages: %s", what)
         return chosen
 
-    def _cut_partitions(self, queue: str, deliveries: list[Delivery]) -> list[ConsumedRows]:
+    def _cut_partitions(self, queue: str, deliveries: list[Delivery],
+                        size: int) -> list[ConsumedRows]:
         parts = []
-        for i in range(0, len(deliveries), PARTITION_MESSAGES):
-            chunk = deliveries[i:i + PARTITION_MESSAGES]
+        for i in range(0, len(deliveries), size):
+            chunk = deliveries[i:i + size]
             batch = to_record_batch(queue, chunk, self.options.include_headers)
             parts.append(ConsumedRows(queue, chunk[0].seq - 1, chunk[-1].seq, batch))
         return parts

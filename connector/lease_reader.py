@@ -22,7 +22,13 @@ How it works
     already holds beyond `start` first (assigned before a crash, never batched), then
     grows the lease by what the read limit leaves; queues take turns at being served
     first. Under Trigger.AvailableNow the run's target is fixed at the start: what
-    each lease held plus what each queue had ready.
+    each lease held plus what each queue had ready. With option queuePattern the
+    queues are those of the vhost whose names match, listed again at most once a
+    second (QUEUE_REFRESH_SECONDS): a new queue joins the offset at position 0, a
+    deleted one is no longer grown. With option minMessagesPerTrigger, a trigger that
+    finds fewer messages (held beyond `start` plus ready) plans nothing until
+    maxTriggerDelay has passed (admission.py). After each `latestOffset` Spark asks
+    `reportLatestOffset`: the tail of every queue and the query's lag (lag.py).
 
 Invariants
     - Nothing is settled before Spark commits a later batch's offsets, which it does
@@ -46,35 +52,45 @@ Not here
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pika.exceptions
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
-                                              ReadMaxRows, SupportsTriggerAvailableNow)
+                                              ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
 
 from ..client.delivery import Delivery
 from ..client.lease_client import LeaseClient
 from ..client.lease_records import PackedRecords
 from ..client.management import ManagementError
 from . import offsets
+from .admission import MinimumGate
 from .connection import open_lease_client
-from .offsets import LeaseOffset, LeaseRange
-from .options import MAX_GROW, SourceOptions
+from .lag import QueueFigures, latest_report
+from .offsets import Cut, LeaseOffset, LeaseRange
+from .options import MAX_GROW, QUEUE_PATTERN, SourceOptions
 from .schema import to_record_batch
 
 log = logging.getLogger(__name__)
 
 # A batch is cut into TARGET_PARTITIONS partitions per queue, each of at least
-# MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences: a function of the
-# batch's (start, end] alone, so a replayed batch gets the same partitions. A read is
-# one packed consume of its whole range; it hands Spark an Arrow record batch per
-# READ_CHUNK messages or more (whole packed deliveries, decoded column by column).
+# MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences (options
+# minPartitions and maxMessagesPerPartition change that: offsets.partition_sizes): a
+# function of the batch's (start, end] and the options alone, so a replayed batch
+# gets the same partitions. A read is one packed consume of its whole range; it hands
+# Spark an Arrow record batch per READ_CHUNK messages or more (whole packed
+# deliveries, decoded column by column).
 PARTITION_MESSAGES = 20_000
 MIN_PARTITION_MESSAGES = 2_000
 TARGET_PARTITIONS = 4
+LEASE_CUT = Cut(per_queue=TARGET_PARTITIONS, floor=MIN_PARTITION_MESSAGES,
+                cap=PARTITION_MESSAGES)
 READ_CHUNK = 2_000
+# With option queuePattern, the vhost's queues are listed at most this often.
+QUEUE_REFRESH_SECONDS = 1.0
 # The timeout of a lease this process created, until a checkpoint names it.
 PROVISIONAL_LEASE_TIMEOUT_MS = 10 * 60 * 1000
 
@@ -107,6 +123,15 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turn = 0
         self._lease: str | None = None                 # the lease of the last offset seen
         self._durable: dict[str, int] = {}             # queue -> in Spark's commit log
+        # the queues read: option queue, or those matching queuePattern when last listed
+        self._queues: tuple[str, ...] = options.queues
+        self._listed_at: float | None = None           # monotonic seconds; pattern only
+        self._skipped: set[str] = set()                # matching classic queues, warned once
+        self._gate = (None if options.min_messages_per_trigger is None else
+                      MinimumGate(options.min_messages_per_trigger,
+                                  options.max_trigger_delay_ms))
+        self._batch_end: dict[str, int] = {}           # the end latestOffset last returned
+        self._unacked_refused = False                  # queues.list needs an administrator
 
     def __getstate__(self) -> dict:
         return {"options": self.options}
@@ -119,7 +144,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         # Spark asks again before every batch until one is logged: keep one name.
         if self._initial is None:
-            self._initial = LeaseOffset.initial(offsets.new_lease_name(), self.options.queues)
+            self._initial = LeaseOffset.initial(offsets.new_lease_name(), self._current_queues())
         return self._initial.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -127,6 +152,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_messages_per_trigger)
         if self.options.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        if self.options.min_messages_per_trigger is not None:
+            return ReadMinRows(self.options.min_messages_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -134,7 +161,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # are taken now, the lease ends then.
         self._available_now = True
         self._ready_at_start = {queue: self._call(lambda c, q=queue: _ready(c, q))
-                                for queue in self.options.queues}
+                                for queue in self._current_queues()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = LeaseOffset.from_json(start)
@@ -144,40 +171,86 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark asks for the next batch only once the one ending at `start` has its
             # commit log: settling up to here is safe (used by releaseLeaseOnStop).
             self._durable[queue] = max(self._durable.get(queue, 0), seq)
-        for queue in self.options.queues:
+        queues = self._current_queues()
+        if self._available_now and self._ready_at_start is not None:
+            # a queue that appeared after the run started is not part of it
+            queues = tuple(queue for queue in queues if queue in self._ready_at_start)
+        for queue in queues:
             self._learn_end(queue, lease, begin.position(queue))
+        queues = tuple(queue for queue in queues if queue in self._held)  # none gone
         if self._available_now and self._targets is None:
             assert self._ready_at_start is not None
             self._targets = {queue: self._held[queue] + self._ready_at_start[queue]
-                             for queue in self.options.queues}
+                             for queue in queues}
+        self._batch_end = dict(begin.positions)
+        if not queues or not self._admitted(begin, queues, limit):
+            return begin.to_json()
         messages, total_bytes = self._budgets(limit)
         byte_share = (None if total_bytes is None
-                      else max(1, total_bytes // len(self.options.queues)))
+                      else max(1, total_bytes // len(queues)))
         ends: dict[str, int] = {}
-        for queue in offsets.rotated(self.options.queues, self._turn):
+        for queue in offsets.rotated(queues, self._turn):
             first = begin.position(queue)
             target = None if self._targets is None else self._targets[queue]
             limit_seq = offsets.batch_limit(first, messages, target)
             wanted = offsets.to_grow(self._held[queue], limit_seq, MAX_GROW)
             if wanted:
-                self._grow(queue, lease, wanted, byte_share or 0)
+                try:
+                    self._grow(queue, lease, wanted, byte_share or 0)
+                except ManagementError as error:
+                    if not self._gone(queue, error):
+                        raise
+                    continue
             ends[queue] = offsets.batch_end(self._held[queue], limit_seq)
             if messages is not None:
                 messages -= ends[queue] - first
         self._turn += 1
+        self._batch_end.update(ends)
         return begin.advanced(ends).to_json()
+
+    def reportLatestOffset(self) -> dict | None:
+        """The tail of every queue (the lease's end plus what the queue has ready) in the
+        offset's form, and the query's lag (lag.py); None before the first batch."""
+        if self._lease is None:
+            return None
+        lease = self._lease
+        unacked = self._unacked_counts()
+        figures = {}
+        for queue in self._queues:
+            if queue not in self._held:
+                continue
+            try:
+                ready = self._call(lambda c, q=queue: _ready(c, q))
+                info = self._call(lambda c, q=queue: c.info(q, lease))
+            except (ManagementError, pika.exceptions.ChannelClosedByBroker) as error:
+                # a figure for the progress is not worth failing the query over; a queue
+                # that is really gone fails (or leaves) it at the next latestOffset
+                log.warning("no latest offset for queue '%s': %r", queue, error)
+                continue
+            figures[queue] = QueueFigures(tail=self._held[queue] + ready, ready=ready,
+                                          held=max(0, info["end"] - info["first"] + 1),
+                                          unacked=unacked.get(queue))
+        return latest_report({"lease": lease}, "queues", figures, self._batch_end)
 
     def partitions(self, start: dict, end: dict) -> list[LeaseRange]:
         first, last = LeaseOffset.from_json(start), LeaseOffset.from_json(end)
         self._confirm(last.lease)
-        return offsets.ranges(first, last, partition_size(first, last))
+        counts = {queue: seq - first.position(queue) for queue, seq in last.positions}
+        sizes = offsets.partition_sizes(counts, LEASE_CUT, self.options.min_partitions,
+                                        self.options.max_messages_per_partition)
+        return offsets.ranges(first, last, sizes)
 
     def commit(self, end: dict) -> None:
         done = LeaseOffset.from_json(end)
         self._confirm(done.lease)
         for queue, seq in done.positions:
             if seq > self._settled.get(queue, 0):
-                self._call(lambda c, q=queue, s=seq: c.settle(q, done.lease, s))
+                try:
+                    self._call(lambda c, q=queue, s=seq: c.settle(q, done.lease, s))
+                except ManagementError as error:
+                    if not self._gone(queue, error):
+                        raise
+                    continue
                 self._settled[queue] = seq
 
     def stop(self) -> None:
@@ -190,7 +263,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._client = None
 
     def _release_on_stop(self, lease: str) -> None:
-        for queue in self.options.queues:
+        for queue in self._queues:
             durable = self._durable.get(queue, 0)
             try:
                 if durable > self._settled.get(queue, 0):
@@ -258,6 +331,63 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ internals
 
+    def _current_queues(self) -> tuple[str, ...]:
+        """The queues to read: option queue, or the quorum queues matching queuePattern
+        (listed again after QUEUE_REFRESH_SECONDS)."""
+        pattern = self.options.queue_pattern
+        if pattern is None:
+            return self._queues
+        now = time.monotonic()
+        if self._listed_at is not None and now - self._listed_at < QUEUE_REFRESH_SECONDS:
+            return self._queues
+        try:
+            rows = self._call(lambda c: c.call("queues.list"))
+        except ManagementError as error:
+            raise RuntimeError(
+                f"option '{QUEUE_PATTERN}': cannot list the queues of vhost "
+                f"'{self.options.vhost}' ({error}); listing them (the management RPC's "
+                "queues.list) needs a user tagged administrator, as rabbitmqctl does") from None
+        queues, skipped = matching_queues(rows, pattern)
+        for name in sorted(set(skipped) - self._skipped):
+            log.warning("option '%s': queue '%s' matches but is not a quorum queue; lease "
+                        "mode reads quorum queues only, so it is left out", QUEUE_PATTERN, name)
+        self._skipped |= set(skipped)
+        self._queues, self._listed_at = queues, now
+        return queues
+
+    def _gone(self, queue: str, error: ManagementError) -> bool:
+        """Whether `error` says that `queue`, matched by queuePattern, was deleted (it
+        then leaves the query; a named queue that is gone fails it)."""
+        if self.options.queue_pattern is None or not str(error).startswith("NOT_FOUND"):
+            return False
+        log.warning("option '%s': queue '%s' is gone (%s); reading on without it",
+                    QUEUE_PATTERN, queue, error)
+        self._queues = tuple(q for q in self._queues if q != queue)
+        self._held.pop(queue, None)
+        return True
+
+    def _admitted(self, begin: LeaseOffset, queues: tuple[str, ...], limit: ReadLimit) -> bool:
+        """Option minMessagesPerTrigger: whether this trigger may plan a batch."""
+        if self._gate is None or self._available_now or isinstance(limit, ReadAllAvailable):
+            return True
+        available = sum(max(0, self._held[q] - begin.position(q))
+                        + self._call(lambda c, q=q: _ready(c, q)) for q in queues)
+        return self._gate.admit(available, time.monotonic() * 1000)
+
+    def _unacked_counts(self) -> dict[str, int]:
+        """queue -> unacked messages (every consumer and lease), from queues.list; empty
+        when the user is not an administrator (then never asked again)."""
+        if self._unacked_refused:
+            return {}
+        try:
+            rows = self._call(lambda c: c.call("queues.list"))
+        except ManagementError as error:
+            log.info("the broker's unacked counts are not reported (%s): queues.list needs "
+                     "a user tagged administrator", error)
+            self._unacked_refused = True
+            return {}
+        return {row["name"]: row["unacked"] for row in rows}
+
     def _budgets(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         """(messages, bytes) this batch may take; None: no limit."""
         match limit:
@@ -267,6 +397,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return rows, self.options.max_bytes_per_trigger
             case ReadMaxBytes(max_bytes=size):
                 return self.options.max_messages_per_trigger, size
+            case ReadMinRows():   # minMessagesPerTrigger alone: the gate applied it
+                return self.options.max_messages_per_trigger, self.options.max_bytes_per_trigger
             case _:
                 raise TypeError(f"the quorumqueue source does not support read limit {limit!r}")
 
@@ -274,7 +406,12 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if queue in self._held:
             return
         # grow by 0: creates the lease if new, sets its timeout, tells its end
-        self._grow(queue, lease, 0, 0)
+        try:
+            self._grow(queue, lease, 0, 0)
+        except ManagementError as error:
+            if self._gone(queue, error):
+                return
+            raise
         if self._held[queue] < start:
             raise LeaseLostError(
                 f"lease '{lease}' on queue '{queue}' ends at sequence {self._held[queue]}, "
@@ -312,7 +449,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         provisional = self._timeout_ms(lease) != self.options.lease_timeout_ms
         self._confirmed.add(lease)
         if provisional:
-            for queue in self.options.queues:
+            for queue in self._queues:
                 self._grow(queue, lease, 0, 0)
 
     def _call(self, operation: Callable[[LeaseClient], T]) -> T:
@@ -340,11 +477,13 @@ def _ready(client: LeaseClient, queue: str) -> int:
     return client.channel.queue_declare(queue, passive=True).method.message_count
 
 
-def partition_size(start: LeaseOffset, end: LeaseOffset) -> int:
-    """Sequences per partition for the batch (start, end]; see TARGET_PARTITIONS."""
-    largest = max((seq - start.position(queue) for queue, seq in end.positions), default=0)
-    share = -(-largest // TARGET_PARTITIONS)
-    return min(PARTITION_MESSAGES, max(MIN_PARTITION_MESSAGES, share))
+def matching_queues(rows: list[dict], pattern) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(quorum queues, other queues) among queues.list `rows` whose whole name matches
+    `pattern` (a compiled regular expression), by name."""
+    matched = sorted((row["name"], row["type"]) for row in rows
+                     if pattern.fullmatch(row["name"]))
+    return (tuple(name for name, kind in matched if kind == "quorum"),
+            tuple(name for name, kind in matched if kind != "quorum"))
 
 
 def _contiguous(part: LeaseRange,

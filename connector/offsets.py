@@ -24,7 +24,8 @@ Responsibilities
     - `batch_limit`, `to_grow`, `batch_end`: how far a batch may go in one queue,
       given what the lease already holds, the read limit and the Trigger.AvailableNow
       target, and how much more to ask the broker for.
-    - `ranges`: a batch's `(start, end]` per queue cut into partitions.
+    - `ranges`: a batch's `(start, end]` per queue cut into partitions, of the size
+      `partition_sizes` picks (options minPartitions and maxMessagesPerPartition).
     - `ConsumeOffset`: consume mode's JSON form, validated the same way.
 
 Invariants
@@ -158,8 +159,59 @@ class LeaseRange(InputPartition):
         return (self.queue, self.start, self.end)
 
 
-def ranges(start: LeaseOffset, end: LeaseOffset, max_messages: int) -> list[LeaseRange]:
-    """Partitions covering `(start, end]` in every queue, at most `max_messages` each."""
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """How a mode cuts a batch into partitions, before the options change it."""
+
+    per_queue: int | None   # aim for this many partitions per queue (None: as few as fit)
+    floor: int              # ... but no partition smaller than this
+    cap: int                # no partition larger than this
+
+
+def partition_sizes(counts: Mapping[str, int], cut: Cut, min_partitions: int | None = None,
+                    max_per_partition: int | None = None) -> dict[str, int]:
+    """Messages per partition, per queue, for a batch whose queues contribute `counts`.
+
+    The mode's cut first: one size for every queue, a share of the largest queue
+    (`per_queue` partitions of it) between `floor` and `cap`; option
+    maxMessagesPerPartition replaces `cap` (and lowers `floor` to it). If that gives
+    fewer partitions than option minPartitions, the size shrinks to the largest that
+    gives enough (or 1, when the batch has fewer messages than that), and each queue's
+    partitions are then evened out (100 messages in 4 partitions: 25 each, not 33, 33,
+    33 and 1). A function of the counts and options alone, so a replayed batch is cut
+    the same way.
+    """
+    sizes = [count for count in counts.values() if count > 0]
+    cap = max_per_partition or cut.cap
+    floor = min(cut.floor, cap)
+    largest = max(sizes, default=0)
+    size = cap if cut.per_queue is None else -(-largest // cut.per_queue)
+    size = max(1, min(cap, max(floor, size)))
+    if min_partitions is None or _pieces(sizes, size) >= min_partitions:
+        return {queue: size for queue in counts}
+    if sum(sizes) <= min_partitions:
+        size = 1
+    else:
+        low, high = 1, size   # _pieces(low) >= min_partitions > _pieces(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if _pieces(sizes, middle) >= min_partitions:
+                low = middle
+            else:
+                high = middle
+        size = low
+    return {queue: -(-count // -(-count // size)) if count > 0 else size
+            for queue, count in counts.items()}
+
+
+def _pieces(counts: Iterable[int], size: int) -> int:
+    return sum(-(-count // size) for count in counts)
+
+
+def ranges(start: LeaseOffset, end: LeaseOffset,
+           max_messages: int | Mapping[str, int]) -> list[LeaseRange]:
+    """Partitions covering `(start, end]` in every queue, at most `max_messages` each
+    (one number, or one per queue)."""
     if start.lease != end.lease:
         raise OffsetError(f"a batch cannot span two leases ({start.lease!r} -> {end.lease!r})")
     out = []
@@ -167,8 +219,9 @@ def ranges(start: LeaseOffset, end: LeaseOffset, max_messages: int) -> list[Leas
         first = start.position(queue)
         if last < first:
             raise OffsetError(f"queue {queue!r}: batch end {last} is below its start {first}")
-        for low in range(first, last, max_messages):
-            out.append(LeaseRange(queue, end.lease, low, min(low + max_messages, last)))
+        step = max_messages if isinstance(max_messages, int) else max_messages[queue]
+        for low in range(first, last, step):
+            out.append(LeaseRange(queue, end.lease, low, min(low + step, last)))
     return out
 
 

@@ -21,6 +21,8 @@ Invariants
     - Messages never contain a password: broker addresses are shown redacted.
     - Pure: no I/O, no Spark. (Detecting `mode` when it is unset needs the network and
       lives in `connection.py`.)
+    - A stream names its queues (`queue`) or matches them (`queuePattern`, lease
+      mode only), never both.
     - Streaming and batch reads share `uri`, `queue`, `mode` and `includeHeaders`;
       an option of the other kind of read is refused with a message saying which
       read it belongs to.
@@ -80,6 +82,13 @@ class SourceOptions:
     include_headers: bool                  # False: the headers column is null
     fail_on_data_loss: bool                # False: skip ranges that can no longer be read
     release_lease_on_stop: bool = False    # lease mode: release the lease in stop()
+    # queuePattern: every queue of the vhost whose whole name matches; then `queues`
+    # is empty (the reader lists the vhost's queues), else None
+    queue_pattern: re.Pattern[str] | None = None
+    min_messages_per_trigger: int | None = None   # None: no minimum; else 1..
+    max_trigger_delay_ms: int = 0          # > 0 when min_messages_per_trigger is set
+    min_partitions: int | None = None      # None: the mode's default cut
+    max_messages_per_partition: int | None = None  # None: the mode's default cap
 
     @property
     def vhost(self) -> str:
@@ -124,13 +133,22 @@ LEASE_TIMEOUT = "leaseTimeout"
 INCLUDE_HEADERS = "includeHeaders"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 RELEASE_LEASE_ON_STOP = "releaseLeaseOnStop"
+QUEUE_PATTERN = "queuePattern"
+MIN_MESSAGES_PER_TRIGGER = "minMessagesPerTrigger"
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+MIN_PARTITIONS = "minPartitions"
+MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
 MAX_MESSAGES = "maxMessages"
 PEEK = "peek"
 
-SOURCE_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES_PER_TRIGGER, MAX_BYTES_PER_TRIGGER,
-                  PREFETCH, LEASE_TIMEOUT, INCLUDE_HEADERS, FAIL_ON_DATA_LOSS,
-                  RELEASE_LEASE_ON_STOP)
+SOURCE_OPTIONS = (URI, QUEUE, MODE, QUEUE_PATTERN, MAX_MESSAGES_PER_TRIGGER,
+                  MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY,
+                  MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, PREFETCH, LEASE_TIMEOUT,
+                  INCLUDE_HEADERS, FAIL_ON_DATA_LOSS, RELEASE_LEASE_ON_STOP)
 BATCH_READ_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES, PEEK, INCLUDE_HEADERS)
+
+# Kafka's default maxTriggerDelay, for minMessagesPerTrigger without one.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
 # Consume mode: AMQP's prefetch-count is 16 bits; without `prefetch` nor
 # `maxMessagesPerTrigger`, this prefetch (and batches of at most 4,999 messages).
@@ -156,11 +174,19 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if prefetch is not None and prefetch > 65535:
         raise OptionError(f"option '{PREFETCH}' must be at most 65535 (AMQP's basic.qos "
                           f"prefetch-count is 16 bits), got {prefetch}")
+    mode = _optional(given, MODE, _mode)
+    queues, pattern = _queues_or_pattern(given, mode)
+    min_messages, max_delay_ms = _trigger_minimum(given, max_messages)
     return SourceOptions(
         addresses=addresses,
-        queues=_queues(_required(given, QUEUE)),
-        mode=_optional(given, MODE, _mode),
+        queues=queues,
+        queue_pattern=pattern,
+        mode=mode,
         max_messages_per_trigger=max_messages,
+        min_messages_per_trigger=min_messages,
+        max_trigger_delay_ms=max_delay_ms,
+        min_partitions=_optional(given, MIN_PARTITIONS, _count),
+        max_messages_per_partition=_optional(given, MAX_MESSAGES_PER_PARTITION, _count),
         max_bytes_per_trigger=_optional(given, MAX_BYTES_PER_TRIGGER, _size),
         prefetch=prefetch,
         lease_timeout_ms=_optional(given, LEASE_TIMEOUT, _duration_ms) or 0,
@@ -169,6 +195,67 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         release_lease_on_stop=_optional(given, RELEASE_LEASE_ON_STOP, _boolean,
                                         default=False),
     )
+
+
+def _queues_or_pattern(given, mode: Mode | None
+                       ) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """Option `queue` (names) or option `queuePattern` (a regular expression), one of them."""
+    named, pattern = given.get(QUEUE.lower()), given.get(QUEUE_PATTERN.lower())
+    if named is not None and pattern is not None:
+        raise OptionError(f"options '{QUEUE}' and '{QUEUE_PATTERN}' cannot be used together: "
+                          f"name the queues with '{QUEUE}', or match them with "
+                          f"'{QUEUE_PATTERN}', not both")
+    if pattern is None:
+        return _queues(_required(given, QUEUE, f"(or '{QUEUE_PATTERN}', a regular expression "
+                                               "matching the queues to read)")), None
+    if mode is Mode.CONSUME:
+        raise OptionError(consume_mode_pattern_error())
+    return (), _pattern(pattern)
+
+
+def consume_mode_pattern_error() -> str:
+    return (f"option '{QUEUE_PATTERN}' needs lease mode: the bundled broker lists a "
+            "vhost's queues through its management RPC, which AMQP 0-9-1 itself (and so "
+            f"RabbitMQ, read in consume mode) does not offer; name the queues with option "
+            f"'{QUEUE}' instead")
+
+
+def _pattern(entry: tuple[str, str]) -> re.Pattern[str]:
+    name, value = entry
+    if not value.strip():
+        raise OptionError(f"option '{name}' is required to be a non-empty regular expression")
+    try:
+        return re.compile(value)
+    except re.error as error:
+        raise OptionError(f"option '{name}' is not a valid regular expression ({error}): "
+                          f"{value!r}; it must match whole queue names, as in "
+                          "'orders\\..*'") from None
+
+
+def _trigger_minimum(given, max_messages: int | None) -> tuple[int | None, int]:
+    """minMessagesPerTrigger and maxTriggerDelay (which only means something with it)."""
+    minimum = _optional(given, MIN_MESSAGES_PER_TRIGGER, _count)
+    delay = given.get(MAX_TRIGGER_DELAY.lower())
+    if minimum is None:
+        if delay is not None:
+            raise OptionError(f"option '{MAX_TRIGGER_DELAY}' only applies with option "
+                              f"'{MIN_MESSAGES_PER_TRIGGER}' (how long to wait for that many "
+                              f"messages); set '{MIN_MESSAGES_PER_TRIGGER}' or remove "
+                              f"'{MAX_TRIGGER_DELAY}'")
+        return None, 0
+    if max_messages is not None and minimum > max_messages:
+        raise OptionError(f"option '{MIN_MESSAGES_PER_TRIGGER}' ({minimum}) is above option "
+                          f"'{MAX_MESSAGES_PER_TRIGGER}' ({max_messages}): no batch could "
+                          f"satisfy both; lower '{MIN_MESSAGES_PER_TRIGGER}' or raise "
+                          f"'{MAX_MESSAGES_PER_TRIGGER}'")
+    if delay is None:
+        return minimum, DEFAULT_MAX_TRIGGER_DELAY_MS
+    delay_ms = _duration_ms(delay)
+    if delay_ms <= 0:
+        raise OptionError(f"option '{MAX_TRIGGER_DELAY}' must be a positive duration such as "
+                          f"30s or 15m (the longest a batch waits for "
+                          f"'{MIN_MESSAGES_PER_TRIGGER}' messages), got {delay[1]!r}")
+    return minimum, delay_ms
 
 
 def parse_batch_read_options(options: Mapping[str, str]) -> BatchReadOptions:

@@ -48,8 +48,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
-from .options import (Mode, OptionError, parse_batch_read_options, parse_read_options,
-                      parse_source_options)
+from .options import (Mode, OptionError, consume_mode_pattern_error,
+                      parse_batch_read_options, parse_read_options, parse_source_options)
 from .schema import SCHEMA
 
 NAME = "quorumqueue"
@@ -99,6 +99,9 @@ class QuorumQueueDataSource(DataSource):
 
         if detect_mode(options) is Mode.CONSUME:
             from .consume_reader import ConsumeStreamReader
+
+            if options.queue_pattern is not None:
+                raise OptionError(consume_mode_pattern_error())
 
             return ConsumeStreamReader(options)
         from .lease_reader import LeaseStreamReader

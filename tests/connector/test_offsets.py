@@ -12,8 +12,9 @@ import pickle
 
 import pytest
 
-from quorumqueue.connector.offsets import (LeaseOffset, LeaseRange, OffsetError,
-                                           batch_end, batch_limit, new_lease_name, ranges,
+from quorumqueue.connector.offsets import (Cut, LeaseOffset, LeaseRange, OffsetError,
+                                           batch_end, batch_limit, new_lease_name,
+                                           partition_sizes, ranges,
                                            rotated, to_grow)
 
 
@@ -113,3 +114,62 @@ def test_a_partition_pickles_for_the_executors():
     part = LeaseRange("orders", "spark-1", 10, 20)
     assert pickle.loads(pickle.dumps(part)) == part
     assert part.value == ("orders", 10, 20)
+
+
+# ------------------------------------------------------------------ partition sizes
+# Options minPartitions and maxMessagesPerPartition (connector/README.md, "Options").
+
+LEASE = Cut(per_queue=4, floor=2_000, cap=20_000)      # lease_reader.LEASE_CUT
+CONSUME = Cut(per_queue=None, floor=1, cap=5_000)       # consume_reader.CONSUME_CUT
+
+
+def sizes(counts, cut, **options) -> list[int]:
+    named = {f"q{i}": count for i, count in enumerate(counts)}
+    return list(partition_sizes(named, cut, options.get("min_partitions"),
+                                options.get("max_per_partition")).values())
+
+
+@pytest.mark.parametrize("cut, counts, options, expected", [
+    # the modes' own cuts: a quarter of the largest queue within 2,000..20,000; 5,000
+    (LEASE, [10], {}, [2_000]),
+    (LEASE, [100_000], {}, [20_000]),
+    (LEASE, [40_000, 10], {}, [10_000, 10_000]),
+    (CONSUME, [12_000], {}, [5_000]),
+    # maxMessagesPerPartition caps a partition (and lowers the 2,000 floor to it)
+    (LEASE, [100_000], {"max_per_partition": 7_000}, [7_000]),
+    (LEASE, [10], {"max_per_partition": 3}, [3]),
+    (CONSUME, [12_000], {"max_per_partition": 100}, [100]),
+    # minPartitions: the largest size giving at least that many partitions in all,
+    # each queue's partitions evened out
+    (LEASE, [100], {"min_partitions": 4}, [25]),              # 4 x 25, not 33+33+33+1
+    (LEASE, [100, 1], {"min_partitions": 4}, [34, 1]),        # 34+34+32 and 1
+    (CONSUME, [10, 10], {"min_partitions": 5}, [4, 4]),       # 4+4+2 twice: 6 partitions
+    (CONSUME, [10, 10], {"min_partitions": 2}, [5_000, 5_000]),   # one per queue is two
+    (CONSUME, [3], {"min_partitions": 8}, [1]),               # fewer messages than asked
+    (LEASE, [100_000], {"min_partitions": 2}, [20_000]),      # the cut already gives 5
+    (LEASE, [900], {"min_partitions": 4, "max_per_partition": 100}, [100]),
+    (LEASE, [0, 7], {"min_partitions": 2}, [6, 4]),   # 4+3; the empty queue has no pieces
+])
+def test_partition_sizes(cut, counts, options, expected):
+    assert sizes(counts, cut, **options) == expected
+
+
+@pytest.mark.parametrize("counts", [[1], [7, 3], [100, 1, 50], [9_999, 10_001], [5] * 9])
+@pytest.mark.parametrize("min_partitions", [1, 2, 3, 7, 16, 64])
+def test_min_partitions_is_met_whenever_the_batch_has_that_many_messages(counts,
+                                                                        min_partitions):
+    chosen, unforced = sizes(counts, LEASE, min_partitions=min_partitions), sizes(counts, LEASE)
+    pieces = sum(-(-count // size) for count, size in zip(counts, chosen))
+    assert pieces >= min(min_partitions, sum(counts))
+    if sum(-(-count // size) for count, size in zip(counts, unforced)) >= min_partitions:
+        assert chosen == unforced          # the mode's own cut was enough: unchanged
+        return
+    for count, size in zip(counts, chosen):   # even: no piece far smaller than the others
+        assert count % size == 0 or count % size >= size - -(-count // size)
+
+
+def test_ranges_cut_each_queue_by_its_own_size():
+    start, end = LeaseOffset.of("l", {"a": 0, "b": 10}), LeaseOffset.of("l", {"a": 100, "b": 11})
+    cut = ranges(start, end, {"a": 25, "b": 25})
+    assert [(r.queue, r.start, r.end) for r in cut] == [
+        ("a", 0, 25), ("a", 25, 50), ("a", 50, 75), ("a", 75, 100), ("b", 10, 11)]

@@ -306,3 +306,89 @@ def test_load_checks_the_options_of_whichever_read_they_belong_to():
     assert isinstance(parse_read_options({**BASE, "prefetch": "5"}), SourceOptions)
     with pytest.raises(OptionError, match="option 'maxMessages' must be a positive"):
         parse_read_options({**BASE, "maxMessages": "none"})
+
+
+# ------------------------------------------------------------------ Kafka-like options
+# connector/README.md, "Options a Kafka-source user reaches for".
+
+
+def test_the_kafka_like_options_default_to_off():
+    options = parse()
+    assert (options.queue_pattern, options.min_messages_per_trigger,
+            options.max_trigger_delay_ms, options.min_partitions,
+            options.max_messages_per_partition) == (None, None, 0, None, None)
+
+
+def test_queue_pattern_is_a_regular_expression_instead_of_names():
+    options = parse_source_options({"uri": URI, "queuePattern": r"orders\..*"})
+    assert options.queues == () and options.queue_pattern.pattern == r"orders\..*"
+    assert options.queue_pattern.fullmatch("orders.eu")
+    assert not options.queue_pattern.fullmatch("archive.orders.eu")
+
+
+@pytest.mark.parametrize("options, complaint", [
+    ({"uri": URI, "queue": "orders", "queuePattern": "orders.*"},
+     "options 'queue' and 'queuePattern' cannot be used together: name the queues with "
+     "'queue', or match them with 'queuePattern', not both"),
+    ({"uri": URI}, "option 'queue' is required (or 'queuePattern', a regular expression "
+                   "matching the queues to read)"),
+    ({"uri": URI, "queuePattern": "orders.(["},
+     "option 'queuePattern' is not a valid regular expression"),
+    ({"uri": URI, "queuePattern": " "},
+     "option 'queuePattern' is required to be a non-empty regular expression"),
+    ({"uri": URI, "queuePattern": "orders.*", "mode": "consume"},
+     "option 'queuePattern' needs lease mode"),
+])
+def test_bad_queue_patterns_are_refused_naming_the_options(options, complaint):
+    with pytest.raises(OptionError) as error:
+        parse_source_options(options)
+    assert complaint in str(error.value)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"minMessagesPerTrigger": "100"}, (100, 15 * 60 * 1000)),   # Kafka's default delay
+    ({"minMessagesPerTrigger": "100", "maxTriggerDelay": "30s"}, (100, 30_000)),
+    ({"minMessagesPerTrigger": "5", "maxTriggerDelay": "2m", "maxMessagesPerTrigger": "5"},
+     (5, 120_000)),
+])
+def test_min_messages_per_trigger_with_max_trigger_delay(extra, expected):
+    options = parse(**extra)
+    assert (options.min_messages_per_trigger, options.max_trigger_delay_ms) == expected
+
+
+@pytest.mark.parametrize("extra, complaint", [
+    ({"maxTriggerDelay": "30s"},
+     "option 'maxTriggerDelay' only applies with option 'minMessagesPerTrigger'"),
+    ({"minMessagesPerTrigger": "0"}, "option 'minMessagesPerTrigger' must be a positive"),
+    ({"minMessagesPerTrigger": "many"}, "option 'minMessagesPerTrigger' must be a positive"),
+    ({"minMessagesPerTrigger": "11", "maxMessagesPerTrigger": "10"},
+     "option 'minMessagesPerTrigger' (11) is above option 'maxMessagesPerTrigger' (10): no "
+     "batch could satisfy both"),
+    ({"minMessagesPerTrigger": "5", "maxTriggerDelay": "0"},
+     "option 'maxTriggerDelay' must be a positive duration"),
+    ({"minMessagesPerTrigger": "5", "maxTriggerDelay": "never"},
+     "option 'maxTriggerDelay' must be a positive duration"),
+    ({"minMessagesPerTrigger": "5", "maxTriggerDelay": "soon"},
+     "option 'maxTriggerDelay' must be a duration such as 30s"),
+])
+def test_bad_trigger_minimums_are_refused_naming_the_options(extra, complaint):
+    with pytest.raises(OptionError) as error:
+        parse(**extra)
+    assert complaint in str(error.value)
+
+
+@pytest.mark.parametrize("option, field", [("minPartitions", "min_partitions"),
+                                           ("maxMessagesPerPartition",
+                                            "max_messages_per_partition")])
+def test_partition_options(option, field):
+    assert getattr(parse(**{option: "8"}), field) == 8
+    for bad in ("0", "-2", "eight", "1.5"):
+        with pytest.raises(OptionError, match=f"option '{option}' must be a positive integer"):
+            parse(**{option: bad})
+
+
+@pytest.mark.parametrize("option", ["queuePattern", "minMessagesPerTrigger", "maxTriggerDelay",
+                                    "minPartitions", "maxMessagesPerPartition"])
+def test_a_batch_read_refuses_the_streaming_options(option):
+    with pytest.raises(OptionError, match=f"option '{option}' is an option of streaming reads"):
+        parse_batch_read_options({**BASE, "maxMessages": "5", option: "1"})
