@@ -25,10 +25,24 @@ DELTA_STAMP := $(JARS)/.delta-$(DELTA_VERSION)-spark$(DELTA_SPARK)
 DELTA_ARTIFACTS := io.delta:delta-spark_$(DELTA_SPARK)_2.13:$(DELTA_VERSION) \
                    io.delta:delta-storage:$(DELTA_VERSION)
 MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
+# Delta's Python API (`from delta.tables import DeltaTable`), the release of the jars
+# above: its Python code drives those JVM classes through py4j, so the two must be
+# the same version. Installed without its dependencies: delta-spark 4.4.0 (and 4.4.1)
+# declares pyspark<=4.2.0, which would take .venv's PySpark 4.2.1 back to 4.2.0 (a
+# patch release of the same Spark 4.2 the jars are built for; DeltaTable runs on
+# 4.2.1: tests/jobs/test_delta.py, tests/connector/test_delta_merge.py). Its only
+# other dependency, importlib_metadata, serves configure_spark_with_delta_pip, which
+# the project never calls (it puts `--packages` on the session: a download at run time).
+DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
 .PHONY: setup main test oracle bench bench-memory faults clean
 
-setup: $(STAMP) $(DELTA_STAMP)
+setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
+
+$(DELTA_PY_STAMP): $(STAMP)
+	@$(PY) -m pip install --quiet --no-deps 'delta-spark==$(DELTA_VERSION)'
+	@touch $@
+	@echo "==> delta-spark $(DELTA_VERSION) (Delta's Python API) in $(VENV)"
 
 $(STAMP): pyproject.toml
 	@echo "==> setting up $(VENV) (python: $$($(PYTHON) --version))"

@@ -9,6 +9,10 @@ Responsibilities
       and catalog; `local_spark` builds the session from them.
     - `create_source_table`: the Delta table a quorumqueue stream appends to, with
       file statistics on the columns worth skipping on only (`SOURCE_STATS_COLUMNS`).
+    - `merge_on_message_id`: a foreachBatch function that upserts a stream's batches
+      into such a table with Delta's MERGE keyed on `message_id` (Delta's Python
+      API, `delta.tables.DeltaTable`): at-least-once messages (consume mode) into a
+      table that holds each message once.
 
 How it works
     Delta publishes one build per Spark minor version, named
@@ -40,12 +44,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 JARS_ENV = "QUORUMQUEUE_JARS"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +137,40 @@ def create_source_table(spark: "SparkSession", location: str,
                   f" TBLPROPERTIES ('delta.dataSkippingStatsColumns' = '{','.join(stats_columns)}')")
     target = location.replace("`", "``")
     spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{target}` ({columns}) USING delta{properties}")
+
+
+def merge_on_message_id(location: str) -> "Callable[[DataFrame, int], None]":
+    """A function for `writeStream.foreachBatch` that upserts each batch of the
+    quorumqueue source into the Delta table at `location` (made by
+    `create_source_table` if missing), keyed on `message_id`:
+
+        stream.writeStream.foreachBatch(merge_on_message_id("/tables/orders"))
+
+    A message delivered again (consume mode is at-least-once: connector/README.md,
+    "Consume mode") replaces its earlier row instead of adding one; within a batch the
+    copy with the lowest (queue, offset) is the one merged. Messages without a
+    `message_id` cannot be matched and are inserted every time they arrive.
+    """
+
+    def merge(batch: "DataFrame", batch_id: int) -> None:
+        from delta.tables import DeltaTable
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        spark = batch.sparkSession
+        create_source_table(spark, location)
+        keyed = batch.where(F.col("message_id").isNotNull())
+        first = Window.partitionBy("message_id").orderBy("queue", "offset")
+        once = (keyed.withColumn("_copy", F.row_number().over(first))
+                .where(F.col("_copy") == 1).drop("_copy"))
+        rows = once.unionByName(batch.where(F.col("message_id").isNull()))
+        (DeltaTable.forPath(spark, location).alias("t")
+         .merge(rows.alias("s"), "t.message_id = s.message_id")
+         .whenMatchedUpdateAll()
+         .whenNotMatchedInsertAll()
+         .execute())
+
+    return merge
 
 
 def use_this_interpreter() -> None:

@@ -26,7 +26,8 @@ Phases, each printed as it happens:
    stops leaves its last batch in its lease (unacked); the job settles it from the
    checkpoint's commit log, which leaves the queue at 0 ready / 0 unacked;
 7. print the evidence: published, rows in Delta, distinct message ids, duplicates,
-   missing, a few rows, the query's lastProgress, the Delta history and the queue.
+   missing, a few rows, the query's lastProgress, the Delta history (through Delta's
+   Python API, `DeltaTable.forPath(...).history()`) and the queue.
 
 Exits 1 if any order is missing or duplicated. Every process it starts is stopped;
 the working directory is a temporary one, removed at the end unless `--workdir` is
@@ -139,7 +140,10 @@ def restart(spark, uri: str, paths: QueryPaths, per_batch: int):
 
 
 def evidence(spark, uri: str, paths: QueryPaths, published: int, query) -> bool:
-    table = spark.read.format("delta").load(str(paths.table))
+    from delta.tables import DeltaTable
+
+    delta_table = DeltaTable.forPath(spark, str(paths.table))
+    table = delta_table.toDF()
     rows = table.count()
     distinct = table.select("message_id").distinct().count()
     expected = spark.createDataFrame([(f"order-{n:07d}",) for n in range(published)],
@@ -152,7 +156,7 @@ def evidence(spark, uri: str, paths: QueryPaths, published: int, query) -> bool:
                "tenant", "region", "priority", "placed_at")
     for row in table.orderBy("lease_seq").select(*columns).limit(5).collect():
         say("  " + " ".join(f"{name}={row[name]}" for name in columns))
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{paths.table}`").orderBy("version")
+    history = delta_table.history().orderBy("version")
     say("Delta history: " + ", ".join(
         f"v{row.version} {row.operation} (+{row.operationMetrics.get('numOutputRows', '?')})"
         for row in history.select("version", "operation", "operationMetrics").collect()))

@@ -41,3 +41,24 @@ def test_the_table_keeps_statistics_on_its_columns(delta_spark, tmp_path, column
 def test_a_column_the_source_does_not_have_is_refused(delta_spark, tmp_path):  # noqa: F811
     with pytest.raises(ValueError, match="'ofset'"):
         create_source_table(delta_spark, str(tmp_path / "t"), ("queue", "ofset"))
+
+
+def test_deltas_python_api_is_the_jars_release_and_reads_the_table(delta_spark,  # noqa: F811
+                                                                     tmp_path):
+    # The Makefile installs delta-spark at DELTA_VERSION, the release of the jars in
+    # jars/, with --no-deps (it declares pyspark<=4.2.0; .venv has 4.2.1).
+    import delta
+    from delta.tables import DeltaTable
+
+    from quorumqueue.jobs.delta import DELTA_BUILD, jars_folder
+
+    [jar] = [m for jar in jars_folder().glob("*.jar") if (m := DELTA_BUILD.fullmatch(jar.name))]
+    assert delta.__version__ == jar["delta"]
+    location = str(tmp_path / "orders")
+    create_source_table(delta_spark, location)
+    delta_spark.createDataFrame([ROW], SCHEMA).write.format("delta").mode("append").save(
+        location)
+    table = DeltaTable.forPath(delta_spark, location)
+    assert table.toDF().count() == 1
+    assert [row.operation for row in table.history().orderBy("version").collect()] == [
+        "CREATE TABLE", "WRITE"]
