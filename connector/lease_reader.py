@@ -91,6 +91,8 @@ LEASE_CUT = Cut(per_queue=TARGET_PARTITIONS, floor=MIN_PARTITION_MESSAGES,
 READ_CHUNK = 2_000
 # With option queuePattern, the vhost's queues are listed at most this often.
 QUEUE_REFRESH_SECONDS = 1.0
+# While no batch is planned, reportLatestOffset asks the broker at most this often.
+REPORT_REFRESH_SECONDS = 1.0
 # The timeout of a lease this process created, until a checkpoint names it.
 PROVISIONAL_LEASE_TIMEOUT_MS = 10 * 60 * 1000
 
@@ -131,6 +133,9 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                       MinimumGate(options.min_messages_per_trigger,
                                   options.max_trigger_delay_ms))
         self._batch_end: dict[str, int] = {}           # the end latestOffset last returned
+        self._planned = False                          # ... and it was a batch
+        # reportLatestOffset's broker figures and when they were taken (monotonic s)
+        self._figures: tuple[float, dict[str, QueueFigures]] | None = None
         self._unacked_refused = False                  # queues.list needs an administrator
 
     def __getstate__(self) -> dict:
@@ -182,7 +187,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             assert self._ready_at_start is not None
             self._targets = {queue: self._held[queue] + self._ready_at_start[queue]
                              for queue in queues}
-        self._batch_end = dict(begin.positions)
+        self._batch_end, self._planned = dict(begin.positions), False
         if not queues or not self._admitted(begin, queues, limit):
             return begin.to_json()
         messages, total_bytes = self._budgets(limit)
@@ -206,14 +211,27 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 messages -= ends[queue] - first
         self._turn += 1
         self._batch_end.update(ends)
+        self._planned = begin.advanced(ends) != begin
         return begin.advanced(ends).to_json()
 
     def reportLatestOffset(self) -> dict | None:
         """The tail of every queue (the lease's end plus what the queue has ready) in the
-        offset's form, and the query's lag (lag.py); None before the first batch."""
+        offset's form, and the query's lag (lag.py); None before the first batch.
+        Spark asks after every latestOffset, every 10 ms while a query idles
+        (spark.sql.streaming.pollingDelay): the broker is asked again after a trigger
+        that planned a batch, otherwise at most every REPORT_REFRESH_SECONDS."""
         if self._lease is None:
             return None
-        lease = self._lease
+        now = time.monotonic()
+        if (not self._planned and self._figures is not None
+                and now - self._figures[0] < REPORT_REFRESH_SECONDS):
+            figures = self._figures[1]
+        else:
+            figures = self._broker_figures(self._lease)
+            self._figures = (now, figures)
+        return latest_report({"lease": self._lease}, "queues", figures, self._batch_end)
+
+    def _broker_figures(self, lease: str) -> dict[str, QueueFigures]:
         unacked = self._unacked_counts()
         figures = {}
         for queue in self._queues:
@@ -230,7 +248,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             figures[queue] = QueueFigures(tail=self._held[queue] + ready, ready=ready,
                                           held=max(0, info["end"] - info["first"] + 1),
                                           unacked=unacked.get(queue))
-        return latest_report({"lease": lease}, "queues", figures, self._batch_end)
+        return figures
 
     def partitions(self, start: dict, end: dict) -> list[LeaseRange]:
         first, last = LeaseOffset.from_json(start), LeaseOffset.from_json(end)
