@@ -266,6 +266,16 @@ def plot(result: RunResult, path: str) -> None:
     plt.close(fig)
 
 
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.faults.run",
@@ -284,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     os.makedirs(options.out, exist_ok=True)
     combos = itertools.cycle(itertools.product(options.nemesis, options.nodes))
+    context = (f"Runs of `python -m tests.faults.run {' '.join(argv or sys.argv[1:])}` on "
+               f"commit {_commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
+               f"{os.cpu_count()} CPUs; {options.duration:g} s of faults per run.")
     results = []
     for number in range(1, options.runs + 1):
         name, nodes = next(combos)
@@ -299,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             "\n    " + line for line in result.diagnosis + result.events)
         print(f"  {result.counts or ''} - {verdict} ({result.seconds:.0f}s)", flush=True)
         with open(os.path.join(options.out, "table.md"), "w") as handle:
-            handle.write(table(results))
+            handle.write(f"{context}\n\n{table(results)}")
     failed = [r for r in results if not r.ok]
     print(f"{len(results)} runs, {len(failed)} failed; table: "
           f"{os.path.join(options.out, 'table.md')}")
