@@ -55,7 +55,7 @@ from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
-from . import proxy
+from . import classic_link, proxy
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -127,6 +127,7 @@ class Cluster:
         self._forwarded: dict[str, int] = {}
         self._random = random.Random()
         self.meta: MetaGroup | None = None
+        self.classic = classic_link.ClassicLink(self)  # classic queues on other nodes
         self.started = time.monotonic()
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
@@ -232,6 +233,17 @@ class Cluster:
             if member.group != META_GROUP and member.leader_id in counts:
                 counts[member.leader_id] += 1
         return members, min(members, key=lambda n: (counts[n], n != self.name, n))
+
+    def least_hosting(self) -> str:
+        """The node hosting the fewest classic queues (this one on a tie): where
+        queue-leader-locator "balanced" puts a new classic queue."""
+        counts = {n: 0 for n in self.nodes}
+        for vhost in self.node.vhosts.values():
+            for queue in vhost.queues.values():
+                host = queue.metadata_record().get("host")
+                if host in counts:
+                    counts[host] += 1
+        return min(counts, key=lambda n: (counts[n], n != self.name, n))
 
     # ------------------------------------------------------------ Raft traffic
 
@@ -351,6 +363,9 @@ class Cluster:
             silent = {n for n in self.nodes if n != self.name
                       and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
             self._down_stale_consumers(silent)
+            self.classic.tick(silent)
+        elif self.classic.pending or self.classic.early:
+            self.classic.tick(None)
         proxy.expire_stats(self)
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
@@ -565,4 +580,5 @@ _RPCS = {
     "downed": proxy.on_downed,
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
+    **classic_link.handlers(),
 }

@@ -1,5 +1,5 @@
 """The cluster's metadata: a Raft group on every node replicating exchanges, bindings,
-quorum-queue records, users, vhosts, permissions, policies and the cluster's nodes.
+queue records (every type), users, vhosts, permissions, policies and the cluster's nodes.
 
 Responsibilities: the metadata commands (JSON objects, one per log entry), this
 node's member of the group, and when it snapshots. What a command does to a node is
@@ -14,7 +14,8 @@ leaves only once the change is committed and visible on that node.
 Commands (field "op"):
   exchange.declare  vhost name type durable auto_delete internal arguments
   exchange.delete   vhost name if_unused
-  queue.declare     vhost name type arguments group members leader   (quorum queues)
+  queue.declare     vhost name type arguments group, and members leader (quorum
+                    queues) or host durable auto_delete exclusive_owner (classic)
   queue.delete      vhost name group
   queue.members     vhost name group members   (the replicas asked for: membership.py)
   bind / unbind     vhost source kind destination routing_key arguments
@@ -56,8 +57,8 @@ with everything applied up to i, and `DATA_DIR/metadata_group_applied` records i
 a restart whose metadata file is older than the snapshot (a crash between installing
 a leader's snapshot and saving it) restores the snapshot first (`recover`).
 
-Not here: classic queues, which live on the node that declared them (and are
-reachable only through it).
+Not here: how a classic queue is reached from the nodes that do not host it
+(classic_link.py).
 """
 
 from __future__ import annotations

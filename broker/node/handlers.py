@@ -68,8 +68,10 @@ def _queue_name(session, channel: Channel, name: str) -> str:
 
 
 def _check_exclusive(session, queue) -> None:
+    """405 unless the queue is not exclusive or this connection owns it (owners are
+    connection identities, so every node can tell: node/session.py `identity`)."""
     owner = queue.exclusive_owner
-    if owner is not None and owner is not session:
+    if owner is not None and owner != session.identity:
         raise AMQPError(spec.RESOURCE_LOCKED,
                         RESOURCE_LOCKED_DETAIL.format(name=queue.name, vhost=queue.vhost))
 
@@ -152,15 +154,20 @@ def exchange_delete(session, channel: Channel, args) -> None:
 def _bind(session, channel: Channel, source: str, destination: Destination,
           routing_key: str, arguments: dict, unbind: bool, method: tuple[int, int],
           ok: Callable[[], bytes] | None) -> None:
-    """Bind or unbind; `ok()` builds the answer (None: nowait). Bindings to exchanges
-    and to queues recorded in the metadata go through the metadata group; a classic
-    queue's bindings stay on its node, as the queue does (for now: queues/base.py)."""
+    """Bind or unbind; `ok()` builds the answer (None: nowait). Bindings go through
+    the metadata group (every queue type is recorded there), after the checks this
+    node can make at once (permissions, exclusivity, what exists)."""
     vhost = session.vhost
     channel.check_access("write", destination.kind, destination.name)
     if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
         raise access_refused(DEFAULT_EXCHANGE_REFUSED)
     channel.check_access("read", EXCHANGE, source)
     target = vhost.queues.get(destination.name) if destination.kind == QUEUE else None
+    # RabbitMQ checks exclusivity only for a binding that will change: unbinding what
+    # is not bound is unbind-ok, even on another connection's exclusive queue
+    if target is not None and (
+            not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
+        _check_exclusive(session, target)
     if target is None or target.IN_METADATA:
         vhost.check_binding(source, destination, unbind)
         _replicate(session, channel, method, meta.encode(
@@ -169,11 +176,6 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
             arguments=dict(arguments)),
             None if ok is None else lambda _: channel.send(ok()))
         return
-    # RabbitMQ checks exclusivity only for a binding that will change: unbinding what
-    # is not bound is unbind-ok, even on another connection's exclusive queue
-    if destination.kind == QUEUE and destination.name in vhost.queues and (
-            not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
-        _check_exclusive(session, vhost.queues[destination.name])
     if unbind:
         vhost.unbind(source, destination, routing_key, arguments)
     else:
@@ -308,7 +310,8 @@ def queue_declare(session, channel: Channel, args) -> None:
         if registry.type_of(queue_spec.type).IN_METADATA:
             _declare_replicated(session, channel, args, name, queue_spec)
             return
-        queue = node.create_queue(vhost, name, queue_spec, session if args.exclusive else None)
+        queue = node.create_queue(vhost, name, queue_spec,
+                                  session.identity if args.exclusive else None)
     channel.last_queue_name = queue.name
     if not args.nowait:
         _send_declare_ok(channel, queue)
@@ -316,13 +319,17 @@ def queue_declare(session, channel: Channel, args) -> None:
 
 def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) -> None:
     """A new queue recorded in the metadata: placed by its type (a quorum queue's
-    members and intended leader), declared through the metadata group; declare-ok
-    once this node applied it and the queue can answer."""
+    members and intended leader, a classic queue's host), declared through the
+    metadata group with its flags (an exclusive queue's owner is this connection's
+    identity); declare-ok once this node applied it and the queue can answer."""
     node, vhost = session.node, session.vhost
     arguments = dict(queue_spec.arguments)
     record = registry.type_of(queue_spec.type).place(
         vhost.name, name, arguments, node.policy_for(vhost.name, queue_spec.type, name),
-        node.settings, node.cluster)
+        node.settings, node.cluster, exclusive=queue_spec.exclusive)
+    if queue_spec.type != "quorum":  # a quorum record's flags are fixed (durable, shared)
+        record.update(durable=queue_spec.durable, auto_delete=queue_spec.auto_delete,
+                      exclusive_owner=session.identity if queue_spec.exclusive else None)
 
     def declared(_reply) -> None:
         queue = vhost.queues.get(name)
@@ -365,8 +372,12 @@ def queue_unbind(session, channel: Channel, args) -> None:
 def queue_purge(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
 
-    def respond(count: int) -> None:
-        if not args.nowait and channel.state == ChannelState.OPEN:
+    def respond(count) -> None:
+        if channel.state != ChannelState.OPEN:
+            return
+        if isinstance(count, AMQPError):  # the queue's host could not be asked
+            session.fail_later(count.at(*spec.QUEUE_PURGE), channel)
+        elif not args.nowait:
             channel.send(codec.queue_purge_ok(channel.number, count))
 
     session.node.purge_queue(queue, respond)
@@ -382,27 +393,61 @@ def queue_delete(session, channel: Channel, args) -> None:
             channel.send(codec.queue_delete_ok(channel.number, 0))
         return
     _check_exclusive(session, queue)
-    queue.check_delete(bool(args.if_unused), bool(args.if_empty))
     if queue.IN_METADATA:
-        # the basic.cancel of this channel's own consumers waits for the delete-ok
-        channel.deleting = (vhost.name, name, [])
+        waiting = [True]
 
-        def deleted(count) -> None:
-            _where, _name, cancels = channel.deleting or (None, None, [])
-            channel.deleting = None
-            if not args.nowait:
-                channel.send(codec.queue_delete_ok(channel.number, count or 0))
-            for frame in cancels:
-                channel.send(frame)
+        def refreshed() -> None:
+            if waiting:  # at once (a queue this node holds): errors reach the caller
+                waiting.clear()
+                _delete_replicated(session, channel, args, queue)
+                return
+            if channel.state != ChannelState.OPEN:
+                return
+            if queue.deleted:  # deleted meanwhile, through another channel or node
+                if not args.nowait:
+                    channel.send(codec.queue_delete_ok(channel.number, 0))
+                _resume(session, channel)
+                return
+            try:
+                _delete_replicated(session, channel, args, queue)
+            except AMQPError as error:
+                channel.held = None
+                session.fail_later(error.at(*spec.QUEUE_DELETE), channel)
 
-        _replicate(session, channel, spec.QUEUE_DELETE, meta.encode(
-            "queue.delete", vhost=vhost.name, name=name, group=queue.group), deleted)
+        # the counts the checks and the answer need (a queue held elsewhere asks its
+        # host); meanwhile the channel's next methods wait
+        queue.refresh(refreshed)
+        if waiting:
+            waiting.clear()
+            if channel.held is None:
+                channel.held = []
         return
+    queue.check_delete(bool(args.if_unused), bool(args.if_empty))
     # delete-ok before the basic.cancel this channel's own consumers get, as RabbitMQ
     # sends them (the count is the ready messages the deletion drops)
     if not args.nowait:
         channel.send(codec.queue_delete_ok(channel.number, queue.ready_count))
     session.node.delete_queue(vhost, queue)
+
+
+def _delete_replicated(session, channel: Channel, args, queue) -> None:
+    """queue.delete through the metadata log, after RabbitMQ's if-unused/if-empty
+    checks; delete-ok once this node applied it."""
+    vhost, name = session.vhost, queue.name
+    queue.check_delete(bool(args.if_unused), bool(args.if_empty))
+    # the basic.cancel of this channel's own consumers waits for the delete-ok
+    channel.deleting = (vhost.name, name, [])
+
+    def deleted(count) -> None:
+        _where, _name, cancels = channel.deleting or (None, None, [])
+        channel.deleting = None
+        if not args.nowait:
+            channel.send(codec.queue_delete_ok(channel.number, count or 0))
+        for frame in cancels:
+            channel.send(frame)
+
+    _replicate(session, channel, spec.QUEUE_DELETE, meta.encode(
+        "queue.delete", vhost=vhost.name, name=name, group=queue.group), deleted)
 
 
 # ---------------------------------------------------------------- basic

@@ -165,7 +165,8 @@ def _purge(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
-    return Later(lambda done: node.purge_queue(queue, lambda n: done({"purged": n})))
+    return Later(lambda done: node.purge_queue(queue, lambda n: done(
+        n if isinstance(n, AMQPError) else {"purged": n})))
 
 
 def _delete(node, session, request) -> dict:
@@ -174,15 +175,23 @@ def _delete(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
-    queue.check_delete(bool(request.get("if_unused")), bool(request.get("if_empty")))
-    if queue.IN_METADATA:
-        from ..cluster import meta
+    if not queue.IN_METADATA:
+        queue.check_delete(bool(request.get("if_unused")), bool(request.get("if_empty")))
+        return {"deleted": node.delete_queue(vhost, queue)}
 
-        data = meta.encode("queue.delete", vhost=vhost.name, name=queue.name,
-                           group=queue.group)
-        return Later(lambda done: node.cluster.meta.propose_data(
-            data, lambda count: done({"deleted": count or 0})), metadata=True)
-    return {"deleted": node.delete_queue(vhost, queue)}
+    def start(done) -> None:
+        def refreshed() -> None:  # with the counts of the queue's host
+            try:
+                queue.check_delete(bool(request.get("if_unused")),
+                                   bool(request.get("if_empty")))
+            except AMQPError as error:
+                done(error)
+                return
+            node.propose_delete(vhost, queue, lambda count: done({"deleted": count or 0}))
+
+        queue.refresh(refreshed)
+
+    return Later(start, metadata=True)
 
 
 def _cluster_status(node, session, request) -> dict:

@@ -2,7 +2,8 @@
 
 Every node applies the same commands in the same order, so every node routes the
 same way and knows every queue in the metadata (a quorum queue's group uid and
-members). `apply(node, command)` returns the command's result (a message count for
+members, a classic queue's uid and host: the host holds it, the others reach it
+through queues/remote.py). `apply(node, command)` returns the command's result (a message count for
 queue.delete, None otherwise) or `("error", reply_code, reply_text)` when it cannot
 be applied (another node declared the same name differently first): the proposing
 node raises that as the channel error RabbitMQ would have sent.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
+from ..amqp.spec import RESOURCE_LOCKED
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from .definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 
@@ -62,6 +64,8 @@ def _queue_declare(node: "Node", c: dict):
     from ..queues.types import validate_declaration
 
     vhost = _vhost(node, c["vhost"])
+    durable = c.get("durable", True)  # quorum records carry no flags: durable
+    owner = c.get("exclusive_owner")
     existing = vhost.queues.get(c["name"])
     if existing is not None:  # declared meanwhile through another node: the same?
         where = f"queue '{c['name']}' in vhost '{vhost.name}'"
@@ -69,19 +73,28 @@ def _queue_declare(node: "Node", c: dict):
         if existing.type_name != declared:
             raise precondition(f"inequivalent arg 'x-queue-type' for {where}: received "
                                f"'{declared}' but current is '{existing.type_name}'")
+        if existing.group != c["group"] and existing.exclusive_owner != owner:
+            from .handlers import RESOURCE_LOCKED_DETAIL
+
+            raise AMQPError(RESOURCE_LOCKED, RESOURCE_LOCKED_DETAIL.format(name=c["name"],
+                                                               vhost=vhost.name))
+        if existing.durable != durable:
+            raise precondition(f"inequivalent arg 'durable' for {where}: received "
+                               f"'{str(durable).lower()}' but current is "
+                               f"'{str(existing.durable).lower()}'")
         check_arguments_equivalent(*existing.equivalence_arguments(c["arguments"]), where,
                                    existing.EQUIVALENCE_KEYS)
         return None
-    spec = validate_declaration(c["name"], vhost.name, True, False, False, c["arguments"])
-    node.create_replicated_queue(vhost, c["name"], spec, c["group"], tuple(c["members"]),
-                                 c["leader"])
+    spec = validate_declaration(c["name"], vhost.name, durable, owner is not None,
+                                c.get("auto_delete", False), c["arguments"])
+    node.create_replicated_queue(vhost, c["name"], spec, c)
     return None
 
 
 def _queue_delete(node: "Node", c: dict):
     vhost = node.vhosts.get(c["vhost"])
     queue = vhost.queues.get(c["name"]) if vhost is not None else None
-    if queue is None or getattr(queue, "group", None) != c["group"]:
+    if queue is None or queue.group != c["group"]:
         return 0  # gone already (a retry, or deleted through another node first)
     return node.delete_queue(vhost, queue)
 
@@ -90,7 +103,7 @@ def _queue_members(node: "Node", c: dict):
     """The members asked for (membership.py makes the Raft groups follow)."""
     vhost = node.vhosts.get(c["vhost"])
     queue = vhost.queues.get(c["name"]) if vhost is not None else None
-    if queue is None or getattr(queue, "group", None) != c["group"]:
+    if queue is None or queue.group != c["group"]:
         return None
     queue.members = tuple(c["members"])
     node.metadata_dirty = True

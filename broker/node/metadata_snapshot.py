@@ -4,9 +4,9 @@ and making a node's metadata equal to one.
 Responsibilities: `document(node)` builds the snapshot of what the metadata commands
 (cluster/meta.py) replicate — the cluster's nodes, vhosts, users with their permissions,
 policies, exchanges (all but the default and `amq.*` ones, which every vhost has),
-quorum-queue records (vhost, name, arguments, group, members) and the bindings whose
-destination is replicated (an exchange or a quorum queue; a classic queue's bindings
-stay on its node). `restore(node, document)` changes a node until `document(node)`
+queue records (quorum: group and members; classic: uid and host) and the bindings whose
+destination is replicated (every exchange and queue: quorum queues and classic ones,
+with their host). `restore(node, document)` changes a node until `document(node)`
 equals the snapshot, as applying every command up to the snapshot's index would:
 
 - nodes the snapshot lacks are forgotten (`cluster.forget_node`), those this node
@@ -20,9 +20,10 @@ equals the snapshot, as applying every command up to the snapshot's index would:
   member, else a record that proxies to the leader), or reopened from this node's
   log store when its group is already there (a node that restarted); a kept one
   takes the snapshot's members (`queue.members`);
-- exchanges and replicated bindings are replaced; an exchange whose definition did
-  not change stays the same object, so the bindings to this node's classic queues
-  survive.
+- a classic queue is recorded the same way: on its host a queue (empty: a
+  snapshot restores records, not messages), elsewhere a remote one;
+- exchanges and bindings are replaced; an exchange whose definition did not change
+  stays the same object.
 
 `add_transient(node, document)` is the restart's half-way: over a metadata file at
 least as new as the snapshot it only adds what that file cannot hold (non-durable
@@ -33,7 +34,8 @@ Format (version 1, JSON, keys sorted):
    "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]}}],
    "policies": [{vhost, name, pattern, definition, priority, apply_to}],
    "exchanges": [{vhost, name, type, durable, auto_delete, internal, arguments}],
-   "queues": [{vhost, name, arguments, group, members}],
+   "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
+               members (quorum) | host, exclusive_owner (classic)}],
    "bindings": [{vhost, source, kind, destination, routing_key, arguments}]}
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
 
@@ -89,9 +91,7 @@ def document(node: "Node") -> dict:
                 exchanges.append(_exchange_item(vhost.name, exchange))
         for queue in vhost.queues.values():
             if _replicated_queue(queue):
-                queues.append({"vhost": vhost.name, "name": queue.name,
-                               "arguments": encode_arguments(queue.arguments),
-                               "group": queue.group, "members": sorted(queue.members)})
+                queues.append(_queue_item(vhost.name, queue))
         for binding in vhost.bindings():
             if _replicated_binding(vhost, binding):
                 bindings.append(_binding_item(vhost.name, binding))
@@ -118,6 +118,23 @@ def decode(data: bytes) -> dict:
         raise ValueError(f"metadata snapshot version {snapshot.get('version')!r}: this node "
                          f"reads version {VERSION}")
     return snapshot
+
+
+def _queue_item(vhost: str, queue) -> dict:
+    item = {"vhost": vhost, "name": queue.name, "type": queue.type_name,
+            "durable": queue.durable, "auto_delete": queue.auto_delete,
+            "arguments": encode_arguments(queue.arguments), **queue.metadata_record()}
+    if "members" in item:
+        item["members"] = sorted(item["members"])
+    return item
+
+
+def _spec(vhost: str, name: str, item: dict):
+    """The declaration a snapshot's (or metadata file's) queue record stands for."""
+    return validate_declaration(name, vhost, item.get("durable", True),
+                                item.get("exclusive_owner") is not None,
+                                item.get("auto_delete", False),
+                                decode_arguments(item["arguments"]))
 
 
 def _exchange_item(vhost: str, exchange) -> dict:
@@ -238,24 +255,19 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
             item = wanted.get((vhost.name, queue.name))
             if item is None or item["group"] != queue.group:
                 node.delete_queue(vhost, queue)  # as queue.delete
-            elif tuple(sorted(queue.members)) != tuple(item["members"]):
+            elif queue.REPLICATED and tuple(sorted(queue.members)) != tuple(item["members"]):
                 queue.members = tuple(item["members"])  # as queue.members
     quorum = node.quorum
     for (vhost_name, name), item in sorted(wanted.items()):
         vhost = node.vhosts[vhost_name]
         if name in vhost.queues:
             continue
-        arguments = decode_arguments(item["arguments"])
-        spec = validate_declaration(name, vhost_name, True, False, False, arguments)
-        members = tuple(item["members"])
-        if item["group"] in quorum.store.groups():  # this node's replica, from before
-            queue = vhost.queues[name] = quorum.recover(vhost_name, name,
-                                                        dict(spec.arguments), item["group"],
-                                                        members)
-            queue.policy_changed(node.policy_for(vhost_name, queue.type_name, name))
-            node.metadata_dirty = True
-        else:  # as queue.declare; the group's leader was elected long ago
-            node.create_replicated_queue(vhost, name, spec, item["group"], members, "")
+        # a quorum queue's replica this node still has (from before a restart) is
+        # reopened over its log; anything else is recorded as queue.declare does (a
+        # quorum group's leader was elected long ago)
+        reopen = bool(item.get("members")) and item["group"] in quorum.store.groups()
+        node.create_replicated_queue(vhost, name, _spec(vhost_name, name, item), item,
+                                     recover=reopen)
 
 
 def _restore_exchanges(node: "Node", exchanges: list[dict]) -> None:

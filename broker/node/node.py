@@ -93,11 +93,23 @@ class Node:
         self.sessions.add(session)
 
     def unregister(self, session: "Session") -> None:
+        """A connection closed: its exclusive queues are deleted (through the
+        metadata log, as every deletion; they live on this node)."""
         self.sessions.discard(session)
         self.dirty.discard(session)
+        identity = session.identity
         for vhost in self.vhosts.values():
-            for queue in [q for q in vhost.queues.values() if q.exclusive_owner is session]:
-                self.delete_queue(vhost, queue)
+            for queue in [q for q in vhost.queues.values() if q.exclusive_owner == identity]:
+                self.propose_delete(vhost, queue)
+
+    @property
+    def name(self) -> str:
+        return self.settings.node_name
+
+    @property
+    def classic_link(self):
+        """How classic queues hosted on other nodes are reached (cluster/classic_link.py)."""
+        return self.cluster.classic
 
     def next_connection_id(self) -> int:
         self._connection_counter += 1
@@ -123,16 +135,27 @@ class Node:
         return queue
 
     def create_replicated_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
-                                group: str, members: tuple[str, ...], leader: str):
-        """A quorum queue the metadata group declared (node/metadata.py): every
-        node records it; its members start their replica of the group."""
-        queue = self.quorum.create(vhost.name, name, dict(queue_spec.arguments), group,
-                                   members, campaign=leader == self.quorum.member)
+                                record: dict, recover: bool = False) -> Queue:
+        """A queue the metadata group declared (node/metadata.py, a snapshot, the
+        metadata file): every node records it (registry.create_recorded: a quorum
+        queue's replica or proxy, a classic queue on its host, a remote one
+        elsewhere)."""
+        queue = registry.create_recorded(self, vhost.name, name, queue_spec, record, recover)
         vhost.queues[name] = queue
-        self.metadata_dirty = True
-        # its leader, once elected, proposes the policy's settings on a tick
+        if queue.durable:  # a non-durable one reaches the file with the next save (a
+            self.metadata_dirty = True  # snapshot's at the latest); the log has it
+        # classic queues take a policy's settings at once; a quorum queue's leader, once
+        # elected, proposes them on a tick
         queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
+
+    def propose_delete(self, vhost: VHost, queue: Queue, then=None) -> None:
+        """Delete a queue through the metadata log (auto-delete, an exclusive owner
+        gone, a restart); `then(count)` once applied here."""
+        from ..cluster import meta
+
+        self.cluster.meta.propose_data(meta.encode(
+            "queue.delete", vhost=vhost.name, name=queue.name, group=queue.group), then)
 
     # ------------------------------------------------------------ policies
 
@@ -193,10 +216,16 @@ class Node:
             metadata_snapshot.restore(self, document)
 
     def metadata_replayed(self) -> None:
-        """The metadata log was replayed after a restart. A node of its own restarted
-        its whole cluster: non-durable exchanges are gone, as RabbitMQ's transient
-        exchanges are after a full restart (the deletion goes through the log, so
-        the next replay agrees)."""
+        """The metadata log was replayed after a restart. The classic queues this node
+        hosts that cannot outlive it — non-durable ones, and exclusive ones of an
+        earlier run's connections — are deleted, as RabbitMQ deletes them when their
+        node restarts. A node of its own restarted its whole cluster: non-durable
+        exchanges are gone too, as RabbitMQ's transient exchanges are after a full
+        restart. Both deletions go through the log, so the next replay agrees."""
+        for vhost in self.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                if queue.gone_after_restart(self.name, self.boot_id):
+                    self.propose_delete(vhost, queue)
         if not self.cluster.solo or not self.cluster.meta.is_leader:
             return
         from ..cluster import meta
@@ -219,6 +248,7 @@ class Node:
         queue.deleted = True
         self.cancel_consumers(queue)
         queue.delete()
+        self.cluster.classic.hosted_deleted(queue)
         removed = vhost.remove_bindings_to(Destination(QUEUE, queue.name))
         if queue.durable or any(e.durable for e in removed):
             self.metadata_dirty = True
@@ -226,18 +256,27 @@ class Node:
 
     def cancel_consumers(self, queue) -> None:
         """Cancel the queue's consumers on this node (basic.cancel to clients that
-        asked for consumer_cancel_notify)."""
+        asked for consumer_cancel_notify); the consumers of other nodes on a queue
+        held here are dropped (their nodes cancel them when they apply the same
+        deletion)."""
         for consumer in list(queue.consumers):
-            channel = consumer.channel
-            channel.consumers.pop(consumer.tag, None)
-            queue.remove_consumer(consumer)
-            if channel.session.capabilities.get("consumer_cancel_notify"):
-                frame = codec.basic_cancel(channel.number, consumer.tag)
-                deleting = channel.deleting
-                if deleting is not None and deleting[:2] == (queue.vhost, queue.name):
-                    deleting[2].append(frame)  # after the delete-ok this channel waits for
-                else:
-                    channel.send(frame)
+            self.cancel_consumer(queue, consumer)
+
+    def cancel_consumer(self, queue, consumer) -> None:
+        from .channel import Consumer
+
+        queue.remove_consumer(consumer)
+        if not isinstance(consumer, Consumer):
+            return  # another node's (cluster/classic_link.py)
+        channel = consumer.channel
+        channel.consumers.pop(consumer.tag, None)
+        if channel.session.capabilities.get("consumer_cancel_notify"):
+            frame = codec.basic_cancel(channel.number, consumer.tag)
+            deleting = channel.deleting
+            if deleting is not None and deleting[:2] == (queue.vhost, queue.name):
+                deleting[2].append(frame)  # after the delete-ok this channel waits for
+            else:
+                channel.send(frame)
 
     def drop_replica(self, queue) -> None:
         """This node is no longer one of the queue's members (cluster membership)."""
@@ -250,11 +289,13 @@ class Node:
         queue.purge(respond)
 
     def consumer_removed(self, queue: Queue) -> None:
-        if queue.auto_delete and queue.had_consumers and not queue.consumers \
-                and not queue.deleted:
+        """A consumer (of this node, or a remote one on a queue hosted here) went:
+        an auto-delete queue that had consumers and has none left is deleted, through
+        the metadata log (its host decides: it sees every node's consumers)."""
+        if queue.is_unused_for_auto_delete() and not queue.deleted:
             vhost = self.vhosts.get(queue.vhost)
-            if vhost is not None:
-                self.delete_queue(vhost, queue)
+            if vhost is not None and vhost.queues.get(queue.name) is queue:
+                self.propose_delete(vhost, queue)
 
     # ------------------------------------------------------------ messages
 
@@ -395,9 +436,12 @@ class Node:
                                       "internal": exchange.internal,
                                       "arguments": encode_arguments(exchange.arguments)})
             for queue in vhost.queues.values():
-                if queue.durable:
+                # every queue in the metadata (non-durable ones too: other nodes' and
+                # this node's, which a restart of this node deletes through the log)
+                if queue.durable or queue.IN_METADATA:
                     queues.append({"vhost": vhost.name, "name": queue.name,
-                                   "type": queue.type_name, "auto_delete": queue.auto_delete,
+                                   "type": queue.type_name, "durable": queue.durable,
+                                   "auto_delete": queue.auto_delete,
                                    "arguments": encode_arguments(queue.arguments),
                                    **queue.metadata_record()})
             for binding in vhost.bindings():
@@ -423,9 +467,9 @@ class Node:
         source = vhost.exchanges.get(binding.source)
         if source is None or not source.durable:
             return False
-        if binding.destination.kind == QUEUE:
+        if binding.destination.kind == QUEUE:  # every queue the file holds
             queue = vhost.queues.get(binding.destination.name)
-            return queue is not None and queue.durable
+            return queue is not None and (queue.durable or queue.IN_METADATA)
         target = vhost.exchanges.get(binding.destination.name)
         return target is not None and target.durable
 
@@ -457,14 +501,11 @@ class Node:
             for item in document["queues"]:
                 arguments = decode_arguments(item["arguments"])
                 vhost = self.vhosts[item["vhost"]]
-                queue_spec = validate_declaration(item["name"], vhost.name, True, False,
-                                                  item["auto_delete"], arguments)
-                if item.get("members"):
-                    vhost.queues[item["name"]] = self.quorum.recover(
-                        vhost.name, item["name"], dict(queue_spec.arguments), item["group"],
-                        tuple(item["members"]))
-                else:
-                    self.create_queue(vhost, item["name"], queue_spec, None, item.get("group"))
+                queue_spec = validate_declaration(
+                    item["name"], vhost.name, item.get("durable", True),
+                    item.get("exclusive_owner") is not None, item["auto_delete"], arguments)
+                self.create_replicated_queue(vhost, item["name"], queue_spec, item,
+                                             recover=True)
                 counts["queues"] += 1
             for item in document["bindings"]:
                 vhost = self.vhosts[item["vhost"]]

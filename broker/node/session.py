@@ -95,6 +95,12 @@ class Session:
         return self.connection.state
 
     @property
+    def identity(self) -> str:
+        """This connection across the cluster (`<node>:<boot>.<connection>`): what an
+        exclusive queue records as its owner, so every node can tell the owner."""
+        return f"{self.node.boot_id}.{self.connection_id}"
+
+    @property
     def capabilities(self) -> dict:
         return self.connection.capabilities
 

@@ -23,9 +23,11 @@ The operations, and what each owes its caller:
 - `channel_closed(channel, tokens)`: the channel is gone; its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: `respond(count)` once purged; delete drops the
-  queue's messages and resources (the node has cancelled its consumers).
-- `check_delete(if_unused, if_empty)`: what queue.delete refuses.
+- `purge(respond)`, `delete()`: `respond(count)` once purged (or `respond(error)`,
+  an AMQPError, when the queue's host could not be asked); delete drops the queue's
+  messages and resources (the node has cancelled its consumers).
+- `check_delete(if_unused, if_empty)`: what queue.delete refuses, with the counts
+  `refresh(done)` made current (a queue hosted elsewhere asks its host).
 - `declare_ok(send)`: `send(ready, consumers)` once the counts a client that
   already sent its publishes and acks expects are known.
 - `policy_changed(policy)`: settings from policies (again on every tick for types
@@ -102,8 +104,8 @@ class Queue:
     type_name: ClassVar[str]
     # arguments compared when a queue is declared again (RabbitMQ's per-type list)
     EQUIVALENCE_KEYS: ClassVar[tuple[str, ...]]
-    # declared, deleted and bound through the cluster's metadata group (then `place`
-    # gives the record's fields); False: only the declaring node knows the queue
+    # declared, deleted and bound through the cluster's metadata group (`place` gives
+    # the record's fields); every type is, today (a node is a cluster of one)
     IN_METADATA: ClassVar[bool]
     # has replicas on several nodes (`members`, a Raft group): replica management
     # (add_member, grow, shrink, rebalance, continuous reconciliation) applies
@@ -114,6 +116,7 @@ class Queue:
 
     vhost: str
     name: str
+    group: str          # the metadata record's uid (a quorum queue's Raft group)
     durable: bool
     auto_delete: bool
     exclusive_owner: Any
@@ -142,6 +145,16 @@ class Queue:
 
     def declare_ok(self, send: Callable[[int, int], None]) -> None:
         send(self.ready_count, self.consumer_count)
+
+    def when_led(self, callback: Callable[[], None]) -> None:
+        """`callback()` once the queue can answer (a new quorum queue: once its group
+        has a leader); at once here."""
+        callback()
+
+    def refresh(self, done: Callable[[], None]) -> None:
+        """`done()` once the counts are current (a queue served by another node asks
+        it first: queue.delete's checks and answer); at once here."""
+        done()
 
     # ------------------------------------------------------------ messages
 
@@ -198,6 +211,12 @@ class Queue:
         return None
 
     # ------------------------------------------------------------ recovery
+
+    def gone_after_restart(self, node_name: str, boot_id: str) -> bool:
+        """Held by this node and unable to outlive its restart (a non-durable classic
+        queue, an exclusive one of an earlier run's connection): deleted once the
+        metadata log is replayed (Node.metadata_replayed)."""
+        return False
 
     def recover_stored(self, items) -> int:
         """Messages the node's message store kept for this queue (classic queues);

@@ -1,4 +1,4 @@
-"""Classic queue: a local FIFO with optional message priorities. Pure, no I/O.
+"""Classic queue: a FIFO with optional message priorities, on its host node. Pure, no I/O.
 
 Responsibilities: ready messages (per priority level when x-max-priority is set),
 consumers in priority groups served round-robin within their prefetch, counts for
@@ -11,7 +11,10 @@ to the next consumer that has capacity; the channel that owns the consumer track
 as unacked. A returned (requeued) entry goes back to its original position: entries
 are ordered by sequence number within a level.
 
-As a queue type (queues/base.py): publishes are appended to the node's message store
+As a queue type (queues/base.py): the queue object lives on its host node (its record
+is in the metadata on every node; other nodes hold a remote.py RemoteClassicQueue and
+the cluster's link serves them through this one: their consumers are proxy consumers
+here). Publishes are appended to the node's message store
 when the queue is durable and the message persistent (the publisher's confirm waits
 for that batch's fsync); deliveries go to consumers' channels at once; an unacked
 delivery's token is its `Entry`, and settling one writes an ack record for a stored
@@ -74,7 +77,7 @@ class ClassicQueue(Queue):
     vhost: str
     name: str
     durable: bool
-    exclusive_owner: Any | None  # the owning session, for exclusive queues
+    exclusive_owner: str | None  # the owning connection's identity (exclusive queues)
     auto_delete: bool
     arguments: dict
     max_priority: int = 0
@@ -94,12 +97,28 @@ class ClassicQueue(Queue):
     _arrivals: list = field(default_factory=list)  # consumers in registration order
     deleted: bool = False
     store: Any = None  # the node's MessageStore (None: nothing is persisted)
+    group: str = ""    # the metadata record's uid (queue.delete names it)
+    host: str = ""     # this node: the one holding the queue
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
-    IN_METADATA = False  # only its node knows it, for now (cluster/README.md, "Not yet")
+    IN_METADATA = True  # every node knows it; others reach it through queues/remote.py
     REPLICATED = False
     POLICY_ON_TICK = False  # its limits change at once, on the policy change
+
+    @staticmethod
+    def place(vhost: str, name: str, arguments: dict, policy, settings, cluster,
+              exclusive: bool = False) -> dict:
+        """The record of a new queue: its uid and its host, the declaring node
+        (client-local), or with queue-leader-locator "balanced" the node hosting the
+        fewest classic queues; exclusive queues always live on the declaring
+        connection's node (RabbitMQ's queue locators, "Queue Leader Location")."""
+        from .quorum import group_uid
+        from .settings import leader_locator
+
+        locator = leader_locator(arguments, policy, settings.queue_leader_locator)
+        host = cluster.name if exclusive or locator != "balanced" else cluster.least_hosting()
+        return {"group": group_uid(vhost, name), "host": host}
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
@@ -328,6 +347,14 @@ class ClassicQueue(Queue):
         for entry in purged:
             self._forget(entry)
         respond(len(purged))
+
+    def gone_after_restart(self, node_name: str, boot_id: str) -> bool:
+        return not self.durable or (self.exclusive_owner is not None
+                                    and not self.exclusive_owner.startswith(boot_id + "."))
+
+    def metadata_record(self) -> dict[str, Any]:
+        return {"group": self.group, "host": self.host,
+                "exclusive_owner": self.exclusive_owner}
 
     def delete(self) -> None:
         self.deleted = True

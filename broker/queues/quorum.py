@@ -89,7 +89,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
     POLICY_ON_TICK = True
 
     @staticmethod
-    def place(vhost: str, name: str, arguments: dict, policy, settings, cluster) -> dict:
+    def place(vhost: str, name: str, arguments: dict, policy, settings, cluster,
+              exclusive: bool = False) -> dict:
         """The record of a new queue (queue.declare's fields beyond name and
         arguments): its group uid, its members (x-quorum-initial-group-size, else
         quorum_queue.initial_cluster_size, capped at the cluster's size) and intended

@@ -2,7 +2,10 @@
 
 `create` builds a new queue of the type a validated declaration names (types.py
 `validate_declaration`), with what that type needs from the node (`host`: its
-message store for classic queues, its quorum groups for quorum queues). Adding a
+message store for classic queues, its quorum groups for quorum queues);
+`create_recorded` builds one from its metadata record (a `queue.declare` applied,
+a snapshot restored, the metadata file at start): a quorum queue's replica or
+proxy, a classic queue on its host and a remote one (remote.py) elsewhere. Adding a
 type (mirrored classic queues come next) means a module in this package and a line
 here: the node, the channel and the method handlers only ever see `base.Queue`.
 
@@ -17,12 +20,15 @@ from ..amqp import spec as amqp_spec
 from ..amqp.errors import AMQPError
 from .base import Queue
 from .classic import ClassicQueue
+from .remote import RemoteClassicQueue
 from .types import QueueSpec
 
 
 class QueueHost(Protocol):
     store: Any    # storage.message_store.MessageStore | None
     quorum: Any   # node.quorum.QuorumGroups | None
+    name: str     # this node's name
+    classic_link: Any  # remote.ClassicLink: classic queues hosted elsewhere
 
 
 def type_of(name: str) -> type[Queue]:
@@ -49,5 +55,33 @@ def create(host: QueueHost, vhost: str, name: str, spec: QueueSpec, owner: Any,
                                 max_priority=spec.max_priority,
                                 single_active_consumer=spec.single_active_consumer,
                                 store=host.store)
+        case other:  # pragma: no cover - validate_declaration refuses unknown types
+            raise AMQPError(amqp_spec.PRECONDITION_FAILED, f"unsupported queue type '{other}'")
+
+
+def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
+                    record: dict, recover: bool = False) -> Queue:
+    """A queue from its metadata record (`group`, and `members`/`leader` or `host`,
+    `exclusive_owner`); `recover`: a quorum queue's replica reopened over its log."""
+    arguments = dict(spec.arguments)
+    match spec.type:
+        case "quorum":
+            members = tuple(record["members"])
+            if recover:
+                return host.quorum.recover(vhost, name, arguments, record["group"], members)
+            return host.quorum.create(vhost, name, arguments, record["group"], members,
+                                      campaign=record.get("leader") == host.quorum.member)
+        case "classic":
+            owner = record.get("exclusive_owner")
+            where = record.get("host") or host.name  # records written before hosts: here
+            if where != host.name:
+                return RemoteClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete,
+                                          arguments, record["group"], where,
+                                          host.classic_link)
+            return ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,
+                                max_priority=spec.max_priority,
+                                single_active_consumer=spec.single_active_consumer,
+                                store=host.store, group=record.get("group") or "",
+                                host=where)
         case other:  # pragma: no cover - validate_declaration refuses unknown types
             raise AMQPError(amqp_spec.PRECONDITION_FAILED, f"unsupported queue type '{other}'")

@@ -1,8 +1,8 @@
 """The metadata group's snapshot on a node of its own (broker/node/metadata_snapshot.py):
 restoring the snapshot of any point of a command history makes a node's metadata
 equal to a node that applied that history, from behind (creations) and from ahead
-(deletions), and leaves what is not replicated (a classic queue and its bindings)
-alone; at start (MetaGroup.recover) the snapshot is restored only over a metadata
+(deletions), classic queue records (on their host a queue, elsewhere a remote one)
+and their bindings included; at start (MetaGroup.recover) the snapshot is restored only over a metadata
 file older than it; `cluster.forget_node` takes a node out of the node list and the
 queues' members, for good. Multi-process: test_metadata_snapshots.py,
 test_forget_node.py."""
@@ -42,6 +42,12 @@ def exchange(name: str, type_: str = "direct", durable: bool = True, auto_delete
 def queue(name: str, group: str, members: list[str], vhost: str = "/") -> tuple:
     return ("queue.declare", dict(vhost=vhost, name=name, arguments=dict(QUORUM), group=group,
                                   members=members, leader=members[0]))
+
+
+def classic(name: str, group: str, host: str, durable: bool = True, vhost: str = "/") -> tuple:
+    return ("queue.declare", dict(vhost=vhost, name=name, type="classic", arguments={},
+                                  group=group, host=host, durable=durable,
+                                  auto_delete=False, exclusive_owner=None))
 
 
 def bind(source: str, kind: str, destination: str, key: str = "", vhost: str = "/",
@@ -88,18 +94,18 @@ HISTORY = [
     exchange("x-v3", vhost="v3"),
     ("vhost.delete", dict(name="v2")),
     ("user.delete", dict(name="bob")),
+    classic("local", "g-local", ME),
+    classic("elsewhere", "g-elsewhere", "qq2@localhost", durable=False),
+    bind("x1", QUEUE, "local", "mine"),
+    bind("x-transient", QUEUE, "elsewhere"),
 ]
 
 
 def new_node(tmp_path, name: str) -> Node:
     settings = Settings(node_name=ME, data_dir=str(tmp_path / name))
-    node = assemble_node(settings, UserStore.with_default_user(),
+    return assemble_node(settings, UserStore.with_default_user(),
                          LogStore(settings.data_dir, StorageConfig(fsync=False)),
                          metadata_store=MetadataStore(settings.data_dir))
-    # this node's own classic queue, bound to a replicated exchange: never replicated
-    node.create_queue(node.vhosts["/"], "local",
-                      validate_declaration("local", "/", True, False, False, {}), None)
-    return node
 
 
 def apply(node: Node, history) -> None:
@@ -141,39 +147,44 @@ def test_restoring_the_snapshot_of_any_point_equals_applying_the_history(tmp_pat
 def test_the_snapshot_holds_what_the_group_replicates_and_nothing_else(tmp_path):
     node = new_node(tmp_path, "n")
     apply(node, HISTORY)
-    node.vhosts["/"].bind("x1", Destination(QUEUE, "local"), "mine", {})
     snapshot = snapshot_of(node)
-    assert [(q["vhost"], q["name"], q["group"], q["members"]) for q in snapshot["queues"]] == [
-        ("/", "orders", "g-orders", [ME, "qq2@localhost", "qq3@localhost"]),
-        ("/", "remote", "g-remote", ["qq2@localhost", "qq3@localhost"]),
-        ("/", "short", "g-short-2", ["qq2@localhost"])]
+    assert sorted((q["vhost"], q["name"], q["type"], q["group"], q.get("members"),
+                   q.get("host"), q["durable"]) for q in snapshot["queues"]) == [
+        ("/", "elsewhere", "classic", "g-elsewhere", None, "qq2@localhost", False),
+        ("/", "local", "classic", "g-local", None, ME, True),
+        ("/", "orders", "quorum", "g-orders", [ME, "qq2@localhost", "qq3@localhost"], None,
+         True),
+        ("/", "remote", "quorum", "g-remote", ["qq2@localhost", "qq3@localhost"], None, True),
+        ("/", "short", "quorum", "g-short-2", ["qq2@localhost"], None, True)]
     assert sorted((e["vhost"], e["name"], e["durable"]) for e in snapshot["exchanges"]) == [
         ("/", "x-auto", True), ("/", "x-transient", False), ("/", "x1", True),
         ("v3", "x-v3", True)]
     assert sorted((b["source"], b["destination"]) for b in snapshot["bindings"]) == [
-        ("amq.topic", "x1"), ("x-auto", "remote"), ("x-transient", "remote")]
+        ("amq.topic", "x1"), ("x-auto", "remote"), ("x-transient", "elsewhere"),
+        ("x-transient", "remote"), ("x1", "local")]
     assert snapshot["vhosts"] == ["/", "v3"]
     assert {u["name"]: u["tags"] for u in snapshot["users"]} == {"alice": [], "guest": [
         "administrator"]}
 
 
-def test_a_restore_keeps_this_nodes_classic_queue_and_its_bindings_to_kept_exchanges(
-        tmp_path):
+def test_a_restore_records_classic_queues_on_their_host_and_remote_elsewhere(tmp_path):
     leader = new_node(tmp_path, "leader")
     apply(leader, HISTORY)
     follower = new_node(tmp_path, "follower")
-    apply(follower, HISTORY[:8])  # x1, x-gone exist; x-gone is deleted later
-    vhost = follower.vhosts["/"]
-    vhost.bind("x1", Destination(QUEUE, "local"), "kept", {})
-    vhost.bind("x-gone", Destination(QUEUE, "local"), "lost", {})
+    apply(follower, HISTORY[:8])
     meta_snapshot.restore(follower, snapshot_of(leader))
-    local = Destination(QUEUE, "local")
-    assert [(b.source, b.routing_key) for b in vhost.bindings() if b.destination == local] \
-        == [("x1", "kept")]
-    assert "local" in vhost.queues
-    # the replicated exchange x1 is the one the classic binding lives in, and routes
-    assert [q.name for q in vhost.route(vhost.exchanges["x1"], "kept", lambda: None)] == \
+    vhost = follower.vhosts["/"]
+    local, elsewhere = vhost.queues["local"], vhost.queues["elsewhere"]
+    assert (type(local).__name__, local.host, local.group, local.durable) == (
+        "ClassicQueue", ME, "g-local", True)
+    assert (type(elsewhere).__name__, elsewhere.host, elsewhere.durable) == (
+        "RemoteClassicQueue", "qq2@localhost", False)
+    # the restored binding routes to the queue this node holds
+    assert [q.name for q in vhost.route(vhost.exchanges["x1"], "mine", lambda: None)] == \
         ["local"]
+    # and a restore back to before their declaration deletes them with their bindings
+    meta_snapshot.restore(follower, snapshot_of(new_node(tmp_path, "empty")))
+    assert "local" not in vhost.queues and "elsewhere" not in vhost.queues
 
 
 def test_a_restore_starts_the_replicas_of_queues_this_node_is_a_member_of(tmp_path):
@@ -235,8 +246,8 @@ def test_a_start_over_an_older_metadata_file_restores_the_snapshot(tmp_path):
     with open(os.path.join(node.settings.data_dir, meta.APPLIED_FILE)) as handle:
         assert json.load(handle) == {"index": 40}
     saved = MetadataStore(node.settings.data_dir).load()
-    assert sorted(q["name"] for q in saved["queues"]) == ["local", "orders", "remote",
-                                                          "short"]
+    assert sorted(q["name"] for q in saved["queues"]) == ["elsewhere", "local", "orders",
+                                                          "remote", "short"]
 
 
 def test_a_start_over_a_newer_metadata_file_only_adds_what_the_file_cannot_hold(tmp_path):

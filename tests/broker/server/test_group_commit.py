@@ -170,9 +170,10 @@ def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server
 
 def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server, gate):
     """broker/README.md "Ordering rules": nothing is acknowledged before it is durable.
-    A durable classic queue is recorded in the node's metadata file (replaced
-    atomically); its declare-ok, read while another client's fsync runs, leaves only
-    after the later Sync that replaced the file with one naming the queue."""
+    A classic queue is declared through the metadata log and recorded in the node's
+    metadata file (replaced atomically); its declare-ok, read while another client's
+    fsync runs, leaves only after the later Syncs that made the log entry durable
+    and replaced the file with one naming the queue."""
     setup = connect(server)
     setup.channel().queue_declare("busy", durable=True, arguments={"x-queue-type": "quorum"})
     publisher = Publisher(server, "busy", b"m")
@@ -190,9 +191,11 @@ def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server
     assert gate.wait_entered(1), "no Sync began for the publish"
     thread = threading.Thread(target=declare, daemon=True)
     thread.start()
-    wait_until(lambda: "declared-meanwhile" in server.node.vhosts["/"].queues,
-               "the declare to be applied while the first Sync is held")
-    gate.allow(1)           # the publish's Sync ends; the next one holds the metadata
+    meta = server.node.cluster.meta.raft
+    wait_until(lambda: meta.log.last_index() > meta.applied_index,
+               "the declare to be proposed while the first Sync is held")
+    assert "declared-meanwhile" not in server.node.vhosts["/"].queues  # not durable yet
+    gate.allow(1)           # the publish's Sync ends; the next one holds the declare
     assert gate.wait_entered(2), "no Sync began for the declared queue"
     thread.join(0.3)
     assert "saved" not in answered, "declare-ok left before the Sync that saves it"

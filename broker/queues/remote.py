@@ -1,0 +1,217 @@
+"""A classic queue hosted on another node of the cluster: the queue type as a client.
+
+Responsibilities: on every node but a classic queue's host, the queue as the node's
+channels and handlers see it (queues/base.py). Every operation goes to the host
+through a `ClassicLink` the cluster layer provides (cluster/classic_link.py: Rpc
+messages over the inter-node transport); this package never imports the cluster,
+so the link is a Protocol here. RabbitMQ does the same: a classic queue lives on its
+home node, its record is in the metadata store on every node, and a channel on
+any node talks to the queue process on the home node.
+
+How it works: publishes are forwarded with the confirm's answer (`Confirm.hold`):
+the host answers once it holds the message (after the fsync of its message store
+for a persistent message in a durable queue), or it is a nack (the host refused it,
+or is unreachable). A consumer here becomes a proxy consumer on the host, which
+sends its deliveries with the bodies; an unacked delivery's token is the host's
+entry sequence number, and settling sends those numbers back (by this channel's
+identity). Counts (declare-ok, `queues list`, queue.delete's answer) are asked of
+the host and cached in `counts`.
+
+Invariants: `consumers` are this node's AMQP consumers of the queue only (the host
+counts everyone's); nothing here is stored: the host's message store holds the
+messages; the host answers for what it holds, so a confirm is never an ack unless
+the host has the message.
+
+Not here: the wire and the host's side (cluster/classic_link.py), the local queue
+(classic.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, not_found, precondition
+from .base import Confirm, Queue
+from .classic import _without_default_type
+from .types import EQUIVALENCE_KEYS_BY_TYPE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..node.channel import Channel, Consumer
+
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+
+
+class ClassicLink(Protocol):
+    """What a remote classic queue asks of the cluster (cluster/classic_link.py)."""
+
+    def reachable(self, host: str) -> bool: ...
+
+    def publish(self, queue: "RemoteClassicQueue", message,
+                answer: Callable[[bool], None] | None) -> None: ...
+
+    def consume(self, queue: "RemoteClassicQueue", channel: "Channel",
+                consumer: "Consumer") -> None: ...
+
+    def cancel(self, queue: "RemoteClassicQueue", channel: "Channel",
+               consumer: "Consumer") -> None: ...
+
+    def get(self, queue: "RemoteClassicQueue", channel: "Channel", no_ack: bool) -> None: ...
+
+    def settle(self, queue: "RemoteClassicQueue", channel: "Channel", seqs: list[int],
+               requeue: bool | None) -> None: ...
+
+    def channel_closed(self, queue: "RemoteClassicQueue", channel: "Channel") -> None: ...
+
+    def purge(self, queue: "RemoteClassicQueue", respond: Callable[[int], None],
+              failed: Callable[[], None]) -> None: ...
+
+    def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None]) -> None: ...
+
+    def forget(self, queue: "RemoteClassicQueue") -> None: ...
+
+
+class RemoteClassicQueue(Queue):
+    type_name = "classic"
+    EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
+    IN_METADATA = True
+    REPLICATED = False
+    POLICY_ON_TICK = False
+
+    def __init__(self, vhost: str, name: str, durable: bool, exclusive_owner: str | None,
+                 auto_delete: bool, arguments: dict, group: str, host: str,
+                 link: ClassicLink) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner  # the owning connection's identity
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.group = group          # the record's uid (queue.delete names it)
+        self.host = host            # the node that holds the queue
+        self.link = link
+        self.consumers: list = []   # this node's AMQP consumers of the queue
+        self.exclusive_consumer = None
+        self.had_consumers = False
+        self.deleted = False
+        self.counts = dict(NO_COUNTS)  # the host's, when last asked
+
+    # ------------------------------------------------------------ counts (the host's)
+
+    @property
+    def ready_count(self) -> int:
+        return self.counts["ready"]
+
+    @property
+    def ready_bytes(self) -> int:
+        return self.counts["bytes"]
+
+    @property
+    def unacked_count(self) -> int:
+        return self.counts["unacked"]
+
+    @property
+    def consumer_count(self) -> int:
+        return self.counts["consumers"]
+
+    @property
+    def message_bytes(self) -> int:
+        return self.counts["bytes"]
+
+    def _host_down(self) -> AMQPError:
+        """RabbitMQ's answer when a classic queue's home node is not reachable
+        (rabbit_amqqueue: a durable queue's record stays; a transient one's is gone)."""
+        if not self.durable:
+            return not_found("queue", self.name, self.vhost)
+        return AMQPError(spec.NOT_FOUND, f"home node '{self.host}' of durable queue "
+                         f"'{self.name}' in vhost '{self.vhost}' is down or inaccessible")
+
+    def check_reachable(self) -> None:
+        if not self.link.reachable(self.host):
+            raise self._host_down()
+
+    # ------------------------------------------------------------ declaring
+
+    def equivalence_arguments(self, arguments: dict) -> tuple[dict, dict]:
+        return _without_default_type(arguments), _without_default_type(self.arguments)
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        """With the host's counts (`refresh` first): RabbitMQ's checks."""
+        where = f"queue '{self.name}' in vhost '{self.vhost}'"
+        if if_unused and (self.consumer_count or self.consumers):
+            raise precondition(f"{where} in use")
+        if if_empty and self.ready_count:
+            raise precondition(f"{where} not empty")
+
+    def refresh(self, done: Callable[[], None]) -> None:
+        """Ask the host's counts, then `done()`."""
+        self.link.counts(self, lambda _counts: done())
+
+    def declare_ok(self, send: Callable[[int, int], None]) -> None:
+        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]))
+
+    # ------------------------------------------------------------ messages
+
+    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+        self.link.publish(self, message, None if confirm is None else confirm.hold())
+
+    def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
+        self.check_reachable()
+        return exclusive
+
+    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+        self.consumers.append(consumer)
+        self.had_consumers = True
+        if consumer.exclusive:
+            self.exclusive_consumer = consumer
+        self.link.consume(self, channel, consumer)
+
+    def remove_consumer(self, consumer: "Consumer") -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.exclusive_consumer is consumer:
+            self.exclusive_consumer = None
+
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        self.remove_consumer(consumer)
+        if not self.deleted:
+            self.link.cancel(self, channel, consumer)
+
+    def is_unused_for_auto_delete(self) -> bool:
+        return False  # the host decides: it sees every node's consumers
+
+    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        self.check_reachable()
+        self.link.get(self, channel, no_ack)
+
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+        if not self.deleted:
+            self.link.settle(self, channel, list(tokens), requeue)
+
+    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+        if not self.deleted:
+            self.link.channel_closed(self, channel)
+
+    def purge(self, respond: Callable[[Any], None]) -> None:
+        """`respond(count)` once the host purged, or `respond(error)` if it could not
+        be asked (unreachable meanwhile)."""
+        self.check_reachable()
+        self.link.purge(self, respond)
+
+    def delete(self) -> None:
+        self.deleted = True
+        self.link.forget(self)
+
+    # ------------------------------------------------------------ listing
+
+    def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
+        self.link.counts(self, lambda _counts: done(self.stats(node_name)))
+
+    def stats(self, node_name: str) -> dict[str, Any]:
+        row = super().stats(node_name)
+        row.update(leader=self.host, members=[self.host])
+        return row
+
+    def metadata_record(self) -> dict[str, Any]:
+        return {"group": self.group, "host": self.host,
+                "exclusive_owner": self.exclusive_owner}
