@@ -2,8 +2,9 @@
 "Snapshots"): with `metadata_store.snapshot_interval` small, many declares and
 deletes make every node snapshot its metadata and delete the log segments below the
 snapshot; a node stopped meanwhile comes back through the leader's snapshot
-(InstallSnapshot) and then lists the same users, exchanges, queues and bindings as
-the others; a node restarted after its own snapshots keeps what the snapshot holds,
+(InstallSnapshot) and then lists the same users, exchanges, queues (a classic queue
+hosted on node 1 too, which it then uses through its host) and bindings as the
+others; a node restarted after its own snapshots keeps what the snapshot holds,
 also what its metadata file does not (a non-durable exchange). The restore itself,
 from any point of a history, is in tests/broker/node/test_metadata_snapshot.py."""
 
@@ -99,6 +100,8 @@ def test_snapshots_truncate_the_log_and_a_stopped_node_catches_up_through_one():
             channel.queue_declare("kept-q", durable=True, arguments={"x-queue-type": "quorum"})
             channel.queue_bind("kept-q", "transient-x")
             channel.queue_bind("kept-q", "kept-x", "orders.#")
+            channel.queue_declare("kept-cq", durable=True)  # classic, hosted on node 1
+            channel.queue_bind("kept-cq", "transient-x")
         call(one, "users.add", name="early", password="pw", tags=["monitoring"])
         wait_for("node 3 has the early changes", lambda: any(
             q["name"] == "kept-q" for q in status(three)["queues"]))
@@ -140,8 +143,10 @@ def test_snapshots_truncate_the_log_and_a_stopped_node_catches_up_through_one():
         assert "v-late" in document["vhosts"]
         assert {e["name"] for e in document["exchanges"]} == {f"b{b}-x19" for b in range(6)}
         assert {q["name"]: q["members"] for q in document["queues"]} == {
-            name: sorted(cluster.names)
-            for name in ("kept-q", *(f"b{b}-q{n}" for b in range(6) for n in range(3)))}
+            "kept-cq": [], **{name: sorted(cluster.names) for name in (
+                "kept-q", *(f"b{b}-q{n}" for b in range(6) for n in range(3)))}}
+        assert [(q["type"], q["host"]) for q in document["queues"]
+                if q["name"] == "kept-cq"] == [("classic", cluster.names[0])]
         for uri in cluster.uris():
             assert {u["name"] for u in call(uri, "users.list")} == {"guest", "late"}
             with connect(uri) as connection:
@@ -155,6 +160,10 @@ def test_snapshots_truncate_the_log_and_a_stopped_node_catches_up_through_one():
                 with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
                     channel.exchange_declare("kept-x", passive=True)
                 assert gone.value.reply_code == 404
+        with connect(three) as connection:  # the restored record reaches its host
+            wait_for("the fanned messages in kept-cq, counted through node 3", lambda: (
+                connection.channel().queue_declare("kept-cq", passive=True)
+                .method.message_count == 3))
 
         # a restart after its own snapshots: the file and the log after the snapshot,
         # plus the non-durable exchange only the snapshot holds
@@ -165,6 +174,6 @@ def test_snapshots_truncate_the_log_and_a_stopped_node_catches_up_through_one():
         with connect(one) as connection:
             channel = connection.channel()
             channel.exchange_declare("transient-x", passive=True)
-            for queue in ("kept-q", "b5-q1"):  # one message published through each node
+            for queue in ("kept-q", "kept-cq", "b5-q1"):  # one published through each node
                 wait_for(f"{queue}'s messages on node 1", lambda: channel.queue_declare(
                     queue, passive=True).method.message_count == 3)
