@@ -103,7 +103,7 @@ class Channel:
         self.reply_to_consumer: Consumer | None = None
         self.queues_used: dict[int, Queue] = {}  # consumed or got from: told of the close
         # methods received while a metadata change this channel made is not applied yet,
-        # run once it is, in order (handlers.hold); None: nothing to wait for
+        # run once it is, in order (ordering.hold); None: nothing to wait for
         self.held: list | None = None
         # (vhost, queue, basic.cancel frames) while this channel's queue.delete goes
         # through the metadata log: its own consumers' cancels follow the delete-ok

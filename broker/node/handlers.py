@@ -37,6 +37,7 @@ from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases, management
 from ..cluster import meta
 from .channel import Channel, Consumer
+from .ordering import hold, replicate as _replicate, resume as _resume  # noqa: F401 - hold: session
 from .node import REPLY_TO
 from .vhost import DEFAULT_EXCHANGE_REFUSED, check_arguments_equivalent
 
@@ -168,76 +169,12 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
     if target is not None and (
             not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
         _check_exclusive(session, target)
-    if target is None or target.IN_METADATA:
-        vhost.check_binding(source, destination, unbind)
-        _replicate(session, channel, method, meta.encode(
-            "unbind" if unbind else "bind", vhost=vhost.name, source=source,
-            kind=destination.kind, destination=destination.name, routing_key=routing_key,
-            arguments=dict(arguments)),
-            None if ok is None else lambda _: channel.send(ok()))
-        return
-    if unbind:
-        vhost.unbind(source, destination, routing_key, arguments)
-    else:
-        vhost.bind(source, destination, routing_key, arguments)
-    session.node.metadata_dirty = True
-    if ok is not None:
-        channel.send(ok())
-
-
-def _replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
-               then: Callable[[object], None] | None) -> None:
-    """Propose a metadata command (broker/cluster/meta.py); once this node applied it,
-    call `then(reply)`, or fail the channel as RabbitMQ would if it could not be
-    applied (another node changed the same thing first). Until then the channel
-    holds the methods that follow (`hold`): a channel's methods act in order, so a
-    publish right after a declare with nowait finds the exchange, as on RabbitMQ."""
-    def applied(reply) -> None:
-        if channel.state != ChannelState.OPEN:
-            return
-        if isinstance(reply, meta.MetadataTimeout):  # RabbitMQ 4: 541, the connection
-            channel.held = None
-            session.fail_later(AMQPError(spec.INTERNAL_ERROR, meta.timed_out_text(
-                reply.command, session.node.settings.node_name), *method), channel)
-            return
-        if isinstance(reply, (tuple, list)) and reply and reply[0] == "error":
-            channel.held = None
-            session.fail_later(AMQPError(reply[1], reply[2], *method), channel)
-            return
-        if then is not None:
-            then(reply)
-        _resume(session, channel)
-
-    if channel.held is None:
-        channel.held = []
-    group = session.node.cluster.meta
-    group.propose_data(data, group.bounded(applied, session.node.now,
-                                           meta.MetadataTimeout(data)))
-
-
-def hold(session, channel: Channel, call: Callable[[], None], method: tuple[int, int]) -> bool:
-    """Keep `call` (a method's handling) for after the metadata change the channel
-    waits for; False when it waits for none (then the caller runs it now)."""
-    if channel.held is None:
-        return False
-    channel.held.append((call, method))
-    return True
-
-
-def _resume(session, channel: Channel) -> None:
-    """Run the methods a channel held, in order, until one waits for the metadata
-    again (the rest wait with it) or fails (the channel or connection closes)."""
-    held, channel.held = channel.held or [], None
-    while held:
-        call, method = held.pop(0)
-        try:
-            call()
-        except AMQPError as error:
-            session.fail_later(error.at(*method), channel)
-            return
-        if channel.held is not None:
-            channel.held.extend(held)
-            return
+    vhost.check_binding(source, destination, unbind)
+    _replicate(session, channel, method, meta.encode(
+        "unbind" if unbind else "bind", vhost=vhost.name, source=source,
+        kind=destination.kind, destination=destination.name, routing_key=routing_key,
+        arguments=dict(arguments)),
+        None if ok is None else lambda _: channel.send(ok()))
 
 
 def exchange_bind(session, channel: Channel, args) -> None:
@@ -307,11 +244,8 @@ def queue_declare(session, channel: Channel, args) -> None:
             channel.check_access("write", EXCHANGE, _text(dead_letter))
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
                                           bool(args.exclusive), bool(args.auto_delete), arguments)
-        if registry.type_of(queue_spec.type).IN_METADATA:
-            _declare_replicated(session, channel, args, name, queue_spec)
-            return
-        queue = node.create_queue(vhost, name, queue_spec,
-                                  session.identity if args.exclusive else None)
+        _declare_replicated(session, channel, args, name, queue_spec)  # every type
+        return
     channel.last_queue_name = queue.name
     if not args.nowait:
         _send_declare_ok(channel, queue)
@@ -393,41 +327,33 @@ def queue_delete(session, channel: Channel, args) -> None:
             channel.send(codec.queue_delete_ok(channel.number, 0))
         return
     _check_exclusive(session, queue)
-    if queue.IN_METADATA:
-        waiting = [True]
+    waiting = [True]
 
-        def refreshed() -> None:
-            if waiting:  # at once (a queue this node holds): errors reach the caller
-                waiting.clear()
-                _delete_replicated(session, channel, args, queue)
-                return
-            if channel.state != ChannelState.OPEN:
-                return
-            if queue.deleted:  # deleted meanwhile, through another channel or node
-                if not args.nowait:
-                    channel.send(codec.queue_delete_ok(channel.number, 0))
-                _resume(session, channel)
-                return
-            try:
-                _delete_replicated(session, channel, args, queue)
-            except AMQPError as error:
-                channel.held = None
-                session.fail_later(error.at(*spec.QUEUE_DELETE), channel)
-
-        # the counts the checks and the answer need (a queue held elsewhere asks its
-        # host); meanwhile the channel's next methods wait
-        queue.refresh(refreshed)
-        if waiting:
+    def refreshed() -> None:
+        if waiting:  # at once (a queue this node holds): errors reach the caller
             waiting.clear()
-            if channel.held is None:
-                channel.held = []
-        return
-    queue.check_delete(bool(args.if_unused), bool(args.if_empty))
-    # delete-ok before the basic.cancel this channel's own consumers get, as RabbitMQ
-    # sends them (the count is the ready messages the deletion drops)
-    if not args.nowait:
-        channel.send(codec.queue_delete_ok(channel.number, queue.ready_count))
-    session.node.delete_queue(vhost, queue)
+            _delete_replicated(session, channel, args, queue)
+            return
+        if channel.state != ChannelState.OPEN:
+            return
+        if queue.deleted:  # deleted meanwhile, through another channel or node
+            if not args.nowait:
+                channel.send(codec.queue_delete_ok(channel.number, 0))
+            _resume(session, channel)
+            return
+        try:
+            _delete_replicated(session, channel, args, queue)
+        except AMQPError as error:
+            channel.held = None
+            session.fail_later(error.at(*spec.QUEUE_DELETE), channel)
+
+    # the counts the checks and the answer need (a queue held elsewhere asks its
+    # host); meanwhile the channel's next methods wait
+    queue.refresh(refreshed)
+    if waiting:
+        waiting.clear()
+        if channel.held is None:
+            channel.held = []
 
 
 def _delete_replicated(session, channel: Channel, args, queue) -> None:

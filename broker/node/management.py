@@ -175,10 +175,6 @@ def _delete(node, session, request) -> dict:
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise not_found("queue", request["name"], vhost.name)
-    if not queue.IN_METADATA:
-        queue.check_delete(bool(request.get("if_unused")), bool(request.get("if_empty")))
-        return {"deleted": node.delete_queue(vhost, queue)}
-
     def start(done) -> None:
         def refreshed() -> None:  # with the counts of the queue's host
             try:

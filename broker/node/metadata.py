@@ -87,7 +87,7 @@ def _queue_declare(node: "Node", c: dict):
         return None
     spec = validate_declaration(c["name"], vhost.name, durable, owner is not None,
                                 c.get("auto_delete", False), c["arguments"])
-    node.create_replicated_queue(vhost, c["name"], spec, c)
+    node.create_recorded_queue(vhost, c["name"], spec, c)
     return None
 
 

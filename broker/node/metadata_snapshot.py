@@ -71,15 +71,10 @@ def _replicated_exchange(name: str) -> bool:
     return bool(name) and not name.startswith("amq.")
 
 
-def _replicated_queue(queue) -> bool:
-    return queue.IN_METADATA
-
-
 def _replicated_binding(vhost: "VHost", binding: Binding) -> bool:
     if binding.destination.kind == EXCHANGE:
         return True
-    queue = vhost.queues.get(binding.destination.name)
-    return queue is not None and _replicated_queue(queue)
+    return binding.destination.name in vhost.queues
 
 
 def document(node: "Node") -> dict:
@@ -90,8 +85,7 @@ def document(node: "Node") -> dict:
             if _replicated_exchange(exchange.name):
                 exchanges.append(_exchange_item(vhost.name, exchange))
         for queue in vhost.queues.values():
-            if _replicated_queue(queue):
-                queues.append(_queue_item(vhost.name, queue))
+            queues.append(_queue_item(vhost.name, queue))
         for binding in vhost.bindings():
             if _replicated_binding(vhost, binding):
                 bindings.append(_binding_item(vhost.name, binding))
@@ -251,7 +245,7 @@ def _restore_policies(node: "Node", policies: list[dict]) -> None:
 def _restore_queues(node: "Node", queues: list[dict]) -> None:
     wanted = {(item["vhost"], item["name"]): item for item in queues}
     for vhost in list(node.vhosts.values()):
-        for queue in [q for q in vhost.queues.values() if _replicated_queue(q)]:
+        for queue in list(vhost.queues.values()):
             item = wanted.get((vhost.name, queue.name))
             if item is None or item["group"] != queue.group:
                 node.delete_queue(vhost, queue)  # as queue.delete
@@ -266,7 +260,7 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
         # reopened over its log; anything else is recorded as queue.declare does (a
         # quorum group's leader was elected long ago)
         reopen = bool(item.get("members")) and item["group"] in quorum.store.groups()
-        node.create_replicated_queue(vhost, name, _spec(vhost_name, name, item), item,
+        node.create_recorded_queue(vhost, name, _spec(vhost_name, name, item), item,
                                      recover=reopen)
 
 

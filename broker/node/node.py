@@ -123,18 +123,7 @@ class Node:
 
     # ------------------------------------------------------------ queues
 
-    def create_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
-                     owner: "Session | None", group: str | None = None) -> Queue:
-        queue = registry.create(self, vhost.name, name, queue_spec, owner, group)
-        vhost.queues[name] = queue
-        if queue.durable:
-            self.metadata_dirty = True
-        # a policy's settings: classic queues take them at once, quorum queues as the
-        # log's first command
-        queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
-        return queue
-
-    def create_replicated_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
+    def create_recorded_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
                                 record: dict, recover: bool = False) -> Queue:
         """A queue the metadata group declared (node/metadata.py, a snapshot, the
         metadata file): every node records it (registry.create_recorded: a quorum
@@ -438,12 +427,11 @@ class Node:
             for queue in vhost.queues.values():
                 # every queue in the metadata (non-durable ones too: other nodes' and
                 # this node's, which a restart of this node deletes through the log)
-                if queue.durable or queue.IN_METADATA:
-                    queues.append({"vhost": vhost.name, "name": queue.name,
-                                   "type": queue.type_name, "durable": queue.durable,
-                                   "auto_delete": queue.auto_delete,
-                                   "arguments": encode_arguments(queue.arguments),
-                                   **queue.metadata_record()})
+                queues.append({"vhost": vhost.name, "name": queue.name,
+                               "type": queue.type_name, "durable": queue.durable,
+                               "auto_delete": queue.auto_delete,
+                               "arguments": encode_arguments(queue.arguments),
+                               **queue.metadata_record()})
             for binding in vhost.bindings():
                 if self._durable_binding(vhost, binding):
                     bindings.append({"vhost": vhost.name, "source": binding.source,
@@ -469,7 +457,7 @@ class Node:
             return False
         if binding.destination.kind == QUEUE:  # every queue the file holds
             queue = vhost.queues.get(binding.destination.name)
-            return queue is not None and (queue.durable or queue.IN_METADATA)
+            return queue is not None
         target = vhost.exchanges.get(binding.destination.name)
         return target is not None and target.durable
 
@@ -504,7 +492,7 @@ class Node:
                 queue_spec = validate_declaration(
                     item["name"], vhost.name, item.get("durable", True),
                     item.get("exclusive_owner") is not None, item["auto_delete"], arguments)
-                self.create_replicated_queue(vhost, item["name"], queue_spec, item,
+                self.create_recorded_queue(vhost, item["name"], queue_spec, item,
                                              recover=True)
                 counts["queues"] += 1
             for item in document["bindings"]:

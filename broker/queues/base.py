@@ -99,14 +99,14 @@ class Confirm:
 
 class Queue:
     """The interface (see the module header). Subclasses set `type_name` and
-    `EQUIVALENCE_KEYS` and implement the operations."""
+    `EQUIVALENCE_KEYS` and implement the operations. Every queue is declared, deleted
+    and bound through the cluster's metadata group (a node is a cluster of one): a
+    type's `place(vhost, name, arguments, policy, settings, cluster, exclusive)`
+    gives the fields of a new queue's record."""
 
     type_name: ClassVar[str]
     # arguments compared when a queue is declared again (RabbitMQ's per-type list)
     EQUIVALENCE_KEYS: ClassVar[tuple[str, ...]]
-    # declared, deleted and bound through the cluster's metadata group (`place` gives
-    # the record's fields); every type is, today (a node is a cluster of one)
-    IN_METADATA: ClassVar[bool]
     # has replicas on several nodes (`members`, a Raft group): replica management
     # (add_member, grow, shrink, rebalance, continuous reconciliation) applies
     REPLICATED: ClassVar[bool]

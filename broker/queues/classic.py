@@ -102,7 +102,6 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
-    IN_METADATA = True  # every node knows it; others reach it through queues/remote.py
     REPLICATED = False
     POLICY_ON_TICK = False  # its limits change at once, on the policy change
 

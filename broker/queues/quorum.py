@@ -84,7 +84,6 @@ def group_uid(vhost: str, name: str) -> str:
 class QuorumQueue(ReplicatedGroup, Queue):
     type_name = "quorum"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["quorum"]
-    IN_METADATA = True
     REPLICATED = True
     POLICY_ON_TICK = True
 

@@ -1,11 +1,12 @@
 """The queue types a node can create, by the name `x-queue-type` gives.
 
-`create` builds a new queue of the type a validated declaration names (types.py
-`validate_declaration`), with what that type needs from the node (`host`: its
-message store for classic queues, its quorum groups for quorum queues);
-`create_recorded` builds one from its metadata record (a `queue.declare` applied,
-a snapshot restored, the metadata file at start): a quorum queue's replica or
-proxy, a classic queue on its host and a remote one (remote.py) elsewhere. Adding a
+`create_recorded` builds a queue of the type a validated declaration names (types.py
+`validate_declaration`) from its metadata record (a `queue.declare` applied, a
+snapshot restored, the metadata file at start), with what that type needs from the
+node (`host`: its message store and name for classic queues, the link to other
+nodes for classic queues held elsewhere, its quorum groups for quorum queues): a
+quorum queue's replica or proxy, a classic queue on its host and a remote one
+(remote.py) elsewhere. `type_of` names the class (its `place` gives the record). Adding a
 type (mirrored classic queues come next) means a module in this package and a line
 here: the node, the channel and the method handlers only ever see `base.Queue`.
 
@@ -36,27 +37,6 @@ def type_of(name: str) -> type[Queue]:
     from .quorum import QuorumQueue
 
     return {"classic": ClassicQueue, "quorum": QuorumQueue}[name]
-
-
-def create(host: QueueHost, vhost: str, name: str, spec: QueueSpec, owner: Any,
-           group: str | None = None) -> Queue:
-    """A new queue (or, with `group`, a quorum queue's group reopened at start)."""
-    arguments = dict(spec.arguments)
-    match spec.type:
-        case "quorum":
-            if host.quorum is None:
-                raise AMQPError(amqp_spec.NOT_IMPLEMENTED, "quorum queues need a log store; "
-                                "this node runs without one", connection_level=False)
-            if group is not None:
-                return host.quorum.recover(vhost, name, arguments, group)
-            return host.quorum.create(vhost, name, arguments)
-        case "classic":
-            return ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,
-                                max_priority=spec.max_priority,
-                                single_active_consumer=spec.single_active_consumer,
-                                store=host.store)
-        case other:  # pragma: no cover - validate_declaration refuses unknown types
-            raise AMQPError(amqp_spec.PRECONDITION_FAILED, f"unsupported queue type '{other}'")
 
 
 def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,

@@ -74,7 +74,6 @@ class ClassicLink(Protocol):
 class RemoteClassicQueue(Queue):
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
-    IN_METADATA = True
     REPLICATED = False
     POLICY_ON_TICK = False
 
