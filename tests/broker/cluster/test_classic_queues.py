@@ -3,7 +3,9 @@ cluster/classic_link.py), used as a RabbitMQ user would: a classic queue lives o
 node that declared it, its record and bindings are on every node, and a client on any
 node publishes to it (confirms from its host), consumes, gets, rejects, purges and
 deletes it; every node lists it with the host's counts. An exclusive queue is its
-connection's alone, on every node (405). When the host is killed, publishes through
+connection's alone, on every node (405). No-ack consumers elsewhere flow through a
+credit window; a killed consumer node's unacked messages return to the host. When the
+host is killed, publishes through
 another node are nacked and consuming answers RabbitMQ's 404; a non-durable queue
 does not survive its host's restart, a durable one keeps its persistent messages.
 The snapshot path (a follower restoring a snapshot with a classic queue) is in
@@ -179,6 +181,67 @@ def test_an_auto_delete_queue_goes_when_its_last_consumer_on_another_node_does(c
                  lambda: row(one, "cq-auto")["consumers"] == 1)
         channel.basic_cancel(tag)
     gone_everywhere(cluster, "cq-auto")
+
+
+def test_a_no_ack_consumer_on_another_node_gets_more_than_one_credit_window(cluster):
+    """No-ack deliveries flow in a credit window (quorum.NO_ACK_CREDIT, 2000) that the
+    consuming node replenishes as it writes them: 3000 messages all arrive, in order."""
+    one, _two, three = cluster.uris()
+    count = 3000
+    with connect(one) as connection:
+        channel = connection.channel()
+        channel.queue_declare("cq-flow", durable=False)
+        for n in range(count):
+            channel.basic_publish("", "cq-flow", str(n).encode())
+    counts_everywhere(cluster, "cq-flow", count, 0)
+    with connect(three) as connection:
+        channel = connection.channel()
+        received = []
+        for method, _properties, body in channel.consume("cq-flow", auto_ack=True,
+                                                         inactivity_timeout=30):
+            assert method is not None, f"deliveries stopped after {len(received)}"
+            received.append(int(body))
+            if len(received) == count:
+                break
+        channel.cancel()
+        assert received == list(range(count))
+        channel.queue_delete("cq-flow")
+
+
+def test_a_killed_consumer_node_gives_its_unacked_messages_back(cluster):
+    """The host returns the unacked deliveries of a node that went silent, as
+    RabbitMQ does for a consumer whose node is gone."""
+    one, two, _three = cluster.uris()
+    with connect(one) as connection:
+        channel = connection.channel()
+        channel.queue_declare("cq-orphans", durable=True)
+        channel.confirm_delivery()
+        for n in range(3):
+            channel.basic_publish("", "cq-orphans", f"o{n}".encode(), PERSISTENT)
+    consumer = connect(two)
+    channel = consumer.channel()
+    taken = 0
+    for method, _properties, _body in channel.consume("cq-orphans", inactivity_timeout=30):
+        assert method is not None
+        taken += 1
+        if taken == 3:
+            break
+    counts_everywhere(cluster, "cq-orphans", 0, 3)
+    cluster.kill(1, signal.SIGKILL)
+    wait_for("the host has the messages back", lambda: (
+        (line := row(one, "cq-orphans")) is not None
+        and (line["ready"], line["unacked"]) == (3, 0)))
+    try:
+        consumer.close()  # its node is gone
+    except pika.exceptions.AMQPError:
+        pass
+    cluster.restart(1)
+    counts_everywhere(cluster, "cq-orphans", 3, 0)
+    with connect(two) as connection:
+        method, _properties, body = connection.channel().basic_get("cq-orphans",
+                                                                   auto_ack=True)
+        assert (body, method.redelivered) == (b"o0", True)
+        connection.channel().queue_delete("cq-orphans")
 
 
 def test_a_killed_host_nacks_publishes_and_refuses_consumers_then_comes_back(cluster):
