@@ -110,8 +110,9 @@ class ClassicQueue(Queue):
               exclusive: bool = False) -> dict:
         """The record of a new queue: its uid and its host, the declaring node
         (client-local), or with queue-leader-locator "balanced" the node hosting the
-        fewest classic queues; exclusive queues always live on the declaring
-        connection's node (RabbitMQ's queue locators, "Queue Leader Location")."""
+        fewest classic queues (RabbitMQ's guides, "Queue Leader Location"); exclusive
+        queues always live on the declaring connection's node (the queues guide,
+        "Exclusive Queues")."""
         from .quorum import group_uid
         from .settings import leader_locator
 

@@ -83,3 +83,68 @@ def test_definitions_go_through_the_metadata_group_on_a_lone_node():
     assert json.loads(reply.body) == {"ok": True, "result": {}}
     assert "shop" in node.vhosts
     assert metadata_entries(node) == before + 1
+
+
+def test_a_classic_queue_is_declared_bound_and_deleted_through_the_metadata_group():
+    """Classic queues are recorded in the metadata like quorum queues (RabbitMQ 4
+    keeps every queue's record in Khepri): declare, bind and delete are log entries;
+    an exclusive queue's record names its owner's connection, and the owner's close
+    deletes it through the log too."""
+    node = new_node()
+    client = client_of(node)
+    before = metadata_entries(node)
+    client.declare_queue(1, "plain", durable=True)
+    client.call(1, method(commands.Queue.Bind, queue="plain", exchange="amq.direct",
+                          routing_key="k"), "Queue.BindOk")
+    client.call(1, method(commands.Queue.Delete, queue="plain"), "Queue.DeleteOk")
+    assert metadata_entries(node) == before + 3
+    owned = client.declare_queue(1, "", exclusive=True).queue
+    queue = node.vhosts["/"].queues[owned]
+    assert (queue.host, queue.exclusive_owner) == (node.settings.node_name,
+                                                  client.session.identity)
+    assert metadata_entries(node) == before + 4
+    other = client_of(node)
+    other.send(1, method(commands.Queue.Declare, queue=owned, passive=True))
+    [(_channel, refused)] = other.read_methods()
+    assert (name(refused), refused.reply_code) == ("Channel.Close", 405)
+    client.session.connection_lost()
+    node.flush()
+    assert owned not in node.vhosts["/"].queues
+    assert metadata_entries(node) == before + 5
+
+
+def test_a_restarted_lone_node_deletes_its_non_durable_and_exclusive_classic_queues(tmp_path):
+    """As RabbitMQ after a restart: durable queues come back with their persistent
+    messages; non-durable and exclusive ones are gone, deleted through the log after
+    it was replayed (so a later replay agrees)."""
+    from quorumqueue.broker.config import Settings
+    from quorumqueue.broker.raft.storage import LogStore
+    from quorumqueue.broker.raft.storage.config import StorageConfig
+    from quorumqueue.broker.storage.message_store import MessageStore
+    from quorumqueue.broker.storage.metadata_store import MetadataStore
+
+    def start():
+        data = str(tmp_path)
+        node = new_node(Settings(data_dir=data), message_store=MessageStore(
+            data + "/msgstore", segment_bytes=1 << 20, fsync=False),
+            metadata_store=MetadataStore(data),
+            log_store=LogStore(data, StorageConfig(fsync=False)))
+        node.recover()
+        node.cluster.meta.recover()
+        node.flush()
+        return node
+
+    node = start()
+    client = client_of(node)
+    client.declare_queue(1, "kept", durable=True)
+    client.declare_queue(1, "transient", durable=False)
+    client.declare_queue(1, "mine", durable=True, exclusive=True)
+    client.publish(1, "", "kept", b"stored", properties(delivery_mode=2))
+    client.read()
+    node.store.close()
+    node = start()
+    for _ in range(5):  # the deletions proposed after the replay are applied
+        node.flush()
+    queues = node.vhosts["/"].queues
+    assert sorted(queues) == ["kept"]
+    assert queues["kept"].ready_count == 1

@@ -304,3 +304,21 @@ def test_forget_node_leaves_the_node_list_and_the_queues_members_and_a_restore_f
     again = Cluster(follower, follower.settings)
     assert again.nodes == (ME, "qq3@localhost", "qq4@localhost")
     assert again.forgotten == {"qq2@localhost"}
+
+
+def test_a_balanced_classic_queue_goes_to_the_node_hosting_fewest_and_an_exclusive_one_stays(
+        tmp_path):
+    """queue-leader-locator "balanced" (RabbitMQ's guides, "Queue Leader Location"):
+    the node hosting the fewest classic queues; an exclusive queue always lives on its
+    connection's node (the queues guide, "Exclusive Queues")."""
+    from quorumqueue.broker.queues.classic import ClassicQueue
+
+    node = clustered_node(tmp_path, "placing")
+    apply(node, [classic("a", "g-a", ME), classic("b", "g-b", ME),
+                 classic("c", "g-c", "qq2@localhost")])
+    balanced = {"x-queue-leader-locator": "balanced"}
+    place = lambda exclusive: ClassicQueue.place(  # noqa: E731
+        "/", "new", balanced, None, node.settings, node.cluster, exclusive=exclusive)
+    assert place(False)["host"] == "qq3@localhost"
+    assert place(True)["host"] == ME
+    assert ClassicQueue.place("/", "new", {}, None, node.settings, node.cluster)["host"] == ME
