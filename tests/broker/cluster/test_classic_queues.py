@@ -5,8 +5,8 @@ node publishes to it (confirms from its host), consumes, gets, rejects, purges a
 deletes it; every node lists it with the host's counts. An exclusive queue is its
 connection's alone, on every node (405). No-ack consumers elsewhere flow through a
 credit window; a killed consumer node's unacked messages return to the host. When the
-host is killed, publishes through
-another node are nacked and consuming answers RabbitMQ's 404; a non-durable queue
+host is killed, publishes through another node are nacked and consume, get and purge
+answer RabbitMQ's 404; a non-durable queue
 does not survive its host's restart, a durable one keeps its persistent messages.
 The snapshot path (a follower restoring a snapshot with a classic queue) is in
 test_metadata_snapshots.py.
@@ -273,9 +273,11 @@ def test_a_killed_host_nacks_publishes_and_refuses_consumers_then_comes_back(clu
         assert (refused.value.reply_code, refused.value.reply_text) == (
             404, f"NOT_FOUND - home node '{cluster.names[0]}' of durable queue 'cq-durable' "
                  "in vhost '/' is down or inaccessible")
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-            connection.channel().basic_get("cq-durable")
-        assert refused.value.reply_code == 404
+        for attempt in (lambda c: c.basic_get("cq-durable"),
+                        lambda c: c.queue_purge("cq-durable")):
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                attempt(connection.channel())
+            assert refused.value.reply_code == 404
 
     cluster.restart(0)
     # RabbitMQ drops a non-durable queue with its node; the durable one keeps its
