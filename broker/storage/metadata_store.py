@@ -3,8 +3,12 @@
 Format (version 1): `metadata.json`, a JSON object
   {"version": 1, "vhosts": [...], "users": [{name, password_hash, tags, vhosts}],
    "exchanges": [{vhost, name, type, auto_delete, internal, arguments}],
-   "queues": [{vhost, name, type, auto_delete, arguments}],
+   "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
+               members (quorum) | host, exclusive_owner (classic)}],
    "bindings": [{vhost, source, destination_kind, destination, routing_key, arguments}]}
+Every queue recorded in the cluster's metadata is listed, non-durable ones too (a
+record without `durable` is durable; a classic record without `host` is this
+node's, as written before classic queues were in the metadata).
 AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
 objects: {"$bytes": base64}, {"$decimal": "1.5"}, {"$timestamp": epoch seconds}.
 
