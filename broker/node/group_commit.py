@@ -13,9 +13,10 @@ How it works: a Sync makes things durable in the order of the synchronous flush 
 replaces: the metadata file (tmp, fsync, rename), then the message store's batch
 (one fdatasync), then the Raft log's batch (one fdatasync for every group). Records
 that reach the disk before the metadata naming their queue are harmless: recovery
-drops messages and groups of queues the metadata does not know. Applying a round may
-propose (a single-member group commits its entries only once they are durable), so
-`flush` repeats begin/run/end until a round has no Ready.
+drops messages and groups of queues the metadata does not know. `end_sync` also
+applies what the fsync made committed (a single-member group commits its entries only
+once they are durable: `QuorumGroups.end_round`). Applying may propose (settling a
+no-ack delivery...), so `flush` repeats begin/run/end until a round has no Ready.
 
 Invariants: between `begin_sync` and `end_sync` of one Sync, no other Sync begins
 (the log store refuses a second sealed batch); what `end_sync` releases — confirms

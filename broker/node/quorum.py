@@ -13,9 +13,11 @@ time: `begin_round` collects a Ready from every group and appends their entries 
 hard states to the log store (`driver.persist_round`), then seals the store's
 batch; once that batch is written and fdatasynced (one for all groups, on the
 server's writer thread), `end_round` sends, applies what is committed and advances
-(`driver.finish_round`). A single-member group commits its own entries once they
-are durable, so the round after the fsync applies them; proposals made while
-applying (settling a no-ack delivery...) get one more round. Confirms and replies
+(`driver.finish_round`), then applies at once whatever is committed and already
+durable (`driver.apply_round`): a single-member group commits its own entries when
+the fsync completes, and a leader may have heard its peers' acknowledgements while it
+ran; neither waits for the next round's fsync of entries proposed meanwhile.
+Proposals made while applying (settling a no-ack delivery...) get one more round. Confirms and replies
 are written to the sessions' buffers, which the server sends only after the fsync
 that covers them.
 
@@ -195,9 +197,11 @@ class QuorumGroups:
         return readies, self.store.seal()
 
     def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
-        """`batch` is written: send, apply and advance the round's Readies."""
+        """`batch` is written: send, apply and advance the round's Readies, then apply
+        what that made committed and durable (and what peers committed meanwhile)."""
         self.store.synced(batch)
         driver.finish_round(readies, self)
+        driver.apply_round(self.queues.values(), self)
         self.release_confirms()
 
     def release_confirms(self) -> None:

@@ -279,6 +279,27 @@ class RaftNode:
             commit_index=self._log.committed, members=self._membership.current)
         return self._outstanding
 
+    def ready_to_apply(self) -> Ready | None:
+        """The committed entries that are already durable here, alone: a Ready with
+        nothing to persist or send, which the caller may apply and advance at once,
+        before the next `ready()` (whose entries it need not wait for). None if there
+        are none (or a received snapshot waits to be persisted)."""
+        if self._outstanding is not None:
+            raise RuntimeError("ready_to_apply - the previous Ready was not advanced")
+        log = self._log
+        if log.unstable_snapshot() is not None:
+            return None
+        durable = min(log.committed, log.persisted_index())
+        if durable <= log.applied:
+            return None
+        term, role, leader_id = self._reported
+        self._outstanding = Ready(
+            hard_state=None, snapshot=None, truncate_from=None, entries=(), messages=(),
+            committed=tuple(log.entries(log.applied + 1, durable + 1)), term=term,
+            role=role, leader_id=leader_id, leader_changed=False, commit_index=durable,
+            members=self._membership.current)
+        return self._outstanding
+
     def advance(self, ready: Ready) -> None:
         """The caller persisted, sent and applied everything in `ready`."""
         if ready is not self._outstanding:

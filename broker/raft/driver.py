@@ -15,6 +15,12 @@ propose new entries (a no-ack delivery is settled at once, a restart's Down...) 
 single-member group commits its own entries only after they are durable, so callers
 repeat rounds until `persist_round` finds no Ready (at most `MAX_ROUNDS`).
 
+`apply_round` is a round without a persist step: every group's `ready_to_apply`
+(committed entries that are already durable here), applied and advanced at once. The
+node calls it right after `finish_round`: entries a single-member group committed
+when the fsync completed, and those a leader's peers acknowledged while it ran, are
+applied then, not after the next round's fsync of entries proposed meanwhile.
+
 Invariants: `finish_round(batch)` is called only after everything `persist_round`
 returned `batch` for is durable; every group's Ready is advanced exactly once, after
 its messages were handed to `send` and its committed entries to `apply`; one Ready is
@@ -95,6 +101,20 @@ def finish_round(batch: Batch, handler: ReadyHandler) -> None:
             handler.send(member, ready.messages)
     for member, raft, ready in batch:
         if member.raft is not raft:  # left while an earlier group was applied
+            continue
+        handler.apply(member, ready)
+        raft.advance(ready)
+        handler.advanced(member, ready)
+
+
+def apply_round(members: Iterable[Member], handler: ReadyHandler) -> None:
+    """Apply, then advance, what every group has committed and already made durable
+    (`RaftNode.ready_to_apply`), without a persist step. Only between rounds: no
+    group may have a Ready outstanding."""
+    for member in list(members):
+        raft = member.raft
+        ready = raft.ready_to_apply()
+        if ready is None:
             continue
         handler.apply(member, ready)
         raft.advance(ready)

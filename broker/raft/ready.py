@@ -17,7 +17,12 @@ what ordering the caller owes (etcd-io/raft's Ready):
 
 `committed` may include entries that this same Ready persists (a follower can learn an
 entry and its commit in one message): step 1 comes first, so nothing is applied before
-it is durable locally. Inputs (`step`, `tick`, `propose`...) may arrive between
+it is durable locally. `RaftNode.ready_to_apply()` gives the other kind of Ready: only
+committed entries that are already durable here, nothing to persist or send, so the
+caller applies and advances it at once (a single member's entries right after the
+fsync that committed them, without waiting for the fsync of entries proposed
+meanwhile); its soft fields repeat the last reported ones (leader news waits for
+`ready()`). Inputs (`step`, `tick`, `propose`...) may arrive between
 `ready()` and `advance()`; what they produce waits for the next Ready.
 
 The remaining fields describe the node after this Ready, for the shell (routing client

@@ -180,3 +180,33 @@ def test_groups_of_one_over_a_log_store_apply_everything_durable(tmp_path):
     reopened = LogStore(str(tmp_path))    # everything applied was on disk
     assert reopened.last_index("g1") == 3 and reopened.last_index("g2") == 2
     reopened.close()
+
+
+def test_apply_round_applies_what_the_flush_committed_before_newer_proposals_persist(tmp_path):
+    """A shell that flushes off its event loop takes proposals while the flush runs
+    (node/group_commit.py). Once it completes, a group of one's flushed entries are
+    committed: `apply_round` applies them right away, while the newer proposal is
+    still only in memory, waiting for the next round's flush."""
+    store = LogStore(str(tmp_path))
+    store.set_initial_members("g", ["n1"])
+    member = Group("g", [], [])
+    member.raft = RaftNode("n1", RaftConfig(), store.group_log("g"), random.Random(1))
+    member.raft.campaign()
+    applier = Applier(store)
+    run_rounds(store, [member], applier)
+    member.raft.propose(b"second")
+    batch = driver.persist_round(store, [member])
+    store.flush()
+    member.raft.propose(b"third")          # came in while the flush ran
+    driver.finish_round(batch, applier)
+    assert applier.applied == []            # finish_round advances; that commits
+    driver.apply_round([member], applier)
+    assert applier.applied == [("g", b"second")]
+    assert store.last_index("g") == 2       # third is not persisted yet
+    driver.apply_round([member], applier)   # nothing more is committed and durable
+    assert applier.applied == [("g", b"second")]
+
+    run_rounds(store, [member], applier)
+    assert applier.applied == [("g", b"second"), ("g", b"third")]
+    assert all(applier.durable_at_apply)
+    store.close()

@@ -13,8 +13,9 @@ import pytest
 from quorumqueue.broker.raft.config import RaftConfig
 from quorumqueue.broker.raft.core import RaftNode
 from quorumqueue.broker.raft.errors import NotLeader
+from quorumqueue.broker.raft.messages import AppendEntries
 from quorumqueue.broker.raft.ready import Role
-from quorumqueue.broker.raft.types import HardState
+from quorumqueue.broker.raft.types import COMMAND, HardState, LogEntry
 
 from .harness import MemoryStorage, entry_text
 
@@ -118,3 +119,60 @@ def test_only_the_leader_takes_proposals():
     with pytest.raises(NotLeader) as raised:
         a.propose(b"x")
     assert raised.value.leader_hint is None
+
+
+def test_ready_to_apply_hands_out_what_is_committed_and_durable_alone():
+    """The fsync that commits a group of one's entries may end while newer proposals
+    wait for the next one: those committed entries are applied at once, in a Ready
+    with nothing to persist or send, and the next Ready persists only the newer ones."""
+    storage = MemoryStorage(("a",))
+    a = RaftNode("a", CONFIG, storage, random.Random(1))
+    a.campaign()
+    drain(a, storage)
+    assert a.ready_to_apply() is None          # nothing committed is left to apply
+    a.propose(b"x")
+    ready = a.ready()
+    storage.persist(ready)
+    a.propose(b"y")                            # arrives while x is being persisted
+    with pytest.raises(RuntimeError, match="not advanced"):
+        a.ready_to_apply()
+    a.advance(ready)                           # x is durable, hence committed
+
+    early = a.ready_to_apply()
+    assert texts(early.committed) == ["2@1:x"]
+    assert (early.entries, early.messages, early.hard_state, early.snapshot) == ((), (), None, None)
+    assert (early.role, early.leader_id, early.leader_changed) == (Role.LEADER, "a", False)
+    with pytest.raises(RuntimeError, match="not advanced"):
+        a.ready()
+    a.advance(early)
+    assert a.applied_index == 2 and a.ready_to_apply() is None
+
+    ready = a.ready()                          # y alone: x is not handed out again
+    assert texts(ready.entries) == ["3@1:y"] and ready.committed == ()
+    storage.persist(ready)
+    a.advance(ready)
+    assert texts(a.ready_to_apply().committed) == ["3@1:y"]
+
+
+def test_ready_to_apply_holds_back_committed_entries_not_yet_durable_here():
+    """A follower may learn an entry and its commit in one message: the entry is
+    committed, but applying it must wait until this member persisted it."""
+    storage = MemoryStorage(("a", "b"))
+    b = RaftNode("b", CONFIG, storage, random.Random(1))
+    x = LogEntry(1, 1, COMMAND, b"x")
+    b.step(AppendEntries(1, "a", "b", 0, 0, (x,), leader_commit=1))
+    assert b.commit_index == 1
+    assert b.ready_to_apply() is None          # committed, but only in memory here
+    ready = b.ready()
+    assert texts(ready.entries) == ["1@1:x"] and texts(ready.committed) == ["1@1:x"]
+    storage.persist(ready)
+    b.advance(ready)
+    assert b.applied_index == 1 and b.ready_to_apply() is None
+
+    y = LogEntry(2, 1, COMMAND, b"y")
+    b.step(AppendEntries(1, "a", "b", 1, 1, (y,), leader_commit=1))
+    storage.persist(ready := b.ready())
+    b.advance(ready)                           # y is durable here, not yet committed
+    assert b.ready_to_apply() is None
+    b.step(AppendEntries(1, "a", "b", 2, 1, (), leader_commit=2))
+    assert texts(b.ready_to_apply().committed) == ["2@1:y"]

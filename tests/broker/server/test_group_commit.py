@@ -205,3 +205,41 @@ def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server
     assert publisher.confirmed.wait(WAIT)
     declarer.close()
     setup.close()
+
+
+@pytest.mark.parametrize("arguments", [{"x-queue-type": "quorum"}, {}],
+                         ids=["quorum", "classic"])
+def test_a_confirm_does_not_wait_for_the_fsync_of_publishes_read_after_it(server, gate,
+                                                                         arguments):
+    """The first publish's Sync ends while the second publish, read meanwhile, waits
+    for the next one: the first confirm leaves then. (A quorum queue of one commits an
+    entry when its fsync completes; applying it must not wait for the fsync of the
+    entries proposed meanwhile, which would add a whole Sync to every confirm of a
+    busy publisher.)"""
+    setup = connect(server)
+    queue = f"own-fsync-{len(arguments)}"
+    setup.channel().queue_declare(queue, durable=True, arguments=arguments)
+    node = server.node
+    if arguments:
+        group = node.vhosts["/"].queues[queue]
+        applied = lambda: group.raft.log.last_index()  # noqa: E731
+    else:
+        applied = lambda: node.store.batch_id + len(node.store._batch)  # noqa: E731
+    first = Publisher(server, queue, b"first")
+    second = Publisher(server, queue, b"second")
+
+    gate.close()
+    first.start()
+    assert gate.wait_entered(1), "no Sync began for the first publish"
+    before = applied()
+    second.start()
+    wait_until(lambda: applied() > before, "the second publish to be applied")
+    gate.allow(1)                           # the first publish's Sync ends
+    assert gate.wait_entered(2), "no Sync began for the second publish"
+    assert first.confirmed.wait(WAIT), "the first confirm waited for the second's fsync"
+    assert not second.confirmed.is_set()    # its own Sync is still held
+    gate.open()
+    assert second.confirmed.wait(WAIT)
+    first.join(WAIT)
+    second.join(WAIT)
+    setup.close()
