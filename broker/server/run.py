@@ -13,6 +13,13 @@ from .server import BrokerServer
 
 log = logging.getLogger("quorumqueue.broker")
 
+# The writer thread (server.SyncWriter) needs the GIL back when an fdatasync returns, to
+# hand the event loop its result. While the loop's thread is busy with input, it gets
+# it only after the interpreter's switch interval (5 ms by default): a delay added to
+# every Sync, hence to every confirm. At 0.5 ms a Sync of a busy single node took
+# ~1.5 ms less (median 2.9 against 4.4 ms, fdatasync included), with no visible CPU cost.
+GIL_SWITCH_INTERVAL_S = 0.0005
+
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(
@@ -53,6 +60,7 @@ async def serve(settings: Settings, ready=None) -> None:
 
 def run(settings: Settings) -> None:
     configure_logging(settings.log_level)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # this process is the node's own
     loop = event_loop_factory()()
     try:
         loop.run_until_complete(serve(settings))
