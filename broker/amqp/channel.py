@@ -174,7 +174,11 @@ class ChannelMachine:
             parts.append(payload)
             payload = b"".join(parts)
         event = ContentReceived(self.number, self._publish, self._properties, payload)
-        self._reset()
+        self.content = _IDLE  # _reset(), inlined: this is every message's last frame
+        self._publish = self._properties = None
+        if parts:
+            self._parts = []
+        self._received = 0
         return event
 
     def _complete(self) -> ContentReceived:  # an empty body
