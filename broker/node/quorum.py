@@ -289,7 +289,8 @@ class QuorumGroups:
                 queue.check_out_again(command.connection)
             elif queue.is_leader:  # a node with no replica learns it from the leader
                 self.cluster.tell_downed(queue, command.connection)
-        self._apply_effects(queue, effects, replaying)
+        if effects:  # often none (an enqueue with no consumer waiting): no call then
+            self._apply_effects(queue, effects, replaying)
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
         """Deliveries to consumers (none while replaying a restart's log: those
