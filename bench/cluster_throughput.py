@@ -16,7 +16,12 @@ publishes ``--messages`` persistent messages of ``--size`` bytes with confirms
 every message was confirmed, then counted in the queue, then delivered exactly
 once, and that the queue ends empty. The table gives msgs/s per phase; the
 ratios are N-node / 1-node of the same broker, and quorumqueue / RabbitMQ on
-the same cluster size. Progress goes to stderr, the table to stdout.
+the same cluster size. For quorumqueue a second table gives each node's CPU
+time (user + system, from /proc, all the threads of the node's process) per message
+of each phase, in microseconds, leader first. It moves far less than msgs/s when
+other work shares the machine's cores (about +10% at a load average of 7 on 2 cores,
+where msgs/s varied up to 2x between runs): compare commits by it on a busy machine.
+Progress goes to stderr, the tables to stdout.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -43,6 +49,14 @@ from bench.clusters import QuorumQueueCluster, RabbitMQCluster  # noqa: E402
 from tests.support.rabbitmq import RabbitMQNodeError  # noqa: E402
 
 ROLES = ("leader", "follower")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()  # after the command's name
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +67,16 @@ class Row:
     node: str  # that node's name
     publish: PhaseResult
     consume: PhaseResult
+    # per phase, each node's CPU seconds during it, the queue's leader first (empty:
+    # not measured, RabbitMQ)
+    node_cpu: dict[str, tuple[float, ...]]
 
     def to_json(self) -> dict:
         return {"target": self.target, "nodes": self.nodes, "client_on": self.client_on,
                 "node": self.node,
                 "publish": asdict(self.publish) | {"msgs_per_s": self.publish.rate},
-                "consume": asdict(self.consume) | {"msgs_per_s": self.consume.rate}}
+                "consume": asdict(self.consume) | {"msgs_per_s": self.consume.rate},
+                "node_cpu_s": self.node_cpu}
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -130,16 +148,24 @@ async def publish_confirmed(generator, queue: str) -> PhaseResult:
     return result
 
 
-async def load_through(settings: LoadSettings, queue: str, report) -> tuple[PhaseResult, PhaseResult]:
+async def load_through(settings: LoadSettings, queue: str, report, pids: list[int]
+                       ) -> tuple[PhaseResult, PhaseResult, dict[str, tuple[float, ...]]]:
+    """Both phases through the node of `settings`; the CPU seconds the processes
+    `pids` used during each phase (read before it starts and once it is checked)."""
     generator = await connect(settings)
     reporter = start_progress_reports(generator, report)
+    node_cpu = {}
     try:
         await generator.call(PUBLISH_CHANNEL, wire.confirm_select(PUBLISH_CHANNEL),
                              wire.CONFIRM_SELECT_OK)
-        publish = await publish_confirmed(generator, queue)
-        consume = await consume_all(generator, queue)
+        results = []
+        for phase, run in (("publish", publish_confirmed), ("consume", consume_all)):
+            before = [process_cpu_seconds(pid) for pid in pids]
+            results.append(await run(generator, queue))
+            node_cpu[phase] = tuple(process_cpu_seconds(pid) - seconds
+                                    for pid, seconds in zip(pids, before))
         await delete_and_close(generator, queue)
-        return publish, consume
+        return results[0], results[1], node_cpu
     finally:
         if reporter:
             reporter.cancel()
@@ -157,12 +183,18 @@ def measure_cluster(cluster, arguments: argparse.Namespace, roles: tuple[str, ..
         index = leader if role == "leader" else next(i for i in range(len(uris)) if i != leader)
         print(f"[{label}] queue {queue}: leader {cluster.names[leader]}, "
               f"generator on {cluster.names[index]}", file=sys.stderr)
-        publish, consume = run_loop(load_through(settings_for(uris[index], arguments), queue,
-                                                 progress_printer(label)), arguments.loop)
+        # the leader first, then the others in order (RabbitMQ: not measured)
+        pids = [cluster.local.pid(cluster.names[i]) for i in
+                [leader] + [i for i in range(len(uris)) if i != leader]] \
+            if cluster.kind == "quorumqueue" else []
+        publish, consume, node_cpu = run_loop(
+            load_through(settings_for(uris[index], arguments), queue, progress_printer(label),
+                         pids), arguments.loop)
         for name, phase in (("publish", publish), ("consume", consume)):
             print(f"[{label}] {name} done: {phase.messages:,} in {phase.wall_s:.2f} s = "
                   f"{phase.rate:,.0f} msg/s", file=sys.stderr)
-        rows.append(Row(cluster.kind, len(uris), role, cluster.names[index], publish, consume))
+        rows.append(Row(cluster.kind, len(uris), role, cluster.names[index], publish, consume,
+                        node_cpu))
     return rows
 
 
@@ -212,6 +244,23 @@ def render_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def render_node_cpu(rows: list[Row]) -> str:
+    """Each node's CPU microseconds per message of each phase, leader first."""
+    lines = [f"{'target':<12} {'nodes':>5}  {'client on':<9} "
+             f"{'node CPU µs/msg: publish (leader, others)':<42} consume"]
+    for row in rows:
+        if not row.node_cpu:
+            continue
+        cells = []
+        for phase, messages in (("publish", row.publish.messages),
+                                ("consume", row.consume.messages)):
+            cells.append(", ".join(f"{1e6 * seconds / messages:.1f}"
+                                   for seconds in row.node_cpu[phase]))
+        lines.append(f"{row.target:<12} {row.nodes:>5}  {row.client_on:<9} "
+                     f"{cells[0]:<42} {cells[1]}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def ratios(rows: list[Row]) -> list[dict]:
     """N-node / 1-node per broker and role; quorumqueue / RabbitMQ per size and role."""
     by_key = {(row.target, row.nodes, row.client_on): row for row in rows}
@@ -257,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     found = ratios(rows)
     print()
     print(render_table(rows))
+    if cpu_table := render_node_cpu(rows):
+        print()
+        print(cpu_table)
     if found:
         print()
         print(render_ratios(found))
