@@ -73,8 +73,12 @@ SNAPSHOT_VERSION = 1
 _snapshot_head = struct.Struct(">4sHI")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Identity:
+    """Never changed once made; not a frozen dataclass only because that costs three
+    times as much to build (object.__setattr__ per field), and every member builds one
+    per forwarded entry it applies."""
+
     origin: int           # the forwarding node's run (64 random bits)
     seq: int              # that run's forwards to this group, from 1
     reply_awaited: bool   # the forwarding node waits for the reply
@@ -116,12 +120,17 @@ class _Origin:
 
     def record(self, seq: int) -> None:
         if seq > self.high:
-            self.missing.update(range(max(self.high, seq - WINDOW) + 1, seq))
+            if seq > self.high + 1:  # (the usual next seq skips nothing)
+                self.missing.update(range(max(self.high, seq - WINDOW) + 1, seq))
             self.high = seq
             if seq - WINDOW > self.floor:
-                self.floor = seq - WINDOW
-                self.missing = {s for s in self.missing if s > self.floor}
-                self.replies = {s: r for s, r in self.replies.items() if s > self.floor}
+                floor = self.floor = seq - WINDOW
+                # past WINDOW forwards the floor moves with every one: rebuild only
+                # what holds a seq it passed (usually nothing is missing or kept)
+                if self.missing and min(self.missing) <= floor:
+                    self.missing = {s for s in self.missing if s > floor}
+                if self.replies and min(self.replies) <= floor:
+                    self.replies = {s: r for s, r in self.replies.items() if s > floor}
         else:
             self.missing.discard(seq)
 
