@@ -25,14 +25,20 @@ Format (version 1, all big-endian), first octet = command tag:
   Tick         13
   UpdateConfig 14 | u8 overflow (0 drop-head, 1 reject-publish) | i64 delivery limit |
                   i64 max length | i64 max bytes          (-1 = no limit, each)
+  UpdateConfig 15 | as 14 | i64 message TTL ms (-1 = none)    (written only with a TTL)
   where consumer/lease/connection/publisher = u16 length + UTF-8.
 
 Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
 identity and the time envelope that may wrap a command in its entry: FORMAT.md,
 "Quorum-queue entries"): a build that does not know a tag refuses the entry
 ("unknown fifo command tag 14") rather than skipping it, since skipping would make
-its replica diverge. UpdateConfig (14) came after 1-13: every member of a queue's
-group must run a build that knows it before one is proposed.
+its replica diverge. UpdateConfig (14) came after 1-13, 15 (with a message TTL)
+after 14: every member of a queue's group must run a build that knows it before
+one is proposed (15 only ever is for a queue given a message TTL).
+
+An Enqueue's per-message TTL is the `expiration` property of the content header in
+its entry: `decode` reads it from there (one flag test when absent), so the entry
+layout did not change for it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
+from ..amqp.properties import expiration_ms
 from .state import OVERFLOW_MODES
 
 _u8 = struct.Struct(">B")
@@ -51,6 +58,7 @@ _enqueue_head = struct.Struct(">BBIQ")
 _checkout_args = struct.Struct(">Ii")
 _grow_args = struct.Struct(">IQQ")
 _update_args = struct.Struct(">Bqqq")
+_i64 = struct.Struct(">q")
 _I64_LIMIT = 1 << 63
 # UpdateConfig's overflow octet: the position here (append only, never reorder)
 _OVERFLOW_CODES = ("drop-head", "reject-publish")
@@ -75,6 +83,7 @@ class Enqueue:
     seq: int         # per-publisher sequence; a seq at or below the last seen is a duplicate
     size: int        # body bytes
     priority: int    # AMQP priority property (0-255); > 4 is high
+    ttl: int | None = None  # the message's expiration property in ms (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +168,14 @@ class UpdateConfig:
     max_length: int | None     # ready messages; None = no limit
     max_bytes: int | None      # ready body bytes; None = no limit
     overflow: str              # "drop-head" | "reject-publish"
+    msg_ttl: int | None = None  # message TTL in ms (x-message-ttl / policy message-ttl)
 
     def __post_init__(self) -> None:
         limit = self.delivery_limit
         if isinstance(limit, bool) or not isinstance(limit, int) or not -1 <= limit < _I64_LIMIT:
             raise ValueError(f"fifo update_config 'delivery_limit' must be -1 (no limit) or a "
                              f"non-negative integer below 2^63, not {limit!r}")
-        for key in ("max_length", "max_bytes"):
+        for key in ("max_length", "max_bytes", "msg_ttl"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 0 <= value < _I64_LIMIT):
@@ -199,9 +209,10 @@ class Deliver:
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """A message left the queue without being consumed (dead-lettered later)."""
+    """A message left the queue without being consumed: the node dead-letters it
+    (the queue has a dead-letter exchange) or it is gone."""
     raft_index: int
-    reason: str  # "rejected" | "delivery_limit" | "maxlen"
+    reason: str  # "rejected" | "expired" | "delivery_limit" | "maxlen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,10 +330,13 @@ def encode(command: Command) -> bytes:
             return b"\x0c" + _s(lease)
         case Tick():
             return b"\x0d"
-        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow):
-            return b"\x0e" + _update_args.pack(
+        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl):
+            args = _update_args.pack(
                 _OVERFLOW_CODES.index(overflow), delivery_limit,
                 -1 if max_length is None else max_length, -1 if max_bytes is None else max_bytes)
+            if msg_ttl is None:
+                return b"\x0e" + args
+            return b"\x0f" + args + _i64.pack(msg_ttl)
     raise TypeError(f"not a fifo command: {command!r}")
 
 
@@ -330,16 +344,21 @@ def decode(data: bytes) -> Command:
     tag = data[0]
     if tag == 1:
         _tag, priority, size, seq = _enqueue_head.unpack_from(data)
-        publisher, _ = _read_s(data, _enqueue_head.size)
-        return Enqueue(publisher, seq, size, priority)
+        publisher, offset = _read_s(data, _enqueue_head.size)
+        offset += 1 + data[offset]           # exchange
+        offset += 1 + data[offset]           # routing key
+        header = data[offset + 4:offset + 4 + _u32.unpack_from(data, offset)[0]]
+        return Enqueue(publisher, seq, size, priority, expiration_ms(header))
     if tag in (7, 13):
         return Purge() if tag == 7 else Tick()
-    if tag == 14:
+    if tag in (14, 15):
         overflow, delivery_limit, max_length, max_bytes = _update_args.unpack_from(data, 1)
         if overflow >= len(_OVERFLOW_CODES):
             raise ValueError(f"unknown overflow code {overflow} in a fifo UpdateConfig")
+        msg_ttl = _i64.unpack_from(data, 1 + _update_args.size)[0] if tag == 15 else -1
         return UpdateConfig(delivery_limit, None if max_length < 0 else max_length,
-                            None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow])
+                            None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow],
+                            None if msg_ttl < 0 else msg_ttl)
     name, offset = _read_s(data, 1)
     if tag == 2:
         prefetch, priority = _checkout_args.unpack_from(data, offset)

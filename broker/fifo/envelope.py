@@ -7,8 +7,9 @@ broker writes and the analytics jobs read (broker/raft/storage/FORMAT.md,
 
 How it works: the data is either a fifo command exactly as `commands.encode` writes
 it, or, for the commands whose effect depends on time (`TIMED_COMMANDS`: lease grow,
-settle and release, tick), the envelope `u8 0xFF | u64 leader time in ms since the
-Unix epoch | command`. The leader stamps its clock when it proposes; every replica
+settle and release, tick; and every Enqueue, whose message TTL counts from it:
+`stamp`), the envelope `u8 0xFF | u64 leader time in ms since the Unix epoch |
+command`. The leader stamps its clock when it proposes; every replica
 applies the entry with that time (`Meta.system_time`), and an entry without one
 reuses the latest time seen in the log, so a replay after a restart computes
 exactly what the first run did.
@@ -44,6 +45,11 @@ def encode_command(command: commands.Command, now_ms: int) -> bytes:
     if isinstance(command, TIMED_COMMANDS):
         return TIMED_HEAD.pack(TIMED, now_ms) + data
     return data
+
+
+def stamp(data: bytes, now_ms: int) -> bytes:
+    """Already encoded command data (an Enqueue) in the time envelope."""
+    return TIMED_HEAD.pack(TIMED, now_ms) + data
 
 
 def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:

@@ -19,7 +19,7 @@ from .commands import LeaseGrow, LeaseReleased, Meta
 from .state import FifoState, LeaseState, size_of
 
 
-def grow(meta: Meta, command: LeaseGrow, state: FifoState) -> tuple[int, int]:
+def grow(meta: Meta, command: LeaseGrow, state: FifoState, effects: list) -> tuple[int, int]:
     """Assign up to max_messages / max_bytes; reply (first new seq, end seq)."""
     lease = state.leases.get(command.lease)
     if lease is None:
@@ -27,16 +27,19 @@ def grow(meta: Meta, command: LeaseGrow, state: FifoState) -> tuple[int, int]:
     lease.timeout_ms = command.timeout_ms
     lease.last_active = meta.system_time
     first_new = lease.next_seq
-    if not command.max_bytes and not len(state.returns) and not len(state.high):
+    if (not command.max_bytes and not len(state.returns) and not len(state.high)
+            and state.normal.expiries is None):
         _take_normal(command.max_messages, state, lease)
     else:
-        _take_each(command.max_messages, command.max_bytes, state, lease)
+        _take_each(command.max_messages, command.max_bytes, state, lease, effects)
     return first_new, lease.end_seq
 
 
-def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState) -> None:
+def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState,
+               effects: list) -> None:
     """Assign the next ready messages one by one, in take_next's order: up to `count`,
-    stopping once `max_bytes` (0: no limit) is reached."""
+    stopping once `max_bytes` (0: no limit) is reached; expired ones are dropped
+    (take_next), never leased."""
     from .machine import take_next  # machine imports this module
 
     taken_bytes = 0
@@ -45,7 +48,10 @@ def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState) 
             break
         if max_bytes and taken_bytes and taken_bytes >= max_bytes:
             break
-        index, packed, delivered = take_next(state)
+        taken = take_next(state, effects)
+        if taken is None:
+            break
+        index, packed, delivered = taken
         lease.indexes.append(index)
         lease.sizes.append(packed)
         if delivered:
@@ -81,6 +87,8 @@ def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int:
     if count:
         for index in lease.indexes[:count]:
             lease.counts.pop(index, None)
+            if state.expiries_out:
+                state.expiries_out.pop(index, None)
         del lease.indexes[:count]
         del lease.sizes[:count]
         lease.first_seq += count

@@ -21,6 +21,29 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
   limits changed while the queue runs (UpdateConfig, from a policy; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
   drop the log below it once a snapshot at that point exists.
+- message TTL and dead lettering (below).
+
+Message TTL, as rabbit_fifo (the quorum queues guide, "Queue and Per-Message TTL";
+the TTL guide): an Enqueue gets the expiry `now + ttl`, where now is the leader
+time in its entry and ttl the lower of the queue's (`config.msg_ttl`, from
+x-message-ttl or a policy's message-ttl) and the message's `expiration` property.
+A later change of the queue's TTL does not change queued messages' expiries.
+Expired messages are removed from the head of the ready queues (returns, high,
+normal) after every command and before every message is handed out (`take_next`),
+so an expired message is never delivered, given or leased; the leader proposes a
+Tick when a head has expired (node/quorum.py), so expiry does not wait for a
+consumer. As in RabbitMQ only heads expire: a message behind a longer-lived one
+leaves when it reaches a head (and is never delivered: it is checked there). A TTL
+of 0 lets a message be handed to a waiting consumer in the command that enqueues
+it; otherwise it expires at once. Checked-out and leased messages do not expire;
+returned to the queue, they keep their expiry. Expiry is `expiry <= now`.
+
+Dead lettering: every message that leaves without being settled is a
+`Dropped(index, reason)` effect, reason "rejected" (Discard), "expired",
+"maxlen" (drop-head) or "delivery_limit" (returned more often than the limit).
+Purge and queue deletion are not dead lettering (RabbitMQ's neither). What
+happens to a dropped message (discarded, or published to the dead-letter
+exchange by the leader, at most once) is the node's business: node/quorum.py.
 
 Length limits, as rabbit_fifo's `evaluate_limit` applies them after every command:
 - What counts: *ready* messages (queued and returned) and their body bytes; messages
@@ -95,6 +118,7 @@ from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
     effects: list[Effect] = []
     reply: Any = None
+    state.now_ms = meta.system_time
     match command:
         case Enqueue():
             reply = _enqueue(meta, command, state)
@@ -113,21 +137,24 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         case Down(connection):
             _down(connection, state, effects)
         case Dequeue():
-            reply = _dequeue(command, state)
+            reply = _dequeue(command, state, effects)
         case LeaseGrow():
-            reply = leases.grow(meta, command, state)
+            reply = leases.grow(meta, command, state, effects)
         case LeaseSettle(lease, up_to):
             reply = leases.settle(meta, lease, up_to, state)
         case LeaseRelease(lease):
             reply = leases.release(lease, "released", state, effects)
         case Tick():
-            leases.expire(meta, state, effects)
+            leases.expire(meta, state, effects)  # expired messages: after the match
         case UpdateConfig():
             _update_config(command, state)
         case _:
             assert_never(command)
     state.last_index = meta.index
+    _expire_heads(state, effects)
     _serve_consumers(state, effects)
+    if isinstance(command, Enqueue) and reply == "ok" and _zero_ttl(command, state.config):
+        _expire_unserved(meta.index, state, effects)
     if state.config.has_limit:
         _apply_limits(state, effects)
     _maybe_release_cursor(meta, state, effects)
@@ -152,47 +179,111 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
         if gap is not None and seq == gap:
             del state.enqueuer_gaps[publisher]
     packed = pack(command.size, command.priority)
-    (state.high if is_high(packed) else state.normal).append(meta.index, packed)
+    ttl = _ttl(command, state.config)
+    expiry = 0 if ttl is None else max(1, meta.system_time + ttl)
+    (state.high if is_high(packed) else state.normal).append(meta.index, packed, expiry)
     state.enqueue_count += 1
     return "ok"
 
 
-def take_next(state: FifoState) -> tuple[int, int, int] | None:
-    """(raft index, packed size, delivery count) of the next message to hand out."""
+def _ttl(command: Enqueue, config) -> int | None:
+    """The lower of the queue's message TTL and the message's expiration (ms)."""
+    if command.ttl is None:
+        return config.msg_ttl
+    if config.msg_ttl is None:
+        return command.ttl
+    return min(command.ttl, config.msg_ttl)
+
+
+def _zero_ttl(command: Enqueue, config) -> bool:
+    return _ttl(command, config) == 0
+
+
+def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> None:
+    """A TTL-0 message that no consumer took in its own command expires now (the
+    TTL guide: it expires on reaching the queue unless it can be delivered at once).
+    It is the last entry of its ready queue, if still there."""
+    for queue in (state.high, state.normal):
+        if len(queue) and queue.indexes[-1] == index:
+            queue.pop()
+            effects.append(Dropped(index, "expired"))
+            return
+
+
+def _expire_heads(state: FifoState, effects: list[Effect]) -> None:
+    """Remove expired messages from the heads of the ready queues (see the header)."""
+    now = state.now_ms
+    for queue in (state.returns, state.high, state.normal):
+        if queue.expiries is None:
+            continue
+        while len(queue):
+            expiry = queue.head_expiry()
+            if not expiry or expiry > now:
+                break
+            index, _packed = queue.popleft()
+            state.delivery_counts.pop(index, None)
+            effects.append(Dropped(index, "expired"))
+
+
+def next_expiry(state: FifoState) -> int | None:
+    """The earliest expiry among the ready queues' heads (None: none): when the
+    leader should propose a Tick so that expired messages leave without a consumer."""
+    heads = [queue.head_expiry() for queue in (state.returns, state.high, state.normal)
+             if queue.expiries is not None and len(queue)]
+    heads = [expiry for expiry in heads if expiry]
+    return min(heads) if heads else None
+
+
+def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] | None:
+    """(raft index, packed size, delivery count) of the next message to hand out;
+    expired heads are dropped first (Dropped "expired" into `effects`), so what is
+    handed out has not expired. Its expiry moves to `expiries_out`."""
+    _expire_heads(state, effects)
     if len(state.returns):
-        index, packed = state.returns.popleft()
+        queue = state.returns
     else:
         high, normal = state.high, state.normal
         if len(high) and len(normal):
             if state.high_run < 2 or high.head_index() < normal.head_index():
-                index, packed = high.popleft()
+                queue = high
                 state.high_run += 1
             else:
-                index, packed = normal.popleft()
+                queue = normal
                 state.high_run = 0
         elif len(high):
-            index, packed = high.popleft()
+            queue = high
         elif len(normal):
-            index, packed = normal.popleft()
+            queue = normal
             state.high_run = 0
         else:
             return None
+    expiry = queue.head_expiry()
+    index, packed = queue.popleft()
+    if expiry:
+        state.expiries_out[index] = expiry
     return index, packed, state.delivery_counts.pop(index, 0)
+
+
+def forget(index: int, state: FifoState) -> None:
+    """A message taken out left the queue for good (settled, dropped)."""
+    if state.expiries_out:
+        state.expiries_out.pop(index, None)
 
 
 def requeue(index: int, packed: int, count: int, state: FifoState,
             effects: list[Effect], reason_if_dropped: str = "delivery_limit") -> None:
     """Put a message back after an unsuccessful delivery (count already incremented)."""
     limit = state.config.delivery_limit
+    expiry = state.expiries_out.pop(index, 0) if state.expiries_out else 0
     if limit >= 0 and count > limit:
         effects.append(Dropped(index, reason_if_dropped))
         return
     if count:
         state.delivery_counts[index] = count
     if limit >= 0:
-        state.returns.append(index, packed)
+        state.returns.append(index, packed, expiry)
     else:
-        (state.high if is_high(packed) else state.normal).append(index, packed)
+        (state.high if is_high(packed) else state.normal).append(index, packed, expiry)
 
 
 def _purge(state: FifoState) -> int:
@@ -224,8 +315,11 @@ def _apply_limits(state: FifoState, effects: list[Effect]) -> None:
     """Enforce x-max-length / x-max-length-bytes after a command (see the header)."""
     if state.config.overflow == "drop-head":
         while _over_limit(state):  # ends: an empty queue is within any limit >= 0
-            index, _packed, _count = take_next(state)
-            effects.append(Dropped(index, "maxlen"))
+            taken = take_next(state, effects)
+            if taken is None:  # only expired messages were over the limit
+                break
+            forget(taken[0], state)
+            effects.append(Dropped(taken[0], "maxlen"))
     elif _over_limit(state):
         state.publishers_blocked = True
     elif state.publishers_blocked and _below_soft_limit(state):
@@ -236,7 +330,7 @@ def _update_config(command: UpdateConfig, state: FifoState) -> None:
     """New limits (see the header); `apply` then serves consumers and enforces them."""
     state.config = replace(state.config, delivery_limit=command.delivery_limit,
                            max_length=command.max_length, max_bytes=command.max_bytes,
-                           overflow=command.overflow)
+                           overflow=command.overflow, msg_ttl=command.msg_ttl)
     if state.config.overflow != "reject-publish" or not state.config.has_limit:
         state.publishers_blocked = False
 
@@ -282,7 +376,10 @@ def _checked(key: str, msg_ids, state: FifoState) -> list[tuple[int, int, int]]:
 
 
 def _settle(key: str, msg_ids, state: FifoState) -> int:
-    return len(_checked(key, msg_ids, state))
+    taken = _checked(key, msg_ids, state)
+    for index, _packed, _count in taken:
+        forget(index, state)
+    return len(taken)
 
 
 def _return(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
@@ -295,6 +392,7 @@ def _return(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
 def _discard(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
     taken = _checked(key, msg_ids, state)
     for index, _packed, _count in taken:
+        forget(index, state)
         effects.append(Dropped(index, "rejected"))
     return len(taken)
 
@@ -307,13 +405,14 @@ def _down(connection: str, state: FifoState, effects: list[Effect]) -> None:
             requeue(index, packed, count + 1, state, effects)
 
 
-def _dequeue(command: Dequeue, state: FifoState):
+def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
     """basic.get: (Delivery, messages left) or None when empty."""
-    taken = take_next(state)
+    taken = take_next(state, effects)
     if taken is None:
         return None
     index, packed, count = taken
     if command.settled:
+        forget(index, state)
         return Delivery(0, index, count), state.ready_count
     consumer = state.consumers.get(command.consumer)
     if consumer is None:
@@ -341,8 +440,11 @@ def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         top = ordered[0][1].priority
         group = [item for item in ordered if item[1].priority == top]
         key, consumer = group[state.rotation % len(group)]
+        taken = take_next(state, effects)
+        if taken is None:  # what was ready had expired
+            break
         state.rotation += 1
-        index, packed, count = take_next(state)
+        index, packed, count = taken
         msg_id = consumer.next_msg_id
         consumer.next_msg_id += 1
         consumer.checked[msg_id] = (index, packed, count)

@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 3).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 4).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -12,6 +12,10 @@ reads 1 to 3 (a version-1 snapshot is a queue without limits, nothing blocked).
 3 added "enqueuer_gaps" (each publisher's first rejected seq not yet stored; older
 versions: none). A build that only knows an older version refuses a newer one
 ("unknown fifo snapshot version 3") rather than silently dropping what it adds.
+4 added message TTL: "msg_ttl" in "config", "expiries_out" (raft index -> expiry
+of checked-out and leased messages), and after the lease arrays one u64 expiry
+array per ready queue (high, normal, returns: length 0 for a queue that keeps no
+expiries); "array_lengths" lists them too. Older versions: no TTL anywhere.
 "config" is the machine's current one (the queue's arguments, then any UpdateConfig
 applied since), so a restore keeps a policy's limits: a log compacted below an
 UpdateConfig does not lose it.
@@ -27,8 +31,8 @@ from array import array
 from .state import ConsumerState, FifoConfig, FifoState, IndexQueue, LeaseState
 
 MAGIC = b"QQFS"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 _head = struct.Struct(">4sHI")
 
 
@@ -43,14 +47,19 @@ def dump(state: FifoState) -> bytes:
     lease_names = sorted(state.leases)
     for name in lease_names:
         arrays += [state.leases[name].indexes, state.leases[name].sizes]
+    for queue in (state.high, state.normal, state.returns):
+        arrays.append(queue.expiries[queue.head:] if queue.expiries is not None
+                      else array("Q"))
     document = {
         "byteorder": sys.byteorder,
         "config": {"delivery_limit": state.config.delivery_limit,
                    "release_cursor_interval": state.config.release_cursor_interval,
                    "max_length": state.config.max_length,
                    "max_bytes": state.config.max_bytes,
-                   "overflow": state.config.overflow},
+                   "overflow": state.config.overflow,
+                   "msg_ttl": state.config.msg_ttl},
         "delivery_counts": sorted(state.delivery_counts.items()),
+        "expiries_out": sorted(state.expiries_out.items()),
         "high_run": state.high_run,
         "consumers": {key: {"prefetch": c.prefetch, "priority": c.priority,
                             "connection": c.connection, "order": c.order,
@@ -88,8 +97,11 @@ def load(data: bytes) -> FifoState:
     document = json.loads(data[_head.size:_head.size + length])
     offset = _head.size + length
     arrays = []
-    for position, count in enumerate(document["array_lengths"]):
-        typecode = "Q" if position % 2 == 0 else "I"
+    lengths = document["array_lengths"]
+    expiry_arrays = 3 if version >= 4 else 0
+    for position, count in enumerate(lengths):
+        expiry = position >= len(lengths) - expiry_arrays
+        typecode = "Q" if expiry or position % 2 == 0 else "I"
         values = array(typecode)
         size = count * values.itemsize
         values.frombytes(data[offset:offset + size])
@@ -102,6 +114,11 @@ def load(data: bytes) -> FifoState:
         queue.indexes, queue.sizes = arrays[2 * position], arrays[2 * position + 1]
         queue.bytes = sum(s & 0x7FFFFFFF for s in queue.sizes)
         queue.ascending = all(a < b for a, b in zip(queue.indexes, queue.indexes[1:]))
+        if expiry_arrays:
+            expiries = arrays[len(arrays) - 3 + position]
+            queue.expiries = expiries if len(expiries) else None
+    state.expiries_out = ({int(k): v for k, v in document["expiries_out"]}
+                          if version >= 4 else {})
     state.delivery_counts = {int(k): v for k, v in document["delivery_counts"]}
     state.high_run = document["high_run"]
     for key, c in document["consumers"].items():

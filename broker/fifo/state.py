@@ -4,6 +4,11 @@ A queued message costs 12 bytes of state: its raft index (u64) and a u32 that pa
 its body size with its priority level in the top bit (`pack`). Delivery counts are
 kept only for messages that have been returned (a dict, usually tiny). Checked-out
 messages (bounded by the consumers' prefetch) and leased ones carry a little more.
+Message TTL: a ready queue that has held a message with an expiry keeps a third
+typed array beside the two, the expiry (leader time in ms, 0 = none) of each entry:
+8 more bytes per message there, none in a queue that never saw a TTL. A message with
+an expiry that is checked out or leased keeps it in `expiries_out` (bounded like
+the delivery counts: by prefetch and lease sizes), so it still expires if returned.
 
 Invariants: a live message is in exactly one place — a ready queue (high, normal),
 the returns queue, one consumer's checked-out map, or one lease; `IndexQueue`
@@ -37,7 +42,7 @@ def is_high(packed: int) -> bool:
 class IndexQueue:
     """A FIFO of (raft index, packed size) in two typed arrays with a moving head."""
 
-    __slots__ = ("indexes", "sizes", "head", "ascending", "bytes")
+    __slots__ = ("indexes", "sizes", "head", "ascending", "bytes", "expiries")
 
     def __init__(self) -> None:
         self.indexes = array("Q")
@@ -45,19 +50,35 @@ class IndexQueue:
         self.head = 0
         self.ascending = True  # indexes[head:] sorted: min() is O(1)
         self.bytes = 0
+        # expiry (ms, 0 = none) per entry, parallel to indexes; None until an entry
+        # with an expiry is appended (a queue without TTLs pays nothing)
+        self.expiries: array | None = None
 
     def __len__(self) -> int:
         return len(self.indexes) - self.head
 
-    def append(self, index: int, packed: int) -> None:
+    def append(self, index: int, packed: int, expiry: int = 0) -> None:
         if self.ascending and len(self.indexes) > self.head and self.indexes[-1] > index:
             self.ascending = False
         self.indexes.append(index)
         self.sizes.append(packed)
         self.bytes += packed & SIZE_MASK
+        if self.expiries is not None:
+            self.expiries.append(expiry)
+        elif expiry:
+            self.expiries = array("Q", bytes(8 * (len(self.indexes) - 1)))
+            self.expiries.append(expiry)
 
     def head_index(self) -> int:
         return self.indexes[self.head]
+
+    def head_expiry(self) -> int:
+        """The head entry's expiry (0: none). The queue must not be empty."""
+        return self.expiries[self.head] if self.expiries is not None else 0
+
+    def expiry_at(self, position: int) -> int:
+        """The expiry of the entry `position` places after the head (0: none)."""
+        return self.expiries[self.head + position] if self.expiries is not None else 0
 
     def popleft(self) -> tuple[int, int]:
         head = self.head
@@ -67,11 +88,22 @@ class IndexQueue:
         self._compact()
         return index, packed
 
+    def pop(self) -> tuple[int, int]:
+        """Remove the last entry (a TTL-0 message nobody took at once)."""
+        index, packed = self.indexes.pop(), self.sizes.pop()
+        if self.expiries is not None:
+            self.expiries.pop()
+        self.bytes -= packed & SIZE_MASK
+        if self.head == len(self.indexes):
+            self.clear()
+        return index, packed
+
     def popleft_many(self, count: int) -> tuple[array, array]:
         """The first `count` entries (at most len(self)), removed: (indexes, sizes)."""
         head = self.head
         end = head + min(count, len(self))
         indexes, sizes = self.indexes[head:end], self.sizes[head:end]
+        assert self.expiries is None, "popleft_many is for queues without expiries"
         self.head = end
         self.bytes -= sum(sizes) if not self._any_high(sizes) else sum(
             packed & SIZE_MASK for packed in sizes)
@@ -86,6 +118,8 @@ class IndexQueue:
         elif self.head >= 4096 and self.head * 2 >= len(self.indexes):
             del self.indexes[:self.head]
             del self.sizes[:self.head]
+            if self.expiries is not None:
+                del self.expiries[:self.head]
             self.head = 0
 
     @staticmethod
@@ -98,6 +132,7 @@ class IndexQueue:
         self.head = 0
         self.ascending = True
         self.bytes = 0
+        self.expiries = None
 
     def min_index(self) -> int | None:
         if not len(self):
@@ -110,7 +145,10 @@ class IndexQueue:
         return zip(self.indexes[self.head:], self.sizes[self.head:])
 
     def memory_bytes(self) -> int:
-        return self.indexes.buffer_info()[1] * 8 + self.sizes.buffer_info()[1] * 4
+        total = self.indexes.buffer_info()[1] * 8 + self.sizes.buffer_info()[1] * 4
+        if self.expiries is not None:
+            total += self.expiries.buffer_info()[1] * 8
+        return total
 
 
 @dataclass(slots=True)
@@ -165,9 +203,12 @@ class FifoConfig:
     max_length: int | None = None     # x-max-length: ready messages; None = no limit
     max_bytes: int | None = None      # x-max-length-bytes: ready body bytes; None = no limit
     overflow: str = "drop-head"       # x-overflow: "drop-head" | "reject-publish"
+    # x-message-ttl / policy message-ttl (the lower): ms a message may stay in the
+    # queue, set on each message at its enqueue; None = no queue TTL
+    msg_ttl: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("max_length", "max_bytes"):
+        for key in ("max_length", "max_bytes", "msg_ttl"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 0):
@@ -186,7 +227,7 @@ def fifo_config(arguments: dict) -> FifoConfig:
     """A queue's machine settings from its validated x-arguments (broker/queues/types.py
     validates them at declaration; the analytics jobs read them from metadata.json):
     `x-delivery-limit` (default 20, negative = none), `x-max-length`,
-    `x-max-length-bytes`, `x-overflow` (default drop-head)."""
+    `x-max-length-bytes`, `x-overflow` (default drop-head), `x-message-ttl`."""
     limit = arguments.get("x-delivery-limit", 20)
     overflow = arguments.get("x-overflow")
     if isinstance(overflow, bytes):
@@ -194,7 +235,8 @@ def fifo_config(arguments: dict) -> FifoConfig:
     return FifoConfig(delivery_limit=-1 if limit < 0 else limit,
                       max_length=arguments.get("x-max-length"),
                       max_bytes=arguments.get("x-max-length-bytes"),
-                      overflow=overflow or "drop-head")
+                      overflow=overflow or "drop-head",
+                      msg_ttl=arguments.get("x-message-ttl"))
 
 
 @dataclass(slots=True)
@@ -204,6 +246,8 @@ class FifoState:
     normal: IndexQueue = field(default_factory=IndexQueue)
     returns: IndexQueue = field(default_factory=IndexQueue)
     delivery_counts: dict[int, int] = field(default_factory=dict)  # ready messages, >0 only
+    # raft index -> expiry (ms) of a checked-out or leased message that has one
+    expiries_out: dict[int, int] = field(default_factory=dict)
     high_run: int = 0              # high-priority deliveries since the last normal one
     consumers: dict[str, ConsumerState] = field(default_factory=dict)
     next_consumer_order: int = 1
@@ -219,6 +263,8 @@ class FifoState:
     applied_since_cursor: int = 0
     release_cursor: int = 0        # last emitted
     last_index: int = 0            # raft index of the last applied command
+    # the leader time of the command being applied (set by `apply`, not snapshotted)
+    now_ms: int = 0
 
     @property
     def ready_count(self) -> int:
@@ -241,7 +287,7 @@ class FifoState:
         counts), the figure the memory-footprint analytics report."""
         total = (self.high.memory_bytes() + self.normal.memory_bytes()
                  + self.returns.memory_bytes())
-        total += len(self.delivery_counts) * 100  # dict entry + two small ints, roughly
+        total += (len(self.delivery_counts) + len(self.expiries_out)) * 100  # dict entries, roughly
         for lease in self.leases.values():
             total += lease.indexes.buffer_info()[1] * 8 + lease.sizes.buffer_info()[1] * 4
         return total

@@ -56,11 +56,19 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),  # + deprecated
     "target-group-size": (("quorum",), "a positive integer"),
     "alternate-exchange": (("exchange",), "an exchange name"),
+    "message-ttl": (("quorum",), "a non-negative integer (milliseconds)"),
+    "dead-letter-exchange": (("quorum",), "an exchange name"),
+    "dead-letter-routing-key": (("quorum",), "a routing key"),
+    "dead-letter-strategy": (("quorum",), "'at-most-once' (at-least-once is not "
+                                          "supported yet)"),
 }
+# keys quorum queues apply and classic queues do not yet: a policy holding one must
+# apply to quorum_queues only, so that no classic queue silently ignores it
+QUORUM_QUEUES_ONLY = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key",
+                      "dead-letter-strategy")
 # keys RabbitMQ knows that quorumqueue does not apply: refused by name rather than
 # accepted and ignored
-NOT_SUPPORTED = ("message-ttl", "expires", "dead-letter-exchange", "dead-letter-routing-key",
-                 "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes",
+NOT_SUPPORTED = ("expires", "max-in-memory-length", "max-in-memory-bytes",
                  "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
@@ -133,6 +141,10 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
     if apply_to == "exchanges" and "exchange" not in kinds or (
             apply_to.endswith("queues") and "exchange" in kinds):
         raise PolicyError(f"{what}: key '{key}' does not act on {apply_to}")
+    if key in QUORUM_QUEUES_ONLY and apply_to != "quorum_queues":
+        raise PolicyError(f"{what}: key '{key}' applies to quorum queues only in "
+                          "quorumqueue for now (classic queues do not support it yet): "
+                          "set apply-to to quorum_queues")
     valid = {
         "max-length": _integer(value, 0),
         "max-length-bytes": _integer(value, 0),
@@ -141,6 +153,10 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "queue-leader-locator": value in LOCATORS,
         "target-group-size": _integer(value, 1),
         "alternate-exchange": isinstance(value, str) and 0 < len(value.encode()) <= 255,
+        "message-ttl": _integer(value, 0),
+        "dead-letter-exchange": isinstance(value, str) and len(value.encode()) <= 255,
+        "dead-letter-routing-key": isinstance(value, str) and len(value.encode()) <= 255,
+        "dead-letter-strategy": value == "at-most-once",
     }[key]
     if not valid and key == "queue-leader-locator":  # rabbit_policies' text
         raise PolicyError(f"{what}: Validation failed: {_erlang_term(value)} is not a "

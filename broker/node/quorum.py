@@ -6,7 +6,9 @@ cluster sends (`send`), committed entries through the fifo machine (`apply`), an
 what follows (`advanced`: leader news, snapshots); turn the machine's effects into
 AMQP work — deliveries to this node's consumers (bodies read back from the log),
 replies to whoever waited for an entry, snapshots and log release at the machine's
-release cursor; and time (lease expiry ticks).
+release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
+by the leader to the queue's dead-letter exchange, at most once); and time (Tick
+commands for lease and message expiry).
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
 time: `begin_round` collects a Ready from every group and appends their entries and
@@ -40,14 +42,18 @@ from typing import TYPE_CHECKING
 
 from ..amqp import codec
 from ..amqp.channel import ChannelState
+from ..amqp.errors import AMQPError
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
-from ..fifo.envelope import decode_entry
-from ..fifo.machine import apply, live_indexes
+from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
+from ..fifo.machine import apply, live_indexes, next_expiry
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
+from ..queues import dead_letter
+from ..queues.classic import Message
 from ..queues.replicated import ReplicatedGroup
+from ..queues.settings import dead_letter_target
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
 from ..raft.storage import LogStore
@@ -294,12 +300,16 @@ class QuorumGroups:
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
         """Deliveries to consumers (none while replaying a restart's log: those
-        connections are gone) and release cursors (snapshots, once applied)."""
+        connections are gone), dead letters (the leader's, not while replaying) and
+        release cursors (snapshots, once applied)."""
         for effect in effects:
             match effect:
                 case Deliver(consumer, deliveries):
                     if not replaying:
                         self._deliver(queue, consumer, deliveries)
+                case commands.Dropped(index, reason):
+                    if not replaying and queue.is_leader:
+                        self._dead_letter(queue, index, reason)
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     if self.cluster.solo:
                         queue.pending_snapshot = (cursor, snapshot_index, queue.snapshot())
@@ -373,6 +383,8 @@ class QuorumGroups:
         data = entry.data
         if data[0] == FORWARDED:  # published on another node
             data = unwrap(data)[1]
+        if data[0] == TIMED:  # the proposer's clock (message TTL)
+            data = data[TIMED_HEAD.size:]
         return commands.decode_message(data)
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
@@ -397,6 +409,48 @@ class QuorumGroups:
         if settled:
             queue.propose(Settle(key, tuple(settled)), 0)
 
+    # ------------------------------------------------------------ dead lettering
+
+    def _dead_letter(self, queue: QuorumQueue, index: int, reason: str) -> None:
+        """At-most-once dead lettering (the quorum queues guide, "Dead Lettering"):
+        the leader that applied the drop publishes a copy with x-death headers
+        (queues/dead_letter.py) through the queue's dead-letter exchange, fire and
+        forget: no confirm is awaited, a leader that dies first loses it. A missing
+        dead-letter exchange or no route drops the message, as RabbitMQ does."""
+        node = self.cluster.node
+        target = dead_letter_target(queue.arguments,
+                                    node.policy_for(queue.vhost, queue.type_name, queue.name))
+        vhost = node.vhosts.get(queue.vhost)
+        if target is None or vhost is None:
+            return
+        exchange_name, dead_letter_key = target
+        exchange = vhost.exchanges.get(exchange_name)
+        if exchange is None:
+            log.warning("quorum queue '%s' in vhost '%s': dead-letter exchange '%s' does not "
+                        "exist; message %s (%s) dropped", queue.name, queue.vhost,
+                        exchange_name, index, reason)
+            return
+        try:
+            source, routing_key, header, body = self.read_message(queue, index)
+            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
+            header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
+                                                       reason, queue.last_time_ms)
+        except (MessageGone, AMQPError, ValueError) as error:
+            log.warning("quorum queue '%s' in vhost '%s': message %s (%s) not dead-lettered: "
+                        "%s", queue.name, queue.vhost, index, reason, error)
+            return
+        properties = codec.decode_properties(header)[1]
+        targets: dict[str, object] = {}
+        for key in keys:
+            for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):
+                targets.setdefault(found.name, found)
+        for name, found in targets.items():
+            if dead_letter.is_cycle(name, reason, deaths):
+                log.warning("quorum queue '%s' in vhost '%s': dead-letter cycle to queue '%s' "
+                            "(%s): message dropped for it", queue.name, queue.vhost, name, reason)
+                continue
+            found.publish(Message(exchange_name, keys[0], properties, body), None, None)
+
     # ------------------------------------------------------------ time
 
     def raft_tick(self) -> None:
@@ -407,14 +461,18 @@ class QuorumGroups:
 
     def tick(self, now: int) -> None:
         """Called by the server about every second: leases idle past their timeout are
-        released by a Tick command (through the log, so every replica agrees)."""
+        released, and expired messages at the heads of the ready queues removed (or
+        dead-lettered), by a Tick command (through the log, so every replica agrees;
+        the leader's `now` is in the entry)."""
         for queue in list(self.queues.values()):
             if not isinstance(queue, QuorumQueue) or not queue.is_leader:
                 continue  # the leader proposes time; the others apply it
             if now - queue.last_tick_ms < self.tick_interval_ms:
                 continue
-            if any(lease.timeout_ms and len(lease.indexes)
-                   for lease in queue.state.leases.values()):
+            expiry = next_expiry(queue.state)
+            if (expiry is not None and expiry <= now) or any(
+                    lease.timeout_ms and len(lease.indexes)
+                    for lease in queue.state.leases.values()):
                 queue.last_tick_ms = now
                 queue.propose(commands.Tick(), now)
 

@@ -31,7 +31,7 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
-from ..fifo.envelope import encode_command
+from ..fifo.envelope import encode_command, stamp
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
@@ -231,6 +231,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = commands.encode_enqueue(publisher, seq, min(message.priority, 255),
                                        message.exchange, message.routing_key,
                                        message.properties.raw, message.body)
+        # every Enqueue carries the proposer's clock: message TTLs count from it
+        node = channel.node if channel is not None else self.groups.cluster.node
+        data = stamp(data, node.clock_ms)
         waiter = None
         if confirm is not None:
             answer = confirm.hold()
@@ -362,7 +365,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
             self.config_proposed = None
 
         self.propose(commands.UpdateConfig(wanted.delivery_limit, wanted.max_length,
-                                           wanted.max_bytes, wanted.overflow), 0, applied)
+                                           wanted.max_bytes, wanted.overflow,
+                                           wanted.msg_ttl), 0, applied)
         return []
 
     def check_leases(self, detail: str) -> None:

@@ -1,13 +1,17 @@
 """How a queue's arguments combine with the policy that applies to it. Pure.
 
 The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`
-and the max-length guide): max-length and max-length-bytes take the lower of
-argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+and the max-length guide): max-length, max-length-bytes and message-ttl take the
+lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the argument x-quorum-target-group-size, then the policy, then
 the configuration. A policy is anything with a `definition` mapping (None: no
 policy applies).
+
+Dead lettering (`dead_letter_target`): x-dead-letter-exchange and
+x-dead-letter-routing-key win over the policy's dead-letter-exchange and
+dead-letter-routing-key (RabbitMQ's args_policy_lookup takes the argument).
 
 Not here: validating and matching policies (node/policies.py).
 """
@@ -58,7 +62,9 @@ def quorum_config(arguments: Mapping[str, Any], policy,
                                         definition.get("max-length")),
                       max_bytes=_lower(arguments.get("x-max-length-bytes"),
                                        definition.get("max-length-bytes")),
-                      overflow=overflow)
+                      overflow=overflow,
+                      msg_ttl=_lower(arguments.get("x-message-ttl"),
+                                     definition.get("message-ttl")))
 
 
 def classic_limits(arguments: Mapping[str, Any],
@@ -82,3 +88,19 @@ def target_group_size(arguments: Mapping[str, Any], policy,
                       configured: int | None) -> int | None:
     return (arguments.get("x-quorum-target-group-size")
             or _definition(policy).get("target-group-size") or configured)
+
+
+def dead_letter_target(arguments: Mapping[str, Any], policy) -> tuple[str, str | None] | None:
+    """(dead-letter exchange, dead-letter routing key or None: the message's own) of a
+    queue, or None when it has no dead-letter exchange (argument first, then the
+    policy, for each key)."""
+    definition = _definition(policy)
+    exchange = _text(arguments.get("x-dead-letter-exchange"))
+    if exchange is None:
+        exchange = definition.get("dead-letter-exchange")
+    if exchange is None:
+        return None
+    key = _text(arguments.get("x-dead-letter-routing-key"))
+    if key is None:
+        key = definition.get("dead-letter-routing-key")
+    return exchange, key

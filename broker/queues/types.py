@@ -58,9 +58,13 @@ _KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in 
     - {"x-quorum-target-group-size"} | frozenset(_STREAM_ARGS)
 # arguments quorumqueue recognises but does not enforce yet: refused rather than
 # silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
-NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
-                     "x-dead-letter-routing-key")
+# (quorum queues apply message TTL and dead lettering; classic queues not yet)
+NOT_YET_SUPPORTED = ("x-expires",)
+CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-dead-letter-exchange",
+                             "x-dead-letter-routing-key")
 QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
+# x-dead-letter-strategy values (RabbitMQ's ?DLX_STRATEGIES); at-least-once is next
+DLX_STRATEGIES = ("at-most-once", "at-least-once")
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 # rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
 # deprecated and mean balanced (queues/settings.py leader_locator)
@@ -214,10 +218,15 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-queue-version' for {where}: "
                            + (f"{{value_negative,{version}}}" if version < 0
                               else f"\"unsupported queue version '{version}'\""))
-    for key in NOT_YET_SUPPORTED:
+    for key in NOT_YET_SUPPORTED + (CLASSIC_NOT_YET_SUPPORTED if queue_type == "classic"
+                                    else ()):
         if key in arguments:
             raise precondition(f"invalid arg '{key}' for {where}: quorumqueue does not "
                                "support it yet (it would be silently ignored)")
+    ttl = arguments.get("x-message-ttl")
+    if isinstance(ttl, int) and ttl < 0:  # rabbit_amqqueue's check_message_ttl_arg
+        raise precondition(f"invalid arg 'x-message-ttl' for {where}: "
+                           f"{{value_negative,{ttl}}}")
     if overflow == "reject-publish-dlx":
         raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
                            "needs dead-lettering, which quorumqueue does not support yet")
@@ -227,6 +236,14 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
                 raise precondition(f"invalid arg '{key}' for {where}: quorumqueue's quorum "
                                    "queues do not support it yet (it would be silently "
                                    "ignored)")
+        strategy = arguments.get("x-dead-letter-strategy")
+        if strategy is not None and _text(strategy) not in DLX_STRATEGIES:
+            raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
+                               "invalid_dlx_strategy")
+        if _text(strategy) == "at-least-once":
+            raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
+                               "quorumqueue does not support at-least-once dead lettering "
+                               "yet (at-most-once is the default)")
         for key in ("x-quorum-initial-group-size", "x-quorum-target-group-size"):
             value = arguments.get(key)
             if isinstance(value, int) and value < 1:

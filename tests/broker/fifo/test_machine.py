@@ -462,7 +462,7 @@ def test_a_bulk_lease_grow_assigns_what_one_by_one_assigns(steps, config, count)
         for copy in (bulk, each):
             copy.leases.setdefault("B", LeaseState())
         leases._take_normal(count, bulk, bulk.leases["B"])
-        leases._take_each(count, 0, each, each.leases["B"])
+        leases._take_each(count, 0, each, each.leases["B"], [])
         assert _observable(bulk) == _observable(each)
         taken = min(count, len(state.normal))
         assert len(bulk.leases["B"].indexes) == taken

@@ -1,6 +1,7 @@
 """Snapshot format versions (snapshot.py header): version 2 adds the length limits
-and the reject-publish block, version 3 the publishers' rejected-seq gaps; older
-snapshots still load (no limits, no gaps). (Restore-and-replay equality is the
+and the reject-publish block, version 3 the publishers' rejected-seq gaps, version 4
+message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages);
+older snapshots still load (no limits, no gaps, no TTL). (Restore-and-replay equality is the
 property in test_machine.py.)"""
 
 from __future__ import annotations
@@ -28,22 +29,34 @@ def _filled(config: FifoConfig) -> FifoState:
     return state
 
 
-def _as_version_1(data: bytes) -> bytes:
-    """The bytes a version-1 build wrote for the same state: no limits, no block."""
+def _as_version(data: bytes, version: int) -> bytes:
+    """The bytes a build of `version` (1 or 3) wrote for the same state, which must
+    hold no TTL: version 3 has no msg_ttl, expiries_out or expiry arrays (the last
+    three arrays, empty here); version 1 neither limits, block nor gaps."""
     _magic, _version, length = _head.unpack_from(data)
     document = json.loads(data[_head.size:_head.size + length])
-    for key in ("max_length", "max_bytes", "overflow"):
-        del document["config"][key]
-    del document["publishers_blocked"]
-    del document["enqueuer_gaps"]
+    assert document["array_lengths"][-3:] == [0, 0, 0] and not document["expiries_out"]
+    assert document["config"]["msg_ttl"] is None
+    del document["config"]["msg_ttl"]
+    del document["expiries_out"]
+    document["array_lengths"] = document["array_lengths"][:-3]
+    if version == 1:
+        for key in ("max_length", "max_bytes", "overflow"):
+            del document["config"][key]
+        del document["publishers_blocked"]
+        del document["enqueuer_gaps"]
     header = json.dumps(document, separators=(",", ":")).encode()
-    return _head.pack(b"QQFS", 1, len(header)) + header + data[_head.size + length:]
+    return _head.pack(b"QQFS", version, len(header)) + header + data[_head.size + length:]
 
 
-def test_dump_writes_version_3_with_the_limits_and_gaps():
+def _as_version_1(data: bytes) -> bytes:
+    return _as_version(data, 1)
+
+
+def test_dump_writes_version_4_with_the_limits_and_gaps():
     state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
     data = snapshot.dump(state)
-    assert _head.unpack_from(data)[1] == 3
+    assert _head.unpack_from(data)[1] == 4
     restored = snapshot.load(data)
     assert restored.config == FifoConfig(max_length=1, max_bytes=100,
                                          overflow="reject-publish")
@@ -60,8 +73,32 @@ def test_version_1_snapshot_loads_as_a_queue_without_limits():
     assert snapshot.dump(restored) == current
 
 
+def test_version_3_snapshot_loads_as_a_queue_without_ttl():
+    state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
+    current = snapshot.dump(state)
+    restored = snapshot.load(_as_version(current, 3))
+    assert restored.config.msg_ttl is None and restored.expiries_out == {}
+    assert all(queue.expiries is None
+               for queue in (restored.high, restored.normal, restored.returns))
+    assert snapshot.dump(restored) == current
+
+
+def test_version_4_keeps_the_expiries_of_ready_and_checked_out_messages():
+    state = FifoState(config=FifoConfig(msg_ttl=60_000))
+    for index, command in enumerate([Enqueue("", 0, 10, 0), Enqueue("", 0, 20, 9, ttl=5_000),
+                                     Checkout("c", 1, 0, "conn"), Enqueue("", 0, 5, 0)],
+                                    start=1):
+        state, _, _ = apply(Meta(index, 1, 1_000 * index), command, state)
+    data = snapshot.dump(state)
+    restored = snapshot.load(data)
+    # the high-priority message (ttl 5 s at t=2 s) went to the consumer first
+    assert restored.expiries_out == {2: 7_000} == state.expiries_out
+    assert list(restored.normal.expiries) == [61_000, 64_000]
+    assert restored.config.msg_ttl == 60_000 and snapshot.dump(restored) == data
+
+
 def test_unknown_version_is_refused():
     data = bytearray(snapshot.dump(FifoState()))
-    struct.pack_into(">H", data, 4, 4)
-    with pytest.raises(ValueError, match="unknown fifo snapshot version 4"):
+    struct.pack_into(">H", data, 4, 5)
+    with pytest.raises(ValueError, match="unknown fifo snapshot version 5"):
         snapshot.load(bytes(data))

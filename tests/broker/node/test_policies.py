@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from quorumqueue.broker.fifo.state import FifoConfig, fifo_config
+from quorumqueue.broker.queues.settings import dead_letter_target
 from quorumqueue.broker.node.policies import (Policy, PolicyError, alternate_exchange,
                                               classic_limits, leader_locator, matching,
                                               parse_policy, quorum_config, target_group_size)
@@ -36,8 +37,17 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"queue-leader-locator": 3}),
      "Validation failed: 3 is not a valid queue leader locator value"),
     (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
+    (dict(definition={"expires": 1000}),
+     "key 'expires' is not supported by quorumqueue"),
+    # quorum queues apply these, classic queues not yet: the policy must say quorum_queues
     (dict(definition={"message-ttl": 1000}),
-     "key 'message-ttl' is not supported by quorumqueue"),
+     "key 'message-ttl' applies to quorum queues only in quorumqueue for now"),
+    (dict(apply_to="queues", definition={"dead-letter-exchange": "dlx"}),
+     "key 'dead-letter-exchange' applies to quorum queues only"),
+    (dict(apply_to="quorum_queues", definition={"message-ttl": -1}),
+     "key 'message-ttl' must be a non-negative integer"),
+    (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "at-least-once"}),
+     "key 'dead-letter-strategy' must be 'at-most-once' (at-least-once is not supported"),
     (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
     (dict(definition={"max-lenght": 5}), "'max-lenght' is not a recognised policy setting"),
     (dict(priority="high"), "priority must be an integer"),
@@ -85,11 +95,29 @@ ARGS = {"x-max-length": 100, "x-max-length-bytes": 5000, "x-overflow": "drop-hea
     ({"x-delivery-limit": -1}, {"delivery-limit": 3}, FifoConfig(3)),
     ({"x-delivery-limit": -1}, None, FifoConfig(-1)),
     ({}, {"delivery-limit": -1}, FifoConfig(-1)),
+    # message-ttl: the lower of argument and policy (the TTL guide)
+    ({"x-message-ttl": 5000}, None, FifoConfig(msg_ttl=5000)),
+    ({"x-message-ttl": 5000}, {"message-ttl": 900}, FifoConfig(msg_ttl=900)),
+    ({"x-message-ttl": 0}, {"message-ttl": 900}, FifoConfig(msg_ttl=0)),
+    ({}, {"message-ttl": 900}, FifoConfig(msg_ttl=900)),
 ])
 def test_a_quorum_queues_settings_combine_its_arguments_and_its_policy(arguments, definition,
                                                                      expected):
-    applied = policy(definition=definition) if definition else None
+    applied = policy(definition=definition, apply_to="quorum_queues") if definition else None
     assert quorum_config(arguments, applied, fifo_config(arguments)) == expected
+
+
+def test_a_dead_letter_argument_wins_over_the_policy_key_by_key():
+    """rabbit_amqqueue's args_policy_lookup for dead-letter-exchange/-routing-key:
+    the queue's argument first, then the policy."""
+    both = policy(definition={"dead-letter-exchange": "p-dlx",
+                              "dead-letter-routing-key": "p-key"}, apply_to="quorum_queues")
+    assert dead_letter_target({}, None) is None
+    assert dead_letter_target({}, both) == ("p-dlx", "p-key")
+    assert dead_letter_target({"x-dead-letter-exchange": "a-dlx"}, both) == ("a-dlx", "p-key")
+    assert dead_letter_target({"x-dead-letter-exchange": b"", "x-dead-letter-routing-key":
+                               b"a-key"}, both) == ("", "a-key")
+    assert dead_letter_target({"x-dead-letter-exchange": "a-dlx"}, None) == ("a-dlx", None)
 
 
 def test_a_classic_queues_limits_combine_the_same_way():

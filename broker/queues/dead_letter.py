@@ -1,0 +1,109 @@
+"""Dead lettering: what a message becomes when its queue dead-letters it. Pure.
+
+Responsibilities: the dead-lettered copy's content header (`dead_lettered`), the
+routing keys it is published with (`routing_keys`), and RabbitMQ's dead-letter cycle
+rule (`is_cycle`). The node (node/quorum.py) reads the message, calls these, and
+publishes the copy through the vhost's exchanges.
+
+How it works, as RabbitMQ 4.x writes an AMQP 0-9-1 message it dead-letters (the
+dead letter exchanges guide, "Dead-Lettered Messages"):
+- `x-death` is an array of tables, most recent first, one per (queue, reason):
+  `count`, `reason`, `queue`, `time` (a timestamp, seconds), `exchange` (the one the
+  message was last published to), `routing-keys` (its routing key and CC keys), and
+  `original-expiration` when the message had an `expiration` property. Dying again
+  in the same queue for the same reason increments `count` and moves the table to
+  the front; its other fields stay those of the first death (RabbitMQ 3.10 and 4.x).
+- `x-first-death-reason`, `-queue`, `-exchange` are set once, at the first death;
+  `x-last-death-reason`, `-queue`, `-exchange` at every death (RabbitMQ 4.x; 3.10
+  does not write them).
+- the `expiration` property is removed (the copy must not expire again by it), and
+  the `BCC` header with it (CC stays), as RabbitMQ does.
+- routing: with a dead-letter routing key, that key alone; else the message's own
+  routing key and its CC keys.
+- a cycle (rabbit_dead_letter's `is_cycle`): a message that would reach a queue it
+  already died in, where every death since then (that one included) was automatic
+  (no `rejected`), is not delivered to that queue; a rejection breaks a cycle,
+  since a client decided.
+
+Invariants: the body is never touched; a header that cannot be decoded raises
+(the caller drops the message, at most once).
+
+Not here: when messages are dropped (broker/fifo/machine.py), routing and
+publishing (node/quorum.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ..amqp import codec
+
+FIRST = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
+LAST = ("x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _keys_of(routing_key: str, headers: dict) -> list[str]:
+    cc = headers.get("CC")
+    extra = [_text(key) for key in cc] if isinstance(cc, list) else []
+    return [routing_key] + [key for key in extra if isinstance(key, str)]
+
+
+def dead_lettered(header: bytes, exchange: str, routing_key: str, queue: str, reason: str,
+                  time_ms: int) -> tuple[bytes, list[dict]]:
+    """(the copy's content header, its x-death tables) for a message published to
+    `exchange` with `routing_key` that dies in `queue` for `reason` at `time_ms`."""
+    _class_id, properties = codec.decode_properties(header)
+    values = {name: value for name, value in properties.decoded().items()
+              if value is not None}
+    headers = dict(values.get("headers") or {})
+    expiration = values.pop("expiration", None)
+    keys = _keys_of(routing_key, headers)
+    headers.pop("BCC", None)
+    deaths = [dict(death) for death in headers.get("x-death") or []
+              if isinstance(death, dict)]
+    for position, death in enumerate(deaths):
+        if _text(death.get("queue")) == queue and _text(death.get("reason")) == reason:
+            death["count"] = int(death.get("count") or 0) + 1
+            deaths.insert(0, deaths.pop(position))
+            break
+    else:
+        death = {"count": 1, "reason": reason, "queue": queue,
+                 "time": datetime.datetime.fromtimestamp(time_ms // 1000,
+                                                         tz=datetime.timezone.utc),
+                 "exchange": exchange, "routing-keys": keys}
+        if expiration is not None:
+            death["original-expiration"] = _text(expiration)
+        deaths.insert(0, death)
+    headers["x-death"] = deaths
+    for name, value in zip(FIRST, (reason, queue, exchange)):
+        headers.setdefault(name, value)
+    for name, value in zip(LAST, (reason, queue, exchange)):
+        headers[name] = value
+    values["headers"] = headers
+    return codec.encode_properties(properties.body_size, values), deaths
+
+
+def routing_keys(routing_key: str, header: bytes, dead_letter_key: str | None) -> list[str]:
+    """The keys a dead-lettered copy is routed with (see the module header)."""
+    if dead_letter_key is not None:
+        return [dead_letter_key]
+    _class_id, properties = codec.decode_properties(header)
+    return _keys_of(routing_key, properties.decoded().get("headers") or {})
+
+
+def is_cycle(target: str, reason: str, deaths: list[dict]) -> bool:
+    """Would delivering to queue `target` close an automatic cycle? `deaths` is the
+    copy's x-death, most recent first (this death included)."""
+    if reason == "rejected":
+        return False
+    for death in deaths:
+        if _text(death.get("reason")) == "rejected":
+            return False
+        if _text(death.get("queue")) == target:
+            return True
+    return False

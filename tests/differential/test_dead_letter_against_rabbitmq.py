@@ -1,0 +1,238 @@
+"""Message TTL and dead lettering on quorum queues, against RabbitMQ 3.10.8.
+
+The same pika scenarios run against the RabbitMQ oracle and against quorumqueue, and
+what a consumer sees is compared field by field: the dead-lettered message's body,
+delivery exchange and routing key, properties (`expiration` removed, other headers
+kept), and every x-death table (count, reason, queue, exchange, routing-keys,
+original-expiration; `time` is compared as "a timestamp within the run"), plus
+x-first-death-*. Specification: the quorum queues guide ("Queue and Per-Message
+TTL", "Dead Lettering", "Poison Message Handling"), the dead letter exchanges guide
+("Dead-Lettered Messages"), the TTL guide.
+
+Where RabbitMQ 3.10.8 differs from 4.2 only by age, the test follows 4.2 and says so:
+- x-last-death-reason/-queue/-exchange are written by RabbitMQ 4.x only: checked on
+  quorumqueue, absent on 3.10.8 (masked in the comparison).
+- 3.10.8 adds `x-delivery-count: 0` to a quorum queue's first delivery; 4.x (and
+  quorumqueue) only to redeliveries: the header is left out of the comparison.
+
+Nothing here depends on speed: TTLs are short, and every wait polls for the
+condition with a generous bound.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+QUORUM = {"x-queue-type": "quorum"}
+WAIT_S = 30.0  # generous: expiry runs on the leader's tick (about a second)
+IGNORED_HEADERS = ("x-delivery-count",) + tuple(
+    f"x-last-death-{part}" for part in ("reason", "queue", "exchange"))
+
+
+def _name(prefix: str) -> str:
+    return f"dlx-{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _get(channel, queue: str, timeout: float = WAIT_S):
+    """basic.get until a message arrives (or fail after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return method, properties, body
+        time.sleep(0.05)
+    raise AssertionError(f"no message in '{queue}' within {timeout} s")
+
+
+def _wait_empty(channel, queue: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if channel.queue_declare(queue, passive=True).method.message_count == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"'{queue}' still holds messages after {timeout} s")
+
+
+def _seen(method, properties, body, started: float, names: dict) -> dict:
+    """What a consumer sees, with run-specific names replaced by their roles and
+    x-death times checked and replaced by a marker."""
+    def role(value):
+        if isinstance(value, list):
+            return [role(item) for item in value]
+        if isinstance(value, bytes):
+            value = value.decode()
+        return names.get(value, value)
+
+    headers = dict(properties.headers or {})
+    deaths = []
+    for death in headers.pop("x-death", []):
+        death = dict(death)
+        stamp = death.pop("time")
+        assert isinstance(stamp, datetime.datetime)
+        seconds = stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+        assert started - 5 <= seconds <= time.time() + 5, stamp
+        deaths.append({key: role(value) for key, value in death.items()})
+    last = {key: role(headers.pop(key)) for key in IGNORED_HEADERS[1:] if key in headers}
+    headers.pop("x-delivery-count", None)
+    return {"body": body, "exchange": role(method.exchange),
+            "routing_key": role(method.routing_key), "expiration": properties.expiration,
+            "delivery_mode": properties.delivery_mode,
+            "headers": {key: role(value) for key, value in headers.items()},
+            "x-death": deaths, "last": last}
+
+
+def _rejected_to_dlx(channel) -> tuple[dict, dict]:
+    """A message with an expiration and CC header, rejected without requeue from a
+    quorum queue whose DLX (direct) routes its routing key to a target queue."""
+    names = {}
+    source, target, dlx = _name("src"), _name("dst"), _name("ex")
+    names.update({source: "source", target: "target", dlx: "dlx"})
+    channel.exchange_declare(dlx, "direct")
+    channel.queue_declare(target, durable=True, arguments=QUORUM)
+    channel.queue_bind(target, dlx, "rk")
+    channel.queue_declare(source, durable=True,
+                          arguments={**QUORUM, "x-dead-letter-exchange": dlx})
+    channel.queue_bind(source, "amq.direct", "rk")
+    channel.basic_publish("amq.direct", "rk", b"payload", pika.BasicProperties(
+        delivery_mode=2, expiration="60000", headers={"app": "kept", "CC": ["other"]}))
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        method, _properties, _body = channel.basic_get(source, auto_ack=False)
+        if method is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    return _get(channel, target), names
+
+
+def _expired_to_dlx(channel) -> tuple[dict, dict]:
+    """x-message-ttl 200 ms, no consumer: expired and dead-lettered with a
+    dead-letter routing key through the default exchange."""
+    source, target = _name("src"), _name("dst")
+    channel.queue_declare(target, durable=True, arguments=QUORUM)
+    channel.queue_declare(source, durable=True, arguments={
+        **QUORUM, "x-message-ttl": 200, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": target})
+    channel.basic_publish("", source, b"late", pika.BasicProperties(delivery_mode=2))
+    return _get(channel, target), {source: "source", target: "target"}
+
+
+def _delivery_limit_to_dlx(channel) -> tuple[dict, dict]:
+    """x-delivery-limit 1: the second requeue dead-letters with reason delivery_limit."""
+    source, target = _name("src"), _name("dst")
+    channel.queue_declare(target, durable=True, arguments=QUORUM)
+    channel.queue_declare(source, durable=True, arguments={
+        **QUORUM, "x-delivery-limit": 1, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": target})
+    channel.basic_publish("", source, b"poison", pika.BasicProperties(delivery_mode=2))
+    for _ in range(2):
+        deadline = time.monotonic() + WAIT_S
+        method = None
+        while method is None and time.monotonic() < deadline:
+            method, _p, _b = channel.basic_get(source, auto_ack=False)
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    return _get(channel, target), {source: "source", target: "target"}
+
+
+def _maxlen_to_dlx(channel) -> tuple[dict, dict]:
+    """x-max-length 1 (drop-head): the older message is dead-lettered, reason maxlen."""
+    source, target = _name("src"), _name("dst")
+    channel.queue_declare(target, durable=True, arguments=QUORUM)
+    channel.queue_declare(source, durable=True, arguments={
+        **QUORUM, "x-max-length": 1, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": target})
+    channel.basic_publish("", source, b"first", pika.BasicProperties(delivery_mode=2))
+    channel.basic_publish("", source, b"second", pika.BasicProperties(delivery_mode=2))
+    return _get(channel, target), {source: "source", target: "target"}
+
+
+def _retry_with_delay(channel) -> tuple[dict, dict]:
+    """The retry-with-delay topology (broker/README.md): work -> (rejected) -> delay
+    queue with a 300 ms TTL -> (expired) -> work again; rejected twice, then taken.
+    x-death holds one table per (queue, reason), the latest first, with counts."""
+    work, delay = _name("work"), _name("delay")
+    channel.queue_declare(work, durable=True, arguments={
+        **QUORUM, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": delay})
+    channel.queue_declare(delay, durable=True, arguments={
+        **QUORUM, "x-message-ttl": 300, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": work})
+    channel.basic_publish("", work, b"job", pika.BasicProperties(delivery_mode=2))
+    for _attempt in range(2):
+        deadline = time.monotonic() + WAIT_S
+        method = None
+        while method is None:
+            assert time.monotonic() < deadline, "the job did not come back"
+            method, _p, _b = channel.basic_get(work, auto_ack=False)
+            time.sleep(0.02)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    return _get(channel, work), {work: "work", delay: "delay"}
+
+
+SCENARIOS = {"rejected": _rejected_to_dlx, "expired": _expired_to_dlx,
+             "delivery_limit": _delivery_limit_to_dlx, "maxlen": _maxlen_to_dlx,
+             "retry_with_delay": _retry_with_delay}
+
+
+def _run(uri: str, scenario) -> dict:
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    try:
+        started = time.time()
+        (method, properties, body), names = scenario(connection.channel())
+        return _seen(method, properties, body, started, names)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_dead_lettered_message_matches_rabbitmq(name, rabbitmq, broker):
+    expected = _run(rabbitmq.uri, SCENARIOS[name])
+    actual = _run(broker.uri, SCENARIOS[name])
+    # RabbitMQ 4.x writes x-last-death-*; 3.10.8 predates them (module docstring)
+    assert expected.pop("last") == {}
+    last = actual.pop("last")
+    newest = actual["x-death"][0]
+    assert last == {"x-last-death-reason": newest["reason"],
+                    "x-last-death-queue": newest["queue"],
+                    "x-last-death-exchange": newest["exchange"]}
+    for field in expected:
+        assert actual[field] == expected[field], field
+
+
+def test_retry_with_delay_headers_name_both_queues(broker):
+    """The worked example of broker/README.md end to end on quorumqueue alone: the
+    job comes back to the work queue after each rejection, through the delay queue."""
+    seen = _run(broker.uri, _retry_with_delay)
+    assert seen["body"] == b"job"
+    assert [(d["queue"], d["reason"], d["count"]) for d in seen["x-death"]] == [
+        ("delay", "expired", 2), ("work", "rejected", 2)]
+    assert seen["headers"]["x-first-death-reason"] == "rejected"
+    assert seen["headers"]["x-first-death-queue"] == "work"
+
+
+def test_an_expired_message_is_never_delivered_and_leaves_without_a_consumer(broker):
+    """Per-message expiration on a quorum queue without a dead-letter exchange: it is
+    dropped by the leader's tick, not delivered to a later basic.get."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    try:
+        channel = connection.channel()
+        queue = _name("ttl")
+        channel.queue_declare(queue, durable=True, arguments=QUORUM)
+        channel.confirm_delivery()
+        channel.basic_publish("", queue, b"short", pika.BasicProperties(expiration="100"))
+        channel.basic_publish("", queue, b"long", pika.BasicProperties(expiration="600000"))
+        deadline = time.monotonic() + WAIT_S
+        while channel.queue_declare(queue, passive=True).method.message_count != 1:
+            assert time.monotonic() < deadline, "the expired message stayed"
+            time.sleep(0.05)
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        assert body == b"long" and properties.expiration == "600000"
+        _wait_empty(channel, queue)
+    finally:
+        connection.close()
