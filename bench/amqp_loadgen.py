@@ -83,6 +83,7 @@ class LoadSettings:
     inflight: int = 1000
     prefetch: int = 1000
     queue_type: str = "classic"  # one of QUEUE_TYPES
+    message_ttl: int | None = None  # x-message-ttl of the declared queue (ms), if any
 
     def __post_init__(self) -> None:
         if self.queue_type not in QUEUE_TYPES:
@@ -391,6 +392,8 @@ async def declare_fresh_queue(generator: _Generator, prefix: str = "bench-throug
     """A new durable queue of ``settings.queue_type``, checked empty; confirms on."""
     queue = f"{prefix}-{secrets.token_hex(4)}"
     arguments = declare_arguments(generator.settings.queue_type)
+    if generator.settings.message_ttl is not None:
+        arguments["x-message-ttl"] = generator.settings.message_ttl
     declare = wire.queue_declare(PUBLISH_CHANNEL, queue, durable=True, arguments=arguments)
     declared = await generator.call(PUBLISH_CHANNEL, declare, wire.QUEUE_DECLARE_OK)
     if wire.read_declare_ok(declared) != (queue, 0, 0):

@@ -96,7 +96,7 @@ def longstr(raw: bytes) -> bytes:
 
 
 def table(fields: dict[str, object]) -> bytes:
-    """A field table with the value types RabbitMQ reads: t, S, F (nested)."""
+    """A field table with the value types RabbitMQ reads: t, S, l, F (nested)."""
     encoded = bytearray()
     for name, value in fields.items():
         encoded += shortstr(name)
@@ -104,6 +104,8 @@ def table(fields: dict[str, object]) -> bytes:
             encoded += b"t" + bytes([value])
         elif isinstance(value, str):
             encoded += b"S" + longstr(value.encode())
+        elif isinstance(value, int):
+            encoded += b"l" + struct.pack(">q", value)
         elif isinstance(value, dict):
             encoded += b"F" + table(value)
         else:

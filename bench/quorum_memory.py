@@ -2,7 +2,7 @@
 
     python bench/quorum_memory.py [--messages 1000000] [--size 16]
         [--inflight 1000] [--target quorumqueue|rabbitmq|both]
-        [--wal-max-size BYTES] [--settle-timeout 30] [--json PATH]
+        [--wal-max-size BYTES] [--settle-timeout 30] [--message-ttl MS] [--json PATH]
 
 "Bytes per queued message" is the broker process's RSS growth while
 ``--messages`` messages are queued, minus the growth of the Raft log's own
@@ -133,6 +133,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="raft.wal_max_size_bytes for both brokers (default: theirs, 512 MiB): a small WAL rolls over "
         "often, which moves the entries from memory tables to segments",
     )
+    parser.add_argument("--message-ttl", type=int, default=None,
+                        help="declare the queue with this x-message-ttl (ms): what a TTL costs")
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="max seconds to wait for RSS to settle")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     arguments = parser.parse_args(argv)
@@ -188,6 +190,7 @@ async def measure(probe: Probe, arguments: argparse.Namespace, say: Callable[[st
         size=arguments.size,
         inflight=arguments.inflight,
         queue_type="quorum",
+        message_ttl=arguments.message_ttl,
     )
     rule = SettleRule(timeout_s=arguments.settle_timeout)
     generator = await connect(settings)

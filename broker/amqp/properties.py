@@ -130,38 +130,6 @@ def decode_properties(payload: bytes) -> tuple[int, Properties]:
         raise AMQPError(spec.FRAME_ERROR, f"cannot decode content header: {error}") from None
 
 
-_FLAG_CORRELATION_ID = 1 << 10
-_FLAG_REPLY_TO = 1 << 9
-_FLAG_EXPIRATION = 1 << 8
-
-
-def expiration_ms(raw: bytes) -> int | None:
-    """The `expiration` property of a content header payload as milliseconds, or None
-    when it is absent or not a non-negative integer string (RabbitMQ's per-message
-    TTL). Reads only the fields before it: a header without the property costs one
-    flag test."""
-    try:
-        flags = _header_fixed.unpack_from(raw)[3]
-        if not flags & _FLAG_EXPIRATION or flags & 1:
-            return None
-        offset = 14
-        for present, size in ((_FLAG_CONTENT_TYPE, None), (_FLAG_CONTENT_ENCODING, None),
-                              (_FLAG_HEADERS, 4), (_FLAG_DELIVERY_MODE, 1),
-                              (_FLAG_PRIORITY, 1), (_FLAG_CORRELATION_ID, None),
-                              (_FLAG_REPLY_TO, None)):
-            if flags & present:
-                if size is None:
-                    offset += 1 + raw[offset]
-                elif size == 4:
-                    offset += 4 + _u32.unpack_from(raw, offset)[0]
-                else:
-                    offset += size
-        text = raw[offset + 1:offset + 1 + raw[offset]]
-    except (struct.error, IndexError):
-        return None
-    return int(text) if text.isdigit() else None
-
-
 def encode_properties(body_size: int, values: dict, class_id: int = spec.BASIC) -> bytes:
     """A content header payload from a dict of property values (pamqp names)."""
     from pamqp.commands import Basic

@@ -170,6 +170,34 @@ def test_a_policy_changes_a_running_quorum_queue_through_its_log(broker):
     connection.close()
 
 
+def test_a_policys_message_ttl_and_dead_letter_exchange_reach_a_quorum_queue(broker):
+    """Policy keys message-ttl, dead-letter-exchange and dead-letter-routing-key (the
+    quorum queues guide, "Policy Support"): a message published after the policy
+    expires with the policy's TTL and is dead-lettered, with reason expired, through
+    the policy's exchange and routing key."""
+    name = unique("ttlpol")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(f"{name}.dead", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    ctl(broker, "set_policy", "--apply-to", "quorum_queues", f"p-{name}", f"^{name}$",
+        json.dumps({"message-ttl": 200, "dead-letter-exchange": "",
+                    "dead-letter-routing-key": f"{name}.dead"}))
+    channel.confirm_delivery()
+    channel.basic_publish("", name, b"old", pika.BasicProperties(delivery_mode=2))
+    deadline = time.monotonic() + 30  # expiry runs on the leader's tick (about 1 s)
+    method = None
+    while method is None:
+        assert time.monotonic() < deadline, "the message was not dead-lettered"
+        method, properties, body = channel.basic_get(f"{name}.dead", auto_ack=True)
+        time.sleep(0.05)
+    assert body == b"old"
+    assert properties.headers["x-death"][0]["reason"] == "expired"
+    assert properties.headers["x-death"][0]["queue"] == name
+    assert channel.queue_declare(name, passive=True).method.message_count == 0
+    connection.close()
+
+
 def test_a_policys_alternate_exchange_takes_unroutable_messages(broker):
     name = unique("routed")
     connection = connect(broker)
