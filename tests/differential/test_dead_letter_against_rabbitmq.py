@@ -205,6 +205,36 @@ def test_dead_lettered_message_matches_rabbitmq(name, rabbitmq, broker):
         assert actual[field] == expected[field], field
 
 
+def _automatic_cycle(uri: str) -> list[int]:
+    """Two quorum queues dead-letter expired messages to each other (TTL 100 ms): a
+    cycle with no rejection in it, which RabbitMQ breaks by dropping the message when
+    it would come back to the first queue. Returns both queues' counts once they
+    have been empty for three consecutive checks a second apart."""
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    try:
+        channel = connection.channel()
+        first, second = _name("ping"), _name("pong")
+        for queue, other in ((first, second), (second, first)):
+            channel.queue_declare(queue, durable=True, arguments={
+                **QUORUM, "x-message-ttl": 100, "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": other})
+        channel.basic_publish("", first, b"loop", pika.BasicProperties(delivery_mode=2))
+        deadline, quiet = time.monotonic() + WAIT_S, 0
+        while quiet < 3:
+            assert time.monotonic() < deadline, "the message kept cycling"
+            counts = [channel.queue_declare(q, passive=True).method.message_count
+                      for q in (first, second)]
+            quiet = quiet + 1 if counts == [0, 0] else 0
+            time.sleep(1.0 if quiet else 0.05)
+        return counts
+    finally:
+        connection.close()
+
+
+def test_an_automatic_dead_letter_cycle_is_dropped_as_rabbitmq_does(rabbitmq, broker):
+    assert _automatic_cycle(rabbitmq.uri) == [0, 0] == _automatic_cycle(broker.uri)
+
+
 def test_retry_with_delay_headers_name_both_queues(broker):
     """The worked example of broker/README.md end to end on quorumqueue alone: the
     job comes back to the work queue after each rejection, through the delay queue."""
