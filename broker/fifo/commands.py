@@ -25,7 +25,8 @@ Format (version 1, all big-endian), first octet = command tag:
   Tick         13
   UpdateConfig 14 | u8 overflow (0 drop-head, 1 reject-publish) | i64 delivery limit |
                   i64 max length | i64 max bytes          (-1 = no limit, each)
-  UpdateConfig 15 | as 14 | i64 message TTL ms (-1 = none)    (written only with a TTL)
+  UpdateConfig 15 | as 14 | i64 message TTL ms | i64 queue expiry ms (-1 = none, each;
+                  written only for a queue with a message TTL or an expiry)
   where consumer/lease/connection/publisher = u16 length + UTF-8.
 
 Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
@@ -168,13 +169,14 @@ class UpdateConfig:
     max_bytes: int | None      # ready body bytes; None = no limit
     overflow: str              # "drop-head" | "reject-publish"
     msg_ttl: int | None = None  # message TTL in ms (x-message-ttl / policy message-ttl)
+    expires: int | None = None  # queue TTL in ms (x-expires / policy expires)
 
     def __post_init__(self) -> None:
         limit = self.delivery_limit
         if isinstance(limit, bool) or not isinstance(limit, int) or not -1 <= limit < _I64_LIMIT:
             raise ValueError(f"fifo update_config 'delivery_limit' must be -1 (no limit) or a "
                              f"non-negative integer below 2^63, not {limit!r}")
-        for key in ("max_length", "max_bytes", "msg_ttl"):
+        for key in ("max_length", "max_bytes", "msg_ttl", "expires"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 0 <= value < _I64_LIMIT):
@@ -223,12 +225,19 @@ class ReleaseCursor:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueExpired:
+    """The queue has been unused for longer than its expiry (x-expires): the leader's
+    node deletes it (through the metadata, on every node)."""
+    unused_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseReleased:
     lease: str
     reason: str  # "released" | "timeout"
 
 
-Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased]
+Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired]
 
 
 # ------------------------------------------------------------------ replies as JSON
@@ -360,13 +369,14 @@ def encode(command: Command) -> bytes:
             return b"\x0c" + _s(lease)
         case Tick():
             return b"\x0d"
-        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl):
+        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl, expires):
             args = _update_args.pack(
                 _OVERFLOW_CODES.index(overflow), delivery_limit,
                 -1 if max_length is None else max_length, -1 if max_bytes is None else max_bytes)
-            if msg_ttl is None:
+            if msg_ttl is None and expires is None:
                 return b"\x0e" + args
-            return b"\x0f" + args + _i64.pack(msg_ttl)
+            return (b"\x0f" + args + _i64.pack(-1 if msg_ttl is None else msg_ttl)
+                    + _i64.pack(-1 if expires is None else expires))
     raise TypeError(f"not a fifo command: {command!r}")
 
 
@@ -385,10 +395,12 @@ def decode(data: bytes) -> Command:
         overflow, delivery_limit, max_length, max_bytes = _update_args.unpack_from(data, 1)
         if overflow >= len(_OVERFLOW_CODES):
             raise ValueError(f"unknown overflow code {overflow} in a fifo UpdateConfig")
-        msg_ttl = _i64.unpack_from(data, 1 + _update_args.size)[0] if tag == 15 else -1
+        msg_ttl = expires = -1
+        if tag == 15:
+            msg_ttl, expires = struct.unpack_from(">qq", data, 1 + _update_args.size)
         return UpdateConfig(delivery_limit, None if max_length < 0 else max_length,
                             None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow],
-                            None if msg_ttl < 0 else msg_ttl)
+                            None if msg_ttl < 0 else msg_ttl, None if expires < 0 else expires)
     name, offset = _read_s(data, 1)
     if tag == 2:
         prefetch, priority = _checkout_args.unpack_from(data, offset)

@@ -21,7 +21,14 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
   limits changed while the queue runs (UpdateConfig, from a policy; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
   drop the log below it once a snapshot at that point exists.
-- message TTL and dead lettering (below).
+- message TTL and dead lettering (below);
+- queue TTL (x-expires, as rabbit_fifo's `is_expired`): `last_active` is the leader
+  time of the last command that had a consumer (before or after it), a basic.get or
+  a config change; the first Tick starts it for a new queue. A Tick finding no
+  consumer and `now - last_active > expires` emits QueueExpired (on every Tick
+  while so); the leader's node deletes the queue. Publishing does not count as use,
+  nor does a redeclare (the 4.2 guide's feature matrix: "Partial (queue
+  redeclaration does not renew the lease)").
 
 Message TTL, as rabbit_fifo (the quorum queues guide, "Queue and Per-Message TTL";
 the TTL guide): an Enqueue gets the expiry `now + ttl`, where now is the leader
@@ -111,7 +118,8 @@ from typing import Any, assert_never
 from . import leases
 from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
                        Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
-                       Purge, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
+                       Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick,
+                       UpdateConfig)
 from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
 
 
@@ -119,6 +127,7 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     effects: list[Effect] = []
     reply: Any = None
     state.now_ms = meta.system_time
+    used = _has_consumers(state)
     match command:
         case Enqueue():
             reply = _enqueue(meta, command, state)
@@ -146,11 +155,15 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             reply = leases.release(lease, "released", state, effects)
         case Tick():
             leases.expire(meta, state, effects)  # expired messages: after the match
+            _check_queue_expiry(meta, state, effects)
         case UpdateConfig():
             _update_config(command, state)
         case _:
             assert_never(command)
     state.last_index = meta.index
+    if meta.system_time and (used or _has_consumers(state)
+                             or isinstance(command, (Dequeue, UpdateConfig))):
+        state.last_active = meta.system_time
     _expire_heads(state, effects)
     _serve_consumers(state, effects)
     if isinstance(command, Enqueue) and reply == "ok" and _zero_ttl(command, state.config):
@@ -184,6 +197,30 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
     (state.high if is_high(packed) else state.normal).append(meta.index, packed, expiry)
     state.enqueue_count += 1
     return "ok"
+
+
+def _has_consumers(state: FifoState) -> bool:
+    return any(not c.pull_only and not c.cancelled for c in state.consumers.values())
+
+
+def _check_queue_expiry(meta: Meta, state: FifoState, effects: list[Effect]) -> None:
+    expires = state.config.expires
+    if expires is None or not meta.system_time:
+        return
+    if not state.last_active:
+        state.last_active = meta.system_time  # a new queue: its period starts now
+        return
+    unused = meta.system_time - state.last_active
+    if unused > expires and not _has_consumers(state):
+        effects.append(QueueExpired(unused))
+
+
+def queue_expiry(state: FifoState) -> int | None:
+    """The leader time after which the queue counts as expired if still unused (None:
+    no expiry or a consumer): when the leader should propose a Tick."""
+    if state.config.expires is None or _has_consumers(state):
+        return None
+    return state.last_active + state.config.expires + 1 if state.last_active else 0
 
 
 def _ttl(command: Enqueue, config) -> int | None:
@@ -330,7 +367,8 @@ def _update_config(command: UpdateConfig, state: FifoState) -> None:
     """New limits (see the header); `apply` then serves consumers and enforces them."""
     state.config = replace(state.config, delivery_limit=command.delivery_limit,
                            max_length=command.max_length, max_bytes=command.max_bytes,
-                           overflow=command.overflow, msg_ttl=command.msg_ttl)
+                           overflow=command.overflow, msg_ttl=command.msg_ttl,
+                           expires=command.expires)
     if state.config.overflow != "reject-publish" or not state.config.has_limit:
         state.publishers_blocked = False
 

@@ -12,7 +12,8 @@ reads 1 to 3 (a version-1 snapshot is a queue without limits, nothing blocked).
 3 added "enqueuer_gaps" (each publisher's first rejected seq not yet stored; older
 versions: none). A build that only knows an older version refuses a newer one
 ("unknown fifo snapshot version 3") rather than silently dropping what it adds.
-4 added message TTL: "msg_ttl" in "config", "expiries_out" (raft index -> expiry
+4 added message and queue TTL: "msg_ttl" and "expires" in "config",
+"last_active" (the leader time the queue was last used), "expiries_out" (raft index -> expiry
 of checked-out and leased messages), and after the lease arrays one u64 expiry
 array per ready queue (high, normal, returns: length 0 for a queue that keeps no
 expiries); "array_lengths" lists them too. Older versions: no TTL anywhere.
@@ -57,9 +58,11 @@ def dump(state: FifoState) -> bytes:
                    "max_length": state.config.max_length,
                    "max_bytes": state.config.max_bytes,
                    "overflow": state.config.overflow,
-                   "msg_ttl": state.config.msg_ttl},
+                   "msg_ttl": state.config.msg_ttl,
+                   "expires": state.config.expires},
         "delivery_counts": sorted(state.delivery_counts.items()),
         "expiries_out": sorted(state.expiries_out.items()),
+        "last_active": state.last_active,
         "high_run": state.high_run,
         "consumers": {key: {"prefetch": c.prefetch, "priority": c.priority,
                             "connection": c.connection, "order": c.order,
@@ -119,6 +122,7 @@ def load(data: bytes) -> FifoState:
             queue.expiries = expiries if len(expiries) else None
     state.expiries_out = ({int(k): v for k, v in document["expiries_out"]}
                           if version >= 4 else {})
+    state.last_active = document["last_active"] if version >= 4 else 0
     state.delivery_counts = {int(k): v for k, v in document["delivery_counts"]}
     state.high_run = document["high_run"]
     for key, c in document["consumers"].items():

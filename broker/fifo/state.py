@@ -206,9 +206,12 @@ class FifoConfig:
     # x-message-ttl / policy message-ttl (the lower): ms a message may stay in the
     # queue, set on each message at its enqueue; None = no queue TTL
     msg_ttl: int | None = None
+    # x-expires / policy expires (the lower): ms the queue may stay unused (no
+    # consumer, no basic.get) before it is deleted; None = never
+    expires: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("max_length", "max_bytes", "msg_ttl"):
+        for key in ("max_length", "max_bytes", "msg_ttl", "expires"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 0):
@@ -227,7 +230,8 @@ def fifo_config(arguments: dict) -> FifoConfig:
     """A queue's machine settings from its validated x-arguments (broker/queues/types.py
     validates them at declaration; the analytics jobs read them from metadata.json):
     `x-delivery-limit` (default 20, negative = none), `x-max-length`,
-    `x-max-length-bytes`, `x-overflow` (default drop-head), `x-message-ttl`."""
+    `x-max-length-bytes`, `x-overflow` (default drop-head), `x-message-ttl`,
+    `x-expires`."""
     limit = arguments.get("x-delivery-limit", 20)
     overflow = arguments.get("x-overflow")
     if isinstance(overflow, bytes):
@@ -236,7 +240,8 @@ def fifo_config(arguments: dict) -> FifoConfig:
                       max_length=arguments.get("x-max-length"),
                       max_bytes=arguments.get("x-max-length-bytes"),
                       overflow=overflow or "drop-head",
-                      msg_ttl=arguments.get("x-message-ttl"))
+                      msg_ttl=arguments.get("x-message-ttl"),
+                      expires=arguments.get("x-expires"))
 
 
 @dataclass(slots=True)
@@ -263,6 +268,9 @@ class FifoState:
     applied_since_cursor: int = 0
     release_cursor: int = 0        # last emitted
     last_index: int = 0            # raft index of the last applied command
+    # queue TTL: the leader time the queue was last used (a consumer, a basic.get, a
+    # config change); 0 = not yet known (the first Tick starts the period)
+    last_active: int = 0
     # the leader time of the command being applied (set by `apply`, not snapshotted)
     now_ms: int = 0
 

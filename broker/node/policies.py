@@ -57,6 +57,7 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "target-group-size": (("quorum",), "a positive integer"),
     "alternate-exchange": (("exchange",), "an exchange name"),
     "message-ttl": (("quorum",), "a non-negative integer (milliseconds)"),
+    "expires": (("quorum",), "a positive integer (milliseconds)"),
     "dead-letter-exchange": (("quorum",), "an exchange name"),
     "dead-letter-routing-key": (("quorum",), "a routing key"),
     "dead-letter-strategy": (("quorum",), "'at-most-once' (at-least-once is not "
@@ -64,11 +65,11 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 # keys quorum queues apply and classic queues do not yet: a policy holding one must
 # apply to quorum_queues only, so that no classic queue silently ignores it
-QUORUM_QUEUES_ONLY = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key",
+QUORUM_QUEUES_ONLY = ("message-ttl", "expires", "dead-letter-exchange", "dead-letter-routing-key",
                       "dead-letter-strategy")
 # keys RabbitMQ knows that quorumqueue does not apply: refused by name rather than
 # accepted and ignored
-NOT_SUPPORTED = ("expires", "max-in-memory-length", "max-in-memory-bytes",
+NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
@@ -154,6 +155,7 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "target-group-size": _integer(value, 1),
         "alternate-exchange": isinstance(value, str) and 0 < len(value.encode()) <= 255,
         "message-ttl": _integer(value, 0),
+        "expires": _integer(value, 1),
         "dead-letter-exchange": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-routing-key": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-strategy": value == "at-most-once",

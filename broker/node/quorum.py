@@ -7,8 +7,9 @@ what follows (`advanced`: leader news, snapshots); turn the machine's effects in
 AMQP work — deliveries to this node's consumers (bodies read back from the log),
 replies to whoever waited for an entry, snapshots and log release at the machine's
 release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
-by the leader to the queue's dead-letter exchange, at most once); and time (Tick
-commands for lease and message expiry).
+by the leader to the queue's dead-letter exchange, at most once); queue TTL (`_delete_expired`:
+the leader deletes an expired queue through the metadata); and time (Tick commands
+for lease, message and queue expiry).
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
 time: `begin_round` collects a Ready from every group and appends their entries and
@@ -46,7 +47,7 @@ from ..amqp.errors import AMQPError
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
-from ..fifo.machine import apply, live_indexes, next_expiry
+from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
@@ -310,6 +311,9 @@ class QuorumGroups:
                 case commands.Dropped(index, reason):
                     if not replaying and queue.is_leader:
                         self._dead_letter(queue, index, reason)
+                case commands.QueueExpired(unused_ms):
+                    if not replaying and queue.is_leader and not queue.expiry_proposed:
+                        self._delete_expired(queue, unused_ms)
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     if self.cluster.solo:
                         queue.pending_snapshot = (cursor, snapshot_index, queue.snapshot())
@@ -451,6 +455,20 @@ class QuorumGroups:
                 continue
             found.publish(Message(exchange_name, keys[0], properties, body), None, None)
 
+    def _delete_expired(self, queue: QuorumQueue, unused_ms: int) -> None:
+        """Queue TTL (x-expires): the leader asks the metadata group to delete the
+        queue, as a client's queue.delete would, so every node drops its record and
+        every member its replica (RabbitMQ's quorum queue leader does the same)."""
+        from ..cluster import meta
+
+        queue.expiry_proposed = True
+        log.info("quorum queue '%s' in vhost '%s': unused for %d ms (x-expires %d): "
+                 "deleting it", queue.name, queue.vhost, unused_ms,
+                 queue.state.config.expires)
+        self.cluster.meta.propose_data(
+            meta.encode("queue.delete", vhost=queue.vhost, name=queue.name,
+                        group=queue.group), None)
+
     # ------------------------------------------------------------ time
 
     def raft_tick(self) -> None:
@@ -470,7 +488,10 @@ class QuorumGroups:
             if now - queue.last_tick_ms < self.tick_interval_ms:
                 continue
             expiry = next_expiry(queue.state)
-            if (expiry is not None and expiry <= now) or any(
+            unused_until = queue_expiry(queue.state)
+            if (expiry is not None and expiry <= now) or (
+                    unused_until is not None and unused_until <= now
+                    and not queue.expiry_proposed) or any(
                     lease.timeout_ms and len(lease.indexes)
                     for lease in queue.state.leases.values()):
                 queue.last_tick_ms = now

@@ -125,6 +125,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
         self.config_proposed = None   # settings proposed for the machine, not yet applied
         self.groups = None            # the node's QuorumGroups (reads bodies from the log)
+        self.expiry_proposed = False  # x-expires: this leader asked the metadata to delete it
 
     # ------------------------------------------------------------ counts
 
@@ -366,7 +367,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
         self.propose(commands.UpdateConfig(wanted.delivery_limit, wanted.max_length,
                                            wanted.max_bytes, wanted.overflow,
-                                           wanted.msg_ttl), 0, applied)
+                                           wanted.msg_ttl, wanted.expires), 0, applied)
         return []
 
     def check_leases(self, detail: str) -> None:

@@ -1,8 +1,8 @@
 """How a queue's arguments combine with the policy that applies to it. Pure.
 
 The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`
-and the max-length guide): max-length, max-length-bytes and message-ttl take the
-lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+and the max-length guide): max-length, max-length-bytes, message-ttl and expires
+take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the argument x-quorum-target-group-size, then the policy, then
@@ -64,7 +64,8 @@ def quorum_config(arguments: Mapping[str, Any], policy,
                                        definition.get("max-length-bytes")),
                       overflow=overflow,
                       msg_ttl=_lower(arguments.get("x-message-ttl"),
-                                     definition.get("message-ttl")))
+                                     definition.get("message-ttl")),
+                      expires=_lower(arguments.get("x-expires"), definition.get("expires")))
 
 
 def classic_limits(arguments: Mapping[str, Any],

@@ -59,12 +59,10 @@ _KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in 
 # arguments quorumqueue recognises but does not enforce yet: refused rather than
 # silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
 # (quorum queues apply message TTL and dead lettering; classic queues not yet)
-NOT_YET_SUPPORTED = ("x-expires",)
-CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-dead-letter-exchange",
+NOT_YET_SUPPORTED = ()
+CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
                              "x-dead-letter-routing-key")
 QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
-# x-dead-letter-strategy values (RabbitMQ's ?DLX_STRATEGIES); at-least-once is next
-DLX_STRATEGIES = ("at-most-once", "at-least-once")
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 # rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
 # deprecated and mean balanced (queues/settings.py leader_locator)
@@ -227,6 +225,11 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     if isinstance(ttl, int) and ttl < 0:  # rabbit_amqqueue's check_message_ttl_arg
         raise precondition(f"invalid arg 'x-message-ttl' for {where}: "
                            f"{{value_negative,{ttl}}}")
+    expires = arguments.get("x-expires")
+    if isinstance(expires, int) and expires <= 0:  # rabbit_amqqueue's check_expires_arg
+        raise precondition(f"invalid arg 'x-expires' for {where}: "
+                           + (f"{{value_zero,{expires}}}" if expires == 0
+                              else f"{{value_negative,{expires}}}"))
     if overflow == "reject-publish-dlx":
         raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
                            "needs dead-lettering, which quorumqueue does not support yet")
@@ -236,11 +239,11 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
                 raise precondition(f"invalid arg '{key}' for {where}: quorumqueue's quorum "
                                    "queues do not support it yet (it would be silently "
                                    "ignored)")
-        strategy = arguments.get("x-dead-letter-strategy")
-        if strategy is not None and _text(strategy) not in DLX_STRATEGIES:
-            raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
-                               "invalid_dlx_strategy")
-        if _text(strategy) == "at-least-once":
+        # at-least-once takes effect only with reject-publish (the quorum queues guide,
+        # "Dead Lettering": with drop-head RabbitMQ falls back to at-most-once, and so
+        # does quorumqueue); with reject-publish it is refused, as it is not built yet
+        if (_text(arguments.get("x-dead-letter-strategy")) == "at-least-once"
+                and overflow == "reject-publish"):
             raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
                                "quorumqueue does not support at-least-once dead lettering "
                                "yet (at-most-once is the default)")

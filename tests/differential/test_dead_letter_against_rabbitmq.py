@@ -266,3 +266,52 @@ def test_an_expired_message_is_never_delivered_and_leaves_without_a_consumer(bro
         _wait_empty(channel, queue)
     finally:
         connection.close()
+
+
+def _exists(channel_of, queue: str) -> bool:
+    channel = channel_of()
+    try:
+        channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        assert error.reply_code == 404
+        return False
+    channel.close()
+    return True
+
+
+def _expiry_run(uri: str) -> list[str]:
+    """x-expires 1000 on two quorum queues: one never used is deleted; one with a
+    consumer is not while the consumer stays (checked after 3 s, three periods), and is
+    deleted after the consumer cancels. Returns what was observed, in order."""
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    seen = []
+    try:
+        channel = connection.channel()
+        idle, used = _name("idle"), _name("used")
+        for queue in (idle, used):
+            channel.queue_declare(queue, durable=True,
+                                  arguments={**QUORUM, "x-expires": 1000})
+        tag = channel.basic_consume(used, lambda *args: None)
+        deadline = time.monotonic() + WAIT_S
+        while _exists(connection.channel, idle):
+            assert time.monotonic() < deadline, "the unused queue was not deleted"
+            time.sleep(0.1)
+        seen.append("unused queue deleted")
+        connection.sleep(3.0)  # three periods with a consumer
+        seen.append("used queue kept" if _exists(connection.channel, used) else "used deleted")
+        channel.basic_cancel(tag)
+        while _exists(connection.channel, used):
+            assert time.monotonic() < deadline + WAIT_S, "the queue was not deleted"
+            time.sleep(0.1)
+        seen.append("deleted after the consumer left")
+        return seen
+    finally:
+        connection.close()
+
+
+def test_queue_ttl_deletes_an_unused_quorum_queue_as_rabbitmq_does(rabbitmq, broker):
+    """x-expires on quorum queues (the 4.2 guide's feature matrix: queue TTL, partial:
+    a redeclare does not renew it): the queue is deleted once unused for the period,
+    never while it has a consumer."""
+    assert _expiry_run(rabbitmq.uri) == _expiry_run(broker.uri) == [
+        "unused queue deleted", "used queue kept", "deleted after the consumer left"]

@@ -31,14 +31,16 @@ def _filled(config: FifoConfig) -> FifoState:
 
 def _as_version(data: bytes, version: int) -> bytes:
     """The bytes a build of `version` (1 or 3) wrote for the same state, which must
-    hold no TTL: version 3 has no msg_ttl, expiries_out or expiry arrays (the last
-    three arrays, empty here); version 1 neither limits, block nor gaps."""
+    hold no TTL: version 3 has no msg_ttl, expires, last_active, expiries_out or
+    expiry arrays (the last three arrays, empty here); version 1 neither limits, block nor gaps."""
     _magic, _version, length = _head.unpack_from(data)
     document = json.loads(data[_head.size:_head.size + length])
     assert document["array_lengths"][-3:] == [0, 0, 0] and not document["expiries_out"]
-    assert document["config"]["msg_ttl"] is None
+    assert document["config"]["msg_ttl"] is None and document["config"]["expires"] is None
     del document["config"]["msg_ttl"]
+    del document["config"]["expires"]
     del document["expiries_out"]
+    del document["last_active"]
     document["array_lengths"] = document["array_lengths"][:-3]
     if version == 1:
         for key in ("max_length", "max_bytes", "overflow"):

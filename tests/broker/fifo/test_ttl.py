@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from quorumqueue.broker.fifo import snapshot
 from quorumqueue.broker.fifo.commands import (Checkout, Deliver, Dequeue, Discard, Down,
                                               Dropped, Enqueue, LeaseGrow, LeaseRelease, Meta,
-                                              Return, Settle, Tick, UpdateConfig, decode,
+                                              QueueExpired, Return, Settle, Tick,
+                                              UpdateConfig, decode,
                                               encode, encode_enqueue)
-from quorumqueue.broker.fifo.machine import apply, next_expiry
+from quorumqueue.broker.fifo.machine import apply, next_expiry, queue_expiry
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
 from quorumqueue.broker.amqp.properties import encode_properties
 
@@ -243,3 +244,52 @@ def test_lease_release_requeues_with_expiry_and_expired_messages_are_not_leased(
     assert list(s.state.leases["L"].indexes) == [a] and s.state.ready_count == 0
     s(LeaseRelease("L"), time=200)
     assert dropped(s.effects, "expired") == [a]
+
+
+# ------------------------------------------------------------------ queue TTL (x-expires)
+
+
+def expired(effects):
+    return [e for e in effects if isinstance(e, QueueExpired)]
+
+
+def test_an_unused_queue_expires_and_a_consumer_or_a_get_renews_it():
+    """x-expires as rabbit_fifo's is_expired: no consumer and unused for longer than
+    the period; a consumer or a basic.get is use, publishing is not."""
+    s = Script()
+    s(UpdateConfig(20, None, None, "drop-head", expires=1_000), time=10_000)
+    s(Tick(), time=10_500)
+    s.enqueue(1)                                         # publishing is not use
+    s(Tick(), time=11_000)
+    assert not expired(s.effects)
+    s(Tick(), time=11_001)
+    assert expired(s.effects) == [QueueExpired(1_001)]
+    s(Dequeue("g", True, "conn"), time=11_500)           # a basic.get renews
+    s(Tick(), time=12_400)
+    assert not expired(s.effects)
+    s(Checkout("c", 1, 0, "conn"), time=12_400)
+    s(Tick(), time=99_000)                               # a consumer: never expires
+    assert not expired(s.effects) and queue_expiry(s.state) is None
+    s(Down("conn"), time=99_000)                         # gone: the period starts
+    assert queue_expiry(s.state) == 100_001
+    s(Tick(), time=100_001)
+    assert expired(s.effects) == [QueueExpired(1_001)]
+
+
+def test_a_new_queue_starts_its_period_at_the_first_tick():
+    s = Script()
+    s.state.config = FifoConfig(expires=500)             # declared with x-expires
+    assert queue_expiry(s.state) == 0                    # the leader ticks at once
+    s(Tick(), time=5_000)
+    assert not expired(s.effects) and queue_expiry(s.state) == 5_501
+    s(Tick(), time=5_501)
+    assert expired(s.effects)
+
+
+def test_update_config_carries_the_queue_expiry():
+    command = UpdateConfig(20, None, None, "drop-head", expires=30_000)
+    assert encode(command)[0] == 15 and decode(encode(command)) == command
+    state = FifoState(config=FifoConfig(expires=30_000))
+    state.last_active = 1234
+    restored = snapshot.load(snapshot.dump(state))
+    assert restored.config.expires == 30_000 and restored.last_active == 1234

@@ -37,8 +37,12 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"queue-leader-locator": 3}),
      "Validation failed: 3 is not a valid queue leader locator value"),
     (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
+    (dict(definition={"queue-mode": "lazy"}),
+     "key 'queue-mode' is not supported by quorumqueue"),
     (dict(definition={"expires": 1000}),
-     "key 'expires' is not supported by quorumqueue"),
+     "key 'expires' applies to quorum queues only in quorumqueue for now"),
+    (dict(apply_to="quorum_queues", definition={"expires": 0}),
+     "key 'expires' must be a positive integer"),
     # quorum queues apply these, classic queues not yet: the policy must say quorum_queues
     (dict(definition={"message-ttl": 1000}),
      "key 'message-ttl' applies to quorum queues only in quorumqueue for now"),
@@ -100,6 +104,9 @@ ARGS = {"x-max-length": 100, "x-max-length-bytes": 5000, "x-overflow": "drop-hea
     ({"x-message-ttl": 5000}, {"message-ttl": 900}, FifoConfig(msg_ttl=900)),
     ({"x-message-ttl": 0}, {"message-ttl": 900}, FifoConfig(msg_ttl=0)),
     ({}, {"message-ttl": 900}, FifoConfig(msg_ttl=900)),
+    # expires: the lower of argument and policy
+    ({"x-expires": 5000}, {"expires": 60000}, FifoConfig(expires=5000)),
+    ({}, {"expires": 60000}, FifoConfig(expires=60000)),
 ])
 def test_a_quorum_queues_settings_combine_its_arguments_and_its_policy(arguments, definition,
                                                                      expected):

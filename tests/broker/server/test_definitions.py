@@ -111,8 +111,8 @@ def test_refusals_name_what_is_wrong(broker):
     assert "is not a regular expression" in ctl_error(broker, "set_permissions", "guest",
                                                       "(", ".*", ".*")
     assert "vhost '/' already exists" in ctl_error(broker, "add_vhost", "/")
-    assert "key 'expires' is not supported by quorumqueue" in ctl_error(
-        broker, "set_policy", "ttl", ".*", '{"expires": 60000}')
+    assert "key 'queue-mode' is not supported by quorumqueue" in ctl_error(
+        broker, "set_policy", "ttl", ".*", '{"queue-mode": "lazy"}')
     assert "key 'message-ttl' applies to quorum queues only" in ctl_error(
         broker, "set_policy", "ttl", ".*", '{"message-ttl": 60000}')
     assert "not JSON" in ctl_error(broker, "set_policy", "bad", ".*", "{max-length: 1}")
