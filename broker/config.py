@@ -28,17 +28,29 @@ class Settings:
     frame_max: int = 131072
     channel_max: int = 2047
     heartbeat: int = 60
-    max_message_size: int = 128 * 1024 * 1024
+    # RabbitMQ 4.0 lowered the default from 128 MiB to 16 MiB (its hard limit is 512 MiB)
+    max_message_size: int = 16 * 1024 * 1024
     cluster_name: str = "quorumqueue"
     node_name: str = ""  # default: quorumqueue@<hostname>, like RabbitMQ's rabbit@<hostname>
     default_vhost: str = "/"
     default_user: str = "guest"
     default_pass: str = "guest"
     loopback_users: tuple[str, ...] = ("guest",)
-    # memory alarm: absolute bytes win over the relative fraction of total memory
-    memory_high_watermark_relative: float = 0.4
+    # memory alarm (broker/README.md "Resource alarms"): the node's resident set size
+    # (RabbitMQ's default `rss` calculation strategy) against absolute bytes, which win
+    # over the relative fraction of total memory (RabbitMQ 4's default: 0.6)
+    memory_high_watermark_relative: float = 0.6
     memory_high_watermark_absolute: int = 0
+    # what "total memory" is: 0 reads it from the OS, else these bytes (RabbitMQ's
+    # total_memory_available_override_value); the relative limits are fractions of it
+    total_memory_override: int = 0
+    # disk alarm: free bytes on the data directory's file system below the absolute
+    # limit or, when only the relative one is set, below that multiple of total memory
     disk_free_limit_absolute: int = 50 * 1000 * 1000
+    disk_free_limit_relative: float = 0.0
+    memory_calculation_strategy: str = "rss"
+    memory_paging_ratio: float = 0.5         # unused since RabbitMQ 4.0, as there
+    memory_monitor_interval: int = 2500      # unused since RabbitMQ 4.0, as there
     alarm_check_interval: float = 1.0
     fsync: bool = True
     msg_store_segment_bytes: int = 64 * 1024 * 1024
@@ -105,6 +117,25 @@ class Settings:
                                               self.cluster_port))
         return peers
 
+    def total_memory(self, from_os: int) -> int:
+        """Total memory as the alarms see it: the override if set, else the OS's."""
+        return self.total_memory_override or from_os
+
+    def memory_limit(self, total_memory: int) -> int:
+        """The memory alarm's limit in bytes (RabbitMQ: an absolute limit wins)."""
+        if self.memory_high_watermark_absolute:
+            return self.memory_high_watermark_absolute
+        return int(total_memory * self.memory_high_watermark_relative)
+
+    def disk_free_limit(self, total_memory: int) -> int:
+        """The disk alarm's limit in free bytes: disk_free_limit.relative times total
+        memory when it is set, unless disk_free_limit.absolute is set too (then the
+        absolute one wins, as RabbitMQ's configuration schema says)."""
+        if self.disk_free_limit_relative and (
+                "disk_free_limit.absolute" not in self.configured_keys):
+            return round(self.disk_free_limit_relative * total_memory)
+        return self.disk_free_limit_absolute
+
     def storage_config(self):
         from .raft.storage.config import StorageConfig
 
@@ -134,6 +165,27 @@ def _fraction(key, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ConfigError(f"{key}: expected a fraction in (0, 1], got {value!r}")
     return float(value)
+
+
+def _positive_number(key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def _memory_strategy(key, value):
+    # RabbitMQ's other strategies (allocated, erlang, legacy) measure the Erlang VM's
+    # allocators, which a Python process does not have
+    if value != "rss":
+        raise ConfigError(f"{key}: only \"rss\" (the process's resident set size, "
+                          f"RabbitMQ's default) is supported, got {value!r}")
+    return value
+
+
+def _deprecated_number(key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    return value
 
 
 def _users(key, value):
@@ -184,6 +236,12 @@ KEYS = {
     "vm_memory_high_watermark.relative": ("memory_high_watermark_relative", _fraction),
     "vm_memory_high_watermark.absolute": ("memory_high_watermark_absolute", parse_size),
     "disk_free_limit.absolute": ("disk_free_limit_absolute", parse_size),
+    "disk_free_limit.relative": ("disk_free_limit_relative", _positive_number),
+    "total_memory_available_override_value": ("total_memory_override", parse_size),
+    "vm_memory_calculation_strategy": ("memory_calculation_strategy", _memory_strategy),
+    # deprecated and unused since RabbitMQ 4.0 (its schema says so): accepted, no effect
+    "vm_memory_high_watermark_paging_ratio": ("memory_paging_ratio", _deprecated_number),
+    "memory_monitor_interval": ("memory_monitor_interval", _deprecated_number),
     "alarm_check_interval": ("alarm_check_interval", lambda k, v: float(_int(k, v))
                              if isinstance(v, int) else v),
     "storage.fsync": ("fsync", _bool),
@@ -332,6 +390,14 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
 
 def replace(settings: Settings, **changes) -> Settings:
     return validate(dataclasses.replace(settings, **changes))
+
+
+def precedence_warnings(settings: Settings) -> list[str]:
+    """RabbitMQ's warnings for a file that sets both forms of one limit."""
+    keys = settings.configured_keys
+    return [f"Both {name}.absolute and {name}.relative are configured. {name}.absolute "
+            "has precedence" for name in ("vm_memory_high_watermark", "disk_free_limit")
+            if {f"{name}.absolute", f"{name}.relative"} <= keys]
 
 
 def not_enforced_yet(settings: Settings) -> list[str]:

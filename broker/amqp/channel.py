@@ -35,6 +35,9 @@ from .errors import AMQPError
 from .events import ContentReceived
 
 
+# RabbitMQ's hard limit on max_message_size (rabbit.hrl ?MAX_MSG_SIZE, 512 MiB)
+MAX_MESSAGE_SIZE = 512 * 1024 * 1024
+
 class ChannelState(enum.StrEnum):
     OPEN = "open"          # channel.open answered: methods and content flow
     CLOSING = "closing"    # the server sent channel.close: waits for close-ok
@@ -151,8 +154,10 @@ class ChannelMachine:
                             connection_level=True)
         if properties.body_size > max_message_size:
             self._reset()
+            # rabbit_channel:check_msg_size: "configured" unless the limit is the hard one
+            configured = "" if max_message_size == MAX_MESSAGE_SIZE else "configured "
             raise AMQPError(spec.PRECONDITION_FAILED,
-                            f"message size {properties.body_size} is larger than configured "
+                            f"message size {properties.body_size} is larger than {configured}"
                             f"max size {max_message_size}", *spec.BASIC_PUBLISH)
         self._properties = properties
         if properties.body_size == 0:

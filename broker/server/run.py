@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from ..config import Settings, not_enforced_yet
+from ..config import Settings, not_enforced_yet, precedence_warnings
 from .server import BrokerServer
 
 log = logging.getLogger("quorumqueue.broker")
@@ -38,6 +38,8 @@ def event_loop_factory():
 
 async def serve(settings: Settings, ready=None) -> None:
     for warning in not_enforced_yet(settings):  # accepted, but not silently ignored
+        log.warning("%s", warning)
+    for warning in precedence_warnings(settings):
         log.warning("%s", warning)
     server = BrokerServer(settings)
     stop = asyncio.Event()

@@ -254,6 +254,11 @@ class BrokerServer:
         self._writer = SyncWriter(self._loop)
         self.node.flush()  # persist recovery results (e.g. a created default vhost)
         # as RabbitMQ's resource monitors: alarms hold before the first client connects
+        total = self.settings.total_memory(total_memory_bytes())
+        memory_limit = self.memory_limit()
+        log.info("Memory high watermark set to %d MiB (%d bytes) of %d MiB (%d bytes) total",
+                 memory_limit // 2 ** 20, memory_limit, total // 2 ** 20, total)
+        log.info("Disk free limit set to %dMB", self.disk_free_limit() // 1_000_000)
         self.check_alarms()
         self._server = await self._loop.create_server(
             lambda: _Connection(self), self.settings.host, self.settings.port,
@@ -498,21 +503,40 @@ class BrokerServer:
             self.schedule_flush()
 
     def memory_limit(self) -> int:
-        if self.settings.memory_high_watermark_absolute:
-            return self.settings.memory_high_watermark_absolute
-        return int(total_memory_bytes() * self.settings.memory_high_watermark_relative)
+        return self.settings.memory_limit(self.settings.total_memory(total_memory_bytes()))
+
+    def disk_free_limit(self) -> int:
+        return self.settings.disk_free_limit(self.settings.total_memory(total_memory_bytes()))
 
     def check_alarms(self) -> None:
+        """RabbitMQ's resource monitors: the memory alarm compares the process's
+        resident set size (RabbitMQ's default `rss` strategy, read from
+        /proc/self/statm as vm_memory_monitor does) with the high watermark; the disk
+        alarm the free bytes of the data directory's file system with the limit."""
         memory = resident_memory_bytes()
         limit = self.memory_limit()
-        self._alarm("memory", memory > limit,
-                    f"memory resource limit alarm: {memory} bytes used, limit {limit}")
+        self._alarm("memory", memory > limit, "vm_memory_high_watermark %s. Memory used:%d "
+                    "allowed:%d", memory, limit)
         free = shutil.disk_usage(self.settings.data_dir).free
-        self._alarm("disk", free < self.settings.disk_free_limit_absolute,
-                    f"free disk space alarm: {free} bytes free, limit "
-                    f"{self.settings.disk_free_limit_absolute}")
+        limit = self.disk_free_limit()
+        self._alarm("disk", free < limit, "Free disk space is %s. Free bytes: %d. Limit: %d",
+                    free, limit)
 
-    def _alarm(self, resource: str, active: bool, text: str) -> None:
-        if active != (resource in self.node.alarms):
-            log.warning("%s %s", text, "set" if active else "cleared")
-            self.node.set_alarm(resource, active)
+    def _alarm(self, resource: str, active: bool, text: str, used: int, limit: int) -> None:
+        """Set or clear an alarm, logging as rabbit_alarm and the monitors do."""
+        if active == (resource in self.node.alarms):
+            return
+        if resource == "memory":
+            log.info(text, "set" if active else "clear", used, limit)
+        else:
+            log.info(text, "insufficient" if active else "sufficient", used, limit)
+        if active:
+            log.warning("%s resource limit alarm set on node %s.\n\n"
+                        "**********************************************************\n"
+                        "*** Publishers will be blocked until this alarm clears ***\n"
+                        "**********************************************************",
+                        resource, self.settings.node_name)
+        else:
+            log.warning("%s resource limit alarm cleared on node %s", resource,
+                        self.settings.node_name)
+        self.node.set_alarm(resource, active)

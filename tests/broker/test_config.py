@@ -15,8 +15,9 @@ def test_shipped_config_loads_with_rabbitmq_key_names():
     settings = load_settings("conf/broker.toml")
     assert settings.port == 5672
     assert settings.heartbeat == 60
-    assert settings.max_message_size == 128 * 1024 * 1024
+    assert settings.max_message_size == 16 * 1024 * 1024  # RabbitMQ 4.0's default
     assert settings.disk_free_limit_absolute == 50_000_000
+    assert settings.memory_high_watermark_relative == 0.6
     assert settings.loopback_users == ("guest",)
     storage = settings.storage_config()
     assert (storage.wal_max_size_bytes, storage.segment_max_entries) == (512 * 1024 ** 2, 4096)
@@ -67,6 +68,11 @@ def test_cli_overrides_win_over_the_file(tmp_path):
     ("max_message_size = \"lots\"\n", "max_message_size"),
     ("vm_memory_high_watermark.relative = 1.5\n", "vm_memory_high_watermark.relative"),
     ("channel_max = 0\n", "channel_max"),
+    ("disk_free_limit.relative = 0\n", "disk_free_limit.relative"),
+    ("disk_free_limit.relative = \"2GB\"\n", "disk_free_limit.relative"),
+    ("vm_memory_calculation_strategy = \"allocated\"\n", "vm_memory_calculation_strategy"),
+    ("total_memory_available_override_value = \"lots\"\n",
+     "total_memory_available_override_value"),
     ("storage.fsync = \"yes\"\n", "storage.fsync"),
     ("raft.segment_max_entries = 65536\n", "raft.segment_max_entries"),
     ("raft.segment_max_entries = 0\n", "raft.segment_max_entries"),
@@ -142,3 +148,55 @@ def test_the_metadata_operation_timeout_is_read_and_validated(tmp_path):
     with pytest.raises(ConfigError, match="metadata_store.operation_timeout: must be a "
                                           "positive number of milliseconds"):
         load_settings(write(tmp_path, "metadata_store.operation_timeout = 0\n"))
+
+
+def test_defaults_are_rabbitmq_4s():
+    """RabbitMQ 4's rabbit application defaults: max_message_size 16 MiB (4.0 lowered
+    it from 128 MiB), vm_memory_high_watermark 0.6, disk_free_limit 50 MB, rss."""
+    settings = Settings()
+    assert settings.max_message_size == 16_777_216
+    assert settings.memory_high_watermark_relative == 0.6
+    assert settings.disk_free_limit(total_memory=8 * 1024 ** 3) == 50_000_000
+    assert settings.memory_limit(total_memory=1000) == 600
+    assert settings.memory_calculation_strategy == "rss"
+
+
+def test_disk_free_limit_relative_is_a_multiple_of_total_memory(tmp_path):
+    """The disk alarms guide, "Configuring Disk Free Space Limit": disk_free_limit.relative
+    is relative to the RAM installed (RabbitMQ: round(Relative * total memory))."""
+    settings = load_settings(write(tmp_path, "disk_free_limit.relative = 1.5\n"))
+    assert settings.disk_free_limit(total_memory=2_000_000_000) == 3_000_000_000
+    overridden = load_settings(write(tmp_path, "disk_free_limit.relative = 2.0\n"
+                                               "total_memory_available_override_value = "
+                                               "\"1GiB\"\n"))
+    assert overridden.disk_free_limit(overridden.total_memory(64 * 1024 ** 3)) == 2 * 1024 ** 3
+    assert overridden.memory_limit(overridden.total_memory(64 * 1024 ** 3)) == int(
+        0.6 * 1024 ** 3)
+
+
+def test_absolute_limits_win_over_relative_ones_with_rabbitmqs_warning(tmp_path):
+    """RabbitMQ's schema: both set, the absolute one has precedence, with a warning."""
+    from quorumqueue.broker.config import precedence_warnings
+
+    settings = load_settings(write(tmp_path, "disk_free_limit.relative = 3.0\n"
+                                             "disk_free_limit.absolute = \"1GB\"\n"
+                                             "vm_memory_high_watermark.relative = 0.5\n"
+                                             "vm_memory_high_watermark.absolute = 1000\n"))
+    assert settings.disk_free_limit(total_memory=10 ** 12) == 1_000_000_000
+    assert settings.memory_limit(total_memory=10 ** 12) == 1000
+    assert precedence_warnings(settings) == [
+        "Both vm_memory_high_watermark.absolute and vm_memory_high_watermark.relative are "
+        "configured. vm_memory_high_watermark.absolute has precedence",
+        "Both disk_free_limit.absolute and disk_free_limit.relative are configured. "
+        "disk_free_limit.absolute has precedence"]
+    assert precedence_warnings(load_settings(write(tmp_path, "disk_free_limit.relative = "
+                                                             "1.0\n"))) == []
+
+
+def test_rabbitmq_4s_deprecated_memory_keys_are_accepted(tmp_path):
+    """vm_memory_high_watermark_paging_ratio and memory_monitor_interval are "not used
+    since RabbitMQ 4.0" (its schema) but still accepted there; here too."""
+    settings = load_settings(write(tmp_path, "vm_memory_high_watermark_paging_ratio = 0.75\n"
+                                             "memory_monitor_interval = 1000\n"
+                                             "vm_memory_calculation_strategy = \"rss\"\n"))
+    assert (settings.memory_paging_ratio, settings.memory_monitor_interval) == (0.75, 1000)
