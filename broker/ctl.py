@@ -1,4 +1,4 @@
-"""`quorumqueue ctl`: users, vhosts, permissions and policies of a running node, and
+"""`quorumqueue ctl`: users, vhosts, permissions, policies and limits of a running node, and
 removing a node from its cluster, with rabbitmqctl's command names and arguments.
 
     quorumqueue ctl add_user NAME PASSWORD          quorumqueue ctl add_vhost NAME
@@ -11,6 +11,12 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl set_policy [-p VHOST] [--priority N] [--apply-to KIND] NAME PATTERN DEFINITION
     quorumqueue ctl clear_policy [-p VHOST] NAME    quorumqueue ctl list_policies [-p VHOST]
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
+    quorumqueue ctl set_vhost_limits [-p VHOST] '{"max-connections": N, "max-queues": N}'
+    quorumqueue ctl clear_vhost_limits [-p VHOST]
+    quorumqueue ctl list_vhost_limits [-p VHOST] [--global]
+    quorumqueue ctl set_user_limits USER '{"max-connections": N, "max-channels": N}'
+    quorumqueue ctl clear_user_limits USER LIMIT|all
+    quorumqueue ctl list_user_limits [--user USER | --all]
 
 Each is one management RPC (node/definition_ops.py; forget_cluster_node:
 cluster/membership.py) to the node named by --uri (an administrator's AMQP URI); in a
@@ -196,6 +202,89 @@ def list_policies(uri, vhost) -> None:
                 [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
                  for r in rows])
+
+
+def _definition(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise click.BadParameter(f"not JSON: {error}", param_hint="DEFINITION") from None
+
+
+def _json(limits: dict) -> str:
+    return json.dumps(limits, separators=(",", ":"), sort_keys=True)
+
+
+@ctl.command("set_vhost_limits")
+@uri_option
+@vhost_option
+@click.argument("definition")
+def set_vhost_limits(uri, vhost, definition) -> None:
+    """Replace the limits of VHOST with DEFINITION, a JSON object of max-connections
+    and max-queues (0 allows none, a negative value is no limit)."""
+    _call(uri, "vhosts.set_limits", vhost=vhost, limits=_definition(definition))
+    click.echo(f"Setting vhost limits to \"{definition}\" for vhost \"{vhost}\" ...")
+
+
+@ctl.command("clear_vhost_limits")
+@uri_option
+@vhost_option
+def clear_vhost_limits(uri, vhost) -> None:
+    """Remove every limit of VHOST."""
+    _call(uri, "vhosts.clear_limits", vhost=vhost)
+    click.echo(f"Clearing vhost \"{vhost}\" limits ...")
+
+
+@ctl.command("list_vhost_limits")
+@uri_option
+@vhost_option
+@click.option("--global", "all_vhosts", is_flag=True, help="The limits of every vhost.")
+def list_vhost_limits(uri, vhost, all_vhosts) -> None:
+    """The limits of VHOST (or of every vhost that has some, with --global)."""
+    if all_vhosts:
+        rows = _call(uri, "vhosts.list_limits")
+        _echo_table(["vhost", "limits"], [[r["vhost"], _json(r["limits"])] for r in rows])
+        return
+    rows = _call(uri, "vhosts.list_limits", vhost=vhost)
+    for row in rows:
+        if row["limits"]:
+            click.echo(_json(row["limits"]))
+
+
+@ctl.command("set_user_limits")
+@uri_option
+@click.argument("user")
+@click.argument("definition")
+def set_user_limits(uri, user, definition) -> None:
+    """Set USER's limits from DEFINITION, a JSON object of max-connections and
+    max-channels (merged with the limits USER has)."""
+    _call(uri, "users.set_limits", name=user, limits=_definition(definition))
+    click.echo(f"Setting user limits to \"{definition}\" for user \"{user}\" ...")
+
+
+@ctl.command("clear_user_limits")
+@uri_option
+@click.argument("user")
+@click.argument("limit")
+def clear_user_limits(uri, user, limit) -> None:
+    """Remove USER's LIMIT (max-connections, max-channels, or all)."""
+    _call(uri, "users.clear_limits", name=user, limit=limit)
+    click.echo(f"Clearing \"{limit}\" limit for user \"{user}\" ...")
+
+
+@ctl.command("list_user_limits")
+@uri_option
+@click.option("--user", default=None, help="This user's limits.")
+@click.option("--all", "all_users", is_flag=True, help="Every user's limits.")
+def list_user_limits(uri, user, all_users) -> None:
+    """USER's limits (or every user's that has some)."""
+    if user is not None and not all_users:
+        for row in _call(uri, "users.list_limits", name=user):
+            if row["limits"]:
+                click.echo(_json(row["limits"]))
+        return
+    rows = _call(uri, "users.list_limits")
+    _echo_table(["user", "limits"], [[r["user"], _json(r["limits"])] for r in rows])
 
 
 @ctl.command("forget_cluster_node")

@@ -93,6 +93,26 @@ _KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
 _METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
 
 
+class ChannelQuota:
+    """The channels one user has open on this node, against its `max-channels` user
+    limit (-1: none). The user's connections share one quota: each counts the channels
+    it opens and those that end (RabbitMQ's is_over_channel_limit, at channel.open)."""
+
+    __slots__ = ("user", "limit", "open")
+
+    def __init__(self, user: str, limit: int = -1) -> None:
+        self.user = user
+        self.limit = limit
+        self.open = 0  # OPEN channels of the user's connections
+
+    def refusal(self) -> AMQPError | None:
+        if 0 <= self.limit <= self.open:
+            return AMQPError(spec.NOT_ALLOWED, "number of channels opened for user "
+                             f"'{self.user}' has reached the maximum allowed user limit "
+                             f"of {self.limit}")
+        return None
+
+
 def _ids(method_class: type) -> tuple[int, int]:
     return method_class.index >> 16, method_class.index & 0xFFFF
 
@@ -119,6 +139,9 @@ class Connection:
         self._events: deque[Event] = deque()
         self.channels: dict[int, ChannelMachine] = {}  # OPEN and CLOSING channels
         self._open_channels = 0  # how many of them are OPEN (bounded by channel_max)
+        # the user's channels on this node, once logged in (user limits: max-channels);
+        # counts this connection's OPEN channels with the user's others
+        self.quota: ChannelQuota | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.mechanism = ""
@@ -305,7 +328,7 @@ class Connection:
                 channel.begin(method)
                 return None
             del self.channels[number]  # channel.close from the client
-            self._open_channels -= 1
+            self._channel_ended()
             self.write(codec.channel_close_ok(number))
             return ChannelClosed(number)
         if state is None:  # channel.open
@@ -313,6 +336,12 @@ class Connection:
                 raise AMQPError(spec.NOT_ALLOWED, "number of channels opened "
                                 f"({self._open_channels}) has reached the negotiated "
                                 f"channel_max ({self.channel_max})")
+            quota = self.quota
+            if quota is not None:
+                refusal = quota.refusal()
+                if refusal is not None:
+                    raise refusal
+                quota.open += 1
             self.channels[number] = ChannelMachine(number)
             self._open_channels += 1
             self.write(codec.channel_open_ok(number))
@@ -419,7 +448,7 @@ class Connection:
         if (not error.connection_level and machine is not None
                 and machine.state is ChannelState.OPEN and state is ConnectionState.OPEN):
             machine.state = ChannelState.CLOSING
-            self._open_channels -= 1
+            self._channel_ended()
             self.write(codec.channel_close(channel, error.code, error.reply_text,
                                            error.class_id, error.method_id))
             self._events.append(ChannelClosed(channel))
@@ -453,10 +482,17 @@ class Connection:
             self._terminate("connection lost")
         self.outbound.clear()
 
+    def _channel_ended(self) -> None:
+        self._open_channels -= 1
+        if self.quota is not None:
+            self.quota.open -= 1
+
     def _release_channels(self) -> None:
         for number, machine in self.channels.items():
             if machine.state is ChannelState.OPEN:
                 self._events.append(ChannelClosed(number))
+        if self.quota is not None:
+            self.quota.open -= self._open_channels
         self.channels.clear()
         self._open_channels = 0
 

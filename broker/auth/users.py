@@ -87,6 +87,9 @@ class User:
     password_hash: str
     tags: tuple[str, ...] = ()
     permissions: dict[str, Permissions] = field(default_factory=dict)  # vhost -> rights
+    # rabbitmqctl set_user_limits: "max-connections", "max-channels" -> a count (a
+    # negative one is no limit); enforced by the node (broker/node/limits.py)
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def vhosts(self) -> set[str]:

@@ -29,6 +29,8 @@ Commands (field "op"):
   permissions.clear user vhost
   policy.set        policy {vhost name pattern definition priority apply_to}
   policy.clear      vhost name
+  vhost.limits      vhost limits {max-connections, max-queues}   (empty: cleared)
+  user.limits       name limits {max-connections, max-channels}  (node/limits.py)
   (node/metadata.py applies every command to a node; node/definitions.py checks
   the definitions on the proposing node)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).

@@ -18,6 +18,13 @@ Operations (request fields -> result):
   policies.clear     {vhost, name}                   -> {}
   policies.list      {vhost?}                        -> [{vhost, name, pattern, definition,
                                                           priority, apply_to}]
+  vhosts.set_limits  {vhost, limits}                 -> {}   (replaces them all)
+  vhosts.clear_limits {vhost}                        -> {}
+  vhosts.list_limits {vhost?}                        -> [{vhost, limits}]
+  users.set_limits   {name, limits}                  -> {}   (merged with the user's)
+  users.clear_limits {name, limit: NAME | "all"}     -> {}
+  users.list_limits  {name?}                         -> [{user, limits}]
+  (limits: node/limits.py; rabbitmqctl's set_vhost_limits and set_user_limits)
 All need a user tagged `administrator`. A change is checked on the node the client
 talks to (definitions.py), then proposed to the metadata group (a node of its own is
 a cluster of one) and answered once this node applied it: every node then has it.
@@ -29,6 +36,7 @@ from typing import Any, Callable
 
 from ..auth.users import hash_password
 from . import definitions as d
+from . import limits
 
 
 def _require_administrator(session) -> None:
@@ -156,6 +164,52 @@ def _policies_list(node, session, request) -> list[dict]:
     return d.policy_rows(node, vhost)
 
 
+def _vhosts_set_limits(node, session, request):
+    _require_administrator(session)
+    vhost = request.get("vhost", "/")
+    d.check_vhost(node, vhost)
+    wanted = limits.check_vhost_limits(request.get("limits"))
+    return _change(node, "vhost.limits", {"vhost": vhost, "limits": wanted})
+
+
+def _vhosts_clear_limits(node, session, request):
+    _require_administrator(session)
+    vhost = request.get("vhost", "/")
+    d.check_vhost(node, vhost)
+    return _change(node, "vhost.limits", {"vhost": vhost, "limits": {}})
+
+
+def _vhosts_list_limits(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    vhost = request.get("vhost")
+    if vhost is not None:
+        d.check_vhost(node, vhost)
+    return limits.vhost_limit_rows(node, vhost)
+
+
+def _users_set_limits(node, session, request):
+    _require_administrator(session)
+    user = d.check_user(node, request.get("name"))
+    wanted = {**user.limits, **limits.check_user_limits(request.get("limits"))}
+    return _change(node, "user.limits", {"name": user.name, "limits": wanted})
+
+
+def _users_clear_limits(node, session, request):
+    _require_administrator(session)
+    user = d.check_user(node, request.get("name"))
+    name = limits.check_user_limit_name(request.get("limit", "all"))
+    wanted = {} if name == "all" else {k: v for k, v in user.limits.items() if k != name}
+    return _change(node, "user.limits", {"name": user.name, "limits": wanted})
+
+
+def _users_list_limits(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    name = request.get("name")
+    if name is not None:
+        d.check_user(node, name)
+    return limits.user_limit_rows(node, name)
+
+
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "users.add": _users_add, "users.delete": _users_delete,
     "users.change_password": _users_change_password, "users.set_tags": _users_set_tags,
@@ -165,4 +219,8 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "permissions.list": _permissions_list,
     "policies.set": _policies_set, "policies.clear": _policies_clear,
     "policies.list": _policies_list,
+    "vhosts.set_limits": _vhosts_set_limits, "vhosts.clear_limits": _vhosts_clear_limits,
+    "vhosts.list_limits": _vhosts_list_limits,
+    "users.set_limits": _users_set_limits, "users.clear_limits": _users_clear_limits,
+    "users.list_limits": _users_list_limits,
 }

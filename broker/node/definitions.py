@@ -1,4 +1,5 @@
-"""Users, vhosts, permissions and policies: checking a change and applying it to a node.
+"""Users, vhosts, permissions and policies: checking a change and applying it to a node
+(vhost and user limits: limits.py, applied through `apply_command` too).
 
 Responsibilities
     `check_*` functions refuse what cannot be done, with RabbitMQ's reply codes and
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 from ..amqp import spec
 from ..amqp.errors import AMQPError, precondition
 from ..auth.users import InvalidPattern, Permissions, User
+from . import limits
 from .policies import Policy, PolicyError, parse_policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +122,8 @@ def apply_user(node: "Node", name: str, password_hash: str, tags: tuple[str, ...
     (its permissions stay)."""
     existing = node.users.users.get(name)
     permissions = existing.permissions if existing is not None else {}
-    node.users.users[name] = User(name, password_hash, tuple(tags), permissions)
+    user_limits = existing.limits if existing is not None else {}
+    node.users.users[name] = User(name, password_hash, tuple(tags), permissions, user_limits)
     node.metadata_dirty = True
 
 
@@ -207,12 +210,16 @@ def apply_command(node: "Node", c: dict) -> None:
                                                 p["apply_to"]))
         case "policy.clear":
             apply_clear_policy(node, c["vhost"], c["name"])
+        case "vhost.limits":
+            limits.apply_vhost_limits(node, c["vhost"], c["limits"])
+        case "user.limits":
+            limits.apply_user_limits(node, c["name"], c["limits"])
         case op:
             raise ValueError(f"not a definition command: {op!r}")
 
 
 COMMANDS = ("user.put", "user.delete", "vhost.add", "vhost.delete", "permissions.set",
-            "permissions.clear", "policy.set", "policy.clear")
+            "permissions.clear", "policy.set", "policy.clear", "vhost.limits", "user.limits")
 
 
 def _close_sessions(node: "Node", which, reason: str) -> None:

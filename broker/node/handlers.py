@@ -34,7 +34,7 @@ from ..queues import registry
 from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
-from . import leases, management
+from . import leases, limits, management
 from ..cluster import meta
 from .channel import Channel, Consumer
 from .ordering import hold, replicate as _replicate, resume as _resume  # noqa: F401 - hold: session
@@ -244,6 +244,7 @@ def queue_declare(session, channel: Channel, args) -> None:
             channel.check_access("write", EXCHANGE, _text(dead_letter))
         queue_spec = validate_declaration(name, vhost.name, bool(args.durable),
                                           bool(args.exclusive), bool(args.auto_delete), arguments)
+        limits.check_queue(vhost, name)  # the vhost's max-queues (node/limits.py)
         _declare_replicated(session, channel, args, name, queue_spec)  # every type
         return
     channel.last_queue_name = queue.name

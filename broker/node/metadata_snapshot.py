@@ -31,7 +31,9 @@ exchanges and their bindings).
 
 Format (version 1, JSON, keys sorted):
   {"version": 1, "nodes": {name: [host, port]}, "vhosts": [...],
-   "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]}}],
+   "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]},
+              limits?}],
+   "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional: none),
    "policies": [{vhost, name, pattern, definition, priority, apply_to}],
    "exchanges": [{vhost, name, type, durable, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
@@ -54,7 +56,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..auth.users import Permissions, User
-from . import definitions
+from . import definitions, limits
 from .policies import parse_policy
 from ..queues.types import validate_declaration
 from ..routing.exchanges import EXCHANGE, QUEUE, Binding, Destination, freeze
@@ -90,7 +92,8 @@ def document(node: "Node") -> dict:
             if _replicated_binding(vhost, binding):
                 bindings.append(_binding_item(vhost.name, binding))
     users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
-              "permissions": {v: p.as_list() for v, p in sorted(u.permissions.items())}}
+              "permissions": {v: p.as_list() for v, p in sorted(u.permissions.items())},
+              **({"limits": dict(u.limits)} if u.limits else {})}
              for u in node.users.users.values()]
     policies = [policy.as_dict() for vhost in node.policies.values()
                 for policy in vhost.values()]
@@ -98,6 +101,7 @@ def document(node: "Node") -> dict:
     key = lambda item: json.dumps(item, sort_keys=True)  # noqa: E731 - one sort order
     return {"version": VERSION, "nodes": dict(sorted(nodes.items())),
             "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
+            "vhost_limits": limits.document(node),
             "policies": sorted(policies, key=key), "exchanges": sorted(exchanges, key=key),
             "queues": sorted(queues, key=key), "bindings": sorted(bindings, key=key)}
 
@@ -150,6 +154,7 @@ def restore(node: "Node", snapshot: dict) -> None:
     """Make the node's replicated metadata equal to `snapshot` (a decoded document)."""
     _restore_nodes(node, snapshot["nodes"])
     _restore_vhosts(node, snapshot["vhosts"])
+    limits.restore(node, snapshot.get("vhost_limits", {}))
     _restore_users(node, snapshot["users"])
     _restore_policies(node, snapshot["policies"])
     _restore_queues(node, snapshot["queues"])
@@ -210,7 +215,8 @@ def _restore_vhosts(node: "Node", names: list[str]) -> None:
 def _restore_users(node: "Node", users: list[dict]) -> None:
     wanted = {item["name"]: User(item["name"], item["password_hash"], tuple(item["tags"]),
                                  {vhost: Permissions(*patterns)
-                                  for vhost, patterns in item["permissions"].items()})
+                                  for vhost, patterns in item["permissions"].items()},
+                                 dict(item.get("limits", {})))
               for item in users}
     for name in [n for n in node.users.users if n not in wanted]:
         definitions.apply_delete_user(node, name)
@@ -222,6 +228,8 @@ def _restore_users(node: "Node", users: list[dict]) -> None:
             current.password_hash, current.tags = user.password_hash, user.tags
             current.permissions.clear()
             current.permissions.update(user.permissions)
+            current.limits = user.limits
+        limits.refresh_quota(node, name)
 
 
 def _restore_policies(node: "Node", policies: list[dict]) -> None:

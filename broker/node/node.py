@@ -35,7 +35,7 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from . import group_commit, management
+from . import group_commit, limits, management
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
 from .vhost import VHost
@@ -71,6 +71,8 @@ class Node:
         self.synced_batch_id = 0
         self.metadata_dirty = False
         self.alarms: set[str] = set()
+        # user -> the channels its connections have open here (node/limits.py)
+        self.channel_quotas: dict = {}
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
         # metadata commands applied that are continuous membership reconciliation's
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
@@ -442,11 +444,13 @@ class Node:
         users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
                   "vhosts": sorted(u.vhosts),
                   "permissions": {vhost: rights.as_list()
-                                  for vhost, rights in sorted(u.permissions.items())}}
+                                  for vhost, rights in sorted(u.permissions.items())},
+                  **({"limits": dict(u.limits)} if u.limits else {})}
                  for u in self.users.users.values()]
         policies = [policy.as_dict() for vhost in sorted(self.policies)
                     for _name, policy in sorted(self.policies[vhost].items())]
         return {"vhosts": sorted(self.vhosts), "users": users, "policies": policies,
+                "vhost_limits": limits.document(self),
                 "exchanges": exchanges,
                 "queues": queues, "bindings": bindings}
 
@@ -475,9 +479,11 @@ class Node:
                                                      for vhost in user["vhosts"]}
                 self.users.users[user["name"]] = User(
                     user["name"], user["password_hash"], tuple(user["tags"]),
-                    {vhost: Permissions(*patterns) for vhost, patterns in rights.items()})
+                    {vhost: Permissions(*patterns) for vhost, patterns in rights.items()},
+                    dict(user.get("limits", {})))
             for name in document["vhosts"]:
                 self.vhosts.setdefault(name, VHost(name))
+            limits.restore(self, document.get("vhost_limits", {}))
             for item in document.get("policies", ()):
                 policy = parse_policy(item["vhost"], item["name"], item["pattern"],
                                       item["definition"], item["priority"], item["apply_to"])

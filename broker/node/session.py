@@ -42,7 +42,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed, ContentReceived,
                            LoginRequested, MethodReceived, VhostRequested)
 from ..auth.users import SaslError, parse_sasl_response
-from . import handlers
+from . import handlers, limits
 from .channel import Channel
 
 CAPABILITIES = ("publisher_confirms", "exchange_exchange_bindings", "basic.nack",
@@ -252,6 +252,8 @@ class Session:
             self.connection.refuse_login()
             return
         self.user = user
+        # the user's channels on this node count against its max-channels limit
+        self.connection.quota = limits.channel_quota(self.node, user.name)
         self.connection.accept_login()
 
     def _open(self, event: VhostRequested) -> None:
@@ -259,7 +261,13 @@ class Session:
         vhost = self.node.vhost(name)
         if vhost is None:
             self.connection.fail(AMQPError(spec.NOT_ALLOWED, f"vhost {name} not found", 10, 40))
-        elif name not in self.user.vhosts:
+            return
+        try:  # as rabbit_reader: the connection limits come before the access check
+            limits.check_connection(self.node, self, name)
+        except AMQPError as error:
+            self.connection.fail(error)
+            return
+        if name not in self.user.vhosts:
             self.connection.fail(AMQPError(spec.NOT_ALLOWED, f"access to vhost '{name}' "
                                            f"refused for user '{self.user.name}'", 10, 40))
         else:

@@ -40,6 +40,9 @@ class VHost:
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # rabbitmqctl set_vhost_limits: "max-connections", "max-queues" -> a count (a
+        # negative one is no limit); enforced by the node (node/limits.py)
+        self.limits: dict[str, int] = {}
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(name, exchange_name, exchange_type)
 

@@ -1,7 +1,8 @@
 """Durable metadata of one node: vhosts, users, durable exchanges, queues, bindings.
 
 Format (version 1): `metadata.json`, a JSON object
-  {"version": 1, "vhosts": [...], "users": [{name, password_hash, tags, vhosts}],
+  {"version": 1, "vhosts": [...], "users": [{name, password_hash, tags, vhosts,
+   limits?}], "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional),
    "exchanges": [{vhost, name, type, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
                members (quorum) | host, exclusive_owner (classic)}],
