@@ -109,7 +109,7 @@ class ChannelQuota:
         if 0 <= self.limit <= self.open:
             return AMQPError(spec.NOT_ALLOWED, "number of channels opened for user "
                              f"'{self.user}' has reached the maximum allowed user limit "
-                             f"of {self.limit}")
+                             f"of ({self.limit})")
         return None
 
 

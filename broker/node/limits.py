@@ -10,8 +10,9 @@ Responsibilities
       is_over_vhost_connection_limit), then the user's `max-connections`, both
       530 NOT_ALLOWED closing the connection, before the vhost access check;
     - channel.open: the user's `max-channels`, 530 NOT_ALLOWED "number of channels
-      opened for user 'U' has reached the maximum allowed user limit of N", like
-      channel_max (amqp/connection.py ChannelQuota counts the user's open channels);
+      opened for user 'U' has reached the maximum allowed user limit of (N)" (as
+      3.10 to 4.2 word it), like channel_max (amqp/connection.py ChannelQuota counts
+      the user's open channels);
     - queue.declare of a new queue: a vhost's `max-queues`, 406 PRECONDITION_FAILED
       "cannot declare queue 'q': queue limit in vhost '/' (N) is reached"
       (rabbit_queue_type:check_vhost_queue_limit).

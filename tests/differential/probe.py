@@ -263,6 +263,8 @@ class Probe:
         self.buffer.clear()
         while time.monotonic() < deadline:
             chunk = self._recv(deadline)
+            if chunk is None:  # the deadline: still open
+                break
             if not chunk:
                 return data
             data += chunk

@@ -370,6 +370,48 @@ def test_channel_max_counts_open_channels_not_numbers():
                                "opened (2) has reached the negotiated channel_max (2) 0/0"]
 
 
+def test_a_users_channels_on_all_its_connections_count_against_max_channels():
+    """User limits (max-channels): the quota the user's connections share counts their
+    OPEN channels; past it, channel.open is 530 with no method ids (rabbit_reader's
+    is_over_limits), and closed channels, refused ones and ended connections give
+    their channels back."""
+    from quorumqueue.broker.amqp.connection import ChannelQuota
+
+    quota = ChannelQuota("bob", limit=3)
+    first, second = Driver().open(), Driver().open()
+    first.connection.quota = second.connection.quota = quota
+    first.feed(frame(commands.Channel.Open(), 1) + frame(commands.Channel.Open(), 2))
+    second.feed(frame(commands.Channel.Open(), 1))
+    assert quota.open == 3 and second.output() == ["1:Channel.OpenOk"]
+    first.feed(frame(commands.Channel.Close(200, "", 0, 0), 2))
+    second.feed(frame(commands.Channel.Open(), 2))
+    assert second.output() == ["2:Channel.OpenOk"] and quota.open == 3
+    second.connection.fail(codec.AMQPError(404, "gone"), 2)  # a closing channel is gone
+    assert quota.open == 2
+    first.output()
+    first.feed(frame(commands.Channel.Open(), 3))
+    first.feed(frame(commands.Channel.Open(), 4))
+    assert first.output() == ["3:Channel.OpenOk", "0:Connection.Close 530 NOT_ALLOWED - "
+                              "number of channels opened for user 'bob' has reached the "
+                              "maximum allowed user limit of (3) 0/0"]
+    assert quota.open == 1  # the closed connection's channels are given back
+    quota.limit = -1  # no limit
+    second.feed(frame(commands.Channel.Open(), 5) + frame(commands.Channel.Open(), 6))
+    assert quota.open == 3
+
+
+def test_content_over_the_hard_max_message_size_says_max_size():
+    """rabbit_channel:check_msg_size: 'configured' only below the 512 MiB hard limit."""
+    from quorumqueue.broker.amqp.channel import MAX_MESSAGE_SIZE
+
+    driver = Driver().open(1)
+    driver.connection.max_message_size = MAX_MESSAGE_SIZE
+    driver.feed(publish() + header(size=MAX_MESSAGE_SIZE + 1))
+    assert driver.output() == [f"1:Channel.Close 406 PRECONDITION_FAILED - message size "
+                               f"{MAX_MESSAGE_SIZE + 1} is larger than max size "
+                               f"{MAX_MESSAGE_SIZE} 60/40"]
+
+
 # ---------------------------------------------------------------- closing (spec 1.4.2.9)
 
 

@@ -98,7 +98,7 @@ def test_user_limits_refuse_connections_and_channels_with_530(broker):
         second.channel()
     assert (closed.value.reply_code, closed.value.reply_text) == (
         530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the "
-             "maximum allowed user limit of 3")
+             "maximum allowed user limit of (3)")
     # second's channel went with it: first may open one more
     first.channel()
     first.close()
