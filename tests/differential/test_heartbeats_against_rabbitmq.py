@@ -47,9 +47,10 @@ def test_a_silent_client_is_closed_after_two_intervals(target, request):
     assert {key: value for key, value in outcome.items() if key != "elapsed"} == {
         "closed by the server": True, "connection.close sent": False,
         "heartbeats received": True}
-    # two intervals of one second, detected within one more (RabbitMQ's check
-    # granularity, quorumqueue's half-second ticker)
-    assert 1.5 <= outcome["elapsed"] < 5.0, outcome
+    # not before the interval has passed (RabbitMQ's receive check runs once per
+    # interval, so it may close anywhere after the first; the spec's two intervals
+    # are quorumqueue's bound, tests/broker/amqp/test_connection.py)
+    assert outcome["elapsed"] >= 1.0, outcome
 
 
 @pytest.mark.parametrize("target", ["rabbitmq", "broker"])
