@@ -21,6 +21,13 @@ queue's own estimate of its memory (quorumqueue: the fifo machine's
 ``state_bytes``; RabbitMQ: the queue's ra server process memory, ``rabbitmqctl
 list_queues memory``) as a cross-check. Progress goes to stderr.
 
+With bodies larger than a few bytes (``--size 1024``) the report also says whether
+the broker holds message bodies in memory: ``RSS growth / body bytes`` is the
+broker's RSS growth over the bytes of the bodies queued. A broker that reads bodies
+from its log (quorumqueue, RabbitMQ's quorum queues) keeps it well below 1 once the
+bodies outgrow the WAL's memory tables (``--wal-max-size`` smaller than
+``--messages`` x ``--size``); one that holds them is at 1 or above.
+
 The figure is only as good as the memtable figure subtracted. ``--wal-max-size``
 (``raft.wal_max_size_bytes`` for both brokers) makes the WAL roll over often,
 so that most entries are in segment files and little is subtracted: a
@@ -109,6 +116,11 @@ class MemoryResult:
         return (self.rss_growth - self.memtable_growth) / self.messages
 
     @property
+    def body_fraction(self) -> float:
+        """RSS growth over the bytes of the bodies queued (>= 1: bodies held)."""
+        return self.rss_growth / (self.messages * self.size)
+
+    @property
     def queue_bytes_per_message(self) -> float:
         return (self.log_after.queue_bytes - self.log_before.queue_bytes) / self.messages
 
@@ -118,6 +130,7 @@ class MemoryResult:
             "memtable_growth": self.memtable_growth,
             "bytes_per_message": self.bytes_per_message,
             "queue_bytes_per_message": self.queue_bytes_per_message,
+            "body_fraction": self.body_fraction,
         }
 
 
@@ -263,6 +276,22 @@ def render_table(results: list[MemoryResult]) -> str:
     return "\n".join(lines)
 
 
+def render_bodies(results: list[MemoryResult], wal_max_size: int | None) -> list[str]:
+    """Whether message bodies are held in memory: RSS growth against the body bytes.
+    Only judged when the bodies outgrow the WAL's memory tables (which hold the
+    entries, bodies included, until the WAL rolls over into segments)."""
+    lines = []
+    for result in results:
+        bodies = result.messages * result.size
+        line = (f"{result.target}: RSS grew {result.rss_growth / MiB:,.1f} MiB for "
+                f"{bodies / MiB:,.1f} MiB of bodies ({result.body_fraction:.2f} of them)")
+        if wal_max_size is not None and bodies > 2 * wal_max_size:
+            line += ("; bodies are read from the log, not held" if result.body_fraction < 0.5
+                     else "; BODIES HELD in memory")
+        lines.append(line)
+    return lines
+
+
 def render_verdict(results: list[MemoryResult]) -> list[str]:
     """The ratio (when both ran) and quorumqueue against the target and goal. A
     negative figure means the subtracted memtable figure is larger than the memory
@@ -314,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in render_verdict(results):
         print(line)
+    if arguments.size >= 256:
+        for line in render_bodies(results, arguments.wal_max_size):
+            print(line)
     print(
         "bytes/msg = (RSS growth - memtable growth) / messages; queue est. = the queue's own figure "
         "(quorumqueue: fifo state_bytes; RabbitMQ: ra server process memory)"

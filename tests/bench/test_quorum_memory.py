@@ -5,6 +5,7 @@ The /proc/<pid>/status format is proc(5)'s; the rabbitmqctl output is that of
 `list_queues --quiet --no-table-headers` (tab-separated) and `eval` (the term printed).
 """
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -163,3 +164,21 @@ def test_a_negative_figure_is_reported_as_no_figure_not_as_meeting_the_goal() ->
     )
     assert len(lines) == 1
     assert lines[0].startswith("quorumqueue: NO FIGURE - its memtables grew by more than its RSS (by 13.0 B")
+
+
+def test_bodies_are_judged_only_once_they_outgrow_the_wal() -> None:
+    """RSS growth against the bytes of 1 KB bodies: well below them is 'read from the
+    log'; at or above them 'held'; no judgement while the WAL's memory tables may hold
+    them all."""
+    def of(target: str, rss_growth: int) -> MemoryResult:
+        return replace(result(target, rss_growth, 0), size=1024)
+
+    read = of("quorumqueue", 100 * MiB)  # 1,000,000 x 1 KB = 976.6 MiB of bodies
+    held = of("rabbitmq", 1200 * MiB)
+    assert quorum_memory.render_bodies([read, held], wal_max_size=64 * MiB) == [
+        "quorumqueue: RSS grew 100.0 MiB for 976.6 MiB of bodies (0.10 of them); bodies are "
+        "read from the log, not held",
+        "rabbitmq: RSS grew 1,200.0 MiB for 976.6 MiB of bodies (1.23 of them); BODIES HELD in "
+        "memory"]
+    assert quorum_memory.render_bodies([read], wal_max_size=None) == [
+        "quorumqueue: RSS grew 100.0 MiB for 976.6 MiB of bodies (0.10 of them)"]
