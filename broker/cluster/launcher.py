@@ -171,13 +171,13 @@ def cookie_in_config(text: str) -> str | None:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"--config: not TOML: {error}") from None
-    cluster = document.get("cluster")
-    if cluster is None:
+    section = document.get("cluster")
+    if section is None:
         return None
-    if not isinstance(cluster, dict) or not isinstance(cluster.get("cookie"), str):
+    if not isinstance(section, dict) or not isinstance(section.get("cookie"), str):
         raise ValueError("--config: a [cluster] table must set cookie (a string); it is "
                          "where the shared cookie goes")
-    return cluster["cookie"]
+    return section["cookie"]
 
 
 def write_cluster_config(path: str, cookie: str, extra_config: str = "") -> str:

@@ -63,6 +63,7 @@ class RunResult:
     events: list[str] = field(default_factory=list)     # the clients' reconnections, on failure
     seconds: float = 0.0
     error: str = ""
+    commit: str = ""           # the code the nodes ran (the work tree's HEAD at the start)
 
     @property
     def ok(self) -> bool:
@@ -157,7 +158,7 @@ def diagnose(cluster: LocalCluster) -> list[str]:
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             say=lambda text: None) -> RunResult:
     rng = random.Random(seed)
-    result = RunResult(nodes, nemesis.name, seed)
+    result = RunResult(nodes, nemesis.name, seed, commit=_commit())
     began = time.monotonic()
     with LocalCluster(nodes) as cluster:
         wait_for("a metadata leader", lambda: all(
@@ -214,16 +215,16 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
 
 
 def table(results: list[RunResult]) -> str:
-    head = ("| run | nodes | nemesis | seed | faults | confirmed | lost | duplicates | "
+    head = ("| run | commit | nodes | nemesis | seed | faults | confirmed | lost | duplicates | "
             "unknown | unavailable (windows, longest s) | recovery max s | leaderships | "
-            "split brain | result |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "split brain | result |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for number, r in enumerate(results, 1):
         counts = r.counts
         windows = r.unavailable()
         longest = max((b - a for a, b in windows), default=0.0)
         rows.append(
-            f"| {number} | {r.nodes} | {r.nemesis} | {r.seed} | {len(r.faults)} | "
+            f"| {number} | {r.commit} | {r.nodes} | {r.nemesis} | {r.seed} | {len(r.faults)} | "
             f"{counts.confirmed if counts else '-'} | "
             f"{_lost(r) if counts else '-'} | "
             f"{counts.duplicated_new if counts else '-'} | "
@@ -294,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     os.makedirs(options.out, exist_ok=True)
     combos = itertools.cycle(itertools.product(options.nemesis, options.nodes))
-    context = (f"Runs of `python -m tests.faults.run {' '.join(argv or sys.argv[1:])}` on "
-               f"commit {_commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
+    context = (f"Runs of `python -m tests.faults.run {' '.join(argv or sys.argv[1:])}`, "
+               f"{time.strftime('%Y-%m-%d', time.gmtime())}, "
                f"{os.cpu_count()} CPUs; {options.duration:g} s of faults per run.")
     results = []
     for number in range(1, options.runs + 1):
