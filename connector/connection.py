@@ -66,8 +66,21 @@ def server_product(addresses: Sequence[BrokerAddress]) -> tuple[str, BrokerAddre
 
 def detect_mode(options: SourceOptions | BatchReadOptions) -> Mode:
     """The mode to run in: `options.mode` if given (checked against the broker), else
-    what the broker's product name implies."""
-    product, address = server_product(options.addresses)
+    what the broker's product name implies. A stream waits for an unreachable broker
+    for its option reconnectTimeout (reconnect.py); a batch read fails at once."""
+    if isinstance(options, SourceOptions):
+        from .reconnect import Reconnect
+
+        retry = Reconnect(options.reconnect_timeout_ms, "quorumqueue source (driver, start)")
+        while True:
+            try:
+                product, address = server_product(options.addresses)
+                break
+            except BrokerUnreachable as error:
+                retry.lost(error, "every node")
+        retry.recovered()
+    else:
+        product, address = server_product(options.addresses)
     bundled = product == BUNDLED_PRODUCT
     if options.mode is Mode.LEASE and not bundled:
         raise OptionError(f"option 'mode' is 'lease', which needs the bundled quorumqueue "

@@ -76,7 +76,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from ..client.delivery import Delivery
 from . import offsets
 from .admission import MinimumGate
-from .connection import open_connection
+from .connection import BrokerUnreachable, open_connection
+from .reconnect import Reconnect
 from .lag import QueueFigures, latest_report
 from .ledger import Ledger
 from .offsets import ConsumeOffset, Cut, OffsetError
@@ -339,11 +340,20 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The live session, under its lock; a lost one is replaced first."""
         if self._session is not None and not self._alive(self._session):
             self._replace_lost_session()
-        if self._session is None:
-            self._session = _Session(self.options, self.limits.prefetch)
-            for queue, ledger in self._ledgers.items():
-                if ledger.started:
-                    self._session.consume(queue, ledger)
+        retry = Reconnect(self.options.reconnect_timeout_ms,
+                          "quorumqueue source (driver, consume mode)")
+        while self._session is None:
+            try:
+                self._session = _Session(self.options, self.limits.prefetch)
+                for queue, ledger in self._ledgers.items():
+                    if ledger.started:
+                        self._session.consume(queue, ledger)
+            except _CONNECTION_LOST + (BrokerUnreachable,) as error:
+                if self._session is not None:
+                    self._session.close()
+                    self._session = None
+                retry.lost(error, "every node")
+        retry.recovered()
         with self._session.lock:
             yield self._session
 

@@ -89,6 +89,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = 0          # > 0 when min_messages_per_trigger is set
     min_partitions: int | None = None      # None: the mode's default cut
     max_messages_per_partition: int | None = None  # None: the mode's default cap
+    # how long a lost broker is retried (every address, with backoff) before the
+    # query fails; 0: fail at the first loss
+    reconnect_timeout_ms: int = 60_000
 
     @property
     def vhost(self) -> str:
@@ -140,12 +143,17 @@ MIN_PARTITIONS = "minPartitions"
 MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
 MAX_MESSAGES = "maxMessages"
 PEEK = "peek"
+RECONNECT_TIMEOUT = "reconnectTimeout"
 
 SOURCE_OPTIONS = (URI, QUEUE, MODE, QUEUE_PATTERN, MAX_MESSAGES_PER_TRIGGER,
                   MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY,
                   MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, PREFETCH, LEASE_TIMEOUT,
-                  INCLUDE_HEADERS, FAIL_ON_DATA_LOSS, RELEASE_LEASE_ON_STOP)
+                  INCLUDE_HEADERS, FAIL_ON_DATA_LOSS, RELEASE_LEASE_ON_STOP,
+                  RECONNECT_TIMEOUT)
 BATCH_READ_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES, PEEK, INCLUDE_HEADERS)
+
+# How long the source and the sink retry a lost broker by default (Spark-style duration).
+DEFAULT_RECONNECT_TIMEOUT_MS = 60_000
 
 # Kafka's default maxTriggerDelay, for minMessagesPerTrigger without one.
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -194,7 +202,21 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_optional(given, FAIL_ON_DATA_LOSS, _boolean, default=True),
         release_lease_on_stop=_optional(given, RELEASE_LEASE_ON_STOP, _boolean,
                                         default=False),
+        reconnect_timeout_ms=_reconnect_timeout(given),
     )
+
+
+def _reconnect_timeout(given) -> int:
+    """Option reconnectTimeout: a duration, 0 for no retrying; 'never' is refused (a
+    query that waits forever for a broker that is gone looks alive and does nothing)."""
+    entry = given.get(RECONNECT_TIMEOUT.lower())
+    if entry is None:
+        return DEFAULT_RECONNECT_TIMEOUT_MS
+    if entry[1].strip().lower() in ("none", "never"):
+        raise OptionError(f"option '{RECONNECT_TIMEOUT}' must be a duration such as 60s, 5m "
+                          f"or 1h (how long a lost broker is retried before the query "
+                          f"fails; 0: fail at once), got {entry[1]!r}")
+    return _duration_ms(entry)
 
 
 def _queues_or_pattern(given, mode: Mode | None
@@ -507,6 +529,8 @@ class SinkOptions:
     routing_key: str | None                # for rows without a routing_key; None: not given
     mandatory: bool                        # unroutable messages come back and fail the task
     confirm_timeout_ms: int                # > 0: the longest wait without any confirm
+    # a lost broker is retried this long (every address, with backoff); 0: the task fails
+    reconnect_timeout_ms: int = DEFAULT_RECONNECT_TIMEOUT_MS
 
     @property
     def vhost(self) -> str:
@@ -522,8 +546,8 @@ CHECKPOINT_LOCATION = "checkpointLocation"
 ASYNC_PROGRESS_TRACKING = "asyncProgressTrackingEnabled"
 ASYNC_PROGRESS_INTERVAL = "asyncProgressTrackingCheckpointIntervalMs"
 
-SINK_OPTIONS = (URI, EXCHANGE, ROUTING_KEY, MANDATORY, CONFIRM_TIMEOUT, CHECKPOINT_LOCATION,
-                ASYNC_PROGRESS_TRACKING, ASYNC_PROGRESS_INTERVAL)
+SINK_OPTIONS = (URI, EXCHANGE, ROUTING_KEY, MANDATORY, CONFIRM_TIMEOUT, RECONNECT_TIMEOUT,
+                CHECKPOINT_LOCATION, ASYNC_PROGRESS_TRACKING, ASYNC_PROGRESS_INTERVAL)
 DEFAULT_CONFIRM_TIMEOUT_MS = 30_000
 
 
@@ -546,6 +570,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         routing_key=_optional(given, ROUTING_KEY, _short_name),
         mandatory=_optional(given, MANDATORY, _boolean, default=False),
         confirm_timeout_ms=timeout,
+        reconnect_timeout_ms=_reconnect_timeout(given),
     )
 
 

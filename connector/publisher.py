@@ -32,8 +32,14 @@ Invariants
       (at most `confirm_timeout_s`) for the confirms already due, so the error lists
       every failed row, then closes the connection and raises.
     - Exceptions from the message iterator (bad rows) close the connection and are
-      re-raised unchanged. Nothing is retried here: Spark retries the task, and the
-      bundled broker drops what an earlier attempt already stored.
+      re-raised unchanged. A nack or a return is not retried: Spark retries the task.
+    - A lost connection (a broker restarted, a cluster node killed) is retried for
+      `reconnect_timeout_s` (option reconnectTimeout; 0: the task fails): every
+      address again, with backoff (reconnect.py), then the unconfirmed messages are
+      published again in row order before the rest. Their idempotency keys make that
+      exact with the bundled broker (a queue stores a publisher's seq at most once,
+      and a repeat of a stored one is confirmed, not stored); other brokers may
+      store them twice (the sink is at-least-once there anyway).
 
 Not here
     Turning rows into messages and choosing idempotency keys (sink_rows.py, sink.py).
@@ -50,6 +56,8 @@ import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
 from .options import BrokerAddress
+from .reconnect import Reconnect
+from .reconnect import log as reconnect_log
 
 MAX_IN_FLIGHT = 1000        # unconfirmed messages per task
 SHOWN_ROWS = 5              # rows listed in an error message
@@ -80,8 +88,14 @@ class _Failed(NamedTuple):
 class ConfirmedPublisher:
     def __init__(self, addresses: Sequence[BrokerAddress], mandatory: bool,
                  confirm_timeout_s: float,
-                 returned_row: Callable[[pika.BasicProperties], int | None]) -> None:
+                 returned_row: Callable[[pika.BasicProperties], int | None],
+                 reconnect_timeout_s: float = 0.0) -> None:
         self._addresses = addresses
+        # a lost connection is re-opened (every address, with backoff) for this long;
+        # None: never (a test of the failing path, or the caller's choice)
+        self._reconnect = (Reconnect(int(reconnect_timeout_s * 1000), "quorumqueue sink "
+                                     "(executor task)") if reconnect_timeout_s > 0 else None)
+        self._node = "no node yet"
         self._mandatory = mandatory
         self._timeout = confirm_timeout_s
         self._returned_row = returned_row
@@ -90,9 +104,12 @@ class ConfirmedPublisher:
         self._channel = None
         self._messages: Iterator[Outgoing] = iter(())
         self._exhausted = False
-        self._published = 0
+        self._published = 0                          # messages taken from the iterator
+        self._tag = 0                                # the channel's last delivery tag
         self._unconfirmed: dict[int, Outgoing] = {}  # delivery tag -> message
         self._lowest = 1                             # no unconfirmed tag below it
+        self._resend: list[Outgoing] = []            # unconfirmed on a lost connection
+        self._checking = False                       # the confirm-timeout timer runs
         self._last_progress = 0.0
         self._failed: list[_Failed] = []
         self._fatal: str | None = None               # timeout, lost connection/channel
@@ -120,6 +137,7 @@ class ConfirmedPublisher:
 
     def _connect(self, index: int) -> None:
         address = self._addresses[index]
+        self._node = address.redacted
         self._connection = pika.SelectConnection(
             pika.URLParameters(address.uri), custom_ioloop=self._ioloop,
             on_open_callback=self._guard(self._on_open),
@@ -132,8 +150,13 @@ class ConfirmedPublisher:
         if index + 1 < len(self._addresses):
             self._connect(index + 1)
             return
-        self._fatal = ("cannot connect to the broker (option 'uri'): "
-                       + "; ".join(self._open_failures))
+        failures, self._open_failures = "; ".join(self._open_failures), []
+        if self._retry(f"cannot connect to any node: {failures}"):
+            return
+        self._fatal = f"cannot connect to the broker (option 'uri'): {failures}"
+        if self._resend:
+            self._fatal += (f", with {len(self._resend)} of {self._published} published "
+                            "messages unconfirmed")
         self._ioloop.stop()
 
     def _on_open(self, connection) -> None:
@@ -141,14 +164,19 @@ class ConfirmedPublisher:
 
     def _on_channel(self, channel) -> None:
         self._channel = channel
+        self._tag, self._lowest = 0, 1   # delivery tags start again on a new channel
         channel.add_on_close_callback(self._guard(self._on_channel_closed))
         channel.add_on_return_callback(self._guard(self._on_return))
         channel.confirm_delivery(ack_nack_callback=self._guard(self._on_confirm),
                                  callback=self._guard(self._on_confirm_mode))
 
     def _on_confirm_mode(self, _frame) -> None:
+        if self._reconnect is not None:
+            self._reconnect.recovered()
         self._last_progress = time.monotonic()
-        self._schedule_check()
+        if not self._checking:
+            self._checking = True
+            self._schedule_check()
         self._fill()
 
     def _on_channel_closed(self, _channel, reason: BaseException) -> None:
@@ -160,8 +188,31 @@ class ConfirmedPublisher:
 
     def _on_close(self, _connection, reason: BaseException) -> None:
         if not self._done:
+            if self._retry(f"the connection was lost: {_reason_text(reason)}"):
+                return
             self._lost(f"the connection was lost: {_reason_text(reason)}")
         self._ioloop.stop()
+
+    def _retry(self, why: str) -> bool:
+        """Within option reconnectTimeout: connect again after a pause and publish what
+        is unconfirmed again (its idempotency keys make a repeat a duplicate the bundled
+        broker drops). False when the budget is spent or retrying is off."""
+        if self._reconnect is None or self._failed:
+            return False
+        self._resend = sorted([*self._resend, *self._unconfirmed.values()],
+                              key=lambda message: message.row)
+        self._unconfirmed.clear()
+        self._channel = None
+        pause = self._reconnect.next_pause()
+        if pause is None:
+            self._unconfirmed = {n: m for n, m in enumerate(self._resend, 1)}  # to report
+            return False
+        reconnect_log.warning("%s: lost the broker at %s (%s); retrying every node of option 'uri' "
+                    "in %.2fs (attempt %d), then publishing its %d unconfirmed messages "
+                    "again", self._reconnect.what, self._node, why, pause,
+                    self._reconnect.attempts, len(self._resend))
+        self._ioloop.call_later(pause, self._guard(lambda: self._connect(0)))
+        return True
 
     def _lost(self, what: str) -> None:
         self._done = True
@@ -171,12 +222,16 @@ class ConfirmedPublisher:
     # ------------------------------------------------------------ publishing
 
     def _fill(self) -> None:
-        while (not self._exhausted and not self._failed
+        while ((self._resend or not self._exhausted) and not self._failed
                and len(self._unconfirmed) < MAX_IN_FLIGHT):
-            message = next(self._messages, None)
-            if message is None:
-                self._exhausted = True
-                break
+            if self._resend:
+                message = self._resend.pop(0)
+            else:
+                message = next(self._messages, None)
+                if message is None:
+                    self._exhausted = True
+                    break
+                self._published += 1
             try:
                 self._channel.basic_publish(message.exchange, message.routing_key,
                                             message.body, message.properties, self._mandatory)
@@ -185,9 +240,9 @@ class ConfirmedPublisher:
                 raise ValueError(f"row {message.row} of this task cannot be sent as an AMQP "
                                  f"message: {error!r} (exchange names, routing keys and "
                                  "string properties are at most 255 bytes)") from None
-            self._published += 1
-            self._unconfirmed[self._published] = message
-        if (self._exhausted or self._failed) and not self._unconfirmed:
+            self._tag += 1
+            self._unconfirmed[self._tag] = message
+        if (self._exhausted or self._failed) and not self._unconfirmed and not self._resend:
             self._finish()
 
     def _on_confirm(self, frame) -> None:
@@ -200,7 +255,7 @@ class ConfirmedPublisher:
             if message is not None and nacked:
                 self._failed.append(_Failed(message.row, message.exchange,
                                             message.routing_key, "nack"))
-        while self._lowest <= self._published and self._lowest not in self._unconfirmed:
+        while self._lowest <= self._tag and self._lowest not in self._unconfirmed:
             self._lowest += 1
         self._last_progress = time.monotonic()
         self._fill()

@@ -140,14 +140,18 @@ def _publish(options: SinkOptions, plan: InputPlan, key: IdempotencyKey, partiti
     if first is None:  # an empty partition (shuffles make many): no connection at all
         return PublishedCount(partition, 0)
     publisher = ConfirmedPublisher(options.addresses, options.mandatory,
-                                   options.confirm_timeout_ms / 1000, returned_row)
+                                   options.confirm_timeout_ms / 1000, returned_row,
+                                   options.reconnect_timeout_ms / 1000)
     return PublishedCount(partition, publisher.run(itertools.chain([first], messages)))
 
 
 def check_destination(options: SinkOptions) -> None:
     """Fail at start if option 'exchange' names no exchange (the default exchange
-    always exists); reaching the broker also checks option 'uri'."""
-    from .connection import first_reachable
+    always exists); reaching the broker also checks option 'uri'. Spark creates the
+    stream writer again for every batch's commit (PySpark's sink commit runner), so
+    an unreachable broker is retried for option reconnectTimeout here too."""
+    from .connection import BrokerUnreachable, first_reachable
+    from .reconnect import Reconnect
 
     def check(address) -> None:
         connection = pika.BlockingConnection(pika.URLParameters(address.uri))
@@ -161,4 +165,12 @@ def check_destination(options: SinkOptions) -> None:
             if connection.is_open:
                 connection.close()
 
-    first_reachable(options.addresses, check)
+    retry = Reconnect(options.reconnect_timeout_ms, "quorumqueue sink (driver)")
+    while True:
+        try:
+            first_reachable(options.addresses, check)
+        except BrokerUnreachable as error:
+            retry.lost(error, "every node")
+            continue
+        retry.recovered()
+        return
