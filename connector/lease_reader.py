@@ -12,7 +12,10 @@ How Spark's micro-batch execution drives it, for batch N:
 Responsibilities
     The driver side (`initialOffset`, `latestOffset`, `partitions`, `commit`) runs in
     one long-lived Python process per query and keeps a LeaseClient open; `read` runs
-    on executors, statelessly, with a connection of its own per partition.
+    on executors, statelessly, with a connection of its own per partition. Both retry
+    a lost broker for option reconnectTimeout (reconnect.py): the driver repeats its
+    request (settle is idempotent; a grow applied twice only fills the lease ahead),
+    a read goes on after the last message it handed to Spark.
 
 How it works
     One lease per query, named in the initial offset (`offsets.new_lease_name`) and
