@@ -110,6 +110,7 @@ class ConfirmedPublisher:
         self._lowest = 1                             # no unconfirmed tag below it
         self._resend: list[Outgoing] = []            # unconfirmed on a lost connection
         self._checking = False                       # the confirm-timeout timer runs
+        self._gave_up = ""                           # why retrying stopped, for the error
         self._last_progress = 0.0
         self._failed: list[_Failed] = []
         self._fatal: str | None = None               # timeout, lost connection/channel
@@ -154,9 +155,10 @@ class ConfirmedPublisher:
         if self._retry(f"cannot connect to any node: {failures}"):
             return
         self._fatal = f"cannot connect to the broker (option 'uri'): {failures}"
-        if self._resend:
-            self._fatal += (f", with {len(self._resend)} of {self._published} published "
+        if self._unconfirmed:
+            self._fatal += (f", with {len(self._unconfirmed)} of {self._published} published "
                             "messages unconfirmed")
+        self._fatal += self._gave_up
         self._ioloop.stop()
 
     def _on_open(self, connection) -> None:
@@ -206,6 +208,10 @@ class ConfirmedPublisher:
         pause = self._reconnect.next_pause()
         if pause is None:
             self._unconfirmed = {n: m for n, m in enumerate(self._resend, 1)}  # to report
+            self._resend = []
+            self._gave_up = (f" (retried every node for {self._reconnect.timeout_s:g}s, "
+                             "option 'reconnectTimeout': start the broker, then let Spark "
+                             "retry the task or restart the query from its checkpoint)")
             return False
         reconnect_log.warning("%s: lost the broker at %s (%s); retrying every node of option 'uri' "
                     "in %.2fs (attempt %d), then publishing its %d unconfirmed messages "
@@ -217,7 +223,7 @@ class ConfirmedPublisher:
     def _lost(self, what: str) -> None:
         self._done = True
         self._fatal = (f"{what}, with {len(self._unconfirmed)} of {self._published} "
-                       "published messages unconfirmed")
+                       f"published messages unconfirmed{self._gave_up}")
 
     # ------------------------------------------------------------ publishing
 

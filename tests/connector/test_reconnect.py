@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 from quorumqueue.client.management import call
 from quorumqueue.connector.lease_reader import LeaseStreamReader
 from quorumqueue.connector.options import OptionError, parse_sink_options, parse_source_options
-from quorumqueue.connector.publisher import ConfirmedPublisher
+from quorumqueue.connector.publisher import ConfirmedPublisher, PublishError
 from quorumqueue.connector.reconnect import BrokerLost
 from quorumqueue.connector.sink_rows import returned_row
 from tests.support.cluster import LocalCluster, wait_for
@@ -183,6 +183,18 @@ def test_a_sink_task_reconnects_and_publishes_its_unconfirmed_messages_once(
     assert published == 1000
     assert "quorumqueue sink (executor task): lost the broker at amqp://guest:***@" in caplog.text
     assert bodies(fresh_broker.uri, queue) == [b"%d" % n for n in range(1000)]
+
+
+def test_a_sink_task_gives_up_after_reconnect_timeout_saying_what_to_do():
+    options = parse_sink_options({"uri": "amqp://guest:secret@127.0.0.1:1/%2F",
+                                  "routingKey": "q", "reconnectTimeout": "1s"})
+    publisher = ConfirmedPublisher(options.addresses, False, 5.0, returned_row,
+                                   options.reconnect_timeout_ms / 1000)
+    with pytest.raises(PublishError, match=r"cannot connect to the broker \(option 'uri'\): "
+                                           r"amqp://guest:\*\*\*@127.0.0.1:1/%2F.*retried "
+                                           r"every node for 1s, option 'reconnectTimeout': "
+                                           r"start the broker"):
+        publisher.run(outgoing("q", 3))
 
 
 # ------------------------------------------------------------------ real queries
