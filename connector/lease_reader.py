@@ -308,20 +308,30 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           f"quorumqueue source (executor, queue '{partition.queue}', "
                           f"sequences {partition.start + 1}..{partition.end})")
         handed = partition.start   # the last sequence handed to Spark
+        refused_by: list[str] = []  # nodes that refused the range since the last success
         while True:
             rest = LeaseRange(partition.queue, partition.lease, handed, partition.end)
+            addresses = _untried_first(self.options.addresses, refused_by)
+            # a refusal is believed once every node refused (a replica restarted and not
+            # yet caught up refuses a lease it has not applied yet)
+            trusted = len(set(refused_by)) >= len(self.options.addresses) - 1
             node = "every node"
             try:
-                client, node = first_reachable(self.options.addresses, _executor_client)
+                client, node = first_reachable(addresses, _executor_client)
             except BrokerUnreachable as error:
                 retry.lost(error, node)
                 continue
             try:
-                for batch, last in self._read_range(client, rest):
+                for batch, last in self._read_range(client, rest, trusted):
                     yield batch
                     handed = last
+                    refused_by.clear()
                 retry.recovered()
                 return
+            except _Refused as refused:
+                log.warning("%s: %s refused the range (%s); asking the next node of option "
+                            "'uri'", retry.what, node, refused)
+                refused_by.append(node)
             except Exception as error:  # noqa: BLE001 - sorted by is_connection_loss
                 if not is_connection_loss(error):
                     raise
@@ -329,9 +339,10 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             finally:
                 _close_quietly(client)
 
-    def _read_range(self, client: LeaseClient,
-                    partition: LeaseRange) -> Iterator[tuple[object, int]]:
-        """(Arrow batch, its last sequence) for the messages of `partition`."""
+    def _read_range(self, client: LeaseClient, partition: LeaseRange,
+                    trusted: bool = True) -> Iterator[tuple[object, int]]:
+        """(Arrow batch, its last sequence) for the messages of `partition`; a refusal
+        raises _Refused unless `trusted`."""
         if partition.start >= partition.end:
             return
         try:
@@ -343,6 +354,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition = LeaseRange(partition.queue, partition.lease, records.seqs[-1],
                                        partition.end)
         except pika.exceptions.ChannelClosedByBroker as refusal:
+            if not trusted:
+                raise _Refused(f"{refusal.reply_code} {refusal.reply_text}") from None
             # the broker checks the range before it sends any of it, but a message
             # can become unreadable while the range streams: go on after what was handed
             client.close()
@@ -504,6 +517,16 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Run one request on the driver's connection; a lost broker is retried for
         option reconnectTimeout, across every node of `uri` (reconnect.py)."""
         return self._driver.call(operation)
+
+
+class _Refused(Exception):
+    """A node refused a lease range; another node of `uri` may not."""
+
+
+def _untried_first(addresses, refused_by: list[str]) -> list:
+    """`addresses`, those that have not refused the range first (order kept)."""
+    return ([a for a in addresses if a.redacted not in refused_by]
+            + [a for a in addresses if a.redacted in refused_by])
 
 
 def _executor_client(address) -> tuple[LeaseClient, str]:
