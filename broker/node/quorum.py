@@ -68,6 +68,20 @@ log = logging.getLogger("quorumqueue.broker")
 
 
 
+def replay_bound(replay_until: int, ready: Ready) -> int:
+    """Entries up to `replay_until` were in the log when this node started: applying
+    them again is a replay (their deliveries went to connections that are gone). A
+    Ready that replaces part of that log — a leader's entries over an uncommitted tail
+    (`truncate_from`), or a snapshot — lowers the bound: what is applied there now is
+    new, and its deliveries must be written (else a consumer that joined after the
+    restart waits forever for messages the machine handed it)."""
+    if ready.truncate_from is not None:
+        replay_until = min(replay_until, ready.truncate_from - 1)
+    if ready.snapshot is not None:
+        replay_until = min(replay_until, ready.snapshot.meta.index)
+    return replay_until
+
+
 class QuorumGroups:
     def __init__(self, store: LogStore, member: str, raft_config: RaftConfig | None = None,
                  tick_interval_ms: int = 1000) -> None:
@@ -230,6 +244,8 @@ class QuorumGroups:
         group's machine, replies to whoever waited for them. A forwarded command
         whose identity was applied before is skipped (queues/replicated.py `admit`);
         the others' identities are recorded as they are applied."""
+        if queue.replay_until:
+            queue.replay_until = replay_bound(queue.replay_until, ready)
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
