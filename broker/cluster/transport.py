@@ -46,9 +46,10 @@ Invariants:
   error log naming the peer and the fault; the node carries on.
 - After `stop()` no task, timer or connection of the transport is left.
 
-Not here: encoding and framing (`wire.py`); what messages mean, membership and
-retries of requests (the node's cluster layer); TLS (the cookie travels in clear:
-use it on a trusted network); connecting to peers before the first `send`.
+Not here: the connection protocols and per-peer state (`links.py`); encoding and
+framing (`wire.py`); what messages mean, membership and retries of requests (the
+node's cluster layer); TLS (the cookie travels in clear: use it on a trusted
+network); connecting to peers before the first `send`.
 """
 
 from __future__ import annotations
@@ -56,218 +57,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
-from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, FrameReader, Handshake, Resume,
-                   Rpc, RpcAck, WireError, decode, decode_handshake, encode,
-                   encode_handshake, frame, handshake_problems)
+from .links import _COUNTERS, TransportStats, _Inbound, _Outbound, _Outgoing, _Peer
+from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, Handshake, Resume, Rpc, RpcAck,
+                   WireError, decode, decode_handshake, encode, encode_handshake, frame,
+                   handshake_problems)
 
 log = logging.getLogger("quorumqueue.cluster")
 
 MiB = 1024 * 1024
 ACK_DELAY = 0.05  # seconds a receiver gathers Rpcs before acknowledging them
 
-
-@dataclass(frozen=True, slots=True)
-class TransportStats:
-    frames_sent: int = 0        # frames written to a connection (one lost with it is lost)
-    bytes_sent: int = 0         # their bytes, frame headers included
-    writes: int = 0             # transport.write calls that carried them (batches)
-    frames_received: int = 0    # frames delivered to on_message
-    bytes_received: int = 0     # their bytes, frame headers included
-    frames_dropped: int = 0     # oldest frames dropped from a full queue
-    reconnects: int = 0         # connections made again after a failure or a loss
-    connect_failures: int = 0   # connection attempts that failed
-    refused: int = 0            # accepted connections closed for a bad handshake
-    malformed: int = 0          # accepted connections closed for a malformed frame
-    queued_frames: int = 0      # now: frames waiting for a connection or for the buffer
-    queued_bytes: int = 0       # now: their bytes
-    buffered_bytes: int = 0     # now: bytes in connections' write buffers (back-pressure)
-    retransmitted: int = 0      # Rpcs written again on a new connection (not acknowledged)
-    duplicates: int = 0         # Rpcs received again and not delivered a second time
-    gaps: int = 0               # times Rpcs were missing (the sender dropped them: bounds)
-    unacked_frames: int = 0     # now: Rpcs sent and not yet acknowledged by the peer
-
-
-_GAUGES = ("queued_frames", "queued_bytes", "buffered_bytes", "unacked_frames")
-_COUNTERS = tuple(f.name for f in fields(TransportStats) if f.name not in _GAUGES)
-
-
-class _Outgoing:
-    """One peer's frames not yet written; bounded, the oldest dropped first. A single
-    frame larger than the byte bound is kept (alone): frames are bounded by wire's
-    maximum frame size instead."""
-
-    __slots__ = ("frames", "bytes", "max_frames", "max_bytes")
-
-    def __init__(self, max_frames: int, max_bytes: int) -> None:
-        self.frames: deque[bytes] = deque()
-        self.bytes = 0                 # == sum(map(len, self.frames))
-        self.max_frames = max_frames
-        self.max_bytes = max_bytes
-
-    def push(self, data: bytes) -> int:
-        """Queue `data`; returns how many older frames were dropped to make room."""
-        self.frames.append(data)
-        self.bytes += len(data)
-        dropped = 0
-        while ((len(self.frames) > self.max_frames or self.bytes > self.max_bytes)
-               and len(self.frames) > 1):
-            self.bytes -= len(self.frames.popleft())
-            dropped += 1
-        return dropped
-
-    def take(self) -> list[bytes]:
-        frames = list(self.frames)
-        self.frames.clear()
-        self.bytes = 0
-        return frames
-
-
-class _Peer:
-    """What this node knows about sending to one peer."""
-
-    __slots__ = ("name", "address", "outgoing", "link", "connect_task", "flush_handle",
-                 "delay", "ever_connected", "down_reported", "failures", "dropping",
-                 "pending_link", "rpc_seq", "written_seq", "unacked", "unacked_bytes",
-                 "remote_session")
-
-    def __init__(self, name: str, address: tuple[str, int], outgoing: _Outgoing) -> None:
-        self.name = name
-        self.address = address
-        self.outgoing = outgoing
-        self.link: _Outbound | None = None     # the open outbound connection, if any
-        self.connect_task: asyncio.Task | None = None   # at most one at a time
-        self.flush_handle: asyncio.Handle | None = None  # at most one flush scheduled
-        self.delay = 0.0                # wait before the next connection attempt
-        self.ever_connected = False
-        self.down_reported = False      # on_peer_down called for the current outage
-        self.failures = 0               # failed attempts in the current outage
-        self.dropping = False           # drops logged for the current full spell
-        self.pending_link: _Outbound | None = None  # connected, its Resume not yet read
-        # reliable Rpcs (module docstring): numbered from 1 in this transport's session
-        self.rpc_seq = 0                # the last number given
-        self.written_seq = 0            # every Rpc up to here was written (or dropped)
-        self.unacked: deque[tuple[int, bytes]] = deque()  # (seq, frame), oldest first
-        self.unacked_bytes = 0
-        self.remote_session: int | None = None  # the peer's run, from its last Resume
-
-
-class _Connection(asyncio.Protocol):
-    def __init__(self, owner: ClusterTransport) -> None:
-        self.owner = owner
-        self.transport: asyncio.Transport | None = None
-        self.closed = owner._loop.create_future()   # resolved by connection_lost
-        self.made_at = 0.0
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        self.made_at = self.owner._loop.time()
-        self.owner._connections.add(self)
-
-    def connection_lost(self, exc) -> None:
-        self.owner._connections.discard(self)
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
-class _Outbound(_Connection):
-    """Our connection to a peer: writes, after reading the peer's one Resume."""
-
-    def __init__(self, owner: ClusterTransport, peer: _Peer) -> None:
-        super().__init__(owner)
-        self.peer = peer
-        self.paused = False             # asyncio's write buffer is over the high-water mark
-        self.lost = False
-        self.reader: FrameReader | None = FrameReader(owner.max_frame_size)
-        self.timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        transport.set_write_buffer_limits(high=self.owner.write_high_water)
-        transport.write(self.owner._handshake_frame(self.peer.name))
-        self.peer.pending_link = self
-        self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
-                                                 self._resume_timed_out)
-
-    def data_received(self, data: bytes) -> None:
-        if self.reader is not None:
-            try:
-                payloads = self.reader.feed(data)
-                resume = decode(payloads[0]) if payloads else None
-            except WireError as exc:
-                payloads, resume = [b""], exc
-            if not payloads:
-                return                  # the Resume is not complete yet
-            if isinstance(resume, Resume) and len(payloads) == 1:
-                self.reader = None
-                self.timer.cancel()
-                self.owner._link_made(self, resume)
-                return
-            log.error("peer %r answered this node's handshake with something other than "
-                      "a Resume (%s); closing the connection", self.peer.name,
-                      resume if isinstance(resume, WireError) else type(resume).__name__)
-            self.transport.close()
-            return
-        log.error("peer %r sent %d bytes on this node's outbound connection, which only "
-                  "writes once resumed; closing it", self.peer.name, len(data))
-        self.transport.close()
-
-    def _resume_timed_out(self) -> None:
-        log.error("closing the connection to peer %r: no answer to the handshake within "
-                  "%g s", self.peer.name, self.owner.handshake_timeout)
-        self.transport.close()
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.owner._schedule_flush(self.peer)
-
-    def connection_lost(self, exc) -> None:
-        self.lost = True
-        if self.timer is not None:
-            self.timer.cancel()
-        super().connection_lost(exc)
-        self.owner._link_lost(self, exc)
-
-
-class _Inbound(_Connection):
-    """A connection a peer opened to us: reads only."""
-
-    def __init__(self, owner: ClusterTransport) -> None:
-        super().__init__(owner)
-        self.reader = FrameReader(owner.max_frame_size)
-        self.from_node: str | None = None   # set once the handshake is accepted
-        self.sender: list[int] | None = None  # [its session, last Rpc seq delivered]
-        self.address = "?"
-        self.timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        peername = transport.get_extra_info("peername") or ("?", 0)
-        self.address = f"{peername[0]}:{peername[1]}"
-        if not self.owner._running:          # accepted while stop() was closing
-            transport.close()
-            return
-        self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
-                                                 self._handshake_timed_out)
-
-    def data_received(self, data: bytes) -> None:
-        self.owner._received(self, data)
-
-    def _handshake_timed_out(self) -> None:
-        log.error("closing cluster connection from %s: no handshake within %g s",
-                  self.address, self.owner.handshake_timeout)
-        self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        super().connection_lost(exc)
+__all__ = ["ClusterTransport", "TransportStats"]
 
 
 class ClusterTransport:
