@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
@@ -93,7 +94,7 @@ class _Peer:
     __slots__ = ("name", "address", "outgoing", "link", "connect_task", "flush_handle",
                  "delay", "ever_connected", "down_reported", "failures", "dropping",
                  "pending_link", "rpc_seq", "written_seq", "unacked", "unacked_bytes",
-                 "remote_session")
+                 "remote_session", "session")
 
     def __init__(self, name: str, address: tuple[str, int], outgoing: _Outgoing) -> None:
         self.name = name
@@ -114,6 +115,9 @@ class _Peer:
         self.unacked: deque[tuple[int, bytes]] = deque()  # (seq, frame), oldest first
         self.unacked_bytes = 0
         self.remote_session: int | None = None  # the peer's run, from its last Resume
+        # this node's stream of numbered Rpcs to the peer: a new one with every _Peer
+        # (a peer removed and added again starts numbering at 1 in a new session)
+        self.session = int.from_bytes(os.urandom(7), "big") | 1
 
 
 class _Connection(asyncio.Protocol):
@@ -148,7 +152,7 @@ class _Outbound(_Connection):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.owner.write_high_water)
-        transport.write(self.owner._handshake_frame(self.peer.name))
+        transport.write(self.owner._handshake_frame(self.peer))
         self.peer.pending_link = self
         self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
                                                  self._resume_timed_out)

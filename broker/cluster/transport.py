@@ -18,8 +18,10 @@ that handshake names this cluster, this node and the right cookie, and answers i
 with a `Resume`; only then does the connecting side write.
 
 Rpcs are delivered reliably, Raft messages are not (Raft retransmits; the node's
-requests, replies and deliveries do not). Each transport run has a random session
-id. `send` numbers every Rpc for its peer (1, 2, ...) and keeps it until the peer
+requests, replies and deliveries do not). This node's stream of Rpcs to a peer has a
+random session id (the handshake carries it; a new one for every run and every peer
+added again), and the transport's own run another (its Resumes carry it). `send`
+numbers every Rpc for its peer (1, 2, ...) and keeps it until the peer
 acknowledges it: the receiver delivers a sender's Rpcs once each, in order, skipping
 numbers it already delivered, and sends back an `RpcAck` (the highest delivered)
 ACK_DELAY after receiving some. A connection that breaks may take Rpcs with it
@@ -120,8 +122,9 @@ class ClusterTransport:
         self._retiring: set[asyncio.Task] = set()       # connect tasks of removed peers
         self._totals: Counter[str] = Counter()
         self._counters: dict[str, Counter[str]] = {}    # per peer name
-        # reliable Rpcs: this run's session, and per sender [its session, last seq
-        # delivered] (kept across its connections), and the senders owed an RpcAck
+        # reliable Rpcs: this run's session (in Resumes), per sender [the session of its
+        # stream to us, last seq delivered] (kept across its connections), and the
+        # senders owed an RpcAck
         self.session = int.from_bytes(os.urandom(7), "big") | 1
         self._senders: dict[str, list[int]] = {}
         self._acks_due: set[str] = set()
@@ -303,9 +306,9 @@ class ClusterTransport:
         self._count(peer.name, "bytes_sent", len(data))
         self._count(peer.name, "writes")
 
-    def _handshake_frame(self, to_node: str) -> bytes:
-        return frame(encode_handshake(Handshake(self.cluster_name, self.node_name, to_node,
-                                                self._cookie, self.session)))
+    def _handshake_frame(self, peer: _Peer) -> bytes:
+        return frame(encode_handshake(Handshake(self.cluster_name, self.node_name,
+                                                peer.name, self._cookie, peer.session)))
 
     # -- connecting -------------------------------------------------------------------
 
@@ -466,7 +469,7 @@ class ClusterTransport:
                 self._ack_later(conn.from_node)
             elif type(envelope) is RpcAck:
                 peer = self._peers.get(conn.from_node)
-                if peer is not None and envelope.session == self.session:
+                if peer is not None and envelope.session == peer.session:
                     self._acknowledged(peer, envelope.seq)
                 continue
             self._on_message(conn.from_node, envelope)

@@ -479,3 +479,24 @@ def test_a_restarted_peer_gets_only_what_was_sent_after_it_went_away():
         await a.transport.stop()
         await b2.transport.stop()
     run(scenario)
+
+
+def test_a_peer_removed_and_added_again_gets_a_new_stream():
+    """Numbering starts at 1 again for a peer added again (a node that rejoined at a
+    new address): a new session, so the receiver does not take the new Rpcs for ones
+    it already delivered."""
+    async def scenario():
+        a, b = await start("a"), await start("b")
+        mesh(a, b)
+        for i in range(3):
+            a.transport.send("b", Rpc("first", {"i": i}))
+        await until(lambda: len(b.got) == 3)
+        a.transport.remove_peer("b")
+        a.transport.add_peer("b", b.address)
+        for i in range(2):
+            a.transport.send("b", Rpc("second", {"i": i}))
+        await until(lambda: len(b.got) == 5)
+        assert [e.kind for e in b.sent_from("a")] == ["first"] * 3 + ["second"] * 2
+        await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
