@@ -129,12 +129,13 @@ class Publisher(threading.Thread):
         self.connection.close()
 
 
-@pytest.mark.parametrize("arguments", [{"x-queue-type": "quorum"}, {}],
-                         ids=["quorum", "classic"])
-def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server, gate,
-                                                                          arguments):
+def second_applied_during_first_sync(server, gate, prefix: str, arguments: dict):
+    """Two publishers to a new durable queue: the first publish's Sync is held at the
+    gate, and the second publish, read meanwhile, is applied (in the queue's log, or
+    the message store's batch for a classic queue). Returns (the declaring
+    connection, first, second)."""
     setup = connect(server)
-    queue = f"group-commit-{len(arguments)}"
+    queue = f"{prefix}-{len(arguments)}"
     setup.channel().queue_declare(queue, durable=True, arguments=arguments)
     node = server.node
     if arguments:
@@ -144,14 +145,22 @@ def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server
         applied = lambda: node.store.batch_id + len(node.store._batch)  # noqa: E731
     first = Publisher(server, queue, b"first")
     second = Publisher(server, queue, b"second")
-
     gate.close()
     first.start()
     assert gate.wait_entered(1), "no Sync began for the first publish"
     before = applied()
     second.start()
-    # the loop reads and applies the second publish while the first one's fsync runs
     wait_until(lambda: applied() > before, "the second publish to be applied")
+    return setup, first, second
+
+
+@pytest.mark.parametrize("arguments", [{"x-queue-type": "quorum"}, {}],
+                         ids=["quorum", "classic"])
+def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server, gate,
+                                                                          arguments):
+    # the loop reads and applies the second publish while the first one's fsync runs
+    setup, first, second = second_applied_during_first_sync(server, gate,
+                                                            "group-commit", arguments)
     time.sleep(0.2)  # nothing may be confirmed while the writer thread is held
     assert not first.confirmed.is_set() and not second.confirmed.is_set()
 
@@ -162,7 +171,7 @@ def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server
     channel = setup.channel()
     bodies = []
     for _ in range(2):
-        _method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        _method, _properties, body = channel.basic_get(first.queue, auto_ack=True)
         bodies.append(body)
     assert sorted(bodies) == [b"first", b"second"]
     setup.close()
@@ -216,24 +225,8 @@ def test_a_confirm_does_not_wait_for_the_fsync_of_publishes_read_after_it(server
     entry when its fsync completes; applying it must not wait for the fsync of the
     entries proposed meanwhile, which would add a whole Sync to every confirm of a
     busy publisher.)"""
-    setup = connect(server)
-    queue = f"own-fsync-{len(arguments)}"
-    setup.channel().queue_declare(queue, durable=True, arguments=arguments)
-    node = server.node
-    if arguments:
-        group = node.vhosts["/"].queues[queue]
-        applied = lambda: group.raft.log.last_index()  # noqa: E731
-    else:
-        applied = lambda: node.store.batch_id + len(node.store._batch)  # noqa: E731
-    first = Publisher(server, queue, b"first")
-    second = Publisher(server, queue, b"second")
-
-    gate.close()
-    first.start()
-    assert gate.wait_entered(1), "no Sync began for the first publish"
-    before = applied()
-    second.start()
-    wait_until(lambda: applied() > before, "the second publish to be applied")
+    setup, first, second = second_applied_during_first_sync(server, gate, "own-fsync",
+                                                            arguments)
     gate.allow(1)                           # the first publish's Sync ends
     assert gate.wait_entered(2), "no Sync began for the second publish"
     assert first.confirmed.wait(WAIT), "the first confirm waited for the second's fsync"
