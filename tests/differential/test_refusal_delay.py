@@ -3,7 +3,7 @@ do (its SILENT_CLOSE_DELAY, three seconds): a failed login answers at once (a
 connection.close 403 for clients that ask for one) but the socket closes only later,
 so guessing passwords one connection at a time is slow. Checked against RabbitMQ
 3.10.8 and quorumqueue alike; only lower bounds on time are asserted (a busy machine
-makes them longer, never shorter), and a good login is not delayed at all.
+makes them longer, never shorter).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import time
 
-import pika
 import pytest
 from pamqp import commands, frame
 
@@ -63,9 +62,3 @@ def test_an_early_refusal_keeps_the_socket_open_a_while_as_rabbitmq_does(case, r
     else:
         assert bool(ours) == bool(theirs)  # a connection.close 403, or nothing
 
-
-def test_a_good_login_is_not_delayed(broker):
-    started = time.monotonic()
-    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port)):
-        pass
-    assert time.monotonic() - started < 60  # nothing like a refusal's wait per attempt
