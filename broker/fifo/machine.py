@@ -24,7 +24,8 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - message TTL and dead lettering (below);
 - queue TTL (x-expires, as rabbit_fifo's `is_expired`): `last_active` is the leader
   time of the last command that had a consumer (before or after it), a basic.get or
-  a config change; the first Tick starts it for a new queue. A Tick finding no
+  a config change (commands with a consumer count only while the queue has an
+  expiry); the first Tick starts it for a new queue. A Tick finding no
   consumer and `now - last_active > expires` emits QueueExpired (on every Tick
   while so); the leader's node deletes the queue. Publishing does not count as use,
   nor does a redeclare (the 4.2 guide's feature matrix: "Partial (queue
@@ -127,7 +128,9 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     effects: list[Effect] = []
     reply: Any = None
     state.now_ms = meta.system_time
-    used = _has_consumers(state)
+    # last_active matters only to a queue with an expiry (an UpdateConfig that sets
+    # one restarts the period below): the consumer scan is skipped on every other
+    used = state.config.expires is not None and _has_consumers(state)
     match command:
         case Enqueue():
             reply = _enqueue(meta, command, state)
@@ -161,8 +164,9 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         case _:
             assert_never(command)
     state.last_index = meta.index
-    if meta.system_time and (used or _has_consumers(state)
-                             or isinstance(command, (Dequeue, UpdateConfig))):
+    if meta.system_time and (used or isinstance(command, (Dequeue, UpdateConfig))
+                             or (state.config.expires is not None
+                                 and _has_consumers(state))):
         state.last_active = meta.system_time
     _expire_heads(state, effects)
     _serve_consumers(state, effects)
