@@ -168,9 +168,12 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
                              or (state.config.expires is not None
                                  and _has_consumers(state))):
         state.last_active = meta.system_time
-    _expire_heads(state, effects)
+    if (state.returns.expiries is not None or state.high.expiries is not None
+            or state.normal.expiries is not None):  # a queue that ever held an expiry
+        _expire_heads(state, effects)
     _serve_consumers(state, effects)
-    if isinstance(command, Enqueue) and reply == "ok" and _zero_ttl(command, state.config):
+    if isinstance(command, Enqueue) and reply == "ok" and (
+            command.ttl == 0 or state.config.msg_ttl == 0):  # TTL 0 (the lower is 0)
         _expire_unserved(meta.index, state, effects)
     if state.config.has_limit:
         _apply_limits(state, effects)
@@ -236,10 +239,6 @@ def _ttl(command: Enqueue, config) -> int | None:
     return min(command.ttl, config.msg_ttl)
 
 
-def _zero_ttl(command: Enqueue, config) -> bool:
-    return _ttl(command, config) == 0
-
-
 def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> None:
     """A TTL-0 message that no consumer took in its own command expires now (the
     TTL guide: it expires on reaching the queue unless it can be delivered at once).
@@ -279,7 +278,9 @@ def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] |
     """(raft index, packed size, delivery count) of the next message to hand out;
     expired heads are dropped first (Dropped "expired" into `effects`), so what is
     handed out has not expired. Its expiry moves to `expiries_out`."""
-    _expire_heads(state, effects)
+    if (state.returns.expiries is not None or state.high.expiries is not None
+            or state.normal.expiries is not None):  # (as in apply)
+        _expire_heads(state, effects)
     if len(state.returns):
         queue = state.returns
     else:
@@ -298,10 +299,13 @@ def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] |
             state.high_run = 0
         else:
             return None
-    expiry = queue.head_expiry()
-    index, packed = queue.popleft()
-    if expiry:
-        state.expiries_out[index] = expiry
+    if queue.expiries is not None:
+        expiry = queue.head_expiry()
+        index, packed = queue.popleft()
+        if expiry:
+            state.expiries_out[index] = expiry
+    else:
+        index, packed = queue.popleft()
     return index, packed, state.delivery_counts.pop(index, 0)
 
 
@@ -419,8 +423,9 @@ def _checked(key: str, msg_ids, state: FifoState) -> list[tuple[int, int, int]]:
 
 def _settle(key: str, msg_ids, state: FifoState) -> int:
     taken = _checked(key, msg_ids, state)
-    for index, _packed, _count in taken:
-        forget(index, state)
+    if state.expiries_out:
+        for index, _packed, _count in taken:
+            forget(index, state)
     return len(taken)
 
 
