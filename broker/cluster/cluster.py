@@ -10,9 +10,11 @@ choose the members of new quorum queues; tell this node's own connections from
 other nodes' (fifo consumer keys carry the node's name); keep the cluster's node
 list (nodes that joined, nodes forgotten: cluster_nodes.json).
 
-How it works: a forwarded command is an Rpc "propose" {group, request id, data}; the
-leader appends it and answers "accepted" {request id, index, term}, or "redirect"
-{request id, leader} if it no longer leads. Until accepted, the request stays
+How it works: a forwarded command is a (group, request id, data) in an Rpc "propose";
+the commands forwarded to one leader in one event-loop iteration travel in one
+propose (a publisher's pipelined messages: one Rpc, not one each). The leader
+appends each and answers, in one Rpc per kind, "accepted" {request ids, indexes,
+terms} or "redirect" {request ids, leaders} for those whose group it no longer leads. Until accepted, the request stays
 pending and is sent again when the group's leader changes, on a redirect, and after
 a second without an answer; the leader remembers the requests it appended recently,
 so a repeat of one it already appended is answered with the same (index, term)
@@ -134,6 +136,9 @@ class Cluster:
         self.amqp_uris: dict[str, str] = {}     # node -> where clients reach it (pings)
         self.amqp_uri: str | None = None        # this node's, set by the server shell
         self.boots: dict[str, str] = {}         # node -> its boot id (pings)
+        # forwarded commands not yet handed to the transport, per leader: parallel
+        # lists (groups, request ids, data, reply awaited), sent as one "propose"
+        self._proposals: dict[str, tuple[list, list, list, list]] = {}
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -316,8 +321,7 @@ class Cluster:
             pending.sent_at = time.monotonic()
             pending.accepted = False
             if leader is not None and self.transport is not None:
-                self._post(leader, Rpc("propose", {"g": member.group, "r": request,
-                                                   "d": pending.data, "reply": True}))
+                self._propose_to(leader, member.group, request, pending.data, True)
             return
         leader = member.leader_id
         if leader == self.name and member.is_leader:
@@ -327,8 +331,27 @@ class Cluster:
         pending.sent_to = leader
         pending.sent_at = time.monotonic()
         if leader is not None and self.transport is not None:
-            self._post(leader, Rpc("propose", {"g": member.group, "r": request,
-                                               "d": pending.data}))
+            self._propose_to(leader, member.group, request, pending.data, False)
+
+    def _propose_to(self, leader: str, group: str, request: int, data: bytes,
+                    reply: bool) -> None:
+        """Queue a forwarded command for `leader`; every command queued in this
+        event-loop iteration leaves in one "propose" (`_send_proposals`)."""
+        batch = self._proposals.get(leader)
+        if batch is None:
+            if not self._proposals:
+                self.transport.call_soon(self._send_proposals)
+            batch = self._proposals[leader] = ([], [], [], [])
+        batch[0].append(group)
+        batch[1].append(request)
+        batch[2].append(data)
+        batch[3].append(reply)
+
+    def _send_proposals(self) -> None:
+        proposals, self._proposals = self._proposals, {}
+        for leader, (groups, requests, datas, replies) in proposals.items():
+            self._post(leader, Rpc("propose", {"g": groups, "r": requests, "d": datas,
+                                               "reply": replies}))
 
     def _some_member(self, record, previous: str | None) -> str | None:
         """A reachable member of a queue with no replica here, other than the last one
@@ -409,73 +432,90 @@ class Cluster:
                     member.propose(Down(connection), 0)  # untimed: the time is not logged
 
     def _on_propose(self, sender: str, body: dict) -> None:
-        key = (sender, body["r"])
-        appended = self._appended.get(key)
-        member = self.node.quorum.queues.get(body["g"])
-        if appended is None and member is not None and member.is_leader:
-            try:
-                index = member.raft.propose(body["d"])
-            except Exception:  # noqa: BLE001 - a transfer in progress: redirect below
-                index = 0
-            if index:
-                appended = (index, member.raft.term)
-                self._appended[key] = appended
-                if len(self._appended) > REMEMBERED_REQUESTS:
-                    self._appended.popitem(last=False)
-            if index and body.get("reply"):  # a node with no replica: answer it after apply
-                request = body["r"]
-                member.wait_at(index, member.raft.term, body["d"],
-                               lambda reply: self._post(sender, Rpc("reply", {
-                                   "r": request, "v": proxy.encode_reply(self, member,
-                                                                         reply)})))
-        if appended is not None:
-            self._post(sender, Rpc("accepted", {"r": body["r"], "i": appended[0],
-                                                "t": appended[1]}))
-        else:
-            leader = None if member is None else member.leader_id
-            self._post(sender, Rpc("redirect", {"r": body["r"], "l": leader}))
+        accepted: tuple[list, list, list] = ([], [], [])     # requests, indexes, terms
+        redirected: tuple[list, list] = ([], [])              # requests, leaders
+        queues = self.node.quorum.queues
+        remembered = self._appended
+        for group, request, data, reply in zip(body["g"], body["r"], body["d"],
+                                               body["reply"]):
+            key = (sender, request)
+            appended = remembered.get(key)
+            member = queues.get(group)
+            if appended is None and member is not None and member.is_leader:
+                try:
+                    index = member.raft.propose(data)
+                except Exception:  # noqa: BLE001 - a transfer in progress: redirect below
+                    index = 0
+                if index:
+                    appended = (index, member.raft.term)
+                    remembered[key] = appended
+                    if len(remembered) > REMEMBERED_REQUESTS:
+                        remembered.popitem(last=False)
+                    if reply:  # a node with no replica: answer it after apply
+                        member.wait_at(index, appended[1], data,
+                                       self._proxied_reply(sender, request, member))
+            if appended is not None:
+                accepted[0].append(request)
+                accepted[1].append(appended[0])
+                accepted[2].append(appended[1])
+            else:
+                redirected[0].append(request)
+                redirected[1].append(None if member is None else member.leader_id)
+        if accepted[0]:
+            self._post(sender, Rpc("accepted", {"r": accepted[0], "i": accepted[1],
+                                                "t": accepted[2]}))
+        if redirected[0]:
+            self._post(sender, Rpc("redirect", {"r": redirected[0], "l": redirected[1]}))
+
+    def _proxied_reply(self, sender: str, request: int, member) -> Waiter:
+        return lambda reply: self._post(sender, Rpc("reply", {
+            "r": request, "v": proxy.encode_reply(self, member, reply)}))
 
     def _on_accepted(self, sender: str, body: dict) -> None:
-        pending = self.pending.get(body["r"])
-        if pending is not None and pending.member.raft is None:
-            pending.member.leader_hint = sender  # proxied: the reply follows the apply
-            pending.accepted = True
-            pending.accepted_at = time.monotonic()
-            pending.accepted_by_boot = self.boots.get(sender)
-            pending.sent_to = sender
-            return
-        pending = self.pending.pop(body["r"], None)
-        if pending is None or pending.waiter is None:
-            return
-        member = pending.member
-        if member.deleted:
-            pending.waiter(None)
-        elif member.raft.applied_index >= body["i"]:
-            # applied here already (from a snapshot): its reply is gone; proposed again,
-            # the entry is known by its identity and answered with the reply kept for it
-            member.propose_data(pending.data, pending.waiter)
-        else:
-            member.wait_at(body["i"], body["t"], pending.data, pending.waiter)
+        pendings = self.pending
+        for request, index, term in zip(body["r"], body["i"], body["t"]):
+            pending = pendings.get(request)
+            if pending is None:
+                continue
+            member = pending.member
+            if member.raft is None:
+                member.leader_hint = sender  # proxied: the reply follows the apply
+                pending.accepted = True
+                pending.accepted_at = time.monotonic()
+                pending.accepted_by_boot = self.boots.get(sender)
+                pending.sent_to = sender
+                continue
+            del pendings[request]
+            if pending.waiter is None:
+                continue
+            if member.deleted:
+                pending.waiter(None)
+            elif member.raft.applied_index >= index:
+                # applied here already (from a snapshot): its reply is gone; proposed
+                # again, the entry is known by its identity and answered with the
+                # reply kept for it
+                member.propose_data(pending.data, pending.waiter)
+            else:
+                member.wait_at(index, term, pending.data, pending.waiter)
 
     def _on_redirect(self, sender: str, body: dict) -> None:
-        pending = self.pending.get(body["r"])
-        if pending is None:
-            return
-        hint = body.get("l")
-        if pending.member.raft is None:
-            pending.member.leader_hint = hint if hint != sender else None
-            if hint is not None and hint != sender:
-                self._send(body["r"])
+        for request, hint in zip(body["r"], body["l"]):
+            pending = self.pending.get(request)
+            if pending is None:
+                continue
+            if pending.member.raft is None:
+                pending.member.leader_hint = hint if hint != sender else None
+                if hint is not None and hint != sender:
+                    self._send(request)
+                else:
+                    pending.sent_to = None
+                continue
+            if hint is not None and hint != sender and hint != pending.sent_to:
+                pending.sent_to = hint
+                pending.sent_at = time.monotonic()
+                self._propose_to(hint, pending.member.group, request, pending.data, False)
             else:
-                pending.sent_to = None
-            return
-        if hint is not None and hint != sender and hint != pending.sent_to:
-            pending.sent_to = hint
-            pending.sent_at = time.monotonic()
-            self._post(hint, Rpc("propose", {"g": pending.member.group,
-                                                      "r": body["r"], "d": pending.data}))
-        else:
-            pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
+                pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
 
     def reachable(self, name: str) -> bool:
         """This node, or one heard from within REACHABLE_WITHIN (pings every second)."""

@@ -234,6 +234,13 @@ class ClusterTransport:
 
     # -- sending ----------------------------------------------------------------------
 
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the transport's loop at its next iteration (the node's
+        cluster layer gathers what it sends in one iteration this way)."""
+        if self._loop is None:
+            raise RuntimeError("ClusterTransport.call_soon() before start()")
+        self._loop.call_soon(callback)
+
     def send(self, peer: str, envelope: Envelope) -> None:
         """Queue `envelope` for `peer`; it leaves with this iteration's batch once
         connected. Raises KeyError for an unknown peer and WireError for an envelope

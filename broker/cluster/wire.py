@@ -48,7 +48,9 @@ from ..raft.types import LogEntry, SnapshotMeta
 
 MAX_FRAME_SIZE = 256 * 1024 * 1024   # bytes of payload; the reader refuses more
 MAGIC = "quorumqueue-cluster"        # first item of a handshake
-VERSION = 2                          # the wire version this module speaks
+# the wire version this module speaks: 3 since forwarded commands travel in batches
+# (a "propose" Rpc carries lists: broker/cluster/cluster.py)
+VERSION = 3
 RPC_TAG = 16                         # tags 1..7 are the Raft messages (_LAYOUTS)
 ACK_TAG = 17
 RESUME_TAG = 18
