@@ -91,7 +91,16 @@ class Settings:
     # warning at start when one is set (NOT_ENFORCED_YET, broker/README.md "Configuration")
     quorum_commands_soft_limit: int = 32          # RabbitMQ's default
     dead_letter_worker_consumer_prefetch: int = 32  # RabbitMQ's default
-    consumer_timeout_ms: int = 1_800_000          # 30 minutes, RabbitMQ's default
+    # the delivery acknowledgement timeout (node/channel.py, the consumers guide's
+    # "Delivery Acknowledgement Timeout"): a delivery unacked for longer closes its
+    # channel with 406. None: no timeout (RabbitMQ's `undefined`, written
+    # consumer_timeout = "undefined" here); queues override it with x-consumer-timeout
+    # or a consumer-timeout policy
+    consumer_timeout_ms: int | None = 1_800_000   # 30 minutes, RabbitMQ's default
+    # how often each channel checks its oldest unacked delivery against the timeout
+    # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
+    # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
+    channel_tick_interval_ms: int = 60_000
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -213,6 +222,17 @@ def _nodes(key, value):
     return tuple(value)
 
 
+def _consumer_timeout(key, value):
+    # RabbitMQ: a positive integer in rabbitmq.conf; `undefined` (advanced.config) turns
+    # the timeout off, which its guide advises against
+    if value == "undefined":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer (milliseconds) or \"undefined\" (no "
+                          f"timeout), got {value!r}")
+    return value
+
+
 def _locator(key, value):
     if value not in ("client-local", "balanced"):
         raise ConfigError(f"{key}: expected \"client-local\" or \"balanced\", got {value!r}")
@@ -266,7 +286,8 @@ KEYS = {
         ("quorum_relaxed_checks_on_redeclaration", _bool),
     "quorum_queue.commands_soft_limit": ("quorum_commands_soft_limit", _int),
     "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
-    "consumer_timeout": ("consumer_timeout_ms", _int),
+    "consumer_timeout": ("consumer_timeout_ms", _consumer_timeout),
+    "channel_tick_interval": ("channel_tick_interval_ms", _int),
 }
 
 # keys accepted and validated whose effect is not built yet: (key, Settings field,
@@ -278,8 +299,6 @@ NOT_ENFORCED_YET = (
      "(credit flow): quorumqueue does not throttle publishers per channel"),
     ("dead_letter_worker_consumer_prefetch", "dead_letter_worker_consumer_prefetch",
      "at-least-once dead-lettering's prefetch: dead-lettering is not built yet"),
-    ("consumer_timeout", "consumer_timeout_ms",
-     "the delivery acknowledgement timeout: not enforced yet"),
 )
 
 
@@ -339,7 +358,9 @@ def validate(settings: Settings) -> Settings:
                         settings.quorum_commands_soft_limit),
                        ("dead_letter_worker_consumer_prefetch",
                         settings.dead_letter_worker_consumer_prefetch),
-                       ("consumer_timeout", settings.consumer_timeout_ms)):
+                       ("consumer_timeout", 1 if settings.consumer_timeout_ms is None
+                        else settings.consumer_timeout_ms),
+                       ("channel_tick_interval", settings.channel_tick_interval_ms)):
         if value < 1:
             raise ConfigError(f"{key}: must be a positive integer, got {value}")
     if settings.metadata_timeout_ms < 1:

@@ -22,6 +22,14 @@ How it works:
   classic queue's batch, a quorum queue's majority): the publishes get silent
   confirms (seq 0) and the commit-ok queues behind them (queues/base.py Confirm); a
   publish a queue refused fails the commit ("partial tx completion", as RabbitMQ).
+- Consumer timeout (the consumers guide's "Delivery Acknowledgement Timeout", as
+  RabbitMQ 4.2's rabbit_channel): each unacked delivery, basic.get's included,
+  remembers when it left (`delivered_at`, the node's clock: time is passed in).
+  On the session's channel tick, `consumer_timed_out(now)` looks at the oldest
+  unacked delivery only and returns the 406 that closes the channel if it has been
+  unacked for longer than its queue's timeout: the lower of x-consumer-timeout and
+  a consumer-timeout policy, else the node's consumer_timeout (None: no timeout).
+  Closing the channel returns every unacked delivery to its queue (`close`).
 - Permissions: `check_access` asks auth/users.py and remembers the last
   PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
   under (RabbitMQ's per-channel permission cache; rights that changed miss it).
@@ -41,6 +49,7 @@ from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, precondition
 from ..auth.users import Permissions, check_access
 from ..queues.base import Confirm, Queue
+from ..queues.settings import consumer_timeout
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Session
@@ -89,6 +98,9 @@ class Channel:
         # delivery tag -> (queue, the queue's token for the delivery, consumer or None)
         self.unacked: dict[int, tuple[Queue, object, Consumer | None]] = {}
         self.unacked_count = 0  # unacked deliveries counted against global prefetch
+        # delivery tag -> when it was delivered (node clock, monotonic seconds): every
+        # tag in `unacked` or in a tx-buffered settlement has one (consumer timeout)
+        self.delivered_at: dict[int, float] = {}
         self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
         self.global_prefetch = 0
         self.flow_active = True
@@ -157,6 +169,7 @@ class Channel:
         session.write_parts(codec.content(self.number, header, body, session.frame_max))
         if not consumer.no_ack:
             self.unacked[tag] = (queue, token, consumer)
+            self.delivered_at[tag] = self.node.now
             consumer.unacked += 1
             self.unacked_count += 1
 
@@ -172,6 +185,7 @@ class Channel:
                                                self.session.frame_max))
         if not no_ack:
             self.unacked[tag] = (queue, token, None)
+            self.delivered_at[tag] = self.node.now
             self.unacked_count += 1
 
     def get_empty(self) -> None:
@@ -217,7 +231,9 @@ class Channel:
         whose prefetch this freed take more."""
         by_queue: dict[int, tuple[Queue, list]] = {}
         consumers = []
-        for _tag, (queue, token, consumer) in taken:
+        delivered_at = self.delivered_at
+        for tag, (queue, token, consumer) in taken:
+            delivered_at.pop(tag, None)
             self.unacked_count -= 1
             if consumer is not None:
                 consumer.unacked -= 1
@@ -237,6 +253,26 @@ class Channel:
             if queue is not None and id(queue) not in seen:
                 seen.add(id(queue))
                 queue.capacity_freed()
+
+    def consumer_timed_out(self, now: float) -> AMQPError | None:
+        """The channel error that closes this channel when its oldest unacked
+        delivery has waited longer than its queue's consumer timeout, else None
+        (rabbit_channel's evaluate_consumer_timeout: only the oldest is looked at).
+        The timeout is read now, so a policy set since the delivery counts."""
+        if not self.unacked:
+            return None
+        tag = next(iter(self.unacked))
+        queue = self.unacked[tag][0]
+        policy = self.node.policy_for(queue.vhost, queue.type_name, queue.name)
+        timeout = consumer_timeout(queue.arguments, policy)
+        if timeout is None:
+            timeout = self.node.settings.consumer_timeout_ms
+        if timeout is None or (now - self.delivered_at.get(tag, now)) * 1000 <= timeout:
+            return None
+        return AMQPError(spec.PRECONDITION_FAILED,
+                         f"delivery acknowledgement on channel {self.number} timed out. "
+                         f"Timeout value used: {timeout} ms. This timeout value can be "
+                         "configured, see consumers doc guide to learn more")
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
@@ -360,6 +396,7 @@ class Channel:
         for queue, token, _consumer in held:
             returned.setdefault(id(queue), (queue, []))[1].append(token)
         self.unacked.clear()
+        self.delivered_at.clear()
         self.unacked_count = 0
         self.queues_used.clear()
         self.tx_settlements.clear()

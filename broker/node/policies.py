@@ -17,7 +17,8 @@ How it works
     follows rabbit_quorum_queue's `gather_policy_config`: max-length and
     max-length-bytes take the lower of argument and policy; overflow takes the
     policy's; delivery-limit the lower, unless either is negative (unlimited), then
-    the higher. queue-leader-locator: policy, then argument, then the node's
+    the higher. consumer-timeout: the lower of it and x-consumer-timeout
+    (rabbit_channel's args_policy_lookup with min). queue-leader-locator: policy, then argument, then the node's
     configuration (the 4.2 guide's order). target-group-size: the argument
     x-quorum-target-group-size, then the policy, then the configuration. An
     exchange's alternate-exchange argument overrules the policy's (RabbitMQ's AE
@@ -62,6 +63,7 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "dead-letter-routing-key": (("quorum",), "a routing key"),
     "dead-letter-strategy": (("quorum",), "'at-most-once' (at-least-once is not "
                                           "supported yet)"),
+    "consumer-timeout": (_QUEUES, "a non-negative integer (milliseconds)"),
 }
 # keys quorum queues apply and classic queues do not yet: a policy holding one must
 # apply to quorum_queues only, so that no classic queue silently ignores it
@@ -74,7 +76,7 @@ NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
                  "initial-cluster-size", "federation-upstream", "federation-upstream-set",
-                 "single-active-consumer", "consumer-timeout")
+                 "single-active-consumer")
 
 
 class PolicyError(ValueError):
@@ -159,10 +161,14 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "dead-letter-exchange": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-routing-key": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-strategy": value == "at-most-once",
+        "consumer-timeout": _integer(value, 0),
     }[key]
     if not valid and key == "queue-leader-locator":  # rabbit_policies' text
         raise PolicyError(f"{what}: Validation failed: {_erlang_term(value)} is not a "
                           f"valid queue leader locator value (it must be {shown})")
+    if not valid and key == "consumer-timeout":  # rabbit_policies' text
+        raise PolicyError(f"{what}: Validation failed: {_erlang_term(value)} is not a "
+                          f"valid consumer timeout (it must be {shown})")
     if not valid:
         raise PolicyError(f"{what}: key '{key}' must be {shown}, got {value!r}")
 

@@ -29,6 +29,7 @@ does (handlers.py).
 
 from __future__ import annotations
 
+import logging
 import platform
 from collections import deque
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ from ..amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed, Conte
 from ..auth.users import SaslError, parse_sasl_response
 from . import handlers, limits
 from .channel import Channel
+
+log = logging.getLogger("quorumqueue.broker")
 
 CAPABILITIES = ("publisher_confirms", "exchange_exchange_bindings", "basic.nack",
                 "consumer_cancel_notify", "connection.blocked", "consumer_priorities",
@@ -86,6 +89,8 @@ class Session:
         self.close_reason = ""
         self.has_published = False
         self._handling = False  # in _handle_events: nested calls leave events queued
+        # when the channels next check their consumer timeout (RabbitMQ's channel tick)
+        self._next_channel_tick = now + settings.channel_tick_interval_ms / 1000
         node.register(self)
 
     # ------------------------------------------------------------ the connection's view
@@ -157,11 +162,33 @@ class Session:
             self.alarms_changed()
 
     def tick(self, now: float) -> None:
-        """Heartbeats and close-ok timeouts."""
+        """Heartbeats and close-ok timeouts; every channel_tick_interval, the
+        channels' consumer timeout."""
         if self.closed:
             return
         self.connection.tick(now)
+        if now >= self._next_channel_tick:
+            self._next_channel_tick = now + self.settings.channel_tick_interval_ms / 1000
+            self._check_consumer_timeouts(now)
         self._handle_events()
+
+    def _check_consumer_timeouts(self, now: float) -> None:
+        """A channel whose oldest unacked delivery is older than its consumer timeout
+        is closed with 406 (class and method 0, as RabbitMQ's); closing it returns its
+        unacked deliveries to their queues."""
+        for channel in list(self.channels.values()):
+            error = channel.consumer_timed_out(now)
+            if error is None:
+                continue
+            tag = next(iter(channel.unacked))
+            consumer = channel.unacked[tag][2]
+            queue = channel.unacked[tag][0]
+            log.warning("Consumer '%s' on channel %d and queue '%s' in vhost '%s' has timed "
+                        "out waiting for a consumer acknowledgement of a delivery with "
+                        "delivery tag = %d. %s", consumer.tag if consumer else "",
+                        channel.number, queue.name, queue.vhost, tag,
+                        error.detail.split(". ", 1)[1])
+            self.connection.fail(error, channel.number)
 
     def sent(self, now: float) -> None:
         self.connection.sent(now)

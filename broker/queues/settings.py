@@ -6,7 +6,8 @@ take the lower of argument and policy; overflow takes the policy's; delivery-lim
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the argument x-quorum-target-group-size, then the policy, then
-the configuration. A policy is anything with a `definition` mapping (None: no
+the configuration. consumer-timeout: the lower of x-consumer-timeout and the policy's
+(no queue setting: the node's consumer_timeout). A policy is anything with a `definition` mapping (None: no
 policy applies).
 
 Dead lettering (`dead_letter_target`): x-dead-letter-exchange and
@@ -75,6 +76,15 @@ def classic_limits(arguments: Mapping[str, Any],
     return (_lower(arguments.get("x-max-length"), definition.get("max-length")),
             _lower(arguments.get("x-max-length-bytes"), definition.get("max-length-bytes")),
             definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head")
+
+
+def consumer_timeout(arguments: Mapping[str, Any], policy) -> int | None:
+    """The delivery acknowledgement timeout (ms) a queue sets: the lower of
+    x-consumer-timeout and the policy's consumer-timeout (RabbitMQ 4.2's
+    rabbit_channel: args_policy_lookup with min); None: neither is set, the node's
+    consumer_timeout applies."""
+    return _lower(arguments.get("x-consumer-timeout"),
+                  _definition(policy).get("consumer-timeout"))
 
 
 def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:

@@ -37,6 +37,8 @@ _COMMON_ARGS = {
     "x-dead-letter-routing-key": _STR,
     "x-single-active-consumer": _BOOL,
     "x-queue-leader-locator": _STR,
+    # the delivery acknowledgement timeout in ms (node/channel.py); 3.12+ on both types
+    "x-consumer-timeout": _INT,
 }
 ARGUMENTS_BY_TYPE = {
     "classic": {**_COMMON_ARGS, "x-max-priority": _INT, "x-queue-mode": _STR,
@@ -225,6 +227,10 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     if isinstance(ttl, int) and ttl < 0:  # rabbit_amqqueue's check_message_ttl_arg
         raise precondition(f"invalid arg 'x-message-ttl' for {where}: "
                            f"{{value_negative,{ttl}}}")
+    timeout = arguments.get("x-consumer-timeout")
+    if isinstance(timeout, int) and timeout < 0:  # a non-negative integer, as RabbitMQ's
+        raise precondition(f"invalid arg 'x-consumer-timeout' for {where}: "
+                           f"{{value_negative,{timeout}}}")
     expires = arguments.get("x-expires")
     if isinstance(expires, int) and expires <= 0:  # rabbit_amqqueue's check_expires_arg
         raise precondition(f"invalid arg 'x-expires' for {where}: "

@@ -124,6 +124,8 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
     ("dead_letter_worker_consumer_prefetch = -1\n",
      "dead_letter_worker_consumer_prefetch: must be a positive integer"),
     ('consumer_timeout = "30m"\n', "consumer_timeout: expected an integer"),
+    ("consumer_timeout = 0\n", "consumer_timeout: must be a positive integer"),
+    ("channel_tick_interval = 0\n", "channel_tick_interval: must be a positive integer"),
 ])
 def test_rabbitmq_42_keys_are_validated(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
@@ -135,10 +137,18 @@ def test_keys_without_an_effect_yet_are_named_in_a_warning_at_start(tmp_path):
 
     with BrokerProcess(data_dir=str(tmp_path), extra_config=RABBITMQ_42_KEYS) as broker:
         log = broker.log()
-    for key in ("quorum_queue.commands_soft_limit = 512", "consumer_timeout = 900000",
+    for key in ("quorum_queue.commands_soft_limit = 512",
                 "dead_letter_worker_consumer_prefetch = 64"):
         assert f"{key} is accepted but has no effect yet" in log
     assert "relaxed_checks_on_redeclaration" not in log  # applied: nothing to warn of
+    # the consumer timeout is enforced (node/channel.py): no such warning for it
+    assert "consumer_timeout = 900000 is accepted" not in log
+
+
+def test_consumer_timeout_undefined_turns_the_timeout_off(tmp_path):
+    # RabbitMQ's `{consumer_timeout, undefined}` (advanced.config)
+    settings = load_settings(write(tmp_path, 'consumer_timeout = "undefined"\n'))
+    assert settings.consumer_timeout_ms is None
 
 
 def test_the_metadata_operation_timeout_is_read_and_validated(tmp_path):

@@ -53,6 +53,11 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "at-least-once"}),
      "key 'dead-letter-strategy' must be 'at-most-once' (at-least-once is not supported"),
     (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
+    # rabbit_policies' text (a string is refused, as RabbitMQ does: a JSON number only)
+    (dict(definition={"consumer-timeout": "86400000"}),
+     'Validation failed: <<"86400000">> is not a valid consumer timeout'),
+    (dict(definition={"consumer-timeout": -1}),
+     "Validation failed: -1 is not a valid consumer timeout"),
     (dict(definition={"max-lenght": 5}), "'max-lenght' is not a recognised policy setting"),
     (dict(priority="high"), "priority must be an integer"),
     (dict(apply_to="streams"), "apply-to must be one of all, queues, classic_queues"),
@@ -63,6 +68,18 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
 def test_an_invalid_policy_is_refused_naming_the_problem(arguments, message):
     with pytest.raises(PolicyError, match=message.replace("(", r"\(")):
         policy(**arguments)
+
+
+def test_consumer_timeout_takes_the_lower_of_argument_and_policy():
+    # RabbitMQ 4.2's rabbit_channel: args_policy_lookup(<<"consumer-timeout">>, min)
+    from quorumqueue.broker.queues.settings import consumer_timeout
+
+    both = policy(definition={"consumer-timeout": 2000}, apply_to="queues")
+    assert consumer_timeout({"x-consumer-timeout": 3000}, both) == 2000
+    assert consumer_timeout({"x-consumer-timeout": 1000}, both) == 1000
+    assert consumer_timeout({}, both) == 2000
+    assert consumer_timeout({"x-consumer-timeout": 0}, None) == 0
+    assert consumer_timeout({}, None) is None  # the node's consumer_timeout applies
 
 
 def test_the_highest_priority_matching_policy_applies_and_ties_go_to_the_first_name():
