@@ -127,6 +127,7 @@ class RabbitMQNode:
         stop_timeout: float = 15.0,
         scheduler_busy_wait: str = "medium",
         extra_config: str = "",
+        advanced_config: str = "",
     ) -> None:
         if scheduler_busy_wait not in BUSY_WAIT_THRESHOLDS:
             raise ValueError(
@@ -141,6 +142,9 @@ class RabbitMQNode:
         # pick either; the packaged "none" is accepted.
         self.scheduler_busy_wait = scheduler_busy_wait
         self.extra_config = extra_config  # appended to rabbitmq.conf (sysctl format)
+        # advanced.config (Erlang terms), for settings rabbitmq.conf has no key for
+        # (e.g. `[{rabbit, [{channel_tick_interval, 500}]}].`); empty: none
+        self.advanced_config = advanced_config
         self.node_name = f"qqoracle-{secrets.token_hex(4)}@localhost"
         self.port = 0  # AMQP port; set by start()
         self.dist_port = 0
@@ -238,6 +242,8 @@ class RabbitMQNode:
             (base / folder).mkdir()
         (base / "rabbitmq.conf").write_text(CONFIG_FILE_TEXT + self.extra_config + "\n")
         (base / "enabled_plugins").write_text("[].\n")
+        if self.advanced_config:
+            (base / "advanced.config").write_text(self.advanced_config + "\n")
         (base / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq's
         kept = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL", "TMPDIR") if name in os.environ}
         return kept | {
