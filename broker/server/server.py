@@ -333,6 +333,7 @@ class BrokerServer:
         if self._sync is not None or self._stopped:
             return  # the running Sync flushes again when it ends
         node = self.node
+        pass_time(node)  # deliveries made while applying are stamped now (consumer timeout)
         try:
             for _round in range(MAX_ROUNDS):
                 sync = group_commit.begin_sync(node)
@@ -370,6 +371,7 @@ class BrokerServer:
             self._send(output)
             self._held += self._take_output()
             before = group_commit.pending_writes(node)
+            pass_time(node)
             group_commit.end_sync(node, sync)
             released = self._take_output()
         except Exception:
