@@ -10,6 +10,12 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl list_permissions [-p VHOST]     quorumqueue ctl list_user_permissions USER
     quorumqueue ctl set_policy [-p VHOST] [--priority N] [--apply-to KIND] NAME PATTERN DEFINITION
     quorumqueue ctl clear_policy [-p VHOST] NAME    quorumqueue ctl list_policies [-p VHOST]
+    quorumqueue ctl set_operator_policy [-p VHOST] [--priority N] [--apply-to KIND] NAME PATTERN DEFINITION
+    quorumqueue ctl clear_operator_policy [-p VHOST] NAME
+    quorumqueue ctl list_operator_policies [-p VHOST]
+    quorumqueue ctl list_queues [-p VHOST] [COLUMN ...]   (name policy operator_policy
+                                                        effective_policy_definition ...)
+    quorumqueue ctl export_definitions FILE|-       quorumqueue ctl import_definitions FILE|-
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
     quorumqueue ctl set_vhost_limits [-p VHOST] '{"max-connections": N, "max-queues": N}'
     quorumqueue ctl clear_vhost_limits [-p VHOST]
@@ -18,8 +24,8 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl clear_user_limits USER LIMIT|all
     quorumqueue ctl list_user_limits [--user USER | --all]
 
-Each is one management RPC (node/definition_ops.py; forget_cluster_node:
-cluster/membership.py) to the node named by --uri (an administrator's AMQP URI); in a
+Each is one management RPC (node/definition_ops.py; definitions:
+node/definitions_json.py; forget_cluster_node: cluster/membership.py) to the node named by --uri (an administrator's AMQP URI); in a
 cluster any node will do, and every node has the change once the command returns.
 """
 
@@ -202,6 +208,132 @@ def list_policies(uri, vhost) -> None:
                 [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
                  for r in rows])
+
+
+@ctl.command("set_operator_policy")
+@uri_option
+@vhost_option
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Of the operator policies matching a queue, the highest priority applies.")
+@click.option("--apply-to", "apply_to", default="all", show_default=True,
+              type=click.Choice(["all", "queues", "classic_queues", "quorum_queues"]))
+@click.argument("name")
+@click.argument("pattern")
+@click.argument("definition")
+def set_operator_policy(uri, vhost, priority, apply_to, name, pattern, definition) -> None:
+    """Set operator policy NAME: queues whose names match PATTERN get the settings of
+    DEFINITION over their policy's, the lower value winning for limits, e.g.
+    '{"max-length": 100000}' (expires, message-ttl, max-length, max-length-bytes,
+    delivery-limit, overflow, target-group-size)."""
+    _call(uri, "operator_policies.set", vhost=vhost, name=name, pattern=pattern,
+          definition=_definition(definition), priority=priority, apply_to=apply_to)
+    click.echo(f"Setting operator policy override \"{name}\" for pattern \"{pattern}\" to "
+               f"\"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ...")
+
+
+@ctl.command("clear_operator_policy")
+@uri_option
+@vhost_option
+@click.argument("name")
+def clear_operator_policy(uri, vhost, name) -> None:
+    """Remove operator policy NAME from VHOST."""
+    _call(uri, "operator_policies.clear", vhost=vhost, name=name)
+    click.echo(f"Clearing operator policy \"{name}\" on vhost \"{vhost}\" ...")
+
+
+@ctl.command("list_operator_policies")
+@uri_option
+@vhost_option
+def list_operator_policies(uri, vhost) -> None:
+    """The operator policies of VHOST."""
+    rows = _call(uri, "operator_policies.list", vhost=vhost)
+    _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+                [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
+                  json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
+                 for r in rows])
+
+
+# rabbitmqctl list_queues' columns -> the queues.list field they show
+QUEUE_COLUMNS = {"name": "name", "type": "type", "durable": "durable",
+                 "auto_delete": "auto_delete", "arguments": "arguments",
+                 "messages_ready": "ready", "messages_unacknowledged": "unacked",
+                 "consumers": "consumers", "message_bytes": "bytes", "leader": "leader",
+                 "members": "members", "policy": "policy", "operator_policy": "operator_policy",
+                 "effective_policy_definition": "effective_policy_definition"}
+
+
+def _cell(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)
+
+
+@ctl.command("list_queues")
+@uri_option
+@vhost_option
+@click.argument("columns", nargs=-1)
+def list_queues(uri, vhost, columns) -> None:
+    """The queues of VHOST, one per line, tab-separated, with COLUMNs as rabbitmqctl
+    names them (default: name messages): name type durable auto_delete arguments
+    messages messages_ready messages_unacknowledged consumers message_bytes leader
+    members policy operator_policy effective_policy_definition."""
+    columns = columns or ("name", "messages")
+    unknown = [c for c in columns if c not in QUEUE_COLUMNS and c != "messages"]
+    if unknown:
+        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: messages, "
+                                 f"{', '.join(QUEUE_COLUMNS)})", param_hint="COLUMN")
+    rows = _call(uri, "queues.list", vhost=vhost)
+    click.echo(f"Listing queues for vhost {vhost} ...")
+    click.echo("\t".join(columns))
+    for row in rows:
+        click.echo("\t".join(_cell(row["ready"] + row["unacked"]) if column == "messages"
+                             else _cell(row[QUEUE_COLUMNS[column]]) for column in columns))
+
+
+@ctl.command("export_definitions")
+@uri_option
+@click.argument("path")
+def export_definitions(uri, path) -> None:
+    """Write every user, vhost, permission, policy, operator policy, exchange, queue and
+    binding of the node to PATH ("-": standard output) as JSON, in RabbitMQ's
+    definitions format (rabbitmqctl import_definitions reads it)."""
+    document = _call(uri, "definitions.export")
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True)
+    if path == "-":
+        click.echo(text)
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    click.echo(f"Exporting definitions in JSON to a file at \"{path}\" ...")
+
+
+@ctl.command("import_definitions")
+@uri_option
+@click.argument("path")
+def import_definitions(uri, path) -> None:
+    """Create the definitions of PATH ("-": standard input), a JSON file in RabbitMQ's
+    definitions format (rabbitmqctl export_definitions writes it). Nothing is changed
+    if the file has an error; what exists already is kept as it is."""
+    try:
+        if path == "-":
+            text = click.get_text_stream("stdin").read()
+        else:
+            with open(path, encoding="utf-8-sig") as handle:
+                text = handle.read()
+    except OSError as error:
+        raise click.BadParameter(f"cannot read {path}: {error.strerror}",
+                                 param_hint="PATH") from None
+    try:
+        document = json.loads(text) if text.strip() else {}
+    except ValueError as error:
+        raise click.ClickException(f"{path} is not JSON: {error}") from None
+    click.echo(f"Importing definitions in JSON from a file at \"{path}\" ...")
+    result = _call(uri, "definitions.import", definitions=document)
+    for note in result["notes"]:
+        click.echo(f"note: {note}")
+    click.echo(f"Imported {result['commands']} definitions.")
 
 
 def _definition(text: str) -> dict:

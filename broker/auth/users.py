@@ -2,7 +2,10 @@
 
 Password hashes use RabbitMQ's default scheme (rabbit_password_hashing_sha256):
 base64(salt || sha256(salt || password)) with a 4-byte random salt, so hashes can
-be moved between RabbitMQ definitions and quorumqueue.
+be moved between RabbitMQ definitions and quorumqueue. A user imported from
+RabbitMQ's definitions keeps the scheme its hash was made with (RabbitMQ's
+`hashing_algorithm`: sha256, sha512 or the pre-3.6 md5, same layout); an empty
+hash is a user with no password, who cannot log in with one (as RabbitMQ's).
 
 Permissions are RabbitMQ's: per vhost, three regular expressions (configure, write,
 read) matched against resource names (`re.search`, unanchored, as Erlang's re:run;
@@ -28,16 +31,25 @@ from dataclasses import dataclass, field
 from ..amqp.errors import resource_refused
 
 
-def hash_password(password: str, salt: bytes | None = None) -> str:
+SHA256 = "rabbit_password_hashing_sha256"  # RabbitMQ's default since 3.6
+# RabbitMQ's hashing module names -> hashlib's name for the digest
+HASHING_ALGORITHMS = {SHA256: "sha256", "rabbit_password_hashing_sha512": "sha512",
+                      "rabbit_password_hashing_md5": "md5"}
+
+
+def hash_password(password: str, salt: bytes | None = None, algorithm: str = SHA256) -> str:
     salt = os.urandom(4) if salt is None else salt
-    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
-    return base64.b64encode(salt + digest).decode("ascii")
+    digest = hashlib.new(HASHING_ALGORITHMS[algorithm], salt + password.encode("utf-8"))
+    return base64.b64encode(salt + digest.digest()).decode("ascii")
 
 
-def check_password(password: str, password_hash: str) -> bool:
+def check_password(password: str, password_hash: str, algorithm: str = SHA256) -> bool:
+    if not password_hash or not password:  # no password set; blank ones are refused
+        return False
     raw = base64.b64decode(password_hash)
     salt, digest = raw[:4], raw[4:]
-    return hmac.compare_digest(hashlib.sha256(salt + password.encode("utf-8")).digest(), digest)
+    computed = hashlib.new(HASHING_ALGORITHMS[algorithm], salt + password.encode("utf-8"))
+    return hmac.compare_digest(computed.digest(), digest)
 
 
 def is_loopback(host: str) -> bool:
@@ -90,6 +102,7 @@ class User:
     # rabbitmqctl set_user_limits: "max-connections", "max-channels" -> a count (a
     # negative one is no limit); enforced by the node (broker/node/limits.py)
     limits: dict[str, int] = field(default_factory=dict)
+    hashing: str = SHA256  # how password_hash was made: a key of HASHING_ALGORITHMS
 
     @property
     def vhosts(self) -> set[str]:
@@ -137,7 +150,7 @@ class UserStore:
 
     def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
         user = self.users.get(username)
-        if user is None or not check_password(password, user.password_hash):
+        if user is None or not check_password(password, user.password_hash, user.hashing):
             return None
         if username in self.loopback_users and not is_loopback(peer_host):
             return None

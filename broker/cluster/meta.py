@@ -22,13 +22,16 @@ Commands (field "op"):
   cluster.add_node  name address                 (a node joined: broker start --join)
   cluster.forget_node name                       (`ctl forget_cluster_node`: the node
                     leaves the node list and every quorum queue's members)
-  user.put          name password_hash tags       (add_user, change_password, tags)
+  user.put          name password_hash tags hashing_algorithm? (add_user,
+                    change_password, tags, an imported user; absent: sha256)
   user.delete       name
   vhost.add / vhost.delete  name
   permissions.set   user vhost patterns [configure, write, read]
   permissions.clear user vhost
   policy.set        policy {vhost name pattern definition priority apply_to}
   policy.clear      vhost name
+  operator_policy.set   policy {as policy.set}   (set_operator_policy)
+  operator_policy.clear vhost name
   vhost.limits      vhost limits {max-connections, max-queues}   (empty: cleared)
   user.limits       name limits {max-connections, max-channels}  (node/limits.py)
   (node/metadata.py applies every command to a node; node/definitions.py checks

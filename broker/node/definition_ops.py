@@ -18,6 +18,10 @@ Operations (request fields -> result):
   policies.clear     {vhost, name}                   -> {}
   policies.list      {vhost?}                        -> [{vhost, name, pattern, definition,
                                                           priority, apply_to}]
+  operator_policies.set {vhost, name, pattern, definition, priority?, apply_to?} -> {}
+  operator_policies.clear {vhost, name}              -> {}
+  operator_policies.list {vhost?}                    -> [the fields of policies.list]
+                     (node/operator_policies.py: rabbitmqctl set_operator_policy)
   vhosts.set_limits  {vhost, limits}                 -> {}   (replaces them all)
   vhosts.clear_limits {vhost}                        -> {}
   vhosts.list_limits {vhost?}                        -> [{vhost, limits}]
@@ -81,7 +85,8 @@ def _users_set_tags(node, session, request):
     user = d.check_user(node, request.get("name"))
     tags = d.check_tags(request.get("tags"))
     return _change(node, "user.put", {"name": user.name, "password_hash": user.password_hash,
-                                      "tags": list(tags)})
+                                      "tags": list(tags),
+                                      "hashing_algorithm": user.hashing})
 
 
 def _users_delete(node, session, request):
@@ -164,6 +169,30 @@ def _policies_list(node, session, request) -> list[dict]:
     return d.policy_rows(node, vhost)
 
 
+def _operator_policies_set(node, session, request):
+    _require_administrator(session)
+    policy = d.check_operator_policy(node, request.get("vhost", "/"), request.get("name"),
+                                     request.get("pattern"), request.get("definition"),
+                                     request.get("priority", 0),
+                                     request.get("apply_to", "all"))
+    return _change(node, "operator_policy.set", {"policy": policy.as_dict()})
+
+
+def _operator_policies_clear(node, session, request):
+    _require_administrator(session)
+    vhost, name = request.get("vhost", "/"), request.get("name")
+    d.check_existing_operator_policy(node, vhost, name)
+    return _change(node, "operator_policy.clear", {"vhost": vhost, "name": name})
+
+
+def _operator_policies_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    vhost = request.get("vhost")
+    if vhost is not None:
+        d.check_vhost(node, vhost)
+    return d.policy_rows(node, vhost, operator=True)
+
+
 def _vhosts_set_limits(node, session, request):
     _require_administrator(session)
     vhost = request.get("vhost", "/")
@@ -219,6 +248,9 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "permissions.list": _permissions_list,
     "policies.set": _policies_set, "policies.clear": _policies_clear,
     "policies.list": _policies_list,
+    "operator_policies.set": _operator_policies_set,
+    "operator_policies.clear": _operator_policies_clear,
+    "operator_policies.list": _operator_policies_list,
     "vhosts.set_limits": _vhosts_set_limits, "vhosts.clear_limits": _vhosts_clear_limits,
     "vhosts.list_limits": _vhosts_list_limits,
     "users.set_limits": _users_set_limits, "users.clear_limits": _users_clear_limits,

@@ -1,4 +1,4 @@
-"""Users, vhosts, permissions and policies: checking a change and applying it to a node
+"""Users, vhosts, permissions, policies and operator policies: checking a change and applying it to a node
 (vhost and user limits: limits.py, applied through `apply_command` too).
 
 Responsibilities
@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, precondition
-from ..auth.users import InvalidPattern, Permissions, User
+from ..auth.users import SHA256, InvalidPattern, Permissions, User
 from . import limits
+from .operator_policies import parse_operator_policy
 from .policies import Policy, PolicyError, parse_policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,16 +115,33 @@ def check_existing_policy(node: "Node", vhost, name) -> None:
         raise AMQPError(spec.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
 
 
+def check_operator_policy(node: "Node", vhost, name, pattern, definition, priority,
+                          apply_to) -> Policy:
+    check_vhost(node, vhost)
+    try:
+        return parse_operator_policy(vhost, name, pattern, definition, priority, apply_to)
+    except PolicyError as error:
+        raise precondition(str(error)) from None
+
+
+def check_existing_operator_policy(node: "Node", vhost, name) -> None:
+    check_vhost(node, vhost)
+    if name not in node.operator_policies.get(vhost, {}):
+        raise AMQPError(spec.NOT_FOUND, f"no operator policy '{name}' in vhost '{vhost}'")
+
+
 # ------------------------------------------------------------------ applying
 
 
-def apply_user(node: "Node", name: str, password_hash: str, tags: tuple[str, ...]) -> None:
-    """Create the user, or give an existing one this password hash and these tags
-    (its permissions stay)."""
+def apply_user(node: "Node", name: str, password_hash: str, tags: tuple[str, ...],
+               hashing: str = SHA256) -> None:
+    """Create the user, or give an existing one this password hash (made with
+    `hashing`, auth/users.py) and these tags (its permissions stay)."""
     existing = node.users.users.get(name)
     permissions = existing.permissions if existing is not None else {}
     user_limits = existing.limits if existing is not None else {}
-    node.users.users[name] = User(name, password_hash, tuple(tags), permissions, user_limits)
+    node.users.users[name] = User(name, password_hash, tuple(tags), permissions, user_limits,
+                                  hashing)
     node.metadata_dirty = True
 
 
@@ -155,6 +173,7 @@ def apply_delete_vhost(node: "Node", name: str) -> None:
     for user in node.users.users.values():
         user.permissions.pop(name, None)
     node.policies.pop(name, None)
+    node.operator_policies.pop(name, None)
     node.metadata_dirty = True
 
 
@@ -185,13 +204,27 @@ def apply_clear_policy(node: "Node", vhost: str, name: str) -> None:
     node.apply_policies(vhost)
 
 
+def apply_operator_policy(node: "Node", policy: Policy) -> None:
+    node.operator_policies.setdefault(policy.vhost, {})[policy.name] = policy
+    node.metadata_dirty = True
+    node.apply_policies(policy.vhost)
+
+
+def apply_clear_operator_policy(node: "Node", vhost: str, name: str) -> None:
+    if node.operator_policies.get(vhost, {}).pop(name, None) is None:
+        return
+    node.metadata_dirty = True
+    node.apply_policies(vhost)
+
+
 def apply_command(node: "Node", c: dict) -> None:
     """Apply one definition command ({"op": ..., fields}, as cluster/meta.py lists
     them): the one way a checked change reaches a node, whether the management RPC
     applies it on a node of its own or every node applies it from the metadata log."""
     match c["op"]:
         case "user.put":
-            apply_user(node, c["name"], c["password_hash"], tuple(c["tags"]))
+            apply_user(node, c["name"], c["password_hash"], tuple(c["tags"]),
+                       c.get("hashing_algorithm", SHA256))
         case "user.delete":
             apply_delete_user(node, c["name"])
         case "vhost.add":
@@ -210,6 +243,14 @@ def apply_command(node: "Node", c: dict) -> None:
                                                 p["apply_to"]))
         case "policy.clear":
             apply_clear_policy(node, c["vhost"], c["name"])
+        case "operator_policy.set":
+            p = c["policy"]
+            if p["vhost"] in node.vhosts:
+                apply_operator_policy(node, parse_operator_policy(
+                    p["vhost"], p["name"], p["pattern"], p["definition"], p["priority"],
+                    p["apply_to"]))
+        case "operator_policy.clear":
+            apply_clear_operator_policy(node, c["vhost"], c["name"])
         case "vhost.limits":
             limits.apply_vhost_limits(node, c["vhost"], c["limits"])
         case "user.limits":
@@ -219,7 +260,8 @@ def apply_command(node: "Node", c: dict) -> None:
 
 
 COMMANDS = ("user.put", "user.delete", "vhost.add", "vhost.delete", "permissions.set",
-            "permissions.clear", "policy.set", "policy.clear", "vhost.limits", "user.limits")
+            "permissions.clear", "policy.set", "policy.clear", "operator_policy.set",
+            "operator_policy.clear", "vhost.limits", "user.limits")
 
 
 def _close_sessions(node: "Node", which, reason: str) -> None:
@@ -252,7 +294,9 @@ def permission_rows(node: "Node", vhost: str | None = None,
     return rows
 
 
-def policy_rows(node: "Node", vhost: str | None = None) -> list[dict]:
-    return [policy.as_dict() for name in sorted(node.policies)
+def policy_rows(node: "Node", vhost: str | None = None, operator: bool = False) -> list[dict]:
+    """The policies (`operator`: the operator policies) of `vhost`, or of every vhost."""
+    store = node.operator_policies if operator else node.policies
+    return [policy.as_dict() for name in sorted(store)
             if vhost is None or name == vhost
-            for policy in sorted(node.policies[name].values(), key=lambda p: p.name)]
+            for policy in sorted(store[name].values(), key=lambda p: p.name)]

@@ -9,7 +9,11 @@ correlation id and a JSON body `{"ok": true, "result": ...}` or
 
 Operations:
   queues.list    {vhost?}              -> [{vhost, name, type, durable, ready, unacked,
-                                            consumers, bytes, leader, members}]
+                                            consumers, bytes, leader, members, arguments,
+                                            auto_delete, policy, operator_policy,
+                                            effective_policy_definition}]
+                 (policy, operator_policy: the names of those that apply, "" for none;
+                  effective_policy_definition: their merged definition, {} for none)
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
   queues.add_member | queues.delete_member {vhost, name, node}
@@ -22,7 +26,9 @@ Operations:
                                             queues: [{vhost, name, leader, members, online}]}
   cluster.forget_node {node}           -> {forgotten, nodes}  (membership.forget_node)
   lease.grow | lease.settle | lease.release | lease.info: see node/leases.py
-  users.* | vhosts.* | permissions.* | policies.*: see node/definition_ops.py
+  users.* | vhosts.* | permissions.* | policies.* | operator_policies.*: see
+                 node/definition_ops.py
+  definitions.export | definitions.import: see node/definitions_json.py
 Queue operations need a user tagged `administrator`, like rabbitmqctl.
 """
 
@@ -122,6 +128,19 @@ def queue_row(node, queue) -> dict[str, Any]:
     return queue.stats(node.settings.node_name)
 
 
+def policy_columns(node, queue) -> dict[str, Any]:
+    """rabbitmqctl list_queues' policy, operator_policy and effective_policy_definition
+    of a queue (node/operator_policies.py), and its arguments as JSON values."""
+    from ..storage.metadata_store import encode_arguments
+    from .operator_policies import merged_definition
+
+    policy, operator = node.policies_for(queue.vhost, queue.type_name, queue.name)
+    return {"policy": policy.name if policy is not None else "",
+            "operator_policy": operator.name if operator is not None else "",
+            "effective_policy_definition": merged_definition(policy, operator) or {},
+            "auto_delete": queue.auto_delete, "arguments": encode_arguments(queue.arguments)}
+
+
 def _queues(node, session, request) -> list:
     _require_administrator(session)
     if request.get("vhost"):
@@ -151,7 +170,7 @@ def _list(node, session, request):
                               lambda row, position=position: answered(position, row, done))
 
     def answered(position: int, row: dict, done) -> None:
-        rows[position] = row
+        rows[position] = {**row, **policy_columns(node, queues[position])}
         waiting[0] -= 1
         if not waiting[0]:
             done(rows)
@@ -249,10 +268,11 @@ OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _de
 
 
 def _register() -> None:
-    from . import definition_ops, leases
+    from . import definition_ops, definitions_json, leases
 
     OPERATIONS.update(leases.OPERATIONS)
     OPERATIONS.update(definition_ops.OPERATIONS)
+    OPERATIONS.update(definitions_json.OPERATIONS)
 
 
 _register()

@@ -11,7 +11,7 @@ equals the snapshot, as applying every command up to the snapshot's index would:
 
 - nodes the snapshot lacks are forgotten (`cluster.forget_node`), those this node
   lacks added (`cluster.add_node`);
-- vhosts, users, permissions and policies are replaced, with node/definitions.py's
+- vhosts, users, permissions, policies and operator policies are replaced, with node/definitions.py's
   `apply_*` (deleting a vhost deletes its queues and closes its connections,
   deleting a user closes its connections, as the commands do);
 - a quorum queue the node has and the snapshot lacks (or holds under another group
@@ -29,17 +29,20 @@ equals the snapshot, as applying every command up to the snapshot's index would:
 least as new as the snapshot it only adds what that file cannot hold (non-durable
 exchanges and their bindings).
 
-Format (version 1, JSON, keys sorted):
-  {"version": 1, "nodes": {name: [host, port]}, "vhosts": [...],
+Format (version 2, JSON, keys sorted):
+  {"version": 2, "nodes": {name: [host, port]}, "vhosts": [...],
    "users": [{name, password_hash, tags, permissions: {vhost: [configure, write, read]},
-              limits?}],
+              limits?, hashing_algorithm? (absent: rabbit_password_hashing_sha256)}],
    "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional: none),
    "policies": [{vhost, name, pattern, definition, priority, apply_to}],
+   "operator_policies": [the same fields] (new in version 2),
    "exchanges": [{vhost, name, type, durable, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
                members (quorum) | host, exclusive_owner (classic)}],
    "bindings": [{vhost, source, kind, destination, routing_key, arguments}]}
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
+Version 1 (before operator policies and hashing algorithms) is still read: it has
+no operator policies and sha256 hashes only.
 
 Invariants: `restore` touches the disk only where the commands would (a deleted
 queue's group, cluster_nodes.json); the exchange and binding removals it makes do not
@@ -55,8 +58,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..auth.users import Permissions, User
+from ..auth.users import SHA256, Permissions, User
 from . import definitions, limits
+from .operator_policies import parse_operator_policy
 from .policies import parse_policy
 from ..queues.types import validate_declaration
 from ..routing.exchanges import EXCHANGE, QUEUE, Binding, Destination, freeze
@@ -66,7 +70,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
     from .vhost import VHost
 
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)  # version 1: no operator policies, no hashing algorithms
 
 
 def _replicated_exchange(name: str) -> bool:
@@ -93,16 +98,20 @@ def document(node: "Node") -> dict:
                 bindings.append(_binding_item(vhost.name, binding))
     users = [{"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
               "permissions": {v: p.as_list() for v, p in sorted(u.permissions.items())},
-              **({"limits": dict(u.limits)} if u.limits else {})}
+              **({"limits": dict(u.limits)} if u.limits else {}),
+              **({"hashing_algorithm": u.hashing} if u.hashing != SHA256 else {})}
              for u in node.users.users.values()]
     policies = [policy.as_dict() for vhost in node.policies.values()
                 for policy in vhost.values()]
+    operator_policies = [policy.as_dict() for vhost in node.operator_policies.values()
+                         for policy in vhost.values()]
     nodes = {n: list(a) for n, a in cluster.addresses.items()}
     key = lambda item: json.dumps(item, sort_keys=True)  # noqa: E731 - one sort order
     return {"version": VERSION, "nodes": dict(sorted(nodes.items())),
             "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
             "vhost_limits": limits.document(node),
-            "policies": sorted(policies, key=key), "exchanges": sorted(exchanges, key=key),
+            "policies": sorted(policies, key=key),
+            "operator_policies": sorted(operator_policies, key=key), "exchanges": sorted(exchanges, key=key),
             "queues": sorted(queues, key=key), "bindings": sorted(bindings, key=key)}
 
 
@@ -112,9 +121,9 @@ def encode(node: "Node") -> bytes:
 
 def decode(data: bytes) -> dict:
     snapshot = json.loads(data)
-    if snapshot.get("version") != VERSION:
+    if snapshot.get("version") not in READABLE:
         raise ValueError(f"metadata snapshot version {snapshot.get('version')!r}: this node "
-                         f"reads version {VERSION}")
+                         f"reads versions {', '.join(map(str, READABLE))}")
     return snapshot
 
 
@@ -157,6 +166,7 @@ def restore(node: "Node", snapshot: dict) -> None:
     limits.restore(node, snapshot.get("vhost_limits", {}))
     _restore_users(node, snapshot["users"])
     _restore_policies(node, snapshot["policies"])
+    _restore_policies(node, snapshot.get("operator_policies", []), operator=True)
     _restore_queues(node, snapshot["queues"])
     _restore_exchanges(node, snapshot["exchanges"])
     _restore_bindings(node, snapshot["bindings"])
@@ -216,7 +226,8 @@ def _restore_users(node: "Node", users: list[dict]) -> None:
     wanted = {item["name"]: User(item["name"], item["password_hash"], tuple(item["tags"]),
                                  {vhost: Permissions(*patterns)
                                   for vhost, patterns in item["permissions"].items()},
-                                 dict(item.get("limits", {})))
+                                 dict(item.get("limits", {})),
+                                 item.get("hashing_algorithm", SHA256))
               for item in users}
     for name in [n for n in node.users.users if n not in wanted]:
         definitions.apply_delete_user(node, name)
@@ -226,28 +237,31 @@ def _restore_users(node: "Node", users: list[dict]) -> None:
             node.users.users[name] = user
         elif current != user:  # in place: sessions hold their user
             current.password_hash, current.tags = user.password_hash, user.tags
+            current.hashing = user.hashing
             current.permissions.clear()
             current.permissions.update(user.permissions)
             current.limits = user.limits
         limits.refresh_quota(node, name)
 
 
-def _restore_policies(node: "Node", policies: list[dict]) -> None:
+def _restore_policies(node: "Node", policies: list[dict], operator: bool = False) -> None:
+    store = node.operator_policies if operator else node.policies
+    parse = parse_operator_policy if operator else parse_policy
     wanted: dict[str, dict] = {}
     for item in policies:
-        policy = parse_policy(item["vhost"], item["name"], item["pattern"],
-                              item["definition"], item["priority"], item["apply_to"])
+        policy = parse(item["vhost"], item["name"], item["pattern"],
+                       item["definition"], item["priority"], item["apply_to"])
         wanted.setdefault(policy.vhost, {})[policy.name] = policy
-    for vhost in set(wanted) | set(node.policies):
-        current = node.policies.get(vhost, {})
+    for vhost in set(wanted) | set(store):
+        current = store.get(vhost, {})
         target = wanted.get(vhost, {})
         if ({n: p.as_dict() for n, p in current.items()}
                 == {n: p.as_dict() for n, p in target.items()}):
             continue
         if target:
-            node.policies[vhost] = dict(target)
+            store[vhost] = dict(target)
         else:
-            node.policies.pop(vhost, None)
+            store.pop(vhost, None)
 
 
 def _restore_queues(node: "Node", queues: list[dict]) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
-from ..auth.users import FULL, Permissions, User, UserStore
+from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
 from ..queues.classic import Message
@@ -36,6 +36,7 @@ from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from . import group_commit, limits, management
+from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
 from .vhost import VHost
@@ -49,7 +50,7 @@ REPLY_TO_PREFIX = REPLY_TO + "."
 # metadata commands that trigger continuous membership reconciliation (the 4.2 quorum
 # queues guide: a node added, a node removed for good, a policy change)
 CMR_TRIGGERS = frozenset({"cluster.add_node", "cluster.forget_node", "policy.set",
-                          "policy.clear"})
+                          "policy.clear", "operator_policy.set", "operator_policy.clear"})
 
 
 class Node:
@@ -74,6 +75,8 @@ class Node:
         # user -> the channels its connections have open here (node/limits.py)
         self.channel_quotas: dict = {}
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
+        # rabbitmqctl set_operator_policy (node/operator_policies.py): vhost -> name -> it
+        self.operator_policies: dict[str, dict[str, Policy]] = {}
         # metadata commands applied that are continuous membership reconciliation's
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
         # guide's CMR); the server runs CMR a trigger_interval after a new one
@@ -150,10 +153,20 @@ class Node:
 
     # ------------------------------------------------------------ policies
 
-    def policy_for(self, vhost: str, kind: str, name: str) -> Policy | None:
-        """The policy that applies to a `kind` ("classic", "quorum", "exchange")
-        named `name` in `vhost` (policies.py)."""
-        return matching(self.policies.get(vhost, {}).values(), kind, name)
+    def policy_for(self, vhost: str, kind: str, name: str):
+        """What applies to a `kind` ("classic", "quorum", "exchange") named `name` in
+        `vhost`: its policy (policies.py) combined with its operator policy, if one
+        applies (operator_policies.py `effective`); None when neither does."""
+        return effective(*self.policies_for(vhost, kind, name))
+
+    def policies_for(self, vhost: str, kind: str,
+                     name: str) -> tuple[Policy | None, Policy | None]:
+        """(the policy, the operator policy) that apply to it (exchanges: never an
+        operator policy)."""
+        policy = matching(self.policies.get(vhost, {}).values(), kind, name)
+        if kind == "exchange":
+            return policy, None
+        return policy, matching(self.operator_policies.get(vhost, {}).values(), kind, name)
 
     def apply_policies(self, vhost_name: str) -> None:
         """After a policy change: every queue takes its settings (classic queues at
@@ -445,11 +458,15 @@ class Node:
                   "vhosts": sorted(u.vhosts),
                   "permissions": {vhost: rights.as_list()
                                   for vhost, rights in sorted(u.permissions.items())},
-                  **({"limits": dict(u.limits)} if u.limits else {})}
+                  **({"limits": dict(u.limits)} if u.limits else {}),
+                  **({"hashing_algorithm": u.hashing} if u.hashing != SHA256 else {})}
                  for u in self.users.users.values()]
         policies = [policy.as_dict() for vhost in sorted(self.policies)
                     for _name, policy in sorted(self.policies[vhost].items())]
+        operator_policies = [policy.as_dict() for vhost in sorted(self.operator_policies)
+                             for _name, policy in sorted(self.operator_policies[vhost].items())]
         return {"vhosts": sorted(self.vhosts), "users": users, "policies": policies,
+                "operator_policies": operator_policies,
                 "vhost_limits": limits.document(self),
                 "exchanges": exchanges,
                 "queues": queues, "bindings": bindings}
@@ -480,7 +497,7 @@ class Node:
                 self.users.users[user["name"]] = User(
                     user["name"], user["password_hash"], tuple(user["tags"]),
                     {vhost: Permissions(*patterns) for vhost, patterns in rights.items()},
-                    dict(user.get("limits", {})))
+                    dict(user.get("limits", {})), user.get("hashing_algorithm", SHA256))
             for name in document["vhosts"]:
                 self.vhosts.setdefault(name, VHost(name))
             limits.restore(self, document.get("vhost_limits", {}))
@@ -488,6 +505,11 @@ class Node:
                 policy = parse_policy(item["vhost"], item["name"], item["pattern"],
                                       item["definition"], item["priority"], item["apply_to"])
                 self.policies.setdefault(policy.vhost, {})[policy.name] = policy
+            for item in document.get("operator_policies", ()):
+                policy = parse_operator_policy(item["vhost"], item["name"], item["pattern"],
+                                               item["definition"], item["priority"],
+                                               item["apply_to"])
+                self.operator_policies.setdefault(policy.vhost, {})[policy.name] = policy
             for item in document["exchanges"]:
                 self.vhosts[item["vhost"]].declare_exchange(
                     item["name"], item["type"], False, True, item["auto_delete"],

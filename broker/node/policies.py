@@ -108,11 +108,12 @@ class Policy:
 
 
 def parse_policy(vhost: str, name: str, pattern: str, definition: Any, priority: Any = 0,
-                 apply_to: str = "all") -> Policy:
-    """A valid Policy, or PolicyError naming what is wrong."""
+                 apply_to: str = "all", label: str = "policy") -> Policy:
+    """A valid Policy, or PolicyError naming what is wrong (`label`: what the
+    messages call it, "operator policy" for node/operator_policies.py)."""
     if not isinstance(name, str) or not name:
-        raise PolicyError("a policy needs a name")
-    what = f"policy '{name}' in vhost '{vhost}'"
+        raise PolicyError(f"a {label} needs a name")
+    what = f"{label} '{name}' in vhost '{vhost}'"
     if not isinstance(pattern, str):
         raise PolicyError(f"{what}: the pattern must be a string, got {pattern!r}")
     try:

@@ -2,7 +2,10 @@
 
 Format (version 1): `metadata.json`, a JSON object
   {"version": 1, "vhosts": [...], "users": [{name, password_hash, tags, vhosts,
-   limits?}], "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional),
+   limits?, hashing_algorithm? (absent: rabbit_password_hashing_sha256)}],
+   "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional),
+   "policies", "operator_policies" (optional: none): [{vhost, name, pattern,
+   definition, priority, apply_to}],
    "exchanges": [{vhost, name, type, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
                members (quorum) | host, exclusive_owner (classic)}],
