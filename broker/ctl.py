@@ -317,11 +317,8 @@ def import_definitions(uri, path) -> None:
     definitions format (rabbitmqctl export_definitions writes it). Nothing is changed
     if the file has an error; what exists already is kept as it is."""
     try:
-        if path == "-":
-            text = click.get_text_stream("stdin").read()
-        else:
-            with open(path, encoding="utf-8-sig") as handle:
-                text = handle.read()
+        with click.open_file(path, encoding="utf-8-sig") as handle:  # "-": stdin
+            text = handle.read()
     except OSError as error:
         raise click.BadParameter(f"cannot read {path}: {error.strerror}",
                                  param_hint="PATH") from None
