@@ -85,6 +85,18 @@ HISTORY = [
     ("permissions.set", dict(user="bob", vhost="/", patterns=["", "", ".*"])),
     ("user.put", dict(name="alice", password_hash="hash-3", tags=[])),
     ("user.put", dict(name="bob", password_hash="hash-2", tags=["monitoring"])),
+    ("user.put", dict(name="carol", password_hash="hash-4", tags=[],
+                      hashing_algorithm="rabbit_password_hashing_sha512")),
+    ("operator_policy.set", dict(policy=dict(vhost="/", name="op", pattern="^orders",
+                                             definition={"max-length": 5}, priority=0,
+                                             apply_to="queues"))),
+    ("operator_policy.set", dict(policy=dict(vhost="v2", name="op2", pattern=".*",
+                                             definition={"delivery-limit": 2}, priority=0,
+                                             apply_to="quorum_queues"))),
+    ("operator_policy.set", dict(policy=dict(vhost="/", name="op3", pattern="^x",
+                                             definition={"max-length-bytes": 9},
+                                             priority=4, apply_to="all"))),
+    ("operator_policy.clear", dict(vhost="/", name="op3")),
     ("unbind", bind("x1", QUEUE, "orders", "new")[1]),
     ("policy.clear", dict(vhost="/", name="cap")),
     ("policy.set", dict(policy=dict(vhost="v2", name="all", pattern=".*",
@@ -163,8 +175,27 @@ def test_the_snapshot_holds_what_the_group_replicates_and_nothing_else(tmp_path)
         ("amq.topic", "x1"), ("x-auto", "remote"), ("x-transient", "elsewhere"),
         ("x-transient", "remote"), ("x1", "local")]
     assert snapshot["vhosts"] == ["/", "v3"]
-    assert {u["name"]: u["tags"] for u in snapshot["users"]} == {"alice": [], "guest": [
-        "administrator"]}
+    assert {u["name"]: u["tags"] for u in snapshot["users"]} == {
+        "alice": [], "carol": [], "guest": ["administrator"]}
+    assert [u.get("hashing_algorithm") for u in snapshot["users"]
+            if u["name"] == "carol"] == ["rabbit_password_hashing_sha512"]
+    # v2's operator policy went with its vhost; op3 was cleared
+    assert [(p["vhost"], p["name"]) for p in snapshot["operator_policies"]] == [("/", "op")]
+
+
+def test_a_version_1_snapshot_is_read_without_operator_policies(tmp_path):
+    node = new_node(tmp_path, "n")
+    apply(node, HISTORY)
+    older = snapshot_of(node)
+    older["version"] = 1
+    del older["operator_policies"]
+    for user in older["users"]:
+        user.pop("hashing_algorithm", None)
+    restored = new_node(tmp_path, "restored")
+    meta_snapshot.restore(restored, meta_snapshot.decode(json.dumps(older).encode()))
+    assert restored.operator_policies == {}
+    assert {u.name: u.hashing for u in restored.users.users.values()}["carol"] == \
+        "rabbit_password_hashing_sha256"
 
 
 def test_a_restore_records_classic_queues_on_their_host_and_remote_elsewhere(tmp_path):
@@ -269,8 +300,9 @@ def test_a_start_over_a_newer_metadata_file_only_adds_what_the_file_cannot_hold(
 
 
 def test_a_snapshot_of_another_version_is_refused():
-    with pytest.raises(ValueError, match="metadata snapshot version 2"):
-        meta_snapshot.decode(b'{"version": 2}')
+    with pytest.raises(ValueError, match="metadata snapshot version 3: this node reads "
+                                         "versions 1, 2"):
+        meta_snapshot.decode(b'{"version": 3}')
 
 
 def clustered_node(tmp_path, name: str) -> Node:

@@ -246,3 +246,20 @@ def test_import_reads_standard_input(broker):
         f"amqp://guest:guest@127.0.0.1:{broker.port}/from-stdin"))
     publish_bodies(publish.channel(), "q", [b"in"])
     publish.close()
+
+
+def test_imported_users_and_operator_policies_survive_a_restart(fresh_broker, tmp_path):
+    broker = fresh_broker
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps({
+        "users": [{"name": "kept-512", "password_hash": rabbitmq_hash("s", "sha512"),
+                   "hashing_algorithm": "rabbit_password_hashing_sha512", "tags": []}],
+        "permissions": [{"user": "kept-512", "vhost": "/", "configure": ".*", "write": ".*",
+                         "read": ".*"}],
+        "parameters": [{"vhost": "/", "component": "operator_policy", "name": "op",
+                        "value": {"pattern": "^x", "definition": [["max-length", 9]]}}]}))
+    import_file(broker, path)
+    before = export(broker)
+    broker.restart()
+    assert export(broker) == before
+    open_as(broker, "kept-512", "s").close()
