@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -76,16 +77,35 @@ def queues() -> None:
     """List, purge and delete queues on a running node (like rabbitmq-queues)."""
 
 
+QUEUE_FIELDS = ("vhost", "name", "type", "durable", "auto_delete", "arguments", "ready",
+                "unacked", "consumers", "leader", "members", "bytes", "policy",
+                "operator_policy", "effective_policy_definition")
+
+
+def _queue_cell(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @queues.command("list")
 @uri_option
 @click.option("-p", "--vhost", help="Only this virtual host.")
-def queues_list(uri, vhost) -> None:
-    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue."""
+@click.argument("columns", nargs=-1)
+def queues_list(uri, vhost, columns) -> None:
+    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue;
+    or the COLUMNs named: vhost name type durable auto_delete arguments ready unacked
+    consumers leader members bytes policy operator_policy effective_policy_definition."""
+    unknown = [c for c in columns if c not in QUEUE_FIELDS]
+    if unknown:
+        raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
+                                 f"{', '.join(QUEUE_FIELDS)})", param_hint="COLUMNS")
     rows = _call(uri, "queues.list", vhost=vhost)
-    headers = ["vhost", "name", "type", "ready", "unacked", "consumers", "leader",
-               "members", "bytes"]
-    _echo_table(headers, [[str(r[h]) if h != "members" else ",".join(r[h]) for h in headers]
-                          for r in rows])
+    headers = list(columns) or ["vhost", "name", "type", "ready", "unacked", "consumers",
+                                "leader", "members", "bytes"]
+    _echo_table(headers, [[_queue_cell(r[h]) for h in headers] for r in rows])
 
 
 @queues.command("purge")

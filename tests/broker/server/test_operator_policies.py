@@ -55,6 +55,13 @@ def test_the_lowest_of_argument_policy_and_operator_policy_wins(broker):
                  "effective_policy_definition")
     assert (f"{name}\tp-{name}\top-{name}\t"
             '{"delivery-limit":5,"max-length":4}') in listed.splitlines()
+    from quorumqueue.broker.cli import main
+    from click.testing import CliRunner
+
+    table = CliRunner().invoke(main, ["queues", "list", "--uri", broker.uri, "name", "policy",
+                                      "operator_policy", "effective_policy_definition"])
+    assert [name, f"p-{name}", f"op-{name}", '{"delivery-limit":5,"max-length":4}'] in [
+        line.split() for line in table.output.splitlines()], table.output
     ctl(broker, "clear_operator_policy", f"op-{name}")
     publish_bodies(channel, name, [b"%d" % n for n in range(12, 30)], delivery_mode=2)
     wait_for_count(channel, name, 10)  # the policy's 10 again, below the argument's 50
