@@ -15,7 +15,8 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl list_operator_policies [-p VHOST]
     quorumqueue ctl list_queues [-p VHOST] [COLUMN ...]   (name policy operator_policy
                                                         effective_policy_definition ...)
-    quorumqueue ctl export_definitions FILE|-       quorumqueue ctl import_definitions FILE|-
+    quorumqueue ctl export_definitions [-p VHOST] FILE|-
+    quorumqueue ctl import_definitions [-p VHOST] FILE|-
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
     quorumqueue ctl set_vhost_limits [-p VHOST] '{"max-connections": N, "max-queues": N}'
     quorumqueue ctl clear_vhost_limits [-p VHOST]
@@ -292,14 +293,20 @@ def list_queues(uri, vhost, columns) -> None:
                              else _cell(row[QUEUE_COLUMNS[column]]) for column in columns))
 
 
+scope_option = click.option("-p", "--vhost", "scope", default=None,
+                            help="Only this vhost's definitions (RabbitMQ's "
+                                 "single_virtual_host format).")
+
+
 @ctl.command("export_definitions")
 @uri_option
+@scope_option
 @click.argument("path")
-def export_definitions(uri, path) -> None:
+def export_definitions(uri, scope, path) -> None:
     """Write every user, vhost, permission, policy, operator policy, exchange, queue and
     binding of the node to PATH ("-": standard output) as JSON, in RabbitMQ's
     definitions format (rabbitmqctl import_definitions reads it)."""
-    document = _call(uri, "definitions.export")
+    document = _call(uri, "definitions.export", vhost=scope)
     text = json.dumps(document, separators=(",", ":"), sort_keys=True)
     if path == "-":
         click.echo(text)
@@ -311,8 +318,9 @@ def export_definitions(uri, path) -> None:
 
 @ctl.command("import_definitions")
 @uri_option
+@scope_option
 @click.argument("path")
-def import_definitions(uri, path) -> None:
+def import_definitions(uri, scope, path) -> None:
     """Create the definitions of PATH ("-": standard input), a JSON file in RabbitMQ's
     definitions format (rabbitmqctl export_definitions writes it). Nothing is changed
     if the file has an error; what exists already is kept as it is."""
@@ -327,7 +335,7 @@ def import_definitions(uri, path) -> None:
     except ValueError as error:
         raise click.ClickException(f"{path} is not JSON: {error}") from None
     click.echo(f"Importing definitions in JSON from a file at \"{path}\" ...")
-    result = _call(uri, "definitions.import", definitions=document)
+    result = _call(uri, "definitions.import", definitions=document, vhost=scope)
     for note in result["notes"]:
         click.echo(f"note: {note}")
     click.echo(f"Imported {result['commands']} definitions.")

@@ -10,8 +10,12 @@ Responsibilities
     (cluster/meta.py) the document stands for, in RabbitMQ's import order, and the
     notes on what was kept as it was; or DefinitionsError naming the first thing
     that is wrong (its section, index and name), before anything is changed. Both
-    are pure over the node's state: the management RPC (`definitions.export`,
-    `definitions.import`, OPERATIONS below) and an HTTP API call them alike.
+    are pure over the node's state; `apply_plan(node, plan, done)` proposes the
+    plan's commands and calls `done` once they are applied. With `vhost=`, both
+    work on one vhost's definitions, as RabbitMQ's /api/definitions/VHOST does
+    (format "single_virtual_host": no users, vhosts or permissions, items without a
+    `vhost` key). The management RPC (`definitions.export`, `definitions.import`,
+    OPERATIONS below) and an HTTP API call them alike.
 
 The format, section by section (what RabbitMQ 3.10.8 and 4.2 write and read)
     users              {name, password_hash, hashing_algorithm, tags, limits}: the
@@ -186,6 +190,28 @@ def export_document(node: "Node") -> dict:
                                    "value": node.settings.cluster_name}],
             "policies": policies, "queues": queues, "exchanges": exchanges,
             "bindings": sorted(bindings, key=key)}
+
+
+def export_vhost_document(node: "Node", vhost: str) -> dict:
+    """One vhost's definitions, as RabbitMQ 4.2's /api/definitions/VHOST writes them;
+    DefinitionsError if there is no such vhost."""
+    if vhost not in node.vhosts:
+        raise DefinitionsError(f"no vhost '{vhost}'")
+    full = export_document(node)
+
+    def keep(items: list[dict]) -> list[dict]:
+        return [{k: v for k, v in item.items() if k != "vhost"} for item in items
+                if item.get("vhost") == vhost]
+
+    return {**{key: full[key] for key in ("rabbit_version", "rabbitmq_version",
+                                          "product_name", "product_version")},
+            "rabbitmq_definition_format": "single_virtual_host",
+            "original_vhost_name": vhost,
+            "explanation": f"Definitions of virtual host '{vhost}'",
+            "metadata": {"description": "", "tags": []}, "description": "",
+            "limits": dict(sorted(node.vhosts[vhost].limits.items())),
+            **{section: keep(full[section])
+               for section in ("parameters", "policies", "queues", "exchanges", "bindings")}}
 
 
 # ================================================================= import
@@ -539,66 +565,98 @@ class _Importer:
                      arguments=_table(where, item))
 
 
-def import_plan(node: "Node", document) -> Plan:
-    """The metadata commands that import `document` (module header), or
-    DefinitionsError naming what is wrong."""
+VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+def import_plan(node: "Node", document, vhost: str | None = None) -> Plan:
+    """The metadata commands that import `document` (module header) — into `vhost`
+    alone, if given — or DefinitionsError naming what is wrong."""
     if not isinstance(document, dict):
         raise DefinitionsError("the definitions must be a JSON object (as "
                                f"export_definitions writes), got {type(document).__name__}")
-    return _Importer(node, document).run()
+    if vhost is None:
+        return _Importer(node, document).run()
+    if vhost not in node.vhosts:
+        raise DefinitionsError(f"no vhost '{vhost}': create it before importing its "
+                               "definitions")
+    for section in ("users", "vhosts", "permissions", "topic_permissions",
+                    "global_parameters"):
+        if document.get(section):
+            raise DefinitionsError(f"'{section}' cannot be imported into one vhost (import "
+                                   "the file for the whole node instead)")
+    scoped: dict = {"vhosts": [{"name": vhost, "limits": document.get("limits") or {}}]}
+    for section in VHOST_SECTIONS:
+        items = document.get(section) or []
+        if not isinstance(items, list):
+            raise DefinitionsError(f"'{section}' must be a list, got "
+                                   f"{type(items).__name__}")
+        scoped[section] = [{**item, "vhost": vhost} if isinstance(item, dict) else item
+                           for item in items]
+    return _Importer(node, scoped).run()
+
+
+def apply_plan(node: "Node", plan: Plan, done) -> None:
+    """Propose every command of `plan` to the metadata group, in order; `done` is
+    called once all were applied on this node: with {"commands": n, "notes": [...]},
+    or with an AMQPError listing the commands refused where they were applied (an
+    object changed meanwhile through another node)."""
+    from ..amqp import spec
+    from ..cluster import meta
+
+    if not plan.commands:
+        done({"commands": 0, "notes": plan.notes})
+        return
+    waiting = [len(plan.commands)]
+    failures: list[str] = []
+
+    def applied(command: dict, reply) -> None:
+        if isinstance(reply, tuple) and reply and reply[0] == "error":
+            failures.append(f"{command['op']} {command.get('vhost', '')}/"
+                            f"{command.get('name', command.get('destination', ''))}: "
+                            f"{reply[2]}")
+        waiting[0] -= 1
+        if waiting[0]:
+            return
+        if failures:
+            done(AMQPError(spec.PRECONDITION_FAILED, "definitions imported except: "
+                           + "; ".join(failures)))
+        else:
+            done({"commands": len(plan.commands), "notes": plan.notes})
+
+    for command in plan.commands:
+        fields = {k: v for k, v in command.items() if k != "op"}
+        node.cluster.meta.propose_data(meta.encode(command["op"], **fields),
+                                       lambda reply, c=command: applied(c, reply))
 
 
 # ================================================================= management RPC
 
 
 def _export(node, session, request) -> dict:
+    """{vhost?} -> the whole node's definitions, or one vhost's."""
+    from ..amqp import spec
     from .management import _require_administrator
 
     _require_administrator(session)
-    return export_document(node)
+    if request.get("vhost") is None:
+        return export_document(node)
+    try:
+        return export_vhost_document(node, request["vhost"])
+    except DefinitionsError as error:
+        raise AMQPError(spec.NOT_FOUND, str(error)) from None
 
 
 def _import(node, session, request):
-    """Propose every command of the plan to the metadata group, in order; answered
-    once all were applied here: {"commands": n, "notes": [...]}, or the first
-    command's refusal."""
+    """{definitions, vhost?} -> {"commands": n, "notes": [...]} once applied here."""
     from ..amqp import spec
-    from ..cluster import meta
     from .management import Later, _require_administrator
 
     _require_administrator(session)
     try:
-        plan = import_plan(node, request.get("definitions"))
+        plan = import_plan(node, request.get("definitions"), request.get("vhost"))
     except DefinitionsError as error:
         raise AMQPError(spec.PRECONDITION_FAILED, f"invalid definitions: {error}") from None
-
-    def start(done) -> None:
-        if not plan.commands:
-            done({"commands": 0, "notes": plan.notes})
-            return
-        waiting = [len(plan.commands)]
-        failures: list[str] = []
-
-        def applied(command: dict, reply) -> None:
-            if isinstance(reply, tuple) and reply and reply[0] == "error":
-                failures.append(f"{command['op']} {command.get('vhost', '')}/"
-                                f"{command.get('name', command.get('destination', ''))}: "
-                                f"{reply[2]}")
-            waiting[0] -= 1
-            if waiting[0]:
-                return
-            if failures:
-                done(AMQPError(spec.PRECONDITION_FAILED, "definitions imported except: "
-                               + "; ".join(failures)))
-            else:
-                done({"commands": len(plan.commands), "notes": plan.notes})
-
-        for command in plan.commands:
-            fields = {k: v for k, v in command.items() if k != "op"}
-            node.cluster.meta.propose_data(meta.encode(command["op"], **fields),
-                                           lambda reply, c=command: applied(c, reply))
-
-    return Later(start, metadata=True)
+    return Later(lambda done: apply_plan(node, plan, done), metadata=True)
 
 
 OPERATIONS = {"definitions.export": _export, "definitions.import": _import}

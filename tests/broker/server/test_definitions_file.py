@@ -263,3 +263,33 @@ def test_imported_users_and_operator_policies_survive_a_restart(fresh_broker, tm
     broker.restart()
     assert export(broker) == before
     open_as(broker, "kept-512", "s").close()
+
+
+def test_one_vhosts_definitions_move_into_another_vhost(broker, tmp_path):
+    """RabbitMQ's single_virtual_host format (/api/definitions/VHOST): items without a
+    vhost, imported into the vhost named at import."""
+    ctl(broker, "add_vhost", "src-v")
+    ctl(broker, "add_vhost", "dst-v")
+    ctl(broker, "set_vhost_limits", "-p", "src-v", '{"max-queues": 9}')
+    ctl(broker, "set_policy", "-p", "src-v", "--apply-to", "queues", "p", "^q", '{"max-length": 3}')
+    ctl(broker, "set_permissions", "-p", "src-v", "guest", ".*", ".*", ".*")
+    connection = pika.BlockingConnection(pika.URLParameters(
+        f"amqp://guest:guest@127.0.0.1:{broker.port}/src-v"))
+    channel = connection.channel()
+    channel.exchange_declare("vx", "direct", durable=True)
+    channel.queue_declare("q1", durable=True)
+    channel.queue_bind("q1", "vx", "k")
+    connection.close()
+    path = tmp_path / "vhost.json"
+    ctl(broker, "export_definitions", "-p", "src-v", str(path))
+    document = json.loads(path.read_text())
+    assert document["rabbitmq_definition_format"] == "single_virtual_host"
+    assert document["limits"] == {"max-queues": 9}
+    assert "users" not in document and all("vhost" not in q for q in document["queues"])
+    ctl(broker, "import_definitions", "-p", "dst-v", str(path))
+    moved = json.loads(ctl(broker, "export_definitions", "-p", "dst-v", "-"))
+    for key in ("limits", "parameters", "policies", "queues", "exchanges", "bindings"):
+        assert moved[key] == document[key], key
+    result = CliRunner().invoke(main, ["ctl", "import_definitions", "-p", "nowhere",
+                                       str(path), "--uri", broker.uri])
+    assert result.exit_code != 0 and "no vhost 'nowhere'" in result.output
