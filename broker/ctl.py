@@ -26,8 +26,9 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl list_user_limits [--user USER | --all]
 
 Each is one management RPC (node/definition_ops.py; definitions:
-node/definitions_json.py; forget_cluster_node: cluster/membership.py) to the node named by --uri (an administrator's AMQP URI); in a
-cluster any node will do, and every node has the change once the command returns.
+node/definitions_json.py; forget_cluster_node: cluster/membership.py) to the node
+named by --uri (an administrator's AMQP URI); in a cluster any node will do, and
+every node has the change once the command returns.
 """
 
 from __future__ import annotations
