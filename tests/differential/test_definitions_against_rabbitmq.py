@@ -206,3 +206,42 @@ def test_quorumqueue_definitions_import_into_rabbitmq(rabbitmq_node, tmp_path):
     pika.BlockingConnection(pika.URLParameters(
         vhost_uri(node.port, "bob", "bob-secret", "depot"))).close()
     check_routing(vhost_uri(node.port, "guest", "guest", "depot"))
+
+
+def test_an_operator_policy_caps_a_queue_alike_on_both_brokers(rabbitmq_node):
+    """The lowest of argument (50), policy (10) and operator policy (4) is the limit,
+    on a classic and a quorum queue, on RabbitMQ 3.10.8 as on quorumqueue; clearing
+    the operator policy leaves the policy's 10. (3.10.8's list_queues has no
+    operator_policy column yet; 4.x's has, as quorumqueue's.)"""
+    def run(uri: str, ctl) -> list[int]:
+        ctl("add_vhost", "capped")
+        ctl("set_permissions", "-p", "capped", "guest", ".*", ".*", ".*")
+        ctl("set_policy", "-p", "capped", "--apply-to", "queues", "p", "^c-",
+            '{"max-length": 10}')
+        ctl("set_operator_policy", "-p", "capped", "--apply-to", "queues", "op", "^c-",
+            '{"max-length": 4}')
+        connection = pika.BlockingConnection(pika.URLParameters(uri))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("c-classic", durable=True, arguments={"x-max-length": 50})
+        channel.queue_declare("c-quorum", durable=True, arguments={"x-queue-type": "quorum",
+                                                                   "x-max-length": 50})
+        counts = []
+        for bodies in (range(12), range(12, 30)):
+            for queue in ("c-classic", "c-quorum"):
+                for n in bodies:
+                    channel.basic_publish("", queue, b"%d" % n,
+                                          pika.BasicProperties(delivery_mode=2))
+            counts += [channel.queue_declare(q, passive=True).method.message_count
+                       for q in ("c-classic", "c-quorum")]
+            if len(counts) == 2:
+                ctl("clear_operator_policy", "-p", "capped", "op")
+        connection.close()
+        return counts
+
+    theirs = run(vhost_uri(rabbitmq_node.port, "guest", "guest", "capped"),
+                 lambda *a: rabbitmqctl(rabbitmq_node, *a))
+    with BrokerProcess() as broker:
+        ours = run(vhost_uri(broker.port, "guest", "guest", "capped"),
+                   lambda *a: qqctl(broker, *a))
+    assert ours == theirs == [4, 4, 10, 10]

@@ -293,3 +293,19 @@ def test_one_vhosts_definitions_move_into_another_vhost(broker, tmp_path):
     result = CliRunner().invoke(main, ["ctl", "import_definitions", "-p", "nowhere",
                                        str(path), "--uri", broker.uri])
     assert result.exit_code != 0 and "no vhost 'nowhere'" in result.output
+
+
+def test_what_is_not_kept_is_said(broker, tmp_path):
+    """RabbitMQ's cluster_name global parameter and vhost metadata: noted, not applied
+    (a node's cluster name is its configuration's; vhosts have no metadata here)."""
+    path = tmp_path / "notes.json"
+    path.write_text(json.dumps({
+        "global_parameters": [{"name": "cluster_name", "value": "rabbit@elsewhere"},
+                              {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}],
+        "vhosts": [{"name": "noted", "limits": [],
+                    "metadata": {"description": "Orders", "tags": ["prod"]}}]}))
+    out = import_file(broker, path)
+    assert ("note: global parameter cluster_name 'rabbit@elsewhere' is not applied: this "
+            "node's cluster name is 'quorumqueue', from its configuration") in out
+    assert "note: vhost 'noted': its description and tags are not kept" in out
+    assert "noted" in ctl(broker, "list_vhosts")
