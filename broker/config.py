@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 
 from .config_values import ConfigError, parse_size  # noqa: F401 - re-exported
+from .tls import TlsOptions, client_context, parse_tls, server_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,15 @@ class Settings:
     # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
     # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
     channel_tick_interval_ms: int = 60_000
+    # AMQP over TLS (broker/README.md "TLS"): listeners.ssl.default, a port or
+    # "host:port" (host "": listeners.tcp.host); None: no TLS listener. Both listeners
+    # may run. ssl_options: RabbitMQ's keys, validated (broker/tls.py)
+    ssl_host: str = ""
+    ssl_port: int | None = None
+    ssl_options: TlsOptions = TlsOptions()
+    # inter-node TLS (cluster/README.md "TLS between nodes"): quorumqueue's own keys
+    # cluster.tls.* (RabbitMQ configures Erlang distribution's TLS outside rabbitmq.conf)
+    cluster_tls: TlsOptions = TlsOptions(prefix="cluster.tls")
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -233,6 +243,19 @@ def _consumer_timeout(key, value):
     return value
 
 
+def _listener(key, value) -> tuple[str, int]:
+    """RabbitMQ's listener value: a port, or "ip:port" ("[::1]:5671" for IPv6)."""
+    host, port = "", value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\[?([^\[\]]*?)\]?:(\d+)", value.strip())
+        if match is None:
+            raise ConfigError(f"{key}: expected a port or \"ip:port\", got {value!r}")
+        host, port = match.group(1), int(match.group(2))
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{key}: expected a port in 0..65535 or \"ip:port\", got {value!r}")
+    return host, port
+
+
 def _locator(key, value):
     if value not in ("client-local", "balanced"):
         raise ConfigError(f"{key}: expected \"client-local\" or \"balanced\", got {value!r}")
@@ -242,6 +265,7 @@ def _locator(key, value):
 KEYS = {
     "listeners.tcp.host": ("host", _str),
     "listeners.tcp.default": ("port", _int),
+    "listeners.ssl.default": ("ssl_listener", _listener),
     "data_dir": ("data_dir", _str),
     "frame_max": ("frame_max", _int),
     "channel_max": ("channel_max", _int),
@@ -372,11 +396,46 @@ def validate(settings: Settings) -> Settings:
     if not 10 <= settings.raft_tick_ms <= 10000:
         raise ConfigError(f"raft.tick_interval_ms: {settings.raft_tick_ms} is outside "
                           "10..10000")
+    if settings.ssl_port is not None:
+        server_context(settings.ssl_options)  # reads the files: missing or wrong fail now
+        if settings.ssl_port and settings.ssl_port == settings.port and (
+                (settings.ssl_host or settings.host) == settings.host):
+            raise ConfigError(f"listeners.ssl.default: port {settings.ssl_port} is also "
+                              "listeners.tcp.default's")
+    elif settings.ssl_options.configured:
+        server_context(settings.ssl_options)
+    if settings.cluster_tls.configured:
+        _cluster_contexts(settings.cluster_tls)
     settings.storage_config()  # refuses unknown or impossible raft.* values, naming the key
     if settings.log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "
                           "warning, error")
     return settings
+
+
+def _cluster_contexts(options: TlsOptions):
+    """(server, client) contexts of the inter-node transport: a node presents its
+    certificate both ways and, with verify_peer (the default), each side checks the
+    other's against cluster.tls.cacertfile and refuses a peer without one. The CA is
+    the identity: names are not checked (a node's address may be a proxy's)."""
+    if not options.certfile:
+        raise ConfigError("cluster.tls.certfile: inter-node TLS needs each node's "
+                          "certificate (and cluster.tls.keyfile)")
+    server = server_context(dataclasses.replace(
+        options, fail_if_no_peer_cert=options.verify_peer))
+    return server, client_context(options, check_hostname=False)
+
+
+def cluster_tls_contexts(settings: Settings):
+    """(server, client) ssl contexts for the inter-node transport, or (None, None)."""
+    if not settings.cluster_tls.configured:
+        return None, None
+    return _cluster_contexts(settings.cluster_tls)
+
+
+def ssl_listener_context(settings: Settings):
+    """The AMQP TLS listener's context (listeners.ssl.default set), else None."""
+    return None if settings.ssl_port is None else server_context(settings.ssl_options)
 
 
 def load_settings(path: str | None = None, **overrides) -> Settings:
@@ -390,16 +449,34 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                 document = tomllib.load(handle)
             except tomllib.TOMLDecodeError as error:
                 raise ConfigError(f"{path}: {error}") from None
-        raft = []
+        raft, ssl_pairs, cluster_tls = [], [], []
         for key, value in _flatten(document).items():
             if key.startswith("raft.") and key not in KEYS:
                 raft.append((key, value))
                 continue
+            if key.startswith("ssl_options."):
+                ssl_pairs.append((key, value))
+                continue
+            if key.startswith("cluster.tls."):
+                cluster_tls.append((key, value))
+                continue
             if key not in KEYS:
                 raise ConfigError(f"{path}: unknown key '{key}' (known keys: "
-                                  f"{', '.join(sorted(KEYS))}, and raft.*)")
+                                  f"{', '.join(sorted(KEYS))}, and raft.*, "
+                                  "ssl_options.*, cluster.tls.*)")
             name, convert = KEYS[key]
             values[name] = convert(key, value)
+        if "ssl_listener" in values:
+            values["ssl_host"], values["ssl_port"] = values.pop("ssl_listener")
+        values["ssl_options"] = parse_tls("ssl_options", ssl_pairs)
+        cluster = parse_tls("cluster.tls", cluster_tls, server=False)
+        if cluster_tls and not any(k == "cluster.tls.verify" for k, _ in cluster_tls):
+            cluster = dataclasses.replace(cluster, verify_peer=True)  # the default here
+            if not cluster.cacertfile:
+                raise ConfigError("cluster.tls.cacertfile: inter-node TLS checks every "
+                                  "peer's certificate against this CA (or set "
+                                  "cluster.tls.verify = verify_none)")
+        values["cluster_tls"] = cluster
         if raft:
             values["raft"] = tuple(raft)
         values["configured_keys"] = frozenset(_flatten(document))

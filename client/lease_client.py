@@ -34,15 +34,19 @@ import pika
 from ..broker.amqp.lease_records import PACKED_FORMAT
 from .delivery import Delivery
 from .lease_records import PackedDecoder, PackedRecords
+from .tls import ClientTls, connection_parameters
 from .management import REPLY_TO, ROUTING_KEY, ManagementError, redact_uri
 
 
 class LeaseClient:
-    def __init__(self, uri: str, vhost: str = "/", timeout: float = 30.0) -> None:
+    def __init__(self, uri: str, vhost: str = "/", timeout: float = 30.0,
+                 tls: ClientTls | None = None) -> None:
         self.vhost = vhost
         self.timeout = timeout
         try:
-            self.connection = pika.BlockingConnection(pika.URLParameters(uri))
+            self.connection = pika.BlockingConnection(connection_parameters(uri, tls))
+        except ValueError as error:  # TLS settings that cannot work
+            raise ManagementError(f"{redact_uri(uri)}: {error}") from None
         except pika.exceptions.AMQPConnectionError as error:
             raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the broker "
                                   "running?") from None

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pika
 
+from .tls import ClientTls, connection_parameters
+
 ROUTING_KEY = "amq.quorumqueue.management"
 REPLY_TO = "amq.rabbitmq.reply-to"
 
@@ -33,10 +35,14 @@ def redact_uri(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
-def call(uri: str, op: str, timeout: float = 10.0, **arguments) -> object:
-    """Send one request and return its result; raises ManagementError on refusal."""
+def call(uri: str, op: str, timeout: float = 10.0, tls: ClientTls | None = None,
+         **arguments) -> object:
+    """Send one request and return its result; raises ManagementError on refusal.
+    An amqps:// URI connects over TLS (tls.py: `tls`, or the URI's cacertfile...)."""
     try:
-        connection = pika.BlockingConnection(pika.URLParameters(uri))
+        connection = pika.BlockingConnection(connection_parameters(uri, tls))
+    except ValueError as error:  # TLS settings that cannot work
+        raise ManagementError(f"{redact_uri(uri)}: {error}") from None
     except pika.exceptions.AMQPConnectionError as error:
         raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the "
                               "broker running? Start it with `quorumqueue broker start`."

@@ -41,6 +41,9 @@ async def serve(settings: Settings, ready=None) -> None:
         log.warning("%s", warning)
     for warning in precedence_warnings(settings):
         log.warning("%s", warning)
+    if settings.ssl_options.configured and settings.ssl_port is None:
+        log.warning("ssl_options.* are set but listeners.ssl.default is not: no TLS "
+                    "listener is started")
     server = BrokerServer(settings)
     stop = asyncio.Event()
     failed = []

@@ -28,7 +28,7 @@ import time
 
 from ..amqp import spec
 from ..auth.users import UserStore
-from ..config import Settings
+from ..config import Settings, cluster_tls_contexts, ssl_listener_context
 from ..node import group_commit
 from ..node.node import Node
 from ..node.quorum import QuorumGroups
@@ -238,6 +238,8 @@ class BrokerServer:
         self._server: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task | None = None
         self.port = settings.port
+        self.ssl_port: int | None = None   # the TLS listener's bound port, if any
+        self._ssl_server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft_ticker: asyncio.Task | None = None
         self.on_fatal = None  # called instead of raising when a flush fails (run.py)
@@ -266,6 +268,14 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
         log.info("started TCP listener on %s:%d", self.settings.host, self.port)
+        context = ssl_listener_context(self.settings)
+        if context is not None:  # AMQP over TLS: the same protocol, another listener
+            host = self.settings.ssl_host or self.settings.host
+            self._ssl_server = await self._loop.create_server(
+                lambda: _Connection(self), host, self.settings.ssl_port, ssl=context,
+                reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0)
+            self.ssl_port = self._ssl_server.sockets[0].getsockname()[1]
+            log.info("started TLS (SSL) listener on %s:%d", host, self.ssl_port)
         cluster = self.node.cluster
         cluster.wake = self.schedule_flush
         # where clients reach this node, without credentials (cluster status)
@@ -276,18 +286,23 @@ class BrokerServer:
 
             host, port = cluster.addresses[cluster.name]
             peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+            ssl_server, ssl_client = cluster_tls_contexts(self.settings)
             cluster.transport = ClusterTransport(
                 cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
-                host, port, peers, cluster.on_message)
+                host, port, peers, cluster.on_message, ssl_server=ssl_server,
+                ssl_client=ssl_client)
             await cluster.transport.start()
-            log.info("cluster %s: node %s, inter-node listener on %s:%d, peers %s",
+            log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
                      self.settings.cluster_name, cluster.name, host, port,
+                     " (TLS)" if ssl_server is not None else "",
                      ", ".join(sorted(peers)) or "none")
 
     async def stop(self) -> None:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
         if self._server is not None:
             self._server.close()
+        if self._ssl_server is not None:
+            self._ssl_server.close()
         now = time.monotonic()
         for session in list(self.connections):
             session.server_close(spec.CONNECTION_FORCED,
