@@ -174,6 +174,8 @@ def cookie_in_config(text: str) -> str | None:
     section = document.get("cluster")
     if section is None:
         return None
+    if isinstance(section, dict) and "cookie" not in section:
+        return None  # a [cluster] table of other keys (cluster.tls...): no cookie yet
     if not isinstance(section, dict) or not isinstance(section.get("cookie"), str):
         raise ValueError("--config: a [cluster] table must set cookie (a string); it is "
                          "where the shared cookie goes")
@@ -188,8 +190,20 @@ def write_cluster_config(path: str, cookie: str, extra_config: str = "") -> str:
         raise ValueError("--cookie: differs from the cluster.cookie in --config; give one")
     text = extra_config.rstrip("\n") + "\n" if extra_config.strip() else ""
     if existing is None:
-        text += ("\n" if text else "") + "[cluster]\n"
-        text += f"cookie = {json.dumps(check_cookie(cookie))}\n"
+        line = f"cookie = {json.dumps(check_cookie(cookie))}\n"
+        appended = text + ("\n" if text else "") + "[cluster]\n" + line
+        # after the file as a [cluster] table, or, where [cluster] is already the
+        # parent of [cluster.tls], as a dotted key before it
+        for candidate in (appended, "cluster." + line + text):
+            try:
+                tomllib.loads(candidate)
+            except tomllib.TOMLDecodeError:
+                continue
+            text = candidate
+            break
+        else:
+            raise ValueError("--config: a [cluster] table must set cookie (a string); it "
+                             "is where the shared cookie goes")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:

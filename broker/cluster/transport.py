@@ -17,6 +17,13 @@ sending the next (batching and pipelining). A new connection writes the handshak
 that handshake names this cluster, this node and the right cookie, and answers it
 with a `Resume`; only then does the connecting side write.
 
+With TLS (`ssl_server` and `ssl_client`, both or neither: the cluster.tls keys,
+config.py) every connection is TLS before the handshake is written: the listener
+refuses a peer that does not present a certificate its CA signed, and a
+connecting node refuses a listener whose certificate it cannot verify, so a plain
+peer or one with another CA's certificate never gets as far as the cookie. Without
+TLS the cookie travels in clear: use that on a trusted network only.
+
 Rpcs are delivered reliably, Raft messages are not (Raft retransmits; the node's
 requests, replies and deliveries do not). This node's stream of Rpcs to a peer has a
 random session id (the handshake carries it; a new one for every run and every peer
@@ -50,8 +57,7 @@ Invariants:
 
 Not here: the connection protocols and per-peer state (`links.py`); encoding and
 framing (`wire.py`); what messages mean, membership and retries of requests (the
-node's cluster layer); TLS (the cookie travels in clear: use it on a trusted
-network); connecting to peers before the first `send`.
+node's cluster layer); connecting to peers before the first `send`.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections import Counter
 from collections.abc import Callable
 
@@ -86,7 +93,11 @@ class ClusterTransport:
                  write_high_water: int = 8 * MiB, backoff_initial: float = 0.05,
                  backoff_max: float = 1.0, connect_timeout: float = 5.0,
                  handshake_timeout: float = 10.0,
-                 max_frame_size: int = MAX_FRAME_SIZE) -> None:
+                 max_frame_size: int = MAX_FRAME_SIZE,
+                 ssl_server: ssl.SSLContext | None = None,
+                 ssl_client: ssl.SSLContext | None = None) -> None:
+        if (ssl_server is None) != (ssl_client is None):
+            raise ValueError("ssl_server and ssl_client go together (TLS both ways or none)")
         for name, value in (("max_queued_frames", max_queued_frames),
                             ("max_queued_bytes", max_queued_bytes),
                             ("write_high_water", write_high_water),
@@ -112,6 +123,8 @@ class ClusterTransport:
         self.handshake_timeout = handshake_timeout
         self.max_frame_size = max_frame_size
         self._cookie = cookie
+        self._ssl_server = ssl_server
+        self._ssl_client = ssl_client
         self._on_message = on_message
         self._on_peer_down = on_peer_down
         self._peers: dict[str, _Peer] = {}
@@ -138,8 +151,10 @@ class ClusterTransport:
         if self._loop is not None:
             raise RuntimeError("ClusterTransport.start() called twice")
         self._loop = asyncio.get_running_loop()
-        self._server = await self._loop.create_server(lambda: _Inbound(self), self.host,
-                                                      self.port, reuse_address=True)
+        self._server = await self._loop.create_server(
+            lambda: _Inbound(self), self.host, self.port, reuse_address=True,
+            ssl=self._ssl_server,
+            ssl_handshake_timeout=self.handshake_timeout if self._ssl_server else None)
         self.port = self._server.sockets[0].getsockname()[1]
         self._running = True
         log.info("node %r listening for cluster %r on %s:%d", self.node_name,
@@ -338,8 +353,9 @@ class ClusterTransport:
                 host, port = peer.address
                 try:
                     _, link = await asyncio.wait_for(
-                        self._loop.create_connection(lambda: _Outbound(self, peer), host,
-                                                     port),
+                        self._loop.create_connection(
+                            lambda: _Outbound(self, peer), host, port, ssl=self._ssl_client,
+                            server_hostname=host if self._ssl_client else None),
                         self.connect_timeout)
                 except (OSError, TimeoutError) as exc:
                     self._connect_failed(peer, exc)
