@@ -49,7 +49,7 @@ def server_product(addresses: Sequence[BrokerAddress]) -> tuple[str, BrokerAddre
     """The `product` server property of the first reachable broker, and its address."""
 
     def probe(address: BrokerAddress) -> tuple[str, BrokerAddress]:
-        connection = pika.BlockingConnection(pika.URLParameters(address.uri))
+        connection = pika.BlockingConnection(address.parameters())
         try:
             # pika keeps connection.start's server properties on the underlying
             # connection only; BlockingConnection has no public accessor.
@@ -95,13 +95,14 @@ def open_connection(options: SourceOptions | BatchReadOptions) -> pika.BlockingC
     """A BlockingConnection to the first reachable address of `uri`."""
     return first_reachable(options.addresses,
                            lambda address: pika.BlockingConnection(
-                               pika.URLParameters(address.uri)))
+                               address.parameters()))
 
 
 def open_lease_client(options: SourceOptions | BatchReadOptions,
                       timeout: float = 30.0) -> LeaseClient:
     return first_reachable(
         options.addresses, lambda address: LeaseClient(address.uri, vhost=address.vhost,
+                                                       tls=address.tls,
                                                        timeout=timeout))
 
 

@@ -530,7 +530,7 @@ def _untried_first(addresses, refused_by: list[str]) -> list:
 
 
 def _executor_client(address) -> tuple[LeaseClient, str]:
-    return LeaseClient(address.uri, vhost=address.vhost), address.redacted
+    return LeaseClient(address.uri, vhost=address.vhost, tls=address.tls), address.redacted
 
 
 def _close_quietly(client: LeaseClient) -> None:

@@ -37,15 +37,17 @@ Not here
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from urllib.parse import unquote, urlsplit
 
 import pika
 
 from ..client.management import redact_uri as _redact
+from ..client.tls import ClientTls, connection_parameters
 
 
 class OptionError(ValueError):
@@ -63,11 +65,18 @@ class BrokerAddress:
     host: str
     port: int
     vhost: str      # decoded ("%2F" -> "/"); an empty path means "/"
+    # the tls.* options (amqps:// only); None: the URI's own (pika's defaults, or
+    # RabbitMQ's query parameters cacertfile, certfile...)
+    tls: ClientTls | None = None
 
     @property
     def redacted(self) -> str:
         """The URI with its password replaced by `***`, for messages and logs."""
         return _redact(self.uri)
+
+    def parameters(self) -> pika.URLParameters:
+        """What a connection to this address is opened with (TLS set up for amqps://)."""
+        return connection_parameters(self.uri, self.tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +153,20 @@ MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
 MAX_MESSAGES = "maxMessages"
 PEEK = "peek"
 RECONNECT_TIMEOUT = "reconnectTimeout"
+# amqps:// (client/tls.py), named as Spark's own TLS settings are (spark.ssl.trustStore...)
+TLS_CA_FILE = "tls.caFile"
+TLS_CERT_FILE = "tls.certFile"
+TLS_KEY_FILE = "tls.keyFile"
+TLS_KEY_PASSWORD = "tls.keyPassword"
+TLS_VERIFY = "tls.verify"
+TLS_OPTIONS = (TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TLS_KEY_PASSWORD, TLS_VERIFY)
 
 SOURCE_OPTIONS = (URI, QUEUE, MODE, QUEUE_PATTERN, MAX_MESSAGES_PER_TRIGGER,
                   MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MAX_TRIGGER_DELAY,
                   MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, PREFETCH, LEASE_TIMEOUT,
                   INCLUDE_HEADERS, FAIL_ON_DATA_LOSS, RELEASE_LEASE_ON_STOP,
-                  RECONNECT_TIMEOUT)
-BATCH_READ_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES, PEEK, INCLUDE_HEADERS)
+                  RECONNECT_TIMEOUT) + TLS_OPTIONS
+BATCH_READ_OPTIONS = (URI, QUEUE, MODE, MAX_MESSAGES, PEEK, INCLUDE_HEADERS) + TLS_OPTIONS
 
 # How long the source and the sink retry a lost broker by default (Spark-style duration).
 DEFAULT_RECONNECT_TIMEOUT_MS = 60_000
@@ -173,7 +189,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """The options of `spark.readStream.format("quorumqueue")`."""
     _refuse_other_kind(options, (MAX_MESSAGES, PEEK), _FOR_BATCH_READS)
     given = _case_insensitive(options, SOURCE_OPTIONS, "source")
-    addresses = _addresses(_required(given, URI))
+    addresses = _with_tls(given, _addresses(_required(given, URI)))
     max_messages = _optional(given, MAX_MESSAGES_PER_TRIGGER, _count)
     if max_messages is not None and max_messages > MAX_GROW:
         raise OptionError(f"option '{MAX_MESSAGES_PER_TRIGGER}' must be at most {MAX_GROW}, "
@@ -291,7 +307,7 @@ def parse_batch_read_options(options: Mapping[str, str]) -> BatchReadOptions:
         raise OptionError(f"option '{MAX_MESSAGES}' must be at most {MAX_GROW}, "
                           f"got {max_messages}")
     return BatchReadOptions(
-        addresses=_addresses(_required(given, URI)),
+        addresses=_with_tls(given, _addresses(_required(given, URI))),
         queues=_queues(_required(given, QUEUE)),
         mode=_optional(given, MODE, _mode),
         max_messages=max_messages,
@@ -424,11 +440,53 @@ def _address(name: str, uri: str) -> BrokerAddress:
         raise OptionError(f"option '{name}': {shown!r}: the virtual host is the whole path "
                           "and a '/' inside it must be written %2F (amqp://host/%2F is '/')")
     try:
-        pika.URLParameters(uri)  # what will connect: refuses unknown ?query parameters
+        # what will connect: refuses unknown ?query parameters, reads TLS files
+        connection_parameters(uri)
     except ValueError as error:
         raise OptionError(f"option '{name}': {shown!r}: {error}") from None
     return BrokerAddress(uri=uri, host=parts.hostname, port=port,
                          vhost=unquote(path) if path else "/")
+
+
+def _with_tls(given, addresses: tuple[BrokerAddress, ...]) -> tuple[BrokerAddress, ...]:
+    """The tls.* options onto every address: amqps:// URIs only; the files are read
+    now (on the driver), so a missing or unusable one fails the query at start. The
+    same paths must be readable on every executor."""
+    entries = {name: given.get(name.lower()) for name in TLS_OPTIONS}
+    if not any(entries.values()):
+        return addresses
+    first = next(entry for entry in entries.values() if entry)[0]
+    plain = [a.redacted for a in addresses if not a.uri.lower().startswith("amqps:")]
+    if plain:
+        raise OptionError(f"option '{first}' needs amqps:// URIs (TLS), but option 'uri' "
+                          f"has {', '.join(plain)}")
+    files = {}
+    for name, field_name in ((TLS_CA_FILE, "ca_file"), (TLS_CERT_FILE, "cert_file"),
+                             (TLS_KEY_FILE, "key_file")):
+        entry = entries[name]
+        if entry is not None:
+            path = entry[1].strip()
+            if not os.path.isfile(path):
+                raise OptionError(f"option '{name}': {path!r} does not exist or is not a "
+                                  "file (it must be readable at this path on the driver and "
+                                  "on every executor)")
+            files[field_name] = path
+    if files.get("key_file") and not files.get("cert_file"):
+        raise OptionError(f"option '{TLS_KEY_FILE}' needs option '{TLS_CERT_FILE}'")
+    verify = entries[TLS_VERIFY]
+    tls = ClientTls(**files, key_password=entries[TLS_KEY_PASSWORD][1]
+                    if entries[TLS_KEY_PASSWORD] else "",
+                    verify=_boolean(verify) if verify else True)
+    try:
+        tls.context()
+    except ValueError as error:
+        raise OptionError(f"option '{TLS_CERT_FILE}': {error}") from None
+    try:
+        for address in addresses:
+            replace(address, tls=tls).parameters()
+    except ValueError as error:  # the URI's own query parameters disagree
+        raise OptionError(f"option '{first}': {error}") from None
+    return tuple(replace(address, tls=tls) for address in addresses)
 
 
 def _queues(entry: tuple[str, str]) -> tuple[str, ...]:
@@ -547,7 +605,8 @@ ASYNC_PROGRESS_TRACKING = "asyncProgressTrackingEnabled"
 ASYNC_PROGRESS_INTERVAL = "asyncProgressTrackingCheckpointIntervalMs"
 
 SINK_OPTIONS = (URI, EXCHANGE, ROUTING_KEY, MANDATORY, CONFIRM_TIMEOUT, RECONNECT_TIMEOUT,
-                CHECKPOINT_LOCATION, ASYNC_PROGRESS_TRACKING, ASYNC_PROGRESS_INTERVAL)
+                CHECKPOINT_LOCATION, ASYNC_PROGRESS_TRACKING, ASYNC_PROGRESS_INTERVAL
+                ) + TLS_OPTIONS
 DEFAULT_CONFIRM_TIMEOUT_MS = 30_000
 
 
@@ -565,7 +624,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                           f"30s or 2m (the sink never waits for confirms forever), got "
                           f"{given[CONFIRM_TIMEOUT.lower()][1]!r}")
     return SinkOptions(
-        addresses=_addresses(_required(given, URI)),
+        addresses=_with_tls(given, _addresses(_required(given, URI))),
         exchange=_optional(given, EXCHANGE, _short_name, default=""),
         routing_key=_optional(given, ROUTING_KEY, _short_name),
         mandatory=_optional(given, MANDATORY, _boolean, default=False),

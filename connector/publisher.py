@@ -140,7 +140,7 @@ class ConfirmedPublisher:
         address = self._addresses[index]
         self._node = address.redacted
         self._connection = pika.SelectConnection(
-            pika.URLParameters(address.uri), custom_ioloop=self._ioloop,
+            address.parameters(), custom_ioloop=self._ioloop,
             on_open_callback=self._guard(self._on_open),
             on_open_error_callback=self._guard(
                 lambda _connection, error: self._on_open_error(index, error)),

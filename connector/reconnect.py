@@ -175,4 +175,4 @@ class DriverConnection:
 
 
 def _open(address: BrokerAddress) -> tuple[LeaseClient, str]:
-    return LeaseClient(address.uri, vhost=address.vhost), address.redacted
+    return LeaseClient(address.uri, vhost=address.vhost, tls=address.tls), address.redacted

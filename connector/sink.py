@@ -154,7 +154,7 @@ def check_destination(options: SinkOptions) -> None:
     from .reconnect import Reconnect
 
     def check(address) -> None:
-        connection = pika.BlockingConnection(pika.URLParameters(address.uri))
+        connection = pika.BlockingConnection(address.parameters())
         try:
             if options.exchange:
                 connection.channel().exchange_declare(options.exchange, passive=True)

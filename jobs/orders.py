@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import pika
 
+from ..client.tls import connection_parameters
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -60,7 +62,7 @@ def publish_orders(uri: str, queue: str, numbers: Iterable[int],
                    progress: Callable[[int], None] | None = None) -> int:
     """Publish orders `numbers` to `queue` (declared as a durable quorum queue), waiting
     for each publisher confirm; returns how many were confirmed."""
-    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    connection = pika.BlockingConnection(connection_parameters(uri))
     confirmed = 0
     try:
         channel = connection.channel()
