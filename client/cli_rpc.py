@@ -9,7 +9,9 @@ import click
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 uri_option = click.option("--uri", default=DEFAULT_URI, show_default=True,
                           envvar="QUORUMQUEUE_URI",
-                          help="The node to talk to (AMQP URI of an administrator).")
+                          help="The node to talk to (AMQP URI of an administrator; amqps:// "
+                               "for TLS, with ?cacertfile=CA.pem&certfile=...&keyfile=... "
+                               "as RabbitMQ's URI query parameters).")
 
 
 def _call(uri: str, op: str, **arguments):

@@ -24,6 +24,7 @@ headers never hold x-lease-seq (that is `seq`) and are `{}` rather than None, as
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ class LeaseClient:
         self.timeout = timeout
         try:
             self.connection = pika.BlockingConnection(connection_parameters(uri, tls))
-        except ValueError as error:  # TLS settings that cannot work
+        except (ValueError, ssl.SSLError) as error:  # TLS settings or a refused certificate
             raise ManagementError(f"{redact_uri(uri)}: {error}") from None
         except pika.exceptions.AMQPConnectionError as error:
             raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the broker "

@@ -10,6 +10,7 @@ permission on the default exchange. `redact_uri` keeps passwords out of messages
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
@@ -41,7 +42,7 @@ def call(uri: str, op: str, timeout: float = 10.0, tls: ClientTls | None = None,
     An amqps:// URI connects over TLS (tls.py: `tls`, or the URI's cacertfile...)."""
     try:
         connection = pika.BlockingConnection(connection_parameters(uri, tls))
-    except ValueError as error:  # TLS settings that cannot work
+    except (ValueError, ssl.SSLError) as error:  # TLS settings or a refused certificate
         raise ManagementError(f"{redact_uri(uri)}: {error}") from None
     except pika.exceptions.AMQPConnectionError as error:
         raise ManagementError(f"cannot connect to {redact_uri(uri)}: {error!r}. Is the "

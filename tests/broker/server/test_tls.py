@@ -182,3 +182,30 @@ def test_the_management_client_accepts_amqps(pki, optional_cert_broker):
                "tls-management")
     uri = f"{amqps(optional_cert_broker)}?cacertfile={pki.ca}"
     assert "tls-management" in [row["name"] for row in call(uri, "queues.list")]
+
+
+def test_the_command_line_talks_to_a_node_over_amqps(pki, optional_cert_broker):
+    from tests.broker.test_cli import run_cli
+
+    round_trip(connection_parameters(amqps(optional_cert_broker), ClientTls(ca_file=pki.ca)),
+               "tls-cli")
+    listed = run_cli("queues", "list", "--uri", f"{amqps(optional_cert_broker)}?cacertfile={pki.ca}")
+    assert listed.returncode == 0, listed.stderr
+    assert "tls-cli" in listed.stdout
+    refused = run_cli("queues", "list", "--uri",
+                      f"{amqps(optional_cert_broker)}?cacertfile={pki.other_ca}")
+    assert refused.returncode != 0
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+
+
+def test_a_tls_listener_without_a_certificate_stops_the_broker_at_start(tmp_path):
+    from tests.broker.test_cli import CLI
+    import subprocess
+
+    config = tmp_path / "broker.toml"
+    config.write_text(f"listeners.ssl.default = {free_port()}\n")
+    result = subprocess.run(CLI + ["broker", "start", "--config", str(config), "--port", "0",
+                                   "--data-dir", str(tmp_path / "data")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "ssl_options.certfile: a TLS listener needs a certificate" in result.stderr
