@@ -84,6 +84,7 @@ class LoadSettings:
     prefetch: int = 1000
     queue_type: str = "classic"  # one of QUEUE_TYPES
     message_ttl: int | None = None  # x-message-ttl of the declared queue (ms), if any
+    ssl: object | None = None  # an ssl.SSLContext: connect over TLS (tls_throughput.py)
 
     def __post_init__(self) -> None:
         if self.queue_type not in QUEUE_TYPES:
@@ -371,7 +372,9 @@ async def _progress_reporter(generator: _Generator, report: Progress, total: int
 async def connect(settings: LoadSettings) -> _Generator:
     """A connection after the handshake, with the publish channel open."""
     loop = asyncio.get_running_loop()
-    transport, generator = await loop.create_connection(lambda: _Generator(settings), settings.host, settings.port)
+    transport, generator = await loop.create_connection(
+        lambda: _Generator(settings), settings.host, settings.port, ssl=settings.ssl,
+        server_hostname=settings.host if settings.ssl is not None else None)
     try:
         start = generator.call(0, None, wire.CONNECTION_START)
         transport.write(wire.PROTOCOL_HEADER)
