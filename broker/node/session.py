@@ -73,6 +73,11 @@ class Session:
         self.node = node
         self.settings = settings
         self.peer_host = peer_host
+        # over the TLS listener: the negotiated version ("TLSv1.3") and cipher, set by
+        # the server shell (RabbitMQ's connection info ssl_protocol, ssl_cipher); None
+        # on the plain listener
+        self.ssl_protocol: str | None = None
+        self.ssl_cipher: str | None = None
         self.connection_id = node.next_connection_id()
         self.connection = Connection(server_properties(settings.cluster_name),
                                      frame_max=settings.frame_max,

@@ -201,8 +201,14 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.session = Session(self.server.node, peer[0], time.monotonic())
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None:  # the TLS listener: the handshake is done
+            self.session.ssl_protocol = tls.version()
+            self.session.ssl_cipher = (tls.cipher() or (None,))[0]
         self.server.connections[self.session] = self
-        log.info("accepting AMQP connection %s", self.peer)
+        log.info("accepting AMQP connection %s%s", self.peer,
+                 f" over {self.session.ssl_protocol} ({self.session.ssl_cipher})"
+                 if self.session.ssl_protocol else "")
 
     def data_received(self, data: bytes) -> None:
         session = self.session

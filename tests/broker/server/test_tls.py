@@ -170,6 +170,8 @@ def negotiated_version(pki, port: int, maximum: ssl.TLSVersion | None = None) ->
 def test_versions_bound_the_negotiated_tls_version(pki, optional_cert_broker,
                                                    required_cert_broker):
     assert negotiated_version(pki, optional_cert_broker.ssl_port) == "TLSv1.2"
+    # the broker's connection log says over what (RabbitMQ's ssl_protocol, ssl_cipher)
+    assert "over TLSv1.2 (" in optional_cert_broker.log()
     assert negotiated_version(pki, required_cert_broker.ssl_port) == "TLSv1.3"
     with pytest.raises(ssl.SSLError):
         negotiated_version(pki, required_cert_broker.ssl_port, ssl.TLSVersion.TLSv1_2)
