@@ -115,6 +115,19 @@ def test_a_cookie_in_the_given_config_is_kept_and_a_different_one_refused(tmp_pa
         launcher.cookie_in_config("heartbeat = ")
 
 
+def test_the_cookie_goes_beside_a_cluster_tls_table(tmp_path):
+    """cluster.tls.* (inter-node TLS) makes [cluster] a table of the file already."""
+    path = str(tmp_path / "cluster.toml")
+    for given in ('[cluster.tls]\ncacertfile = "ca.pem"\n',
+                  'cluster.tls.cacertfile = "ca.pem"\n[other]\nx = 1\n'):
+        assert launcher.cookie_in_config(given) is None
+        launcher.write_cluster_config(path, "SECRET2", given)
+        document = tomllib.loads(open(path).read())
+        assert document["cluster"] == {"cookie": "SECRET2", "tls": {"cacertfile": "ca.pem"}}
+    with pytest.raises(ValueError, match="a \\[cluster\\] table must set cookie"):
+        launcher.write_cluster_config(path, "SECRET2", '[cluster]\n[cluster.tls]\nx = 1\n')
+
+
 def test_generated_cookies_differ_and_are_valid():
     first, second = launcher.new_cookie(), launcher.new_cookie()
     assert first != second and launcher.check_cookie(first) == first
