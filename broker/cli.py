@@ -33,6 +33,9 @@ def broker() -> None:
               help="Broker configuration (TOML with RabbitMQ's key names), e.g. conf/broker.toml.")
 @click.option("--port", type=int, help="AMQP port (listeners.tcp.default); 0 picks a free port.")
 @click.option("--host", help="Address to listen on (listeners.tcp.host), default 127.0.0.1.")
+@click.option("--management-port", type=int,
+              help="Management HTTP API port (management.tcp.port, default 15672); 0 "
+                   "picks a free port.")
 @click.option("--data-dir", type=click.Path(file_okay=False),
               help="Where durable queues, messages and metadata live.")
 @click.option("--node-name", help="This node's name (node_name), e.g. qq1@localhost.")
@@ -44,8 +47,8 @@ def broker() -> None:
               help="Join the cluster of the running node NAME, whose inter-node port is "
                    "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
                    "queue replicas until `queues grow` or `add_member`.")
-def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
-                 cluster_nodes, join) -> None:
+def broker_start(config_path, port, host, management_port, data_dir, node_name,
+                 cluster_port, cluster_nodes, join) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
     from .config import _nodes
     from .server.run import run
@@ -54,6 +57,7 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
         nodes = (_nodes("--cluster-nodes", cluster_nodes) if cluster_nodes is not None
                  else None)
         settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
+                                 management_port=management_port,
                                  node_name=node_name, distribution_port=cluster_port,
                                  cluster_nodes=nodes, cluster_join=join)
     except ConfigError as error:

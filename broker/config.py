@@ -101,6 +101,10 @@ class Settings:
     # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
     # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
     channel_tick_interval_ms: int = 60_000
+    # the management HTTP API (broker/management/): RabbitMQ's management plugin keys
+    # and defaults (loopback only, like the AMQP listener); 0 picks a free port
+    management_port: int = 15672
+    management_ip: str = "127.0.0.1"
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -288,6 +292,8 @@ KEYS = {
     "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
     "consumer_timeout": ("consumer_timeout_ms", _consumer_timeout),
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
+    "management.tcp.port": ("management_port", _int),
+    "management.tcp.ip": ("management_ip", _str),
 }
 
 # keys accepted and validated whose effect is not built yet: (key, Settings field,
@@ -316,6 +322,9 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def validate(settings: Settings) -> Settings:
     if not 0 <= settings.port <= 65535:
         raise ConfigError(f"listeners.tcp.default: port {settings.port} is not in 0..65535")
+    if not 0 <= settings.management_port <= 65535:
+        raise ConfigError(f"management.tcp.port: port {settings.management_port} is not in "
+                          "0..65535")
     if not 8192 <= settings.frame_max <= 2 ** 31:
         raise ConfigError(f"frame_max: {settings.frame_max} is outside 8192..2147483648")
     if not 1 <= settings.channel_max <= 65535:

@@ -246,6 +246,7 @@ class BrokerServer:
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
         self._held: list[tuple[Session, bytes, bool]] = []
         self._stopped = False
+        self.management = None  # the management HTTP API, once started (start_management)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -284,8 +285,47 @@ class BrokerServer:
                      self.settings.cluster_name, cluster.name, host, port,
                      ", ".join(sorted(peers)) or "none")
 
+    async def start_management(self) -> None:
+        """The management HTTP API on this loop (broker/management/), on
+        management.tcp.ip:management.tcp.port."""
+        from ..management.app import ManagementAPI
+
+        management = ManagementAPI(self)
+        await management.start()
+        self.management = management
+
+    # what the management API asks of its shell (management/app.py)
+
+    def pass_time(self) -> float:
+        return pass_time(self.node)
+
+    def attach_direct(self, session: Session, link) -> None:
+        """A direct connection (management/direct.py): its session's output goes to
+        `link.transport` after each group commit, as a socket's does."""
+        self.connections[session] = link
+
+    def detach_direct(self, session: Session) -> None:
+        if self.connections.pop(session, None) is not None and not session.closed:
+            session.connection_lost()
+        self.schedule_flush()
+
+    def client_connections(self):
+        """(session, (peer host, port), (local host, port)) of every AMQP client
+        connection over a socket (direct connections are left out)."""
+        for session, connection in list(self.connections.items()):
+            if not isinstance(connection, _Connection) or connection.transport is None:
+                continue
+            peer = connection.transport.get_extra_info("peername") or ("?", 0)
+            local = connection.transport.get_extra_info("sockname") or ("?", 0)
+            yield session, (peer[0], peer[1]), (local[0], local[1])
+
+    def memory_used(self) -> int:
+        return resident_memory_bytes()
+
     async def stop(self) -> None:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
+        if self.management is not None:
+            await self.management.stop()
         if self._server is not None:
             self._server.close()
         now = time.monotonic()
