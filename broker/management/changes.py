@@ -356,6 +356,9 @@ async def put_vhost(request: Request):
     if name in request.node.vhosts:
         return Answer(204)
     await operation(request, "vhosts.add", name=name)
+    # as RabbitMQ's PUT /api/vhosts: the creating user gets full permissions in it
+    await operation(request, "permissions.set", vhost=name, user=request.user.name,
+                    configure=".*", write=".*", read=".*")
     return Answer(201)
 
 
