@@ -90,15 +90,29 @@ def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
         "messages": ready + unacked, "messages_ready": ready,
         "messages_unacknowledged": unacked,
         "message_bytes": stats["bytes"],
-        "single_active_consumer_tag": None,
     }
     if queue.REPLICATED:
         row.update(leader=stats["leader"], members=list(stats["members"]),
-                   online=[member for member in stats["members"] if member in online])
+                   online=[member for member in stats["members"] if member in online],
+                   # every message of a quorum queue is in its log: persistent
+                   messages_persistent=ready + unacked, message_bytes_persistent=stats["bytes"],
+                   # at-least-once dead-lettering holds messages; quorumqueue has only
+                   # at-most-once, which holds none
+                   messages_dlx=0, message_bytes_dlx=0,
+                   single_active_consumer_ctag=None)  # RabbitMQ's name for this type
     else:
-        row["exclusive_consumer_tag"] = (queue.exclusive_consumer.tag
-                                         if queue.exclusive_consumer is not None else None)
+        row.update(exclusive_consumer_tag=(queue.exclusive_consumer.tag
+                                           if queue.exclusive_consumer is not None else None),
+                   single_active_consumer_tag=_active_tag(queue), recoverable_slaves=None)
     return row
+
+
+def _active_tag(queue) -> str | None:
+    """x-single-active-consumer (classic queues): the consumer receiving."""
+    if not getattr(queue, "single_active_consumer", False):
+        return None
+    active = getattr(queue, "active_consumer", None)
+    return getattr(active, "tag", None)
 
 
 # ---------------------------------------------------------------- exchanges, bindings
