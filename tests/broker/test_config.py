@@ -210,3 +210,15 @@ def test_rabbitmq_4s_deprecated_memory_keys_are_accepted(tmp_path):
                                              "memory_monitor_interval = 1000\n"
                                              "vm_memory_calculation_strategy = \"rss\"\n"))
     assert (settings.memory_paging_ratio, settings.memory_monitor_interval) == (0.75, 1000)
+
+
+def test_management_keys_are_rabbitmqs_and_checked(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_text('management.tcp.port = 15999\nmanagement.tcp.ip = "0.0.0.0"\n')
+    settings = load_settings(str(path))
+    assert (settings.management_port, settings.management_ip) == (15999, "0.0.0.0")
+    assert (load_settings().management_port, load_settings().management_ip) == (
+        15672, "127.0.0.1")
+    path.write_text("management.tcp.port = 70000\n")
+    with pytest.raises(ConfigError, match="management.tcp.port: port 70000"):
+        load_settings(str(path))
