@@ -105,6 +105,8 @@ class Settings:
     # and defaults (loopback only, like the AMQP listener); 0 picks a free port
     management_port: int = 15672
     management_ip: str = "127.0.0.1"
+    # how often queue counts are sampled for the API's rates (RabbitMQ's key, ms)
+    statistics_interval_ms: int = 5000
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -294,6 +296,7 @@ KEYS = {
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
     "management.tcp.port": ("management_port", _int),
     "management.tcp.ip": ("management_ip", _str),
+    "collect_statistics_interval": ("statistics_interval_ms", _int),
 }
 
 # keys accepted and validated whose effect is not built yet: (key, Settings field,
@@ -322,6 +325,9 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def validate(settings: Settings) -> Settings:
     if not 0 <= settings.port <= 65535:
         raise ConfigError(f"listeners.tcp.default: port {settings.port} is not in 0..65535")
+    if settings.statistics_interval_ms <= 0:
+        raise ConfigError(f"collect_statistics_interval: expected a positive number of "
+                          f"milliseconds, got {settings.statistics_interval_ms}")
     if not 0 <= settings.management_port <= 65535:
         raise ConfigError(f"management.tcp.port: port {settings.management_port} is not in "
                           "0..65535")

@@ -192,8 +192,11 @@ class ManagementAPI:
         settings = shell.settings
         self.host = settings.management_ip
         self.port = settings.management_port
-        self.direct_sessions: set = set()
         self._runner: web.AppRunner | None = None
+        from .rates import Rates
+
+        self.rates = Rates(shell.node, settings.statistics_interval_ms / 1000,
+                           shell.schedule_flush)
 
     async def start(self) -> None:
         app = web.Application(client_max_size=settings_max_body(self.shell.settings))
@@ -207,8 +210,10 @@ class ManagementAPI:
             self.port = server.sockets[0].getsockname()[1]
         log.info("Management plugin: HTTP (non-TLS) listener started on %s:%d",
                  self.host, self.port)
+        self.rates.start()
 
     async def stop(self) -> None:
+        await self.rates.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -254,6 +259,7 @@ class ManagementAPI:
             user, password = authenticate(self.shell.node, http.headers.get("Authorization"),
                                           _peer_host(http))
             request = Request(self, http, user, password, captures)
+            self.rates.used()
             body = await handler(request)
         except Refused as refusal:
             headers = ({"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}

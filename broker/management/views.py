@@ -55,7 +55,9 @@ async def queue_rows(request: Request, vhosts: list[str], name: str | None = Non
 
     stats = await request.api.later(start)
     online = [name for name in node.cluster.nodes if node.cluster.reachable(name)]
-    return [rows.queue_row(node, queue, row, online) for queue, row in zip(queues, stats)]
+    rates = request.api.rates
+    return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name)}
+            for queue, row in zip(queues, stats)]
 
 
 def _sessions(request: Request):
@@ -78,6 +80,10 @@ async def overview(request: Request):
     all_rows = await queue_rows(request, login_vhosts(node, request.user))
     totals = {key: sum(row[key] for row in all_rows)
               for key in ("messages", "messages_ready", "messages_unacknowledged")}
+    if all_rows and all("messages_details" in row for row in all_rows):
+        totals.update({f"{key}_details": {"rate": round(sum(
+            row[f"{key}_details"]["rate"] for row in all_rows), 1)}
+            for key in ("messages", "messages_ready", "messages_unacknowledged")})
     sessions = list(_sessions(request))
     vhosts = login_vhosts(node, request.user)
     object_totals = {
