@@ -562,6 +562,20 @@ async def definitions(request: Request):
     return export(request.node)
 
 
+@route("POST", "/api/definitions")
+async def post_definitions(request: Request):
+    require(request.user, "administrator")
+    from .definitions import import_document
+
+    try:
+        await import_document(request, await request.json())
+    except (KeyError, TypeError, ValueError) as error:
+        from .app import bad_request
+
+        raise bad_request(f"definitions: {error!r}") from None
+    return Answer(204)
+
+
 @route("GET", "/api/definitions/{vhost}")
 async def vhost_definitions(request: Request):
     require(request.user, "administrator")

@@ -180,3 +180,32 @@ def test_overview_has_rabbitmqs_keys(both):
         key for key in theirs["queue_totals"] if key.endswith("_details")}
     assert ours["queue_totals"]["messages"] == theirs["queue_totals"]["messages"] == 2
     assert ours["object_totals"]["queues"] == theirs["object_totals"]["queues"] == 2
+
+
+def test_rabbitmqs_export_imports_into_quorumqueue(rabbitmq_management, quorumqueue):
+    """RabbitMQ's own definitions (its password hashes included: the same salted
+    SHA-256) load into quorumqueue through POST /api/definitions."""
+    import subprocess
+    from pathlib import Path
+
+    ctl = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")
+    base = rabbitmq_management.base_dir
+    environment = {"HOME": str(base / "home"), "PATH": "/usr/bin:/bin",
+                   "ERL_EPMD_PORT": str(rabbitmq_management.epmd_port),
+                   "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf")}
+    for arguments in (("add_user", "dora", "dora-secret"),
+                      ("set_user_tags", "dora", "management"),
+                      ("set_permissions", "-p", "/", "dora", ".*", ".*", ".*")):
+        subprocess.run([str(ctl), "-n", rabbitmq_management.node_name, *arguments],
+                       env=environment, check=True, capture_output=True, timeout=120)
+    document = _get(rabbitmq_management.management_url, "/api/definitions")
+    request = urllib.request.Request(
+        quorumqueue.management_url + "/api/definitions", data=json.dumps(document).encode(),
+        method="POST", headers={"Content-Type": "application/json", "Authorization":
+                                "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 204
+    login = urllib.request.Request(quorumqueue.management_url + "/api/whoami", headers={
+        "Authorization": "Basic " + base64.b64encode(b"dora:dora-secret").decode()})
+    with urllib.request.urlopen(login, timeout=30) as response:
+        assert json.loads(response.read()) == {"name": "dora", "tags": ["management"]}

@@ -134,3 +134,34 @@ def test_the_script_is_the_unchanged_python_one():
     assert text.startswith("#! /usr/bin/python3") or text.startswith("#!/usr/bin/python3")
     assert "VERSION = '3.10.8'" in text
     assert sys.version_info >= (3, 8)
+
+
+def test_export_then_import_into_a_fresh_broker(broker, tmp_path):
+    admin(broker, "declare", "vhost", "name=adm-roundtrip")
+    admin(broker, "declare", "user", "name=adm-carol", "password=secret", "tags=management")
+    admin(broker, "declare", "permission", "vhost=adm-roundtrip", "user=adm-carol",
+          "configure=.*", "write=.*", "read=.*")
+    admin(broker, "-V", "adm-roundtrip", "declare", "exchange", "name=rt-x", "type=direct")
+    admin(broker, "-V", "adm-roundtrip", "declare", "queue", "name=rt-q", "queue_type=quorum")
+    admin(broker, "-V", "adm-roundtrip", "declare", "binding", "source=rt-x",
+          "destination=rt-q", "routing_key=rt")
+    admin(broker, "declare", "policy", "-V", "adm-roundtrip", "name=rt-p", "pattern=^rt",
+          'definition={"max-length": 7}', "apply-to=queues")
+    target = tmp_path / "definitions.json"
+    admin(broker, "export", str(target))
+    with BrokerProcess() as fresh:
+        wait_until_serving(fresh.management_url)
+        assert "Uploaded definitions" in admin(fresh, "import", str(target))
+        assert [row["name"] for row in rows(fresh, "-V", "adm-roundtrip", "list", "queues")] \
+            == ["rt-q"]
+        assert {"source": "rt-x", "destination": "rt-q", "routing_key": "rt"} in [
+            {key: row[key] for key in ("source", "destination", "routing_key")}
+            for row in rows(fresh, "-V", "adm-roundtrip", "list", "bindings")]
+        assert [row["name"] for row in rows(fresh, "list", "policies")] == ["rt-p"]
+        # the password hash travelled: carol logs in with her password
+        whoami = subprocess.run(
+            ["/usr/bin/python3", str(RABBITMQADMIN), "-P", str(fresh.management_port),
+             "-u", "adm-carol", "-p", "secret", "-f", "raw_json", "list", "vhosts"],
+            capture_output=True, text=True, timeout=60)
+        assert whoami.returncode == 0, whoami.stdout + whoami.stderr
+        assert [row["name"] for row in json.loads(whoami.stdout)] == ["adm-roundtrip"]
