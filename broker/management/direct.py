@@ -43,6 +43,10 @@ from ..node.session import Session
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 CHANNEL = 1
+# how long one answer may take: beyond the metadata group's own timeout (30 s by
+# default, after which a change is refused), so an answer lost for good still ends
+# the HTTP request (500) instead of holding it forever
+ANSWER_TIMEOUT = 120.0
 
 
 class DirectError(Exception):
@@ -231,7 +235,7 @@ class DirectConnection:
         while True:
             if self._closed is not None and self._frames.empty():
                 raise self._closed
-            number, value = await self._frames.get()
+            number, value = await asyncio.wait_for(self._frames.get(), ANSWER_TIMEOUT)
             if value is None:
                 continue  # the wake-up of a close
             if isinstance(value, commands.Connection.Close):
