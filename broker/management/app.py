@@ -95,7 +95,7 @@ def not_found() -> Refused:
 
 def refusal_of(error: AMQPError | DirectError) -> Refused:
     """An AMQP refusal as RabbitMQ's API shows it (rabbit_mgmt_util:with_channel)."""
-    code = error.reply_code if isinstance(error, AMQPError) else error.code
+    code = error.code
     text = error.reply_text if isinstance(error, AMQPError) else error.text
     name, separator, detail = text.partition(" - ")
     detail = detail if separator else text
@@ -186,7 +186,7 @@ class ManagementAPI:
     """The HTTP listener (start/stop) and the request dispatcher."""
 
     def __init__(self, shell) -> None:
-        from . import changes, views  # noqa: F401 - their @route handlers register
+        from . import admin, changes, views  # noqa: F401 - their @route handlers register
 
         self.shell = shell
         settings = shell.settings

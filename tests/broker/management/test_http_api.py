@@ -6,6 +6,7 @@ test_management_against_rabbitmq.py compares the key sets)."""
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -325,3 +326,60 @@ def test_columns_and_sort_as_rabbitmqadmin_asks(broker):
     names = [row["name"] for row in rows]
     assert names == sorted(names)
     assert all(set(row) == {"name", "messages"} for row in rows)
+
+
+# ---------------------------------------------------------------- operator endpoints
+
+
+def test_vhost_limits(broker):
+    vhost = unique("lim")
+    assert api(broker, "PUT", f"/api/vhosts/{vhost}", {})[0] == 201
+    assert api(broker, "PUT", f"/api/vhost-limits/{vhost}/max-queues", {"value": 5})[0] == 204
+    assert api(broker, "PUT", f"/api/vhost-limits/{vhost}/max-connections",
+               {"value": 9})[0] == 204
+    assert api(broker, "GET", f"/api/vhost-limits/{vhost}")[1] == [
+        {"vhost": vhost, "value": {"max-queues": 5, "max-connections": 9}}]
+    status, body, _ = api(broker, "PUT", f"/api/vhost-limits/{vhost}/max-conections",
+                          {"value": 1})
+    assert status == 400 and "Unrecognised terms" in body["reason"]
+    assert api(broker, "DELETE", f"/api/vhost-limits/{vhost}/max-queues")[0] == 204
+    assert api(broker, "GET", f"/api/vhost-limits/{vhost}")[1] == [
+        {"vhost": vhost, "value": {"max-connections": 9}}]
+    assert api(broker, "DELETE", f"/api/vhost-limits/{vhost}/max-connections")[0] == 204
+    assert api(broker, "GET", f"/api/vhost-limits/{vhost}")[1] == []
+
+
+def test_closing_a_connection_through_the_api(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    try:
+        local = connection._impl._transport._sock.getsockname()
+        name = quote(f"{local[0]}:{local[1]} -> 127.0.0.1:{broker.port}", safe="")
+        wait_for(lambda: api(broker, "GET", f"/api/connections/{name}")[0] == 200,
+                 "the connection listed")
+        call_status = api(broker, "DELETE", f"/api/connections/{name}")[0]
+        assert call_status == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            for _ in range(600):
+                connection.process_data_events(time_limit=0.1)
+        assert closed.value.reply_code == 320
+        assert closed.value.reply_text == "CONNECTION_FORCED - Closed via management plugin"
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def test_aliveness_test_and_parameters(broker):
+    assert api(broker, "GET", "/api/aliveness-test/%2F")[:2] == (200, {"status": "ok"})
+    assert api(broker, "GET", "/api/parameters")[:2] == (200, [])
+    assert api(broker, "GET", "/api/global-parameters")[:2] == (200, [])
+
+
+def test_definition_refusals_are_400_with_the_nodes_text(broker):
+    status, body, _ = api(broker, "PUT", "/api/permissions/%2F/guest",
+                          {"configure": "(", "write": ".*", "read": ".*"})
+    assert status == 400 and body["error"] == "bad_request"
+    assert "not a regular expression" in body["reason"]
+    status, body, _ = api(broker, "PUT", "/api/policies/%2F/modes",
+                          {"pattern": ".*", "definition": {"queue-mode": "lazy"}})
+    assert status == 400 and "queue-mode" in body["reason"]
+    assert api(broker, "GET", "/api/policies/%2F/modes")[0] == 404
