@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.error
 import urllib.request
 
 import pika
@@ -209,3 +210,63 @@ def test_rabbitmqs_export_imports_into_quorumqueue(rabbitmq_management, quorumqu
         "Authorization": "Basic " + base64.b64encode(b"dora:dora-secret").decode()})
     with urllib.request.urlopen(login, timeout=30) as response:
         assert json.loads(response.read()) == {"name": "dora", "tags": ["management"]}
+
+
+def _call(base: str, method: str, path: str, body=None, user: str = "guest",
+          password: str = "guest"):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method, headers={
+        "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
+        "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw, status = response.read(), response.status
+    except urllib.error.HTTPError as error:
+        raw, status = error.read(), error.code
+    return status, json.loads(raw) if raw else None
+
+
+REFUSALS = [
+    ("GET", "/api/queues/%2F/mgmt-none", None, "guest"),
+    ("GET", "/api/no-such-thing", None, "guest"),
+    ("DELETE", "/api/queues/%2F/mgmt-none", None, "guest"),
+    ("PUT", "/api/queues/%2F/mgmt-qq", {"durable": False, "arguments": {}}, "guest"),
+    ("PUT", "/api/queues/%2F/mgmt-bad", {"durable": True,
+                                         "arguments": {"x-max-length": "x"}}, "guest"),
+    ("PUT", "/api/exchanges/%2F/mgmt-badx", {"type": "nope", "durable": True}, "guest"),
+    ("DELETE", "/api/queues/%2F/mgmt-cq?if-empty=true", None, "guest"),
+    ("POST", "/api/exchanges/%2F/mgmt-x/publish", {"properties": {}, "routing_key": "zz",
+                                                   "payload": "p",
+                                                   "payload_encoding": "string"}, "guest"),
+    ("GET", "/api/overview", None, "wrong-password"),
+    ("GET", "/api/users", None, "mgmt-monitor"),
+    ("GET", "/api/definitions", None, "mgmt-monitor"),
+    ("GET", "/api/overview", None, "mgmt-none-tag"),
+    ("GET", "/api/health/checks/alarms", None, "guest"),
+    ("GET", "/api/health/checks/local-alarms", None, "guest"),
+    ("GET", "/api/health/checks/virtual-hosts", None, "guest"),
+    ("GET", "/api/health/checks/node-is-quorum-critical", None, "guest"),
+    ("GET", "/api/whoami", None, "mgmt-monitor"),
+    ("GET", "/api/operator-policies", None, "guest"),
+    ("GET", "/api/parameters", None, "guest"),
+]
+
+
+@pytest.fixture(scope="module")
+def users_on_both(both):
+    for base, _rows in both.values():
+        for name, tags in (("mgmt-monitor", "monitoring"), ("mgmt-none-tag", "")):
+            assert _call(base, "PUT", f"/api/users/{name}",
+                         {"password": name, "tags": tags})[0] in (201, 204)
+    return both
+
+
+@pytest.mark.parametrize("method,path,body,user", REFUSALS,
+                         ids=[f"{m} {p} as {u}" for m, p, _b, u in REFUSALS])
+def test_answers_and_refusals_are_rabbitmqs(users_on_both, method, path, body, user):
+    """Status and JSON body equal, for refusals and the small fixed answers."""
+    password = "nope" if user == "wrong-password" else user
+    user = "guest" if user == "wrong-password" else user
+    answers = {name: _call(base, method, path, body, user, password)
+               for name, (base, _rows) in users_on_both.items()}
+    assert answers["quorumqueue"] == answers["rabbitmq"]
