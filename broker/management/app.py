@@ -201,7 +201,9 @@ class ManagementAPI:
     async def start(self) -> None:
         app = web.Application(client_max_size=settings_max_body(self.shell.settings))
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # shutdown_timeout: requests still running when the broker stops get 5 s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
