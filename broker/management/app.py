@@ -10,8 +10,8 @@ loop the AMQP server runs on, so handlers read the node directly and changes go
 through the same node and metadata path as AMQP clients (direct.py, node/management).
 Routing is by path segments taken from the raw path and unquoted one by one, so a
 vhost named `/` is `%2F` in a URL as RabbitMQ expects (a router over the decoded
-path would see an extra `/`). `columns`, `sort` and `sort_reverse` query parameters
-work on list answers as in RabbitMQ (rabbitmqadmin uses them).
+path would see an extra `/`). List answers take RabbitMQ's query parameters
+(listing.py: columns, sort, pagination with a name filter).
 
 The shell it needs (`shell`, the BrokerServer): `node`, `settings`, `port` (AMQP),
 `pass_time()`, `schedule_flush()`, `attach_direct(session, link)`,
@@ -32,6 +32,7 @@ from aiohttp import web
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError
+from . import listing
 from .access import Refused, authenticate
 from .direct import DirectError
 
@@ -128,53 +129,6 @@ def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | No
         elif part != segments[position]:
             return None
     return captures if len(segments) == len(pattern) else None
-
-
-def _columns(body: Any, query) -> Any:
-    """RabbitMQ's `columns=a,b.c` (dotted paths into nested objects) and `sort`."""
-    if isinstance(body, list) and query.get("sort"):
-        key = query["sort"]
-        body = sorted(body, key=lambda row: _sort_key(_dig(row, key.split("."))),
-                      reverse=query.get("sort_reverse") == "true")
-    columns = query.get("columns")
-    if not columns:
-        return body
-    paths = [column.split(".") for column in columns.split(",") if column]
-
-    def pick(row):
-        if not isinstance(row, dict):
-            return row
-        picked: dict = {}
-        for path in paths:
-            value = _dig(row, path)
-            if value is _MISSING:
-                continue
-            target = picked
-            for part in path[:-1]:
-                target = target.setdefault(part, {})
-            target[path[-1]] = value
-        return picked
-
-    return [pick(row) for row in body] if isinstance(body, list) else pick(body)
-
-
-_MISSING = object()
-
-
-def _dig(row, path):
-    for part in path:
-        if not isinstance(row, dict) or part not in row:
-            return _MISSING
-        row = row[part]
-    return row
-
-
-def _sort_key(value):
-    if value is _MISSING or value is None:
-        return (0, "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (1, value)
-    return (2, str(value))
 
 
 def _json_response(status: int, body: Any, headers: dict | None = None) -> web.Response:
@@ -279,7 +233,12 @@ class ManagementAPI:
             if body.body is None:
                 return web.Response(status=body.status, headers=body.headers)
             return _json_response(body.status, body.body, body.headers)
-        return _json_response(200, _columns(body, http.query))
+        try:
+            body = listing.shape(body, http.query)
+        except Refused as refusal:
+            return _json_response(refusal.status, {"error": refusal.error,
+                                                   "reason": refusal.reason})
+        return _json_response(200, body)
 
 
 def settings_max_body(settings) -> int:
