@@ -1,10 +1,12 @@
-"""The management API's operator endpoints: vhost limits, closing a connection, the
-aliveness test, and the (empty) runtime parameters.
+"""The management API's operator endpoints: vhost and user limits, closing a
+connection, the aliveness test, and the (empty) runtime parameters and topic
+permissions.
 
 - `/api/vhost-limits[/V]` GET, `/api/vhost-limits/V/NAME` PUT `{"value": N}` and
   DELETE: RabbitMQ's rows `{"vhost", "value": {name: n}}`, through the management
   operations of node/limits.py (`vhosts.set_limits` replaces a vhost's limits, so
-  one name is set or removed by writing the others back).
+  one name is set or removed by writing the others back); `/api/user-limits[/U]`,
+  `/api/user-limits/U/NAME` likewise (`{"user", "value"}` rows).
 - `DELETE /api/connections/NAME`: the connection is closed with `320
   CONNECTION_FORCED - Closed via management plugin` (or the `X-Reason` header's
   text), as RabbitMQ does; its own user or an administrator may.
@@ -73,6 +75,56 @@ async def delete_vhost_limit(request: Request):
     else:
         await operation(request, "vhosts.clear_limits", vhost=vhost)
     return Answer(204)
+
+
+def _user_limit_rows(request: Request, user: str | None = None) -> list[dict]:
+    return [{"user": account.name, "value": dict(account.limits)}
+            for _key, account in sorted(request.node.users.users.items())
+            if (user is None or account.name == user) and account.limits]
+
+
+@route("GET", "/api/user-limits")
+async def user_limits(request: Request):
+    require(request.user, "administrator")
+    return _user_limit_rows(request)
+
+
+@route("GET", "/api/user-limits/{user}")
+async def one_user_limits(request: Request):
+    require(request.user, "administrator")
+    if request.captures["user"] not in request.node.users.users:
+        raise not_found()
+    return _user_limit_rows(request, request.captures["user"])
+
+
+@route("PUT", "/api/user-limits/{user}/{name}")
+async def put_user_limit(request: Request):
+    require(request.user, "administrator")
+    user, name = request.captures["user"], request.captures["name"]
+    if user not in request.node.users.users:
+        raise not_found()
+    body = await request.json()
+    if "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    await operation(request, "users.set_limits", name=user, limits={name: body["value"]})
+    return Answer(204)
+
+
+@route("DELETE", "/api/user-limits/{user}/{name}")
+async def delete_user_limit(request: Request):
+    require(request.user, "administrator")
+    user, name = request.captures["user"], request.captures["name"]
+    account = request.node.users.users.get(user)
+    if account is None or name not in account.limits:
+        raise not_found()
+    await operation(request, "users.clear_limits", name=user, limit=name)
+    return Answer(204)
+
+
+@route("GET", "/api/topic-permissions")
+async def topic_permissions(request: Request):
+    require(request.user, "administrator")
+    return []  # quorumqueue has no topic permissions
 
 
 @route("DELETE", "/api/connections/{name}")

@@ -383,3 +383,18 @@ def test_definition_refusals_are_400_with_the_nodes_text(broker):
                           {"pattern": ".*", "definition": {"queue-mode": "lazy"}})
     assert status == 400 and "queue-mode" in body["reason"]
     assert api(broker, "GET", "/api/policies/%2F/modes")[0] == 404
+
+
+def test_user_limits_and_topic_permissions(broker):
+    name = unique("limited")
+    assert api(broker, "PUT", f"/api/users/{name}", {"password": "p", "tags": ""})[0] == 201
+    assert api(broker, "PUT", f"/api/user-limits/{name}/max-channels", {"value": 3})[0] == 204
+    assert api(broker, "PUT", f"/api/user-limits/{name}/max-connections",
+               {"value": 2})[0] == 204
+    assert api(broker, "GET", f"/api/user-limits/{name}")[1] == [
+        {"user": name, "value": {"max-channels": 3, "max-connections": 2}}]
+    assert api(broker, "DELETE", f"/api/user-limits/{name}/max-channels")[0] == 204
+    assert api(broker, "GET", f"/api/user-limits/{name}")[1] == [
+        {"user": name, "value": {"max-connections": 2}}]
+    assert api(broker, "DELETE", f"/api/user-limits/{name}/max-channels")[0] == 404
+    assert api(broker, "GET", "/api/topic-permissions")[:2] == (200, [])
