@@ -556,29 +556,28 @@ async def health_virtual_hosts(request: Request):
 
 @route("GET", "/api/definitions")
 async def definitions(request: Request):
+    """The node's definitions in RabbitMQ's export format: the same document as
+    `quorumqueue ctl export_definitions` (broker/node/definitions_json.py)."""
     require(request.user, "administrator")
-    from .definitions import export
+    from .changes import operation
 
-    return export(request.node)
+    return await operation(request, "definitions.export")
 
 
 @route("POST", "/api/definitions")
 async def post_definitions(request: Request):
+    """RabbitMQ's import: the whole document is checked first and nothing is applied
+    if any of it is refused (a 400 naming the item), as `ctl import_definitions`."""
     require(request.user, "administrator")
-    from .definitions import import_document
+    from .changes import operation
 
-    try:
-        await import_document(request, await request.json())
-    except (KeyError, TypeError, ValueError) as error:
-        from .app import bad_request
-
-        raise bad_request(f"definitions: {error!r}") from None
+    await operation(request, "definitions.import", definitions=await request.json())
     return Answer(204)
 
 
 @route("GET", "/api/definitions/{vhost}")
 async def vhost_definitions(request: Request):
     require(request.user, "administrator")
-    from .definitions import export
+    from .changes import operation
 
-    return export(request.node, _vhost_names(request)[0])
+    return await operation(request, "definitions.export", vhost=_vhost_names(request)[0])

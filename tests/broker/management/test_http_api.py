@@ -247,8 +247,9 @@ def test_definitions_export_has_rabbitmqs_sections(broker):
     assert {"rabbit_version", "users", "vhosts", "permissions", "topic_permissions",
             "parameters", "global_parameters", "policies", "queues", "exchanges",
             "bindings"} <= set(document)
-    assert {"name": queue, "vhost": "/", "durable": True, "auto_delete": False,
-            "arguments": {"x-queue-type": "quorum"}} in document["queues"]
+    [row] = [row for row in document["queues"] if row["name"] == queue]
+    assert row | {"type": "quorum", "vhost": "/", "durable": True, "auto_delete": False,
+                  "arguments": {"x-queue-type": "quorum"}} == row
 
 
 # ---------------------------------------------------------------- node, health
