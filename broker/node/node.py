@@ -37,6 +37,7 @@ from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from . import group_commit, limits, management
 from .operator_policies import effective, parse_operator_policy
+from .counters import Counters
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
 from .vhost import VHost
@@ -72,6 +73,7 @@ class Node:
         self.synced_batch_id = 0
         self.metadata_dirty = False
         self.alarms: set[str] = set()
+        self.counters = Counters()  # messages and connections (broker/metrics/ reads them)
         # user -> the channels its connections have open here (node/limits.py)
         self.channel_quotas: dict = {}
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
@@ -325,11 +327,21 @@ class Node:
             delivered = False
             queues = vhost.route(exchange, publish.routing_key,
                                  lambda: properties.decoded().get("headers"))
-        if not queues and not delivered and publish.mandatory:
+        counters = self.counters
+        counters.received += 1
+        if confirm_seq:
+            counters.received_confirm += 1
+        channel.published = True
+        if queues or delivered:
+            counters.routed += 1
+        elif publish.mandatory:
+            counters.unroutable_returned += 1
             channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
                                             publish.exchange, publish.routing_key))
             channel.session.write_parts(codec.content(channel.number, properties.raw, body,
                                                       channel.session.frame_max))
+        else:
+            counters.unroutable_dropped += 1
         confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
         for queue in queues:
             queue.publish(message, channel, confirm)

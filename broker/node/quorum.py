@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 import random
+import time
 from typing import TYPE_CHECKING
 
 from ..amqp import codec
@@ -95,6 +96,9 @@ class QuorumGroups:
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released
         self.touched_channels: set["Channel"] = set()
+        # the one clock read here: it times an entry from storage to commit for the
+        # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
+        self.clock = time.monotonic
 
     # ------------------------------------------------------------ lifecycle
 
@@ -204,6 +208,7 @@ class QuorumGroups:
         group has a Ready; `Node.flush` does this with the other stores."""
         for _round in range(driver.MAX_ROUNDS):
             readies = driver.persist_round(self.store, self.queues.values())
+            self._time_appends(readies)
             self.store.flush()
             driver.finish_round(readies, self)
             self.release_confirms()
@@ -215,7 +220,19 @@ class QuorumGroups:
         group's Ready persisted and sealed (`batch.write()` makes it durable, on any
         thread); `end_round` once that returned."""
         readies = driver.persist_round(self.store, self.queues.values())
+        self._time_appends(readies)
         return readies, self.store.seal()
+
+    def _time_appends(self, readies: driver.Batch) -> None:
+        """Start timing the last entry a group hands to storage, unless one of the
+        group's entries is timed already (one at a time: a cost per round, not per
+        entry)."""
+        now = None
+        for member, _raft, ready in readies:
+            if ready.entries and member.commit_probe is None:
+                if now is None:
+                    now = self.clock()
+                member.commit_probe = (ready.entries[-1].index, now)
 
     def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
         """`batch` is written: send, apply and advance the round's Readies, then apply
@@ -246,6 +263,10 @@ class QuorumGroups:
         the others' identities are recorded as they are applied."""
         if queue.replay_until:
             queue.replay_until = replay_bound(queue.replay_until, ready)
+        probe = queue.commit_probe
+        if probe is not None and ready.commit_index >= probe[0]:
+            queue.commit_latency_s = self.clock() - probe[1]
+            queue.commit_probe = None
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)

@@ -38,6 +38,9 @@ The operations, and what each owes its caller:
 - `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
   counts of the node that serves the queue); `metadata_record()`: what the metadata
   file keeps beyond name, type and arguments.
+- `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
+  leader), so its counts here are the queue's own: the node that reports them in the
+  Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
 
 Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
 `message_bytes`) are properties or fields of every type.
@@ -224,6 +227,8 @@ class Queue:
         return 0
 
     # ------------------------------------------------------------ listing
+
+    served_here: bool = True
 
     @property
     def message_bytes(self) -> int:

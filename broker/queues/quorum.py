@@ -130,6 +130,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
     # ------------------------------------------------------------ counts
 
     @property
+    def served_here(self) -> bool:
+        """The leader serves the queue (its counts are the queue's)."""
+        return self.is_leader
+
+    @property
     def ready_count(self) -> int:
         return self.state.ready_count
 

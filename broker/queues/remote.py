@@ -76,6 +76,7 @@ class RemoteClassicQueue(Queue):
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
     REPLICATED = False
     POLICY_ON_TICK = False
+    served_here = False  # its host serves it
 
     def __init__(self, vhost: str, name: str, durable: bool, exclusive_owner: str | None,
                  auto_delete: bool, arguments: dict, group: str, host: str,
