@@ -107,6 +107,12 @@ class Settings:
     management_ip: str = "127.0.0.1"
     # how often queue counts are sampled for the API's rates (RabbitMQ's key, ms)
     statistics_interval_ms: int = 5000
+    # the Prometheus endpoint (broker/metrics/): rabbitmq_prometheus's port, on
+    # loopback unless set (0: a free port, logged). A listener on the default port
+    # that finds it taken logs a warning and the node runs without it; a port the
+    # configuration names must be free, or the node does not start
+    prometheus_host: str = "127.0.0.1"
+    prometheus_port: int = 15692
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -297,6 +303,8 @@ KEYS = {
     "management.tcp.port": ("management_port", _int),
     "management.tcp.ip": ("management_ip", _str),
     "collect_statistics_interval": ("statistics_interval_ms", _int),
+    "prometheus.tcp.ip": ("prometheus_host", _str),
+    "prometheus.tcp.port": ("prometheus_port", _int),
 }
 
 # keys accepted and validated whose effect is not built yet: (key, Settings field,
@@ -340,6 +348,9 @@ def validate(settings: Settings) -> Settings:
     if not 0 < settings.max_message_size <= 512 * 1024 * 1024:
         raise ConfigError("max_message_size: must be between 1 byte and 512MiB "
                           f"(RabbitMQ's hard limit), got {settings.max_message_size}")
+    if not 0 <= settings.prometheus_port <= 65535:
+        raise ConfigError(f"prometheus.tcp.port: port {settings.prometheus_port} is not in "
+                          "0..65535")
     if not -1 <= settings.distribution_port <= 65535:
         raise ConfigError(f"distribution.listener.port: {settings.distribution_port} is not "
                           "in 0..65535")

@@ -34,6 +34,7 @@ from ..node.node import Node
 from ..node.quorum import QuorumGroups
 from ..raft.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
+from ..metrics.http import MetricsListener
 from ..node.session import Session
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
@@ -201,6 +202,7 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.session = Session(self.server.node, peer[0], time.monotonic())
+        self.server.node.counters.connections_opened += 1
         self.server.connections[self.session] = self
         log.info("accepting AMQP connection %s", self.peer)
 
@@ -224,6 +226,7 @@ class _Connection(asyncio.Protocol):
         if not session.closed:
             log.warning("client unexpectedly closed TCP connection %s", self.peer)
         session.connection_lost()
+        self.server.node.counters.connections_closed += 1
         self.server.connections.pop(session, None)
         self.server.schedule_flush()
 
@@ -247,6 +250,7 @@ class BrokerServer:
         self._held: list[tuple[Session, bytes, bool]] = []
         self._stopped = False
         self.management = None  # the management HTTP API, once started (start_management)
+        self.metrics: MetricsListener | None = None  # the Prometheus endpoint
 
     # ------------------------------------------------------------ lifecycle
 
@@ -267,6 +271,14 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
         log.info("started TCP listener on %s:%d", self.settings.host, self.port)
+        self.metrics = MetricsListener(self)
+        try:
+            await self.metrics.start()
+        except BaseException:
+            self._server.close()
+            self._ticker.cancel()
+            self._writer.stop()
+            raise
         cluster = self.node.cluster
         cluster.wake = self.schedule_flush
         # where clients reach this node, without credentials (cluster status)
@@ -328,6 +340,8 @@ class BrokerServer:
             await self.management.stop()
         if self._server is not None:
             self._server.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
         now = time.monotonic()
         for session in list(self.connections):
             session.server_close(spec.CONNECTION_FORCED,
@@ -543,6 +557,9 @@ class BrokerServer:
             except Exception:  # a bug must not stop this node's Raft clock
                 log.exception("cluster tick failed")
             self.schedule_flush()
+
+    def resident_memory(self) -> int:
+        return resident_memory_bytes()
 
     def memory_limit(self) -> int:
         return self.settings.memory_limit(self.settings.total_memory(total_memory_bytes()))
