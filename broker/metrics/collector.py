@@ -174,16 +174,16 @@ class NodeCollector:
 
     def _node(self) -> Iterator[Metric]:
         server = self.server
-        node = server.node
-        alarms = node.alarms
-        yield _single("rabbitmq_alarms_file_descriptor_limit", "untyped",
-                      "is 1 if file descriptor limit alarm is in effect", 0)
-        yield _single("rabbitmq_alarms_free_disk_space_watermark", "untyped",
-                      "is 1 if free disk space watermark alarm is in effect",
-                      int("disk" in alarms))
-        yield _single("rabbitmq_alarms_memory_used_watermark", "untyped",
-                      "is 1 if VM memory watermark alarm is in effect",
-                      int("memory" in alarms))
+        alarms = server.node.alarms
+        if self.view == "aggregated":  # as RabbitMQ's: /metrics/per-object has none
+            yield _single("rabbitmq_alarms_file_descriptor_limit", "untyped",
+                          "is 1 if file descriptor limit alarm is in effect", 0)
+            yield _single("rabbitmq_alarms_free_disk_space_watermark", "untyped",
+                          "is 1 if free disk space watermark alarm is in effect",
+                          int("disk" in alarms))
+            yield _single("rabbitmq_alarms_memory_used_watermark", "untyped",
+                          "is 1 if VM memory watermark alarm is in effect",
+                          int("memory" in alarms))
         yield _single("rabbitmq_process_open_fds", "gauge", "Open file descriptors",
                       open_fds())
         yield _single("rabbitmq_process_max_fds", "gauge", "Open file descriptors limit",
