@@ -10,7 +10,8 @@ endpoints are scraped while that state holds. Then:
   names (except DELIBERATE_DIFFERENCES), so dashboards and alerts written for RabbitMQ
   find them; none of them is 4.x-only: all exist in 3.10.8;
 - the values a user reads for that state (queue depths per queue, consumers, publish,
-  confirm and deliver totals per queue type, channels, consumers, Raft term) are equal.
+  confirm and deliver totals per queue type, channels, consumers, Raft term) are equal;
+- conf/grafana's dashboard queries nothing RabbitMQ lacks.
 
 RabbitMQ refreshes its queue metrics every few seconds (collect_statistics_interval):
 its endpoint is scraped until it shows the state, within a generous bound.
@@ -21,8 +22,9 @@ from __future__ import annotations
 import pika
 import pytest
 
-from tests.support.prometheus import (RabbitMQWithPrometheus, broker_with_metrics, scrape,
-                                      value, wait_for)
+from tests.support.prometheus import (RabbitMQWithPrometheus, broker_with_metrics,
+                                      dashboard_queries, metrics_and_labels, scrape, value,
+                                      wait_for)
 
 QQ, CQ = "prometheus-qq", "prometheus-cq"
 
@@ -153,3 +155,15 @@ def test_every_exported_name_exists_in_rabbitmq_with_its_type_and_labels(scrapes
 def test_values_for_the_same_state_are_rabbitmqs(scrapes, endpoint, name, labels):
     expected = value(scrapes["rabbitmq"][endpoint], name, **labels)
     assert value(scrapes["quorumqueue"][endpoint], name, **labels) == expected
+
+
+def test_the_dashboard_works_against_rabbitmq_too(scrapes):
+    """conf/grafana's dashboard queries only names and labels RabbitMQ's per-object
+    endpoint has as well: it shows a RabbitMQ cluster's quorum queues unchanged."""
+    samples = scrapes["rabbitmq"]["/metrics/per-object"]
+    for query in dashboard_queries():
+        names, wanted = metrics_and_labels(query)
+        assert names <= set(samples), f"{query!r}: {names - set(samples)} not in RabbitMQ's"
+        labels = set().union(*({k for labels, _v, _t in samples[n] for k in labels}
+                               for n in names))
+        assert wanted <= labels, f"{query!r}: labels {wanted - labels} not in RabbitMQ's"

@@ -2,7 +2,8 @@
 
 `scrape(port, path)` fetches and parses the exposition text with prometheus_client's
 own parser (what a test asserts is what a Prometheus server would read);
-`value(samples, name, **labels)` reads one sample. `broker_with_metrics()` is a
+`value(samples, name, **labels)` reads one sample; `dashboard_queries()` and
+`metrics_and_labels(query)` read the PromQL of conf/grafana's dashboard. `broker_with_metrics()` is a
 `BrokerProcess` whose endpoint listens on a free port; `RabbitMQWithPrometheus` a
 private RabbitMQ node (tests/support/rabbitmq.py) with the rabbitmq_prometheus plugin
 enabled on a free port.
@@ -10,8 +11,11 @@ enabled on a free port.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -61,6 +65,37 @@ def wait_for(port: int, path: str, condition, timeout: float = 60.0) -> dict:
             raise AssertionError(f"{path} on port {port}: condition not met within "
                                  f"{timeout:.0f} s")
         time.sleep(0.5)
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "conf" / "grafana" / \
+    "quorumqueue-quorum-queues.json"
+
+
+def dashboard_queries(path: Path = DASHBOARD) -> list[str]:
+    """Every PromQL expression of a Grafana dashboard: panel targets and variable
+    queries."""
+    document = json.loads(path.read_text())
+    queries = [target["expr"] for panel in document["panels"]
+               for target in panel.get("targets", ())]
+    for variable in document["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            queries.append(query["query"])
+    return queries
+
+
+def metrics_and_labels(query: str) -> tuple[set[str], set[str]]:
+    """(metric names, label names) a PromQL expression uses: label lists (by, on,
+    group_left, label_values' second argument) and selectors hold labels, what is left
+    names metrics. `instance`, which Prometheus adds at scrape, is left out."""
+    groups = re.findall(r"\b(?:by|on|group_left)\s*\(([^)]*)\)", query)
+    groups += re.findall(r"label_values\(\s*\w+\s*,([^)]*)\)", query)
+    labels = {label.strip() for group in groups for label in group.split(",")
+              if label.strip()} - {"instance"}
+    labels |= set(re.findall(r"([a-z_]+)\s*[=!]~?\s*\"", query))
+    bare = re.sub(r"\{[^}]*\}", "", re.sub(
+        r"\b(?:by|on|group_left)\s*\([^)]*\)|,[^,()]*\)\s*$", "", query))
+    return set(re.findall(r"\b(rabbitmq_[a-z0-9_]+)\b", bare)), labels
 
 
 def broker_with_metrics() -> tuple[BrokerProcess, int]:

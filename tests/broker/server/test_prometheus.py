@@ -23,7 +23,8 @@ import pytest
 from quorumqueue.broker.config import ConfigError, Settings, load_settings
 from quorumqueue.broker.metrics.http import MetricsListener
 from tests.broker.server.pika_support import pump, unique
-from tests.support.prometheus import broker_with_metrics, fetch, scrape, value, wait_for
+from tests.support.prometheus import (broker_with_metrics, dashboard_queries, fetch,
+                                      metrics_and_labels, scrape, value, wait_for)
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -243,3 +244,36 @@ def test_the_default_port_taken_is_logged_and_skipped(tmp_path, caplog):
     assert listener.port is None
     assert "Prometheus metrics are off" in caplog.text
     assert "prometheus.tcp.port" in caplog.text
+
+
+# ---------------------------------------------------------------- the Grafana dashboard
+
+def test_every_metric_the_dashboard_queries_is_exported(metrics_broker, channel):
+    """The dashboard reads /metrics/per-object (its description says so): each metric
+    name in its PromQL is a sample of that endpoint once a quorum queue has messages,
+    and each label it filters or groups by is on a sample of the metrics it names."""
+    queue = unique("qq-dashboard")
+    channel.queue_declare(queue, durable=True, arguments=QUORUM)
+    publish(channel, queue, 2)
+    channel.basic_get(queue, auto_ack=False)
+    samples = scrape(metrics_broker.metrics_port, "/metrics/per-object")
+    queries = dashboard_queries()
+    assert len(queries) >= 15
+    used = set()
+    for query in queries:
+        names, wanted = metrics_and_labels(query)
+        assert names, f"no rabbitmq_ metric in {query!r}"
+        missing = names - set(samples)
+        assert not missing, f"{query!r} queries {missing}, which are not exported"
+        labels = set().union(*({k for labels, _v, _t in samples[n] for k in labels}
+                               for n in names))
+        assert wanted <= labels, f"{query!r} uses labels {wanted - labels} no sample has"
+        used |= names
+    # the quorum-queue panels the dashboard is for
+    assert {"rabbitmq_queue_messages_ready", "rabbitmq_queue_messages_unacked",
+            "rabbitmq_global_messages_received_total",
+            "rabbitmq_global_messages_confirmed_total",
+            "rabbitmq_global_messages_delivered_total",
+            "rabbitmq_raft_entry_commit_latency_seconds", "rabbitmq_raft_term_total",
+            "rabbitmq_raft_log_commit_index", "rabbitmq_raft_log_snapshot_index",
+            "rabbitmq_process_resident_memory_bytes"} <= used
