@@ -36,6 +36,9 @@ def broker() -> None:
 @click.option("--management-port", type=int,
               help="Management HTTP API port (management.tcp.port, default 15672); 0 "
                    "picks a free port.")
+@click.option("--prometheus-port", type=int,
+              help="Prometheus metrics port (prometheus.tcp.port, default 15692); 0 picks "
+                   "a free port.")
 @click.option("--data-dir", type=click.Path(file_okay=False),
               help="Where durable queues, messages and metadata live.")
 @click.option("--node-name", help="This node's name (node_name), e.g. qq1@localhost.")
@@ -47,7 +50,8 @@ def broker() -> None:
               help="Join the cluster of the running node NAME, whose inter-node port is "
                    "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
                    "queue replicas until `queues grow` or `add_member`.")
-def broker_start(config_path, port, host, management_port, data_dir, node_name,
+def broker_start(config_path, port, host, management_port, prometheus_port, data_dir,
+                 node_name,
                  cluster_port, cluster_nodes, join) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
     from .config import _nodes
@@ -59,7 +63,8 @@ def broker_start(config_path, port, host, management_port, data_dir, node_name,
         settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
                                  management_port=management_port,
                                  node_name=node_name, distribution_port=cluster_port,
-                                 cluster_nodes=nodes, cluster_join=join)
+                                 cluster_nodes=nodes, cluster_join=join,
+                                 prometheus_port=prometheus_port)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:

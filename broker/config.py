@@ -108,9 +108,9 @@ class Settings:
     # how often queue counts are sampled for the API's rates (RabbitMQ's key, ms)
     statistics_interval_ms: int = 5000
     # the Prometheus endpoint (broker/metrics/): rabbitmq_prometheus's port, on
-    # loopback unless set (0: a free port, logged). A listener on the default port
-    # that finds it taken logs a warning and the node runs without it; a port the
-    # configuration names must be free, or the node does not start
+    # loopback unless set (0: a free port, logged). The default port left implicit,
+    # found taken, is logged and the node runs without metrics; any other port (or
+    # the default one named in the file) must be free, or the node does not start
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 15692
     configured_keys: frozenset = frozenset()      # the keys the configuration file set

@@ -12,9 +12,10 @@ the broker's own event loop, between two of its callbacks, so it reads the node'
 state consistently without locks; a scrape costs the loop the time to render (about
 proportional to the number of queues on the per-object endpoint).
 
-Invariants: the listener binds the configured address only; a port the configuration
-names explicitly must be free, or the node does not start (ConfigError); the default
-port, when taken (another node of this host has it), is logged and skipped.
+Invariants: the listener binds the configured address only; a port other than the
+default, or the default one named in the configuration file, must be free, or the node
+does not start (ConfigError); the default port left implicit, when taken (another node
+of this host has it), is logged and skipped.
 
 Not here: what the metrics say (collector.py).
 """
@@ -37,6 +38,13 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("quorumqueue.broker")
 
 PORT_KEY = "prometheus.tcp.port"
+DEFAULT_PORT = 15692  # rabbitmq_prometheus's
+
+
+def port_required(settings) -> bool:
+    """Whether failing to listen stops the node: for any port but the default one,
+    and for the default one when the configuration file names it."""
+    return settings.prometheus_port != DEFAULT_PORT or PORT_KEY in settings.configured_keys
 
 
 def render(server: "BrokerServer", view: str, accept: str | None,
@@ -95,7 +103,7 @@ class MetricsListener:
         except OSError as error:
             await runner.cleanup()
             where = f"{settings.prometheus_host}:{settings.prometheus_port}"
-            if PORT_KEY in settings.configured_keys:
+            if port_required(settings):
                 raise ConfigError(f"{PORT_KEY}: cannot listen on {where} for Prometheus "
                                   f"metrics: {error}") from None
             log.warning("Prometheus metrics are off: cannot listen on %s (%s); set %s to "

@@ -21,6 +21,7 @@ import pika
 import pytest
 
 from quorumqueue.broker.config import ConfigError, Settings, load_settings
+from quorumqueue.broker.metrics import http as metrics_http
 from quorumqueue.broker.metrics.http import MetricsListener
 from tests.broker.server.pika_support import pump, unique
 from tests.support.prometheus import (broker_with_metrics, dashboard_queries, fetch,
@@ -233,11 +234,21 @@ def test_a_configured_port_that_is_taken_stops_the_start(tmp_path):
             asyncio.run(_listener(settings).start())
 
 
-def test_the_default_port_taken_is_logged_and_skipped(tmp_path, caplog):
-    """Several nodes of one host (tests, a local cluster) cannot all have 15692: a node
-    that did not ask for the port runs without metrics, and says so."""
+def test_another_port_given_on_the_command_line_must_be_free(tmp_path):
     with _held_port() as holder:
         port = holder.getsockname()[1]
+        settings = load_settings(None, data_dir=str(tmp_path), prometheus_port=port)
+        with pytest.raises(ConfigError, match="prometheus.tcp.port: cannot listen"):
+            asyncio.run(_listener(settings).start())
+
+
+def test_the_default_port_taken_is_logged_and_skipped(tmp_path, caplog, monkeypatch):
+    """Several nodes of one host (tests) cannot all have 15692: a node that did not ask
+    for the port runs without metrics, and says so. (The port held here plays the
+    default one: 15692 itself may be free or not on a test machine.)"""
+    with _held_port() as holder:
+        port = holder.getsockname()[1]
+        monkeypatch.setattr(metrics_http, "DEFAULT_PORT", port)
         listener = _listener(Settings(data_dir=str(tmp_path), prometheus_port=port))
         with caplog.at_level(logging.WARNING, logger="quorumqueue.broker"):
             asyncio.run(listener.start())
