@@ -169,7 +169,7 @@ class Channel:
         session.write(codec.basic_deliver(self.number, consumer.tag, tag, redelivered,
                                           exchange, routing_key))
         session.write_parts(codec.content(self.number, header, body, session.frame_max))
-        counters = self.node.counters.of(queue.type_name)
+        counters = self.node.counters.by_type[queue.type_name]
         if redelivered:
             counters.redelivered += 1
         if not consumer.no_ack:
@@ -191,7 +191,7 @@ class Channel:
                                      remaining))
         self.session.write_parts(codec.content(self.number, header, body,
                                                self.session.frame_max))
-        counters = self.node.counters.of(queue.type_name)
+        counters = self.node.counters.by_type[queue.type_name]
         if redelivered:
             counters.redelivered += 1
         if not no_ack:
@@ -255,7 +255,7 @@ class Channel:
             by_queue.setdefault(id(queue), (queue, []))[1].append(token)
         for queue, tokens in by_queue.values():
             if requeue is None:
-                self.node.counters.of(queue.type_name).acknowledged += len(tokens)
+                self.node.counters.by_type[queue.type_name].acknowledged += len(tokens)
             queue.settle(self, tokens, requeue)
         self._refill(consumers)
 

@@ -41,6 +41,15 @@ class TypeCounters:
                 + self.get_auto_ack)
 
 
+class ByType(dict):
+    """queue type name -> its TypeCounters, made on first use (a plain dict lookup on
+    the delivery path, no method call)."""
+
+    def __missing__(self, queue_type: str) -> TypeCounters:
+        counters = self[queue_type] = TypeCounters()
+        return counters
+
+
 class Counters:
     __slots__ = ("received", "received_confirm", "routed", "unroutable_dropped",
                  "unroutable_returned", "confirmed", "by_type", "connections_opened",
@@ -54,14 +63,11 @@ class Counters:
         self.unroutable_returned = 0  # routed nowhere, mandatory: basic.return
         self.confirmed = 0            # basic.ack publisher confirms sent (per message)
         # queue type name ("classic", "quorum") -> its deliveries and acks
-        self.by_type: dict[str, TypeCounters] = {}
+        self.by_type: dict[str, TypeCounters] = ByType()
         self.connections_opened = 0   # TCP connections accepted
         self.connections_closed = 0
         self.channels_opened = 0
         self.channels_closed = 0
 
     def of(self, queue_type: str) -> TypeCounters:
-        counters = self.by_type.get(queue_type)
-        if counters is None:
-            counters = self.by_type[queue_type] = TypeCounters()
-        return counters
+        return self.by_type[queue_type]
