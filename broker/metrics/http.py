@@ -6,11 +6,13 @@ loopback and 15692 by default) and answer `GET /metrics` (aggregated),
 rabbitmq_prometheus does, in the exposition format the scraper asks for (Prometheus
 text 0.0.4 or OpenMetrics, by its Accept header; gzip when accepted).
 
-How it works: each request builds a registry holding one `NodeCollector`
-(collector.py) and renders it with prometheus_client's encoder. The handler runs on
-the broker's own event loop, between two of its callbacks, so it reads the node's
-state consistently without locks; a scrape costs the loop the time to render (about
-proportional to the number of queues on the per-object endpoint).
+How it works: each request reads the node's state into metric families with a
+`NodeCollector` (collector.py) on the broker's own event loop, between two of its
+callbacks, so the state is read consistently without locks; then a worker thread
+renders them with prometheus_client's encoder (the families are plain values by then,
+nothing the loop changes). The loop pays for the reading only: for 1,000 queues (half
+of them quorum queues) ~9 ms on /metrics and ~20 ms on /metrics/per-object, whose
+rendering takes 2-3x that (in-process timing, loaded 2-core machine).
 
 Invariants: the listener binds the configured address only; a port other than the
 default, or the default one named in the configuration file, must be free, or the node
@@ -22,6 +24,7 @@ Not here: what the metrics say (collector.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -47,19 +50,30 @@ def port_required(settings) -> bool:
     return settings.prometheus_port != DEFAULT_PORT or PORT_KEY in settings.configured_keys
 
 
-def render(server: "BrokerServer", view: str, accept: str | None,
-           families=(), vhosts=()) -> tuple[bytes, str]:
-    """(body, content type) of one scrape of `view`."""
+class Collected:
+    """Metric families already read from the node: what the encoder renders."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def collect(server: "BrokerServer", view: str, families=(), vhosts=()) -> CollectorRegistry:
+    """A registry holding `view`'s families as the node's state is now (on the loop)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(server, view, families, vhosts))
-    encoder, content_type = choose_encoder(accept)
-    return encoder(registry), content_type
+    registry.register(Collected(list(NodeCollector(server, view, families, vhosts).collect())))
+    return registry
 
 
 def application(server: "BrokerServer") -> web.Application:
     async def scrape(request: web.Request, view: str, families=(), vhosts=()):
-        body, content_type = render(server, view, request.headers.get("Accept"),
-                                    families, vhosts)
+        registry = collect(server, view, families, vhosts)
+        encoder, content_type = choose_encoder(request.headers.get("Accept"))
+        # rendering the text is most of a per-object scrape's time (2-3x reading the
+        # node): a worker thread does it, so the loop goes on serving clients meanwhile
+        body = await asyncio.get_running_loop().run_in_executor(None, encoder, registry)
         response = web.Response(body=body)
         # set whole: aiohttp's content_type= refuses parameters (version, charset)
         response.headers["Content-Type"] = content_type
