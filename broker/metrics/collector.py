@@ -27,6 +27,7 @@ Not here: the HTTP listener (http.py), counting (node/counters.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import shutil
@@ -94,6 +95,7 @@ RAFT_FAMILIES = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def _version(package: str) -> str:
     try:
         return package_metadata.version(package)
@@ -134,10 +136,6 @@ class NodeCollector:
         self.view = view
         self.families = tuple(families)
         self.vhosts = frozenset(vhosts)
-
-    # prometheus_client calls describe() at registration unless told not to; the
-    # registry is made with auto_describe=False (http.py), so collect() runs only
-    # when scraped
 
     def collect(self) -> Iterator[Metric]:
         if self.view == "detailed":
