@@ -127,6 +127,33 @@ def test_deliveries_unacked_and_acks_of_a_consumer(metrics_broker, channel):
                     **quorum)) == 1
 
 
+def test_returned_and_redelivered_messages(metrics_broker, channel):
+    queue = unique("qq-redeliver")
+    channel.queue_declare(queue, durable=True, arguments=QUORUM)
+    publish(channel, queue, 1)
+    port = metrics_broker.metrics_port
+    before = scrape(port, "/metrics")
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish("", unique("nowhere"), b"back", mandatory=True)
+    method, _props, _body = channel.basic_get(queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, _props, _body = channel.basic_get(queue, auto_ack=True)
+    assert method.redelivered
+    after = scrape(port, "/metrics")
+    quorum = dict(protocol="amqp091", queue_type="rabbit_quorum_queue")
+    assert (value(after, "rabbitmq_global_messages_unroutable_returned_total",
+                  protocol="amqp091")
+            - value(before, "rabbitmq_global_messages_unroutable_returned_total",
+                    protocol="amqp091")) == 1
+    assert (value(after, "rabbitmq_global_messages_redelivered_total", **quorum)
+            - value(before, "rabbitmq_global_messages_redelivered_total", **quorum)) == 1
+    assert (value(after, "rabbitmq_global_messages_delivered_total", **quorum)
+            - value(before, "rabbitmq_global_messages_delivered_total", **quorum)) == 2
+    # a nack is no acknowledgement
+    assert (value(after, "rabbitmq_global_messages_acknowledged_total", **quorum)
+            == value(before, "rabbitmq_global_messages_acknowledged_total", **quorum))
+
+
 def test_raft_indexes_move_as_messages_are_committed(metrics_broker, channel):
     queue = unique("qq-raft")
     channel.queue_declare(queue, durable=True, arguments=QUORUM)
