@@ -56,10 +56,11 @@ QUEUE_FAMILIES = (
     ("queue_consumers", "gauge", "Consumers on a queue", lambda q: q.consumer_count),
     ("queue_messages_ready_bytes", "gauge", "Size in bytes of ready messages",
      lambda q: q.ready_bytes),
+    # None for a queue whose type does not count unacked bytes (Queue.unacked_bytes)
     ("queue_messages_unacked_bytes", "gauge", "Size in bytes of all unacknowledged "
-     "messages", lambda q: max(0, q.message_bytes - q.ready_bytes)),
+     "messages", lambda q: q.unacked_bytes),
     ("queue_messages_bytes", "gauge", "Size in bytes of ready and unacknowledged messages",
-     lambda q: q.message_bytes),
+     lambda q: None if (unacked := q.unacked_bytes) is None else q.ready_bytes + unacked),
 )
 
 # /metrics/detailed: RabbitMQ's family names -> the queue families they hold
@@ -215,13 +216,16 @@ class NodeCollector:
         for name, kind, documentation, read in QUEUE_FAMILIES:
             if name not in wanted:
                 continue
+            values = [(queue, read(queue)) for queue in queues]
             if per_object:
                 family = _family(prefix + name, kind, documentation, ("vhost", "queue"))
-                for queue in queues:
-                    family.add_metric([queue.vhost, queue.name], read(queue))
+                for queue, number in values:
+                    if number is not None:  # not counted by the queue's type
+                        family.add_metric([queue.vhost, queue.name], number)
             else:
                 family = _family(prefix + name, kind, documentation)
-                family.add_metric([], sum(read(queue) for queue in queues))
+                if all(number is not None for _queue, number in values):
+                    family.add_metric([], sum(number for _queue, number in values))
             yield family
 
     def _raft(self) -> Iterator[Metric]:

@@ -43,7 +43,8 @@ The operations, and what each owes its caller:
   Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
 
 Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
-`message_bytes`) are properties or fields of every type.
+`message_bytes`) are properties or fields of every type; `unacked_bytes` of the types
+that count it (None elsewhere).
 
 Not here: routing (routing/, node/vhost.py), AMQP framing (amqp/, channel).
 """
@@ -233,6 +234,13 @@ class Queue:
     @property
     def message_bytes(self) -> int:
         return self.ready_bytes
+
+    @property
+    def unacked_bytes(self) -> int | None:
+        """Body bytes of the unacknowledged messages; None where the type does not
+        count them (classic queues count ready bytes only): the metrics then leave
+        the queue out of the byte families that need them."""
+        return None
 
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         """`done(stats)` once the counts are known (a queue served by another node

@@ -165,6 +165,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
             total += sum(size_of(packed) for packed in lease.sizes)
         return total
 
+    @property
+    def unacked_bytes(self) -> int:
+        return self.message_bytes - self.state.ready_bytes
+
     # ------------------------------------------------------------ consumers
 
     def add_consumer(self, consumer, key: str) -> None:

@@ -70,6 +70,22 @@ def test_ready_count_of_a_quorum_queue_after_publishing(metrics_broker, channel)
     assert all(labels == {} for labels, _v, _t in aggregated["rabbitmq_queue_messages_ready"])
 
 
+def test_a_classic_queue_has_no_unacked_bytes_rather_than_a_wrong_zero(metrics_broker,
+                                                                        channel):
+    queue = unique("cq-bytes")
+    channel.queue_declare(queue, durable=True)
+    publish(channel, queue, 3)
+    channel.basic_get(queue)  # one unacknowledged
+    samples = scrape(metrics_broker.metrics_port, "/metrics/per-object")
+    assert value(samples, "rabbitmq_queue_messages_unacked", vhost="/", queue=queue) == 1
+    assert value(samples, "rabbitmq_queue_messages_ready_bytes", vhost="/", queue=queue) == 4
+    for name in ("rabbitmq_queue_messages_unacked_bytes", "rabbitmq_queue_messages_bytes"):
+        assert not [labels for labels, _v, _t in samples.get(name, ())
+                    if labels["queue"] == queue]
+    aggregated = scrape(metrics_broker.metrics_port, "/metrics")
+    assert "rabbitmq_queue_messages_bytes" not in aggregated
+
+
 def test_confirmed_and_received_totals_count_each_message(metrics_broker, channel):
     queue = unique("qq-confirm")
     channel.queue_declare(queue, durable=True, arguments=QUORUM)
@@ -105,6 +121,8 @@ def test_deliveries_unacked_and_acks_of_a_consumer(metrics_broker, channel):
     assert value(held, "rabbitmq_queue_messages_unacked", vhost="/", queue=queue) == 4
     assert value(held, "rabbitmq_queue_messages_ready", vhost="/", queue=queue) == 0
     assert value(held, "rabbitmq_queue_consumers", vhost="/", queue=queue) == 1
+    assert value(held, "rabbitmq_queue_messages_unacked_bytes", vhost="/", queue=queue) == 8
+    assert value(held, "rabbitmq_queue_messages_bytes", vhost="/", queue=queue) == 8
     channel.basic_ack(received[-1].delivery_tag, multiple=True)
     after = wait_for(port, "/metrics/per-object", lambda s: value(
         s, "rabbitmq_queue_messages_unacked", vhost="/", queue=queue) == 0, timeout=30)
