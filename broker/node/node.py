@@ -93,6 +93,8 @@ class Node:
         """The server shell passes time in (tests drive it themselves)."""
         self.now = now
         self.clock_ms = clock_ms
+        if self.quorum is not None:
+            self.quorum.now = now  # (the commit-latency gauge's clock)
 
     # ------------------------------------------------------------ sessions
 

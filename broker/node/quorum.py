@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 import random
-import time
 from typing import TYPE_CHECKING
 
 from ..amqp import codec
@@ -96,9 +95,10 @@ class QuorumGroups:
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released
         self.touched_channels: set["Channel"] = set()
-        # the one clock read here: it times an entry from storage to commit for the
+        # monotonic seconds as the shell last told the node (Node.set_clock: before
+        # each Sync begins and ends): it times an entry from storage to commit for the
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
-        self.clock = time.monotonic
+        self.now = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -227,12 +227,9 @@ class QuorumGroups:
         """Start timing the last entry a group hands to storage, unless one of the
         group's entries is timed already (one at a time: a cost per round, not per
         entry)."""
-        now = None
         for member, _raft, ready in readies:
             if ready.entries and member.commit_probe is None:
-                if now is None:
-                    now = self.clock()
-                member.commit_probe = (ready.entries[-1].index, now)
+                member.commit_probe = (ready.entries[-1].index, self.now)
 
     def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
         """`batch` is written: send, apply and advance the round's Readies, then apply
@@ -265,7 +262,7 @@ class QuorumGroups:
             queue.replay_until = replay_bound(queue.replay_until, ready)
         probe = queue.commit_probe
         if probe is not None and ready.commit_index >= probe[0]:
-            queue.commit_latency_s = self.clock() - probe[1]
+            queue.commit_latency_s = self.now - probe[1]
             queue.commit_probe = None
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
