@@ -1,7 +1,8 @@
 """The `quorumqueue` command line (click).
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
-    quorumqueue queues list|purge|delete ...      (a running node, management RPC)
+    quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
+                                                  management RPC; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
     quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
@@ -205,6 +206,146 @@ def queues_rebalance(uri, kind, vhost_pattern, queue_pattern) -> None:
                 [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
     click.echo("leaders per node: " + ", ".join(f"{n} {c}"
                                                 for n, c in sorted(result["leaders"].items())))
+
+
+# rabbitmq-queues' observability commands (node/queue_commands.py): RabbitMQ's
+# banners, columns, texts and exit codes (69: the check failed or the node refused,
+# 64: bad arguments)
+EX_UNAVAILABLE, EX_USAGE = 69, 64
+
+
+def _rabbit_call(uri: str, op: str, **arguments):
+    """One management call; a refusal prints RabbitMQ's `Error:` and its text (without
+    our reply-code name) on stderr and exits 69, as rabbitmq-queues does."""
+    from ..client.management import ManagementError, call
+
+    try:
+        return call(uri, op, **arguments)
+    except ManagementError as error:
+        text = str(error)
+        name, dash, detail = text.partition(" - ")
+        click.echo("Error:", err=True)
+        click.echo(detail if dash and name.isupper() else text, err=True)
+        sys.exit(EX_UNAVAILABLE)
+
+
+def _cell(value) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+quiet_option = click.option("-q", "--quiet", is_flag=True,
+                            help="Do not print the informational banner line.")
+
+
+@queues.command("quorum_status")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+def queues_quorum_status(uri, quiet, vhost, name) -> None:
+    """Every member of quorum queue NAME: Raft state, log, commit and snapshot indexes,
+    term (rabbitmq-queues quorum_status). A member not running shows as noproc."""
+    result = _rabbit_call(uri, "queues.quorum_status", vhost=vhost, name=name)
+    if not quiet:
+        click.echo(f"Status of queue {name} on node {result['node']} ...")
+    rows = result["members"]
+    headers = list(rows[0]) if rows else []
+    _echo_table(headers, [[_cell(row[h]) for h in headers] for row in rows])
+
+
+@queues.command("check_if_node_is_quorum_critical")
+@uri_option
+@quiet_option
+def queues_quorum_critical(uri, quiet) -> None:
+    """Health check: exits with 69 if stopping this node would make some quorum queue
+    lose its majority, listing those (rabbitmq-queues check_if_node_is_quorum_critical)."""
+    result = _rabbit_call(uri, "queues.quorum_critical")
+    node = result["node"]
+    if not quiet:
+        click.echo(f"Checking if node {node} is critical for quorum of any quorum queues ...")
+    if result["single_node"]:
+        click.echo(f"Node {node} seems to be the only one in a single node cluster, "
+                   "the check does not apply")
+    elif not result["queues"]:
+        click.echo(f"Node {node} reported no quorum queues with minimum quorum")
+    else:
+        for queue in result["queues"]:
+            click.echo(f"{queue['readable_name']} would lose quorum if node {node} is "
+                       "stopped", err=True)
+        sys.exit(EX_UNAVAILABLE)
+
+
+@queues.command("check_if_node_is_mirror_sync_critical")
+@uri_option
+@quiet_option
+def queues_mirror_sync_critical(uri, quiet) -> None:
+    """Health check for classic mirrored queues (rabbitmq-queues
+    check_if_node_is_mirror_sync_critical). This broker has no classic queue mirroring,
+    so no queue can lose its only synchronised replica: it always passes."""
+    status = _rabbit_call(uri, "cluster.status")
+    node = status["node"]
+    if not quiet:
+        click.echo(f"Checking if node {node} is critical for data safety of any classic "
+                   "mirrored queues ...")
+    if len(status["nodes"]) == 1:
+        click.echo(f"Node {node} seems to be the only one in a single node cluster, "
+                   "the check does not apply")
+    else:
+        click.echo(f"Node {node} reported no classic mirrored queues without online "
+                   "synchronised mirrors")
+
+
+@queues.command("peek")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+@click.argument("position")
+def queues_peek(uri, quiet, vhost, name, position) -> None:
+    """The ready message at POSITION (1 = the next delivered) of quorum queue NAME,
+    without consuming it: its properties, routing keys, exchange, the first 64 bytes
+    of its payload and its headers (rabbitmq-queues peek)."""
+    try:
+        number = int(position)
+    except ValueError:
+        number = 0
+    if number < 1:
+        click.echo('Error (argument validation): "position value must be a positive '
+                   'integer"', err=True)
+        sys.exit(EX_USAGE)
+    result = _rabbit_call(uri, "queues.peek", vhost=vhost, name=name, position=number)
+    if not quiet:
+        click.echo(f"Peeking at quorum queue {name} at position {number} on node "
+                   f"{result['node']} ...")
+    _echo_table(["keys", "values"], [[key, _cell(value)] for key, value in result["message"]])
+
+
+@queues.command("reclaim_quorum_memory")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+def queues_reclaim_quorum_memory(uri, quiet, vhost, name) -> None:
+    """Flush the write-ahead log on every node holding a member of quorum queue NAME:
+    the log entries kept in memory go to segment files and their memory is released
+    (rabbitmq-queues reclaim_quorum_memory). Prints what each member's node did."""
+    if not quiet:
+        click.echo(f"Will flush Raft WAL of quorum queue {name} ...")
+    rows = _rabbit_call(uri, "queues.reclaim_quorum_memory", vhost=vhost, name=name)
+    failed = False
+    for row in rows:
+        if "error" in row:
+            failed = True
+            click.echo(f"{row['node']}: {row['error']} (not reachable or no replica "
+                       "there): nothing done", err=True)
+        else:
+            click.echo(f"{row['node']}: write-ahead log rolled over; this queue's log "
+                       f"entries in memory: {row['before']} bytes before, {row['after']} "
+                       "after")
+    if failed:
+        sys.exit(EX_UNAVAILABLE)
 
 
 def _add_jobs() -> None:

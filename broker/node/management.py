@@ -20,6 +20,8 @@ Operations:
   queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
   queues.shrink  {node, errors_only?}
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
+  queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory: see
+                                           node/queue_commands.py
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
                                             metadata_members,
                                             nodes: [{name, address, reachable, amqp_uri}],
@@ -268,11 +270,12 @@ OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _de
 
 
 def _register() -> None:
-    from . import definition_ops, definitions_json, leases
+    from . import definition_ops, definitions_json, leases, queue_commands
 
     OPERATIONS.update(leases.OPERATIONS)
     OPERATIONS.update(definition_ops.OPERATIONS)
     OPERATIONS.update(definitions_json.OPERATIONS)
+    OPERATIONS.update(queue_commands.OPERATIONS)
 
 
 _register()

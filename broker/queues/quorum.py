@@ -48,6 +48,11 @@ if TYPE_CHECKING:  # pragma: no cover
 NO_ACK_CREDIT = 2000
 
 
+# ra's names for the Raft roles (a pre-vote round is ra's pre_vote state)
+RAFT_STATES = {"leader": "leader", "follower": "follower", "candidate": "candidate",
+               "pre_candidate": "pre_vote"}
+
+
 class MessageGone(RuntimeError):
     """A message's entry is no longer in the log: the log was released past it (only a
     settled message's can be: a live one's never is)."""
@@ -400,6 +405,29 @@ class QuorumQueue(ReplicatedGroup, Queue):
             done(row)
 
         self.router.counts(self, counted)
+
+    def member_status(self, node_name: str) -> dict[str, Any]:
+        """This member's row of `queues quorum_status` (rabbitmq-queues' columns; see
+        broker/README.md): its Raft role, log and commit positions, term."""
+        raft = self.raft
+        snapshot = raft.log.snapshot_meta()
+        return {"Node Name": node_name, "Raft State": RAFT_STATES[raft.role.value],
+                "Membership": "voter", "Last Log Index": raft.log.last_index(),
+                "Last Written": raft.log.persisted_index(),
+                "Last Applied": raft.applied_index, "Commit Index": raft.commit_index,
+                "Snapshot Index": snapshot.index if snapshot else 0, "Term": raft.term}
+
+    def peek(self, position: int) -> list | None:
+        """The ready message at `position` (1 = next delivered) as `rabbitmq-queues
+        peek` shows it (queues/peeked.py), or None when fewer are ready."""
+        from ..fifo.peek import peek
+        from . import peeked
+
+        found = peek(self.state, position)
+        if found is None:
+            return None
+        index, count = found
+        return peeked.rows(*self.read_message(index), count)
 
     def lease_info(self, lease: str):
         return self.state.leases.get(lease)
