@@ -6,7 +6,7 @@ correlation_id, priority, delivery_mode, content_encoding, content_type; then
 routing_keys, exchange, `payload (max 64 bytes)` and one `header.NAME` row per
 header, `header.x-delivery-count` last (a quorum queue's delivery count, 0 for a
 message never delivered). These are the same rows, checked against RabbitMQ 3.10.8
-(tests/broker/cluster/test_queue_commands.py). Values are JSON-able: strings and
+(tests/differential/test_queue_commands_against_rabbitmq.py). Values are JSON-able: strings and
 integers (the timestamp in seconds, as AMQP carries it); a payload or header that is
 not UTF-8 shows its bytes as Python escapes.
 
