@@ -16,7 +16,9 @@ Erlang distribution; here an Rpc "replica" to the member's node, answered by
 A member whose node is unreachable, that has no replica of the queue there, or that
 does not answer within REPLY_TIMEOUT is "noproc" (RabbitMQ's Raft State for a member
 whose ra server is not running), with the other columns empty, as RabbitMQ shows it.
-A request this node can answer itself is answered without the network.
+A request for this node's own member is answered without the network, within the
+same time bound (a peek waits for the member's apply, which a group without a
+majority never finishes).
 
 Not here: choosing the rows and texts of the commands (node/management.py), the
 queue's state (queues/quorum.py).
@@ -48,16 +50,18 @@ def ask(cluster: "Cluster", node: str, group: str, op: str, args: dict,
         done: Callable[[dict | None], None]) -> None:
     """Ask `node`'s member of `group` for `op`; `done(answer)`, or `done(None)` if the
     node is unreachable, holds no replica, or does not answer in time."""
-    if node == cluster.name:
-        answer_here(cluster, group, op, args, done)
-        return
     if not cluster.reachable(node):
         done(None)
         return
     cluster._next_request += 1
     request = cluster._next_request
     cluster.replica_requests[request] = (done, time.monotonic() + REPLY_TIMEOUT)
-    cluster._post(node, Rpc("replica", {"r": request, "g": group, "op": op, "a": args}))
+    if node == cluster.name:  # this node's member: no network, the same time bound
+        answer_here(cluster, group, op, args,
+                    lambda answer: on_replica_reply(cluster, node, {"r": request,
+                                                                    "v": answer}))
+    else:
+        cluster._post(node, Rpc("replica", {"r": request, "g": group, "op": op, "a": args}))
 
 
 def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
