@@ -7,8 +7,9 @@ Erlang distribution; here an Rpc "replica" to the member's node, answered by
 
 - status: its row (queues/quorum.py `member_status`), at once (no apply awaited:
   it reports where the member stands, as ra's key metrics do);
-- peek: the ready message at a position (fifo/peek.py, queues/peeked.py), once the
-  member applied everything it had appended (the leader is asked: it has the most);
+- peek: the ready message at a position (fifo/peek.py, queues/peeked.py), from the
+  leader only (as RabbitMQ's aux command: a follower or a minority's member may be
+  behind), once it applied everything it had appended;
 - reclaim: the node's write-ahead log rolled over (storage: every memory table
   written to segment files, the memory released), the queue's in-memory log bytes
   before and after.
@@ -73,6 +74,10 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
     if op == "status":
         done(member.member_status(cluster.name))
     elif op == "peek":
+        if not member.is_leader:  # RabbitMQ asks the leader; a deposed one declines
+            done(None)
+            return
+
         def peeked(_reply=None) -> None:
             done({"message": member.peek(int(args["position"]))})
 

@@ -110,29 +110,24 @@ def _peek(node, session, request):
                           "Target queue was not found in virtual host '{vhost}'",
                           "Cannot peek into a classic queue")
     cluster = node.cluster
-    leader = queue.leader_id
-    if leader is not None and cluster.reachable(leader):
-        target = leader  # the leader has applied the most (RabbitMQ asks it too)
-    elif queue.raft is not None:
-        target = cluster.name
-    else:
-        target = next((m for m in _members(queue) if cluster.reachable(m)), None)
+    leader = queue.leader_id  # only the leader answers (RabbitMQ asks it too)
 
     def start(done) -> None:
         def answered(answer) -> None:
             if answer is None:
-                done(AMQPError(spec.INTERNAL_ERROR, f"no member of queue '{queue.name}' "
-                               f"answered within {replica_rpc.REPLY_TIMEOUT:g} s (none "
-                               "reachable, or no leader)"))
+                done(AMQPError(spec.INTERNAL_ERROR, f"queue '{queue.name}' in vhost "
+                               f"'{queue.vhost}' has no leader that answered within "
+                               f"{replica_rpc.REPLY_TIMEOUT:g} s (none elected, or "
+                               "not reachable)"))
             elif answer["message"] is None:
                 done(AMQPError(spec.NOT_FOUND, NO_MESSAGE))
             else:
                 done({"node": cluster.name, "message": answer["message"]})
 
-        if target is None:
+        if leader is None:
             answered(None)
         else:
-            replica_rpc.ask(cluster, target, queue.group, "peek", {"position": position},
+            replica_rpc.ask(cluster, leader, queue.group, "peek", {"position": position},
                             answered)
 
     return Later(start)

@@ -2,7 +2,8 @@
 quorum_status` (a row per member: the leader, the followers, a killed member as
 noproc), `check_if_node_is_quorum_critical` (no node is critical while all three run;
 once one is stopped, the other two are), `peek` asked on a node whose replica is not
-the leader, and `reclaim_quorum_memory` on every member's node."""
+the leader (and, with two nodes stopped, refused within a bounded time), and
+`reclaim_quorum_memory` on every member's node."""
 
 from __future__ import annotations
 
@@ -134,3 +135,15 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
     still = wait_for("a leader after the stop", lambda: (lambda r: r.returncode == 0 and r)(
         queues(cluster.uri(two), "peek", "observed", "1")), timeout=60)
     assert "message 0" in still.stdout
+
+    # a second node stops: the last one has no majority, but still answers
+    cluster.kill(two)
+    table = wait_for(f"{two} shown as not running too",
+                     lambda: (lambda t: t[two]["Raft State"] == "noproc" and t)(
+                         members_table(cluster.uri(one), "observed")), timeout=60)
+    assert table[three]["Raft State"] == "noproc"
+    stuck = wait_for("peek refused without a leader", lambda: (
+        lambda r: r.returncode == 69 and r)(queues(cluster.uri(one), "peek", "observed", "1")),
+        timeout=60)
+    assert stuck.stderr == ("Error:\nqueue 'observed' in vhost '/' has no leader that "
+                            "answered within 5 s (none elected, or not reachable)\n")
