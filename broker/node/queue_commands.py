@@ -22,6 +22,10 @@ A member counts as running for quorum_critical when it is this node's own replic
 (present and started) or on a node this node heard from within
 cluster.REACHABLE_WITHIN; RabbitMQ asks each running node for its members' Raft
 states, which also catches a replica that crashed on a running node.
+
+Not here: asking the members (cluster/replica_rpc.py), a member's row
+(QuorumQueue.member_status) and a peeked message's rows (queues/peeked.py), the
+banners and exit codes (broker/cli.py).
 """
 
 from __future__ import annotations

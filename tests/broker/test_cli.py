@@ -165,7 +165,8 @@ def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broke
     assert zero.returncode == 64
     assert '"position value must be a positive integer"' in zero.stderr
     classic = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek-classic", "1")
-    assert (classic.returncode, classic.stderr) == (69, "Error:\nCannot peek into a classic queue\n")
+    assert (classic.returncode, classic.stderr) == (
+        69, "Error:\nCannot peek into a classic queue\n")
     missing = run_cli("queues", "peek", "--uri", broker.uri, "no-such-queue", "1")
     assert missing.stderr == "Error:\nTarget queue was not found in virtual host '/'\n"
     # peeking consumed nothing
