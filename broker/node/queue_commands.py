@@ -114,7 +114,15 @@ def _peek(node, session, request):
                           "Target queue was not found in virtual host '{vhost}'",
                           "Cannot peek into a classic queue")
     cluster = node.cluster
-    leader = queue.leader_id  # only the leader answers (RabbitMQ asks it too)
+    # only the leader answers (RabbitMQ asks it too); a node with no replica may not
+    # have heard who leads: it asks the members in turn (the others decline)
+    leader = queue.leader_id
+    if leader is not None:
+        candidates = [leader]
+    elif queue.raft is None:
+        candidates = [m for m in _members(queue) if cluster.reachable(m)]
+    else:
+        candidates = []  # this member knows of no leader: none is elected
 
     def start(done) -> None:
         def answered(answer) -> None:
@@ -128,11 +136,16 @@ def _peek(node, session, request):
             else:
                 done({"node": cluster.name, "message": answer["message"]})
 
-        if leader is None:
-            answered(None)
-        else:
-            replica_rpc.ask(cluster, leader, queue.group, "peek", {"position": position},
-                            answered)
+        def ask(remaining: list[str]) -> None:
+            if not remaining:
+                answered(None)
+                return
+            replica_rpc.ask(cluster, remaining[0], queue.group, "peek",
+                            {"position": position},
+                            lambda answer: answered(answer) if answer is not None
+                            else ask(remaining[1:]))
+
+        ask(candidates)
 
     return Later(start)
 

@@ -2,7 +2,8 @@
 quorum_status` (a row per member: the leader, the followers, a killed member as
 noproc), `check_if_node_is_quorum_critical` (no node is critical while all three run;
 once one is stopped, the other two are), `peek` asked on a node whose replica is not
-the leader (and, with two nodes stopped, refused within a bounded time), and
+the leader or on a node without a replica (and, with two nodes stopped, refused within
+a bounded time), and
 `reclaim_quorum_memory` on every member's node."""
 
 from __future__ import annotations
@@ -103,6 +104,25 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
     assert [line.split(":")[0] for line in done] == sorted([one, two, three])
     assert all("write-ahead log rolled over" in line for line in done)
 
+    # a node with no replica of a queue asks its member
+    with connect(cluster.uri(one)) as connection:
+        channel = connection.channel()
+        channel.queue_declare("observed-on-one", durable=True,
+                              arguments={"x-queue-type": "quorum",
+                                         "x-quorum-initial-group-size": 1})
+        channel.confirm_delivery()
+        channel.basic_publish("", "observed-on-one", b"only here",
+                              pika.BasicProperties(delivery_mode=2))
+    placed = wait_for("the one-member queue's leader",
+                      lambda: leader_of(cluster.uri(one), "observed-on-one"))
+    elsewhere = next(n for n in (one, two, three) if n != placed)
+    table = members_table(cluster.uri(elsewhere), "observed-on-one")
+    assert list(table) == [placed] and table[placed]["Raft State"] == "leader"
+    remote = queues(cluster.uri(elsewhere), "peek", "observed-on-one", "1")
+    assert remote.returncode == 0, remote.stderr
+    assert "payload (max 64 bytes)   only here" in remote.stdout
+    assert f"on node {elsewhere} ..." in remote.stdout.splitlines()[0]
+
     stopped = three
     cluster.kill(stopped)
     alive = [one, two]
@@ -125,8 +145,10 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
                          lambda node=node: (lambda r: r.returncode == 69 and r)(
                              queues(cluster.uri(node), "check_if_node_is_quorum_critical")),
                          timeout=60)
-        assert check.stderr == (f"queue 'observed' in vhost '/' would lose quorum if node "
-                                f"{node} is stopped\n")
+        # a queue of one member on the node is always critical there (as in RabbitMQ)
+        names = ["observed"] + (["observed-on-one"] if node == placed else [])
+        assert check.stderr == "".join(f"queue '{name}' in vhost '/' would lose quorum if "
+                                       f"node {node} is stopped\n" for name in names)
 
     partial = queues(cluster.uri(one), "reclaim_quorum_memory", "observed")
     assert partial.returncode == 69
