@@ -17,6 +17,9 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - a consumer's connection going down returns its messages, delivery count + 1;
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
+- single active consumer (config.single_active, x-single-active-consumer): only
+  one consumer at a time is served, the others wait and take over in priority,
+  then registration order (single_active.py).
 - length limits (x-max-length, x-max-length-bytes, x-overflow; below), and the
   limits changed while the queue runs (UpdateConfig, from a policy; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
@@ -116,7 +119,7 @@ from array import array
 from dataclasses import replace
 from typing import Any, assert_never
 
-from . import leases
+from . import leases, single_active
 from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
                        Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
                        Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick,
@@ -164,6 +167,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         case _:
             assert_never(command)
     state.last_index = meta.index
+    if state.config.single_active:
+        single_active.activate(state)
     if meta.system_time and (used or isinstance(command, (Dequeue, UpdateConfig))
                              or (state.config.expires is not None
                                  and _has_consumers(state))):
@@ -475,11 +480,14 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
 
 def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
     """Hand ready messages to consumers with capacity: highest priority first,
-    round-robin among equal priorities."""
+    round-robin among equal priorities; with a single active consumer, to it alone."""
     if not state.ready_count or not state.consumers:
         return
-    ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
-                     key=lambda item: (-item[1].priority, item[1].order))
+    if state.config.single_active:
+        ordered = single_active.servable(state)
+    else:
+        ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
+                         key=lambda item: (-item[1].priority, item[1].order))
     if not ordered:
         return
     batches: dict[str, list[Delivery]] = {}

@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 4).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 5).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -17,6 +17,8 @@ versions: none). A build that only knows an older version refuses a newer one
 of checked-out and leased messages), and after the lease arrays one u64 expiry
 array per ready queue (high, normal, returns: length 0 for a queue that keeps no
 expiries); "array_lengths" lists them too. Older versions: no TTL anywhere.
+5 added single active consumer: "single_active" in "config" (x-single-active-consumer)
+and "active" (the active consumer's key, or null). Older versions: neither.
 "config" is the machine's current one (the queue's arguments, then any UpdateConfig
 applied since), so a restore keeps a policy's limits: a log compacted below an
 UpdateConfig does not lose it.
@@ -32,8 +34,8 @@ from array import array
 from .state import ConsumerState, FifoConfig, FifoState, IndexQueue, LeaseState
 
 MAGIC = b"QQFS"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _head = struct.Struct(">4sHI")
 
 
@@ -59,7 +61,8 @@ def dump(state: FifoState) -> bytes:
                    "max_bytes": state.config.max_bytes,
                    "overflow": state.config.overflow,
                    "msg_ttl": state.config.msg_ttl,
-                   "expires": state.config.expires},
+                   "expires": state.config.expires,
+                   "single_active": state.config.single_active},
         "delivery_counts": sorted(state.delivery_counts.items()),
         "expiries_out": sorted(state.expiries_out.items()),
         "last_active": state.last_active,
@@ -70,6 +73,7 @@ def dump(state: FifoState) -> bytes:
                             "next_msg_id": c.next_msg_id,
                             "checked": [[m, *v] for m, v in sorted(c.checked.items())]}
                       for key, c in state.consumers.items()},
+        "active": state.active,
         "next_consumer_order": state.next_consumer_order,
         "rotation": state.rotation,
         "enqueuers": state.enqueuers,
@@ -129,6 +133,7 @@ def load(data: bytes) -> FifoState:
         state.consumers[key] = ConsumerState(
             c["prefetch"], c["priority"], c["connection"], c["order"], c["pull_only"],
             c["cancelled"], c["next_msg_id"], {m: (i, p, n) for m, i, p, n in c["checked"]})
+    state.active = document["active"] if version >= 5 else None
     state.next_consumer_order = document["next_consumer_order"]
     state.rotation = document["rotation"]
     state.enqueuers = dict(document["enqueuers"])

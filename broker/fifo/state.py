@@ -209,6 +209,10 @@ class FifoConfig:
     # x-expires / policy expires (the lower): ms the queue may stay unused (no
     # consumer, no basic.get) before it is deleted; None = never
     expires: int | None = None
+    # x-single-active-consumer: one consumer at a time gets messages (single_active.py).
+    # An argument only, as in RabbitMQ (no policy key): fixed at declaration, kept by
+    # every UpdateConfig
+    single_active: bool = False
 
     def __post_init__(self) -> None:
         for key in ("max_length", "max_bytes", "msg_ttl", "expires"):
@@ -220,6 +224,9 @@ class FifoConfig:
         if self.overflow not in OVERFLOW_MODES:
             raise ValueError(f"fifo config 'overflow' must be one of "
                              f"{', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+        if not isinstance(self.single_active, bool):
+            raise ValueError(f"fifo config 'single_active' must be a bool, not "
+                             f"{self.single_active!r}")
 
     @property
     def has_limit(self) -> bool:
@@ -231,7 +238,7 @@ def fifo_config(arguments: dict) -> FifoConfig:
     validates them at declaration; the analytics jobs read them from metadata.json):
     `x-delivery-limit` (default 20, negative = none), `x-max-length`,
     `x-max-length-bytes`, `x-overflow` (default drop-head), `x-message-ttl`,
-    `x-expires`."""
+    `x-expires`, `x-single-active-consumer` (a bool, default false)."""
     limit = arguments.get("x-delivery-limit", 20)
     overflow = arguments.get("x-overflow")
     if isinstance(overflow, bytes):
@@ -241,7 +248,8 @@ def fifo_config(arguments: dict) -> FifoConfig:
                       max_bytes=arguments.get("x-max-length-bytes"),
                       overflow=overflow or "drop-head",
                       msg_ttl=arguments.get("x-message-ttl"),
-                      expires=arguments.get("x-expires"))
+                      expires=arguments.get("x-expires"),
+                      single_active=arguments.get("x-single-active-consumer") is True)
 
 
 @dataclass(slots=True)
@@ -255,6 +263,10 @@ class FifoState:
     expiries_out: dict[int, int] = field(default_factory=dict)
     high_run: int = 0              # high-priority deliveries since the last normal one
     consumers: dict[str, ConsumerState] = field(default_factory=dict)
+    # single active consumer (config.single_active): the key of the one consumer that
+    # may get messages, None when there is none; always a consumer of `consumers` that
+    # is neither cancelled nor pull-only. The others wait (single_active.py)
+    active: str | None = None
     next_consumer_order: int = 1
     rotation: int = 0              # round-robin position among equal-priority consumers
     enqueuers: dict[str, int] = field(default_factory=dict)  # publisher -> last seq
