@@ -89,10 +89,12 @@ def queues() -> None:
 
 QUEUE_FIELDS = ("vhost", "name", "type", "durable", "auto_delete", "arguments", "ready",
                 "unacked", "consumers", "leader", "members", "bytes", "policy",
-                "operator_policy", "effective_policy_definition")
+                "operator_policy", "effective_policy_definition", "single_active_consumer_tag")
 
 
 def _queue_cell(value) -> str:
+    if value is None:
+        return ""
     if isinstance(value, list):
         return ",".join(map(str, value))
     if isinstance(value, dict):
@@ -105,9 +107,11 @@ def _queue_cell(value) -> str:
 @click.option("-p", "--vhost", help="Only this virtual host.")
 @click.argument("columns", nargs=-1)
 def queues_list(uri, vhost, columns) -> None:
-    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue;
-    or the COLUMNs named: vhost name type durable auto_delete arguments ready unacked
-    consumers leader members bytes policy operator_policy effective_policy_definition."""
+    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue
+    (and, when a queue has a single active consumer, its tag: RabbitMQ's
+    single_active_consumer_tag); or the COLUMNs named: vhost name type durable
+    auto_delete arguments ready unacked consumers leader members bytes policy
+    operator_policy effective_policy_definition single_active_consumer_tag."""
     unknown = [c for c in columns if c not in QUEUE_FIELDS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
@@ -115,7 +119,9 @@ def queues_list(uri, vhost, columns) -> None:
     rows = _call(uri, "queues.list", vhost=vhost)
     headers = list(columns) or ["vhost", "name", "type", "ready", "unacked", "consumers",
                                 "leader", "members", "bytes"]
-    _echo_table(headers, [[_queue_cell(r[h]) for h in headers] for r in rows])
+    if not columns and any(r.get("single_active_consumer_tag") for r in rows):
+        headers.append("single_active_consumer_tag")
+    _echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])
 
 
 @queues.command("purge")

@@ -293,7 +293,7 @@ class ClassicLink:
     def _on_counts(self, sender: str, body: dict) -> None:
         request = self._answered(body)
         if request is not None:
-            request.answer({key: body.get(key, 0) for key in NO_COUNTS})
+            request.answer({key: body.get(key, default) for key, default in NO_COUNTS.items()})
 
     def tick(self, silent: set[str] | None) -> None:
         """Fail what waits for a host that is unreachable or restarted (and counts
@@ -466,7 +466,8 @@ class ClassicLink:
     def _host_stat(self, sender: str, queue, body: dict) -> None:
         counts = dict(NO_COUNTS) if queue is None else {
             "ready": queue.ready_count, "unacked": queue.unacked_count,
-            "consumers": queue.consumer_count, "bytes": queue.message_bytes}
+            "consumers": queue.consumer_count, "bytes": queue.message_bytes,
+            "sac": queue.single_active_consumer_tag}
         self.post(sender, Rpc("cq.counts", {"r": body["r"], **counts}))
 
     def hosted_deleted(self, queue) -> None:

@@ -120,7 +120,8 @@ def on_downed(cluster: "Cluster", sender: str, body: dict) -> None:
         record.check_out_again(body["c"])
 
 
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+# sac: the single active consumer's tag (None: none)
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None}
 
 
 def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None:
@@ -147,7 +148,8 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
     def answer(_reply=None) -> None:
         cluster._post(sender, Rpc("stat_reply", {
             "r": request, "ready": member.ready_count, "unacked": member.unacked_count,
-            "consumers": member.consumer_count, "bytes": member.message_bytes}))
+            "consumers": member.consumer_count, "bytes": member.message_bytes,
+            "sac": member.single_active_consumer_tag}))
 
     if member.has_unapplied():
         member.after_applied(answer)
@@ -158,7 +160,7 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
 def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
     waiting = cluster.stats.pop(body["r"], None)
     if waiting is not None:
-        waiting[0]({key: body.get(key, 0) for key in NO_COUNTS})
+        waiting[0]({key: body.get(key, default) for key, default in NO_COUNTS.items()})
 
 
 def expire_stats(cluster: "Cluster") -> None:

@@ -70,13 +70,16 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
 QUORUM_QUEUES_ONLY = ("message-ttl", "expires", "dead-letter-exchange", "dead-letter-routing-key",
                       "dead-letter-strategy")
 # keys RabbitMQ knows that quorumqueue does not apply: refused by name rather than
-# accepted and ignored
+# accepted and ignored. `single-active-consumer` is no policy key in RabbitMQ (the
+# consumers guide, "Single Active Consumer": "it is not possible to enable single
+# active consumer with a policy", only with the x-single-active-consumer argument);
+# RabbitMQ 4.2 refuses it as it refuses any unknown key ("... are not recognised
+# policy settings"), and so does quorumqueue, below.
 NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
-                 "initial-cluster-size", "federation-upstream", "federation-upstream-set",
-                 "single-active-consumer")
+                 "initial-cluster-size", "federation-upstream", "federation-upstream-set")
 
 
 class PolicyError(ValueError):

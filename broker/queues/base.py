@@ -36,8 +36,9 @@ The operations, and what each owes its caller:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
 - `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
-  counts of the node that serves the queue); `metadata_record()`: what the metadata
-  file keeps beyond name, type and arguments.
+  counts of the node that serves the queue), the active consumer's tag of a
+  single-active-consumer queue included (`single_active_consumer_tag`);
+  `metadata_record()`: what the metadata file keeps beyond name, type and arguments.
 - `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
   leader), so its counts here are the queue's own: the node that reports them in the
   Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
@@ -242,6 +243,12 @@ class Queue:
         the queue out of the byte families that need them."""
         return None
 
+    def single_active_consumer_tag(self) -> str | None:
+        """The consumer tag of the queue's single active consumer
+        (x-single-active-consumer; RabbitMQ's `single_active_consumer_tag`), None
+        when the queue has none (or is not such a queue)."""
+        return None
+
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         """`done(stats)` once the counts are known (a queue served by another node
         asks it); at once here."""
@@ -251,7 +258,8 @@ class Queue:
         return {"vhost": self.vhost, "name": self.name, "type": self.type_name,
                 "durable": self.durable, "ready": self.ready_count,
                 "unacked": self.unacked_count, "consumers": self.consumer_count,
-                "bytes": self.message_bytes, "leader": node_name, "members": [node_name]}
+                "bytes": self.message_bytes, "leader": node_name, "members": [node_name],
+                "single_active_consumer_tag": self.single_active_consumer_tag}
 
     def metadata_record(self) -> dict[str, Any]:
         return {}

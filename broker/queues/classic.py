@@ -202,6 +202,11 @@ class ClassicQueue(Queue):
         """With x-single-active-consumer: the earliest registered consumer."""
         return self._arrivals[0] if self._arrivals else None
 
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        active = self.active_consumer if self.single_active_consumer else None
+        return active.tag if active is not None else None
+
     def add_consumer(self, consumer: "Consumer") -> None:
         self._arrivals.append(consumer)
         self.consumers.append(consumer)

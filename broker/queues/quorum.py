@@ -106,7 +106,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
     durable = True
     auto_delete = False
     exclusive_owner = None
-    single_active_consumer = False
 
     def __init__(self, vhost: str, name: str, arguments: dict, group: str,
                  raft: RaftNode | None, state: FifoState,
@@ -157,6 +156,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
         still holding unacked messages, or a channel holding an unacked basic.get,
         counts too."""
         return sum(1 for c in self.state.consumers.values() if not c.pull_only or c.checked)
+
+    @property
+    def single_active_consumer(self) -> bool:
+        return self.state.config.single_active
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The tag of the machine's active consumer (fifo/single_active.py): its key
+        is `<channel identity>/<tag>`, and identities hold no '/'."""
+        active = self.state.active
+        return active.partition("/")[2] if active is not None else None
 
     @property
     def message_bytes(self) -> int:
@@ -274,8 +284,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                        channel.quorum_identity), 0)
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        """basic.cancel: a Cancel (its unacked messages stay settleable). A channel that
+        is closing proposes none: its Down (`channel_closed`, proposed right after)
+        removes the consumer and returns its messages in one command, as rabbit_fifo's
+        handling of a channel's down does. With a single active consumer this keeps
+        the order: the next consumer takes over with the returned messages first,
+        not with what was queued behind them."""
         self.remove_consumer(consumer)
-        if not self.deleted:
+        if not self.deleted and channel.is_open:
             self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0)
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
@@ -401,7 +417,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
         def counted(counts: dict) -> None:
             row.update(ready=counts["ready"], unacked=counts["unacked"],
-                       consumers=counts["consumers"], bytes=counts["bytes"])
+                       consumers=counts["consumers"], bytes=counts["bytes"],
+                       single_active_consumer_tag=counts.get("sac"))
             done(row)
 
         self.router.counts(self, counted)

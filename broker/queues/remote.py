@@ -39,7 +39,8 @@ from .types import EQUIVALENCE_KEYS_BY_TYPE
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+# sac: the single active consumer's tag (None: none)
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None}
 
 
 class ClassicLink(Protocol):
@@ -117,6 +118,10 @@ class RemoteClassicQueue(Queue):
     @property
     def message_bytes(self) -> int:
         return self.counts["bytes"]
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        return self.counts.get("sac")
 
     def _host_down(self) -> AMQPError:
         """RabbitMQ's answer when a classic queue's home node is not reachable

@@ -66,7 +66,9 @@ def quorum_config(arguments: Mapping[str, Any], policy,
                       overflow=overflow,
                       msg_ttl=_lower(arguments.get("x-message-ttl"),
                                      definition.get("message-ttl")),
-                      expires=_lower(arguments.get("x-expires"), definition.get("expires")))
+                      expires=_lower(arguments.get("x-expires"), definition.get("expires")),
+                      # an argument only: no policy key sets it (RabbitMQ's consumers guide)
+                      single_active=base.single_active)
 
 
 def classic_limits(arguments: Mapping[str, Any],

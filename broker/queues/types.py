@@ -64,7 +64,6 @@ _KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in 
 NOT_YET_SUPPORTED = ()
 CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
                              "x-dead-letter-routing-key")
-QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 # rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
 # deprecated and mean balanced (queues/settings.py leader_locator)
@@ -240,11 +239,6 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
                            "needs dead-lettering, which quorumqueue does not support yet")
     if queue_type == "quorum":
-        for key in QUORUM_NOT_YET_SUPPORTED:
-            if arguments.get(key) not in (None, False):
-                raise precondition(f"invalid arg '{key}' for {where}: quorumqueue's quorum "
-                                   "queues do not support it yet (it would be silently "
-                                   "ignored)")
         # at-least-once takes effect only with reject-publish (the quorum queues guide,
         # "Dead Lettering": with drop-head RabbitMQ falls back to at-most-once, and so
         # does quorumqueue); with reject-publish it is refused, as it is not built yet

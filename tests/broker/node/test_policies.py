@@ -59,6 +59,10 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"consumer-timeout": -1}),
      "Validation failed: -1 is not a valid consumer timeout"),
     (dict(definition={"max-lenght": 5}), "'max-lenght' is not a recognised policy setting"),
+    # an argument only in RabbitMQ (consumers guide, "Single Active Consumer"): RabbitMQ
+    # refuses it as an unknown policy key, not as a key it does not support
+    (dict(apply_to="quorum_queues", definition={"single-active-consumer": True}),
+     "'single-active-consumer' is not a recognised policy setting"),
     (dict(priority="high"), "priority must be an integer"),
     (dict(apply_to="streams"), "apply-to must be one of all, queues, classic_queues"),
     (dict(apply_to="exchanges"), "key 'max-length' does not act on exchanges"),
@@ -174,3 +178,16 @@ def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented
     routing = policy(definition={"alternate-exchange": "unrouted"}, apply_to="exchanges")
     assert alternate_exchange({"alternate-exchange": "mine"}, routing) == "mine"
     assert alternate_exchange({}, routing) == "unrouted"
+
+
+def test_a_single_active_consumer_queue_keeps_it_whatever_the_policy():
+    """x-single-active-consumer is an argument only: the settings a policy gives a
+    quorum queue keep it (the leader proposes an UpdateConfig only when these differ
+    from the machine's, so a lost flag would be proposed again on every tick)."""
+    arguments = {"x-queue-type": "quorum", "x-single-active-consumer": True}
+    base = fifo_config(arguments)
+    assert base.single_active
+    assert quorum_config(arguments, None, base) == base
+    limited = quorum_config(arguments, policy(definition={"max-length": 3}), base)
+    assert limited.single_active and limited.max_length == 3
+    assert not fifo_config({"x-queue-type": "quorum"}).single_active
