@@ -11,9 +11,11 @@ Operations:
   queues.list    {vhost?}              -> [{vhost, name, type, durable, ready, unacked,
                                             consumers, bytes, leader, members, arguments,
                                             auto_delete, policy, operator_policy,
-                                            effective_policy_definition}]
+                                            effective_policy_definition,
+                                            single_active_consumer_tag}]
                  (policy, operator_policy: the names of those that apply, "" for none;
-                  effective_policy_definition: their merged definition, {} for none)
+                  effective_policy_definition: their merged definition, {} for none;
+                  single_active_consumer_tag: None unless the queue has one)
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
   queues.add_member | queues.delete_member {vhost, name, node}
