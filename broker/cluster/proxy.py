@@ -120,8 +120,10 @@ def on_downed(cluster: "Cluster", sender: str, body: dict) -> None:
         record.check_out_again(body["c"])
 
 
-# sac: the single active consumer's tag (None: none)
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None}
+# sac: the single active consumer's tag (None: none); declared: declare-ok's consumer
+# count (None from a node that does not send it: then "consumers")
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None,
+             "declared": None}
 
 
 def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None:
@@ -149,7 +151,8 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
         cluster._post(sender, Rpc("stat_reply", {
             "r": request, "ready": member.ready_count, "unacked": member.unacked_count,
             "consumers": member.consumer_count, "bytes": member.message_bytes,
-            "sac": member.single_active_consumer_tag}))
+            "sac": member.single_active_consumer_tag,
+            "declared": member.declare_ok_consumer_count}))
 
     if member.has_unapplied():
         member.after_applied(answer)

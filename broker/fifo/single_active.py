@@ -100,10 +100,3 @@ def waiting_order(state: FifoState) -> list[str]:
     return [key for key, _consumer in sorted(
         (item for item in _candidates(state) if item[0] != state.active), key=_rank)]
 
-
-def activity(state: FifoState, key: str) -> str:
-    """What RabbitMQ's `list_consumers` calls a consumer's activity_status:
-    "single_active" or "waiting" on a single-active-consumer queue, else "up"."""
-    if not state.config.single_active:
-        return "up"
-    return "single_active" if key == state.active else "waiting"

@@ -32,6 +32,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
 from ..fifo.envelope import encode_command, stamp
+from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
@@ -156,6 +157,20 @@ class QuorumQueue(ReplicatedGroup, Queue):
         still holding unacked messages, or a channel holding an unacked basic.get,
         counts too."""
         return sum(1 for c in self.state.consumers.values() if not c.pull_only or c.checked)
+
+    @property
+    def declare_ok_consumer_count(self) -> int:
+        """queue.declare-ok's consumer count: rabbit_fifo's query_stat counts its
+        consumers map, which on a single-active-consumer queue holds the active
+        consumer (and cancelled ones still holding messages), not the waiting ones
+        (RabbitMQ 3.10.8 answers so: tests/differential/
+        test_single_active_consumer_against_rabbitmq.py); `queues list` counts
+        those too (rabbit_fifo's query_consumer_count), as `consumer_count` does."""
+        if not self.state.config.single_active:
+            return self.consumer_count
+        waiting = set(waiting_order(self.state))
+        return sum(1 for key, c in self.state.consumers.items()
+                   if (not c.pull_only or c.checked) and key not in waiting)
 
     @property
     def single_active_consumer(self) -> bool:
@@ -373,12 +388,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
         so the counts are those a client that already sent them expects; with no
         replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
-            self.router.counts(self, lambda counts: send(counts["ready"],
-                                                         counts["consumers"]))
+            self.router.counts(self, lambda counts: send(counts["ready"], counts["declared"]
+                                                         if counts.get("declared") is not None
+                                                         else counts["consumers"]))
         elif self.raft is not None and self.has_unapplied():
-            self.after_applied(lambda _reply: send(self.ready_count, self.consumer_count))
+            self.after_applied(lambda _reply: send(self.ready_count,
+                                                   self.declare_ok_consumer_count))
         else:
-            send(self.ready_count, self.consumer_count)
+            send(self.ready_count, self.declare_ok_consumer_count)
 
     def policy_changed(self, policy) -> list:
         """If this node leads the queue and its machine's settings differ from what its

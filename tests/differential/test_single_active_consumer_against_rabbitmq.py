@@ -169,14 +169,15 @@ def handover_on_cancel_with_unacked_messages(c: Probe, active: ActiveTag) -> Non
 @scenario
 def waiting_consumers_take_over_in_registration_order(c: Probe, active: ActiveTag) -> None:
     """Three consumers (the exclusive flag accepted and not enforced on a quorum
-    queue); the active one cancels, then the next: each time the longest waiting
-    one takes over."""
+    queue), all three in declare-ok's consumer count; the active one cancels, then
+    the next: each time the longest waiting one takes over."""
     queue = "dt-sac-order"
     declare(c, queue)
     consume(c, 2, queue, "dt-sac-a")
     consume(c, 3, queue, "dt-sac-b", exclusive=True)
     consume(c, 4, queue, "dt-sac-c")
     check_active(c, active, queue)
+    c.call(1, amqp.Queue.Declare(queue=queue, passive=True))  # waiting consumers count
     for number, tag in ((2, "dt-sac-a"), (3, "dt-sac-b")):
         c.call(number, amqp.Basic.Cancel(consumer_tag=tag))
         c.publish(1, "", queue, f"after {tag}")

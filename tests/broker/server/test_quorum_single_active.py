@@ -63,8 +63,9 @@ def tags(received: Collector) -> list[str]:
 
 def test_only_the_first_consumer_receives_and_the_second_takes_over_after_cancel(
         broker, connection):
-    """Two consumers: every message goes to the first; both count as consumers;
-    `queues list` names the first. Once it cancels, the second gets what follows."""
+    """Two consumers: every message goes to the first; `queues list` counts both and
+    names the first (queue.declare-ok counts the active one, as RabbitMQ's
+    rabbit_fifo query_stat). Once it cancels, the second gets what follows."""
     name = sac_queue(connection.channel(), "sac-cancel")
     received = Collector()
     first = consumer(connection, name, "first", received)
@@ -75,6 +76,8 @@ def test_only_the_first_consumer_receives_and_the_second_takes_over_after_cancel
     assert tags(received) == ["first"] * 3 and received.bodies == [b"m1", b"m2", b"m3"]
     listed = row(broker.uri, name)
     assert (listed["consumers"], listed["single_active_consumer_tag"]) == (2, "first")
+    # declare-ok counts the active consumer only, as RabbitMQ's quorum queues do
+    assert connection.channel().queue_declare(name, passive=True).method.consumer_count == 1
     for _tag, delivery_tag, _redelivered, _body in received.deliveries:
         first.basic_ack(delivery_tag)
     first.basic_cancel("first")
