@@ -237,7 +237,17 @@ class LeaseReleased:
     reason: str  # "released" | "timeout"
 
 
-Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired]
+@dataclass(frozen=True, slots=True)
+class ActiveConsumerChanged:
+    """Single active consumer (fifo/single_active.py): `consumer` is the active one
+    from this command on (None: no consumer is left), as rabbit_fifo's
+    consumer_update_active effect (what RabbitMQ turns into its ConsumerUpdate and
+    the consumer's "active" flag). The leader's node logs it."""
+    consumer: str | None
+
+
+Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired,
+               ActiveConsumerChanged]
 
 
 # ------------------------------------------------------------------ replies as JSON

@@ -120,7 +120,7 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from . import leases, single_active
-from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
+from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
                        Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
                        Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick,
                        UpdateConfig)
@@ -131,6 +131,7 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     effects: list[Effect] = []
     reply: Any = None
     state.now_ms = meta.system_time
+    active = state.active
     # last_active matters only to a queue with an expiry (an UpdateConfig that sets
     # one restarts the period below): the consumer scan is skipped on every other
     used = state.config.expires is not None and _has_consumers(state)
@@ -169,6 +170,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     state.last_index = meta.index
     if state.config.single_active:
         single_active.activate(state)
+        if state.active != active:
+            effects.append(ActiveConsumerChanged(state.active))
     if meta.system_time and (used or isinstance(command, (Dequeue, UpdateConfig))
                              or (state.config.expires is not None
                                  and _has_consumers(state))):

@@ -25,7 +25,8 @@ It is all machine state (`FifoState.active`, the consumers' priorities and order
 changed only by log commands, so every member of the group, a new leader after a
 failover and a replay from any snapshot agree on the active consumer at every log
 index. `activate` runs after every command of such a queue, before consumers are
-served; it is idempotent.
+served; it is idempotent. A command that changes the active consumer has an
+`ActiveConsumerChanged` effect, before its deliveries.
 
 Invariants (a property in tests/broker/fifo/test_single_active.py): every Deliver
 goes to the active consumer; there is an active consumer whenever a consumer that

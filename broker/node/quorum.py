@@ -345,6 +345,11 @@ class QuorumGroups:
                 case commands.Dropped(index, reason):
                     if not replaying and queue.is_leader:
                         self._dead_letter(queue, index, reason)
+                case commands.ActiveConsumerChanged(consumer):
+                    if not replaying and queue.is_leader:
+                        log.info("quorum queue '%s' in vhost '%s': single active consumer "
+                                 "is now %s", queue.name, queue.vhost,
+                                 "none" if consumer is None else repr(consumer))
                 case commands.QueueExpired(unused_ms):
                     if not replaying and queue.is_leader and not queue.expiry_proposed:
                         self._delete_expired(queue, unused_ms)

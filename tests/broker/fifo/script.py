@@ -50,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from quorumqueue.broker.fifo import single_active, snapshot
-from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Command, Deliver, Delivery,
-                                              Dequeue, Discard, Down, Dropped, Effect,
+from quorumqueue.broker.fifo.commands import (ActiveConsumerChanged, Cancel, Checkout,
+                                              Command, Deliver, Delivery, Dequeue,
+                                              Discard, Down, Dropped, Effect,
                                               Enqueue, LeaseGrow, LeaseRelease,
                                               LeaseReleased, LeaseSettle, Meta, Purge,
                                               ReleaseCursor, Return, Settle, Tick,
@@ -278,6 +279,8 @@ def _effect_text(effect: Effect) -> str:
             return f"dropped @{raft_index} {reason}"
         case LeaseReleased(lease, reason):
             return f"lease {lease} released ({reason})"
+        case ActiveConsumerChanged(consumer):
+            return f"active consumer: {consumer or '-'}"
     raise AssertionError(f"no text for {effect!r}")
 
 

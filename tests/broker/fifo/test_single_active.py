@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumqueue.broker.fifo import single_active
-from quorumqueue.broker.fifo.commands import Checkout, Deliver, Meta, UpdateConfig
+from quorumqueue.broker.fifo.commands import (ActiveConsumerChanged, Checkout, Deliver, Meta,
+                                              UpdateConfig)
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
 
@@ -35,7 +36,8 @@ sac_configs = st.builds(FifoConfig, delivery_limit=st.sampled_from([-1, 2, 20]),
 @settings(max_examples=400, deadline=None)
 @given(st.lists(commands, min_size=10, max_size=80), sac_configs)
 def test_only_the_active_consumer_gets_deliveries_and_takeovers_follow_the_rules(steps, config):
-    """After every command: every Deliver goes to the one active consumer; there is
+    """After every command: every Deliver goes to the one active consumer, and a
+    change of it is an ActiveConsumerChanged effect; there is
     an active consumer whenever one may take over; the active consumer changes only
     when it left (cancelled, down) — then to the best waiting one by priority, then
     registration order — or to a higher-priority waiting one once it holds no
@@ -49,6 +51,9 @@ def test_only_the_active_consumer_gets_deliveries_and_takeovers_follow_the_rules
         state, _reply, effects = apply(Meta(position, 1, position * 20), command, state)
         candidates = _candidates(state)
         delivered_to = {e.consumer for e in effects if isinstance(e, Deliver)}
+        changes = [e for e in effects if isinstance(e, ActiveConsumerChanged)]
+        assert changes == ([ActiveConsumerChanged(state.active)] if state.active != before
+                           else [])
         assert delivered_to <= {state.active}, "a waiting consumer got a delivery"
         assert (state.active is None) == (not candidates)
         if state.active is None:
