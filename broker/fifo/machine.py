@@ -120,10 +120,10 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from . import leases, single_active
-from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
-                       Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
-                       Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick,
-                       UpdateConfig)
+from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery,
+                       Dequeue, Discard, Down, Dropped, Effect, Enqueue, LeaseGrow,
+                       LeaseRelease, LeaseSettle, Meta, Purge, QueueExpired, ReleaseCursor,
+                       Return, Settle, Tick, UpdateConfig)
 from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
 
 

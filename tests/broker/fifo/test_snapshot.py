@@ -2,8 +2,8 @@
 and the reject-publish block, version 3 the publishers' rejected-seq gaps, version 4
 message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages),
 version 5 single active consumer (the config's flag, the active consumer);
-older snapshots still load (no limits, no gaps, no TTL, no single active consumer). (Restore-and-replay equality is the
-property in test_machine.py.)"""
+older snapshots still load (no limits, no gaps, no TTL, no single active consumer).
+(Restore-and-replay equality is the property in test_machine.py.)"""
 
 from __future__ import annotations
 
