@@ -97,6 +97,8 @@ def test_the_waiting_consumer_takes_over_when_the_leader_dies_with_the_active_on
         with pika.BlockingConnection(pika.URLParameters(cluster.uri(victim))) as connection:
             connection.channel().queue_declare("kept", durable=True, arguments=SAC)
         assert wait_for("a leader of 'kept'", lambda: leader_of(first, "kept")) == victim
+        wait_for("both queues known on every node", lambda: all(
+            queue_row(uri, name) for uri in cluster.uris() for name in ("lost", "kept")))
 
         # registration order: the first consumer of each queue is registered (and
         # active) before the second consumes
