@@ -90,7 +90,9 @@ class Settings:
     # accepted and validated; what they govern is not built yet, and the server logs a
     # warning at start when one is set (NOT_ENFORCED_YET, broker/README.md "Configuration")
     quorum_commands_soft_limit: int = 32          # RabbitMQ's default
-    dead_letter_worker_consumer_prefetch: int = 32  # RabbitMQ's default
+    # at-least-once dead lettering: the dead letters a queue's dead-letter worker holds
+    # unconfirmed at a time (the quorum queues guide, "Dead Lettering"; RabbitMQ's 32)
+    dead_letter_worker_consumer_prefetch: int = 32
     # the delivery acknowledgement timeout (node/channel.py, the consumers guide's
     # "Delivery Acknowledgement Timeout"): a delivery unacked for longer closes its
     # channel with 406. None: no timeout (RabbitMQ's `undefined`, written
@@ -314,8 +316,6 @@ NOT_ENFORCED_YET = (
     ("quorum_queue.commands_soft_limit", "quorum_commands_soft_limit",
      "the unconfirmed quorum-queue commands a channel may have before it is throttled "
      "(credit flow): quorumqueue does not throttle publishers per channel"),
-    ("dead_letter_worker_consumer_prefetch", "dead_letter_worker_consumer_prefetch",
-     "at-least-once dead-lettering's prefetch: dead-lettering is not built yet"),
 )
 
 

@@ -61,8 +61,7 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "expires": (("quorum",), "a positive integer (milliseconds)"),
     "dead-letter-exchange": (("quorum",), "an exchange name"),
     "dead-letter-routing-key": (("quorum",), "a routing key"),
-    "dead-letter-strategy": (("quorum",), "'at-most-once' (at-least-once is not "
-                                          "supported yet)"),
+    "dead-letter-strategy": (("quorum",), "'at-most-once' or 'at-least-once'"),
     "consumer-timeout": (_QUEUES, "a non-negative integer (milliseconds)"),
 }
 # keys quorum queues apply and classic queues do not yet: a policy holding one must
@@ -164,7 +163,7 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "expires": _integer(value, 1),
         "dead-letter-exchange": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-routing-key": isinstance(value, str) and len(value.encode()) <= 255,
-        "dead-letter-strategy": value == "at-most-once",
+        "dead-letter-strategy": value in ("at-most-once", "at-least-once"),
         "consumer-timeout": _integer(value, 0),
     }[key]
     if not valid and key == "queue-leader-locator":  # rabbit_policies' text

@@ -7,7 +7,9 @@ what follows (`advanced`: leader news, snapshots); turn the machine's effects in
 AMQP work — deliveries to this node's consumers (bodies read back from the log),
 replies to whoever waited for an entry, snapshots and log release at the machine's
 release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
-by the leader to the queue's dead-letter exchange, at most once); queue TTL (`_delete_expired`:
+by the leader to the queue's dead-letter exchange, at most once; with at-least-once
+dead lettering, the leader's dead-letter worker instead: `_ensure_worker`,
+node/dead_letter_worker.py); queue TTL (`_delete_expired`:
 the leader deletes an expired queue through the metadata); and time (Tick commands
 for lease, message and queue expiry).
 
@@ -59,6 +61,7 @@ from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
+from .dead_letter_worker import DeadLetterWorker
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel, Consumer
@@ -99,6 +102,9 @@ class QuorumGroups:
         # each Sync begins and ends): it times an entry from storage to commit for the
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
         self.now = 0.0
+        # group uid -> the dead-letter worker of a queue this node leads with
+        # at-least-once dead lettering (node/dead_letter_worker.py)
+        self.dlx_workers: dict[str, DeadLetterWorker] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -173,6 +179,7 @@ class QuorumGroups:
         """This node is no longer a member: drop the replica (the node cancelled its
         consumers here first); the record stays."""
         self.queues.pop(queue.group, None)
+        self._stop_worker(queue)
         queue.fail_waiters()
         queue.raft = None  # the record stays, proxying to the leader
         self.store.delete_group(queue.group)
@@ -187,6 +194,7 @@ class QuorumGroups:
         self.queues[member.group] = member
 
     def delete(self, queue: QuorumQueue) -> None:
+        self._stop_worker(queue)
         queue.deleted = True
         queue.fail_waiters()
         if self.queues.pop(queue.group, None) is not None:
@@ -350,6 +358,10 @@ class QuorumGroups:
                         log.info("quorum queue '%s' in vhost '%s': single active consumer "
                                  "is now %s", queue.name, queue.vhost,
                                  "none" if consumer is None else repr(consumer))
+                case commands.DlxDeliver(worker, deliveries):
+                    current = self.dlx_workers.get(queue.group)
+                    if not replaying and current is not None and current.identity == worker:
+                        current.take(deliveries)
                 case commands.QueueExpired(unused_ms):
                     if not replaying and queue.is_leader and not queue.expiry_proposed:
                         self._delete_expired(queue, unused_ms)
@@ -383,6 +395,7 @@ class QuorumGroups:
         return self.cluster.is_stale_identity(identity)
 
     def _after_apply(self, queue: QuorumQueue) -> None:
+        self._ensure_worker(queue)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
             stale = sorted({c.connection for c in queue.state.consumers.values()
@@ -494,6 +507,39 @@ class QuorumGroups:
                 continue
             found.publish(Message(exchange_name, keys[0], properties, body), None, None)
 
+    def _ensure_worker(self, queue: QuorumQueue) -> None:
+        """At-least-once dead lettering: the leader runs the queue's dead-letter worker
+        (node/dead_letter_worker.py), one per leader term and node run, registered in
+        the machine by a DlxCheckout; a member that no longer leads, or a queue that
+        left at-least-once, stops it."""
+        worker = self.dlx_workers.get(queue.group)
+        wanted = (queue.is_leader and not queue.replay_until
+                  and queue.state.config.dead_letter_at_least_once)
+        if not wanted:
+            if worker is not None:
+                self._stop_worker(queue)
+            return
+        identity = f"{self.member}/{self.cluster.node.boot_id}/{queue.raft.term}"
+        if worker is None or worker.identity != identity:
+            if worker is not None:
+                worker.stop()
+            worker = DeadLetterWorker(self, queue, identity,
+                                      self.cluster.node.settings.dead_letter_worker_consumer_prefetch)
+            self.dlx_workers[queue.group] = worker
+        consumer = queue.state.dlx.consumer
+        if (consumer is None or consumer.worker != identity) and not worker.checkout_proposed:
+            worker.checkout_proposed = True
+
+            def registered(_reply, worker=worker) -> None:
+                worker.checkout_proposed = False
+
+            queue.propose(commands.DlxCheckout(identity, worker.prefetch), 0, registered)
+
+    def _stop_worker(self, queue: QuorumQueue) -> None:
+        worker = self.dlx_workers.pop(queue.group, None)
+        if worker is not None:
+            worker.stop()
+
     def _delete_expired(self, queue: QuorumQueue, unused_ms: int) -> None:
         """Queue TTL (x-expires): the leader asks the metadata group to delete the
         queue, as a client's queue.delete would, so every node drops its record and
@@ -521,9 +567,13 @@ class QuorumGroups:
         released, and expired messages at the heads of the ready queues removed (or
         dead-lettered), by a Tick command (through the log, so every replica agrees;
         the leader's `now` is in the entry)."""
+        for worker in list(self.dlx_workers.values()):
+            worker.tick(now)
         for queue in list(self.queues.values()):
             if not isinstance(queue, QuorumQueue) or not queue.is_leader:
                 continue  # the leader proposes time; the others apply it
+            if not queue.deleted:
+                self._ensure_worker(queue)
             if now - queue.last_tick_ms < self.tick_interval_ms:
                 continue
             expiry = next_expiry(queue.state)

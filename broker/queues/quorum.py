@@ -185,10 +185,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     @property
     def message_bytes(self) -> int:
-        """Body bytes of every message still in the queue (ready, unacked, leased)."""
+        """Body bytes of every message still in the queue (ready, unacked, leased, and
+        dead letters held by at-least-once dead lettering, as RabbitMQ's
+        message_bytes includes message_bytes_dlx)."""
         from ..fifo.state import size_of
 
-        total = self.state.ready_bytes
+        total = self.state.ready_bytes + self.state.dlx.bytes
         for consumer in self.state.consumers.values():
             total += sum(size_of(item[1]) for item in consumer.checked.values())
         for lease in self.state.leases.values():
@@ -414,7 +416,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
         self.propose(commands.UpdateConfig(wanted.delivery_limit, wanted.max_length,
                                            wanted.max_bytes, wanted.overflow,
-                                           wanted.msg_ttl, wanted.expires), 0, applied)
+                                           wanted.msg_ttl, wanted.expires,
+                                           wanted.dead_letter_at_least_once), 0, applied)
         return []
 
     def check_leases(self, detail: str) -> None:
@@ -475,6 +478,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
         row.update(bytes=self.message_bytes, leader=self.raft.leader_id,
                    members=list(self.raft.members), group=self.group,
                    commit_index=self.raft.commit_index,
+                   # at-least-once dead lettering: dead letters held until every target
+                   # queue confirmed them (RabbitMQ's messages_dlx, message_bytes_dlx)
+                   messages_dlx=self.state.dlx.count,
+                   message_bytes_dlx=self.state.dlx.bytes,
                    # replies this node waits for (confirms, gets...): (index, term) each
                    waiting=sorted((index, term) for index, waiting in self.waiters.items()
                                   for term, _data, _waiter in waiting),

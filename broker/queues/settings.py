@@ -10,9 +10,12 @@ the configuration. consumer-timeout: the lower of x-consumer-timeout and the pol
 (no queue setting: the node's consumer_timeout). A policy is anything with a `definition` mapping (None: no
 policy applies).
 
-Dead lettering (`dead_letter_target`): x-dead-letter-exchange and
-x-dead-letter-routing-key win over the policy's dead-letter-exchange and
-dead-letter-routing-key (RabbitMQ's args_policy_lookup takes the argument).
+Dead lettering (`dead_letter_target`, `dead_letter_strategy`): x-dead-letter-exchange,
+x-dead-letter-routing-key and x-dead-letter-strategy win over the policy's
+dead-letter-exchange, dead-letter-routing-key and dead-letter-strategy (RabbitMQ's
+args_policy_lookup takes the argument). At-least-once is in force only with overflow
+reject-publish (argument or policy) and a dead-letter exchange; otherwise a queue
+dead-letters at most once, as RabbitMQ falls back.
 
 Not here: validating and matching policies (node/policies.py).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..fifo.state import FifoConfig
+from ..fifo.state import FifoConfig, at_least_once
 
 
 def _definition(policy) -> Mapping[str, Any]:
@@ -68,7 +71,10 @@ def quorum_config(arguments: Mapping[str, Any], policy,
                                      definition.get("message-ttl")),
                       expires=_lower(arguments.get("x-expires"), definition.get("expires")),
                       # an argument only: no policy key sets it (RabbitMQ's consumers guide)
-                      single_active=base.single_active)
+                      single_active=base.single_active,
+                      dead_letter_at_least_once=at_least_once(
+                          (dead_letter_target(arguments, policy) or (None,))[0],
+                          dead_letter_strategy(arguments, policy), overflow))
 
 
 def classic_limits(arguments: Mapping[str, Any],
@@ -101,6 +107,17 @@ def target_group_size(arguments: Mapping[str, Any], policy,
                       configured: int | None) -> int | None:
     return (arguments.get("x-quorum-target-group-size")
             or _definition(policy).get("target-group-size") or configured)
+
+
+def dead_letter_strategy(arguments: Mapping[str, Any], policy) -> str:
+    """'at-most-once' (the default) or 'at-least-once': the argument, else the
+    policy's dead-letter-strategy (RabbitMQ's args_policy_lookup takes the argument).
+    In force only with overflow reject-publish and a dead-letter exchange
+    (fifo.state.at_least_once)."""
+    strategy = _text(arguments.get("x-dead-letter-strategy"))
+    if strategy is None:
+        strategy = _definition(policy).get("dead-letter-strategy")
+    return strategy or "at-most-once"
 
 
 def dead_letter_target(arguments: Mapping[str, Any], policy) -> tuple[str, str | None] | None:

@@ -239,14 +239,6 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
                            "needs dead-lettering, which quorumqueue does not support yet")
     if queue_type == "quorum":
-        # at-least-once takes effect only with reject-publish (the quorum queues guide,
-        # "Dead Lettering": with drop-head RabbitMQ falls back to at-most-once, and so
-        # does quorumqueue); with reject-publish it is refused, as it is not built yet
-        if (_text(arguments.get("x-dead-letter-strategy")) == "at-least-once"
-                and overflow == "reject-publish"):
-            raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
-                               "quorumqueue does not support at-least-once dead lettering "
-                               "yet (at-most-once is the default)")
         for key in ("x-quorum-initial-group-size", "x-quorum-target-group-size"):
             value = arguments.get(key)
             if isinstance(value, int) and value < 1:

@@ -50,8 +50,8 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
      "key 'dead-letter-exchange' applies to quorum queues only"),
     (dict(apply_to="quorum_queues", definition={"message-ttl": -1}),
      "key 'message-ttl' must be a non-negative integer"),
-    (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "at-least-once"}),
-     "key 'dead-letter-strategy' must be 'at-most-once' (at-least-once is not supported"),
+    (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "sometimes"}),
+     "key 'dead-letter-strategy' must be 'at-most-once' or 'at-least-once'"),
     (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
     # rabbit_policies' text (a string is refused, as RabbitMQ does: a JSON number only)
     (dict(definition={"consumer-timeout": "86400000"}),

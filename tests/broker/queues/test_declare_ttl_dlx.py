@@ -1,7 +1,7 @@
 """queue.declare validation of the TTL and dead-letter arguments (broker/queues/types.py):
 quorum queues take x-message-ttl, x-expires, x-dead-letter-exchange, x-dead-letter-routing-key
-and x-dead-letter-strategy at-most-once; RabbitMQ's refusals for bad values; what is
-not built yet (at-least-once, classic queues' TTLs and dead lettering) is refused
+and x-dead-letter-strategy (at-most-once, at-least-once); RabbitMQ's refusals for bad
+values; what is not built yet (classic queues' TTLs and dead lettering) is refused
 rather than silently ignored."""
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ def test_at_least_once_with_drop_head_falls_back_to_at_most_once_as_rabbitmq():
                          "x-dead-letter-exchange": "dlx"})
 
 
+def test_at_least_once_with_reject_publish_is_accepted():
+    """The guide's "Activating at-least-once dead-lettering": strategy at-least-once,
+    overflow reject-publish and a dead-letter exchange."""
+    spec = declare(**QUORUM, **{"x-dead-letter-strategy": "at-least-once",
+                                "x-overflow": "reject-publish",
+                                "x-dead-letter-exchange": "dlx"})
+    assert spec.overflow == "reject-publish"
+
+
 def test_quorum_queues_accept_message_ttl_and_at_most_once_dead_lettering():
     spec = declare(**QUORUM, **{"x-message-ttl": 0, "x-expires": 1,
                                 "x-dead-letter-exchange": "dlx",
@@ -47,9 +56,6 @@ def test_quorum_queues_accept_message_ttl_and_at_most_once_dead_lettering():
                                 "\"expected integer, got longstr\""),
     ({"x-dead-letter-strategy": "sometimes"},
      f"invalid arg 'x-dead-letter-strategy' for {WHERE}: invalid_dlx_strategy"),
-    ({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"},
-     f"invalid arg 'x-dead-letter-strategy' for {WHERE}: quorumqueue does not support "
-     "at-least-once dead lettering yet (at-most-once is the default)"),
     ({"x-expires": 0}, f"invalid arg 'x-expires' for {WHERE}: {{value_zero,0}}"),
     ({"x-expires": -5}, f"invalid arg 'x-expires' for {WHERE}: {{value_negative,-5}}"),
 ])

@@ -1,0 +1,116 @@
+"""At-least-once dead lettering on a running broker (the quorum queues guide, "Dead
+Lettering": "Activating at-least-once dead-lettering", its Limitations and Caveats).
+
+A source quorum queue with `x-dead-letter-strategy: at-least-once`, `x-overflow:
+reject-publish` and a dead-letter exchange keeps each dead-lettered message until the
+target queue confirmed it; the queue reports what it holds (`messages_dlx`,
+`message_bytes_dlx`, as RabbitMQ's queue stats). A target that does not exist yet
+keeps the messages in the source queue (the guide's caveat "The messages cannot be
+routed to any queue"), and the dead-letter worker's retries deliver them once it does.
+"""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from quorumqueue.client.management import call
+from tests.broker.server.pika_support import connect, unique
+from tests.support.cluster import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+BOUND = 60.0  # seconds: the machine is shared; retries run on the one-second tick
+
+
+def at_least_once(target: str, **more) -> dict:
+    return {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish", "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": target, **more}
+
+
+def row(broker, name: str) -> dict:
+    return next(q for q in call(broker.uri, "queues.list", vhost="/") if q["name"] == name)
+
+
+def reject_all(channel, queue: str, count: int) -> None:
+    """Take `count` messages from `queue` and nack each without requeue."""
+    for _ in range(count):
+        method, _properties, _body = wait_for(
+            f"a message in {queue}", lambda: (got := channel.basic_get(queue))[0] and got,
+            timeout=BOUND)
+        channel.basic_nack(method.delivery_tag, requeue=False)
+
+
+def drain(channel, queue: str) -> list[tuple[bytes, dict]]:
+    got = []
+    while (message := channel.basic_get(queue, auto_ack=True))[0] is not None:
+        got.append((message[2], message[1].headers))
+    return got
+
+
+def test_a_nack_without_requeue_reaches_a_quorum_target_with_x_death(broker):
+    source, target = unique("alo-src"), unique("alo-dst")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare(target, durable=True, arguments={"x-queue-type": "quorum"})
+        channel.queue_declare(source, durable=True, arguments=at_least_once(target))
+        channel.confirm_delivery()
+        for number in range(5):
+            channel.basic_publish("", source, b"m%d" % number,
+                                  pika.BasicProperties(delivery_mode=2))
+        reject_all(channel, source, 5)
+        wait_for("5 dead letters in the target, none held in the source", lambda: (
+            row(broker, target)["ready"] == 5 and row(broker, source)["messages_dlx"] == 0
+            and row(broker, source)["ready"] == 0), timeout=BOUND)
+        messages = drain(channel, target)
+    assert sorted(body for body, _headers in messages) == [b"m%d" % n for n in range(5)]
+    for _body, headers in messages:
+        death = headers["x-death"][0]
+        assert (death["reason"], death["queue"], death["count"]) == (
+            "rejected", source, 1)
+        assert headers["x-first-death-reason"] == "rejected"
+        assert headers["x-last-death-queue"] == source
+
+
+def test_a_missing_target_keeps_the_dead_letters_until_it_is_declared(broker):
+    source, target = unique("alo-src"), unique("alo-late")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare(source, durable=True, arguments=at_least_once(target))
+        channel.confirm_delivery()
+        for number in range(3):
+            channel.basic_publish("", source, b"late-%d" % number,
+                                  pika.BasicProperties(delivery_mode=2))
+        reject_all(channel, source, 3)
+        # no queue to route to: the source keeps them, and says so
+        stats = wait_for("3 dead letters held by the source", lambda: (
+            (r := row(broker, source))["messages_dlx"] == 3 and r), timeout=BOUND)
+        assert stats["ready"] == 0 and stats["message_bytes_dlx"] == 3 * len(b"late-0")
+        assert stats["bytes"] == stats["message_bytes_dlx"]  # message_bytes includes them
+        channel.queue_declare(target, durable=True, arguments={"x-queue-type": "quorum"})
+        wait_for("the held dead letters delivered once the target exists", lambda: (
+            row(broker, target)["ready"] >= 3 and row(broker, source)["messages_dlx"] == 0),
+            timeout=BOUND)
+        bodies = {body for body, _headers in drain(channel, target)}
+    assert bodies == {b"late-0", b"late-1", b"late-2"}
+
+
+def test_held_dead_letters_count_towards_the_length_limit(broker):
+    """The guide's caveat: held dead letters "contribute to the queue resource limits,
+    such as max length limits so that the queue can refuse to accept more messages
+    until some have been removed"."""
+    source, target = unique("alo-src"), unique("alo-absent")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare(source, durable=True,
+                              arguments=at_least_once(target, **{"x-max-length": 2}))
+        channel.confirm_delivery()
+        for number in range(2):
+            channel.basic_publish("", source, b"%d" % number)
+        reject_all(channel, source, 2)
+        wait_for("2 held dead letters", lambda: row(broker, source)["messages_dlx"] == 2,
+                 timeout=BOUND)
+        channel.basic_publish("", source, b"2")  # 3 > 2: accepted (the overshoot of one)
+        with pytest.raises(pika.exceptions.NackError):
+            channel.basic_publish("", source, b"3")
