@@ -93,6 +93,10 @@ class Settings:
     # at-least-once dead lettering: the dead letters a queue's dead-letter worker holds
     # unconfirmed at a time (the quorum queues guide, "Dead Lettering"; RabbitMQ's 32)
     dead_letter_worker_consumer_prefetch: int = 32
+    # ... and how long its worker waits for a target's confirm (or for a missing
+    # exchange or route to appear) before sending a dead letter again (RabbitMQ's
+    # dead_letter_worker_publisher_confirm_timeout, in ms; its default)
+    dead_letter_worker_publisher_confirm_timeout_ms: int = 180_000
     # the delivery acknowledgement timeout (node/channel.py, the consumers guide's
     # "Delivery Acknowledgement Timeout"): a delivery unacked for longer closes its
     # channel with 406. None: no timeout (RabbitMQ's `undefined`, written
@@ -300,6 +304,8 @@ KEYS = {
         ("quorum_relaxed_checks_on_redeclaration", _bool),
     "quorum_queue.commands_soft_limit": ("quorum_commands_soft_limit", _int),
     "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
+    "dead_letter_worker_publisher_confirm_timeout":
+        ("dead_letter_worker_publisher_confirm_timeout_ms", _int),
     "consumer_timeout": ("consumer_timeout_ms", _consumer_timeout),
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
     "management.tcp.port": ("management_port", _int),
@@ -384,6 +390,8 @@ def validate(settings: Settings) -> Settings:
                         settings.quorum_commands_soft_limit),
                        ("dead_letter_worker_consumer_prefetch",
                         settings.dead_letter_worker_consumer_prefetch),
+                       ("dead_letter_worker_publisher_confirm_timeout",
+                        settings.dead_letter_worker_publisher_confirm_timeout_ms),
                        ("consumer_timeout", 1 if settings.consumer_timeout_ms is None
                         else settings.consumer_timeout_ms),
                        ("channel_tick_interval", settings.channel_tick_interval_ms)):

@@ -21,17 +21,21 @@ How it works, as the quorum queues guide ("Dead Lettering") describes it:
   (`_Confirm`: a quorum queue answers once its log applied the message, a classic
   queue once its message-store batch is fsynced, a refusal — reject-publish overflow,
   a queue that is gone — is a nack);
-- what is not confirmed is retried: a dead-letter exchange that does not exist, no
-  route to any queue (the guide's "equivalent to the mandatory message property"), a
-  nack, or no answer within CONFIRM_TIMEOUT_MS (a target whose leader is down): the
-  message is sent again, to the targets that did not confirm, RETRY_MS later, on the
-  node's tick; so messages wait in the source queue (counted as messages_dlx) while a
-  target is missing or refuses, as the guide's caveats say;
-- a message whose every route is a dead-letter cycle is settled without a copy (the
-  at-most-once path drops it too).
+- what is not confirmed is retried, as rabbit_fifo_dlx_worker does, every
+  `dead_letter_worker_publisher_confirm_timeout` (RabbitMQ's setting and default,
+  180 s): a dead-letter exchange that does not exist, no route to any queue (the
+  guide's "equivalent to the mandatory message property"), routes that are all
+  dead-letter cycles, a nack (reject-publish overflow) or no answer (a target whose
+  leader is down). A retry routes the message again and publishes it to the routed
+  queues that have not confirmed it; if every queue it still routes to confirmed,
+  it is settled. So messages wait in the source queue (counted as messages_dlx)
+  while a target is missing or refuses, as the guide's caveats say, and a target may
+  get a duplicate ("a possibility of duplicates appearing at the DLX target queue(s)");
+- "under no circumstances" is a message dropped (rabbit_fifo_dlx_worker's words):
+  a cycle is skipped per target, and a message whose every route is a cycle waits.
 
-Invariants: a DlxSettle names only messages every target of the current attempt
-confirmed; answers from an earlier attempt or a stopped worker are ignored; the
+Invariants: a DlxSettle names only messages that at least one target queue confirmed
+and none it still routes to left unconfirmed; answers from an earlier attempt or a stopped worker are ignored; the
 worker publishes nothing while its node replays its log or follows.
 
 Not here: which messages die and holding them (broker/fifo), the headers
@@ -59,23 +63,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("quorumqueue.broker")
 
-RETRY_MS = 1_000              # a failed attempt is retried this much later (on a tick)
-CONFIRM_TIMEOUT_MS = 30_000   # an attempt with no answer from a target is sent again
 
 
 @dataclass(slots=True)
 class _Letter:
-    """One dead letter checked out to this worker."""
+    """One dead letter checked out to this worker; its message is read from the log
+    once and kept (bounded by the prefetch, as RabbitMQ keeps the bodies in memory)."""
     msg_id: int
     index: int                # raft index of the message in the source queue
     reason: str
-    # target queues that have not confirmed (None: not routed yet)
-    unconfirmed: set[str] | None = None
+    died_ms: int              # x-death's time
+    message: tuple[str, str, bytes, bytes] | None = None  # exchange, key, header, body
+    unconfirmed: set[str] = field(default_factory=set)  # targets of the current attempt
+    confirmed: set[str] = field(default_factory=set)    # targets that confirmed it
     attempt: int = 0
-    waiting: int = 0          # answers outstanding in the current attempt
-    failed: bool = False      # a target refused in the current attempt
-    due_ms: int = 0           # retry at or after this time (0: not scheduled)
-    sent_ms: int = 0
+    sent_ms: int = 0          # time of the last attempt (retried a timeout after it)
     warned: set[str] = field(default_factory=set)
 
 
@@ -123,11 +125,12 @@ class _AfterSync:
 
 class DeadLetterWorker:
     def __init__(self, groups: "QuorumGroups", queue: "QuorumQueue", identity: str,
-                 prefetch: int) -> None:
+                 prefetch: int, timeout_ms: int) -> None:
         self.groups = groups
         self.queue = queue
         self.identity = identity
-        self.prefetch = prefetch
+        self.prefetch = prefetch        # dead_letter_worker_consumer_prefetch
+        self.timeout_ms = timeout_ms    # dead_letter_worker_publisher_confirm_timeout
         self.letters: dict[int, _Letter] = {}
         self.checkout_proposed = False
         self.stopped = False
@@ -147,36 +150,38 @@ class DeadLetterWorker:
         """Dead letters the machine checked out to this worker: publish each."""
         now = self.node.clock_ms
         for delivery in deliveries:
-            letter = _Letter(delivery.msg_id, delivery.raft_index, delivery.reason)
+            letter = _Letter(delivery.msg_id, delivery.raft_index, delivery.reason,
+                             self.queue.last_time_ms or now)
             self.letters[delivery.msg_id] = letter
             self._send(letter, now)
 
     def _send(self, letter: _Letter, now: int) -> None:
+        """One attempt: route the message again and publish it to the routed queues
+        that have not confirmed it (see the module header)."""
         queue, node = self.queue, self.node
         letter.attempt += 1
-        letter.failed, letter.waiting, letter.due_ms, letter.sent_ms = False, 0, 0, now
+        letter.unconfirmed = set()
+        letter.sent_ms = now
         target = dead_letter_target(queue.arguments,
                                     node.policy_for(queue.vhost, queue.type_name, queue.name))
         vhost = node.vhosts.get(queue.vhost)
         exchange = vhost.exchanges.get(target[0]) if target and vhost is not None else None
         if exchange is None:
-            self._warn(letter, "exchange", "dead-letter exchange '%s' does not exist",
+            self._warn(letter, "exchange", "its dead-letter exchange '%s' does not exist",
                        target[0] if target else None)
-            self._retry(letter, now)
             return
         exchange_name, dead_letter_key = target
         try:
-            source, routing_key, header, body = self.groups.read_message(queue, letter.index)
+            if letter.message is None:
+                letter.message = self.groups.read_message(queue, letter.index)
+            source, routing_key, header, body = letter.message
             keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
             header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
-                                                       letter.reason, queue.last_time_ms)
+                                                       letter.reason, letter.died_ms)
         except (MessageGone, AMQPError, ValueError) as error:
-            # cannot happen for a held message (its entry is live); settle rather than
-            # retry forever, and say so
-            log.error("quorum queue '%s' in vhost '%s': dead letter %s (%s) unreadable, "
-                      "settled without a copy: %s", queue.name, queue.vhost, letter.index,
-                      letter.reason, error)
-            self._settle([letter.msg_id])
+            # a held message's entry is live, and its header was accepted at publish:
+            # this is a bug; keep the message (never drop) and say so once
+            self._warn(letter, "read", "it cannot be read: %s", error)
             return
         properties = codec.decode_properties(header)[1]
         routed: dict[str, object] = {}
@@ -184,70 +189,57 @@ class DeadLetterWorker:
             for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):
                 routed.setdefault(found.name, found)
         cycles = {name for name in routed if dead_letter.is_cycle(name, letter.reason, deaths)}
-        if routed and cycles == set(routed):
-            log.warning("quorum queue '%s' in vhost '%s': dead-letter cycle to %s (%s): "
-                        "message settled without a copy", queue.name, queue.vhost,
-                        ", ".join(sorted(cycles)), letter.reason)
-            self._settle([letter.msg_id])
-            return
-        targets = {name: found for name, found in routed.items() if name not in cycles}
-        if letter.unconfirmed is None or not letter.unconfirmed & set(targets):
-            letter.unconfirmed = set(targets)  # first attempt, or the old targets are gone
-        sending = [(name, targets[name]) for name in sorted(letter.unconfirmed & set(targets))]
+        if cycles:
+            self._warn(letter, "cycle", "dead-letter cycle to %s: not delivered there",
+                       ", ".join(sorted(cycles)))
+        sending = sorted(name for name in routed
+                         if name not in cycles and name not in letter.confirmed)
         if not sending:
-            self._warn(letter, "route", "no queue bound to dead-letter exchange '%s' for "
-                       "routing keys %s", exchange_name, keys)
-            self._retry(letter, now)
+            if letter.confirmed:  # every queue it still routes to confirmed it
+                self._settle(letter)
+            else:
+                self._warn(letter, "route", "no queue is bound to dead-letter exchange '%s' "
+                           "with routing keys %s", exchange_name, keys)
             return
-        letter.waiting = len(sending)
+        letter.unconfirmed = set(sending)
         message = Message(exchange_name, keys[0], properties, body)
-        for name, found in sending:
+        for name in sending:
             confirm = _Confirm(self, letter, name)
-            found.publish(message, None, confirm)
+            routed[name].publish(message, None, confirm)
             if not confirm.outstanding:  # answered at once (a classic queue, a refusal)
                 confirm.settled()
 
     def answer(self, letter: _Letter, attempt: int, target: str, ok: bool) -> None:
-        """A target queue answered the publish of `letter` in `attempt`."""
-        if self.stopped or attempt != letter.attempt or self.letters.get(letter.msg_id) is not letter:
-            return  # an earlier attempt's, or a stopped worker's: the current one decides
-        letter.waiting -= 1
-        if ok:
-            letter.unconfirmed.discard(target)
-        else:
-            letter.failed = True
-            self._warn(letter, "refused", "target queue '%s' refused the dead letter", target)
-        if letter.waiting:
+        """A target queue answered the publish of `letter` in `attempt`. A refusal is
+        left for the retry (rabbit_fifo_dlx_worker ignores rejections too)."""
+        if self.stopped or self.letters.get(letter.msg_id) is not letter:
+            return  # settled already, or a stopped worker's: the current one decides
+        if not ok:
+            self._warn(letter, "refused", "target queue '%s' refused it", target)
             return
-        if not letter.unconfirmed:
-            self._settle([letter.msg_id])
-        else:  # a refusal, or a target of an earlier attempt that no longer routes
-            self._retry(letter, self.node.clock_ms)
+        letter.confirmed.add(target)
+        if attempt == letter.attempt:
+            letter.unconfirmed.discard(target)
+            if not letter.unconfirmed:
+                self._settle(letter)
 
-    def _settle(self, msg_ids: list[int]) -> None:
-        for msg_id in msg_ids:
-            self.letters.pop(msg_id, None)
-        self.queue.propose(DlxSettle(self.identity, tuple(msg_ids)), 0)
-
-    def _retry(self, letter: _Letter, now: int) -> None:
-        letter.due_ms = now + RETRY_MS
+    def _settle(self, letter: _Letter) -> None:
+        self.letters.pop(letter.msg_id, None)
+        self.queue.propose(DlxSettle(self.identity, (letter.msg_id,)), 0)
 
     def _warn(self, letter: _Letter, kind: str, text: str, *args) -> None:
         """Log a failure once per message and kind (retries repeat it silently)."""
         if kind in letter.warned:
             return
         letter.warned.add(kind)
-        log.warning("quorum queue '%s' in vhost '%s': dead letter %s (%s) kept for a retry: "
-                    + text, self.queue.name, self.queue.vhost, letter.index, letter.reason,
-                    *args)
+        log.warning("quorum queue '%s' in vhost '%s': dead letter %s (%s) kept, to be sent "
+                    "again in %d ms: " + text, self.queue.name, self.queue.vhost, letter.index,
+                    letter.reason, self.timeout_ms, *args)
 
     # ------------------------------------------------------------ time
 
     def tick(self, now: int) -> None:
-        """Retry what is due: failed attempts after RETRY_MS, unanswered ones after
-        CONFIRM_TIMEOUT_MS."""
+        """Retry every message whose last attempt is a timeout old and not settled."""
         for letter in list(self.letters.values()):
-            if letter.due_ms and letter.due_ms <= now:
-                self._send(letter, now)
-            elif letter.waiting and now - letter.sent_ms >= CONFIRM_TIMEOUT_MS:
+            if now - letter.sent_ms >= self.timeout_ms and not self.stopped:
                 self._send(letter, now)

@@ -523,8 +523,10 @@ class QuorumGroups:
         if worker is None or worker.identity != identity:
             if worker is not None:
                 worker.stop()
+            settings = self.cluster.node.settings
             worker = DeadLetterWorker(self, queue, identity,
-                                      self.cluster.node.settings.dead_letter_worker_consumer_prefetch)
+                                      settings.dead_letter_worker_consumer_prefetch,
+                                      settings.dead_letter_worker_publisher_confirm_timeout_ms)
             self.dlx_workers[queue.group] = worker
         consumer = queue.state.dlx.consumer
         if (consumer is None or consumer.worker != identity) and not worker.checkout_proposed:

@@ -101,6 +101,7 @@ def test_sizes_use_rabbitmqs_units(value, expected):
 RABBITMQ_42_KEYS = ('quorum_queue.property_equivalence.relaxed_checks_on_redeclaration = true\n'
                     'quorum_queue.commands_soft_limit = 512\n'
                     'dead_letter_worker_consumer_prefetch = 64\n'
+                    'dead_letter_worker_publisher_confirm_timeout = 5000\n'
                     'consumer_timeout = 900000\n')
 
 
@@ -109,11 +110,13 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
     assert settings.quorum_relaxed_checks_on_redeclaration is True
     assert settings.quorum_commands_soft_limit == 512
     assert settings.dead_letter_worker_consumer_prefetch == 64
+    assert settings.dead_letter_worker_publisher_confirm_timeout_ms == 5000
     assert settings.consumer_timeout_ms == 900_000
     defaults = Settings()  # RabbitMQ's defaults
     assert (defaults.quorum_relaxed_checks_on_redeclaration, defaults.quorum_commands_soft_limit,
-            defaults.dead_letter_worker_consumer_prefetch, defaults.consumer_timeout_ms) == (
-        False, 32, 32, 1_800_000)
+            defaults.dead_letter_worker_consumer_prefetch,
+            defaults.dead_letter_worker_publisher_confirm_timeout_ms,
+            defaults.consumer_timeout_ms) == (False, 32, 32, 180_000, 1_800_000)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -123,6 +126,8 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
      "quorum_queue.commands_soft_limit: must be a positive integer"),
     ("dead_letter_worker_consumer_prefetch = -1\n",
      "dead_letter_worker_consumer_prefetch: must be a positive integer"),
+    ("dead_letter_worker_publisher_confirm_timeout = 0\n",
+     "dead_letter_worker_publisher_confirm_timeout: must be a positive integer"),
     ('consumer_timeout = "30m"\n', "consumer_timeout: expected an integer"),
     ("consumer_timeout = 0\n", "consumer_timeout: must be a positive integer"),
     ("channel_tick_interval = 0\n", "channel_tick_interval: must be a positive integer"),

@@ -32,7 +32,9 @@ def row(uri: str, name: str) -> dict | None:
 
 def test_a_killed_source_leader_loses_no_dead_letter():
     # a small prefetch: the worker holds few at a time, so many are in the source
-    with LocalCluster(3, extra_config="dead_letter_worker_consumer_prefetch = 4\n") as cluster:
+    # (and a retry every second, not RabbitMQ's default 180 s)
+    with LocalCluster(3, extra_config="dead_letter_worker_consumer_prefetch = 4\n"
+                      "dead_letter_worker_publisher_confirm_timeout = 1000\n") as cluster:
         uris = cluster.uris()
         wait_for("a metadata leader on every node", lambda: all(
             status(uri)["metadata_leader"] for uri in uris), timeout=BOUND)

@@ -7,20 +7,34 @@ target queue confirmed it; the queue reports what it holds (`messages_dlx`,
 `message_bytes_dlx`, as RabbitMQ's queue stats). A target that does not exist yet
 keeps the messages in the source queue (the guide's caveat "The messages cannot be
 routed to any queue"), and the dead-letter worker's retries deliver them once it does.
+The broker retries every second here (`dead_letter_worker_publisher_confirm_timeout`,
+RabbitMQ's 180 s by default; RabbitMQ's own tests of the worker use 1 s as well).
 """
 
 from __future__ import annotations
 
+import json
+
 import pika
 import pytest
+from click.testing import CliRunner
 
+from quorumqueue.broker.cli import main
 from quorumqueue.client.management import call
 from tests.broker.server.pika_support import connect, unique
+from tests.support.broker import BrokerProcess
 from tests.support.cluster import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
 BOUND = 60.0  # seconds: the machine is shared; retries run on the one-second tick
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with BrokerProcess(extra_config="dead_letter_worker_publisher_confirm_timeout = 1000\n") \
+            as process:
+        yield process
 
 
 def at_least_once(target: str, **more) -> dict:
@@ -114,3 +128,50 @@ def test_held_dead_letters_count_towards_the_length_limit(broker):
         channel.basic_publish("", source, b"2")  # 3 > 2: accepted (the overshoot of one)
         with pytest.raises(pika.exceptions.NackError):
             channel.basic_publish("", source, b"3")
+
+
+def test_with_drop_head_at_least_once_falls_back_to_at_most_once(broker):
+    """The guide's Limitations: "if drop-head is configured the dead-lettering will fall
+    back to at-most-once": with no route, the dead letter is gone, not held."""
+    source = unique("alo-drophead")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        arguments = at_least_once(unique("alo-nowhere"))
+        del arguments["x-overflow"]  # drop-head, the default
+        channel.queue_declare(source, durable=True, arguments=arguments)
+        channel.confirm_delivery()
+        channel.basic_publish("", source, b"x")
+        reject_all(channel, source, 1)
+        stats = wait_for("the rejection applied", lambda: (
+            (r := row(broker, source))["ready"] == 0 and r["unacked"] == 0 and r),
+            timeout=BOUND)
+    assert stats["messages_dlx"] == 0 and stats["bytes"] == 0
+
+
+def ctl(broker, *args: str) -> None:
+    result = CliRunner().invoke(main, ["ctl", *args, "--uri", broker.uri])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_policy_turns_at_least_once_on_and_off(broker):
+    """Policy keys dead-letter-strategy, overflow and dead-letter-exchange (the guide:
+    "apply all of the following policies (or the equivalent queue arguments)"); a
+    switch back to at-most-once deletes the held dead letters ("any dead-lettered
+    messages that have not yet been confirmed by all target queues will be deleted")."""
+    source = unique("alo-policy")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare(source, durable=True, arguments={"x-queue-type": "quorum"})
+        ctl(broker, "set_policy", "--apply-to", "quorum_queues", f"p-{source}", f"^{source}$",
+            json.dumps({"dead-letter-strategy": "at-least-once", "overflow": "reject-publish",
+                        "dead-letter-exchange": "", "dead-letter-routing-key": "absent"}))
+        channel.confirm_delivery()
+        channel.basic_publish("", source, b"held")
+        reject_all(channel, source, 1)
+        wait_for("the dead letter held (no route)",
+                 lambda: row(broker, source)["messages_dlx"] == 1, timeout=BOUND)
+        ctl(broker, "set_policy", "--apply-to", "quorum_queues", f"p-{source}", f"^{source}$",
+            json.dumps({"dead-letter-exchange": "", "dead-letter-routing-key": "absent"}))
+        wait_for("the held dead letter deleted", lambda: (
+            (r := row(broker, source))["messages_dlx"] == 0 and r["bytes"] == 0),
+            timeout=BOUND)
