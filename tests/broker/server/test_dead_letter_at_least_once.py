@@ -175,3 +175,32 @@ def test_a_policy_turns_at_least_once_on_and_off(broker):
         wait_for("the held dead letter deleted", lambda: (
             (r := row(broker, source))["messages_dlx"] == 0 and r["bytes"] == 0),
             timeout=BOUND)
+
+
+def test_held_dead_letters_survive_a_kill_and_reach_a_target_declared_after_it():
+    """Held dead letters are replicated state (the log and snapshots): after kill -9
+    and a restart, the new run's worker takes them over and delivers them."""
+    with BrokerProcess(extra_config="dead_letter_worker_publisher_confirm_timeout = 1000\n") \
+            as process:
+        source, target = unique("alo-src"), unique("alo-after")
+        with connect(process) as connection:
+            channel = connection.channel()
+            channel.queue_declare(source, durable=True, arguments=at_least_once(target))
+            channel.confirm_delivery()
+            for number in range(4):
+                channel.basic_publish("", source, b"kept-%d" % number,
+                                      pika.BasicProperties(delivery_mode=2))
+            reject_all(channel, source, 4)
+            wait_for("4 held dead letters", lambda: row(process, source)["messages_dlx"] == 4,
+                     timeout=BOUND)
+        process.restart(kill=True)
+        assert wait_for("the held dead letters after the restart", lambda: (
+            row(process, source)["messages_dlx"] == 4), timeout=BOUND)
+        with connect(process) as connection:
+            channel = connection.channel()
+            channel.queue_declare(target, durable=True, arguments={"x-queue-type": "quorum"})
+            wait_for("the dead letters in the target", lambda: (
+                row(process, target)["ready"] >= 4 and row(process, source)["messages_dlx"] == 0),
+                timeout=BOUND)
+            bodies = {body for body, _headers in drain(channel, target)}
+    assert bodies == {b"kept-%d" % n for n in range(4)}
