@@ -69,12 +69,12 @@ def test_a_killed_source_leader_loses_no_dead_letter():
         watch = cluster.uri(others[0])
         # the target is full and refuses the rest: the source holds them (its worker
         # retries), and reports them
-        held = wait_for("the source holding what the full target refuses", lambda: (
+        # (a dead letter the target confirmed may still be held until its settle is
+        # applied: the sum may exceed MESSAGES by those)
+        wait_for("the source holding what the full target refuses", lambda: (
             (src := row(watch, "alo-src")) and (dst := row(watch, "alo-dst"))
             and src["ready"] == 0 and src["unacked"] == 0 and dst["ready"] >= TARGET_LIMIT
-            and src["messages_dlx"] > 0 and src["messages_dlx"] + dst["ready"] >= MESSAGES
-            and src["messages_dlx"]), timeout=BOUND)
-        assert held <= MESSAGES - TARGET_LIMIT
+            and src["messages_dlx"] >= MESSAGES - dst["ready"] > 0), timeout=BOUND)
 
         cluster.kill(leader)  # SIGKILL
         wait_for("a new leader of the source queue", lambda: leader_of(
