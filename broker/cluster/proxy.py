@@ -121,14 +121,16 @@ def on_downed(cluster: "Cluster", sender: str, body: dict) -> None:
 
 
 # sac: the single active consumer's tag (None: none); declared: declare-ok's consumer
-# count (None from a node that does not send it: then "consumers")
+# count (None from a node that does not send it: then "consumers"); messages_dlx,
+# message_bytes_dlx: the dead letters held by at-least-once dead lettering
 NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None,
-             "declared": None}
+             "declared": None, "messages_dlx": 0, "message_bytes_dlx": 0}
 
 
 def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None:
     """The counts of a quorum queue with no replica here (a dict: ready, unacked,
-    consumers, bytes), from a member (its leader if known), passed to `callback`."""
+    consumers, bytes, and the dead letters held by at-least-once dead lettering:
+    messages_dlx, message_bytes_dlx; 0 from a node that does not send them), from a member (its leader if known), passed to `callback`."""
     cluster._next_request += 1
     request = cluster._next_request
     target = (record.leader_hint if record.leader_hint in cluster.addresses
@@ -152,7 +154,9 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
             "r": request, "ready": member.ready_count, "unacked": member.unacked_count,
             "consumers": member.consumer_count, "bytes": member.message_bytes,
             "sac": member.single_active_consumer_tag,
-            "declared": member.declare_ok_consumer_count}))
+            "declared": member.declare_ok_consumer_count,
+            "messages_dlx": member.state.dlx.count,
+            "message_bytes_dlx": member.state.dlx.bytes}))
 
     if member.has_unapplied():
         member.after_applied(answer)

@@ -438,7 +438,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         def counted(counts: dict) -> None:
             row.update(ready=counts["ready"], unacked=counts["unacked"],
                        consumers=counts["consumers"], bytes=counts["bytes"],
-                       single_active_consumer_tag=counts.get("sac"))
+                       single_active_consumer_tag=counts.get("sac"),
+                       messages_dlx=counts.get("messages_dlx", 0),
+                       message_bytes_dlx=counts.get("message_bytes_dlx", 0))
             done(row)
 
         self.router.counts(self, counted)

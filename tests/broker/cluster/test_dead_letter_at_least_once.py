@@ -63,6 +63,25 @@ def test_a_killed_source_leader_loses_no_dead_letter():
             channel.basic_nack(tags[-1], multiple=True, requeue=False)
             channel.cancel()
 
+            # a queue with one replica: the other nodes' queues list asks it for its
+            # counts, held dead letters included
+            channel.queue_declare("alo-one", durable=True, arguments={
+                "x-queue-type": "quorum", "x-quorum-initial-group-size": 1,
+                "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
+                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "alo-nowhere"})
+            channel.basic_publish("", "alo-one", b"one")
+            method = wait_for("a message in alo-one",
+                              lambda: channel.basic_get("alo-one")[0], timeout=BOUND)
+            channel.basic_nack(method.delivery_tag, requeue=False)
+        one = wait_for("alo-one's replica", lambda: (
+            (record := row(uris[0], "alo-one")) and record["members"] and record),
+            timeout=BOUND)
+        elsewhere = next(uri for name, uri in zip(cluster.names, uris)
+                         if name not in one["members"])
+        wait_for("alo-one's held dead letter counted on a node without a replica",
+                 lambda: row(elsewhere, "alo-one")["messages_dlx"] == 1, timeout=BOUND)
+        assert row(elsewhere, "alo-one")["message_bytes_dlx"] == 3
+
         leader = wait_for("the source queue's leader", lambda: leader_of(uris[0], "alo-src"),
                           timeout=BOUND)
         others = [name for name in cluster.names if name != leader]
