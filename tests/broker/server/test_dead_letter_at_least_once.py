@@ -204,3 +204,22 @@ def test_held_dead_letters_survive_a_kill_and_reach_a_target_declared_after_it()
                 timeout=BOUND)
             bodies = {body for body, _headers in drain(channel, target)}
     assert bodies == {b"kept-%d" % n for n in range(4)}
+
+
+def test_a_classic_target_confirms_after_its_message_store_sync(broker):
+    """A durable classic target confirms a persistent dead letter once its message
+    store has it on disk; a transient one at once. Either way the source lets go."""
+    source, target = unique("alo-src"), unique("alo-classic")
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare(target, durable=True)
+        channel.queue_declare(source, durable=True, arguments=at_least_once(target))
+        channel.confirm_delivery()
+        channel.basic_publish("", source, b"persistent", pika.BasicProperties(delivery_mode=2))
+        channel.basic_publish("", source, b"transient", pika.BasicProperties(delivery_mode=1))
+        reject_all(channel, source, 2)
+        wait_for("both in the classic target, none held", lambda: (
+            row(broker, target)["ready"] == 2 and row(broker, source)["messages_dlx"] == 0),
+            timeout=BOUND)
+        got = {body: headers["x-death"][0]["reason"] for body, headers in drain(channel, target)}
+    assert got == {b"persistent": "rejected", b"transient": "rejected"}
