@@ -4,7 +4,8 @@ Responsibilities: for one quorum queue this node leads, publish the dead letters
 machine checks out to the worker (DlxDeliver effects, broker/fifo/dlx.py) through the
 queue's dead-letter exchange, with x-death headers (queues/dead_letter.py) and
 publisher-confirm semantics, and settle each one in the source queue (a DlxSettle
-command through its log) only once every target queue confirmed it.
+command through its log) only once every target queue confirmed it; the settles of
+one round of the node's groups go in one command (`flush`).
 
 How it works, as the quorum queues guide ("Dead Lettering") describes it:
 - one worker per queue, "co-located on the quorum queue leader node"; its identity is
@@ -132,6 +133,7 @@ class DeadLetterWorker:
         self.prefetch = prefetch        # dead_letter_worker_consumer_prefetch
         self.timeout_ms = timeout_ms    # dead_letter_worker_publisher_confirm_timeout
         self.letters: dict[int, _Letter] = {}
+        self.settled: list[int] = []    # confirmed by every target, to settle (`flush`)
         self.checkout_proposed = False
         self.stopped = False
 
@@ -143,6 +145,7 @@ class DeadLetterWorker:
         """No longer the leader's worker: forget everything (the next one resends)."""
         self.stopped = True
         self.letters.clear()
+        self.settled = []
 
     # ------------------------------------------------------------ messages
 
@@ -224,8 +227,17 @@ class DeadLetterWorker:
                 self._settle(letter)
 
     def _settle(self, letter: _Letter) -> None:
+        """Settled once the current burst of answers is in (`flush`): one DlxSettle
+        for all of them."""
         self.letters.pop(letter.msg_id, None)
-        self.queue.propose(DlxSettle(self.identity, (letter.msg_id,)), 0)
+        self.settled.append(letter.msg_id)
+
+    def flush(self) -> None:
+        """Propose the DlxSettle of what was confirmed since the last flush (the node
+        calls this after each round of its groups, and on every tick)."""
+        if self.settled and not self.stopped:
+            msg_ids, self.settled = tuple(self.settled), []
+            self.queue.propose(DlxSettle(self.identity, msg_ids), 0)
 
     def _warn(self, letter: _Letter, kind: str, text: str, *args) -> None:
         """Log a failure once per message and kind (retries repeat it silently)."""
@@ -243,3 +255,4 @@ class DeadLetterWorker:
         for letter in list(self.letters.values()):
             if now - letter.sent_ms >= self.timeout_ms and not self.stopped:
                 self._send(letter, now)
+        self.flush()

@@ -248,7 +248,11 @@ class QuorumGroups:
         self.release_confirms()
 
     def release_confirms(self) -> None:
-        """Confirms waiting for quorum replies that came in while applying."""
+        """Confirms waiting for quorum replies that came in while applying; and the
+        dead-letter workers' settles of what their targets confirmed meanwhile."""
+        for worker in self.dlx_workers.values():
+            if worker.settled:
+                worker.flush()
         touched, self.touched_channels = self.touched_channels, set()
         for channel in touched:
             if channel.release_confirms(channel.node.synced_batch_id):
