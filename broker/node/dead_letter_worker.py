@@ -11,8 +11,8 @@ How it works, as the quorum queues guide ("Dead Lettering") describes it:
 - one worker per queue, "co-located on the quorum queue leader node"; its identity is
   the leader's node, run (boot id) and term, so a new leader (or the same node after a
   restart or in a new term) registers a new worker (DlxCheckout), and the machine
-  hands it what the previous one had not settled: "the new leader's worker resends
-  what is unsettled" — duplicates at the target are possible, loss is not;
+  hands it what the previous one had not settled, which it sends again: duplicates
+  at the target are possible, loss is not;
 - it takes at most `dead_letter_worker_consumer_prefetch` messages (default 32) at a
   time: the machine checks out no more until some are settled, which bounds the
   bodies this worker reads and holds;
@@ -36,8 +36,10 @@ How it works, as the quorum queues guide ("Dead Lettering") describes it:
   a cycle is skipped per target, and a message whose every route is a cycle waits.
 
 Invariants: a DlxSettle names only messages that at least one target queue confirmed
-and none it still routes to left unconfirmed; answers from an earlier attempt or a stopped worker are ignored; the
-worker publishes nothing while its node replays its log or follows.
+and that no queue they still route to left unconfirmed; a confirm from an earlier
+attempt counts (the target has the message), a refusal only waits for the retry; a
+stopped worker's answers are ignored; nothing is published while the node replays
+its log or follows.
 
 Not here: which messages die and holding them (broker/fifo), the headers
 (queues/dead_letter.py), when a worker starts and stops (node/quorum.py).
