@@ -128,6 +128,22 @@ ARGS = {"x-max-length": 100, "x-max-length-bytes": 5000, "x-overflow": "drop-hea
     # expires: the lower of argument and policy
     ({"x-expires": 5000}, {"expires": 60000}, FifoConfig(expires=5000)),
     ({}, {"expires": 60000}, FifoConfig(expires=60000)),
+    # at-least-once dead lettering (the guide: the strategy, reject-publish and an
+    # exchange, "policies (or the equivalent queue arguments)"): the strategy
+    # argument wins, overflow is the policy's, and with drop-head it falls back
+    ({"x-dead-letter-strategy": "at-least-once", "x-dead-letter-exchange": "dlx"},
+     {"overflow": "reject-publish"},
+     FifoConfig(overflow="reject-publish", dead_letter_at_least_once=True)),
+    ({"x-dead-letter-strategy": "at-most-once", "x-overflow": "reject-publish"},
+     {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "dlx"},
+     FifoConfig(overflow="reject-publish")),
+    ({}, {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "",
+          "overflow": "reject-publish"},
+     FifoConfig(overflow="reject-publish", dead_letter_at_least_once=True)),
+    ({}, {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "dlx"},
+     FifoConfig()),
+    ({"x-overflow": "reject-publish"}, {"dead-letter-strategy": "at-least-once"},
+     FifoConfig(overflow="reject-publish")),  # no dead-letter exchange: no dead lettering
 ])
 def test_a_quorum_queues_settings_combine_its_arguments_and_its_policy(arguments, definition,
                                                                      expected):
