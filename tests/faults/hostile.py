@@ -1,0 +1,621 @@
+"""Hostile input against a live node: a socket-level mutation fuzzer.
+
+A real broker process (tests/support/broker.py) is attacked for a fixed time while a
+healthy client uses it, and the run is judged:
+
+- the broker never crashes: its process is alive at the end and its log shows no
+  traceback and no fatal error;
+- the healthy connection never hangs: a confirmed publisher (persistent messages,
+  one at a time, each waiting for its confirm) and a manual-ack consumer on a quorum
+  queue each keep one connection for the whole run (none is lost or replaced) and
+  every publish is confirmed within HANG_BOUND seconds;
+- nothing confirmed is lost: after the attack every confirmed id is delivered
+  (tests/support/history.py's total-queue checker);
+- the broker answers like RabbitMQ: every answer decodes as AMQP frames, every
+  connection.close and channel.close carries an AMQP reply code with RabbitMQ's
+  `NAME - detail` text, only close-ok follows a connection.close; and for the
+  mutations whose RabbitMQ answer tests/differential/test_against_rabbitmq.py
+  records (its scenarios named in KNOWN_ANSWERS), that answer.
+
+How it works: `record_session` runs a pika session (exchange and queue declares, a
+bind, confirms, a message of 300 KB split into body frames, an empty one, qos, get,
+consume, ack, nack, reject, cancel, a transaction on a second channel, purge, close)
+through a recording proxy and keeps the octets the client sent, cut into frames.
+Attacker threads then each loop: take the recording, apply 1-4 seeded mutations
+(`mutate`: bit flips, truncation, a frame duplicated, dropped or swapped, a length
+field or channel number changed, random octets inserted, a payload replaced; or one
+mutation with a known answer), connect, send it in random chunks, read the answer
+until the broker closes or stays silent for a second, and check it (`check_answer`).
+The seed fixes every mutation and chunking, not the machine's timing.
+
+`python -m tests.faults.hostile --seconds 300` is the long form (`make faults`);
+test_hostile.py runs a short seeded one in CI.
+
+Not here: the sans-I/O fuzzers (tests/broker/node/test_fuzz.py,
+test_stateful_protocol.py), the cluster nemeses (nemesis.py, run.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pika
+import pika.exceptions
+
+from tests.support.broker import BrokerProcess
+from tests.support.history import ID_HEADER, Delivery, History, violations
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_END = 0xCE
+HANG_BOUND = 30.0        # seconds a healthy publish may take to be confirmed, at most
+SILENCE = 1.0            # an attacker stops reading after this long without an answer
+ANSWER_BOUND = 10.0      # ... and after this long in all
+HEALTHY_QUEUE = "hostile-healthy"
+REPLY_TEXT = re.compile(r"^([A-Z_]+) - .")
+REPLY_NAMES = {200: "REPLY_SUCCESS", 311: "CONTENT_TOO_LARGE", 312: "NO_ROUTE",
+               313: "NO_CONSUMERS", 320: "CONNECTION_FORCED", 402: "INVALID_PATH",
+               403: "ACCESS_REFUSED", 404: "NOT_FOUND", 405: "RESOURCE_LOCKED",
+               406: "PRECONDITION_FAILED", 501: "FRAME_ERROR", 502: "SYNTAX_ERROR",
+               503: "COMMAND_INVALID", 504: "CHANNEL_ERROR", 505: "UNEXPECTED_FRAME",
+               506: "RESOURCE_ERROR", 530: "NOT_ALLOWED", 540: "NOT_IMPLEMENTED",
+               541: "INTERNAL_ERROR"}  # AMQP 0-9-1 section 1.9, as RabbitMQ names them
+CONNECTION_CLOSE, CONNECTION_CLOSE_OK, CHANNEL_CLOSE = (10, 50), (10, 51), (20, 40)
+
+# mutation kind -> the differential scenario that shows RabbitMQ's answer to it
+KNOWN_ANSWERS = {
+    "not-amqp": "wrong_protocol_header (RabbitMQ sends its protocol header and closes)",
+    "bad-frame-end": "frame_with_bad_end_octet, body_frame_with_bad_end_octet (501)",
+    "oversize-frame": "frame_larger_than_frame_max (501 frame_too_large)",
+    "heartbeat-on-channel": "heartbeat_on_channel_1 (505)",
+    "unknown-frame-type": "unknown_frame_type (501 unknown_frame)",
+}
+
+
+# ---------------------------------------------------------------- the recorded session
+
+
+def split_frames(data: bytes) -> list[bytes]:
+    """A client's octets as [protocol header, frame, frame, ...] (whole frames)."""
+    assert data.startswith(PROTOCOL_HEADER), data[:8]
+    frames, position = [PROTOCOL_HEADER], 8
+    while position < len(data):
+        size = struct.unpack_from(">I", data, position + 3)[0]
+        frames.append(data[position:position + 8 + size])
+        position += 8 + size
+    assert b"".join(frames) == data
+    return frames
+
+
+def method_ids(frame: bytes) -> tuple[int, int] | None:
+    if len(frame) >= 11 and frame[0] == 1:
+        return struct.unpack_from(">HH", frame, 7)
+    return None
+
+
+def _pump(source: socket.socket, target: socket.socket, sink: bytearray | None) -> None:
+    try:
+        while data := source.recv(65536):
+            if sink is not None:
+                sink += data
+            target.sendall(data)
+    except OSError:
+        pass
+    try:
+        target.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def record_session(port: int) -> list[bytes]:
+    """What pika sends in a publish/consume session against the broker at `port`,
+    recorded by a proxy in between, as frames."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    recorded = bytearray()
+
+    def proxy() -> None:
+        client, _ = listener.accept()
+        upstream = socket.create_connection(("127.0.0.1", port))
+        back = threading.Thread(target=_pump, args=(upstream, client, None), daemon=True)
+        back.start()
+        _pump(client, upstream, recorded)
+        back.join(10)
+        client.close()
+        upstream.close()
+
+    thread = threading.Thread(target=proxy, daemon=True)
+    thread.start()
+    parameters = pika.ConnectionParameters("127.0.0.1", listener.getsockname()[1],
+                                           heartbeat=0, blocked_connection_timeout=30)
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.exchange_declare("hostile-x", "topic")
+    channel.queue_declare("hostile-replay", arguments={"x-max-length": 20})
+    channel.queue_bind("hostile-replay", "hostile-x", "a.#")
+    channel.confirm_delivery()
+    channel.basic_publish("hostile-x", "a.b", b"small",
+                          pika.BasicProperties(headers={"h": 1, "nested": {"t": [1, "x"]}},
+                                               priority=3, message_id="one"))
+    channel.basic_publish("", "hostile-replay", b"L" * 300_000,
+                          pika.BasicProperties(delivery_mode=2))
+    channel.basic_publish("", "hostile-replay", b"")
+    channel.basic_qos(prefetch_count=5)
+    method, _properties, _body = channel.basic_get("hostile-replay")
+    channel.basic_ack(method.delivery_tag)
+    tags = []
+    consumer = channel.basic_consume("hostile-replay",
+                                     lambda ch, m, p, b: tags.append(m.delivery_tag))
+    deadline = time.monotonic() + 30
+    while len(tags) < 2 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.1)
+    channel.basic_nack(tags[0], requeue=True)
+    channel.basic_reject(tags[1], requeue=False)
+    channel.basic_cancel(consumer)
+    other = connection.channel()
+    other.tx_select()
+    other.basic_publish("", "hostile-replay", b"in a transaction")
+    other.tx_commit()
+    other.close()
+    channel.queue_purge("hostile-replay")
+    channel.close()
+    connection.close()
+    thread.join(10)
+    listener.close()
+    return split_frames(bytes(recorded))
+
+
+# ---------------------------------------------------------------- mutations
+
+
+@dataclass
+class Mutation:
+    kind: str            # a KNOWN_ANSWERS key, or "random"
+    detail: str          # what was done, to reproduce it
+    data: bytes
+    expect: dict = field(default_factory=dict)  # for known answers
+
+
+def _frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + bytes([FRAME_END])
+
+
+class Mutator:
+    """Seeded mutations of one recorded session."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+        ids = [method_ids(frame) for frame in frames]
+        # frames strictly after connection.open and before the client's close: the
+        # connection is open there, so RabbitMQ's answers to framing errors are known
+        self.first_open = ids.index((10, 40)) + 1
+        self.client_close = ids.index(CONNECTION_CLOSE)
+        tune_ok = frames[ids.index((10, 31))]
+        self.frame_max = struct.unpack_from(">I", tune_ok, 13)[0] or 131072
+
+    def mutate(self, rng: random.Random) -> Mutation:
+        if rng.random() < 0.3:
+            return self._known(rng)
+        frames = list(self.frames)
+        done = []
+        for _ in range(rng.randint(1, 4)):
+            if not frames:
+                break
+            index = rng.randrange(len(frames))
+            frame = bytearray(frames[index])
+            op = rng.choice(["flip", "flip", "truncate", "duplicate", "drop", "swap",
+                             "size", "channel", "insert", "payload", "cut-stream"])
+            if not frame:
+                continue
+            if op == "flip":
+                position = rng.randrange(len(frame))
+                frame[position] ^= 1 << rng.randrange(8)
+                frames[index] = bytes(frame)
+                done.append(f"flip frame {index} octet {position}")
+            elif op == "truncate":
+                cut = rng.randrange(len(frame))
+                frames[index] = bytes(frame[:cut])
+                done.append(f"truncate frame {index} to {cut}")
+            elif op == "duplicate":
+                frames.insert(index, bytes(frame))
+                done.append(f"duplicate frame {index}")
+            elif op == "drop":
+                del frames[index]
+                done.append(f"drop frame {index}")
+            elif op == "swap":
+                other = rng.randrange(len(frames))
+                frames[index], frames[other] = frames[other], frames[index]
+                done.append(f"swap frames {index} {other}")
+            elif op == "size" and len(frame) >= 7:
+                size = struct.unpack_from(">I", frame, 3)[0]
+                new = rng.choice([0, size - 1, size + 1, size * 2, 2 ** 31, 2 ** 32 - 1,
+                                  size + rng.randint(-16, 16)]) % 2 ** 32
+                frame[3:7] = struct.pack(">I", new)
+                frames[index] = bytes(frame)
+                done.append(f"size of frame {index} {size} -> {new}")
+            elif op == "channel" and len(frame) >= 3:
+                channel = rng.choice([0, 1, 2, 3, 2047, 2048, 65535])
+                frame[1:3] = struct.pack(">H", channel)
+                frames[index] = bytes(frame)
+                done.append(f"channel of frame {index} -> {channel}")
+            elif op == "insert":
+                junk = rng.randbytes(rng.randint(1, 40))
+                frames.insert(index, junk)
+                done.append(f"insert {junk.hex()} before frame {index}")
+            elif op == "payload" and len(frame) > 8:
+                payload = rng.randbytes(len(frame) - 8)
+                frames[index] = bytes(frame[:7]) + payload + bytes([FRAME_END])
+                done.append(f"random payload in frame {index}")
+            elif op == "cut-stream":
+                frames = frames[:index]
+                done.append(f"stream cut before frame {index}")
+        return Mutation("random", "; ".join(done), b"".join(frames))
+
+    def _known(self, rng: random.Random) -> Mutation:
+        """One mutation whose RabbitMQ answer the differential probes recorded; what
+        comes after the damaged frame is not sent (RabbitMQ stops reading there)."""
+        kind = rng.choice(sorted(KNOWN_ANSWERS))
+        frames = self.frames
+        index = rng.randrange(self.first_open, self.client_close)
+        before = b"".join(frames[:index])
+        if kind == "not-amqp":
+            header = bytearray(PROTOCOL_HEADER)
+            header[rng.randrange(4)] ^= 1 << rng.randrange(8)
+            return Mutation(kind, f"header {bytes(header)!r}", bytes(header) + b"".join(
+                frames[1:]), {"answer": PROTOCOL_HEADER})
+        frame = bytearray(frames[index])
+        if kind == "bad-frame-end":
+            end = rng.choice([value for value in range(256) if value != FRAME_END])
+            frame[-1] = end
+            return Mutation(kind, f"frame {index} ends with {end}", before + bytes(frame), {
+                "code": 501, "starts": f"FRAME_ERROR - type {frame[0]}, ",
+                "contains": "invalid_frame_end_marker", "closes": True})
+        if kind == "oversize-frame":
+            size = rng.randint(self.frame_max - 7, 2 ** 32 - 1)
+            frame[3:7] = struct.pack(">I", size)
+            return Mutation(kind, f"frame {index} announces {size} octets",
+                            before + bytes(frame[:7]), {
+                                "code": 501, "text": f"FRAME_ERROR - type {frame[0]}, all "
+                                f"octets = <<>>: {{frame_too_large,{size},"
+                                f"{self.frame_max - 8}}}", "closes": True})
+        channel = rng.choice([1, 2, 7, 65535])
+        if kind == "heartbeat-on-channel":
+            return Mutation(kind, f"heartbeat on channel {channel} before frame {index}",
+                            before + _frame(8, channel, b""), {
+                                "code": 505, "text": "UNEXPECTED_FRAME - type 8, all octets "
+                                "= <<>>"})
+        frame_type = rng.choice([0, 4, 5, 6, 7, 9, 65, 206, 255])
+        return Mutation(kind, f"frame of type {frame_type} on channel {channel} before "
+                        f"frame {index}", before + _frame(frame_type, channel, b"\x00"), {
+                            "code": 501, "text": f"FRAME_ERROR - type {frame_type}, all "
+                            "octets = <<0>>: unknown_frame"})
+
+
+# ---------------------------------------------------------------- attacking and checking
+
+
+def attack(port: int, mutation: Mutation, rng: random.Random) -> tuple[bytes, bool]:
+    """Send the mutated session in random chunks; (the answer, whether the broker
+    closed the connection)."""
+    answer = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=SILENCE) as sock:
+        data, position = mutation.data, 0
+        try:
+            while position < len(data):
+                size = rng.choice([1, 7, 64, 1500, 65536, len(data)])
+                sock.sendall(data[position:position + size])
+                position += size
+                if rng.random() < 0.05:
+                    time.sleep(0.005)
+        except OSError:
+            pass  # the broker closed while we wrote: read what it said
+        started = time.monotonic()
+        while time.monotonic() - started < ANSWER_BOUND:
+            try:
+                received = sock.recv(65536)
+            except socket.timeout:
+                return bytes(answer), False
+            except OSError:
+                return bytes(answer), True
+            if not received:
+                return bytes(answer), True
+            answer += received
+    return bytes(answer), False
+
+
+def parse_answer(answer: bytes, closed: bool) -> tuple[list[tuple[int, int, bytes]], list[str]]:
+    """The broker's answer as (type, channel, payload) frames, and what is malformed."""
+    problems, frames, position = [], [], 0
+    if answer.startswith(b"AMQP"):
+        if answer != PROTOCOL_HEADER or not closed:
+            problems.append(f"protocol header answer {answer[:16]!r}, then more or no close")
+        return frames, problems
+    while position < len(answer):
+        if len(answer) - position < 8:
+            break
+        frame_type, channel, size = struct.unpack_from(">BHI", answer, position)
+        end = position + 7 + size
+        if end >= len(answer):
+            break
+        if answer[end] != FRAME_END or frame_type not in (1, 2, 3, 8):
+            problems.append(f"malformed frame at {position}: {answer[position:position + 16]!r}")
+            return frames, problems
+        frames.append((frame_type, channel, answer[position + 7:end]))
+        position = end + 1
+    if position < len(answer) and closed:
+        problems.append(f"the answer ends in a partial frame: {answer[position:][:32]!r}")
+    return frames, problems
+
+
+def close_of(payload: bytes) -> tuple[int, str]:
+    code, length = struct.unpack_from(">HB", payload, 4)
+    return code, payload[7:7 + length].decode("utf-8", "replace")
+
+
+def check_answer(mutation: Mutation, answer: bytes, closed: bool) -> list[str]:
+    """What in the broker's answer is not as RabbitMQ would answer."""
+    expect = mutation.expect
+    if "answer" in expect:  # not AMQP at all
+        if answer != expect["answer"] or not closed:
+            return [f"answered {answer[:32]!r} (closed: {closed}), RabbitMQ sends "
+                    f"{expect['answer']!r} and closes"]
+        return []
+    frames, problems = parse_answer(answer, closed)
+    first_close, after_close = None, False
+    for frame_type, channel, payload in frames:
+        if frame_type != 1:
+            continue
+        ids = struct.unpack_from(">HH", payload)
+        if after_close and ids != CONNECTION_CLOSE_OK:
+            problems.append(f"method {ids} after connection.close")
+        if ids in (CONNECTION_CLOSE, CHANNEL_CLOSE):
+            code, text = close_of(payload)
+            match = REPLY_TEXT.match(text)
+            if code not in REPLY_NAMES or not match or match.group(1) != REPLY_NAMES[code]:
+                problems.append(f"close {ids} with code {code} text {text!r}")
+            if ids == CONNECTION_CLOSE:
+                if channel != 0:
+                    problems.append(f"connection.close on channel {channel}")
+                first_close = first_close or (code, text)
+                after_close = True
+    if expect:
+        if first_close is None:
+            problems.append(f"no connection.close; RabbitMQ closes with {expect['code']}")
+        else:
+            code, text = first_close
+            wanted = (code == expect["code"]
+                      and text.startswith(expect.get("starts", ""))
+                      and expect.get("contains", "") in text
+                      and ("text" not in expect or text == expect["text"]))
+            if not wanted:
+                problems.append(f"closed with {code} {text!r}; RabbitMQ: {expect}")
+        if expect.get("closes") and not closed:
+            problems.append("the socket stayed open after a framing error")
+    return problems
+
+
+def first_close(answer: bytes, closed: bool) -> tuple:
+    """What decides a known answer: the protocol header (and whether the socket was
+    closed), or the first connection.close's code and text."""
+    if answer.startswith(b"AMQP"):
+        return ("header", answer, closed)
+    frames, _problems = parse_answer(answer, closed)
+    for frame_type, _channel, payload in frames:
+        if frame_type == 1 and struct.unpack_from(">HH", payload) == CONNECTION_CLOSE:
+            return close_of(payload)
+    return ("no connection.close",)
+
+
+# ---------------------------------------------------------------- the healthy client
+
+
+class Healthy:
+    """A confirmed publisher and a manual-ack consumer on a quorum queue, each on one
+    connection it must keep for the whole run."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.history = History()
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+        self.latencies: list[float] = []
+        self.publishing_since: float | None = None  # a publish waiting for its confirm
+        self._threads = [threading.Thread(target=self._guard, args=(work,), daemon=True)
+                         for work in (self._publish, self._consume)]
+
+    def _connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", self.port, heartbeat=30, blocked_connection_timeout=HANG_BOUND,
+            socket_timeout=HANG_BOUND, stack_timeout=HANG_BOUND))
+
+    def start(self) -> "Healthy":
+        connection = self._connect()
+        connection.channel().queue_declare(HEALTHY_QUEUE, durable=True,
+                                           arguments={"x-queue-type": "quorum"})
+        connection.close()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _guard(self, work) -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - the run reports it
+            self.errors.append(f"{work.__name__}: {error!r}")
+
+    def _publish(self) -> None:
+        connection = self._connect()
+        channel = connection.channel()
+        channel.confirm_delivery()
+        sent = 0
+        while not self.stopping.is_set():
+            sent += 1
+            message_id = f"h-{sent:06d}"
+            self.history.record("published", message_id)
+            self.publishing_since = time.monotonic()
+            channel.basic_publish("", HEALTHY_QUEUE, message_id.encode(),
+                                  pika.BasicProperties(delivery_mode=2, message_id=message_id,
+                                                       headers={ID_HEADER: message_id}),
+                                  mandatory=True)
+            self.latencies.append(time.monotonic() - self.publishing_since)
+            self.publishing_since = None
+            self.history.record("confirmed", message_id)
+            self.stopping.wait(0.01)
+        connection.close()
+
+    def _consume(self) -> None:
+        connection = self._connect()
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=50)
+
+        def on_message(channel, method, properties, body) -> None:
+            message_id = (properties.headers or {}).get(ID_HEADER, f"<none: {body[:20]!r}>")
+            self.history.record("deliveries", Delivery(message_id, bool(method.redelivered),
+                                                       "node"))
+            channel.basic_ack(method.delivery_tag)
+
+        channel.basic_consume(HEALTHY_QUEUE, on_message)
+        while not self.stopping.is_set() or self.missing():
+            connection.process_data_events(time_limit=0.2)
+            if self.stopping.is_set() and time.monotonic() > self.drain_deadline:
+                break
+        connection.close()
+
+    def missing(self) -> set[str]:
+        with self.history.lock:
+            confirmed = set(self.history.confirmed)
+        return confirmed - self.history.delivered_ids()
+
+    def hung(self) -> str:
+        since = self.publishing_since
+        if since is not None and time.monotonic() - since > HANG_BOUND:
+            return f"a publish waits for its confirm since {time.monotonic() - since:.0f} s"
+        return ""
+
+    def finish(self, drain: float = 60.0) -> None:
+        self.drain_deadline = time.monotonic() + drain
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(drain + HANG_BOUND)
+            if thread.is_alive():
+                self.errors.append(f"{thread.name} did not finish within "
+                                   f"{drain + HANG_BOUND:.0f} s")
+
+
+# ---------------------------------------------------------------- a run
+
+
+@dataclass
+class HostileResult:
+    seconds: float
+    seed: int
+    connections: int = 0
+    kinds: Counter = field(default_factory=Counter)
+    closed_by_broker: int = 0
+    problems: list[str] = field(default_factory=list)   # answers unlike RabbitMQ's
+    healthy: list[str] = field(default_factory=list)    # hangs, lost connections, losses
+    broker: list[str] = field(default_factory=list)     # crashes, tracebacks
+    confirmed: int = 0
+    delivered: int = 0
+    slowest_confirm: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.problems or self.healthy or self.broker)
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
+        lines = [f"{self.seconds:g} s, seed {self.seed}: {self.connections} hostile "
+                 f"connections ({kinds}), {self.closed_by_broker} closed by the broker; "
+                 f"healthy client: {self.confirmed} confirmed, {self.delivered} delivered, "
+                 f"slowest confirm {self.slowest_confirm:.2f} s"]
+        for title, items in (("answers unlike RabbitMQ's", self.problems),
+                             ("healthy client", self.healthy), ("broker", self.broker)):
+            if items:
+                lines.append(f"{title}: {len(items)}")
+                lines += [f"  {item}" for item in items[:20]]
+        return "\n".join(lines)
+
+
+BROKER_FAILURES = ("Traceback", "CRITICAL", "Fatal error", "Exception in callback")
+
+
+def run(seconds: float, seed: int, attackers: int = 4) -> HostileResult:
+    result = HostileResult(seconds, seed)
+    with BrokerProcess() as broker:
+        frames = record_session(broker.port)
+        mutator = Mutator(frames)
+        healthy = Healthy(broker.port).start()
+        lock = threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def attacker(number: int) -> None:
+            rng = random.Random(f"{seed}-{number}")
+            count = 0
+            while time.monotonic() < deadline:
+                count += 1
+                mutation = mutator.mutate(rng)
+                try:
+                    answer, closed = attack(broker.port, mutation, rng)
+                except OSError as error:  # could not even connect
+                    problems = [f"connect failed: {error!r}"]
+                    answer, closed = b"", False
+                else:
+                    problems = check_answer(mutation, answer, closed)
+                with lock:
+                    result.connections += 1
+                    result.kinds[mutation.kind] += 1
+                    result.closed_by_broker += closed
+                    result.problems += [f"[{number}.{count} {mutation.kind}: "
+                                        f"{mutation.detail}] {problem}"
+                                        for problem in problems]
+
+        threads = [threading.Thread(target=attacker, args=(number,), daemon=True)
+                   for number in range(attackers)]
+        for thread in threads:
+            thread.start()
+        while time.monotonic() < deadline:
+            if hang := healthy.hung():
+                result.healthy.append(hang)
+                break
+            time.sleep(0.5)
+        for thread in threads:
+            thread.join(ANSWER_BOUND + 30)
+        healthy.finish()
+        history = healthy.history
+        result.healthy += healthy.errors + violations(history)
+        result.confirmed = len(history.confirmed)
+        result.delivered = len(history.delivered_ids())
+        result.slowest_confirm = max(healthy.latencies, default=0.0)
+        if result.slowest_confirm > HANG_BOUND:
+            result.healthy.append(f"a confirm took {result.slowest_confirm:.1f} s")
+        if broker.process is None or broker.process.poll() is not None:
+            result.broker.append(f"the broker exited: {broker.log()[-2000:]}")
+        log = open(broker.log_path, errors="replace").read()
+        for marker in BROKER_FAILURES:
+            if marker in log:
+                at = log.index(marker)
+                result.broker.append(f"{marker} in the broker log: {log[at - 200:at + 1500]}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--attackers", type=int, default=4)
+    args = parser.parse_args(argv)
+    result = run(args.seconds, args.seed, args.attackers)
+    print(result.summary())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
