@@ -38,6 +38,7 @@ test_stateful_protocol.py), the cluster nemeses (nemesis.py, run.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import re
 import socket
@@ -47,12 +48,14 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pika
 import pika.exceptions
 
 from tests.support.broker import BrokerProcess
 from tests.support.history import ID_HEADER, Delivery, History, violations
+from tests.support.rabbitmq import RabbitMQNode
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
@@ -202,7 +205,7 @@ class Mutator:
 
     def mutate(self, rng: random.Random) -> Mutation:
         if rng.random() < 0.3:
-            return self._known(rng)
+            return self.known(rng)
         frames = list(self.frames)
         done = []
         for _ in range(rng.randint(1, 4)):
@@ -258,7 +261,7 @@ class Mutator:
                 done.append(f"stream cut before frame {index}")
         return Mutation("random", "; ".join(done), b"".join(frames))
 
-    def _known(self, rng: random.Random) -> Mutation:
+    def known(self, rng: random.Random) -> Mutation:
         """One mutation whose RabbitMQ answer the differential probes recorded; what
         comes after the damaged frame is not sent (RabbitMQ stops reading there)."""
         kind = rng.choice(sorted(KNOWN_ANSWERS))
@@ -301,9 +304,11 @@ class Mutator:
 # ---------------------------------------------------------------- attacking and checking
 
 
-def attack(port: int, mutation: Mutation, rng: random.Random) -> tuple[bytes, bool]:
+def attack(port: int, mutation: Mutation, rng: random.Random,
+           until_close: bool = False) -> tuple[bytes, bool]:
     """Send the mutated session in random chunks; (the answer, whether the broker
-    closed the connection)."""
+    closed the connection). With `until_close`, reading stops at the first
+    connection.close."""
     answer = bytearray()
     with socket.create_connection(("127.0.0.1", port), timeout=SILENCE) as sock:
         data, position = mutation.data, 0
@@ -327,6 +332,8 @@ def attack(port: int, mutation: Mutation, rng: random.Random) -> tuple[bytes, bo
             if not received:
                 return bytes(answer), True
             answer += received
+            if until_close and len(first_close(bytes(answer), False)) == 2:
+                return bytes(answer), False
     return bytes(answer), False
 
 
@@ -525,6 +532,8 @@ class HostileResult:
     confirmed: int = 0
     delivered: int = 0
     slowest_confirm: float = 0.0
+    rabbitmq: bool = False  # known answers were also asked of RabbitMQ
+    compared: int = 0       # ... this many
 
     @property
     def ok(self) -> bool:
@@ -535,7 +544,9 @@ class HostileResult:
         lines = [f"{self.seconds:g} s, seed {self.seed}: {self.connections} hostile "
                  f"connections ({kinds}), {self.closed_by_broker} closed by the broker; "
                  f"healthy client: {self.confirmed} confirmed, {self.delivered} delivered, "
-                 f"slowest confirm {self.slowest_confirm:.2f} s"]
+                 f"slowest confirm {self.slowest_confirm:.2f} s"
+                 + (f"; {self.compared} known answers compared with RabbitMQ 3.10.8"
+                    if self.rabbitmq else "")]
         for title, items in (("answers unlike RabbitMQ's", self.problems),
                              ("healthy client", self.healthy), ("broker", self.broker)):
             if items:
@@ -547,9 +558,28 @@ class HostileResult:
 BROKER_FAILURES = ("Traceback", "CRITICAL", "Fatal error", "Exception in callback")
 
 
-def run(seconds: float, seed: int, attackers: int = 4) -> HostileResult:
+def differs_from_rabbitmq(mutation: Mutation, ours: tuple, rabbitmq_port: int,
+                          chunking: str) -> str:
+    """RabbitMQ's answer to a known-answer mutation, compared with ours (`first_close`
+    of both): empty when they agree."""
+    theirs = first_close(*attack(rabbitmq_port, mutation, random.Random(chunking),
+                                 until_close=True))
+    if theirs != ours:
+        return f"RabbitMQ answers {theirs!r}, quorumqueue {ours!r}"
+    return ""
+
+
+def run(seconds: float, seed: int, attackers: int = 4,
+        rabbitmq: bool = False) -> HostileResult:
+    """One attack of `seconds`. With `rabbitmq` (and RabbitMQ 3.10.8 installed), every
+    known-answer mutation is also sent to a private RabbitMQ node, and its answer is
+    the one expected."""
     result = HostileResult(seconds, seed)
-    with BrokerProcess() as broker:
+    with contextlib.ExitStack() as stack:
+        oracle = (stack.enter_context(RabbitMQNode()) if rabbitmq and RabbitMQNode.available()
+                  else None)
+        broker = stack.enter_context(BrokerProcess())
+        result.rabbitmq = oracle is not None
         frames = record_session(broker.port)
         mutator = Mutator(frames)
         healthy = Healthy(broker.port).start()
@@ -563,12 +593,19 @@ def run(seconds: float, seed: int, attackers: int = 4) -> HostileResult:
                 count += 1
                 mutation = mutator.mutate(rng)
                 try:
-                    answer, closed = attack(broker.port, mutation, rng)
+                    chunking = f"{seed}-{number}-{count}"  # the same for RabbitMQ
+                    answer, closed = attack(broker.port, mutation, random.Random(chunking))
                 except OSError as error:  # could not even connect
                     problems = [f"connect failed: {error!r}"]
                     answer, closed = b"", False
                 else:
                     problems = check_answer(mutation, answer, closed)
+                    if oracle is not None and mutation.kind != "random":
+                        difference = differs_from_rabbitmq(
+                            mutation, first_close(answer, closed), oracle.port, chunking)
+                        problems += [difference] if difference else []
+                        with lock:
+                            result.compared += 1
                 with lock:
                     result.connections += 1
                     result.kinds[mutation.kind] += 1
@@ -598,7 +635,7 @@ def run(seconds: float, seed: int, attackers: int = 4) -> HostileResult:
             result.healthy.append(f"a confirm took {result.slowest_confirm:.1f} s")
         if broker.process is None or broker.process.poll() is not None:
             result.broker.append(f"the broker exited: {broker.log()[-2000:]}")
-        log = open(broker.log_path, errors="replace").read()
+        log = Path(broker.log_path).read_text(errors="replace")
         for marker in BROKER_FAILURES:
             if marker in log:
                 at = log.index(marker)
@@ -611,8 +648,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--attackers", type=int, default=4)
+    parser.add_argument("--rabbitmq", action="store_true",
+                        help="also send every known-answer mutation to RabbitMQ 3.10.8 "
+                        "(when installed) and expect its answer")
     args = parser.parse_args(argv)
-    result = run(args.seconds, args.seed, args.attackers)
+    result = run(args.seconds, args.seed, args.attackers, args.rabbitmq)
     print(result.summary())
     return 0 if result.ok else 1
 
