@@ -22,10 +22,12 @@ bind, confirms, a message of 300 KB split into body frames, an empty one, qos, g
 consume, ack, nack, reject, cancel, a transaction on a second channel, purge, close)
 through a recording proxy and keeps the octets the client sent, cut into frames.
 Attacker threads then each loop: take the recording, apply 1-4 seeded mutations
-(`mutate`: bit flips, truncation, a frame duplicated, dropped or swapped, a length
-field or channel number changed, random octets inserted, a payload replaced; or one
-mutation with a known answer), connect, send it in random chunks, read the answer
-until the broker closes or stays silent for a second, and check it (`check_answer`).
+(`mutate`: bit flips, truncation, a frame duplicated, dropped or swapped, a run of
+frames repeated up to 40 times, a length field or channel number changed, random
+octets inserted, a payload replaced, the stream cut; or one mutation with a known
+answer), connect, send it in random chunks, sometimes sit on the socket for up to
+3 s without reading (the broker's writes back up), read the answer until the broker
+closes or stays silent for a second, and check it (`check_answer`).
 The seed fixes every mutation and chunking, not the machine's timing.
 
 `python -m tests.faults.hostile --seconds 300` is the long form (`make faults`);
@@ -184,6 +186,7 @@ class Mutation:
     detail: str          # what was done, to reproduce it
     data: bytes
     expect: dict = field(default_factory=dict)  # for known answers
+    hold: float = 0.0    # seconds the attacker then keeps the socket without reading
 
 
 def _frame(frame_type: int, channel: int, payload: bytes) -> bytes:
@@ -214,7 +217,8 @@ class Mutator:
             index = rng.randrange(len(frames))
             frame = bytearray(frames[index])
             op = rng.choice(["flip", "flip", "truncate", "duplicate", "drop", "swap",
-                             "size", "channel", "insert", "payload", "cut-stream"])
+                             "size", "channel", "insert", "payload", "cut-stream",
+                             "repeat"])
             if not frame:
                 continue
             if op == "flip":
@@ -259,7 +263,17 @@ class Mutator:
             elif op == "cut-stream":
                 frames = frames[:index]
                 done.append(f"stream cut before frame {index}")
-        return Mutation("random", "; ".join(done), b"".join(frames))
+            elif op == "repeat":  # volume: a run of frames (say a 300 KB publish) again
+                end = min(len(frames), index + rng.randint(1, 6))
+                times = rng.randint(2, 40)
+                frames[index:end] = frames[index:end] * times
+                done.append(f"frames {index}-{end - 1} {times} times")
+        # sometimes the attacker then sits on the socket without reading (the broker's
+        # writes to it back up: deliveries, confirms) before it reads the answer
+        hold = rng.choice([0.0] * 9 + [rng.uniform(0.5, 3.0)])
+        if hold:
+            done.append(f"hold {hold:.1f} s unread")
+        return Mutation("random", "; ".join(done), b"".join(frames), hold=hold)
 
     def known(self, rng: random.Random) -> Mutation:
         """One mutation whose RabbitMQ answer the differential probes recorded; what
@@ -321,6 +335,8 @@ def attack(port: int, mutation: Mutation, rng: random.Random,
                     time.sleep(0.005)
         except OSError:
             pass  # the broker closed while we wrote: read what it said
+        if mutation.hold:
+            time.sleep(mutation.hold)
         started = time.monotonic()
         while time.monotonic() - started < ANSWER_BOUND:
             try:
