@@ -127,7 +127,7 @@ bench-memory: setup oracle
 # mutation fuzzer for HOSTILE_SECONDS against a live node (known answers checked
 # against RabbitMQ 3.10.8 too), about 10 more minutes.
 FAULT_RUNS ?= 100
-FUZZ_EXAMPLES ?= 20000
+FUZZ_EXAMPLES ?= 10000
 HOSTILE_SECONDS ?= 300
 faults: setup oracle
 	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --out tests/faults/results

@@ -4,7 +4,8 @@ A `RuleBasedStateMachine` plays a client against the sans-I/O session core (the
 connection and channel machines of broker/amqp with a node behind them) and sends
 valid and invalid frames in any order: channel.open (also of an open channel),
 channel.close and close-ok (also of channels never opened), queue.declare,
-confirm.select, basic.publish and its content header and body frames as separate
+confirm.select, basic.get and basic.ack of the tags it gave (also twice),
+basic.publish and its content header and body frames as separate
 rules (so content split arbitrarily, interleaved with other channels' frames, cut
 off by a close or a method, or over the declared size), basic.ack/nack/reject of
 delivery tags never given, heartbeats on channel 0 and on others, frames over
@@ -20,7 +21,11 @@ UNEXPECTED_FRAME for content out of order or a heartbeat off channel 0, 501
 FRAME_ERROR for an oversize frame, a bad end octet or a body over the declared size,
 406 PRECONDITION_FAILED for an unknown delivery tag or a message over
 max_message_size, nothing for frames on a closing channel or connection (spec
-1.4.2.9, 1.5.2.5), a confirm for each published message in confirm mode.
+1.4.2.9, 1.5.2.5), a confirm for each published message in confirm mode. It also
+follows the queue, which outlives connections: declare-ok's message count is the
+messages published and not got, plus those got but not acked when their channel or
+connection ended (RabbitMQ requeues them); get-ok or get-empty accordingly, and
+delivery tags 1, 2, ... per channel.
 
 Invariants after every rule: receive_data never raises; the output is whole frames
 a client (pamqp) decodes; every close carries an AMQP reply code and RabbitMQ's
@@ -29,7 +34,8 @@ after the connection ended; a channel number is free again after its close, and
 opening it again succeeds. The node serves a fresh connection at the end.
 
 Bounded for the default run (STATEFUL_EXAMPLES, default 200 programs of up to 40
-rules); `make faults` sets QUORUMQUEUE_FUZZ_EXAMPLES for the long form.
+rules, about 10 s on a busy machine); `make faults` sets QUORUMQUEUE_FUZZ_EXAMPLES
+for the long form.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:This command is deprecated")
 STATEFUL_EXAMPLES = int(os.environ.get("QUORUMQUEUE_FUZZ_EXAMPLES", "200"))
 FRAME_MAX = 8192
 MAX_MESSAGE_SIZE = 4096
-CHANNELS = st.sampled_from([1, 2, 3, 65535])
+CHANNELS = st.sampled_from([1, 1, 1, 2, 3, 65535])  # mostly the one open from the start
 QUEUE = "stateful"
 
 FREE, OPEN, CLOSING = "free", "open", "closing"
@@ -72,6 +78,8 @@ class Model:
         # -1 awaiting the header, n >= 0 body octets still due
         self.confirming: set[int] = set()
         self.published: dict[int, int] = {}         # confirm-mode number -> messages
+        self.delivered: dict[int, int] = {}         # number -> the last delivery tag
+        self.unacked: dict[int, set[int]] = {}      # number -> tags not acked yet
         self.closing_since = 0.0  # when the server sent connection.close
         self.chaos = False  # garbage octets were sent: answers no longer predictable
 
@@ -98,15 +106,27 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.client: Client | None = None
         self.model = Model()
         self.output_state: dict = {}
-        self.closed_output: bytes = b""
+        # the queue, which outlives connections: declared yet, messages ready (None:
+        # unknown since garbage was sent)
+        self.declared = False
+        self.ready: int | None = 0
 
     # ------------------------------------------------------------ plumbing
 
     def connect(self) -> None:
+        if self.ready is None:  # garbage left the queue unknown: start it afresh
+            self.client = Client(self.node)
+            self.client.handshake()
+            self.client.open_channel(1)
+            self.client.call(1, commands.Queue.Delete(queue=QUEUE), "Queue.DeleteOk")
+            self.declared, self.ready = False, 0
         self.client = Client(self.node)
         self.client.handshake(frame_max=FRAME_MAX)
+        self.client.open_channel(1)  # most programs then start with something to say
         self.model = Model()
+        self.model.channels[1], self.model.content[1] = OPEN, None
         self.output_state = {}
+        self.queue_declare(1)
 
     def send(self, data: bytes, cuts: list[int]) -> list[tuple[int, object]]:
         """Feed `data` in chunks; return the decoded answer (checked frame by frame)."""
@@ -136,6 +156,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         """The connection is closed by the server with `code`: connection.close is
         sent, every channel is gone, only close-ok is read from now on."""
         self.expect(frames, (0, "Connection.Close", code))
+        self.requeue_all()
         self.model.connection = CLOSING
         self.model.closing_since = self.client.now
         self.model.channels.clear()
@@ -143,6 +164,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def channel_error(self, frames, number: int, code: int) -> None:
         self.expect(frames, (number, "Channel.Close", code))
+        self.requeue(number)
         self.model.channels[number] = CLOSING
         self.model.content.pop(number, None)
         self.model.confirming.discard(number)
@@ -202,7 +224,19 @@ class ProtocolMachine(RuleBasedStateMachine):
         else:  # never opened, or open: 504 either way
             self.connection_error(frames, spec.CHANNEL_ERROR)
 
+    def requeue(self, number: int) -> None:
+        """A channel that ends gives its unacknowledged messages back to the queue."""
+        unacked = self.model.unacked.pop(number, set())
+        self.model.delivered.pop(number, None)
+        if self.ready is not None:
+            self.ready += len(unacked)
+
+    def requeue_all(self) -> None:
+        for number in list(self.model.unacked):
+            self.requeue(number)
+
     def forget(self, number: int) -> None:
+        self.requeue(number)
         self.model.channels.pop(number, None)
         self.model.content.pop(number, None)
         self.model.confirming.discard(number)
@@ -225,13 +259,64 @@ class ProtocolMachine(RuleBasedStateMachine):
         elif channel_code is not None:
             self.channel_error(frames, number, channel_code)
         else:
-            self.expect(frames, (number, answer))
+            self.expect(frames, *([(number, answer)] if answer else []))
             return frames
         return []
 
     @rule(number=CHANNELS)
     def queue_declare(self, number):
-        self.method_rule(number, commands.Queue.Declare(queue=QUEUE), "Queue.DeclareOk")
+        """declare-ok counts the messages ready: published, not got, or given back."""
+        frames = self.method_rule(number, commands.Queue.Declare(queue=QUEUE),
+                                  "Queue.DeclareOk")
+        if frames:
+            self.declared = True
+            if self.ready is not None and not self.model.chaos:
+                assert frames[0][1].message_count == self.ready, (frames, self.ready)
+
+    @rule(number=CHANNELS)
+    def basic_get(self, number):
+        """basic.get with manual ack: get-ok and the message (its header, and a body
+        frame unless empty) while the queue has one, get-empty after; 404 before the
+        queue was declared."""
+        frames = self.send(marshal(commands.Basic.Get(queue=QUEUE), number), [])
+        state = self.model.state(number)
+        if self.silent() or state == CLOSING:
+            self.expect(frames)
+        elif state == FREE:
+            self.connection_error(frames, spec.CHANNEL_ERROR)
+        elif self.model.content[number] is not None:
+            self.connection_error(frames, spec.UNEXPECTED_FRAME)
+        elif self.model.chaos or self.ready is None:
+            pass
+        elif not self.declared:
+            self.channel_error(frames, number, spec.NOT_FOUND)
+        elif self.ready == 0:
+            self.expect(frames, (number, "Basic.GetEmpty"))
+        else:
+            names = [name(value) for _c, value in frames]
+            assert names[:2] == ["Basic.GetOk", "ContentHeader"], names
+            assert set(names[2:]) <= {"ContentBody"}, names
+            tag = self.model.delivered.get(number, 0) + 1
+            assert frames[0][1].delivery_tag == tag
+            self.model.delivered[number] = tag
+            self.model.unacked.setdefault(number, set()).add(tag)
+            self.ready -= 1
+
+    @rule(number=CHANNELS, data=st.data())
+    def basic_ack(self, number, data):
+        """basic.ack of a tag got on this channel: once is fine, twice is rabbit_channel's
+        406 "unknown delivery tag"."""
+        given = self.model.delivered.get(number, 0)
+        if not given:
+            return
+        tag = data.draw(st.integers(1, given), label="tag")
+        known = tag in self.model.unacked.get(number, set())
+        self.method_rule(number, raw(spec.FRAME_METHOD, number,
+                                     struct.pack(">HHQB", spec.BASIC, 80, tag, 0)),
+                         None, channel_code=None if known
+                         else spec.PRECONDITION_FAILED)
+        if known and self.model.state(number) == OPEN and not self.silent():
+            self.model.unacked[number].discard(tag)
 
     @rule(number=CHANNELS)
     def confirm_select(self, number):
@@ -308,8 +393,20 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.expect(frames)
             self.model.content[number] = due - size
 
+    @rule(number=CHANNELS, size=st.integers(0, 300),
+          cuts=st.lists(st.integers(0, 512), max_size=4))
+    def whole_message(self, number, size, cuts):
+        """basic.publish, its header and its body in a row (the rules above, one
+        after the other): a message that reaches the queue, once declared."""
+        self.basic_publish(number)
+        self.content_header(number, size, [])
+        if size and self.model.content.get(number) == size:
+            self.content_body(number, size, cuts)
+
     def message_complete(self, number: int, frames) -> None:
         self.model.content[number] = None
+        if self.declared and self.ready is not None:
+            self.ready += 1
         if number in self.model.confirming:
             self.model.published[number] += 1
             if not self.model.chaos:
@@ -359,6 +456,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def garbage(self, data, cuts):
         """Arbitrary octets: only the invariants hold from here on."""
         self.model.chaos = True
+        self.ready = None
         self.send(data, cuts)
 
     # ------------------------------------------------------------ rules: the connection
@@ -371,12 +469,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.expect(frames)
         else:  # also while closing: spec 1.4.2.9, both sides sent close
             self.expect(frames, (0, "Connection.CloseOk"))
+            self.requeue_all()
             self.model.connection = "closed"
 
     @rule()
     def connection_close_ok(self):
         frames = self.send(marshal(commands.Connection.CloseOk(), 0), [])
         self.expect(frames)
+        self.requeue_all()
         self.model.connection = "closed"  # close-ok ends the connection in any state
 
     @rule(seconds=st.sampled_from([0.5, 6.0]))
