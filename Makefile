@@ -125,7 +125,8 @@ bench-memory: setup oracle
 # go to tests/faults/results/. Fewer: make faults FAULT_RUNS=12. Then hostile input:
 # the stateful protocol test with FUZZ_EXAMPLES programs and the socket-level
 # mutation fuzzer for HOSTILE_SECONDS against a live node (known answers checked
-# against RabbitMQ 3.10.8 too), about 10 more minutes.
+# against RabbitMQ 3.10.8 too), on one node and on a 3-node cluster, about 15 more
+# minutes.
 FAULT_RUNS ?= 100
 FUZZ_EXAMPLES ?= 10000
 HOSTILE_SECONDS ?= 300
@@ -134,6 +135,7 @@ faults: setup oracle
 	@QUORUMQUEUE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider \
 	  tests/broker/node/test_stateful_protocol.py
 	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --rabbitmq
+	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --nodes 3
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS)

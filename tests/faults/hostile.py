@@ -30,6 +30,10 @@ answer), connect, send it in random chunks, sometimes sit on the socket for up t
 closes or stays silent for a second, and check it (`check_answer`).
 The seed fixes every mutation and chunking, not the machine's timing.
 
+`--nodes 3` attacks a 3-node cluster instead (tests/support/cluster.py): attacker
+connections go to random nodes, the healthy publisher to the first and its consumer
+to the last, and every node must stay up with a clean log.
+
 `python -m tests.faults.hostile --seconds 300` is the long form (`make faults`);
 test_hostile.py runs a short seeded one in CI.
 
@@ -56,7 +60,9 @@ import pika
 import pika.exceptions
 
 from tests.support.broker import BrokerProcess
-from tests.support.history import ID_HEADER, Delivery, History, violations
+from tests.support.cluster import LocalCluster
+from tests.support.history import (ID_HEADER, Delivery, History, declare_quorum_queue,
+                                   violations)
 from tests.support.rabbitmq import RabbitMQNode
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -443,8 +449,8 @@ class Healthy:
     """A confirmed publisher and a manual-ack consumer on a quorum queue, each on one
     connection it must keep for the whole run."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports  # the publisher uses the first, the consumer the last
         self.history = History()
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -453,16 +459,14 @@ class Healthy:
         self._threads = [threading.Thread(target=self._guard, args=(work,), daemon=True)
                          for work in (self._publish, self._consume)]
 
-    def _connect(self) -> pika.BlockingConnection:
+    def _connect(self, port: int) -> pika.BlockingConnection:
         return pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", self.port, heartbeat=30, blocked_connection_timeout=HANG_BOUND,
+            "127.0.0.1", port, heartbeat=30, blocked_connection_timeout=HANG_BOUND,
             socket_timeout=HANG_BOUND, stack_timeout=HANG_BOUND))
 
     def start(self) -> "Healthy":
-        connection = self._connect()
-        connection.channel().queue_declare(HEALTHY_QUEUE, durable=True,
-                                           arguments={"x-queue-type": "quorum"})
-        connection.close()
+        declare_quorum_queue([f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+                              for port in self.ports], HEALTHY_QUEUE, timeout=60)
         for thread in self._threads:
             thread.start()
         return self
@@ -474,7 +478,7 @@ class Healthy:
             self.errors.append(f"{work.__name__}: {error!r}")
 
     def _publish(self) -> None:
-        connection = self._connect()
+        connection = self._connect(self.ports[0])
         channel = connection.channel()
         channel.confirm_delivery()
         sent = 0
@@ -494,7 +498,7 @@ class Healthy:
         connection.close()
 
     def _consume(self) -> None:
-        connection = self._connect()
+        connection = self._connect(self.ports[-1])
         channel = connection.channel()
         channel.basic_qos(prefetch_count=50)
 
@@ -539,6 +543,7 @@ class Healthy:
 class HostileResult:
     seconds: float
     seed: int
+    nodes: int = 1
     connections: int = 0
     kinds: Counter = field(default_factory=Counter)
     closed_by_broker: int = 0
@@ -557,7 +562,8 @@ class HostileResult:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
-        lines = [f"{self.seconds:g} s, seed {self.seed}: {self.connections} hostile "
+        lines = [f"{self.seconds:g} s, seed {self.seed}, {self.nodes} node"
+                 f"{'s' if self.nodes > 1 else ''}: {self.connections} hostile "
                  f"connections ({kinds}), {self.closed_by_broker} closed by the broker; "
                  f"healthy client: {self.confirmed} confirmed, {self.delivered} delivered, "
                  f"slowest confirm {self.slowest_confirm:.2f} s"
@@ -585,20 +591,53 @@ def differs_from_rabbitmq(mutation: Mutation, ours: tuple, rabbitmq_port: int,
     return ""
 
 
-def run(seconds: float, seed: int, attackers: int = 4,
-        rabbitmq: bool = False) -> HostileResult:
-    """One attack of `seconds`. With `rabbitmq` (and RabbitMQ 3.10.8 installed), every
+class _Target:
+    """The broker under attack: one process, or a cluster of `nodes` processes."""
+
+    def __init__(self, stack: contextlib.ExitStack, nodes: int) -> None:
+        if nodes == 1:
+            self.broker = stack.enter_context(BrokerProcess())
+            self.ports = [self.broker.port]
+        else:
+            self.cluster = stack.enter_context(LocalCluster(nodes, proxied=False))
+            self.ports = [plan.amqp_port for plan in self.cluster.plans]
+        self.nodes = nodes
+
+    def failures(self) -> list[str]:
+        """Nodes that exited, and tracebacks or fatal errors in the logs."""
+        found = []
+        if self.nodes == 1:
+            logs = {"node": Path(self.broker.log_path).read_text(errors="replace")}
+            if self.broker.process is None or self.broker.process.poll() is not None:
+                found.append(f"the broker exited: {self.broker.log()[-2000:]}")
+        else:
+            logs = {name: self.cluster.log(name, tail=10 ** 9) for name in self.cluster.names}
+            found += [f"{name} exited: {logs[name][-2000:]}" for name in self.cluster.names
+                      if not self.cluster.running(name)]
+        for name, log in logs.items():
+            for marker in BROKER_FAILURES:
+                if marker in log:
+                    at = log.index(marker)
+                    found.append(f"{marker} in the log of {name}: {log[at - 200:at + 1500]}")
+        return found
+
+
+def run(seconds: float, seed: int, attackers: int = 4, rabbitmq: bool = False,
+        nodes: int = 1) -> HostileResult:
+    """One attack of `seconds` on one node or a cluster of `nodes` (each attacker
+    connection to a node picked at random; the healthy publisher on the first node,
+    its consumer on the last). With `rabbitmq` (and RabbitMQ 3.10.8 installed), every
     known-answer mutation is also sent to a private RabbitMQ node, and its answer is
     the one expected."""
-    result = HostileResult(seconds, seed)
+    result = HostileResult(seconds, seed, nodes=nodes)
     with contextlib.ExitStack() as stack:
         oracle = (stack.enter_context(RabbitMQNode()) if rabbitmq and RabbitMQNode.available()
                   else None)
-        broker = stack.enter_context(BrokerProcess())
+        target = _Target(stack, nodes)
         result.rabbitmq = oracle is not None
-        frames = record_session(broker.port)
+        healthy = Healthy(target.ports).start()  # (a cluster: once it has a leader)
+        frames = record_session(target.ports[0])
         mutator = Mutator(frames)
-        healthy = Healthy(broker.port).start()
         lock = threading.Lock()
         deadline = time.monotonic() + seconds
 
@@ -610,7 +649,8 @@ def run(seconds: float, seed: int, attackers: int = 4,
                 mutation = mutator.mutate(rng)
                 try:
                     chunking = f"{seed}-{number}-{count}"  # the same for RabbitMQ
-                    answer, closed = attack(broker.port, mutation, random.Random(chunking))
+                    port = rng.choice(target.ports)
+                    answer, closed = attack(port, mutation, random.Random(chunking))
                 except OSError as error:  # could not even connect
                     problems = [f"connect failed: {error!r}"]
                     answer, closed = b"", False
@@ -649,13 +689,7 @@ def run(seconds: float, seed: int, attackers: int = 4,
         result.slowest_confirm = max(healthy.latencies, default=0.0)
         if result.slowest_confirm > HANG_BOUND:
             result.healthy.append(f"a confirm took {result.slowest_confirm:.1f} s")
-        if broker.process is None or broker.process.poll() is not None:
-            result.broker.append(f"the broker exited: {broker.log()[-2000:]}")
-        log = Path(broker.log_path).read_text(errors="replace")
-        for marker in BROKER_FAILURES:
-            if marker in log:
-                at = log.index(marker)
-                result.broker.append(f"{marker} in the broker log: {log[at - 200:at + 1500]}")
+        result.broker += target.failures()
     return result
 
 
@@ -667,8 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rabbitmq", action="store_true",
                         help="also send every known-answer mutation to RabbitMQ 3.10.8 "
                         "(when installed) and expect its answer")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="attack a cluster of this many nodes (default: one node)")
     args = parser.parse_args(argv)
-    result = run(args.seconds, args.seed, args.attackers, args.rabbitmq)
+    result = run(args.seconds, args.seed, args.attackers, args.rabbitmq, args.nodes)
     print(result.summary())
     return 0 if result.ok else 1
 
