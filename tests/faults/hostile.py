@@ -32,7 +32,9 @@ The seed fixes every mutation and chunking, not the machine's timing.
 
 `--nodes 3` attacks a 3-node cluster instead (tests/support/cluster.py): attacker
 connections go to random nodes, the healthy publisher to the first and its consumer
-to the last, and every node must stay up with a clean log.
+to the last, and every node must stay up with a clean log. A tenth of the attacker
+connections then go to a node's inter-node port as a peer that does not know the
+cookie (`cluster_port_attack`): the node must not answer at all.
 
 `python -m tests.faults.hostile --seconds 300` is the long form (`make faults`);
 test_hostile.py runs a short seeded one in CI.
@@ -59,6 +61,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
+from quorumqueue.broker.cluster import wire as cluster_wire
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import LocalCluster
 from tests.support.history import (ID_HEADER, Delivery, History, declare_quorum_queue,
@@ -321,6 +324,30 @@ class Mutator:
                             "octets = <<0>>: unknown_frame"})
 
 
+def cluster_port_attack(rng: random.Random, node_names: list[str], cookie: str) -> Mutation:
+    """Octets for a node's inter-node port from a peer that does not know the cookie:
+    a handshake with a wrong cookie (right cluster and node names, a near miss of the
+    cookie, or none), then envelopes; random octets; an oversize length; HTTP. The
+    node must answer nothing at all (it answers a handshake only once the cookie is
+    proven, with a Resume) and deliver nothing."""
+    to_node = rng.choice(node_names)
+    guess = rng.choice(["", "guest", cookie[:-1], cookie + "x", cookie.upper(),
+                        rng.randbytes(8).hex()])
+    if guess == cookie:
+        guess += "!"
+    hello = cluster_wire.frame(cluster_wire.encode_handshake(cluster_wire.Handshake(
+        rng.choice(["quorumqueue", "other"]), rng.choice(node_names + ["intruder"]),
+        to_node, guess, rng.randrange(2 ** 32))))
+    rpc = cluster_wire.frame(cluster_wire.encode(cluster_wire.Rpc("declare", {"q": "x"})))
+    kind = rng.choice(["wrong-cookie", "wrong-cookie", "random", "oversize", "http"])
+    data = {"wrong-cookie": hello + rpc * rng.randint(0, 3),
+            "random": rng.randbytes(rng.randint(1, 200)),
+            "oversize": struct.pack(">I", 2 ** 32 - 1) + rng.randbytes(10),
+            "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"}[kind]
+    return Mutation("cluster-port", f"{kind} (cookie guess {guess!r})", data,
+                    {"answer": b""})
+
+
 # ---------------------------------------------------------------- attacking and checking
 
 
@@ -391,6 +418,9 @@ def close_of(payload: bytes) -> tuple[int, str]:
 def check_answer(mutation: Mutation, answer: bytes, closed: bool) -> list[str]:
     """What in the broker's answer is not as RabbitMQ would answer."""
     expect = mutation.expect
+    if mutation.kind == "cluster-port":
+        return [f"the inter-node port answered a peer without the cookie: {answer[:64]!r}"
+                ] if answer else []
     if "answer" in expect:  # not AMQP at all
         if answer != expect["answer"] or not closed:
             return [f"answered {answer[:32]!r} (closed: {closed}), RabbitMQ sends "
@@ -601,6 +631,7 @@ class _Target:
         else:
             self.cluster = stack.enter_context(LocalCluster(nodes, proxied=False))
             self.ports = [plan.amqp_port for plan in self.cluster.plans]
+            self.cluster_ports = [plan.cluster_port for plan in self.cluster.plans]
         self.nodes = nodes
 
     def failures(self) -> list[str]:
@@ -647,16 +678,20 @@ def run(seconds: float, seed: int, attackers: int = 4, rabbitmq: bool = False,
             while time.monotonic() < deadline:
                 count += 1
                 mutation = mutator.mutate(rng)
+                port = rng.choice(target.ports)
+                if nodes > 1 and rng.random() < 0.1:  # a node's inter-node port
+                    mutation = cluster_port_attack(rng, target.cluster.names,
+                                                   target.cluster.cookie)
+                    port = rng.choice(target.cluster_ports)
                 try:
                     chunking = f"{seed}-{number}-{count}"  # the same for RabbitMQ
-                    port = rng.choice(target.ports)
                     answer, closed = attack(port, mutation, random.Random(chunking))
                 except OSError as error:  # could not even connect
                     problems = [f"connect failed: {error!r}"]
                     answer, closed = b"", False
                 else:
                     problems = check_answer(mutation, answer, closed)
-                    if oracle is not None and mutation.kind != "random":
+                    if oracle is not None and mutation.kind in KNOWN_ANSWERS:
                         difference = differs_from_rabbitmq(
                             mutation, first_close(answer, closed), oracle.port, chunking)
                         problems += [difference] if difference else []

@@ -13,9 +13,10 @@ import struct
 
 import pytest
 
+from quorumqueue.broker.cluster.wire import FrameReader, decode_handshake
 from tests.faults.hostile import (FRAME_END, PROTOCOL_HEADER, Mutation, Mutator, attack,
-                                  check_answer, parse_answer, record_session, run,
-                                  split_frames)
+                                  check_answer, cluster_port_attack, parse_answer,
+                                  record_session, run, split_frames)
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -81,6 +82,17 @@ def test_the_checker_sees_bad_codes_texts_and_methods_after_close():
     not_amqp = Mutation("not-amqp", "", b"", {"answer": PROTOCOL_HEADER})
     assert check_answer(not_amqp, PROTOCOL_HEADER, closed=True) == []
     assert check_answer(not_amqp, PROTOCOL_HEADER, closed=False)
+
+
+def test_inter_node_port_attacks_never_know_the_cookie_and_expect_silence():
+    rng = random.Random(9)
+    for _ in range(200):
+        mutation = cluster_port_attack(rng, ["qq1@localhost", "qq2@localhost"], "c00kie")
+        if mutation.detail.startswith("wrong-cookie"):
+            handshake = decode_handshake(FrameReader().feed(mutation.data)[0])
+            assert handshake.cookie != "c00kie"
+        assert check_answer(mutation, b"", closed=True) == []
+        assert check_answer(mutation, b"\x00\x00\x00\x03abc", closed=False)
 
 
 def test_mutations_are_seeded_and_known_answers_cut_the_stream_at_the_damage():
