@@ -10,7 +10,8 @@ rules (so content split arbitrarily, interleaved with other channels' frames, cu
 off by a close or a method, or over the declared size), basic.ack/nack/reject of
 delivery tags never given, heartbeats on channel 0 and on others, frames over
 frame_max, bad end octets, garbage octets, connection.close and close-ok, time
-passing. Every rule's bytes are fed in arbitrary chunks.
+passing (with heartbeats of 10 s negotiated or none). Every rule's bytes are fed in
+arbitrary chunks.
 
 A model follows the connection (open, closing: the server sent connection.close,
 closed) and every channel (free, open with its content state, closing: the server
@@ -33,8 +34,8 @@ a client (pamqp) decodes; every close carries an AMQP reply code and RabbitMQ's
 after the connection ended; a channel number is free again after its close, and
 opening it again succeeds. The node serves a fresh connection at the end.
 
-Bounded for the default run (STATEFUL_EXAMPLES, default 200 programs of up to 40
-rules, about 10 s on a busy machine); `make faults` sets QUORUMQUEUE_FUZZ_EXAMPLES
+Bounded for the default run (STATEFUL_EXAMPLES, default 500 programs of up to 40
+rules, 10-25 s on a busy machine); `make faults` sets QUORUMQUEUE_FUZZ_EXAMPLES
 for the long form.
 """
 
@@ -59,13 +60,14 @@ from tests.broker.node.test_fuzz import assert_node_still_works, check_output
 
 pytestmark = pytest.mark.filterwarnings("ignore:This command is deprecated")
 
-STATEFUL_EXAMPLES = int(os.environ.get("QUORUMQUEUE_FUZZ_EXAMPLES", "200"))
+STATEFUL_EXAMPLES = int(os.environ.get("QUORUMQUEUE_FUZZ_EXAMPLES", "500"))
 FRAME_MAX = 8192
 MAX_MESSAGE_SIZE = 4096
 CHANNELS = st.sampled_from([1, 1, 1, 2, 3, 65535])  # mostly the one open from the start
 QUEUE = "stateful"
 
 FREE, OPEN, CLOSING = "free", "open", "closing"
+HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 
 class Model:
@@ -81,6 +83,8 @@ class Model:
         self.delivered: dict[int, int] = {}         # number -> the last delivery tag
         self.unacked: dict[int, set[int]] = {}      # number -> tags not acked yet
         self.closing_since = 0.0  # when the server sent connection.close
+        self.heartbeat = 0        # negotiated in tune-ok (seconds; 0: none)
+        self.last_received = self.last_sent = 0.0  # the core's heartbeat clocks
         self.chaos = False  # garbage octets were sent: answers no longer predictable
 
     def state(self, number: int) -> str:
@@ -113,7 +117,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ plumbing
 
-    def connect(self) -> None:
+    def connect(self, heartbeat: int = 0) -> None:
         if self.ready is None:  # garbage left the queue unknown: start it afresh
             self.client = Client(self.node)
             self.client.handshake()
@@ -121,9 +125,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.client.call(1, commands.Queue.Delete(queue=QUEUE), "Queue.DeleteOk")
             self.declared, self.ready = False, 0
         self.client = Client(self.node)
-        self.client.handshake(frame_max=FRAME_MAX)
+        self.client.handshake(frame_max=FRAME_MAX, heartbeat=heartbeat)
         self.client.open_channel(1)  # most programs then start with something to say
         self.model = Model()
+        self.model.heartbeat = heartbeat
+        self.model.last_received = self.model.last_sent = self.client.now
         self.model.channels[1], self.model.content[1] = OPEN, None
         self.output_state = {}
         self.queue_declare(1)
@@ -135,6 +141,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             client.session.receive_data(part, client.now)  # must never raise
         out = client.read_raw()
         check_output(out, self.output_state)
+        if self.model.connection != "closed":
+            self.model.last_received = client.now
+            if out:
+                self.model.last_sent = client.now
         if self.model.connection == "closed":
             assert out == b"", f"output after the connection ended: {out[:64]!r}"
         return decode_stream(out)
@@ -175,9 +185,9 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ rules: channels
 
-    @initialize()
-    def start(self) -> None:
-        self.connect()
+    @initialize(heartbeat=st.sampled_from([0, 10]))
+    def start(self, heartbeat) -> None:
+        self.connect(heartbeat)
 
     @rule(number=CHANNELS, cuts=st.lists(st.integers(0, 64), max_size=3))
     def channel_open(self, number, cuts):
@@ -479,23 +489,35 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.requeue_all()
         self.model.connection = "closed"  # close-ok ends the connection in any state
 
-    @rule(seconds=st.sampled_from([0.5, 6.0]))
+    @rule(seconds=st.sampled_from([0.5, 6.0, 25.0]))
     def time_passes(self, seconds):
-        """No heartbeats were negotiated; a closing connection gives up on close-ok
-        after CLOSE_OK_TIMEOUT (5 s)."""
-        self.client.now += seconds
-        self.client.session.tick(self.client.now)
+        """A closing connection gives up on close-ok after CLOSE_OK_TIMEOUT (5 s);
+        with heartbeats of H seconds (spec 4.2.7, as rabbit_heartbeat) the server
+        sends one after H/2 s without sending, and drops a client silent for over
+        2H s, without a word."""
+        model, now = self.model, self.client.now + seconds
+        self.client.now = now
+        self.client.session.tick(now)
         out = self.client.read_raw()
         check_output(out, self.output_state)
-        assert out == b"", out[:64]
-        if (self.model.connection == CLOSING
-                and self.client.now - self.model.closing_since >= 5.0):
-            self.model.connection = "closed"
+        if model.chaos:
+            return
+        beat = False
+        if model.connection == CLOSING and now - model.closing_since >= 5.0:
+            model.connection = "closed"
+        elif model.connection != "closed" and model.heartbeat:
+            if now - model.last_received > 2 * model.heartbeat:
+                self.requeue_all()
+                model.connection = "closed"
+            elif now - model.last_sent >= model.heartbeat / 2:
+                beat = True
+                model.last_sent = now
+        assert out == (HEARTBEAT if beat else b""), out[:64]
 
     @precondition(lambda self: self.model.connection == "closed")
-    @rule()
-    def reconnect(self):
-        self.connect()
+    @rule(heartbeat=st.sampled_from([0, 10]))
+    def reconnect(self, heartbeat):
+        self.connect(heartbeat)
 
     # ------------------------------------------------------------ invariants
 
