@@ -1,7 +1,7 @@
 """Differential test of the hostile-input fuzzer's known answers: RabbitMQ 3.10.8 and
 quorumqueue answer a damaged session alike.
 
-A pika session recorded against quorumqueue (tests/faults/hostile.py's
+A pika session recorded against quorumqueue (tests/faults/mutations.py's
 `record_session`) is damaged at a seeded frame after connection.open in the ways
 whose answer RabbitMQ defines (`KNOWN_ANSWERS`: a protocol header that is not
 AMQP, a bad frame end octet, a frame over frame_max, a heartbeat on a channel, an
@@ -16,7 +16,8 @@ import random
 
 import pytest
 
-from tests.faults.hostile import Mutator, attack, first_close, record_session
+from tests.faults.hostile import attack, first_close
+from tests.faults.mutations import Mutator, record_session
 
 MUTATIONS = 30
 

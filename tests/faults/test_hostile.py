@@ -14,9 +14,9 @@ import struct
 import pytest
 
 from quorumqueue.broker.cluster.wire import FrameReader, decode_handshake
-from tests.faults.hostile import (FRAME_END, PROTOCOL_HEADER, Mutation, Mutator, attack,
-                                  check_answer, cluster_port_attack, parse_answer,
-                                  record_session, run, split_frames)
+from tests.faults.hostile import attack, check_answer, parse_answer, run
+from tests.faults.mutations import (FRAME_END, PROTOCOL_HEADER, Mutation, Mutator,
+                                    cluster_port_attack, record_session, split_frames)
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
