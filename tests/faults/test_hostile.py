@@ -28,7 +28,7 @@ def test_a_short_seeded_attack_finds_nothing():
     result = run(SHORT, seed=17, attackers=3)
     assert result.ok, result.summary()
     assert result.connections >= 20, result.summary()
-    assert set(result.kinds) >= {"random", "bad-frame-end", "oversize-frame"}, result.summary()
+    assert result.kinds["random"] and set(result.kinds) - {"random"}, result.summary()
     assert result.confirmed >= 20, result.summary()
 
 
