@@ -17,8 +17,9 @@ A model follows the connection (open, closing: the server sent connection.close,
 closed) and every channel (free, open with its content state, closing: the server
 sent channel.close), and predicts each rule's answer as RabbitMQ gives it
 (rabbit_reader, rabbit_command_assembler, rabbit_channel): open-ok and close-ok,
-504 CHANNEL_ERROR for a channel that is not open or opened twice, 505
-UNEXPECTED_FRAME for content out of order or a heartbeat off channel 0, 501
+504 CHANNEL_ERROR for a method on a channel that is not open or opened twice, 505
+UNEXPECTED_FRAME for content out of order (also as a channel's first frame) or a
+heartbeat off channel 0, 501
 FRAME_ERROR for an oversize frame, a bad end octet or a body over the declared size,
 406 PRECONDITION_FAILED for an unknown delivery tag or a message over
 max_message_size, nothing for frames on a closing channel or connection (spec
@@ -371,8 +372,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         state = self.model.state(number)
         if self.silent() or state == CLOSING:
             self.expect(frames)
-        elif state == FREE:
-            self.connection_error(frames, spec.CHANNEL_ERROR)
+        elif state == FREE:  # rabbit_reader: a new number's first frame must be a method
+            self.connection_error(frames, spec.UNEXPECTED_FRAME)
         elif self.model.content[number] != -1:
             self.connection_error(frames, spec.UNEXPECTED_FRAME)
         elif size > MAX_MESSAGE_SIZE:
@@ -392,7 +393,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         if self.silent() or state == CLOSING:
             self.expect(frames)
         elif state == FREE:
-            self.connection_error(frames, spec.CHANNEL_ERROR)
+            self.connection_error(frames, spec.UNEXPECTED_FRAME)
         elif due is None or due == -1:
             self.connection_error(frames, spec.UNEXPECTED_FRAME)
         elif size > due:  # as RabbitMQ 4.x: the body overruns the declared size
