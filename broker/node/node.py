@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, Iterable
 
@@ -45,6 +46,8 @@ from .vhost import VHost
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel
     from .session import Session
+
+log = logging.getLogger("quorumqueue.broker")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
@@ -146,6 +149,34 @@ class Node:
         # elected, proposes them on a tick
         queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """A classic queue's message died (queues/classic.py ClassicHost): its
+        dead-lettered copy goes out through node/dead_letters.py, as quorum
+        queues' do."""
+        from . import dead_letters
+
+        dead_letters.publish(self, queue, message.exchange, message.routing_key,
+                             message.properties.raw, message.body, reason, self.clock_ms)
+
+    def expire_queue(self, queue: Queue) -> None:
+        """A classic queue unused for its x-expires period: deleted through the
+        metadata log, as a client's queue.delete (RabbitMQ's classic queue deletes
+        itself the same way)."""
+        vhost = self.vhosts.get(queue.vhost)
+        if vhost is None or vhost.queues.get(queue.name) is not queue:
+            return
+        log.info(
+            "classic queue '%s' in vhost '%s': unused for its x-expires period: deleting it",
+            queue.name, queue.vhost)
+        self.propose_delete(vhost, queue)
+
+    def tick_queues(self) -> None:
+        """The timer (about twice a second, with the clock the shell passed in):
+        every queue's `tick` (classic queues expire messages and themselves)."""
+        for vhost in list(self.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                queue.tick(self.clock_ms)
 
     def propose_delete(self, vhost: VHost, queue: Queue, then=None) -> None:
         """Delete a queue through the metadata log (auto-delete, an exclusive owner

@@ -7,11 +7,11 @@ what follows (`advanced`: leader news, snapshots); turn the machine's effects in
 AMQP work — deliveries to this node's consumers (bodies read back from the log),
 replies to whoever waited for an entry, snapshots and log release at the machine's
 release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
-by the leader to the queue's dead-letter exchange, at most once; with at-least-once
-dead lettering, the leader's dead-letter worker instead: `_ensure_worker`,
-node/dead_letter_worker.py); queue TTL (`_delete_expired`:
-the leader deletes an expired queue through the metadata); and time (Tick commands
-for lease, message and queue expiry).
+by the leader to the queue's dead-letter exchange, at most once, through
+node/dead_letters.py as for classic queues; with at-least-once dead lettering, the
+leader's dead-letter worker instead: `_ensure_worker`, node/dead_letter_worker.py);
+queue TTL (`_delete_expired`: the leader deletes an expired queue through the
+metadata); and time (Tick commands for lease, message and queue expiry).
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
 time: `begin_round` collects a Ready from every group and appends their entries and
@@ -43,9 +43,7 @@ from bisect import bisect_right
 import random
 from typing import TYPE_CHECKING
 
-from ..amqp import codec
 from ..amqp.channel import ChannelState
-from ..amqp.errors import AMQPError
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
@@ -53,14 +51,12 @@ from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
-from ..queues import dead_letter
-from ..queues.classic import Message
 from ..queues.replicated import ReplicatedGroup
-from ..queues.settings import dead_letter_target
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
+from . import dead_letters
 from .dead_letter_worker import DeadLetterWorker
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -474,42 +470,20 @@ class QuorumGroups:
     def _dead_letter(self, queue: QuorumQueue, index: int, reason: str) -> None:
         """At-most-once dead lettering (the quorum queues guide, "Dead Lettering"):
         the leader that applied the drop publishes a copy with x-death headers
-        (queues/dead_letter.py) through the queue's dead-letter exchange, fire and
-        forget: no confirm is awaited, a leader that dies first loses it. A missing
-        dead-letter exchange or no route drops the message, as RabbitMQ does."""
+        through the queue's dead-letter exchange (node/dead_letters.py, as classic
+        queues do), fire and forget: no confirm is awaited, a leader that dies first
+        loses it."""
         node = self.cluster.node
-        target = dead_letter_target(queue.arguments,
-                                    node.policy_for(queue.vhost, queue.type_name, queue.name))
-        vhost = node.vhosts.get(queue.vhost)
-        if target is None or vhost is None:
-            return
-        exchange_name, dead_letter_key = target
-        exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            log.warning("quorum queue '%s' in vhost '%s': dead-letter exchange '%s' does not "
-                        "exist; message %s (%s) dropped", queue.name, queue.vhost,
-                        exchange_name, index, reason)
+        if not dead_letters.has_target(node, queue):
             return
         try:
             source, routing_key, header, body = self.read_message(queue, index)
-            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
-            header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
-                                                       reason, queue.last_time_ms)
-        except (MessageGone, AMQPError, ValueError) as error:
+        except MessageGone as error:
             log.warning("quorum queue '%s' in vhost '%s': message %s (%s) not dead-lettered: "
                         "%s", queue.name, queue.vhost, index, reason, error)
             return
-        properties = codec.decode_properties(header)[1]
-        targets: dict[str, object] = {}
-        for key in keys:
-            for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):
-                targets.setdefault(found.name, found)
-        for name, found in targets.items():
-            if dead_letter.is_cycle(name, reason, deaths):
-                log.warning("quorum queue '%s' in vhost '%s': dead-letter cycle to queue '%s' "
-                            "(%s): message dropped for it", queue.name, queue.vhost, name, reason)
-                continue
-            found.publish(Message(exchange_name, keys[0], properties, body), None, None)
+        dead_letters.publish(node, queue, source, routing_key, header, body, reason,
+                             queue.last_time_ms)
 
     def _ensure_worker(self, queue: QuorumQueue) -> None:
         """At-least-once dead lettering: the leader runs the queue's dead-letter worker

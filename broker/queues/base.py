@@ -32,6 +32,8 @@ The operations, and what each owes its caller:
   already sent its publishes and acks expects are known.
 - `policy_changed(policy)`: settings from policies (again on every tick for types
   whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
+- `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
+  messages and themselves here; quorum queues through their log, node/quorum.py).
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
@@ -195,6 +197,9 @@ class Queue:
     def policy_changed(self, policy) -> list:
         """New settings from a policy; returns messages dropped by it (none here)."""
         return []
+
+    def tick(self, now_ms: int) -> None:
+        """The node's timer (about twice a second): nothing to do here."""
 
     # ------------------------------------------------------------ leases
 

@@ -67,7 +67,8 @@ class ClassicLink(Protocol):
     def purge(self, queue: "RemoteClassicQueue", respond: Callable[[int], None],
               failed: Callable[[], None]) -> None: ...
 
-    def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None]) -> None: ...
+    def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None],
+               use: bool = False) -> None: ...
 
     def forget(self, queue: "RemoteClassicQueue") -> None: ...
 
@@ -153,7 +154,9 @@ class RemoteClassicQueue(Queue):
         self.link.counts(self, lambda _counts: done())
 
     def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]))
+        """The host's counts; a declare renews the queue's x-expires (`use`)."""
+        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]),
+                         use=True)
 
     # ------------------------------------------------------------ messages
 

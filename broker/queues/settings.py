@@ -1,8 +1,8 @@
 """How a queue's arguments combine with the policy that applies to it. Pure.
 
-The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`
-and the max-length guide): max-length, max-length-bytes, message-ttl and expires
-take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`,
+rabbit_amqqueue_process's for classic queues, and the max-length guide): max-length,
+max-length-bytes, message-ttl and expires take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the argument x-quorum-target-group-size, then the policy, then
@@ -93,6 +93,15 @@ def consumer_timeout(arguments: Mapping[str, Any], policy) -> int | None:
     consumer_timeout applies."""
     return _lower(arguments.get("x-consumer-timeout"),
                   _definition(policy).get("consumer-timeout"))
+
+
+def classic_ttls(arguments: Mapping[str, Any], policy) -> tuple[int | None, int | None]:
+    """(message TTL, queue TTL) of a classic queue in ms: x-message-ttl and the
+    policy's message-ttl, x-expires and the policy's expires, the lower of each pair
+    (RabbitMQ's rabbit_amqqueue_process `init_ttl`/`init_exp` take the minimum)."""
+    definition = _definition(policy)
+    return (_lower(arguments.get("x-message-ttl"), definition.get("message-ttl")),
+            _lower(arguments.get("x-expires"), definition.get("expires")))
 
 
 def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:

@@ -58,12 +58,6 @@ _STREAM_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-clust
 # x-max-priority, x-queue-mode, x-queue-version...); one no type knows is accepted
 _KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in kinds) \
     - {"x-quorum-target-group-size"} | frozenset(_STREAM_ARGS)
-# arguments quorumqueue recognises but does not enforce yet: refused rather than
-# silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
-# (quorum queues apply message TTL and dead lettering; classic queues not yet)
-NOT_YET_SUPPORTED = ()
-CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
-                             "x-dead-letter-routing-key")
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 # rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
 # deprecated and mean balanced (queues/settings.py leader_locator)
@@ -217,11 +211,6 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-queue-version' for {where}: "
                            + (f"{{value_negative,{version}}}" if version < 0
                               else f"\"unsupported queue version '{version}'\""))
-    for key in NOT_YET_SUPPORTED + (CLASSIC_NOT_YET_SUPPORTED if queue_type == "classic"
-                                    else ()):
-        if key in arguments:
-            raise precondition(f"invalid arg '{key}' for {where}: quorumqueue does not "
-                               "support it yet (it would be silently ignored)")
     ttl = arguments.get("x-message-ttl")
     if isinstance(ttl, int) and ttl < 0:  # rabbit_amqqueue's check_message_ttl_arg
         raise precondition(f"invalid arg 'x-message-ttl' for {where}: "
@@ -235,10 +224,17 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-expires' for {where}: "
                            + (f"{{value_zero,{expires}}}" if expires == 0
                               else f"{{value_negative,{expires}}}"))
-    if overflow == "reject-publish-dlx":
-        raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
-                           "needs dead-lettering, which quorumqueue does not support yet")
+    # rabbit_amqqueue's check_dlxrk_arg
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise precondition(f"invalid arg 'x-dead-letter-routing-key' for {where}: "
+                           "routing_key_but_no_dlx_defined")
     if queue_type == "quorum":
+        # the quorum queues guide, "Feature Comparison" and "Length Limit": quorum
+        # queues do not support reject-publish-dlx (RabbitMQ logs a warning and treats
+        # it as drop-head; refused here rather than silently changed)
+        if overflow == "reject-publish-dlx":
+            raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
+                               "is not supported by quorum queues (classic queues only)")
         for key in ("x-quorum-initial-group-size", "x-quorum-target-group-size"):
             value = arguments.get(key)
             if isinstance(value, int) and value < 1:

@@ -516,6 +516,7 @@ class BrokerServer:
                 if session.closed:
                     self.node.dirty.add(session)
             self.node.quorum.tick(now_ms())
+            self.node.tick_queues()
             self.node.cluster.meta.expire(now)  # metadata changes waited on for too long
             self.node.tick_policies()
             if now >= next_alarm_check:

@@ -29,8 +29,13 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"max-length": True}), "key 'max-length' must be a non-negative integer"),
     (dict(definition={"max-length-bytes": 2 ** 63}),
      "key 'max-length-bytes' must be a non-negative integer"),
+    (dict(definition={"overflow": "drop-tail"}),
+     "key 'overflow' must be 'drop-head', 'reject-publish' or 'reject-publish-dlx'"),
+    # quorum queues do not support reject-publish-dlx (their guide): classic_queues only
     (dict(definition={"overflow": "reject-publish-dlx"}),
-     "key 'overflow' must be 'drop-head' or 'reject-publish'"),
+     "overflow 'reject-publish-dlx' applies to classic queues only"),
+    (dict(apply_to="queues", definition={"overflow": "reject-publish-dlx"}),
+     "overflow 'reject-publish-dlx' applies to classic queues only"),
     (dict(definition={"delivery-limit": -2}), "key 'delivery-limit' must be an integer"),
     (dict(definition={"queue-leader-locator": "bogus"}),  # RabbitMQ's rabbit_policies text
      'Validation failed: <<"bogus">> is not a valid queue leader locator value'),
@@ -39,15 +44,11 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
     (dict(definition={"queue-mode": "lazy"}),
      "key 'queue-mode' is not supported by quorumqueue"),
-    (dict(definition={"expires": 1000}),
-     "key 'expires' applies to quorum queues only in quorumqueue for now"),
     (dict(apply_to="quorum_queues", definition={"expires": 0}),
      "key 'expires' must be a positive integer"),
-    # quorum queues apply these, classic queues not yet: the policy must say quorum_queues
-    (dict(definition={"message-ttl": 1000}),
-     "key 'message-ttl' applies to quorum queues only in quorumqueue for now"),
-    (dict(apply_to="queues", definition={"dead-letter-exchange": "dlx"}),
-     "key 'dead-letter-exchange' applies to quorum queues only"),
+    # classic queues ignore the strategy (RabbitMQ's too): the policy must say quorum_queues
+    (dict(definition={"dead-letter-strategy": "at-most-once"}),
+     "key 'dead-letter-strategy' applies to quorum queues only"),
     (dict(apply_to="quorum_queues", definition={"message-ttl": -1}),
      "key 'message-ttl' must be a non-negative integer"),
     (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "sometimes"}),

@@ -1,8 +1,8 @@
 """queue.declare validation of the TTL and dead-letter arguments (broker/queues/types.py):
 quorum queues take x-message-ttl, x-expires, x-dead-letter-exchange, x-dead-letter-routing-key
-and x-dead-letter-strategy (at-most-once, at-least-once); RabbitMQ's refusals for bad
-values; what is not built yet (classic queues' TTLs and dead lettering) is refused
-rather than silently ignored."""
+and x-dead-letter-strategy (at-most-once, at-least-once), classic queues the same but
+the strategy, and x-overflow reject-publish-dlx (classic queues only); RabbitMQ's
+refusals for bad values."""
 
 from __future__ import annotations
 
@@ -63,10 +63,31 @@ def test_quorum_queue_refusals(arguments, text):
     assert refusal(**QUORUM, **arguments) == f"PRECONDITION_FAILED - {text}"
 
 
-@pytest.mark.parametrize("key", ["x-message-ttl", "x-expires", "x-dead-letter-exchange",
-                                 "x-dead-letter-routing-key"])
-def test_classic_queues_still_refuse_ttl_and_dead_lettering(key):
-    value = 1000 if key in ("x-message-ttl", "x-expires") else "x"
-    assert refusal(**{key: value}) == (
-        f"PRECONDITION_FAILED - invalid arg '{key}' for {WHERE}: quorumqueue does not "
-        "support it yet (it would be silently ignored)")
+def test_classic_queues_accept_ttls_dead_lettering_and_reject_publish_dlx():
+    spec = declare(**{"x-message-ttl": 0, "x-expires": 1, "x-dead-letter-exchange": "dlx",
+                      "x-dead-letter-routing-key": "k", "x-overflow": "reject-publish-dlx",
+                      "x-max-length": 1})
+    assert spec.type == "classic" and spec.overflow == "reject-publish-dlx"
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({"x-message-ttl": -1}, f"invalid arg 'x-message-ttl' for {WHERE}: {{value_negative,-1}}"),
+    ({"x-expires": 0}, f"invalid arg 'x-expires' for {WHERE}: {{value_zero,0}}"),
+    # rabbit_amqqueue's check_dlxrk_arg, on every queue type
+    ({"x-dead-letter-routing-key": "k"},
+     f"invalid arg 'x-dead-letter-routing-key' for {WHERE}: routing_key_but_no_dlx_defined"),
+    ({"x-dead-letter-strategy": "at-most-once"},
+     f"invalid arg 'x-dead-letter-strategy' for {WHERE} of queue type rabbit_classic_queue"),
+])
+def test_classic_queue_refusals(arguments, text):
+    assert refusal(**arguments) == f"PRECONDITION_FAILED - {text}"
+
+
+def test_quorum_queues_refuse_reject_publish_dlx_as_their_guide_says():
+    """The quorum queues guide ("Feature Comparison", "Length Limit"): quorum queues do
+    not support reject-publish-dlx; refused rather than silently made drop-head."""
+    assert refusal(**QUORUM, **{"x-overflow": "reject-publish-dlx"}) == (
+        f"PRECONDITION_FAILED - invalid arg 'x-overflow' for {WHERE}: reject-publish-dlx "
+        "is not supported by quorum queues (classic queues only)")
+    assert refusal(**QUORUM, **{"x-dead-letter-routing-key": "k"}).endswith(
+        "routing_key_but_no_dlx_defined")
