@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
+from ..amqp.properties import expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
@@ -349,6 +350,10 @@ class Node:
         if exchange.internal:
             raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
                             f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
+        invalid = expiration_error(properties)  # per-message TTL, as rabbit_channel
+        if invalid is not None:
+            raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
+                            f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)
         message = Message(publish.exchange, publish.routing_key, properties, body)
         if publish.exchange == "" and publish.routing_key == management.ROUTING_KEY:
             delivered = self._management_request(channel, properties, body)

@@ -289,9 +289,13 @@ class BrokerServer:
 
             host, port = cluster.addresses[cluster.name]
             peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+            def on_message(sender: str, envelope, node=self.node) -> None:
+                pass_time(node)  # what a peer forwards (a publish) sees the time now
+                cluster.on_message(sender, envelope)
+
             cluster.transport = ClusterTransport(
                 cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
-                host, port, peers, cluster.on_message)
+                host, port, peers, on_message)
             await cluster.transport.start()
             log.info("cluster %s: node %s, inter-node listener on %s:%d, peers %s",
                      self.settings.cluster_name, cluster.name, host, port,

@@ -402,3 +402,34 @@ def _renewed_by_declare(uri: str) -> list[str]:
 def test_a_redeclare_renews_a_classic_queues_x_expires_as_rabbitmq_does(rabbitmq, broker):
     assert _renewed_by_declare(rabbitmq.uri) == _renewed_by_declare(broker.uri) == [
         "kept while redeclared", "deleted once left alone"]
+
+
+def _expiration_refusals(uri: str) -> list:
+    """What a publish with each `expiration` value gets: accepted, or the channel
+    closed with its reply code and text (rabbit_channel's check_expiration_header)."""
+    seen = []
+    queue = _name("exp")
+    for value in ("abc", "-5", "5x", "1.5", " 5", "0", "600000"):
+        connection = pika.BlockingConnection(pika.URLParameters(uri))
+        try:
+            channel = connection.channel()
+            channel.queue_declare(queue, arguments={"x-expires": 60_000})
+            channel.basic_publish("", queue, b"m", pika.BasicProperties(expiration=value))
+            channel.queue_declare(queue, passive=True)  # a round trip: refused by now
+            seen.append((value, "accepted"))
+        except pika.exceptions.ChannelClosedByBroker as error:
+            seen.append((value, error.reply_code, error.reply_text))
+        finally:
+            if connection.is_open:
+                connection.close()
+    return seen
+
+
+def test_an_invalid_expiration_is_refused_as_rabbitmq_does(rabbitmq, broker):
+    """The TTL guide ("Per-Message TTL in Publishers"): the expiration is a string
+    holding a non-negative integer of milliseconds; RabbitMQ refuses anything else
+    with 406 naming the value and what is wrong with it."""
+    expected = _expiration_refusals(rabbitmq.uri)
+    assert ("-5", 406, "PRECONDITION_FAILED - invalid expiration '-5': "
+                       "{value_negative,-5}") in expected
+    assert _expiration_refusals(broker.uri) == expected
