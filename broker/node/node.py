@@ -569,7 +569,8 @@ class Node:
                 vhost = self.vhosts[item["vhost"]]
                 queue_spec = validate_declaration(
                     item["name"], vhost.name, item.get("durable", True),
-                    item.get("exclusive_owner") is not None, item["auto_delete"], arguments)
+                    item.get("exclusive_owner") is not None, item["auto_delete"], arguments,
+                    recorded=True)
                 self.create_recorded_queue(vhost, item["name"], queue_spec, item,
                                              recover=True)
                 counts["queues"] += 1

@@ -71,6 +71,8 @@ from .types import EQUIVALENCE_KEYS_BY_TYPE
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
+_EXPIRATION_FLAG = 1 << 8  # the content header's expiration property is present
+
 
 class Message:
     """An immutable published message; shared by every queue it was routed to."""
@@ -195,7 +197,8 @@ class ClassicQueue(Queue):
         the queue's message TTL and the message's expiration (at least 1, so that a
         TTL of 0 at time 0 still expires)."""
         ttl = self.message_ttl
-        own = expiration_ms(message.properties.raw)
+        own = (expiration_ms(message.properties.raw)
+               if message.properties.flags & _EXPIRATION_FLAG else None)
         if own is not None:
             ttl = own if ttl is None else min(ttl, own)
         return 0 if ttl is None else max(1, now + ttl)

@@ -153,7 +153,12 @@ def check_server_named(arguments: dict) -> None:
 
 
 def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
-                         auto_delete: bool, arguments: dict) -> QueueSpec:
+                         auto_delete: bool, arguments: dict,
+                         recorded: bool = False) -> QueueSpec:
+    """The QueueSpec of a declaration, or its refusal. `recorded`: a declaration the
+    metadata already holds (its log replayed, a snapshot, the metadata file): the
+    refusals added since an earlier build may have recorded it are skipped, so a
+    queue it declared is never lost on an upgrade."""
     where = _describe(name, vhost)
     queue_type = queue_type_of(arguments)
     if queue_type not in QUEUE_TYPES:
@@ -224,8 +229,9 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-expires' for {where}: "
                            + (f"{{value_zero,{expires}}}" if expires == 0
                               else f"{{value_negative,{expires}}}"))
-    # rabbit_amqqueue's check_dlxrk_arg
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+    # rabbit_amqqueue's check_dlxrk_arg (new here: quorum queues took it before)
+    if (not recorded and "x-dead-letter-routing-key" in arguments
+            and "x-dead-letter-exchange" not in arguments):
         raise precondition(f"invalid arg 'x-dead-letter-routing-key' for {where}: "
                            "routing_key_but_no_dlx_defined")
     if queue_type == "quorum":

@@ -91,3 +91,11 @@ def test_quorum_queues_refuse_reject_publish_dlx_as_their_guide_says():
         "is not supported by quorum queues (classic queues only)")
     assert refusal(**QUORUM, **{"x-dead-letter-routing-key": "k"}).endswith(
         "routing_key_but_no_dlx_defined")
+
+
+def test_a_recorded_declaration_an_earlier_build_accepted_is_still_recovered():
+    """Quorum queues took x-dead-letter-routing-key without an exchange before the
+    check came: replaying the metadata (recorded=True) keeps such a queue."""
+    spec = validate_declaration("q", "/", True, False, False,
+                                {**QUORUM, "x-dead-letter-routing-key": "k"}, recorded=True)
+    assert spec.type == "quorum"
