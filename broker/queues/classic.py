@@ -45,8 +45,8 @@ Queue TTL (x-expires or the policy's expires, the lower): the queue is unused wh
 it has no consumer (remote ones included) and no basic.get or declare (redeclare,
 passive too) renewed it, as RabbitMQ's classic queues count; once unused for the
 period, `tick` asks the host to delete it (`ClassicHost.expire_queue`: through the
-metadata log, as every delete). The period starts again when the last consumer
-leaves; after a restart it starts at the first tick.
+metadata log, as every delete). The period starts at the declaration, again when
+the last consumer leaves, and after a restart.
 
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
 ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
@@ -176,6 +176,8 @@ class ClassicQueue(Queue):
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
+        if self.node is not None:  # x-expires counts from the declaration (0: from
+            self.last_used_ms = self.node.clock_ms  # the first tick, the clock unknown)
 
     # ------------------------------------------------------------ messages
 

@@ -289,8 +289,7 @@ def test_a_policy_lowering_max_length_drops_from_the_head_as_maxlen():
 
 def test_an_unused_queue_is_handed_for_deletion_once_after_its_period():
     node = FakeNode()
-    queue = new_queue(node, **{"x-expires": 1000})
-    queue.tick(node.clock_ms)  # the period starts
+    queue = new_queue(node, **{"x-expires": 1000})  # the period starts
     node.clock_ms += 999
     queue.tick(node.clock_ms)
     assert node.expired_queues == []
