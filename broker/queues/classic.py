@@ -378,14 +378,14 @@ class ClassicQueue(Queue):
 
     def publish(self, message: Message, channel: "Channel | None",
                 confirm: Confirm | None) -> None:
-        now = self.now_ms
         if self.would_overflow(message):  # reject-publish(-dlx): nacked
             if confirm is not None:
                 confirm.refuse()
             if self.overflow == "reject-publish-dlx":
                 self._died(message, "maxlen")
             return
-        expires = self.expiry_of(message, now)
+        expires = (self.expiry_of(message, self.now_ms) if self.message_ttl is not None
+                   or message.properties.flags & _EXPIRATION_FLAG else 0)
         stored = self.durable and message.persistent and self.store is not None
         entry = self.make_entry(message, stored, expires)
         if stored:
@@ -400,12 +400,12 @@ class ClassicQueue(Queue):
         if self.consumers:
             self.deliver(entry)
         if expires:  # TTL 0: not taken at once, it expires now
-            self.expire_heads(now)
+            self.expire_heads(self.now_ms)
 
     def deliver(self, fresh: Entry | None = None) -> None:
         """Hand ready messages to consumers with capacity (expired heads leave first;
         `fresh`, the message being published, may go out whatever its TTL)."""
-        now = self.now_ms
+        now = self.now_ms if self.expiring else 0
         while self.ready_count:
             if self.expiring and self.expire_heads(now, fresh) and not self.ready_count:
                 return
