@@ -223,11 +223,6 @@ class ClassicQueue(Queue):
                 count += 1
         return count
 
-    def next_expiry(self) -> int | None:
-        """The earliest expiry among the ready heads (None: none)."""
-        heads = [level[0].expires for level in self.levels if level and level[0].expires]
-        return min(heads) if heads else None
-
     def touch(self, now: int | None = None) -> None:
         """The queue was used (x-expires): a consumer, a basic.get, a declare."""
         self.last_used_ms = self.now_ms if now is None else now
