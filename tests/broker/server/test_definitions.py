@@ -243,3 +243,25 @@ def test_users_vhosts_permissions_and_policies_survive_a_restart(fresh_broker):
         assert time.monotonic() < deadline, "the policy's max-length did not apply"
         time.sleep(0.05)
     connection.close()
+
+
+def test_a_policys_reject_publish_dlx_nacks_and_dead_letters_on_a_classic_queue(broker):
+    """overflow reject-publish-dlx from a policy (classic queues only, so the policy
+    applies to classic_queues): the publish over max-length is nacked and the message
+    dead-lettered through the policy's dead-letter exchange, reason maxlen."""
+    name = unique("rpdlx")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(f"{name}.dead")
+    channel.queue_declare(name)
+    ctl(broker, "set_policy", "--apply-to", "classic_queues", f"p-{name}", f"^{name}$",
+        json.dumps({"max-length": 1, "overflow": "reject-publish-dlx",
+                    "dead-letter-exchange": "", "dead-letter-routing-key": f"{name}.dead"}))
+    channel.confirm_delivery()
+    channel.basic_publish("", name, b"kept")
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("", name, b"refused")
+    method, properties, body = channel.basic_get(f"{name}.dead", auto_ack=True)
+    assert body == b"refused" and properties.headers["x-death"][0]["reason"] == "maxlen"
+    assert channel.queue_declare(name, passive=True).method.message_count == 1
+    connection.close()
