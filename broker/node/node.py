@@ -37,9 +37,9 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from . import group_commit, limits, management
-from .operator_policies import effective, parse_operator_policy
+from . import dead_letters, group_commit, limits, management
 from .counters import Counters
+from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
 from .vhost import VHost
@@ -155,8 +155,6 @@ class Node:
         """A classic queue's message died (queues/classic.py ClassicHost): its
         dead-lettered copy goes out through node/dead_letters.py, as quorum
         queues' do."""
-        from . import dead_letters
-
         dead_letters.publish(self, queue, message.exchange, message.routing_key,
                              message.properties.raw, message.body, reason, self.clock_ms)
 

@@ -289,6 +289,7 @@ class BrokerServer:
 
             host, port = cluster.addresses[cluster.name]
             peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+
             def on_message(sender: str, envelope, node=self.node) -> None:
                 pass_time(node)  # what a peer forwards (a publish) sees the time now
                 cluster.on_message(sender, envelope)
