@@ -72,6 +72,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
 _EXPIRATION_FLAG = 1 << 8  # the content header's expiration property is present
+# x-expires: an expired queue still here this long after its deletion was proposed
+# (the metadata group had no majority) is proposed for deletion again
+EXPIRY_RETRY_MS = 10_000
 
 
 class Message:
@@ -152,7 +155,7 @@ class ClassicQueue(Queue):
     #                                  clock, no dead lettering: unit tests of the FIFO)
     expiring: bool = False  # some entry ever had an expiry (else no head is checked)
     last_used_ms: int = 0   # x-expires: when the queue was last used (0: not yet known)
-    expiry_asked: bool = False  # x-expires: the host was asked to delete it
+    expiry_asked_ms: int = 0  # x-expires: when the host was last asked to delete it
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
@@ -229,17 +232,19 @@ class ClassicQueue(Queue):
 
     def tick(self, now_ms: int) -> None:
         """The node's timer: expired heads leave; an unused queue past its x-expires
-        period is handed to the host for deletion (once)."""
+        period is handed to the host for deletion (again after EXPIRY_RETRY_MS if it
+        still exists: the metadata log could not delete it then)."""
         if self.deleted:
             return
         self.expire_heads(now_ms)
-        if self.expires is None or self.consumers or self.expiry_asked or not now_ms:
+        if (self.expires is None or self.consumers or not now_ms
+                or (self.expiry_asked_ms and now_ms - self.expiry_asked_ms < EXPIRY_RETRY_MS)):
             return
         if not self.last_used_ms:
             self.last_used_ms = now_ms  # a new or recovered queue: the period starts
             return
         if now_ms - self.last_used_ms >= self.expires and self.node is not None:
-            self.expiry_asked = True
+            self.expiry_asked_ms = now_ms
             self.node.expire_queue(self)
 
     def _died(self, message: Message, reason: str) -> None:

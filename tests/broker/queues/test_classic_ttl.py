@@ -287,7 +287,7 @@ def test_a_policy_lowering_max_length_drops_from_the_head_as_maxlen():
 # ---------------------------------------------------------------- queue TTL
 
 
-def test_an_unused_queue_is_handed_for_deletion_once_after_its_period():
+def test_an_unused_queue_is_handed_for_deletion_after_its_period_and_again_later():
     node = FakeNode()
     queue = new_queue(node, **{"x-expires": 1000})  # the period starts
     node.clock_ms += 999
@@ -297,6 +297,8 @@ def test_an_unused_queue_is_handed_for_deletion_once_after_its_period():
     queue.tick(node.clock_ms)
     queue.tick(node.clock_ms + 5000)
     assert node.expired_queues == ["q"]
+    queue.tick(node.clock_ms + 10_000)  # still not deleted (no metadata majority): again
+    assert node.expired_queues == ["q", "q"]
 
 
 def test_consumers_gets_and_declares_keep_a_queue_alive_publishes_do_not():
