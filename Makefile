@@ -122,10 +122,20 @@ bench-memory: setup oracle
 # The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
 # workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,
 # slow links, a slow disk), about an hour on 2 vCPUs; the table and a plot per run
-# go to tests/faults/results/. Fewer: make faults FAULT_RUNS=12.
+# go to tests/faults/results/. Fewer: make faults FAULT_RUNS=12. Then hostile input:
+# the stateful protocol test with FUZZ_EXAMPLES programs and the socket-level
+# mutation fuzzer for HOSTILE_SECONDS against a live node (known answers checked
+# against RabbitMQ 3.10.8 too), on one node and on a 3-node cluster, about 15 more
+# minutes.
 FAULT_RUNS ?= 100
-faults: setup
+FUZZ_EXAMPLES ?= 10000
+HOSTILE_SECONDS ?= 300
+faults: setup oracle
 	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --out tests/faults/results
+	@QUORUMQUEUE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/broker/node/test_stateful_protocol.py
+	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --rabbitmq
+	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --nodes 3
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS)

@@ -1,7 +1,8 @@
 """The `quorumqueue` command line (click).
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
-    quorumqueue queues list|purge|delete ...      (a running node, management RPC)
+    quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
+                                                  management RPC; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
     quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
@@ -33,6 +34,12 @@ def broker() -> None:
               help="Broker configuration (TOML with RabbitMQ's key names), e.g. conf/broker.toml.")
 @click.option("--port", type=int, help="AMQP port (listeners.tcp.default); 0 picks a free port.")
 @click.option("--host", help="Address to listen on (listeners.tcp.host), default 127.0.0.1.")
+@click.option("--management-port", type=int,
+              help="Management HTTP API port (management.tcp.port, default 15672); 0 "
+                   "picks a free port.")
+@click.option("--prometheus-port", type=int,
+              help="Prometheus metrics port (prometheus.tcp.port, default 15692); 0 picks "
+                   "a free port.")
 @click.option("--data-dir", type=click.Path(file_okay=False),
               help="Where durable queues, messages and metadata live.")
 @click.option("--node-name", help="This node's name (node_name), e.g. qq1@localhost.")
@@ -44,8 +51,9 @@ def broker() -> None:
               help="Join the cluster of the running node NAME, whose inter-node port is "
                    "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
                    "queue replicas until `queues grow` or `add_member`.")
-def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
-                 cluster_nodes, join) -> None:
+def broker_start(config_path, port, host, management_port, prometheus_port, data_dir,
+                 node_name,
+                 cluster_port, cluster_nodes, join) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
     from .config import _nodes
     from .server.run import run
@@ -54,8 +62,10 @@ def broker_start(config_path, port, host, data_dir, node_name, cluster_port,
         nodes = (_nodes("--cluster-nodes", cluster_nodes) if cluster_nodes is not None
                  else None)
         settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
+                                 management_port=management_port,
                                  node_name=node_name, distribution_port=cluster_port,
-                                 cluster_nodes=nodes, cluster_join=join)
+                                 cluster_nodes=nodes, cluster_join=join,
+                                 prometheus_port=prometheus_port)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:
@@ -79,10 +89,12 @@ def queues() -> None:
 
 QUEUE_FIELDS = ("vhost", "name", "type", "durable", "auto_delete", "arguments", "ready",
                 "unacked", "consumers", "leader", "members", "bytes", "policy",
-                "operator_policy", "effective_policy_definition")
+                "operator_policy", "effective_policy_definition", "single_active_consumer_tag")
 
 
 def _queue_cell(value) -> str:
+    if value is None:
+        return ""
     if isinstance(value, list):
         return ",".join(map(str, value))
     if isinstance(value, dict):
@@ -95,9 +107,11 @@ def _queue_cell(value) -> str:
 @click.option("-p", "--vhost", help="Only this virtual host.")
 @click.argument("columns", nargs=-1)
 def queues_list(uri, vhost, columns) -> None:
-    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue;
-    or the COLUMNs named: vhost name type durable auto_delete arguments ready unacked
-    consumers leader members bytes policy operator_policy effective_policy_definition."""
+    """Name, type, ready, unacked, consumers, leader, members and bytes of every queue
+    (and, when a queue has a single active consumer, its tag: RabbitMQ's
+    single_active_consumer_tag); or the COLUMNs named: vhost name type durable
+    auto_delete arguments ready unacked consumers leader members bytes policy
+    operator_policy effective_policy_definition single_active_consumer_tag."""
     unknown = [c for c in columns if c not in QUEUE_FIELDS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
@@ -105,7 +119,9 @@ def queues_list(uri, vhost, columns) -> None:
     rows = _call(uri, "queues.list", vhost=vhost)
     headers = list(columns) or ["vhost", "name", "type", "ready", "unacked", "consumers",
                                 "leader", "members", "bytes"]
-    _echo_table(headers, [[_queue_cell(r[h]) for h in headers] for r in rows])
+    if not columns and any(r.get("single_active_consumer_tag") for r in rows):
+        headers.append("single_active_consumer_tag")
+    _echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])
 
 
 @queues.command("purge")
@@ -196,6 +212,146 @@ def queues_rebalance(uri, kind, vhost_pattern, queue_pattern) -> None:
                 [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
     click.echo("leaders per node: " + ", ".join(f"{n} {c}"
                                                 for n, c in sorted(result["leaders"].items())))
+
+
+# rabbitmq-queues' observability commands (node/queue_commands.py): RabbitMQ's
+# banners, columns, texts and exit codes (69: the check failed or the node refused,
+# 64: bad arguments)
+EX_UNAVAILABLE, EX_USAGE = 69, 64
+
+
+def _rabbit_call(uri: str, op: str, **arguments):
+    """One management call; a refusal prints RabbitMQ's `Error:` and its text (without
+    our reply-code name) on stderr and exits 69, as rabbitmq-queues does."""
+    from ..client.management import ManagementError, call
+
+    try:
+        return call(uri, op, **arguments)
+    except ManagementError as error:
+        text = str(error)
+        name, dash, detail = text.partition(" - ")
+        click.echo("Error:", err=True)
+        click.echo(detail if dash and name.isupper() else text, err=True)
+        sys.exit(EX_UNAVAILABLE)
+
+
+def _cell(value) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+quiet_option = click.option("-q", "--quiet", is_flag=True,
+                            help="Do not print the informational banner line.")
+
+
+@queues.command("quorum_status")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+def queues_quorum_status(uri, quiet, vhost, name) -> None:
+    """Every member of quorum queue NAME: Raft state, log, commit and snapshot indexes,
+    term (rabbitmq-queues quorum_status). A member not running shows as noproc."""
+    result = _rabbit_call(uri, "queues.quorum_status", vhost=vhost, name=name)
+    if not quiet:
+        click.echo(f"Status of queue {name} on node {result['node']} ...")
+    rows = result["members"]
+    headers = list(rows[0]) if rows else []
+    _echo_table(headers, [[_cell(row[h]) for h in headers] for row in rows])
+
+
+@queues.command("check_if_node_is_quorum_critical")
+@uri_option
+@quiet_option
+def queues_quorum_critical(uri, quiet) -> None:
+    """Health check: exits with 69 if stopping this node would make some quorum queue
+    lose its majority, listing those (rabbitmq-queues check_if_node_is_quorum_critical)."""
+    result = _rabbit_call(uri, "queues.quorum_critical")
+    node = result["node"]
+    if not quiet:
+        click.echo(f"Checking if node {node} is critical for quorum of any quorum queues ...")
+    if result["single_node"]:
+        click.echo(f"Node {node} seems to be the only one in a single node cluster, "
+                   "the check does not apply")
+    elif not result["queues"]:
+        click.echo(f"Node {node} reported no quorum queues with minimum quorum")
+    else:
+        for queue in result["queues"]:
+            click.echo(f"{queue['readable_name']} would lose quorum if node {node} is "
+                       "stopped", err=True)
+        sys.exit(EX_UNAVAILABLE)
+
+
+@queues.command("check_if_node_is_mirror_sync_critical")
+@uri_option
+@quiet_option
+def queues_mirror_sync_critical(uri, quiet) -> None:
+    """Health check for classic mirrored queues (rabbitmq-queues
+    check_if_node_is_mirror_sync_critical). This broker has no classic queue mirroring,
+    so no queue can lose its only synchronised replica: it always passes."""
+    status = _rabbit_call(uri, "cluster.status")
+    node = status["node"]
+    if not quiet:
+        click.echo(f"Checking if node {node} is critical for data safety of any classic "
+                   "mirrored queues ...")
+    if len(status["nodes"]) == 1:
+        click.echo(f"Node {node} seems to be the only one in a single node cluster, "
+                   "the check does not apply")
+    else:
+        click.echo(f"Node {node} reported no classic mirrored queues without online "
+                   "synchronised mirrors")
+
+
+@queues.command("peek")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+@click.argument("position")
+def queues_peek(uri, quiet, vhost, name, position) -> None:
+    """The ready message at POSITION (1 = the next delivered) of quorum queue NAME,
+    without consuming it: its properties, routing keys, exchange, the first 64 bytes
+    of its payload and its headers (rabbitmq-queues peek)."""
+    try:
+        number = int(position)
+    except ValueError:
+        number = 0
+    if number < 1:
+        click.echo('Error (argument validation): "position value must be a positive '
+                   'integer"', err=True)
+        sys.exit(EX_USAGE)
+    result = _rabbit_call(uri, "queues.peek", vhost=vhost, name=name, position=number)
+    if not quiet:
+        click.echo(f"Peeking at quorum queue {name} at position {number} on node "
+                   f"{result['node']} ...")
+    _echo_table(["keys", "values"], [[key, _cell(value)] for key, value in result["message"]])
+
+
+@queues.command("reclaim_quorum_memory")
+@uri_option
+@quiet_option
+@click.option("-p", "--vhost", default="/", show_default=True)
+@click.argument("name")
+def queues_reclaim_quorum_memory(uri, quiet, vhost, name) -> None:
+    """Flush the write-ahead log on every node holding a member of quorum queue NAME:
+    the log entries kept in memory go to segment files and their memory is released
+    (rabbitmq-queues reclaim_quorum_memory). Prints what each member's node did."""
+    if not quiet:
+        click.echo(f"Will flush Raft WAL of quorum queue {name} ...")
+    rows = _rabbit_call(uri, "queues.reclaim_quorum_memory", vhost=vhost, name=name)
+    failed = False
+    for row in rows:
+        if "error" in row:
+            failed = True
+            click.echo(f"{row['node']}: {row['error']} (not reachable or no replica "
+                       "there): nothing done", err=True)
+        else:
+            click.echo(f"{row['node']}: write-ahead log rolled over; this queue's log "
+                       f"entries in memory: {row['before']} bytes before, {row['after']} "
+                       "after")
+    if failed:
+        sys.exit(EX_UNAVAILABLE)
 
 
 def _add_jobs() -> None:

@@ -91,7 +91,13 @@ class Settings:
     # accepted and validated; what they govern is not built yet, and the server logs a
     # warning at start when one is set (NOT_ENFORCED_YET, broker/README.md "Configuration")
     quorum_commands_soft_limit: int = 32          # RabbitMQ's default
-    dead_letter_worker_consumer_prefetch: int = 32  # RabbitMQ's default
+    # at-least-once dead lettering: the dead letters a queue's dead-letter worker holds
+    # unconfirmed at a time (the quorum queues guide, "Dead Lettering"; RabbitMQ's 32)
+    dead_letter_worker_consumer_prefetch: int = 32
+    # ... and how long its worker waits for a target's confirm (or for a missing
+    # exchange or route to appear) before sending a dead letter again (RabbitMQ's
+    # dead_letter_worker_publisher_confirm_timeout, in ms; its default)
+    dead_letter_worker_publisher_confirm_timeout_ms: int = 180_000
     # the delivery acknowledgement timeout (node/channel.py, the consumers guide's
     # "Delivery Acknowledgement Timeout"): a delivery unacked for longer closes its
     # channel with 406. None: no timeout (RabbitMQ's `undefined`, written
@@ -102,6 +108,18 @@ class Settings:
     # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
     # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
     channel_tick_interval_ms: int = 60_000
+    # the management HTTP API (broker/management/): RabbitMQ's management plugin keys
+    # and defaults (loopback only, like the AMQP listener); 0 picks a free port
+    management_port: int = 15672
+    management_ip: str = "127.0.0.1"
+    # how often queue counts are sampled for the API's rates (RabbitMQ's key, ms)
+    statistics_interval_ms: int = 5000
+    # the Prometheus endpoint (broker/metrics/): rabbitmq_prometheus's port, on
+    # loopback unless set (0: a free port, logged). The default port left implicit,
+    # found taken, is logged and the node runs without metrics; any other port (or
+    # the default one named in the file) must be free, or the node does not start
+    prometheus_host: str = "127.0.0.1"
+    prometheus_port: int = 15692
     # AMQP over TLS (broker/README.md "TLS"): listeners.ssl.default, a port or
     # "host:port" (host "": listeners.tcp.host); None: no TLS listener. Both listeners
     # may run. ssl_options: RabbitMQ's keys, validated (broker/tls.py)
@@ -310,8 +328,15 @@ KEYS = {
         ("quorum_relaxed_checks_on_redeclaration", _bool),
     "quorum_queue.commands_soft_limit": ("quorum_commands_soft_limit", _int),
     "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
+    "dead_letter_worker_publisher_confirm_timeout":
+        ("dead_letter_worker_publisher_confirm_timeout_ms", _int),
     "consumer_timeout": ("consumer_timeout_ms", _consumer_timeout),
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
+    "management.tcp.port": ("management_port", _int),
+    "management.tcp.ip": ("management_ip", _str),
+    "collect_statistics_interval": ("statistics_interval_ms", _int),
+    "prometheus.tcp.ip": ("prometheus_host", _str),
+    "prometheus.tcp.port": ("prometheus_port", _int),
 }
 
 # keys accepted and validated whose effect is not built yet: (key, Settings field,
@@ -321,8 +346,6 @@ NOT_ENFORCED_YET = (
     ("quorum_queue.commands_soft_limit", "quorum_commands_soft_limit",
      "the unconfirmed quorum-queue commands a channel may have before it is throttled "
      "(credit flow): quorumqueue does not throttle publishers per channel"),
-    ("dead_letter_worker_consumer_prefetch", "dead_letter_worker_consumer_prefetch",
-     "at-least-once dead-lettering's prefetch: dead-lettering is not built yet"),
 )
 
 
@@ -340,6 +363,12 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def validate(settings: Settings) -> Settings:
     if not 0 <= settings.port <= 65535:
         raise ConfigError(f"listeners.tcp.default: port {settings.port} is not in 0..65535")
+    if settings.statistics_interval_ms <= 0:
+        raise ConfigError(f"collect_statistics_interval: expected a positive number of "
+                          f"milliseconds, got {settings.statistics_interval_ms}")
+    if not 0 <= settings.management_port <= 65535:
+        raise ConfigError(f"management.tcp.port: port {settings.management_port} is not in "
+                          "0..65535")
     if not 8192 <= settings.frame_max <= 2 ** 31:
         raise ConfigError(f"frame_max: {settings.frame_max} is outside 8192..2147483648")
     if not 1 <= settings.channel_max <= 65535:
@@ -349,6 +378,9 @@ def validate(settings: Settings) -> Settings:
     if not 0 < settings.max_message_size <= 512 * 1024 * 1024:
         raise ConfigError("max_message_size: must be between 1 byte and 512MiB "
                           f"(RabbitMQ's hard limit), got {settings.max_message_size}")
+    if not 0 <= settings.prometheus_port <= 65535:
+        raise ConfigError(f"prometheus.tcp.port: port {settings.prometheus_port} is not in "
+                          "0..65535")
     if not -1 <= settings.distribution_port <= 65535:
         raise ConfigError(f"distribution.listener.port: {settings.distribution_port} is not "
                           "in 0..65535")
@@ -382,6 +414,8 @@ def validate(settings: Settings) -> Settings:
                         settings.quorum_commands_soft_limit),
                        ("dead_letter_worker_consumer_prefetch",
                         settings.dead_letter_worker_consumer_prefetch),
+                       ("dead_letter_worker_publisher_confirm_timeout",
+                        settings.dead_letter_worker_publisher_confirm_timeout_ms),
                        ("consumer_timeout", 1 if settings.consumer_timeout_ms is None
                         else settings.consumer_timeout_ms),
                        ("channel_tick_interval", settings.channel_tick_interval_ms)):

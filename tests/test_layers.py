@@ -52,3 +52,25 @@ def read_contracts() -> configparser.ConfigParser:
     parser = configparser.ConfigParser()
     parser.read(CONTRACTS, encoding="utf-8")
     return parser
+
+
+def test_the_node_reads_no_clock():
+    """broker/node/ is told the time by the shell (`Node.set_clock`; tests drive it):
+    none of its modules imports `time` or asks datetime for the current time."""
+    import ast
+
+    readers = []
+    for path in sorted((ROOT / "broker" / "node").glob("*.py")):
+        for found in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(found, ast.Import):
+                names = [alias.name for alias in found.names]
+            elif isinstance(found, ast.ImportFrom):
+                names = [found.module or ""]
+            else:
+                names = []
+            readers += [f"{path.name}:{found.lineno} imports {name}" for name in names
+                        if name.split(".")[0] == "time"]
+            if isinstance(found, ast.Attribute) and found.attr in ("now", "utcnow", "today") \
+                    and "datetime" in ast.unparse(found.value):
+                readers.append(f"{path.name}:{found.lineno} reads {ast.unparse(found)}")
+    assert not readers, readers

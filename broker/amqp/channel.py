@@ -101,6 +101,10 @@ def lifecycle_error(state: ChannelState | None, kind: Frame, number: int, class_
                     method_id: int) -> AMQPError:
     """The error for a (state, frame) pair LIFECYCLE lacks (all are connection errors)."""
     if state is None:
+        if kind is Frame.HEADER or kind is Frame.BODY:
+            # rabbit_reader hands any frame on a new number to a fresh command
+            # assembler, which wants a method first
+            return content_error(ContentState.IDLE)
         return AMQPError(spec.CHANNEL_ERROR, "expected 'channel.open'", class_id, method_id)
     if kind is Frame.OPEN:
         return AMQPError(spec.CHANNEL_ERROR, "second 'channel.open' seen", class_id, method_id)

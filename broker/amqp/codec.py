@@ -72,13 +72,16 @@ def frame_snippet(frame_type: int, payload: bytes) -> str:
 
 def bad_frame(frame_type: int, payload: bytes, reason: str | tuple) -> AMQPError:
     """501 as rabbit_reader:frame_error words it: the snippet, then the reason as
-    Erlang's ~p prints it at that column (a tuple that would pass column 80 gets
-    one element per line, aligned one past its brace)."""
+    Erlang's ~p prints it at that column. io_lib_format hands io_lib_pretty the
+    1-based column (one past the text before it) and a line length of 80, and a term
+    stays on one line only if it is shorter than what is left of the line: a tuple
+    that does not gets one element per line, aligned one past its brace (RabbitMQ
+    3.10.8 wraps a reason of 29 characters after 50, not one of 28)."""
     head = frame_snippet(frame_type, payload) + ": "
     if isinstance(reason, str):
         return frame_error(head + reason)
     flat = "{" + ",".join(str(part) for part in reason) + "}"
-    if len(head) + len(flat) > 80:
+    if len(flat) >= 80 - (len(head) + 1):
         indent = ",\n" + " " * (len(head) + 1)
         flat = "{" + indent.join(str(part) for part in reason) + "}"
     return frame_error(head + flat)

@@ -75,7 +75,9 @@ class ConnectionState(enum.StrEnum):
 _Methods = pamqp_commands.Connection  # connection-class methods
 
 # handshake state -> (the one method it accepts, the state after it). Anything else is
-# 503 COMMAND_INVALID naming what was expected, except connection.close.
+# 503 COMMAND_INVALID naming what was expected (RabbitMQ closes without a word), except
+# connection.close; once tuned (AWAITING_OPEN), rabbit_reader's 504 "unexpected method
+# in connection state opening", and any frame off channel 0 is 505.
 HANDSHAKE: dict[ConnectionState, tuple[type, ConnectionState]] = {
     ConnectionState.AWAITING_START_OK: (_Methods.StartOk, ConnectionState.AUTHENTICATING),
     ConnectionState.AWAITING_TUNE_OK: (_Methods.TuneOk, ConnectionState.AWAITING_OPEN),
@@ -111,6 +113,13 @@ class ChannelQuota:
                              f"'{self.user}' has reached the maximum allowed user limit "
                              f"of ({self.limit})")
         return None
+
+
+def _unexpected_method(state: str, class_id: int, method_id: int) -> AMQPError:
+    """A method channel 0 has no use for, once the connection is tuned: rabbit_reader's
+    504 naming its own connection state ("opening" until open-ok, then "running")."""
+    return AMQPError(spec.CHANNEL_ERROR, f"unexpected method in connection state {state}",
+                     class_id, method_id)
 
 
 def _ids(method_class: type) -> tuple[int, int]:
@@ -241,7 +250,9 @@ class Connection:
             if number != 0:
                 raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
             return None
-        if frame_type != spec.FRAME_METHOD:
+        if frame_type != spec.FRAME_METHOD or (
+                number != 0 and self.state is ConnectionState.AWAITING_OPEN):
+            # (rabbit_reader, once tuned: any frame off channel 0 before open-ok)
             raise AMQPError(spec.UNEXPECTED_FRAME, codec.frame_snippet(frame_type, payload))
         class_id, method_id, method = codec.decode_method(payload)
         if number != 0:
@@ -256,6 +267,8 @@ class Connection:
                 self.write(codec.connection_close_ok())
                 self._terminate("client closed during handshake")
                 return None
+            if self.state is ConnectionState.AWAITING_OPEN:  # tuned: as rabbit_reader
+                raise _unexpected_method("opening", class_id, method_id)
             raise AMQPError(spec.COMMAND_INVALID,
                             f"expected '{spec.method_name(*_ids(accepted))}', got "
                             f"'{spec.method_name(class_id, method_id)}'", class_id, method_id)
@@ -288,9 +301,7 @@ class Connection:
             self.write(codec.method(0, 10, 71))
         elif kind is not _Methods.Blocked and kind is not _Methods.Unblocked:
             # (clients may echo blocked/unblocked: nothing to do)
-            raise AMQPError(spec.COMMAND_INVALID,
-                            f"unexpected method '{spec.method_name(class_id, method_id)}' "
-                            "on channel 0", class_id, method_id)
+            raise _unexpected_method("running", class_id, method_id)
         return None
 
     def _channel_frame(self, frame_type: int, number: int, payload: bytes) -> Event | None:

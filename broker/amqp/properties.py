@@ -61,6 +61,7 @@ _FLAG_CONTENT_ENCODING = 1 << 14
 _FLAG_HEADERS = 1 << 13
 _FLAG_DELIVERY_MODE = 1 << 12
 _FLAG_PRIORITY = 1 << 11
+_FLAG_EXPIRATION = 1 << 8
 
 
 @dataclass(slots=True)
@@ -100,6 +101,28 @@ class Properties:
             self._decoded = {name: getattr(header.properties, name)
                              for name in header.properties.attributes()}
         return self._decoded
+
+
+def expiration_error(properties: Properties) -> str | None:
+    """Why the message's `expiration` property is refused, in RabbitMQ's words
+    (rabbit_basic:parse_expiration, with Erlang's string:to_integer: an optional sign
+    and digits, nothing after them, not negative), or None when it is absent or
+    valid. rabbit_channel refuses such a publish with 406 PRECONDITION_FAILED -
+    invalid expiration '...': <this>."""
+    if not properties.flags & _FLAG_EXPIRATION:
+        return None
+    text = properties.decoded().get("expiration")
+    if text is None:
+        return None
+    unsigned = text[1:] if text[:1] in ("+", "-") else text
+    rest = unsigned.lstrip("0123456789")
+    if len(rest) == len(unsigned):
+        return "no_integer"
+    if rest:
+        escaped = rest.replace("\\", "\\\\").replace('"', '\\"')
+        return f'{{leftover_string,"{escaped}"}}'
+    value = int(text)
+    return f"{{value_negative,{value}}}" if value < 0 else None
 
 
 def decode_properties(payload: bytes) -> tuple[int, Properties]:

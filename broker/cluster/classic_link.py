@@ -25,8 +25,9 @@ How it works (kinds, body fields: q = the queue's uid, v/n = vhost and name):
 - settle "cq.settle" {ch, s: [seq...], rq: None|True|False} (ack, requeue, drop);
   "cq.closed" {ch}: the channel is gone, the host requeues what it held.
 - "cq.get" {r, ch, na} -> "cq.got" {r, m: [seq, redelivered, e, k, h, b, remaining]
-  or None}; "cq.purge" {r} -> "cq.purged" {r, count}; "cq.stat" {r} -> "cq.counts"
-  {r, ready, unacked, consumers, bytes}.
+  or None}; "cq.purge" {r} -> "cq.purged" {r, count}; "cq.stat" {r, u} -> "cq.counts"
+  {r, ready, unacked, consumers, bytes} (u: for a queue.declare, which renews the
+  queue's x-expires as a local declare does).
 - A request the host cannot place yet (its queue.declare not applied there) waits up
   to EARLY_FOR seconds, in order, before it is answered as for a queue that is gone.
 - Failures: the host returns the unacked messages of a node that went silent
@@ -244,7 +245,7 @@ class ClassicLink:
     def purge(self, queue, respond) -> None:
         self._request(queue, "cq.purge", {}, respond, lambda: respond(queue._host_down()))
 
-    def counts(self, queue, done: Callable[[dict], None]) -> None:
+    def counts(self, queue, done: Callable[[dict], None], use: bool = False) -> None:
         def answer(counts: dict) -> None:
             queue.counts = counts
             done(counts)
@@ -252,8 +253,8 @@ class ClassicLink:
         if not self.reachable(queue.host):
             answer(dict(NO_COUNTS))
             return
-        self._request(queue, "cq.stat", {}, answer, lambda: answer(dict(NO_COUNTS)),
-                      time.monotonic() + STAT_TIMEOUT)
+        self._request(queue, "cq.stat", {"u": use}, answer,
+                      lambda: answer(dict(NO_COUNTS)), time.monotonic() + STAT_TIMEOUT)
 
     def forget(self, queue) -> None:
         for key in [k for k in self.consumers if k[0] == queue.group]:
@@ -293,7 +294,7 @@ class ClassicLink:
     def _on_counts(self, sender: str, body: dict) -> None:
         request = self._answered(body)
         if request is not None:
-            request.answer({key: body.get(key, 0) for key in NO_COUNTS})
+            request.answer({key: body.get(key, default) for key, default in NO_COUNTS.items()})
 
     def tick(self, silent: set[str] | None) -> None:
         """Fail what waits for a host that is unreachable or restarted (and counts
@@ -464,9 +465,13 @@ class ClassicLink:
             queue.purge(respond)
 
     def _host_stat(self, sender: str, queue, body: dict) -> None:
+        if queue is not None and body.get("u"):  # a declare on another node
+            queue.touch()
+            queue.expire_heads(queue.now_ms)
         counts = dict(NO_COUNTS) if queue is None else {
             "ready": queue.ready_count, "unacked": queue.unacked_count,
-            "consumers": queue.consumer_count, "bytes": queue.message_bytes}
+            "consumers": queue.consumer_count, "bytes": queue.message_bytes,
+            "sac": queue.single_active_consumer_tag}
         self.post(sender, Rpc("cq.counts", {"r": body["r"], **counts}))
 
     def hosted_deleted(self, queue) -> None:

@@ -57,7 +57,7 @@ from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
-from . import classic_link, proxy
+from . import classic_link, proxy, replica_rpc
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -119,6 +119,8 @@ class Cluster:
         self.pending: dict[int, _Pending] = {}
         # counts asked of other nodes (proxy.counts): request -> (callback, deadline)
         self.stats: dict[int, tuple] = {}
+        # requests to other nodes' members (replica_rpc.ask): request -> (done, deadline)
+        self.replica_requests: dict[int, tuple] = {}
         # request ids: unique across this node's runs too (a leader remembers requests
         # by (node, id); a restarted node counting from 0 again would be "remembered")
         self._next_request = int.from_bytes(os.urandom(7), "big") << 8
@@ -390,6 +392,7 @@ class Cluster:
         elif self.classic.pending or self.classic.early:
             self.classic.tick(None)
         proxy.expire_stats(self)
+        replica_rpc.expire(self)
         deadline = now - RESEND_AFTER
         for request, pending in list(self.pending.items()):
             if pending.sent_at < deadline and not self._reply_coming(pending, now):
@@ -621,4 +624,5 @@ _RPCS = {
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
     **classic_link.handlers(),
+    **replica_rpc.handlers(),
 }

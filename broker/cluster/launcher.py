@@ -1,7 +1,9 @@
 """`quorumqueue cluster start`: a cluster of N broker nodes on this machine.
 
 Responsibilities: plan a local cluster (node names `qq1@localhost`..`qqN@localhost`,
-AMQP ports base..base+N-1, inter-node ports base+20000.., data directories
+AMQP ports base..base+N-1, inter-node ports base+20000.., management HTTP API
+ports base+10000.. (15672.. for 5672), Prometheus ports base+10020.. (5672 ->
+15692, rabbitmq_prometheus's default), data directories
 DATA_DIR/qq1.., one cookie for all), run every node as a child process of the same
 interpreter (`python -m quorumqueue.broker.cli broker start ...`), wait until each
 accepts AMQP, print the URIs, and stay in the foreground relaying each child's log
@@ -52,6 +54,9 @@ from typing import TextIO
 
 NODE_HOST = "localhost"  # the host part of every local node's name (qq1@localhost)
 CLUSTER_PORT_OFFSET = 20000  # inter-node port = AMQP port + 20000, as RabbitMQ's distribution port
+MANAGEMENT_PORT_OFFSET = 10000  # management HTTP API = AMQP port + 10000 (5672 -> 15672)
+# Prometheus port = AMQP port + 10020: 5672 -> 15692, rabbitmq_prometheus's default
+PROMETHEUS_PORT_OFFSET = 10020
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 CONFIG_NAME = "cluster.toml"
 COOKIE_PATTERN = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces
@@ -68,6 +73,10 @@ class NodePlan:
     amqp_port: int  # > 0: a planned cluster never asks a node to pick its own port
     cluster_port: int  # > 0: this node's inter-node listener (--cluster-port)
     data_dir: str  # absolute, one per node
+    # the management HTTP API's port (--management-port): AMQP port + 10000 (15672
+    # for 5672, RabbitMQ's pair), or a free one; 0 leaves the node's default
+    management_port: int = 0
+    prometheus_port: int = 0  # > 0: this node's metrics listener (--prometheus-port)
 
     @property
     def short_name(self) -> str:
@@ -117,8 +126,10 @@ def plan_local_cluster(count: int, base_port: int = 5672, data_dir: str = "data/
         raise ValueError(f"--nodes: expected 1..99 nodes, got {count}")
     if base_port == 0:
         bind_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        ports = pick_free_ports(2 * count, "::1" if host == "::" else bind_host)
-        amqp_ports, cluster_ports = ports[:count], ports[count:]
+        ports = pick_free_ports(4 * count, "::1" if host == "::" else bind_host)
+        amqp_ports, cluster_ports = ports[:count], ports[count:2 * count]
+        management_ports = ports[2 * count:3 * count]
+        prometheus_ports = ports[3 * count:]
     else:
         if not 0 < base_port or base_port + count - 1 + CLUSTER_PORT_OFFSET > 65535:
             raise ValueError(f"--base-port: {base_port} leaves no room for {count} AMQP ports "
@@ -127,10 +138,14 @@ def plan_local_cluster(count: int, base_port: int = 5672, data_dir: str = "data/
                              "for free ports")
         amqp_ports = [base_port + i for i in range(count)]
         cluster_ports = [port + CLUSTER_PORT_OFFSET for port in amqp_ports]
+        management_ports = [port + MANAGEMENT_PORT_OFFSET for port in amqp_ports]
+        prometheus_ports = [port + PROMETHEUS_PORT_OFFSET for port in amqp_ports]
     root = os.path.abspath(data_dir)
     return tuple(NodePlan(name=name, amqp_host=host, amqp_port=amqp_ports[i],
                           cluster_port=cluster_ports[i],
-                          data_dir=os.path.join(root, name.partition("@")[0]))
+                          data_dir=os.path.join(root, name.partition("@")[0]),
+                          management_port=management_ports[i],
+                          prometheus_port=prometheus_ports[i])
                  for i, name in enumerate(node_names(count)))
 
 
@@ -149,6 +164,10 @@ def node_command(plan: NodePlan, cluster_nodes: str, config_path: str | None = N
                "--host", plan.amqp_host, "--port", str(plan.amqp_port),
                "--data-dir", plan.data_dir, "--node-name", plan.name,
                "--cluster-port", str(plan.cluster_port), "--cluster-nodes", cluster_nodes]
+    if plan.management_port:
+        command += ["--management-port", str(plan.management_port)]
+    if plan.prometheus_port:
+        command += ["--prometheus-port", str(plan.prometheus_port)]
     if config_path is not None:
         command += ["--config", config_path]
     return command

@@ -120,12 +120,17 @@ def on_downed(cluster: "Cluster", sender: str, body: dict) -> None:
         record.check_out_again(body["c"])
 
 
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+# sac: the single active consumer's tag (None: none); declared: declare-ok's consumer
+# count (None from a node that does not send it: then "consumers"); messages_dlx,
+# message_bytes_dlx: the dead letters held by at-least-once dead lettering
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None,
+             "declared": None, "messages_dlx": 0, "message_bytes_dlx": 0}
 
 
 def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None:
     """The counts of a quorum queue with no replica here (a dict: ready, unacked,
-    consumers, bytes), from a member (its leader if known), passed to `callback`."""
+    consumers, bytes, and the dead letters held by at-least-once dead lettering:
+    messages_dlx, message_bytes_dlx; 0 from a node that does not send them), from a member (its leader if known), passed to `callback`."""
     cluster._next_request += 1
     request = cluster._next_request
     target = (record.leader_hint if record.leader_hint in cluster.addresses
@@ -147,7 +152,11 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
     def answer(_reply=None) -> None:
         cluster._post(sender, Rpc("stat_reply", {
             "r": request, "ready": member.ready_count, "unacked": member.unacked_count,
-            "consumers": member.consumer_count, "bytes": member.message_bytes}))
+            "consumers": member.consumer_count, "bytes": member.message_bytes,
+            "sac": member.single_active_consumer_tag,
+            "declared": member.declare_ok_consumer_count,
+            "messages_dlx": member.state.dlx.count,
+            "message_bytes_dlx": member.state.dlx.bytes}))
 
     if member.has_unapplied():
         member.after_applied(answer)
@@ -158,7 +167,7 @@ def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
 def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
     waiting = cluster.stats.pop(body["r"], None)
     if waiting is not None:
-        waiting[0]({key: body.get(key, 0) for key in NO_COUNTS})
+        waiting[0]({key: body.get(key, default) for key, default in NO_COUNTS.items()})
 
 
 def expire_stats(cluster: "Cluster") -> None:

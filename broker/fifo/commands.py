@@ -27,7 +27,11 @@ Format (version 1, all big-endian), first octet = command tag:
                   i64 max length | i64 max bytes          (-1 = no limit, each)
   UpdateConfig 15 | as 14 | i64 message TTL ms | i64 queue expiry ms (-1 = none, each;
                   written only for a queue with a message TTL or an expiry)
-  where consumer/lease/connection/publisher = u16 length + UTF-8.
+  DlxCheckout  16 | worker | u32 prefetch
+  DlxSettle    17 | worker | u32 n | n x u64 msg id
+  UpdateConfig 18 | as 15 | u8 dead lettering (1: at-least-once; written only for a
+                  queue switched to at-least-once dead lettering)
+  where consumer/lease/connection/publisher/worker = u16 length + UTF-8.
 
 Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
 identity and the time envelope that may wrap a command in its entry: FORMAT.md,
@@ -35,7 +39,8 @@ identity and the time envelope that may wrap a command in its entry: FORMAT.md,
 ("unknown fifo command tag 14") rather than skipping it, since skipping would make
 its replica diverge. UpdateConfig (14) came after 1-13, 15 (with a message TTL)
 after 14: every member of a queue's group must run a build that knows it before
-one is proposed (15 only ever is for a queue given a message TTL).
+one is proposed (15 only ever is for a queue given a message TTL; 16-18 only for a
+queue with at-least-once dead lettering).
 
 An Enqueue's per-message TTL is the `expiration` property of the content header in
 its entry: `decode` reads it from there (one flag test when absent), so the entry
@@ -170,6 +175,8 @@ class UpdateConfig:
     overflow: str              # "drop-head" | "reject-publish"
     msg_ttl: int | None = None  # message TTL in ms (x-message-ttl / policy message-ttl)
     expires: int | None = None  # queue TTL in ms (x-expires / policy expires)
+    # at-least-once dead lettering in force (FifoConfig.dead_letter_at_least_once)
+    dead_letter_at_least_once: bool = False
 
     def __post_init__(self) -> None:
         limit = self.delivery_limit
@@ -187,8 +194,27 @@ class UpdateConfig:
                              f"{', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class DlxCheckout:
+    """The dead-letter worker of a (new) leader registers (rabbit_fifo_dlx's
+    checkout): it replaces any earlier worker, whose unsettled messages go back to
+    the front of the waiting dead letters, in the order they died."""
+    worker: str
+    prefetch: int    # at most this many dead letters checked out to it
+
+
+@dataclass(frozen=True, slots=True)
+class DlxSettle:
+    """Every target queue confirmed these dead letters: they leave the queue. Ignored
+    unless `worker` is the current one (a replaced worker's ids are not its own).
+    Reply: how many left."""
+    worker: str
+    msg_ids: tuple[int, ...]
+
+
 Command = Union[Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge, Down, Dequeue,
-                LeaseGrow, LeaseSettle, LeaseRelease, Tick, UpdateConfig]
+                LeaseGrow, LeaseSettle, LeaseRelease, Tick, UpdateConfig, DlxCheckout,
+                DlxSettle]
 
 
 # ------------------------------------------------------------------ effects
@@ -217,6 +243,22 @@ class Dropped:
 
 
 @dataclass(frozen=True, slots=True)
+class DlxDelivery:
+    msg_id: int
+    raft_index: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DlxDeliver:
+    """At-least-once dead lettering: these dead letters are checked out to `worker`,
+    which publishes them to the dead-letter exchange and settles them (DlxSettle)
+    once every target queue confirmed."""
+    worker: str
+    deliveries: tuple[DlxDelivery, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReleaseCursor:
     """Every log entry below `index` is dead: storage may delete it once a snapshot
     of the machine at `snapshot_index` is written."""
@@ -237,7 +279,17 @@ class LeaseReleased:
     reason: str  # "released" | "timeout"
 
 
-Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired]
+@dataclass(frozen=True, slots=True)
+class ActiveConsumerChanged:
+    """Single active consumer (fifo/single_active.py): `consumer` is the active one
+    from this command on (None: no consumer is left), as rabbit_fifo's
+    consumer_update_active effect (what RabbitMQ turns into its ConsumerUpdate and
+    the consumer's "active" flag). The leader's node logs it."""
+    consumer: str | None
+
+
+Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired,
+               ActiveConsumerChanged, DlxDeliver]
 
 
 # ------------------------------------------------------------------ replies as JSON
@@ -369,14 +421,22 @@ def encode(command: Command) -> bytes:
             return b"\x0c" + _s(lease)
         case Tick():
             return b"\x0d"
-        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl, expires):
+        case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl, expires,
+                          at_least_once):
             args = _update_args.pack(
                 _OVERFLOW_CODES.index(overflow), delivery_limit,
                 -1 if max_length is None else max_length, -1 if max_bytes is None else max_bytes)
-            if msg_ttl is None and expires is None:
+            if msg_ttl is None and expires is None and not at_least_once:
                 return b"\x0e" + args
-            return (b"\x0f" + args + _i64.pack(-1 if msg_ttl is None else msg_ttl)
-                    + _i64.pack(-1 if expires is None else expires))
+            times = (_i64.pack(-1 if msg_ttl is None else msg_ttl)
+                     + _i64.pack(-1 if expires is None else expires))
+            if at_least_once:
+                return b"\x12" + args + times + b"\x01"
+            return b"\x0f" + args + times
+        case DlxCheckout(worker, prefetch):
+            return b"\x10" + _s(worker) + _u32.pack(prefetch)
+        case DlxSettle(worker, ids):
+            return b"\x11" + _s(worker) + _ids(ids)
     raise TypeError(f"not a fifo command: {command!r}")
 
 
@@ -391,16 +451,18 @@ def decode(data: bytes) -> Command:
         return Enqueue(publisher, seq, size, priority, expiration_ms(header))
     if tag in (7, 13):
         return Purge() if tag == 7 else Tick()
-    if tag in (14, 15):
+    if tag in (14, 15, 18):
         overflow, delivery_limit, max_length, max_bytes = _update_args.unpack_from(data, 1)
         if overflow >= len(_OVERFLOW_CODES):
             raise ValueError(f"unknown overflow code {overflow} in a fifo UpdateConfig")
         msg_ttl = expires = -1
-        if tag == 15:
+        if tag in (15, 18):
             msg_ttl, expires = struct.unpack_from(">qq", data, 1 + _update_args.size)
+        at_least_once = tag == 18 and data[1 + _update_args.size + 16] == 1
         return UpdateConfig(delivery_limit, None if max_length < 0 else max_length,
                             None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow],
-                            None if msg_ttl < 0 else msg_ttl, None if expires < 0 else expires)
+                            None if msg_ttl < 0 else msg_ttl, None if expires < 0 else expires,
+                            at_least_once)
     name, offset = _read_s(data, 1)
     if tag == 2:
         prefetch, priority = _checkout_args.unpack_from(data, offset)
@@ -420,4 +482,8 @@ def decode(data: bytes) -> Command:
         return LeaseSettle(name, _u64.unpack_from(data, offset)[0])
     if tag == 12:
         return LeaseRelease(name)
+    if tag == 16:
+        return DlxCheckout(name, _u32.unpack_from(data, offset)[0])
+    if tag == 17:
+        return DlxSettle(name, _read_ids(data, offset))
     raise ValueError(f"unknown fifo command tag {tag}")

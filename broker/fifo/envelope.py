@@ -19,7 +19,7 @@ outermost, with its identity (u8 0xFE ...: broker/raft/forwarded.py); whoever re
 an entry takes that off (`forwarded.unwrap`) before `decode_entry`.
 
 Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags (tags are
-1..14 and only grow by one at a time), so the first octet tells the forms apart; the
+1..18 and only grow by one at a time), so the first octet tells the forms apart; the
 envelope's layout is version 1 of the format and never changes in place.
 
 Not here: the commands' own encodings (commands.py), applying them (machine.py),

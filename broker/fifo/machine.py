@@ -17,6 +17,9 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - a consumer's connection going down returns its messages, delivery count + 1;
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
+- single active consumer (config.single_active, x-single-active-consumer): only
+  one consumer at a time is served, the others wait and take over in priority,
+  then registration order (single_active.py).
 - length limits (x-max-length, x-max-length-bytes, x-overflow; below), and the
   limits changed while the queue runs (UpdateConfig, from a policy; below);
 - the release cursor (lowest live raft index) is emitted periodically so storage can
@@ -52,6 +55,12 @@ Dead lettering: every message that leaves without being settled is a
 Purge and queue deletion are not dead lettering (RabbitMQ's neither). What
 happens to a dropped message (discarded, or published to the dead-letter
 exchange by the leader, at most once) is the node's business: node/quorum.py.
+With at-least-once dead lettering in force (`config.dead_letter_at_least_once`:
+a dead-letter exchange, strategy at-least-once, overflow reject-publish) a dying
+message is not a Dropped effect: it is held in the state (dlx.py) and checked out
+to the leader's dead-letter worker (DlxCheckout, DlxDeliver effects) until the worker
+settles it (DlxSettle); held messages count towards the length limits. Purge
+leaves them (rabbit_fifo's purge takes ready messages only).
 
 Length limits, as rabbit_fifo's `evaluate_limit` applies them after every command:
 - What counts: *ready* messages (queued and returned) and their body bytes; messages
@@ -116,18 +125,19 @@ from array import array
 from dataclasses import replace
 from typing import Any, assert_never
 
-from . import leases
-from .commands import (Cancel, Checkout, Command, Deliver, Delivery, Dequeue, Discard, Down,
-                       Dropped, Effect, Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta,
-                       Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick,
-                       UpdateConfig)
-from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack
+from . import dlx, leases, single_active
+from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery,
+                       Dequeue, Discard, DlxCheckout, DlxSettle, Down, Dropped, Effect,
+                       Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, Purge,
+                       QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
+from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack, size_of
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
     effects: list[Effect] = []
     reply: Any = None
     state.now_ms = meta.system_time
+    active = state.active
     # last_active matters only to a queue with an expiry (an UpdateConfig that sets
     # one restarts the period below): the consumer scan is skipped on every other
     used = state.config.expires is not None and _has_consumers(state)
@@ -161,9 +171,17 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             _check_queue_expiry(meta, state, effects)
         case UpdateConfig():
             _update_config(command, state)
+        case DlxCheckout(worker, prefetch):
+            dlx.checkout(state, worker, prefetch)
+        case DlxSettle(worker, msg_ids):
+            reply = dlx.settle(state, worker, msg_ids)
         case _:
             assert_never(command)
     state.last_index = meta.index
+    if state.config.single_active:
+        single_active.activate(state)
+        if state.active != active:
+            effects.append(ActiveConsumerChanged(state.active))
     if meta.system_time and (used or isinstance(command, (Dequeue, UpdateConfig))
                              or (state.config.expires is not None
                                  and _has_consumers(state))):
@@ -177,6 +195,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         _expire_unserved(meta.index, state, effects)
     if state.config.has_limit:
         _apply_limits(state, effects)
+    if state.config.dead_letter_at_least_once:
+        dlx.serve(state, effects)
     _maybe_release_cursor(meta, state, effects)
     return state, reply, effects
 
@@ -245,8 +265,8 @@ def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> Non
     It is the last entry of its ready queue, if still there."""
     for queue in (state.high, state.normal):
         if len(queue) and queue.indexes[-1] == index:
-            queue.pop()
-            effects.append(Dropped(index, "expired"))
+            _index, packed = queue.pop()
+            die(state, effects, index, packed, "expired")
             return
 
 
@@ -260,9 +280,9 @@ def _expire_heads(state: FifoState, effects: list[Effect]) -> None:
             expiry = queue.head_expiry()
             if not expiry or expiry > now:
                 break
-            index, _packed = queue.popleft()
+            index, packed = queue.popleft()
             state.delivery_counts.pop(index, None)
-            effects.append(Dropped(index, "expired"))
+            die(state, effects, index, packed, "expired")
 
 
 def next_expiry(state: FifoState) -> int | None:
@@ -309,6 +329,17 @@ def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] |
     return index, packed, state.delivery_counts.pop(index, 0)
 
 
+def die(state: FifoState, effects: list[Effect], index: int, packed: int,
+        reason: str) -> None:
+    """A message leaves without being consumed: a Dropped effect (the node discards
+    it or dead-letters it at most once), or, with at-least-once dead lettering, held
+    for the dead-letter worker (dlx.py)."""
+    if state.config.dead_letter_at_least_once:
+        dlx.hold(state, index, size_of(packed), reason)
+    else:
+        effects.append(Dropped(index, reason))
+
+
 def forget(index: int, state: FifoState) -> None:
     """A message taken out left the queue for good (settled, dropped)."""
     if state.expiries_out:
@@ -321,7 +352,7 @@ def requeue(index: int, packed: int, count: int, state: FifoState,
     limit = state.config.delivery_limit
     expiry = state.expiries_out.pop(index, 0) if state.expiries_out else 0
     if limit >= 0 and count > limit:
-        effects.append(Dropped(index, reason_if_dropped))
+        die(state, effects, index, packed, reason_if_dropped)
         return
     if count:
         state.delivery_counts[index] = count
@@ -342,18 +373,27 @@ def _purge(state: FifoState) -> int:
 # ------------------------------------------------------------------ length limits
 
 
+def _limited(state: FifoState) -> tuple[int, int]:
+    """(messages, bytes) the length limits count: ready messages, plus held dead
+    letters (rabbit_fifo's is_over_limit adds rabbit_fifo_dlx:stat; the guide: they
+    "contribute to the queue resource limits")."""
+    return (state.ready_count + state.dlx.count, state.ready_bytes + state.dlx.bytes)
+
+
 def _over_limit(state: FifoState) -> bool:
     config = state.config
-    return ((config.max_length is not None and state.ready_count > config.max_length)
-            or (config.max_bytes is not None and state.ready_bytes > config.max_bytes))
+    count, size = _limited(state)
+    return ((config.max_length is not None and count > config.max_length)
+            or (config.max_bytes is not None and size > config.max_bytes))
 
 
 def _below_soft_limit(state: FifoState) -> bool:
     config = state.config
+    count, size = _limited(state)
     return ((config.max_length is None
-             or state.ready_count <= config.max_length * SOFT_LIMIT_PERCENT // 100)
+             or count <= config.max_length * SOFT_LIMIT_PERCENT // 100)
             and (config.max_bytes is None
-                 or state.ready_bytes <= config.max_bytes * SOFT_LIMIT_PERCENT // 100))
+                 or size <= config.max_bytes * SOFT_LIMIT_PERCENT // 100))
 
 
 def _apply_limits(state: FifoState, effects: list[Effect]) -> None:
@@ -364,7 +404,7 @@ def _apply_limits(state: FifoState, effects: list[Effect]) -> None:
             if taken is None:  # only expired messages were over the limit
                 break
             forget(taken[0], state)
-            effects.append(Dropped(taken[0], "maxlen"))
+            die(state, effects, taken[0], taken[1], "maxlen")
     elif _over_limit(state):
         state.publishers_blocked = True
     elif state.publishers_blocked and _below_soft_limit(state):
@@ -376,7 +416,12 @@ def _update_config(command: UpdateConfig, state: FifoState) -> None:
     state.config = replace(state.config, delivery_limit=command.delivery_limit,
                            max_length=command.max_length, max_bytes=command.max_bytes,
                            overflow=command.overflow, msg_ttl=command.msg_ttl,
-                           expires=command.expires)
+                           expires=command.expires,
+                           dead_letter_at_least_once=command.dead_letter_at_least_once)
+    if not state.config.dead_letter_at_least_once and state.dlx.count:
+        dlx.clear(state)  # the guide: switched away, the held dead letters are deleted
+    elif not state.config.dead_letter_at_least_once:
+        state.dlx.consumer = None
     if state.config.overflow != "reject-publish" or not state.config.has_limit:
         state.publishers_blocked = False
 
@@ -438,9 +483,9 @@ def _return(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
 
 def _discard(key: str, msg_ids, state: FifoState, effects: list[Effect]) -> int:
     taken = _checked(key, msg_ids, state)
-    for index, _packed, _count in taken:
+    for index, packed, _count in taken:
         forget(index, state)
-        effects.append(Dropped(index, "rejected"))
+        die(state, effects, index, packed, "rejected")
     return len(taken)
 
 
@@ -475,11 +520,14 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
 
 def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
     """Hand ready messages to consumers with capacity: highest priority first,
-    round-robin among equal priorities."""
+    round-robin among equal priorities; with a single active consumer, to it alone."""
     if not state.ready_count or not state.consumers:
         return
-    ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
-                     key=lambda item: (-item[1].priority, item[1].order))
+    if state.config.single_active:
+        ordered = single_active.servable(state)
+    else:
+        ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
+                         key=lambda item: (-item[1].priority, item[1].order))
     if not ordered:
         return
     batches: dict[str, list[Delivery]] = {}
@@ -513,6 +561,8 @@ def lowest_live_index(state: FifoState) -> int | None:
     for lease in state.leases.values():
         if len(lease.indexes):
             candidates.append(min(lease.indexes))
+    if state.dlx.count:
+        candidates.append(min(dlx.indexes(state)))
     live = [c for c in candidates if c is not None]
     return min(live) if live else None
 
@@ -527,13 +577,15 @@ def live_indexes(state: FifoState) -> array:
         live.extend(item[0] for item in consumer.checked.values())
     for lease in state.leases.values():
         live.extend(lease.indexes)
+    live.extend(dlx.indexes(state))
     return array("Q", sorted(live))
 
 
 def _maybe_release_cursor(meta: Meta, state: FifoState, effects: list[Effect]) -> None:
     state.applied_since_cursor += 1
     empty = not state.ready_count and not any(c.checked for c in state.consumers.values()) \
-        and not any(len(lease.indexes) for lease in state.leases.values())
+        and not any(len(lease.indexes) for lease in state.leases.values()) \
+        and not state.dlx.count
     if state.applied_since_cursor < state.config.release_cursor_interval and not empty:
         return
     state.applied_since_cursor = 0

@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 4).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 5).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -17,6 +17,13 @@ versions: none). A build that only knows an older version refuses a newer one
 of checked-out and leased messages), and after the lease arrays one u64 expiry
 array per ready queue (high, normal, returns: length 0 for a queue that keeps no
 expiries); "array_lengths" lists them too. Older versions: no TTL anywhere.
+5 added single active consumer and at-least-once dead lettering: "single_active"
+in "config" (x-single-active-consumer) and "active" (the active consumer's key, or
+null); "dead_letter_at_least_once" in "config" and "dlx" (the held dead letters:
+"discards", waiting, as [raft index, size, reason]; "consumer", the worker, as
+{"worker", "prefetch", "checked": [[msg id, raft index, size, reason], ...]} or null;
+"next_msg_id"; "bytes"). Older versions: none of these (no active consumer, none
+held).
 "config" is the machine's current one (the queue's arguments, then any UpdateConfig
 applied since), so a restore keeps a policy's limits: a log compacted below an
 UpdateConfig does not lose it.
@@ -28,17 +35,38 @@ import json
 import struct
 import sys
 from array import array
+from collections import deque
 
-from .state import ConsumerState, FifoConfig, FifoState, IndexQueue, LeaseState
+from .state import (ConsumerState, DlxConsumer, DlxState, FifoConfig, FifoState, IndexQueue,
+                    LeaseState)
 
 MAGIC = b"QQFS"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _head = struct.Struct(">4sHI")
 
 
 def _queue_arrays(queue: IndexQueue) -> list[array]:
     return [queue.indexes[queue.head:], queue.sizes[queue.head:]]
+
+
+def _dump_dlx(dlx: DlxState) -> dict:
+    consumer = dlx.consumer
+    return {"discards": [list(item) for item in dlx.discards],
+            "consumer": None if consumer is None else {
+                "worker": consumer.worker, "prefetch": consumer.prefetch,
+                "checked": [[m, *v] for m, v in sorted(consumer.checked.items())]},
+            "next_msg_id": dlx.next_msg_id, "bytes": dlx.bytes}
+
+
+def _load_dlx(document: dict) -> DlxState:
+    consumer = document["consumer"]
+    return DlxState(
+        deque(tuple(item) for item in document["discards"]),
+        None if consumer is None else DlxConsumer(
+            consumer["worker"], consumer["prefetch"],
+            {m: (i, size, reason) for m, i, size, reason in consumer["checked"]}),
+        document["next_msg_id"], document["bytes"])
 
 
 def dump(state: FifoState) -> bytes:
@@ -59,7 +87,10 @@ def dump(state: FifoState) -> bytes:
                    "max_bytes": state.config.max_bytes,
                    "overflow": state.config.overflow,
                    "msg_ttl": state.config.msg_ttl,
-                   "expires": state.config.expires},
+                   "expires": state.config.expires,
+                   "single_active": state.config.single_active,
+                   "dead_letter_at_least_once": state.config.dead_letter_at_least_once},
+        "dlx": _dump_dlx(state.dlx),
         "delivery_counts": sorted(state.delivery_counts.items()),
         "expiries_out": sorted(state.expiries_out.items()),
         "last_active": state.last_active,
@@ -70,6 +101,7 @@ def dump(state: FifoState) -> bytes:
                             "next_msg_id": c.next_msg_id,
                             "checked": [[m, *v] for m, v in sorted(c.checked.items())]}
                       for key, c in state.consumers.items()},
+        "active": state.active,
         "next_consumer_order": state.next_consumer_order,
         "rotation": state.rotation,
         "enqueuers": state.enqueuers,
@@ -120,6 +152,8 @@ def load(data: bytes) -> FifoState:
         if expiry_arrays:
             expiries = arrays[len(arrays) - 3 + position]
             queue.expiries = expiries if len(expiries) else None
+    if version >= 5:
+        state.dlx = _load_dlx(document["dlx"])
     state.expiries_out = ({int(k): v for k, v in document["expiries_out"]}
                           if version >= 4 else {})
     state.last_active = document["last_active"] if version >= 4 else 0
@@ -129,6 +163,7 @@ def load(data: bytes) -> FifoState:
         state.consumers[key] = ConsumerState(
             c["prefetch"], c["priority"], c["connection"], c["order"], c["pull_only"],
             c["cancelled"], c["next_msg_id"], {m: (i, p, n) for m, i, p, n in c["checked"]})
+    state.active = document["active"] if version >= 5 else None
     state.next_consumer_order = document["next_consumer_order"]
     state.rotation = document["rotation"]
     state.enqueuers = dict(document["enqueuers"])

@@ -10,8 +10,13 @@ typed array beside the two, the expiry (leader time in ms, 0 = none) of each ent
 an expiry that is checked out or leased keeps it in `expiries_out` (bounded like
 the delivery counts: by prefetch and lease sizes), so it still expires if returned.
 
+At-least-once dead lettering: a dead-lettered message stays in the state (`dlx`,
+a tuple of raft index, size and reason each, about 100 bytes: such messages are
+expected to be few and short-lived) until the dead-letter worker settles it.
+
 Invariants: a live message is in exactly one place — a ready queue (high, normal),
-the returns queue, one consumer's checked-out map, or one lease; `IndexQueue`
+the returns queue, one consumer's checked-out map, one lease, or the dead-letter
+state (waiting for the worker, or checked out to it); `IndexQueue`
 entries between `head` and the end are live; sizes are < 2**31. After every
 command, ready messages are within the configured length limits (drop-head), or
 `publishers_blocked` is set (reject-publish).
@@ -20,6 +25,7 @@ command, ready messages are within the configured length limits (drop-head), or
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 
 HIGH_BIT = 1 << 31
@@ -186,6 +192,33 @@ class LeaseState:
         return self.next_seq - 1
 
 
+@dataclass(slots=True)
+class DlxConsumer:
+    """The dead-letter worker of at-least-once dead lettering (one per queue, on its
+    leader): the messages checked out to it, msg id -> (raft index, body size,
+    reason), until it settles them (DlxSettle) once every target queue confirmed."""
+    worker: str            # the worker's identity (a leader's node, run and term)
+    prefetch: int          # at most this many checked out (dead_letter_worker_consumer_prefetch)
+    checked: dict[int, tuple[int, int, str]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DlxState:
+    """Messages dead-lettered at least once (rabbit_fifo_dlx): held by the queue until
+    the dead-letter worker settles them. `discards` waits for the worker, in the order
+    the messages died: (raft index, body size, reason) each; `consumer` is the worker
+    they are checked out to. `next_msg_id` only grows, across workers, so a replaced
+    worker's settle can never name a message given to its successor."""
+    discards: deque = field(default_factory=deque)
+    consumer: DlxConsumer | None = None
+    next_msg_id: int = 1
+    bytes: int = 0         # body bytes of every held message (waiting or checked out)
+
+    @property
+    def count(self) -> int:
+        return len(self.discards) + (len(self.consumer.checked) if self.consumer else 0)
+
+
 OVERFLOW_MODES = ("drop-head", "reject-publish")
 SOFT_LIMIT_PERCENT = 80  # rabbit_fifo's ?LOW_LIMIT: reject-publish lifts at or below 80%
 
@@ -209,6 +242,14 @@ class FifoConfig:
     # x-expires / policy expires (the lower): ms the queue may stay unused (no
     # consumer, no basic.get) before it is deleted; None = never
     expires: int | None = None
+    # x-single-active-consumer: one consumer at a time gets messages (single_active.py).
+    # An argument only, as in RabbitMQ (no policy key): fixed at declaration, kept by
+    # every UpdateConfig
+    single_active: bool = False
+    # at-least-once dead lettering (the quorum queues guide, "Dead Lettering"): in
+    # force only with a dead-letter exchange, x-dead-letter-strategy at-least-once
+    # and overflow reject-publish (with drop-head RabbitMQ falls back to at-most-once)
+    dead_letter_at_least_once: bool = False
 
     def __post_init__(self) -> None:
         for key in ("max_length", "max_bytes", "msg_ttl", "expires"):
@@ -220,6 +261,9 @@ class FifoConfig:
         if self.overflow not in OVERFLOW_MODES:
             raise ValueError(f"fifo config 'overflow' must be one of "
                              f"{', '.join(OVERFLOW_MODES)}, not {self.overflow!r}")
+        if not isinstance(self.single_active, bool):
+            raise ValueError(f"fifo config 'single_active' must be a bool, not "
+                             f"{self.single_active!r}")
 
     @property
     def has_limit(self) -> bool:
@@ -231,17 +275,33 @@ def fifo_config(arguments: dict) -> FifoConfig:
     validates them at declaration; the analytics jobs read them from metadata.json):
     `x-delivery-limit` (default 20, negative = none), `x-max-length`,
     `x-max-length-bytes`, `x-overflow` (default drop-head), `x-message-ttl`,
-    `x-expires`."""
+    `x-expires`, `x-single-active-consumer` (a bool, default false), and
+    `x-dead-letter-exchange` / `-strategy` with the overflow for at-least-once dead
+    lettering."""
     limit = arguments.get("x-delivery-limit", 20)
-    overflow = arguments.get("x-overflow")
-    if isinstance(overflow, bytes):
-        overflow = overflow.decode("utf-8", "surrogateescape")
+    overflow = _text(arguments.get("x-overflow"))
     return FifoConfig(delivery_limit=-1 if limit < 0 else limit,
                       max_length=arguments.get("x-max-length"),
                       max_bytes=arguments.get("x-max-length-bytes"),
                       overflow=overflow or "drop-head",
                       msg_ttl=arguments.get("x-message-ttl"),
-                      expires=arguments.get("x-expires"))
+                      expires=arguments.get("x-expires"),
+                      single_active=arguments.get("x-single-active-consumer") is True,
+                      dead_letter_at_least_once=at_least_once(
+                          _text(arguments.get("x-dead-letter-exchange")),
+                          _text(arguments.get("x-dead-letter-strategy")),
+                          overflow or "drop-head"))
+
+
+def _text(value):
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def at_least_once(exchange: str | None, strategy: str | None, overflow: str) -> bool:
+    """rabbit_quorum_queue's `dlh`: at-least-once dead lettering is in force only with
+    a dead-letter exchange, the strategy at-least-once and overflow reject-publish
+    (with drop-head it falls back to at-most-once)."""
+    return exchange is not None and strategy == "at-least-once" and overflow == "reject-publish"
 
 
 @dataclass(slots=True)
@@ -255,6 +315,10 @@ class FifoState:
     expiries_out: dict[int, int] = field(default_factory=dict)
     high_run: int = 0              # high-priority deliveries since the last normal one
     consumers: dict[str, ConsumerState] = field(default_factory=dict)
+    # single active consumer (config.single_active): the key of the one consumer that
+    # may get messages, None when there is none; always a consumer of `consumers` that
+    # is neither cancelled nor pull-only. The others wait (single_active.py)
+    active: str | None = None
     next_consumer_order: int = 1
     rotation: int = 0              # round-robin position among equal-priority consumers
     enqueuers: dict[str, int] = field(default_factory=dict)  # publisher -> last seq
@@ -264,6 +328,9 @@ class FifoState:
     # back at or below SOFT_LIMIT_PERCENT of every limit; while set, enqueues are rejected
     publishers_blocked: bool = False
     leases: dict[str, LeaseState] = field(default_factory=dict)
+    # at-least-once dead lettering: messages held until the dead-letter worker settles
+    # them (empty unless config.dead_letter_at_least_once)
+    dlx: DlxState = field(default_factory=DlxState)
     enqueue_count: int = 0
     applied_since_cursor: int = 0
     release_cursor: int = 0        # last emitted
@@ -298,4 +365,5 @@ class FifoState:
         total += (len(self.delivery_counts) + len(self.expiries_out)) * 100  # dict entries, roughly
         for lease in self.leases.values():
             total += lease.indexes.buffer_info()[1] * 8 + lease.sizes.buffer_info()[1] * 4
+        total += self.dlx.count * 100  # a tuple per held dead letter, roughly
         return total

@@ -122,6 +122,8 @@ class Channel:
         self.deleting: tuple[str, str, list] | None = None
         # (permission, kind, name) -> the user's Permissions it passed under
         self.permitted: dict[tuple[str, str, str], Permissions] = {}
+        self.published = False  # a message was published here (rabbitmq_global_publishers)
+        self.node.counters.channels_opened += 1
 
     @property
     def is_open(self) -> bool:
@@ -167,11 +169,17 @@ class Channel:
         session.write(codec.basic_deliver(self.number, consumer.tag, tag, redelivered,
                                           exchange, routing_key))
         session.write_parts(codec.content(self.number, header, body, session.frame_max))
+        counters = self.node.counters.by_type[queue.type_name]
+        if redelivered:
+            counters.redelivered += 1
         if not consumer.no_ack:
+            counters.consume_manual_ack += 1
             self.unacked[tag] = (queue, token, consumer)
             self.delivered_at[tag] = self.node.now
             consumer.unacked += 1
             self.unacked_count += 1
+        else:
+            counters.consume_auto_ack += 1
 
     def get_ok(self, queue: Queue, token, no_ack: bool, redelivered: bool, exchange: str,
                routing_key: str, remaining: int, header: bytes, body: bytes) -> None:
@@ -183,10 +191,16 @@ class Channel:
                                      remaining))
         self.session.write_parts(codec.content(self.number, header, body,
                                                self.session.frame_max))
+        counters = self.node.counters.by_type[queue.type_name]
+        if redelivered:
+            counters.redelivered += 1
         if not no_ack:
+            counters.get_manual_ack += 1
             self.unacked[tag] = (queue, token, None)
             self.delivered_at[tag] = self.node.now
             self.unacked_count += 1
+        else:
+            counters.get_auto_ack += 1
 
     def get_empty(self) -> None:
         self.send(codec.basic_get_empty(self.number))
@@ -240,6 +254,8 @@ class Channel:
                 consumers.append(consumer)
             by_queue.setdefault(id(queue), (queue, []))[1].append(token)
         for queue, tokens in by_queue.values():
+            if requeue is None:
+                self.node.counters.by_type[queue.type_name].acknowledged += len(tokens)
             queue.settle(self, tokens, requeue)
         self._refill(consumers)
 
@@ -311,6 +327,7 @@ class Channel:
         """Send the confirms whose batches are on disk; True when none remain."""
         pending = self.pending_confirms
         run_end = 0
+        confirmed = 0
         while pending and pending[0].batch_id <= synced_batch_id and not pending[0].outstanding:
             confirm = pending.popleft()
             seq = confirm.seq
@@ -327,6 +344,7 @@ class Channel:
                 continue
             if confirm.ok:
                 run_end = seq
+                confirmed += 1
                 continue
             if run_end:
                 self.send(codec.basic_ack(self.number, run_end, True))
@@ -334,6 +352,8 @@ class Channel:
             self.send(codec.basic_nack(self.number, seq, False))
         if run_end:
             self.send(codec.basic_ack(self.number, run_end, True))
+        if confirmed:
+            self.node.counters.confirmed += confirmed
         return not pending
 
     def commit(self) -> None:
@@ -383,6 +403,7 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel consumers, return unacked messages."""
+        self.node.counters.channels_closed += 1
         self.state = ChannelState.CLOSING  # deliveries in flight from quorum queues are returned
         for tag in list(self.consumers):
             self.cancel(tag)

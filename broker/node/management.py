@@ -11,15 +11,19 @@ Operations:
   queues.list    {vhost?}              -> [{vhost, name, type, durable, ready, unacked,
                                             consumers, bytes, leader, members, arguments,
                                             auto_delete, policy, operator_policy,
-                                            effective_policy_definition}]
+                                            effective_policy_definition,
+                                            single_active_consumer_tag}]
                  (policy, operator_policy: the names of those that apply, "" for none;
-                  effective_policy_definition: their merged definition, {} for none)
+                  effective_policy_definition: their merged definition, {} for none;
+                  single_active_consumer_tag: None unless the queue has one)
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
   queues.add_member | queues.delete_member {vhost, name, node}
   queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
   queues.shrink  {node, errors_only?}
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
+  queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory: see
+                                           node/queue_commands.py
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
                                             metadata_members,
                                             nodes: [{name, address, reachable, amqp_uri}],
@@ -268,11 +272,12 @@ OPERATIONS = {"queues.list": _list, "queues.purge": _purge, "queues.delete": _de
 
 
 def _register() -> None:
-    from . import definition_ops, definitions_json, leases
+    from . import definition_ops, definitions_json, leases, queue_commands
 
     OPERATIONS.update(leases.OPERATIONS)
     OPERATIONS.update(definition_ops.OPERATIONS)
     OPERATIONS.update(definitions_json.OPERATIONS)
+    OPERATIONS.update(queue_commands.OPERATIONS)
 
 
 _register()

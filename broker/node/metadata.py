@@ -86,7 +86,7 @@ def _queue_declare(node: "Node", c: dict):
                                    existing.EQUIVALENCE_KEYS)
         return None
     spec = validate_declaration(c["name"], vhost.name, durable, owner is not None,
-                                c.get("auto_delete", False), c["arguments"])
+                                c.get("auto_delete", False), c["arguments"], recorded=True)
     node.create_recorded_queue(vhost, c["name"], spec, c)
     return None
 

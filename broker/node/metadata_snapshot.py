@@ -141,7 +141,7 @@ def _spec(vhost: str, name: str, item: dict):
     return validate_declaration(name, vhost, item.get("durable", True),
                                 item.get("exclusive_owner") is not None,
                                 item.get("auto_delete", False),
-                                decode_arguments(item["arguments"]))
+                                decode_arguments(item["arguments"]), recorded=True)
 
 
 def _exchange_item(vhost: str, exchange) -> dict:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
+from ..amqp.properties import expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
@@ -35,7 +37,8 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from . import group_commit, limits, management
+from . import dead_letters, group_commit, limits, management
+from .counters import Counters
 from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
 from .quorum import QuorumGroups
@@ -44,6 +47,8 @@ from .vhost import VHost
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel
     from .session import Session
+
+log = logging.getLogger("quorumqueue.broker")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
@@ -72,6 +77,7 @@ class Node:
         self.synced_batch_id = 0
         self.metadata_dirty = False
         self.alarms: set[str] = set()
+        self.counters = Counters()  # messages and connections (broker/metrics/ reads them)
         # user -> the channels its connections have open here (node/limits.py)
         self.channel_quotas: dict = {}
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
@@ -91,6 +97,8 @@ class Node:
         """The server shell passes time in (tests drive it themselves)."""
         self.now = now
         self.clock_ms = clock_ms
+        if self.quorum is not None:
+            self.quorum.now = now  # (the commit-latency gauge's clock)
 
     # ------------------------------------------------------------ sessions
 
@@ -142,6 +150,32 @@ class Node:
         # elected, proposes them on a tick
         queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """A classic queue's message died (queues/classic.py ClassicHost): its
+        dead-lettered copy goes out through node/dead_letters.py, as quorum
+        queues' do."""
+        dead_letters.publish(self, queue, message.exchange, message.routing_key,
+                             message.properties.raw, message.body, reason, self.clock_ms)
+
+    def expire_queue(self, queue: Queue) -> None:
+        """A classic queue unused for its x-expires period: deleted through the
+        metadata log, as a client's queue.delete (RabbitMQ's classic queue deletes
+        itself the same way)."""
+        vhost = self.vhosts.get(queue.vhost)
+        if vhost is None or vhost.queues.get(queue.name) is not queue:
+            return
+        log.info(
+            "classic queue '%s' in vhost '%s': unused for its x-expires period: deleting it",
+            queue.name, queue.vhost)
+        self.propose_delete(vhost, queue)
+
+    def tick_queues(self) -> None:
+        """The timer (about twice a second, with the clock the shell passed in):
+        every queue's `tick` (classic queues expire messages and themselves)."""
+        for vhost in list(self.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                queue.tick(self.clock_ms)
 
     def propose_delete(self, vhost: VHost, queue: Queue, then=None) -> None:
         """Delete a queue through the metadata log (auto-delete, an exclusive owner
@@ -314,6 +348,10 @@ class Node:
         if exchange.internal:
             raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
                             f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
+        invalid = expiration_error(properties)  # per-message TTL, as rabbit_channel
+        if invalid is not None:
+            raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
+                            f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)
         message = Message(publish.exchange, publish.routing_key, properties, body)
         if publish.exchange == "" and publish.routing_key == management.ROUTING_KEY:
             delivered = self._management_request(channel, properties, body)
@@ -325,11 +363,21 @@ class Node:
             delivered = False
             queues = vhost.route(exchange, publish.routing_key,
                                  lambda: properties.decoded().get("headers"))
-        if not queues and not delivered and publish.mandatory:
+        counters = self.counters
+        counters.received += 1
+        if confirm_seq:
+            counters.received_confirm += 1
+        channel.published = True
+        if queues or delivered:
+            counters.routed += 1
+        elif publish.mandatory:
+            counters.unroutable_returned += 1
             channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
                                             publish.exchange, publish.routing_key))
             channel.session.write_parts(codec.content(channel.number, properties.raw, body,
                                                       channel.session.frame_max))
+        else:
+            counters.unroutable_dropped += 1
         confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
         for queue in queues:
             queue.publish(message, channel, confirm)
@@ -519,7 +567,8 @@ class Node:
                 vhost = self.vhosts[item["vhost"]]
                 queue_spec = validate_declaration(
                     item["name"], vhost.name, item.get("durable", True),
-                    item.get("exclusive_owner") is not None, item["auto_delete"], arguments)
+                    item.get("exclusive_owner") is not None, item["auto_delete"], arguments,
+                    recorded=True)
                 self.create_recorded_queue(vhost, item["name"], queue_spec, item,
                                              recover=True)
                 counts["queues"] += 1

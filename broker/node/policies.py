@@ -45,38 +45,40 @@ from ..queues.settings import (_definition, _text, classic_limits, leader_locato
 
 APPLY_TO = ("all", "queues", "classic_queues", "quorum_queues", "exchanges")
 LOCATORS = ("client-local", "balanced", "random", "least-leaders", "min-masters")
-OVERFLOWS = ("drop-head", "reject-publish")
+OVERFLOWS = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 # definition key -> (the kinds of object it acts on, what its value must be)
 _QUEUES = ("classic", "quorum")
 KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "max-length": (_QUEUES, "a non-negative integer"),
     "max-length-bytes": (_QUEUES, "a non-negative integer"),
-    "overflow": (_QUEUES, "'drop-head' or 'reject-publish'"),
+    "overflow": (_QUEUES, "'drop-head', 'reject-publish' or 'reject-publish-dlx'"),
     "delivery-limit": (("quorum",), "an integer (-1: no limit)"),
     "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),  # + deprecated
     "target-group-size": (("quorum",), "a positive integer"),
     "alternate-exchange": (("exchange",), "an exchange name"),
-    "message-ttl": (("quorum",), "a non-negative integer (milliseconds)"),
-    "expires": (("quorum",), "a positive integer (milliseconds)"),
-    "dead-letter-exchange": (("quorum",), "an exchange name"),
-    "dead-letter-routing-key": (("quorum",), "a routing key"),
-    "dead-letter-strategy": (("quorum",), "'at-most-once' (at-least-once is not "
-                                          "supported yet)"),
+    "message-ttl": (_QUEUES, "a non-negative integer (milliseconds)"),
+    "expires": (_QUEUES, "a positive integer (milliseconds)"),
+    "dead-letter-exchange": (_QUEUES, "an exchange name"),
+    "dead-letter-routing-key": (_QUEUES, "a routing key"),
+    "dead-letter-strategy": (("quorum",), "'at-most-once' or 'at-least-once'"),
     "consumer-timeout": (_QUEUES, "a non-negative integer (milliseconds)"),
 }
-# keys quorum queues apply and classic queues do not yet: a policy holding one must
-# apply to quorum_queues only, so that no classic queue silently ignores it
-QUORUM_QUEUES_ONLY = ("message-ttl", "expires", "dead-letter-exchange", "dead-letter-routing-key",
-                      "dead-letter-strategy")
+# keys only quorum queues apply (RabbitMQ's classic queues ignore dead-letter-strategy):
+# a policy holding one must apply to quorum_queues only, so that no classic queue
+# silently ignores it
+QUORUM_QUEUES_ONLY = ("dead-letter-strategy",)
 # keys RabbitMQ knows that quorumqueue does not apply: refused by name rather than
-# accepted and ignored
+# accepted and ignored. `single-active-consumer` is no policy key in RabbitMQ (the
+# consumers guide, "Single Active Consumer": "it is not possible to enable single
+# active consumer with a policy", only with the x-single-active-consumer argument);
+# RabbitMQ 4.2 refuses it as it refuses any unknown key ("... are not recognised
+# policy settings"), and so does quorumqueue, below.
 NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
-                 "initial-cluster-size", "federation-upstream", "federation-upstream-set",
-                 "single-active-consumer")
+                 "initial-cluster-size", "federation-upstream", "federation-upstream-set")
 
 
 class PolicyError(ValueError):
@@ -146,9 +148,12 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
             apply_to.endswith("queues") and "exchange" in kinds):
         raise PolicyError(f"{what}: key '{key}' does not act on {apply_to}")
     if key in QUORUM_QUEUES_ONLY and apply_to != "quorum_queues":
-        raise PolicyError(f"{what}: key '{key}' applies to quorum queues only in "
-                          "quorumqueue for now (classic queues do not support it yet): "
-                          "set apply-to to quorum_queues")
+        raise PolicyError(f"{what}: key '{key}' applies to quorum queues only (classic "
+                          "queues would ignore it): set apply-to to quorum_queues")
+    if key == "overflow" and value == "reject-publish-dlx" and apply_to != "classic_queues":
+        raise PolicyError(f"{what}: overflow 'reject-publish-dlx' applies to classic "
+                          "queues only (quorum queues do not support it): set apply-to to "
+                          "classic_queues")
     valid = {
         "max-length": _integer(value, 0),
         "max-length-bytes": _integer(value, 0),
@@ -161,7 +166,7 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "expires": _integer(value, 1),
         "dead-letter-exchange": isinstance(value, str) and len(value.encode()) <= 255,
         "dead-letter-routing-key": isinstance(value, str) and len(value.encode()) <= 255,
-        "dead-letter-strategy": value == "at-most-once",
+        "dead-letter-strategy": value in ("at-most-once", "at-least-once"),
         "consumer-timeout": _integer(value, 0),
     }[key]
     if not valid and key == "queue-leader-locator":  # rabbit_policies' text

@@ -7,9 +7,11 @@ what follows (`advanced`: leader news, snapshots); turn the machine's effects in
 AMQP work — deliveries to this node's consumers (bodies read back from the log),
 replies to whoever waited for an entry, snapshots and log release at the machine's
 release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
-by the leader to the queue's dead-letter exchange, at most once); queue TTL (`_delete_expired`:
-the leader deletes an expired queue through the metadata); and time (Tick commands
-for lease, message and queue expiry).
+by the leader to the queue's dead-letter exchange, at most once, through
+node/dead_letters.py as for classic queues; with at-least-once dead lettering, the
+leader's dead-letter worker instead: `_ensure_worker`, node/dead_letter_worker.py);
+queue TTL (`_delete_expired`: the leader deletes an expired queue through the
+metadata); and time (Tick commands for lease, message and queue expiry).
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
 time: `begin_round` collects a Ready from every group and appends their entries and
@@ -41,9 +43,7 @@ from bisect import bisect_right
 import random
 from typing import TYPE_CHECKING
 
-from ..amqp import codec
 from ..amqp.channel import ChannelState
-from ..amqp.errors import AMQPError
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
@@ -51,14 +51,13 @@ from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
-from ..queues import dead_letter
-from ..queues.classic import Message
 from ..queues.replicated import ReplicatedGroup
-from ..queues.settings import dead_letter_target
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
+from . import dead_letters
+from .dead_letter_worker import DeadLetterWorker
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel, Consumer
@@ -95,6 +94,13 @@ class QuorumGroups:
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released
         self.touched_channels: set["Channel"] = set()
+        # monotonic seconds as the shell last told the node (Node.set_clock: before
+        # each Sync begins and ends): it times an entry from storage to commit for the
+        # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
+        self.now = 0.0
+        # group uid -> the dead-letter worker of a queue this node leads with
+        # at-least-once dead lettering (node/dead_letter_worker.py)
+        self.dlx_workers: dict[str, DeadLetterWorker] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -169,6 +175,7 @@ class QuorumGroups:
         """This node is no longer a member: drop the replica (the node cancelled its
         consumers here first); the record stays."""
         self.queues.pop(queue.group, None)
+        self._stop_worker(queue)
         queue.fail_waiters()
         queue.raft = None  # the record stays, proxying to the leader
         self.store.delete_group(queue.group)
@@ -183,6 +190,7 @@ class QuorumGroups:
         self.queues[member.group] = member
 
     def delete(self, queue: QuorumQueue) -> None:
+        self._stop_worker(queue)
         queue.deleted = True
         queue.fail_waiters()
         if self.queues.pop(queue.group, None) is not None:
@@ -204,6 +212,7 @@ class QuorumGroups:
         group has a Ready; `Node.flush` does this with the other stores."""
         for _round in range(driver.MAX_ROUNDS):
             readies = driver.persist_round(self.store, self.queues.values())
+            self._time_appends(readies)
             self.store.flush()
             driver.finish_round(readies, self)
             self.release_confirms()
@@ -215,7 +224,16 @@ class QuorumGroups:
         group's Ready persisted and sealed (`batch.write()` makes it durable, on any
         thread); `end_round` once that returned."""
         readies = driver.persist_round(self.store, self.queues.values())
+        self._time_appends(readies)
         return readies, self.store.seal()
+
+    def _time_appends(self, readies: driver.Batch) -> None:
+        """Start timing the last entry a group hands to storage, unless one of the
+        group's entries is timed already (one at a time: a cost per round, not per
+        entry)."""
+        for member, _raft, ready in readies:
+            if ready.entries and member.commit_probe is None:
+                member.commit_probe = (ready.entries[-1].index, self.now)
 
     def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
         """`batch` is written: send, apply and advance the round's Readies, then apply
@@ -226,7 +244,11 @@ class QuorumGroups:
         self.release_confirms()
 
     def release_confirms(self) -> None:
-        """Confirms waiting for quorum replies that came in while applying."""
+        """Confirms waiting for quorum replies that came in while applying; and the
+        dead-letter workers' settles of what their targets confirmed meanwhile."""
+        for worker in self.dlx_workers.values():
+            if worker.settled:
+                worker.flush()
         touched, self.touched_channels = self.touched_channels, set()
         for channel in touched:
             if channel.release_confirms(channel.node.synced_batch_id):
@@ -246,6 +268,10 @@ class QuorumGroups:
         the others' identities are recorded as they are applied."""
         if queue.replay_until:
             queue.replay_until = replay_bound(queue.replay_until, ready)
+        probe = queue.commit_probe
+        if probe is not None and ready.commit_index >= probe[0]:
+            queue.commit_latency_s = self.now - probe[1]
+            queue.commit_probe = None
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
@@ -327,6 +353,15 @@ class QuorumGroups:
                 case commands.Dropped(index, reason):
                     if not replaying and queue.is_leader:
                         self._dead_letter(queue, index, reason)
+                case commands.ActiveConsumerChanged(consumer):
+                    if not replaying and queue.is_leader:
+                        log.info("quorum queue '%s' in vhost '%s': single active consumer "
+                                 "is now %s", queue.name, queue.vhost,
+                                 "none" if consumer is None else repr(consumer))
+                case commands.DlxDeliver(worker, deliveries):
+                    current = self.dlx_workers.get(queue.group)
+                    if not replaying and current is not None and current.identity == worker:
+                        current.take(deliveries)
                 case commands.QueueExpired(unused_ms):
                     if not replaying and queue.is_leader and not queue.expiry_proposed:
                         self._delete_expired(queue, unused_ms)
@@ -360,6 +395,7 @@ class QuorumGroups:
         return self.cluster.is_stale_identity(identity)
 
     def _after_apply(self, queue: QuorumQueue) -> None:
+        self._ensure_worker(queue)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
             stale = sorted({c.connection for c in queue.state.consumers.values()
@@ -434,42 +470,55 @@ class QuorumGroups:
     def _dead_letter(self, queue: QuorumQueue, index: int, reason: str) -> None:
         """At-most-once dead lettering (the quorum queues guide, "Dead Lettering"):
         the leader that applied the drop publishes a copy with x-death headers
-        (queues/dead_letter.py) through the queue's dead-letter exchange, fire and
-        forget: no confirm is awaited, a leader that dies first loses it. A missing
-        dead-letter exchange or no route drops the message, as RabbitMQ does."""
+        through the queue's dead-letter exchange (node/dead_letters.py, as classic
+        queues do), fire and forget: no confirm is awaited, a leader that dies first
+        loses it."""
         node = self.cluster.node
-        target = dead_letter_target(queue.arguments,
-                                    node.policy_for(queue.vhost, queue.type_name, queue.name))
-        vhost = node.vhosts.get(queue.vhost)
-        if target is None or vhost is None:
-            return
-        exchange_name, dead_letter_key = target
-        exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            log.warning("quorum queue '%s' in vhost '%s': dead-letter exchange '%s' does not "
-                        "exist; message %s (%s) dropped", queue.name, queue.vhost,
-                        exchange_name, index, reason)
+        if not dead_letters.has_target(node, queue):
             return
         try:
             source, routing_key, header, body = self.read_message(queue, index)
-            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
-            header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
-                                                       reason, queue.last_time_ms)
-        except (MessageGone, AMQPError, ValueError) as error:
+        except MessageGone as error:
             log.warning("quorum queue '%s' in vhost '%s': message %s (%s) not dead-lettered: "
                         "%s", queue.name, queue.vhost, index, reason, error)
             return
-        properties = codec.decode_properties(header)[1]
-        targets: dict[str, object] = {}
-        for key in keys:
-            for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):
-                targets.setdefault(found.name, found)
-        for name, found in targets.items():
-            if dead_letter.is_cycle(name, reason, deaths):
-                log.warning("quorum queue '%s' in vhost '%s': dead-letter cycle to queue '%s' "
-                            "(%s): message dropped for it", queue.name, queue.vhost, name, reason)
-                continue
-            found.publish(Message(exchange_name, keys[0], properties, body), None, None)
+        dead_letters.publish(node, queue, source, routing_key, header, body, reason,
+                             queue.last_time_ms)
+
+    def _ensure_worker(self, queue: QuorumQueue) -> None:
+        """At-least-once dead lettering: the leader runs the queue's dead-letter worker
+        (node/dead_letter_worker.py), one per leader term and node run, registered in
+        the machine by a DlxCheckout; a member that no longer leads, or a queue that
+        left at-least-once, stops it."""
+        worker = self.dlx_workers.get(queue.group)
+        wanted = (queue.is_leader and not queue.replay_until
+                  and queue.state.config.dead_letter_at_least_once)
+        if not wanted:
+            if worker is not None:
+                self._stop_worker(queue)
+            return
+        identity = f"{self.member}/{self.cluster.node.boot_id}/{queue.raft.term}"
+        if worker is None or worker.identity != identity:
+            if worker is not None:
+                worker.stop()
+            settings = self.cluster.node.settings
+            worker = DeadLetterWorker(self, queue, identity,
+                                      settings.dead_letter_worker_consumer_prefetch,
+                                      settings.dead_letter_worker_publisher_confirm_timeout_ms)
+            self.dlx_workers[queue.group] = worker
+        consumer = queue.state.dlx.consumer
+        if (consumer is None or consumer.worker != identity) and not worker.checkout_proposed:
+            worker.checkout_proposed = True
+
+            def registered(_reply, worker=worker) -> None:
+                worker.checkout_proposed = False
+
+            queue.propose(commands.DlxCheckout(identity, worker.prefetch), 0, registered)
+
+    def _stop_worker(self, queue: QuorumQueue) -> None:
+        worker = self.dlx_workers.pop(queue.group, None)
+        if worker is not None:
+            worker.stop()
 
     def _delete_expired(self, queue: QuorumQueue, unused_ms: int) -> None:
         """Queue TTL (x-expires): the leader asks the metadata group to delete the
@@ -498,9 +547,13 @@ class QuorumGroups:
         released, and expired messages at the heads of the ready queues removed (or
         dead-lettered), by a Tick command (through the log, so every replica agrees;
         the leader's `now` is in the entry)."""
+        for worker in list(self.dlx_workers.values()):
+            worker.tick(now)
         for queue in list(self.queues.values()):
             if not isinstance(queue, QuorumQueue) or not queue.is_leader:
                 continue  # the leader proposes time; the others apply it
+            if not queue.deleted:
+                self._ensure_worker(queue)
             if now - queue.last_tick_ms < self.tick_interval_ms:
                 continue
             expiry = next_expiry(queue.state)

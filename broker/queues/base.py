@@ -32,15 +32,22 @@ The operations, and what each owes its caller:
   already sent its publishes and acks expects are known.
 - `policy_changed(policy)`: settings from policies (again on every tick for types
   whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
+- `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
+  messages and themselves here; quorum queues through their log, node/quorum.py).
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
 - `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
-  counts of the node that serves the queue); `metadata_record()`: what the metadata
-  file keeps beyond name, type and arguments.
+  counts of the node that serves the queue), the active consumer's tag of a
+  single-active-consumer queue included (`single_active_consumer_tag`);
+  `metadata_record()`: what the metadata file keeps beyond name, type and arguments.
+- `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
+  leader), so its counts here are the queue's own: the node that reports them in the
+  Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
 
 Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
-`message_bytes`) are properties or fields of every type.
+`message_bytes`) are properties or fields of every type; `unacked_bytes` of the types
+that count it (None elsewhere).
 
 Not here: routing (routing/, node/vhost.py), AMQP framing (amqp/, channel).
 """
@@ -191,6 +198,9 @@ class Queue:
         """New settings from a policy; returns messages dropped by it (none here)."""
         return []
 
+    def tick(self, now_ms: int) -> None:
+        """The node's timer (about twice a second): nothing to do here."""
+
     # ------------------------------------------------------------ leases
 
     def check_leases(self, detail: str) -> None:
@@ -225,9 +235,24 @@ class Queue:
 
     # ------------------------------------------------------------ listing
 
+    served_here: bool = True
+
     @property
     def message_bytes(self) -> int:
         return self.ready_bytes
+
+    @property
+    def unacked_bytes(self) -> int | None:
+        """Body bytes of the unacknowledged messages; None where the type does not
+        count them (classic queues count ready bytes only): the metrics then leave
+        the queue out of the byte families that need them."""
+        return None
+
+    def single_active_consumer_tag(self) -> str | None:
+        """The consumer tag of the queue's single active consumer
+        (x-single-active-consumer; RabbitMQ's `single_active_consumer_tag`), None
+        when the queue has none (or is not such a queue)."""
+        return None
 
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         """`done(stats)` once the counts are known (a queue served by another node
@@ -238,7 +263,8 @@ class Queue:
         return {"vhost": self.vhost, "name": self.name, "type": self.type_name,
                 "durable": self.durable, "ready": self.ready_count,
                 "unacked": self.unacked_count, "consumers": self.consumer_count,
-                "bytes": self.message_bytes, "leader": node_name, "members": [node_name]}
+                "bytes": self.message_bytes, "leader": node_name, "members": [node_name],
+                "single_active_consumer_tag": self.single_active_consumer_tag}
 
     def metadata_record(self) -> dict[str, Any]:
         return {}

@@ -3,7 +3,8 @@
 Responsibilities: ready messages (per priority level when x-max-priority is set),
 consumers in priority groups served round-robin within their prefetch, counts for
 declare-ok/purge/delete, length limits (x-max-length / x-max-length-bytes with
-x-overflow drop-head or reject-publish).
+x-overflow drop-head, reject-publish or reject-publish-dlx), message TTL, queue TTL
+and which messages die for which reason (dead lettering).
 
 How it works: an enqueued message becomes an `Entry` (message + per-queue sequence
 number). Delivery pops the head of the highest non-empty priority level and hands it
@@ -21,25 +22,59 @@ delivery's token is its `Entry`, and settling one writes an ack record for a sto
 message. A stored message's first delivery that must be acked writes a delivered
 record, so after a restart it comes back redelivered, as RabbitMQ's classic queues do.
 
+Message TTL (the TTL guide, as rabbit_amqqueue_process): a message gets its expiry
+when published, `now + ttl`, ttl the lower of the queue's (x-message-ttl or the
+policy's message-ttl, the lower) and the message's `expiration` property; a later
+TTL change leaves queued messages' expiries alone. Expired messages leave from the
+heads of the ready levels, before anything is handed out (deliver, basic.get), after
+every publish and on the node's tick (`tick`, about twice a second), so an expired
+message is never delivered and does not wait for a consumer. As in RabbitMQ only
+heads expire: a message behind a longer-lived one leaves when it reaches the head.
+TTL 0: a message is delivered if a consumer can take it at once, else it expires at
+once. An unacked message does not expire; requeued, it keeps its expiry. Expiry is
+`expiry <= now`; time comes from the node (`ClassicHost.clock_ms`), the shell sets it.
+
+Dead lettering: a message dies for reason `rejected` (basic.reject/nack without
+requeue), `expired`, or `maxlen` (drop-head, or a publish refused by
+reject-publish-dlx, which is nacked and dead-lettered); the queue hands it to
+`ClassicHost.dead_letter`, which publishes the copy if the queue has a dead-letter
+exchange (node/dead_letters.py, shared with quorum queues). Purge, delete and no-ack
+deliveries are not deaths.
+
+Queue TTL (x-expires or the policy's expires, the lower): the queue is unused while
+it has no consumer (remote ones included) and no basic.get or declare (redeclare,
+passive too) renewed it, as RabbitMQ's classic queues count; once unused for the
+period, `tick` asks the host to delete it (`ClassicHost.expire_queue`: through the
+metadata log, as every delete). The period starts at the declaration, again when
+the last consumer leaves, and after a restart.
+
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
 ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
-`unacked_count` counts the entries handed out and not yet settled or returned.
-Not here: routing, AMQP framing, the store's format (storage/message_store.py).
+`unacked_count` counts the entries handed out and not yet settled or returned; a
+ready entry with `expires` at or below the clock is never handed out.
+Not here: routing, AMQP framing, the store's format (storage/message_store.py), the
+x-death headers and the dead-letter route (queues/dead_letter.py, node/dead_letters.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
+from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .base import Confirm, Queue
-from .settings import classic_limits
+from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
+
+_EXPIRATION_FLAG = 1 << 8  # the content header's expiration property is present
+# x-expires: an expired queue still here this long after its deletion was proposed
+# (the metadata group had no majority) is proposed for deletion again
+EXPIRY_RETRY_MS = 10_000
 
 
 class Message:
@@ -63,13 +98,28 @@ class Message:
 class Entry:
     """A message's place in one queue."""
 
-    __slots__ = ("message", "seq", "redelivered", "stored")
+    __slots__ = ("message", "seq", "redelivered", "stored", "expires")
 
-    def __init__(self, message: Message, seq: int, stored: bool, redelivered: bool = False) -> None:
+    def __init__(self, message: Message, seq: int, stored: bool, redelivered: bool = False,
+                 expires: int = 0) -> None:
         self.message = message
         self.seq = seq
         self.stored = stored  # written to the message store (durable queue, persistent)
         self.redelivered = redelivered
+        self.expires = expires  # wall-clock ms it expires at (0: never)
+
+
+class ClassicHost(Protocol):
+    """What a classic queue asks of the node that holds it (node/node.py)."""
+
+    clock_ms: int  # wall-clock milliseconds, as the shell last passed them in
+
+    def dead_letter(self, queue: "ClassicQueue", message: Message, reason: str) -> None:
+        """`message` died here for `reason`: publish its dead-lettered copy (or not:
+        no dead-letter exchange)."""
+
+    def expire_queue(self, queue: "ClassicQueue") -> None:
+        """The queue was unused for its x-expires period: delete it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -85,6 +135,8 @@ class ClassicQueue(Queue):
     max_length_bytes: int | None = None
     overflow: str = "drop-head"
     single_active_consumer: bool = False
+    message_ttl: int | None = None  # ms (x-message-ttl / policy message-ttl)
+    expires: int | None = None      # ms (x-expires / policy expires)
     levels: list[deque] = field(default_factory=list)
     ready_count: int = 0
     ready_bytes: int = 0
@@ -99,6 +151,11 @@ class ClassicQueue(Queue):
     store: Any = None  # the node's MessageStore (None: nothing is persisted)
     group: str = ""    # the metadata record's uid (queue.delete names it)
     host: str = ""     # this node: the one holding the queue
+    node: ClassicHost | None = None  # the clock, dead letters, queue expiry (None: no
+    #                                  clock, no dead lettering: unit tests of the FIFO)
+    expiring: bool = False  # some entry ever had an expiry (else no head is checked)
+    last_used_ms: int = 0   # x-expires: when the queue was last used (0: not yet known)
+    expiry_asked_ms: int = 0  # x-expires: when the host was last asked to delete it
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
@@ -122,16 +179,82 @@ class ClassicQueue(Queue):
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
+        if self.node is not None:  # x-expires counts from the declaration (0: from
+            self.last_used_ms = self.node.clock_ms  # the first tick, the clock unknown)
 
     # ------------------------------------------------------------ messages
 
-    def make_entry(self, message: Message, stored: bool) -> Entry:
-        entry = Entry(message, self.next_seq, stored)
+    def make_entry(self, message: Message, stored: bool, expires: int = 0) -> Entry:
+        entry = Entry(message, self.next_seq, stored, expires=expires)
         self.next_seq += 1
+        if expires:
+            self.expiring = True
         return entry
 
+    # ------------------------------------------------------------ time
+
+    @property
+    def now_ms(self) -> int:
+        return self.node.clock_ms if self.node is not None else 0
+
+    def expiry_of(self, message: Message, now: int) -> int:
+        """When a message published at `now` expires (0: never): now + the lower of
+        the queue's message TTL and the message's expiration (at least 1, so that a
+        TTL of 0 at time 0 still expires)."""
+        ttl = self.message_ttl
+        own = (expiration_ms(message.properties.raw)
+               if message.properties.flags & _EXPIRATION_FLAG else None)
+        if own is not None:
+            ttl = own if ttl is None else min(ttl, own)
+        return 0 if ttl is None else max(1, now + ttl)
+
+    def expire_heads(self, now: int, spare: Entry | None = None) -> int:
+        """Remove expired entries from the heads of the ready levels (dead letters,
+        reason expired), all but `spare` (a message being published, which a
+        consumer may take at once even with a TTL of 0); returns how many."""
+        if not self.expiring or not self.ready_count or not now:
+            return 0
+        count = 0
+        for level in self.levels:
+            while (level and level[0] is not spare and level[0].expires
+                   and level[0].expires <= now):
+                entry = level.popleft()
+                self.ready_count -= 1
+                self.ready_bytes -= entry.message.size
+                self._forget(entry)
+                self._died(entry.message, "expired")
+                count += 1
+        return count
+
+    def touch(self, now: int | None = None) -> None:
+        """The queue was used (x-expires): a consumer, a basic.get, a declare."""
+        self.last_used_ms = self.now_ms if now is None else now
+
+    def tick(self, now_ms: int) -> None:
+        """The node's timer: expired heads leave; an unused queue past its x-expires
+        period is handed to the host for deletion (again after EXPIRY_RETRY_MS if it
+        still exists: the metadata log could not delete it then)."""
+        if self.deleted:
+            return
+        self.expire_heads(now_ms)
+        if (self.expires is None or self.consumers or not now_ms
+                or (self.expiry_asked_ms and now_ms - self.expiry_asked_ms < EXPIRY_RETRY_MS)):
+            return
+        if not self.last_used_ms:
+            self.last_used_ms = now_ms  # a new or recovered queue: the period starts
+            return
+        if now_ms - self.last_used_ms >= self.expires and self.node is not None:
+            self.expiry_asked_ms = now_ms
+            self.node.expire_queue(self)
+
+    def _died(self, message: Message, reason: str) -> None:
+        if self.node is not None and not self.deleted:
+            self.node.dead_letter(self, message, reason)
+
+    # ------------------------------------------------------------ limits
+
     def would_overflow(self, message: Message) -> bool:
-        """True when reject-publish must refuse this message."""
+        """True when reject-publish (or reject-publish-dlx) must refuse this message."""
         if self.overflow == "drop-head":
             return False
         if self.max_length is not None and self.ready_count >= self.max_length:
@@ -202,6 +325,11 @@ class ClassicQueue(Queue):
         """With x-single-active-consumer: the earliest registered consumer."""
         return self._arrivals[0] if self._arrivals else None
 
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        active = self.active_consumer if self.single_active_consumer else None
+        return active.tag if active is not None else None
+
     def add_consumer(self, consumer: "Consumer") -> None:
         self._arrivals.append(consumer)
         self.consumers.append(consumer)
@@ -210,13 +338,6 @@ class ClassicQueue(Queue):
         self.had_consumers = True
         if consumer.exclusive:
             self.exclusive_consumer = consumer
-
-    def remove_consumer(self, consumer: "Consumer") -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-            self._arrivals.remove(consumer)
-        if self.exclusive_consumer is consumer:
-            self.exclusive_consumer = None
 
     @property
     def consumer_count(self) -> int:
@@ -257,26 +378,37 @@ class ClassicQueue(Queue):
 
     def publish(self, message: Message, channel: "Channel | None",
                 confirm: Confirm | None) -> None:
-        if self.would_overflow(message):  # reject-publish: nacked
+        if self.would_overflow(message):  # reject-publish(-dlx): nacked
             if confirm is not None:
                 confirm.refuse()
+            if self.overflow == "reject-publish-dlx":
+                self._died(message, "maxlen")
             return
+        expires = (self.expiry_of(message, self.now_ms) if self.message_ttl is not None
+                   or message.properties.flags & _EXPIRATION_FLAG else 0)
         stored = self.durable and message.persistent and self.store is not None
-        entry = self.make_entry(message, stored)
+        entry = self.make_entry(message, stored, expires)
         if stored:
             batch_id = self.store.append_enqueue(
                 queue_key(self.vhost, self.name), entry.seq, message.exchange,
-                message.routing_key, message.properties.raw, message.body)
+                message.routing_key, message.properties.raw, message.body, expires)
             if confirm is not None:
                 confirm.after_batch(batch_id)
         for dropped in self.push(entry):
             self._forget(dropped)
+            self._died(dropped.message, "maxlen")
         if self.consumers:
-            self.deliver()
+            self.deliver(entry)
+        if expires:  # TTL 0: not taken at once, it expires now
+            self.expire_heads(self.now_ms)
 
-    def deliver(self) -> None:
-        """Hand ready messages to consumers with capacity."""
+    def deliver(self, fresh: Entry | None = None) -> None:
+        """Hand ready messages to consumers with capacity (expired heads leave first;
+        `fresh`, the message being published, may go out whatever its TTL)."""
+        now = self.now_ms if self.expiring else 0
         while self.ready_count:
+            if self.expiring and self.expire_heads(now, fresh) and not self.ready_count:
+                return
             consumer = self.next_consumer()
             if consumer is None:
                 return
@@ -298,7 +430,25 @@ class ClassicQueue(Queue):
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
         self.remove_consumer(consumer)
 
+    def remove_consumer(self, consumer: "Consumer") -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            self._arrivals.remove(consumer)
+            if not self.consumers:
+                self.touch()  # x-expires counts from the last consumer's leaving
+        if self.exclusive_consumer is consumer:
+            self.exclusive_consumer = None
+
+    def declare_ok(self, send: Callable[[int, int], None]) -> None:
+        """A declare (or redeclare, passive too) renews x-expires, as in RabbitMQ."""
+        self.touch()
+        self.expire_heads(self.now_ms)
+        send(self.ready_count, self.consumer_count)
+
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        now = self.now_ms
+        self.touch(now)
+        self.expire_heads(now)
         entry = self.pop()
         if entry is None:
             channel.get_empty()
@@ -321,6 +471,8 @@ class ClassicQueue(Queue):
                     self.requeue(entry)
             else:
                 self._settled(entry)
+                if requeue is False:  # reject / nack without requeue
+                    self._died(entry.message, "rejected")
         if requeue and not self.deleted:
             self.deliver()
 
@@ -363,11 +515,16 @@ class ClassicQueue(Queue):
             self.store.append_delete(queue_key(self.vhost, self.name))
 
     def policy_changed(self, policy) -> list:
+        """New limits and TTLs; drop-head drops (dead letters, maxlen) what is over a
+        new limit at once. A new message TTL applies to messages published from now
+        on (RabbitMQ's classic queues keep each message's expiry)."""
         self.max_length, self.max_length_bytes, self.overflow = classic_limits(
             self.arguments, policy)
+        self.message_ttl, self.expires = classic_ttls(self.arguments, policy)
         dropped = self.enforce_limits()
         for entry in dropped:
             self._forget(entry)
+            self._died(entry.message, "maxlen")
         return dropped
 
     def recover_stored(self, items) -> int:
@@ -378,7 +535,10 @@ class ClassicQueue(Queue):
             _class_id, properties = decode_properties(item.header)
             message = Message(item.exchange, item.routing_key, properties, item.body)
             self.next_seq = max(self.next_seq, item.seq + 1)
-            self.push(Entry(message, item.seq, stored=True, redelivered=item.delivered))
+            if item.expires:
+                self.expiring = True
+            self.push(Entry(message, item.seq, stored=True, redelivered=item.delivered,
+                            expires=item.expires))
         return len(items)
 
     def _settled(self, entry: Entry) -> None:

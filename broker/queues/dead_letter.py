@@ -2,8 +2,8 @@
 
 Responsibilities: the dead-lettered copy's content header (`dead_lettered`), the
 routing keys it is published with (`routing_keys`), and RabbitMQ's dead-letter cycle
-rule (`is_cycle`). The node (node/quorum.py) reads the message, calls these, and
-publishes the copy through the vhost's exchanges.
+rule (`is_cycle`). The node (node/dead_letters.py, for classic and quorum queues)
+calls these and publishes the copy through the vhost's exchanges.
 
 How it works, as RabbitMQ 4.x writes an AMQP 0-9-1 message it dead-letters (the
 dead letter exchanges guide, "Dead-Lettered Messages"):
@@ -28,8 +28,8 @@ dead letter exchanges guide, "Dead-Lettered Messages"):
 Invariants: the body is never touched; a header that cannot be decoded raises
 (the caller drops the message, at most once).
 
-Not here: when messages are dropped (broker/fifo/machine.py), routing and
-publishing (node/quorum.py).
+Not here: when messages are dropped (broker/fifo/machine.py, queues/classic.py),
+routing and publishing (node/dead_letters.py).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
 from ..fifo.envelope import encode_command, stamp
+from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
@@ -46,6 +47,11 @@ if TYPE_CHECKING:  # pragma: no cover
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
 NO_ACK_CREDIT = 2000
+
+
+# ra's names for the Raft roles (a pre-vote round is ra's pre_vote state)
+RAFT_STATES = {"leader": "leader", "follower": "follower", "candidate": "candidate",
+               "pre_candidate": "pre_vote"}
 
 
 class MessageGone(RuntimeError):
@@ -101,7 +107,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
     durable = True
     auto_delete = False
     exclusive_owner = None
-    single_active_consumer = False
 
     def __init__(self, vhost: str, name: str, arguments: dict, group: str,
                  raft: RaftNode | None, state: FifoState,
@@ -130,6 +135,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
     # ------------------------------------------------------------ counts
 
     @property
+    def served_here(self) -> bool:
+        """The leader serves the queue (its counts are the queue's)."""
+        return self.is_leader
+
+    @property
     def ready_count(self) -> int:
         return self.state.ready_count
 
@@ -149,16 +159,47 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return sum(1 for c in self.state.consumers.values() if not c.pull_only or c.checked)
 
     @property
+    def declare_ok_consumer_count(self) -> int:
+        """queue.declare-ok's consumer count: rabbit_fifo's query_stat counts its
+        consumers map, which on a single-active-consumer queue holds the active
+        consumer (and cancelled ones still holding messages), not the waiting ones
+        (RabbitMQ 3.10.8 answers so: tests/differential/
+        test_single_active_consumer_against_rabbitmq.py); `queues list` counts
+        those too (rabbit_fifo's query_consumer_count), as `consumer_count` does."""
+        if not self.state.config.single_active:
+            return self.consumer_count
+        waiting = set(waiting_order(self.state))
+        return sum(1 for key, c in self.state.consumers.items()
+                   if (not c.pull_only or c.checked) and key not in waiting)
+
+    @property
+    def single_active_consumer(self) -> bool:
+        return self.state.config.single_active
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The tag of the machine's active consumer (fifo/single_active.py): its key
+        is `<channel identity>/<tag>`, and identities hold no '/'."""
+        active = self.state.active
+        return active.partition("/")[2] if active is not None else None
+
+    @property
     def message_bytes(self) -> int:
-        """Body bytes of every message still in the queue (ready, unacked, leased)."""
+        """Body bytes of every message still in the queue (ready, unacked, leased, and
+        dead letters held by at-least-once dead lettering, as RabbitMQ's
+        message_bytes includes message_bytes_dlx)."""
         from ..fifo.state import size_of
 
-        total = self.state.ready_bytes
+        total = self.state.ready_bytes + self.state.dlx.bytes
         for consumer in self.state.consumers.values():
             total += sum(size_of(item[1]) for item in consumer.checked.values())
         for lease in self.state.leases.values():
             total += sum(size_of(packed) for packed in lease.sizes)
         return total
+
+    @property
+    def unacked_bytes(self) -> int:
+        return self.message_bytes - self.state.ready_bytes
 
     # ------------------------------------------------------------ consumers
 
@@ -260,8 +301,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                        channel.quorum_identity), 0)
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+        """basic.cancel: a Cancel (its unacked messages stay settleable). A channel that
+        is closing proposes none: its Down (`channel_closed`, proposed right after)
+        removes the consumer and returns its messages in one command, as rabbit_fifo's
+        handling of a channel's down does. With a single active consumer this keeps
+        the order: the next consumer takes over with the returned messages first,
+        not with what was queued behind them."""
         self.remove_consumer(consumer)
-        if not self.deleted:
+        if not self.deleted and channel.is_open:
             self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0)
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
@@ -343,12 +390,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
         so the counts are those a client that already sent them expects; with no
         replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
-            self.router.counts(self, lambda counts: send(counts["ready"],
-                                                         counts["consumers"]))
+            self.router.counts(self, lambda counts: send(counts["ready"], counts["declared"]
+                                                         if counts.get("declared") is not None
+                                                         else counts["consumers"]))
         elif self.raft is not None and self.has_unapplied():
-            self.after_applied(lambda _reply: send(self.ready_count, self.consumer_count))
+            self.after_applied(lambda _reply: send(self.ready_count,
+                                                   self.declare_ok_consumer_count))
         else:
-            send(self.ready_count, self.consumer_count)
+            send(self.ready_count, self.declare_ok_consumer_count)
 
     def policy_changed(self, policy) -> list:
         """If this node leads the queue and its machine's settings differ from what its
@@ -367,7 +416,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
         self.propose(commands.UpdateConfig(wanted.delivery_limit, wanted.max_length,
                                            wanted.max_bytes, wanted.overflow,
-                                           wanted.msg_ttl, wanted.expires), 0, applied)
+                                           wanted.msg_ttl, wanted.expires,
+                                           wanted.dead_letter_at_least_once), 0, applied)
         return []
 
     def check_leases(self, detail: str) -> None:
@@ -387,10 +437,36 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
         def counted(counts: dict) -> None:
             row.update(ready=counts["ready"], unacked=counts["unacked"],
-                       consumers=counts["consumers"], bytes=counts["bytes"])
+                       consumers=counts["consumers"], bytes=counts["bytes"],
+                       single_active_consumer_tag=counts.get("sac"),
+                       messages_dlx=counts.get("messages_dlx", 0),
+                       message_bytes_dlx=counts.get("message_bytes_dlx", 0))
             done(row)
 
         self.router.counts(self, counted)
+
+    def member_status(self, node_name: str) -> dict[str, Any]:
+        """This member's row of `queues quorum_status` (rabbitmq-queues' columns; see
+        broker/README.md): its Raft role, log and commit positions, term."""
+        raft = self.raft
+        snapshot = raft.log.snapshot_meta()
+        return {"Node Name": node_name, "Raft State": RAFT_STATES[raft.role.value],
+                "Membership": "voter", "Last Log Index": raft.log.last_index(),
+                "Last Written": raft.log.persisted_index(),
+                "Last Applied": raft.applied_index, "Commit Index": raft.commit_index,
+                "Snapshot Index": snapshot.index if snapshot else 0, "Term": raft.term}
+
+    def peek(self, position: int) -> list | None:
+        """The ready message at `position` (1 = next delivered) as `rabbitmq-queues
+        peek` shows it (queues/peeked.py), or None when fewer are ready."""
+        from ..fifo.peek import peek
+        from . import peeked
+
+        found = peek(self.state, position)
+        if found is None:
+            return None
+        index, count = found
+        return peeked.rows(*self.read_message(index), count)
 
     def lease_info(self, lease: str):
         return self.state.leases.get(lease)
@@ -404,6 +480,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
         row.update(bytes=self.message_bytes, leader=self.raft.leader_id,
                    members=list(self.raft.members), group=self.group,
                    commit_index=self.raft.commit_index,
+                   # at-least-once dead lettering: dead letters held until every target
+                   # queue confirmed them (RabbitMQ's messages_dlx, message_bytes_dlx)
+                   messages_dlx=self.state.dlx.count,
+                   message_bytes_dlx=self.state.dlx.bytes,
                    # replies this node waits for (confirms, gets...): (index, term) each
                    waiting=sorted((index, term) for index, waiting in self.waiters.items()
                                   for term, _data, _waiter in waiting),

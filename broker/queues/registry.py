@@ -30,6 +30,7 @@ class QueueHost(Protocol):
     quorum: Any   # node.quorum.QuorumGroups | None
     name: str     # this node's name
     classic_link: Any  # remote.ClassicLink: classic queues hosted elsewhere
+    clock_ms: int      # and the rest of classic.ClassicHost: dead letters, queue expiry
 
 
 def type_of(name: str) -> type[Queue]:
@@ -62,6 +63,6 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
                                 max_priority=spec.max_priority,
                                 single_active_consumer=spec.single_active_consumer,
                                 store=host.store, group=record.get("group") or "",
-                                host=where)
+                                host=where, node=host)
         case other:  # pragma: no cover - validate_declaration refuses unknown types
             raise AMQPError(amqp_spec.PRECONDITION_FAILED, f"unsupported queue type '{other}'")

@@ -39,7 +39,8 @@ from .types import EQUIVALENCE_KEYS_BY_TYPE
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0}
+# sac: the single active consumer's tag (None: none)
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None}
 
 
 class ClassicLink(Protocol):
@@ -66,7 +67,8 @@ class ClassicLink(Protocol):
     def purge(self, queue: "RemoteClassicQueue", respond: Callable[[int], None],
               failed: Callable[[], None]) -> None: ...
 
-    def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None]) -> None: ...
+    def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None],
+               use: bool = False) -> None: ...
 
     def forget(self, queue: "RemoteClassicQueue") -> None: ...
 
@@ -76,6 +78,7 @@ class RemoteClassicQueue(Queue):
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
     REPLICATED = False
     POLICY_ON_TICK = False
+    served_here = False  # its host serves it
 
     def __init__(self, vhost: str, name: str, durable: bool, exclusive_owner: str | None,
                  auto_delete: bool, arguments: dict, group: str, host: str,
@@ -117,6 +120,10 @@ class RemoteClassicQueue(Queue):
     def message_bytes(self) -> int:
         return self.counts["bytes"]
 
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        return self.counts.get("sac")
+
     def _host_down(self) -> AMQPError:
         """RabbitMQ's answer when a classic queue's home node is not reachable
         (rabbit_amqqueue: a durable queue's record stays; a transient one's is gone)."""
@@ -147,7 +154,9 @@ class RemoteClassicQueue(Queue):
         self.link.counts(self, lambda _counts: done())
 
     def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]))
+        """The host's counts; a declare renews the queue's x-expires (`use`)."""
+        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]),
+                         use=True)
 
     # ------------------------------------------------------------ messages
 

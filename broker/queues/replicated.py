@@ -71,6 +71,11 @@ class ReplicatedGroup:
         # identities of the forwarded commands applied here (replicated state: equal on
         # every member at the same index, saved in snapshots)
         self.applied = AppliedIds()
+        # the commit-latency gauge (rabbitmq_raft_entry_commit_latency_seconds): one
+        # entry at a time is timed, (its index, the clock when it was handed to
+        # storage), until an applied Ready commits it (node/quorum.py)
+        self.commit_probe: tuple[int, float] | None = None
+        self.commit_latency_s = 0.0   # the last timed entry's, in seconds
 
     @property
     def is_leader(self) -> bool:

@@ -1,8 +1,8 @@
 """How a queue's arguments combine with the policy that applies to it. Pure.
 
-The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`
-and the max-length guide): max-length, max-length-bytes, message-ttl and expires
-take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`,
+rabbit_amqqueue_process's for classic queues, and the max-length guide): max-length,
+max-length-bytes, message-ttl and expires take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the argument x-quorum-target-group-size, then the policy, then
@@ -10,9 +10,12 @@ the configuration. consumer-timeout: the lower of x-consumer-timeout and the pol
 (no queue setting: the node's consumer_timeout). A policy is anything with a `definition` mapping (None: no
 policy applies).
 
-Dead lettering (`dead_letter_target`): x-dead-letter-exchange and
-x-dead-letter-routing-key win over the policy's dead-letter-exchange and
-dead-letter-routing-key (RabbitMQ's args_policy_lookup takes the argument).
+Dead lettering (`dead_letter_target`, `dead_letter_strategy`): x-dead-letter-exchange,
+x-dead-letter-routing-key and x-dead-letter-strategy win over the policy's
+dead-letter-exchange, dead-letter-routing-key and dead-letter-strategy (RabbitMQ's
+args_policy_lookup takes the argument). At-least-once is in force only with overflow
+reject-publish (argument or policy) and a dead-letter exchange; otherwise a queue
+dead-letters at most once, as RabbitMQ falls back.
 
 Not here: validating and matching policies (node/policies.py).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..fifo.state import FifoConfig
+from ..fifo.state import FifoConfig, at_least_once
 
 
 def _definition(policy) -> Mapping[str, Any]:
@@ -66,7 +69,12 @@ def quorum_config(arguments: Mapping[str, Any], policy,
                       overflow=overflow,
                       msg_ttl=_lower(arguments.get("x-message-ttl"),
                                      definition.get("message-ttl")),
-                      expires=_lower(arguments.get("x-expires"), definition.get("expires")))
+                      expires=_lower(arguments.get("x-expires"), definition.get("expires")),
+                      # an argument only: no policy key sets it (RabbitMQ's consumers guide)
+                      single_active=base.single_active,
+                      dead_letter_at_least_once=at_least_once(
+                          (dead_letter_target(arguments, policy) or (None,))[0],
+                          dead_letter_strategy(arguments, policy), overflow))
 
 
 def classic_limits(arguments: Mapping[str, Any],
@@ -87,6 +95,15 @@ def consumer_timeout(arguments: Mapping[str, Any], policy) -> int | None:
                   _definition(policy).get("consumer-timeout"))
 
 
+def classic_ttls(arguments: Mapping[str, Any], policy) -> tuple[int | None, int | None]:
+    """(message TTL, queue TTL) of a classic queue in ms: x-message-ttl and the
+    policy's message-ttl, x-expires and the policy's expires, the lower of each pair
+    (RabbitMQ's rabbit_amqqueue_process `init_ttl`/`init_exp` take the minimum)."""
+    definition = _definition(policy)
+    return (_lower(arguments.get("x-message-ttl"), definition.get("message-ttl")),
+            _lower(arguments.get("x-expires"), definition.get("expires")))
+
+
 def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:
     """'client-local' or 'balanced'; RabbitMQ 4's deprecated values (random,
     least-leaders, min-masters) are balanced, as there."""
@@ -99,6 +116,17 @@ def target_group_size(arguments: Mapping[str, Any], policy,
                       configured: int | None) -> int | None:
     return (arguments.get("x-quorum-target-group-size")
             or _definition(policy).get("target-group-size") or configured)
+
+
+def dead_letter_strategy(arguments: Mapping[str, Any], policy) -> str:
+    """'at-most-once' (the default) or 'at-least-once': the argument, else the
+    policy's dead-letter-strategy (RabbitMQ's args_policy_lookup takes the argument).
+    In force only with overflow reject-publish and a dead-letter exchange
+    (fifo.state.at_least_once)."""
+    strategy = _text(arguments.get("x-dead-letter-strategy"))
+    if strategy is None:
+        strategy = _definition(policy).get("dead-letter-strategy")
+    return strategy or "at-most-once"
 
 
 def dead_letter_target(arguments: Mapping[str, Any], policy) -> tuple[str, str | None] | None:

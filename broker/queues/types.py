@@ -58,13 +58,6 @@ _STREAM_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-clust
 # x-max-priority, x-queue-mode, x-queue-version...); one no type knows is accepted
 _KNOWN_ARGUMENTS = frozenset(k for kinds in ARGUMENTS_BY_TYPE.values() for k in kinds) \
     - {"x-quorum-target-group-size"} | frozenset(_STREAM_ARGS)
-# arguments quorumqueue recognises but does not enforce yet: refused rather than
-# silently ignored, so nobody relies on a TTL or dead-lettering that does not happen
-# (quorum queues apply message TTL and dead lettering; classic queues not yet)
-NOT_YET_SUPPORTED = ()
-CLASSIC_NOT_YET_SUPPORTED = ("x-message-ttl", "x-expires", "x-dead-letter-exchange",
-                             "x-dead-letter-routing-key")
-QUORUM_NOT_YET_SUPPORTED = ("x-single-active-consumer",)
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 # rabbit_queue_location:queue_leader_locators() in RabbitMQ 4.x: the last three are
 # deprecated and mean balanced (queues/settings.py leader_locator)
@@ -160,7 +153,12 @@ def check_server_named(arguments: dict) -> None:
 
 
 def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
-                         auto_delete: bool, arguments: dict) -> QueueSpec:
+                         auto_delete: bool, arguments: dict,
+                         recorded: bool = False) -> QueueSpec:
+    """The QueueSpec of a declaration, or its refusal. `recorded`: a declaration the
+    metadata already holds (its log replayed, a snapshot, the metadata file): the
+    refusals added since an earlier build may have recorded it are skipped, so a
+    queue it declared is never lost on an upgrade."""
     where = _describe(name, vhost)
     queue_type = queue_type_of(arguments)
     if queue_type not in QUEUE_TYPES:
@@ -218,11 +216,6 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-queue-version' for {where}: "
                            + (f"{{value_negative,{version}}}" if version < 0
                               else f"\"unsupported queue version '{version}'\""))
-    for key in NOT_YET_SUPPORTED + (CLASSIC_NOT_YET_SUPPORTED if queue_type == "classic"
-                                    else ()):
-        if key in arguments:
-            raise precondition(f"invalid arg '{key}' for {where}: quorumqueue does not "
-                               "support it yet (it would be silently ignored)")
     ttl = arguments.get("x-message-ttl")
     if isinstance(ttl, int) and ttl < 0:  # rabbit_amqqueue's check_message_ttl_arg
         raise precondition(f"invalid arg 'x-message-ttl' for {where}: "
@@ -236,23 +229,18 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
         raise precondition(f"invalid arg 'x-expires' for {where}: "
                            + (f"{{value_zero,{expires}}}" if expires == 0
                               else f"{{value_negative,{expires}}}"))
-    if overflow == "reject-publish-dlx":
-        raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
-                           "needs dead-lettering, which quorumqueue does not support yet")
+    # rabbit_amqqueue's check_dlxrk_arg (new here: quorum queues took it before)
+    if (not recorded and "x-dead-letter-routing-key" in arguments
+            and "x-dead-letter-exchange" not in arguments):
+        raise precondition(f"invalid arg 'x-dead-letter-routing-key' for {where}: "
+                           "routing_key_but_no_dlx_defined")
     if queue_type == "quorum":
-        for key in QUORUM_NOT_YET_SUPPORTED:
-            if arguments.get(key) not in (None, False):
-                raise precondition(f"invalid arg '{key}' for {where}: quorumqueue's quorum "
-                                   "queues do not support it yet (it would be silently "
-                                   "ignored)")
-        # at-least-once takes effect only with reject-publish (the quorum queues guide,
-        # "Dead Lettering": with drop-head RabbitMQ falls back to at-most-once, and so
-        # does quorumqueue); with reject-publish it is refused, as it is not built yet
-        if (_text(arguments.get("x-dead-letter-strategy")) == "at-least-once"
-                and overflow == "reject-publish"):
-            raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
-                               "quorumqueue does not support at-least-once dead lettering "
-                               "yet (at-most-once is the default)")
+        # the quorum queues guide, "Feature Comparison" and "Length Limit": quorum
+        # queues do not support reject-publish-dlx (RabbitMQ logs a warning and treats
+        # it as drop-head; refused here rather than silently changed)
+        if overflow == "reject-publish-dlx":
+            raise precondition(f"invalid arg 'x-overflow' for {where}: reject-publish-dlx "
+                               "is not supported by quorum queues (classic queues only)")
         for key in ("x-quorum-initial-group-size", "x-quorum-target-group-size"):
             value = arguments.get(key)
             if isinstance(value, int) and value < 1:

@@ -49,6 +49,12 @@ async def serve(settings: Settings, ready=None) -> None:
     failed = []
     server.on_fatal = lambda: (failed.append(True), stop.set())
     await server.start()
+    try:
+        await server.start_management()
+    except OSError as error:  # another node of this host has the port: say so, go on
+        log.error("management.tcp.port %d: %s; this node runs without the management "
+                  "HTTP API (set management.tcp.port, or --management-port)",
+                  settings.management_port, error.strerror or error)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)

@@ -34,6 +34,7 @@ from ..node.node import Node
 from ..node.quorum import QuorumGroups
 from ..raft.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
+from ..metrics.http import MetricsListener
 from ..node.session import Session
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
@@ -205,6 +206,7 @@ class _Connection(asyncio.Protocol):
         if tls is not None:  # the TLS listener: the handshake is done
             self.session.ssl_protocol = tls.version()
             self.session.ssl_cipher = (tls.cipher() or (None,))[0]
+        self.server.node.counters.connections_opened += 1
         self.server.connections[self.session] = self
         log.info("accepting AMQP connection %s%s", self.peer,
                  f" over {self.session.ssl_protocol} ({self.session.ssl_cipher})"
@@ -230,6 +232,7 @@ class _Connection(asyncio.Protocol):
         if not session.closed:
             log.warning("client unexpectedly closed TCP connection %s", self.peer)
         session.connection_lost()
+        self.server.node.counters.connections_closed += 1
         self.server.connections.pop(session, None)
         self.server.schedule_flush()
 
@@ -254,6 +257,8 @@ class BrokerServer:
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
         self._held: list[tuple[Session, bytes, bool]] = []
         self._stopped = False
+        self.management = None  # the management HTTP API, once started (start_management)
+        self.metrics: MetricsListener | None = None  # the Prometheus endpoint
 
     # ------------------------------------------------------------ lifecycle
 
@@ -282,6 +287,16 @@ class BrokerServer:
                 reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0)
             self.ssl_port = self._ssl_server.sockets[0].getsockname()[1]
             log.info("started TLS (SSL) listener on %s:%d", host, self.ssl_port)
+        self.metrics = MetricsListener(self)
+        try:
+            await self.metrics.start()
+        except BaseException:
+            self._server.close()
+            if self._ssl_server is not None:
+                self._ssl_server.close()
+            self._ticker.cancel()
+            self._writer.stop()
+            raise
         cluster = self.node.cluster
         cluster.wake = self.schedule_flush
         # where clients reach this node, without credentials (cluster status)
@@ -292,10 +307,15 @@ class BrokerServer:
 
             host, port = cluster.addresses[cluster.name]
             peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+
+            def on_message(sender: str, envelope, node=self.node) -> None:
+                pass_time(node)  # what a peer forwards (a publish) sees the time now
+                cluster.on_message(sender, envelope)
+
             ssl_server, ssl_client = cluster_tls_contexts(self.settings)
             cluster.transport = ClusterTransport(
                 cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
-                host, port, peers, cluster.on_message, ssl_server=ssl_server,
+                host, port, peers, on_message, ssl_server=ssl_server,
                 ssl_client=ssl_client)
             await cluster.transport.start()
             log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
@@ -303,12 +323,53 @@ class BrokerServer:
                      " (TLS)" if ssl_server is not None else "",
                      ", ".join(sorted(peers)) or "none")
 
+    async def start_management(self) -> None:
+        """The management HTTP API on this loop (broker/management/), on
+        management.tcp.ip:management.tcp.port."""
+        from ..management.app import ManagementAPI
+
+        management = ManagementAPI(self)
+        await management.start()
+        self.management = management
+
+    # what the management API asks of its shell (management/app.py)
+
+    def pass_time(self) -> float:
+        return pass_time(self.node)
+
+    def attach_direct(self, session: Session, link) -> None:
+        """A direct connection (management/direct.py): its session's output goes to
+        `link.transport` after each group commit, as a socket's does."""
+        self.connections[session] = link
+
+    def detach_direct(self, session: Session) -> None:
+        if self.connections.pop(session, None) is not None and not session.closed:
+            session.connection_lost()
+        self.schedule_flush()
+
+    def client_connections(self):
+        """(session, (peer host, port), (local host, port)) of every AMQP client
+        connection over a socket (direct connections are left out)."""
+        for session, connection in list(self.connections.items()):
+            if not isinstance(connection, _Connection) or connection.transport is None:
+                continue
+            peer = connection.transport.get_extra_info("peername") or ("?", 0)
+            local = connection.transport.get_extra_info("sockname") or ("?", 0)
+            yield session, (peer[0], peer[1]), (local[0], local[1])
+
+    def memory_used(self) -> int:
+        return resident_memory_bytes()
+
     async def stop(self) -> None:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
+        if self.management is not None:
+            await self.management.stop()
         if self._server is not None:
             self._server.close()
         if self._ssl_server is not None:
             self._ssl_server.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
         now = time.monotonic()
         for session in list(self.connections):
             session.server_close(spec.CONNECTION_FORCED,
@@ -483,6 +544,7 @@ class BrokerServer:
                 if session.closed:
                     self.node.dirty.add(session)
             self.node.quorum.tick(now_ms())
+            self.node.tick_queues()
             self.node.cluster.meta.expire(now)  # metadata changes waited on for too long
             self.node.tick_policies()
             if now >= next_alarm_check:
@@ -524,6 +586,9 @@ class BrokerServer:
             except Exception:  # a bug must not stop this node's Raft clock
                 log.exception("cluster tick failed")
             self.schedule_flush()
+
+    def resident_memory(self) -> int:
+        return resident_memory_bytes()
 
     def memory_limit(self) -> int:
         return self.settings.memory_limit(self.settings.total_memory(total_memory_bytes()))

@@ -1,6 +1,6 @@
 """Persistent messages of durable classic queues: an append-only, segmented log.
 
-Format (version 2), files `msgstore/NNNNNNNN.seg`:
+Format (version 3), files `msgstore/NNNNNNNN.seg`:
   file header: b"QQMS" + u16 version
   record:      u32 crc32(type..payload) | u32 payload length | u8 type | payload
   ENQUEUE   1:  u16 qlen, queue key, u64 seq, u8 elen, exchange, u8 rlen, routing key,
@@ -9,10 +9,19 @@ Format (version 2), files `msgstore/NNNNNNNN.seg`:
   PURGE     3:  u16 qlen, queue key, u64 seq (everything at or below it is gone)
   DELETE    4:  u16 qlen, queue key
   DELIVERED 5:  u16 qlen, queue key, u64 seq (handed to a consumer that must ack it;
-                version 2 only)
-The queue key is `vhost \\x00 name`. Version 1 is version 2 without DELIVERED: its
-segments are still read, and recovery starts a new version-2 segment rather than
-appending to a version-1 one, so a file's header always tells which records it holds.
+                version 2 and later)
+  ENQUEUE_EXPIRING 6: u16 qlen, queue key, u64 seq, u64 expiry (wall-clock ms: the
+                message expires once the clock reaches it), then as ENQUEUE from
+                u8 elen on (a message with a TTL; version 3 only)
+The queue key is `vhost \\x00 name`. Version 1 is version 2 without DELIVERED, version
+2 is version 3 without ENQUEUE_EXPIRING: their segments are still read, and recovery
+starts a new version-3 segment rather than appending to an older one, so a file's
+header always tells which records it holds.
+
+A message's expiry is absolute (publish time + the lower of its queue's message TTL
+and its `expiration`, as RabbitMQ's classic queues compute it on publish), so it
+keeps counting while the broker is down: a message whose expiry passed during a
+restart expires as soon as the queue is back.
 
 How it works: records are appended to an in-memory batch (`append_*`, pure); the
 server shell seals it (`seal()`), writes it to the active segment
@@ -51,8 +60,8 @@ import zlib
 from dataclasses import dataclass
 
 FILE_MAGIC = b"QQMS"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _file_header = struct.Struct(">4sH")
 _record_header = struct.Struct(">IIB")
 _u8 = struct.Struct(">B")
@@ -60,7 +69,7 @@ _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 
-ENQUEUE, ACK, PURGE, DELETE, DELIVERED = 1, 2, 3, 4, 5
+ENQUEUE, ACK, PURGE, DELETE, DELIVERED, ENQUEUE_EXPIRING = 1, 2, 3, 4, 5, 6
 
 
 class CorruptStoreError(RuntimeError):
@@ -79,6 +88,7 @@ class RecoveredMessage:
     header: bytes
     body: bytes
     delivered: bool = False  # delivered before the restart and not acked since
+    expires: int = 0         # wall-clock ms it expires at (0: no TTL)
 
 
 def _encode_key(key: bytes) -> bytes:
@@ -221,9 +231,13 @@ class MessageStore:
         (key_length,) = _u16.unpack_from(payload)
         key = payload[2:2 + key_length]
         offset = 2 + key_length
-        if record_type == ENQUEUE:
+        if record_type in (ENQUEUE, ENQUEUE_EXPIRING):
             (seq,) = _u64.unpack_from(payload, offset)
             offset += 8
+            expires = 0
+            if record_type == ENQUEUE_EXPIRING:
+                (expires,) = _u64.unpack_from(payload, offset)
+                offset += 8
             exchange_length = payload[offset]
             exchange = payload[offset + 1:offset + 1 + exchange_length]
             offset += 1 + exchange_length
@@ -235,7 +249,8 @@ class MessageStore:
             body = payload[offset + 4 + header_length:]
             messages.setdefault(key, {})[seq] = RecoveredMessage(
                 seq, exchange.decode("utf-8", "surrogateescape"),
-                routing_key.decode("utf-8", "surrogateescape"), header, body)
+                routing_key.decode("utf-8", "surrogateescape"), header, body,
+                expires=expires)
             self._delivered.discard((key, seq))  # a compaction copy: DELIVERED follows it
             self._mark_live(key, seq, segment)
         elif record_type == DELIVERED:
@@ -278,13 +293,16 @@ class MessageStore:
                 self._delivered.discard((key, seq))
 
     def append_enqueue(self, key: bytes, seq: int, exchange: str, routing_key: str,
-                       header: bytes, body: bytes) -> int:
+                       header: bytes, body: bytes, expires: int = 0) -> int:
+        """A message (`expires`: the wall-clock ms it expires at, 0 for none)."""
         exchange_bytes = exchange.encode("utf-8", "surrogateescape")
         routing_bytes = routing_key.encode("utf-8", "surrogateescape")
-        payload = b"".join((_encode_key(key), _u64.pack(seq), _u8.pack(len(exchange_bytes)),
+        payload = b"".join((_encode_key(key), _u64.pack(seq),
+                            _u64.pack(expires) if expires else b"",
+                            _u8.pack(len(exchange_bytes)),
                             exchange_bytes, _u8.pack(len(routing_bytes)), routing_bytes,
                             _u32.pack(len(header)), header, body))
-        self._batch.append(_record(ENQUEUE, payload))
+        self._batch.append(_record(ENQUEUE_EXPIRING if expires else ENQUEUE, payload))
         self._needs_sync = True
         self._mark_live(key, seq, self._segments[-1])
         return self.batch_id
@@ -398,18 +416,18 @@ class MessageStore:
 
     def _copy_forward(self, number: int) -> None:
         """Re-append the live messages of segment `number` to the active segment."""
-        live: dict[tuple[bytes, int], bytes] = {}
+        live: dict[tuple[bytes, int], tuple[int, bytes]] = {}
         for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
-            if record_type != ENQUEUE:
+            if record_type not in (ENQUEUE, ENQUEUE_EXPIRING):
                 continue
             (key_length,) = _u16.unpack_from(payload)
             key = payload[2:2 + key_length]
             (seq,) = _u64.unpack_from(payload, 2 + key_length)
             if self._live.get((key, seq)) == number:
                 # a queue deleted and declared again reuses seqs: the last record wins
-                live[(key, seq)] = payload
-        for (key, seq), payload in live.items():
-            self._batch.append(_record(ENQUEUE, payload))
+                live[(key, seq)] = (record_type, payload)
+        for (key, seq), (record_type, payload) in live.items():
+            self._batch.append(_record(record_type, payload))
             self._mark_live(key, seq, self._segments[-1])
             if (key, seq) in self._delivered:
                 self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))

@@ -110,3 +110,83 @@ def test_queues_list_shows_a_quorum_queue_with_its_raft_group(broker):
     deleted = run_cli("queues", "delete", "--uri", broker.uri, "cli-quorum")
     assert deleted.returncode == 0 and "deleted 'cli-quorum' in vhost '/' (1 messages)" \
         in deleted.stdout, deleted.stderr
+
+
+def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broker):
+    """`quorumqueue queues quorum_status | peek | reclaim_quorum_memory |
+    check_if_node_is_quorum_critical | check_if_node_is_mirror_sync_critical` on a
+    node of its own: RabbitMQ's banners, columns, rows, texts and exit codes
+    (rabbitmq-queues 3.10.8 answers the same for peek, the health checks and the
+    errors; quorum_status has 4.x's columns)."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    channel = connection.channel()
+    channel.queue_declare("cli-peek", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare("cli-peek-classic", durable=True)
+    channel.queue_bind("cli-peek", "amq.direct", "to-peek")
+    channel.confirm_delivery()
+    channel.basic_publish("", "cli-peek", b"hello", pika.BasicProperties(
+        content_type="text/plain", delivery_mode=2, headers={"h": "v"}, message_id="m1",
+        priority=3, timestamp=1700000000, app_id="a"))
+    channel.basic_publish("amq.direct", "to-peek", b"x" * 100)
+    connection.close()
+
+    status = run_cli("queues", "quorum_status", "--uri", broker.uri, "cli-peek")
+    assert status.returncode == 0, status.stderr
+    banner, header, row = status.stdout.splitlines()
+    assert banner.startswith("Status of queue cli-peek on node quorumqueue@")
+    assert [c.strip() for c in header.split("  ") if c.strip()] == [
+        "Node Name", "Raft State", "Membership", "Last Log Index", "Last Written",
+        "Last Applied", "Commit Index", "Snapshot Index", "Term"]
+    cells = row.split()
+    assert cells[1:3] == ["leader", "voter"]
+    last, written, applied, commit = map(int, cells[3:7])
+    assert last == written == applied == commit >= 3  # declare's config, 2 publishes
+
+    first = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "1")
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0].startswith("Peeking at quorum queue cli-peek at position 1 on node ")
+    rows = [line.split(None, 1) if not line.startswith("payload") else
+            ["payload (max 64 bytes)", line[len("payload (max 64 bytes)"):].strip()]
+            for line in lines[2:]]
+    assert rows == [["app_id", "a"], ["timestamp", "1700000000"], ["message_id", "m1"],
+                    ["priority", "3"], ["delivery_mode", "2"],
+                    ["content_type", "text/plain"], ["routing_keys", "cli-peek"],
+                    ["exchange"], ["payload (max 64 bytes)", "hello"], ["header.h", "v"],
+                    ["header.x-delivery-count", "0"]]
+    second = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "2")
+    assert "exchange                 amq.direct" in second.stdout
+    assert "payload (max 64 bytes)   " + "x" * 64 + "\n" in second.stdout  # 64 bytes shown
+    for position in ("3", "99"):
+        beyond = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", position)
+        assert (beyond.returncode, beyond.stderr) == (
+            69, "Error:\nTarget queue does not have a message at that position\n")
+    zero = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "0")
+    assert zero.returncode == 64
+    assert '"position value must be a positive integer"' in zero.stderr
+    classic = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek-classic", "1")
+    assert (classic.returncode, classic.stderr) == (
+        69, "Error:\nCannot peek into a classic queue\n")
+    missing = run_cli("queues", "peek", "--uri", broker.uri, "no-such-queue", "1")
+    assert missing.stderr == "Error:\nTarget queue was not found in virtual host '/'\n"
+    # peeking consumed nothing
+    listed = run_cli("queues", "list", "--uri", broker.uri)
+    row = next(r.split() for r in listed.stdout.splitlines()[1:] if r.split()[1] == "cli-peek")
+    assert row[3:5] == ["2", "0"]
+
+    reclaimed = run_cli("queues", "reclaim_quorum_memory", "--uri", broker.uri, "cli-peek")
+    assert reclaimed.returncode == 0, reclaimed.stderr
+    banner, line = reclaimed.stdout.splitlines()
+    assert banner == "Will flush Raft WAL of quorum queue cli-peek ..."
+    assert "write-ahead log rolled over" in line and line.endswith(", 0 after")
+    assert int(line.split("in memory: ")[1].split()[0]) > 0  # it held the entries before
+    assert run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "1").returncode == 0
+    classic = run_cli("queues", "reclaim_quorum_memory", "--uri", broker.uri,
+                      "cli-peek-classic")
+    assert classic.stderr == "Error:\nThis operation is not applicable to classic queues\n"
+
+    for check in ("check_if_node_is_quorum_critical", "check_if_node_is_mirror_sync_critical"):
+        result = run_cli("queues", check, "--uri", broker.uri)
+        assert result.returncode == 0
+        assert result.stdout.splitlines()[1].endswith(
+            "seems to be the only one in a single node cluster, the check does not apply")

@@ -101,6 +101,7 @@ def test_sizes_use_rabbitmqs_units(value, expected):
 RABBITMQ_42_KEYS = ('quorum_queue.property_equivalence.relaxed_checks_on_redeclaration = true\n'
                     'quorum_queue.commands_soft_limit = 512\n'
                     'dead_letter_worker_consumer_prefetch = 64\n'
+                    'dead_letter_worker_publisher_confirm_timeout = 5000\n'
                     'consumer_timeout = 900000\n')
 
 
@@ -109,11 +110,13 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
     assert settings.quorum_relaxed_checks_on_redeclaration is True
     assert settings.quorum_commands_soft_limit == 512
     assert settings.dead_letter_worker_consumer_prefetch == 64
+    assert settings.dead_letter_worker_publisher_confirm_timeout_ms == 5000
     assert settings.consumer_timeout_ms == 900_000
     defaults = Settings()  # RabbitMQ's defaults
     assert (defaults.quorum_relaxed_checks_on_redeclaration, defaults.quorum_commands_soft_limit,
-            defaults.dead_letter_worker_consumer_prefetch, defaults.consumer_timeout_ms) == (
-        False, 32, 32, 1_800_000)
+            defaults.dead_letter_worker_consumer_prefetch,
+            defaults.dead_letter_worker_publisher_confirm_timeout_ms,
+            defaults.consumer_timeout_ms) == (False, 32, 32, 180_000, 1_800_000)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -123,6 +126,8 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
      "quorum_queue.commands_soft_limit: must be a positive integer"),
     ("dead_letter_worker_consumer_prefetch = -1\n",
      "dead_letter_worker_consumer_prefetch: must be a positive integer"),
+    ("dead_letter_worker_publisher_confirm_timeout = 0\n",
+     "dead_letter_worker_publisher_confirm_timeout: must be a positive integer"),
     ('consumer_timeout = "30m"\n', "consumer_timeout: expected an integer"),
     ("consumer_timeout = 0\n", "consumer_timeout: must be a positive integer"),
     ("channel_tick_interval = 0\n", "channel_tick_interval: must be a positive integer"),
@@ -137,10 +142,10 @@ def test_keys_without_an_effect_yet_are_named_in_a_warning_at_start(tmp_path):
 
     with BrokerProcess(data_dir=str(tmp_path), extra_config=RABBITMQ_42_KEYS) as broker:
         log = broker.log()
-    for key in ("quorum_queue.commands_soft_limit = 512",
-                "dead_letter_worker_consumer_prefetch = 64"):
-        assert f"{key} is accepted but has no effect yet" in log
-    assert "relaxed_checks_on_redeclaration" not in log  # applied: nothing to warn of
+    assert "quorum_queue.commands_soft_limit = 512 is accepted but has no effect yet" in log
+    # applied: nothing to warn of
+    assert "relaxed_checks_on_redeclaration" not in log
+    assert "dead_letter_worker_consumer_prefetch" not in log
     # the consumer timeout is enforced (node/channel.py): no such warning for it
     assert "consumer_timeout = 900000 is accepted" not in log
 
@@ -210,3 +215,15 @@ def test_rabbitmq_4s_deprecated_memory_keys_are_accepted(tmp_path):
                                              "memory_monitor_interval = 1000\n"
                                              "vm_memory_calculation_strategy = \"rss\"\n"))
     assert (settings.memory_paging_ratio, settings.memory_monitor_interval) == (0.75, 1000)
+
+
+def test_management_keys_are_rabbitmqs_and_checked(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_text('management.tcp.port = 15999\nmanagement.tcp.ip = "0.0.0.0"\n')
+    settings = load_settings(str(path))
+    assert (settings.management_port, settings.management_ip) == (15999, "0.0.0.0")
+    assert (load_settings().management_port, load_settings().management_ip) == (
+        15672, "127.0.0.1")
+    path.write_text("management.tcp.port = 70000\n")
+    with pytest.raises(ConfigError, match="management.tcp.port: port 70000"):
+        load_settings(str(path))

@@ -34,10 +34,6 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
     ("handshake", "0.start.server_properties"):
         "product, version, platform, copyright, information and cluster_name name "
         "quorumqueue, not RabbitMQ",
-    ("queue_declare_message_ttl", "1.reply"):
-        "quorumqueue refuses x-message-ttl on classic queues (as x-expires and "
-        "dead-lettering) with 406 rather than accept an argument it would silently "
-        "ignore; quorum queues apply it (test_dead_letter_against_rabbitmq.py)",
     ("tune_ok_frame_max_4096", "0.open"):
         "RabbitMQ 3.10.8 accepts frame_max >= 4096; quorumqueue requires 8192 and "
         "refuses less with 530, as RabbitMQ 3.13+ and 4.x do",

@@ -150,14 +150,16 @@ def permission_declare_and_delete(guest: Probe, users: dict) -> None:
 def permission_alternate_and_dead_letter_exchanges(guest: Probe, users: dict) -> None:
     """A new exchange with an alternate exchange also needs read on itself and write on
     the alternate; a new queue with a dead-letter exchange read on itself and write on
-    the DLX (refusals only: quorumqueue refuses the DLX argument itself)."""
+    the DLX; with both, the queue is declared."""
     each(users["perm-bob"],
          amqp.Exchange.Declare(exchange="all-dp-ae1", arguments={"alternate-exchange": "r-dp-x"}),
          amqp.Exchange.Declare(exchange="cfg-dp-ae2", arguments={"alternate-exchange": "w-dp-x"}),
          amqp.Exchange.Declare(exchange="all-dp-ae3", arguments={"alternate-exchange": "w-dp-x"}),
          amqp.Exchange.Delete(exchange="all-dp-ae3"),
          amqp.Queue.Declare(queue="all-dp-dlq1", arguments={"x-dead-letter-exchange": "r-dp-x"}),
-         amqp.Queue.Declare(queue="cfg-dp-dlq2", arguments={"x-dead-letter-exchange": "w-dp-x"}))
+         amqp.Queue.Declare(queue="cfg-dp-dlq2", arguments={"x-dead-letter-exchange": "w-dp-x"}),
+         amqp.Queue.Declare(queue="all-dp-dlq3", arguments={"x-dead-letter-exchange": "w-dp-x"}),
+         amqp.Queue.Delete(queue="all-dp-dlq3"))
 
 
 @scenario

@@ -29,7 +29,8 @@ def free_port() -> int:
 
 class BrokerProcess:
     def __init__(self, data_dir: str | None = None, port: int | None = None,
-                 config: str | None = None, extra_config: str = "") -> None:
+                 config: str | None = None, extra_config: str = "",
+                 management_port: int | None = None) -> None:
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="qq-broker-")
@@ -37,6 +38,9 @@ class BrokerProcess:
         self.data_dir = data_dir
         os.makedirs(data_dir, exist_ok=True)
         self.port = port or free_port()
+        # the management HTTP API's port: a free one of its own, never the default
+        # 15672 (brokers of parallel tests would race for it)
+        self.management_port = management_port or free_port()
         self.config = config
         if extra_config:
             self.config = os.path.join(data_dir, "test-broker.toml")
@@ -50,7 +54,8 @@ class BrokerProcess:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     def start(self, timeout: float = 20.0) -> "BrokerProcess":
-        command = CLI + ["broker", "start", "--port", str(self.port), "--data-dir", self.data_dir]
+        command = CLI + ["broker", "start", "--port", str(self.port), "--data-dir", self.data_dir,
+                         "--management-port", str(self.management_port)]
         if self.config:
             command += ["--config", self.config]
         self._log = open(self.log_path, "ab")
@@ -69,6 +74,10 @@ class BrokerProcess:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"broker did not accept AMQP within {timeout}s:\n{self.log()}")
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
 
     def log(self) -> str:
         try:

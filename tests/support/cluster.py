@@ -407,6 +407,10 @@ class LocalCluster:
     def uri(self, node: NodeRef) -> str:
         return self._plan(node).uri
 
+    def management_url(self, node: NodeRef) -> str:
+        """The node's management HTTP API (a free port of its own, from the plan)."""
+        return f"http://{self._plan(node).connect_host}:{self._plan(node).management_port}"
+
     def uris(self, nodes: Iterable[NodeRef] | None = None) -> list[str]:
         return [self.uri(node) for node in (self.names if nodes is None else nodes)]
 

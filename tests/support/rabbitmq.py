@@ -31,7 +31,8 @@ Invariants
       script and epmd SIGTERM (PR_SET_PDEATHSIG); the launcher stops beam.
 
 Not here
-    Plugins, clustering, TLS, the management API.
+    Clustering, TLS. Plugins are off unless `plugins` names them (the management
+    API's differential tests enable rabbitmq_management).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class RabbitMQNode:
         scheduler_busy_wait: str = "medium",
         extra_config: str = "",
         advanced_config: str = "",
+        plugins: tuple[str, ...] = (),
     ) -> None:
         if scheduler_busy_wait not in BUSY_WAIT_THRESHOLDS:
             raise ValueError(
@@ -145,6 +147,9 @@ class RabbitMQNode:
         # advanced.config (Erlang terms), for settings rabbitmq.conf has no key for
         # (e.g. `[{rabbit, [{channel_tick_interval, 500}]}].`); empty: none
         self.advanced_config = advanced_config
+        # enabled plugins (Debian's package ships them; e.g. rabbitmq_management, whose
+        # HTTP port the caller sets with extra_config `management.tcp.port = N`)
+        self.plugins = tuple(plugins)
         self.node_name = f"qqoracle-{secrets.token_hex(4)}@localhost"
         self.port = 0  # AMQP port; set by start()
         self.dist_port = 0
@@ -241,7 +246,7 @@ class RabbitMQNode:
         for folder in ("home", "mnesia", "log"):
             (base / folder).mkdir()
         (base / "rabbitmq.conf").write_text(CONFIG_FILE_TEXT + self.extra_config + "\n")
-        (base / "enabled_plugins").write_text("[].\n")
+        (base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         if self.advanced_config:
             (base / "advanced.config").write_text(self.advanced_config + "\n")
         (base / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq's

@@ -105,6 +105,7 @@ class LogStore:
         self._pending = _Pending()
         self._in_flight: WalBatch | None = None   # sealed, not yet reported synced
         self._broken: Exception | None = None
+        self._roll_over_waiters: list[Callable[[], None]] = []  # roll_over_soon's
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
@@ -234,8 +235,11 @@ class LogStore:
             self._check_usable()
         if batch.deleted:
             self._remove_deleted_groups(batch.deleted)
-        if self._wal.size > self.config.wal_max_size_bytes:
+        if self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters:
+            waiters, self._roll_over_waiters = self._roll_over_waiters, []
             self.roll_over()
+            for done in waiters:
+                done()
         return batch.durable
 
     @property
@@ -297,6 +301,16 @@ class LogStore:
         except Exception as error:     # half moved: only a restart knows what is on disk
             self._broken = error
             raise
+
+    def roll_over_soon(self, done: Callable[[], None]) -> None:
+        """Roll over now, or once the sealed batch in flight is synced (roll_over may
+        not run between seal and synced); then call `done`. What `rabbitmq-queues
+        reclaim_quorum_memory` asks for: the memory tables written to segment files."""
+        if self._in_flight is None:
+            self.roll_over()
+            done()
+        else:
+            self._roll_over_waiters.append(done)
 
     def _roll_over(self) -> None:
         fsync = self.config.fsync

@@ -505,6 +505,24 @@ def test_bad_frame_end_octet_is_frame_error(end):
     assert raised.value.reply_text.startswith("FRAME_ERROR - ")
 
 
+@pytest.mark.parametrize("end, text", [
+    (4, 'type 3, first 16 octets = <<"LLLLLLLLLLLLLLLL">>: {invalid_frame_end_marker,4}'),
+    (44, 'type 3, first 16 octets = <<"LLLLLLLLLLLLLLLL">>: {invalid_frame_end_marker,\n'
+         + " " * 51 + "44}"),
+    (144, 'type 3, first 16 octets = <<"LLLLLLLLLLLLLLLL">>: {invalid_frame_end_marker,\n'
+          + " " * 51 + "144}"),
+])
+def test_a_frame_error_reason_wraps_where_rabbitmq_s_does(end, text):
+    """RabbitMQ 3.10.8's texts for a body frame of 'L's with a bad end octet, as the
+    hostile-input fuzzer (tests/faults/hostile.py) recorded them: the reason tuple
+    stays on the line up to column 78 and wraps from 79 on (Erlang's ~p)."""
+    reader = codec.FrameReader(131072)
+    reader.feed(raw_frame(spec.FRAME_BODY, 1, b"L" * 300, end=end))
+    with pytest.raises(AMQPError) as raised:
+        list(reader.frames())
+    assert raised.value.detail == text
+
+
 def test_frames_before_a_bad_end_octet_are_still_yielded():
     """spec 4.2.3: frames that arrived intact before a broken one are processed."""
     reader = codec.FrameReader(131072)

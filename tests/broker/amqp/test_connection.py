@@ -182,6 +182,49 @@ def test_handshake_errors_close_and_end_the_connection(case, bytewise):
     assert driver.feed(OPEN) == [] and driver.output() == []
 
 
+TUNED_ERRORS = [
+    # (fed after tune-ok, then what RabbitMQ 3.10.8 answers; found by the hostile-input
+    # fuzzer comparing the two, tests/faults/hostile.py)
+    ("tune-ok again", TUNE_OK, ["0:Connection.Close 504 CHANNEL_ERROR - unexpected method "
+                                "in connection state opening 10/31"]),
+    ("channel.close-ok on channel 0", frame(commands.Channel.CloseOk()),
+     ["0:Connection.Close 504 CHANNEL_ERROR - unexpected method in connection state "
+      "opening 20/41"]),
+    ("channel.open before connection.open", raw(1, 1, b"\x00\x14\x00\x0a\x00"),
+     ["0:Connection.Close 505 UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>> "
+      "0/0"]),
+]
+
+
+@bytewise
+@pytest.mark.parametrize("case", TUNED_ERRORS, ids=lambda case: case[0])
+def test_errors_after_tune_ok_are_rabbitmq_s(case, bytewise):
+    _description, data, expected = case
+    driver = Driver(bytewise)
+    driver.feed(spec.PROTOCOL_HEADER + START_OK + TUNE_OK)
+    driver.output()
+    events = driver.feed(data)
+    assert driver.output() == expected
+    assert isinstance(events[-1], ConnectionClosed)
+    assert driver.connection.state is ConnectionState.CLOSED
+
+
+@bytewise
+@pytest.mark.parametrize("value", [commands.Connection.TuneOk(0, 131072, 0),
+                                   commands.Connection.StartOk({}, "PLAIN", "\0a\0b", "en_US"),
+                                   commands.Basic.Qos(0, 1, False)],
+                         ids=lambda value: value.name)
+def test_a_method_channel_0_has_no_use_for_once_open_is_504(value, bytewise):
+    """rabbit_reader (RabbitMQ 3.10.8): 504 "unexpected method in connection state
+    running", for connection methods of the handshake and other classes alike."""
+    driver = Driver(bytewise).open()
+    driver.feed(frame(value))
+    class_id, method_id = value.index >> 16, value.index & 0xFFFF
+    assert driver.output() == [f"0:Connection.Close 504 CHANNEL_ERROR - unexpected method "
+                               f"in connection state running {class_id}/{method_id}"]
+    assert driver.connection.state is ConnectionState.CLOSING
+
+
 def test_refused_login_with_authentication_failure_close():
     connection = Driver().connection
     connection.receive_data(spec.PROTOCOL_HEADER + START_OK, 0.0)
@@ -226,8 +269,10 @@ CHANNEL_TABLE = [
     (None, "channel.open", ["1:Channel.OpenOk"], [ChannelOpened(1)], ChannelState.OPEN),
     (None, "method", ["0:Connection.Close 504 CHANNEL_ERROR - expected 'channel.open' 50/10"],
      [], None),
-    (None, "content header", ["0:Connection.Close 504 CHANNEL_ERROR - expected "
-                              "'channel.open' 0/0"], [], None),
+    # (rabbit_reader gives any frame on a new number to a fresh command assembler,
+    # which wants a method first: 505, where a method gets rabbit_channel's 504)
+    (None, "content header", ["0:Connection.Close 505 UNEXPECTED_FRAME - expected method "
+                              "frame, got non method frame instead 0/0"], [], None),
     (None, "channel.close", ["0:Connection.Close 504 CHANNEL_ERROR - expected "
                              "'channel.open' 20/40"], [], None),
     (ChannelState.OPEN, "channel.open", ["0:Connection.Close 504 CHANNEL_ERROR - second "

@@ -48,6 +48,9 @@ def test_plan_names_ports_and_data_dirs(tmp_path):
         ("qq2@localhost", 5673, 25673, str(tmp_path / "c" / "qq2")),
         ("qq3@localhost", 5674, 25674, str(tmp_path / "c" / "qq3")),
     ]
+    # rabbitmq_prometheus's 15692 for the node on 5672, then one port per node
+    assert [p.prometheus_port for p in plans] == [15692, 15693, 15694]
+    assert [p.management_port for p in plans] == [15672, 15673, 15674]
     assert plans[1].uri == "amqp://guest:guest@127.0.0.1:5673/%2F"
     assert launcher.cluster_nodes_option(plans) == (
         "qq1@localhost:25672,qq2@localhost:25673,qq3@localhost:25674")
@@ -59,8 +62,9 @@ def test_plan_names_ports_and_data_dirs(tmp_path):
 
 def test_plan_with_base_port_zero_picks_distinct_free_ports(tmp_path):
     plans = launcher.plan_local_cluster(3, 0, str(tmp_path))
-    ports = [p.amqp_port for p in plans] + [p.cluster_port for p in plans]
-    assert len(set(ports)) == 6 and all(ports)
+    ports = ([p.amqp_port for p in plans] + [p.cluster_port for p in plans]
+             + [p.management_port for p in plans] + [p.prometheus_port for p in plans])
+    assert len(set(ports)) == 12 and all(ports)
 
 
 @pytest.mark.parametrize("count, base, message", [
@@ -87,7 +91,7 @@ def test_node_command_runs_this_interpreter_with_the_cluster_flags(tmp_path):
         "--host", "127.0.0.1", "--port", "5673", "--data-dir", str(tmp_path / "qq2"),
         "--node-name", "qq2@localhost", "--cluster-port", "25673",
         "--cluster-nodes", "qq1@localhost:25672,qq2@localhost:25673",
-        "--config", "/c.toml"]
+        "--management-port", "15673", "--prometheus-port", "15693", "--config", "/c.toml"]
 
 
 def test_the_shared_config_holds_the_cookie_privately_and_loads(tmp_path):

@@ -323,6 +323,39 @@ def test_a_malformed_frame_closes_only_that_connection(data, delivered, fault, c
     assert fault in caplog.text
 
 
+@pytest.mark.parametrize("cookie, answered", [("secret", True), ("guess", False),
+                                             ("", False), ("secret\x00", False)])
+def test_the_cluster_port_answers_only_a_peer_that_proves_the_cookie(cookie, answered,
+                                                                     caplog):
+    """Issue 17: the inter-node port says nothing to a peer whose handshake carries
+    the wrong cookie (not even its Resume) and takes nothing from it; the right
+    cookie is answered with a Resume, and Rpcs after it are delivered."""
+    async def scenario():
+        b = await start("b")
+        hello = frame(encode_handshake(Handshake("test", "x", "b", cookie)))
+        reader, writer = await asyncio.open_connection(LOCAL, b.transport.port)
+        writer.write(hello + frame(encode(Rpc("hi", {}))))
+        frames, answer = FrameReader(), []
+        while not answer:  # until b answers, or closes (then nothing was said)
+            data = await reader.read(65536)
+            if not data:
+                break
+            answer += frames.feed(data)
+        if answered:
+            await until(lambda: b.got)
+            assert [type(decode(payload)) for payload in answer] == [Resume]
+            assert b.sent_from("x") == [Rpc("hi", {})]
+        else:
+            assert answer == [] and b.got == []
+            assert b.transport.stats().refused == 1
+        writer.close()
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert ("the cookie does not match" in caplog.text) is not answered
+
+
 def test_a_connection_without_a_handshake_is_closed_after_the_timeout(caplog):
     async def scenario():
         b = await start("b", handshake_timeout=0.05)

@@ -254,6 +254,24 @@ def test_handshake_problems_name_what_does_not_match(handshake, problems):
                               cookie="k") == problems
 
 
+def test_the_cookie_is_compared_in_constant_time(monkeypatch):
+    """Issue 17: the cookie check must not tell a guesser, by its timing, how many of
+    its first characters are right: it goes through hmac.compare_digest, whose time
+    depends on the lengths only, over the UTF-8 octets (any cookie, any length)."""
+    from quorumqueue.broker.cluster import wire
+    compared = []
+    real = wire.hmac.compare_digest
+    monkeypatch.setattr(wire.hmac, "compare_digest",
+                        lambda a, b: compared.append((a, b)) or real(a, b))
+    for guess, problems in (("k\u00e9y", []), ("k", ["the cookie does not match this "
+                                                      "node's cookie"]),
+                            ("k\u00e9z", ["the cookie does not match this node's cookie"])):
+        assert handshake_problems(Handshake("prod", "a", "b", guess), cluster_name="prod",
+                                  node_name="b", cookie="k\u00e9y") == problems
+    assert compared == [(guess.encode(), "k\u00e9y".encode())
+                        for guess in ("k\u00e9y", "k", "k\u00e9z")]
+
+
 # -- framing --------------------------------------------------------------------------
 
 def test_frames_split_at_every_byte_come_out_whole_and_in_order():

@@ -21,7 +21,9 @@ indented (release cursors are left out: they are not what these scripts are abou
 and the block ends with the state's counts. Commands:
 
     config [delivery_limit=N] [interval=N] [max_length=N] [max_bytes=N] [overflow=MODE]
-                                   a fresh machine with that FifoConfig, from index 1
+           [single_active=1]       a fresh machine with that FifoConfig, from index 1
+                                   (single_active: the counts line ends with the
+                                   active consumer and the waiting ones, in order)
     enqueue [n=1] [size=10] [priority=0] [publisher=P] [seq=S]
                                    seq defaults to the publisher's next one
     checkout C [prefetch=0] [priority=0] [connection=conn-C]
@@ -47,9 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quorumqueue.broker.fifo import snapshot
-from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Command, Deliver, Delivery,
-                                              Dequeue, Discard, Down, Dropped, Effect,
+from quorumqueue.broker.fifo import single_active, snapshot
+from quorumqueue.broker.fifo.commands import (ActiveConsumerChanged, Cancel, Checkout,
+                                              Command, Deliver, Delivery, Dequeue,
+                                              Discard, Down, Dropped, Effect,
                                               Enqueue, LeaseGrow, LeaseRelease,
                                               LeaseReleased, LeaseSettle, Meta, Purge,
                                               ReleaseCursor, Return, Settle, Tick,
@@ -130,7 +133,8 @@ class Machine:
 
         config = FifoConfig(int(options.get("delivery_limit", 20)),
                             int(options.get("interval", 2048)), limit("max_length"),
-                            limit("max_bytes"), options.get("overflow", "drop-head"))
+                            limit("max_bytes"), options.get("overflow", "drop-head"),
+                            single_active=options.get("single_active") == "1")
         self.state, self.index, self.seqs = FifoState(config=config), 0, {}
         return [_config_text(config)]
 
@@ -233,6 +237,13 @@ class Machine:
             text += f" leased={state.leased_count}"
         if state.publishers_blocked:
             text += " publishers-blocked"
+        if state.config.single_active:
+            text += f" active={state.active or '-'}"
+            waiting = single_active.waiting_order(state)
+            if waiting:
+                text += f" waiting={','.join(waiting)}"
+            if single_active.quiescing(state):
+                text += " quiescing"
         return text
 
 
@@ -241,7 +252,8 @@ def _config_text(config: FifoConfig) -> str:
         return "none" if value is None else str(value)
 
     return (f"delivery_limit={config.delivery_limit} max_length={limit(config.max_length)} "
-            f"max_bytes={limit(config.max_bytes)} overflow={config.overflow}")
+            f"max_bytes={limit(config.max_bytes)} overflow={config.overflow}"
+            + (" single_active" if config.single_active else ""))
 
 
 def _delivery_text(delivery: Delivery) -> str:
@@ -267,6 +279,8 @@ def _effect_text(effect: Effect) -> str:
             return f"dropped @{raft_index} {reason}"
         case LeaseReleased(lease, reason):
             return f"lease {lease} released ({reason})"
+        case ActiveConsumerChanged(consumer):
+            return f"active consumer: {consumer or '-'}"
     raise AssertionError(f"no text for {effect!r}")
 
 

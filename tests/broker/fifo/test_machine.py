@@ -329,7 +329,8 @@ configs = st.builds(
     FifoConfig, delivery_limit=st.sampled_from([-1, 0, 2, 20]),
     release_cursor_interval=st.just(3),
     max_length=st.none() | st.integers(0, 4), max_bytes=st.none() | st.integers(0, 40),
-    overflow=st.sampled_from(["drop-head", "reject-publish"]))
+    overflow=st.sampled_from(["drop-head", "reject-publish"]),
+    single_active=st.booleans())
 
 
 def within_limits(state: FifoState) -> bool:
@@ -381,9 +382,9 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
                 blocked_before or (gap_before is not None and command.seq > gap_before))
         if isinstance(command, UpdateConfig):
             assert reply is None
-            assert state.config == FifoConfig(
+            assert state.config == FifoConfig(  # x-single-active-consumer: argument only
                 command.delivery_limit, config.release_cursor_interval, command.max_length,
-                command.max_bytes, command.overflow)
+                command.max_bytes, command.overflow, single_active=config.single_active)
         if state.config.overflow == "drop-head":
             assert within_limits(state) and not state.publishers_blocked
         else:  # blocked when over a limit; stays blocked until at or below 80% of each
@@ -412,6 +413,7 @@ def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut
     assert restored.config == replayed.config
     assert restored.publishers_blocked == replayed.publishers_blocked
     assert restored.enqueuer_gaps == replayed.enqueuer_gaps
+    assert restored.active == replayed.active
     for position, command in enumerate(log[cut:], start=cut + 1):
         restored, _, _ = apply(Meta(position, 1, position * 20), command, restored)
     assert snapshot.dump(restored) == full

@@ -1,8 +1,10 @@
 """Snapshot format versions (snapshot.py header): version 2 adds the length limits
 and the reject-publish block, version 3 the publishers' rejected-seq gaps, version 4
-message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages);
-older snapshots still load (no limits, no gaps, no TTL). (Restore-and-replay equality is the
-property in test_machine.py.)"""
+message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages),
+version 5 single active consumer (the config's flag, the active consumer) and the
+dead letters held by at-least-once dead lettering; older snapshots still load (no
+limits, no gaps, no TTL, no single active consumer, nothing held).
+(Restore-and-replay equality is the property in test_machine.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import struct
 import pytest
 
 from quorumqueue.broker.fifo import snapshot
-from quorumqueue.broker.fifo.commands import Checkout, Enqueue, Meta
+from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Discard, DlxCheckout, Enqueue,
+                                                  Meta)
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
 
@@ -30,11 +33,22 @@ def _filled(config: FifoConfig) -> FifoState:
 
 
 def _as_version(data: bytes, version: int) -> bytes:
-    """The bytes a build of `version` (1 or 3) wrote for the same state, which must
-    hold no TTL: version 3 has no msg_ttl, expires, last_active, expiries_out or
-    expiry arrays (the last three arrays, empty here); version 1 neither limits, block nor gaps."""
+    """The bytes a build of `version` (1, 3 or 4) wrote for the same state, which
+    must hold no single active consumer, no dead letter and below 4 no TTL: version 4
+    has no single_active, active, "dlx" or dead_letter_at_least_once; version 3 has
+    no msg_ttl, expires, last_active, expiries_out or expiry arrays (the last three
+    arrays, empty here); version 1 neither limits, block nor gaps."""
     _magic, _version, length = _head.unpack_from(data)
     document = json.loads(data[_head.size:_head.size + length])
+    assert document["config"].pop("single_active") is False
+    assert document.pop("active") is None
+    assert not document["dlx"]["discards"] and document["dlx"]["consumer"] is None
+    assert not document["config"]["dead_letter_at_least_once"]
+    del document["dlx"]
+    del document["config"]["dead_letter_at_least_once"]
+    if version == 4:
+        header = json.dumps(document, separators=(",", ":")).encode()
+        return _head.pack(b"QQFS", version, len(header)) + header + data[_head.size + length:]
     assert document["array_lengths"][-3:] == [0, 0, 0] and not document["expiries_out"]
     assert document["config"]["msg_ttl"] is None and document["config"]["expires"] is None
     del document["config"]["msg_ttl"]
@@ -55,10 +69,10 @@ def _as_version_1(data: bytes) -> bytes:
     return _as_version(data, 1)
 
 
-def test_dump_writes_version_4_with_the_limits_and_gaps():
+def test_dump_writes_version_5_with_the_limits_and_gaps():
     state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
     data = snapshot.dump(state)
-    assert _head.unpack_from(data)[1] == 4
+    assert _head.unpack_from(data)[1] == 5
     restored = snapshot.load(data)
     assert restored.config == FifoConfig(max_length=1, max_bytes=100,
                                          overflow="reject-publish")
@@ -99,8 +113,52 @@ def test_version_4_keeps_the_expiries_of_ready_and_checked_out_messages():
     assert restored.config.msg_ttl == 60_000 and snapshot.dump(restored) == data
 
 
+def test_version_4_snapshot_loads_as_a_queue_without_single_active_consumer():
+    state = _filled(FifoConfig(msg_ttl=60_000))
+    current = snapshot.dump(state)
+    restored = snapshot.load(_as_version(current, 4))
+    assert not restored.config.single_active and restored.active is None
+    assert snapshot.dump(restored) == current
+
+
+def test_version_5_keeps_the_active_consumer_and_the_flag():
+    state = FifoState(config=FifoConfig(single_active=True))
+    for index, command in enumerate([Checkout("a", 1, 0, "conn-a"),
+                                     Checkout("b", 1, 0, "conn-b"), Cancel("a")], start=1):
+        state, _, _ = apply(Meta(index, 1, 0), command, state)
+    data = snapshot.dump(state)
+    restored = snapshot.load(data)
+    assert restored.config.single_active and restored.active == "b" == state.active
+    assert snapshot.dump(restored) == data
+
+
+def test_version_4_snapshot_loads_as_a_queue_holding_no_dead_letters():
+    state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
+    current = snapshot.dump(state)
+    restored = snapshot.load(_as_version(current, 4))
+    assert restored.dlx.count == 0 and not restored.config.dead_letter_at_least_once
+    assert snapshot.dump(restored) == current
+
+
+def test_version_5_keeps_the_held_dead_letters_and_the_worker():
+    config = FifoConfig(overflow="reject-publish", dead_letter_at_least_once=True)
+    state = FifoState(config=config)
+    script = [Enqueue("", 0, 10, 0), Enqueue("", 0, 20, 0), Enqueue("", 0, 30, 0),
+              Checkout("c", 0, 0, "conn"), Discard("c", (1, 2, 3)),
+              DlxCheckout("worker-1", 2)]
+    for index, command in enumerate(script, start=1):
+        state, _, _ = apply(Meta(index, 1, 0), command, state)
+    assert state.dlx.count == 3 and len(state.dlx.consumer.checked) == 2
+    data = snapshot.dump(state)
+    restored = snapshot.load(data)
+    assert restored.config == config and restored.dlx.bytes == 60
+    assert list(restored.dlx.discards) == list(state.dlx.discards) == [(3, 30, "rejected")]
+    assert restored.dlx.consumer == state.dlx.consumer
+    assert restored.dlx.next_msg_id == 3 and snapshot.dump(restored) == data
+
+
 def test_unknown_version_is_refused():
     data = bytearray(snapshot.dump(FifoState()))
-    struct.pack_into(">H", data, 4, 5)
-    with pytest.raises(ValueError, match="unknown fifo snapshot version 5"):
+    struct.pack_into(">H", data, 4, 6)
+    with pytest.raises(ValueError, match="unknown fifo snapshot version 6"):
         snapshot.load(bytes(data))

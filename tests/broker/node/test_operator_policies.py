@@ -66,7 +66,8 @@ def test_the_merged_definition_is_what_a_quorum_queue_gets_and_its_argument_stil
     ({"max-in-memory-bytes": 1}, "all", "key 'max-in-memory-bytes' is not supported"),
     ({"queue-master-locator": "random"}, "all", "key 'queue-master-locator' is not supported"),
     ({"max-length": 1}, "exchanges", "operator policies act on queues only"),
-    ({"message-ttl": 1000}, "queues", "key 'message-ttl' applies to quorum queues only"),
+    ({"overflow": "reject-publish-dlx"}, "queues",
+     "overflow 'reject-publish-dlx' applies to classic queues only"),
     ({}, "all", "operator policy 'op' in vhost '/': the definition must be a non-empty"),
 ])
 def test_an_operator_policy_holds_only_what_rabbitmq_lets_it(definition, apply_to, message):

@@ -205,16 +205,13 @@ CASES = [
          error=(403, "ACCESS_REFUSED - queue name 'amq.new' contains reserved prefix "
                      "'amq.*'"), user="eve"),
     # ... with a dead-letter exchange: read on the new queue, write on the DLX, before
-    # the arguments are validated (quorumqueue refuses the argument itself: 406)
+    # the arguments are validated
     case("queue.declare-dlx-write-refused", declare_queue("all-new", arguments={
         "x-dead-letter-exchange": "r-x"}), refused="exchange 'r-x'"),
     case("queue.declare-dlx-read-refused", declare_queue("cfg-new", arguments={
         "x-dead-letter-exchange": "w-x"}), refused="queue 'cfg-new'"),
     case("queue.declare-dlx-permitted", declare_queue("all-new", arguments={
-        "x-dead-letter-exchange": "w-x"}),
-         error=(406, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-exchange' for queue "
-                     "'all-new' in vhost '/': quorumqueue does not support it yet (it "
-                     "would be silently ignored)")),
+        "x-dead-letter-exchange": "w-x"}), ok="Queue.DeclareOk"),
     # queue.delete: configure, before the queue is looked up
     case("queue.delete", method(commands.Queue.Delete, queue="cfg-q"), ok="Queue.DeleteOk"),
     case("queue.delete-refused", method(commands.Queue.Delete, queue="r-q"),

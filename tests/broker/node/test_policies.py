@@ -29,8 +29,13 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"max-length": True}), "key 'max-length' must be a non-negative integer"),
     (dict(definition={"max-length-bytes": 2 ** 63}),
      "key 'max-length-bytes' must be a non-negative integer"),
+    (dict(definition={"overflow": "drop-tail"}),
+     "key 'overflow' must be 'drop-head', 'reject-publish' or 'reject-publish-dlx'"),
+    # quorum queues do not support reject-publish-dlx (their guide): classic_queues only
     (dict(definition={"overflow": "reject-publish-dlx"}),
-     "key 'overflow' must be 'drop-head' or 'reject-publish'"),
+     "overflow 'reject-publish-dlx' applies to classic queues only"),
+    (dict(apply_to="queues", definition={"overflow": "reject-publish-dlx"}),
+     "overflow 'reject-publish-dlx' applies to classic queues only"),
     (dict(definition={"delivery-limit": -2}), "key 'delivery-limit' must be an integer"),
     (dict(definition={"queue-leader-locator": "bogus"}),  # RabbitMQ's rabbit_policies text
      'Validation failed: <<"bogus">> is not a valid queue leader locator value'),
@@ -39,19 +44,15 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"target-group-size": 0}), "key 'target-group-size' must be a positive"),
     (dict(definition={"queue-mode": "lazy"}),
      "key 'queue-mode' is not supported by quorumqueue"),
-    (dict(definition={"expires": 1000}),
-     "key 'expires' applies to quorum queues only in quorumqueue for now"),
     (dict(apply_to="quorum_queues", definition={"expires": 0}),
      "key 'expires' must be a positive integer"),
-    # quorum queues apply these, classic queues not yet: the policy must say quorum_queues
-    (dict(definition={"message-ttl": 1000}),
-     "key 'message-ttl' applies to quorum queues only in quorumqueue for now"),
-    (dict(apply_to="queues", definition={"dead-letter-exchange": "dlx"}),
-     "key 'dead-letter-exchange' applies to quorum queues only"),
+    # classic queues ignore the strategy (RabbitMQ's too): the policy must say quorum_queues
+    (dict(definition={"dead-letter-strategy": "at-most-once"}),
+     "key 'dead-letter-strategy' applies to quorum queues only"),
     (dict(apply_to="quorum_queues", definition={"message-ttl": -1}),
      "key 'message-ttl' must be a non-negative integer"),
-    (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "at-least-once"}),
-     "key 'dead-letter-strategy' must be 'at-most-once' (at-least-once is not supported"),
+    (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "sometimes"}),
+     "key 'dead-letter-strategy' must be 'at-most-once' or 'at-least-once'"),
     (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
     # rabbit_policies' text (a string is refused, as RabbitMQ does: a JSON number only)
     (dict(definition={"consumer-timeout": "86400000"}),
@@ -59,6 +60,10 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(definition={"consumer-timeout": -1}),
      "Validation failed: -1 is not a valid consumer timeout"),
     (dict(definition={"max-lenght": 5}), "'max-lenght' is not a recognised policy setting"),
+    # an argument only in RabbitMQ (consumers guide, "Single Active Consumer"): RabbitMQ
+    # refuses it as an unknown policy key, not as a key it does not support
+    (dict(apply_to="quorum_queues", definition={"single-active-consumer": True}),
+     "'single-active-consumer' is not a recognised policy setting"),
     (dict(priority="high"), "priority must be an integer"),
     (dict(apply_to="streams"), "apply-to must be one of all, queues, classic_queues"),
     (dict(apply_to="exchanges"), "key 'max-length' does not act on exchanges"),
@@ -124,6 +129,22 @@ ARGS = {"x-max-length": 100, "x-max-length-bytes": 5000, "x-overflow": "drop-hea
     # expires: the lower of argument and policy
     ({"x-expires": 5000}, {"expires": 60000}, FifoConfig(expires=5000)),
     ({}, {"expires": 60000}, FifoConfig(expires=60000)),
+    # at-least-once dead lettering (the guide: the strategy, reject-publish and an
+    # exchange, "policies (or the equivalent queue arguments)"): the strategy
+    # argument wins, overflow is the policy's, and with drop-head it falls back
+    ({"x-dead-letter-strategy": "at-least-once", "x-dead-letter-exchange": "dlx"},
+     {"overflow": "reject-publish"},
+     FifoConfig(overflow="reject-publish", dead_letter_at_least_once=True)),
+    ({"x-dead-letter-strategy": "at-most-once", "x-overflow": "reject-publish"},
+     {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "dlx"},
+     FifoConfig(overflow="reject-publish")),
+    ({}, {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "",
+          "overflow": "reject-publish"},
+     FifoConfig(overflow="reject-publish", dead_letter_at_least_once=True)),
+    ({}, {"dead-letter-strategy": "at-least-once", "dead-letter-exchange": "dlx"},
+     FifoConfig()),
+    ({"x-overflow": "reject-publish"}, {"dead-letter-strategy": "at-least-once"},
+     FifoConfig(overflow="reject-publish")),  # no dead-letter exchange: no dead lettering
 ])
 def test_a_quorum_queues_settings_combine_its_arguments_and_its_policy(arguments, definition,
                                                                      expected):
@@ -174,3 +195,16 @@ def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented
     routing = policy(definition={"alternate-exchange": "unrouted"}, apply_to="exchanges")
     assert alternate_exchange({"alternate-exchange": "mine"}, routing) == "mine"
     assert alternate_exchange({}, routing) == "unrouted"
+
+
+def test_a_single_active_consumer_queue_keeps_it_whatever_the_policy():
+    """x-single-active-consumer is an argument only: the settings a policy gives a
+    quorum queue keep it (the leader proposes an UpdateConfig only when these differ
+    from the machine's, so a lost flag would be proposed again on every tick)."""
+    arguments = {"x-queue-type": "quorum", "x-single-active-consumer": True}
+    base = fifo_config(arguments)
+    assert base.single_active
+    assert quorum_config(arguments, None, base) == base
+    limited = quorum_config(arguments, policy(definition={"max-length": 3}), base)
+    assert limited.single_active and limited.max_length == 3
+    assert not fifo_config({"x-queue-type": "quorum"}).single_active

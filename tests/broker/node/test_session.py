@@ -327,11 +327,15 @@ def test_method_on_an_unopened_channel_is_channel_error(byte_at_a_time):
     finish_close(client)
 
 
-def test_content_on_an_unopened_channel_is_channel_error():
-    """RabbitMQ: content frames on a channel that is not open are 504."""
+def test_content_on_an_unopened_channel_is_unexpected_frame():
+    """RabbitMQ 3.10.8: a content frame on a channel that is not open is 505
+    UNEXPECTED_FRAME (a new number's first frame must be a method; a method other
+    than channel.open there is 504, as the test above shows)."""
     client = opened()
     client.send_bytes(content_frames(9, b"abc"))
-    expect_connection_close(client, 504)
+    close = expect_connection_close(client, 505)
+    assert close.reply_text == ("UNEXPECTED_FRAME - expected method frame, got non method "
+                                "frame instead")
 
 
 def test_second_channel_open_is_channel_error():

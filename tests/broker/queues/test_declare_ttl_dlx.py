@@ -1,8 +1,8 @@
 """queue.declare validation of the TTL and dead-letter arguments (broker/queues/types.py):
 quorum queues take x-message-ttl, x-expires, x-dead-letter-exchange, x-dead-letter-routing-key
-and x-dead-letter-strategy at-most-once; RabbitMQ's refusals for bad values; what is
-not built yet (at-least-once, classic queues' TTLs and dead lettering) is refused
-rather than silently ignored."""
+and x-dead-letter-strategy (at-most-once, at-least-once), classic queues the same but
+the strategy, and x-overflow reject-publish-dlx (classic queues only); RabbitMQ's
+refusals for bad values."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ def test_at_least_once_with_drop_head_falls_back_to_at_most_once_as_rabbitmq():
                          "x-dead-letter-exchange": "dlx"})
 
 
+def test_at_least_once_with_reject_publish_is_accepted():
+    """The guide's "Activating at-least-once dead-lettering": strategy at-least-once,
+    overflow reject-publish and a dead-letter exchange."""
+    spec = declare(**QUORUM, **{"x-dead-letter-strategy": "at-least-once",
+                                "x-overflow": "reject-publish",
+                                "x-dead-letter-exchange": "dlx"})
+    assert spec.overflow == "reject-publish"
+
+
 def test_quorum_queues_accept_message_ttl_and_at_most_once_dead_lettering():
     spec = declare(**QUORUM, **{"x-message-ttl": 0, "x-expires": 1,
                                 "x-dead-letter-exchange": "dlx",
@@ -47,9 +56,6 @@ def test_quorum_queues_accept_message_ttl_and_at_most_once_dead_lettering():
                                 "\"expected integer, got longstr\""),
     ({"x-dead-letter-strategy": "sometimes"},
      f"invalid arg 'x-dead-letter-strategy' for {WHERE}: invalid_dlx_strategy"),
-    ({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"},
-     f"invalid arg 'x-dead-letter-strategy' for {WHERE}: quorumqueue does not support "
-     "at-least-once dead lettering yet (at-most-once is the default)"),
     ({"x-expires": 0}, f"invalid arg 'x-expires' for {WHERE}: {{value_zero,0}}"),
     ({"x-expires": -5}, f"invalid arg 'x-expires' for {WHERE}: {{value_negative,-5}}"),
 ])
@@ -57,10 +63,39 @@ def test_quorum_queue_refusals(arguments, text):
     assert refusal(**QUORUM, **arguments) == f"PRECONDITION_FAILED - {text}"
 
 
-@pytest.mark.parametrize("key", ["x-message-ttl", "x-expires", "x-dead-letter-exchange",
-                                 "x-dead-letter-routing-key"])
-def test_classic_queues_still_refuse_ttl_and_dead_lettering(key):
-    value = 1000 if key in ("x-message-ttl", "x-expires") else "x"
-    assert refusal(**{key: value}) == (
-        f"PRECONDITION_FAILED - invalid arg '{key}' for {WHERE}: quorumqueue does not "
-        "support it yet (it would be silently ignored)")
+def test_classic_queues_accept_ttls_dead_lettering_and_reject_publish_dlx():
+    spec = declare(**{"x-message-ttl": 0, "x-expires": 1, "x-dead-letter-exchange": "dlx",
+                      "x-dead-letter-routing-key": "k", "x-overflow": "reject-publish-dlx",
+                      "x-max-length": 1})
+    assert spec.type == "classic" and spec.overflow == "reject-publish-dlx"
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({"x-message-ttl": -1}, f"invalid arg 'x-message-ttl' for {WHERE}: {{value_negative,-1}}"),
+    ({"x-expires": 0}, f"invalid arg 'x-expires' for {WHERE}: {{value_zero,0}}"),
+    # rabbit_amqqueue's check_dlxrk_arg, on every queue type
+    ({"x-dead-letter-routing-key": "k"},
+     f"invalid arg 'x-dead-letter-routing-key' for {WHERE}: routing_key_but_no_dlx_defined"),
+    ({"x-dead-letter-strategy": "at-most-once"},
+     f"invalid arg 'x-dead-letter-strategy' for {WHERE} of queue type rabbit_classic_queue"),
+])
+def test_classic_queue_refusals(arguments, text):
+    assert refusal(**arguments) == f"PRECONDITION_FAILED - {text}"
+
+
+def test_quorum_queues_refuse_reject_publish_dlx_as_their_guide_says():
+    """The quorum queues guide ("Feature Comparison", "Length Limit"): quorum queues do
+    not support reject-publish-dlx; refused rather than silently made drop-head."""
+    assert refusal(**QUORUM, **{"x-overflow": "reject-publish-dlx"}) == (
+        f"PRECONDITION_FAILED - invalid arg 'x-overflow' for {WHERE}: reject-publish-dlx "
+        "is not supported by quorum queues (classic queues only)")
+    assert refusal(**QUORUM, **{"x-dead-letter-routing-key": "k"}).endswith(
+        "routing_key_but_no_dlx_defined")
+
+
+def test_a_recorded_declaration_an_earlier_build_accepted_is_still_recovered():
+    """Quorum queues took x-dead-letter-routing-key without an exchange before the
+    check came: replaying the metadata (recorded=True) keeps such a queue."""
+    spec = validate_declaration("q", "/", True, False, False,
+                                {**QUORUM, "x-dead-letter-routing-key": "k"}, recorded=True)
+    assert spec.type == "quorum"

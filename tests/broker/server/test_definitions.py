@@ -113,8 +113,10 @@ def test_refusals_name_what_is_wrong(broker):
     assert "vhost '/' already exists" in ctl_error(broker, "add_vhost", "/")
     assert "key 'queue-mode' is not supported by quorumqueue" in ctl_error(
         broker, "set_policy", "ttl", ".*", '{"queue-mode": "lazy"}')
-    assert "key 'message-ttl' applies to quorum queues only" in ctl_error(
-        broker, "set_policy", "ttl", ".*", '{"message-ttl": 60000}')
+    assert "key 'dead-letter-strategy' applies to quorum queues only" in ctl_error(
+        broker, "set_policy", "dls", ".*", '{"dead-letter-strategy": "at-most-once"}')
+    assert "overflow 'reject-publish-dlx' applies to classic queues only" in ctl_error(
+        broker, "set_policy", "dlx", ".*", '{"overflow": "reject-publish-dlx"}')
     assert "not JSON" in ctl_error(broker, "set_policy", "bad", ".*", "{max-length: 1}")
     assert "no policy 'none' in vhost '/'" in ctl_error(broker, "clear_policy", "none")
     name = unique("plain")
@@ -170,17 +172,19 @@ def test_a_policy_changes_a_running_quorum_queue_through_its_log(broker):
     connection.close()
 
 
-def test_a_policys_message_ttl_and_dead_letter_exchange_reach_a_quorum_queue(broker):
+@pytest.mark.parametrize("queue_type", ["quorum", "classic"])
+def test_a_policys_message_ttl_and_dead_letter_exchange_reach_a_queue(broker, queue_type):
     """Policy keys message-ttl, dead-letter-exchange and dead-letter-routing-key (the
-    quorum queues guide, "Policy Support"): a message published after the policy
-    expires with the policy's TTL and is dead-lettered, with reason expired, through
-    the policy's exchange and routing key."""
+    quorum queues guide, "Policy Support"; the TTL and dead letter exchanges guides
+    for classic queues): a message published after the policy expires with the
+    policy's TTL and is dead-lettered, with reason expired, through the policy's
+    exchange and routing key."""
     name = unique("ttlpol")
     connection = connect(broker)
     channel = connection.channel()
-    channel.queue_declare(f"{name}.dead", durable=True, arguments={"x-queue-type": "quorum"})
-    channel.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
-    ctl(broker, "set_policy", "--apply-to", "quorum_queues", f"p-{name}", f"^{name}$",
+    channel.queue_declare(f"{name}.dead", durable=True, arguments={"x-queue-type": queue_type})
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+    ctl(broker, "set_policy", "--apply-to", f"{queue_type}_queues", f"p-{name}", f"^{name}$",
         json.dumps({"message-ttl": 200, "dead-letter-exchange": "",
                     "dead-letter-routing-key": f"{name}.dead"}))
     channel.confirm_delivery()
@@ -238,4 +242,26 @@ def test_users_vhosts_permissions_and_policies_survive_a_restart(fresh_broker):
     while channel.queue_declare("dave-q", passive=True).method.message_count != 5:
         assert time.monotonic() < deadline, "the policy's max-length did not apply"
         time.sleep(0.05)
+    connection.close()
+
+
+def test_a_policys_reject_publish_dlx_nacks_and_dead_letters_on_a_classic_queue(broker):
+    """overflow reject-publish-dlx from a policy (classic queues only, so the policy
+    applies to classic_queues): the publish over max-length is nacked and the message
+    dead-lettered through the policy's dead-letter exchange, reason maxlen."""
+    name = unique("rpdlx")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(f"{name}.dead")
+    channel.queue_declare(name)
+    ctl(broker, "set_policy", "--apply-to", "classic_queues", f"p-{name}", f"^{name}$",
+        json.dumps({"max-length": 1, "overflow": "reject-publish-dlx",
+                    "dead-letter-exchange": "", "dead-letter-routing-key": f"{name}.dead"}))
+    channel.confirm_delivery()
+    channel.basic_publish("", name, b"kept")
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("", name, b"refused")
+    method, properties, body = channel.basic_get(f"{name}.dead", auto_ack=True)
+    assert body == b"refused" and properties.headers["x-death"][0]["reason"] == "maxlen"
+    assert channel.queue_declare(name, passive=True).method.message_count == 1
     connection.close()

@@ -284,20 +284,23 @@ def test_graceful_stop_closes_client_connections_with_320(fresh_broker):
     connection.close()
 
 
+@pytest.mark.parametrize("queue_type", ["quorum", "classic"])
 @pytest.mark.parametrize("kill", RESTARTS)
-def test_message_ttl_counts_from_the_publish_across_a_restart(fresh_broker, kill):
-    """Quorum queue message TTL (the quorum queues guide, "Queue and Per-Message
-    TTL"): the expiry is computed from the time in the message's log entry, so a
-    restart (the log replayed) neither forgets it nor restarts it; the expired
-    message is dead-lettered after the restart with x-death reason expired, and the
-    one with a long TTL stays."""
+def test_message_ttl_counts_from_the_publish_across_a_restart(fresh_broker, kill,
+                                                              queue_type):
+    """Message TTL across a restart: a quorum queue computes the expiry from the time
+    in the message's log entry (the quorum queues guide, "Queue and Per-Message
+    TTL"), a durable classic queue writes it with the persistent message (the message
+    store's ENQUEUE_EXPIRING record), so a restart neither forgets it nor restarts
+    it; the expired message is dead-lettered after the restart with x-death reason
+    expired, and the one with a long TTL stays."""
     import time
 
     connection = connect(fresh_broker)
     channel = confirmed_channel(connection)
-    channel.queue_declare("ttl.dead", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare("ttl.dead", durable=True, arguments={"x-queue-type": queue_type})
     channel.queue_declare("ttl", durable=True, arguments={
-        "x-queue-type": "quorum", "x-message-ttl": 600_000,
+        "x-queue-type": queue_type, "x-message-ttl": 600_000,
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "ttl.dead"})
     channel.basic_publish("", "ttl", b"short", pika.BasicProperties(delivery_mode=2,
                                                                      expiration="1500"))

@@ -184,9 +184,35 @@ def test_compaction_carries_the_delivered_flag_forward(tmp_path):
     assert recovered(tmp_path, 2000) == {Q2: [record(1, b"long-lived", delivered=True)]}
 
 
+def test_a_message_expiry_is_recovered_and_carried_forward_by_compaction(tmp_path):
+    """A message with a TTL is written with its expiry (ENQUEUE_EXPIRING, version 3):
+    recovery gives it back, also after compaction copied it out of a dead segment, so
+    a durable classic queue's TTL keeps counting across a restart; a message
+    without one recovers with none."""
+    store = opened(tmp_path, segment_bytes=2000)
+    store.append_enqueue(Q2, 1, "ex", "rk", b"\x00\x3c-header", b"ttl", expires=1_234_567)
+    enqueue(store, Q2, 2, b"plain")
+    for seq in range(1, 30):
+        enqueue(store, Q1, seq, b"w" * 40)
+    store.flush()  # rotates to segment 2
+    for seq in range(1, 30):
+        store.append_ack(Q1, seq)
+    for seq in range(30, 60):
+        enqueue(store, Q1, seq, b"w" * 40)
+        store.append_ack(Q1, seq)
+    store.flush()
+    assert "00000001.seg" not in segments(tmp_path)
+    store.close()
+    again = MessageStore(str(tmp_path), segment_bytes=2000, fsync=False)
+    messages = again.recover()[Q2]
+    again.close()
+    assert [(m.seq, m.exchange, m.routing_key, m.body, m.expires) for m in messages] == [
+        (1, "ex", "rk", b"ttl", 1_234_567), (2, "amq.direct", "rk-2", b"plain", 0)]
+
+
 def test_a_version_1_store_is_read_and_left_as_it_is(tmp_path):
     """A store written before DELIVERED existed (format version 1, the same records
-    without type 5) recovers; new records go to a new version-2 segment, so the old
+    without type 5) recovers; new records go to a new version-3 segment, so the old
     file's header stays true. An unknown version stops recovery, naming it."""
     store = opened(tmp_path)
     enqueue(store, Q1, 1)
@@ -205,11 +231,11 @@ def test_a_version_1_store_is_read_and_left_as_it_is(tmp_path):
     store.close()
     assert path.read_bytes() == bytes(data)
     assert segments(tmp_path) == ["00000001.seg", "00000002.seg"]
-    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x02"
+    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x03"
     assert recovered(tmp_path) == {Q1: [record(1, delivered=True)]}
-    data[4:6] = (3).to_bytes(2, "big")
+    data[4:6] = (4).to_bytes(2, "big")
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptStoreError, match="unknown format version 3"):
+    with pytest.raises(CorruptStoreError, match="unknown format version 4"):
         MessageStore(str(tmp_path), fsync=False).recover()
 
 

@@ -413,3 +413,25 @@ def test_buffered_writes_do_no_io(tmp_path, monkeypatch):
     store.append(G1, make_entries(G1, 7, 8, term=3))
     monkeypatch.undo()
     assert store.flush() == {G1: 7, G2: 2}
+
+
+def test_roll_over_soon_rolls_over_now_or_once_the_batch_in_flight_is_synced(tmp_path):
+    """roll_over_soon (rabbitmq-queues reclaim_quorum_memory): idle, the WAL rolls over
+    at once (memory tables to segments, memory released); with a sealed batch being
+    written it waits for synced() (a rollover may not run in between), then calls back."""
+    store = LogStore(str(tmp_path), config())
+    store.append(G1, make_entries(G1, 1, 11, size=100))
+    store.flush()
+    done = []
+    assert store.memtable_bytes(G1) > 0
+    store.roll_over_soon(lambda: done.append(store.memtable_bytes(G1)))
+    assert done == [0] and store.segment_paths(G1)
+    store.append(G1, make_entries(G1, 11, 21, size=100))
+    batch = store.seal()
+    store.roll_over_soon(lambda: done.append(store.memtable_bytes(G1)))
+    assert done == [0]                                    # waits for the batch
+    batch.write()
+    assert store.synced(batch) == {G1: 20}
+    assert done == [0, 0]
+    assert [e[0] for e in log_of(store, G1)] == list(range(1, 21))
+    store.close()

@@ -1,0 +1,248 @@
+"""The management HTTP API's server: aiohttp on the broker's own event loop.
+
+Responsibilities: listen on `management.tcp.ip`:`management.tcp.port` (loopback
+and 15672 by default, as RabbitMQ's management plugin), authenticate every /api
+request (access.py), find its handler in ROUTES, and turn what handlers raise into
+RabbitMQ's error bodies: `{"error": ..., "reason": ...}` with 400, 401, 404 or 405.
+
+How it works: aiohttp's AppRunner and TCPSite run in the broker process, on the
+loop the AMQP server runs on, so handlers read the node directly and changes go
+through the same node and metadata path as AMQP clients (direct.py, node/management).
+Routing is by path segments taken from the raw path and unquoted one by one, so a
+vhost named `/` is `%2F` in a URL as RabbitMQ expects (a router over the decoded
+path would see an extra `/`). List answers take RabbitMQ's query parameters
+(listing.py: columns, sort, pagination with a name filter).
+
+The shell it needs (`shell`, the BrokerServer): `node`, `settings`, `port` (AMQP),
+`pass_time()`, `schedule_flush()`, `attach_direct(session, link)`,
+`detach_direct(session)`, `client_connections()` and the alarm limits.
+
+Not here: the JSON shapes (rows.py), endpoint logic (views.py, changes.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Callable
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError
+from . import listing
+from .access import Refused, authenticate
+from .direct import DirectError
+
+log = logging.getLogger("quorumqueue.broker")
+
+Handler = Callable[..., Awaitable[Any]]
+# (method, path pattern as segments; "{x}" captures one, "{x*}" the rest) -> handler
+ROUTES: list[tuple[str, tuple[str, ...], Handler]] = []
+
+
+def route(method: str, path: str):
+    def register(handler: Handler) -> Handler:
+        ROUTES.append((method, tuple(path.strip("/").split("/")), handler))
+        return handler
+    return register
+
+
+class Answer:
+    """A handler's answer other than a JSON 200: a status and an optional body."""
+
+    def __init__(self, status: int, body: Any = None, headers: dict | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+class Request:
+    """What a handler gets: the user, the path captures, the query and the body."""
+
+    def __init__(self, api: "ManagementAPI", http: web.Request, user, password: str,
+                 captures: dict[str, str]) -> None:
+        self.api = api
+        self.node = api.shell.node
+        self.http = http
+        self.user = user
+        self.password = password
+        self.captures = captures
+        self.query = http.query
+        self.peer_host = _peer_host(http)
+
+    async def json(self) -> dict:
+        raw = await self.http.read()
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError as error:
+            raise bad_request(f"not JSON: {error}") from None
+        if not isinstance(value, dict):
+            raise bad_request("the body must be a JSON object")
+        return value
+
+
+def bad_request(reason: str) -> Refused:
+    return Refused("bad_request", reason, 400)
+
+
+def not_found() -> Refused:
+    return Refused("Object Not Found", "Not Found", 404)
+
+
+def refusal_of(error: AMQPError | DirectError) -> Refused:
+    """An AMQP refusal as RabbitMQ's API shows it (rabbit_mgmt_util:with_channel)."""
+    code = error.code
+    text = error.reply_text if isinstance(error, AMQPError) else error.text
+    name, separator, detail = text.partition(" - ")
+    detail = detail if separator else text
+    if code == spec.NOT_FOUND:
+        return Refused("not_found", detail, 404)
+    if code == spec.ACCESS_REFUSED:
+        return Refused("not_authorised", detail, 401)
+    return bad_request(detail)
+
+
+def _peer_host(http: web.Request) -> str:
+    peer = http.transport.get_extra_info("peername") if http.transport else None
+    return peer[0] if peer else "?"
+
+
+def _segments(raw_path: str) -> list[str]:
+    return [unquote(part) for part in raw_path.split("?")[0].strip("/").split("/")]
+
+
+def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    captures: dict[str, str] = {}
+    for position, part in enumerate(pattern):
+        if part.endswith("*}"):
+            captures[part[1:-2]] = "/".join(segments[position:])
+            return captures
+        if position >= len(segments):
+            return None
+        if part.startswith("{"):
+            captures[part[1:-1]] = segments[position]
+        elif part != segments[position]:
+            return None
+    return captures if len(segments) == len(pattern) else None
+
+
+def _json_response(status: int, body: Any, headers: dict | None = None) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body), headers=headers,
+                        content_type="application/json")
+
+
+class ManagementAPI:
+    """The HTTP listener (start/stop) and the request dispatcher."""
+
+    def __init__(self, shell) -> None:
+        from . import admin, changes, views  # noqa: F401 - their @route handlers register
+
+        self.shell = shell
+        settings = shell.settings
+        self.host = settings.management_ip
+        self.port = settings.management_port
+        self._runner: web.AppRunner | None = None
+        from .rates import Rates
+
+        self.rates = Rates(shell.node, settings.statistics_interval_ms / 1000,
+                           shell.schedule_flush)
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=settings_max_body(self.shell.settings))
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        # shutdown_timeout: requests still running when the broker stops get 5 s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("Management plugin: HTTP (non-TLS) listener started on %s:%d",
+                 self.host, self.port)
+        self.rates.start()
+
+    async def stop(self) -> None:
+        await self.rates.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def later(self, start: Callable[[Callable[[Any], None]], None],
+                    timeout: float = 60.0) -> Any:
+        """Run `start(done)` (a node operation answering through a callback once log
+        entries are applied) and wait for `done`'s value."""
+        future = asyncio.get_running_loop().create_future()
+
+        def done(value) -> None:
+            if not future.done():
+                future.set_result(value)
+
+        start(done)
+        self.shell.schedule_flush()
+        return await asyncio.wait_for(future, timeout)
+
+    async def _dispatch(self, http: web.Request) -> web.StreamResponse:
+        segments = _segments(http.raw_path)
+        if not segments or segments[0] != "api":
+            if http.path in ("", "/"):
+                return web.Response(text="quorumqueue management API: see /api/overview\n")
+            return _json_response(404, {"error": "Object Not Found", "reason": "Not Found"})
+        allowed = []
+        for method, pattern, handler in ROUTES:
+            captures = _match(pattern, segments)
+            if captures is None:
+                continue
+            if method != http.method:
+                allowed.append(method)
+                continue
+            return await self._run(http, handler, captures)
+        if allowed:
+            return _json_response(405, {"error": "Method Not Allowed",
+                                        "reason": "Method Not Allowed"},
+                                  {"Allow": ", ".join(sorted(set(allowed)))})
+        return _json_response(404, {"error": "Object Not Found", "reason": "Not Found"})
+
+    async def _run(self, http: web.Request, handler: Handler,
+                   captures: dict) -> web.StreamResponse:
+        try:
+            user, password = authenticate(self.shell.node, http.headers.get("Authorization"),
+                                          _peer_host(http))
+            request = Request(self, http, user, password, captures)
+            self.rates.used()
+            body = await handler(request)
+        except Refused as refusal:
+            headers = ({"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
+                       if refusal.status == 401 else None)
+            return _json_response(refusal.status, {"error": refusal.error,
+                                                   "reason": refusal.reason}, headers)
+        except (AMQPError, DirectError) as error:
+            refusal = refusal_of(error)
+            return _json_response(refusal.status, {"error": refusal.error,
+                                                   "reason": refusal.reason})
+        except asyncio.TimeoutError:
+            return _json_response(500, {"error": "timeout",
+                                        "reason": "the node did not answer in time"})
+        if isinstance(body, Answer):
+            if body.body is None:
+                return web.Response(status=body.status, headers=body.headers)
+            return _json_response(body.status, body.body, body.headers)
+        try:
+            body = listing.shape(body, http.query)
+        except Refused as refusal:
+            return _json_response(refusal.status, {"error": refusal.error,
+                                                   "reason": refusal.reason})
+        return _json_response(200, body)
+
+
+def settings_max_body(settings) -> int:
+    # a publish carries a message; leave room for base64 and the JSON around it
+    return settings.max_message_size * 2 + 1024 * 1024
+
+

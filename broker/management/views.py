@@ -1,0 +1,583 @@
+"""The management API's read endpoints (GET), RabbitMQ 3.10's paths and fields.
+
+Responsibilities: overview, nodes, connections, channels, consumers, queues,
+exchanges, bindings, vhosts, users, permissions, policies, operator policies,
+whoami, extensions, health checks and the definitions export. Each handler checks
+the caller's tag (access.py), reads the node and returns rows (rows.py).
+
+How it works: a queue's counts come through the queue-type interface's
+`stats_later`, which asks the member that serves a quorum queue when this node holds
+no replica, so every node of a cluster answers the same for the same queue.
+
+Not here: changes (changes.py), HTTP plumbing (app.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from . import rows
+from .access import has, login_vhosts, require, require_vhost, visible_vhosts
+from .app import Answer, Request, not_found, route
+
+# ---------------------------------------------------------------- helpers
+
+
+def _vhost_names(request: Request) -> list[str]:
+    """The vhost in the URL (checked), else every vhost the user logs in to."""
+    vhost = request.captures.get("vhost")
+    if vhost is not None:
+        require_vhost(request.node, request.user, vhost)
+        return [vhost]
+    return login_vhosts(request.node, request.user)
+
+
+async def queue_rows(request: Request, vhosts: list[str], name: str | None = None) -> list:
+    node = request.node
+    queues = [queue for vhost in vhosts
+              for queue in sorted(node.vhosts[vhost].queues.values(), key=lambda q: q.name)
+              if name is None or queue.name == name]
+    if not queues:
+        return []
+    found: list = [None] * len(queues)
+    waiting = [len(queues)]
+
+    def start(done) -> None:
+        for position, queue in enumerate(queues):
+            queue.stats_later(node.name, lambda stats, position=position: counted(
+                position, stats, done))
+
+    def counted(position: int, stats: dict, done) -> None:
+        found[position] = stats
+        waiting[0] -= 1
+        if not waiting[0]:
+            done(found)
+
+    stats = await request.api.later(start)
+    online = [name for name in node.cluster.nodes if node.cluster.reachable(name)]
+    rates = request.api.rates
+    return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name)}
+            for queue, row in zip(queues, stats)]
+
+
+def _sessions(request: Request):
+    """(session, peer, local) of the client connections this user may see."""
+    everyone = has(request.user, "monitoring")
+    for session, peer, local in request.api.shell.client_connections():
+        if session.user is None or session.vhost is None:
+            continue
+        if everyone or session.user.name == request.user.name:
+            yield session, peer, local
+
+
+# ---------------------------------------------------------------- overview, nodes
+
+
+@route("GET", "/api/overview")
+async def overview(request: Request):
+    node = request.node
+    shell = request.api.shell
+    all_rows = await queue_rows(request, login_vhosts(node, request.user))
+    totals = {key: sum(row[key] for row in all_rows)
+              for key in ("messages", "messages_ready", "messages_unacknowledged")}
+    if all_rows and all("messages_details" in row for row in all_rows):
+        totals.update({f"{key}_details": {"rate": round(sum(
+            row[f"{key}_details"]["rate"] for row in all_rows), 1)}
+            for key in ("messages", "messages_ready", "messages_unacknowledged")})
+    sessions = list(_sessions(request))
+    vhosts = login_vhosts(node, request.user)
+    object_totals = {
+        "connections": len(sessions),
+        "channels": sum(len(session.channels) for session, _, _ in sessions),
+        "consumers": sum(len(queue.consumers) for name in vhosts
+                         for queue in node.vhosts[name].queues.values()),
+        "exchanges": sum(len(node.vhosts[name].exchanges) for name in vhosts),
+        "queues": len(all_rows),
+    }
+    listeners = [{"node": node.name, "protocol": "amqp",
+                  "ip_address": node.settings.host, "port": shell.port},
+                 {"node": node.name, "protocol": "http",
+                  "ip_address": request.api.host, "port": request.api.port}]
+    if node.cluster.transport is not None:
+        host, port = node.cluster.addresses[node.name]
+        listeners.append({"node": node.name, "protocol": "clustering",
+                          "ip_address": host, "port": port})
+    return rows.overview(node, request.user, listeners, totals, object_totals)
+
+
+def _node_rows(request: Request) -> list[dict]:
+    node, shell = request.node, request.api.shell
+    free = shutil.disk_usage(node.settings.data_dir).free
+    result = []
+    for name in node.cluster.nodes:
+        result.append(rows.node_row(node, shell.memory_used(), shell.memory_limit(), free,
+                                    shell.disk_free_limit(), name,
+                                    node.cluster.reachable(name)))
+    return result
+
+
+@route("GET", "/api/nodes")
+async def nodes(request: Request):
+    require(request.user, "monitoring")
+    return _node_rows(request)
+
+
+@route("GET", "/api/nodes/{name}")
+async def one_node(request: Request):
+    require(request.user, "monitoring")
+    for row in _node_rows(request):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()
+
+
+@route("GET", "/api/cluster-name")
+async def cluster_name(request: Request):
+    return {"name": request.node.settings.cluster_name}
+
+
+@route("GET", "/api/whoami")
+async def whoami(request: Request):
+    return {"name": request.user.name, "tags": list(request.user.tags)}
+
+
+@route("GET", "/api/extensions")
+async def extensions(request: Request):
+    return []  # no UI extensions (RabbitMQ lists its plugins' dispatcher.js files)
+
+
+# ---------------------------------------------------------------- connections
+
+
+def _connection_rows(request: Request) -> list[dict]:
+    return [rows.connection_row(request.node, session, peer, local)
+            for session, peer, local in _sessions(request)]
+
+
+@route("GET", "/api/connections")
+async def connections(request: Request):
+    return _connection_rows(request)
+
+
+@route("GET", "/api/vhosts/{vhost}/connections")
+async def vhost_connections(request: Request):
+    require_vhost(request.node, request.user, request.captures["vhost"])
+    return [row for row in _connection_rows(request)
+            if row["vhost"] == request.captures["vhost"]]
+
+
+@route("GET", "/api/connections/{name}")
+async def one_connection(request: Request):
+    for row in _connection_rows(request):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()
+
+
+def _channel_rows(request: Request) -> list[dict]:
+    result = []
+    for session, peer, local in _sessions(request):
+        name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        for number in sorted(session.channels):
+            result.append(rows.channel_row(request.node, session, session.channels[number],
+                                           name, peer))
+    return result
+
+
+@route("GET", "/api/channels")
+async def channels(request: Request):
+    return _channel_rows(request)
+
+
+@route("GET", "/api/connections/{name}/channels")
+async def connection_channels(request: Request):
+    return [row for row in _channel_rows(request)
+            if row["connection_details"]["name"] == request.captures["name"]]
+
+
+def _consumer_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    result = []
+    for session, peer, local in request.api.shell.client_connections():
+        if session.vhost is None or session.vhost.name not in vhosts:
+            continue
+        name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        for number in sorted(session.channels):
+            channel = session.channels[number]
+            for consumer in channel.consumers.values():
+                if consumer.queue is None:
+                    continue  # direct reply-to's pseudo consumer
+                result.append(rows.consumer_row(request.node, consumer, f"{name} ({number})",
+                                                name, peer))
+    return result
+
+
+@route("GET", "/api/consumers")
+async def consumers(request: Request):
+    return _consumer_rows(request, login_vhosts(request.node, request.user))
+
+
+@route("GET", "/api/consumers/{vhost}")
+async def vhost_consumers(request: Request):
+    return _consumer_rows(request, _vhost_names(request))
+
+
+# ---------------------------------------------------------------- queues
+
+
+@route("GET", "/api/queues")
+async def queues(request: Request):
+    return await queue_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/queues/{vhost}")
+async def vhost_queues(request: Request):
+    return await queue_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/queues/{vhost}/{name}")
+async def one_queue(request: Request):
+    found = await queue_rows(request, _vhost_names(request), request.captures["name"])
+    if not found:
+        raise not_found()
+    row = found[0]
+    queue = request.node.vhosts[row["vhost"]].queues[row["name"]]
+    row["consumer_details"] = [consumer for consumer in _consumer_rows(request, [row["vhost"]])
+                               if consumer["queue"]["name"] == queue.name]
+    row["incoming"], row["deliveries"] = [], []
+    return row
+
+
+@route("GET", "/api/queues/{vhost}/{name}/bindings")
+async def queue_bindings(request: Request):
+    vhost = _vhost_names(request)[0]
+    name = request.captures["name"]
+    if name not in request.node.vhosts[vhost].queues:
+        raise not_found()
+    return [row for row in rows.binding_rows(request.node.vhosts[vhost])
+            if row["destination_type"] == "queue" and row["destination"] == name]
+
+
+# ---------------------------------------------------------------- exchanges
+
+
+def _exchange_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    node = request.node
+    return [rows.exchange_row(node, name, exchange) for name in vhosts
+            for _key, exchange in sorted(node.vhosts[name].exchanges.items())]
+
+
+@route("GET", "/api/exchanges")
+async def exchanges(request: Request):
+    return _exchange_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/exchanges/{vhost}")
+async def vhost_exchanges(request: Request):
+    return _exchange_rows(request, _vhost_names(request))
+
+
+def _exchange(request: Request):
+    vhost = _vhost_names(request)[0]
+    name = request.captures["name"]
+    name = "" if name == "amq.default" else name
+    exchange = request.node.vhosts[vhost].exchanges.get(name)
+    if exchange is None:
+        raise not_found()
+    return vhost, exchange
+
+
+@route("GET", "/api/exchanges/{vhost}/{name}")
+async def one_exchange(request: Request):
+    vhost, exchange = _exchange(request)
+    row = rows.exchange_row(request.node, vhost, exchange)
+    row["incoming"], row["outgoing"] = [], []
+    return row
+
+
+@route("GET", "/api/exchanges/{vhost}/{name}/bindings/source")
+async def exchange_source_bindings(request: Request):
+    vhost, exchange = _exchange(request)
+    return [row for row in rows.binding_rows(request.node.vhosts[vhost])
+            if row["source"] == exchange.name]
+
+
+@route("GET", "/api/exchanges/{vhost}/{name}/bindings/destination")
+async def exchange_destination_bindings(request: Request):
+    vhost, exchange = _exchange(request)
+    return [row for row in rows.binding_rows(request.node.vhosts[vhost])
+            if row["destination_type"] == "exchange" and row["destination"] == exchange.name]
+
+
+# ---------------------------------------------------------------- bindings
+
+
+def _binding_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    return [row for name in vhosts for row in rows.binding_rows(request.node.vhosts[name])]
+
+
+@route("GET", "/api/bindings")
+async def bindings(request: Request):
+    return _binding_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/bindings/{vhost}")
+async def vhost_bindings(request: Request):
+    return _binding_rows(request, _vhost_names(request))
+
+
+def between(request: Request) -> list[dict]:
+    """The bindings from exchange `source` to `destination` (kind "q" or "e")."""
+    vhost = _vhost_names(request)[0]
+    captures = request.captures
+    kind = {"q": "queue", "e": "exchange"}.get(captures["kind"])
+    node_vhost = request.node.vhosts[vhost]
+    if kind is None or captures["source"] not in node_vhost.exchanges:
+        raise not_found()
+    if kind == "queue" and captures["destination"] not in node_vhost.queues:
+        raise not_found()
+    if kind == "exchange" and captures["destination"] not in node_vhost.exchanges:
+        raise not_found()
+    return [row for row in rows.binding_rows(node_vhost)
+            if row["source"] == captures["source"] and row["destination_type"] == kind
+            and row["destination"] == captures["destination"]]
+
+
+@route("GET", "/api/bindings/{vhost}/e/{source}/{kind}/{destination}")
+async def bindings_between(request: Request):
+    return between(request)
+
+
+@route("GET", "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}")
+async def one_binding(request: Request):
+    for row in between(request):
+        if row["properties_key"] == request.captures["props"]:
+            return row
+    raise not_found()
+
+
+# ---------------------------------------------------------------- vhosts, users
+
+
+async def _vhost_rows(request: Request, names: list[str]) -> list[dict]:
+    node = request.node
+    result = []
+    for name in names:
+        counts = None
+        if name in node.vhosts and name in request.user.permissions:
+            found = await queue_rows(request, [name])
+            counts = {key: sum(row[key] for row in found)
+                      for key in ("messages", "messages_ready", "messages_unacknowledged")}
+        result.append(rows.vhost_row(node, name, counts))
+    return result
+
+
+@route("GET", "/api/vhosts")
+async def vhosts(request: Request):
+    return await _vhost_rows(request, visible_vhosts(request.node, request.user))
+
+
+@route("GET", "/api/vhosts/{vhost}")
+async def one_vhost(request: Request):
+    name = request.captures["vhost"]
+    if name not in visible_vhosts(request.node, request.user):
+        raise not_found()
+    return (await _vhost_rows(request, [name]))[0]
+
+
+@route("GET", "/api/users")
+async def users(request: Request):
+    require(request.user, "administrator")
+    return [rows.user_row(user) for _name, user in sorted(request.node.users.users.items())]
+
+
+@route("GET", "/api/users/{name}")
+async def one_user(request: Request):
+    require(request.user, "administrator")
+    user = request.node.users.users.get(request.captures["name"])
+    if user is None:
+        raise not_found()
+    return rows.user_row(user)
+
+
+def _permission_rows(request: Request, vhost: str | None = None,
+                     user: str | None = None) -> list[dict]:
+    return [rows.permission_row(account.name, name, rights)
+            for _key, account in sorted(request.node.users.users.items())
+            if user is None or account.name == user
+            for name, rights in sorted(account.permissions.items())
+            if vhost is None or name == vhost]
+
+
+@route("GET", "/api/permissions")
+async def permissions(request: Request):
+    require(request.user, "administrator")
+    return _permission_rows(request)
+
+
+@route("GET", "/api/permissions/{vhost}/{user}")
+async def one_permission(request: Request):
+    require(request.user, "administrator")
+    found = _permission_rows(request, request.captures["vhost"], request.captures["user"])
+    if not found:
+        raise not_found()
+    return found[0]
+
+
+@route("GET", "/api/vhosts/{vhost}/permissions")
+async def vhost_permissions(request: Request):
+    require(request.user, "administrator")
+    require_vhost(request.node, request.user, request.captures["vhost"])
+    return _permission_rows(request, vhost=request.captures["vhost"])
+
+
+@route("GET", "/api/users/{name}/permissions")
+async def user_permissions(request: Request):
+    require(request.user, "administrator")
+    if request.captures["name"] not in request.node.users.users:
+        raise not_found()
+    return _permission_rows(request, user=request.captures["name"])
+
+
+# ---------------------------------------------------------------- policies
+
+
+def _policy_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    node = request.node
+    return [rows.policy_row(policy) for name in vhosts
+            for _key, policy in sorted(node.policies.get(name, {}).items())]
+
+
+@route("GET", "/api/policies")
+async def policies(request: Request):
+    return _policy_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/policies/{vhost}")
+async def vhost_policies(request: Request):
+    return _policy_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/policies/{vhost}/{name}")
+async def one_policy(request: Request):
+    for row in _policy_rows(request, _vhost_names(request)):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()
+
+
+@route("GET", "/api/operator-policies")
+async def operator_policies(request: Request):
+    require(request.user, "administrator")
+    return []  # quorumqueue has no operator policies (yet): none can exist
+
+
+@route("GET", "/api/operator-policies/{vhost}")
+async def vhost_operator_policies(request: Request):
+    require(request.user, "administrator")
+    _vhost_names(request)
+    return []
+
+
+# ---------------------------------------------------------------- health checks
+
+
+def _alarm_answer(request: Request, alarms: list[dict]):
+    if not alarms:
+        return {"status": "ok"}
+    return Answer(503, {"status": "failed",
+                        "reason": "resource alarm(s) in effect in the cluster",
+                        "alarms": alarms})
+
+
+@route("GET", "/api/health/checks/alarms")
+async def health_alarms(request: Request):
+    # this node's alarms: other nodes' are not gossiped (broker/README.md, "Resource
+    # alarms": an alarm blocks the publishers of its own node only)
+    return _alarm_answer(request, [{"node": request.node.name, "resource": resource}
+                                   for resource in sorted(request.node.alarms)])
+
+
+@route("GET", "/api/health/checks/local-alarms")
+async def health_local_alarms(request: Request):
+    answer = _alarm_answer(request, [{"node": request.node.name, "resource": resource}
+                                     for resource in sorted(request.node.alarms)])
+    if isinstance(answer, Answer):
+        answer.body["reason"] = "resource alarm(s) in effect on the node"
+    return answer
+
+
+@route("GET", "/api/health/checks/node-is-quorum-critical")
+async def health_quorum_critical(request: Request):
+    node = request.node
+    cluster = node.cluster
+    if len(cluster.nodes) <= 1:
+        return {"status": "ok", "reason": "single node cluster"}
+    critical = []
+    for vhost in node.vhosts.values():
+        for queue in vhost.queues.values():
+            members = queue.metadata_record().get("members")
+            if not members or node.name not in members:
+                continue
+            online = [m for m in members if m != node.name and cluster.reachable(m)]
+            if len(online) < len(members) // 2 + 1:
+                critical.append({"name": queue.name, "virtual_host": vhost.name,
+                                 "readable_name": f"queue '{queue.name}' in vhost "
+                                                  f"'{vhost.name}'", "type": "quorum"})
+    if critical:
+        return Answer(503, {"status": "failed",
+                            "reason": "There are quorum queues that would lose their "
+                                      "quorum if the target node is shut down",
+                            "queues": critical})
+    return {"status": "ok"}
+
+
+@route("GET", "/api/health/checks/port-listener/{port}")
+async def health_port_listener(request: Request):
+    try:
+        port = int(request.captures["port"])
+    except ValueError:
+        raise not_found() from None
+    ports = [request.api.port, request.api.shell.port]
+    if request.node.cluster.transport is not None:
+        ports.append(request.node.cluster.addresses[request.node.name][1])
+    if port in ports:
+        return {"status": "ok", "port": port}
+    return Answer(503, {"status": "failed", "reason": "No active listener",
+                        "missing": port, "ports": ports})
+
+
+@route("GET", "/api/health/checks/virtual-hosts")
+async def health_virtual_hosts(request: Request):
+    return {"status": "ok"}  # every vhost is served by the node's one process
+
+
+# ---------------------------------------------------------------- definitions
+
+
+@route("GET", "/api/definitions")
+async def definitions(request: Request):
+    """The node's definitions in RabbitMQ's export format: the same document as
+    `quorumqueue ctl export_definitions` (broker/node/definitions_json.py)."""
+    require(request.user, "administrator")
+    from .changes import operation
+
+    return await operation(request, "definitions.export")
+
+
+@route("POST", "/api/definitions")
+async def post_definitions(request: Request):
+    """RabbitMQ's import: the whole document is checked first and nothing is applied
+    if any of it is refused (a 400 naming the item), as `ctl import_definitions`."""
+    require(request.user, "administrator")
+    from .changes import operation
+
+    await operation(request, "definitions.import", definitions=await request.json())
+    return Answer(204)
+
+
+@route("GET", "/api/definitions/{vhost}")
+async def vhost_definitions(request: Request):
+    require(request.user, "administrator")
+    from .changes import operation
+
+    return await operation(request, "definitions.export", vhost=_vhost_names(request)[0])

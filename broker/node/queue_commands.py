@@ -1,0 +1,181 @@
+"""Management RPC operations behind rabbitmq-queues' observability commands
+(`quorumqueue queues quorum_status | check_if_node_is_quorum_critical | peek |
+reclaim_quorum_memory`; the CLI is broker/cli.py).
+
+Operations (request fields -> result):
+  queues.quorum_status  {vhost, name}  -> {node (this one), members: [row per member,
+        sorted by node: Node Name, Raft State, Membership, Last Log Index, Last
+        Written, Last Applied, Commit Index, Snapshot Index, Term]}; an unreachable
+        member: Raft State "noproc", the rest empty (cluster/replica_rpc.py)
+  queues.quorum_critical {}            -> {node, single_node, queues: [{vhost, name,
+        readable_name}]}: the quorum queues with a member on this node whose running
+        members are no more than a majority (stopping this node would lose it)
+  queues.peek  {vhost, name, position} -> {node, message: [[key, value], ...]}
+        (queues/peeked.py)
+  queues.reclaim_quorum_memory {vhost, name} -> [{node, before, after} | {node,
+        error}]: every member's node rolls its write-ahead log over
+Errors carry RabbitMQ's texts (rabbitmq-queues 3.10.8 and 4.x) after the reply-code
+name, e.g. `NOT_FOUND - Target queue was not found in virtual host '/'`.
+All need a user tagged `administrator`.
+
+A member counts as running for quorum_critical when it is this node's own replica
+(present and started) or on a node this node heard from within
+cluster.REACHABLE_WITHIN; RabbitMQ asks each running node for its members' Raft
+states, which also catches a replica that crashed on a running node.
+
+Not here: asking the members (cluster/replica_rpc.py), a member's row
+(QuorumQueue.member_status) and a peeked message's rows (queues/peeked.py), the
+banners and exit codes (broker/cli.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..amqp import spec
+from ..amqp.errors import AMQPError, not_found
+from .management import Later, _require_administrator, _vhost
+
+
+def _quorum_queue(node, session, request, missing: str | None, classic: str):
+    """The quorum queue asked for; `missing`: RabbitMQ's text when it does not exist
+    (None: ours), `classic`: its text for a classic queue."""
+    _require_administrator(session)
+    vhost = _vhost(node, session, request.get("vhost") or "/")
+    queue = vhost.queues.get(request["name"])
+    if queue is None:
+        if missing is None:
+            raise not_found("queue", request["name"], vhost.name)
+        raise AMQPError(spec.NOT_FOUND, missing.format(vhost=vhost.name))
+    if queue.type_name != "quorum":
+        raise AMQPError(spec.PRECONDITION_FAILED, classic)
+    return queue
+
+
+def _members(queue) -> list[str]:
+    return sorted(queue.raft.members if queue.raft is not None else queue.members)
+
+
+def _gather(node, queue, op: str, args: dict, shape: Callable[[str, Any], Any]):
+    """Ask every member for `op`; the answers, shaped, in member order."""
+    from ..cluster import replica_rpc
+
+    members = _members(queue)
+
+    def start(done) -> None:
+        answers: list = [None] * len(members)
+        waiting = [len(members)]
+
+        def answered(position: int, answer) -> None:
+            answers[position] = shape(members[position], answer)
+            waiting[0] -= 1
+            if not waiting[0]:
+                done(answers)
+
+        for position, member in enumerate(members):
+            replica_rpc.ask(node.cluster, member, queue.group, op, args,
+                            lambda answer, position=position: answered(position, answer))
+
+    return Later(start)
+
+
+def _quorum_status(node, session, request):
+    from ..cluster.replica_rpc import noproc
+
+    queue = _quorum_queue(node, session, request, None,
+                          "Cannot get quorum status of a classic queue")
+    gathered = _gather(node, queue, "status", {},
+                       lambda member, answer: answer if answer is not None
+                       else noproc(member))
+    return Later(lambda done: gathered.start(
+        lambda rows: done({"node": node.cluster.name, "members": rows})))
+
+
+def _reclaim(node, session, request):
+    queue = _quorum_queue(node, session, request,
+                          "Target queue was not found in virtual host '{vhost}'",
+                          "This operation is not applicable to classic queues")
+    return _gather(node, queue, "reclaim", {},
+                   lambda member, answer: answer if answer is not None
+                   else {"node": member, "error": "noproc"})
+
+
+NO_MESSAGE = "Target queue does not have a message at that position"
+BAD_POSITION = "position value must be a positive integer"
+
+
+def _peek(node, session, request):
+    from ..cluster import replica_rpc
+
+    position = request.get("position")
+    if isinstance(position, bool) or not isinstance(position, int) or position < 1:
+        raise AMQPError(spec.PRECONDITION_FAILED, BAD_POSITION)
+    queue = _quorum_queue(node, session, request,
+                          "Target queue was not found in virtual host '{vhost}'",
+                          "Cannot peek into a classic queue")
+    cluster = node.cluster
+    # only the leader answers (RabbitMQ asks it too); a node with no replica may not
+    # have heard who leads: it asks the members in turn (the others decline)
+    leader = queue.leader_id
+    if leader is not None:
+        candidates = [leader]
+    elif queue.raft is None:
+        candidates = [m for m in _members(queue) if cluster.reachable(m)]
+    else:
+        candidates = []  # this member knows of no leader: none is elected
+
+    def start(done) -> None:
+        def answered(answer) -> None:
+            if answer is None:
+                done(AMQPError(spec.INTERNAL_ERROR, f"queue '{queue.name}' in vhost "
+                               f"'{queue.vhost}' has no leader that answered within "
+                               f"{replica_rpc.REPLY_TIMEOUT:g} s (none elected, or "
+                               "not reachable)"))
+            elif answer["message"] is None:
+                done(AMQPError(spec.NOT_FOUND, NO_MESSAGE))
+            else:
+                done({"node": cluster.name, "message": answer["message"]})
+
+        def ask(remaining: list[str]) -> None:
+            if not remaining:
+                answered(None)
+                return
+            replica_rpc.ask(cluster, remaining[0], queue.group, "peek",
+                            {"position": position},
+                            lambda answer: answered(answer) if answer is not None
+                            else ask(remaining[1:]))
+
+        ask(candidates)
+
+    return Later(start)
+
+
+def _quorum_critical(node, session, request) -> dict:
+    _require_administrator(session)
+    cluster = node.cluster
+    me = cluster.name
+    critical = []
+    for vhost_name in sorted(node.vhosts):
+        vhost = node.vhost(vhost_name)
+        for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
+            if queue.type_name != "quorum":
+                continue
+            members = _members(queue)
+            if me not in members:
+                continue  # RabbitMQ checks the node's local quorum queues
+            local = node.quorum.queues.get(queue.group)
+            here = local is not None and local.raft is not None and not local.deleted
+            running = [m for m in members if (here if m == me else cluster.reachable(m))]
+            if len(running) <= len(members) // 2 + 1:
+                critical.append({"vhost": vhost.name, "name": queue.name,
+                                 "readable_name": f"queue '{queue.name}' in vhost "
+                                                  f"'{vhost.name}'"})
+    return {"node": me, "single_node": len(cluster.nodes) == 1, "queues": critical}
+
+
+OPERATIONS: dict[str, Callable[..., Any]] = {
+    "queues.quorum_status": _quorum_status,
+    "queues.quorum_critical": _quorum_critical,
+    "queues.peek": _peek,
+    "queues.reclaim_quorum_memory": _reclaim,
+}
