@@ -476,12 +476,32 @@ async def delete_policy(request: Request):
 
 @route("PUT", "/api/operator-policies/{vhost}/{name}")
 async def put_operator_policy(request: Request):
+    """rabbitmqctl set_operator_policy over HTTP (node/operator_policies.py): the
+    body of a policy; keys an operator policy may not set are refused."""
     require(request.user, "administrator")
-    raise bad_request("operator policies are not implemented by quorumqueue: use a "
-                      "policy (/api/policies)")
+    vhost, name = request.captures["vhost"], request.captures["name"]
+    require_vhost(request.node, request.user, vhost)
+    body = await request.json()
+    for key in ("pattern", "definition"):
+        if key not in body:
+            raise bad_request(f"[{{key_missing,{key}}}]")
+    try:
+        priority = int(body.get("priority", 0) or 0)
+    except (TypeError, ValueError):
+        raise bad_request("priority: expected an integer") from None
+    existed = name in request.node.operator_policies.get(vhost, {})
+    await operation(request, "operator_policies.set", vhost=vhost, name=name,
+                    pattern=body["pattern"], definition=body["definition"],
+                    priority=priority, apply_to=body.get("apply-to") or "all")
+    return Answer(204 if existed else 201)
 
 
 @route("DELETE", "/api/operator-policies/{vhost}/{name}")
 async def delete_operator_policy(request: Request):
     require(request.user, "administrator")
-    raise not_found()
+    vhost, name = request.captures["vhost"], request.captures["name"]
+    require_vhost(request.node, request.user, vhost)
+    if name not in request.node.operator_policies.get(vhost, {}):
+        raise not_found()
+    await operation(request, "operator_policies.clear", vhost=vhost, name=name)
+    return Answer(204)

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
+from ..node.operator_policies import merged_definition
 from ..routing.exchanges import EXCHANGE_TYPES, QUEUE
 
 MANAGEMENT_VERSION = "3.10.8"  # the RabbitMQ release whose API this one follows
@@ -75,7 +76,9 @@ def exchange_types() -> list[dict]:
 
 def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
     """A queue as /api/queues lists it; `stats` from queue.stats/stats_later."""
-    policy = node.policy_for(queue.vhost, queue.type_name, queue.name)
+    # the policy and the operator policy that apply, and their merged definition
+    # (node/operator_policies.py), as rabbitmqctl list_queues shows them
+    policy, operator = node.policies_for(queue.vhost, queue.type_name, queue.name)
     ready, unacked = stats["ready"], stats["unacked"]
     row = {
         "name": queue.name, "vhost": queue.vhost, "type": queue.type_name,
@@ -85,8 +88,8 @@ def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
         "node": stats["leader"] or "",
         "state": "running" if stats["leader"] else "down",
         "policy": policy.name if policy is not None else None,
-        "operator_policy": None,
-        "effective_policy_definition": dict(policy.definition) if policy is not None else {},
+        "operator_policy": operator.name if operator is not None else None,
+        "effective_policy_definition": merged_definition(policy, operator) or {},
         "consumers": stats["consumers"],
         "messages": ready + unacked, "messages_ready": ready,
         "messages_unacknowledged": unacked,

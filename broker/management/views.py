@@ -465,17 +465,32 @@ async def one_policy(request: Request):
     raise not_found()
 
 
+def _operator_policy_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    node = request.node
+    return [rows.policy_row(policy) for name in vhosts
+            for _key, policy in sorted(node.operator_policies.get(name, {}).items())]
+
+
 @route("GET", "/api/operator-policies")
 async def operator_policies(request: Request):
+    # RabbitMQ's rabbit_mgmt_wm_operator_policies: administrators only
     require(request.user, "administrator")
-    return []  # quorumqueue has no operator policies (yet): none can exist
+    return _operator_policy_rows(request, _vhost_names(request))
 
 
 @route("GET", "/api/operator-policies/{vhost}")
 async def vhost_operator_policies(request: Request):
     require(request.user, "administrator")
-    _vhost_names(request)
-    return []
+    return _operator_policy_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/operator-policies/{vhost}/{name}")
+async def one_operator_policy(request: Request):
+    require(request.user, "administrator")
+    for row in _operator_policy_rows(request, _vhost_names(request)):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()
 
 
 # ---------------------------------------------------------------- health checks

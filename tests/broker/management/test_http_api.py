@@ -231,12 +231,43 @@ def test_vhosts_users_permissions_and_policies(broker):
     assert api(broker, "GET", f"/api/vhosts/{vhost}")[0] == 404
 
 
-def test_operator_policies_are_listed_empty_and_refused(broker):
-    assert api(broker, "GET", "/api/operator-policies")[:2] == (200, [])
-    status, body, _ = api(broker, "PUT", "/api/operator-policies/%2F/op",
-                          {"pattern": ".*", "definition": {"max-length": 1}})
+def test_operator_policies_are_set_listed_applied_and_cleared(broker):
+    """RabbitMQ's /api/operator-policies: the shape of /api/policies; a queue it
+    matches names it in `operator_policy` and takes the lower of the two limits."""
+    policy, operator, queue = unique("pol"), unique("op"), unique("opq")
+    assert api(broker, "PUT", f"/api/policies/%2F/{policy}",
+               {"pattern": f"^{queue}$", "definition": {"max-length": 10},
+                "apply-to": "queues"})[0] == 201
+    assert api(broker, "PUT", f"/api/operator-policies/%2F/{operator}",
+               {"pattern": f"^{queue}$", "definition": {"max-length": 3},
+                "priority": 2, "apply-to": "queues"})[0] == 201
+    row = {"vhost": "/", "name": operator, "pattern": f"^{queue}$", "apply-to": "queues",
+           "definition": {"max-length": 3}, "priority": 2}
+    assert row in api(broker, "GET", "/api/operator-policies")[1]
+    assert row in api(broker, "GET", "/api/operator-policies/%2F")[1]
+    assert api(broker, "GET", f"/api/operator-policies/%2F/{operator}")[:2] == (200, row)
+    assert api(broker, "PUT", f"/api/queues/%2F/{queue}", {"durable": True})[0] == 201
+    listed = api(broker, "GET", f"/api/queues/%2F/{queue}")[1]
+    assert (listed["policy"], listed["operator_policy"],
+            listed["effective_policy_definition"]) == (policy, operator, {"max-length": 3})
+    # PUT again: 204; a key an operator policy may not set: 400 naming it
+    assert api(broker, "PUT", f"/api/operator-policies/%2F/{operator}",
+               {"pattern": f"^{queue}$", "definition": {"max-length": 2}})[0] == 204
+    status, body, _ = api(broker, "PUT", "/api/operator-policies/%2F/bad",
+                          {"pattern": ".*", "definition": {"alternate-exchange": "x"}})
     assert status == 400 and body["error"] == "bad_request"
-    assert "operator policies are not implemented" in body["reason"]
+    assert "alternate-exchange" in body["reason"]
+    # administrators only, as in RabbitMQ
+    monitor = unique("mon")
+    add_user(broker, monitor, "monitoring policymaker")
+    assert api(broker, "GET", "/api/operator-policies", user=monitor,
+               password=monitor)[0] == 401
+    assert api(broker, "DELETE", f"/api/operator-policies/%2F/{operator}")[0] == 204
+    assert api(broker, "DELETE", f"/api/operator-policies/%2F/{operator}")[0] == 404
+    assert api(broker, "GET", f"/api/operator-policies/%2F/{operator}")[0] == 404
+    assert api(broker, "GET", f"/api/queues/%2F/{queue}")[1]["operator_policy"] is None
+    assert api(broker, "DELETE", f"/api/policies/%2F/{policy}")[0] == 204
+    assert api(broker, "DELETE", f"/api/queues/%2F/{queue}")[0] == 204
 
 
 def test_definitions_export_has_rabbitmqs_sections(broker):

@@ -102,10 +102,17 @@ def test_users_vhosts_permissions_policies(broker):
             "read": ".*"} in rows(broker, "list", "permissions")
     assert [(row["name"], row["definition"]) for row in rows(broker, "list", "policies")
             if row["vhost"] == "adm-v"] == [("adm-p", {"max-length": 5})]
-    assert rows(broker, "list", "operator_policies") == []
-    refused = admin(broker, "declare", "operator_policy", "name=op", "pattern=x",
-                    "definition={}", check=False)
-    assert "operator policies are not implemented" in refused
+    assert "operator_policy declared" in admin(broker, "declare", "operator_policy", "-V",
+                                               "adm-v", "name=adm-op", "pattern=^a",
+                                               'definition={"max-length": 3}',
+                                               "apply-to=queues")
+    assert [(row["name"], row["definition"]) for row in rows(broker, "list",
+                                                            "operator_policies")
+            if row["vhost"] == "adm-v"] == [("adm-op", {"max-length": 3})]
+    assert "operator_policy deleted" in admin(broker, "delete", "operator_policy", "-V",
+                                              "adm-v", "name=adm-op")
+    assert [row for row in rows(broker, "list", "operator_policies")
+            if row["vhost"] == "adm-v"] == []
     # a monitoring user is no administrator: rabbitmqadmin shows the 401 as refused
     refused = subprocess.run(
         ["/usr/bin/python3", str(RABBITMQADMIN), "-P", str(broker.management_port),
