@@ -12,8 +12,13 @@ watches does not pay for samples, and the first requests after a quiet spell ans
 without rates until two samples exist (RabbitMQ, too, lists a new queue without
 them until its statistics arrive).
 
-Not here: publish/deliver/ack counters (`message_stats`): the node does not count
-them yet.
+The overview's `message_stats` (publish, confirm, deliver_get, ack, ... and their
+`_details` rates) come from this node's message counters (node/counters.py, the
+ones the Prometheus endpoint reports), sampled with the queue counts: counts since
+this node started, rates between the last two samples. RabbitMQ sums them over the
+cluster; here they are this node's (what its clients published and were given).
+
+Not here: per-queue and per-exchange message_stats (the node counts node-wide only).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class Rates:
         self.last_request = 0.0
         # (vhost, name) -> [(monotonic seconds, {field: count}), at most two]
         self.samples: dict[tuple[str, str], list[tuple[float, dict]]] = {}
+        # the node's message counters: [(monotonic seconds, message_stats counts)]
+        self.counter_samples: list[tuple[float, dict]] = []
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -64,11 +71,23 @@ class Rates:
         return {f"{field}_details": {"rate": round((new[field] - old[field]) / elapsed, 1)}
                 for field in FIELDS}
 
+    def message_stats(self) -> dict:
+        """The overview's message_stats: counts now, rates once two samples exist."""
+        stats = message_counts(self.node.counters)
+        if len(self.counter_samples) == 2:
+            (before, old), (after, new) = self.counter_samples
+            elapsed = after - before
+            for field in stats.copy():
+                stats[f"{field}_details"] = {
+                    "rate": round((new[field] - old[field]) / elapsed, 1)}
+        return stats
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             if time.monotonic() - self.last_request > ACTIVE_SECONDS:
                 self.samples.clear()
+                self.counter_samples.clear()
                 continue
             try:
                 await self._sample()
@@ -79,6 +98,8 @@ class Rates:
 
     async def _sample(self) -> None:
         node = self.node
+        self.counter_samples.append((time.monotonic(), message_counts(node.counters)))
+        del self.counter_samples[:-2]
         queues = [queue for vhost in list(node.vhosts.values())
                   for queue in list(vhost.queues.values())]
         if not queues:
@@ -106,3 +127,20 @@ class Rates:
             del pair[:-2]
         for key in set(self.samples) - seen:
             del self.samples[key]
+
+
+def message_counts(counters) -> dict:
+    """RabbitMQ's message_stats counts from the node's Counters (all queue types)."""
+    types = list(counters.by_type.values())
+    deliver = sum(t.consume_manual_ack for t in types)
+    deliver_no_ack = sum(t.consume_auto_ack for t in types)
+    get = sum(t.get_manual_ack for t in types)
+    get_no_ack = sum(t.get_auto_ack for t in types)
+    return {"publish": counters.received, "confirm": counters.confirmed,
+            "return_unroutable": counters.unroutable_returned,
+            "drop_unroutable": counters.unroutable_dropped,
+            "deliver": deliver, "deliver_no_ack": deliver_no_ack, "get": get,
+            "get_no_ack": get_no_ack,
+            "deliver_get": deliver + deliver_no_ack + get + get_no_ack,
+            "redeliver": sum(t.redelivered for t in types),
+            "ack": sum(t.acknowledged for t in types)}

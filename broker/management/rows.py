@@ -13,8 +13,9 @@ How it works: reads only. A queue's counts come from the queue-type interface's
 members the cluster can reach.
 
 What is left out, on purpose: fields about the Erlang VM (garbage_collection,
-reductions, memory of a queue process, backing_queue_status), publish/deliver
-counters and their rates (`message_stats`: the node does not count them yet), and
+reductions, memory of a queue process, backing_queue_status), per-queue and
+per-exchange publish/deliver counters (`message_stats`: the node counts them
+node-wide only; the overview's come from rates.py), and
 `user_who_performed_action` (nobody records who declared what). The README's
 endpoint table lists them. Queue length rates (`messages_details` and kin) are
 added by views.py from rates.py's samples.

@@ -102,7 +102,9 @@ async def overview(request: Request):
         host, port = node.cluster.addresses[node.name]
         listeners.append({"node": node.name, "protocol": "clustering",
                           "ip_address": host, "port": port})
-    return rows.overview(node, request.user, listeners, totals, object_totals)
+    body = rows.overview(node, request.user, listeners, totals, object_totals)
+    body["message_stats"] = request.api.rates.message_stats()
+    return body
 
 
 def _node_rows(request: Request) -> list[dict]:

@@ -44,6 +44,29 @@ def test_rates_follow_the_queue_length(broker):
     assert totals["messages"] == 20 and totals["messages_details"] == {"rate": 0.0}
 
 
+def test_overview_message_stats_count_publishes_and_gets(broker):
+    """The overview's message_stats: this node's publish/deliver/ack counts (RabbitMQ's
+    keys) and, once two samples exist, their rates: the web UI's rate chart."""
+    base = broker.management_url
+    assert call(base, "PUT", "/api/queues/%2F/counted", {"durable": True})[0] == 201
+    before = call(base, "GET", "/api/overview")[1]["message_stats"]
+    for _ in range(5):
+        assert call(base, "POST", "/api/exchanges/%2F/amq.default/publish",
+                    {"properties": {}, "routing_key": "counted", "payload": "m",
+                     "payload_encoding": "string"})[1] == {"routed": True}
+    got = call(base, "POST", "/api/queues/%2F/counted/get",
+               {"count": 2, "ackmode": "ack_requeue_false", "encoding": "auto"})[1]
+    assert len(got) == 2
+    after = call(base, "GET", "/api/overview")[1]["message_stats"]
+    assert after["publish"] - before["publish"] == 5
+    assert after["get"] - before["get"] == 2
+    assert after["deliver_get"] - before["deliver_get"] == 2
+    assert after["ack"] - before["ack"] == 2
+    rated = wait_for(lambda: (lambda s: s if "publish_details" in s else None)(
+        call(base, "GET", "/api/overview")[1]["message_stats"]), "message rates")
+    assert rated["publish_details"]["rate"] >= 0 and "deliver_get_details" in rated
+
+
 def test_interval_is_checked(tmp_path):
     from quorumqueue.broker.config import ConfigError, load_settings
 
