@@ -35,7 +35,7 @@ MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
 # the project never calls (it puts `--packages` on the session: a download at run time).
 DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
-.PHONY: setup main test oracle bench bench-memory faults clean
+.PHONY: setup main test oracle browser bench bench-memory faults clean
 
 setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
 
@@ -93,12 +93,18 @@ $(DELTA_STAMP):
 oracle:
 	@bash .ci/install-rabbitmq
 
+# Debian's chromium for the web UI's browser test (Playwright drives it; its own
+# browser download is never used). Installed when this machine can (root + apt);
+# otherwise that test says it was skipped and why.
+browser:
+	@bash .ci/install-chromium
+
 # Orders from a quorum queue into a Delta table through the Spark source, with a
 # driver killed mid-way and restarted from its checkpoint (jobs/orders_to_delta.py).
 main: setup
 	@$(PY) -m quorumqueue.jobs.orders_to_delta
 
-test: setup oracle $(STAMP_NEWEST)
+test: setup oracle browser $(STAMP_NEWEST)
 	@$(PY) -m pytest -q
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
 	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \

@@ -58,3 +58,17 @@ def test_pyspark_discovers_the_log_source_module():
 
     assert pyspark_quorumqueue_log.DefaultSource is QuorumQueueLogDataSource
     assert QuorumQueueLogDataSource.name() == "quorumqueue.log"
+
+
+def test_the_web_ui_files_ship_as_package_data():
+    """include-package-data is off: the management web UI (broker/management/ui/,
+    served by the broker at / and /ui/) ships only through [tool.setuptools.package-data]."""
+    from fnmatch import fnmatch
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["quorumqueue.broker.management"]
+    files = [path.relative_to(ROOT / "broker" / "management").as_posix()
+             for path in (ROOT / "broker" / "management" / "ui").iterdir() if path.is_file()]
+    assert "ui/index.html" in files
+    for name in files:
+        assert any(fnmatch(name, pattern) for pattern in patterns), f"{name} would not ship"

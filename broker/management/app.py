@@ -3,7 +3,8 @@
 Responsibilities: listen on `management.tcp.ip`:`management.tcp.port` (loopback
 and 15672 by default, as RabbitMQ's management plugin), authenticate every /api
 request (access.py), find its handler in ROUTES, and turn what handlers raise into
-RabbitMQ's error bodies: `{"error": ..., "reason": ...}` with 400, 401, 404 or 405.
+RabbitMQ's error bodies: `{"error": ..., "reason": ...}` with 400, 401, 404 or 405;
+serve the web UI's files (ui/: `/` and `/ui/NAME`).
 
 How it works: aiohttp's AppRunner and TCPSite run in the broker process, on the
 loop the AMQP server runs on, so handlers read the node directly and changes go
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
@@ -131,6 +133,28 @@ def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | No
     return captures if len(segments) == len(pattern) else None
 
 
+UI = Path(__file__).with_name("ui")  # the web UI's files (README.md: "The web UI")
+UI_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
+            ".png": "image/png", ".svg": "image/svg+xml", ".txt": "text/plain"}
+
+
+def _static(path: str) -> web.StreamResponse:
+    """The web UI: `/` is its page, `/ui/NAME` its files (no login needed: the page
+    asks for credentials and sends them with each /api request, as RabbitMQ's UI)."""
+    if path in ("", "/", "/index.html"):
+        name = "index.html"
+    elif path.startswith("/ui/") and "/" not in path[4:]:
+        name = path[4:]
+    else:
+        name = ""
+    file = UI / name
+    if not name or name.startswith(".") or file.suffix not in UI_TYPES or not file.is_file():
+        return _json_response(404, {"error": "Object Not Found", "reason": "Not Found"})
+    return web.Response(body=file.read_bytes(), content_type=UI_TYPES[file.suffix],
+                        charset="utf-8" if file.suffix != ".png" else None,
+                        headers={"Cache-Control": "no-cache"})
+
+
 def _json_response(status: int, body: Any, headers: dict | None = None) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), headers=headers,
                         content_type="application/json")
@@ -191,9 +215,7 @@ class ManagementAPI:
     async def _dispatch(self, http: web.Request) -> web.StreamResponse:
         segments = _segments(http.raw_path)
         if not segments or segments[0] != "api":
-            if http.path in ("", "/"):
-                return web.Response(text="quorumqueue management API: see /api/overview\n")
-            return _json_response(404, {"error": "Object Not Found", "reason": "Not Found"})
+            return _static(http.path)
         allowed = []
         for method, pattern, handler in ROUTES:
             captures = _match(pattern, segments)
@@ -218,8 +240,13 @@ class ManagementAPI:
             self.rates.used()
             body = await handler(request)
         except Refused as refusal:
+            # the challenge makes a browser ask for credentials itself (a dialog, or
+            # a request left waiting when headless): the web UI, which has its own
+            # login form, says X-Requested-With and gets the 401 without it
+            challenge = (refusal.status == 401 and
+                         http.headers.get("X-Requested-With") != "XMLHttpRequest")
             headers = ({"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
-                       if refusal.status == 401 else None)
+                       if challenge else None)
             return _json_response(refusal.status, {"error": refusal.error,
                                                    "reason": refusal.reason}, headers)
         except (AMQPError, DirectError) as error:

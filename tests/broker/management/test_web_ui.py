@@ -1,0 +1,153 @@
+"""The management web UI (broker/management/ui/) in a real browser: headless Chromium
+(Debian's `chromium` package, installed by .ci/install-chromium) driven by Playwright.
+
+A user logs in, reads a quorum queue's ready count on the queues page after
+publishing with pika, purges the queue from its page and sees 0; the API agrees.
+Screenshots go to test-artifacts/web-ui/ at the repository root (ignored by git;
+tests/README.md). Without Chromium or Playwright the browser test is skipped with
+the reason (never passed silently); the plain-HTTP tests of the served files always
+run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.support.broker import BrokerProcess
+
+from .support import WAIT, call, wait_for, wait_until_serving
+
+ROOT = Path(__file__).resolve().parents[3]
+ARTIFACTS = Path(os.environ.get("QUORUMQUEUE_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "web-ui"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def broker():
+    # rates sampled every second so the overview's chart gets points during the test
+    with BrokerProcess(extra_config="collect_statistics_interval = 1000\n") as process:
+        wait_until_serving(process.management_url)
+        yield process
+
+
+def fetch(url: str) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET without credentials."""
+    try:
+        with urllib.request.urlopen(url, timeout=WAIT) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+# ---------------------------------------------------------------- the files, over HTTP
+
+
+def test_the_page_and_its_files_are_served_without_login(broker):
+    base = broker.management_url
+    status, kind, body = fetch(base + "/")
+    assert status == 200 and kind.startswith("text/html")
+    assert '<script src="/ui/app.js">' in body
+    for name, kind_wanted in (("app.js", "text/javascript"), ("ratechart.js", "text/javascript"),
+                              ("style.css", "text/css")):
+        status, kind, _ = fetch(f"{base}/ui/{name}")
+        assert (status, kind.split(";")[0]) == (200, kind_wanted), name
+    # only the UI's own files: no way out of ui/, no Python source
+    for path in ("/ui/../app.py", "/ui/%2E%2E/app.py", "/ui/missing.js", "/app.py"):
+        assert fetch(base + path)[0] == 404, path
+    # the API still wants credentials
+    assert fetch(base + "/api/overview")[0] == 401
+
+
+# ---------------------------------------------------------------- in a browser
+
+
+def _browser(playwright):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed and .ci/install-chromium could not "
+                    "install it here (it needs root and apt-get): the web UI's browser test "
+                    "did NOT run")
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                      args=["--no-sandbox"])
+
+
+def test_login_read_a_queue_purge_it_in_the_browser(broker):
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        pytest.skip("Playwright is not installed (pip install -e '.[dev]'): the web UI's "
+                    "browser test did NOT run")
+    base = broker.management_url
+    queue = f"ui-{uuid.uuid4().hex[:8]}"
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        channel.confirm_delivery()
+        for number in range(7):
+            channel.basic_publish("", queue, f"message {number}".encode())
+    finally:
+        connection.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "failure.png").unlink(missing_ok=True)
+    timeout_ms = WAIT * 1000
+
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(timeout_ms)
+        page.on("dialog", lambda dialog: dialog.accept())  # the purge confirmation
+        try:
+            page.goto(base + "/")
+            # wrong password: refused, the form stays
+            page.fill("#username", "guest")
+            page.fill("#password", "wrong")
+            page.click("#login")
+            expect(page.locator("#error")).to_have_text("Login failed", timeout=timeout_ms)
+            page.fill("#password", "guest")
+            page.click("#login")
+            expect(page.locator("h1")).to_contain_text("Overview", timeout=timeout_ms)
+            expect(page.locator("#rates-chart")).to_be_visible(timeout=timeout_ms)
+            expect(page.locator("#who")).to_have_text("guest", timeout=timeout_ms)
+            # the overview's message_stats rates arrive (the chart's data)
+            expect(page.locator("#total-publish")).to_contain_text("/s", timeout=timeout_ms)
+            expect(page.locator("#rates-chart")).to_have_attribute(
+                "data-points", re.compile(r"^[1-9]"), timeout=timeout_ms)
+            page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
+
+            page.click("#nav a[href='#/queues']")
+            row = page.locator(f"tr[data-queue='{queue}']")
+            expect(row.locator("td.ready")).to_have_text("7", timeout=timeout_ms)
+            expect(row).to_contain_text("quorum")
+            page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
+
+            row.locator("a").click()
+            expect(page.locator("h1")).to_contain_text(queue, timeout=timeout_ms)
+            expect(page.locator("#q-ready")).to_have_text("7", timeout=timeout_ms)
+            expect(page.locator("#queue-members")).to_contain_text("leader")
+            # get one message back (requeued): its body shows, the count stays
+            page.click("#get")
+            expect(page.locator("#got pre.payload")).to_have_text("message 0",
+                                                                  timeout=timeout_ms)
+            page.click("#purge")
+            expect(page.locator("#q-ready")).to_have_text("0", timeout=timeout_ms)
+            expect(page.locator("#q-total")).to_have_text("0", timeout=timeout_ms)
+            page.screenshot(path=str(ARTIFACTS / "queue-purged.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+    # what the page showed is what the broker holds
+    row = wait_for(lambda: call(base, "GET", f"/api/queues/%2F/{queue}")[1], "the queue")
+    assert (row["messages_ready"], row["messages"]) == (0, 0)
+    assert (ARTIFACTS / "queue-purged.png").stat().st_size > 0
