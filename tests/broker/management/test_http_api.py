@@ -5,6 +5,9 @@ test_management_against_rabbitmq.py compares the key sets)."""
 
 from __future__ import annotations
 
+import base64
+import urllib.error
+import urllib.request
 import uuid
 from urllib.parse import quote
 
@@ -44,6 +47,14 @@ def test_login_failures_are_401_with_rabbitmqs_bodies(broker):
     status, body, headers = api(broker, "GET", "/api/overview", password="wrong")
     assert (status, body) == (401, {"error": "not_authorized", "reason": "Login failed"})
     assert headers["WWW-Authenticate"].startswith("Basic")
+    # the web UI's requests (X-Requested-With) get the 401 without the challenge, so a
+    # browser shows the UI's login form rather than a dialog of its own
+    request = urllib.request.Request(broker.management_url + "/api/overview", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:wrong").decode(),
+        "X-Requested-With": "XMLHttpRequest"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 401 and "WWW-Authenticate" not in refused.value.headers
     name = unique("notags")
     assert api(broker, "PUT", f"/api/users/{name}", {"password": "p", "tags": ""})[0] == 201
     status, body, _ = api(broker, "GET", "/api/overview", user=name, password="p")
