@@ -18,7 +18,7 @@ import shutil
 
 from . import rows
 from .access import has, login_vhosts, require, require_vhost, visible_vhosts
-from .app import Answer, Request, not_found, route
+from .app import Answer, Request, bad_request, not_found, route
 
 # ---------------------------------------------------------------- helpers
 
@@ -247,6 +247,44 @@ async def one_queue(request: Request):
                                if consumer["queue"]["name"] == queue.name]
     row["incoming"], row["deliveries"] = [], []
     return row
+
+
+@route("GET", "/api/queues/{vhost}/{name}/raft")
+async def queue_raft_status(request: Request):
+    """quorumqueue's own (RabbitMQ's API has none; `rabbitmq-queues quorum_status`
+    shows the like): the Raft members of a quorum queue as this node sees them. With
+    a replica here: its role, term and log indexes; when it leads, each follower's
+    match and next index and flow-control state. Other members' own figures live on
+    their nodes: they are listed with what the leader knows of them."""
+    vhost, name = request.captures["vhost"], request.captures["name"]
+    require_vhost(request.node, request.user, vhost)
+    node = request.node
+    queue = node.vhosts[vhost].queues.get(name)
+    if queue is None:
+        raise not_found()
+    if not queue.REPLICATED:
+        raise bad_request(f"queue '{name}' in vhost '{vhost}' is not a quorum queue")
+    [stats] = await request.api.later(lambda done: queue.stats_later(
+        node.name, lambda row: done([row])))
+    raft = getattr(queue, "raft", None)
+    progress = raft.follower_progress() if raft is not None else {}
+    members = []
+    for member in stats["members"]:
+        row = {"node": member, "online": node.cluster.reachable(member),
+               "raft_state": "leader" if member == stats["leader"] else "follower"}
+        if member == node.name and raft is not None:
+            snapshot = raft.log.snapshot_meta()
+            row.update(raft_state=raft.role.value, term=raft.term,
+                       commit_index=raft.commit_index, last_applied=raft.applied_index,
+                       last_log_index=raft.log.last_index(),
+                       last_written=raft.log.persisted_index(),
+                       snapshot_index=snapshot.index if snapshot is not None else 0)
+        if member in progress:
+            match, next_index, flow = progress[member]
+            row.update(match_index=match, next_index=next_index, replication=flow)
+        members.append(row)
+    return {"name": name, "vhost": vhost, "leader": stats["leader"],
+            "reporting_node": node.name, "members": members}
 
 
 @route("GET", "/api/queues/{vhost}/{name}/bindings")

@@ -109,6 +109,15 @@ class RaftNode:
         """The member a leadership transfer in progress hands over to (proposals wait)."""
         return self._leader.transferee if self._leader is not None else None
 
+    def follower_progress(self) -> dict[str, tuple[int, int, str]]:
+        """While leading: each follower's (match index, next index, flow-control
+        state: probe, replicate or snapshot; progress.py); {} otherwise. A read for
+        status displays (the management API's queue page)."""
+        if self._leader is None:
+            return {}
+        return {peer: (pr.match, pr.next, pr.state.value)
+                for peer, pr in sorted(self._leader.progress.items())}
+
     @property
     def log(self) -> RaftLog:
         """The log view (storage + unstable suffix); read it, do not write it."""

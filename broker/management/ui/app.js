@@ -203,15 +203,10 @@ async function queueView(first, vhost, name) {
         num(q.messages, {id: "q-total"}), num(rate(q.messages_details)),
         el("td", {}, q.policy || ""), el("td", {}, q.operator_policy || ""),
         el("td", {}, policy), el("td", {}, JSON.stringify(q.arguments || {})))]));
-  const members = q.members || [q.node];
-  const online = q.online || members;
-  document.getElementById("queue-members").replaceChildren(table(
-    ["member", "role", "reachable"],
-    members.map(m => el("tr", {"data-member": m},
-      el("td", {}, m),
-      el("td", {}, m === (q.leader || q.node) ? "leader" : "follower"),
-      el("td", {class: online.includes(m) ? "ok" : "bad"},
-         online.includes(m) ? "online" : "offline")))));
+  document.getElementById("queue-members").replaceChildren(q.type === "quorum"
+    ? raftTable(await get(path + "/raft"))
+    : el("p", {class: "muted"}, "A " + q.type + " queue has no Raft group: it lives on " +
+         q.node + "."));
   document.getElementById("queue-consumers").replaceChildren(consumers.length
     ? table(["tag", "connection", "channel", "ack required", "prefetch", "exclusive"],
         consumers.map(c => el("tr", {},
@@ -219,6 +214,23 @@ async function queueView(first, vhost, name) {
           num(c.channel_details.number), el("td", {}, String(c.ack_required)),
           num(c.prefetch_count), el("td", {}, String(c.exclusive)))))
     : el("p", {class: "muted"}, "No consumers (consumers on other nodes are listed there)."));
+}
+
+// A quorum queue's Raft members as the node serving this page sees them
+// (/api/queues/V/NAME/raft): its own replica's figures, and, when it leads, what it
+// knows of each follower's log.
+function raftTable(status) {
+  const columns = ["term", "commit_index", "last_applied", "last_written", "snapshot_index",
+                   "match_index", "next_index", "replication"];
+  return el("div", {},
+    table(["member", "raft state", "reachable"].concat(columns.map(c => c.replace(/_/g, " "))),
+      status.members.map(m => el("tr", {"data-member": m.node},
+        el("td", {}, m.node + (m.node === status.reporting_node ? " (this node)" : "")),
+        el("td", {class: "raft-state"}, m.raft_state),
+        el("td", {class: m.online ? "ok" : "bad"}, m.online ? "online" : "offline"),
+        columns.map(c => num(m[c] === undefined ? "" : m[c]))))),
+    el("p", {class: "muted"}, "Figures of a member on another node are its node's; " +
+       "match and next index are known by the leader's node."));
 }
 
 function getForm(path) {

@@ -152,6 +152,24 @@ def test_quorum_queue_lifecycle_with_rabbitmq_fields_and_codes(broker):
     assert api(broker, "GET", path)[0] == 404
 
 
+def test_a_quorum_queues_raft_status_on_a_single_node(broker):
+    queue, classic = unique("rq"), unique("rc")
+    assert api(broker, "PUT", f"/api/queues/%2F/{queue}",
+               {"durable": True, "arguments": {"x-queue-type": "quorum"}})[0] == 201
+    assert api(broker, "PUT", f"/api/queues/%2F/{classic}", {"durable": True})[0] == 201
+    status, body, _ = api(broker, "GET", f"/api/queues/%2F/{queue}/raft")
+    assert status == 200 and body["leader"] == body["reporting_node"]
+    [member] = body["members"]
+    assert (member["node"], member["raft_state"], member["online"]) == (
+        body["leader"], "leader", True)
+    assert member["term"] >= 1 and member["commit_index"] >= 1
+    status, body, _ = api(broker, "GET", f"/api/queues/%2F/{classic}/raft")
+    assert (status, body["error"]) == (400, "bad_request")
+    assert "not a quorum queue" in body["reason"]
+    assert api(broker, "GET", "/api/queues/%2F/no-such-queue/raft")[0] == 404
+    assert api(broker, "GET", f"/api/queues/no-such-vhost/{queue}/raft")[0] == 404
+
+
 def test_queue_delete_if_empty_refuses_a_queue_with_messages(broker):
     name = unique("full")
     assert api(broker, "PUT", f"/api/queues/%2F/{name}", {"durable": True})[0] == 201
