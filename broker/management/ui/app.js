@@ -29,9 +29,10 @@ function el(tag, attrs, ...children) {
 }
 
 function table(headers, rows) {
+  const none = el("tr", {}, el("td", {colspan: headers.length, class: "muted"}, "None."));
   return el("table", {},
     el("thead", {}, el("tr", {}, headers.map(h => el("th", {}, h)))),
-    el("tbody", {}, rows));
+    el("tbody", {}, rows.length ? rows : none));
 }
 
 function num(value, attrs) {
@@ -173,8 +174,7 @@ async function queuesView() {
         num(q.messages),
         num(q.consumers),
         num(rate(q.messages_details)),
-        el("td", {}, [q.policy, q.operator_policy].filter(Boolean).join(" + "))))),
-    queues.length ? null : el("p", {class: "muted"}, "No queues."));
+        el("td", {}, [q.policy, q.operator_policy].filter(Boolean).join(" + "))))));
 }
 
 async function queueView(first, vhost, name) {
@@ -256,7 +256,8 @@ function getForm(path) {
             el("h3", {}, "Message " + (i + 1)),
             el("p", {}, "exchange '" + m.exchange + "', routing key '" + m.routing_key +
                     "', redelivered " + m.redelivered + ", " + m.message_count +
-                    " left in the queue"),
+                    " left in the queue, " + m.payload_bytes + " bytes" +
+                    (m.payload_encoding === "base64" ? " (not UTF-8: shown as base64)" : "")),
             el("pre", {class: "payload"}, m.payload))))
         : el("p", {class: "muted", id: "queue-empty"}, "Queue is empty."));
       refresh();
@@ -309,8 +310,7 @@ async function connectionsView() {
         el("td", {}, c.name), el("td", {}, c.user), el("td", {}, c.vhost),
         el("td", {}, c.state), num(c.channels),
         el("td", {}, ((c.client_properties || {}).product || "") + " " +
-                     ((c.client_properties || {}).version || ""))))),
-    connections.length ? null : el("p", {class: "muted"}, "No connections to this node."));
+                     ((c.client_properties || {}).version || ""))))));
 }
 
 async function adminView() {

@@ -105,6 +105,8 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(timeout_ms)
         page.on("dialog", lambda dialog: dialog.accept())  # the purge confirmation
+        script_errors: list[str] = []
+        page.on("pageerror", lambda error: script_errors.append(str(error)))
         try:
             page.goto(base + "/")
             # wrong password: refused, the form stays
@@ -142,12 +144,27 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
             expect(page.locator("#q-ready")).to_have_text("0", timeout=timeout_ms)
             expect(page.locator("#q-total")).to_have_text("0", timeout=timeout_ms)
             page.screenshot(path=str(ARTIFACTS / "queue-purged.png"), full_page=True)
+
+            # the read-only lists
+            page.click("#nav a[href='#/exchanges']")
+            expect(page.locator("main")).to_contain_text("amq.topic", timeout=timeout_ms)
+            page.click("#nav a[href='#/connections']")
+            expect(page.locator("h1")).to_have_text("Connections", timeout=timeout_ms)
+            page.click("#nav a[href='#/admin']")
+            expect(page.locator("main table").first).to_contain_text("administrator",
+                                                                     timeout=timeout_ms)
+            page.screenshot(path=str(ARTIFACTS / "admin.png"), full_page=True)
+            # logging out forgets the credentials
+            page.click("#logout")
+            expect(page.locator("#login")).to_be_visible(timeout=timeout_ms)
+            assert page.evaluate("sessionStorage.length") == 0
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
             raise
         finally:
             browser.close()
 
+    assert script_errors == []
     # what the page showed is what the broker holds
     row = wait_for(lambda: call(base, "GET", f"/api/queues/%2F/{queue}")[1], "the queue")
     assert (row["messages_ready"], row["messages"]) == (0, 0)
