@@ -295,3 +295,32 @@ def test_filters_sorting_and_pages_are_rabbitmqs(both, path):
             row for row in theirs[1] if row["destination"].startswith("mgmt-")]
     else:
         assert ours == theirs
+
+
+def test_operator_policies_are_rabbitmqs(both):
+    """/api/operator-policies: the same codes and rows, and a queue both a policy and
+    an operator policy match shows the same policy, operator_policy and merged
+    effective_policy_definition (the lower max-length) as on RabbitMQ."""
+    policy = {"pattern": "^mgmt-op$", "definition": {"max-length": 10},
+              "apply-to": "queues", "priority": 0}
+    operator = {"pattern": "^mgmt-op$", "definition": {"max-length": 3},
+                "apply-to": "queues", "priority": 1}
+    answers = {}
+    for name, (base, _rows) in both.items():
+        steps = [_call(base, "PUT", "/api/policies/%2F/mgmt-pol", policy)[0],
+                 _call(base, "PUT", "/api/operator-policies/%2F/mgmt-op", operator)[0],
+                 _call(base, "PUT", "/api/operator-policies/%2F/mgmt-op", operator)[0],
+                 _call(base, "PUT", "/api/queues/%2F/mgmt-op", {"durable": True})[0],
+                 _call(base, "GET", "/api/operator-policies/%2F"),
+                 _call(base, "GET", "/api/operator-policies/%2F/mgmt-op")]
+        row = wait_for(lambda base=base: (lambda r: r if r[1].get("operator_policy") else None)(
+            _call(base, "GET", "/api/queues/%2F/mgmt-op")), f"{name}'s queue row")[1]
+        steps.append({key: row[key] for key in ("policy", "operator_policy",
+                                                 "effective_policy_definition")})
+        steps += [_call(base, "DELETE", "/api/operator-policies/%2F/mgmt-op"),
+                  _call(base, "DELETE", "/api/operator-policies/%2F/mgmt-op"),
+                  _call(base, "GET", "/api/operator-policies/%2F/mgmt-op"),
+                  _call(base, "DELETE", "/api/policies/%2F/mgmt-pol")[0],
+                  _call(base, "DELETE", "/api/queues/%2F/mgmt-op")[0]]
+        answers[name] = steps
+    assert answers["quorumqueue"] == answers["rabbitmq"]
