@@ -262,3 +262,17 @@ def test_a_follower_commits_no_further_than_the_message_proves():
     assert c.commit_index == 2
     [answer] = c.ready().messages
     assert message_text(answer) == "c->a AppResp term=2 match=2"
+
+
+def test_follower_progress_is_the_leaders_view_of_each_follower():
+    """RaftNode.follower_progress (what the management API's queue page shows): on
+    the leader each follower's match and next index and flow state; {} elsewhere."""
+    s = Script("a", "b", "c")
+    s.elect("a")
+    s.propose("a", "x", "y")
+    s.stabilize()
+    leader = s.node("a")
+    last = leader.log.last_index()
+    assert leader.follower_progress() == {"b": (last, last + 1, "replicate"),
+                                          "c": (last, last + 1, "replicate")}
+    assert s.node("b").follower_progress() == {}
