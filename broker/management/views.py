@@ -2,7 +2,8 @@
 
 Responsibilities: overview, nodes, connections, channels, consumers, queues,
 exchanges, bindings, vhosts, users, permissions, policies, operator policies,
-whoami, extensions, health checks and the definitions export. Each handler checks
+whoami, extensions, health checks and the definitions export; and quorumqueue's own
+`/api/queues/V/NAME/raft` (a quorum queue's Raft members, for the web UI). Each handler checks
 the caller's tag (access.py), reads the node and returns rows (rows.py).
 
 How it works: a queue's counts come through the queue-type interface's
