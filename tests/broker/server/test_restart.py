@@ -236,16 +236,19 @@ def test_acks_purges_and_deletes_stay_done(fresh_broker, kill):
     connection.close()
 
 
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 @pytest.mark.parametrize("kill", RESTARTS)
-def test_unacked_messages_come_back_marked_redelivered(fresh_broker, kill):
+def test_unacked_messages_come_back_marked_redelivered(fresh_broker, kill, queue_type):
     """RabbitMQ records deliveries of persistent messages in its queue index, so a
     message delivered but not acked before a restart comes back with redelivered=true,
     while never-delivered ones keep redelivered=false (checked on RabbitMQ 3.10.8).
     quorumqueue writes a DELIVERED record to its message store before the delivery
-    goes out, so this holds after a crash of the broker process too."""
+    goes out (classic queues); a quorum queue's log holds the checkout, and the
+    restarted node's Down for the old connection returns the message with its
+    delivery count raised. So this holds after a crash of the broker process too."""
     connection = connect(fresh_broker)
     channel = confirmed_channel(connection)
-    channel.queue_declare("work", durable=True)
+    channel.queue_declare("work", durable=True, arguments={"x-queue-type": queue_type})
     for index in range(3):
         channel.basic_publish("", "work", f"job-{index}".encode(), PERSISTENT)
     method, _, body = connection.channel().basic_get("work")
