@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from quorumqueue.client.management import call
+from tests.faults import spark_workload
 from tests.faults.nemesis import NEMESES, Nemesis
 from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
 from tests.support.history import History, Workload, report, violations
@@ -52,6 +53,7 @@ class RunResult:
     nodes: int
     nemesis: str
     seed: int
+    workload: str = "amqp"     # "amqp" (history.Workload) or "spark" (spark_workload.py)
     faults: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
     samples: list[tuple[float, int, int, int]] = field(default_factory=list)
     recoveries: list[float] = field(default_factory=list)  # heal -> next confirm, s
@@ -82,10 +84,13 @@ class RunResult:
 
 
 class Sampler:
-    """Samples (time, published, confirmed, delivered) of a History in a thread."""
+    """Samples (time, published, confirmed, delivered) of a History in a thread;
+    `delivered` counts what the workload's reader got (default: the History's
+    deliveries)."""
 
-    def __init__(self, history: History, into: list) -> None:
+    def __init__(self, history: History, into: list, delivered=None) -> None:
         self.history, self.into = history, into
+        self.delivered = delivered or (lambda: len(history.deliveries))
         self.stopping = threading.Event()
         self.started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="fault sampler", daemon=True)
@@ -101,9 +106,9 @@ class Sampler:
     def _run(self) -> None:
         while not self.stopping.wait(SAMPLE_EVERY):
             with self.history.lock:
-                row = (time.monotonic() - self.started, len(self.history.published),
-                       len(self.history.confirmed), len(self.history.deliveries))
-            self.into.append(row)
+                published, confirmed = len(self.history.published), len(self.history.confirmed)
+            self.into.append((time.monotonic() - self.started, published, confirmed,
+                              self.delivered()))
 
 
 def confirmed(history: History) -> int:
@@ -111,13 +116,13 @@ def confirmed(history: History) -> int:
         return len(history.confirmed)
 
 
-def leader(cluster: LocalCluster) -> str:
+def leader(cluster: LocalCluster, queue_name: str = QUEUE) -> str:
     """The queue's leader as a live node sees it (waited for: a fault may have just
     ended)."""
     def find():
         for uri in cluster.live_uris():
             for queue in call(uri, "cluster.status", timeout=5)["queues"]:
-                if queue["name"] == QUEUE and queue["leader"] in cluster.names:
+                if queue["name"] == queue_name and queue["leader"] in cluster.names:
                     return queue["leader"]
         return None
     return wait_for("the queue's leader", find)
@@ -138,13 +143,14 @@ def split_brain(leaders: dict[tuple[str, int], set[str]]) -> list[str]:
             for (group, term), nodes in sorted(leaders.items()) if len(nodes) > 1]
 
 
-def diagnose(cluster: LocalCluster) -> list[str]:
+def diagnose(cluster: LocalCluster, queue_name: str = QUEUE) -> list[str]:
     """What each live node says of the queue and the cluster (for a failed run)."""
     lines = []
     for name in cluster.live_nodes():
         uri = cluster.uri(name)
         try:
-            queues = [q for q in call(uri, "queues.list", timeout=10) if q["name"] == QUEUE]
+            queues = [q for q in call(uri, "queues.list", timeout=10)
+                      if q["name"] == queue_name]
             status = call(uri, "cluster.status", timeout=10)
             lines.append(f"{name}: {queues} forwarding={status.get('forwarding')}")
         except Exception as error:  # noqa: BLE001 - a diagnosis, not a verdict
@@ -156,25 +162,36 @@ def diagnose(cluster: LocalCluster) -> list[str]:
 
 
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
-            say=lambda text: None) -> RunResult:
+            say=lambda text: None, workload: str = "amqp") -> RunResult:
+    """One run (module header); `workload` "spark" runs spark_workload.py's query
+    into Delta instead of the AMQP consumer, checked for exactly-once."""
     rng = random.Random(seed)
-    result = RunResult(nodes, nemesis.name, seed, commit=_commit())
+    result = RunResult(nodes, nemesis.name, seed, workload=workload, commit=_commit())
     began = time.monotonic()
+    spark_run = workload == "spark"
+    queue = spark_workload.QUEUE if spark_run else QUEUE
     with LocalCluster(nodes) as cluster:
         wait_for("a metadata leader", lambda: all(
             call(uri, "cluster.status", timeout=5)["metadata_leader"]
             for uri in cluster.uris()))
-        workload = Workload(cluster.live_uris, QUEUE, interval=0.002)
+        if spark_run:
+            clients = spark_workload.SparkWorkload(cluster, queue, interval=0.002)
+        else:
+            clients = Workload(cluster.live_uris, queue, interval=0.002)
         sampler = None
         try:
-            workload.start()
-            sampler = Sampler(workload.history, result.samples).start()
-            history = workload.history
+            clients.start()
+            history = clients.history
+            sampler = Sampler(history, result.samples,
+                              clients.delivered if spark_run else None).start()
             wait_for("25 confirms before the first fault", lambda: confirmed(history) >= 25)
+            if spark_run:
+                wait_for("the query's first batch", clients.started,
+                         timeout=spark_workload.CATCH_UP_TIMEOUT)
             end = time.monotonic() + duration
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1.0, 3.0))
-                target = leader(cluster)
+                target = leader(cluster, queue)
                 start = time.monotonic() - sampler.started
                 heal = nemesis.strike(cluster, target, rng)
                 time.sleep(rng.uniform(*nemesis.hold))
@@ -187,9 +204,13 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 result.recoveries.append(time.monotonic() - healed)
                 say(f"  {nemesis.name} on {target}: healed, confirms again after "
                     f"{result.recoveries[-1]:.1f}s")
-            history = workload.finish(drain_timeout=CONVERGE_TIMEOUT)
+            if spark_run:
+                history = clients.finish(drain_timeout=spark_workload.CATCH_UP_TIMEOUT)
+            else:
+                history = clients.finish(drain_timeout=CONVERGE_TIMEOUT)
             with history.lock:
-                result.violations = violations(history)
+                # exactly-once for the query: no id in two rows of the table
+                result.violations = violations(history, strict_duplicates=spark_run)
                 result.counts = report(history)
         except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
             result.error = f"{type(error).__name__}: {error}"[:500]
@@ -197,13 +218,22 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             if sampler is not None:
                 sampler.stop()
             try:
-                workload.stop()
+                clients.stop()
             except Exception as error:  # noqa: BLE001
                 result.error = result.error or f"workload: {error}"[:500]
         if not result.ok:
-            result.diagnosis = diagnose(cluster)
-            with workload.history.lock:
-                result.events = list(workload.history.events[-40:])
+            result.diagnosis = diagnose(cluster, queue)
+            if spark_run:
+                result.diagnosis += spark_workload.diagnose_rows(clients.rows)
+                result.diagnosis.append(f"table and checkpoint kept in {clients.workdir}")
+        if spark_run:
+            with clients.history.lock:  # the query's catch-up, in every run's output
+                result.events = [e for e in clients.history.events if " spark: " in e]
+        if not result.ok:
+            with clients.history.lock:
+                result.events += list(clients.history.events[-40:])
+        elif spark_run:
+            clients.cleanup()
         leaders = leaderships([cluster.log(name, tail=1 << 30) for name in cluster.names])
         result.split_brain = split_brain(leaders)
         result.elections = len(leaders)
@@ -215,16 +245,18 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
 
 
 def table(results: list[RunResult]) -> str:
-    head = ("| run | commit | nodes | nemesis | seed | faults | confirmed | lost | duplicates | "
-            "unknown | unavailable (windows, longest s) | recovery max s | leaderships | "
-            "split brain | result |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| run | commit | workload | nodes | nemesis | seed | faults | confirmed | lost | "
+            "duplicates | unknown | unavailable (windows, longest s) | recovery max s | "
+            "leaderships | split brain | result |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for number, r in enumerate(results, 1):
         counts = r.counts
         windows = r.unavailable()
         longest = max((b - a for a, b in windows), default=0.0)
         rows.append(
-            f"| {number} | {r.commit} | {r.nodes} | {r.nemesis} | {r.seed} | {len(r.faults)} | "
+            f"| {number} | {r.commit} | {r.workload} | {r.nodes} | {r.nemesis} | {r.seed} | "
+            f"{len(r.faults)} | "
             f"{counts.confirmed if counts else '-'} | "
             f"{_lost(r) if counts else '-'} | "
             f"{counts.duplicated_new if counts else '-'} | "
@@ -259,7 +291,7 @@ def plot(result: RunResult, path: str) -> None:
         axis.axvspan(start, end, color="red", alpha=0.15)
     axis.set_xlabel("seconds (shaded: fault)")
     axis.set_ylabel("messages/s")
-    axis.set_title(f"{result.nemesis}, {result.nodes} nodes, seed {result.seed}"
+    axis.set_title(f"{result.workload}: {result.nemesis}, {result.nodes} nodes, seed {result.seed}"
                    f" - {'ok' if result.ok else 'FAILED'}")
     axis.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
@@ -290,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0,
                         help="seconds of faults per run (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    parser.add_argument("--spark-runs", type=int, default=0,
+                        help="runs of the Spark workload after the others: a lease-mode "
+                             "query into Delta checked for exactly-once, 3 nodes "
+                             "(default 0)")
+    parser.add_argument("--spark-nemesis", nargs="+", default=list(spark_workload.NEMESES),
+                        choices=sorted(NEMESES),
+                        help="nemeses the Spark runs cycle through (default: "
+                             f"{' '.join(spark_workload.NEMESES)})")
     parser.add_argument("--out", default="tests/faults/results",
                         help="where the table and plots go (default tests/faults/results)")
     options = parser.parse_args(argv)
@@ -298,22 +338,28 @@ def main(argv: list[str] | None = None) -> int:
     context = (f"Runs of `python -m tests.faults.run {' '.join(argv or sys.argv[1:])}`, "
                f"{time.strftime('%Y-%m-%d', time.gmtime())}, "
                f"{os.cpu_count()} CPUs; {options.duration:g} s of faults per run.")
+    spark_combos = itertools.cycle(options.spark_nemesis)
+    plan = ([(next(combos), "amqp") for _ in range(options.runs)]
+            + [((next(spark_combos), 3), "spark") for _ in range(options.spark_runs)])
     results = []
-    for number in range(1, options.runs + 1):
-        name, nodes = next(combos)
+    for number, ((name, nodes), workload) in enumerate(plan, 1):
         seed = options.seed + number - 1
-        print(f"run {number}/{options.runs}: {name} on {nodes} nodes, seed {seed}",
+        print(f"run {number}/{len(plan)}: {workload}, {name} on {nodes} nodes, seed {seed}",
               flush=True)
         result = run_one(nodes, NEMESES[name], seed, options.duration,
-                         say=lambda text: print(text, flush=True))
+                         say=lambda text: print(text, flush=True), workload=workload)
         results.append(result)
         plot(result, os.path.join(options.out, f"run-{number:03d}.png"))
         verdict = "ok" if result.ok else "FAILED: " + "; ".join(
             result.violations + result.split_brain + [result.error]) + "".join(
             "\n    " + line for line in result.diagnosis + result.events)
+        if result.ok and result.events:  # the Spark query's catch-up
+            verdict += "".join("\n    " + line for line in result.events)
         print(f"  {result.counts or ''} - {verdict} ({result.seconds:.0f}s)", flush=True)
         with open(os.path.join(options.out, "table.md"), "w") as handle:
             handle.write(f"{context}\n\n{table(results)}")
+    if options.spark_runs:
+        spark_workload.spark_session().stop()
     failed = [r for r in results if not r.ok]
     print(f"{len(results)} runs, {len(failed)} failed; table: "
           f"{os.path.join(options.out, 'table.md')}")
