@@ -128,16 +128,20 @@ bench-memory: setup oracle
 # The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
 # workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,
 # slow links, a slow disk), about an hour on 2 vCPUs; the table and a plot per run
-# go to tests/faults/results/. Fewer: make faults FAULT_RUNS=12. Then hostile input:
-# the stateful protocol test with FUZZ_EXAMPLES programs and the socket-level
-# mutation fuzzer for HOSTILE_SECONDS against a live node (known answers checked
-# against RabbitMQ 3.10.8 too), on one node and on a 3-node cluster, about 15 more
-# minutes.
+# go to tests/faults/results/. Then SPARK_FAULT_RUNS runs of the Spark connector's
+# lease-mode query into Delta under a leader killed, isolated or paused, checked for
+# exactly-once (about 1-2 minutes each), in the same table. Then hostile input: the
+# stateful protocol test with FUZZ_EXAMPLES programs and the socket-level mutation
+# fuzzer for HOSTILE_SECONDS against a live node (known answers checked against
+# RabbitMQ 3.10.8 too), on one node and on a 3-node cluster, about 15 more minutes.
+# Fewer: make faults FAULT_RUNS=12 SPARK_FAULT_RUNS=3 HOSTILE_SECONDS=60.
 FAULT_RUNS ?= 100
+SPARK_FAULT_RUNS ?= 6
 FUZZ_EXAMPLES ?= 10000
 HOSTILE_SECONDS ?= 300
 faults: setup oracle
-	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --out tests/faults/results
+	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --spark-runs $(SPARK_FAULT_RUNS) \
+	  --out tests/faults/results
 	@QUORUMQUEUE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider \
 	  tests/broker/node/test_stateful_protocol.py
 	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --rabbitmq
