@@ -212,6 +212,8 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 # exactly-once for the query: no id in two rows of the table
                 result.violations = violations(history, strict_duplicates=spark_run)
                 result.counts = report(history)
+            if spark_run and clients.query_failure:
+                result.error = clients.query_failure[:500]
         except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
             result.error = f"{type(error).__name__}: {error}"[:500]
         finally:

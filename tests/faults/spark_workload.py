@@ -14,7 +14,9 @@ What it runs, on a LocalCluster (tests/support/cluster.py) while a nemesis strik
   machine can take long to elect), nobody restarts it.
 
 When the nemesis is done, `finish` stops the publisher and waits (a generous bound)
-until the running query has written every confirmed id; then it stops the query and
+until the running query has written every confirmed id (if it died instead, or did
+not catch up in time, `query_failure` says so and run.py fails the run, after
+checking the table all the same); then it stops the query and
 starts it again from its checkpoint with Trigger.AvailableNow, which reads what the
 queue still holds and stops (a restart must add nothing twice either). The Delta
 table, read last, becomes the History's deliveries (one per row, none flagged
@@ -129,6 +131,9 @@ class SparkWorkload:
         self.query: StreamingQuery | None = None
         self.counter = None
         self.rows: list[tuple] = []  # the Delta table's COLUMNS, read by finish()
+        # why the running query stopped before catching up ("" if it did not): the
+        # connector must ride the faults out, so run.py fails such a run
+        self.query_failure = ""
 
     # -- the interface run.py drives ------------------------------------------------
 
@@ -223,8 +228,9 @@ class SparkWorkload:
         while True:
             query = self.query
             if query is None or not query.isActive:
-                self.history.note("spark", f"the running query stopped before catching up: "
-                                           f"{query.exception() if query else None}")
+                self.query_failure = (f"the running query stopped before catching up: "
+                                      f"{query.exception() if query else None}")
+                self.history.note("spark", self.query_failure)
                 return
             missing = confirmed - self._table_ids()
             if not missing:
@@ -233,8 +239,9 @@ class SparkWorkload:
                                            "stopped")
                 return
             if time.monotonic() > deadline:
-                self.history.note("spark", f"{len(missing)} confirmed ids still not in the "
-                                           f"table after {timeout:g}s; restarting the query")
+                self.query_failure = (f"{len(missing)} confirmed ids still not in the table "
+                                      f"after {timeout:g}s of the running query")
+                self.history.note("spark", self.query_failure + "; restarting it")
                 return
             time.sleep(POLL_TABLE_EVERY)
 
