@@ -328,6 +328,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     refused_by.clear()
                 retry.recovered()
                 return
+            except _NotYetApplied as waiting:  # a restarted replica: ask again, later
+                retry.lost(waiting, node)
             except _Refused as refused:
                 log.warning("%s: %s refused the range (%s); asking the next node of option "
                             "'uri'", retry.what, node, refused)
@@ -354,6 +356,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition = LeaseRange(partition.queue, partition.lease, records.seqs[-1],
                                        partition.end)
         except pika.exceptions.ChannelClosedByBroker as refusal:
+            if REPLAYING in str(refusal.reply_text):
+                raise _NotYetApplied(f"{refusal.reply_code} {refusal.reply_text}") from None
             if not trusted:
                 raise _Refused(f"{refusal.reply_code} {refusal.reply_text}") from None
             # the broker checks the range before it sends any of it, but a message
@@ -521,6 +525,18 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 class _Refused(Exception):
     """A node refused a lease range; another node of `uri` may not."""
+
+
+# A replica still applying the log it had when its node restarted refuses a range
+# with this text (the bundled broker, broker/node/leases.py REPLAYING): it cannot
+# tell yet whether the lease holds the range. Every node of a cluster restarted at
+# once says so until a new leader commits; the read retries it for option
+# reconnectTimeout, as a lost broker, instead of counting it as a refusal.
+REPLAYING = "still applying its log after a restart"
+
+
+class _NotYetApplied(Exception):
+    """A restarted replica cannot answer for the range yet (REPLAYING)."""
 
 
 def _untried_first(addresses, refused_by: list[str]) -> list:

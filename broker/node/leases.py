@@ -32,7 +32,11 @@ read permission on the queue, checked before the queue is looked up; a refusal i
 
 Errors: an unknown queue is 404; a classic queue, an unknown lease, a settled or
 unassigned range, or an acking consumer is 406 PRECONDITION_FAILED naming it, before
-any message is sent. A message that can no longer be read once the range has begun
+any message is sent. A replica still applying the log it had when its node started
+(every node of a cluster restarted at once: none applies its log before a new
+leader commits) cannot tell an unknown lease or range from one not applied yet: it
+refuses with 406 "... this replica is still applying its log after a restart, ask
+again" (REPLAYING), which a reader retries rather than taking the range as gone. A message that can no longer be read once the range has begun
 (the lease released by its timeout and the message settled by another consumer, the
 queue deleted) closes the channel with 406 naming it and the last sequence sent.
 """
@@ -54,6 +58,9 @@ from ..queues.quorum import with_delivery_count
 if TYPE_CHECKING:  # pragma: no cover
     from ..queues.quorum import QuorumQueue
 
+# the refusal of a range by a replica that cannot tell yet (the connector retries it,
+# connector/lease_reader.py, instead of believing the range gone)
+REPLAYING = "this replica is still applying its log after a restart, ask again"
 _PACK_HEADER = struct.Struct(">HHQHB")  # class, weight, body size, flags, type length
 _FLAG_CONTENT_TYPE = 0x8000
 
@@ -89,9 +96,11 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
                            f"x-lease-start {start}")
     try:
         items = queue.lease_entries(name, start, end)
-    except KeyError:
-        raise precondition(f"no lease '{name}' on {where}") from None
-    except ValueError as error:
+    except (KeyError, ValueError) as error:
+        if queue.replaying():  # the lease or its range may be in the log not yet applied
+            raise precondition(f"lease '{name}' on {where}: {REPLAYING}") from None
+        if isinstance(error, KeyError):
+            raise precondition(f"no lease '{name}' on {where}") from None
         raise precondition(f"{error} ({where})") from None
     channel.send(codec.basic_consume_ok(channel.number, tag))
     channel.lease_ranges.add(tag)

@@ -212,6 +212,12 @@ class Queue:
         KeyError for an unknown lease, ValueError for a range it does not hold."""
         raise NotImplementedError
 
+    def replaying(self) -> bool:
+        """Whether this queue's state here may still lack what was committed before its
+        node restarted (a replica applying its old log): then a missing lease or range
+        is not an answer yet."""
+        return False
+
     def read_message(self, index: int) -> tuple[str, str, bytes, bytes]:
         """A message of a lease range by its log index."""
         raise NotImplementedError

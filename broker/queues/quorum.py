@@ -471,6 +471,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def lease_info(self, lease: str):
         return self.state.leases.get(lease)
 
+    def replaying(self) -> bool:
+        """This replica is still applying the log its node had when it started: its
+        state (a lease, a lease's end) may be behind what was committed before the
+        restart until a leader's commit index lets it apply the rest."""
+        return bool(self.replay_until)
+
     def stats(self, node_name: str) -> dict[str, Any]:
         row = super().stats(node_name)
         if self.raft is None:  # no replica on this node
