@@ -36,9 +36,10 @@ any message is sent. A replica still applying the log it had when its node start
 (every node of a cluster restarted at once: none applies its log before a new
 leader commits) cannot tell an unknown lease or range from one not applied yet: it
 refuses with 406 "... this replica is still applying its log after a restart, ask
-again" (REPLAYING), which a reader retries rather than taking the range as gone. A message that can no longer be read once the range has begun
-(the lease released by its timeout and the message settled by another consumer, the
-queue deleted) closes the channel with 406 naming it and the last sequence sent.
+again" (REPLAYING), which a reader retries rather than taking the range as gone.
+A message that can no longer be read once the range has begun (the lease released
+by its timeout and the message settled by another consumer, the queue deleted)
+closes the channel with 406 naming it and the last sequence sent.
 """
 
 from __future__ import annotations
