@@ -309,9 +309,10 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           f"sequences {partition.start + 1}..{partition.end})")
         handed = partition.start   # the last sequence handed to Spark
         refused_by: list[str] = []  # nodes that refused the range since the last success
+        replaying: list[str] = []   # nodes still applying their log (asked last, not trusted)
         while True:
             rest = LeaseRange(partition.queue, partition.lease, handed, partition.end)
-            addresses = _untried_first(self.options.addresses, refused_by)
+            addresses = _untried_first(self.options.addresses, refused_by + replaying)
             # a refusal is believed once every node refused (a replica restarted and not
             # yet caught up refuses a lease it has not applied yet)
             trusted = len(set(refused_by)) >= len(self.options.addresses) - 1
@@ -326,9 +327,11 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     yield batch
                     handed = last
                     refused_by.clear()
+                    replaying.clear()
                 retry.recovered()
                 return
-            except _NotYetApplied as waiting:  # a restarted replica: ask again, later
+            except _NotYetApplied as waiting:  # a restarted replica: the others first,
+                replaying.append(node)        # then it again, for reconnectTimeout
                 retry.lost(waiting, node)
             except _Refused as refused:
                 log.warning("%s: %s refused the range (%s); asking the next node of option "
