@@ -180,8 +180,8 @@ def queues_delete_member(uri, vhost, name, node) -> None:
 def queues_grow(uri, node, strategy, vhost_pattern, queue_pattern) -> None:
     """Add NODE to every matching quorum queue (all), or to those with an even number
     of members (even), like rabbitmq-queues grow."""
-    rows = _call(uri, "queues.grow", node=node, strategy=strategy,
-                 vhost_pattern=vhost_pattern, queue_pattern=queue_pattern)
+    rows = _per_queue(uri, "grow", lambda q: True, vhost_pattern, queue_pattern,
+                      node=node, strategy=strategy)
     _echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
@@ -193,7 +193,8 @@ def queues_grow(uri, node, strategy, vhost_pattern, queue_pattern) -> None:
               help="Only queues whose replica on NODE is not reachable.")
 def queues_shrink(uri, node, errors_only) -> None:
     """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink)."""
-    rows = _call(uri, "queues.shrink", node=node, errors_only=errors_only)
+    rows = _per_queue(uri, "shrink", lambda q: node in q["members"], ".*", ".*",
+                      node=node, errors_only=errors_only)
     _echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
@@ -212,6 +213,41 @@ def queues_rebalance(uri, kind, vhost_pattern, queue_pattern) -> None:
                 [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
     click.echo("leaders per node: " + ", ".join(f"{n} {c}"
                                                 for n, c in sorted(result["leaders"].items())))
+
+
+def _per_queue(uri, op, candidate, vhost_pattern, queue_pattern, **arguments) -> list:
+    """`queues grow|shrink` one queue at a time, with progress on stderr (client/
+    progress.py): the quorum queues are listed first (cluster.status), those matching
+    the patterns (and `candidate`) are acted on one by one, each by the same operation
+    restricted to that queue by anchored patterns, and the rows concatenated in the
+    server's order (vhost, then name). The server decides per queue exactly as in one
+    call over all of them (grow and shrink look at each queue on its own), so the rows
+    and refusals are the same; only the progress is new. A bad pattern, or nothing to
+    do, goes to the server as one call, which refuses or answers [] as before."""
+    import re
+
+    from ..client.progress import Progress
+
+    try:
+        vhost_re, queue_re = re.compile(vhost_pattern), re.compile(queue_pattern)
+    except re.error:
+        vhost_re = queue_re = None
+    queues = []
+    if vhost_re is not None:
+        status = _call(uri, "cluster.status")
+        queues = sorted((q["vhost"], q["name"]) for q in status.get("queues", [])
+                        if vhost_re.search(q["vhost"]) and queue_re.search(q["name"])
+                        and candidate(q))
+    if not queues:
+        return _call(uri, f"queues.{op}", vhost_pattern=vhost_pattern,
+                     queue_pattern=queue_pattern, **arguments)
+    rows: list = []
+    with Progress(op, total=len(queues)) as progress:
+        for vhost, name in queues:
+            rows += _call(uri, f"queues.{op}", vhost_pattern=rf"\A{re.escape(vhost)}\Z",
+                          queue_pattern=rf"\A{re.escape(name)}\Z", **arguments)
+            progress.advance(f"{vhost}/{name}")
+    return rows
 
 
 # rabbitmq-queues' observability commands (node/queue_commands.py): RabbitMQ's

@@ -160,12 +160,15 @@ def grow(node: "Node", member: str, strategy: str, vhost_pattern: str, queue_pat
     done(results)
 
 
-def shrink(node: "Node", member: str, errors_only: bool, done) -> None:
+def shrink(node: "Node", member: str, errors_only: bool, done,
+           vhost_pattern: str = ".*", queue_pattern: str = ".*") -> None:
     """Remove `member` from every queue it is a member of (`--errors-only`: only where
-    its replica is not reachable), never below one member or a majority online."""
+    its replica is not reachable), never below one member or a majority online. The
+    patterns (not in rabbitmq-queues shrink) let the command line shrink one queue at
+    a time to show its progress."""
     _cluster(node)
     results = []
-    for queue in _matching(node, ".*", ".*"):
+    for queue in _matching(node, vhost_pattern, queue_pattern):
         if member not in queue.members:
             continue
         if errors_only and _online(node, member):

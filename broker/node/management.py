@@ -20,7 +20,7 @@ Operations:
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
   queues.add_member | queues.delete_member {vhost, name, node}
   queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
-  queues.shrink  {node, errors_only?}
+  queues.shrink  {node, errors_only?, vhost_pattern?, queue_pattern?}
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
   queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory: see
                                            node/queue_commands.py
@@ -236,7 +236,8 @@ def _members_op(name: str):
                                                  request.get("strategy", "all"),
                                                  vhost_pattern, queue_pattern, done),
             "shrink": lambda done: membership.shrink(node, request["node"],
-                                                     bool(request.get("errors_only")), done),
+                                                     bool(request.get("errors_only")), done,
+                                                     vhost_pattern, queue_pattern),
             "rebalance": lambda done: membership.rebalance(node, vhost_pattern,
                                                            queue_pattern, done),
         }

@@ -36,9 +36,14 @@ def raft_members(uri: str, name: str) -> list[str]:
 
 
 def cli(*args: str) -> str:
+    """The command's stdout (its table); progress lines go to stderr."""
+    return cli_result(*args).stdout
+
+
+def cli_result(*args: str):
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == 0, result.output
-    return result.output
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +118,23 @@ def test_grow_even_and_all_then_shrink(cluster):
         target = two if two not in queue_status(uri, "g-two")["members"] else one
     else:
         target = three
-    output = cli("queues", "grow", "--uri", uri, target, "even", "--queue-pattern", "^g-")
+    result = cli_result("queues", "grow", "--uri", uri, target, "even",
+                        "--queue-pattern", "^g-")
+    output = result.stdout
     assert "g-two" in output and "g-one" not in output
+    # stdout is the table alone; stderr (not a terminal here) says, one plain line
+    # per queue looked at, how far the command got: both g- queues were candidates
+    assert output.splitlines()[0].split() == ["vhost", "name", "size", "result"]
+    assert len(output.splitlines()) == 2
+    assert result.stderr.splitlines() == ["grow: 1/2 //g-one", "grow: 2/2 //g-two"]
     wait_for("g-two has 3 members", lambda: len(raft_members(uri, "g-two")) == 3)
     grown = [m for m in cluster.names if m not in queue_status(uri, "g-one")["members"]][0]
     cli("queues", "grow", "--uri", uri, grown, "all", "--queue-pattern", "^g-one$")
     wait_for("g-one has 2 members", lambda: len(raft_members(uri, "g-one")) == 2)
-    output = cli("queues", "shrink", "--uri", uri, grown)
-    assert "g-one" in output
+    result = cli_result("queues", "shrink", "--uri", uri, grown)
+    assert "g-one" in result.stdout and "shrink:" not in result.stdout
+    assert any(line.startswith("shrink: ") and line.endswith("//g-one")
+               for line in result.stderr.splitlines())
     wait_for("g-one back to 1", lambda: grown not in queue_status(uri, "g-one")["members"])
 
 
