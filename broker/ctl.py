@@ -336,10 +336,54 @@ def import_definitions(uri, scope, path) -> None:
     except ValueError as error:
         raise click.ClickException(f"{path} is not JSON: {error}") from None
     click.echo(f"Importing definitions in JSON from a file at \"{path}\" ...")
-    result = _call(uri, "definitions.import", definitions=document, vhost=scope)
+    result = _import_in_sections(uri, document, scope)
     for note in result["notes"]:
         click.echo(f"note: {note}")
     click.echo(f"Imported {result['commands']} definitions.")
+
+
+# the import's own order (node/definitions_import.py, _Importer.run): each section may
+# refer to what an earlier one creates
+_IMPORT_ORDER = ("vhosts", "users", "permissions", "parameters", "global_parameters",
+                 "policies", "exchanges", "queues", "bindings")
+
+
+def _import_in_sections(uri, document, scope) -> dict:
+    """Import `document` with progress on stderr (client/progress.py), one step per
+    section. The whole document is checked first (`check: true`: the plan is built
+    and nothing applied), so a file with an error still changes nothing and is
+    refused with the same text; then each non-empty section is imported in the
+    import's order, each once the previous one is applied, so a section may refer to
+    what an earlier one created, as in one import. The notes are the whole
+    document's. A section refused after the check (another change raced it) stops
+    the import there, naming its section; the sections before it stay imported, as
+    the commands applied before a refused one do in a single import."""
+    from ..client.progress import Progress
+
+    sections = [s for s in _IMPORT_ORDER
+                if isinstance(document, dict) and isinstance(document.get(s), list)
+                and document[s]]
+    if not sections:
+        return _call(uri, "definitions.import", definitions=document, vhost=scope)
+    checked = _call(uri, "definitions.import", definitions=document, vhost=scope,
+                    check=True)
+    rest = {k: v for k, v in document.items()
+            if k not in _IMPORT_ORDER and k not in ("topic_permissions", "limits")}
+    commands = 0
+    with Progress("import_definitions", total=len(sections)) as progress:
+        for position, section in enumerate(sections):
+            chunk = {**rest, section: document[section]}
+            if position == 0 and "limits" in document:  # a vhost's own limits (scope)
+                chunk["limits"] = document["limits"]
+            try:
+                commands += _call(uri, "definitions.import", definitions=chunk,
+                                  vhost=scope)["commands"]
+            except click.ClickException as error:
+                raise click.ClickException(
+                    f"{error.message} (while importing '{section}'; the sections "
+                    f"before it were imported)") from None
+            progress.advance(f"{section} ({len(document[section])})")
+    return {"commands": commands, "notes": checked["notes"]}
 
 
 def _definition(text: str) -> dict:

@@ -15,7 +15,8 @@ Responsibilities
     work on one vhost's definitions, as RabbitMQ's /api/definitions/VHOST does
     (format "single_virtual_host": no users, vhosts or permissions, items without a
     `vhost` key). The management RPC (`definitions.export`, `definitions.import`,
-    OPERATIONS below) and an HTTP API call them alike.
+    OPERATIONS below; `check: true` builds the plan and applies nothing) and an HTTP
+    API call them alike.
 
 The format, section by section (what RabbitMQ 3.10.8 and 4.2 write and read)
     users              {name, password_hash, hashing_algorithm, tags, limits}: the
@@ -243,7 +244,10 @@ def _export(node, session, request) -> dict:
 
 
 def _import(node, session, request):
-    """{definitions, vhost?} -> {"commands": n, "notes": [...]} once applied here."""
+    """{definitions, vhost?, check?} -> {"commands": n, "notes": [...]} once applied
+    here; with `check: true` the same answer, or the same refusal, and nothing applied
+    (the command line checks the whole file first, then imports it section by section
+    to show its progress: broker/ctl.py)."""
     from ..amqp import spec
     from .management import Later, _require_administrator
 
@@ -252,6 +256,8 @@ def _import(node, session, request):
         plan = import_plan(node, request.get("definitions"), request.get("vhost"))
     except DefinitionsError as error:
         raise AMQPError(spec.PRECONDITION_FAILED, f"invalid definitions: {error}") from None
+    if request.get("check"):
+        return {"commands": len(plan.commands), "notes": plan.notes}
     return Later(lambda done: apply_plan(node, plan, done), metadata=True)
 
 

@@ -238,6 +238,12 @@ def test_import_reads_standard_input(broker):
     result = CliRunner().invoke(main, ["ctl", "import_definitions", "-", "--uri", broker.uri],
                                 input=json.dumps(document))
     assert result.exit_code == 0, result.output
+    # stdout says what was done, as before; stderr (not a terminal here) the
+    # progress, one line per section imported, in the import's order
+    assert result.stdout.splitlines() == [
+        'Importing definitions in JSON from a file at "-" ...', "Imported 2 definitions."]
+    assert result.stderr.splitlines() == ["import_definitions: 1/2 vhosts (1)",
+                                          "import_definitions: 2/2 queues (1)"]
     assert "from-stdin" in ctl(broker, "list_vhosts")
     ctl(broker, "set_permissions", "-p", "from-stdin", "guest", ".*", ".*", ".*")
     assert [row["name"] for row in call(broker.uri, "queues.list", vhost="from-stdin")] \
