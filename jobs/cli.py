@@ -15,7 +15,10 @@ Settings come from conf/jobs/<job>.toml (keys below), and options override them:
     every          the schedule's interval (`jobs schedule`), e.g. "15m", "1h"
 
 The schedule keeps running until SIGTERM/SIGINT; a failed run is logged with its error
-and the next runs go on. Every run logs one line per job to stderr.
+and the next runs go on. Every run logs one line per job to stderr. `jobs run` also
+shows its progress on stderr, one step per stage (each table computed, then the
+tables and report written): a bar on a terminal, `JOB: n/total STAGE` lines
+otherwise; stdout is the report alone.
 """
 
 from __future__ import annotations
@@ -108,16 +111,28 @@ def _log_errors() -> tuple[type, ...]:
     return LogReadError, LogSourceError
 
 
-def run_job(spark, settings: JobSettings) -> list[str]:
+def run_job(spark, settings: JobSettings, progress=None) -> list[str]:
+    """Run one job; `progress` (client/progress.py) advances once per stage."""
     if settings.job == "segment_compaction":
         from .segment_compaction import run
 
         return run(spark, settings.data_dir, settings.out, settings.segment_max_entries,
-                   node=settings.node, table_format=settings.table_format)
+                   node=settings.node, table_format=settings.table_format,
+                   progress=progress)
     from .memory_footprint import run
 
     return run(spark, settings.data_dir, settings.out, settings.wal_max_size_bytes,
-               node_name=settings.node, table_format=settings.table_format)
+               node_name=settings.node, table_format=settings.table_format,
+               progress=progress)
+
+
+def job_stages(job: str) -> int:
+    """How many progress steps `run_job` takes for `job`."""
+    if job == "segment_compaction":
+        from .segment_compaction import STAGES
+    else:
+        from .memory_footprint import STAGES
+    return STAGES
 
 
 def spark_session(table_format: str, app_name: str = "quorumqueue-jobs"):
@@ -169,8 +184,11 @@ def jobs_run(job, config_path, data_dir, out, node, broker_config, table_format)
         spark = spark_session(settings.table_format)
     except RuntimeError as error:         # e.g. the Delta jars are missing: `make setup`
         raise click.ClickException(str(error)) from None
+    from ..client.progress import Progress
+
     try:
-        lines = run_job(spark, settings)
+        with Progress(job, total=job_stages(job)) as progress:
+            lines = run_job(spark, settings, progress)
     except _log_errors() as error:   # corrupt files, bad paths: named, no traceback
         raise click.ClickException(str(error)) from None
     finally:

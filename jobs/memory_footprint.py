@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 MODEL_BYTES_PER_MESSAGE = 32        # RabbitMQ's documented floor
 TABLES = ("queues", "node")
+# run()'s progress steps (`progress.advance(item)`, client/progress.py): each table
+# computed, then the tables and the report written
+STAGES = len(TABLES) + 1
 
 
 def queues(groups: "DataFrame") -> "DataFrame":
@@ -82,7 +85,8 @@ def report(queue_rows: list, node_rows: list) -> list[str]:
 
 
 def run(spark, data_dir: str, out: str, wal_max_size_bytes: int, node_name: str | None = None,
-        table_format: str = "delta", run_at=None) -> list[str]:
+        table_format: str = "delta", run_at=None,
+        progress=None) -> list[str]:
     """Analyse one node's data directory; append `queues` and `node` under
     `out/memory_footprint/` with the run's timestamp, write the report, return it."""
     from . import outputs
@@ -90,9 +94,13 @@ def run(spark, data_dir: str, out: str, wal_max_size_bytes: int, node_name: str 
 
     _live, groups = frames(spark, data_dir, node_name)
     results = {"queues": queues(groups), "node": node(groups, wal_max_size_bytes)}
-    collected = {name: [row.asDict() for row in frame.collect()]
-                 for name, frame in results.items()}
+    step = progress.advance if progress is not None else (lambda _item: None)
+    collected = {}
+    for name, frame in results.items():   # each one a Spark job: a progress step
+        collected[name] = [row.asDict() for row in frame.collect()]
+        step(f"{name} computed")
     lines = report(collected["queues"], collected["node"])
     outputs.publish("memory_footprint", out, results, lines, data_dir,
                     run_at or outputs.now(), table_format)
+    step("tables and report written")
     return lines

@@ -189,10 +189,14 @@ def _share(part: int, whole: int) -> str:
 # ------------------------------------------------------------------ running it
 
 TABLES = ("segments", "what_if")
+# run()'s progress steps (`progress.advance(item)`, client/progress.py): each table
+# computed, then the tables and the report written
+STAGES = len(TABLES) + 1
 
 
 def run(spark, data_dir: str, out: str, segment_max_entries: int, node: str | None = None,
-        table_format: str = "delta", run_at=None) -> list[str]:
+        table_format: str = "delta", run_at=None,
+        progress=None) -> list[str]:
     """Analyse one node's data directory; append the `segments` and `what_if` tables
     under `out/segment_compaction/` with the run's timestamp, write the report next to
     them, and return the report's lines."""
@@ -205,10 +209,14 @@ def run(spark, data_dir: str, out: str, segment_max_entries: int, node: str | No
            .load(data_dir).where(F.col("queue").isNotNull()).cache())
     live, groups = frames(spark, data_dir, node)
     results = {"segments": segments(log, live, groups), "what_if": what_if(log, live, groups)}
-    collected = {name: [row.asDict() for row in frame.collect()]
-                 for name, frame in results.items()}
+    step = progress.advance if progress is not None else (lambda _item: None)
+    collected = {}
+    for name, frame in results.items():   # each one a Spark job: a progress step
+        collected[name] = [row.asDict() for row in frame.collect()]
+        step(f"{name} computed")
     lines = recommend(collected["segments"], collected["what_if"], segment_max_entries)
     outputs.publish("segment_compaction", out, results, lines, data_dir,
                     run_at or outputs.now(), table_format)
     log.unpersist()
+    step("tables and report written")
     return lines

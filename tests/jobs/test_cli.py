@@ -90,4 +90,12 @@ def test_the_command_line_runs_a_job_in_its_own_process(data_dir, tmp_path):
          "parquet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "queue 'jobs-q' (vhost '/'): 50 messages" in result.stdout
+    # progress: stderr is a pipe, so one plain line per stage (among Spark's own
+    # lines); stdout is the report alone
+    steps = [line for line in result.stderr.splitlines()
+             if line.startswith("memory_footprint: ")]
+    assert steps == ["memory_footprint: 1/3 queues computed",
+                     "memory_footprint: 2/3 node computed",
+                     "memory_footprint: 3/3 tables and report written"], result.stderr[-3000:]
+    assert "memory_footprint: " not in result.stdout and "\x1b[" not in result.stdout
     assert os.listdir(tmp_path / "memory_footprint" / "reports")
