@@ -35,7 +35,7 @@ MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
 # the project never calls (it puts `--packages` on the session: a download at run time).
 DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
-.PHONY: setup main test oracle browser bench bench-memory faults clean
+.PHONY: setup main test oracle browser bench bench-setup bench-memory faults clean
 
 setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
 
@@ -114,13 +114,46 @@ test: setup oracle browser $(STAMP_NEWEST)
 # quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
 # publisher, and the log data source against binaryFile; about 12 minutes on 2 vCPUs.
-bench: setup oracle
+bench: setup oracle bench-setup
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
 	@$(PY) bench/quorum_memory.py
 	@$(PY) bench/connector_source.py
 	@$(PY) bench/connector_sink.py
 	@$(PY) bench/log_scan.py
+	@$(PY) bench/perftest.py
+
+# RabbitMQ's PerfTest (bench/perftest.py), the neutral loader: com.rabbitmq:perf-test
+# is a plain jar (no Main-Class, not shaded), so Maven copies it and its runtime
+# dependencies (amqp-client, commons-cli, metrics, micrometer, logback ...) into
+# bench/jars/ (git-ignored); bench/perftest.py puts that folder on the classpath.
+# Fetched here only, never at test time.
+PERFTEST_VERSION := 2.22.1
+BENCH_JARS := bench/jars
+PERFTEST_STAMP := $(BENCH_JARS)/.perf-test-$(PERFTEST_VERSION)
+PERFTEST_POM := $(HOME)/.m2/repository/com/rabbitmq/perf-test/$(PERFTEST_VERSION)/perf-test-$(PERFTEST_VERSION).pom
+MVN_GET := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:get
+MVN_COPY_DEPS := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
+
+bench-setup: $(PERFTEST_STAMP)
+
+$(PERFTEST_STAMP):
+	@command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch PerfTest;" \
+	  "install it (Debian: apt-get install maven) and run make bench-setup again"; exit 1; }
+	@command -v java >/dev/null || { echo "error: PerfTest needs Java 11 or newer;" \
+	  "install it (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@mkdir -p $(BENCH_JARS) && rm -f $(BENCH_JARS)/*.jar $(BENCH_JARS)/.perf-test-*
+	@echo "==> fetching com.rabbitmq:perf-test:$(PERFTEST_VERSION) and its dependencies into $(BENCH_JARS)/ (Maven)"
+	@mvn -B -q -Dstyle.color=never $(MVN_GET) -Dartifact=com.rabbitmq:perf-test:$(PERFTEST_VERSION) \
+	  && mvn -B -q -Dstyle.color=never $(MVN_COPY) -Dartifact=com.rabbitmq:perf-test:$(PERFTEST_VERSION) \
+	       -DoutputDirectory=$(BENCH_JARS) \
+	  && mvn -B -q -Dstyle.color=never -f $(PERFTEST_POM) $(MVN_COPY_DEPS) -DincludeScope=runtime \
+	       -DoutputDirectory=$(CURDIR)/$(BENCH_JARS) \
+	  || { echo "error: Maven could not fetch PerfTest. Check that Maven Central (or the" \
+	       "mirror in ~/.m2/settings.xml) is reachable and run make bench-setup again;" \
+	       "mvn -X shows why."; exit 1; }
+	@touch $@
+	@echo "==> PerfTest $(PERFTEST_VERSION) ready: $$(ls $(BENCH_JARS)/*.jar | wc -l) jars in $(BENCH_JARS)/"
 
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
@@ -148,4 +181,4 @@ faults: setup oracle
 	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --nodes 3
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS)
+	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS) $(BENCH_JARS)
