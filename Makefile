@@ -113,7 +113,8 @@ test: setup oracle browser $(STAMP_NEWEST)
 # Throughput (classic, then quorum queues) and quorum-queue bytes per message,
 # quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
-# publisher, and the log data source against binaryFile; about 12 minutes on 2 vCPUs.
+# publisher, the log data source against binaryFile, and RabbitMQ's PerfTest (quick
+# set, both brokers; bench/perftest.py); about 17 minutes on 2 vCPUs.
 bench: setup oracle bench-setup
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum

@@ -3,6 +3,7 @@
     python bench/perftest.py [--scenarios quick|all|NAME,...] [--nodes 1[,3]]
         [--time 10] [--repeats 3] [--target both|quorumqueue|rabbitmq]
         [--json PATH] [--plots DIR]
+    python bench/perftest.py --replot RUN1.json [RUN2.json ...] [--plots DIR]
 
 PerfTest (``com.rabbitmq:perf-test`` 2.22.1, its jar and dependencies fetched into
 ``bench/jars/`` by ``make bench-setup``, never at test time) runs as a Java
@@ -266,6 +267,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write the rows (and every run) here")
     parser.add_argument("--plots", type=Path, default=REPO_ROOT / "bench" / "results",
                         help="directory for the PNGs")
+    parser.add_argument("--replot", type=Path, nargs="+", metavar="JSON",
+                        help="run nothing: table and plots from the rows of earlier --json files")
     arguments = parser.parse_args(argv)
     if arguments.scenarios == "quick":
         names = list(QUICK)
@@ -290,6 +293,12 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     arguments = parse_arguments(argv)
+    if arguments.replot:
+        rows = [row for path in arguments.replot for row in json.loads(path.read_text())]
+        print(table(rows))
+        for path in plot(rows, arguments.plots):
+            print(f"wrote {path}", file=sys.stderr)
+        return
     check_jars()
     targets = list(TARGETS) if arguments.target == "both" else [arguments.target]
     rows: list[dict] = []
