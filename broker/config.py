@@ -56,6 +56,9 @@ class Settings:
     fsync: bool = True
     msg_store_segment_bytes: int = 64 * 1024 * 1024
     log_level: str = "info"
+    # RabbitMQ 3.13's deprecated-feature switch for classic queue mirroring (default
+    # false, as there): mirroring is not built here, so true is refused at start
+    permit_classic_queue_mirroring: bool = False
     # the quorum-queue log storage keys (`raft.wal_max_size_bytes`...), as (key, value)
     # pairs; validated by load_settings, turned into a StorageConfig by storage_config()
     raft: tuple = ()
@@ -309,6 +312,8 @@ KEYS = {
     "storage.fsync": ("fsync", _bool),
     "storage.msg_store_segment_bytes": ("msg_store_segment_bytes", parse_size),
     "log.level": ("log_level", _str),
+    "deprecated_features.permit.classic_queue_mirroring":
+        ("permit_classic_queue_mirroring", _bool),
     "distribution.listener.port": ("distribution_port", _int),
     "cluster_formation.classic_config.nodes": ("cluster_nodes", _nodes),
     "cluster.cookie": ("cluster_cookie", _str),
@@ -440,6 +445,14 @@ def validate(settings: Settings) -> Settings:
         server_context(settings.ssl_options)
     if settings.cluster_tls.configured:
         _cluster_contexts(settings.cluster_tls)
+    if settings.permit_classic_queue_mirroring:
+        raise ConfigError(
+            "deprecated_features.permit.classic_queue_mirroring: true asks for classic "
+            "queue mirroring (ha-* policies), which quorumqueue does not implement: it is "
+            "deprecated since RabbitMQ 3.13 and removed in 4.0, and quorum queues replace "
+            "it. Remove the key or set it to false, and declare quorum queues "
+            "(x-queue-type quorum; broker/README.md \"Migrating from mirrored classic "
+            "queues\")")
     settings.storage_config()  # refuses unknown or impossible raft.* values, naming the key
     if settings.log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "

@@ -80,6 +80,13 @@ NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
                  "initial-cluster-size", "federation-upstream", "federation-upstream-set")
 
+# classic queue mirroring's keys (RabbitMQ's "Classic Queue Mirroring" guide), refused
+# with a message naming RabbitMQ 3.13's deprecated-feature switch: the configuration
+# refuses that switch set to true (broker/config.py), since mirroring is not built
+CLASSIC_MIRRORING_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
+                          "ha-promote-on-shutdown", "ha-promote-on-failure",
+                          "queue-master-locator")
+
 
 class PolicyError(ValueError):
     """A policy that cannot be set; the message names the offending part."""
@@ -137,6 +144,14 @@ def parse_policy(vhost: str, name: str, pattern: str, definition: Any, priority:
 
 
 def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
+    if key in CLASSIC_MIRRORING_KEYS:
+        raise PolicyError(f"{what}: key '{key}' is classic queue mirroring, a deprecated "
+                          "feature not permitted (RabbitMQ 3.13 refuses it unless "
+                          "deprecated_features.permit.classic_queue_mirroring = true; "
+                          "RabbitMQ 4.0 removed it, and quorumqueue does not implement "
+                          "it). Use quorum queues instead (x-queue-type quorum, or "
+                          "export_definitions --transformations "
+                          "prepare_for_quorum_queue_migration for existing definitions)")
     if key in NOT_SUPPORTED:
         raise PolicyError(f"{what}: key '{key}' is not supported by quorumqueue (it "
                           f"applies: {', '.join(KEYS)})")

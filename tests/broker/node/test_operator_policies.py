@@ -64,7 +64,7 @@ def test_the_merged_definition_is_what_a_quorum_queue_gets_and_its_argument_stil
     ({"queue-leader-locator": "balanced"}, "quorum_queues", "'queue-leader-locator' is not"),
     # RabbitMQ's operator keys that quorumqueue refuses in any policy
     ({"max-in-memory-bytes": 1}, "all", "key 'max-in-memory-bytes' is not supported"),
-    ({"queue-master-locator": "random"}, "all", "key 'queue-master-locator' is not supported"),
+    ({"queue-master-locator": "random"}, "all", "key 'queue-master-locator' is classic queue mirroring"),
     ({"max-length": 1}, "exchanges", "operator policies act on queues only"),
     ({"overflow": "reject-publish-dlx"}, "queues",
      "overflow 'reject-publish-dlx' applies to classic queues only"),

@@ -53,7 +53,7 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
      "key 'message-ttl' must be a non-negative integer"),
     (dict(apply_to="quorum_queues", definition={"dead-letter-strategy": "sometimes"}),
      "key 'dead-letter-strategy' must be 'at-most-once' or 'at-least-once'"),
-    (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is not supported by quorumqueue"),
+    (dict(definition={"ha-mode": "all"}), "key 'ha-mode' is classic queue mirroring, a deprecated feature not permitted"),
     # rabbit_policies' text (a string is refused, as RabbitMQ does: a JSON number only)
     (dict(definition={"consumer-timeout": "86400000"}),
      'Validation failed: <<"86400000">> is not a valid consumer timeout'),

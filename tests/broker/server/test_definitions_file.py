@@ -180,7 +180,7 @@ BAD = [
      "queues[0] ('q'): invalid property 'non-durable' for queue 'q' in vhost '/'"),
     ('{"policies": [{"vhost": "/", "name": "ha", "pattern": ".*",'
      ' "definition": {"ha-mode": "all"}}]}',
-     "policies[0] ('ha'): policy 'ha' in vhost '/': key 'ha-mode' is not supported"),
+     "policies[0] ('ha'): policy 'ha' in vhost '/': key 'ha-mode' is classic queue mirroring"),
     ('{"parameters": [{"vhost": "/", "component": "federation-upstream", "name": "u",'
      ' "value": {"uri": "amqp://x"}}]}',
      "component 'federation-upstream' are not supported by quorumqueue"),
