@@ -99,3 +99,17 @@ def test_a_recorded_declaration_an_earlier_build_accepted_is_still_recovered():
     spec = validate_declaration("q", "/", True, False, False,
                                 {**QUORUM, "x-dead-letter-routing-key": "k"}, recorded=True)
     assert spec.type == "quorum"
+
+
+def test_x_queue_master_locator_is_refused_naming_the_mirroring_switch():
+    """Classic queue mirroring's argument: refused (not accepted and ignored), naming
+    RabbitMQ 3.13's deprecated-feature switch; a queue an earlier build recorded with it
+    is still recovered."""
+    text = refusal(**{"x-queue-master-locator": "min-masters"})
+    assert text.startswith(f"PRECONDITION_FAILED - invalid arg 'x-queue-master-locator' "
+                           f"for {WHERE}: classic queue mirroring is a deprecated feature")
+    assert "deprecated_features.permit.classic_queue_mirroring" in text
+    assert "x-queue-leader-locator" in text
+    spec = validate_declaration("q", "/", True, False, False,
+                                {"x-queue-master-locator": "min-masters"}, recorded=True)
+    assert spec.type == "classic"
