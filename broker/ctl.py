@@ -15,8 +15,10 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl list_operator_policies [-p VHOST]
     quorumqueue ctl list_queues [-p VHOST] [COLUMN ...]   (name policy operator_policy
                                                         effective_policy_definition ...)
-    quorumqueue ctl export_definitions [-p VHOST] FILE|-
+    quorumqueue ctl export_definitions [-p VHOST] [--transformations NAMES] FILE|-
     quorumqueue ctl import_definitions [-p VHOST] FILE|-
+    quorumqueue ctl transform_definitions --transformations NAMES IN|- OUT|-   (offline:
+        a file exported from RabbitMQ; broker/definitions_transform.py)
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
     quorumqueue ctl set_vhost_limits [-p VHOST] '{"max-connections": N, "max-queues": N}'
     quorumqueue ctl clear_vhost_limits [-p VHOST]
@@ -38,6 +40,7 @@ import json
 import click
 
 from ..client.cli_rpc import _call, _echo_table, uri_option
+from .definitions_transform import TRANSFORMATIONS, TransformationError, parse_names, transform
 
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
                             help="The virtual host.")
@@ -294,6 +297,9 @@ def list_queues(uri, vhost, columns) -> None:
                              else _cell(row[QUEUE_COLUMNS[column]]) for column in columns))
 
 
+transformations_option = click.option(
+    "--transformations", default=None,
+    help="Comma-separated, applied in order: " + ", ".join(TRANSFORMATIONS) + ".")
 scope_option = click.option("-p", "--vhost", "scope", default=None,
                             help="Only this vhost's definitions (RabbitMQ's "
                                  "single_virtual_host format).")
@@ -302,12 +308,53 @@ scope_option = click.option("-p", "--vhost", "scope", default=None,
 @ctl.command("export_definitions")
 @uri_option
 @scope_option
+@transformations_option
 @click.argument("path")
-def export_definitions(uri, scope, path) -> None:
+def export_definitions(uri, scope, transformations, path) -> None:
     """Write every user, vhost, permission, policy, operator policy, exchange, queue and
     binding of the node to PATH ("-": standard output) as JSON, in RabbitMQ's
-    definitions format (rabbitmqctl import_definitions reads it)."""
+    definitions format (rabbitmqctl import_definitions reads it), transformed first by
+    --transformations when given (rabbitmqadmin v2's names)."""
+    names = _transformation_names(transformations)
     document = _call(uri, "definitions.export", vhost=scope)
+    if names:
+        document = _transformed(document, names)
+    _write_definitions(document, path)
+
+
+@ctl.command("transform_definitions")
+@click.option("--transformations", required=True,
+              help="Comma-separated: " + ", ".join(TRANSFORMATIONS) + ".")
+@click.argument("source")
+@click.argument("path")
+def transform_definitions(transformations, source, path) -> None:
+    """Read a definitions file SOURCE ("-": standard input; e.g. one RabbitMQ 3.x's
+    rabbitmqctl export_definitions wrote), apply --transformations (rabbitmqadmin v2's
+    names) and write the result to PATH ("-": standard output). Needs no node."""
+    names = _transformation_names(transformations)
+    _write_definitions(_transformed(_read_definitions(source), names), path)
+
+
+def _transformation_names(text):
+    if text is None:
+        return []
+    try:
+        return parse_names(text)
+    except TransformationError as error:
+        raise click.BadParameter(str(error), param_hint="--transformations") from None
+
+
+def _transformed(document, names):
+    try:
+        document, notes = transform(document, names)
+    except TransformationError as error:
+        raise click.ClickException(str(error)) from None
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    return document
+
+
+def _write_definitions(document, path) -> None:
     text = json.dumps(document, separators=(",", ":"), sort_keys=True)
     if path == "-":
         click.echo(text)
@@ -315,6 +362,19 @@ def export_definitions(uri, scope, path) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
     click.echo(f"Exporting definitions in JSON to a file at \"{path}\" ...")
+
+
+def _read_definitions(path):
+    try:
+        with click.open_file(path, encoding="utf-8-sig") as handle:  # "-": stdin
+            text = handle.read()
+    except OSError as error:
+        raise click.BadParameter(f"cannot read {path}: {error.strerror}",
+                                 param_hint="PATH") from None
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError as error:
+        raise click.ClickException(f"{path} is not JSON: {error}") from None
 
 
 @ctl.command("import_definitions")
