@@ -55,6 +55,9 @@ KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "overflow": (_QUEUES, "'drop-head', 'reject-publish' or 'reject-publish-dlx'"),
     "delivery-limit": (("quorum",), "an integer (-1: no limit)"),
     "queue-leader-locator": (("quorum",), "'client-local' or 'balanced'"),  # + deprecated
+    # RabbitMQ 4's deprecated feature queue_master_locator (permitted by default): read
+    # where queue-leader-locator is not set, its values mapped the same way
+    "queue-master-locator": (_QUEUES, "'client-local' or 'balanced'"),  # + deprecated
     "target-group-size": (("quorum",), "a positive integer"),
     "alternate-exchange": (("exchange",), "an exchange name"),
     "message-ttl": (_QUEUES, "a non-negative integer (milliseconds)"),
@@ -75,7 +78,7 @@ QUORUM_QUEUES_ONLY = ("dead-letter-strategy",)
 # RabbitMQ 4.2 refuses it as it refuses any unknown key ("... are not recognised
 # policy settings"), and so does quorumqueue, below.
 NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
-                 "queue-mode", "queue-version", "queue-master-locator", "ha-mode",
+                 "queue-mode", "queue-version", "ha-mode",
                  "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
                  "initial-cluster-size", "federation-upstream", "federation-upstream-set")
@@ -84,8 +87,7 @@ NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
 # with a message naming RabbitMQ 3.13's deprecated-feature switch: the configuration
 # refuses that switch set to true (broker/config.py), since mirroring is not built
 CLASSIC_MIRRORING_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
-                          "ha-promote-on-shutdown", "ha-promote-on-failure",
-                          "queue-master-locator")
+                          "ha-promote-on-shutdown", "ha-promote-on-failure")
 
 
 class PolicyError(ValueError):
@@ -175,6 +177,7 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "overflow": value in OVERFLOWS,
         "delivery-limit": _integer(value, -1),
         "queue-leader-locator": value in LOCATORS,
+        "queue-master-locator": value in LOCATORS,
         "target-group-size": _integer(value, 1),
         "alternate-exchange": isinstance(value, str) and 0 < len(value.encode()) <= 255,
         "message-ttl": _integer(value, 0),
@@ -184,7 +187,7 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         "dead-letter-strategy": value in ("at-most-once", "at-least-once"),
         "consumer-timeout": _integer(value, 0),
     }[key]
-    if not valid and key == "queue-leader-locator":  # rabbit_policies' text
+    if not valid and key in ("queue-leader-locator", "queue-master-locator"):  # its text
         raise PolicyError(f"{what}: Validation failed: {_erlang_term(value)} is not a "
                           f"valid queue leader locator value (it must be {shown})")
     if not valid and key == "consumer-timeout":  # rabbit_policies' text

@@ -106,9 +106,14 @@ def classic_ttls(arguments: Mapping[str, Any], policy) -> tuple[int | None, int 
 
 def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:
     """'client-local' or 'balanced'; RabbitMQ 4's deprecated values (random,
-    least-leaders, min-masters) are balanced, as there."""
-    locator = (_definition(policy).get("queue-leader-locator")
-               or _text(arguments.get("x-queue-leader-locator")) or configured)
+    least-leaders, min-masters) are balanced, as there. As RabbitMQ 4's
+    rabbit_queue_location: queue-leader-locator (policy, then argument), else the
+    deprecated queue-master-locator (policy, then argument), else the node's setting."""
+    definition = _definition(policy)
+    locator = (definition.get("queue-leader-locator")
+               or _text(arguments.get("x-queue-leader-locator"))
+               or definition.get("queue-master-locator")
+               or _text(arguments.get("x-queue-master-locator")) or configured)
     return "client-local" if locator == "client-local" else "balanced"
 
 

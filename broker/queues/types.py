@@ -207,11 +207,13 @@ def validate_declaration(name: str, vhost: str, durable: bool, exclusive: bool,
     if strategy is not None and _text(strategy) not in DEAD_LETTER_STRATEGIES:
         raise precondition(f"invalid arg 'x-dead-letter-strategy' for {where}: "
                            "invalid_dlx_strategy")
-    if not recorded and "x-queue-master-locator" in arguments:  # mirroring: not built
-        raise precondition(f"invalid arg 'x-queue-master-locator' for {where}: classic "
-                           "queue mirroring is a deprecated feature not permitted "
-                           "(deprecated_features.permit.classic_queue_mirroring; removed "
-                           "in RabbitMQ 4.0): use x-queue-leader-locator, or quorum queues")
+    # x-queue-master-locator: RabbitMQ 4's deprecated feature queue_master_locator
+    # (permitted by default) reads it where x-queue-leader-locator is absent, its
+    # values mapped as the leader locator's (queues/settings.py leader_locator)
+    master = arguments.get("x-queue-master-locator")
+    if master is not None and _text(master) not in LEADER_LOCATORS:
+        raise precondition(f"invalid arg 'x-queue-master-locator' for {where}: "
+                           "invalid_queue_locator_arg")
     mode = _text(arguments.get("x-queue-mode")) or "default"
     if queue_type == "classic" and mode not in _QUEUE_MODES:
         raise precondition(f"invalid arg 'x-queue-mode' for {where}: "

@@ -53,7 +53,7 @@ def test_a_node_started_with_the_switch_on_fails_at_start(tmp_path):
 @pytest.mark.parametrize("key, value", [
     ("ha-mode", "all"), ("ha-params", 2), ("ha-sync-mode", "automatic"),
     ("ha-sync-batch-size", 10), ("ha-promote-on-shutdown", "always"),
-    ("ha-promote-on-failure", "when-synced"), ("queue-master-locator", "min-masters")])
+    ("ha-promote-on-failure", "when-synced")])
 def test_every_mirroring_policy_key_is_refused_naming_the_switch(key, value):
     with pytest.raises(PolicyError) as error:
         parse_policy("/", "ha", ".*", {key: value})

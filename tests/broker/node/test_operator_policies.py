@@ -58,13 +58,13 @@ def test_the_merged_definition_is_what_a_quorum_queue_gets_and_its_argument_stil
     ({"alternate-exchange": "ae"}, "all",
      "'alternate-exchange' is not a recognised operator policy setting (operator policies "
      "may set: expires, message-ttl, max-length, max-length-bytes, delivery-limit, overflow, "
-     "target-group-size)"),
+     "target-group-size, queue-master-locator)"),
     ({"dead-letter-exchange": "dlx"}, "quorum_queues", "'dead-letter-exchange' is not a "
                                                        "recognised operator policy setting"),
     ({"queue-leader-locator": "balanced"}, "quorum_queues", "'queue-leader-locator' is not"),
     # RabbitMQ's operator keys that quorumqueue refuses in any policy
     ({"max-in-memory-bytes": 1}, "all", "key 'max-in-memory-bytes' is not supported"),
-    ({"queue-master-locator": "random"}, "all", "key 'queue-master-locator' is classic queue mirroring"),
+    ({"queue-master-locator": "somewhere"}, "all", "is not a valid queue leader locator"),
     ({"max-length": 1}, "exchanges", "operator policies act on queues only"),
     ({"overflow": "reject-publish-dlx"}, "queues",
      "overflow 'reject-publish-dlx' applies to classic queues only"),

@@ -101,15 +101,21 @@ def test_a_recorded_declaration_an_earlier_build_accepted_is_still_recovered():
     assert spec.type == "quorum"
 
 
-def test_x_queue_master_locator_is_refused_naming_the_mirroring_switch():
-    """Classic queue mirroring's argument: refused (not accepted and ignored), naming
-    RabbitMQ 3.13's deprecated-feature switch; a queue an earlier build recorded with it
-    is still recovered."""
-    text = refusal(**{"x-queue-master-locator": "min-masters"})
-    assert text.startswith(f"PRECONDITION_FAILED - invalid arg 'x-queue-master-locator' "
-                           f"for {WHERE}: classic queue mirroring is a deprecated feature")
-    assert "deprecated_features.permit.classic_queue_mirroring" in text
-    assert "x-queue-leader-locator" in text
+def test_x_queue_master_locator_is_the_leader_locator_rabbitmq_4_still_reads():
+    """RabbitMQ 4's deprecated feature queue_master_locator (permitted by default):
+    x-queue-master-locator (and the policy key queue-master-locator) are read where
+    queue-leader-locator is not set, their values mapped as the leader locator's
+    (rabbit_queue_location:leader_locator); an unknown value is refused."""
+    from quorumqueue.broker.queues.settings import leader_locator
+
     spec = validate_declaration("q", "/", True, False, False,
-                                {"x-queue-master-locator": "min-masters"}, recorded=True)
+                                {"x-queue-master-locator": "min-masters"})
     assert spec.type == "classic"
+    assert leader_locator({"x-queue-master-locator": "min-masters"}, None,
+                          "client-local") == "balanced"
+    assert leader_locator({"x-queue-master-locator": "min-masters",
+                           "x-queue-leader-locator": "client-local"}, None,
+                          "balanced") == "client-local"
+    text = refusal(**{"x-queue-master-locator": "somewhere"})
+    assert text == (f"PRECONDITION_FAILED - invalid arg 'x-queue-master-locator' for "
+                    f"{WHERE}: invalid_queue_locator_arg")
