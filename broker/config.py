@@ -132,6 +132,16 @@ class Settings:
     # inter-node TLS (cluster/README.md "TLS between nodes"): quorumqueue's own keys
     # cluster.tls.* (RabbitMQ configures Erlang distribution's TLS outside rabbitmq.conf)
     cluster_tls: TlsOptions = TlsOptions(prefix="cluster.tls")
+    # HTTPS for the management API and the Prometheus endpoint: RabbitMQ's
+    # management.ssl.* / prometheus.ssl.* keys (port: 15671 / 15691 by convention; None:
+    # no TLS listener). The plain listener keeps running beside it. The host is the
+    # group's .ip key, else the plain listener's.
+    management_ssl_port: int | None = None
+    management_ssl_ip: str = ""
+    management_ssl: TlsOptions = TlsOptions(prefix="management.ssl")
+    prometheus_ssl_port: int | None = None
+    prometheus_ssl_ip: str = ""
+    prometheus_ssl: TlsOptions = TlsOptions(prefix="prometheus.ssl")
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -453,6 +463,25 @@ def validate(settings: Settings) -> Settings:
             "it. Remove the key or set it to false, and declare quorum queues "
             "(x-queue-type quorum; broker/README.md \"Migrating from mirrored classic "
             "queues\")")
+    for group, port in (("management", settings.management_ssl_port),
+                        ("prometheus", settings.prometheus_ssl_port)):
+        options = getattr(settings, f"{group}_ssl")
+        if port is not None:
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{group}.ssl.port: port {port} is not in 0..65535")
+            if not options.certfile:
+                raise ConfigError(f"{group}.ssl.certfile: an HTTPS listener needs a "
+                                  f"certificate (and {group}.ssl.keyfile)")
+            plain = settings.management_port if group == "management" \
+                else settings.prometheus_port
+            if port and port == plain:
+                raise ConfigError(f"{group}.ssl.port: port {port} is also "
+                                  f"{group}.tcp.port's")
+            server_context(options)   # reads the files: missing or wrong fail now
+        elif options.configured:
+            raise ConfigError(f"{group}.ssl.port: {group}.ssl.* keys are set but no "
+                              f"port; set {group}.ssl.port (RabbitMQ uses "
+                              f"{15671 if group == 'management' else 15691})")
     settings.storage_config()  # refuses unknown or impossible raft.* values, naming the key
     if settings.log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: {settings.log_level!r} is not one of debug, info, "
@@ -480,6 +509,14 @@ def cluster_tls_contexts(settings: Settings):
     return _cluster_contexts(settings.cluster_tls)
 
 
+def http_ssl_context(settings: Settings, group: str):
+    """The HTTPS listener's context of `group` ("management" | "prometheus") when its
+    ssl.port is set, else None."""
+    if getattr(settings, f"{group}_ssl_port") is None:
+        return None
+    return server_context(getattr(settings, f"{group}_ssl"))
+
+
 def ssl_listener_context(settings: Settings):
     """The AMQP TLS listener's context (listeners.ssl.default set), else None."""
     return None if settings.ssl_port is None else server_context(settings.ssl_options)
@@ -497,7 +534,17 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
             except tomllib.TOMLDecodeError as error:
                 raise ConfigError(f"{path}: {error}") from None
         raft, ssl_pairs, cluster_tls = [], [], []
+        http_tls: dict = {"management": [], "prometheus": []}
         for key, value in _flatten(document).items():
+            group = key.split(".", 1)[0]
+            if group in http_tls and key.startswith(f"{group}.ssl."):
+                if key == f"{group}.ssl.port":
+                    values[f"{group}_ssl_port"] = _int(key, value)
+                elif key == f"{group}.ssl.ip":
+                    values[f"{group}_ssl_ip"] = _str(key, value)
+                else:
+                    http_tls[group].append((key, value))
+                continue
             if key.startswith("raft.") and key not in KEYS:
                 raft.append((key, value))
                 continue
@@ -510,7 +557,8 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
             if key not in KEYS:
                 raise ConfigError(f"{path}: unknown key '{key}' (known keys: "
                                   f"{', '.join(sorted(KEYS))}, and raft.*, "
-                                  "ssl_options.*, cluster.tls.*)")
+                                  "ssl_options.*, cluster.tls.*, management.ssl.*, "
+                                  "prometheus.ssl.*)")
             name, convert = KEYS[key]
             values[name] = convert(key, value)
         if "ssl_listener" in values:
@@ -524,6 +572,8 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                                   "peer's certificate against this CA (or set "
                                   "cluster.tls.verify = verify_none)")
         values["cluster_tls"] = cluster
+        for group, pairs in http_tls.items():
+            values[f"{group}_ssl"] = parse_tls(f"{group}.ssl", pairs)
         if raft:
             values["raft"] = tuple(raft)
         values["configured_keys"] = frozenset(_flatten(document))

@@ -171,6 +171,7 @@ class ManagementAPI:
         self.host = settings.management_ip
         self.port = settings.management_port
         self._runner: web.AppRunner | None = None
+        self.ssl_port: int | None = None   # the HTTPS listener's port (management.ssl.port)
         from .rates import Rates
 
         self.rates = Rates(shell.node, settings.statistics_interval_ms / 1000,
@@ -190,6 +191,24 @@ class ManagementAPI:
             self.port = server.sockets[0].getsockname()[1]
         log.info("Management plugin: HTTP (non-TLS) listener started on %s:%d",
                  self.host, self.port)
+        settings = self.shell.settings
+        if settings.management_ssl_port is not None:
+            from ..tls import server_context
+
+            host = settings.management_ssl_ip or self.host
+            tls_site = web.TCPSite(self._runner, host, settings.management_ssl_port,
+                                   reuse_address=True,
+                                   ssl_context=server_context(settings.management_ssl))
+            try:
+                await tls_site.start()
+            except BaseException:
+                await self._runner.cleanup()
+                self._runner = None
+                raise
+            server = tls_site._server
+            self.ssl_port = server.sockets[0].getsockname()[1]
+            log.info("Management plugin: HTTP (TLS) listener started on %s:%d",
+                     host, self.ssl_port)
         self.rates.start()
 
     async def stop(self) -> None:

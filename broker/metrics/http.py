@@ -103,6 +103,7 @@ class MetricsListener:
     def __init__(self, server: "BrokerServer") -> None:
         self.server = server
         self.port: int | None = None
+        self.ssl_port: int | None = None   # the HTTPS listener (prometheus.ssl.port)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -125,6 +126,23 @@ class MetricsListener:
             return
         self._runner = runner
         self.port = runner.addresses[0][1]
+        if settings.prometheus_ssl_port is not None:
+            from ..tls import server_context
+
+            host = settings.prometheus_ssl_ip or settings.prometheus_host
+            tls_site = web.TCPSite(runner, host, settings.prometheus_ssl_port,
+                                   reuse_address=True,
+                                   ssl_context=server_context(settings.prometheus_ssl))
+            try:
+                await tls_site.start()
+            except OSError as error:
+                await self.stop()
+                raise ConfigError(f"prometheus.ssl.port: cannot listen on "
+                                  f"{host}:{settings.prometheus_ssl_port} for Prometheus "
+                                  f"metrics over TLS: {error}") from None
+            self.ssl_port = tls_site._server.sockets[0].getsockname()[1]
+            log.info("started Prometheus metrics TLS listener on %s:%d", host,
+                     self.ssl_port)
         log.info("started Prometheus metrics listener on %s:%d (/metrics, "
                  "/metrics/per-object, /metrics/detailed)", settings.prometheus_host,
                  self.port)
