@@ -201,10 +201,13 @@ class ManagementAPI:
                                    ssl_context=server_context(settings.management_ssl))
             try:
                 await tls_site.start()
-            except BaseException:
+            except OSError as error:   # a port set explicitly: the node does not start
                 await self._runner.cleanup()
                 self._runner = None
-                raise
+                from ..config_values import ConfigError
+
+                raise ConfigError(f"management.ssl.port: cannot listen on {host}:"
+                                  f"{settings.management_ssl_port}: {error}") from None
             server = tls_site._server
             self.ssl_port = server.sockets[0].getsockname()[1]
             log.info("Management plugin: HTTP (TLS) listener started on %s:%d",
