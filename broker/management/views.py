@@ -99,6 +99,10 @@ async def overview(request: Request):
                   "ip_address": node.settings.host, "port": shell.port},
                  {"node": node.name, "protocol": "http",
                   "ip_address": request.api.host, "port": request.api.port}]
+    if request.api.ssl_port is not None:   # RabbitMQ names its TLS HTTP listener https
+        listeners.append({"node": node.name, "protocol": "https",
+                          "ip_address": node.settings.management_ssl_ip or request.api.host,
+                          "port": request.api.ssl_port})
     if node.cluster.transport is not None:
         host, port = node.cluster.addresses[node.name]
         listeners.append({"node": node.name, "protocol": "clustering",

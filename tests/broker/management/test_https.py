@@ -68,7 +68,8 @@ def get(url: str, ctx: ssl.SSLContext) -> bytes:
 def test_management_over_https_with_the_right_ca(broker, pki):
     body = json.loads(get(f"https://localhost:{broker.management_ssl}/api/overview",
                           context(pki.ca)))
-    assert body["node"]
+    assert {(row["protocol"], row["port"]) for row in body["listeners"]} >= {
+        ("http", broker.management_port), ("https", broker.management_ssl)}
     # the plain listener still serves
     plain = json.loads(get(f"{broker.management_url}/api/overview", context(pki.ca)))
     assert plain["node"] == body["node"]
