@@ -443,9 +443,15 @@ async def delete_permissions(request: Request):
     return Answer(204)
 
 
-@route("PUT", "/api/policies/{vhost}/{name}")
-async def put_policy(request: Request):
-    require(request.user, "policymaker")
+# a policy and an operator policy: the same body and answers (rabbit_mgmt_wm_policy,
+# rabbit_mgmt_wm_operator_policy), a management operation and a tag of their own each
+_POLICY_KINDS = {"policies": ("policymaker", "policies"),
+                 "operator-policies": ("administrator", "operator_policies")}
+
+
+async def _put_any_policy(request: Request, kind: str) -> Answer:
+    tag, operations = _POLICY_KINDS[kind]
+    require(request.user, tag)
     vhost, name = request.captures["vhost"], request.captures["name"]
     require_vhost(request.node, request.user, vhost)
     body = await request.json()
@@ -456,52 +462,41 @@ async def put_policy(request: Request):
         priority = int(body.get("priority", 0) or 0)
     except (TypeError, ValueError):
         raise bad_request("priority: expected an integer") from None
-    existed = name in request.node.policies.get(vhost, {})
-    await operation(request, "policies.set", vhost=vhost, name=name,
+    existed = name in getattr(request.node, operations).get(vhost, {})
+    await operation(request, f"{operations}.set", vhost=vhost, name=name,
                     pattern=body["pattern"], definition=body["definition"],
                     priority=priority, apply_to=body.get("apply-to") or "all")
     return Answer(204 if existed else 201)
 
 
-@route("DELETE", "/api/policies/{vhost}/{name}")
-async def delete_policy(request: Request):
-    require(request.user, "policymaker")
+async def _delete_any_policy(request: Request, kind: str) -> Answer:
+    tag, operations = _POLICY_KINDS[kind]
+    require(request.user, tag)
     vhost, name = request.captures["vhost"], request.captures["name"]
     require_vhost(request.node, request.user, vhost)
-    if name not in request.node.policies.get(vhost, {}):
+    if name not in getattr(request.node, operations).get(vhost, {}):
         raise not_found()
-    await operation(request, "policies.clear", vhost=vhost, name=name)
+    await operation(request, f"{operations}.clear", vhost=vhost, name=name)
     return Answer(204)
+
+
+@route("PUT", "/api/policies/{vhost}/{name}")
+async def put_policy(request: Request):
+    return await _put_any_policy(request, "policies")
+
+
+@route("DELETE", "/api/policies/{vhost}/{name}")
+async def delete_policy(request: Request):
+    return await _delete_any_policy(request, "policies")
 
 
 @route("PUT", "/api/operator-policies/{vhost}/{name}")
 async def put_operator_policy(request: Request):
     """rabbitmqctl set_operator_policy over HTTP (node/operator_policies.py): the
     body of a policy; keys an operator policy may not set are refused."""
-    require(request.user, "administrator")
-    vhost, name = request.captures["vhost"], request.captures["name"]
-    require_vhost(request.node, request.user, vhost)
-    body = await request.json()
-    for key in ("pattern", "definition"):
-        if key not in body:
-            raise bad_request(f"[{{key_missing,{key}}}]")
-    try:
-        priority = int(body.get("priority", 0) or 0)
-    except (TypeError, ValueError):
-        raise bad_request("priority: expected an integer") from None
-    existed = name in request.node.operator_policies.get(vhost, {})
-    await operation(request, "operator_policies.set", vhost=vhost, name=name,
-                    pattern=body["pattern"], definition=body["definition"],
-                    priority=priority, apply_to=body.get("apply-to") or "all")
-    return Answer(204 if existed else 201)
+    return await _put_any_policy(request, "operator-policies")
 
 
 @route("DELETE", "/api/operator-policies/{vhost}/{name}")
 async def delete_operator_policy(request: Request):
-    require(request.user, "administrator")
-    vhost, name = request.captures["vhost"], request.captures["name"]
-    require_vhost(request.node, request.user, vhost)
-    if name not in request.node.operator_policies.get(vhost, {}):
-        raise not_found()
-    await operation(request, "operator_policies.clear", vhost=vhost, name=name)
-    return Answer(204)
+    return await _delete_any_policy(request, "operator-policies")
