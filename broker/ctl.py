@@ -208,11 +208,7 @@ def clear_policy(uri, vhost, name) -> None:
 @vhost_option
 def list_policies(uri, vhost) -> None:
     """The policies of VHOST."""
-    rows = _call(uri, "policies.list", vhost=vhost)
-    _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
-                [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
-                  json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
-                 for r in rows])
+    _echo_policies(_call(uri, "policies.list", vhost=vhost))
 
 
 @ctl.command("set_operator_policy")
@@ -229,7 +225,7 @@ def set_operator_policy(uri, vhost, priority, apply_to, name, pattern, definitio
     """Set operator policy NAME: queues whose names match PATTERN get the settings of
     DEFINITION over their policy's, the lower value winning for limits, e.g.
     '{"max-length": 100000}' (expires, message-ttl, max-length, max-length-bytes,
-    delivery-limit, overflow, target-group-size)."""
+    delivery-limit, overflow, target-group-size, queue-master-locator)."""
     _call(uri, "operator_policies.set", vhost=vhost, name=name, pattern=pattern,
           definition=_definition(definition), priority=priority, apply_to=apply_to)
     click.echo(f"Setting operator policy override \"{name}\" for pattern \"{pattern}\" to "
@@ -251,7 +247,11 @@ def clear_operator_policy(uri, vhost, name) -> None:
 @vhost_option
 def list_operator_policies(uri, vhost) -> None:
     """The operator policies of VHOST."""
-    rows = _call(uri, "operator_policies.list", vhost=vhost)
+    _echo_policies(_call(uri, "operator_policies.list", vhost=vhost))
+
+
+def _echo_policies(rows: list[dict]) -> None:
+    """rabbitmqctl list_policies' (and list_operator_policies') columns."""
     _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
                 [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
