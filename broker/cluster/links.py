@@ -4,9 +4,10 @@ Responsibilities: the counters a transport keeps (`TransportStats`); one peer's 
 of frames not yet written (`_Outgoing`, bounded, oldest dropped first) and what this
 node knows about sending to it (`_Peer`: its connection, backoff, and the reliable
 Rpcs it has not acknowledged); the two asyncio protocols: `_Outbound`, the
-connection this node opens to a peer (writes the handshake, reads the peer's one
-`Resume`, then only writes), and `_Inbound`, a connection a peer opened (reads
-frames, hands them to the transport).
+connection this node opens to a peer (writes the handshake, answers the peer's
+Challenge with a Proof, checks the peer's proof in its `Resume`, then only writes),
+and `_Inbound`, a connection a peer opened (reads frames, hands them to the
+transport, which challenges the handshake and checks the proof).
 
 How it works and the invariants: transport.py's module docstring (the reliable Rpc
 protocol, the bounds); these classes hold state and call back into their
@@ -25,7 +26,9 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from .wire import FrameReader, Resume, WireError, decode
+from .wire import (COOKIE_MISMATCH, INITIATOR, RESPONDER, FrameReader, Handshake,
+                   Proof, Resume, WireError, decode, decode_challenge, encode_handshake,
+                   encode_proof, frame, proofs_match)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .transport import ClusterTransport
@@ -139,7 +142,8 @@ class _Connection(asyncio.Protocol):
 
 
 class _Outbound(_Connection):
-    """Our connection to a peer: writes, after reading the peer's one Resume."""
+    """Our connection to a peer: writes the handshake, answers the peer's Challenge
+    with a Proof, checks the peer's proof in its Resume, then only writes."""
 
     def __init__(self, owner: ClusterTransport, peer: _Peer) -> None:
         super().__init__(owner)
@@ -148,36 +152,64 @@ class _Outbound(_Connection):
         self.lost = False
         self.reader: FrameReader | None = FrameReader(owner.max_frame_size)
         self.timer: asyncio.TimerHandle | None = None
+        self.hello: Handshake | None = None     # what this connection opened with
+        self.challenge: bytes | None = None     # the peer's nonce, once it sent one
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.owner.write_high_water)
-        transport.write(self.owner._handshake_frame(self.peer))
+        self.hello = self.owner._hello(self.peer)
+        transport.write(frame(encode_handshake(self.hello)))
         self.peer.pending_link = self
         self.timer = self.owner._loop.call_later(self.owner.handshake_timeout,
                                                  self._resume_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if self.reader is not None:
-            try:
-                payloads = self.reader.feed(data)
-                resume = decode(payloads[0]) if payloads else None
-            except WireError as exc:
-                payloads, resume = [b""], exc
-            if not payloads:
-                return                  # the Resume is not complete yet
-            if isinstance(resume, Resume) and len(payloads) == 1:
-                self.reader = None
-                self.timer.cancel()
-                self.owner._link_made(self, resume)
-                return
-            log.error("peer %r answered this node's handshake with something other than "
-                      "a Resume (%s); closing the connection", self.peer.name,
-                      resume if isinstance(resume, WireError) else type(resume).__name__)
+        if self.reader is None:
+            log.error("peer %r sent %d bytes on this node's outbound connection, which "
+                      "only writes once resumed; closing it", self.peer.name, len(data))
             self.transport.close()
             return
-        log.error("peer %r sent %d bytes on this node's outbound connection, which only "
-                  "writes once resumed; closing it", self.peer.name, len(data))
+        try:
+            payloads = self.reader.feed(data)
+        except WireError as exc:
+            self._refuse(f"it answered this node's handshake with a malformed frame ({exc})")
+            return
+        for payload in payloads:
+            if self.reader is None:     # resumed: the peer says nothing more
+                self._refuse("it sent more after its Resume")
+                return
+            if self.challenge is None:  # the peer's Challenge: prove the cookie
+                try:
+                    self.challenge = decode_challenge(payload).nonce
+                except WireError as exc:
+                    self._refuse(f"it answered this node's handshake with something "
+                                 f"other than a Challenge ({exc})")
+                    return
+                self.transport.write(frame(encode_proof(Proof(self.owner._proof(
+                    INITIATOR, self.hello, self.challenge)))))
+                continue
+            try:
+                resume = decode(payload)
+            except WireError as exc:
+                resume = exc
+            if not isinstance(resume, Resume):
+                what = resume if isinstance(resume, WireError) else type(resume).__name__
+                self._refuse(f"it answered this node's proof with something other than "
+                             f"a Resume ({what})")
+                return
+            if not proofs_match(resume.proof, self.owner._proof(RESPONDER, self.hello,
+                                                                 self.challenge)):
+                self._refuse(f"it did not prove the cookie: {COOKIE_MISMATCH}")
+                return
+            self.reader = None
+            self.timer.cancel()
+            self.owner._link_made(self, resume)
+
+    def _refuse(self, why: str) -> None:
+        log.error("closing the connection to peer %r at %s:%d: %s", self.peer.name,
+                  *self.peer.address, why)
+        self.reader = None
         self.transport.close()
 
     def _resume_timed_out(self) -> None:
@@ -206,7 +238,9 @@ class _Inbound(_Connection):
     def __init__(self, owner: ClusterTransport) -> None:
         super().__init__(owner)
         self.reader = FrameReader(owner.max_frame_size)
-        self.from_node: str | None = None   # set once the handshake is accepted
+        self.hello: Handshake | None = None  # its handshake, once read and challenged
+        self.challenge: bytes | None = None  # the nonce this node challenged it with
+        self.from_node: str | None = None   # set once its proof of the cookie checks
         self.sender: list[int] | None = None  # [its session, last Rpc seq delivered]
         self.address = "?"
         self.timer: asyncio.TimerHandle | None = None

@@ -13,16 +13,26 @@ frame to the peer's bounded queue (`_Outgoing`) and, if the peer is connected,
 schedules one flush with `loop.call_soon`: every frame queued in this event-loop
 iteration leaves in one `transport.write`, and nothing waits for an answer before
 sending the next (batching and pipelining). A new connection writes the handshake
-(wire.Handshake) first; the accepting side delivers nothing from a connection until
-that handshake names this cluster, this node and the right cookie, and answers it
-with a `Resume`; only then does the connecting side write.
+(wire.Handshake, with a random nonce) first. The accepting side answers a handshake
+that names this cluster and this node with a `Challenge` (its own random nonce); the
+connecting side answers with a `Proof`, an HMAC of the cookie over both nonces, the
+names and the direction (wire.handshake_proof); the accepting side compares it in
+constant time and, if it matches, answers with a `Resume` that carries its own proof,
+which the connecting side checks in turn. Only then does the connecting side write,
+and only frames after a matching proof are delivered. The cookie itself never
+crosses the wire, and a proof is good for one handshake only (the nonces are new
+each time), so a peer without the cookie learns nothing it can use and a recorded
+answer replayed later is refused. A peer whose proof does not match is logged ("the
+cookie does not match", and what to do) and closed; nothing more is read from it.
 
 With TLS (`ssl_server` and `ssl_client`, both or neither: the cluster.tls keys,
 config.py) every connection is TLS before the handshake is written: the listener
 refuses a peer that does not present a certificate its CA signed, and a
 connecting node refuses a listener whose certificate it cannot verify, so a plain
-peer or one with another CA's certificate never gets as far as the cookie. Without
-TLS the cookie travels in clear: use that on a trusted network only.
+peer or one with another CA's certificate never gets as far as the handshake.
+Without TLS the cookie still never travels, but the frames do in clear, and a
+machine in the middle of a connection could relay one node's proof to another as
+Erlang distribution allows too: use that on a trusted network only.
 
 Rpcs are delivered reliably, Raft messages are not (Raft retransmits; the node's
 requests, replies and deliveries do not). This node's stream of Rpcs to a peer has a
@@ -70,9 +80,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from .links import _COUNTERS, TransportStats, _Inbound, _Outbound, _Outgoing, _Peer
-from .wire import (HEADER_SIZE, MAX_FRAME_SIZE, Envelope, Handshake, Resume, Rpc, RpcAck,
-                   WireError, decode, decode_handshake, encode, encode_handshake, frame,
-                   handshake_problems)
+from .wire import (COOKIE_MISMATCH, HEADER_SIZE, INITIATOR, MAX_FRAME_SIZE, NONCE_SIZE,
+                   RESPONDER, Challenge, Envelope, Handshake, Resume, Rpc, RpcAck, WireError,
+                   decode, decode_handshake, decode_proof, encode, encode_challenge, frame,
+                   handshake_problems, handshake_proof, proofs_match)
 
 log = logging.getLogger("quorumqueue.cluster")
 
@@ -328,9 +339,13 @@ class ClusterTransport:
         self._count(peer.name, "bytes_sent", len(data))
         self._count(peer.name, "writes")
 
-    def _handshake_frame(self, peer: _Peer) -> bytes:
-        return frame(encode_handshake(Handshake(self.cluster_name, self.node_name,
-                                                peer.name, self._cookie, peer.session)))
+    def _hello(self, peer: _Peer) -> Handshake:
+        """The handshake a new connection to `peer` opens with (a fresh nonce)."""
+        return Handshake(self.cluster_name, self.node_name, peer.name, peer.session,
+                         os.urandom(NONCE_SIZE))
+
+    def _proof(self, role: str, hello: Handshake, challenge: bytes) -> bytes:
+        return handshake_proof(self._cookie, role, hello, challenge)
 
     # -- connecting -------------------------------------------------------------------
 
@@ -498,30 +513,46 @@ class ClusterTransport:
             self._on_message(conn.from_node, envelope)
 
     def _accept_handshake(self, conn: _Inbound, payload: bytes) -> bool:
+        """The connection's first frames: its Handshake, answered with a Challenge;
+        then its Proof, answered (if it proves the cookie) with a Resume carrying this
+        node's proof. False: refused and closed, nothing more read from it."""
+        if conn.hello is None:
+            try:
+                hello = decode_handshake(payload)
+            except WireError as exc:
+                return self._refuse(conn, "", str(exc))
+            problems = handshake_problems(hello, cluster_name=self.cluster_name,
+                                          node_name=self.node_name)
+            if problems:
+                return self._refuse(conn, hello.from_node, "; ".join(problems))
+            conn.hello, conn.challenge = hello, os.urandom(NONCE_SIZE)
+            conn.transport.write(frame(encode_challenge(Challenge(conn.challenge))))
+            return True
+        hello = conn.hello
         try:
-            handshake = decode_handshake(payload)
+            proof = decode_proof(payload)
         except WireError as exc:
-            problems, who = [str(exc)], ""
-        else:
-            problems = handshake_problems(handshake, cluster_name=self.cluster_name,
-                                          node_name=self.node_name, cookie=self._cookie)
-            who = f"node {handshake.from_node!r} at "
-        if problems:
-            log.error("refused cluster connection from %s%s: %s", who, conn.address,
-                      "; ".join(problems))
-            self._totals["refused"] += 1
-            conn.transport.close()
-            return False
-        conn.from_node = handshake.from_node
+            return self._refuse(conn, hello.from_node, str(exc))
+        if not proofs_match(proof.digest, self._proof(INITIATOR, hello, conn.challenge)):
+            return self._refuse(conn, hello.from_node, COOKIE_MISMATCH)
+        conn.from_node = hello.from_node
         conn.timer.cancel()
-        sender = self._senders.get(handshake.from_node)
-        if sender is None or sender[0] != handshake.session:  # a new run of that node
-            sender = self._senders[handshake.from_node] = [handshake.session, 0]
+        sender = self._senders.get(hello.from_node)
+        if sender is None or sender[0] != hello.session:  # a new run of that node
+            sender = self._senders[hello.from_node] = [hello.session, 0]
         conn.sender = sender
-        conn.transport.write(frame(encode(Resume(self.session, sender[1]))))
+        conn.transport.write(frame(encode(Resume(
+            self.session, sender[1], self._proof(RESPONDER, hello, conn.challenge)))))
         log.debug("accepted cluster connection from node %r at %s", conn.from_node,
                   conn.address)
         return True
+
+    def _refuse(self, conn: _Inbound, from_node: str, why: str) -> bool:
+        who = f"node {from_node!r} at " if from_node else ""
+        log.error("refused cluster connection from %s%s: %s", who, conn.address, why)
+        self._totals["refused"] += 1
+        conn.transport.close()
+        return False
 
     def _close_malformed(self, conn: _Inbound, exc: WireError) -> None:
         who = f"node {conn.from_node!r} at " if conn.from_node else ""

@@ -14,10 +14,17 @@ directions read. A log entry is `[index, term, kind, data]` and a SnapshotMeta
 body, seq]` when the transport numbered it (reliable delivery: transport.py), and an
 `RpcAck` (the receiver delivered a session's Rpcs up to seq) `[ACK_TAG, session, seq]`.
 The handshake has a shape of its own, `[MAGIC, VERSION, cluster_name, from_node,
-to_node, cookie, session]`, so neither is ever taken for the other; the accepting
-side answers it with a `Resume` `[RESUME_TAG, session, delivered]`. Strings travel as msgpack str, bytes as bin
-(use_bin_type=True, raw=False). A frame is a 4-byte big-endian payload length and
-the payload.
+to_node, session, nonce]`, so neither is ever taken for the other. It proves the
+cookie without sending it, as Erlang distribution's handshake does: the accepting
+side answers with a `Challenge` `[CHALLENGE_TAG, nonce]` of its own, the connecting
+side with a `Proof` `[PROOF_TAG, digest]`, and the accepting side, once the digest
+checks, with a `Resume` `[RESUME_TAG, session, delivered, digest]` that carries its
+own proof. Each digest is HMAC-SHA256 keyed by the cookie over both nonces, the
+cluster name, both node names and the direction (`handshake_proof`): a node that does
+not hold the cookie sees only random nonces and digests it cannot reuse (the next
+handshake has other nonces; a digest for one direction is not one for the other).
+Strings travel as msgpack str, bytes as bin (use_bin_type=True, raw=False). A frame
+is a 4-byte big-endian payload length and the payload.
 
 Invariants: `decode(encode(e)) == e` for every valid envelope (tuples come back
 where the dataclasses hold tuples; an Rpc body holds lists, never tuples, so it
@@ -34,6 +41,7 @@ travels in one InstallSnapshot, so it must fit in one frame).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import struct
 from dataclasses import dataclass, field, fields
@@ -49,11 +57,16 @@ from ..raft.types import LogEntry, SnapshotMeta
 MAX_FRAME_SIZE = 256 * 1024 * 1024   # bytes of payload; the reader refuses more
 MAGIC = "quorumqueue-cluster"        # first item of a handshake
 # the wire version this module speaks: 3 since forwarded commands travel in batches
-# (a "propose" Rpc carries lists: broker/cluster/cluster.py)
-VERSION = 3
+# (a "propose" Rpc carries lists: broker/cluster/cluster.py), 4 since the handshake
+# proves the cookie by challenge and response instead of sending it
+VERSION = 4
 RPC_TAG = 16                         # tags 1..7 are the Raft messages (_LAYOUTS)
 ACK_TAG = 17
 RESUME_TAG = 18
+CHALLENGE_TAG = 19                   # handshake only: never decoded by `decode`
+PROOF_TAG = 20
+NONCE_SIZE = 32                      # bytes of every handshake nonce (os.urandom)
+DIGEST_SIZE = 32                     # bytes of an HMAC-SHA256 digest
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size
@@ -89,10 +102,12 @@ class RpcAck:
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """The accepting side's answer to a handshake: its own session (one per run) and
-    the last Rpc seq it delivered from the connecting node's session (0: none)."""
+    """The accepting side's answer to a proven handshake: its own session (one per
+    run), the last Rpc seq it delivered from the connecting node's session (0: none),
+    and its own proof of the cookie (`handshake_proof`, role RESPONDER)."""
     session: int
     delivered: int
+    proof: bytes = field(repr=False)
 
 
 Envelope: TypeAlias = RaftEnvelope | Rpc | RpcAck | Resume
@@ -100,11 +115,28 @@ Envelope: TypeAlias = RaftEnvelope | Rpc | RpcAck | Resume
 
 @dataclass(frozen=True, slots=True)
 class Handshake:
+    """The first frame of a connection (the connecting side's)."""
     cluster_name: str
     from_node: str             # the connecting node
     to_node: str               # the node it means to reach
-    cookie: str = field(repr=False)   # the shared secret; never logged
     session: int = 0           # the connecting transport's session (one per run)
+    nonce: bytes = b""         # NONCE_SIZE random bytes: the accepting side's challenge
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """The accepting side's answer to a Handshake: its nonce, for the connecting side
+    to prove the cookie over."""
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    """The connecting side's answer to a Challenge (`handshake_proof`, role INITIATOR)."""
+    digest: bytes = field(repr=False)
+
+
+INITIATOR, RESPONDER = "initiator", "responder"   # who proves, in `handshake_proof`
 
 
 # -- Raft message layouts -------------------------------------------------------------
@@ -167,9 +199,9 @@ def encode(envelope: Envelope) -> bytes:
         case RpcAck(session=session, seq=seq):
             items = [ACK_TAG, _nat(session, "RpcAck.session"), _nat(seq, "RpcAck.seq")]
             what = "RpcAck"
-        case Resume(session=session, delivered=delivered):
+        case Resume(session=session, delivered=delivered, proof=proof):
             items = [RESUME_TAG, _nat(session, "Resume.session"),
-                     _nat(delivered, "Resume.delivered")]
+                     _nat(delivered, "Resume.delivered"), _digest(proof, "Resume.proof")]
             what = "Resume"
         case _:
             raise WireError(f"cannot encode {type(envelope).__name__}: "
@@ -179,14 +211,47 @@ def encode(envelope: Envelope) -> bytes:
 
 
 def encode_handshake(handshake: Handshake) -> bytes:
-    items = [MAGIC, VERSION, handshake.cluster_name, handshake.from_node,
-             handshake.to_node, handshake.cookie]
-    for name, value in zip(("cluster_name", "from_node", "to_node", "cookie"), items[2:]):
+    items: list[Any] = [MAGIC, VERSION, handshake.cluster_name, handshake.from_node,
+                        handshake.to_node]
+    for name, value in zip(("cluster_name", "from_node", "to_node"), items[2:]):
         if type(value) is not str:
             raise WireError(f"cannot encode handshake: {name} must be a str, got "
                             f"{_show(value)}")
     items.append(_nat(handshake.session, "handshake session"))
+    items.append(_nonce(handshake.nonce, "handshake nonce"))
     return _pack(items, "handshake")
+
+
+def encode_challenge(challenge: Challenge) -> bytes:
+    return _pack([CHALLENGE_TAG, _nonce(challenge.nonce, "Challenge.nonce")], "Challenge")
+
+
+def encode_proof(proof: Proof) -> bytes:
+    return _pack([PROOF_TAG, _digest(proof.digest, "Proof.digest")], "Proof")
+
+
+def handshake_proof(cookie: str, role: str, handshake: Handshake, challenge: bytes) -> bytes:
+    """What `role` (INITIATOR: the connecting node, RESPONDER: the accepting one) shows
+    to prove it holds `cookie` in the handshake that opened with `handshake` and was
+    challenged with `challenge`: HMAC-SHA256 keyed by the cookie (the SHA-256 of its
+    UTF-8 octets) over the role, the cluster name, both node names and both nonces.
+    The other side computes the same and compares with `proofs_match` (constant
+    time)."""
+    if role not in (INITIATOR, RESPONDER):
+        raise ValueError(f"role must be {INITIATOR!r} or {RESPONDER!r}, got {role!r}")
+    transcript = msgpack.packb([MAGIC, VERSION, role, handshake.cluster_name,
+                                handshake.from_node, handshake.to_node, handshake.nonce,
+                                challenge], use_bin_type=True)
+    # keyed by the cookie's SHA-256, not the octets themselves: HMAC pads a short key
+    # with zeros, so "k" and "k\0" would be one key; digests of one length are not
+    key = hashlib.sha256(cookie.encode()).digest()
+    return hmac.new(key, transcript, hashlib.sha256).digest()
+
+
+def proofs_match(received: bytes, expected: bytes) -> bool:
+    """Whether a received proof is the expected one, in time that depends on the
+    lengths only (hmac.compare_digest): a guesser learns nothing from the timing."""
+    return hmac.compare_digest(received, expected)
 
 
 def frame(payload: bytes, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:
@@ -216,12 +281,16 @@ def decode(payload: bytes) -> Envelope:
         raise WireError(f"envelope tag must be an int, got {_show(tag)}")
     if tag == RPC_TAG:
         return _decode_rpc(items)
-    if tag in (ACK_TAG, RESUME_TAG):
-        cls = RpcAck if tag == ACK_TAG else Resume
+    if tag == ACK_TAG:
         if len(items) != 3:
-            raise WireError(f"{cls.__name__} must have 3 items, got {len(items)}")
-        return cls(*(_nat(value, f"{cls.__name__}[{i}]")
-                     for i, value in enumerate(items[1:], 1)))
+            raise WireError(f"RpcAck must have 3 items, got {len(items)}")
+        return RpcAck(*(_nat(value, f"RpcAck[{i}]") for i, value in enumerate(items[1:], 1)))
+    if tag == RESUME_TAG:
+        if len(items) != 4:
+            raise WireError(f"Resume must have 4 items (tag, session, delivered, proof), "
+                            f"got {len(items)}")
+        return Resume(_nat(items[1], "Resume.session"), _nat(items[2], "Resume.delivered"),
+                      _digest(items[3], "Resume.proof"))
     found = _BY_TAG.get(tag)
     if found is None:
         raise WireError(f"unknown envelope tag {tag}")
@@ -238,28 +307,49 @@ def decode(payload: bytes) -> Envelope:
     return RaftEnvelope(group, cls(*values))
 
 
+_SHAPE = f"[{MAGIC!r}, version, cluster, from, to, session, nonce]"
+
+
 def decode_handshake(payload: bytes) -> Handshake:
+    """The Handshake `payload` holds. A handshake of another wire version is refused
+    by its version before anything else is read (version 3 and older carried the
+    cookie itself: it is never looked at)."""
     items = _unpack(payload, "handshake")
-    if type(items) is not list or len(items) not in (6, 7) or items[0] != MAGIC:
-        raise WireError("not a quorumqueue cluster handshake (expected "
-                        f"[{MAGIC!r}, version, cluster, from, to, cookie, session])")
+    if type(items) is not list or len(items) < 2 or items[0] != MAGIC:
+        raise WireError(f"not a quorumqueue cluster handshake (expected {_SHAPE})")
     version = items[1]
     if type(version) is not int or version != VERSION:
         raise WireError(f"handshake version {version!r} is not supported "
                         f"(this node speaks version {VERSION}: run the same quorumqueue "
                         "version on every node)")
     if len(items) != 7:
-        raise WireError("not a quorumqueue cluster handshake (expected "
-                        f"[{MAGIC!r}, version, cluster, from, to, cookie, session])")
-    for name, value in zip(("cluster_name", "from_node", "to_node", "cookie"), items[2:]):
+        raise WireError(f"not a quorumqueue cluster handshake (expected {_SHAPE})")
+    for name, value in zip(("cluster_name", "from_node", "to_node"), items[2:5]):
         if type(value) is not str:
             raise WireError(f"handshake {name} must be a str, got {_show(value)}")
-    return Handshake(*items[2:6], session=_nat(items[6], "handshake session"))
+    return Handshake(*items[2:5], session=_nat(items[5], "handshake session"),
+                     nonce=_nonce(items[6], "handshake nonce"))
 
 
-def handshake_problems(handshake: Handshake, *, cluster_name: str, node_name: str,
-                       cookie: str) -> list[str]:
-    """What in `handshake` does not match this node (empty: accept the connection)."""
+def decode_challenge(payload: bytes) -> Challenge:
+    items = _unpack(payload, "Challenge")
+    if type(items) is not list or len(items) != 2 or items[0] != CHALLENGE_TAG:
+        raise WireError(f"expected a Challenge [{CHALLENGE_TAG}, nonce], got "
+                        f"{_show(items)}")
+    return Challenge(_nonce(items[1], "Challenge.nonce"))
+
+
+def decode_proof(payload: bytes) -> Proof:
+    items = _unpack(payload, "Proof")
+    if type(items) is not list or len(items) != 2 or items[0] != PROOF_TAG:
+        raise WireError(f"expected a Proof [{PROOF_TAG}, digest], got {_show(items)}")
+    return Proof(_digest(items[1], "Proof.digest"))
+
+
+def handshake_problems(handshake: Handshake, *, cluster_name: str,
+                       node_name: str) -> list[str]:
+    """What in `handshake` does not match this node (empty: challenge it for the
+    cookie)."""
     problems = []
     if handshake.cluster_name != cluster_name:
         problems.append(f"cluster name {handshake.cluster_name!r} is not this node's "
@@ -267,9 +357,13 @@ def handshake_problems(handshake: Handshake, *, cluster_name: str, node_name: st
     if handshake.to_node != node_name:
         problems.append(f"it is addressed to node {handshake.to_node!r}, this node is "
                         f"{node_name!r}")
-    if not hmac.compare_digest(handshake.cookie.encode(), cookie.encode()):
-        problems.append("the cookie does not match this node's cookie")
     return problems
+
+
+# what a node logs when a peer's proof of the cookie fails, either way round
+COOKIE_MISMATCH = ("the cookie does not match this node's cookie (give every node of "
+                   "the cluster the same cluster.cookie, or the same "
+                   "~/.quorumqueue.cookie file, and restart the odd one)")
 
 
 def _unpack(payload: bytes, what: str) -> Any:
@@ -340,6 +434,18 @@ def _decode_entries(value: Any, where: str) -> tuple[LogEntry, ...]:
             raise WireError(f"{where}[{position}].data must be bytes, got {_show(data)}")
         entries.append(LogEntry(index, term, entry_kind, data))
     return tuple(entries)
+
+
+def _nonce(value: Any, where: str) -> bytes:
+    if type(value) is not bytes or len(value) != NONCE_SIZE:
+        raise WireError(f"{where} must be {NONCE_SIZE} bytes, got {_show(value)}")
+    return value
+
+
+def _digest(value: Any, where: str) -> bytes:
+    if type(value) is not bytes or len(value) != DIGEST_SIZE:
+        raise WireError(f"{where} must be a {DIGEST_SIZE}-byte digest, got {_show(value)}")
+    return value
 
 
 def _nat(value: Any, where: str) -> int:

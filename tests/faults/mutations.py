@@ -273,18 +273,23 @@ class Mutator:
 
 def cluster_port_attack(rng: random.Random, node_names: list[str], cookie: str) -> Mutation:
     """Octets for a node's inter-node port from a peer that does not know the cookie:
-    a handshake with a wrong cookie (right cluster and node names, a near miss of the
-    cookie, or none), then envelopes; random octets; an oversize length; HTTP. The
-    node must answer nothing at all (it answers a handshake only once the cookie is
-    proven, with a Resume) and deliver nothing."""
+    a handshake (right or wrong cluster and node names) and a proof made with a wrong
+    cookie (a near miss of it, or none) over a challenge it could not know yet, then
+    envelopes; random octets; an oversize length; HTTP. The node must answer at most
+    a Challenge (its random nonce, to a handshake naming its cluster and itself),
+    never a Resume, and deliver nothing."""
     to_node = rng.choice(node_names)
     guess = rng.choice(["", "guest", cookie[:-1], cookie + "x", cookie.upper(),
                         rng.randbytes(8).hex()])
     if guess == cookie:
         guess += "!"
-    hello = cluster_wire.frame(cluster_wire.encode_handshake(cluster_wire.Handshake(
+    handshake = cluster_wire.Handshake(
         rng.choice(["quorumqueue", "other"]), rng.choice(node_names + ["intruder"]),
-        to_node, guess, rng.randrange(2 ** 32))))
+        to_node, rng.randrange(2 ** 32), rng.randbytes(cluster_wire.NONCE_SIZE))
+    proof = cluster_wire.handshake_proof(guess, cluster_wire.INITIATOR, handshake,
+                                         rng.randbytes(cluster_wire.NONCE_SIZE))
+    hello = (cluster_wire.frame(cluster_wire.encode_handshake(handshake))
+             + cluster_wire.frame(cluster_wire.encode_proof(cluster_wire.Proof(proof))))
     rpc = cluster_wire.frame(cluster_wire.encode(cluster_wire.Rpc("declare", {"q": "x"})))
     kind = rng.choice(["wrong-cookie", "wrong-cookie", "random", "oversize", "http"])
     data = {"wrong-cookie": hello + rpc * rng.randint(0, 3),

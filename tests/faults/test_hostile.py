@@ -13,7 +13,10 @@ import struct
 
 import pytest
 
-from quorumqueue.broker.cluster.wire import FrameReader, decode_handshake
+from quorumqueue.broker.cluster.wire import (INITIATOR, Challenge, FrameReader, decode_handshake,
+                                             decode_proof, encode_challenge,
+                                             handshake_proof)
+from quorumqueue.broker.cluster.wire import frame as cluster_frame
 from tests.faults.hostile import attack, check_answer, parse_answer, run
 from tests.faults.mutations import (FRAME_END, PROTOCOL_HEADER, Mutation, Mutator,
                                     cluster_port_attack, record_session, split_frames)
@@ -84,15 +87,21 @@ def test_the_checker_sees_bad_codes_texts_and_methods_after_close():
     assert check_answer(not_amqp, PROTOCOL_HEADER, closed=False)
 
 
-def test_inter_node_port_attacks_never_know_the_cookie_and_expect_silence():
+def test_inter_node_port_attacks_never_know_the_cookie_and_expect_a_challenge_at_most():
     rng = random.Random(9)
+    challenge = cluster_frame(encode_challenge(Challenge(b"n" * 32)))
     for _ in range(200):
         mutation = cluster_port_attack(rng, ["qq1@localhost", "qq2@localhost"], "c00kie")
         if mutation.detail.startswith("wrong-cookie"):
-            handshake = decode_handshake(FrameReader().feed(mutation.data)[0])
-            assert handshake.cookie != "c00kie"
+            hello, proof = FrameReader().feed(mutation.data)[:2]
+            handshake = decode_handshake(hello)
+            assert b"c00kie" not in mutation.data
+            assert decode_proof(proof).digest != handshake_proof(
+                "c00kie", INITIATOR, handshake, b"n" * 32)
         assert check_answer(mutation, b"", closed=True) == []
+        assert check_answer(mutation, challenge, closed=True) == []
         assert check_answer(mutation, b"\x00\x00\x00\x03abc", closed=False)
+        assert check_answer(mutation, challenge + challenge, closed=True)
 
 
 def test_mutations_are_seeded_and_known_answers_cut_the_stream_at_the_damage():

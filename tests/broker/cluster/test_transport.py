@@ -7,8 +7,9 @@ Waits poll a condition with a deadline; nothing asserts on timing.
 Checked: envelopes both ways between two and three nodes, per-peer order, batching
 (a burst is one write), a multi-MB AppendEntries, a peer that starts late or
 restarts on the same port, the queue bound and write back-pressure, handshakes
-refused for cluster name, cookie and to-node, a malformed frame closing only its
-connection, and stop() leaving no task behind.
+refused for cluster name, cookie and to-node, the cookie proven both ways by
+challenge and response without crossing the wire (a replayed answer refused), a
+malformed frame closing only its connection, and stop() leaving no task behind.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ import socket
 import pytest
 
 from quorumqueue.broker.cluster.transport import ClusterTransport
-from quorumqueue.broker.cluster.wire import (FrameReader, Handshake, RaftEnvelope, Resume,
-                                             Rpc, decode, encode, encode_handshake, frame)
+from quorumqueue.broker.cluster.wire import (INITIATOR, NONCE_SIZE, RESPONDER, Challenge,
+                                             FrameReader, Handshake, Proof, RaftEnvelope,
+                                             Resume, Rpc, decode, decode_challenge,
+                                             decode_handshake, decode_proof, encode,
+                                             encode_challenge, encode_handshake, encode_proof,
+                                             frame, handshake_proof)
 from quorumqueue.broker.raft.messages import (AppendEntries, AppendEntriesResponse,
                                               InstallSnapshot, RequestVote, TimeoutNow)
 from quorumqueue.broker.raft.types import COMMAND, LogEntry, SnapshotMeta
@@ -282,34 +287,80 @@ def test_a_bad_handshake_is_refused_and_nothing_is_delivered(case, fault, caplog
     assert "secret" not in caplog.text and "guess" not in caplog.text
 
 
-async def raw_client(port: int, data: bytes) -> bytes:
-    """Connect, write `data`, and return what arrives until the node closes."""
+async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
+    data = b""
+    while chunk := await reader.read(65536):
+        data += chunk
+    return data
+
+
+async def raw_client(port: int, data: bytes, cookie: str | None = None) -> bytes:
+    """Connect, prove `cookie` as node 'x' (if given), write `data`, and return what
+    arrives until the node closes (after the handshake's Challenge and Resume)."""
     reader, writer = await asyncio.open_connection(LOCAL, port)
-    writer.write(data)
     try:
-        return await reader.read()
+        if cookie is not None:
+            await prove(reader, writer, cookie)
+        writer.write(data)
+        return await read_until_closed(reader)
     finally:
         writer.close()
         await writer.wait_closed()
 
 
-HELLO = frame(encode_handshake(Handshake("test", "x", "b", "secret")))
+class Frames:
+    """The frames arriving on a stream, one at a time, and every byte received."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader, self.frames, self.pending, self.received = reader, FrameReader(), [], b""
+
+    async def next(self) -> bytes | None:
+        """The next frame's payload, or None if the connection closed first."""
+        while not self.pending:
+            data = await self.reader.read(65536)
+            if not data:
+                return None
+            self.received += data
+            self.pending = self.frames.feed(data)
+        return self.pending.pop(0)
 
 
-@pytest.mark.parametrize("data, delivered, fault", [
-    (HELLO + frame(encode(Rpc("ok", {}))) + frame(b"\xc1junk") + frame(encode(Rpc("no", {}))),
-     1, "closing cluster connection from node 'x' at 127.0.0.1:"),
-    (HELLO + frame(b"\x93\x03\xa1g\x01"), 0, "malformed frame: AppendEntries must have"),
-    (HELLO + b"\x7f\xff\xff\xff", 0, "exceeds the maximum frame size"),
-    (b"GET / HTTP/1.1\r\nHost: b\r\n\r\n", 0, "exceeds the maximum frame size"),
-    (frame(b"\x92\x01\x02") + HELLO, 0, "not a quorumqueue cluster handshake"),
+async def prove(reader, writer, cookie: str, hello: Handshake | None = None,
+                proof: bytes | None = None) -> tuple[bytes, list]:
+    """Play the connecting side of the handshake as node 'x' with `cookie` (or send
+    `proof` as it is). Returns every byte received and the frames: the Challenge, then
+    the Resume if the node accepted the proof."""
+    hello = hello or Handshake("test", "x", "b", 1, os.urandom(NONCE_SIZE))
+    frames, got = Frames(reader), []
+    writer.write(frame(encode_handshake(hello)))
+    challenge = await frames.next()
+    got.append(challenge)
+    nonce = decode_challenge(challenge).nonce
+    writer.write(frame(encode_proof(Proof(
+        proof or handshake_proof(cookie, INITIATOR, hello, nonce)))))
+    resume = await frames.next()
+    if resume is not None:
+        got.append(resume)
+        assert decode(resume).proof == handshake_proof(cookie, RESPONDER, hello, nonce)
+    return frames.received, got
+
+
+@pytest.mark.parametrize("data, proven, delivered, fault", [
+    (frame(encode(Rpc("ok", {}))) + frame(b"\xc1junk") + frame(encode(Rpc("no", {}))),
+     True, 1, "closing cluster connection from node 'x' at 127.0.0.1:"),
+    (frame(b"\x93\x03\xa1g\x01"), True, 0, "malformed frame: AppendEntries must have"),
+    (b"\x7f\xff\xff\xff", True, 0, "exceeds the maximum frame size"),
+    (b"GET / HTTP/1.1\r\nHost: b\r\n\r\n", False, 0, "exceeds the maximum frame size"),
+    (frame(b"\x92\x01\x02") + frame(encode_handshake(Handshake("test", "x", "b", 1,
+                                                                b"n" * NONCE_SIZE))),
+     False, 0, "not a quorumqueue cluster handshake"),
 ], ids=["garbage-after-good-frames", "bad-envelope", "oversized", "http", "no-handshake"])
-def test_a_malformed_frame_closes_only_that_connection(data, delivered, fault, caplog):
+def test_a_malformed_frame_closes_only_that_connection(data, proven, delivered, fault,
+                                                       caplog):
     async def scenario():
         b = await start("b")
-        answer = FrameReader().feed(await raw_client(b.transport.port, data))  # b closed it
-        # what b wrote before closing: at most its Resume, the answer to a handshake
-        assert [type(decode(payload)) for payload in answer] in ([], [Resume])
+        answer = await raw_client(b.transport.port, data, "secret" if proven else None)
+        assert answer == b""                       # b closed it without another word
         assert b.sent_from("x") == [Rpc("ok", {})][:delivered]
         a = await start("a")                                      # b carries on
         mesh(a, b)
@@ -327,33 +378,150 @@ def test_a_malformed_frame_closes_only_that_connection(data, delivered, fault, c
                                              ("", False), ("secret\x00", False)])
 def test_the_cluster_port_answers_only_a_peer_that_proves_the_cookie(cookie, answered,
                                                                      caplog):
-    """Issue 17: the inter-node port says nothing to a peer whose handshake carries
-    the wrong cookie (not even its Resume) and takes nothing from it; the right
-    cookie is answered with a Resume, and Rpcs after it are delivered."""
+    """Issue 17: the inter-node port tells a peer nothing but its Challenge (a random
+    nonce) until the peer proves the cookie, never sends the cookie, and takes
+    nothing from a peer whose proof does not match; the right cookie is answered with
+    a Resume carrying the node's own proof, and Rpcs after it are delivered."""
     async def scenario():
         b = await start("b")
-        hello = frame(encode_handshake(Handshake("test", "x", "b", cookie)))
         reader, writer = await asyncio.open_connection(LOCAL, b.transport.port)
-        writer.write(hello + frame(encode(Rpc("hi", {}))))
-        frames, answer = FrameReader(), []
-        while not answer:  # until b answers, or closes (then nothing was said)
-            data = await reader.read(65536)
-            if not data:
-                break
-            answer += frames.feed(data)
+        received, got = await prove(reader, writer, cookie)
+        writer.write(frame(encode(Rpc("hi", {}))))
+        assert b"secret" not in received
         if answered:
             await until(lambda: b.got)
-            assert [type(decode(payload)) for payload in answer] == [Resume]
+            assert [len(got), type(decode(got[1]))] == [2, Resume]
             assert b.sent_from("x") == [Rpc("hi", {})]
         else:
-            assert answer == [] and b.got == []
-            assert b.transport.stats().refused == 1
+            assert len(got) == 1                 # the Challenge, then closed
+            assert await read_until_closed(reader) == b""
+            assert b.got == [] and b.transport.stats().refused == 1
         writer.close()
         await b.transport.stop()
 
     with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
         run(scenario)
     assert ("the cookie does not match" in caplog.text) is not answered
+    if not answered:
+        assert "give every node of the cluster the same cluster.cookie" in caplog.text
+
+
+def test_a_replayed_proof_from_an_earlier_handshake_is_refused(caplog):
+    """A recorded handshake and proof, sent again, do not prove the cookie: the node's
+    Challenge is new on every connection."""
+    async def scenario():
+        b = await start("b")
+        hello = Handshake("test", "x", "b", 1, os.urandom(NONCE_SIZE))
+        reader, writer = await asyncio.open_connection(LOCAL, b.transport.port)
+        _, got = await prove(reader, writer, "secret", hello)
+        assert len(got) == 2                     # proven: Challenge and Resume
+        recorded = handshake_proof("secret", INITIATOR, hello, decode_challenge(got[0]).nonce)
+        writer.close()
+        reader, writer = await asyncio.open_connection(LOCAL, b.transport.port)
+        _, got = await prove(reader, writer, "", hello, proof=recorded)
+        writer.write(frame(encode(Rpc("replayed", {}))))
+        assert len(got) == 1 and await read_until_closed(reader) == b""
+        assert b.transport.stats().refused == 1 and b.sent_from("x") == []
+        writer.close()
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert "refused cluster connection from node 'x'" in caplog.text
+    assert "the cookie does not match" in caplog.text
+
+
+class Impostor:
+    """A listener at a peer's address that does not know the cookie: it records every
+    byte a connecting node sends it and answers like a node, with a Resume whose proof
+    is `answer(connection number, hello, challenge)` (None: the cookie `guess`'s)."""
+
+    def __init__(self, guess: str = "guess", answer=None) -> None:
+        self.guess, self.answer = guess, answer
+        self.received: list[bytes] = []      # per connection, everything it got
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, LOCAL, 0)
+        return (LOCAL, self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader, writer) -> None:
+        number = len(self.received)
+        self.received.append(b"")
+        frames = Frames(reader)
+        try:
+            hello = decode_handshake(await frames.next())
+            challenge = os.urandom(NONCE_SIZE)
+            writer.write(frame(encode_challenge(Challenge(challenge))))
+            decode_proof(await frames.next())
+            proof = (self.answer(number, hello, challenge) if self.answer
+                     else handshake_proof(self.guess, RESPONDER, hello, challenge))
+            writer.write(frame(encode(Resume(7, 0, proof))))
+            while await frames.next() is not None:
+                pass
+        finally:
+            self.received[number] = frames.received
+            writer.close()
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def test_a_node_dialling_an_impostor_refuses_it_and_never_sends_the_cookie(caplog):
+    """Issue 17: the connecting side checks the listener's proof too. A listener with
+    the wrong cookie gets a handshake and a proof it cannot use (no cookie in the
+    bytes), and no envelope: the node closes on its Resume."""
+    async def scenario():
+        impostor = Impostor()
+        a = await start("a")
+        a.transport.add_peer("b", await impostor.start())
+        a.transport.send("b", Rpc("private", {"data": "for b only"}))
+        await until(lambda: len(impostor.received) >= 2)         # refused, and again
+        assert not a.transport.is_connected("b")
+        await a.transport.stop()
+        await impostor.stop()
+        for received in impostor.received:
+            assert b"secret" not in received and b"for b only" not in received
+            payloads = FrameReader().feed(received)
+            assert len(payloads) <= 2                             # hello, proof
+            decode_handshake(payloads[0])
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert "closing the connection to peer 'b' at 127.0.0.1:" in caplog.text
+    assert "it did not prove the cookie: the cookie does not match" in caplog.text
+
+
+def test_a_replayed_resume_from_an_earlier_handshake_is_refused(caplog):
+    """A machine in b's place that recorded b's genuine Resume (here: computed with
+    the cookie for the first connection) replays it on the next connection: the
+    connecting node's nonce is new, so the proof does not match and it is refused."""
+    recorded = []
+
+    def answer(number, hello, challenge):
+        if number == 0:
+            recorded.append(handshake_proof("secret", RESPONDER, hello, challenge))
+        return recorded[0]
+
+    async def scenario():
+        impostor = Impostor(answer=answer)
+        a = await start("a")
+        a.transport.add_peer("b", await impostor.start())
+        a.transport.send("b", Rpc("first", {}))
+        await until(lambda: a.transport.is_connected("b"))   # the genuine answer
+        a.transport.remove_peer("b")
+        a.transport.add_peer("b", (LOCAL, impostor.server.sockets[0].getsockname()[1]))
+        a.transport.send("b", Rpc("second", {}))
+        await until(lambda: len(impostor.received) >= 3)
+        assert not a.transport.is_connected("b")
+        assert all(b"second" not in received for received in impostor.received[1:])
+        await a.transport.stop()
+        await impostor.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert "it did not prove the cookie: the cookie does not match" in caplog.text
 
 
 def test_a_connection_without_a_handshake_is_closed_after_the_timeout(caplog):

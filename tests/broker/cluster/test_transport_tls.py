@@ -1,12 +1,15 @@
 """The cluster transport over TLS (broker/cluster/transport.py; the cluster.tls keys,
 cluster/README.md "TLS between nodes"): nodes whose certificates one CA signed talk;
-a node with another CA's certificate, and a plain node, are refused both ways.
+a node with another CA's certificate, and a plain node, are refused both ways, and so
+is a node of the CA that does not know the cookie.
 
 Scenarios run in their own event loop on loopback ports the kernel picks; a refusal
 is waited for as connection attempts that failed, never as a fixed delay.
 """
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -80,6 +83,28 @@ def test_a_node_trusting_the_ca_but_holding_another_cas_certificate_is_refused(p
 
 def test_a_plain_node_cannot_talk_to_a_tls_node(pki):
     refused_both_ways(contexts(pki.ca, pki.server_cert, pki.server_key), {})
+
+
+def test_a_node_of_the_ca_with_another_cookie_is_refused_both_ways_over_tls(pki, caplog):
+    """Inside TLS the cookie is still proven by challenge and response: a certificate
+    the CA signed is not enough (issue 17)."""
+    tls = contexts(pki.ca, pki.server_cert, pki.server_key)
+
+    async def scenario():
+        a = await start("a", **tls)
+        b = await start("b", cookie="guess", **tls)
+        mesh(a, b)
+        a.transport.send("b", Rpc("hello", {}))
+        b.transport.send("a", Rpc("hello", {}))
+        await until(lambda: a.transport.stats().refused >= 2
+                    and b.transport.stats().refused >= 2)
+        assert a.got == [] and b.got == []
+        for node in (a, b):
+            await node.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert "the cookie does not match this node's cookie" in caplog.text
 
 
 def test_tls_both_ways_or_not_at_all(pki):

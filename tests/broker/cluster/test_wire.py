@@ -15,11 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorumqueue.broker.cluster.wire import (ACK_TAG, MAGIC, MAX_FRAME_SIZE, RPC_TAG, VERSION,
-                                             FrameReader, Handshake, RaftEnvelope, Resume,
-                                             Rpc, RpcAck,
-                                             WireError, decode, decode_handshake, encode,
-                                             encode_handshake, frame, handshake_problems)
+from quorumqueue.broker.cluster.wire import (ACK_TAG, CHALLENGE_TAG, INITIATOR, MAGIC,
+                                             MAX_FRAME_SIZE, PROOF_TAG, RESPONDER, RPC_TAG,
+                                             VERSION, Challenge, FrameReader, Handshake,
+                                             Proof, RaftEnvelope, Resume, Rpc, RpcAck,
+                                             WireError, decode, decode_challenge,
+                                             decode_handshake, decode_proof, encode,
+                                             encode_challenge, encode_handshake, encode_proof,
+                                             frame, handshake_problems, handshake_proof,
+                                             proofs_match)
 from quorumqueue.broker.raft.messages import (AppendEntries, AppendEntriesResponse,
                                               InstallSnapshot, InstallSnapshotResponse,
                                               Message, RequestVote, RequestVoteResponse,
@@ -114,8 +118,8 @@ def test_the_transport_s_numbering_and_acknowledgements_round_trip():
     assert msgpack.unpackb(encode(Rpc("ping", {}))) == [RPC_TAG, "ping", {}]  # unnumbered
     assert decode(encode(RpcAck(2**55, 9))) == RpcAck(2**55, 9)
     assert msgpack.unpackb(encode(RpcAck(1, 2))) == [ACK_TAG, 1, 2]
-    assert decode(encode(Resume(5, 0))) == Resume(5, 0)
-    handshake = Handshake("prod", "a", "b", "k", session=3)
+    assert decode(encode(Resume(5, 0, b"p" * 32))) == Resume(5, 0, b"p" * 32)
+    handshake = Handshake("prod", "a", "b", session=3, nonce=b"n" * 32)
     assert decode_handshake(encode_handshake(handshake)).session == 3
     with pytest.raises(WireError, match="RpcAck.seq must be a non-negative int"):
         encode(RpcAck(1, -1))
@@ -218,58 +222,111 @@ def test_what_cannot_travel_is_refused_at_encode(envelope, fault):
 
 # -- handshake ------------------------------------------------------------------------
 
-def test_handshake_round_trips_and_never_shows_its_cookie():
-    handshake = Handshake("prod", "a", "b", "s3cret")
-    assert decode_handshake(encode_handshake(handshake)) == handshake
-    assert "s3cret" not in repr(handshake)
+NONCE_A, NONCE_B = b"a" * 32, b"b" * 32
+HELLO = Handshake("prod", "a", "b", session=3, nonce=NONCE_A)
+
+
+def test_the_handshake_messages_round_trip_and_carry_no_cookie():
+    assert decode_handshake(encode_handshake(HELLO)) == HELLO
+    assert msgpack.unpackb(encode_handshake(HELLO)) == [MAGIC, VERSION, "prod", "a", "b", 3,
+                                                        NONCE_A]
+    assert decode_challenge(encode_challenge(Challenge(NONCE_B))) == Challenge(NONCE_B)
+    assert msgpack.unpackb(encode_challenge(Challenge(NONCE_B))) == [CHALLENGE_TAG, NONCE_B]
+    digest = handshake_proof("s3cret", INITIATOR, HELLO, NONCE_B)
+    assert decode_proof(encode_proof(Proof(digest))) == Proof(digest)
+    assert msgpack.unpackb(encode_proof(Proof(digest))) == [PROOF_TAG, digest]
+    assert "s3cret" not in repr(Proof(digest)) and digest.hex() not in repr(Proof(digest))
+
+
+def test_a_proof_holds_for_one_cookie_one_handshake_and_one_direction_only():
+    """Issue 17 / Erlang distribution's handshake: the digest is keyed by the cookie
+    and covers both nonces, the cluster, both node names and who proves, so a digest
+    seen once is good for nothing else; the cookie is not in it."""
+    base = handshake_proof("k\u00e9y", INITIATOR, HELLO, NONCE_B)
+    assert len(base) == 32 and base == handshake_proof("k\u00e9y", INITIATOR, HELLO, NONCE_B)
+    others = [
+        handshake_proof("k\u00e9z", INITIATOR, HELLO, NONCE_B),      # another cookie
+        handshake_proof("k\u00e9y\x00", INITIATOR, HELLO, NONCE_B),  # HMAC pads keys
+        handshake_proof("k\u00e9y", RESPONDER, HELLO, NONCE_B),      # the other direction
+        handshake_proof("k\u00e9y", INITIATOR, HELLO, b"c" * 32),    # another challenge
+        handshake_proof("k\u00e9y", INITIATOR, Handshake("prod", "a", "b", 3, b"d" * 32),
+                        NONCE_B),                                    # another nonce
+        handshake_proof("k\u00e9y", INITIATOR, Handshake("test", "a", "b", 3, NONCE_A),
+                        NONCE_B),
+        handshake_proof("k\u00e9y", INITIATOR, Handshake("prod", "c", "b", 3, NONCE_A),
+                        NONCE_B),
+        handshake_proof("k\u00e9y", INITIATOR, Handshake("prod", "a", "c", 3, NONCE_A),
+                        NONCE_B),
+        handshake_proof("k\u00e9y", INITIATOR, Handshake("prod", "b", "a", 3, NONCE_B),
+                        NONCE_A),                                    # the roles swapped
+    ]
+    assert base not in others and len(set(others)) == len(others)
+    assert "k\u00e9y".encode() not in base
+    with pytest.raises(ValueError, match="role must be"):
+        handshake_proof("k", "other", HELLO, NONCE_B)
 
 
 @pytest.mark.parametrize("payload, fault", [
     (b"\xc1", "not valid msgpack"),
     (packed("rabbitmq", 1, "c", "a", "b", "k"), "not a quorumqueue cluster handshake"),
-    (packed(MAGIC, 1, "c", "a", "b"), "not a quorumqueue cluster handshake"),
+    (packed(MAGIC, VERSION, "c", "a", "b"), "not a quorumqueue cluster handshake"),
+    (packed(MAGIC), "not a quorumqueue cluster handshake"),
     (packed(*VOTE), "not a quorumqueue cluster handshake"),
-    (packed(MAGIC, VERSION + 1, "c", "a", "b", "k", 1), f"version {VERSION + 1} is not supported"),
-    (packed(MAGIC, VERSION, "c", "a", "b", "k"), "not a quorumqueue cluster handshake"),
-    (packed(MAGIC, VERSION, "c", "a", "b", "k", -1), "session must be a non-negative"),
-    (packed(MAGIC, True, "c", "a", "b", "k"), "version True is not supported"),
-    (packed(MAGIC, VERSION, "c", "a", b"b", "k", 1), "to_node must be a str"),
+    (packed(MAGIC, VERSION + 1, "c", "a", "b", 1, NONCE_A),
+     f"version {VERSION + 1} is not supported"),
+    # a node of version 3 sends its cookie in the handshake: refused by the version
+    (packed(MAGIC, 3, "c", "a", "b", "k", 1), "handshake version 3 is not supported "
+     f"\\(this node speaks version {VERSION}: run the same quorumqueue version on every"),
+    (packed(MAGIC, VERSION, "c", "a", "b", 1), "not a quorumqueue cluster handshake"),
+    (packed(MAGIC, VERSION, "c", "a", "b", -1, NONCE_A), "session must be a non-negative"),
+    (packed(MAGIC, True, "c", "a", "b", 1, NONCE_A), "version True is not supported"),
+    (packed(MAGIC, VERSION, "c", "a", b"b", 1, NONCE_A), "to_node must be a str"),
+    (packed(MAGIC, VERSION, "c", "a", "b", 1, b"short"), "nonce must be 32 bytes"),
+    (packed(MAGIC, VERSION, "c", "a", "b", 1, "a" * 32), "nonce must be 32 bytes"),
 ])
 def test_malformed_handshakes_raise_wire_error(payload, fault):
     with pytest.raises(WireError, match=fault):
         decode_handshake(payload)
 
 
+@pytest.mark.parametrize("decoder, payload, fault", [
+    (decode_challenge, packed(PROOF_TAG, NONCE_B), "expected a Challenge"),
+    (decode_challenge, packed(CHALLENGE_TAG, b"x"), "Challenge.nonce must be 32 bytes"),
+    (decode_proof, packed(CHALLENGE_TAG, NONCE_B), "expected a Proof"),
+    (decode_proof, packed(PROOF_TAG, b"x" * 31), "Proof.digest must be a 32-byte digest"),
+    (decode_proof, packed(PROOF_TAG, b"x" * 32, 1), "expected a Proof"),
+    (decode, packed(18, 1, 0), "Resume must have 4 items"),
+    (decode, packed(18, 1, 0, "x" * 32), "Resume.proof must be a 32-byte digest"),
+])
+def test_malformed_challenges_proofs_and_resumes_raise_wire_error(decoder, payload, fault):
+    with pytest.raises(WireError, match=fault):
+        decoder(payload)
+
+
 @pytest.mark.parametrize("handshake, problems", [
-    (Handshake("prod", "a", "b", "k"), []),
-    (Handshake("test", "a", "b", "k"), ["cluster name 'test' is not this node's 'prod'"]),
-    (Handshake("prod", "a", "c", "k"), ["it is addressed to node 'c', this node is 'b'"]),
-    (Handshake("prod", "a", "b", "x"), ["the cookie does not match this node's cookie"]),
-    (Handshake("test", "a", "c", ""), ["cluster name 'test' is not this node's 'prod'",
-                                       "it is addressed to node 'c', this node is 'b'",
-                                       "the cookie does not match this node's cookie"]),
+    (Handshake("prod", "a", "b"), []),
+    (Handshake("test", "a", "b"), ["cluster name 'test' is not this node's 'prod'"]),
+    (Handshake("prod", "a", "c"), ["it is addressed to node 'c', this node is 'b'"]),
+    (Handshake("test", "a", "c"), ["cluster name 'test' is not this node's 'prod'",
+                                   "it is addressed to node 'c', this node is 'b'"]),
 ])
 def test_handshake_problems_name_what_does_not_match(handshake, problems):
-    assert handshake_problems(handshake, cluster_name="prod", node_name="b",
-                              cookie="k") == problems
+    assert handshake_problems(handshake, cluster_name="prod", node_name="b") == problems
 
 
-def test_the_cookie_is_compared_in_constant_time(monkeypatch):
-    """Issue 17: the cookie check must not tell a guesser, by its timing, how many of
-    its first characters are right: it goes through hmac.compare_digest, whose time
-    depends on the lengths only, over the UTF-8 octets (any cookie, any length)."""
+def test_proofs_are_compared_in_constant_time(monkeypatch):
+    """Issue 17: the proof check must not tell a guesser, by its timing, how many of
+    its first octets are right: it goes through hmac.compare_digest, whose time
+    depends on the lengths only."""
     from quorumqueue.broker.cluster import wire
     compared = []
     real = wire.hmac.compare_digest
     monkeypatch.setattr(wire.hmac, "compare_digest",
                         lambda a, b: compared.append((a, b)) or real(a, b))
-    for guess, problems in (("k\u00e9y", []), ("k", ["the cookie does not match this "
-                                                      "node's cookie"]),
-                            ("k\u00e9z", ["the cookie does not match this node's cookie"])):
-        assert handshake_problems(Handshake("prod", "a", "b", guess), cluster_name="prod",
-                                  node_name="b", cookie="k\u00e9y") == problems
-    assert compared == [(guess.encode(), "k\u00e9y".encode())
-                        for guess in ("k\u00e9y", "k", "k\u00e9z")]
+    right = handshake_proof("k\u00e9y", INITIATOR, HELLO, NONCE_B)
+    wrong = handshake_proof("k", INITIATOR, HELLO, NONCE_B)
+    assert proofs_match(right, right) and not proofs_match(wrong, right)
+    assert compared == [(right, right), (wrong, right)]
 
 
 # -- framing --------------------------------------------------------------------------
