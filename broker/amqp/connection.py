@@ -96,19 +96,22 @@ _METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
 
 
 class ChannelQuota:
-    """The channels one user has open on this node, against its `max-channels` user
-    limit (-1: none). The user's connections share one quota: each counts the channels
-    it opens and those that end (RabbitMQ's is_over_channel_limit, at channel.open)."""
+    """The channels one user has open, against its `max-channels` user limit (-1:
+    none). The user's connections on this node share one quota: each counts the
+    channels it opens and those that end; `elsewhere` is what the user has open on
+    the other nodes of the cluster, as the node last learned it (RabbitMQ's
+    is_over_channel_limit, at channel.open, counts cluster-wide)."""
 
-    __slots__ = ("user", "limit", "open")
+    __slots__ = ("user", "limit", "open", "elsewhere")
 
     def __init__(self, user: str, limit: int = -1) -> None:
         self.user = user
         self.limit = limit
-        self.open = 0  # OPEN channels of the user's connections
+        self.open = 0       # OPEN channels of the user's connections on this node
+        self.elsewhere = 0  # the user's open channels on other nodes (set by the node)
 
     def refusal(self) -> AMQPError | None:
-        if 0 <= self.limit <= self.open:
+        if 0 <= self.limit <= self.open + self.elsewhere:
             return AMQPError(spec.NOT_ALLOWED, "number of channels opened for user "
                              f"'{self.user}' has reached the maximum allowed user limit "
                              f"of ({self.limit})")

@@ -57,7 +57,7 @@ from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
-from . import classic_link, proxy, replica_rpc
+from . import classic_link, proxy, replica_rpc, tracking
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -132,6 +132,8 @@ class Cluster:
         self._random = random.Random()
         self.meta: MetaGroup | None = None
         self.classic = classic_link.ClassicLink(self)  # classic queues on other nodes
+        # every node's open connections and channels, for the limits (tracking.py)
+        self.tracking = tracking.Tracking(self)
         self.started = time.monotonic()
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
@@ -374,7 +376,9 @@ class Cluster:
         """Send again what no leader answered within RESEND_AFTER; return the messages
         of consumers on nodes that went silent."""
         now = time.monotonic()
-        if now >= self._next_ping and self.transport is not None:
+        ping_due = now >= self._next_ping and self.transport is not None
+        self.tracking.tick(ping_due)
+        if ping_due:
             self._next_ping = now + PING_EVERY
             joined = self.meta is not None and self.name in self.meta.raft.members
             for name in self.nodes:
@@ -625,4 +629,5 @@ _RPCS = {
     "welcome": Cluster._on_welcome,
     **classic_link.handlers(),
     **replica_rpc.handlers(),
+    **tracking.handlers(),
 }

@@ -25,11 +25,11 @@ How it works
     has (internal_user:update_limits(add, ...)), and cleared one by one or all.
     A limit of 0 allows nothing; a negative one is no limit (as RabbitMQ's).
 
-Known difference: RabbitMQ counts a vhost's and a user's connections, and a user's
-channels, on every node of the cluster; this node counts its own connections and
-channels only (broker/README.md "Virtual host and user limits"). Queues are counted
-as this node knows them: every quorum queue of the cluster, and the classic queues in
-its metadata.
+Connections and channels are counted cluster-wide, as RabbitMQ counts them: this
+node's own, plus those every reachable node last reported (broker/cluster/tracking.py,
+eventually consistent: during a partition each side counts what it can reach).
+Queues are counted as this node knows them: every queue record of the cluster
+(quorum and classic: the metadata group has them all).
 
 Not here: the wire of the operations (definition_ops.py), persistence (node.py's
 metadata document, metadata_snapshot.py).
@@ -143,23 +143,33 @@ def channel_quota(node: "Node", name: str) -> ChannelQuota:
     quota = quotas.get(name)
     if quota is None:
         quota = quotas[name] = ChannelQuota(name)
+        quota.elsewhere = _elsewhere(node, channels_of=name)
     refresh_quota(node, name)
     return quota
 
 
+def _elsewhere(node: "Node", **which: str) -> int:
+    """Connections (or channels) open on the other nodes of the cluster that this node
+    can reach (cluster/tracking.py); 0 for a node of its own."""
+    cluster = node.cluster
+    return 0 if cluster is None else cluster.tracking.elsewhere(**which)
+
+
 def check_connection(node: "Node", session: "Session", vhost_name: str) -> None:
     """connection.open of `vhost_name` by the session's user: refused with 530 when
-    the vhost's or the user's max-connections is reached (counting this node's open
-    connections)."""
+    the vhost's or the user's max-connections is reached (counting the open
+    connections of every node this node can reach, as RabbitMQ does)."""
     vhost = node.vhosts[vhost_name]
     user = node.users.users.get(session.user.name, session.user)
     opened = [s for s in node.sessions if s.vhost is not None and not s.closed]
     limit = _limit(vhost.limits, "max-connections")
-    if limit >= 0 and sum(1 for s in opened if s.vhost is vhost) >= limit:
+    if limit >= 0 and (sum(1 for s in opened if s.vhost is vhost)
+                       + _elsewhere(node, vhost=vhost_name)) >= limit:
         raise AMQPError(spec.NOT_ALLOWED, f"access to vhost '{vhost_name}' refused for user "
                         f"'{user.name}': connection limit ({limit}) is reached", 10, 40)
     limit = _limit(user.limits, "max-connections")
-    if limit >= 0 and sum(1 for s in opened if s.user.name == user.name) >= limit:
+    if limit >= 0 and (sum(1 for s in opened if s.user.name == user.name)
+                       + _elsewhere(node, user=user.name)) >= limit:
         raise AMQPError(spec.NOT_ALLOWED, f"connection refused for user '{user.name}': "
                         f"user connection limit ({limit}) is reached", 10, 40)
 
