@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 
+import msgpack
 import pytest
 
 from quorumqueue.broker.cluster.transport import ClusterTransport
@@ -354,7 +355,13 @@ async def prove(reader, writer, cookie: str, hello: Handshake | None = None,
     (frame(b"\x92\x01\x02") + frame(encode_handshake(Handshake("test", "x", "b", 1,
                                                                 b"n" * NONCE_SIZE))),
      False, 0, "not a quorumqueue cluster handshake"),
-], ids=["garbage-after-good-frames", "bad-envelope", "oversized", "http", "no-handshake"])
+    # a node of wire version 3 (its cookie in the handshake) gets nothing, and the log
+    # says why in words an operator can act on
+    (frame(msgpack.packb(["quorumqueue-cluster", 3, "test", "x", "b", "secret", 1])),
+     False, 0, "handshake version 3 is not supported (this node speaks version 4: run "
+     "the same quorumqueue version on every node)"),
+], ids=["garbage-after-good-frames", "bad-envelope", "oversized", "http", "no-handshake",
+        "version-3-peer"])
 def test_a_malformed_frame_closes_only_that_connection(data, proven, delivered, fault,
                                                        caplog):
     async def scenario():
