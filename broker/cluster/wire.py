@@ -1,10 +1,12 @@
 """What crosses between cluster nodes, as bytes: envelopes, the handshake, framing.
 
 Responsibilities: the closed vocabulary of the inter-node wire (`RaftEnvelope`,
-`Rpc`, and the `Handshake` that opens every connection); encoding it with msgpack
-and decoding it back with every field checked; length-prefixed framing and an
-incremental `FrameReader`; saying what in a handshake does not match this node.
-No I/O, no clock, no state beyond the reader's buffer.
+`Rpc`, and the `Handshake`, `Challenge`, `Proof` and `Resume` that open every
+connection); encoding it with msgpack and decoding it back with every field
+checked; the proofs of the cookie (`handshake_proof`, `proofs_match`);
+length-prefixed framing and an incremental `FrameReader`; saying what in a
+handshake does not match this node. No I/O, no clock, no randomness (the transport
+draws the nonces), no state beyond the reader's buffer.
 
 How it works: every envelope is one msgpack array whose first item is a small
 integer tag. A Raft message is positional, `[tag, group, term, from_, to, ...the
@@ -19,8 +21,9 @@ cookie without sending it, as Erlang distribution's handshake does: the acceptin
 side answers with a `Challenge` `[CHALLENGE_TAG, nonce]` of its own, the connecting
 side with a `Proof` `[PROOF_TAG, digest]`, and the accepting side, once the digest
 checks, with a `Resume` `[RESUME_TAG, session, delivered, digest]` that carries its
-own proof. Each digest is HMAC-SHA256 keyed by the cookie over both nonces, the
-cluster name, both node names and the direction (`handshake_proof`): a node that does
+own proof. Each digest is HMAC-SHA256 keyed by the cookie (its SHA-256) over both
+nonces, the cluster name, both node names and the direction (`handshake_proof`),
+compared in constant time (`proofs_match`): a node that does
 not hold the cookie sees only random nonces and digests it cannot reuse (the next
 handshake has other nonces; a digest for one direction is not one for the other).
 Strings travel as msgpack str, bytes as bin (use_bin_type=True, raw=False). A frame
