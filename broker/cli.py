@@ -2,8 +2,12 @@
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
     quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
-                                                  management RPC; rabbitmq-queues)
+                                                  management HTTP API; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
+
+`queues`, `ctl` and `cluster status` reach a node only through its management HTTP
+API (client/http_management.py; --host, --port (15672), --username, --password,
+--ssl..., or --base-uri), as rabbitmqadmin does: no AMQP connection is opened.
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
     quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
 """
@@ -79,7 +83,8 @@ def broker_start(config_path, port, host, management_port, prometheus_port, data
         sys.exit(1)
 
 
-from ..client.cli_rpc import DEFAULT_URI, _call, _echo_table, uri_option  # noqa: E402,F401
+from ..client.cli_http import (_call, _echo_table, _guarded, management_options,  # noqa: E402
+                               queue_rows)
 
 
 @main.group()
@@ -103,10 +108,10 @@ def _queue_cell(value) -> str:
 
 
 @queues.command("list")
-@uri_option
+@management_options
 @click.option("-p", "--vhost", help="Only this virtual host.")
 @click.argument("columns", nargs=-1)
-def queues_list(uri, vhost, columns) -> None:
+def queues_list(api, vhost, columns) -> None:
     """Name, type, ready, unacked, consumers, leader, members and bytes of every queue
     (and, when a queue has a single active consumer, its tag: RabbitMQ's
     single_active_consumer_tag); or the COLUMNs named: vhost name type durable
@@ -116,7 +121,7 @@ def queues_list(uri, vhost, columns) -> None:
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
                                  f"{', '.join(QUEUE_FIELDS)})", param_hint="COLUMNS")
-    rows = _call(uri, "queues.list", vhost=vhost)
+    rows = _guarded(queue_rows, api, vhost)
     headers = list(columns) or ["vhost", "name", "type", "ready", "unacked", "consumers",
                                 "leader", "members", "bytes"]
     if not columns and any(r.get("single_active_consumer_tag") for r in rows):
@@ -125,99 +130,107 @@ def queues_list(uri, vhost, columns) -> None:
 
 
 @queues.command("purge")
-@uri_option
+@management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
-def queues_purge(uri, vhost, name) -> None:
+def queues_purge(api, vhost, name) -> None:
     """Drop the ready messages of a queue."""
-    result = _call(uri, "queues.purge", vhost=vhost, name=name)
-    click.echo(f"purged {result['purged']} messages from '{name}' in vhost '{vhost}'")
+    _call(api, "DELETE", "queues", vhost, name, "contents", missing=_no_queue(name, vhost))
+    click.echo(f"purged {api.message_count()} messages from '{name}' in vhost '{vhost}'")
+
+
+def _no_queue(name: str, vhost: str) -> str:
+    return f"NOT_FOUND - no queue '{name}' in vhost '{vhost}'"
 
 
 @queues.command("delete")
-@uri_option
+@management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.option("--if-unused", is_flag=True, help="Refuse if the queue has consumers.")
 @click.option("--if-empty", is_flag=True, help="Refuse if the queue holds messages.")
 @click.argument("name")
-def queues_delete(uri, vhost, if_unused, if_empty, name) -> None:
+def queues_delete(api, vhost, if_unused, if_empty, name) -> None:
     """Delete a queue and its messages."""
-    result = _call(uri, "queues.delete", vhost=vhost, name=name, if_unused=if_unused,
-                   if_empty=if_empty)
-    click.echo(f"deleted '{name}' in vhost '{vhost}' ({result['deleted']} messages)")
+    _call(api, "DELETE", "queues", vhost, name, missing=_no_queue(name, vhost),
+          query={"if-unused": "true" if if_unused else None,
+                 "if-empty": "true" if if_empty else None})
+    click.echo(f"deleted '{name}' in vhost '{vhost}' ({api.message_count()} messages)")
 
 
 @queues.command("add_member")
-@uri_option
+@management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
 @click.argument("node")
-def queues_add_member(uri, vhost, name, node) -> None:
+def queues_add_member(api, vhost, name, node) -> None:
     """Add a replica of quorum queue NAME on NODE (rabbitmq-queues add_member)."""
-    result = _call(uri, "queues.add_member", vhost=vhost, name=name, node=node)
+    result = _call(api, "POST", "queues", "quorum", vhost, name, "replicas", "add",
+                   body={"node": node})
     click.echo(f"added {node} to quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
 
 
 @queues.command("delete_member")
-@uri_option
+@management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
 @click.argument("node")
-def queues_delete_member(uri, vhost, name, node) -> None:
+def queues_delete_member(api, vhost, name, node) -> None:
     """Remove the replica of quorum queue NAME on NODE (rabbitmq-queues delete_member)."""
-    result = _call(uri, "queues.delete_member", vhost=vhost, name=name, node=node)
+    result = _call(api, "DELETE", "queues", "quorum", vhost, name, "replicas", "delete",
+                   body={"node": node})
     click.echo(f"removed {node} from quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
 
 
 @queues.command("grow")
-@uri_option
+@management_options
 @click.argument("node")
 @click.argument("strategy", type=click.Choice(["all", "even"]))
 @click.option("--vhost-pattern", default=".*", show_default=True)
 @click.option("--queue-pattern", default=".*", show_default=True)
-def queues_grow(uri, node, strategy, vhost_pattern, queue_pattern) -> None:
+def queues_grow(api, node, strategy, vhost_pattern, queue_pattern) -> None:
     """Add NODE to every matching quorum queue (all), or to those with an even number
     of members (even), like rabbitmq-queues grow."""
-    rows = _per_queue(uri, "grow", lambda q: True, vhost_pattern, queue_pattern,
+    rows = _per_queue(api, "grow", lambda q: True, vhost_pattern, queue_pattern,
                       node=node, strategy=strategy)
     _echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
 
 @queues.command("shrink")
-@uri_option
+@management_options
 @click.argument("node")
 @click.option("--errors-only", is_flag=True,
               help="Only queues whose replica on NODE is not reachable.")
-def queues_shrink(uri, node, errors_only) -> None:
+def queues_shrink(api, node, errors_only) -> None:
     """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink)."""
-    rows = _per_queue(uri, "shrink", lambda q: node in q["members"], ".*", ".*",
+    rows = _per_queue(api, "shrink", lambda q: node in q["members"], ".*", ".*",
                       node=node, errors_only=errors_only)
     _echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
 
 @queues.command("rebalance")
-@uri_option
+@management_options
 @click.argument("kind", type=click.Choice(["quorum", "all"]))
 @click.option("--vhost-pattern", default=".*", show_default=True)
 @click.option("--queue-pattern", default=".*", show_default=True)
-def queues_rebalance(uri, kind, vhost_pattern, queue_pattern) -> None:
+def queues_rebalance(api, kind, vhost_pattern, queue_pattern) -> None:
     """Move quorum-queue leaders so each node leads about as many (membership is
     unchanged), like rabbitmq-queues rebalance."""
-    result = _call(uri, "queues.rebalance", vhost_pattern=vhost_pattern,
-                   queue_pattern=queue_pattern)
+    result = _call(api, "POST", "rebalance", "queues",
+                   body={"type": kind, "vhost_pattern": vhost_pattern,
+                         "queue_pattern": queue_pattern})
     _echo_table(["vhost", "name", "from", "to"],
                 [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
     click.echo("leaders per node: " + ", ".join(f"{n} {c}"
                                                 for n, c in sorted(result["leaders"].items())))
 
 
-def _per_queue(uri, op, candidate, vhost_pattern, queue_pattern, **arguments) -> list:
+def _per_queue(api, op, candidate, vhost_pattern, queue_pattern, **arguments) -> list:
     """`queues grow|shrink` one queue at a time, with progress on stderr (client/
-    progress.py): the quorum queues are listed first (cluster.status), those matching
+    progress.py): the quorum queues are listed first (the cluster status), those matching
     the patterns (and `candidate`) are acted on one by one, each by the same operation
     restricted to that queue by anchored patterns, and the rows concatenated in the
     server's order (vhost, then name). The server decides per queue exactly as in one
@@ -234,18 +247,25 @@ def _per_queue(uri, op, candidate, vhost_pattern, queue_pattern, **arguments) ->
         vhost_re = queue_re = None
     queues = []
     if vhost_re is not None:
-        status = _call(uri, "cluster.status")
+        status = _call(api, "GET", "quorumqueue", "cluster-status")
         queues = sorted((q["vhost"], q["name"]) for q in status.get("queues", [])
                         if vhost_re.search(q["vhost"]) and queue_re.search(q["name"])
                         and candidate(q))
+    node = arguments.pop("node")
+    # RabbitMQ's paths: POST .../replicas/on/NODE/grow, DELETE .../replicas/on/NODE/shrink
+    method = "POST" if op == "grow" else "DELETE"
+
+    def one(vhost_pattern: str, queue_pattern: str) -> list:
+        return _call(api, method, "queues", "quorum", "replicas", "on", node, op,
+                     body={"vhost_pattern": vhost_pattern, "queue_pattern": queue_pattern,
+                           **arguments})
+
     if not queues:
-        return _call(uri, f"queues.{op}", vhost_pattern=vhost_pattern,
-                     queue_pattern=queue_pattern, **arguments)
+        return one(vhost_pattern, queue_pattern)
     rows: list = []
     with Progress(op, total=len(queues)) as progress:
         for vhost, name in queues:
-            rows += _call(uri, f"queues.{op}", vhost_pattern=rf"\A{re.escape(vhost)}\Z",
-                          queue_pattern=rf"\A{re.escape(name)}\Z", **arguments)
+            rows += one(rf"\A{re.escape(vhost)}\Z", rf"\A{re.escape(name)}\Z")
             progress.advance(f"{vhost}/{name}")
     return rows
 
@@ -256,13 +276,13 @@ def _per_queue(uri, op, candidate, vhost_pattern, queue_pattern, **arguments) ->
 EX_UNAVAILABLE, EX_USAGE = 69, 64
 
 
-def _rabbit_call(uri: str, op: str, **arguments):
-    """One management call; a refusal prints RabbitMQ's `Error:` and its text (without
-    our reply-code name) on stderr and exits 69, as rabbitmq-queues does."""
-    from ..client.management import ManagementError, call
+def _rabbit_call(api, method: str, *segments, **kw):
+    """One management API request; a refusal prints RabbitMQ's `Error:` and its text
+    (without our reply-code name) on stderr and exits 69, as rabbitmq-queues does."""
+    from ..client.management import ManagementError
 
     try:
-        return call(uri, op, **arguments)
+        return api.request(method, segments, **kw)
     except ManagementError as error:
         text = str(error)
         name, dash, detail = text.partition(" - ")
@@ -282,14 +302,14 @@ quiet_option = click.option("-q", "--quiet", is_flag=True,
 
 
 @queues.command("quorum_status")
-@uri_option
+@management_options
 @quiet_option
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
-def queues_quorum_status(uri, quiet, vhost, name) -> None:
+def queues_quorum_status(api, quiet, vhost, name) -> None:
     """Every member of quorum queue NAME: Raft state, log, commit and snapshot indexes,
     term (rabbitmq-queues quorum_status). A member not running shows as noproc."""
-    result = _rabbit_call(uri, "queues.quorum_status", vhost=vhost, name=name)
+    result = _rabbit_call(api, "GET", "queues", "quorum", vhost, name, "status")
     if not quiet:
         click.echo(f"Status of queue {name} on node {result['node']} ...")
     rows = result["members"]
@@ -298,12 +318,12 @@ def queues_quorum_status(uri, quiet, vhost, name) -> None:
 
 
 @queues.command("check_if_node_is_quorum_critical")
-@uri_option
+@management_options
 @quiet_option
-def queues_quorum_critical(uri, quiet) -> None:
+def queues_quorum_critical(api, quiet) -> None:
     """Health check: exits with 69 if stopping this node would make some quorum queue
     lose its majority, listing those (rabbitmq-queues check_if_node_is_quorum_critical)."""
-    result = _rabbit_call(uri, "queues.quorum_critical")
+    result = _rabbit_call(api, "GET", "quorumqueue", "quorum-critical")
     node = result["node"]
     if not quiet:
         click.echo(f"Checking if node {node} is critical for quorum of any quorum queues ...")
@@ -320,13 +340,13 @@ def queues_quorum_critical(uri, quiet) -> None:
 
 
 @queues.command("check_if_node_is_mirror_sync_critical")
-@uri_option
+@management_options
 @quiet_option
-def queues_mirror_sync_critical(uri, quiet) -> None:
+def queues_mirror_sync_critical(api, quiet) -> None:
     """Health check for classic mirrored queues (rabbitmq-queues
     check_if_node_is_mirror_sync_critical). This broker has no classic queue mirroring,
     so no queue can lose its only synchronised replica: it always passes."""
-    status = _rabbit_call(uri, "cluster.status")
+    status = _rabbit_call(api, "GET", "quorumqueue", "cluster-status")
     node = status["node"]
     if not quiet:
         click.echo(f"Checking if node {node} is critical for data safety of any classic "
@@ -340,12 +360,12 @@ def queues_mirror_sync_critical(uri, quiet) -> None:
 
 
 @queues.command("peek")
-@uri_option
+@management_options
 @quiet_option
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
 @click.argument("position")
-def queues_peek(uri, quiet, vhost, name, position) -> None:
+def queues_peek(api, quiet, vhost, name, position) -> None:
     """The ready message at POSITION (1 = the next delivered) of quorum queue NAME,
     without consuming it: its properties, routing keys, exchange, the first 64 bytes
     of its payload and its headers (rabbitmq-queues peek)."""
@@ -357,7 +377,8 @@ def queues_peek(uri, quiet, vhost, name, position) -> None:
         click.echo('Error (argument validation): "position value must be a positive '
                    'integer"', err=True)
         sys.exit(EX_USAGE)
-    result = _rabbit_call(uri, "queues.peek", vhost=vhost, name=name, position=number)
+    result = _rabbit_call(api, "GET", "quorumqueue", "queues", vhost, name, "peek",
+                          str(number))
     if not quiet:
         click.echo(f"Peeking at quorum queue {name} at position {number} on node "
                    f"{result['node']} ...")
@@ -365,17 +386,17 @@ def queues_peek(uri, quiet, vhost, name, position) -> None:
 
 
 @queues.command("reclaim_quorum_memory")
-@uri_option
+@management_options
 @quiet_option
 @click.option("-p", "--vhost", default="/", show_default=True)
 @click.argument("name")
-def queues_reclaim_quorum_memory(uri, quiet, vhost, name) -> None:
+def queues_reclaim_quorum_memory(api, quiet, vhost, name) -> None:
     """Flush the write-ahead log on every node holding a member of quorum queue NAME:
     the log entries kept in memory go to segment files and their memory is released
     (rabbitmq-queues reclaim_quorum_memory). Prints what each member's node did."""
     if not quiet:
         click.echo(f"Will flush Raft WAL of quorum queue {name} ...")
-    rows = _rabbit_call(uri, "queues.reclaim_quorum_memory", vhost=vhost, name=name)
+    rows = _rabbit_call(api, "POST", "quorumqueue", "queues", vhost, name, "reclaim-memory")
     failed = False
     for row in rows:
         if "error" in row:

@@ -27,10 +27,20 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl clear_user_limits USER LIMIT|all
     quorumqueue ctl list_user_limits [--user USER | --all]
 
-Each is one management RPC (node/definition_ops.py; definitions:
-node/definitions_json.py; forget_cluster_node: cluster/membership.py) to the node
-named by --uri (an administrator's AMQP URI); in a cluster any node will do, and
-every node has the change once the command returns.
+Each goes to the node's management HTTP API (--host, --port (15672), --username,
+--password, --ssl..., or --base-uri; client/http_management.py), as rabbitmqadmin
+does, as an administrator: RabbitMQ's endpoints (/api/users, /api/vhosts,
+/api/permissions, /api/policies, /api/operator-policies, /api/vhost-limits,
+/api/user-limits, /api/definitions) where they do what the command does, and
+quorumqueue's (/api/quorumqueue/definitions/import, /api/quorumqueue/cluster-nodes/
+NODE: broker/management/operations.py) where RabbitMQ's API has none. Behind them
+are the management operations of node/definition_ops.py, node/definitions_json.py
+and cluster/membership.py: in a cluster any node will do, and every node has the
+change once the command returns. rabbitmqctl's semantics are kept where the HTTP
+API's differ: add_user and add_vhost refuse an existing name (a PUT would update
+it), change_password and set_user_tags keep the rest of the user, and add_vhost
+gives nobody permissions (a PUT gives the creating user full ones, so the command
+takes them back).
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import json
 
 import click
 
-from ..client.cli_rpc import _call, _echo_table, uri_option
+from ..client.cli_http import _call, _echo_table, _guarded, management_options, queue_rows
 from .definitions_transform import TRANSFORMATIONS, TransformationError, parse_names, transform
 
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
@@ -52,125 +62,138 @@ def ctl() -> None:
 
 
 @ctl.command("add_user")
-@uri_option
+@management_options
 @click.argument("name")
 @click.argument("password")
-def add_user(uri, name, password) -> None:
+def add_user(api, name, password) -> None:
     """Create user NAME, with no permissions and no tags."""
-    _call(uri, "users.add", name=name, password=password)
+    if _exists(api, "users", name):
+        raise click.ClickException(f"PRECONDITION_FAILED - user '{name}' already exists")
+    _call(api, "PUT", "users", name, body={"password": password, "tags": ""})
     click.echo(f"Adding user \"{name}\" ...")
 
 
 @ctl.command("delete_user")
-@uri_option
+@management_options
 @click.argument("name")
-def delete_user(uri, name) -> None:
+def delete_user(api, name) -> None:
     """Delete user NAME (its connections are closed)."""
-    _call(uri, "users.delete", name=name)
+    _call(api, "DELETE", "users", name, missing=_no_user(name))
     click.echo(f"Deleting user \"{name}\" ...")
 
 
 @ctl.command("change_password")
-@uri_option
+@management_options
 @click.argument("name")
 @click.argument("password")
-def change_password(uri, name, password) -> None:
+def change_password(api, name, password) -> None:
     """Give user NAME a new password."""
-    _call(uri, "users.change_password", name=name, password=password)
+    user = _call(api, "GET", "users", name, missing=_no_user(name))
+    _call(api, "PUT", "users", name, body={"password": password, "tags": user["tags"]})
     click.echo(f"Changing password for user \"{name}\" ...")
 
 
 @ctl.command("set_user_tags")
-@uri_option
+@management_options
 @click.argument("name")
 @click.argument("tags", nargs=-1)
-def set_user_tags(uri, name, tags) -> None:
+def set_user_tags(api, name, tags) -> None:
     """Replace the tags of user NAME (administrator: may use these commands)."""
-    _call(uri, "users.set_tags", name=name, tags=list(tags))
+    _call(api, "GET", "users", name, missing=_no_user(name))
+    _call(api, "PUT", "users", name, body={"tags": list(tags)})  # the password stays
     click.echo(f"Setting tags for user \"{name}\" to [{', '.join(tags)}] ...")
 
 
 @ctl.command("list_users")
-@uri_option
-def list_users(uri) -> None:
+@management_options
+def list_users(api) -> None:
     """Every user and its tags."""
-    rows = _call(uri, "users.list")
+    rows = _call(api, "GET", "users")
     _echo_table(["user", "tags"], [[r["name"], f"[{', '.join(r['tags'])}]"] for r in rows])
 
 
 @ctl.command("add_vhost")
-@uri_option
+@management_options
 @click.argument("name")
-def add_vhost(uri, name) -> None:
+def add_vhost(api, name) -> None:
     """Create virtual host NAME (no user has permissions in it yet)."""
-    _call(uri, "vhosts.add", name=name)
+    if _exists(api, "vhosts", name):
+        raise click.ClickException(f"PRECONDITION_FAILED - vhost '{name}' already exists")
+    _call(api, "PUT", "vhosts", name)
+    # RabbitMQ's PUT /api/vhosts gives the creating user full permissions in it;
+    # rabbitmqctl add_vhost gives none
+    _call(api, "DELETE", "permissions", name, api.username, allow_missing=True)
     click.echo(f"Adding vhost \"{name}\" ...")
 
 
 @ctl.command("delete_vhost")
-@uri_option
+@management_options
 @click.argument("name")
-def delete_vhost(uri, name) -> None:
+def delete_vhost(api, name) -> None:
     """Delete virtual host NAME with its queues, exchanges, permissions and policies."""
-    _call(uri, "vhosts.delete", name=name)
+    _call(api, "DELETE", "vhosts", name, missing=_no_vhost(name))
     click.echo(f"Deleting vhost \"{name}\" ...")
 
 
 @ctl.command("list_vhosts")
-@uri_option
-def list_vhosts(uri) -> None:
+@management_options
+def list_vhosts(api) -> None:
     """Every virtual host."""
-    rows = _call(uri, "vhosts.list")
+    rows = _call(api, "GET", "vhosts", query={"columns": "name"})
     _echo_table(["name"], [[r["name"]] for r in rows])
 
 
 @ctl.command("set_permissions")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("user")
 @click.argument("configure")
 @click.argument("write")
 @click.argument("read")
-def set_permissions(uri, vhost, user, configure, write, read) -> None:
+def set_permissions(api, vhost, user, configure, write, read) -> None:
     """Let USER configure, write and read the resources of VHOST whose names match
     these regular expressions ("" for none, ".*" for all)."""
-    _call(uri, "permissions.set", vhost=vhost, user=user, configure=configure, write=write,
-          read=read)
+    _call(api, "PUT", "permissions", vhost, user,
+          body={"configure": configure, "write": write, "read": read},
+          missing=_no_user_or_vhost(api, user, vhost))
     click.echo(f"Setting permissions for user \"{user}\" in vhost \"{vhost}\" ...")
 
 
 @ctl.command("clear_permissions")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("user")
-def clear_permissions(uri, vhost, user) -> None:
+def clear_permissions(api, vhost, user) -> None:
     """Take away all of USER's permissions in VHOST."""
-    _call(uri, "permissions.clear", vhost=vhost, user=user)
+    if not _exists(api, "users", user) or not _exists(api, "vhosts", vhost):
+        raise click.ClickException(_no_user_or_vhost(api, user, vhost))
+    # none to clear is no error, as with rabbitmqctl
+    _call(api, "DELETE", "permissions", vhost, user, allow_missing=True)
     click.echo(f"Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...")
 
 
 @ctl.command("list_permissions")
-@uri_option
+@management_options
 @vhost_option
-def list_permissions(uri, vhost) -> None:
+def list_permissions(api, vhost) -> None:
     """Every user's permissions in VHOST."""
-    rows = _call(uri, "permissions.list", vhost=vhost)
+    rows = _call(api, "GET", "vhosts", vhost, "permissions", missing=_no_vhost(vhost))
     _echo_table(["user", "configure", "write", "read"],
                 [[r["user"], r["configure"], r["write"], r["read"]] for r in rows])
 
 
 @ctl.command("list_user_permissions")
-@uri_option
+@management_options
 @click.argument("user")
-def list_user_permissions(uri, user) -> None:
+def list_user_permissions(api, user) -> None:
     """USER's permissions in every vhost."""
-    rows = _call(uri, "permissions.list", user=user)
+    rows = _call(api, "GET", "users", user, "permissions", missing=_no_user(user))
     _echo_table(["vhost", "configure", "write", "read"],
                 [[r["vhost"], r["configure"], r["write"], r["read"]] for r in rows])
 
 
 @ctl.command("set_policy")
-@uri_option
+@management_options
 @vhost_option
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Of the policies matching a queue, the highest priority applies.")
@@ -180,39 +203,41 @@ def list_user_permissions(uri, user) -> None:
 @click.argument("name")
 @click.argument("pattern")
 @click.argument("definition")
-def set_policy(uri, vhost, priority, apply_to, name, pattern, definition) -> None:
+def set_policy(api, vhost, priority, apply_to, name, pattern, definition) -> None:
     """Set policy NAME: queues (or exchanges) whose names match PATTERN get the
     settings of DEFINITION, a JSON object, e.g. '{"max-length": 1000}'."""
     try:
         parsed = json.loads(definition)
     except ValueError as error:
         raise click.BadParameter(f"not JSON: {error}", param_hint="DEFINITION") from None
-    _call(uri, "policies.set", vhost=vhost, name=name, pattern=pattern, definition=parsed,
-          priority=priority, apply_to=apply_to)
+    _call(api, "PUT", "policies", vhost, name, missing=_no_vhost(vhost),
+          body={"pattern": pattern, "definition": parsed, "priority": priority,
+                "apply-to": apply_to})
     click.echo(f"Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" "
                f"with priority \"{priority}\" for vhost \"{vhost}\" ...")
 
 
 @ctl.command("clear_policy")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("name")
-def clear_policy(uri, vhost, name) -> None:
+def clear_policy(api, vhost, name) -> None:
     """Remove policy NAME from VHOST (its queues return to their own arguments)."""
-    _call(uri, "policies.clear", vhost=vhost, name=name)
+    _call(api, "DELETE", "policies", vhost, name,
+          missing=f"NOT_FOUND - no policy '{name}' in vhost '{vhost}'")
     click.echo(f"Clearing policy \"{name}\" on vhost \"{vhost}\" ...")
 
 
 @ctl.command("list_policies")
-@uri_option
+@management_options
 @vhost_option
-def list_policies(uri, vhost) -> None:
+def list_policies(api, vhost) -> None:
     """The policies of VHOST."""
-    _echo_policies(_call(uri, "policies.list", vhost=vhost))
+    _echo_policies(_call(api, "GET", "policies", vhost, missing=_no_vhost(vhost)))
 
 
 @ctl.command("set_operator_policy")
-@uri_option
+@management_options
 @vhost_option
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Of the operator policies matching a queue, the highest priority applies.")
@@ -221,39 +246,41 @@ def list_policies(uri, vhost) -> None:
 @click.argument("name")
 @click.argument("pattern")
 @click.argument("definition")
-def set_operator_policy(uri, vhost, priority, apply_to, name, pattern, definition) -> None:
+def set_operator_policy(api, vhost, priority, apply_to, name, pattern, definition) -> None:
     """Set operator policy NAME: queues whose names match PATTERN get the settings of
     DEFINITION over their policy's, the lower value winning for limits, e.g.
     '{"max-length": 100000}' (expires, message-ttl, max-length, max-length-bytes,
     delivery-limit, overflow, target-group-size, queue-master-locator)."""
-    _call(uri, "operator_policies.set", vhost=vhost, name=name, pattern=pattern,
-          definition=_definition(definition), priority=priority, apply_to=apply_to)
+    _call(api, "PUT", "operator-policies", vhost, name, missing=_no_vhost(vhost),
+          body={"pattern": pattern, "definition": _definition(definition),
+                "priority": priority, "apply-to": apply_to})
     click.echo(f"Setting operator policy override \"{name}\" for pattern \"{pattern}\" to "
                f"\"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ...")
 
 
 @ctl.command("clear_operator_policy")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("name")
-def clear_operator_policy(uri, vhost, name) -> None:
+def clear_operator_policy(api, vhost, name) -> None:
     """Remove operator policy NAME from VHOST."""
-    _call(uri, "operator_policies.clear", vhost=vhost, name=name)
+    _call(api, "DELETE", "operator-policies", vhost, name,
+          missing=f"NOT_FOUND - no operator policy '{name}' in vhost '{vhost}'")
     click.echo(f"Clearing operator policy \"{name}\" on vhost \"{vhost}\" ...")
 
 
 @ctl.command("list_operator_policies")
-@uri_option
+@management_options
 @vhost_option
-def list_operator_policies(uri, vhost) -> None:
+def list_operator_policies(api, vhost) -> None:
     """The operator policies of VHOST."""
-    _echo_policies(_call(uri, "operator_policies.list", vhost=vhost))
+    _echo_policies(_call(api, "GET", "operator-policies", vhost, missing=_no_vhost(vhost)))
 
 
 def _echo_policies(rows: list[dict]) -> None:
     """rabbitmqctl list_policies' (and list_operator_policies') columns."""
     _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
-                [[r["vhost"], r["name"], r["pattern"], r["apply_to"],
+                [[r["vhost"], r["name"], r["pattern"], r["apply-to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
                  for r in rows])
 
@@ -276,10 +303,10 @@ def _cell(value) -> str:
 
 
 @ctl.command("list_queues")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("columns", nargs=-1)
-def list_queues(uri, vhost, columns) -> None:
+def list_queues(api, vhost, columns) -> None:
     """The queues of VHOST, one per line, tab-separated, with COLUMNs as rabbitmqctl
     names them (default: name messages): name type durable auto_delete arguments
     messages messages_ready messages_unacknowledged consumers message_bytes leader
@@ -289,7 +316,7 @@ def list_queues(uri, vhost, columns) -> None:
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: messages, "
                                  f"{', '.join(QUEUE_COLUMNS)})", param_hint="COLUMN")
-    rows = _call(uri, "queues.list", vhost=vhost)
+    rows = _guarded(queue_rows, api, vhost)
     click.echo(f"Listing queues for vhost {vhost} ...")
     click.echo("\t".join(columns))
     for row in rows:
@@ -306,17 +333,18 @@ scope_option = click.option("-p", "--vhost", "scope", default=None,
 
 
 @ctl.command("export_definitions")
-@uri_option
+@management_options
 @scope_option
 @transformations_option
 @click.argument("path")
-def export_definitions(uri, scope, transformations, path) -> None:
+def export_definitions(api, scope, transformations, path) -> None:
     """Write every user, vhost, permission, policy, operator policy, exchange, queue and
     binding of the node to PATH ("-": standard output) as JSON, in RabbitMQ's
     definitions format (rabbitmqctl import_definitions reads it), transformed first by
     --transformations when given (rabbitmqadmin v2's names)."""
     names = _transformation_names(transformations)
-    document = _call(uri, "definitions.export", vhost=scope)
+    document = (_call(api, "GET", "definitions", scope, missing=_no_vhost(scope))
+                if scope is not None else _call(api, "GET", "definitions"))
     if names:
         document = _transformed(document, names)
     _write_definitions(document, path)
@@ -378,10 +406,10 @@ def _read_definitions(path):
 
 
 @ctl.command("import_definitions")
-@uri_option
+@management_options
 @scope_option
 @click.argument("path")
-def import_definitions(uri, scope, path) -> None:
+def import_definitions(api, scope, path) -> None:
     """Create the definitions of PATH ("-": standard input), a JSON file in RabbitMQ's
     definitions format (rabbitmqctl export_definitions writes it). Nothing is changed
     if the file has an error; what exists already is kept as it is."""
@@ -396,7 +424,7 @@ def import_definitions(uri, scope, path) -> None:
     except ValueError as error:
         raise click.ClickException(f"{path} is not JSON: {error}") from None
     click.echo(f"Importing definitions in JSON from a file at \"{path}\" ...")
-    result = _import_in_sections(uri, document, scope)
+    result = _import_in_sections(api, document, scope)
     for note in result["notes"]:
         click.echo(f"note: {note}")
     click.echo(f"Imported {result['commands']} definitions.")
@@ -408,7 +436,13 @@ _IMPORT_ORDER = ("vhosts", "users", "permissions", "parameters", "global_paramet
                  "policies", "exchanges", "queues", "bindings")
 
 
-def _import_in_sections(uri, document, scope) -> dict:
+def _import(api, definitions, scope, check: bool = False) -> dict:
+    """One import (POST /api/quorumqueue/definitions/import): {commands, notes}."""
+    return _call(api, "POST", "quorumqueue", "definitions", "import",
+                 body={"definitions": definitions, "vhost": scope, "check": check})
+
+
+def _import_in_sections(api, document, scope) -> dict:
     """Import `document` with progress on stderr (client/progress.py), one step per
     section. The whole document is checked first (`check: true`: the plan is built
     and nothing applied), so a file with an error still changes nothing and is
@@ -424,9 +458,8 @@ def _import_in_sections(uri, document, scope) -> dict:
                 if isinstance(document, dict) and isinstance(document.get(s), list)
                 and document[s]]
     if not sections:
-        return _call(uri, "definitions.import", definitions=document, vhost=scope)
-    checked = _call(uri, "definitions.import", definitions=document, vhost=scope,
-                    check=True)
+        return _import(api, document, scope)
+    checked = _import(api, document, scope, check=True)
     rest = {k: v for k, v in document.items()
             if k not in _IMPORT_ORDER and k not in ("topic_permissions", "limits")}
     commands = 0
@@ -436,8 +469,7 @@ def _import_in_sections(uri, document, scope) -> dict:
             if position == 0 and "limits" in document:  # a vhost's own limits (scope)
                 chunk["limits"] = document["limits"]
             try:
-                commands += _call(uri, "definitions.import", definitions=chunk,
-                                  vhost=scope)["commands"]
+                commands += _import(api, chunk, scope)["commands"]
             except click.ClickException as error:
                 raise click.ClickException(
                     f"{error.message} (while importing '{section}'; the sections "
@@ -458,83 +490,135 @@ def _json(limits: dict) -> str:
 
 
 @ctl.command("set_vhost_limits")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("definition")
-def set_vhost_limits(uri, vhost, definition) -> None:
+def set_vhost_limits(api, vhost, definition) -> None:
     """Replace the limits of VHOST with DEFINITION, a JSON object of max-connections
     and max-queues (0 allows none, a negative value is no limit)."""
-    _call(uri, "vhosts.set_limits", vhost=vhost, limits=_definition(definition))
+    limits = _definition(definition)
+    if not isinstance(limits, dict):
+        raise click.BadParameter("expected a JSON object", param_hint="DEFINITION")
+    current = _vhost_limits(api, vhost)
+    # RabbitMQ's API sets one limit a request (PUT /api/vhost-limits/V/NAME, checked
+    # as a whole with the others); then the ones not in DEFINITION go
+    for name, value in limits.items():
+        _call(api, "PUT", "vhost-limits", vhost, name, body={"value": value})
+    for name in current:
+        if name not in limits:
+            _call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
     click.echo(f"Setting vhost limits to \"{definition}\" for vhost \"{vhost}\" ...")
 
 
 @ctl.command("clear_vhost_limits")
-@uri_option
+@management_options
 @vhost_option
-def clear_vhost_limits(uri, vhost) -> None:
+def clear_vhost_limits(api, vhost) -> None:
     """Remove every limit of VHOST."""
-    _call(uri, "vhosts.clear_limits", vhost=vhost)
+    for name in _vhost_limits(api, vhost):
+        _call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
     click.echo(f"Clearing vhost \"{vhost}\" limits ...")
 
 
 @ctl.command("list_vhost_limits")
-@uri_option
+@management_options
 @vhost_option
 @click.option("--global", "all_vhosts", is_flag=True, help="The limits of every vhost.")
-def list_vhost_limits(uri, vhost, all_vhosts) -> None:
+def list_vhost_limits(api, vhost, all_vhosts) -> None:
     """The limits of VHOST (or of every vhost that has some, with --global)."""
     if all_vhosts:
-        rows = _call(uri, "vhosts.list_limits")
-        _echo_table(["vhost", "limits"], [[r["vhost"], _json(r["limits"])] for r in rows])
+        rows = _call(api, "GET", "vhost-limits")
+        _echo_table(["vhost", "limits"], [[r["vhost"], _json(r["value"])] for r in rows])
         return
-    rows = _call(uri, "vhosts.list_limits", vhost=vhost)
-    for row in rows:
-        if row["limits"]:
-            click.echo(_json(row["limits"]))
+    limits = _vhost_limits(api, vhost)
+    if limits:
+        click.echo(_json(limits))
+
+
+def _vhost_limits(api, vhost) -> dict:
+    rows = _call(api, "GET", "vhost-limits", vhost, missing=_no_vhost(vhost))
+    return rows[0]["value"] if rows else {}
+
+
+def _user_limits(api, user) -> dict:
+    _call(api, "GET", "users", user, missing=_no_user(user))
+    rows = _call(api, "GET", "user-limits", user, missing=_no_user(user))
+    return rows[0]["value"] if rows else {}
 
 
 @ctl.command("set_user_limits")
-@uri_option
+@management_options
 @click.argument("user")
 @click.argument("definition")
-def set_user_limits(uri, user, definition) -> None:
+def set_user_limits(api, user, definition) -> None:
     """Set USER's limits from DEFINITION, a JSON object of max-connections and
     max-channels (merged with the limits USER has)."""
-    _call(uri, "users.set_limits", name=user, limits=_definition(definition))
+    limits = _definition(definition)
+    if not isinstance(limits, dict):
+        raise click.BadParameter("expected a JSON object", param_hint="DEFINITION")
+    _user_limits(api, user)
+    for name, value in limits.items():  # one limit a request, as RabbitMQ's API
+        _call(api, "PUT", "user-limits", user, name, body={"value": value})
     click.echo(f"Setting user limits to \"{definition}\" for user \"{user}\" ...")
 
 
 @ctl.command("clear_user_limits")
-@uri_option
+@management_options
 @click.argument("user")
 @click.argument("limit")
-def clear_user_limits(uri, user, limit) -> None:
+def clear_user_limits(api, user, limit) -> None:
     """Remove USER's LIMIT (max-connections, max-channels, or all)."""
-    _call(uri, "users.clear_limits", name=user, limit=limit)
+    current = _user_limits(api, user)
+    if limit != "all" and limit not in USER_LIMITS:
+        raise click.ClickException(f"PRECONDITION_FAILED - no user limit '{limit}' "
+                                   f"(known: {', '.join(USER_LIMITS)}, all)")
+    for name in current:
+        if limit in ("all", name):
+            _call(api, "DELETE", "user-limits", user, name, allow_missing=True)
     click.echo(f"Clearing \"{limit}\" limit for user \"{user}\" ...")
 
 
 @ctl.command("list_user_limits")
-@uri_option
+@management_options
 @click.option("--user", default=None, help="This user's limits.")
 @click.option("--all", "all_users", is_flag=True, help="Every user's limits.")
-def list_user_limits(uri, user, all_users) -> None:
+def list_user_limits(api, user, all_users) -> None:
     """USER's limits (or every user's that has some)."""
     if user is not None and not all_users:
-        for row in _call(uri, "users.list_limits", name=user):
-            if row["limits"]:
-                click.echo(_json(row["limits"]))
+        limits = _user_limits(api, user)
+        if limits:
+            click.echo(_json(limits))
         return
-    rows = _call(uri, "users.list_limits")
-    _echo_table(["user", "limits"], [[r["user"], _json(r["limits"])] for r in rows])
+    rows = _call(api, "GET", "user-limits")
+    _echo_table(["user", "limits"], [[r["user"], _json(r["value"])] for r in rows])
 
 
 @ctl.command("forget_cluster_node")
-@uri_option
+@management_options
 @click.argument("node")
-def forget_cluster_node(uri, node) -> None:
+def forget_cluster_node(api, node) -> None:
     """Remove stopped NODE from the cluster for good: it leaves the node list, the
     metadata group and every quorum queue's members. Run it against another, running
     node of the cluster; NODE must be stopped (and reset before it joins again)."""
     click.echo(f"Removing node {node} from the cluster ...")
-    _call(uri, "cluster.forget_node", node=node)
+    _call(api, "DELETE", "quorumqueue", "cluster-nodes", node)
+
+
+USER_LIMITS = ("max-connections", "max-channels")  # node/limits.py's
+
+
+def _no_user(name: str) -> str:
+    return f"NOT_FOUND - no user '{name}'"
+
+
+def _no_vhost(name: str) -> str:
+    return f"NOT_FOUND - no vhost '{name}'"
+
+
+def _no_user_or_vhost(api, user: str, vhost: str) -> str:
+    """The text for a 404 on a (vhost, user) pair, as the operation names it."""
+    return _no_user(user) if not _exists(api, "users", user) else _no_vhost(vhost)
+
+
+def _exists(api, kind: str, name: str) -> bool:
+    return _call(api, "GET", kind, name, allow_missing=True) is not None

@@ -2,11 +2,12 @@
 
     quorumqueue cluster start --nodes 3 [--base-port 5672] [--data-dir data/cluster]
                               [--host 127.0.0.1] [--cookie C] [--config F]
-    quorumqueue cluster status [--uri URI]
+    quorumqueue cluster status [--host H] [--port 15672] [--username U] [--password P]
 
-`start` plans and supervises local nodes (launcher.py); `status` asks one running node
-for the management RPC `cluster.status` and prints its nodes, its metadata leader and
-every quorum queue's leader and members as aligned tables, like `queues list`.
+`start` plans and supervises local nodes (launcher.py); `status` asks one running node's
+management HTTP API (`GET /api/quorumqueue/cluster-status`, as an administrator;
+client/http_management.py) and prints its nodes, its metadata leader and every
+quorum queue's leader and members as aligned tables, like `queues list`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 
 import click
 
-DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"  # as `queues list`'s --uri
+from ...client.cli_http import _call, management_options
 
 
 @click.group()
@@ -70,17 +71,11 @@ def cluster_start(count, base_port, data_dir, host, cookie, config_path,
 
 
 @cluster.command("status")
-@click.option("--uri", default=DEFAULT_URI, show_default=True, envvar="QUORUMQUEUE_URI",
-              help="The node to ask (AMQP URI of an administrator).")
-def cluster_status(uri) -> None:
+@management_options
+def cluster_status(api) -> None:
     """Nodes (reachable or not), the metadata leader, and each quorum queue's leader,
     members and online members, as seen by one node."""
-    from ...client.management import ManagementError, call
-
-    try:
-        status = call(uri, "cluster.status")
-    except ManagementError as error:
-        raise click.ClickException(str(error)) from None
+    status = _call(api, "GET", "quorumqueue", "cluster-status")
     for line in render_status(status):
         click.echo(line)
 

@@ -43,11 +43,15 @@ LEVEL_REFUSALS = {"management": "Not management user",
 class Refused(Exception):
     """401 with RabbitMQ's JSON body."""
 
-    def __init__(self, error: str, reason: str, status: int = 401) -> None:
+    def __init__(self, error: str, reason: str, status: int = 401,
+                 amqp_text: str | None = None) -> None:
         super().__init__(reason)
         self.error = error
         self.reason = reason
         self.status = status
+        # the AMQP reply text (`NAME - detail`) the refusal came from, if any: sent
+        # in the X-Quorumqueue-Error header for the command line (app.py)
+        self.amqp_text = amqp_text
 
 
 def credentials(header: str | None) -> tuple[str, str]:

@@ -103,10 +103,10 @@ def refusal_of(error: AMQPError | DirectError) -> Refused:
     name, separator, detail = text.partition(" - ")
     detail = detail if separator else text
     if code == spec.NOT_FOUND:
-        return Refused("not_found", detail, 404)
+        return Refused("not_found", detail, 404, amqp_text=text)
     if code == spec.ACCESS_REFUSED:
-        return Refused("not_authorised", detail, 401)
-    return bad_request(detail)
+        return Refused("not_authorised", detail, 401, amqp_text=text)
+    return Refused("bad_request", detail, 400, amqp_text=text)
 
 
 def _peer_host(http: web.Request) -> str:
@@ -164,7 +164,7 @@ class ManagementAPI:
     """The HTTP listener (start/stop) and the request dispatcher."""
 
     def __init__(self, shell) -> None:
-        from . import admin, changes, views  # noqa: F401 - their @route handlers register
+        from . import admin, changes, operations, views  # noqa: F401 - @route handlers
 
         self.shell = shell
         settings = shell.settings
@@ -268,13 +268,15 @@ class ManagementAPI:
             challenge = (refusal.status == 401 and
                          http.headers.get("X-Requested-With") != "XMLHttpRequest")
             headers = ({"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
-                       if challenge else None)
+                       if challenge else {})
             return _json_response(refusal.status, {"error": refusal.error,
-                                                   "reason": refusal.reason}, headers)
+                                                   "reason": refusal.reason},
+                                  {**headers, **_error_header(refusal)})
         except (AMQPError, DirectError) as error:
             refusal = refusal_of(error)
             return _json_response(refusal.status, {"error": refusal.error,
-                                                   "reason": refusal.reason})
+                                                   "reason": refusal.reason},
+                                  _error_header(refusal))
         except asyncio.TimeoutError:
             return _json_response(500, {"error": "timeout",
                                         "reason": "the node did not answer in time"})
@@ -288,6 +290,17 @@ class ManagementAPI:
             return _json_response(refusal.status, {"error": refusal.error,
                                                    "reason": refusal.reason})
         return _json_response(200, body)
+
+
+# a refusal's AMQP reply text (`NAME - detail`, as the management operations and
+# AMQP give it), JSON-quoted (ASCII for a header); the body stays RabbitMQ's
+# {"error", "reason"}, and `quorumqueue` commands print this text (client/
+# http_management.py)
+ERROR_HEADER = "X-Quorumqueue-Error"
+
+
+def _error_header(refusal: Refused) -> dict:
+    return {ERROR_HEADER: json.dumps(refusal.amqp_text)} if refusal.amqp_text else {}
 
 
 def settings_max_body(settings) -> int:

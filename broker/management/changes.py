@@ -98,10 +98,20 @@ async def delete_queue(request: Request):
     if name not in request.node.vhosts[vhost].queues:
         raise not_found()
     async with _direct(request, vhost) as direct:
-        await direct.call(commands.Queue.Delete(
+        deleted = await direct.call(commands.Queue.Delete(
             queue=name, if_unused=request.query.get("if-unused") == "true",
             if_empty=request.query.get("if-empty") == "true"), commands.Queue.DeleteOk)
-    return Answer(204)
+    return Answer(204, headers=_count(deleted))
+
+
+# delete-ok's and purge-ok's message_count, for `quorumqueue queues purge|delete`
+# (RabbitMQ's 204 has no body; the header adds the count without changing it)
+COUNT_HEADER = "X-Quorumqueue-Message-Count"
+
+
+def _count(reply) -> dict:
+    count = getattr(reply, "message_count", None)
+    return {COUNT_HEADER: str(count)} if isinstance(count, int) else {}
 
 
 @route("DELETE", "/api/queues/{vhost}/{name}/contents")
@@ -111,8 +121,8 @@ async def purge_queue(request: Request):
     if name not in request.node.vhosts[vhost].queues:
         raise not_found()
     async with _direct(request, vhost) as direct:
-        await direct.call(commands.Queue.Purge(queue=name), commands.Queue.PurgeOk)
-    return Answer(204)
+        purged = await direct.call(commands.Queue.Purge(queue=name), commands.Queue.PurgeOk)
+    return Answer(204, headers=_count(purged))
 
 
 @route("POST", "/api/queues/{vhost}/{name}/get")
@@ -344,7 +354,9 @@ async def operation(request: Request, op: str, **fields):
     if not outcome["ok"]:
         name, _separator, _detail = outcome["error"].partition(" - ")
         code = {"NOT_FOUND": 404, "ACCESS_REFUSED": 403}.get(name, 406)
-        raise refusal_of(AMQPError(code, _detail or outcome["error"]))
+        refusal = refusal_of(AMQPError(code, _detail or outcome["error"]))
+        refusal.amqp_text = outcome["error"]
+        raise refusal
     return outcome["result"]
 
 

@@ -62,28 +62,87 @@ def test_queues_list_purge_delete_against_a_running_node(broker):
     for _ in range(3):
         channel.basic_publish("", "cli-orders", b"12345")
     connection.close()
-    listed = run_cli("queues", "list", "--uri", broker.uri)
+    listed = run_cli("queues", "list", "--base-uri", broker.management_url)
     assert listed.returncode == 0, listed.stderr
     header, *rows = listed.stdout.splitlines()
     assert header.split() == ["vhost", "name", "type", "ready", "unacked", "consumers",
                               "leader", "members", "bytes"]
     row = next(r.split() for r in rows if r.split()[1] == "cli-orders")
     assert row[2:6] == ["classic", "3", "0", "0"] and row[-1] == "15"
-    purged = run_cli("queues", "purge", "--uri", broker.uri, "cli-orders")
+    purged = run_cli("queues", "purge", "--base-uri", broker.management_url, "cli-orders")
     assert "purged 3 messages" in purged.stdout
-    refused = run_cli("queues", "delete", "--uri", broker.uri, "no-such-queue")
+    refused = run_cli("queues", "delete", "--base-uri", broker.management_url, "no-such-queue")
     assert refused.returncode == 1
     assert "NOT_FOUND - no queue 'no-such-queue' in vhost '/'" in refused.stderr
-    deleted = run_cli("queues", "delete", "--uri", broker.uri, "cli-orders")
+    deleted = run_cli("queues", "delete", "--base-uri", broker.management_url, "cli-orders")
     assert deleted.returncode == 0 and "deleted 'cli-orders'" in deleted.stdout
 
 
 def test_queues_list_explains_an_unreachable_node():
     from tests.support.broker import free_port
 
-    result = run_cli("queues", "list", "--uri", f"amqp://guest:guest@127.0.0.1:{free_port()}/")
+    port = free_port()
+    result = run_cli("queues", "list", "--port", str(port))
     assert result.returncode == 1
-    assert "Is the broker running?" in result.stderr
+    assert f"cannot connect to http://127.0.0.1:{port}" in result.stderr
+    assert "Is the broker running" in result.stderr
+
+
+def test_a_wrong_password_gets_rabbitmqs_401_text(broker):
+    result = run_cli("queues", "list", "--base-uri", broker.management_url,
+                     "--password", "wrong")
+    assert result.returncode == 1
+    assert result.stderr == (f"Error: Login failed (HTTP 401 from {broker.management_url} "
+                             "for user 'guest')\n")
+    # in the URL too; the password is never printed
+    url = broker.management_url.replace("http://", "http://guest:s3cret@")
+    result = run_cli("ctl", "list_users", "--base-uri", url)
+    assert result.returncode == 1
+    assert "Login failed (HTTP 401" in result.stderr and "s3cret" not in result.stderr
+
+
+def connections_opened(port: int) -> float:
+    """rabbitmq_connections_opened_total from the node's Prometheus endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    (family,) = [f for f in text_string_to_metric_families(text)
+                 if f.name == "rabbitmq_connections_opened"]
+    return family.samples[0].value
+
+
+def test_the_command_line_opens_no_amqp_connection(tmp_path):
+    """`queues`, `ctl` and `cluster status` go over the management HTTP API only: the
+    node counts no AMQP connection opened while they run (the queue is declared over
+    the API too)."""
+    import json
+    import urllib.request
+
+    from tests.support.broker import free_port
+
+    prometheus = free_port()
+    with BrokerProcess(data_dir=str(tmp_path),
+                       extra_config=f"prometheus.tcp.port = {prometheus}\n") as node:
+        before = connections_opened(prometheus)
+        request = urllib.request.Request(
+            f"{node.management_url}/api/queues/%2F/no-amqp", method="PUT",
+            data=json.dumps({"durable": True, "arguments": {"x-queue-type": "quorum"}}
+                            ).encode(),
+            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=",
+                     "Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).close()
+        target = ["--port", str(node.management_port)]
+        for command in (["queues", "list"], ["queues", "quorum_status", "no-amqp"],
+                        ["queues", "purge", "no-amqp"], ["ctl", "list_users"],
+                        ["ctl", "add_vhost", "no-amqp-vhost"], ["ctl", "list_vhosts"],
+                        ["ctl", "list_queues"], ["ctl", "export_definitions", "-"],
+                        ["cluster", "status"], ["queues", "delete", "no-amqp"]):
+            result = run_cli(*command, *target)
+            assert result.returncode == 0, (command, result.stderr)
+        assert connections_opened(prometheus) == before
 
 
 def test_queues_list_shows_a_quorum_queue_with_its_raft_group(broker):
@@ -97,17 +156,17 @@ def test_queues_list_shows_a_quorum_queue_with_its_raft_group(broker):
     channel.basic_qos(prefetch_count=1)
     channel.basic_consume("cli-quorum", lambda *args: None)  # holds one unacked
     connection.process_data_events(time_limit=0.2)
-    listed = run_cli("queues", "list", "--uri", broker.uri)
+    listed = run_cli("queues", "list", "--base-uri", broker.management_url)
     assert listed.returncode == 0, listed.stderr
     row = next(r.split() for r in listed.stdout.splitlines()[1:] if r.split()[1] == "cli-quorum")
     leader = row[6]
     assert row[2:6] == ["quorum", "3", "1", "1"]
     assert leader.startswith("quorumqueue@") and row[7] == leader  # one member: itself
     assert row[-1] == "40"  # bodies of ready and unacked messages
-    purged = run_cli("queues", "purge", "--uri", broker.uri, "cli-quorum")
+    purged = run_cli("queues", "purge", "--base-uri", broker.management_url, "cli-quorum")
     assert "purged 3 messages" in purged.stdout, purged.stderr
     connection.close()
-    deleted = run_cli("queues", "delete", "--uri", broker.uri, "cli-quorum")
+    deleted = run_cli("queues", "delete", "--base-uri", broker.management_url, "cli-quorum")
     assert deleted.returncode == 0 and "deleted 'cli-quorum' in vhost '/' (1 messages)" \
         in deleted.stdout, deleted.stderr
 
@@ -130,7 +189,7 @@ def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broke
     channel.basic_publish("amq.direct", "to-peek", b"x" * 100)
     connection.close()
 
-    status = run_cli("queues", "quorum_status", "--uri", broker.uri, "cli-peek")
+    status = run_cli("queues", "quorum_status", "--base-uri", broker.management_url, "cli-peek")
     assert status.returncode == 0, status.stderr
     banner, header, row = status.stdout.splitlines()
     assert banner.startswith("Status of queue cli-peek on node quorumqueue@")
@@ -142,7 +201,7 @@ def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broke
     last, written, applied, commit = map(int, cells[3:7])
     assert last == written == applied == commit >= 3  # declare's config, 2 publishes
 
-    first = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "1")
+    first = run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek", "1")
     assert first.returncode == 0, first.stderr
     lines = first.stdout.splitlines()
     assert lines[0].startswith("Peeking at quorum queue cli-peek at position 1 on node ")
@@ -154,39 +213,39 @@ def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broke
                     ["content_type", "text/plain"], ["routing_keys", "cli-peek"],
                     ["exchange"], ["payload (max 64 bytes)", "hello"], ["header.h", "v"],
                     ["header.x-delivery-count", "0"]]
-    second = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "2")
+    second = run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek", "2")
     assert "exchange                 amq.direct" in second.stdout
     assert "payload (max 64 bytes)   " + "x" * 64 + "\n" in second.stdout  # 64 bytes shown
     for position in ("3", "99"):
-        beyond = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", position)
+        beyond = run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek", position)
         assert (beyond.returncode, beyond.stderr) == (
             69, "Error:\nTarget queue does not have a message at that position\n")
-    zero = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "0")
+    zero = run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek", "0")
     assert zero.returncode == 64
     assert '"position value must be a positive integer"' in zero.stderr
-    classic = run_cli("queues", "peek", "--uri", broker.uri, "cli-peek-classic", "1")
+    classic = run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek-classic", "1")
     assert (classic.returncode, classic.stderr) == (
         69, "Error:\nCannot peek into a classic queue\n")
-    missing = run_cli("queues", "peek", "--uri", broker.uri, "no-such-queue", "1")
+    missing = run_cli("queues", "peek", "--base-uri", broker.management_url, "no-such-queue", "1")
     assert missing.stderr == "Error:\nTarget queue was not found in virtual host '/'\n"
     # peeking consumed nothing
-    listed = run_cli("queues", "list", "--uri", broker.uri)
+    listed = run_cli("queues", "list", "--base-uri", broker.management_url)
     row = next(r.split() for r in listed.stdout.splitlines()[1:] if r.split()[1] == "cli-peek")
     assert row[3:5] == ["2", "0"]
 
-    reclaimed = run_cli("queues", "reclaim_quorum_memory", "--uri", broker.uri, "cli-peek")
+    reclaimed = run_cli("queues", "reclaim_quorum_memory", "--base-uri", broker.management_url, "cli-peek")
     assert reclaimed.returncode == 0, reclaimed.stderr
     banner, line = reclaimed.stdout.splitlines()
     assert banner == "Will flush Raft WAL of quorum queue cli-peek ..."
     assert "write-ahead log rolled over" in line and line.endswith(", 0 after")
     assert int(line.split("in memory: ")[1].split()[0]) > 0  # it held the entries before
-    assert run_cli("queues", "peek", "--uri", broker.uri, "cli-peek", "1").returncode == 0
-    classic = run_cli("queues", "reclaim_quorum_memory", "--uri", broker.uri,
+    assert run_cli("queues", "peek", "--base-uri", broker.management_url, "cli-peek", "1").returncode == 0
+    classic = run_cli("queues", "reclaim_quorum_memory", "--base-uri", broker.management_url,
                       "cli-peek-classic")
     assert classic.stderr == "Error:\nThis operation is not applicable to classic queues\n"
 
     for check in ("check_if_node_is_quorum_critical", "check_if_node_is_mirror_sync_critical"):
-        result = run_cli("queues", check, "--uri", broker.uri)
+        result = run_cli("queues", check, "--base-uri", broker.management_url)
         assert result.returncode == 0
         assert result.stdout.splitlines()[1].endswith(
             "seems to be the only one in a single node cluster, the check does not apply")

@@ -53,7 +53,7 @@ def rabbitmqctl(node: RabbitMQNode, *arguments: str) -> str:
 
 
 def qqctl(broker, *arguments: str) -> str:
-    result = CliRunner().invoke(main, ["ctl", *arguments, "--uri", broker.uri])
+    result = CliRunner().invoke(main, ["ctl", *arguments, "--base-uri", broker.management_url])
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -48,7 +48,7 @@ def rabbitmq_limits(rabbitmq):
 @pytest.fixture(scope="module")
 def broker_limits(broker):
     for arguments in DEFINITIONS:
-        result = CliRunner().invoke(main, ["ctl", *arguments, "--uri", broker.uri])
+        result = CliRunner().invoke(main, ["ctl", *arguments, "--base-uri", broker.management_url])
         assert result.exit_code == 0, result.output
     return broker
 

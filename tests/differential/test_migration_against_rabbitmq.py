@@ -60,7 +60,7 @@ def test_a_rabbitmq_3108_export_with_mirroring_migrates(rabbitmq_node, tmp_path)
 
     with BrokerProcess(data_dir=str(tmp_path / "qq")) as broker:
         refused = CliRunner().invoke(main, ["ctl", "import_definitions", str(raw),
-                                            "--uri", broker.uri])
+                                            "--base-uri", broker.management_url])
         assert refused.exit_code != 0
         assert "deprecated_features.permit.classic_queue_mirroring" in refused.output
         qqctl(broker, "import_definitions", str(ready))

@@ -74,7 +74,7 @@ def theirs(node: RabbitMQNode, *arguments: str) -> subprocess.CompletedProcess:
 
 
 def mine(broker: BrokerProcess, *arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run(OURS + list(arguments) + ["--uri", broker.uri],
+    return subprocess.run(OURS + list(arguments) + ["--base-uri", broker.management_url],
                           capture_output=True, text=True, timeout=60)
 
 

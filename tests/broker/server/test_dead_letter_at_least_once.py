@@ -149,7 +149,7 @@ def test_with_drop_head_at_least_once_falls_back_to_at_most_once(broker):
 
 
 def ctl(broker, *args: str) -> None:
-    result = CliRunner().invoke(main, ["ctl", *args, "--uri", broker.uri])
+    result = CliRunner().invoke(main, ["ctl", *args, "--base-uri", broker.management_url])
     assert result.exit_code == 0, result.output
 
 

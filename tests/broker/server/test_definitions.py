@@ -21,13 +21,13 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def ctl(broker, *args: str) -> str:
-    result = CliRunner().invoke(main, ["ctl", *args, "--uri", broker.uri])
+    result = CliRunner().invoke(main, ["ctl", *args, "--base-uri", broker.management_url])
     assert result.exit_code == 0, result.output
     return result.output
 
 
 def ctl_error(broker, *args: str) -> str:
-    result = CliRunner().invoke(main, ["ctl", *args, "--uri", broker.uri])
+    result = CliRunner().invoke(main, ["ctl", *args, "--base-uri", broker.management_url])
     assert result.exit_code != 0, result.output
     return result.output
 

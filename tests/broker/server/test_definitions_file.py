@@ -212,7 +212,7 @@ def test_a_bad_file_is_refused_naming_what_is_wrong_and_nothing_is_applied(
         document.setdefault("vhosts", []).append({"name": "should-not-exist"})
     path.write_text(json.dumps(document))
     result = CliRunner().invoke(main, ["ctl", "import_definitions", str(path),
-                                       "--uri", broker.uri])
+                                       "--base-uri", broker.management_url])
     assert result.exit_code != 0
     assert "invalid definitions: " in result.output and message in result.output, \
         result.output
@@ -223,11 +223,11 @@ def test_a_file_that_is_not_json_or_not_there_is_refused(broker, tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"users": [')
     result = CliRunner().invoke(main, ["ctl", "import_definitions", str(path),
-                                       "--uri", broker.uri])
+                                       "--base-uri", broker.management_url])
     assert result.exit_code != 0 and f"{path} is not JSON: Expecting value: line 1" \
         in result.output
     result = CliRunner().invoke(main, ["ctl", "import_definitions", str(tmp_path / "none"),
-                                       "--uri", broker.uri])
+                                       "--base-uri", broker.management_url])
     assert result.exit_code != 0 and "No such file or directory" in result.output
 
 
@@ -235,7 +235,7 @@ def test_import_reads_standard_input(broker):
     document = {"vhosts": [{"name": "from-stdin"}],
                 "queues": [{"vhost": "from-stdin", "name": "q", "type": "classic",
                             "durable": True, "auto_delete": False, "arguments": {}}]}
-    result = CliRunner().invoke(main, ["ctl", "import_definitions", "-", "--uri", broker.uri],
+    result = CliRunner().invoke(main, ["ctl", "import_definitions", "-", "--base-uri", broker.management_url],
                                 input=json.dumps(document))
     assert result.exit_code == 0, result.output
     # stdout says what was done, as before; stderr (not a terminal here) the
@@ -297,7 +297,7 @@ def test_one_vhosts_definitions_move_into_another_vhost(broker, tmp_path):
     for key in ("limits", "parameters", "policies", "queues", "exchanges", "bindings"):
         assert moved[key] == document[key], key
     result = CliRunner().invoke(main, ["ctl", "import_definitions", "-p", "nowhere",
-                                       str(path), "--uri", broker.uri])
+                                       str(path), "--base-uri", broker.management_url])
     assert result.exit_code != 0 and "no vhost 'nowhere'" in result.output
 
 

@@ -58,7 +58,7 @@ def test_the_lowest_of_argument_policy_and_operator_policy_wins(broker):
     from quorumqueue.broker.cli import main
     from click.testing import CliRunner
 
-    table = CliRunner().invoke(main, ["queues", "list", "--uri", broker.uri, "name", "policy",
+    table = CliRunner().invoke(main, ["queues", "list", "--base-uri", broker.management_url, "name", "policy",
                                       "operator_policy", "effective_policy_definition"])
     assert [name, f"p-{name}", f"op-{name}", '{"delivery-limit":5,"max-length":4}'] in [
         line.split() for line in table.output.splitlines()], table.output

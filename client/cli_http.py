@@ -1,0 +1,68 @@
+"""The command line's side of the management HTTP API: the node options, one call
+turned into a click error, queue rows, and tables (used by `quorumqueue queues ...`
+in broker/cli.py, `quorumqueue ctl ...` in broker/ctl.py and `quorumqueue cluster
+status`, the command line being a client of the broker; the requests themselves are
+http_management.py's)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from .http_management import HttpManagement, management_options  # noqa: F401
+from .management import ManagementError
+
+
+def _call(api: HttpManagement, method: str, *segments, **kw):
+    """One request (HttpManagement.request); a refusal becomes a click error with the
+    node's text."""
+    try:
+        return api.request(method, segments, **kw)
+    except ManagementError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _guarded(function: Callable, *args, **kw):
+    """`function(*args)` with a refusal turned into a click error, for helpers that
+    make several requests."""
+    try:
+        return function(*args, **kw)
+    except ManagementError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
+    """The queues of `vhost` (every vhost the user may see when None), from
+    /api/queues, with the fields the command line shows: vhost, name, type, durable,
+    auto_delete, arguments, ready, unacked, consumers, bytes, leader, members (a
+    queue without a Raft group: its node is its leader and only member), policy,
+    operator_policy ("" for none), effective_policy_definition,
+    single_active_consumer_tag."""
+    if vhost:
+        # the vhost must exist for this user, as before (404 otherwise)
+        listed = api.get("queues", vhost, missing=f"NOT_FOUND - no vhost '{vhost}' for "
+                                                  f"user '{api.username}'")
+    else:
+        listed = api.get("queues")
+    rows = []
+    for q in sorted(listed, key=lambda q: (q["vhost"], q["name"])):
+        node = q.get("node") or ""
+        rows.append({
+            "vhost": q["vhost"], "name": q["name"], "type": q["type"],
+            "durable": q["durable"], "auto_delete": q["auto_delete"],
+            "arguments": q.get("arguments", {}), "ready": q["messages_ready"],
+            "unacked": q["messages_unacknowledged"], "consumers": q["consumers"],
+            "bytes": q.get("message_bytes", 0),
+            "leader": q.get("leader", node) or "",
+            "members": q.get("members", [node] if node else []),
+            "policy": q.get("policy") or "", "operator_policy": q.get("operator_policy") or "",
+            "effective_policy_definition": q.get("effective_policy_definition") or {},
+            "single_active_consumer_tag": q.get("single_active_consumer_tag")})
+    return rows
+
+
+def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+    for row in [headers] + rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
