@@ -191,34 +191,35 @@ def management_options(command):
     import functools
 
     options = [
-        click.option("--base-uri", envvar="QUORUMQUEUE_MANAGEMENT_URI",
+        click.option("--base-uri", "api_base_uri", envvar="QUORUMQUEUE_MANAGEMENT_URI",
                      help="The node's management API as one URL, e.g. "
                           "http://guest:guest@127.0.0.1:15672 (instead of --host/--port)."),
-        click.option("-H", "--host", default=None,
+        click.option("-H", "--host", "api_host", default=None,
                      help=f"Host of the node's management API [default: {DEFAULT_HOST}]."),
-        click.option("-P", "--port", type=int, default=None,
+        click.option("-P", "--port", "api_port", type=int, default=None,
                      help=f"The management API's port (management.tcp.port, or "
                           f"management.ssl.port with --ssl) [default: {DEFAULT_PORT}]."),
-        click.option("-u", "--username", default=None,
+        click.option("-u", "--username", "api_username", default=None,
                      help="A user with the administrator tag [default: guest]."),
-        click.option("--password", default=None, envvar="QUORUMQUEUE_PASSWORD",
+        click.option("--password", "api_password", default=None, envvar="QUORUMQUEUE_PASSWORD",
                      help="Its password [default: guest]."),
-        click.option("-s", "--ssl", "use_ssl", is_flag=True,
+        click.option("-s", "--ssl", "api_ssl", is_flag=True,
                      help="https: the management.ssl listener."),
-        click.option("--ssl-ca-cert-file", default=None,
+        click.option("--ssl-ca-cert-file", "api_ca_file", default=None,
                      help="The CA (PEM) the node's certificate must chain to."),
-        click.option("--ssl-cert-file", default=None,
+        click.option("--ssl-cert-file", "api_cert_file", default=None,
                      help="A client certificate (PEM) to present."),
-        click.option("--ssl-key-file", default=None, help="Its key (PEM)."),
-        click.option("--ssl-disable-hostname-verification", "no_hostname_check",
+        click.option("--ssl-key-file", "api_key_file", default=None, help="Its key (PEM)."),
+        click.option("--ssl-disable-hostname-verification", "api_no_hostname_check",
                      is_flag=True, help="Do not check the certificate's name."),
     ]
 
     @functools.wraps(command)
-    def run(*args, base_uri, host, port, username, password, use_ssl, ssl_ca_cert_file,
-            ssl_cert_file, ssl_key_file, no_hostname_check, **kwargs):
-        api = from_options(base_uri, host, port, username, password, use_ssl,
-                           ssl_ca_cert_file, ssl_cert_file, ssl_key_file, no_hostname_check)
+    def run(*args, api_base_uri, api_host, api_port, api_username, api_password, api_ssl,
+            api_ca_file, api_cert_file, api_key_file, api_no_hostname_check, **kwargs):
+        api = from_options(api_base_uri, api_host, api_port, api_username, api_password,
+                           api_ssl, api_ca_file, api_cert_file, api_key_file,
+                           api_no_hostname_check)
         return command(*args, api=api, **kwargs)
 
     for option in reversed(options):

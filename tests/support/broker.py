@@ -69,11 +69,23 @@ class BrokerProcess:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                     sock.sendall(b"AMQP\x00\x00\x09\x01")
                     if sock.recv(8):
-                        return self
+                        break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError(f"broker did not accept AMQP within {timeout}s:\n{self.log()}")
+        # the management API starts after the AMQP listener; the command line talks
+        # to the node through it
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.management_port), timeout=0.5).close()
+                return self
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"broker did not accept AMQP within {timeout}s:\n{self.log()}")
+        raise RuntimeError(f"broker's management API did not listen on "
+                           f"{self.management_port} within {timeout}s:\n{self.log()}")
 
     @property
     def management_url(self) -> str:

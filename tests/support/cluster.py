@@ -298,6 +298,14 @@ def wait_for(what: str, predicate, timeout: float = CONVERGE_TIMEOUT,
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
 
 
+def _listens(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
 def _wait_for_state(pid: int, stopped: bool, timeout: float = 30.0) -> None:
     """Until /proc says the process is (not) stopped: signals land asynchronously."""
     deadline = time.monotonic() + timeout
@@ -411,6 +419,9 @@ class LocalCluster:
         """The node's management HTTP API (a free port of its own, from the plan)."""
         return f"http://{self._plan(node).connect_host}:{self._plan(node).management_port}"
 
+    def management_urls(self) -> list[str]:
+        return [self.management_url(node) for node in self.names]
+
     def uris(self, nodes: Iterable[NodeRef] | None = None) -> list[str]:
         return [self.uri(node) for node in (self.names if nodes is None else nodes)]
 
@@ -503,6 +514,18 @@ class LocalCluster:
                     f"{self.start_timeout if timeout is None else timeout:g}s (also waiting: "
                     f"{', '.join(p.name for p in waiting[1:]) or 'none'}); its log ends:\n"
                     f"{self.log(plan)}")
+            if waiting:
+                time.sleep(0.05)
+        # the management API starts after the AMQP listener; the command line talks
+        # to a node through it
+        waiting = [self._plan(node) for node in (self.names if nodes is None else nodes)]
+        while waiting:
+            waiting = [plan for plan in waiting if not _listens(plan.connect_host,
+                                                                plan.management_port)]
+            if waiting and time.monotonic() > deadline:
+                raise RuntimeError(f"node {waiting[0].name}'s management API did not listen "
+                                   f"on port {waiting[0].management_port} in time; its log "
+                                   f"ends:\n{self.log(waiting[0])}")
             if waiting:
                 time.sleep(0.05)
 

@@ -20,8 +20,8 @@ from tests.support.cluster import LocalCluster
 pytestmark = pytest.mark.timeout(300)
 
 
-def ctl(uri: str, *arguments: str) -> str:
-    result = CliRunner().invoke(main, ["ctl", *arguments, "--uri", uri])
+def ctl(url: str, *arguments: str) -> str:
+    result = CliRunner().invoke(main, ["ctl", *arguments, "--base-uri", url])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -30,6 +30,7 @@ def test_definitions_imported_and_operator_policies_set_through_one_node_hold_on
         tmp_path):
     with LocalCluster(3, proxied=False) as cluster:
         uris = cluster.uris()
+        urls = cluster.management_urls()  # the command line's
         wait_for("every node reachable with a metadata leader", lambda: all(
             status(uri)["metadata_leader"] and all(n["reachable"] for n in status(uri)["nodes"])
             for uri in uris), timeout=60)
@@ -43,7 +44,7 @@ def test_definitions_imported_and_operator_policies_set_through_one_node_hold_on
             "parameters": [{"vhost": "shop", "component": "operator_policy", "name": "cap",
                             "value": {"pattern": "^orders$", "apply-to": "quorum_queues",
                                       "priority": 0, "definition": {"max-length": 3}}}]}))
-        ctl(uris[0], "import_definitions", str(path))
+        ctl(urls[0], "import_definitions", str(path))
         for uri in uris:
             wait_for("the queue and its operator policy on every node", lambda uri=uri: [
                 (row["name"], row["operator_policy"], row["effective_policy_definition"])
@@ -60,9 +61,9 @@ def test_definitions_imported_and_operator_policies_set_through_one_node_hold_on
         wait_for("drop-head down to the operator policy's 3", lambda: channel.queue_declare(
             "orders", passive=True).method.message_count == 3, timeout=60)
         connection.close()
-        ctl(uris[2], "clear_operator_policy", "-p", "shop", "cap")
+        ctl(urls[2], "clear_operator_policy", "-p", "shop", "cap")
         for uri in uris:
             wait_for("the operator policy gone everywhere", lambda uri=uri: call(
                 uri, "operator_policies.list", vhost="shop") == [], timeout=60)
-        exported = [json.loads(ctl(uri, "export_definitions", "-")) for uri in uris]
+        exported = [json.loads(ctl(url, "export_definitions", "-")) for url in urls]
         assert all(document["queues"] == exported[0]["queues"] for document in exported)

@@ -51,7 +51,7 @@ def test_forget_a_stopped_node_for_good():
         publish_confirmed(uri_one, "orders", 5)
 
         runner = CliRunner()
-        refused = runner.invoke(main, ["ctl", "forget_cluster_node", "--uri", uri_one, three])
+        refused = runner.invoke(main, ["ctl", "forget_cluster_node", "--base-uri", cluster.management_url(one), three])
         assert refused.exit_code == 1
         assert (f"PRECONDITION_FAILED - node {three} is running (reachable from {one}): stop "
                 "it before forgetting it") in refused.output
@@ -66,7 +66,7 @@ def test_forget_a_stopped_node_for_good():
         cluster.kill(three, signal.SIGTERM)
         wait_for("node 3 unreachable from node 1", lambda: not next(
             n["reachable"] for n in status(uri_one)["nodes"] if n["name"] == three))
-        forgotten = runner.invoke(main, ["ctl", "forget_cluster_node", "--uri", uri_one, three])
+        forgotten = runner.invoke(main, ["ctl", "forget_cluster_node", "--base-uri", cluster.management_url(one), three])
         assert forgotten.exit_code == 0, forgotten.output
         assert f"Removing node {three} from the cluster" in forgotten.output
 

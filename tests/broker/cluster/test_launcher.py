@@ -193,25 +193,27 @@ def test_status_without_a_leader_or_queues_says_so():
 
 
 def test_status_refused_by_the_node_prints_its_reason(monkeypatch):
-    """A node's refusal (cluster.status needs an administrator) is printed as the
-    node gave it, as one error line with exit status 1."""
-    def refuse(uri, op, **arguments):
+    """A node's refusal (the cluster status needs an administrator) is printed as the
+    node gave it (the AMQP text of its X-Quorumqueue-Error header), as one error line
+    with exit status 1."""
+    def refuse(self, method, segments, **kw):
+        assert (method, tuple(segments)) == ("GET", ("quorumqueue", "cluster-status"))
         raise ManagementError("ACCESS_REFUSED - user 'bob' is not an administrator")
 
-    monkeypatch.setattr("quorumqueue.client.management.call", refuse)
-    result = CliRunner().invoke(main, ["cluster", "status", "--uri",
-                                       "amqp://bob:secret@127.0.0.1:1/%2F"])
+    monkeypatch.setattr("quorumqueue.client.http_management.HttpManagement.request", refuse)
+    result = CliRunner().invoke(main, ["cluster", "status", "--port", "1",
+                                       "--username", "bob", "--password", "secret"])
     assert result.exit_code == 1
     assert result.output == "Error: ACCESS_REFUSED - user 'bob' is not an administrator\n"
 
 
-def test_status_from_a_stopped_node_names_the_uri():
+def test_status_from_a_stopped_node_names_the_url():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = CliRunner().invoke(main, ["cluster", "status", "--uri",
-                                       f"amqp://guest:guest@127.0.0.1:{port}/%2F"])
-    assert result.exit_code == 1 and f"cannot connect to amqp://guest:***@127.0.0.1:{port}" \
+    result = CliRunner().invoke(main, ["cluster", "status", "--base-uri",
+                                       f"http://guest:guest@127.0.0.1:{port}"])
+    assert result.exit_code == 1 and f"cannot connect to http://127.0.0.1:{port}" \
         in result.output
 
 
@@ -396,7 +398,7 @@ def test_local_cluster_names_a_node_that_exits_while_starting():
 
 def test_cluster_status_of_a_local_cluster_lists_its_nodes():
     with LocalCluster(3) as cluster:
-        result = CliRunner().invoke(main, ["cluster", "status", "--uri", cluster.uri(1)])
+        result = CliRunner().invoke(main, ["cluster", "status", "--base-uri", cluster.management_url(1)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].endswith("as seen by qq2@localhost")

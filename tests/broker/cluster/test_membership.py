@@ -81,7 +81,7 @@ def test_add_and_delete_a_member(cluster):
     uri = cluster.uri(one)
     declare(uri, "single", size=1)
     assert queue_status(uri, "single")["members"] == [one]
-    output = cli("queues", "add_member", "--uri", uri, "single", two)
+    output = cli("queues", "add_member", "--base-uri", cluster.management_url(one), "single", two)
     assert f"added {two}" in output
     # the new replica joins the Raft group and holds the messages
     wait_for("two Raft members", lambda: raft_members(uri, "single") == sorted([one, two]))
@@ -89,7 +89,7 @@ def test_add_and_delete_a_member(cluster):
         r for r in call(cluster.uri(two), "queues.list", vhost="/")
         if r["name"] == "single"][0].get("ready") == 5)
     assert drain(cluster.uri(two), "single", 5) == [b"%d" % n for n in range(5)]
-    cli("queues", "delete_member", "--uri", uri, "single", one)
+    cli("queues", "delete_member", "--base-uri", cluster.management_url(one), "single", one)
     wait_for("one Raft member", lambda: raft_members(cluster.uri(two), "single") == [two])
     assert queue_status(uri, "single")["members"] == [two]
 
@@ -118,7 +118,7 @@ def test_grow_even_and_all_then_shrink(cluster):
         target = two if two not in queue_status(uri, "g-two")["members"] else one
     else:
         target = three
-    result = cli_result("queues", "grow", "--uri", uri, target, "even",
+    result = cli_result("queues", "grow", "--base-uri", cluster.management_url(one), target, "even",
                         "--queue-pattern", "^g-")
     output = result.stdout
     assert "g-two" in output and "g-one" not in output
@@ -129,9 +129,9 @@ def test_grow_even_and_all_then_shrink(cluster):
     assert result.stderr.splitlines() == ["grow: 1/2 //g-one", "grow: 2/2 //g-two"]
     wait_for("g-two has 3 members", lambda: len(raft_members(uri, "g-two")) == 3)
     grown = [m for m in cluster.names if m not in queue_status(uri, "g-one")["members"]][0]
-    cli("queues", "grow", "--uri", uri, grown, "all", "--queue-pattern", "^g-one$")
+    cli("queues", "grow", "--base-uri", cluster.management_url(one), grown, "all", "--queue-pattern", "^g-one$")
     wait_for("g-one has 2 members", lambda: len(raft_members(uri, "g-one")) == 2)
-    result = cli_result("queues", "shrink", "--uri", uri, grown)
+    result = cli_result("queues", "shrink", "--base-uri", cluster.management_url(one), grown)
     assert "g-one" in result.stdout and "shrink:" not in result.stdout
     assert any(line.startswith("shrink: ") and line.endswith("//g-one")
                for line in result.stderr.splitlines())
@@ -162,9 +162,9 @@ def node_uri(cluster, name: str, user: str, password: str, vhost: str = "%2F") -
 
 def test_users_vhosts_and_permissions_are_the_same_on_every_node(cluster):
     one, two, three = cluster.names
-    cli("ctl", "add_user", "--uri", cluster.uri(one), "erin", "pw")
-    cli("ctl", "add_vhost", "--uri", cluster.uri(two), "shared")
-    cli("ctl", "set_permissions", "--uri", cluster.uri(three), "-p", "shared", "erin",
+    cli("ctl", "add_user", "--base-uri", cluster.management_url(one), "erin", "pw")
+    cli("ctl", "add_vhost", "--base-uri", cluster.management_url(two), "shared")
+    cli("ctl", "set_permissions", "--base-uri", cluster.management_url(three), "-p", "shared", "erin",
         ".*", ".*", ".*")
     # added through three different nodes, usable through any
     wait_for("erin on every node", lambda: all(
@@ -178,12 +178,12 @@ def test_users_vhosts_and_permissions_are_the_same_on_every_node(cluster):
         channel.confirm_delivery()
         channel.basic_publish("", "in-shared", b"hello", pika.BasicProperties(delivery_mode=2))
     assert drain(node_uri(cluster, one, "erin", "pw", "shared"), "in-shared", 1) == [b"hello"]
-    cli("ctl", "delete_user", "--uri", cluster.uri(two), "erin")
+    cli("ctl", "delete_user", "--base-uri", cluster.management_url(two), "erin")
     wait_for("erin gone everywhere", lambda: not any(
         row["name"] == "erin" for uri in cluster.uris() for row in call(uri, "users.list")))
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         connect(node_uri(cluster, one, "erin", "pw", "shared"))
-    cli("ctl", "delete_vhost", "--uri", cluster.uri(three), "shared")
+    cli("ctl", "delete_vhost", "--base-uri", cluster.management_url(three), "shared")
     wait_for("the vhost gone everywhere", lambda: not any(
         row["name"] == "shared" for uri in cluster.uris() for row in call(uri, "vhosts.list")))
 
@@ -195,7 +195,7 @@ def test_a_policy_set_through_one_node_limits_a_queue_led_by_another(cluster):
     # policy goes through a node that does not lead
     leader = wait_for("a leader", lambda: leader_of(cluster.uri(one), "limited-by-policy"))
     setter = next(name for name in (three, two, one) if name != leader)
-    cli("ctl", "set_policy", "--uri", cluster.uri(setter), "--apply-to", "quorum_queues",
+    cli("ctl", "set_policy", "--base-uri", cluster.management_url(setter), "--apply-to", "quorum_queues",
         "three-only", "^limited-by-policy$", '{"max-length": 3, "delivery-limit": 4}')
     # the leader proposes the new settings to the queue's log: every replica drops the
     # two oldest at the same index
@@ -203,7 +203,7 @@ def test_a_policy_set_through_one_node_limits_a_queue_led_by_another(cluster):
         row["ready"] == 3 for uri in cluster.uris()
         for row in call(uri, "queues.list", vhost="/") if row["name"] == "limited-by-policy"))
     assert drain(cluster.uri(two), "limited-by-policy", 3) == [b"2", b"3", b"4"]
-    cli("ctl", "clear_policy", "--uri", cluster.uri(two), "three-only")
+    cli("ctl", "clear_policy", "--base-uri", cluster.management_url(two), "three-only")
     assert all(not call(uri, "policies.list") for uri in cluster.uris())
 
 
@@ -265,7 +265,7 @@ def test_a_node_joins_a_running_cluster_and_grows_a_queue_onto_it(tmp_path):
             record = wait_for("the queue on the new node",
                               lambda: queue_status(joined_uri, "widening"))
             assert joiner not in record["members"]
-            output = cli("queues", "grow", "--uri", uri, joiner, "all")
+            output = cli("queues", "grow", "--base-uri", cluster.management_url(seed.name), joiner, "all")
             assert "widening" in output
             wait_for("the new replica filled", lambda: [
                 r for r in call(joined_uri, "queues.list", vhost="/")

@@ -24,14 +24,14 @@ COLUMNS = ["Node Name", "Raft State", "Membership", "Last Log Index", "Last Writ
            "Last Applied", "Commit Index", "Snapshot Index", "Term"]
 
 
-def queues(uri: str, *arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + list(arguments) + ["--uri", uri], capture_output=True,
+def queues(url: str, *arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(arguments) + ["--base-uri", url], capture_output=True,
                           text=True, timeout=120)
 
 
-def members_table(uri: str, name: str) -> dict[str, dict[str, str]]:
+def members_table(url: str, name: str) -> dict[str, dict[str, str]]:
     """quorum_status's table, by node name: {column: cell} (cells may be empty)."""
-    result = queues(uri, "quorum_status", name)
+    result = queues(url, "quorum_status", name)
     assert result.returncode == 0, result.stderr
     banner, header, *rows = result.stdout.splitlines()
     assert banner.startswith(f"Status of queue {name} on node ")
@@ -72,7 +72,7 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
 
     for node in (one, two, three):  # every node shows every member, its own or not
         table = wait_for("leader and followers agreeing",
-                         lambda node=node: settled(members_table(cluster.uri(node),
+                         lambda node=node: settled(members_table(cluster.management_url(node),
                                                                  "observed")), timeout=60)
         assert list(table) == sorted([one, two, three])
         assert table[leader]["Raft State"] == "leader"
@@ -81,24 +81,24 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
         assert all(int(row["Last Applied"]) >= 4 for row in table.values())  # 3 publishes
 
     follower = next(n for n in (one, two, three) if n != leader)
-    peeked = queues(cluster.uri(follower), "peek", "observed", "2")
+    peeked = queues(cluster.management_url(follower), "peek", "observed", "2")
     assert peeked.returncode == 0, peeked.stderr
     assert "payload (max 64 bytes)   message 1" in peeked.stdout
     assert "message_id               1" in peeked.stdout
-    beyond = queues(cluster.uri(follower), "peek", "observed", "4")
+    beyond = queues(cluster.management_url(follower), "peek", "observed", "4")
     assert (beyond.returncode, beyond.stderr) == (
         69, "Error:\nTarget queue does not have a message at that position\n")
 
     for node in (one, two, three):
-        check = queues(cluster.uri(node), "check_if_node_is_quorum_critical")
+        check = queues(cluster.management_url(node), "check_if_node_is_quorum_critical")
         assert check.returncode == 0, check.stderr
         assert check.stdout.splitlines()[1] == \
             f"Node {node} reported no quorum queues with minimum quorum"
-    mirrors = queues(cluster.uri(one), "check_if_node_is_mirror_sync_critical")
+    mirrors = queues(cluster.management_url(one), "check_if_node_is_mirror_sync_critical")
     assert mirrors.returncode == 0 and mirrors.stdout.splitlines()[1] == \
         f"Node {one} reported no classic mirrored queues without online synchronised mirrors"
 
-    reclaimed = queues(cluster.uri(one), "reclaim_quorum_memory", "observed")
+    reclaimed = queues(cluster.management_url(one), "reclaim_quorum_memory", "observed")
     assert reclaimed.returncode == 0, reclaimed.stderr
     done = reclaimed.stdout.splitlines()[1:]
     assert [line.split(":")[0] for line in done] == sorted([one, two, three])
@@ -116,9 +116,9 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
     placed = wait_for("the one-member queue's leader",
                       lambda: leader_of(cluster.uri(one), "observed-on-one"))
     elsewhere = next(n for n in (one, two, three) if n != placed)
-    table = members_table(cluster.uri(elsewhere), "observed-on-one")
+    table = members_table(cluster.management_url(elsewhere), "observed-on-one")
     assert list(table) == [placed] and table[placed]["Raft State"] == "leader"
-    remote = queues(cluster.uri(elsewhere), "peek", "observed-on-one", "1")
+    remote = queues(cluster.management_url(elsewhere), "peek", "observed-on-one", "1")
     assert remote.returncode == 0, remote.stderr
     assert "payload (max 64 bytes)   only here" in remote.stdout
     assert f"on node {elsewhere} ..." in remote.stdout.splitlines()[0]
@@ -134,7 +134,7 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
 
     for node in alive:
         table = wait_for(f"{stopped} shown as not running, a leader among the others",
-                         lambda node=node: stopped_shown(members_table(cluster.uri(node),
+                         lambda node=node: stopped_shown(members_table(cluster.management_url(node),
                                                                        "observed")),
                          timeout=60)
         assert [cell for column, cell in table[stopped].items()
@@ -143,29 +143,29 @@ def test_status_critical_peek_and_reclaim_before_and_after_a_node_stops(cluster)
     for node in alive:
         check = wait_for(f"{node} quorum critical",
                          lambda node=node: (lambda r: r.returncode == 69 and r)(
-                             queues(cluster.uri(node), "check_if_node_is_quorum_critical")),
+                             queues(cluster.management_url(node), "check_if_node_is_quorum_critical")),
                          timeout=60)
         # a queue of one member on the node is always critical there (as in RabbitMQ)
         names = ["observed"] + (["observed-on-one"] if node == placed else [])
         assert check.stderr == "".join(f"queue '{name}' in vhost '/' would lose quorum if "
                                        f"node {node} is stopped\n" for name in names)
 
-    partial = queues(cluster.uri(one), "reclaim_quorum_memory", "observed")
+    partial = queues(cluster.management_url(one), "reclaim_quorum_memory", "observed")
     assert partial.returncode == 69
     assert f"{stopped}: noproc" in partial.stderr
     assert len(partial.stdout.splitlines()) == 3  # banner and the two running members
     still = wait_for("a leader after the stop", lambda: (lambda r: r.returncode == 0 and r)(
-        queues(cluster.uri(two), "peek", "observed", "1")), timeout=60)
+        queues(cluster.management_url(two), "peek", "observed", "1")), timeout=60)
     assert "message 0" in still.stdout
 
     # a second node stops: the last one has no majority, but still answers
     cluster.kill(two)
     table = wait_for(f"{two} shown as not running too",
                      lambda: (lambda t: t[two]["Raft State"] == "noproc" and t)(
-                         members_table(cluster.uri(one), "observed")), timeout=60)
+                         members_table(cluster.management_url(one), "observed")), timeout=60)
     assert table[three]["Raft State"] == "noproc"
     stuck = wait_for("peek refused without a leader", lambda: (
-        lambda r: r.returncode == 69 and r)(queues(cluster.uri(one), "peek", "observed", "1")),
+        lambda r: r.returncode == 69 and r)(queues(cluster.management_url(one), "peek", "observed", "1")),
         timeout=60)
     assert stuck.stderr == ("Error:\nqueue 'observed' in vhost '/' has no leader that "
                             "answered within 5 s (none elected, or not reachable)\n")

@@ -63,7 +63,7 @@ def test_a_policy_change_a_join_and_a_forgotten_node_trigger_reconciliation(tmp_
         assert members(uri, "by-policy") == [one]
 
         # a policy change: its target-group-size applies at the next evaluation
-        cli("ctl", "set_policy", "--uri", uri, "--apply-to", "quorum_queues", "two-replicas",
+        cli("ctl", "set_policy", "--base-uri", cluster.management_url(one), "--apply-to", "quorum_queues", "two-replicas",
             "^by-policy$", '{"target-group-size": 2}')
         wait_for("by-policy grown to 2 members", lambda: len(members(uri, "by-policy")) == 2)
 
@@ -89,7 +89,7 @@ def test_a_policy_change_a_join_and_a_forgotten_node_trigger_reconciliation(tmp_
             cluster.kill(three, signal.SIGTERM)
             wait_for(f"{three} unreachable", lambda: not next(
                 n["reachable"] for n in status(uri)["nodes"] if n["name"] == three))
-            cli("ctl", "forget_cluster_node", "--uri", uri, three)
+            cli("ctl", "forget_cluster_node", "--base-uri", cluster.management_url(one), three)
             wait_for("kept-at-three back at three members without the forgotten node",
                      lambda: members(uri, "kept-at-three") == sorted([one, two, joiner]))
             assert members(uri, "wide") == sorted([one, two, joiner])

@@ -139,3 +139,25 @@ def test_config_errors_name_the_key(tmp_path, pki):
         assert key in str(caught.value), (text, caught.value)
     settings = load_settings(write(tmp_path, group("management", 15671, pki)))
     assert settings.management_ssl_port == 15671 and settings.prometheus_ssl_port is None
+
+
+def test_the_command_line_talks_to_a_node_over_https(broker, pki):
+    """`quorumqueue queues list --ssl` (rabbitmqadmin's options) goes to the
+    management.ssl listener, checking the node's certificate against the CA given;
+    a CA that did not sign it is refused."""
+    from tests.broker.test_cli import run_cli
+
+    https = ["--ssl", "--host", "localhost", "--port", str(broker.management_ssl)]
+    listed = run_cli("queues", "list", *https, "--ssl-ca-cert-file", pki.ca)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[:2] == ["vhost", "name"]
+    url = f"https://guest:guest@localhost:{broker.management_ssl}"
+    assert run_cli("cluster", "status", "--base-uri", url,
+                   "--ssl-ca-cert-file", pki.ca).returncode == 0
+    refused = run_cli("queues", "list", *https, "--ssl-ca-cert-file", pki.other_ca)
+    assert refused.returncode == 1
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+    # TLS files for plain http would be ignored: refused instead
+    plain = run_cli("queues", "list", "--port", str(broker.management_port),
+                    "--ssl-ca-cert-file", pki.ca)
+    assert plain.returncode == 2 and "need https" in plain.stderr

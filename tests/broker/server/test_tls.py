@@ -186,20 +186,6 @@ def test_the_management_client_accepts_amqps(pki, optional_cert_broker):
     assert "tls-management" in [row["name"] for row in call(uri, "queues.list")]
 
 
-def test_the_command_line_talks_to_a_node_over_amqps(pki, optional_cert_broker):
-    from tests.broker.test_cli import run_cli
-
-    round_trip(connection_parameters(amqps(optional_cert_broker), ClientTls(ca_file=pki.ca)),
-               "tls-cli")
-    listed = run_cli("queues", "list", "--uri", f"{amqps(optional_cert_broker)}?cacertfile={pki.ca}")
-    assert listed.returncode == 0, listed.stderr
-    assert "tls-cli" in listed.stdout
-    refused = run_cli("queues", "list", "--uri",
-                      f"{amqps(optional_cert_broker)}?cacertfile={pki.other_ca}")
-    assert refused.returncode != 0
-    assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr
-
-
 def test_a_tls_listener_without_a_certificate_stops_the_broker_at_start(tmp_path):
     from tests.broker.test_cli import CLI
     import subprocess
