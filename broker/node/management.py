@@ -1,4 +1,7 @@
-"""The management RPC: JSON requests over AMQP 0-9-1, for the CLI and the connector.
+"""The management operations, and the management RPC carrying them as JSON requests
+over AMQP 0-9-1 (for the connector's leases, the jobs and other AMQP clients). The
+management HTTP API runs the same operations for its users (management/changes.py
+`operation`), and the command line reaches them only through that API.
 
 Wire form (documented in broker/README.md): a client publishes to the default
 exchange with routing key `amq.quorumqueue.management`, `reply_to` set (direct
