@@ -18,7 +18,14 @@ ones the Prometheus endpoint reports), sampled with the queue counts: counts sin
 this node started, rates between the last two samples. RabbitMQ sums them over the
 cluster; here they are this node's (what its clients published and were given).
 
-Not here: per-queue and per-exchange message_stats (the node counts node-wide only).
+Each queue's `message_stats` (publish, deliver, deliver_no_ack, get, get_no_ack,
+deliver_get, redeliver, ack, and their `_details` rates once two samples exist) come
+from the queue-type interface's `message_stats()` (queues/base.py: this node's
+counters of that queue), sampled with its counts. Like the overview's, they are this
+node's: in a cluster, what this node's clients published to the queue and were
+delivered from it (RabbitMQ sums every node's channels).
+
+Not here: per-exchange message_stats (not counted).
 """
 
 from __future__ import annotations
@@ -71,6 +78,19 @@ class Rates:
         return {f"{field}_details": {"rate": round((new[field] - old[field]) / elapsed, 1)}
                 for field in FIELDS}
 
+    def queue_message_stats(self, queue) -> dict:
+        """One queue's message_stats: counts now, rates once two samples exist."""
+        stats = queue.message_stats()
+        pair = self.samples.get((queue.vhost, queue.name))
+        if pair is not None and len(pair) == 2:
+            (before, old), (after, new) = pair
+            old, new = old["message_stats"], new["message_stats"]
+            elapsed = after - before
+            for field in list(stats):
+                stats[f"{field}_details"] = {
+                    "rate": round((new[field] - old[field]) / elapsed, 1)}
+        return stats
+
     def message_stats(self) -> dict:
         """The overview's message_stats: counts now, rates once two samples exist."""
         stats = message_counts(self.node.counters)
@@ -121,7 +141,8 @@ class Rates:
             seen.add(key)
             counts = {"messages": stats["ready"] + stats["unacked"],
                       "messages_ready": stats["ready"],
-                      "messages_unacknowledged": stats["unacked"]}
+                      "messages_unacknowledged": stats["unacked"],
+                      "message_stats": queue.message_stats()}
             pair = self.samples.setdefault(key, [])
             pair.append((now, counts))
             del pair[:-2]

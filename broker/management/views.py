@@ -57,7 +57,8 @@ async def queue_rows(request: Request, vhosts: list[str], name: str | None = Non
     stats = await request.api.later(start)
     online = [name for name in node.cluster.nodes if node.cluster.reachable(name)]
     rates = request.api.rates
-    return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name)}
+    return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name),
+             "message_stats": rates.queue_message_stats(queue)}
             for queue, row in zip(queues, stats)]
 
 

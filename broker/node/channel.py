@@ -170,16 +170,20 @@ class Channel:
                                           exchange, routing_key))
         session.write_parts(codec.content(self.number, header, body, session.frame_max))
         counters = self.node.counters.by_type[queue.type_name]
+        counts = queue.message_counts
         if redelivered:
             counters.redelivered += 1
+            counts.redeliver += 1
         if not consumer.no_ack:
             counters.consume_manual_ack += 1
+            counts.deliver += 1
             self.unacked[tag] = (queue, token, consumer)
             self.delivered_at[tag] = self.node.now
             consumer.unacked += 1
             self.unacked_count += 1
         else:
             counters.consume_auto_ack += 1
+            counts.deliver_no_ack += 1
 
     def get_ok(self, queue: Queue, token, no_ack: bool, redelivered: bool, exchange: str,
                routing_key: str, remaining: int, header: bytes, body: bytes) -> None:
@@ -192,15 +196,19 @@ class Channel:
         self.session.write_parts(codec.content(self.number, header, body,
                                                self.session.frame_max))
         counters = self.node.counters.by_type[queue.type_name]
+        counts = queue.message_counts
         if redelivered:
             counters.redelivered += 1
+            counts.redeliver += 1
         if not no_ack:
             counters.get_manual_ack += 1
+            counts.get += 1
             self.unacked[tag] = (queue, token, None)
             self.delivered_at[tag] = self.node.now
             self.unacked_count += 1
         else:
             counters.get_auto_ack += 1
+            counts.get_no_ack += 1
 
     def get_empty(self) -> None:
         self.send(codec.basic_get_empty(self.number))
@@ -256,6 +264,7 @@ class Channel:
         for queue, tokens in by_queue.values():
             if requeue is None:
                 self.node.counters.by_type[queue.type_name].acknowledged += len(tokens)
+                queue.message_counts.ack += len(tokens)
             queue.settle(self, tokens, requeue)
         self._refill(consumers)
 

@@ -380,6 +380,7 @@ class Node:
             counters.unroutable_dropped += 1
         confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
         for queue in queues:
+            queue.message_counts.publish += 1
             queue.publish(message, channel, confirm)
         if confirm is not None:
             channel.close_confirm(confirm)

@@ -41,6 +41,10 @@ The operations, and what each owes its caller:
   counts of the node that serves the queue), the active consumer's tag of a
   single-active-consumer queue included (`single_active_consumer_tag`);
   `metadata_record()`: what the metadata file keeps beyond name, type and arguments.
+- `message_counts`, `message_stats()`: what this node's clients did with the queue
+  (messages published to it, delivered and got from it, redelivered, acked), as
+  RabbitMQ's per-queue `message_stats`; the node's channels and publish path add to
+  them (counts since the queue was declared or the node started).
 - `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
   leader), so its counts here are the queue's own: the node that reports them in the
   Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
@@ -104,6 +108,32 @@ class Confirm:
         self.channel.confirm_answered()
 
 
+class MessageCounts:
+    """One queue's message counters on this node (RabbitMQ's per-queue message_stats):
+    plain ints the publish path and the channels add to."""
+
+    __slots__ = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "redeliver",
+                 "ack")
+
+    def __init__(self) -> None:
+        self.publish = 0          # routed to the queue by a basic.publish here
+        self.deliver = 0          # basic.deliver to a consumer that acks
+        self.deliver_no_ack = 0   # basic.deliver to a no-ack consumer
+        self.get = 0              # basic.get-ok, no_ack=false
+        self.get_no_ack = 0       # basic.get-ok, no_ack=true
+        self.redeliver = 0        # deliveries and get-oks with redelivered set
+        self.ack = 0              # deliveries settled by basic.ack
+
+    def as_dict(self) -> dict[str, int]:
+        """RabbitMQ's message_stats counts (deliver_get: every delivery and get)."""
+        return {"publish": self.publish, "deliver": self.deliver,
+                "deliver_no_ack": self.deliver_no_ack, "get": self.get,
+                "get_no_ack": self.get_no_ack,
+                "deliver_get": self.deliver + self.deliver_no_ack + self.get
+                + self.get_no_ack,
+                "redeliver": self.redeliver, "ack": self.ack}
+
+
 class Queue:
     """The interface (see the module header). Subclasses set `type_name` and
     `EQUIVALENCE_KEYS` and implement the operations. Every queue is declared, deleted
@@ -131,6 +161,20 @@ class Queue:
     consumers: list
     exclusive_consumer: Any
     deleted: bool
+
+    _message_counts: MessageCounts | None = None
+
+    @property
+    def message_counts(self) -> MessageCounts:
+        """This node's message counters of the queue (made on first use)."""
+        counts = self._message_counts
+        if counts is None:
+            counts = self._message_counts = MessageCounts()
+        return counts
+
+    def message_stats(self) -> dict[str, int]:
+        """RabbitMQ's per-queue message_stats counts, this node's."""
+        return self.message_counts.as_dict()
 
     # ------------------------------------------------------------ declaring
 

@@ -112,7 +112,8 @@ def both(rabbitmq_management, quorumqueue):
 
     def with_stats(base):
         rows = _get(base, "/api/queues")
-        return rows if rows and all("messages" in row for row in rows) else None
+        return rows if rows and all("messages" in row and "message_stats" in row
+                                    for row in rows) else None
 
     return {"rabbitmq": (rabbitmq_management.management_url,
                          wait_for(lambda: with_stats(rabbitmq_management.management_url),
@@ -140,6 +141,12 @@ def test_queue_rows_have_rabbitmqs_keys(both, name, kind):
     same = ("type", "durable", "auto_delete", "exclusive", "arguments", "messages",
             "messages_ready", "messages_unacknowledged", "consumers", "policy", "vhost")
     assert {key: ours[key] for key in same} == {key: theirs[key] for key in same}
+    # per-queue message_stats: RabbitMQ's names (it lists a counter once it moved;
+    # ours are all there from 0), the same publish count for the same publish
+    mine, rabbits = ours["message_stats"], theirs["message_stats"]
+    assert {key for key in mine if not key.endswith("_details")} <= set(rabbits) | {
+        "deliver", "deliver_no_ack", "get", "get_no_ack", "deliver_get", "redeliver", "ack"}
+    assert mine["publish"] == rabbits["publish"] == 1
     if kind == "quorum":
         assert len(ours["members"]) == len(theirs["members"]) == 1
         assert ours["leader"] == ours["members"][0] == ours["online"][0]
