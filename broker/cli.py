@@ -279,7 +279,7 @@ EX_UNAVAILABLE, EX_USAGE = 69, 64
 def _rabbit_call(api, method: str, *segments, **kw):
     """One management API request; a refusal prints RabbitMQ's `Error:` and its text
     (without our reply-code name) on stderr and exits 69, as rabbitmq-queues does."""
-    from ..client.management import ManagementError
+    from ..client.errors import ManagementError
 
     try:
         return api.request(method, segments, **kw)

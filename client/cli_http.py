@@ -11,7 +11,7 @@ from typing import Callable
 import click
 
 from .http_management import HttpManagement, management_options  # noqa: F401
-from .management import ManagementError
+from .errors import ManagementError
 
 
 def _call(api: HttpManagement, method: str, *segments, **kw):

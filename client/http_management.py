@@ -43,7 +43,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import click
 
-from .management import ManagementError, redact_uri
+from .errors import ManagementError, redact_uri
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 15672
 ERROR_HEADER = "X-Quorumqueue-Error"      # the refusal's AMQP reply text, JSON-quoted

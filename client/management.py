@@ -13,27 +13,15 @@ import json
 import ssl
 import time
 import uuid
-from urllib.parse import urlsplit, urlunsplit
-
 import pika
 
+from .errors import ManagementError, redact_uri  # noqa: F401 - importers use them here
 from .tls import ClientTls, connection_parameters
 
 ROUTING_KEY = "amq.quorumqueue.management"
 REPLY_TO = "amq.rabbitmq.reply-to"
 
 
-class ManagementError(RuntimeError):
-    pass
-
-
-def redact_uri(uri: str) -> str:
-    """`uri` with its password replaced by `***`, fit for an error message."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def call(uri: str, op: str, timeout: float = 10.0, tls: ClientTls | None = None,

@@ -143,6 +143,14 @@ def test_the_command_line_opens_no_amqp_connection(tmp_path):
             result = run_cli(*command, *target)
             assert result.returncode == 0, (command, result.stderr)
         assert connections_opened(prometheus) == before
+        # and it loads no AMQP client at all
+        probe = subprocess.run([sys.executable, "-c", (
+            "import sys\nfrom quorumqueue.broker.cli import main\n"
+            f"main(['queues', 'list', '--port', '{node.management_port}'], "
+            "standalone_mode=False)\nprint('pika' in sys.modules)")],
+            capture_output=True, text=True, timeout=60)
+        assert probe.returncode == 0, probe.stderr
+        assert probe.stdout.splitlines()[-1] == "False"
 
 
 def test_queues_list_shows_a_quorum_queue_with_its_raft_group(broker):
