@@ -162,15 +162,9 @@ class Queue:
     exclusive_consumer: Any
     deleted: bool
 
-    _message_counts: MessageCounts | None = None
-
-    @property
-    def message_counts(self) -> MessageCounts:
-        """This node's message counters of the queue (made on first use)."""
-        counts = self._message_counts
-        if counts is None:
-            counts = self._message_counts = MessageCounts()
-        return counts
+    # this node's message counters of the queue: each type makes one when the queue
+    # is made (a plain attribute: the publish and delivery paths add to it)
+    message_counts: MessageCounts
 
     def message_stats(self) -> dict[str, int]:
         """RabbitMQ's per-queue message_stats counts, this node's."""

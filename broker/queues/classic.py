@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
-from .base import Confirm, Queue
+from .base import Confirm, MessageCounts, Queue
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -156,6 +156,7 @@ class ClassicQueue(Queue):
     expiring: bool = False  # some entry ever had an expiry (else no head is checked)
     last_used_ms: int = 0   # x-expires: when the queue was last used (0: not yet known)
     expiry_asked_ms: int = 0  # x-expires: when the host was last asked to delete it
+    message_counts: MessageCounts = field(default_factory=MessageCounts, repr=False)
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]

@@ -36,7 +36,7 @@ from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
-from .base import Confirm, Queue
+from .base import Confirm, MessageCounts, Queue
 from .replicated import ReplicatedGroup, Waiter
 from .settings import leader_locator, quorum_config
 from .types import EQUIVALENCE_KEYS_BY_TYPE
@@ -118,6 +118,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.members = members        # the group's members when declared (cluster)
         self.state = state
         self.consumers: list = []     # AMQP consumers on this node (channel.Consumer)
+        self.message_counts = MessageCounts()  # this node's (queues/base.py)
         self.by_key: dict[str, Any] = {}
         self.exclusive_consumer = None
         self.had_consumers = False

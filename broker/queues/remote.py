@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
-from .base import Confirm, Queue
+from .base import Confirm, MessageCounts, Queue
 from .classic import _without_default_type
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -93,6 +93,7 @@ class RemoteClassicQueue(Queue):
         self.host = host            # the node that holds the queue
         self.link = link
         self.consumers: list = []   # this node's AMQP consumers of the queue
+        self.message_counts = MessageCounts()  # this node's (queues/base.py)
         self.exclusive_consumer = None
         self.had_consumers = False
         self.deleted = False
