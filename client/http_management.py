@@ -148,6 +148,8 @@ def from_options(base_uri: str | None, host: str | None, port: int | None,
                                      f"(the management API), got {redact_uri(base_uri)}",
                                      param_hint="--base-uri")
         scheme = parts.scheme
+        if use_ssl and scheme != "https":
+            raise click.UsageError("--ssl with an http:// --base-uri: give https:// instead")
         netloc = parts.netloc.rpartition("@")[2]
         base = f"{scheme}://{netloc}{parts.path.rstrip('/')}"
         if parts.path.rstrip("/").endswith("/api"):
@@ -164,6 +166,12 @@ def from_options(base_uri: str | None, host: str | None, port: int | None,
                                          ("--ssl-key-file", key_file)) if value]
     if no_hostname_check:
         tls_files.append("--ssl-disable-hostname-verification")
+    for name, path in (("--ssl-ca-cert-file", ca_file), ("--ssl-cert-file", cert_file),
+                       ("--ssl-key-file", key_file)):
+        if path and not os.path.isfile(path):
+            raise click.BadParameter(f"no such file: {path}", param_hint=name)
+    if key_file and not cert_file:
+        raise click.UsageError("--ssl-key-file is the key of --ssl-cert-file: give both")
     context = None
     if scheme == "https":
         context = ssl.create_default_context(cafile=ca_file or None)
@@ -178,9 +186,6 @@ def from_options(base_uri: str | None, host: str | None, port: int | None,
     elif tls_files:  # TLS settings for plain HTTP would be ignored: refuse them
         raise click.UsageError(f"{', '.join(tls_files)} need https (--ssl, or an "
                                "https:// --base-uri)")
-    for name, path in (("--ssl-ca-cert-file", ca_file), ("--ssl-key-file", key_file)):
-        if path and not os.path.isfile(path):
-            raise click.BadParameter(f"no such file: {path}", param_hint=name)
     return HttpManagement(base, username if username is not None else "guest",
                           password if password is not None else "guest", context)
 

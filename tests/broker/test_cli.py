@@ -257,3 +257,24 @@ def test_quorum_status_peek_reclaim_and_health_checks_like_rabbitmq_queues(broke
         assert result.returncode == 0
         assert result.stdout.splitlines()[1].endswith(
             "seems to be the only one in a single node cluster, the check does not apply")
+
+
+@pytest.mark.parametrize("options,text", [
+    (["--base-uri", "amqp://guest:guest@127.0.0.1:5672/"],
+     "expected http://HOST:PORT or https://HOST:PORT (the management API)"),
+    (["--base-uri", "http://127.0.0.1:15672", "--port", "15673"],
+     "give either --base-uri or --host/--port, not both"),
+    (["--base-uri", "http://127.0.0.1:15672", "--ssl"], "give https:// instead"),
+    (["--ssl-ca-cert-file", "/etc/hostname"], "--ssl-ca-cert-file need https"),
+    (["--ssl", "--ssl-ca-cert-file", "/no/such/ca.pem"], "no such file: /no/such/ca.pem"),
+    (["--ssl", "--ssl-key-file", "/etc/hostname"], "--ssl-key-file is the key of"),
+])
+def test_node_options_refuse_what_they_would_ignore(options, text):
+    """The options naming the node are refused (usage error, exit 2) rather than
+    ignored when they cannot apply; no request is made."""
+    from click.testing import CliRunner
+
+    from quorumqueue.broker.cli import main
+
+    result = CliRunner().invoke(main, ["queues", "list", *options])
+    assert result.exit_code == 2 and text in result.output, result.output
