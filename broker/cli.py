@@ -4,12 +4,12 @@
     quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
                                                   management HTTP API; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
+    quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
+    quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
 
 `queues`, `ctl` and `cluster status` reach a node only through its management HTTP
 API (client/http_management.py; --host, --port (15672), --username, --password,
 --ssl..., or --base-uri), as rabbitmqadmin does: no AMQP connection is opened.
-    quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
-    quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
 """
 
 from __future__ import annotations
