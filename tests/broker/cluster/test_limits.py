@@ -51,9 +51,10 @@ def refused(uri: str) -> str | None:
 def test_vhost_limits_count_every_node_s_connections_and_queues():
     with LocalCluster(3, proxied=True) as cluster:
         uris = reachable_with_a_leader(cluster)
-        ctl(cluster.management_urls()[0], "add_vhost", "shop")
-        ctl(cluster.management_urls()[0], "set_permissions", "-p", "shop", "guest", ".*", ".*", ".*")
-        ctl(cluster.management_urls()[0], "set_vhost_limits", "-p", "shop", '{"max-connections": 2, "max-queues": 1}')
+        admin = cluster.management_urls()[0]  # the command line talks to its HTTP API
+        ctl(admin, "add_vhost", "shop")
+        ctl(admin, "set_permissions", "-p", "shop", "guest", ".*", ".*", ".*")
+        ctl(admin, "set_vhost_limits", "-p", "shop", '{"max-connections": 2, "max-queues": 1}')
         for uri in uris:  # answered once applied on the proposing node; the others follow
             wait_for("the limits on every node", lambda uri=uri: call(
                 uri, "vhosts.list_limits", vhost="shop") == [
@@ -107,9 +108,10 @@ def _opened(uri: str) -> pika.BlockingConnection | None:
 def test_user_limits_count_every_node_s_connections_and_channels():
     with LocalCluster(3, proxied=False) as cluster:
         uris = reachable_with_a_leader(cluster)
-        ctl(cluster.management_urls()[0], "add_user", "alice", "alice")
-        ctl(cluster.management_urls()[0], "set_permissions", "-p", "/", "alice", ".*", ".*", ".*")
-        ctl(cluster.management_urls()[0], "set_user_limits", "alice", '{"max-connections": 2, "max-channels": 2}')
+        admin = cluster.management_urls()[0]  # the command line talks to its HTTP API
+        ctl(admin, "add_user", "alice", "alice")
+        ctl(admin, "set_permissions", "-p", "/", "alice", ".*", ".*", ".*")
+        ctl(admin, "set_user_limits", "alice", '{"max-connections": 2, "max-channels": 2}')
         for uri in uris:
             wait_for("the limits on every node", lambda uri=uri: call(
                 uri, "users.list_limits", name="alice") == [
