@@ -13,8 +13,9 @@ reply text's detail for a refusal (`inequivalent arg 'durable' for queue 'q' in
 vhost '/': received 'false' but current is 'true'`), 404 for what does not exist,
 401 `not_authorised` for ACCESS_REFUSED.
 
-Operator policies do not exist in quorumqueue: PUT answers 400 saying so, rather than
-storing a policy nothing would apply.
+Policies and operator policies share one PUT and one DELETE handler (the same body
+and answers); an operator policy refuses the keys RabbitMQ does not let it set
+(node/operator_policies.py).
 
 Not here: reading (views.py), HTTP plumbing (app.py).
 """
