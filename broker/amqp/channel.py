@@ -97,6 +97,33 @@ CONTENT: dict[ContentState, dict[Frame, ContentState]] = {
 }
 
 
+def _frame_keys() -> dict[int, Frame]:
+    """The kind of every frame an OPEN channel's dispatch can key on: content frames
+    by their frame type (2, 3), methods by their index `class_id << 16 | method_id`
+    (the first four octets of a method payload, pamqp's INDEX_MAPPING keys; no index
+    is below 10 << 16, so the two never collide)."""
+    keys: dict[int, Frame] = {spec.FRAME_HEADER: Frame.HEADER, spec.FRAME_BODY: Frame.BODY}
+    for index, method_class in pamqp_commands.INDEX_MAPPING.items():
+        keys[index] = (Frame.CONNECTION_METHOD if index >> 16 == spec.CONNECTION
+                       else METHOD_KINDS.get(method_class, Frame.METHOD))
+    publish_class, publish_method = spec.BASIC_PUBLISH
+    keys[publish_class << 16 | publish_method] = Frame.PUBLISH  # decoded as codec.Publish
+    return keys
+
+
+# The two tables above folded, once, into what an OPEN channel does per frame: content
+# state -> frame key (frame type or method index, see _frame_keys) -> (its kind, the
+# content state after it), for every frame that keeps the channel OPEN. A key absent
+# here (channel.close, a frame out of content order, an unknown method) takes the
+# general path, which consults LIFECYCLE and CONTENT themselves and raises their
+# errors; so both paths make the same transitions, and the per-frame path costs two
+# dict lookups instead of classifying the frame and walking both tables.
+DISPATCH: dict[ContentState, dict[int, tuple[Frame, ContentState]]] = {
+    content: {key: (kind, after[kind]) for key, kind in _frame_keys().items()
+              if kind in after and LIFECYCLE[ChannelState.OPEN].get(kind) is ChannelState.OPEN}
+    for content, after in CONTENT.items()}
+
+
 def lifecycle_error(state: ChannelState | None, kind: Frame, number: int, class_id: int,
                     method_id: int) -> AMQPError:
     """The error for a (state, frame) pair LIFECYCLE lacks (all are connection errors)."""

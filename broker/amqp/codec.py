@@ -34,6 +34,7 @@ from .properties import (MAX_TABLE_DEPTH, TOO_DEEP, Properties, decode_propertie
 
 _frame_header = struct.Struct(">BHI")
 _method_ids = struct.Struct(">HH")
+METHOD_INDEX = struct.Struct(">I")  # class_id << 16 | method_id, as one number
 _u8 = struct.Struct(">B")
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
@@ -90,21 +91,26 @@ def bad_frame(frame_type: int, payload: bytes, reason: str | tuple) -> AMQPError
 class FrameReader:
     """Splits bytes into frames. `frame_max` may change after tune-ok.
 
-    Consumed bytes are dropped when more arrive (`feed`), so pulling frames one at a
-    time with `next_frame` costs no copying of what is still buffered."""
+    The buffer is immutable bytes: a frame's payload is one slice of it (one copy, no
+    intermediate bytearray), and `feed` keeps only the unread tail. What is unread is
+    at most one partial frame (bounded by frame_max) once the connection has taken
+    every whole frame, so the concatenation in `feed` stays small."""
 
     __slots__ = ("_buffer", "_position", "frame_max")
 
     def __init__(self, frame_max: int) -> None:
-        self._buffer = bytearray()
+        self._buffer = b""
         self._position = 0  # where the next frame starts in _buffer
         self.frame_max = frame_max
 
     def feed(self, data: bytes) -> None:
-        if self._position:
-            del self._buffer[:self._position]
-            self._position = 0
-        self._buffer += data
+        buffer = self._buffer
+        position = self._position
+        if position >= len(buffer):  # all taken: the new bytes are the buffer
+            self._buffer = bytes(data)
+        else:
+            self._buffer = buffer[position:] + data
+        self._position = 0
 
     def take_protocol_header(self) -> bytes | None:
         """The first 8 bytes of a connection, once they have all arrived."""
@@ -112,7 +118,7 @@ class FrameReader:
         if len(self._buffer) - position < 8:
             return None
         self._position = position + 8
-        return bytes(self._buffer[position:position + 8])
+        return self._buffer[position:position + 8]
 
     def next_frame(self) -> tuple[int, int, bytes] | None:
         """(type, channel, payload) of the next whole frame, or None until more bytes
@@ -120,17 +126,17 @@ class FrameReader:
         the stream cannot be resynchronised after either."""
         buffer = self._buffer
         position = self._position
-        if len(buffer) - position < spec.FRAME_HEADER_SIZE:
+        if len(buffer) - position < 7:  # spec.FRAME_HEADER_SIZE
             return None
         frame_type, channel, size = _frame_header.unpack_from(buffer, position)
-        if size + spec.FRAME_OVERHEAD > self.frame_max:
+        if size + 8 > self.frame_max:  # spec.FRAME_OVERHEAD
             raise bad_frame(frame_type, b"", ("frame_too_large", size,
                                               self.frame_max - spec.FRAME_OVERHEAD))
-        frame_end = position + spec.FRAME_HEADER_SIZE + size
+        frame_end = position + 7 + size
         if frame_end >= len(buffer):
             return None
-        payload = bytes(buffer[position + spec.FRAME_HEADER_SIZE:frame_end])
-        if buffer[frame_end] != spec.FRAME_END:
+        payload = buffer[position + 7:frame_end]
+        if buffer[frame_end] != 206:  # spec.FRAME_END
             raise bad_frame(frame_type, payload,
                             ("invalid_frame_end_marker", buffer[frame_end]))
         self._position = frame_end + 1
@@ -183,26 +189,35 @@ def _short_str(data: bytes, offset: int) -> tuple[str, int]:
     return data[offset + 1:end].decode("utf-8", "surrogateescape"), end
 
 
-def _decode_publish(args: bytes) -> Publish:
-    # ticket(2) exchange(shortstr) routing_key(shortstr) bits(mandatory, immediate)
-    exchange, offset = _short_str(args, 2)
-    routing_key, offset = _short_str(args, offset)
-    bits = args[offset]
-    return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+# The hot decoders read the whole method payload (the four octets of class and method
+# ids first): no slice of the arguments is copied per message.
 
 
-def _decode_ack(args: bytes) -> Ack:
-    tag, bits = _ack_args.unpack_from(args)
+def _decode_publish(payload: bytes) -> Publish:
+    # ids(4) ticket(2) exchange(shortstr) routing_key(shortstr) bits(mandatory, immediate)
+    end = 7 + payload[6]
+    exchange = payload[7:end].decode("utf-8", "surrogateescape")
+    start = end + 1
+    end = start + payload[end]
+    if end >= len(payload):
+        raise IndexError("basic.publish arguments past end of frame")
+    bits = payload[end]
+    return Publish(exchange, payload[start:end].decode("utf-8", "surrogateescape"),
+                   bool(bits & 1), bool(bits & 2))
+
+
+def _decode_ack(payload: bytes) -> Ack:
+    tag, bits = _ack_args.unpack_from(payload, 4)
     return Ack(tag, bool(bits & 1))
 
 
-def _decode_nack(args: bytes) -> Nack:
-    tag, bits = _ack_args.unpack_from(args)
+def _decode_nack(payload: bytes) -> Nack:
+    tag, bits = _ack_args.unpack_from(payload, 4)
     return Nack(tag, bool(bits & 1), bool(bits & 2))
 
 
-def _decode_reject(args: bytes) -> Reject:
-    tag, bits = _ack_args.unpack_from(args)
+def _decode_reject(payload: bytes) -> Reject:
+    tag, bits = _ack_args.unpack_from(payload, 4)
     return Reject(tag, bool(bits & 1))
 
 
@@ -227,7 +242,7 @@ def decode_method(payload: bytes) -> tuple[int, int, Any]:
     hot = _HOT_DECODERS.get(ids)
     try:
         if hot is not None:
-            return class_id, method_id, hot(payload[4:])
+            return class_id, method_id, hot(payload)
         cls = pamqp_commands.INDEX_MAPPING.get((class_id << 16) | method_id)
         if cls is None:
             raise AMQPError(spec.COMMAND_INVALID, f"unknown method {class_id}/{method_id}",

@@ -44,8 +44,8 @@ from collections import deque
 from pamqp import commands as pamqp_commands
 
 from . import codec, spec
-from .channel import (CONTENT, LIFECYCLE, METHOD_KINDS, ChannelMachine, ChannelState, Frame,
-                      content_error, lifecycle_error)
+from .channel import (CONTENT, DISPATCH, LIFECYCLE, METHOD_KINDS, ChannelMachine, ChannelState,
+                      Frame, content_error, lifecycle_error)
 from .errors import AMQPError
 from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, Event, LoginRequested,
                      MethodReceived, VhostRequested)
@@ -93,6 +93,9 @@ _CHANNEL_OPEN, _CHANNEL_CLOSING = ChannelState.OPEN, ChannelState.CLOSING
 _KIND_METHOD, _KIND_HEADER, _KIND_BODY = Frame.METHOD, Frame.HEADER, Frame.BODY
 _KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
 _METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
+_DISPATCH = DISPATCH
+_method_index = codec.METHOD_INDEX.unpack_from  # a method payload's class_id << 16 | method_id
+decode_method = codec.decode_method
 
 
 class ChannelQuota:
@@ -197,6 +200,7 @@ class Connection:
         """The next event, or None until more bytes arrive (or after ConnectionClosed)."""
         events = self._events
         next_frame = self.reader.next_frame
+        channels = self.channels
         while not events:
             state = self.state
             if state is not _OPEN:
@@ -222,7 +226,32 @@ class Connection:
             frame_type, number, payload = found
             try:
                 if number and state is _OPEN and 0 < frame_type < 4:
-                    event = self._channel_frame(frame_type, number, payload)
+                    # an OPEN channel's frame: its DISPATCH entry, else the general path
+                    channel = channels.get(number)
+                    step = None
+                    if channel is not None and channel.state is _CHANNEL_OPEN:
+                        if frame_type != _METHOD:
+                            step = _DISPATCH[channel.content].get(frame_type)
+                        elif len(payload) >= 4:
+                            key = _method_index(payload)[0]
+                            step = _DISPATCH[channel.content].get(key)
+                    if step is None:
+                        event = self._channel_frame(frame_type, number, payload)
+                    else:
+                        kind = step[0]
+                        if kind is _KIND_BODY:
+                            channel.content = step[1]
+                            event = channel.body(payload)
+                        elif kind is _KIND_METHOD:
+                            event = MethodReceived(number, decode_method(payload)[2],
+                                                   key >> 16, key & 0xFFFF)
+                        elif kind is _KIND_HEADER:
+                            channel.content = step[1]
+                            event = channel.header(payload, self.max_message_size)
+                        else:  # basic.publish: decoded before the content state moves
+                            channel.begin(decode_method(payload)[2])
+                            channel.content = step[1]
+                            continue
                 else:
                     event = self._frame(frame_type, number, payload)
             except AMQPError as error:
