@@ -470,6 +470,42 @@ def basic_deliver(channel: int, consumer_tag: str, delivery_tag: int, redelivere
                   + bits(redelivered) + _ss(exchange) + _ss(routing_key))
 
 
+_SHORT_STRINGS: dict[str, bytes] = {}  # consumer tags, exchanges, routing keys, encoded
+_SHORT_STRINGS_MAX = 4096
+
+
+def _ss_cached(value: str) -> bytes:
+    encoded = _SHORT_STRINGS.get(value)
+    if encoded is None:
+        encoded = _ss(value)
+        if len(_SHORT_STRINGS) >= _SHORT_STRINGS_MAX:
+            _SHORT_STRINGS.clear()
+        _SHORT_STRINGS[value] = encoded
+    return encoded
+
+
+_DELIVER_IDS = _method_ids.pack(60, 60)
+_pack_frame_header = _frame_header.pack
+
+
+def delivery(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+             exchange: str, routing_key: str, header: bytes, body: bytes,
+             frame_max: int) -> bytes:
+    """basic.deliver, its content header and body frames as one string of bytes
+    (what `basic_deliver` and `content` make, joined): a consumer's every message.
+    The short strings, the same for most deliveries, are encoded once."""
+    payload = b"".join((_DELIVER_IDS, _ss_cached(consumer_tag), _u64.pack(delivery_tag),
+                        b"\x01" if redelivered else b"\x00", _ss_cached(exchange),
+                        _ss_cached(routing_key)))
+    if len(body) + spec.FRAME_OVERHEAD > frame_max or not body:
+        return b"".join((_pack_frame_header(spec.FRAME_METHOD, channel, len(payload)), payload,
+                         b"\xce", *content(channel, header, body, frame_max)))
+    return b"".join((_pack_frame_header(spec.FRAME_METHOD, channel, len(payload)), payload,
+                     b"\xce", _pack_frame_header(spec.FRAME_HEADER, channel, len(header)),
+                     header, b"\xce", _pack_frame_header(spec.FRAME_BODY, channel, len(body)),
+                     body, b"\xce"))
+
+
 def basic_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
                  routing_key: str, message_count: int) -> bytes:
     return method(channel, 60, 71, _u64.pack(delivery_tag) + bits(redelivered)

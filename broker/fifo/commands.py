@@ -378,10 +378,11 @@ def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routi
                      key_bytes, _u32.pack(len(header)), header, body))
 
 
-def decode_message(data: bytes) -> tuple[str, str, bytes, bytes]:
-    """(exchange, routing key, raw content header, body) of an Enqueue entry."""
-    _tag, _priority, _size, _seq = _enqueue_head.unpack_from(data)
-    _publisher, offset = _read_s(data, _enqueue_head.size)
+def decode_message(data: bytes, start: int = 0) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, raw content header, body) of an Enqueue entry that
+    begins at `start` in `data` (after an envelope: nothing is copied to skip it)."""
+    offset = start + _enqueue_head.size  # the publisher, then the exchange
+    offset += 2 + _u16.unpack_from(data, offset)[0]
     exchange_length = data[offset]
     exchange = data[offset + 1:offset + 1 + exchange_length].decode("utf-8", "surrogateescape")
     offset += 1 + exchange_length
@@ -440,15 +441,18 @@ def encode(command: Command) -> bytes:
     raise TypeError(f"not a fifo command: {command!r}")
 
 
-def decode(data: bytes) -> Command:
-    tag = data[0]
-    if tag == 1:
-        _tag, priority, size, seq = _enqueue_head.unpack_from(data)
-        publisher, offset = _read_s(data, _enqueue_head.size)
+def decode(data: bytes, start: int = 0) -> Command:
+    """The command encoded at `start` in `data` (after an envelope)."""
+    tag = data[start]
+    if tag == 1:  # read in place: an Enqueue carries the message
+        _tag, priority, size, seq = _enqueue_head.unpack_from(data, start)
+        publisher, offset = _read_s(data, start + _enqueue_head.size)
         offset += 1 + data[offset]           # exchange
         offset += 1 + data[offset]           # routing key
         header = data[offset + 4:offset + 4 + _u32.unpack_from(data, offset)[0]]
         return Enqueue(publisher, seq, size, priority, expiration_ms(header))
+    if start:
+        data = data[start:]
     if tag in (7, 13):
         return Purge() if tag == 7 else Tick()
     if tag in (14, 15, 18):

@@ -56,5 +56,5 @@ def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:
     """(leader time in ms or None, fifo command) of a COMMAND entry."""
     if data[0] == TIMED:
         _tag, now_ms = TIMED_HEAD.unpack_from(data)
-        return now_ms, commands.decode(data[TIMED_HEAD.size:])
+        return now_ms, commands.decode(data, TIMED_HEAD.size)
     return None, commands.decode(data)

@@ -166,9 +166,8 @@ class Channel:
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
         session = self.session
-        session.write(codec.basic_deliver(self.number, consumer.tag, tag, redelivered,
-                                          exchange, routing_key))
-        session.write_parts(codec.content(self.number, header, body, session.frame_max))
+        session.write(codec.delivery(self.number, consumer.tag, tag, redelivered, exchange,
+                                     routing_key, header, body, session.frame_max))
         counters = self.node.counters.by_type[queue.type_name]
         counts = queue.message_counts
         if redelivered:

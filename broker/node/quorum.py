@@ -440,7 +440,7 @@ class QuorumGroups:
         if data[0] == FORWARDED:  # published on another node
             data = unwrap(data)[1]
         if data[0] == TIMED:  # the proposer's clock (message TTL)
-            data = data[TIMED_HEAD.size:]
+            return commands.decode_message(data, TIMED_HEAD.size)
         return commands.decode_message(data)
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:

@@ -221,7 +221,11 @@ class Session:
         self._handling = True
         connection = self.connection
         try:
-            while (event := connection.next_event()) is not None:
+            next_event = connection.next_event
+            while (event := next_event()) is not None:
+                if type(event) is ContentReceived:  # the per-message event first
+                    self._content(event)
+                    continue
                 match event:
                     case MethodReceived():
                         channel = self.channels[event.channel]

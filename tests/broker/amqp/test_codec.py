@@ -284,6 +284,24 @@ def test_content_is_split_by_frame_max(channel, body, frame_max):
     assert len(chunks) == math.ceil(len(body) / (frame_max - spec.FRAME_OVERHEAD))
 
 
+@settings(max_examples=40, deadline=None)
+@given(channel=user_channels, tag=short_strings(), delivery_tag=u64, redelivered=st.booleans(),
+       exchange=short_strings(), routing_key=short_strings(), body=st.binary(max_size=3000),
+       frame_max=st.integers(min_value=9, max_value=1200))
+def test_a_delivery_is_deliver_then_its_content(channel, tag, delivery_tag, redelivered,
+                                                exchange, routing_key, body, frame_max):
+    """`codec.delivery` (a consumer's message in one string of bytes) is exactly
+    basic.deliver followed by the content frames, also when asked twice (its short
+    strings are cached) and when the body is empty or split by frame_max."""
+    header = pamqp_header.ContentHeader(0, len(body), commands.Basic.Properties()).marshal()
+    expected = (codec.basic_deliver(channel, tag, delivery_tag, redelivered, exchange,
+                                    routing_key)
+                + b"".join(codec.content(channel, header, body, frame_max)))
+    for _ in range(2):
+        assert codec.delivery(channel, tag, delivery_tag, redelivered, exchange, routing_key,
+                              header, body, frame_max) == expected
+
+
 # ---------------------------------------------------------------- hot-path decoders
 
 
