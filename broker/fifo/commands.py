@@ -370,10 +370,12 @@ def _read_ids(data: bytes, offset: int) -> tuple[int, ...]:
 
 
 def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routing_key: str,
-                   header: bytes, body: bytes) -> bytes:
+                   header: bytes, body: bytes, head: bytes = b"") -> bytes:
+    """An Enqueue's data, after `head` (an envelope's, written in the same join: the
+    message is copied once)."""
     exchange_bytes = exchange.encode("utf-8", "surrogateescape")
     key_bytes = routing_key.encode("utf-8", "surrogateescape")
-    return b"".join((_enqueue_head.pack(1, priority, len(body), seq), _s(publisher),
+    return b"".join((head, _enqueue_head.pack(1, priority, len(body), seq), _s(publisher),
                      _u8.pack(len(exchange_bytes)), exchange_bytes, _u8.pack(len(key_bytes)),
                      key_bytes, _u32.pack(len(header)), header, body))
 

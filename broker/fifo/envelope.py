@@ -52,6 +52,13 @@ def stamp(data: bytes, now_ms: int) -> bytes:
     return TIMED_HEAD.pack(TIMED, now_ms) + data
 
 
+def stamped_enqueue(now_ms: int, publisher: str, seq: int, priority: int, exchange: str,
+                    routing_key: str, header: bytes, body: bytes) -> bytes:
+    """`stamp(commands.encode_enqueue(...), now_ms)` built in one piece."""
+    return commands.encode_enqueue(publisher, seq, priority, exchange, routing_key, header,
+                                   body, TIMED_HEAD.pack(TIMED, now_ms))
+
+
 def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:
     """(leader time in ms or None, fifo command) of a COMMAND entry."""
     if data[0] == TIMED:

@@ -31,7 +31,7 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
-from ..fifo.envelope import encode_command, stamp
+from ..fifo.envelope import encode_command, stamped_enqueue
 from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
@@ -271,12 +271,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         do, as their keys are out of order."""
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
-        data = commands.encode_enqueue(publisher, seq, min(message.priority, 255),
-                                       message.exchange, message.routing_key,
-                                       message.properties.raw, message.body)
         # every Enqueue carries the proposer's clock: message TTLs count from it
         node = channel.node if channel is not None else self.groups.cluster.node
-        data = stamp(data, node.clock_ms)
+        data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
+                               message.exchange, message.routing_key,
+                               message.properties.raw, message.body)
         waiter = None
         if confirm is not None:
             answer = confirm.hold()

@@ -9,7 +9,8 @@ import pytest
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Down, LeaseGrow, LeaseRelease,
                                               LeaseSettle, Purge, Settle, Tick, UpdateConfig)
-from quorumqueue.broker.fifo.envelope import TIMED, decode_entry, encode_command
+from quorumqueue.broker.fifo.envelope import (TIMED, TIMED_HEAD, decode_entry, encode_command,
+                                              stamp, stamped_enqueue)
 
 NOW = 1_764_000_000_123  # ms since the epoch (2025-11-24)
 NOW_BYTES = NOW.to_bytes(8, "big")
@@ -49,6 +50,17 @@ def test_an_enqueue_entry_is_the_message_without_an_envelope():
     data = commands.encode_enqueue("pub", 4, 9, "ex", "rk", b"header", b"body")
     assert data[0] == 1
     assert decode_entry(data) == (None, commands.Enqueue("pub", 4, 4, 9))
+
+
+def test_a_stamped_enqueue_is_the_enqueue_in_the_time_envelope():
+    """What a quorum queue proposes for a publish, built in one piece, is the stamp of
+    the plain Enqueue; the command and the message decode from it in place."""
+    now = 1_700_000_000_123
+    data = stamped_enqueue(now, "pub", 4, 9, "ex", "rk", b"header", b"body")
+    assert data == stamp(commands.encode_enqueue("pub", 4, 9, "ex", "rk", b"header", b"body"),
+                         now)
+    assert decode_entry(data) == (now, commands.Enqueue("pub", 4, 4, 9))
+    assert commands.decode_message(data, TIMED_HEAD.size) == ("ex", "rk", b"header", b"body")
 
 
 def test_the_envelope_marker_is_no_command_tag():
