@@ -229,6 +229,16 @@ _HOT_DECODERS = {
 }
 
 
+def decode_publish(payload: bytes) -> Publish:
+    """basic.publish's arguments from its method payload (`decode_method` without the
+    lookup, for the per-message path); the same AMQPError if they cannot be read."""
+    try:
+        return _decode_publish(payload)
+    except IndexError as error:
+        raise AMQPError(spec.FRAME_ERROR, "cannot decode basic.publish arguments: "
+                        f"{error}", *spec.BASIC_PUBLISH) from None
+
+
 def decode_method(payload: bytes) -> tuple[int, int, Any]:
     """(class_id, method_id, arguments) of a method frame payload.
 
@@ -494,9 +504,11 @@ def delivery(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bo
     """basic.deliver, its content header and body frames as one string of bytes
     (what `basic_deliver` and `content` make, joined): a consumer's every message.
     The short strings, the same for most deliveries, are encoded once."""
-    payload = b"".join((_DELIVER_IDS, _ss_cached(consumer_tag), _u64.pack(delivery_tag),
-                        b"\x01" if redelivered else b"\x00", _ss_cached(exchange),
-                        _ss_cached(routing_key)))
+    cached = _SHORT_STRINGS.get  # (an encoded short string is never empty: never false)
+    payload = b"".join((_DELIVER_IDS, cached(consumer_tag) or _ss_cached(consumer_tag),
+                        _u64.pack(delivery_tag), b"\x01" if redelivered else b"\x00",
+                        cached(exchange) or _ss_cached(exchange),
+                        cached(routing_key) or _ss_cached(routing_key)))
     if len(body) + spec.FRAME_OVERHEAD > frame_max or not body:
         return b"".join((_pack_frame_header(spec.FRAME_METHOD, channel, len(payload)), payload,
                          b"\xce", *content(channel, header, body, frame_max)))

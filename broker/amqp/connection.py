@@ -95,7 +95,7 @@ _KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
 _METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
 _DISPATCH = DISPATCH
 _method_index = codec.METHOD_INDEX.unpack_from  # a method payload's class_id << 16 | method_id
-decode_method = codec.decode_method
+decode_method, decode_publish = codec.decode_method, codec.decode_publish
 
 
 class ChannelQuota:
@@ -249,7 +249,7 @@ class Connection:
                             channel.content = step[1]
                             event = channel.header(payload, self.max_message_size)
                         else:  # basic.publish: decoded before the content state moves
-                            channel.begin(decode_method(payload)[2])
+                            channel.begin(decode_publish(payload))
                             channel.content = step[1]
                             continue
                 else:

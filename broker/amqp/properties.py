@@ -61,7 +61,7 @@ _FLAG_CONTENT_ENCODING = 1 << 14
 _FLAG_HEADERS = 1 << 13
 _FLAG_DELIVERY_MODE = 1 << 12
 _FLAG_PRIORITY = 1 << 11
-_FLAG_EXPIRATION = 1 << 8
+_FLAG_EXPIRATION = FLAG_EXPIRATION = 1 << 8  # (public: a caller may test it first)
 
 
 @dataclass(slots=True)

@@ -451,8 +451,13 @@ def decode(data: bytes, start: int = 0) -> Command:
         publisher, offset = _read_s(data, start + _enqueue_head.size)
         offset += 1 + data[offset]           # exchange
         offset += 1 + data[offset]           # routing key
-        header = data[offset + 4:offset + 4 + _u32.unpack_from(data, offset)[0]]
-        return Enqueue(publisher, seq, size, priority, expiration_ms(header))
+        length = _u32.unpack_from(data, offset)[0]
+        offset += 4
+        # the expiration flag (1 << 8 of the header's property flags, octet 12) tested
+        # in place: a message without one costs no slice and no call
+        ttl = (expiration_ms(data[offset:offset + length])
+               if length >= _header_fixed.size and data[offset + 12] & 1 else None)
+        return Enqueue(publisher, seq, size, priority, ttl)
     if start:
         data = data[start:]
     if tag in (7, 13):

@@ -219,7 +219,11 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
         if gap is not None and seq == gap:
             del state.enqueuer_gaps[publisher]
     packed = pack(command.size, command.priority)
-    ttl = _ttl(command, state.config)
+    ttl, msg_ttl = command.ttl, state.config.msg_ttl  # the lower of the queue's and the message's TTL
+    if ttl is None:
+        ttl = msg_ttl
+    elif msg_ttl is not None:
+        ttl = min(ttl, msg_ttl)
     expiry = 0 if ttl is None else max(1, meta.system_time + ttl)
     (state.high if is_high(packed) else state.normal).append(meta.index, packed, expiry)
     state.enqueue_count += 1
@@ -248,15 +252,6 @@ def queue_expiry(state: FifoState) -> int | None:
     if state.config.expires is None or _has_consumers(state):
         return None
     return state.last_active + state.config.expires + 1 if state.last_active else 0
-
-
-def _ttl(command: Enqueue, config) -> int | None:
-    """The lower of the queue's message TTL and the message's expiration (ms)."""
-    if command.ttl is None:
-        return config.msg_ttl
-    if config.msg_ttl is None:
-        return command.ttl
-    return min(command.ttl, config.msg_ttl)
 
 
 def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> None:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .session import Session
 
 PERMISSION_CACHE_SIZE = 12  # rabbit_channel's ?MAX_PERMISSION_CACHE_SIZE
+_OPEN = ChannelState.OPEN  # (a global: an enum member off its class is slow on Python 3.11)
 
 
 class Consumer:
@@ -76,7 +77,7 @@ class Consumer:
 
     def has_capacity(self) -> bool:
         channel = self.channel
-        if not channel.flow_active or channel.state != ChannelState.OPEN:
+        if not channel.flow_active or channel.state is not _OPEN:
             return False
         if self.no_ack:
             return True

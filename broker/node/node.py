@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
-from ..amqp.properties import expiration_error
+from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
@@ -348,7 +348,8 @@ class Node:
         if exchange.internal:
             raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
                             f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
-        invalid = expiration_error(properties)  # per-message TTL, as rabbit_channel
+        invalid = (expiration_error(properties)  # per-message TTL, as rabbit_channel
+                   if properties.flags & FLAG_EXPIRATION else None)
         if invalid is not None:
             raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
                             f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)

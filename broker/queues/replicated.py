@@ -88,9 +88,10 @@ class ReplicatedGroup:
     def propose_data(self, data: bytes, waiter: Waiter | None = None) -> None:
         """Append `data` to the group's log, here or at the leader; `waiter` gets the
         machine's reply once this member applied it."""
-        if self.router is None or self.is_leader:
+        raft = self.raft
+        if self.router is None or (raft is not None and raft.role is _LEADER):  # is_leader
             try:
-                index = self.raft.propose(data)
+                index = raft.propose(data)
             except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it
                 if self.router is None:
                     raise
