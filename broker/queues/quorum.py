@@ -131,6 +131,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
         self.config_proposed = None   # settings proposed for the machine, not yet applied
         self.groups = None            # the node's QuorumGroups (reads bodies from the log)
+        # settlements (Settle/Return/Discard: kind, consumer key, msg ids) not proposed
+        # yet: coalesced until the queue's next command or the node's next round
+        self.settling: list[tuple[type, str, list[int]]] = []
         self.expiry_proposed = False  # x-expires: this leader asked the metadata to delete it
 
     # ------------------------------------------------------------ counts
@@ -240,8 +243,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
                 waiter: Waiter | None = None) -> None:
         """Append a command to the log (here, or at the group's leader); `waiter` gets
         the machine's reply once the entry is committed and applied here."""
+        if self.settling:  # settlements made before this command go first
+            self.flush_settlements()
         data = command if isinstance(command, bytes) else encode_command(command, now_ms)
         self.propose_data(data, waiter)
+
+    def flush_settlements(self) -> None:
+        """Propose the settlements coalesced since the queue's last command, in order
+        (a run of one kind for one consumer is one command)."""
+        settling, self.settling = self.settling, []
+        for kind, key, msg_ids in settling:
+            self.propose_data(encode_command(kind(key, tuple(msg_ids)), 0))
 
     def restore(self, data: bytes) -> None:
         """The state machine, and the identities of the forwarded commands applied,
@@ -358,8 +370,23 @@ class QuorumQueue(ReplicatedGroup, Queue):
         by_key: dict[str, list[int]] = {}
         for token in tokens:
             by_key.setdefault(token.key, []).append(token.msg_id)
+        groups = self.groups
+        if groups is None:
+            for key, msg_ids in by_key.items():
+                self.propose(kind(key, tuple(msg_ids)), 0)
+            return
+        # A client acking every message would otherwise make a log entry (and an
+        # append, a decode and an apply on every member) per ack: what one read
+        # settles becomes one command per consumer, proposed before the queue's next
+        # command or at the node's next round (QuorumGroups.begin_round), so nothing
+        # is reordered against this queue's other commands.
+        settling = self.settling
         for key, msg_ids in by_key.items():
-            self.propose(kind(key, tuple(msg_ids)), 0)
+            if settling and settling[-1][0] is kind and settling[-1][1] == key:
+                settling[-1][2].extend(msg_ids)
+            else:
+                settling.append((kind, key, msg_ids))
+        groups.settling.add(self)
 
     def channel_closed(self, channel: "Channel", tokens: list) -> None:
         """One Down returns everything the channel held (delivery count + 1),
