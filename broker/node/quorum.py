@@ -309,7 +309,7 @@ class QuorumGroups:
             else:  # the cluster's metadata group (broker/cluster/meta.py)
                 reply = queue.apply(entry.index, entry.term, data)
                 if identity is not None:
-                    queue.applied.record(identity, entry.index, reply)
+                    queue.applied.keep_reply(identity, reply)  # admitted above
                 for callback in queue.take_waiters(entry.index, entry.term):
                     callback(reply)
 
@@ -344,7 +344,7 @@ class QuorumGroups:
                                             queue.state)
         if identity is not None:
             # a publish's "ok" is not kept: a duplicate's waiter takes None as stored too
-            queue.applied.record(identity, index, None if reply == "ok" else reply)
+            queue.applied.keep_reply(identity, None if reply == "ok" else reply)
         for callback in queue.take_waiters(index, term):
             callback(reply)
         replaying = index <= queue.replay_until

@@ -146,9 +146,10 @@ class ReplicatedGroup:
         """(identity, the command's data) of a forwarded COMMAND entry about to be
         applied; (identity, None) if an entry with that identity was applied before:
         then the entry's waiters are answered here, with the first one's reply, and
-        the machine must not see it. The caller `record`s an admitted identity."""
+        the machine must not see it. An admitted identity is recorded here
+        (`AppliedIds.admit`); the caller hands its reply to `AppliedIds.keep_reply`."""
         identity, command = unwrap(data)
-        if identity is None or not self.applied.seen(identity):
+        if identity is None or self.applied.admit(identity, index):  # recorded now
             return identity, command
         reply = self.applied.reply(identity)
         for waiter in self.take_waiters(index, term):

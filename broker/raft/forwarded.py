@@ -3,7 +3,8 @@ identities a group has applied, so that no member applies a forwarded command tw
 
 Responsibilities: wrap a command's data with its identity (`wrap`) and take it off
 again (`unwrap`); remember, per group, which identities were applied and the reply
-their first application produced (`AppliedIds`: `seen`, `reply`, `record`); carry
+their first application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
+the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); carry
 that memory in the group's snapshots (`dump_snapshot` / `load_snapshot`). Pure: no
 I/O, no clock. Used alike by every replicated group (a quorum queue, the metadata
 group: broker/queues/replicated.py) and by the analytics jobs' replay.
@@ -154,6 +155,38 @@ class AppliedIds:
         kept (awaited and not None); else None."""
         window = self.origins.get(identity.origin)
         return None if window is None else window.replies.get(identity.seq)
+
+    def admit(self, identity: Identity, index: int) -> bool:
+        """`seen` and the first half of `record` in one call, for the apply loop: False
+        if an entry with this identity was applied (nothing changes); else the entry
+        at `index` is recorded as applied and True returned (its reply, once known,
+        goes to `keep_reply`)."""
+        origins = self.origins
+        origin = identity.origin
+        seq = identity.seq
+        window = origins.get(origin)
+        if window is None:
+            window = _Origin(0, 0, index)
+            if len(origins) >= MAX_ORIGINS:
+                del origins[next(iter(origins))]
+        else:
+            if window.floor < seq <= window.high and seq not in window.missing:
+                return False  # seen
+            del origins[origin]
+        if seq == window.high + 1 and seq - WINDOW <= window.floor:
+            window.high = seq  # the usual next seq, the floor not yet moving: inlined
+        else:
+            window.record(seq)
+        window.last_index = index
+        origins[origin] = window  # the most recent, last
+        return True
+
+    def keep_reply(self, identity: Identity, reply: Any) -> None:
+        """The reply of an entry `admit` recorded: kept if awaited and not None."""
+        if identity.reply_awaited and reply is not None:
+            window = self.origins.get(identity.origin)
+            if window is not None and identity.seq > window.floor:
+                window.replies[identity.seq] = reply
 
     def record(self, identity: Identity, index: int, reply: Any) -> None:
         """The entry at `index` with this identity, not seen, was applied."""

@@ -143,3 +143,32 @@ def test_no_command_or_envelope_starts_with_the_wrappers_octet():
     assert forwarded.FORWARDED != envelope.TIMED
     with pytest.raises(ValueError, match="unknown fifo command tag 254"):
         commands.decode(bytes([forwarded.FORWARDED]) + bytes(32))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_admit_and_keep_reply_are_seen_and_record_in_one_call(seed):
+    """The apply loop's `admit` (then `keep_reply`) decides and records exactly as
+    `seen` then `record` do: the same entries skipped, the same windows, replies and
+    eviction order, over forwards out of order, repeated, past WINDOW and from more
+    than MAX_ORIGINS origins."""
+    rng = random.Random(seed)
+    origins = [rng.getrandbits(64) for _ in range(MAX_ORIGINS + 4)]
+    entries = []
+    for _ in range(3000):
+        origin = rng.choice(origins[:3]) if rng.random() < 0.9 else rng.choice(origins)
+        seq = max(1, rng.randint(0, 2 * WINDOW + 50) if rng.random() < 0.2
+                  else rng.randint(1, 60))
+        entries.append(Identity(origin, seq, rng.random() < 0.5))
+    entries += [Identity(origins[0], seq, True) for seq in range(1, WINDOW + 300)]
+    by_two_calls, by_admit = AppliedIds(), AppliedIds()
+    for index, identity in enumerate(entries, start=1):
+        reply = rng.choice([None, "ok", index])
+        skipped = by_two_calls.seen(identity)
+        if not skipped:
+            by_two_calls.record(identity, index, reply)
+        admitted = by_admit.admit(identity, index)
+        if admitted:
+            by_admit.keep_reply(identity, reply)
+        assert admitted is not skipped, (index, identity)
+    assert by_admit == by_two_calls
+    assert list(by_admit.origins) == list(by_two_calls.origins)  # the eviction order
