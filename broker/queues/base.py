@@ -10,8 +10,7 @@ The operations, and what each owes its caller:
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for: a message-store
   batch (`confirm.after_batch`), an answer later (`confirm.hold()` returns the
-  callback to call with True/False; `confirm.hold_reply(refused)` one to call with a
-  reply, a nack when it equals `refused`), or a refusal now (`confirm.refuse()`).
+  callback to call with True/False), or a refusal now (`confirm.refuse()`).
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
   this node starts or stops; deliveries go out through `channel.deliver`.
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
@@ -79,7 +78,7 @@ class Confirm:
     Invariant: `outstanding` counts the holds not yet answered; each hold's callback
     is called exactly once."""
 
-    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply", "_refused")
+    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply")
 
     def __init__(self, channel: "Channel", seq: int, reply: bytes | None = None) -> None:
         self.channel = channel
@@ -105,20 +104,6 @@ class Confirm:
     def _answer(self, accepted: bool) -> None:
         self.outstanding -= 1
         if not accepted:
-            self.ok = False
-        self.channel.confirm_answered()
-
-    def hold_reply(self, refused: object) -> Callable[[object], None]:
-        """`hold()` for a queue that answers with a reply (a quorum queue's machine
-        reply): the confirm is a nack if the reply equals `refused`. (One call per
-        publish fewer than wrapping `hold()`'s callback.)"""
-        self.outstanding += 1
-        self._refused = refused
-        return self._reply
-
-    def _reply(self, reply: object) -> None:
-        self.outstanding -= 1
-        if reply == self._refused:
             self.ok = False
         self.channel.confirm_answered()
 

@@ -288,8 +288,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
                                message.exchange, message.routing_key,
                                message.properties.raw, message.body)
-        # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
-        waiter = None if confirm is None else confirm.hold_reply("rejected")
+        waiter = None
+        if confirm is not None:
+            answer = confirm.hold()
+            # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
+            waiter = lambda reply: answer(reply != "rejected")  # noqa: E731
         self.propose(data, 0, waiter)
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
