@@ -248,6 +248,16 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = command if isinstance(command, bytes) else encode_command(command, now_ms)
         self.propose_data(data, waiter)
 
+    def has_unapplied(self) -> bool:
+        return super().has_unapplied() or (self.raft is not None and bool(self.settling))
+
+    def after_applied(self, waiter: Waiter) -> None:
+        """A barrier: also after the settlements not proposed yet (a count asked
+        right after an ack includes it)."""
+        if self.settling:
+            self.flush_settlements()
+        super().after_applied(waiter)
+
     def flush_settlements(self) -> None:
         """Propose the settlements coalesced since the queue's last command, in order
         (a run of one kind for one consumer is one command)."""
