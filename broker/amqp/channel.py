@@ -11,7 +11,10 @@ OPEN -> absent on channel.close, CLOSING -> absent on close/close-ok). A kind mi
 from a table is the protocol error RabbitMQ sends for it, built by `lifecycle_error`
 and `content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
 The tables are nested dicts (state, then kind) rather than keyed by pairs: no tuple
-is built per frame.
+is built per frame. For an OPEN channel the connection looks frames up in DISPATCH,
+both tables folded once at import and keyed on what a frame starts with (its type,
+or its method's class and method ids as one number); a frame DISPATCH lacks takes
+the general path through the two tables, so both paths make the same transitions.
 
 Invariants: a channel in CLOSING (the server sent channel.close) receives nothing but
 channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a message's

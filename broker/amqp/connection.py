@@ -23,7 +23,8 @@ States (ConnectionState); a frame a state has no transition for is a protocol er
     any -client close or close-ok, refused login, handshake error, framing error,
       missed heartbeats, lost socket-> CLOSED
 
-Channels follow channel.py's LIFECYCLE and CONTENT tables. `channel_max` bounds how
+Channels follow channel.py's LIFECYCLE and CONTENT tables (per frame through DISPATCH,
+the two folded into one lookup for an OPEN channel). `channel_max` bounds how
 many channels are OPEN at once (530 NOT_ALLOWED, as rabbit_reader), not their numbers:
 RabbitMQ 3.10 opens channel 65535 under channel_max 2047, and so does this.
 
