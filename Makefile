@@ -104,11 +104,14 @@ browser:
 main: setup
 	@$(PY) -m quorumqueue.jobs.orders_to_delta
 
+# The suite runs in one pytest-xdist worker per CPU, a test file per worker at a time
+# (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process.
+XDIST := -n auto --dist loadfile
 test: setup oracle browser $(STAMP_NEWEST)
-	@$(PY) -m pytest -q
+	@$(PY) -m pytest -q $(XDIST)
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
 	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \
-	  $(VENV_NEWEST)/bin/python -m pytest -q $(NEWEST_TESTS)
+	  $(VENV_NEWEST)/bin/python -m pytest -q $(XDIST) $(NEWEST_TESTS)
 
 # Throughput (classic, then quorum queues) and quorum-queue bytes per message,
 # quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
