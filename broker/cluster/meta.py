@@ -34,6 +34,8 @@ Commands (field "op"):
   operator_policy.clear vhost name
   vhost.limits      vhost limits {max-connections, max-queues}   (empty: cleared)
   user.limits       name limits {max-connections, max-channels}  (node/limits.py)
+  parameter.set     component vhost name value   (set_parameter: a dynamic shovel)
+  parameter.clear   component vhost name
   (node/metadata.py applies every command to a node; node/definitions.py checks
   the definitions on the proposing node)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).

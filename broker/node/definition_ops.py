@@ -29,6 +29,13 @@ Operations (request fields -> result):
   users.clear_limits {name, limit: NAME | "all"}     -> {}
   users.list_limits  {name?}                         -> [{user, limits}]
   (limits: node/limits.py; rabbitmqctl's set_vhost_limits and set_user_limits)
+  parameters.set     {vhost, component, name, value} -> {}   (component "shovel":
+                     its value checked by broker/shovel/parameters.py)
+  parameters.clear   {vhost, component, name}        -> {}
+  parameters.list    {vhost?, component?}            -> [{vhost, component, name, value}]
+  shovels.status     {}                              -> [the rows of the shovels this
+                     node runs (broker/shovel/worker.py `status`), and a row with
+                     state "unknown" and the node that runs it for each other one]
 All need a user tagged `administrator`. A change is checked on the node the client
 talks to (definitions.py), then proposed to the metadata group (a node of its own is
 a cluster of one) and answered once this node applied it: every node then has it.
@@ -239,6 +246,52 @@ def _users_list_limits(node, session, request) -> list[dict]:
     return limits.user_limit_rows(node, name)
 
 
+def _parameters_set(node, session, request):
+    _require_administrator(session)
+    vhost, component, name = (request.get("vhost", "/"), request.get("component"),
+                              request.get("name"))
+    value = d.check_parameter(node, component, vhost, name, request.get("value"))
+    return _change(node, "parameter.set", {"component": component, "vhost": vhost,
+                                           "name": name, "value": value})
+
+
+def _parameters_clear(node, session, request):
+    _require_administrator(session)
+    vhost, component, name = (request.get("vhost", "/"), request.get("component"),
+                              request.get("name"))
+    d.check_existing_parameter(node, component, vhost, name)
+    return _change(node, "parameter.clear", {"component": component, "vhost": vhost,
+                                             "name": name})
+
+
+def _parameters_list(node, session, request) -> list[dict]:
+    _require_administrator(session)
+    vhost, component = request.get("vhost"), request.get("component")
+    if vhost is not None:
+        d.check_vhost(node, vhost)
+    return [item for item in node.parameter_items()
+            if (vhost is None or item["vhost"] == vhost)
+            and (component is None or item["component"] == component)]
+
+
+def _shovels_status(node, session, request) -> list[dict]:
+    """The shovels running here, then the others of the metadata as the shovel
+    runner (the metadata group's leader) is not asked: state "unknown", its node."""
+    _require_administrator(session)
+    rows = list(node.shovel_status()) if node.shovel_status is not None else []
+    here = {(row["vhost"], row["name"]) for row in rows}
+    meta = node.cluster.meta
+    runner = meta.leader_id if meta is not None else None
+    for (vhost, name), value in sorted(node.shovel_parameters().items()):
+        if (vhost, name) not in here:
+            rows.append({"name": name, "vhost": vhost, "type": "dynamic",
+                         "node": runner or "", "state": "unknown",
+                         "source": str(value.get("src-uri", "")),
+                         "destination": str(value.get("dest-uri", "")),
+                         "termination_reason": ""})
+    return sorted(rows, key=lambda row: (row["vhost"], row["name"]))
+
+
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "users.add": _users_add, "users.delete": _users_delete,
     "users.change_password": _users_change_password, "users.set_tags": _users_set_tags,
@@ -255,4 +308,6 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "vhosts.list_limits": _vhosts_list_limits,
     "users.set_limits": _users_set_limits, "users.clear_limits": _users_clear_limits,
     "users.list_limits": _users_list_limits,
+    "parameters.set": _parameters_set, "parameters.clear": _parameters_clear,
+    "parameters.list": _parameters_list, "shovels.status": _shovels_status,
 }

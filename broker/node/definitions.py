@@ -115,6 +115,30 @@ def check_existing_policy(node: "Node", vhost, name) -> None:
         raise AMQPError(spec.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
 
 
+def check_parameter(node: "Node", component, vhost, name, value):
+    """A runtime parameter's value, checked (component "shovel": broker/shovel/
+    parameters.py); 406 with rabbitmqctl's text when refused."""
+    from ..shovel.parameters import COMPONENT, ShovelError, check
+
+    check_vhost(node, vhost)
+    _name("parameter", name)
+    if component != COMPONENT:
+        raise AMQPError(spec.NOT_FOUND, f"component {component!r} not found (quorumqueue "
+                        f"knows runtime parameters of component '{COMPONENT}')")
+    try:
+        check(value)
+    except ShovelError as error:
+        raise precondition(str(error)) from None
+    return value
+
+
+def check_existing_parameter(node: "Node", component, vhost, name) -> None:
+    check_vhost(node, vhost)
+    if (component, vhost, name) not in node.parameters:
+        raise AMQPError(spec.NOT_FOUND, f"Parameter does not exist: component {component!r}, "
+                        f"name {name!r} in vhost '{vhost}'")
+
+
 def check_operator_policy(node: "Node", vhost, name, pattern, definition, priority,
                           apply_to) -> Policy:
     check_vhost(node, vhost)
@@ -174,6 +198,8 @@ def apply_delete_vhost(node: "Node", name: str) -> None:
         user.permissions.pop(name, None)
     node.policies.pop(name, None)
     node.operator_policies.pop(name, None)
+    for key in [k for k in node.parameters if k[1] == name]:
+        del node.parameters[key]
     node.metadata_dirty = True
 
 
@@ -217,6 +243,17 @@ def apply_clear_operator_policy(node: "Node", vhost: str, name: str) -> None:
     node.apply_policies(vhost)
 
 
+def apply_parameter(node: "Node", component: str, vhost: str, name: str, value) -> None:
+    if vhost in node.vhosts:  # deleted meanwhile through another node
+        node.parameters[(component, vhost, name)] = value
+        node.metadata_dirty = True
+
+
+def apply_clear_parameter(node: "Node", component: str, vhost: str, name: str) -> None:
+    if node.parameters.pop((component, vhost, name), None) is not None:
+        node.metadata_dirty = True
+
+
 def apply_command(node: "Node", c: dict) -> None:
     """Apply one definition command ({"op": ..., fields}, as cluster/meta.py lists
     them): the one way a checked change reaches a node, whether the management RPC
@@ -251,6 +288,10 @@ def apply_command(node: "Node", c: dict) -> None:
                     p["apply_to"]))
         case "operator_policy.clear":
             apply_clear_operator_policy(node, c["vhost"], c["name"])
+        case "parameter.set":
+            apply_parameter(node, c["component"], c["vhost"], c["name"], c["value"])
+        case "parameter.clear":
+            apply_clear_parameter(node, c["component"], c["vhost"], c["name"])
         case "vhost.limits":
             limits.apply_vhost_limits(node, c["vhost"], c["limits"])
         case "user.limits":
@@ -261,7 +302,8 @@ def apply_command(node: "Node", c: dict) -> None:
 
 COMMANDS = ("user.put", "user.delete", "vhost.add", "vhost.delete", "permissions.set",
             "permissions.clear", "policy.set", "policy.clear", "operator_policy.set",
-            "operator_policy.clear", "vhost.limits", "user.limits")
+            "operator_policy.clear", "vhost.limits", "user.limits", "parameter.set",
+            "parameter.clear")
 
 
 def _close_sessions(node: "Node", which, reason: str) -> None:

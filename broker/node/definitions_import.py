@@ -30,6 +30,7 @@ from ..auth.users import HASHING_ALGORITHMS, SHA256, InvalidPattern, Permissions
 from ..queues import registry
 from ..queues.types import validate_declaration
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE
+from ..shovel.parameters import COMPONENT as SHOVEL, ShovelError, check as check_shovel
 from . import limits
 from .operator_policies import parse_operator_policy
 from .policies import PolicyError, parse_policy
@@ -286,10 +287,19 @@ class _Importer:
                 except PolicyError as error:
                     raise DefinitionsError(f"{where}: {error}") from None
                 self.add("operator_policy.set", policy=policy.as_dict())
+            elif component == SHOVEL:
+                name = _text(where, item, "name")
+                try:
+                    check_shovel(value)
+                except ShovelError as error:
+                    raise DefinitionsError(f"{where}: shovel '{name}': {error}") from None
+                self.add("parameter.set", component=SHOVEL, vhost=vhost, name=name,
+                         value=value)
             else:
                 raise DefinitionsError(
                     f"{where}: runtime parameters of component {component!r} are not "
-                    "supported by quorumqueue (it reads operator_policy and vhost-limits)")
+                    "supported by quorumqueue (it reads operator_policy, vhost-limits "
+                    "and shovel)")
 
     def import_global_parameters(self) -> None:
         for where, item in _items(self.document, "global_parameters"):

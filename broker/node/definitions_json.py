@@ -31,8 +31,9 @@ The format, section by section (what RabbitMQ 3.10.8 and 4.2 write and read)
                        (RabbitMQ keeps operator policies there, `value` holding
                        pattern, definition, priority, apply-to; 3.10.8 writes the
                        definition as a list of pairs, 4.2 as an object: both read)
-                       and vhost-limits; any other component (federation, shovel) is
-                       refused by name
+                       and vhost-limits, and shovel (a dynamic shovel: `value` its
+                       keys, checked as set_parameter checks them, broker/shovel/);
+                       any other component (federation) is refused by name
     global_parameters  {name, value}: cluster_name is noted, not applied (a node's
                        cluster name is its configuration's); others refused
     policies           {vhost, name, pattern, apply-to, priority, definition}
@@ -137,6 +138,8 @@ def export_document(node: "Node") -> dict:
                                "name": policy.name,
                                "value": {k: item[k] for k in ("pattern", "definition",
                                                               "priority", "apply-to")}})
+        parameters += [{"vhost": v, "component": c, "name": n, "value": value}
+                       for (c, v, n), value in sorted(node.parameters.items()) if v == name]
         policies += [_policy_item(p) for p in sorted(node.policies.get(name, {}).values(),
                                                       key=lambda p: p.name)]
         for queue in sorted(vhost.queues.values(), key=lambda q: q.name):

@@ -36,6 +36,9 @@ Format (version 2, JSON, keys sorted):
    "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional: none),
    "policies": [{vhost, name, pattern, definition, priority, apply_to}],
    "operator_policies": [the same fields] (new in version 2),
+   "parameters": [{vhost, component, name, value}] (runtime parameters: shovels;
+                 optional, absent when there are none, so a node that predates it
+                 reads every snapshot without one),
    "exchanges": [{vhost, name, type, durable, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
                members (quorum) | host, exclusive_owner (classic)}],
@@ -111,7 +114,9 @@ def document(node: "Node") -> dict:
             "vhosts": sorted(node.vhosts), "users": sorted(users, key=key),
             "vhost_limits": limits.document(node),
             "policies": sorted(policies, key=key),
-            "operator_policies": sorted(operator_policies, key=key), "exchanges": sorted(exchanges, key=key),
+            "operator_policies": sorted(operator_policies, key=key),
+            **({"parameters": node.parameter_items()} if node.parameters else {}),
+            "exchanges": sorted(exchanges, key=key),
             "queues": sorted(queues, key=key), "bindings": sorted(bindings, key=key)}
 
 
@@ -167,6 +172,8 @@ def restore(node: "Node", snapshot: dict) -> None:
     _restore_users(node, snapshot["users"])
     _restore_policies(node, snapshot["policies"])
     _restore_policies(node, snapshot.get("operator_policies", []), operator=True)
+    node.parameters = {(p["component"], p["vhost"], p["name"]): p["value"]
+                       for p in snapshot.get("parameters", ()) if p["vhost"] in node.vhosts}
     _restore_queues(node, snapshot["queues"])
     _restore_exchanges(node, snapshot["exchanges"])
     _restore_bindings(node, snapshot["bindings"])

@@ -83,6 +83,11 @@ class Node:
         self.policies: dict[str, dict[str, Policy]] = {}  # vhost -> name -> policy
         # rabbitmqctl set_operator_policy (node/operator_policies.py): vhost -> name -> it
         self.operator_policies: dict[str, dict[str, Policy]] = {}
+        # runtime parameters (rabbitmqctl set_parameter; component "shovel" only,
+        # broker/shovel/): (component, vhost, name) -> value
+        self.parameters: dict[tuple[str, str, str], object] = {}
+        # the shovels' status rows on this node, set by the server shell (shovels.status)
+        self.shovel_status = None
         # metadata commands applied that are continuous membership reconciliation's
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
         # guide's CMR); the server runs CMR a trigger_interval after a new one
@@ -517,9 +522,21 @@ class Node:
                              for _name, policy in sorted(self.operator_policies[vhost].items())]
         return {"vhosts": sorted(self.vhosts), "users": users, "policies": policies,
                 "operator_policies": operator_policies,
+                **({"parameters": self.parameter_items()} if self.parameters else {}),
                 "vhost_limits": limits.document(self),
                 "exchanges": exchanges,
                 "queues": queues, "bindings": bindings}
+
+    def parameter_items(self) -> list[dict]:
+        """The runtime parameters as [{vhost, component, name, value}], sorted."""
+        return [{"vhost": vhost, "component": component, "name": name, "value": value}
+                for (component, vhost, name), value in sorted(self.parameters.items())]
+
+    def shovel_parameters(self) -> dict[tuple[str, str], dict]:
+        """{(vhost, name): value} of the shovel parameters (the server shell runs
+        them on the node that leads the metadata group: broker/shovel/)."""
+        return {(vhost, name): value for (component, vhost, name), value
+                in self.parameters.items() if component == "shovel"}
 
     @staticmethod
     def _durable_binding(vhost: VHost, binding) -> bool:
@@ -560,6 +577,9 @@ class Node:
                                                item["definition"], item["priority"],
                                                item["apply_to"])
                 self.operator_policies.setdefault(policy.vhost, {})[policy.name] = policy
+            for item in document.get("parameters", ()):
+                self.parameters[(item["component"], item["vhost"], item["name"])] = \
+                    item["value"]
             for item in document["exchanges"]:
                 self.vhosts[item["vhost"]].declare_exchange(
                     item["name"], item["type"], False, True, item["auto_delete"],

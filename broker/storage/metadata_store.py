@@ -6,6 +6,8 @@ Format (version 1): `metadata.json`, a JSON object
    "vhost_limits": {vhost: {max-connections?, max-queues?}} (optional),
    "policies", "operator_policies" (optional: none): [{vhost, name, pattern,
    definition, priority, apply_to}],
+   "parameters" (optional: none): [{vhost, component, name, value}] (runtime
+   parameters: dynamic shovels, broker/shovel/),
    "exchanges": [{vhost, name, type, auto_delete, internal, arguments}],
    "queues": [{vhost, name, type, durable, auto_delete, arguments, group,
                members (quorum) | host, exclusive_owner (classic)}],
