@@ -20,6 +20,10 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl transform_definitions --transformations NAMES IN|- OUT|-   (offline:
         a file exported from RabbitMQ; broker/definitions_transform.py)
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
+    quorumqueue ctl set_parameter [-p VHOST] shovel NAME '{"src-uri": ..., ...}'
+    quorumqueue ctl clear_parameter [-p VHOST] shovel NAME
+    quorumqueue ctl list_parameters [-p VHOST]      quorumqueue ctl shovel_status
+        (dynamic shovels: broker/shovel/)
     quorumqueue ctl set_vhost_limits [-p VHOST] '{"max-connections": N, "max-queues": N}'
     quorumqueue ctl clear_vhost_limits [-p VHOST]
     quorumqueue ctl list_vhost_limits [-p VHOST] [--global]
@@ -622,3 +626,67 @@ def _no_user_or_vhost(api, user: str, vhost: str) -> str:
 
 def _exists(api, kind: str, name: str) -> bool:
     return _call(api, "GET", kind, name, allow_missing=True) is not None
+    _call(uri, "cluster.forget_node", node=node)
+
+
+@ctl.command("set_parameter")
+@uri_option
+@vhost_option
+@click.argument("component")
+@click.argument("name")
+@click.argument("value")
+def set_parameter(uri, vhost, component, name, value) -> None:
+    """Set runtime parameter NAME of COMPONENT in VHOST to VALUE, a JSON object.
+    COMPONENT "shovel": a dynamic shovel (RabbitMQ's keys, broker/shovel/README.md),
+    e.g. '{"src-uri": "amqp://old", "src-queue": "q", "dest-uri": "amqp://",
+    "dest-queue": "q", "ack-mode": "on-confirm", "src-delete-after": "queue-length"}'.
+    It runs on the node that leads the cluster's metadata group."""
+    from .shovel.parameters import ShovelError, parse_json
+
+    try:
+        parsed = parse_json(value)
+    except ShovelError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
+               f"\"{value}\" in vhost \"{vhost}\" ...")
+    _call(uri, "parameters.set", vhost=vhost, component=component, name=name, value=parsed)
+
+
+@ctl.command("clear_parameter")
+@uri_option
+@vhost_option
+@click.argument("component")
+@click.argument("name")
+def clear_parameter(uri, vhost, component, name) -> None:
+    """Remove runtime parameter NAME of COMPONENT from VHOST (a shovel stops)."""
+    click.echo(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
+               f"vhost \"{vhost}\" ...")
+    _call(uri, "parameters.clear", vhost=vhost, component=component, name=name)
+
+
+@ctl.command("list_parameters")
+@uri_option
+@vhost_option
+def list_parameters(uri, vhost) -> None:
+    """The runtime parameters of VHOST (rabbitmqctl's columns: component name value)."""
+    rows = _call(uri, "parameters.list", vhost=vhost)
+    click.echo(f"Listing runtime parameters for vhost \"{vhost}\" ...")
+    _echo_table(["component", "name", "value"],
+                [[r["component"], r["name"], _json(r["value"])] for r in rows])
+
+
+SHOVEL_COLUMNS = ("name", "vhost", "type", "node", "state", "source", "destination",
+                  "termination_reason")
+
+
+@ctl.command("shovel_status")
+@uri_option
+def shovel_status(uri) -> None:
+    """Every dynamic shovel: name, vhost, type (dynamic), the node running it, state
+    (starting, running, terminated), source and destination URIs (passwords
+    hidden) and, when terminated, the reason. Ask the node that runs the shovels
+    (the metadata group's leader); another node shows them with state unknown."""
+    rows = _call(uri, "shovels.status")
+    click.echo("Shovel status on node ...")
+    _echo_table(list(SHOVEL_COLUMNS), [[str(r.get(c, "")) for c in SHOVEL_COLUMNS]
+                                       for r in rows])

@@ -36,6 +36,8 @@ from ..raft.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
 from ..metrics.http import MetricsListener
 from ..node.session import Session
+from ..shovel.supervisor import Shovels
+from ..shovel.worker import local_uri
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
 
@@ -259,6 +261,7 @@ class BrokerServer:
         self._stopped = False
         self.management = None  # the management HTTP API, once started (start_management)
         self.metrics: MetricsListener | None = None  # the Prometheus endpoint
+        self.shovels: Shovels | None = None  # the dynamic shovels run here (start)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -302,6 +305,10 @@ class BrokerServer:
         # where clients reach this node, without credentials (cluster status)
         cluster.amqp_uri = f"amqp://{self.settings.host}:{self.port}"
         self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
+        self.shovels = Shovels(local_uri(self.settings.default_user, self.settings.default_pass,
+                                         self.settings.host, self.port),
+                               self._shovel_finished, cluster.name)
+        self.node.shovel_status = self.shovels.status
         if self.settings.clustered:  # other nodes to talk to: the inter-node listener
             from ..cluster.transport import ClusterTransport
 
@@ -362,6 +369,8 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
+        if self.shovels is not None:
+            await self.shovels.stop()
         if self.management is not None:
             await self.management.stop()
         if self._server is not None:
@@ -547,10 +556,28 @@ class BrokerServer:
             self.node.tick_queues()
             self.node.cluster.meta.expire(now)  # metadata changes waited on for too long
             self.node.tick_policies()
+            self.run_shovels()
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
                 self.check_alarms()
             self.schedule_flush()
+
+    def run_shovels(self) -> None:
+        """The dynamic shovels run on the node that leads the metadata group: one
+        node of the cluster, known to every node, and another one as soon as that
+        node goes away (a new leader is elected); a node that stops leading stops
+        its shovels. RabbitMQ too runs a dynamic shovel on one node of the cluster."""
+        meta = self.node.cluster.meta
+        leading = meta is not None and meta.is_leader
+        self.shovels.reconcile(self.node.shovel_parameters() if leading else {})
+
+    def _shovel_finished(self, vhost: str, name: str) -> None:
+        """A shovel reached its src-delete-after: it clears its own parameter."""
+        from ..cluster import meta
+
+        data = meta.encode("parameter.clear", component="shovel", vhost=vhost, name=name)
+        self.node.cluster.meta.propose_data(data, lambda _reply: None)
+        self.schedule_flush()
 
     async def _raft_tick_forever(self) -> None:
         """Raft's clock in a cluster: elections and heartbeats every raft tick."""
