@@ -221,15 +221,16 @@ class Shovel:
                 exchange = message.delivery.exchange if route[0] is None else route[0]
                 routing_key = route[1] if route[1] is not None \
                     else message.delivery.routing_key
+                # on-confirm waits for the confirm, not for the socket's drain
                 confirmation = await dest.basic_publish(
                     message.body, exchange=exchange, routing_key=routing_key,
-                    properties=properties)
+                    properties=properties, wait=d.ack_mode != "on-confirm")
                 if d.ack_mode == "on-confirm" and not isinstance(confirmation,
                                                                  spec.Basic.Ack):
                     raise RuntimeError(f"the destination did not confirm a message: "
                                        f"{type(confirmation).__name__}")
                 if d.ack_mode != "no-ack":
-                    await src.basic_ack(message.delivery.delivery_tag)
+                    await src.basic_ack(message.delivery.delivery_tag, wait=False)
                 self.moved += 1
                 done += 1
                 if remaining is not None and done >= remaining and not outcome.done():
