@@ -242,3 +242,55 @@ def test_shovel_parameters_survive_a_restart_and_travel_in_definitions(tmp_path)
         assert '"src-queue":"a"' in ctl(other, "list_parameters")
         publish(other, "a", range(5))
         wait_for(lambda: count(other, "b") == 5, what="the imported shovel at work")
+
+
+def test_in_a_cluster_the_shovel_moves_to_another_node_when_its_node_dies():
+    """The shovel runs on the node that leads the metadata group; killed (-9),
+    another node leads and runs it; nothing is lost."""
+    from tests.support.cluster import LocalCluster
+
+    total = 20_000
+    with BrokerProcess() as source, LocalCluster(3, proxied=False) as cluster:
+        publish(source, "q", range(total))
+
+        class Node:
+            def __init__(self, name):
+                self.uri = cluster.uri(name)
+
+        nodes = {name: Node(name) for name in cluster.names}
+        first = nodes[cluster.names[0]]
+        connection, channel = channel_of(first)
+        channel.queue_declare("q", durable=True, arguments={"x-queue-type": "quorum"})
+        connection.close()
+        shovel(first, "in", {"src-uri": source.uri, "src-queue": "q", "dest-uri": "amqp://",
+                             "dest-queue": "q", "reconnect-delay": 1,
+                             "src-prefetch-count": 200})
+
+        def runner() -> str | None:
+            for line in ctl(first, "shovel_status").splitlines()[2:]:
+                if line.split()[0] == "in" and " running " in f" {line} ":
+                    return line.split()[3]
+            return None
+
+        running_on = wait_for(runner, what="the shovel running")
+        wait_for(lambda: count(first, "q") >= 1000, what="the transfer under way")
+        others = [name for name in cluster.names if name != running_on]
+        status = ctl(nodes[others[0]], "shovel_status")  # asked elsewhere: who runs it
+        assert running_on in status
+        cluster.kill(running_on)
+        survivor = nodes[others[0]]
+        assert count(source, "q") > 0  # killed mid-transfer
+        wait_for(lambda: count(source, "q") == 0, timeout=240, what="the source drained")
+
+        def moved_elsewhere() -> bool:
+            for name in others:
+                rows = ctl(nodes[name], "shovel_status").splitlines()[2:]
+                if any(r.split()[0] == "in" and name in r and " running " in f" {r} "
+                       for r in rows):
+                    return True
+            return False
+
+        wait_for(moved_elsewhere, what="the shovel running on a surviving node")
+        ids = [int(m) for m, _b, _h in drain(survivor, "q")]
+        assert set(ids) == set(range(total))
+        assert len(ids) - total <= 2 * 200
