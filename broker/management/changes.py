@@ -513,3 +513,37 @@ async def put_operator_policy(request: Request):
 @route("DELETE", "/api/operator-policies/{vhost}/{name}")
 async def delete_operator_policy(request: Request):
     return await _delete_any_policy(request, "operator-policies")
+
+
+# ---------------------------------------------------------------- runtime parameters
+
+
+@route("PUT", "/api/parameters/{component}/{vhost}/{name}")
+async def put_parameter(request: Request):
+    """rabbitmqctl set_parameter over HTTP (rabbit_mgmt_wm_parameter): the body's
+    `value` (a shovel's keys: broker/shovel/); a refused value is a 400 with the
+    text set_parameter prints."""
+    require(request.user, "policymaker")
+    component, vhost = request.captures["component"], request.captures["vhost"]
+    name = request.captures["name"]
+    require_vhost(request.node, request.user, vhost)
+    body = await request.json()
+    if not isinstance(body, dict) or "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    existed = (component, vhost, name) in request.node.parameters
+    await operation(request, "parameters.set", vhost=vhost, component=component, name=name,
+                    value=body["value"])
+    return Answer(204 if existed else 201)
+
+
+@route("DELETE", "/api/parameters/{component}/{vhost}/{name}")
+async def delete_parameter(request: Request):
+    require(request.user, "policymaker")
+    component, vhost = request.captures["component"], request.captures["vhost"]
+    name = request.captures["name"]
+    require_vhost(request.node, request.user, vhost)
+    if (component, vhost, name) not in request.node.parameters:
+        raise not_found()
+    await operation(request, "parameters.clear", vhost=vhost, component=component,
+                    name=name)
+    return Answer(204)

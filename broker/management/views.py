@@ -642,3 +642,73 @@ async def vhost_definitions(request: Request):
     from .changes import operation
 
     return await operation(request, "definitions.export", vhost=_vhost_names(request)[0])
+
+
+# ---------------------------------------------------------------- runtime parameters
+
+
+def _parameter_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    require(request.user, "policymaker")
+    component = request.captures.get("component")
+    return [{"vhost": vhost, "component": c, "name": name, "value": value}
+            for (c, vhost, name), value in sorted(request.node.parameters.items(),
+                                                  key=lambda item: (item[0][1], item[0][0],
+                                                                    item[0][2]))
+            if vhost in vhosts and (component is None or c == component)]
+
+
+@route("GET", "/api/parameters")
+async def parameters(request: Request):
+    return _parameter_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/parameters/{component}")
+async def component_parameters(request: Request):
+    return _parameter_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/parameters/{component}/{vhost}")
+async def vhost_parameters(request: Request):
+    return _parameter_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/parameters/{component}/{vhost}/{name}")
+async def one_parameter(request: Request):
+    for row in _parameter_rows(request, _vhost_names(request)):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()
+
+
+def _shovel_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    """The shovel plugin's /api/shovels rows (rabbitmq_shovel_management) of the
+    shovels this node runs; the others (run by another node) with state unknown."""
+    node = request.node
+    shown = list(node.shovel_status()) if node.shovel_status is not None else []
+    here = {(row["vhost"], row["name"]) for row in shown}
+    meta = node.cluster.meta
+    for (vhost, name), value in sorted(node.shovel_parameters().items()):
+        if (vhost, name) not in here:
+            shown.append({"name": name, "vhost": vhost, "type": "dynamic",
+                          "node": (meta.leader_id if meta is not None else None) or "",
+                          "state": "unknown"})
+    return sorted((row for row in shown if row["vhost"] in vhosts),
+                  key=lambda row: (row["vhost"], row["name"]))
+
+
+@route("GET", "/api/shovels")
+async def shovels(request: Request):
+    return _shovel_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/shovels/{vhost}")
+async def vhost_shovels(request: Request):
+    return _shovel_rows(request, _vhost_names(request))
+
+
+@route("GET", "/api/shovels/vhost/{vhost}/{name}")
+async def one_shovel(request: Request):
+    for row in _shovel_rows(request, _vhost_names(request)):
+        if row["name"] == request.captures["name"]:
+            return row
+    raise not_found()

@@ -294,3 +294,43 @@ def test_in_a_cluster_the_shovel_moves_to_another_node_when_its_node_dies():
         ids = [int(m) for m, _b, _h in drain(survivor, "q")]
         assert set(ids) == set(range(total))
         assert len(ids) - total <= 2 * 200
+
+
+def _http(broker, method: str, path: str, body=None):
+    import base64
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        broker.management_url + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
+                 "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            text = answer.read()
+            return answer.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def test_the_management_api_sets_lists_and_clears_a_shovel(brokers):
+    source, destination = brokers
+    publish(source, "h", range(20))
+    value = {"src-uri": "amqp://", "src-queue": "h", "dest-uri": destination.uri,
+             "dest-queue": "h"}
+    assert _http(source, "PUT", "/api/parameters/shovel/%2F/web", {"value": value})[0] == 201
+    wait_for(lambda: count(destination, "h") == 20, what="moved through the API's shovel")
+    status, rows = _http(source, "GET", "/api/parameters/shovel/%2F")
+    assert status == 200 and rows == [{"vhost": "/", "component": "shovel", "name": "web",
+                                       "value": value}]
+    assert _http(source, "GET", "/api/parameters/shovel/%2F/web")[1]["value"] == value
+    status, shovels = _http(source, "GET", "/api/shovels")
+    assert status == 200 and [(s["name"], s["state"], s["type"]) for s in shovels] == [
+        ("web", "running", "dynamic")]
+    status, refused = _http(source, "PUT", "/api/parameters/shovel/%2F/bad",
+                            {"value": {"src-uri": "amqp://", "dest-uri": "amqp://"}})
+    assert status == 400 and "Must specify 'src-exchange' or 'src-queue'" in refused["reason"]
+    assert _http(source, "DELETE", "/api/parameters/shovel/%2F/web")[0] == 204
+    assert _http(source, "DELETE", "/api/parameters/shovel/%2F/web")[0] == 404
+    wait_for(lambda: _http(source, "GET", "/api/shovels")[1] == [], what="the shovel gone")
