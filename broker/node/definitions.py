@@ -126,7 +126,7 @@ def check_parameter(node: "Node", component, vhost, name, value):
         raise AMQPError(spec.NOT_FOUND, f"component {component!r} not found (quorumqueue "
                         f"knows runtime parameters of component '{COMPONENT}')")
     try:
-        check(value)
+        check(value, name)
     except ShovelError as error:
         raise precondition(str(error)) from None
     return value
@@ -135,8 +135,8 @@ def check_parameter(node: "Node", component, vhost, name, value):
 def check_existing_parameter(node: "Node", component, vhost, name) -> None:
     check_vhost(node, vhost)
     if (component, vhost, name) not in node.parameters:
-        raise AMQPError(spec.NOT_FOUND, f"Parameter does not exist: component {component!r}, "
-                        f"name {name!r} in vhost '{vhost}'")
+        raise AMQPError(spec.NOT_FOUND, f"Parameter does not exist (component {component!r}, "
+                        f"name {name!r} in vhost '{vhost}')")
 
 
 def check_operator_policy(node: "Node", vhost, name, pattern, definition, priority,

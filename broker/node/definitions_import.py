@@ -290,7 +290,7 @@ class _Importer:
             elif component == SHOVEL:
                 name = _text(where, item, "name")
                 try:
-                    check_shovel(value)
+                    check_shovel(value, name)
                 except ShovelError as error:
                     raise DefinitionsError(f"{where}: shovel '{name}': {error}") from None
                 self.add("parameter.set", component=SHOVEL, vhost=vhost, name=name,

@@ -31,7 +31,12 @@ Refused by name: src-consumer-args, src-predeclared, dest-predeclared,
 dest-queue-args, dest-publish-properties (publish-properties), publish-fields,
 dest-add-timestamp-header (add-timestamp-header), and the AMQP 1.0 keys.
 
-Errors read as rabbitmqctl prints them: "Validation failed" and the reasons.
+Errors read as rabbitmqctl prints them: "Validation failed" and the reasons, in
+RabbitMQ 3.10.8's words where it has them (values as Erlang terms: <<"x">>);
+checked against it by tests/differential/test_migration_against_rabbitmq.py. Stricter
+than RabbitMQ, which accepts and ignores them: a key of the other side's kind
+(src-exchange-key with src-queue, dest-exchange-key without dest-exchange), a
+negative count, a key given under both its names.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ NOT_SUPPORTED = ("src-consumer-args", "src-predeclared", "dest-predeclared",
                  "src-address", "dest-address", "dest-application-properties",
                  "dest-properties", "dest-message-annotations")
 
-ACK_MODES = ("on-confirm", "on-publish", "no-ack")
+ACK_MODES = ("no-ack", "on-publish", "on-confirm")  # RabbitMQ's order, in its message
 
 
 class ShovelError(ValueError):
@@ -95,48 +100,66 @@ class Definition:
 
 
 def parse_json(text: str) -> dict:
-    """The JSON a user typed (ctl set_parameter), or ShovelError."""
+    """The JSON a user typed (ctl set_parameter), or ShovelError (RabbitMQ's first
+    words; the reason is Python's)."""
     try:
         return json.loads(text)
     except ValueError as error:
-        raise ShovelError(f"Could not parse JSON document: {error}") from None
+        raise ShovelError(f"JSON decoding error. Reason: {error}") from None
+
+
+def term(value) -> str:
+    """A JSON value as RabbitMQ's messages print it (an Erlang term: binaries for
+    strings, proplists for objects)."""
+    if isinstance(value, str):
+        return '<<"' + value.replace('"', '\\"') + '">>'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(term(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "[" + ",".join("{" + term(k) + "," + term(v) + "}"
+                              for k, v in value.items()) + "]"
+    return str(value)
 
 
 def _uris(key: str, value) -> tuple[str, ...]:
     uris = value if isinstance(value, list) else [value]
     if not uris or not all(isinstance(u, str) for u in uris):
         raise ShovelError(f"{key} should be a string or a non-empty list of strings, "
-                          f"actually was {json.dumps(value)}")
+                          f"actually was {term(value)}")
     for uri in uris:
         try:
             parts = urlsplit(uri)
             parts.port  # noqa: B018 - raises on a bad port
         except ValueError as error:
-            raise ShovelError(f"{key}: unable to parse URI {uri!r}: {error}") from None
+            raise ShovelError(f'"{uri}" not a valid URI: {error}') from None
         if parts.scheme not in ("amqp", "amqps"):
-            raise ShovelError(f"{key}: unable to parse URI {uri!r}: the scheme must be "
-                              "amqp or amqps")
+            raise ShovelError(f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,'
+                              f'"{parts.scheme}"}},"{uri}"}} (amqp or amqps)')
     return tuple(uris)
 
 
 def _name(value, key: str) -> str:
     if not isinstance(value, str):
-        raise ShovelError(f"{key} should be a string, actually was {json.dumps(value)}")
+        raise ShovelError(f"{key} should be a string, actually was {term(value)}")
     return value
 
 
 def _count(value, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ShovelError(f"{key} should be a non-negative integer, actually was "
-                          f"{json.dumps(value)}")
+        raise ShovelError(f"{key} should be a number greater than or equal to 0, "
+                          f"actually was {term(value)}")
     return value
 
 
-def check(value) -> Definition:
-    """The Definition of a shovel parameter's value, or ShovelError (module header)."""
+def check(value, name: str = "shovel") -> Definition:
+    """The Definition of shovel `name`'s parameter value, or ShovelError (module
+    header); the texts are RabbitMQ 3.10.8's where it has one."""
     if not isinstance(value, dict):
-        raise ShovelError(f"Validation failed\n\nshovel definition should be a JSON object, "
-                          f"actually was {json.dumps(value)}")
+        raise ShovelError(f"Validation failed\n\nUnrecognised terms {term(value)} in {name}")
     reasons = []
     given: dict = {}
     for key, item in value.items():
@@ -150,8 +173,8 @@ def check(value) -> Definition:
                        "(it implements " + ", ".join(KNOWN) + ")")
     unknown = [k for k in value if ALIASES.get(k, k) not in KNOWN + NOT_SUPPORTED]
     if unknown:
-        reasons.append("Unrecognised terms "
-                       + json.dumps({k: value[k] for k in unknown}) + " in shovel")
+        reasons.append("Unrecognised terms " + term({k: value[k] for k in unknown})
+                       + f" in {name}")
     for side in ("src", "dest"):
         protocol = given.get(f"{side}-protocol", "amqp091")
         if protocol != "amqp091":
@@ -159,7 +182,7 @@ def check(value) -> Definition:
                            "speaks amqp091 only")
     for key in ("src-uri", "dest-uri"):
         if key not in given:
-            reasons.append(f'Key "{key}" not found in shovel')
+            reasons.append(f'Key "{key}" not found in {name}')
     if "src-queue" in given and "src-exchange" in given:
         reasons.append("Cannot specify 'src-exchange' and 'src-queue'")
     elif "src-queue" not in given and "src-exchange" not in given:
@@ -175,16 +198,16 @@ def check(value) -> Definition:
     try:
         ack_mode = given.get("ack-mode", "on-confirm")
         if ack_mode not in ACK_MODES:
-            raise ShovelError(f"ack-mode should be one of {', '.join(ACK_MODES)}, "
-                              f"actually was {json.dumps(ack_mode)}")
+            raise ShovelError(f"ack-mode should be one of {term(list(ACK_MODES))}, "
+                              f"actually was {term(ack_mode)}")
         delete_after = given.get("src-delete-after", "never")
         if delete_after not in ("never", "queue-length"):
             delete_after = _count(delete_after, "src-delete-after") \
                 if not isinstance(delete_after, str) else None
             if delete_after is None:
-                raise ShovelError("src-delete-after should be \"never\", \"queue-length\" "
-                                  "or a non-negative integer, actually was "
-                                  f"{json.dumps(given['src-delete-after'])}")
+                raise ShovelError("src-delete-after should be a number greater than or "
+                                  'equal to 0, "never" or "queue-length", actually was '
+                                  f"{term(given['src-delete-after'])}")
             if ack_mode == "no-ack":
                 raise ShovelError("Cannot specify 'no-ack' and numerical 'delete-after'")
         if delete_after == "queue-length" and "src-queue" not in given:
@@ -192,12 +215,12 @@ def check(value) -> Definition:
                               "exchange source has no length)")
         delay = given.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-            raise ShovelError(f"reconnect-delay should be a non-negative number, actually "
-                              f"was {json.dumps(delay)}")
+            raise ShovelError(f"reconnect-delay should be a number, actually was "
+                              f"{term(delay)}")
         forward = given.get("dest-add-forward-headers", False)
         if not isinstance(forward, bool):
             raise ShovelError(f"dest-add-forward-headers should be a boolean, actually was "
-                              f"{json.dumps(forward)}")
+                              f"{term(forward)}")
         src_queue = given.get("src-queue")
         src_exchange = given.get("src-exchange")
         dest_queue = given.get("dest-queue")

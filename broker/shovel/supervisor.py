@@ -37,7 +37,7 @@ class Shovels:
             if key in self.running:
                 continue
             try:
-                definition = check(value)
+                definition = check(value, key[1])
             except ShovelError as error:  # checked when set: a value from elsewhere
                 log.error("shovel '%s' in vhost '%s' not started: %s", key[1], key[0], error)
                 continue
