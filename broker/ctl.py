@@ -684,8 +684,9 @@ SHOVEL_COLUMNS = ("name", "vhost", "type", "node", "state", "source", "destinati
 def shovel_status(uri) -> None:
     """Every dynamic shovel: name, vhost, type (dynamic), the node running it, state
     (starting, running, terminated), source and destination URIs (passwords
-    hidden) and, when terminated, the reason. Ask the node that runs the shovels
-    (the metadata group's leader); another node shows them with state unknown."""
+    hidden) and, when terminated, the reason. Any node answers: the rows come from
+    the node that runs the shovels (the metadata group's leader); state unknown
+    when that node does not answer or has not started the shovel yet."""
     rows = _call(uri, "shovels.status")
     click.echo("Shovel status on node ...")
     _echo_table(list(SHOVEL_COLUMNS), [[str(r.get(c, "")) for c in SHOVEL_COLUMNS]

@@ -1,4 +1,5 @@
-"""Asking a quorum queue's members on other nodes: status, peek, reclaim.
+"""Asking a quorum queue's members on other nodes: status, peek, reclaim (and a node
+for its shovels' status).
 
 Responsibilities: what `queues quorum_status`, `peek` and `reclaim_quorum_memory`
 need from a member wherever it runs (rabbitmq-queues asks the members' nodes over
@@ -10,6 +11,8 @@ Erlang distribution; here an Rpc "replica" to the member's node, answered by
 - peek: the ready message at a position (fifo/peek.py, queues/peeked.py), from the
   leader only (as RabbitMQ's aux command: a follower or a minority's member may be
   behind), once it applied everything it had appended;
+- shovels: the status rows of the dynamic shovels the node runs (`ctl
+  shovel_status` asked on another node than the one running them; broker/shovel/);
 - reclaim: the node's write-ahead log rolled over (storage: every memory table
   written to segment files, the memory released), the queue's in-memory log bytes
   before and after.
@@ -67,6 +70,10 @@ def ask(cluster: "Cluster", node: str, group: str, op: str, args: dict,
 
 def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
                 done: Callable[[dict | None], None]) -> None:
+    if op == "shovels":  # the dynamic shovels this node runs (not a group's: any group)
+        status = cluster.node.shovel_status
+        done({"rows": list(status()) if status is not None else []})
+        return
     member = cluster.node.quorum.queues.get(group)
     if member is None or member.raft is None or member.deleted:
         done(None)

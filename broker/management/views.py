@@ -680,35 +680,29 @@ async def one_parameter(request: Request):
     raise not_found()
 
 
-def _shovel_rows(request: Request, vhosts: list[str]) -> list[dict]:
-    """The shovel plugin's /api/shovels rows (rabbitmq_shovel_management) of the
-    shovels this node runs; the others (run by another node) with state unknown."""
-    node = request.node
-    shown = list(node.shovel_status()) if node.shovel_status is not None else []
-    here = {(row["vhost"], row["name"]) for row in shown}
-    meta = node.cluster.meta
-    for (vhost, name), value in sorted(node.shovel_parameters().items()):
-        if (vhost, name) not in here:
-            shown.append({"name": name, "vhost": vhost, "type": "dynamic",
-                          "node": (meta.leader_id if meta is not None else None) or "",
-                          "state": "unknown"})
-    return sorted((row for row in shown if row["vhost"] in vhosts),
-                  key=lambda row: (row["vhost"], row["name"]))
+async def _shovel_rows(request: Request, vhosts: list[str]) -> list[dict]:
+    """The shovel plugin's /api/shovels rows (rabbitmq_shovel_management), from the
+    node that runs the shovels (the management operation shovels.status)."""
+    from .changes import operation  # changes imports this module's neighbours only
+
+    require(request.user, "policymaker")
+    return [row for row in await operation(request, "shovels.status")
+            if row["vhost"] in vhosts]
 
 
 @route("GET", "/api/shovels")
 async def shovels(request: Request):
-    return _shovel_rows(request, _vhost_names(request))
+    return await _shovel_rows(request, _vhost_names(request))
 
 
 @route("GET", "/api/shovels/{vhost}")
 async def vhost_shovels(request: Request):
-    return _shovel_rows(request, _vhost_names(request))
+    return await _shovel_rows(request, _vhost_names(request))
 
 
 @route("GET", "/api/shovels/vhost/{vhost}/{name}")
 async def one_shovel(request: Request):
-    for row in _shovel_rows(request, _vhost_names(request)):
+    for row in await _shovel_rows(request, _vhost_names(request)):
         if row["name"] == request.captures["name"]:
             return row
     raise not_found()

@@ -33,9 +33,8 @@ Operations (request fields -> result):
                      its value checked by broker/shovel/parameters.py)
   parameters.clear   {vhost, component, name}        -> {}
   parameters.list    {vhost?, component?}            -> [{vhost, component, name, value}]
-  shovels.status     {}                              -> [the rows of the shovels this
-                     node runs (broker/shovel/worker.py `status`), and a row with
-                     state "unknown" and the node that runs it for each other one]
+  shovels.status     {}                              -> [the rows of the shovels, from
+                     the node that runs them (broker/shovel/worker.py `status`)]
 All need a user tagged `administrator`. A change is checked on the node the client
 talks to (definitions.py), then proposed to the metadata group (a node of its own is
 a cluster of one) and answered once this node applied it: every node then has it.
@@ -274,22 +273,35 @@ def _parameters_list(node, session, request) -> list[dict]:
             and (component is None or item["component"] == component)]
 
 
-def _shovels_status(node, session, request) -> list[dict]:
-    """The shovels running here, then the others of the metadata as the shovel
-    runner (the metadata group's leader) is not asked: state "unknown", its node."""
+def _shovels_status(node, session, request):
+    """The shovels' rows from the node that runs them (the metadata group's leader):
+    this node's own, or asked over the cluster (cluster/replica_rpc.py "shovels");
+    a shovel whose runner does not answer (none elected, unreachable) or that has
+    not started yet has state "unknown" and the node expected to run it."""
     _require_administrator(session)
-    rows = list(node.shovel_status()) if node.shovel_status is not None else []
-    here = {(row["vhost"], row["name"]) for row in rows}
     meta = node.cluster.meta
     runner = meta.leader_id if meta is not None else None
-    for (vhost, name), value in sorted(node.shovel_parameters().items()):
-        if (vhost, name) not in here:
-            rows.append({"name": name, "vhost": vhost, "type": "dynamic",
-                         "node": runner or "", "state": "unknown",
-                         "source": str(value.get("src-uri", "")),
-                         "destination": str(value.get("dest-uri", "")),
-                         "termination_reason": ""})
-    return sorted(rows, key=lambda row: (row["vhost"], row["name"]))
+
+    def rows(answered: list[dict]) -> list[dict]:
+        shown = list(answered)
+        here = {(row["vhost"], row["name"]) for row in shown}
+        for (vhost, name), value in sorted(node.shovel_parameters().items()):
+            if (vhost, name) not in here:
+                shown.append({"name": name, "vhost": vhost, "type": "dynamic",
+                              "node": runner or "", "state": "unknown",
+                              "source": str(value.get("src-uri", "")),
+                              "destination": str(value.get("dest-uri", "")),
+                              "termination_reason": ""})
+        return sorted(shown, key=lambda row: (row["vhost"], row["name"]))
+
+    if runner is None or runner == node.cluster.name:
+        return rows(node.shovel_status() if node.shovel_status is not None else [])
+    from ..cluster import meta as meta_group, replica_rpc
+    from .management import Later
+
+    return Later(lambda done: replica_rpc.ask(
+        node.cluster, runner, meta_group.META_GROUP, "shovels", {},
+        lambda answer: done(rows(answer["rows"] if answer else []))))
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {

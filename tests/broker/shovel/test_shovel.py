@@ -280,8 +280,10 @@ def test_in_a_cluster_the_shovel_moves_to_another_node_when_its_node_dies():
         running_on = wait_for(runner, what="the shovel running")
         wait_for(lambda: count(first, "q") >= 1000, what="the transfer under way")
         others = [name for name in cluster.names if name != running_on]
-        status = ctl(nodes[others[0]], "shovel_status")  # asked elsewhere: who runs it
-        assert running_on in status
+        # asked on another node: the row comes from the node running it
+        rows = ctl(nodes[others[0]], "shovel_status").splitlines()[2:]
+        assert [r.split()[:5] for r in rows] == [["in", "/", "dynamic", running_on,
+                                                  "running"]]
         cluster.kill(running_on)
         survivor = nodes[others[0]]
         assert count(source, "q") > 0  # killed mid-transfer
