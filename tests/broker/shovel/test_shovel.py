@@ -341,3 +341,26 @@ def test_the_management_api_sets_lists_and_clears_a_shovel(brokers):
     assert _http(source, "DELETE", "/api/parameters/shovel/%2F/web")[0] == 204
     assert _http(source, "DELETE", "/api/parameters/shovel/%2F/web")[0] == 404
     wait_for(lambda: _http(source, "GET", "/api/shovels")[1] == [], what="the shovel gone")
+
+
+def test_an_exchange_to_exchange_shovel_moves_what_is_routed_while_it_runs(brokers):
+    """src-exchange/src-exchange-key: a server-named queue bound at the source;
+    dest-exchange/dest-exchange-key: published there with that key."""
+    source, destination = brokers
+    connection, channel = channel_of(destination)
+    channel.queue_declare("routed", durable=True)
+    channel.queue_bind("routed", "amq.direct", "moved")
+    connection.close()
+    shovel(source, "x2x", {"src-uri": "amqp://", "src-exchange": "amq.topic",
+                           "src-exchange-key": "orders.#", "dest-uri": destination.uri,
+                           "dest-exchange": "amq.direct", "dest-exchange-key": "moved"})
+    wait_for(lambda: " running " in ctl(source, "shovel_status"), what="running")
+    connection, channel = channel_of(source)
+    channel.confirm_delivery()
+    for i in range(10):
+        key = "orders.new" if i % 2 == 0 else "audit.new"  # only orders.# is bound
+        channel.basic_publish("amq.topic", key, f"body-{i}".encode(),
+                              pika.BasicProperties(message_id=str(i)))
+    connection.close()
+    wait_for(lambda: count(destination, "routed") == 5, what="the 5 routed messages")
+    assert sorted(int(m) for m, _b, _h in drain(destination, "routed")) == [0, 2, 4, 6, 8]
