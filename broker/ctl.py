@@ -626,16 +626,15 @@ def _no_user_or_vhost(api, user: str, vhost: str) -> str:
 
 def _exists(api, kind: str, name: str) -> bool:
     return _call(api, "GET", kind, name, allow_missing=True) is not None
-    _call(uri, "cluster.forget_node", node=node)
 
 
 @ctl.command("set_parameter")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("component")
 @click.argument("name")
 @click.argument("value")
-def set_parameter(uri, vhost, component, name, value) -> None:
+def set_parameter(api, vhost, component, name, value) -> None:
     """Set runtime parameter NAME of COMPONENT in VHOST to VALUE, a JSON object.
     COMPONENT "shovel": a dynamic shovel (RabbitMQ's keys, broker/shovel/README.md),
     e.g. '{"src-uri": "amqp://old", "src-queue": "q", "dest-uri": "amqp://",
@@ -649,27 +648,30 @@ def set_parameter(uri, vhost, component, name, value) -> None:
         raise click.ClickException(str(error)) from None
     click.echo(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
                f"\"{value}\" in vhost \"{vhost}\" ...")
-    _call(uri, "parameters.set", vhost=vhost, component=component, name=name, value=parsed)
+    _call(api, "PUT", "parameters", component, vhost, name, missing=_no_vhost(vhost),
+          body={"vhost": vhost, "component": component, "name": name, "value": parsed})
 
 
 @ctl.command("clear_parameter")
-@uri_option
+@management_options
 @vhost_option
 @click.argument("component")
 @click.argument("name")
-def clear_parameter(uri, vhost, component, name) -> None:
+def clear_parameter(api, vhost, component, name) -> None:
     """Remove runtime parameter NAME of COMPONENT from VHOST (a shovel stops)."""
     click.echo(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
                f"vhost \"{vhost}\" ...")
-    _call(uri, "parameters.clear", vhost=vhost, component=component, name=name)
+    _call(api, "DELETE", "parameters", component, vhost, name,
+          missing=f"NOT_FOUND - Parameter does not exist (component {component!r}, "
+                  f"name {name!r} in vhost '{vhost}')")
 
 
 @ctl.command("list_parameters")
-@uri_option
+@management_options
 @vhost_option
-def list_parameters(uri, vhost) -> None:
+def list_parameters(api, vhost) -> None:
     """The runtime parameters of VHOST (rabbitmqctl's columns: component name value)."""
-    rows = _call(uri, "parameters.list", vhost=vhost)
+    rows = [row for row in _call(api, "GET", "parameters") if row["vhost"] == vhost]
     click.echo(f"Listing runtime parameters for vhost \"{vhost}\" ...")
     _echo_table(["component", "name", "value"],
                 [[r["component"], r["name"], _json(r["value"])] for r in rows])
@@ -680,14 +682,14 @@ SHOVEL_COLUMNS = ("name", "vhost", "type", "node", "state", "source", "destinati
 
 
 @ctl.command("shovel_status")
-@uri_option
-def shovel_status(uri) -> None:
+@management_options
+def shovel_status(api) -> None:
     """Every dynamic shovel: name, vhost, type (dynamic), the node running it, state
     (starting, running, terminated), source and destination URIs (passwords
     hidden) and, when terminated, the reason. Any node answers: the rows come from
     the node that runs the shovels (the metadata group's leader); state unknown
     when that node does not answer or has not started the shovel yet."""
-    rows = _call(uri, "shovels.status")
+    rows = _call(api, "GET", "shovels")
     click.echo("Shovel status on node ...")
     _echo_table(list(SHOVEL_COLUMNS), [[str(r.get(c, "")) for c in SHOVEL_COLUMNS]
                                        for r in rows])

@@ -1,5 +1,5 @@
 """The management API's operator endpoints: vhost and user limits, closing a
-connection, the aliveness test, and the (empty) runtime parameters and topic
+connection, the aliveness test, the (empty) global parameters and topic
 permissions.
 
 - `/api/vhost-limits[/V]` GET, `/api/vhost-limits/V/NAME` PUT `{"value": N}` and
@@ -12,8 +12,9 @@ permissions.
   text), as RabbitMQ does; its own user or an administrator may.
 - `GET /api/aliveness-test/V`: declare the queue `aliveness-test`, publish a message
   to it and get it back through a direct connection; `{"status": "ok"}`.
-- `/api/parameters`, `/api/global-parameters`: quorumqueue has no runtime
-  parameters (federation, shovels...): empty lists, as a RabbitMQ without them.
+- `/api/global-parameters`: quorumqueue has no global runtime parameters: an empty
+  list, as a RabbitMQ without them. (`/api/parameters`, the shovels' runtime
+  parameters, are in views.py and changes.py.)
 """
 
 from __future__ import annotations
@@ -158,11 +159,6 @@ async def aliveness_test(request: Request):
     if got is None or got.body != b"test_message":
         return Answer(503, {"status": "failed", "reason": "the message did not come back"})
     return {"status": "ok"}
-
-
-@route("GET", "/api/parameters")
-async def parameters(request: Request):
-    return []
 
 
 @route("GET", "/api/global-parameters")

@@ -196,6 +196,7 @@ def test_a_mirrored_queue_with_100000_messages_moves_into_a_quorum_queue_cluster
     with LocalCluster(3, proxied=False) as cluster:
         class Node:  # qqctl's view of the first node
             uri = cluster.uri(cluster.names[0])
+            management_url = cluster.management_urls()[0]
 
         qqctl(Node, "import_definitions", str(ready))
         exported = json.loads(qqctl(Node, "export_definitions", "-p", "shop", "-"))
@@ -278,7 +279,7 @@ def test_shovel_definitions_are_refused_with_rabbitmqs_reasons(tmp_path):
             reasons = theirs.partition("Validation failed")[2].strip().splitlines()
             assert reasons, theirs
             ours = CliRunner().invoke(main, ["ctl", "set_parameter", "shovel", "bad", text,
-                                             "--uri", broker.uri])
+                                             "--base-uri", broker.management_url])
             assert ours.exit_code != 0
             assert "Validation failed" in ours.output
             for reason in reasons:
@@ -295,5 +296,5 @@ def test_shovel_definitions_are_refused_with_rabbitmqs_reasons(tmp_path):
         missing = _rabbitmqctl_refused(node, "clear_parameter", "shovel", "nope")
         assert "Parameter does not exist" in missing
         ours = CliRunner().invoke(main, ["ctl", "clear_parameter", "shovel", "nope",
-                                         "--uri", broker.uri])
+                                         "--base-uri", broker.management_url])
         assert ours.exit_code != 0 and "Parameter does not exist" in ours.output

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def ctl(broker, *arguments: str, ok: bool = True) -> str:
-    result = CliRunner().invoke(main, ["ctl", *arguments, "--uri", broker.uri])
+    result = CliRunner().invoke(main, ["ctl", *arguments, "--base-uri", broker.management_url])
     if ok:
         assert result.exit_code == 0, result.output
     else:
