@@ -261,6 +261,7 @@ def test_in_a_cluster_the_shovel_moves_to_another_node_when_its_node_dies():
         class Node:
             def __init__(self, name):
                 self.uri = cluster.uri(name)
+                self.management_url = cluster.management_url(name)  # the command line's
 
         nodes = {name: Node(name) for name in cluster.names}
         first = nodes[cluster.names[0]]
