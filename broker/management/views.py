@@ -100,6 +100,9 @@ async def overview(request: Request):
                   "ip_address": node.settings.host, "port": shell.port},
                  {"node": node.name, "protocol": "http",
                   "ip_address": request.api.host, "port": request.api.port}]
+    if shell.ssl_port is not None:   # RabbitMQ names its TLS AMQP listener amqp/ssl
+        listeners.append({"node": node.name, "protocol": "amqp/ssl",
+                          "ip_address": node.settings.host, "port": shell.ssl_port})
     if request.api.ssl_port is not None:   # RabbitMQ names its TLS HTTP listener https
         listeners.append({"node": node.name, "protocol": "https",
                           "ip_address": node.settings.management_ssl_ip or request.api.host,

@@ -6,9 +6,12 @@ Each broker runs both listeners: plain AMQP on its port, TLS on listeners.ssl.de
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import ssl
 import time
+import urllib.request
 
 import pika
 import pika.exceptions
@@ -110,6 +113,17 @@ def test_rabbitmq_uri_query_parameters_configure_tls(pki, optional_cert_broker):
 
 def test_the_plain_listener_runs_beside_the_tls_one(optional_cert_broker):
     assert round_trip(pika.URLParameters(optional_cert_broker.uri), "tls-plain") == b"over tls"
+
+
+def test_the_management_overview_lists_the_tls_listener(optional_cert_broker):
+    """/api/overview's listeners name the TLS AMQP port `amqp/ssl`, as RabbitMQ's."""
+    broker = optional_cert_broker
+    request = urllib.request.Request(f"{broker.management_url}/api/overview", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        listeners = json.loads(response.read())["listeners"]
+    assert {(row["protocol"], row["port"]) for row in listeners} >= {
+        ("amqp", broker.port), ("amqp/ssl", broker.ssl_port)}
 
 
 def test_plain_amqp_on_the_tls_port_gets_no_amqp(optional_cert_broker):
