@@ -233,6 +233,9 @@ def test_a_dead_consumers_messages_come_back():
                 channel.basic_publish("", "q", b"%d" % n, pika.BasicProperties(delivery_mode=2))
         leader = wait_for("a leader", lambda: leader_of(first, "q"))
         victim = next(name for name in cluster.names if name != leader)
+        # the declare-ok came once node 1 applied the declaration; the victim applies
+        # it a moment later (until then it answers 404 for "q")
+        wait_for("q known on " + victim, lambda: leader_of(cluster.uri(victim), "q"))
         doomed = connect(cluster.uri(victim))
         channel = doomed.channel()
         channel.basic_qos(prefetch_count=10)
