@@ -25,8 +25,10 @@ How it works
     Rows whose properties differ only in that seq (all of them, when the DataFrame
     has no property or header columns) share one encoded content header: pika asks
     a message's properties to `encode()` themselves, and `_Stamped` answers with
-    the shared bytes and its own 8-byte seq in place (pika encodes every integer
-    header as a 64-bit 'l' field). Encoding a header table per message was the
+    the shared bytes and its own 8-byte seq in place, always as a 64-bit 'l' field
+    (pika itself picks a 32-bit 'I' for a seq below 2^31, e.g. df.write's; both are
+    AMQP integers and the broker reads either). Rows without property or header
+    columns skip building and comparing a property set per row. Encoding a header table per message was the
     biggest cost of a sink task (bench/README.md, `connector_sink.py`).
 
 Invariants
@@ -156,6 +158,14 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
     properties = [(name, values[name]) for name in (*STRING_PROPERTIES, *INTEGER_PROPERTIES,
                                                     "timestamp") if name in values]
     default_key = options.routing_key or ""
+    if not properties and "headers" not in values:
+        # no property or header columns: every row has the same properties but its seq
+        template = _template(pika.BasicProperties(
+            delivery_mode=2, headers=_headers(None, key.publisher, _SEQ_SENTINEL)))
+        if template is not None:
+            yield from _uniform_messages(bodies, exchanges, routing_keys, template, plan,
+                                         options, key, first_row)
+            return
     templates: dict[tuple, _Template | None] = {}
     for index in range(batch.num_rows):
         row = first_row + index
@@ -184,6 +194,24 @@ def _batch_messages(batch: pa.RecordBatch, plan: InputPlan, options: SinkOptions
         yield Outgoing(row, exchanges[index] or options.exchange,
                        default_key if routing_keys[index] is None else routing_keys[index],
                        body.encode() if plan.body_is_text else body, stamped)
+
+
+def _uniform_messages(bodies: list, exchanges: list, routing_keys: list, template: _Template,
+                      plan: InputPlan, options: SinkOptions, key: IdempotencyKey,
+                      first_row: int) -> Iterator[Outgoing]:
+    """`_batch_messages` for rows without property or header columns: the same
+    messages, without building and comparing each row's property set."""
+    default_exchange, default_key = options.exchange, options.routing_key or ""
+    text = plan.body_is_text
+    seq = key.base + first_row
+    for index, body in enumerate(bodies):
+        if body is None:
+            raise RowError(f"row {first_row + index} of this task: column 'body' is null, and "
+                           "an AMQP message cannot be; filter out or coalesce null bodies")
+        routing_key = routing_keys[index]
+        yield Outgoing(first_row + index, exchanges[index] or default_exchange,
+                       default_key if routing_key is None else routing_key,
+                       body.encode() if text else body, _Stamped(template, seq + index + 1))
 
 
 _MISSING = object()

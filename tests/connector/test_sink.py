@@ -24,7 +24,7 @@ from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, Strin
                                StructField, StructType, TimestampType)
 
 from quorumqueue.connector.options import OptionError, SinkOptions, parse_sink_options
-from quorumqueue.connector.publisher import ConfirmedPublisher, PublishError
+from quorumqueue.connector.publisher import ConfirmedPublisher, Outgoing, PublishError
 from quorumqueue.connector.schema import SCHEMA
 from quorumqueue.connector.sink_rows import (IdempotencyKey, RowError, input_plan,
                                              returned_row, to_messages)
@@ -477,3 +477,75 @@ def test_a_row_amqp_cannot_carry_fails_naming_row_and_column(column, arrow_type,
     with pytest.raises(RowError, match=escape(message)):
         list(to_messages([batch], input_plan(schema, options), options,
                          IdempotencyKey("p", 0)))
+
+
+@pytest.mark.parametrize("mandatory", [False, True])
+def test_messages_go_on_the_wire_as_pikas_basic_publish_sends_them(mandatory):
+    # the publisher writes a fill's frames at once instead of calling basic_publish per
+    # message; the bytes must be those pika's basic_publish sends: method, content
+    # header, and the body split at the frame size (an empty body: no body frame)
+    from types import SimpleNamespace
+
+    from pika.connection import Connection
+
+    options = parse_sink_options({"uri": "amqp://h", "routingKey": "k"})
+    plain = pika.BasicProperties(delivery_mode=2, content_type="text/plain",
+                                 headers={"tenant": "acme", "n": 7})
+    rows = [("", "orders", b"", plain), ("events", "k" * 255, b"x" * 99, plain),
+            ("", "orders", b"y" * 100, pika.BasicProperties()), ("", "q", b"z" * 250, plain),
+            *(("", "k", m.body, m.properties) for m in outgoing("k", 3))]
+    messages = [Outgoing(n, *row) for n, row in enumerate(rows)]
+    publisher = ConfirmedPublisher(options.addresses, mandatory, 1.0, returned_row)
+    publisher._channel = SimpleNamespace(channel_number=5)
+    publisher._body_max = 100
+    ours: list[bytes] = []
+    for message in messages:
+        publisher._encode(message, ours)
+    pikas: list[bytes] = []
+    pika_connection = SimpleNamespace(_body_max_length=100,
+                                      _output_marshaled_frames=pikas.extend)
+    for message in messages:
+        Connection._send_message(pika_connection, 5, pika.spec.Basic.Publish(
+            exchange=message.exchange, routing_key=message.routing_key, mandatory=mandatory),
+            (message.properties, message.body))
+    assert b"".join(ours) == b"".join(pikas)
+
+
+def test_a_routing_key_amqp_cannot_carry_fails_naming_the_row():
+    from types import SimpleNamespace
+
+    options = parse_sink_options({"uri": "amqp://h", "routingKey": "k"})
+    publisher = ConfirmedPublisher(options.addresses, False, 1.0, returned_row)
+    publisher._channel = SimpleNamespace(channel_number=1, is_open=True)
+    publisher._connection = SimpleNamespace(_output_marshaled_frames=lambda frames: None)
+    publisher._body_max = 100
+    publisher._messages = iter([Outgoing(0, "", "ok", b"a", pika.BasicProperties()),
+                                Outgoing(1, "", "k" * 256, b"b", pika.BasicProperties())])
+    with pytest.raises(ValueError, match=escape("row 1 of this task cannot be sent as an "
+                                                "AMQP message")):
+        publisher._fill()
+
+
+def test_rows_without_property_columns_are_encoded_as_pika_would():
+    # the common shape (a body, maybe exchange/routing_key): one shared header
+    schema = StructType([StructField("body", StringType()),
+                         StructField("routing_key", StringType())])
+    arrow = pa.schema([("body", pa.string()), ("routing_key", pa.string())])
+    batches = [pa.record_batch([["a", "b"], ["k1", None]], schema=arrow),
+               pa.record_batch([["c", None], [None, None]], schema=arrow)]
+    options = parse_sink_options({"uri": "amqp://h", "routingKey": "fallback"})
+    # a seq beyond 32 bits, which pika encodes as the stamp's 'l' field (df.write's seqs
+    # start at 1: the stamp keeps 'l', where pika would choose a 32-bit 'I')
+    key = IdempotencyKey("spark-write/w/0", 5 << 32)
+    messages = to_messages(batches, input_plan(schema, options), options, key)
+    for n, expected_key in enumerate(["k1", "fallback", "fallback"]):
+        message = next(messages)
+        expected = pika.BasicProperties(delivery_mode=2, headers={
+            PUBLISHER: "spark-write/w/0", SEQ: (5 << 32) + n + 1})
+        assert (message.row, message.exchange, message.routing_key, message.body) == (
+            n, "", expected_key, "abc"[n].encode())
+        assert b"".join(message.properties.encode()) == b"".join(expected.encode())
+        assert message.properties.headers == expected.headers
+        assert message.properties.delivery_mode == 2
+    with pytest.raises(RowError, match=escape("row 3 of this task: column 'body' is null")):
+        next(messages)
