@@ -113,8 +113,8 @@ test: setup oracle browser $(STAMP_NEWEST)
 	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \
 	  $(VENV_NEWEST)/bin/python -m pytest -q $(XDIST) $(NEWEST_TESTS)
 
-# Throughput (classic, then quorum queues) and quorum-queue bytes per message,
-# quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
+# Throughput (classic, then quorum queues), quorum-queue bytes per message and RSS
+# per idle connection and idle quorum queue, quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
 # publisher, the log data source against binaryFile, and RabbitMQ's PerfTest (quick
 # set, both brokers; bench/perftest.py); about 17 minutes on 2 vCPUs.
@@ -122,6 +122,7 @@ bench: setup oracle bench-setup
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
 	@$(PY) bench/quorum_memory.py
+	@$(PY) bench/idle_memory.py
 	@$(PY) bench/connector_source.py
 	@$(PY) bench/connector_sink.py
 	@$(PY) bench/log_scan.py
@@ -161,6 +162,7 @@ $(PERFTEST_STAMP):
 
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
+	@$(PY) bench/idle_memory.py
 
 # The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
 # workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,

@@ -31,7 +31,7 @@ messages after a 20,000-message warm-up, on a machine with 2 cores.
 `--rounds` (default 3) repeats both, interleaved (pika, source, pika, source, ...),
 and keeps each one's best round: on a shared 2-core machine other work slows one
 measurement or the other by tens of percent, and each round's ratio is printed
-too. Prints both rates and source / pika (target >= 0.8, goal >= 0.95), plus where
+too, with their median and spread (each round is an A/B pair: pika, then the source). Prints both rates and source / pika (target >= 0.8, goal >= 0.95), plus where
 the source's time went: before its first trigger (Spark starting the Python
 process that runs the reader, which imports PySpark from its zip, and the reader's
 first calls), per step of Spark's micro-batches (progress reports: latestOffset,
@@ -49,6 +49,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -275,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{source_rate:>9,.0f}")
     print(f"\nsource / pika: {ratio:.2f}x ({verdict(ratio)}); round by round: " + ", ".join(
         f"{p / s.seconds:.2f}x" for p, s in zip(pika_runs, source_runs)))
+    paired = [p / s.seconds for p, s in zip(pika_runs, source_runs)]
+    paired_sustained = [p / s.batch_seconds for p, s in zip(pika_runs, source_runs)]
+    print(f"source / pika, pair by pair (pika and the source of one round): median "
+          f"{statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f}x); sustained "
+          f"median {statistics.median(paired_sustained):.2f}x ({min(paired_sustained):.2f}-"
+          f"{max(paired_sustained):.2f}x)")
     steady = min(source_runs, key=lambda run: run.batch_seconds)
     sustained = arguments.messages / steady.batch_seconds
     print(f"sustained (its micro-batches only, without the query's start): {sustained:,.0f} "
@@ -292,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                        "steps_s": time_split(best.progress),
                        "sustained_msgs_per_s": sustained,
                        "rounds_batch_s": [run.batch_seconds for run in source_runs]},
-            "ratio": ratio, "sustained_ratio": sustained / pika_rate,
+            "ratio": ratio, "paired_ratios": paired, "paired_sustained_ratios": paired_sustained,
+            "sustained_ratio": sustained / pika_rate,
             "target": TARGET, "goal": GOAL}, indent=2) + "\n")
     return 0
 
