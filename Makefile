@@ -117,7 +117,7 @@ test: setup oracle browser $(STAMP_NEWEST)
 # per idle connection and idle quorum queue, quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
 # publisher, the log data source against binaryFile, and RabbitMQ's PerfTest (quick
-# set, both brokers; bench/perftest.py); about 17 minutes on 2 vCPUs.
+# set, both brokers; bench/perftest.py); about 20 minutes on 2 vCPUs.
 bench: setup oracle bench-setup
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
