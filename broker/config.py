@@ -57,7 +57,7 @@ class Settings:
     msg_store_segment_bytes: int = 64 * 1024 * 1024
     log_level: str = "info"
     # RabbitMQ 3.13's deprecated-feature switch for classic queue mirroring (default
-    # false, as there): mirroring is not built here, so true is refused at start
+    # false, as there): true lets ha-* policy keys in (queues/mirroring.py)
     permit_classic_queue_mirroring: bool = False
     # the quorum-queue log storage keys (`raft.wal_max_size_bytes`...), as (key, value)
     # pairs; validated by load_settings, turned into a StorageConfig by storage_config()
@@ -455,14 +455,6 @@ def validate(settings: Settings) -> Settings:
         server_context(settings.ssl_options)
     if settings.cluster_tls.configured:
         _cluster_contexts(settings.cluster_tls)
-    if settings.permit_classic_queue_mirroring:
-        raise ConfigError(
-            "deprecated_features.permit.classic_queue_mirroring: true asks for classic "
-            "queue mirroring (ha-* policies), which quorumqueue does not implement: it is "
-            "deprecated since RabbitMQ 3.13 and removed in 4.0, and quorum queues replace "
-            "it. Remove the key or set it to false, and declare quorum queues "
-            "(x-queue-type quorum; broker/README.md \"Migrating from mirrored classic "
-            "queues\")")
     for group, port in (("management", settings.management_ssl_port),
                         ("prometheus", settings.prometheus_ssl_port)):
         options = getattr(settings, f"{group}_ssl")

@@ -142,6 +142,20 @@ class _SyncedReplies:
         return not self.waiting
 
 
+class _AfterHolds:
+    """Host side: stands for the channel of a forwarded publish's Confirm, whose holds
+    (a mirrored queue's mirrors) answer later: `then()` once the last one did."""
+
+    __slots__ = ("confirm", "then")
+
+    def __init__(self, confirm: Confirm, then: Callable[[], None]) -> None:
+        self.confirm, self.then = confirm, then
+
+    def confirm_answered(self) -> None:
+        if not self.confirm.outstanding:
+            self.then()
+
+
 class ClassicLink:
     def __init__(self, cluster: "Cluster") -> None:
         self.cluster = cluster
@@ -256,6 +270,10 @@ class ClassicLink:
         self._request(queue, "cq.stat", {"u": use}, answer,
                       lambda: answer(dict(NO_COUNTS)), time.monotonic() + STAT_TIMEOUT)
 
+    @property
+    def node_name(self) -> str:
+        return self.cluster.name
+
     def forget(self, queue) -> None:
         for key in [k for k in self.consumers if k[0] == queue.group]:
             del self.consumers[key]
@@ -315,6 +333,8 @@ class ClassicLink:
             return
         for (uid, key), (queue, consumer, boot) in list(self.consumers.items()):
             current = cluster.boots.get(queue.host)
+            if queue.host in silent and queue.mirrors:
+                continue  # a mirror takes over: Node.queue_record_changed moves it
             if queue.host in silent or (boot is not None and current != boot):
                 log.warning("classic queue '%s': its host %s is down or restarted: "
                             "cancelling consumer %s", queue.name, queue.host, consumer.tag)
@@ -384,10 +404,16 @@ class ClassicLink:
                 self.post(sender, Rpc("cq.pub_ok", {"r": request, "ok": False}))
             return
         _class_id, properties = decode_properties(body["h"])
-        confirm = Confirm(None, 0)
+        confirm = Confirm(None, 0)  # type: ignore[arg-type]
+        # a mirrored queue's confirm waits for every mirror (Confirm.hold): answered then
+        confirm.channel = _AfterHolds(confirm, lambda: self._answer_publish(
+            sender, request, confirm) if request else None)  # type: ignore[assignment]
         queue.publish(Message(body["e"], body["k"], properties, body["b"]), None, confirm)
-        if not request:
+        if not request or confirm.outstanding:
             return
+        self._answer_publish(sender, request, confirm)
+
+    def _answer_publish(self, sender: str, request: int, confirm: Confirm) -> None:
         if not confirm.ok or confirm.batch_id <= self.node.synced_batch_id:
             self.post(sender, Rpc("cq.pub_ok", {"r": request, "ok": confirm.ok}))
             return

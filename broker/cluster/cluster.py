@@ -57,7 +57,7 @@ from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
-from . import classic_link, proxy, replica_rpc, tracking
+from . import classic_link, mirror_link, proxy, replica_rpc, tracking
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -134,6 +134,7 @@ class Cluster:
         self.classic = classic_link.ClassicLink(self)  # classic queues on other nodes
         # every node's open connections and channels, for the limits (tracking.py)
         self.tracking = tracking.Tracking(self)
+        self.mirrors = mirror_link.MirrorLink(self)    # mirrored classic queues
         self.started = time.monotonic()
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
@@ -393,6 +394,7 @@ class Cluster:
                       and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
             self._down_stale_consumers(silent)
             self.classic.tick(silent)
+            self.mirrors.tick(silent)
         elif self.classic.pending or self.classic.early:
             self.classic.tick(None)
         proxy.expire_stats(self)
@@ -628,6 +630,7 @@ _RPCS = {
     "join": Cluster._on_join,
     "welcome": Cluster._on_welcome,
     **classic_link.handlers(),
+    **mirror_link.handlers(),
     **replica_rpc.handlers(),
     **tracking.handlers(),
 }

@@ -18,6 +18,8 @@ Commands (field "op"):
                     queues) or host durable auto_delete exclusive_owner (classic)
   queue.delete      vhost name group
   queue.members     vhost name group members   (the replicas asked for: membership.py)
+  queue.record      vhost name group expect_host record {host mirrors synced}
+                    (a mirrored classic queue: cluster/mirror_link.py)
   bind / unbind     vhost source kind destination routing_key arguments
   cluster.add_node  name address                 (a node joined: broker start --join)
   cluster.forget_node name                       (`ctl forget_cluster_node`: the node

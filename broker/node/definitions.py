@@ -104,7 +104,8 @@ def check_policy(node: "Node", vhost, name, pattern, definition, priority,
                  apply_to) -> Policy:
     check_vhost(node, vhost)
     try:
-        return parse_policy(vhost, name, pattern, definition, priority, apply_to)
+        return parse_policy(vhost, name, pattern, definition, priority, apply_to,
+                            permit_mirroring=_permits_mirroring(node))
     except PolicyError as error:
         raise precondition(str(error)) from None
 
@@ -277,7 +278,8 @@ def apply_command(node: "Node", c: dict) -> None:
             if p["vhost"] in node.vhosts:  # deleted meanwhile through another node
                 apply_policy(node, parse_policy(p["vhost"], p["name"], p["pattern"],
                                                 p["definition"], p["priority"],
-                                                p["apply_to"]))
+                                                p["apply_to"],
+                                                permit_mirroring=_permits_mirroring(node)))
         case "policy.clear":
             apply_clear_policy(node, c["vhost"], c["name"])
         case "operator_policy.set":
@@ -342,3 +344,8 @@ def policy_rows(node: "Node", vhost: str | None = None, operator: bool = False) 
     return [policy.as_dict() for name in sorted(store)
             if vhost is None or name == vhost
             for policy in sorted(store[name].values(), key=lambda p: p.name)]
+
+
+def _permits_mirroring(node: "Node") -> bool:
+    """deprecated_features.permit.classic_queue_mirroring (ha-* policy keys)."""
+    return bool(getattr(node.settings, "permit_classic_queue_mirroring", False))

@@ -323,7 +323,10 @@ class _Importer:
             try:
                 policy = parse_policy(vhost, _text(where, item, "name"), item.get("pattern"),
                                       _pairs(where, item.get("definition"), "definition"),
-                                      item.get("priority", 0), item.get("apply-to", "all"))
+                                      item.get("priority", 0), item.get("apply-to", "all"),
+                                      permit_mirroring=bool(getattr(
+                                          self.node.settings,
+                                          "permit_classic_queue_mirroring", False)))
             except PolicyError as error:
                 raise DefinitionsError(f"{where}: {error}") from None
             self.add("policy.set", policy=policy.as_dict())

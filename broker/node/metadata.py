@@ -110,6 +110,20 @@ def _queue_members(node: "Node", c: dict):
     return None
 
 
+def _queue_record(node: "Node", c: dict):
+    """A queue record's fields changed (a mirrored classic queue's leader, mirrors
+    and synchronised mirrors: queues/mirroring.py), unless the record no longer has
+    the leader the proposer saw (`expect_host`: two promotions, one wins)."""
+    vhost = node.vhosts.get(c["vhost"])
+    queue = vhost.queues.get(c["name"]) if vhost is not None else None
+    if queue is None or queue.group != c["group"]:
+        return None
+    if queue.metadata_record().get("host") != c["expect_host"]:
+        return None
+    node.queue_record_changed(vhost, queue, c["record"])
+    return None
+
+
 def _bind(node: "Node", c: dict):
     vhost = _vhost(node, c["vhost"])
     destination = Destination(QUEUE if c["kind"] == QUEUE else EXCHANGE, c["destination"])
@@ -153,6 +167,7 @@ APPLY = {
     "queue.declare": _queue_declare,
     "queue.delete": _queue_delete,
     "queue.members": _queue_members,
+    "queue.record": _queue_record,
     "bind": _bind,
     "unbind": _bind,
     **{op: _definition for op in DEFINITION_COMMANDS},

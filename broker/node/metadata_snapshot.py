@@ -257,7 +257,9 @@ def _restore_policies(node: "Node", policies: list[dict], operator: bool = False
     wanted: dict[str, dict] = {}
     for item in policies:
         policy = parse(item["vhost"], item["name"], item["pattern"],
-                       item["definition"], item["priority"], item["apply_to"])
+                       item["definition"], item["priority"], item["apply_to"],
+                       **({} if operator else {"permit_mirroring": bool(getattr(
+                           node.settings, "permit_classic_queue_mirroring", False))}))
         wanted.setdefault(policy.vhost, {})[policy.name] = policy
     for vhost in set(wanted) | set(store):
         current = store.get(vhost, {})

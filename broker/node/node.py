@@ -129,6 +129,12 @@ class Node:
         """How classic queues hosted on other nodes are reached (cluster/classic_link.py)."""
         return self.cluster.classic
 
+    @property
+    def mirror_link(self):
+        """How a mirrored classic queue's leader reaches its mirrors
+        (cluster/mirror_link.py)."""
+        return self.cluster.mirrors
+
     def next_connection_id(self) -> int:
         self._connection_counter += 1
         return self._connection_counter
@@ -155,6 +161,44 @@ class Node:
         # elected, proposes them on a tick
         queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
         return queue
+
+    def queue_record_changed(self, vhost: VHost, queue: Queue, record: dict) -> None:
+        """A queue's metadata record changed (`queue.record`: a mirrored classic
+        queue's mirrors, or its leader). The queue takes it in place, or, served by
+        another node now, is built anew from it and takes over from the old one
+        (queues/base.py): this node's consumers follow it, except those that asked
+        to be told of a failover (x-cancel-on-ha-failover: basic.cancel, the mirroring
+        guide's "Leader Failures and Consumer Cancellation")."""
+        from ..queues.types import validate_declaration
+        from .channel import Consumer
+
+        full = {**queue.metadata_record(), **record}
+        self.metadata_dirty = True
+        if queue.record_changed(full):
+            queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
+            return
+        queue_spec = validate_declaration(queue.name, vhost.name, queue.durable,
+                                          queue.exclusive_owner is not None,
+                                          queue.auto_delete, queue.arguments, recorded=True)
+        fresh = registry.create_recorded(self, vhost.name, queue.name, queue_spec,
+                                         {**full, "promoted": True})
+        consumers = [c for c in queue.consumers if isinstance(c, Consumer)]
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+        vhost.queues[queue.name] = fresh
+        queue.deleted = True
+        queue.delete()
+        self.cluster.classic.hosted_deleted(queue)
+        fresh.policy_changed(self.policy_for(vhost.name, fresh.type_name, fresh.name))
+        fresh.take_over(queue)
+        for consumer in consumers:
+            channel = consumer.channel
+            if _truthy(consumer.arguments.get("x-cancel-on-ha-failover")):
+                self.cancel_consumer(queue, consumer)
+            elif channel.consumers.get(consumer.tag) is consumer:
+                consumer.queue = fresh
+                channel.queues_used[id(fresh)] = fresh
+                fresh.consume(channel, consumer)
 
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
         """A classic queue's message died (queues/classic.py ClassicHost): its
@@ -570,7 +614,8 @@ class Node:
             limits.restore(self, document.get("vhost_limits", {}))
             for item in document.get("policies", ()):
                 policy = parse_policy(item["vhost"], item["name"], item["pattern"],
-                                      item["definition"], item["priority"], item["apply_to"])
+                                      item["definition"], item["priority"], item["apply_to"],
+                                      permit_mirroring=self.settings.permit_classic_queue_mirroring)
                 self.policies.setdefault(policy.vhost, {})[policy.name] = policy
             for item in document.get("operator_policies", ()):
                 policy = parse_operator_policy(item["vhost"], item["name"], item["pattern"],
@@ -622,3 +667,7 @@ class Node:
     def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
+
+
+def _truthy(value) -> bool:
+    return value is True or value in (1, "true", b"true")

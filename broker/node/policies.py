@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..queues.mirroring import validate_ha
 from ..queues.settings import (_definition, _text, classic_limits, leader_locator,  # noqa: F401
                                quorum_config, target_group_size)
 
@@ -83,9 +84,9 @@ NOT_SUPPORTED = ("max-in-memory-length", "max-in-memory-bytes",
                  "ha-promote-on-failure", "max-age", "stream-max-segment-size-bytes",
                  "initial-cluster-size", "federation-upstream", "federation-upstream-set")
 
-# classic queue mirroring's keys (RabbitMQ's "Classic Queue Mirroring" guide), refused
-# with a message naming RabbitMQ 3.13's deprecated-feature switch: the configuration
-# refuses that switch set to true (broker/config.py), since mirroring is not built
+# classic queue mirroring's keys (RabbitMQ's "Classic Queue Mirroring" guide): with
+# RabbitMQ 3.13's deprecated-feature switch off (the default) refused with a message
+# naming it; with it on, accepted and validated as 3.13 does (queues/mirroring.py)
 CLASSIC_MIRRORING_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
                           "ha-promote-on-shutdown", "ha-promote-on-failure")
 
@@ -119,9 +120,12 @@ class Policy:
 
 
 def parse_policy(vhost: str, name: str, pattern: str, definition: Any, priority: Any = 0,
-                 apply_to: str = "all", label: str = "policy") -> Policy:
+                 apply_to: str = "all", label: str = "policy",
+                 permit_mirroring: bool = False) -> Policy:
     """A valid Policy, or PolicyError naming what is wrong (`label`: what the
-    messages call it, "operator policy" for node/operator_policies.py)."""
+    messages call it, "operator policy" for node/operator_policies.py;
+    `permit_mirroring`: the node's deprecated_features.permit.classic_queue_mirroring,
+    which lets the ha-* keys in, validated as RabbitMQ 3.13 does)."""
     if not isinstance(name, str) or not name:
         raise PolicyError(f"a {label} needs a name")
     what = f"{label} '{name}' in vhost '{vhost}'"
@@ -141,7 +145,16 @@ def parse_policy(vhost: str, name: str, pattern: str, definition: Any, priority:
         raise PolicyError(f"{what}: the definition must be a non-empty JSON object, e.g. "
                           "'{\"max-length\": 1000}'")
     for key, value in definition.items():
+        if permit_mirroring and key in CLASSIC_MIRRORING_KEYS:
+            if apply_to in ("exchanges", "quorum_queues"):
+                raise PolicyError(f"{what}: key '{key}' applies to classic queues only "
+                                  f"(classic queue mirroring), not to {apply_to}")
+            continue
         _check_key(what, apply_to, key, value)
+    if permit_mirroring:
+        error = validate_ha(dict(definition))
+        if error is not None:  # rabbit_mirror_queue_misc's text
+            raise PolicyError(f"{what}: Validation failed: {error}")
     return Policy(vhost, name, pattern, dict(definition), priority, apply_to)
 
 
@@ -150,8 +163,8 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         raise PolicyError(f"{what}: key '{key}' is classic queue mirroring, a deprecated "
                           "feature not permitted (RabbitMQ 3.13 refuses it unless "
                           "deprecated_features.permit.classic_queue_mirroring = true; "
-                          "RabbitMQ 4.0 removed it, and quorumqueue does not implement "
-                          "it). Use quorum queues instead (x-queue-type quorum, or "
+                          "RabbitMQ 4.0 removed it; quorumqueue mirrors classic queues "
+                          "only with that switch set). Use quorum queues instead (x-queue-type quorum, or "
                           "export_definitions --transformations "
                           "prepare_for_quorum_queue_migration for existing definitions)")
     if key in NOT_SUPPORTED:

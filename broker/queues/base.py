@@ -45,6 +45,10 @@ The operations, and what each owes its caller:
   (messages published to it, delivered and got from it, redelivered, acked), as
   RabbitMQ's per-queue `message_stats`; the node's channels and publish path add to
   them (counts since the queue was declared or the node started).
+- `record_changed(record)`, `take_over(previous)`: the queue's metadata record
+  changed (a mirrored classic queue's mirrors or leader: mirroring.py); False when
+  the node must build the queue anew from the record (another node serves it now),
+  and then the new queue takes over from the old one (a promoted mirror's copy).
 - `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
   leader), so its counts here are the queue's own: the node that reports them in the
   Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
@@ -280,6 +284,18 @@ class Queue:
     # ------------------------------------------------------------ listing
 
     served_here: bool = True
+    # classic queue mirroring (mirroring.py): the ordered mirrors of the queue's record
+    # (None: not mirrored) and the synchronised ones
+    mirrors: tuple | None = None
+    synced: tuple = ()
+
+    def record_changed(self, record: dict) -> bool:
+        """A new metadata record for this queue: True when taken in place, False when
+        the node must build the queue from it (then `take_over(self)` on the new one)."""
+        return False
+
+    def take_over(self, previous: "Queue") -> None:
+        """This queue replaces `previous` (rebuilt from a changed record)."""
 
     @property
     def message_bytes(self) -> int:
@@ -308,7 +324,16 @@ class Queue:
                 "durable": self.durable, "ready": self.ready_count,
                 "unacked": self.unacked_count, "consumers": self.consumer_count,
                 "bytes": self.message_bytes, "leader": node_name, "members": [node_name],
-                "single_active_consumer_tag": self.single_active_consumer_tag}
+                "single_active_consumer_tag": self.single_active_consumer_tag,
+                **self.mirror_stats(node_name)}
+
+    def mirror_stats(self, node_name: str) -> dict[str, Any]:
+        """A mirrored classic queue's mirrors and synchronised mirrors (RabbitMQ's
+        slave_pids and synchronised_slave_pids); nothing for other queues."""
+        if self.mirrors is None:
+            return {}
+        return {"mirrors": list(self.mirrors), "synchronised_mirrors": list(self.synced),
+                "members": [node_name, *self.mirrors]}
 
     def metadata_record(self) -> dict[str, Any]:
         return {}

@@ -48,6 +48,11 @@ period, `tick` asks the host to delete it (`ClassicHost.expire_queue`: through t
 metadata log, as every delete). The period starts at the declaration, again when
 the last consumer leaves, and after a restart.
 
+Mirroring (behind its deprecated-feature switch): a mirrored queue's leader has a
+`mirroring` (mirroring.py) told of every publish (the confirm holds until every
+mirror has it), first delivery and removal; `take_over` turns a promoted mirror's
+copy into the queue.
+
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
 ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
 `unacked_count` counts the entries handed out and not yet settled or returned; a
@@ -65,6 +70,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
+from .mirroring import Mirroring, ha_settings
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -121,6 +127,10 @@ class ClassicHost(Protocol):
     def expire_queue(self, queue: "ClassicQueue") -> None:
         """The queue was unused for its x-expires period: delete it."""
 
+    @property
+    def mirror_link(self) -> Any:
+        """How a mirrored queue's leader reaches its mirrors (mirroring.MirrorLink)."""
+
 
 @dataclass(slots=True, eq=False)
 class ClassicQueue(Queue):
@@ -157,6 +167,11 @@ class ClassicQueue(Queue):
     last_used_ms: int = 0   # x-expires: when the queue was last used (0: not yet known)
     expiry_asked_ms: int = 0  # x-expires: when the host was last asked to delete it
     message_counts: MessageCounts = field(default_factory=MessageCounts, repr=False)
+    # classic queue mirroring (mirroring.py): the record's ordered mirrors (None: not
+    # mirrored), which of them are synchronised, and the leader's replication state
+    mirrors: tuple | None = None
+    synced: tuple = ()
+    mirroring: Any = None
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
@@ -395,6 +410,8 @@ class ClassicQueue(Queue):
                 message.routing_key, message.properties.raw, message.body, expires)
             if confirm is not None:
                 confirm.after_batch(batch_id)
+        if self.mirroring is not None:  # every mirror gets it; the confirm waits for all
+            self.mirroring.published(entry, None if confirm is None else confirm.hold)
         for dropped in self.push(entry):
             self._forget(dropped)
             self._died(dropped.message, "maxlen")
@@ -421,8 +438,8 @@ class ClassicQueue(Queue):
                                      message.properties.raw, message.body)
             if consumer.no_ack:
                 self._settled(entry)
-            elif entry.stored and not entry.redelivered:
-                self._record_delivery(entry)
+            elif not entry.redelivered:
+                self._first_delivery(entry)
 
     def consume(self, channel: "Channel", consumer: "Consumer") -> None:
         self.add_consumer(consumer)
@@ -461,8 +478,8 @@ class ClassicQueue(Queue):
                        message.body)
         if no_ack:
             self._settled(entry)
-        elif entry.stored and not entry.redelivered:
-            self._record_delivery(entry)
+        elif not entry.redelivered:
+            self._first_delivery(entry)
 
     def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
         for entry in tokens:
@@ -506,8 +523,61 @@ class ClassicQueue(Queue):
                                     and not self.exclusive_owner.startswith(boot_id + "."))
 
     def metadata_record(self) -> dict[str, Any]:
-        return {"group": self.group, "host": self.host,
-                "exclusive_owner": self.exclusive_owner}
+        record = {"group": self.group, "host": self.host,
+                  "exclusive_owner": self.exclusive_owner}
+        if self.mirrors is not None:
+            record.update(mirrors=list(self.mirrors), synced=list(self.synced))
+        return record
+
+    # ------------------------------------------------------------ mirroring
+
+    def record_changed(self, record: dict) -> bool:
+        """A new record (mirroring.py): still the leader here, the mirrors are
+        attached or detached in place; another leader: False (the node rebuilds it)."""
+        if record.get("host") != self.host:
+            return False
+        mirrors = record.get("mirrors")
+        self.mirrors = None if mirrors is None else tuple(mirrors)
+        self.synced = tuple(record.get("synced") or ())
+        if self.mirrors is None:
+            self.mirroring = None
+            return True
+        if self.mirroring is None:
+            self.mirroring = Mirroring(self, self.node.mirror_link, None)
+        for gone in [m for m in self.mirroring.mirrors if m not in self.mirrors]:
+            self.mirroring.detach(gone)
+        for added in [m for m in self.mirrors if m not in self.mirroring.mirrors]:
+            self.mirroring.attach(added, self.node.mirror_link.boot(added))
+        return True
+
+    def take_over(self, previous: Queue) -> None:
+        """Promoted from mirror to leader (the guide's "Mirrored Queue Implementation
+        and Semantics"): the mirror's copy becomes the queue, every message ready again
+        in its order, a delivered one marked redelivered; the other mirrors keep what
+        this leader holds."""
+        from ..amqp.codec import decode_properties
+
+        replica = getattr(previous, "replica", None)
+        for seq, (exchange, key, header, body, expires, delivered) in (
+                replica.entries.items() if replica is not None else ()):
+            _class_id, properties = decode_properties(header)
+            message = Message(exchange, key, properties, body)
+            stored = self.durable and message.persistent and self.store is not None
+            entry = Entry(message, seq, stored, redelivered=delivered, expires=expires)
+            if stored:
+                self.store.append_enqueue(queue_key(self.vhost, self.name), seq, exchange,
+                                          key, header, body, expires)
+                if delivered:
+                    self.store.append_delivered(queue_key(self.vhost, self.name), seq)
+            self.next_seq = max(self.next_seq, seq + 1)
+            self.expiring = self.expiring or bool(expires)
+            self.push(entry)
+            if self.mirroring is not None:
+                self.mirroring.recovered(entry)
+        if self.mirroring is not None:
+            for mirror in self.mirroring.mirrors.values():
+                mirror.first_seq = 0 if mirror.node in self.synced else self.next_seq
+            self.mirroring.keep_only()
 
     def delete(self) -> None:
         self.deleted = True
@@ -522,6 +592,8 @@ class ClassicQueue(Queue):
         self.max_length, self.max_length_bytes, self.overflow = classic_limits(
             self.arguments, policy)
         self.message_ttl, self.expires = classic_ttls(self.arguments, policy)
+        if self.mirroring is not None:
+            self.mirroring.settings = ha_settings(policy)
         dropped = self.enforce_limits()
         for entry in dropped:
             self._forget(entry)
@@ -538,14 +610,25 @@ class ClassicQueue(Queue):
             self.next_seq = max(self.next_seq, item.seq + 1)
             if item.expires:
                 self.expiring = True
-            self.push(Entry(message, item.seq, stored=True, redelivered=item.delivered,
-                            expires=item.expires))
+            entry = Entry(message, item.seq, stored=True, redelivered=item.delivered,
+                          expires=item.expires)
+            self.push(entry)
+            if self.mirroring is not None:
+                self.mirroring.recovered(entry)
         return len(items)
 
     def _settled(self, entry: Entry) -> None:
         """An unacked delivery is done with (acked, or rejected without requeue)."""
         self.unacked_count -= 1
         self._forget(entry)
+
+    def _first_delivery(self, entry: Entry) -> None:
+        """An entry's first delivery that must be acked: recorded in the store (a
+        stored one) and on the mirrors (redelivered if a mirror takes over)."""
+        if entry.stored:
+            self._record_delivery(entry)
+        if self.mirroring is not None:
+            self.mirroring.delivered(entry)
 
     def _record_delivery(self, entry: Entry) -> None:
         """A stored entry's first delivery that must be acked: the store records it
@@ -556,6 +639,8 @@ class ClassicQueue(Queue):
     def _forget(self, entry: Entry) -> None:
         if entry.stored and not self.deleted and self.store is not None:
             self.store.append_ack(queue_key(self.vhost, self.name), entry.seq)
+        if self.mirroring is not None and not self.deleted:
+            self.mirroring.removed(entry)
 
 
 def _without_default_type(arguments: dict) -> dict:

@@ -6,7 +6,9 @@ snapshot restored, the metadata file at start), with what that type needs from t
 node (`host`: its message store and name for classic queues, the link to other
 nodes for classic queues held elsewhere, its quorum groups for quorum queues): a
 quorum queue's replica or proxy, a classic queue on its host and a remote one
-(remote.py) elsewhere. `type_of` names the class (its `place` gives the record). Adding a
+(remote.py) elsewhere; a mirrored classic queue (record fields `mirrors`, `synced`:
+mirroring.py) is a classic queue on its leader replicating to its mirrors, and a
+remote one elsewhere, with a copy on each mirror. `type_of` names the class (its `place` gives the record). Adding a
 type (mirrored classic queues come next) means a module in this package and a line
 here: the node, the channel and the method handlers only ever see `base.Queue`.
 
@@ -21,6 +23,7 @@ from ..amqp import spec as amqp_spec
 from ..amqp.errors import AMQPError
 from .base import Queue
 from .classic import ClassicQueue
+from .mirroring import Mirroring
 from .remote import RemoteClassicQueue
 from .types import QueueSpec
 
@@ -30,6 +33,7 @@ class QueueHost(Protocol):
     quorum: Any   # node.quorum.QuorumGroups | None
     name: str     # this node's name
     classic_link: Any  # remote.ClassicLink: classic queues hosted elsewhere
+    mirror_link: Any   # mirroring.MirrorLink: a mirrored classic queue's mirrors
     clock_ms: int      # and the rest of classic.ClassicHost: dead letters, queue expiry
 
 
@@ -55,14 +59,27 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
         case "classic":
             owner = record.get("exclusive_owner")
             where = record.get("host") or host.name  # records written before hosts: here
+            mirrors = record.get("mirrors")
             if where != host.name:
-                return RemoteClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete,
-                                          arguments, record["group"], where,
-                                          host.classic_link)
-            return ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,
-                                max_priority=spec.max_priority,
-                                single_active_consumer=spec.single_active_consumer,
-                                store=host.store, group=record.get("group") or "",
-                                host=where, node=host)
+                remote = RemoteClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete,
+                                            arguments, record["group"], where,
+                                            host.classic_link)
+                remote.record_changed(record)  # a mirror here: its (empty) copy
+                return remote
+            queue = ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,
+                                 max_priority=spec.max_priority,
+                                 single_active_consumer=spec.single_active_consumer,
+                                 store=host.store, group=record.get("group") or "",
+                                 host=where, node=host)
+            if mirrors is not None:  # the leader of a mirrored queue (mirroring.py)
+                queue.mirrors = tuple(mirrors)
+                queue.synced = tuple(record.get("synced") or ())
+                queue.mirroring = Mirroring(queue, host.mirror_link, None)
+                for mirror in queue.mirrors:
+                    if record.get("promoted"):  # take_over sets what each one holds
+                        queue.mirroring.adopt(mirror, host.mirror_link.boot(mirror))
+                    else:  # declared, or its leader restarted: they start empty
+                        queue.mirroring.attach(mirror, host.mirror_link.boot(mirror))
+            return queue
         case other:  # pragma: no cover - validate_declaration refuses unknown types
             raise AMQPError(amqp_spec.PRECONDITION_FAILED, f"unsupported queue type '{other}'")

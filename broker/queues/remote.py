@@ -34,6 +34,7 @@ from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from .base import Confirm, MessageCounts, Queue
 from .classic import _without_default_type
+from .mirroring import Replica
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +73,8 @@ class ClassicLink(Protocol):
 
     def forget(self, queue: "RemoteClassicQueue") -> None: ...
 
+    node_name: str  # this node's name
+
 
 class RemoteClassicQueue(Queue):
     type_name = "classic"
@@ -98,6 +101,11 @@ class RemoteClassicQueue(Queue):
         self.had_consumers = False
         self.deleted = False
         self.counts = dict(NO_COUNTS)  # the host's, when last asked
+        # classic queue mirroring (mirroring.py): the record's ordered mirrors (None:
+        # not mirrored), the synchronised ones, and this node's copy if it is a mirror
+        self.mirrors: tuple | None = None
+        self.synced: tuple = ()
+        self.replica: Replica | None = None
 
     # ------------------------------------------------------------ counts (the host's)
 
@@ -218,9 +226,27 @@ class RemoteClassicQueue(Queue):
 
     def stats(self, node_name: str) -> dict[str, Any]:
         row = super().stats(node_name)
-        row.update(leader=self.host, members=[self.host])
+        row.update(leader=self.host, members=[self.host, *(self.mirrors or ())])
         return row
 
     def metadata_record(self) -> dict[str, Any]:
-        return {"group": self.group, "host": self.host,
-                "exclusive_owner": self.exclusive_owner}
+        record = {"group": self.group, "host": self.host,
+                  "exclusive_owner": self.exclusive_owner}
+        if self.mirrors is not None:
+            record.update(mirrors=list(self.mirrors), synced=list(self.synced))
+        return record
+
+    def record_changed(self, record: dict) -> bool:
+        """A new record: the same leader, the mirrors change in place (a copy kept
+        here while this node is one, starting empty); another leader: False."""
+        if record.get("host") != self.host:
+            return False
+        mirrors = record.get("mirrors")
+        self.mirrors = None if mirrors is None else tuple(mirrors)
+        self.synced = tuple(record.get("synced") or ())
+        mirror_here = self.mirrors is not None and self.link.node_name in self.mirrors
+        if not mirror_here:
+            self.replica = None
+        elif self.replica is None:
+            self.replica = Replica()
+        return True

@@ -371,6 +371,8 @@ class BrokerServer:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
         if self.shovels is not None:
             await self.shovels.stop()
+        if self.node.cluster is not None and self.node.cluster.transport is not None:
+            self.node.cluster.mirrors.stopping()  # ha-promote-on-shutdown applies
         if self.management is not None:
             await self.management.stop()
         if self._server is not None:

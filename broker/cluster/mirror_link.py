@@ -1,0 +1,274 @@
+"""Classic queue mirroring across the cluster: replication to mirrors, placement
+following the policy, and promotion when a leader's node fails.
+
+Responsibilities (RabbitMQ 3.13's mirrored classic queues, its "Classic Queue
+Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
+- the transport of queues/mirroring.py's operations: the leader's node sends them
+  to each mirror's node in order ("cm.op" {q, v, n, o: op}); a mirror's node applies
+  them to its copy (the RemoteClassicQueue's `replica`) and acknowledges a publish
+  that asked for it ("cm.ack" {r}), which answers the publisher confirm's hold for
+  that mirror;
+- placement (on the leader's node, every tick and so after every policy change): the
+  mirrors the policy asks for (mirroring.desired_mirrors, among the nodes not silent
+  for cluster.NODE_DOWN_AFTER) and the synchronised ones are compared with the
+  record, and a `queue.record` metadata command proposed when they differ (a mirror
+  added starts empty, one removed drops its copy, one whose node restarted starts
+  empty again); exclusive queues are never mirrored; a `nodes` policy that does
+  not list the leader moves it to a listed mirror once one is synchronised;
+- promotion (on each mirror's node, every tick): when the leader's node is silent,
+  the mirror mirroring.promotion_candidate names (the oldest synchronised one, or the
+  oldest running one under ha-promote-on-failure "always"; after a controlled
+  shutdown of the leader's node, announced by "cm.stopping" {boot},
+  ha-promote-on-shutdown, default "when-synced", decides) proposes itself as
+  leader (`queue.record` with `expect_host`: only the first proposal applies); every
+  node then rebuilds the queue (Node.queue_record_changed): the new leader's queue
+  is its copy with every message ready, delivered ones redelivered.
+
+How it works: operations to a mirror whose queue record this node has not applied
+yet wait (up to EARLY_FOR seconds) in order. Proposals are repeated at most every
+PROPOSE_EVERY seconds until the record shows them.
+
+Invariants: a confirm's hold for a mirror is answered once: by its "cm.ack", or when
+the mirror leaves the record (`release`); a mirror holds every message published
+since it was attached, in the leader's order (the transport per peer is ordered).
+
+Not here: the replicas' state and the policy's rules (queues/mirroring.py), what a
+record change does to a node (node/node.py queue_record_changed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from ..queues.classic import ClassicQueue
+from ..queues.mirroring import (desired_mirrors, ha_settings, leader_must_move,
+                                promotion_candidate)
+from ..queues.remote import RemoteClassicQueue
+from .meta import encode
+from .wire import Rpc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cluster import Cluster
+
+log = logging.getLogger("quorumqueue.cluster")
+
+EARLY_FOR = 5.0       # seconds an operation waits for its queue's record to arrive
+PROPOSE_EVERY = 3.0   # seconds between two proposals of the same record
+
+
+class MirrorLink:
+    def __init__(self, cluster: "Cluster") -> None:
+        self.cluster = cluster
+        self.pending: dict[int, tuple[str, str, Callable[[bool], None]]] = {}
+        self.early: dict[str, deque[tuple[float, str, dict]]] = {}
+        self.proposed: dict[str, tuple[str, float]] = {}  # uid -> (record, when)
+        self.unsent: deque[tuple[str, Rpc]] = deque()
+        # node -> the run of it that announced a controlled shutdown ("cm.stopping")
+        self.stopped: dict[str, str] = {}
+
+    @property
+    def node(self):
+        return self.cluster.node
+
+    # ================================================= the leader's side
+
+    def _post(self, node: str, queue, op: list) -> None:
+        rpc = Rpc("cm.op", {"q": queue.group, "v": queue.vhost, "n": queue.name, "o": op})
+        if self.cluster.transport is None or self.unsent:
+            self.unsent.append((node, rpc))  # a node starting: sent once it can, in order
+            self._send_unsent()
+        else:
+            self.cluster._post(node, rpc)
+
+    def _send_unsent(self) -> None:
+        if self.cluster.transport is not None:
+            while self.unsent:
+                self.cluster._post(*self.unsent.popleft())
+
+    def send(self, node: str, queue, op: list) -> None:
+        self._post(node, queue, op)
+
+    def ask(self, node: str, queue, op: list, answer: Callable[[bool], None]) -> None:
+        cluster = self.cluster
+        cluster._next_request += 1
+        request = cluster._next_request
+        self.pending[request] = (node, queue.group, answer)
+        op[-1] = request
+        self._post(node, queue, op)
+
+    def release(self, node: str, queue) -> None:
+        for request, (mirror, uid, answer) in list(self.pending.items()):
+            if mirror == node and uid == queue.group:
+                del self.pending[request]
+                answer(True)
+
+    def boot(self, node: str) -> str | None:
+        return self.cluster.boots.get(node)
+
+    def _on_ack(self, sender: str, body: dict) -> None:
+        for request in body["r"]:
+            item = self.pending.pop(request, None)
+            if item is not None:
+                item[2](True)
+
+    # ================================================= the mirror's side
+
+    def _on_op(self, sender: str, body: dict) -> None:
+        uid = body["q"]
+        if uid in self.early or self._mirror_queue(body) is None:
+            self.early.setdefault(uid, deque()).append(
+                (time.monotonic() + EARLY_FOR, sender, body))
+            self._serve_early(time.monotonic())
+            return
+        self._apply(sender, body)
+
+    def _mirror_queue(self, body: dict):
+        vhost = self.node.vhosts.get(body["v"])
+        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        if isinstance(queue, RemoteClassicQueue) and queue.group == body["q"] \
+                and queue.mirrors is not None and self.cluster.name in queue.mirrors:
+            return queue
+        return None
+
+    def _apply(self, sender: str, body: dict) -> None:
+        queue = self._mirror_queue(body)
+        op = body["o"]
+        if queue is None or queue.replica is None:
+            return  # no longer a mirror here (the leader detaches it: no ack needed)
+        queue.replica.apply(op)
+        if op[0] == "p" and op[-1]:
+            self.cluster._post(sender, Rpc("cm.ack", {"r": [op[-1]]}))
+
+    def _serve_early(self, now: float) -> None:
+        for uid, waiting in list(self.early.items()):
+            while waiting:
+                deadline, sender, body = waiting[0]
+                if self._mirror_queue(body) is None and now < deadline:
+                    break
+                waiting.popleft()
+                self._apply(sender, body)
+            if not waiting:
+                del self.early[uid]
+
+    # ================================================= placement and promotion
+
+    def tick(self, silent: set[str]) -> None:
+        """Every second or so: mirrors follow the policies and the nodes' liveness;
+        a mirror whose leader's node went silent may take over."""
+        self._send_unsent()
+        self._serve_early(time.monotonic())
+        node = self.node
+        if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
+            return
+        for vhost in list(node.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                if isinstance(queue, ClassicQueue) and not queue.deleted:
+                    self._place(vhost.name, queue, silent)
+                elif isinstance(queue, RemoteClassicQueue) and queue.replica is not None \
+                        and queue.host in silent:
+                    self._promote(vhost.name, queue, silent)
+
+    def _settings(self, vhost: str, queue):
+        if queue.exclusive_owner is not None:
+            return None  # never mirrored (the guide's "Mirroring of Exclusive Queues")
+        return ha_settings(self.node.policy_for(vhost, "classic", queue.name))
+
+    def _place(self, vhost: str, queue: ClassicQueue, silent: set[str]) -> None:
+        me = self.cluster.name
+        settings = self._settings(vhost, queue)
+        mirroring = queue.mirroring
+        if mirroring is not None:
+            for name, mirror in list(mirroring.mirrors.items()):
+                boot = self.boot(name)
+                if boot is not None and mirror.boot is not None and boot != mirror.boot:
+                    log.info("mirrored queue '%s' in vhost '%s': mirror on %s restarted: "
+                             "it starts empty", queue.name, vhost, name)
+                    mirroring.attach(name, boot)
+                elif mirror.boot is None and boot is not None:
+                    mirror.boot = boot
+        if settings is None:
+            mirrors, synced = None, ()
+        else:
+            mirrors = desired_mirrors(settings, me, self.cluster.nodes, silent,
+                                      queue.mirrors or ())
+            synced = tuple(m for m in (mirroring.synchronised() if mirroring else ())
+                           if m in mirrors)
+        host = me
+        if mirrors is not None and leader_must_move(settings, me, self.cluster.nodes):
+            ready = [m for m in mirrors if m in synced and queue.mirrors
+                     and m in queue.mirrors]
+            if ready:  # "'nodes' Policy and Migrating Leaders": once one is synchronised
+                host = ready[0]
+                mirrors = tuple(m for m in mirrors if m != host)
+                synced = tuple(m for m in synced if m != host)
+        if host == me and mirrors == queue.mirrors and synced == queue.synced:
+            return
+        record = {"host": host, "mirrors": None if mirrors is None else list(mirrors),
+                  "synced": list(synced)}
+        self._propose(vhost, queue, me, record)
+
+    def _promote(self, vhost: str, queue: RemoteClassicQueue, silent: set[str]) -> None:
+        me = self.cluster.name
+        settings = self._settings(vhost, queue)
+        rule = settings.promote_on_failure if settings is not None else "always"
+        boot = self.boot(queue.host)
+        if boot is not None and self.stopped.get(queue.host) == boot and rule == "always":
+            # a controlled shutdown: ha-promote-on-shutdown (default when-synced) decides,
+            # unless ha-promote-on-failure is when-synced (the guide's "Stopping Nodes
+            # Hosting Queue Leader with Only Unsynchronised Mirrors")
+            rule = settings.promote_on_shutdown if settings is not None else "when-synced"
+        down = set(silent) | {queue.host}
+        candidate = promotion_candidate(queue.mirrors or (), queue.synced, down, rule)
+        if candidate != me:
+            return
+        record = {"host": me, "mirrors": [m for m in queue.mirrors if m != me],
+                  "synced": [m for m in queue.synced if m != me]}
+        if self._propose(vhost, queue, queue.host, record):
+            log.warning("mirrored queue '%s' in vhost '%s': leader %s is down: promoting "
+                        "the %s mirror on %s", queue.name, vhost, queue.host,
+                        "synchronised" if me in queue.synced else "unsynchronised", me)
+
+    def _propose(self, vhost: str, queue, expect_host: str, record: dict) -> bool:
+        key = repr(sorted(record.items()))
+        last = self.proposed.get(queue.group)
+        now = time.monotonic()
+        if last is not None and last[0] == key and now - last[1] < PROPOSE_EVERY:
+            return False
+        self.proposed[queue.group] = (key, now)
+        self.cluster.meta.propose_data(encode(
+            "queue.record", vhost=vhost, name=queue.name, group=queue.group,
+            expect_host=expect_host, record=record))
+        return True
+
+    def stopping(self) -> None:
+        """This node stops (SIGTERM): tell the others, so that its mirrored queues'
+        mirrors apply ha-promote-on-shutdown rather than ha-promote-on-failure."""
+        for name in self.cluster.nodes:
+            if name != self.cluster.name:
+                self.cluster._post(name, Rpc("cm.stopping", {"boot": self.node.boot_id}))
+
+    def _on_stopping(self, sender: str, body: dict) -> None:
+        self.stopped[sender] = body["boot"]
+
+    # ================================================= operations
+
+    def sync(self, queue) -> int:
+        """`ctl sync_queue`: the leader sends its contents to its unsynchronised
+        mirrors (a blocking operation in RabbitMQ; one event-loop step here)."""
+        if not isinstance(queue, ClassicQueue) or queue.mirroring is None:
+            return 0
+        return queue.mirroring.sync()
+
+
+def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:
+    """The Rpc kinds of this module, for the cluster's dispatch table."""
+    return {
+        "cm.op": lambda cluster, sender, body: cluster.mirrors._on_op(sender, body),
+        "cm.ack": lambda cluster, sender, body: cluster.mirrors._on_ack(sender, body),
+        "cm.stopping": lambda cluster, sender, body: cluster.mirrors._on_stopping(sender,
+                                                                                  body),
+    }
+

@@ -1,0 +1,321 @@
+"""Classic queue mirroring (RabbitMQ 3.13's, behind its deprecated-feature switch):
+the policy keys, where mirrors go, and both replicas' state. Pure, no I/O.
+
+Responsibilities:
+- `validate_ha(definition)`: the ha-* keys of a policy, checked as RabbitMQ 3.13's
+  rabbit_mirror_queue_misc:validate_policy checks them (its messages);
+- `ha_settings(policy)`: a policy's mirroring settings, None for a queue the policy
+  does not mirror (then the queue is a plain classic queue: no mirroring machinery,
+  as the guide's "Queue Arguments that Control Mirroring" distinguishes);
+- `desired_mirrors`: the ordered mirror list a policy asks for, keeping existing
+  mirrors first ("it will endeavour to keep its existing mirrors as far as this fits
+  with the new policy"), new ones appended, so the list is the join order ("the
+  oldest mirror" = the first);
+- `promotion_candidate`: which mirror takes over when the leader's node failed
+  (the guide's "Mirrored Queue Implementation and Semantics", 1, and "Promotion of
+  Unsynchronised Mirrors on Failure");
+- `Mirroring`: the leader's side, attached to the leader's ClassicQueue: every change
+  of the queue's contents is sent to every mirror in order (publish with the message,
+  first delivery, removal), a publisher confirm holds until every current mirror
+  acknowledged the message; a mirror added later starts empty and unsynchronised
+  (`first_seq`: the first message it has) and is synchronised once no message older
+  than that is left, or once `sync` sent it the queue's contents;
+- `Replica`: a mirror's copy of the contents (sequence -> message, delivered flag),
+  which becomes the leader's queue on promotion: every message comes back ready, a
+  delivered one marked redelivered (the guide: unacknowledged messages are requeued
+  with the redelivered flag).
+
+How it works: the replication operations go through a `MirrorLink` (the cluster
+layer's cluster/mirror_link.py: Rpc messages over the ordered inter-node transport),
+as lists: ["p", seq, exchange, routing key, header, body, expires, ack request],
+["v", [seq...]] first deliveries, ["d", [seq...]] removals, ["x"] start empty,
+["s", [[seq, exchange, key, header, body, expires, delivered]...], ack request]
+a synchronisation batch (ha-sync-batch-size messages), ["k", [seq...]] keep only
+these (a new leader's contents, sent to the other mirrors after a promotion).
+
+Invariants: `live` holds every message of the queue (ready or unacked) in sequence
+order; a mirror whose `first_seq` is at or below the lowest live sequence holds every
+message the leader holds (it is synchronised); a confirm's hold for a mirror is
+answered exactly once (acknowledged, or the mirror left: the remaining mirrors hold
+the message, as RabbitMQ confirms).
+
+Not here: the transport and the failure detection (cluster/mirror_link.py), the
+record in the metadata (node/metadata.py `queue.record`), the queue (classic.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol
+
+HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
+           "ha-promote-on-shutdown", "ha-promote-on-failure")
+MODES = ("all", "exactly", "nodes")
+# RabbitMQ's mirroring_sync_batch_size default
+DEFAULT_SYNC_BATCH_SIZE = 4096
+
+
+def _term(value: Any) -> str:
+    """How RabbitMQ's ~tp shows a JSON value."""
+    if isinstance(value, str):
+        return f'<<"{value}">>'
+    if isinstance(value, list):
+        return "[" + ",".join(_term(v) for v in value) + "]"
+    return "none" if value is None else json.dumps(value)
+
+
+def validate_ha(definition: dict) -> str | None:
+    """RabbitMQ 3.13's validation of the ha-* keys (None: valid)."""
+    mode = definition.get("ha-mode")
+    given = [k for k in HA_KEYS if k in definition]
+    if not given:
+        return None
+    if mode is None:
+        return ("ha-mode must be specified to specify ha-params, ha-sync-mode or "
+                "ha-promote-on-shutdown")
+    if mode not in MODES:
+        return f"{_term(mode)} is not a valid ha-mode value"
+    params = definition.get("ha-params")
+    if mode == "all" and "ha-params" in definition:
+        return 'ha-mode="all" does not take parameters'
+    if mode == "exactly" and (isinstance(params, bool) or not isinstance(params, int)
+                              or params <= 0):
+        return f'ha-mode="exactly" takes an integer, {_term(params)} given'
+    if mode == "nodes":
+        if params == []:
+            return 'ha-mode="nodes" list must be non-empty'
+        if not isinstance(params, list):
+            return f'ha-mode="nodes" takes a list, {_term(params)} given'
+        invalid = [p for p in params if not isinstance(p, str)]
+        if invalid:
+            return f'ha-mode="nodes" takes a list of strings, {_term(invalid)} given'
+    sync = definition.get("ha-sync-mode", "manual")
+    if sync not in ("manual", "automatic"):
+        return f'ha-sync-mode must be "manual" or "automatic", got {_term(sync)}'
+    batch = definition.get("ha-sync-batch-size", 1)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        return f"ha-sync-batch-size takes an integer greater than 0, {_term(batch)} given"
+    for key in ("ha-promote-on-shutdown", "ha-promote-on-failure"):
+        value = definition.get(key, "always")
+        if value not in ("always", "when-synced"):
+            return f'{key} must be "always" or "when-synced", got {_term(value)}'
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class HaSettings:
+    mode: str                       # all | exactly | nodes
+    params: Any                     # exactly: the replica count; nodes: node names
+    sync_mode: str = "manual"       # the guide's default
+    sync_batch_size: int = DEFAULT_SYNC_BATCH_SIZE
+    promote_on_failure: str = "always"       # the guide's defaults
+    promote_on_shutdown: str = "when-synced"
+
+
+def ha_settings(policy) -> HaSettings | None:
+    """The mirroring a (valid) policy asks for; None: not mirrored."""
+    definition = getattr(policy, "definition", None) or {}
+    mode = definition.get("ha-mode")
+    if mode is None:
+        return None
+    return HaSettings(mode, definition.get("ha-params"),
+                      definition.get("ha-sync-mode", "manual"),
+                      definition.get("ha-sync-batch-size", DEFAULT_SYNC_BATCH_SIZE),
+                      definition.get("ha-promote-on-failure", "always"),
+                      definition.get("ha-promote-on-shutdown", "when-synced"))
+
+
+def desired_mirrors(settings: HaSettings, leader: str, nodes: Iterable[str],
+                    down: Iterable[str], current: Iterable[str]) -> tuple[str, ...]:
+    """The mirrors (leader excluded) `settings` asks for among the cluster's `nodes`
+    that are not `down`, existing ones first in their order, new ones after (sorted:
+    every node computes the same). `nodes` mode ignores names not in the cluster (the
+    guide: "this does not constitute an error"); a leader it does not list stays
+    until a mirror is synchronised (leader_must_move)."""
+    down = set(down)
+    live = [n for n in sorted(nodes) if n not in down and n != leader]
+    kept = [n for n in current if n in live]
+    if settings.mode == "all":
+        wanted = live
+    elif settings.mode == "exactly":
+        count = max(0, settings.params - 1)
+        wanted = kept[:count] + [n for n in live if n not in kept][:max(0, count - len(kept))]
+    else:
+        listed = set(settings.params)
+        wanted = [n for n in live if n in listed]
+    return tuple([n for n in kept if n in wanted] + [n for n in wanted if n not in kept])
+
+
+def leader_must_move(settings: HaSettings | None, leader: str, nodes: Iterable[str]) -> bool:
+    """A `nodes` policy that does not list the leader (but lists a cluster node): the
+    guide's "'nodes' Policy and Migrating Leaders"."""
+    return (settings is not None and settings.mode == "nodes"
+            and leader not in settings.params and any(n in settings.params for n in nodes))
+
+
+def promotion_candidate(mirrors: Iterable[str], synced: Iterable[str], down: Iterable[str],
+                        promote_on_failure: str) -> str | None:
+    """The mirror promoted when the leader's node failed: the oldest one running that
+    is synchronised, or under ha-promote-on-failure "always" (the default) the oldest
+    one running if none is (whatever only the leader held is lost, as the guide says);
+    None: the queue waits for its leader."""
+    down, synced = set(down), set(synced)
+    running = [m for m in mirrors if m not in down]
+    for mirror in running:
+        if mirror in synced:
+            return mirror
+    if promote_on_failure == "always" and running:
+        return running[0]
+    return None
+
+
+class MirrorLink(Protocol):
+    """What the leader's side asks of the cluster (cluster/mirror_link.py)."""
+
+    def send(self, node: str, queue: Any, op: list) -> None: ...
+
+    def ask(self, node: str, queue: Any, op: list,
+            answer: Callable[[bool], None]) -> None:
+        """Send `op` with an acknowledgement request (its last element is set);
+        `answer(True)` once the mirror acknowledged it or left."""
+
+    def release(self, node: str, queue: Any) -> None:
+        """`node` is no longer a mirror of `queue`: answer what waits for it."""
+
+    def boot(self, node: str) -> str | None:
+        """The run of `node` last heard of (a mirror attached in an earlier run of its
+        node holds nothing any more)."""
+
+
+class _Mirror:
+    __slots__ = ("node", "first_seq", "boot")
+
+    def __init__(self, node: str, first_seq: int, boot: str | None) -> None:
+        self.node = node
+        self.first_seq = first_seq  # the first message this mirror received
+        self.boot = boot            # the mirror node's run it was attached in
+
+
+class Mirroring:
+    """The leader's side (see the module header)."""
+
+    def __init__(self, queue, link: MirrorLink, settings: HaSettings | None) -> None:
+        self.queue = queue
+        self.link = link
+        self.settings = settings
+        self.mirrors: dict[str, _Mirror] = {}
+        self.live: dict[int, Any] = {}  # seq -> Entry, every message the queue holds
+
+    # ------------------------------------------------------------ membership
+
+    def attach(self, node: str, boot: str | None) -> None:
+        """A new mirror (or one whose node restarted): it starts empty."""
+        self.mirrors[node] = _Mirror(node, self.queue.next_seq, boot)
+        self.link.send(node, self.queue, ["x"])
+        if self.settings is not None and self.settings.sync_mode == "automatic":
+            self.sync(node)
+
+    def adopt(self, node: str, boot: str | None) -> None:
+        """A mirror kept across a promotion (take_over sets what it holds)."""
+        self.mirrors[node] = _Mirror(node, self.queue.next_seq, boot)
+
+    def detach(self, node: str) -> None:
+        """A mirror left: the confirms waiting for it wait for the others only."""
+        if self.mirrors.pop(node, None) is not None:
+            self.link.release(node, self.queue)
+
+    def synchronised(self) -> list[str]:
+        lowest = next(iter(self.live), None)
+        return [m.node for m in self.mirrors.values()
+                if lowest is None or m.first_seq <= lowest]
+
+    def sync(self, node: str | None = None) -> int:
+        """Send the queue's contents to one mirror (or every unsynchronised one) in
+        batches of ha-sync-batch-size; it is synchronised once it acknowledged the
+        last batch. Returns how many mirrors were synchronised."""
+        synced = set(self.synchronised())
+        targets = [node] if node is not None else [m for m in self.mirrors if m not in synced]
+        size = self.settings.sync_batch_size if self.settings else DEFAULT_SYNC_BATCH_SIZE
+        items = [[e.seq, e.message.exchange, e.message.routing_key, e.message.properties.raw,
+                  e.message.body, e.expires, e.redelivered] for e in self.live.values()]
+        for target in targets:
+            mirror = self.mirrors.get(target)
+            if mirror is None:
+                continue
+            self.link.send(target, self.queue, ["x"])
+            for start in range(0, len(items), size):
+                self.link.send(target, self.queue, ["s", items[start:start + size], 0])
+            mirror.first_seq = 0
+        return len(targets)
+
+    # ------------------------------------------------------------ contents
+
+    def published(self, entry, hold: Callable[[], Callable[[bool], None]] | None) -> None:
+        self.live[entry.seq] = entry
+        message = entry.message
+        for node in self.mirrors:
+            op = ["p", entry.seq, message.exchange, message.routing_key,
+                  message.properties.raw, message.body, entry.expires, 0]
+            if hold is None:
+                self.link.send(node, self.queue, op)
+            else:
+                self.link.ask(node, self.queue, op, hold())
+
+    def recovered(self, entry) -> None:
+        """A message the leader recovered (its store after a restart): no mirror has
+        it (they were reset when the leader started)."""
+        self.live[entry.seq] = entry
+        for mirror in self.mirrors.values():
+            mirror.first_seq = max(mirror.first_seq, entry.seq + 1)
+
+    def delivered(self, entry) -> None:
+        for node in self.mirrors:
+            self.link.send(node, self.queue, ["v", [entry.seq]])
+
+    def removed(self, entry) -> None:
+        if self.live.pop(entry.seq, None) is None:
+            return
+        for node in self.mirrors:
+            self.link.send(node, self.queue, ["d", [entry.seq]])
+
+    def keep_only(self) -> None:
+        """After a promotion: the other mirrors drop what this leader does not hold."""
+        for node in self.mirrors:
+            self.link.send(node, self.queue, ["k", list(self.live)])
+
+
+class Replica:
+    """A mirror's copy of the queue (see the module header)."""
+
+    def __init__(self) -> None:
+        # seq -> [exchange, routing key, header, body, expires, delivered]
+        self.entries: dict[int, list] = {}
+
+    def apply(self, op: list) -> None:
+        match op[0]:
+            case "p":
+                _kind, seq, exchange, key, header, body, expires, _ask = op
+                self.entries[seq] = [exchange, key, header, body, expires, False]
+            case "v":
+                for seq in op[1]:
+                    item = self.entries.get(seq)
+                    if item is not None:
+                        item[5] = True
+            case "d":
+                for seq in op[1]:
+                    self.entries.pop(seq, None)
+            case "x":
+                self.entries.clear()
+            case "s":
+                for seq, exchange, key, header, body, expires, delivered in op[1]:
+                    self.entries[seq] = [exchange, key, header, body, expires, delivered]
+                self.entries = dict(sorted(self.entries.items()))
+            case "k":
+                keep = set(op[1])
+                self.entries = {s: e for s, e in self.entries.items() if s in keep}
+            case other:
+                raise ValueError(f"unknown mirror operation {other!r}")
+
+    def __len__(self) -> int:
+        return len(self.entries)

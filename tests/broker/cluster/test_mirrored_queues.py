@@ -1,0 +1,252 @@
+"""Mirrored classic queues on 3-node clusters of real processes (queues/mirroring.py,
+cluster/mirror_link.py), with RabbitMQ 3.13's switch
+`deprecated_features.permit.classic_queue_mirroring = true`, as the "Classic Queue
+Mirroring" guide describes them:
+
+- "Queue Arguments that Control Mirroring": ha-mode all / exactly / nodes place the
+  mirrors (unknown node names ignored); a policy change adds or removes mirrors of
+  existing queues; a queue no policy mirrors has none;
+- "Mirroring of Exclusive Queues": never mirrored;
+- "Unsynchronised Mirrors": a mirror added to a queue holding messages starts
+  unsynchronised, and is synchronised once those messages are consumed, or by
+  ha-sync-mode automatic;
+- "Mirrored Queue Implementation and Semantics" and "Publisher Confirms": confirmed
+  messages survive the leader's node being killed when a synchronised mirror exists;
+  unacknowledged ones come back redelivered; a consumer with x-cancel-on-ha-failover
+  gets basic.cancel;
+- "Promotion of Unsynchronised Mirrors on Failure": under ha-promote-on-failure
+  "always" (the default) an unsynchronised mirror is promoted and the messages only
+  the leader held are lost (asserted); under "when-synced" it is not, and the queue
+  waits for its leader (its durable messages come back with it).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pika
+import pytest
+
+from quorumqueue.client.management import call
+from tests.broker.cluster.test_cluster import connect, status
+from tests.support.cluster import LocalCluster, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+CONFIG = "deprecated_features.permit.classic_queue_mirroring = true\n"
+
+
+def row(uri: str, name: str) -> dict | None:
+    for line in call(uri, "queues.list", vhost="/"):
+        if line["name"] == name:
+            return line
+    return None
+
+
+def set_policy(uri: str, name: str, pattern: str, definition: dict) -> None:
+    call(uri, "policies.set", vhost="/", name=name, pattern=pattern,
+         definition=definition, priority=0, apply_to="queues")
+
+
+def clear_policy(uri: str, name: str) -> None:
+    call(uri, "policies.clear", vhost="/", name=name)
+
+
+def mirrors_everywhere(uris, name: str, leader: str, mirrors, synced=None) -> None:
+    """Every node lists the queue with this leader and these mirrors (None: not
+    mirrored), in join order, and these synchronised ones (None: any)."""
+    def shown(uri):
+        line = row(uri, name)
+        if line is None or line["leader"] != leader:
+            return False
+        if mirrors is None:
+            return "mirrors" not in line
+        return line.get("mirrors") == list(mirrors) and (
+            synced is None or sorted(line["synchronised_mirrors"]) == sorted(synced))
+
+    for uri in uris:
+        wait_for(f"{name} on {uri}: leader {leader}, mirrors {mirrors}, synced {synced}",
+                 lambda: shown(uri), timeout=60)
+
+
+def publish(uri: str, queue: str, bodies) -> None:
+    with connect(uri) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()  # a nack raises
+        for body in bodies:
+            channel.basic_publish("", queue, body, PERSISTENT)
+
+
+def get_all(uri: str, queue: str) -> list[tuple[bytes, bool]]:
+    """Every ready message (body, redelivered), acked."""
+    out = []
+    with connect(uri) as connection:
+        channel = connection.channel()
+        while True:
+            method, _properties, body = channel.basic_get(queue)
+            if method is None:
+                return out
+            out.append((body, method.redelivered))
+            channel.basic_ack(method.delivery_tag)
+
+
+def started(cluster: LocalCluster) -> LocalCluster:
+    wait_for("every node reachable from every other", lambda: all(
+        all(n["reachable"] for n in status(uri)["nodes"]) and status(uri)["metadata_leader"]
+        for uri in cluster.uris()))
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as running:
+        yield started(running)
+
+
+def test_each_ha_mode_places_mirrors_and_policy_changes_follow(cluster):
+    one, two, three = cluster.names
+    uris = cluster.uris()
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        for name in ("ha.all", "ha.two", "ha.nodes", "plain.q"):
+            channel.queue_declare(name, durable=True)
+        # "Mirroring of Exclusive Queues": never mirrored, even when a policy says so
+        channel.queue_declare("ha.exclusive", exclusive=True)
+        set_policy(uris[1], "ha-all", r"^ha\.(all|exclusive)$", {"ha-mode": "all"})
+        set_policy(uris[1], "ha-two", r"^ha\.two$", {"ha-mode": "exactly", "ha-params": 2})
+        set_policy(uris[1], "ha-nodes", r"^ha\.nodes$",
+                   {"ha-mode": "nodes", "ha-params": [one, three, "rabbit@nowhere"]})
+        mirrors_everywhere(uris, "ha.all", one, [two, three], [two, three])
+        mirrors_everywhere(uris, "ha.two", one, [two], [two])
+        mirrors_everywhere(uris, "ha.nodes", one, [three], [three])
+        mirrors_everywhere(uris, "plain.q", one, None)
+        mirrors_everywhere(uris, "ha.exclusive", one, None)
+
+        # a policy change: all -> exactly 2 keeps the oldest mirror; cleared: unmirrored
+        set_policy(uris[2], "ha-all", r"^ha\.(all|exclusive)$",
+                   {"ha-mode": "exactly", "ha-params": 2})
+        mirrors_everywhere(uris, "ha.all", one, [two], [two])
+        clear_policy(uris[2], "ha-two")
+        mirrors_everywhere(uris, "ha.two", one, None)
+        # and a queue made mirrored later: "it is valid to create a non-mirrored queue,
+        # and then make it mirrored at some later point"
+        set_policy(uris[0], "plain", r"^plain\.q$", {"ha-mode": "all"})
+        mirrors_everywhere(uris, "plain.q", one, [two, three], [two, three])
+        for name in ("ha.all", "ha.two", "ha.nodes", "plain.q"):
+            channel.queue_delete(name)
+    for policy in ("ha-all", "ha-nodes", "plain"):
+        clear_policy(uris[0], policy)
+
+
+def test_a_new_mirror_starts_unsynchronised_and_synchronises_as_old_messages_drain(cluster):
+    one, two, _three = cluster.names
+    uris = cluster.uris()
+    with connect(uris[0]) as connection:
+        connection.channel().queue_declare("sync.manual", durable=True)
+    publish(uris[0], "sync.manual", [b"old-%d" % n for n in range(5)])
+    set_policy(uris[0], "sync-manual", r"^sync\.manual$",
+               {"ha-mode": "exactly", "ha-params": 2})
+    mirrors_everywhere(uris, "sync.manual", one, [two], [])   # ha-sync-mode manual
+    publish(uris[1], "sync.manual", [b"new"])
+    drained = get_all(uris[2], "sync.manual")
+    assert [body for body, _ in drained] == [b"old-%d" % n for n in range(5)] + [b"new"]
+    mirrors_everywhere(uris, "sync.manual", one, [two], [two])
+
+    with connect(uris[0]) as connection:
+        connection.channel().queue_declare("sync.auto", durable=True)
+    publish(uris[0], "sync.auto", [b"old"])
+    set_policy(uris[0], "sync-auto", r"^sync\.auto$",
+               {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "automatic",
+                "ha-sync-batch-size": 1})
+    mirrors_everywhere(uris, "sync.auto", one, [two], [two])
+    assert row(uris[1], "sync.auto")["ready"] == 1
+    for policy in ("sync-manual", "sync-auto"):
+        clear_policy(uris[0], policy)
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        channel.queue_delete("sync.manual")
+        channel.queue_delete("sync.auto")
+
+
+def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.orders", durable=True)
+        mirrors_everywhere(uris, "ha.orders", one, [two, three], [two, three])
+        publish(uris[1], "ha.orders", [b"m%d" % n for n in range(30)])   # all confirmed
+        publish(uris[0], "ha.orders", [b"m%d" % n for n in range(30, 40)])
+
+        # a consumer on node three holds 3 unacked; another asked to be told of failover
+        watcher = connect(uris[2])
+        holder = watcher.channel()
+        holder.basic_qos(prefetch_count=3)
+        held = []
+        holder.basic_consume("ha.orders", lambda ch, method, props, body: held.append(
+            (body, method.redelivered)))
+        cancelled = []
+        notified = watcher.channel()
+        notified.add_on_cancel_callback(lambda frame: cancelled.append(frame))
+        notified.basic_qos(prefetch_count=1)
+        notified.basic_consume("ha.orders", lambda *args: None,
+                               arguments={"x-cancel-on-ha-failover": True})
+        wait_for("3 + 1 messages delivered, unacked",
+                 lambda: watcher.process_data_events(0.2) or (
+                     len(held) == 3 and row(uris[2], "ha.orders")["unacked"] == 4))
+
+        cluster.kill(one, signal.SIGKILL)
+        live = cluster.uris([two, three])
+        # "the oldest mirror will be promoted to the new leader as long as it's
+        # synchronised": two joined first
+        mirrors_everywhere(live, "ha.orders", two, [three], [three])
+        wait_for("basic.cancel for the x-cancel-on-ha-failover consumer",
+                 lambda: watcher.process_data_events(0.2) or cancelled)
+        watcher.close()   # the holder's 3 unacked come back (they were requeued anyway)
+
+        got = get_all(uris[1], "ha.orders")
+        bodies = sorted(body for body, _ in got)
+        assert bodies == sorted(b"m%d" % n for n in range(40))  # none lost, none twice
+        redelivered = {body for body, again in got if again}
+        # "all unacknowledged messages are redelivered with the redelivered flag set"
+        assert {body for body, _ in held} <= redelivered
+
+
+@pytest.mark.parametrize("promote", ["always", "when-synced"])
+def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(promote):
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, _three = cluster.names
+        uris = cluster.uris()
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.lossy", durable=True)
+        publish(uris[0], "ha.lossy", [b"old-%d" % n for n in range(10)])
+        set_policy(uris[0], "ha-two", r"^ha\.", {"ha-mode": "exactly", "ha-params": 2,
+                                                 "ha-promote-on-failure": promote})
+        mirrors_everywhere(uris, "ha.lossy", one, [two], [])  # unsynchronised
+        publish(uris[1], "ha.lossy", [b"new-%d" % n for n in range(5)])
+        cluster.kill(one, signal.SIGKILL)
+        live = cluster.uris([1, 2])
+        if promote == "always":
+            # "If there is no mirror that is synchronised with the leader, messages
+            # that only existed on leader will be lost"
+            mirrors_everywhere(live, "ha.lossy", two, [], None)
+            got = get_all(uris[1], "ha.lossy")
+            assert sorted(body for body, _ in got) == [b"new-%d" % n for n in range(5)]
+            return
+        # when-synced: no promotion; the queue waits for its leader ...
+        wait_for("the leader's node seen as down", lambda: not any(
+            n["reachable"] for n in status(uris[1])["nodes"] if n["name"] == one))
+        with connect(uris[1]) as connection:
+            channel = connection.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as error:
+                channel.basic_get("ha.lossy")
+            assert error.value.reply_code == 404 and "is down or inaccessible" in str(error.value)
+        assert row(uris[1], "ha.lossy")["leader"] == one
+        # ... and nothing is lost once it is back
+        cluster.restart(one)
+        cluster.wait_ready([one])
+        wait_for("the leader back", lambda: row(uris[1], "ha.lossy")["ready"] == 15)

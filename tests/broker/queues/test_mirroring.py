@@ -1,0 +1,233 @@
+"""Classic queue mirroring's pure parts (queues/mirroring.py), as RabbitMQ's "Classic
+Queue Mirroring" guide describes them: where mirrors go for each ha-mode ("Queue
+Arguments that Control Mirroring", keeping existing mirrors on a policy change),
+which mirror is promoted ("Mirrored Queue Implementation and Semantics", "Promotion
+of Unsynchronised Mirrors on Failure"), replication of a leader's operations to its
+mirrors with confirms spanning every mirror ("Publisher Confirms and Transactions"),
+a new mirror starting empty and unsynchronised ("Unsynchronised Mirrors", "Configuring
+Synchronisation", "Batch Synchronization"), and a promoted mirror's copy becoming the
+queue with unacknowledged messages redelivered. The cluster test is
+tests/broker/cluster/test_mirrored_queues.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quorumqueue.broker.amqp.properties import decode_properties, encode_properties
+from quorumqueue.broker.queues.base import Confirm
+from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.mirroring import (HaSettings, Mirroring, Replica,
+                                                 desired_mirrors, leader_must_move,
+                                                 promotion_candidate)
+
+NODES = ("a", "b", "c", "d")
+
+
+def settings(mode, params=None, **more) -> HaSettings:
+    return HaSettings(mode, params, **more)
+
+
+# ---------------------------------------------------------------- placement
+
+
+@pytest.mark.parametrize("mode, params, current, down, expected", [
+    ("all", None, (), (), ("b", "c", "d")),
+    ("all", None, ("d",), ("c",), ("d", "b")),           # join order kept; c is down
+    ("exactly", 1, (), (), ()),                          # just the leader
+    ("exactly", 2, (), (), ("b",)),
+    ("exactly", 2, ("d", "c"), (), ("d",)),              # keeps the oldest existing one
+    ("exactly", 3, ("d",), ("b",), ("d", "c")),          # a down node is replaced
+    ("exactly", 9, (), (), ("b", "c", "d")),             # fewer nodes than count: all
+    ("nodes", ["c", "rabbit@nowhere"], ("b",), (), ("c",)),  # unknown names ignored
+    ("nodes", ["a", "b"], (), (), ("b",)),
+])
+def test_each_ha_mode_places_mirrors(mode, params, current, down, expected):
+    assert desired_mirrors(settings(mode, params), "a", NODES, down, current) == expected
+
+
+def test_a_nodes_policy_without_the_leader_moves_it():
+    """'nodes' Policy and Migrating Leaders."""
+    assert leader_must_move(settings("nodes", ["c", "d"]), "a", NODES)
+    assert not leader_must_move(settings("nodes", ["a", "c"]), "a", NODES)
+    assert not leader_must_move(settings("nodes", ["x@y"]), "a", NODES)  # none is ours
+    assert not leader_must_move(settings("all"), "a", NODES)
+
+
+@pytest.mark.parametrize("mirrors, synced, down, rule, expected", [
+    (("b", "c"), ("b", "c"), (), "always", "b"),        # the oldest synchronised
+    (("b", "c"), ("c",), (), "always", "c"),            # synchronised before older
+    (("b", "c"), ("b", "c"), ("b",), "always", "c"),    # the oldest running
+    (("b", "c"), (), (), "always", "b"),                # unsynchronised: the oldest
+    (("b", "c"), (), (), "when-synced", None),          # when-synced: none
+    (("b", "c"), ("c",), (), "when-synced", "c"),
+    (("b",), ("b",), ("b",), "always", None),
+])
+def test_promotion_picks_the_oldest_synchronised_mirror(mirrors, synced, down, rule,
+                                                        expected):
+    assert promotion_candidate(mirrors, synced, down, rule) == expected
+
+
+# ---------------------------------------------------------------- replication
+
+
+class Link:
+    """In memory: each mirror's Replica applies what the leader sends; acks wait for
+    `ack_all` (a mirror answering later)."""
+
+    def __init__(self) -> None:
+        self.replicas: dict[str, Replica] = {}
+        self.waiting: list[tuple[str, object]] = []
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, node, queue, op) -> None:
+        self.sent.append((node, op[0]))
+        self.replicas.setdefault(node, Replica()).apply(op)
+
+    def ask(self, node, queue, op, answer) -> None:
+        op[-1] = len(self.waiting) + 1
+        self.send(node, queue, op)
+        self.waiting.append((node, answer))
+
+    def ack_all(self, node) -> None:
+        for item in [w for w in self.waiting if w[0] == node]:
+            self.waiting.remove(item)
+            item[1](True)
+
+    def release(self, node, queue) -> None:
+        self.ack_all(node)
+
+    def boot(self, node):
+        return "boot"
+
+
+class Channel:
+    def __init__(self) -> None:
+        self.answered = 0
+        self.got: list = []
+
+    def confirm_answered(self) -> None:
+        self.answered += 1
+
+    def get_ok(self, queue, token, no_ack, redelivered, exchange, key, remaining, header,
+               body) -> None:
+        self.got.append((token, body, redelivered))
+
+    def get_empty(self) -> None:
+        self.got.append(None)
+
+
+def message(body: bytes) -> Message:
+    return Message("", "q", decode_properties(encode_properties(len(body), {}))[1], body)
+
+
+def mirrored_queue(link: Link, *mirrors: str, sync_mode="manual", batch=4096):
+    queue = ClassicQueue("/", "q", False, None, False, {})
+    queue.mirroring = Mirroring(queue, link, settings("all", sync_mode=sync_mode,
+                                                      sync_batch_size=batch))
+    for mirror in mirrors:
+        queue.mirroring.attach(mirror, "boot")
+    return queue
+
+
+def bodies(replica: Replica) -> list[bytes]:
+    return [item[3] for item in replica.entries.values()]
+
+
+def test_a_confirm_leaves_only_when_every_mirror_has_the_message():
+    link = Link()
+    queue = mirrored_queue(link, "b", "c")
+    channel = Channel()
+    confirm = Confirm(channel, 1)
+    queue.publish(message(b"m1"), None, confirm)
+    assert confirm.outstanding == 2
+    link.ack_all("b")
+    assert confirm.outstanding == 1
+    link.ack_all("c")
+    assert confirm.outstanding == 0 and confirm.ok
+    assert bodies(link.replicas["b"]) == bodies(link.replicas["c"]) == [b"m1"]
+
+
+def test_a_mirror_that_leaves_no_longer_holds_confirms_back():
+    link = Link()
+    queue = mirrored_queue(link, "b", "c")
+    confirm = Confirm(Channel(), 1)
+    queue.publish(message(b"m1"), None, confirm)
+    link.ack_all("b")
+    queue.mirroring.detach("c")   # its node failed: the remaining mirrors hold it
+    assert confirm.outstanding == 0 and confirm.ok
+
+
+def test_acks_and_first_deliveries_reach_the_mirrors():
+    link = Link()
+    queue = mirrored_queue(link, "b")
+    for body in (b"1", b"2", b"3"):
+        queue.publish(message(body), None, None)
+    channel = Channel()
+    queue.basic_get(channel, no_ack=False)   # 1: delivered, unacked
+    queue.basic_get(channel, no_ack=False)   # 2: delivered, then acked
+    queue.settle(channel, [channel.got[1][0]], None)
+    replica = link.replicas["b"]
+    assert bodies(replica) == [b"1", b"3"]
+    assert [item[5] for item in replica.entries.values()] == [True, False]  # delivered
+    queue.purge(lambda count: None)
+    assert bodies(replica) == [b"1"]  # the unacked one survives a purge, as on the leader
+
+
+def test_a_new_mirror_starts_empty_and_is_synchronised_once_old_messages_drain():
+    link = Link()
+    queue = mirrored_queue(link, "b")
+    queue.publish(message(b"old"), None, None)
+    queue.mirroring.attach("c", "boot")
+    queue.publish(message(b"new"), None, None)
+    assert bodies(link.replicas["c"]) == [b"new"]
+    assert queue.mirroring.synchronised() == ["b"]
+    channel = Channel()
+    queue.basic_get(channel, no_ack=True)    # "old" leaves the queue
+    assert queue.mirroring.synchronised() == ["b", "c"]
+
+
+def test_sync_sends_the_contents_in_batches_and_automatic_mode_syncs_at_once():
+    link = Link()
+    queue = mirrored_queue(link, batch=2)
+    for body in (b"1", b"2", b"3"):
+        queue.publish(message(body), None, None)
+    queue.mirroring.attach("b", "boot")
+    assert queue.mirroring.synchronised() == []
+    assert queue.mirroring.sync() == 1
+    assert queue.mirroring.synchronised() == ["b"]
+    assert bodies(link.replicas["b"]) == [b"1", b"2", b"3"]
+    assert [op for node, op in link.sent if node == "b"].count("s") == 2  # 2 + 1
+
+    auto = Link()
+    queue = mirrored_queue(auto, sync_mode="automatic")
+    queue.publish(message(b"x"), None, None)
+    queue.mirroring.attach("b", "boot")
+    assert queue.mirroring.synchronised() == ["b"]
+    assert bodies(auto.replicas["b"]) == [b"x"]
+
+
+def test_a_promoted_mirror_serves_its_copy_with_unacked_messages_redelivered():
+    link = Link()
+    leader = mirrored_queue(link, "b", "c")
+    for body in (b"1", b"2", b"3"):
+        leader.publish(message(body), None, None)
+    channel = Channel()
+    leader.basic_get(channel, no_ack=False)  # "1" unacked when the leader dies
+
+    class Previous:  # the RemoteClassicQueue on b, with its copy
+        replica = link.replicas["b"]
+
+    promoted = ClassicQueue("/", "q", False, None, False, {}, host="b", synced=("c",))
+    promoted.mirroring = Mirroring(promoted, link, None)
+    promoted.mirroring.adopt("c", "boot")
+    promoted.take_over(Previous())
+    got = Channel()
+    for _ in range(4):
+        promoted.basic_get(got, no_ack=True)
+    assert [(body, again) for _token, body, again in got.got[:3]] == [
+        (b"1", True), (b"2", False), (b"3", False)]
+    assert got.got[3] is None
+    assert promoted.next_seq == 4
+    # the other mirror was synchronised and stays so: it holds what the leader holds
+    assert promoted.mirroring.mirrors["c"].first_seq == 0
