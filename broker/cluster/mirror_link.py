@@ -66,6 +66,7 @@ class MirrorLink:
         self.early: dict[str, deque[tuple[float, str, dict]]] = {}
         self.proposed: dict[str, tuple[str, float]] = {}  # uid -> (record, when)
         self.unsent: deque[tuple[str, Rpc]] = deque()
+        self.waiting: set[tuple[str, str | None]] = set()  # (uid, leader's run) logged
         # node -> the run of it that announced a controlled shutdown ("cm.stopping")
         self.stopped: dict[str, str] = {}
 
@@ -118,23 +119,27 @@ class MirrorLink:
 
     def _on_op(self, sender: str, body: dict) -> None:
         uid = body["q"]
-        if uid in self.early or self._mirror_queue(body) is None:
+        if uid in self.early or self._mirror_queue(body, sender) is None:
             self.early.setdefault(uid, deque()).append(
                 (time.monotonic() + EARLY_FOR, sender, body))
             self._serve_early(time.monotonic())
             return
         self._apply(sender, body)
 
-    def _mirror_queue(self, body: dict):
+    def _mirror_queue(self, body: dict, sender: str):
+        """The queue `body` is for, if this node is its mirror and `sender` its leader
+        in the record applied here (a leader restarted over an older record, whose
+        promotion it has not replayed yet, is not heard)."""
         vhost = self.node.vhosts.get(body["v"])
         queue = vhost.queues.get(body["n"]) if vhost is not None else None
         if isinstance(queue, RemoteClassicQueue) and queue.group == body["q"] \
-                and queue.mirrors is not None and self.cluster.name in queue.mirrors:
+                and queue.host == sender and queue.mirrors is not None \
+                and self.cluster.name in queue.mirrors:
             return queue
         return None
 
     def _apply(self, sender: str, body: dict) -> None:
-        queue = self._mirror_queue(body)
+        queue = self._mirror_queue(body, sender)
         op = body["o"]
         if queue is None or queue.replica is None:
             return  # no longer a mirror here (the leader detaches it: no ack needed)
@@ -146,7 +151,7 @@ class MirrorLink:
         for uid, waiting in list(self.early.items()):
             while waiting:
                 deadline, sender, body = waiting[0]
-                if self._mirror_queue(body) is None and now < deadline:
+                if self._mirror_queue(body, sender) is None and now < deadline:
                     break
                 waiting.popleft()
                 self._apply(sender, body)
@@ -215,15 +220,26 @@ class MirrorLink:
         settings = self._settings(vhost, queue)
         rule = settings.promote_on_failure if settings is not None else "always"
         boot = self.boot(queue.host)
+        deciding = "ha-promote-on-failure"
         if boot is not None and self.stopped.get(queue.host) == boot and rule == "always":
+            deciding = "ha-promote-on-shutdown"
             # a controlled shutdown: ha-promote-on-shutdown (default when-synced) decides,
             # unless ha-promote-on-failure is when-synced (the guide's "Stopping Nodes
             # Hosting Queue Leader with Only Unsynchronised Mirrors")
             rule = settings.promote_on_shutdown if settings is not None else "when-synced"
         down = set(silent) | {queue.host}
         candidate = promotion_candidate(queue.mirrors or (), queue.synced, down, rule)
+        if candidate is None and (queue.group, boot) not in self.waiting:
+            self.waiting.add((queue.group, boot))
+            log.warning("mirrored queue '%s' in vhost '%s': leader %s is down and no "
+                        "mirror may be promoted (%s when-synced, no synchronised mirror "
+                        "running): "
+                        "the queue waits for its leader", queue.name, vhost, queue.host,
+                        deciding)
         if candidate != me:
             return
+        if not queue.replica.complete and me in queue.synced:
+            return  # this node restarted: its copy is empty, whatever the record says
         record = {"host": me, "mirrors": [m for m in queue.mirrors if m != me],
                   "synced": [m for m in queue.synced if m != me]}
         if self._propose(vhost, queue, queue.host, record):

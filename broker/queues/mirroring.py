@@ -291,6 +291,9 @@ class Replica:
     def __init__(self) -> None:
         # seq -> [exchange, routing key, header, body, expires, delivered]
         self.entries: dict[int, list] = {}
+        # the leader reset it ("x") in this run of the node: a copy made before a
+        # restart of the mirror's node is gone (it lives in memory)
+        self.complete = False
 
     def apply(self, op: list) -> None:
         match op[0]:
@@ -307,6 +310,7 @@ class Replica:
                     self.entries.pop(seq, None)
             case "x":
                 self.entries.clear()
+                self.complete = True
             case "s":
                 for seq, exchange, key, header, body, expires, delivered in op[1]:
                     self.entries[seq] = [exchange, key, header, body, expires, delivered]

@@ -236,6 +236,12 @@ class RemoteClassicQueue(Queue):
             record.update(mirrors=list(self.mirrors), synced=list(self.synced))
         return record
 
+    def take_over(self, previous: Queue) -> None:
+        """Another leader now (a promotion): a mirror here keeps its copy."""
+        replica = getattr(previous, "replica", None)
+        if self.replica is not None and replica is not None:
+            self.replica = replica
+
     def record_changed(self, record: dict) -> bool:
         """A new record: the same leader, the mirrors change in place (a copy kept
         here while this node is one, starting empty); another leader: False."""

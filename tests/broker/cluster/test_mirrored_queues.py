@@ -215,8 +215,23 @@ def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
         assert {body for body, _ in held} <= redelivered
 
 
-@pytest.mark.parametrize("promote", ["always", "when-synced"])
-def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(promote):
+# (how the leader's node goes, the policy's promotion keys, whether the unsynchronised
+# mirror takes over)
+PROMOTIONS = [
+    ("killed", {}, True),                                        # failure: always
+    ("killed", {"ha-promote-on-failure": "when-synced"}, False),
+    ("stopped", {}, False),                                      # shutdown: when-synced
+    ("stopped", {"ha-promote-on-shutdown": "always"}, True),
+    ("stopped", {"ha-promote-on-shutdown": "always",            # failure's when-synced
+                 "ha-promote-on-failure": "when-synced"}, False),  # wins
+]
+
+
+@pytest.mark.parametrize("how, keys, promoted", PROMOTIONS)
+def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(how, keys,
+                                                                        promoted):
+    """"Promotion of Unsynchronised Mirrors on Failure" and "Stopping Nodes Hosting
+    Queue Leader with Only Unsynchronised Mirrors"."""
     with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
         started(cluster)
         one, two, _three = cluster.names
@@ -225,27 +240,30 @@ def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(promote
             connection.channel().queue_declare("ha.lossy", durable=True)
         publish(uris[0], "ha.lossy", [b"old-%d" % n for n in range(10)])
         set_policy(uris[0], "ha-two", r"^ha\.", {"ha-mode": "exactly", "ha-params": 2,
-                                                 "ha-promote-on-failure": promote})
+                                                 **keys})
         mirrors_everywhere(uris, "ha.lossy", one, [two], [])  # unsynchronised
         publish(uris[1], "ha.lossy", [b"new-%d" % n for n in range(5)])
-        cluster.kill(one, signal.SIGKILL)
+        cluster.kill(one, signal.SIGKILL if how == "killed" else signal.SIGTERM)
         live = cluster.uris([1, 2])
-        if promote == "always":
+        if promoted:
             # "If there is no mirror that is synchronised with the leader, messages
             # that only existed on leader will be lost"
             mirrors_everywhere(live, "ha.lossy", two, [], None)
             got = get_all(uris[1], "ha.lossy")
             assert sorted(body for body, _ in got) == [b"new-%d" % n for n in range(5)]
             return
-        # when-synced: no promotion; the queue waits for its leader ...
-        wait_for("the leader's node seen as down", lambda: not any(
-            n["reachable"] for n in status(uris[1])["nodes"] if n["name"] == one))
+        # not promoted: the queue waits for its leader ...
+        wait_for("the mirror deciding not to take over", lambda: "the queue waits for "
+                 "its leader" in cluster.log(two), timeout=60)
+        deciding = ("ha-promote-on-shutdown" if how == "stopped" and keys.get(
+            "ha-promote-on-failure") != "when-synced" else "ha-promote-on-failure")
+        assert f"({deciding} when-synced" in cluster.log(two)
         with connect(uris[1]) as connection:
             channel = connection.channel()
             with pytest.raises(pika.exceptions.ChannelClosedByBroker) as error:
                 channel.basic_get("ha.lossy")
             assert error.value.reply_code == 404 and "is down or inaccessible" in str(error.value)
-        assert row(uris[1], "ha.lossy")["leader"] == one
+        assert row(uris[2], "ha.lossy")["leader"] == one
         # ... and nothing is lost once it is back
         cluster.restart(one)
         cluster.wait_ready([one])
