@@ -94,7 +94,8 @@ def queues() -> None:
 
 QUEUE_FIELDS = ("vhost", "name", "type", "durable", "auto_delete", "arguments", "ready",
                 "unacked", "consumers", "leader", "members", "bytes", "policy",
-                "operator_policy", "effective_policy_definition", "single_active_consumer_tag")
+                "operator_policy", "effective_policy_definition", "single_active_consumer_tag",
+                "mirrors", "synchronised_mirrors")
 
 
 def _queue_cell(value) -> str:
@@ -116,7 +117,9 @@ def queues_list(api, vhost, columns) -> None:
     (and, when a queue has a single active consumer, its tag: RabbitMQ's
     single_active_consumer_tag); or the COLUMNs named: vhost name type durable
     auto_delete arguments ready unacked consumers leader members bytes policy
-    operator_policy effective_policy_definition single_active_consumer_tag."""
+    operator_policy effective_policy_definition single_active_consumer_tag mirrors
+    synchronised_mirrors (mirrored classic queues: shown by default when there are
+    some)."""
     unknown = [c for c in columns if c not in QUEUE_FIELDS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
@@ -126,6 +129,8 @@ def queues_list(api, vhost, columns) -> None:
                                 "leader", "members", "bytes"]
     if not columns and any(r.get("single_active_consumer_tag") for r in rows):
         headers.append("single_active_consumer_tag")
+    if not columns and any("mirrors" in r for r in rows):  # mirrored classic queues
+        headers += ["mirrors", "synchronised_mirrors"]
     _echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])
 
 
@@ -343,20 +348,27 @@ def queues_quorum_critical(api, quiet) -> None:
 @management_options
 @quiet_option
 def queues_mirror_sync_critical(api, quiet) -> None:
-    """Health check for classic mirrored queues (rabbitmq-queues
-    check_if_node_is_mirror_sync_critical). This broker has no classic queue mirroring,
-    so no queue can lose its only synchronised replica: it always passes."""
-    status = _rabbit_call(api, "GET", "quorumqueue", "cluster-status")
-    node = status["node"]
+    """Health check: exits with 69 if this node leads a mirrored classic queue with no
+    synchronised mirror online, which stopping it would lose (rabbitmq-queues
+    check_if_node_is_mirror_sync_critical), through RabbitMQ's `GET
+    /api/health/checks/node-is-mirror-sync-critical` (503 and the queues when it fails)."""
+    node = _rabbit_call(api, "GET", "overview")["node"]
+    result = _rabbit_call(api, "GET", "health", "checks", "node-is-mirror-sync-critical",
+                          answers=(503,))
     if not quiet:
         click.echo(f"Checking if node {node} is critical for data safety of any classic "
                    "mirrored queues ...")
-    if len(status["nodes"]) == 1:
+    if result.get("reason") == "single node cluster":
         click.echo(f"Node {node} seems to be the only one in a single node cluster, "
                    "the check does not apply")
-    else:
+    elif not result.get("queues"):
         click.echo(f"Node {node} reported no classic mirrored queues without online "
                    "synchronised mirrors")
+    else:
+        for queue in result["queues"]:
+            click.echo(f"{queue['readable_name']} would lose its only synchronised replica "
+                       f"(master) if node {node} is stopped", err=True)
+        sys.exit(EX_UNAVAILABLE)
 
 
 @queues.command("peek")

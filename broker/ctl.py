@@ -14,7 +14,10 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl clear_operator_policy [-p VHOST] NAME
     quorumqueue ctl list_operator_policies [-p VHOST]
     quorumqueue ctl list_queues [-p VHOST] [COLUMN ...]   (name policy operator_policy
-                                                        effective_policy_definition ...)
+                                                        effective_policy_definition
+                                                        pid slave_pids
+                                                        synchronised_slave_pids ...)
+    quorumqueue ctl sync_queue [-p VHOST] QUEUE     quorumqueue ctl cancel_sync_queue [-p VHOST] QUEUE
     quorumqueue ctl export_definitions [-p VHOST] [--transformations NAMES] FILE|-
     quorumqueue ctl import_definitions [-p VHOST] FILE|-
     quorumqueue ctl transform_definitions --transformations NAMES IN|- OUT|-   (offline:
@@ -298,6 +301,22 @@ QUEUE_COLUMNS = {"name": "name", "type": "type", "durable": "durable",
                  "effective_policy_definition": "effective_policy_definition"}
 
 
+# mirrored classic queues' columns (broker/README.md "Mirrored classic queues"), as
+# RabbitMQ 3.x prints them: a process id in angle brackets, lists of them in square
+# brackets; quorumqueue has no Erlang processes, so a replica shows as its node
+PID_COLUMNS = {"pid": None, "slave_pids": "mirrors",
+               "synchronised_slave_pids": "synchronised_mirrors"}
+
+
+def _pid_cell(row: dict, column: str) -> str:
+    if column == "pid":
+        return f"<{row['leader']}>"
+    nodes = row.get(PID_COLUMNS[column])
+    if nodes is None:
+        return ""  # not a mirrored queue
+    return "[" + ", ".join(f"<{node}>" for node in nodes) + "]"
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -314,18 +333,85 @@ def list_queues(api, vhost, columns) -> None:
     """The queues of VHOST, one per line, tab-separated, with COLUMNs as rabbitmqctl
     names them (default: name messages): name type durable auto_delete arguments
     messages messages_ready messages_unacknowledged consumers message_bytes leader
-    members policy operator_policy effective_policy_definition."""
+    members policy operator_policy effective_policy_definition, and for mirrored
+    classic queues pid slave_pids synchronised_slave_pids (<node> per replica)."""
     columns = columns or ("name", "messages")
-    unknown = [c for c in columns if c not in QUEUE_COLUMNS and c != "messages"]
+    unknown = [c for c in columns if c not in QUEUE_COLUMNS and c != "messages"
+               and c not in PID_COLUMNS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: messages, "
-                                 f"{', '.join(QUEUE_COLUMNS)})", param_hint="COLUMN")
+                                 f"{', '.join([*QUEUE_COLUMNS, *PID_COLUMNS])})",
+                                 param_hint="COLUMN")
     rows = _guarded(queue_rows, api, vhost)
     click.echo(f"Listing queues for vhost {vhost} ...")
     click.echo("\t".join(columns))
     for row in rows:
         click.echo("\t".join(_cell(row["ready"] + row["unacked"]) if column == "messages"
+                             else _pid_cell(row, column) if column in PID_COLUMNS
                              else _cell(row[QUEUE_COLUMNS[column]]) for column in columns))
+
+
+@ctl.command("sync_queue")
+@management_options
+@vhost_option
+@click.argument("queue")
+def sync_queue(api, vhost, queue) -> None:
+    """Synchronise a mirrored classic queue's unsynchronised mirrors: its leader sends
+    them its contents (rabbitmqctl sync_queue; RabbitMQ's guide, "Unsynchronised
+    Mirrors"), through `POST /api/queues/VHOST/QUEUE/actions` `{"action": "sync"}`. As
+    rabbitmqctl: `Error:` and `not_mirrored` or `not_found` on stderr, exit 69."""
+    click.echo(f"Synchronising queue '{queue}' in vhost '{vhost}' ...")
+    if "slave_nodes" not in _rabbitmqctl_queue(api, vhost, queue):
+        _rabbitmqctl_error("not_mirrored")  # rabbit_mirror_queue_misc's {error, not_mirrored}
+    _rabbitmqctl_action(api, vhost, queue, "sync")
+
+
+@ctl.command("cancel_sync_queue")
+@management_options
+@vhost_option
+@click.argument("queue")
+def cancel_sync_queue(api, vhost, queue) -> None:
+    """Stop a mirrored queue's synchronisation (rabbitmqctl cancel_sync_queue), through
+    `POST /api/queues/VHOST/QUEUE/actions` `{"action": "cancel_sync"}`. A
+    synchronisation here is one step of the leader's loop, so none is ever in progress
+    to stop: it answers `not_syncing`, as RabbitMQ does for a queue not
+    synchronising."""
+    click.echo(f"Stopping synchronising queue '{queue}' in vhost '{vhost}' ...")
+    _rabbitmqctl_queue(api, vhost, queue)
+    _rabbitmqctl_action(api, vhost, queue, "cancel_sync")
+    click.echo("not_syncing")
+
+
+def _rabbitmqctl_error(text: str) -> None:
+    """rabbitmqctl 3.x's refusal: `Error:` and RabbitMQ's text on stderr, exit 69
+    (EX_UNAVAILABLE)."""
+    import sys
+
+    click.echo("Error:", err=True)
+    click.echo(text, err=True)
+    sys.exit(69)
+
+
+def _rabbitmqctl_queue(api, vhost: str, queue: str) -> dict:
+    """The queue's /api/queues object; a queue (or vhost) not there is rabbitmqctl's
+    `not_found`."""
+    from ..client.errors import ManagementError
+
+    try:
+        return api.get("queues", vhost, queue, missing="not_found")
+    except ManagementError as error:
+        _rabbitmqctl_error(str(error))
+
+
+def _rabbitmqctl_action(api, vhost: str, queue: str, action: str) -> None:
+    from ..client.errors import ManagementError
+
+    try:
+        api.post("queues", vhost, queue, "actions", body={"action": action},
+                 missing="not_found")
+    except ManagementError as error:
+        name, dash, detail = str(error).partition(" - ")
+        _rabbitmqctl_error(detail if dash and name.isupper() else str(error))
 
 
 transformations_option = click.option(

@@ -38,7 +38,8 @@ def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
     auto_delete, arguments, ready, unacked, consumers, bytes, leader, members (a
     queue without a Raft group: its node is its leader and only member), policy,
     operator_policy ("" for none), effective_policy_definition,
-    single_active_consumer_tag."""
+    single_active_consumer_tag, and for a mirrored classic queue mirrors and
+    synchronised_mirrors (RabbitMQ 3.x's slave_nodes, synchronised_slave_nodes)."""
     if vhost:
         # the vhost must exist for this user, as before (404 otherwise)
         listed = api.get("queues", vhost, missing=f"NOT_FOUND - no vhost '{vhost}' for "
@@ -58,7 +59,10 @@ def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
             "members": q.get("members", [node] if node else []),
             "policy": q.get("policy") or "", "operator_policy": q.get("operator_policy") or "",
             "effective_policy_definition": q.get("effective_policy_definition") or {},
-            "single_active_consumer_tag": q.get("single_active_consumer_tag")})
+            "single_active_consumer_tag": q.get("single_active_consumer_tag"),
+            **({"mirrors": q["slave_nodes"],
+                "synchronised_mirrors": q.get("synchronised_slave_nodes", [])}
+               if "slave_nodes" in q else {})})
     return rows
 
 

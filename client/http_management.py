@@ -65,10 +65,11 @@ class HttpManagement:
 
     def request(self, method: str, segments: tuple | list, body: Any = None, *,
                 query: dict | None = None, missing: str | None = None,
-                allow_missing: bool = False) -> Any:
+                allow_missing: bool = False, answers: tuple[int, ...] = ()) -> Any:
         """One request to /api/SEGMENTS...; its JSON answer (None for 204). A 404
         raises ManagementError(`missing`) when given, or answers None with
-        `allow_missing` (what should go is gone already)."""
+        `allow_missing` (what should go is gone already); an error status in `answers`
+        is an answer too (a failed health check's 503 and its body)."""
         path = "/api/" + "/".join(quote(str(s), safe="") for s in segments)
         if query:
             path += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -86,6 +87,9 @@ class HttpManagement:
         except urllib.error.HTTPError as error:
             if error.code == 404 and allow_missing:
                 return None
+            if error.code in answers:
+                raw = error.read()
+                return json.loads(raw) if raw.strip() else None
             raise ManagementError(self._refusal(error, url, missing)) from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)

@@ -57,6 +57,7 @@ log = logging.getLogger("quorumqueue.cluster")
 
 EARLY_FOR = 5.0       # seconds an operation waits for its queue's record to arrive
 PROPOSE_EVERY = 3.0   # seconds between two proposals of the same record
+SYNC_TIMEOUT = 30.0   # seconds a sync_queue waits for the leader's answer
 
 
 class MirrorLink:
@@ -66,6 +67,8 @@ class MirrorLink:
         self.early: dict[str, deque[tuple[float, str, dict]]] = {}
         self.proposed: dict[str, tuple[str, float]] = {}  # uid -> (record, when)
         self.unsent: deque[tuple[str, Rpc]] = deque()
+        # sync_queue asked of another node: request -> (leader, deadline, done)
+        self.syncs: dict[int, tuple[str, float, Callable[[int | None], None]]] = {}
         self.waiting: set[tuple[str, str | None]] = set()  # (uid, leader's run) logged
         # node -> the run of it that announced a controlled shutdown ("cm.stopping")
         self.stopped: dict[str, str] = {}
@@ -165,6 +168,7 @@ class MirrorLink:
         a mirror whose leader's node went silent may take over."""
         self._send_unsent()
         self._serve_early(time.monotonic())
+        self._expire_syncs()
         node = self.node
         if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
             return
@@ -271,12 +275,43 @@ class MirrorLink:
 
     # ================================================= operations
 
-    def sync(self, queue) -> int:
+    def sync(self, queue, done: Callable[[int | None], None]) -> None:
         """`ctl sync_queue`: the leader sends its contents to its unsynchronised
-        mirrors (a blocking operation in RabbitMQ; one event-loop step here)."""
-        if not isinstance(queue, ClassicQueue) or queue.mirroring is None:
-            return 0
-        return queue.mirroring.sync()
+        mirrors (blocking in RabbitMQ; one event-loop step here); `done(count)`, or
+        done(None) when the leader cannot be asked. Elsewhere the leader is asked
+        ("cm.sync" {r, v, n} -> "cm.synced" {r, count})."""
+        if isinstance(queue, ClassicQueue):
+            done(queue.mirroring.sync() if queue.mirroring is not None else 0)
+            return
+        host = queue.host
+        if not self.cluster.reachable(host):
+            done(None)
+            return
+        cluster = self.cluster
+        cluster._next_request += 1
+        request = cluster._next_request
+        self.syncs[request] = (host, time.monotonic() + SYNC_TIMEOUT, done)
+        cluster._post(host, Rpc("cm.sync", {"r": request, "v": queue.vhost,
+                                            "n": queue.name}))
+
+    def _on_sync(self, sender: str, body: dict) -> None:
+        vhost = self.node.vhosts.get(body["v"])
+        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        count = (queue.mirroring.sync() if isinstance(queue, ClassicQueue)
+                 and queue.mirroring is not None else None)
+        self.cluster._post(sender, Rpc("cm.synced", {"r": body["r"], "count": count}))
+
+    def _on_synced(self, sender: str, body: dict) -> None:
+        waiting = self.syncs.pop(body["r"], None)
+        if waiting is not None:
+            waiting[2](body["count"])
+
+    def _expire_syncs(self) -> None:
+        now = time.monotonic()
+        for request, (host, deadline, done) in list(self.syncs.items()):
+            if now >= deadline or not self.cluster.reachable(host):
+                del self.syncs[request]
+                done(None)
 
 
 def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:
@@ -284,6 +319,8 @@ def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:
     return {
         "cm.op": lambda cluster, sender, body: cluster.mirrors._on_op(sender, body),
         "cm.ack": lambda cluster, sender, body: cluster.mirrors._on_ack(sender, body),
+        "cm.sync": lambda cluster, sender, body: cluster.mirrors._on_sync(sender, body),
+        "cm.synced": lambda cluster, sender, body: cluster.mirrors._on_synced(sender, body),
         "cm.stopping": lambda cluster, sender, body: cluster.mirrors._on_stopping(sender,
                                                                                   body),
     }

@@ -17,7 +17,11 @@ user: the same checks, texts and answers as before, answered once applied):
   `POST /api/rebalance/queues` `{"type": "quorum"|"all", "vhost_pattern",
   "queue_pattern"}` -> `{moves, leaders}`;
   `GET /api/queues/quorum/V/NAME/status` (rabbitmq-queues quorum_status) ->
-  `{node, members: [one row per member]}`.
+  `{node, members: [one row per member]}`;
+  `POST /api/queues/V/NAME/actions` `{"action": "sync"|"cancel_sync"}` -> 204
+  (rabbitmqctl sync_queue, cancel_sync_queue on a mirrored classic queue; as RabbitMQ
+  3.x's plugin: 204 for a queue not mirrored too, 404 for a queue not there, 400
+  `{unknown,<<"NAME">>}` for another action).
 - quorumqueue's own, under `/api/quorumqueue/` (RabbitMQ's API has none):
   `GET .../cluster-status` (nodes, metadata leader, every quorum queue's leader,
   members and online members); `DELETE .../cluster-nodes/NODE` (rabbitmqctl
@@ -38,7 +42,7 @@ cluster/membership.py, node/definitions_json.py).
 from __future__ import annotations
 
 from .access import require
-from .app import Request, bad_request, route
+from .app import Answer, Request, bad_request, not_found, route
 from .changes import operation
 
 
@@ -102,6 +106,26 @@ async def quorum_status(request: Request):
     require(request.user, "administrator")
     return await operation(request, "queues.quorum_status", vhost=request.captures["vhost"],
                            name=request.captures["name"])
+
+
+@route("POST", "/api/queues/{vhost}/{name}/actions")
+async def queue_actions(request: Request):
+    """RabbitMQ 3.x's queue actions (rabbit_mgmt_wm_queue_actions): `sync` answers once
+    the leader has sent its mirrors its contents (RabbitMQ answers at once and syncs in
+    the background); `cancel_sync` has nothing to stop (a synchronisation is one step of
+    the leader's loop here)."""
+    require(request.user, "administrator")
+    vhost, name = request.captures["vhost"], request.captures["name"]
+    queues = getattr(request.node.vhosts.get(vhost), "queues", {})
+    if name not in queues:
+        raise not_found()
+    body = await _body(request, "action")
+    action = body["action"]
+    if action not in ("sync", "cancel_sync"):
+        raise bad_request(f'{{unknown,<<"{action}">>}}')
+    if action == "sync" and queues[name].mirrors is not None:
+        await operation(request, "queues.sync_mirrors", vhost=vhost, name=name)
+    return Answer(204)
 
 
 @route("GET", "/api/quorumqueue/cluster-status")

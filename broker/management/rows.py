@@ -96,6 +96,9 @@ def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
         "messages_unacknowledged": unacked,
         "message_bytes": stats["bytes"],
     }
+    if "mirrors" in stats:  # a mirrored classic queue: RabbitMQ 3.x's fields
+        row.update(slave_nodes=list(stats["mirrors"]),
+                   synchronised_slave_nodes=list(stats["synchronised_mirrors"]))
     if queue.REPLICATED:
         row.update(leader=stats["leader"], members=list(stats["members"]),
                    online=[member for member in stats["members"] if member in online],

@@ -595,6 +595,31 @@ async def health_quorum_critical(request: Request):
     return {"status": "ok"}
 
 
+@route("GET", "/api/health/checks/node-is-mirror-sync-critical")
+async def health_mirror_sync_critical(request: Request):
+    """RabbitMQ 3.x's check: the mirrored classic queues led here with no synchronised
+    mirror on a reachable node, which stopping this node would lose."""
+    node = request.node
+    cluster = node.cluster
+    if len(cluster.nodes) <= 1:
+        return {"status": "ok", "reason": "single node cluster"}
+    critical = []
+    for vhost in node.vhosts.values():
+        for queue in vhost.queues.values():
+            if queue.mirrors is None or queue.metadata_record().get("host") != node.name:
+                continue
+            if not any(m != node.name and cluster.reachable(m) for m in queue.synced):
+                critical.append({"name": queue.name, "virtual_host": vhost.name,
+                                 "readable_name": f"queue '{queue.name}' in vhost "
+                                                  f"'{vhost.name}'", "type": "classic"})
+    if critical:
+        return Answer(503, {"status": "failed",
+                            "reason": "There are mirrored classic queues without online "
+                                      "synchronised mirrors",
+                            "queues": critical})
+    return {"status": "ok"}
+
+
 @route("GET", "/api/health/checks/port-listener/{port}")
 async def health_port_listener(request: Request):
     try:

@@ -14,6 +14,9 @@ Operations (request fields -> result):
         (queues/peeked.py)
   queues.reclaim_quorum_memory {vhost, name} -> [{node, before, after} | {node,
         error}]: every member's node rolls its write-ahead log over
+  queues.sync_mirrors {vhost, name, cancel} -> {synchronised: mirrors sent the
+        contents} (rabbitmqctl sync_queue; cancel: cancel_sync_queue, {synchronised:
+        0}: a synchronisation is one step of the leader's loop here, never in progress)
 Errors carry RabbitMQ's texts (rabbitmq-queues 3.10.8 and 4.x) after the reply-code
 name, e.g. `NOT_FOUND - Target queue was not found in virtual host '/'`.
 All need a user tagged `administrator`.
@@ -173,7 +176,27 @@ def _quorum_critical(node, session, request) -> dict:
     return {"node": me, "single_node": len(cluster.nodes) == 1, "queues": critical}
 
 
+def _sync_mirrors(node, session, request):
+    """rabbitmqctl sync_queue / cancel_sync_queue, answered by the queue's leader."""
+    _require_administrator(session)
+    vhost = _vhost(node, session, request.get("vhost") or "/")
+    queue = vhost.queues.get(request["name"])
+    if queue is None:
+        raise not_found("queue", request["name"], vhost.name)
+    if queue.mirrors is None:  # rabbit_mirror_queue_misc: {error, not_mirrored}
+        raise AMQPError(spec.PRECONDITION_FAILED, f"queue '{queue.name}' in vhost "
+                        f"'{vhost.name}' is not mirrored (no ha-mode policy applies)")
+    if request.get("cancel"):
+        return {"synchronised": 0}  # RabbitMQ's {ok, not_syncing}
+    return Later(lambda done: node.cluster.mirrors.sync(queue, lambda count: done(
+        {"synchronised": count} if count is not None else AMQPError(
+            spec.NOT_FOUND, f"home node '{queue.metadata_record().get('host')}' of "
+            f"durable queue '{queue.name}' in vhost '{vhost.name}' is down or "
+            "inaccessible"))))
+
+
 OPERATIONS: dict[str, Callable[..., Any]] = {
+    "queues.sync_mirrors": _sync_mirrors,
     "queues.quorum_status": _quorum_status,
     "queues.quorum_critical": _quorum_critical,
     "queues.peek": _peek,

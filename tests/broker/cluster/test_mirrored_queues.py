@@ -14,6 +14,10 @@ Mirroring" guide describes them:
   messages survive the leader's node being killed when a synchronised mirror exists;
   unacknowledged ones come back redelivered; a consumer with x-cancel-on-ha-failover
   gets basic.cancel;
+- "How to Check if a Queue is Mirrored?" and "Unsynchronised Mirrors":
+  `ctl list_queues name policy pid slave_pids synchronised_slave_pids`, `queues
+  list`'s mirrors, `ctl sync_queue` / `cancel_sync_queue`, and rabbitmq-queues'
+  `check_if_node_is_mirror_sync_critical`;
 - "Promotion of Unsynchronised Mirrors on Failure": under ha-promote-on-failure
   "always" (the default) an unsynchronised mirror is promoted and the messages only
   the leader held are lost (asserted); under "when-synced" it is not, and the queue
@@ -26,7 +30,9 @@ import signal
 
 import pika
 import pytest
+from click.testing import CliRunner
 
+from quorumqueue.broker.cli import main
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import connect, status
 from tests.support.cluster import LocalCluster, wait_for
@@ -167,6 +173,59 @@ def test_a_new_mirror_starts_unsynchronised_and_synchronises_as_old_messages_dra
         channel = connection.channel()
         channel.queue_delete("sync.manual")
         channel.queue_delete("sync.auto")
+
+
+def run(*args: str, code: int = 0):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == code, result.output
+    return result
+
+
+def test_list_queues_sync_queue_and_the_sync_critical_check(cluster):
+    one, two, _three = cluster.names
+    uris, urls = cluster.uris(), cluster.management_urls()
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        channel.queue_declare("ops.q", durable=True)
+        channel.queue_declare("ops.plain", durable=True)
+    publish(uris[0], "ops.q", [b"a", b"b", b"c"])
+    set_policy(uris[0], "ha-ops", r"^ops\.q$", {"ha-mode": "exactly", "ha-params": 2})
+    mirrors_everywhere(uris, "ops.q", one, [two], [])
+
+    # "rabbitmqctl list_queues name policy pid slave_pids", the guide's picture
+    out = run("ctl", "list_queues", "--base-uri", urls[2], "name", "policy", "pid",
+              "slave_pids", "synchronised_slave_pids").output.splitlines()
+    assert out[1] == "name\tpolicy\tpid\tslave_pids\tsynchronised_slave_pids"
+    assert f"ops.q\tha-ops\t<{one}>\t[<{two}>]\t[]" in out
+    assert f"ops.plain\t\t<{one}>\t\t" in out   # not mirrored: no mirror lists
+    table = run("queues", "list", "--base-uri", urls[1]).output
+    assert "synchronised_mirrors" in table.splitlines()[0]
+    assert any(line.split()[:2] == ["/", "ops.q"] and line.rstrip().endswith(two)
+               for line in table.splitlines())
+
+    # the leader's node alone holds a, b, c: stopping it would lose them
+    critical = run("queues", "check_if_node_is_mirror_sync_critical", "--base-uri", urls[0],
+                   code=69)
+    assert ("queue 'ops.q' in vhost '/' would lose its only synchronised replica "
+            f"(master) if node {one} is stopped") in critical.output
+
+    synced = run("ctl", "sync_queue", "--base-uri", urls[2], "ops.q")   # from another node
+    assert "Synchronising queue 'ops.q' in vhost '/' ..." in synced.output
+    mirrors_everywhere(uris, "ops.q", one, [two], [two])
+    assert "reported no classic mirrored queues without online synchronised mirrors" in \
+        run("queues", "check_if_node_is_mirror_sync_critical", "--base-uri", urls[0]).output
+    assert f"ops.q\tha-ops\t<{one}>\t[<{two}>]\t[<{two}>]" in run(
+        "ctl", "list_queues", "--base-uri", urls[1], "name", "policy", "pid", "slave_pids",
+        "synchronised_slave_pids").output.splitlines()
+    assert "Stopping synchronising queue 'ops.q'" in run(
+        "ctl", "cancel_sync_queue", "--base-uri", urls[1], "ops.q").output
+    refused = run("ctl", "sync_queue", "--base-uri", urls[1], "ops.plain", code=69)
+    assert refused.stderr == "Error:\nnot_mirrored\n"
+    clear_policy(uris[0], "ha-ops")
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        channel.queue_delete("ops.q")
+        channel.queue_delete("ops.plain")
 
 
 def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
