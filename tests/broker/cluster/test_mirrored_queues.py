@@ -175,6 +175,29 @@ def test_a_new_mirror_starts_unsynchronised_and_synchronises_as_old_messages_dra
         channel.queue_delete("sync.auto")
 
 
+def test_a_nodes_policy_without_the_leader_moves_it_once_a_mirror_is_synchronised(cluster):
+    """"'nodes' Policy and Migrating Leaders": the leader stays until a listed mirror
+    is synchronised, then the queue goes on there, with what it held."""
+    one, two, three = cluster.names
+    uris = cluster.uris()
+    with connect(uris[0]) as connection:
+        connection.channel().queue_declare("move.q", durable=True)
+    publish(uris[0], "move.q", [b"old"])
+    set_policy(uris[1], "move", r"^move\.q$", {"ha-mode": "nodes", "ha-params": [three]})
+    mirrors_everywhere(uris, "move.q", one, [three], [])  # [A C]: the leader stays
+    publish(uris[1], "move.q", [b"new"])
+    with connect(uris[1]) as connection:
+        channel = connection.channel()
+        method, _properties, body = channel.basic_get("move.q")
+        assert body == b"old"
+        channel.basic_ack(method.delivery_tag)   # "old" drained: three is synchronised
+    mirrors_everywhere(uris, "move.q", three, [], [])
+    assert get_all(uris[0], "move.q") == [(b"new", False)]
+    clear_policy(uris[1], "move")
+    with connect(uris[0]) as connection:
+        connection.channel().queue_delete("move.q")
+
+
 def run(*args: str, code: int = 0):
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == code, result.output
@@ -327,3 +350,34 @@ def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(how, ke
         cluster.restart(one)
         cluster.wait_ready([one])
         wait_for("the leader back", lambda: row(uris[1], "ha.lossy")["ready"] == 15)
+
+
+def test_a_durable_mirrored_queue_survives_stopping_and_restarting_every_node():
+    """"Stopping Nodes and Synchronisation": the leader's node stopped, its synchronised
+    mirror takes over; the rest stopped too, then every node started again: the
+    persistent messages are there (in the store of the node that led last), and the
+    mirrors rejoin empty."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.durable", durable=True)
+        mirrors_everywhere(uris, "ha.durable", one, [two, three], [two, three])
+        publish(uris[1], "ha.durable", [b"m%d" % n for n in range(20)])
+        cluster.kill(one, signal.SIGTERM)
+        mirrors_everywhere(cluster.uris([two, three]), "ha.durable", two, [three], [three])
+        cluster.kill(three, signal.SIGTERM)
+        cluster.kill(two, signal.SIGTERM)
+        for node in (one, two, three):
+            cluster.restart(node)
+        started(cluster)
+        wait_for("the queue back with its messages", lambda: all(
+            (line := row(uri, "ha.durable")) is not None and line["leader"] == two
+            and line["ready"] == 20 for uri in uris), timeout=90)
+        got = get_all(uris[2], "ha.durable")
+        assert sorted(body for body, _ in got) == sorted(b"m%d" % n for n in range(20))
+        wait_for("the mirrors back, synchronised once drained", lambda: all(
+            sorted(row(uri, "ha.durable").get("synchronised_mirrors", [])) == [one, three]
+            for uri in uris), timeout=90)
