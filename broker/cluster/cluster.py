@@ -395,6 +395,9 @@ class Cluster:
             self._down_stale_consumers(silent)
             self.classic.tick(silent)
             self.mirrors.tick(silent)
+        elif self.transport is None and now >= self._next_ping:  # a node of its own
+            self._next_ping = now + PING_EVERY
+            self.mirrors.tick(set())  # mirrored queues without mirrors follow policies
         elif self.classic.pending or self.classic.early:
             self.classic.tick(None)
         proxy.expire_stats(self)

@@ -15,8 +15,9 @@ Operations (request fields -> result):
   queues.reclaim_quorum_memory {vhost, name} -> [{node, before, after} | {node,
         error}]: every member's node rolls its write-ahead log over
   queues.sync_mirrors {vhost, name, cancel} -> {synchronised: mirrors sent the
-        contents} (rabbitmqctl sync_queue; cancel: cancel_sync_queue, {synchronised:
-        0}: a synchronisation is one step of the leader's loop here, never in progress)
+        contents} (rabbitmqctl sync_queue; errors `not_found`, `not_mirrored`);
+        cancel (cancel_sync_queue) -> {synchronised: 0, answer: "not_syncing"}: a
+        synchronisation is one step of the leader's loop here, never in progress
 Errors carry RabbitMQ's texts (rabbitmq-queues 3.10.8 and 4.x) after the reply-code
 name, e.g. `NOT_FOUND - Target queue was not found in virtual host '/'`.
 All need a user tagged `administrator`.
@@ -177,17 +178,17 @@ def _quorum_critical(node, session, request) -> dict:
 
 
 def _sync_mirrors(node, session, request):
-    """rabbitmqctl sync_queue / cancel_sync_queue, answered by the queue's leader."""
+    """rabbitmqctl sync_queue / cancel_sync_queue, answered by the queue's leader, with
+    RabbitMQ 3.10.8's answers: not_found, not_mirrored, not_syncing."""
     _require_administrator(session)
     vhost = _vhost(node, session, request.get("vhost") or "/")
     queue = vhost.queues.get(request["name"])
     if queue is None:
-        raise not_found("queue", request["name"], vhost.name)
+        raise AMQPError(spec.NOT_FOUND, "not_found")
+    if request.get("cancel"):  # RabbitMQ answers {ok, not_syncing}, mirrored or not
+        return {"synchronised": 0, "answer": "not_syncing"}
     if queue.mirrors is None:  # rabbit_mirror_queue_misc: {error, not_mirrored}
-        raise AMQPError(spec.PRECONDITION_FAILED, f"queue '{queue.name}' in vhost "
-                        f"'{vhost.name}' is not mirrored (no ha-mode policy applies)")
-    if request.get("cancel"):
-        return {"synchronised": 0}  # RabbitMQ's {ok, not_syncing}
+        raise AMQPError(spec.PRECONDITION_FAILED, "not_mirrored")
     return Later(lambda done: node.cluster.mirrors.sync(queue, lambda count: done(
         {"synchronised": count} if count is not None else AMQPError(
             spec.NOT_FOUND, f"home node '{queue.metadata_record().get('host')}' of "

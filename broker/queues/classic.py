@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
-from .mirroring import Mirroring, ha_settings
+from .mirroring import Mirroring, desired_mirrors, ha_settings
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -185,13 +185,21 @@ class ClassicQueue(Queue):
         (client-local), or with queue-leader-locator "balanced" the node hosting the
         fewest classic queues (RabbitMQ's guides, "Queue Leader Location"); exclusive
         queues always live on the declaring connection's node (the queues guide,
-        "Exclusive Queues")."""
+        "Exclusive Queues"). A queue an ha-* policy mirrors has its mirrors from the
+        start (mirroring.py; never an exclusive one)."""
         from .quorum import group_uid
         from .settings import leader_locator
 
         locator = leader_locator(arguments, policy, settings.queue_leader_locator)
         host = cluster.name if exclusive or locator != "balanced" else cluster.least_hosting()
-        return {"group": group_uid(vhost, name), "host": host}
+        record = {"group": group_uid(vhost, name), "host": host}
+        mirroring = ha_settings(policy) if (
+            settings.permit_classic_queue_mirroring and not exclusive) else None
+        if mirroring is not None:  # mirrored from its declaration; empty: synchronised
+            down = [n for n in cluster.nodes if not cluster.reachable(n)]
+            mirrors = list(desired_mirrors(mirroring, host, cluster.nodes, down, ()))
+            record.update(mirrors=mirrors, synced=mirrors)
+        return record
 
     def __post_init__(self) -> None:
         self.levels = [deque() for _ in range(self.max_priority + 1)]
