@@ -282,6 +282,9 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
                 node.delete_queue(vhost, queue)  # as queue.delete
             elif queue.REPLICATED and tuple(sorted(queue.members)) != tuple(item["members"]):
                 queue.members = tuple(item["members"])  # as queue.members
+            elif _mirroring_changed(queue.metadata_record(), item):  # as queue.record
+                node.queue_record_changed(vhost, queue, {
+                    key: item.get(key) for key in ("host", "mirrors", "synced")})
     quorum = node.quorum
     for (vhost_name, name), item in sorted(wanted.items()):
         vhost = node.vhosts[vhost_name]
@@ -293,6 +296,12 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
         reopen = bool(item.get("members")) and item["group"] in quorum.store.groups()
         node.create_recorded_queue(vhost, name, _spec(vhost_name, name, item), item,
                                      recover=reopen)
+
+
+def _mirroring_changed(current: dict, item: dict) -> bool:
+    """A mirrored classic queue's leader, mirrors or synchronised mirrors differ."""
+    return ("mirrors" in current or "mirrors" in item) and any(
+        current.get(key) != item.get(key) for key in ("host", "mirrors", "synced"))
 
 
 def _restore_exchanges(node: "Node", exchanges: list[dict]) -> None:
