@@ -548,6 +548,8 @@ class ClassicQueue(Queue):
         self.mirrors = None if mirrors is None else tuple(mirrors)
         self.synced = tuple(record.get("synced") or ())
         if self.mirrors is None:
+            if self.mirroring is not None:
+                self.mirroring.stop()
             self.mirroring = None
             return True
         if self.mirroring is None:
@@ -589,6 +591,8 @@ class ClassicQueue(Queue):
 
     def delete(self) -> None:
         self.deleted = True
+        if self.mirroring is not None:
+            self.mirroring.stop()
         self.take_ready()
         if self.store is not None and self.durable:
             self.store.append_delete(queue_key(self.vhost, self.name))

@@ -225,6 +225,11 @@ class Mirroring:
         if self.mirrors.pop(node, None) is not None:
             self.link.release(node, self.queue)
 
+    def stop(self) -> None:
+        """The queue is deleted (or no longer led here): nothing waits for its mirrors."""
+        for node in list(self.mirrors):
+            self.detach(node)
+
     def synchronised(self) -> list[str]:
         lowest = next(iter(self.live), None)
         return [m.node for m in self.mirrors.values()

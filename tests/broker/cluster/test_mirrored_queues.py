@@ -16,7 +16,7 @@ Mirroring" guide describes them:
   gets basic.cancel;
 - "How to Check if a Queue is Mirrored?" and "Unsynchronised Mirrors":
   `ctl list_queues name policy pid slave_pids synchronised_slave_pids`, `queues
-  list`'s mirrors, `ctl sync_queue` / `cancel_sync_queue`, and rabbitmq-queues'
+  list`'s mirrors, the management API's slave_nodes, `ctl sync_queue` / `cancel_sync_queue`, and rabbitmq-queues'
   `check_if_node_is_mirror_sync_critical`;
 - "Promotion of Unsynchronised Mirrors on Failure": under ha-promote-on-failure
   "always" (the default) an unsynchronised mirror is promoted and the messages only
@@ -35,6 +35,8 @@ from click.testing import CliRunner
 from quorumqueue.broker.cli import main
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import connect, status
+from tests.broker.management.support import call as management_call
+from tests.broker.management.support import wait_until_serving
 from tests.support.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -221,6 +223,13 @@ def test_list_queues_sync_queue_and_the_sync_critical_check(cluster):
     assert out[1] == "name\tpolicy\tpid\tslave_pids\tsynchronised_slave_pids"
     assert f"ops.q\tha-ops\t<{one}>\t[<{two}>]\t[]" in out
     assert f"ops.plain\t\t<{one}>\t\t" in out   # not mirrored: no mirror lists
+    # the management API's queue object: RabbitMQ 3.x's slave_nodes fields
+    wait_until_serving(cluster.management_url(2))
+    status_code, body, _ = management_call(cluster.management_url(2), "GET",
+                                           "/api/queues/%2F/ops.q")
+    assert status_code == 200, body
+    assert (body["node"], body["slave_nodes"], body["synchronised_slave_nodes"]) == (
+        one, [two], [])
     table = run("queues", "list", "--base-uri", urls[1]).output
     assert "synchronised_mirrors" in table.splitlines()[0]
     assert any(line.split()[:2] == ["/", "ops.q"] and line.rstrip().endswith(two)

@@ -158,6 +158,15 @@ def test_a_mirror_that_leaves_no_longer_holds_confirms_back():
     assert confirm.outstanding == 0 and confirm.ok
 
 
+def test_deleting_the_queue_releases_the_confirms_waiting_for_mirrors():
+    link = Link()
+    queue = mirrored_queue(link, "b")
+    confirm = Confirm(Channel(), 1)
+    queue.publish(message(b"m1"), None, confirm)
+    queue.delete()
+    assert confirm.outstanding == 0 and confirm.ok
+
+
 def test_acks_and_first_deliveries_reach_the_mirrors():
     link = Link()
     queue = mirrored_queue(link, "b")
