@@ -128,17 +128,17 @@ class _GetReply:
 
 
 class _SyncedReplies:
-    """Host side: publish answers to one peer that wait for the message store's fsync
+    """Host side: publish answers that wait for the message store's fsync
     (Node.synced calls `release_confirms`, as for a channel)."""
 
-    def __init__(self, link: "ClassicLink", peer: str) -> None:
-        self.link, self.peer = link, peer
-        self.waiting: deque[tuple[int, int]] = deque()  # (request, batch id)
+    def __init__(self) -> None:
+        # (answer, batch id), in batch order
+        self.waiting: deque[tuple[Callable[[bool], None], int]] = deque()
 
     def release_confirms(self, synced_batch_id: int) -> bool:
         while self.waiting and self.waiting[0][1] <= synced_batch_id:
-            request, _batch = self.waiting.popleft()
-            self.link.post(self.peer, Rpc("cq.pub_ok", {"r": request, "ok": True}))
+            answer, _batch = self.waiting.popleft()
+            answer(True)
         return not self.waiting
 
 
@@ -166,7 +166,7 @@ class ClassicLink:
         # host side
         self.proxies: dict[tuple[str, str], _Proxy] = {}   # (uid, consumer key)
         self.held: dict[tuple[str, str], dict[int, tuple[Any, _Proxy | None]]] = {}
-        self.synced: dict[str, _SyncedReplies] = {}
+        self.synced = _SyncedReplies()
         # requests for queues whose declaration this host has not applied yet, per uid
         self.early: dict[str, deque[tuple[float, str, str, dict]]] = {}
 
@@ -201,17 +201,33 @@ class ClassicLink:
     def _answered(self, body: dict) -> _Request | None:
         return self.pending.pop(body["r"], None)
 
-    def publish(self, queue, message, answer) -> None:
-        if not self.reachable(queue.host):
-            if answer is not None:
+    def publish(self, queue, message, answer, publish_id: str | None = None) -> None:
+        """Forward a publish to the queue's host. A mirrored queue's publish with a
+        confirm carries an id, and when its leader cannot answer it waits for the
+        promoted mirror and goes there (mirror_link.py `park`), as the mirroring
+        guide's "Mirrored Queue Implementation and Semantics", 6, promises."""
+        mirrored = answer is not None and bool(getattr(queue, "mirrors", None))
+        if mirrored and publish_id is None:
+            self.cluster._next_request += 1
+            publish_id = f"{self.cluster.name}:{self.cluster._next_request}"
+
+        def fail() -> None:
+            if mirrored:
+                self.cluster.mirrors.park(queue, message, answer, publish_id)
+            elif answer is not None:
                 answer(False)
+
+        if not self.reachable(queue.host):
+            fail()
             return
         fields = {"e": message.exchange, "k": message.routing_key,
                   "h": message.properties.raw, "b": message.body}
+        if publish_id is not None:
+            fields["pid"] = publish_id
         if answer is None:
             self._to_host(queue, "cq.pub", {"r": 0, **fields})
         else:
-            self._request(queue, "cq.pub", fields, answer, lambda: answer(False))
+            self._request(queue, "cq.pub", fields, answer, fail)
 
     def consume(self, queue, channel, consumer) -> None:
         key = f"{channel.quorum_identity}/{consumer.tag}"
@@ -404,24 +420,39 @@ class ClassicLink:
                 self.post(sender, Rpc("cq.pub_ok", {"r": request, "ok": False}))
             return
         _class_id, properties = decode_properties(body["h"])
+        message = Message(body["e"], body["k"], properties, body["b"])
+        self.publish_here(queue, message, body.get("pid"), lambda ok: self.post(
+            sender, Rpc("cq.pub_ok", {"r": request, "ok": ok})) if request else None)
+
+    def publish_here(self, queue, message, publish_id: str | None,
+                     answer: Callable[[bool], None]) -> None:
+        """Enqueue a forwarded publish on the queue this node holds; `answer(ok)` once
+        it holds it (after its store's fsync; a mirrored queue's mirrors all have it).
+        A publish id the (mirrored) queue took already is answered, not enqueued again."""
+        mirroring = getattr(queue, "mirroring", None)
+        if publish_id is not None and mirroring is not None and publish_id in mirroring.seen:
+            answer(True)
+            return
         confirm = Confirm(None, 0)  # type: ignore[arg-type]
         # a mirrored queue's confirm waits for every mirror (Confirm.hold): answered then
         confirm.channel = _AfterHolds(confirm, lambda: self._answer_publish(
-            sender, request, confirm) if request else None)  # type: ignore[assignment]
-        queue.publish(Message(body["e"], body["k"], properties, body["b"]), None, confirm)
-        if not request or confirm.outstanding:
-            return
-        self._answer_publish(sender, request, confirm)
+            answer, confirm))  # type: ignore[assignment]
+        if mirroring is not None:
+            mirroring.publish_id = publish_id
+        try:
+            queue.publish(message, None, confirm)
+        finally:
+            if mirroring is not None:
+                mirroring.publish_id = None
+        if not confirm.outstanding:
+            self._answer_publish(answer, confirm)
 
-    def _answer_publish(self, sender: str, request: int, confirm: Confirm) -> None:
+    def _answer_publish(self, answer: Callable[[bool], None], confirm: Confirm) -> None:
         if not confirm.ok or confirm.batch_id <= self.node.synced_batch_id:
-            self.post(sender, Rpc("cq.pub_ok", {"r": request, "ok": confirm.ok}))
+            answer(confirm.ok)
             return
-        replies = self.synced.get(sender)
-        if replies is None:
-            replies = self.synced[sender] = _SyncedReplies(self, sender)
-        replies.waiting.append((request, confirm.batch_id))
-        self.node.awaiting_sync.add(replies)
+        self.synced.waiting.append((answer, confirm.batch_id))
+        self.node.awaiting_sync.add(self.synced)
 
     def _host_consume(self, sender: str, queue, body: dict) -> None:
         if queue is None or queue.deleted:

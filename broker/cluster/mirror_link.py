@@ -24,6 +24,10 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   node then rebuilds the queue (Node.queue_record_changed): the new leader's queue
   is its copy with every message ready, delivered ones redelivered.
 
+- publishes across a failover: a confirmed publish forwarded to a mirrored queue's
+  leader that cannot answer (classic_link.py) is `park`ed here until the record names
+  another leader, then sent there with its id (queues/mirroring.py `seen`).
+
 How it works: operations to a mirror whose queue record this node has not applied
 yet wait (up to EARLY_FOR seconds) in order. Proposals are repeated at most every
 PROPOSE_EVERY seconds until the record shows them.
@@ -57,6 +61,7 @@ log = logging.getLogger("quorumqueue.cluster")
 
 EARLY_FOR = 5.0       # seconds an operation waits for its queue's record to arrive
 PROPOSE_EVERY = 3.0   # seconds between two proposals of the same record
+PARK_FOR = 60.0       # seconds a forwarded publish waits for a promotion (then nacked)
 SYNC_TIMEOUT = 30.0   # seconds a sync_queue waits for the leader's answer
 
 
@@ -67,6 +72,9 @@ class MirrorLink:
         self.early: dict[str, deque[tuple[float, str, dict]]] = {}
         self.proposed: dict[str, tuple[str, float]] = {}  # uid -> (record, when)
         self.unsent: deque[tuple[str, Rpc]] = deque()
+        # forwarded publishes whose leader failed before answering, waiting for the
+        # promoted mirror: (vhost, name, group, old leader, message, answer, id, deadline)
+        self.parked: list[tuple] = []
         # sync_queue asked of another node: request -> (leader, deadline, done)
         self.syncs: dict[int, tuple[str, float, Callable[[int | None], None]]] = {}
         self.waiting: set[tuple[str, str | None]] = set()  # (uid, leader's run) logged
@@ -161,6 +169,41 @@ class MirrorLink:
             if not waiting:
                 del self.early[uid]
 
+    # ================================================= publishes across a failover
+
+    def park(self, queue, message, answer: Callable[[bool], None], publish_id: str) -> None:
+        """A forwarded publish to a mirrored queue whose leader is unreachable or
+        restarted before it answered: it waits for the queue's next leader and goes
+        there with its id (taken already: confirmed, not enqueued twice), or is
+        nacked after PARK_FOR seconds or if the queue goes."""
+        if not any(item[2] == queue.group for item in self.parked):
+            log.warning("mirrored queue '%s' in vhost '%s': leader %s did not answer: "
+                        "publishes wait for its next leader", queue.name, queue.vhost,
+                        queue.host)
+        self.parked.append((queue.vhost, queue.name, queue.group, queue.host, message,
+                            answer, publish_id, time.monotonic() + PARK_FOR))
+
+    def _resend_parked(self) -> None:
+        if not self.parked:
+            return
+        parked, self.parked = self.parked, []
+        now = time.monotonic()
+        for item in parked:
+            vhost_name, name, group, old_host, message, answer, publish_id, deadline = item
+            vhost = self.node.vhosts.get(vhost_name)
+            queue = vhost.queues.get(name) if vhost is not None else None
+            if queue is None or queue.group != group or now >= deadline:
+                answer(False)
+            elif queue.metadata_record().get("host") == old_host:
+                if self.cluster.reachable(old_host):  # back (a restart, a cut healed)
+                    self.cluster.classic.publish(queue, message, answer, publish_id)
+                else:
+                    self.parked.append(item)  # no new leader yet
+            elif isinstance(queue, ClassicQueue):  # promoted here
+                self.cluster.classic.publish_here(queue, message, publish_id, answer)
+            else:
+                self.cluster.classic.publish(queue, message, answer, publish_id)
+
     # ================================================= placement and promotion
 
     def tick(self, silent: set[str]) -> None:
@@ -169,6 +212,7 @@ class MirrorLink:
         self._send_unsent()
         self._serve_early(time.monotonic())
         self._expire_syncs()
+        self._resend_parked()
         node = self.node
         if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
             return

@@ -585,6 +585,8 @@ class ClassicQueue(Queue):
             if self.mirroring is not None:
                 self.mirroring.recovered(entry)
         if self.mirroring is not None:
+            if replica is not None:
+                self.mirroring.seen = dict(replica.seen)
             for mirror in self.mirroring.mirrors.values():
                 mirror.first_seq = 0 if mirror.node in self.synced else self.next_seq
             self.mirroring.keep_only()

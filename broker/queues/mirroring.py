@@ -27,7 +27,9 @@ Responsibilities:
 
 How it works: the replication operations go through a `MirrorLink` (the cluster
 layer's cluster/mirror_link.py: Rpc messages over the ordered inter-node transport),
-as lists: ["p", seq, exchange, routing key, header, body, expires, ack request],
+as lists: ["p", seq, exchange, routing key, header, body, expires, publish id, ack
+request] (the publish id: a publish forwarded from another node, re-sent to a new
+leader after a failover, is recognised and confirmed, not enqueued twice),
 ["v", [seq...]] first deliveries, ["d", [seq...]] removals, ["x"] start empty,
 ["s", [[seq, exchange, key, header, body, expires, delivered]...], ack request]
 a synchronisation batch (ha-sync-batch-size messages), ["k", [seq...]] keep only
@@ -206,6 +208,10 @@ class Mirroring:
         self.settings = settings
         self.mirrors: dict[str, _Mirror] = {}
         self.live: dict[int, Any] = {}  # seq -> Entry, every message the queue holds
+        # ids of forwarded publishes taken (the last SEEN_IDS), and the id of the one
+        # being published now (set by the cluster's link around queue.publish)
+        self.seen: dict[str, None] = {}
+        self.publish_id: str | None = None
 
     # ------------------------------------------------------------ membership
 
@@ -259,9 +265,12 @@ class Mirroring:
     def published(self, entry, hold: Callable[[], Callable[[bool], None]] | None) -> None:
         self.live[entry.seq] = entry
         message = entry.message
+        publish_id = self.publish_id
+        if publish_id is not None:
+            remember(self.seen, publish_id)
         for node in self.mirrors:
             op = ["p", entry.seq, message.exchange, message.routing_key,
-                  message.properties.raw, message.body, entry.expires, 0]
+                  message.properties.raw, message.body, entry.expires, publish_id, 0]
             if hold is None:
                 self.link.send(node, self.queue, op)
             else:
@@ -290,12 +299,22 @@ class Mirroring:
             self.link.send(node, self.queue, ["k", list(self.live)])
 
 
+SEEN_IDS = 65536  # forwarded publishes remembered per queue (re-sent after a failover)
+
+
+def remember(seen: dict, publish_id: str) -> None:
+    seen[publish_id] = None
+    if len(seen) > SEEN_IDS:
+        del seen[next(iter(seen))]
+
+
 class Replica:
     """A mirror's copy of the queue (see the module header)."""
 
     def __init__(self) -> None:
         # seq -> [exchange, routing key, header, body, expires, delivered]
         self.entries: dict[int, list] = {}
+        self.seen: dict[str, None] = {}  # forwarded publishes' ids (Mirroring.seen)
         # the leader reset it ("x") in this run of the node: a copy made before a
         # restart of the mirror's node is gone (it lives in memory)
         self.complete = False
@@ -303,8 +322,10 @@ class Replica:
     def apply(self, op: list) -> None:
         match op[0]:
             case "p":
-                _kind, seq, exchange, key, header, body, expires, _ask = op
+                _kind, seq, exchange, key, header, body, expires, publish_id, _ask = op
                 self.entries[seq] = [exchange, key, header, body, expires, False]
+                if publish_id is not None:
+                    remember(self.seen, publish_id)
             case "v":
                 for seq in op[1]:
                     item = self.entries.get(seq)
