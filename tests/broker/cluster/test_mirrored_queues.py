@@ -273,6 +273,14 @@ def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
         mirrors_everywhere(uris, "ha.orders", one, [two, three], [two, three])
         publish(uris[1], "ha.orders", [b"m%d" % n for n in range(30)])   # all confirmed
         publish(uris[0], "ha.orders", [b"m%d" % n for n in range(30, 40)])
+        # "a tx.commit-ok will only be returned to a client when the transaction has
+        # been applied across all mirrors of the queue"
+        with connect(uris[0]) as connection:
+            channel = connection.channel()
+            channel.tx_select()
+            for n in range(40, 45):
+                channel.basic_publish("", "ha.orders", b"m%d" % n, PERSISTENT)
+            channel.tx_commit()
 
         # a consumer on node three holds 3 unacked; another asked to be told of failover
         watcher = connect(uris[2])
@@ -308,7 +316,7 @@ def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
 
         got = get_all(uris[1], "ha.orders")
         bodies = sorted(body for body, _ in got)
-        assert bodies == sorted(b"m%d" % n for n in range(40))  # none lost, none twice
+        assert bodies == sorted(b"m%d" % n for n in range(45))  # none lost, none twice
         redelivered = {body for body, again in got if again}
         # "all unacknowledged messages are redelivered with the redelivered flag set"
         assert {body for body, _ in held} <= redelivered
