@@ -350,7 +350,7 @@ class ClassicLink:
         for (uid, key), (queue, consumer, boot) in list(self.consumers.items()):
             current = cluster.boots.get(queue.host)
             if queue.host in silent and queue.mirrors:
-                continue  # a mirror takes over: Node.queue_record_changed moves it
+                continue  # a mirror takes over: node/metadata.py record_changed moves it
             if queue.host in silent or (boot is not None and current != boot):
                 log.warning("classic queue '%s': its host %s is down or restarted: "
                             "cancelling consumer %s", queue.name, queue.host, consumer.tag)

@@ -21,7 +21,7 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   shutdown of the leader's node, announced by "cm.stopping" {boot},
   ha-promote-on-shutdown, default "when-synced", decides) proposes itself as
   leader (`queue.record` with `expect_host`: only the first proposal applies); every
-  node then rebuilds the queue (Node.queue_record_changed): the new leader's queue
+  node then rebuilds the queue (node/metadata.py record_changed): the new leader's queue
   is its copy with every message ready, delivered ones redelivered.
 
 - publishes across a failover: a confirmed publish forwarded to a mirrored queue's
@@ -37,7 +37,7 @@ the mirror leaves the record (`release`); a mirror holds every message published
 since it was attached, in the leader's order (the transport per peer is ordered).
 
 Not here: the replicas' state and the policy's rules (queues/mirroring.py), what a
-record change does to a node (node/node.py queue_record_changed).
+record change does to a node (node/metadata.py record_changed).
 """
 
 from __future__ import annotations

@@ -120,8 +120,52 @@ def _queue_record(node: "Node", c: dict):
         return None
     if queue.metadata_record().get("host") != c["expect_host"]:
         return None
-    node.queue_record_changed(vhost, queue, c["record"])
+    record_changed(node, vhost, queue, c["record"])
     return None
+
+
+def record_changed(node: "Node", vhost, queue, record: dict) -> None:
+    """A queue's metadata record changed (`queue.record`: a mirrored classic
+    queue's mirrors, or its leader). The queue takes it in place, or, served by
+    another node now, is built anew from it and takes over from the old one
+    (queues/base.py): this node's consumers follow it, except those that asked
+    to be told of a failover (x-cancel-on-ha-failover: basic.cancel, the mirroring
+    guide's "Leader Failures and Consumer Cancellation")."""
+    from ..queues import registry
+    from ..queues.types import validate_declaration
+    from .channel import Consumer
+
+    full = {**queue.metadata_record(), **record}
+    node.metadata_dirty = True
+    if queue.record_changed(full):
+        queue.policy_changed(node.policy_for(vhost.name, queue.type_name, queue.name))
+        return
+    queue_spec = validate_declaration(queue.name, vhost.name, queue.durable,
+                                      queue.exclusive_owner is not None,
+                                      queue.auto_delete, queue.arguments, recorded=True)
+    fresh = registry.create_recorded(node, vhost.name, queue.name, queue_spec,
+                                     {**full, "promoted": True})
+    consumers = [c for c in queue.consumers if isinstance(c, Consumer)]
+    for consumer in list(queue.consumers):
+        queue.remove_consumer(consumer)
+    vhost.queues[queue.name] = fresh
+    queue.deleted = True
+    queue.delete()
+    node.cluster.classic.hosted_deleted(queue)
+    fresh.policy_changed(node.policy_for(vhost.name, fresh.type_name, fresh.name))
+    fresh.take_over(queue)
+    for consumer in consumers:
+        channel = consumer.channel
+        if _truthy(consumer.arguments.get("x-cancel-on-ha-failover")):
+            node.cancel_consumer(queue, consumer)
+        elif channel.consumers.get(consumer.tag) is consumer:
+            consumer.queue = fresh
+            channel.queues_used[id(fresh)] = fresh
+            fresh.consume(channel, consumer)
+
+
+def _truthy(value) -> bool:
+    return value is True or value in (1, "true", b"true")
 
 
 def _bind(node: "Node", c: dict):

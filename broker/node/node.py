@@ -163,42 +163,11 @@ class Node:
         return queue
 
     def queue_record_changed(self, vhost: VHost, queue: Queue, record: dict) -> None:
-        """A queue's metadata record changed (`queue.record`: a mirrored classic
-        queue's mirrors, or its leader). The queue takes it in place, or, served by
-        another node now, is built anew from it and takes over from the old one
-        (queues/base.py): this node's consumers follow it, except those that asked
-        to be told of a failover (x-cancel-on-ha-failover: basic.cancel, the mirroring
-        guide's "Leader Failures and Consumer Cancellation")."""
-        from ..queues.types import validate_declaration
-        from .channel import Consumer
+        """A queue's metadata record changed (`queue.record`: node/metadata.py
+        record_changed)."""
+        from . import metadata
 
-        full = {**queue.metadata_record(), **record}
-        self.metadata_dirty = True
-        if queue.record_changed(full):
-            queue.policy_changed(self.policy_for(vhost.name, queue.type_name, queue.name))
-            return
-        queue_spec = validate_declaration(queue.name, vhost.name, queue.durable,
-                                          queue.exclusive_owner is not None,
-                                          queue.auto_delete, queue.arguments, recorded=True)
-        fresh = registry.create_recorded(self, vhost.name, queue.name, queue_spec,
-                                         {**full, "promoted": True})
-        consumers = [c for c in queue.consumers if isinstance(c, Consumer)]
-        for consumer in list(queue.consumers):
-            queue.remove_consumer(consumer)
-        vhost.queues[queue.name] = fresh
-        queue.deleted = True
-        queue.delete()
-        self.cluster.classic.hosted_deleted(queue)
-        fresh.policy_changed(self.policy_for(vhost.name, fresh.type_name, fresh.name))
-        fresh.take_over(queue)
-        for consumer in consumers:
-            channel = consumer.channel
-            if _truthy(consumer.arguments.get("x-cancel-on-ha-failover")):
-                self.cancel_consumer(queue, consumer)
-            elif channel.consumers.get(consumer.tag) is consumer:
-                consumer.queue = fresh
-                channel.queues_used[id(fresh)] = fresh
-                fresh.consume(channel, consumer)
+        metadata.record_changed(self, vhost, queue, record)
 
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
         """A classic queue's message died (queues/classic.py ClassicHost): its
@@ -667,7 +636,3 @@ class Node:
     def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
-
-
-def _truthy(value) -> bool:
-    return value is True or value in (1, "true", b"true")

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
-from .mirroring import Mirroring, desired_mirrors, ha_settings
+from .mirroring import desired_mirrors, ha_settings, leader_record_changed, promote
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -540,56 +540,13 @@ class ClassicQueue(Queue):
     # ------------------------------------------------------------ mirroring
 
     def record_changed(self, record: dict) -> bool:
-        """A new record (mirroring.py): still the leader here, the mirrors are
-        attached or detached in place; another leader: False (the node rebuilds it)."""
-        if record.get("host") != self.host:
-            return False
-        mirrors = record.get("mirrors")
-        self.mirrors = None if mirrors is None else tuple(mirrors)
-        self.synced = tuple(record.get("synced") or ())
-        if self.mirrors is None:
-            if self.mirroring is not None:
-                self.mirroring.stop()
-            self.mirroring = None
-            return True
-        if self.mirroring is None:
-            self.mirroring = Mirroring(self, self.node.mirror_link, None)
-        for gone in [m for m in self.mirroring.mirrors if m not in self.mirrors]:
-            self.mirroring.detach(gone)
-        for added in [m for m in self.mirrors if m not in self.mirroring.mirrors]:
-            self.mirroring.attach(added, self.node.mirror_link.boot(added))
-        return True
+        """A new record: still the leader here, the mirrors change in place
+        (mirroring.leader_record_changed); another leader: False (rebuilt)."""
+        return leader_record_changed(self, record)
 
     def take_over(self, previous: Queue) -> None:
-        """Promoted from mirror to leader (the guide's "Mirrored Queue Implementation
-        and Semantics"): the mirror's copy becomes the queue, every message ready again
-        in its order, a delivered one marked redelivered; the other mirrors keep what
-        this leader holds."""
-        from ..amqp.codec import decode_properties
-
-        replica = getattr(previous, "replica", None)
-        for seq, (exchange, key, header, body, expires, delivered) in (
-                replica.entries.items() if replica is not None else ()):
-            _class_id, properties = decode_properties(header)
-            message = Message(exchange, key, properties, body)
-            stored = self.durable and message.persistent and self.store is not None
-            entry = Entry(message, seq, stored, redelivered=delivered, expires=expires)
-            if stored:
-                self.store.append_enqueue(queue_key(self.vhost, self.name), seq, exchange,
-                                          key, header, body, expires)
-                if delivered:
-                    self.store.append_delivered(queue_key(self.vhost, self.name), seq)
-            self.next_seq = max(self.next_seq, seq + 1)
-            self.expiring = self.expiring or bool(expires)
-            self.push(entry)
-            if self.mirroring is not None:
-                self.mirroring.recovered(entry)
-        if self.mirroring is not None:
-            if replica is not None:
-                self.mirroring.seen = dict(replica.seen)
-            for mirror in self.mirroring.mirrors.values():
-                mirror.first_seq = 0 if mirror.node in self.synced else self.next_seq
-            self.mirroring.keep_only()
+        """Promoted from mirror to leader: mirroring.promote."""
+        promote(self, previous)
 
     def delete(self) -> None:
         self.deleted = True

@@ -349,3 +349,65 @@ class Replica:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+# ---------------------------------------------------------------- the leader's queue
+
+
+def leader_record_changed(queue, record: dict) -> bool:
+    """ClassicQueue.record_changed: still the leader here, the mirrors are attached
+    (starting empty) or detached in place; another leader: False (the node rebuilds
+    the queue from the record)."""
+    if record.get("host") != queue.host:
+        return False
+    mirrors = record.get("mirrors")
+    queue.mirrors = None if mirrors is None else tuple(mirrors)
+    queue.synced = tuple(record.get("synced") or ())
+    if queue.mirrors is None:
+        if queue.mirroring is not None:
+            queue.mirroring.stop()
+        queue.mirroring = None
+        return True
+    if queue.mirroring is None:
+        queue.mirroring = Mirroring(queue, queue.node.mirror_link, None)
+    for gone in [m for m in queue.mirroring.mirrors if m not in queue.mirrors]:
+        queue.mirroring.detach(gone)
+    for added in [m for m in queue.mirrors if m not in queue.mirroring.mirrors]:
+        queue.mirroring.attach(added, queue.node.mirror_link.boot(added))
+    return True
+
+
+def promote(queue, previous) -> None:
+    """ClassicQueue.take_over: promoted from mirror to leader (the guide's "Mirrored
+    Queue Implementation and Semantics"), the mirror's copy (`previous.replica`)
+    becomes the queue, every message ready again in its order, a delivered one marked
+    redelivered (a durable queue's store gets the persistent ones); the other mirrors
+    keep only what this leader holds."""
+    from ..amqp.codec import decode_properties
+    from ..storage.message_store import queue_key
+    from .classic import Entry, Message
+
+    replica = getattr(previous, "replica", None)
+    key_of_queue = queue_key(queue.vhost, queue.name)
+    for seq, (exchange, key, header, body, expires, delivered) in (
+            replica.entries.items() if replica is not None else ()):
+        _class_id, properties = decode_properties(header)
+        message = Message(exchange, key, properties, body)
+        stored = queue.durable and message.persistent and queue.store is not None
+        entry = Entry(message, seq, stored, redelivered=delivered, expires=expires)
+        if stored:
+            queue.store.append_enqueue(key_of_queue, seq, exchange, key, header, body,
+                                       expires)
+            if delivered:
+                queue.store.append_delivered(key_of_queue, seq)
+        queue.next_seq = max(queue.next_seq, seq + 1)
+        queue.expiring = queue.expiring or bool(expires)
+        queue.push(entry)
+        if queue.mirroring is not None:
+            queue.mirroring.recovered(entry)
+    if queue.mirroring is not None:
+        if replica is not None:
+            queue.mirroring.seen = dict(replica.seen)
+        for mirror in queue.mirroring.mirrors.values():
+            mirror.first_seq = 0 if mirror.node in queue.synced else queue.next_seq
+        queue.mirroring.keep_only()
