@@ -21,9 +21,11 @@ Responsibilities:
   (`first_seq`: the first message it has) and is synchronised once no message older
   than that is left, or once `sync` sent it the queue's contents;
 - `Replica`: a mirror's copy of the contents (sequence -> message, delivered flag),
-  which becomes the leader's queue on promotion: every message comes back ready, a
-  delivered one marked redelivered (the guide: unacknowledged messages are requeued
-  with the redelivered flag).
+  which becomes the leader's queue on promotion (`promote`, ClassicQueue.take_over):
+  every message comes back ready, a delivered one marked redelivered (the guide:
+  unacknowledged messages are requeued with the redelivered flag);
+- `leader_record_changed` (ClassicQueue.record_changed): the leader's side of a new
+  record, mirrors attached or detached.
 
 How it works: the replication operations go through a `MirrorLink` (the cluster
 layer's cluster/mirror_link.py: Rpc messages over the ordered inter-node transport),
