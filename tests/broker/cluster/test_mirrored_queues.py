@@ -447,3 +447,28 @@ def test_publishes_forwarded_to_a_failing_leader_are_confirmed_by_the_new_one():
         mirrors_everywhere(cluster.uris([two, three]), "ha.stream", two, [three], None)
         got = [int(body) for body, _ in get_all(uris[2], "ha.stream")]
         assert sorted(got) == list(range(total))   # every one, once
+
+
+def test_a_failed_mirror_is_replaced_and_its_confirms_do_not_stall():
+    """"Mirrored Queue Implementation and Semantics": "Should a mirror fail, there is
+    little to be done other than some bookkeeping: the leader remains the leader";
+    and ha-mode exactly: "a node containing a mirror goes down, then a new mirror
+    will be created on another node" (starting empty)."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-two", r"^ha\.", {"ha-mode": "exactly", "ha-params": 2})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.bookkeeping", durable=True)
+        mirrors_everywhere(uris, "ha.bookkeeping", one, [two], [two])
+        publish(uris[0], "ha.bookkeeping", [b"before"])
+        cluster.kill(two, signal.SIGKILL)
+        # confirms waiting for the dead mirror are released once it leaves the record
+        publish(uris[0], "ha.bookkeeping", [b"during-%d" % n for n in range(5)])
+        mirrors_everywhere(cluster.uris([one, three]), "ha.bookkeeping", one, [three], [])
+        publish(uris[2], "ha.bookkeeping", [b"after"])
+        got = [body for body, _ in get_all(uris[2], "ha.bookkeeping")]
+        assert got == [b"before"] + [b"during-%d" % n for n in range(5)] + [b"after"]
+        mirrors_everywhere(cluster.uris([one, three]), "ha.bookkeeping", one, [three],
+                           [three])   # drained: the new mirror is synchronised
