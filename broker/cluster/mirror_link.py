@@ -213,6 +213,10 @@ class MirrorLink:
         self._serve_early(time.monotonic())
         self._expire_syncs()
         self._resend_parked()
+        now = time.monotonic()
+        for uid in [u for u, (_key, when) in self.proposed.items()
+                    if now - when >= PROPOSE_EVERY]:
+            del self.proposed[uid]  # (deleted queues' too)
         node = self.node
         if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
             return
