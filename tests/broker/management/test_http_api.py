@@ -459,3 +459,28 @@ def test_user_limits_and_topic_permissions(broker):
         {"user": name, "value": {"max-connections": 2}}]
     assert api(broker, "DELETE", f"/api/user-limits/{name}/max-channels")[0] == 404
     assert api(broker, "GET", "/api/topic-permissions")[:2] == (200, [])
+
+
+def test_queue_actions_and_the_mirror_sync_check_as_rabbitmq_3_answers_them(broker):
+    """POST /api/queues/V/NAME/actions and the mirror-sync health check as RabbitMQ
+    3.x's plugin answers them (mirrored queues themselves: tests/broker/cluster/
+    test_mirrored_queues.py)."""
+    assert api(broker, "GET", "/api/health/checks/node-is-mirror-sync-critical")[:2] == (
+        200, {"status": "ok", "reason": "single node cluster"})
+    name = unique("actions")
+    assert api(broker, "PUT", f"/api/queues/%2F/{name}", {"durable": True})[0] == 201
+    path = f"/api/queues/%2F/{name}/actions"
+    # a queue no policy mirrors: RabbitMQ's plugin answers 204 (its sync is a no-op)
+    assert api(broker, "POST", path, {"action": "sync"})[0] == 204
+    assert api(broker, "POST", path, {"action": "cancel_sync"})[0] == 204
+    assert api(broker, "POST", path, {"action": "shuffle"})[:2] == (
+        400, {"error": "bad_request", "reason": '{unknown,<<"shuffle">>}'})
+    assert api(broker, "POST", path, {})[:2] == (
+        400, {"error": "bad_request", "reason": "[{key_missing,action}]"})
+    assert api(broker, "POST", "/api/queues/%2F/no-such-queue/actions",
+               {"action": "sync"})[:2] == (
+        404, {"error": "Object Not Found", "reason": "Not Found"})
+    monitor = unique("monitor")
+    add_user(broker, monitor, "monitoring")
+    assert api(broker, "POST", path, {"action": "sync"}, user=monitor,
+               password=monitor)[0] == 401
