@@ -17,7 +17,8 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
                                                         effective_policy_definition
                                                         pid slave_pids
                                                         synchronised_slave_pids ...)
-    quorumqueue ctl sync_queue [-p VHOST] QUEUE     quorumqueue ctl cancel_sync_queue [-p VHOST] QUEUE
+    quorumqueue ctl sync_queue [-p VHOST] QUEUE
+    quorumqueue ctl cancel_sync_queue [-p VHOST] QUEUE   (mirrored classic queues)
     quorumqueue ctl export_definitions [-p VHOST] [--transformations NAMES] FILE|-
     quorumqueue ctl import_definitions [-p VHOST] FILE|-
     quorumqueue ctl transform_definitions --transformations NAMES IN|- OUT|-   (offline:
@@ -38,7 +39,8 @@ Each goes to the node's management HTTP API (--host, --port (15672), --username,
 --password, --ssl..., or --base-uri; client/http_management.py), as rabbitmqadmin
 does, as an administrator: RabbitMQ's endpoints (/api/users, /api/vhosts,
 /api/permissions, /api/policies, /api/operator-policies, /api/vhost-limits,
-/api/user-limits, /api/definitions) where they do what the command does, and
+/api/user-limits, /api/definitions, /api/queues and RabbitMQ 3.x's
+/api/queues/VHOST/NAME/actions) where they do what the command does, and
 quorumqueue's (/api/quorumqueue/definitions/import, /api/quorumqueue/cluster-nodes/
 NODE: broker/management/operations.py) where RabbitMQ's API has none. Behind them
 are the management operations of node/definition_ops.py, node/definitions_json.py
