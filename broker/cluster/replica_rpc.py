@@ -1,5 +1,5 @@
 """Asking a quorum queue's members on other nodes: status, peek, reclaim (and a node
-for its shovels' status).
+for its shovels' status or its message counters).
 
 Responsibilities: what `queues quorum_status`, `peek` and `reclaim_quorum_memory`
 need from a member wherever it runs (rabbitmq-queues asks the members' nodes over
@@ -13,6 +13,12 @@ Erlang distribution; here an Rpc "replica" to the member's node, answered by
   behind), once it applied everything it had appended;
 - shovels: the status rows of the dynamic shovels the node runs (`ctl
   shovel_status` asked on another node than the one running them; broker/shovel/);
+- message_stats: the node's message counters, for the management API's
+  `message_stats`, which RabbitMQ sums over the cluster (management/rates.py): the
+  node's (node/counters.py, RabbitMQ's names) and, for every queue whose counters
+  moved, what the node's clients did with it (queues/base.py MessageCounts, as a
+  list in its `__slots__` order), keyed by the queue's record uid (a queue deleted
+  and declared again is another queue); at once, from memory;
 - reclaim: the node's write-ahead log rolled over (storage: every memory table
   written to segment files, the memory released), the queue's in-memory log bytes
   before and after.
@@ -74,6 +80,9 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
         status = cluster.node.shovel_status
         done({"rows": list(status()) if status is not None else []})
         return
+    if op == "message_stats":  # the node's counters (not a group's: any group)
+        done(message_stats_here(cluster.node))
+        return
     member = cluster.node.quorum.queues.get(group)
     if member is None or member.raft is None or member.deleted:
         done(None)
@@ -99,6 +108,17 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
                                            "after": store.memtable_bytes(group)}))
     else:
         done(None)
+
+
+def message_stats_here(node) -> dict:
+    """This node's answer to "message_stats" (see the module header)."""
+    queues = {}
+    for vhost in list(node.vhosts.values()):
+        for queue in list(vhost.queues.values()):
+            row = queue.message_counts.as_row()
+            if any(row):
+                queues[queue.group] = row
+    return {"node": node.counters.message_stats(), "queues": queues}
 
 
 def on_replica(cluster: "Cluster", sender: str, body: dict) -> None:

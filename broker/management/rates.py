@@ -13,17 +13,28 @@ without rates until two samples exist (RabbitMQ, too, lists a new queue without
 them until its statistics arrive).
 
 The overview's `message_stats` (publish, confirm, deliver_get, ack, ... and their
-`_details` rates) come from this node's message counters (node/counters.py, the
-ones the Prometheus endpoint reports), sampled with the queue counts: counts since
-this node started, rates between the last two samples. RabbitMQ sums them over the
-cluster; here they are this node's (what its clients published and were given).
+`_details` rates) and each queue's (publish, deliver, deliver_no_ack, get,
+get_no_ack, deliver_get, redeliver, ack, and rates) are the cluster's: RabbitMQ's
+management plugin sums the statistics every node keeps of what its channels did,
+and so does `gather`. Each node counts what its own clients do (node/counters.py;
+a queue's: the queue-type interface's `message_counts`, queues/base.py); the node
+answering a request asks every other node for its counts (cluster/replica_rpc.py
+"message_stats": one Rpc per node, answered from memory) and adds them to its own.
+Pulled when asked rather than pushed: RabbitMQ's plugin, too, keeps the samples on
+the node that made them and collects them from every node when a request comes, and
+a node nobody asks then sends nothing (counts change with every message; pushing
+them, as cluster/tracking.py pushes connection counts for the limits that need them
+at once, would cost traffic on every node whether anyone watches or not). The
+sampling task gathers the same way, so the rates are those of the summed counts.
 
-Each queue's `message_stats` (publish, deliver, deliver_no_ack, get, get_no_ack,
-deliver_get, redeliver, ack, and their `_details` rates once two samples exist) come
-from the queue-type interface's `message_stats()` (queues/base.py: this node's
-counters of that queue), sampled with its counts. Like the overview's, they are this
-node's: in a cluster, what this node's clients published to the queue and were
-delivered from it (RabbitMQ sums every node's channels).
+A node that does not answer (unreachable, or silent for REPLY_TIMEOUT) counts with
+what it last told this node, since this node started (nothing if it never told
+it): its clients' past work does not vanish from the totals while it is cut off.
+A node removed from the cluster stops counting. A node's counters start from 0
+when it starts, as RabbitMQ's do, so a restarted node's totals drop; a rate is never
+below 0 (a count that fell gives 0 for that interval). While a node is
+unreachable, nodes that asked it at different times may show different totals; once
+every node answers, every node shows the same.
 
 Not here: per-exchange message_stats (not counted).
 """
@@ -33,6 +44,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+
+from ..cluster import replica_rpc
+from ..queues.base import MessageCounts
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -48,8 +62,10 @@ class Rates:
         self.last_request = 0.0
         # (vhost, name) -> [(monotonic seconds, {field: count}), at most two]
         self.samples: dict[tuple[str, str], list[tuple[float, dict]]] = {}
-        # the node's message counters: [(monotonic seconds, message_stats counts)]
+        # the cluster's summed message counters: [(monotonic seconds, message_stats)]
         self.counter_samples: list[tuple[float, dict]] = []
+        # another node -> its last answer to "message_stats" (cluster/replica_rpc.py)
+        self.reported: dict[str, dict] = {}
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -78,29 +94,50 @@ class Rates:
         return {f"{field}_details": {"rate": round((new[field] - old[field]) / elapsed, 1)}
                 for field in FIELDS}
 
-    def queue_message_stats(self, queue) -> dict:
-        """One queue's message_stats: counts now, rates once two samples exist."""
-        stats = queue.message_stats()
+    def queue_message_stats(self, queue, totals: "Totals") -> dict:
+        """One queue's message_stats: the cluster's counts (`totals`), and rates once
+        two samples exist."""
+        stats = totals.queue(queue)
         pair = self.samples.get((queue.vhost, queue.name))
         if pair is not None and len(pair) == 2:
             (before, old), (after, new) = pair
-            old, new = old["message_stats"], new["message_stats"]
-            elapsed = after - before
-            for field in list(stats):
-                stats[f"{field}_details"] = {
-                    "rate": round((new[field] - old[field]) / elapsed, 1)}
+            _add_rates(stats, old["message_stats"], new["message_stats"], after - before)
         return stats
 
-    def message_stats(self) -> dict:
-        """The overview's message_stats: counts now, rates once two samples exist."""
-        stats = message_counts(self.node.counters)
+    def message_stats(self, totals: "Totals") -> dict:
+        """The overview's message_stats: the cluster's counts (`totals`), and rates
+        once two samples exist."""
+        stats = dict(totals.node)
         if len(self.counter_samples) == 2:
             (before, old), (after, new) = self.counter_samples
-            elapsed = after - before
-            for field in stats.copy():
-                stats[f"{field}_details"] = {
-                    "rate": round((new[field] - old[field]) / elapsed, 1)}
+            _add_rates(stats, old, new, after - before)
         return stats
+
+    async def gather(self) -> "Totals":
+        """Every node's message counters summed: this node's now, each other node's
+        as it answers, or as it last answered (see the module header)."""
+        node = self.node
+        cluster = node.cluster
+        others = [name for name in cluster.nodes if name != node.name]
+        if others:
+            loop = asyncio.get_running_loop()
+            futures = {}
+            for name in others:
+                future = futures[name] = loop.create_future()
+                replica_rpc.ask(cluster, name, "", "message_stats", {},
+                                lambda answer, future=future: (
+                                    None if future.done() else future.set_result(answer)))
+            self.wake()
+            # replica_rpc answers None after REPLY_TIMEOUT; the extra second covers a tick
+            await asyncio.wait(futures.values(), timeout=replica_rpc.REPLY_TIMEOUT + 1)
+            for name, future in futures.items():
+                answer = future.result() if future.done() else None
+                if isinstance(answer, dict):
+                    self.reported[name] = answer
+        for name in list(self.reported):
+            if name not in cluster.nodes:
+                del self.reported[name]
+        return Totals([replica_rpc.message_stats_here(node), *self.reported.values()])
 
     async def _run(self) -> None:
         while True:
@@ -118,7 +155,8 @@ class Rates:
 
     async def _sample(self) -> None:
         node = self.node
-        self.counter_samples.append((time.monotonic(), message_counts(node.counters)))
+        totals = await self.gather()
+        self.counter_samples.append((time.monotonic(), dict(totals.node)))
         del self.counter_samples[:-2]
         queues = [queue for vhost in list(node.vhosts.values())
                   for queue in list(vhost.queues.values())]
@@ -142,7 +180,7 @@ class Rates:
             counts = {"messages": stats["ready"] + stats["unacked"],
                       "messages_ready": stats["ready"],
                       "messages_unacknowledged": stats["unacked"],
-                      "message_stats": queue.message_stats()}
+                      "message_stats": totals.queue(queue)}
             pair = self.samples.setdefault(key, [])
             pair.append((now, counts))
             del pair[:-2]
@@ -150,18 +188,36 @@ class Rates:
             del self.samples[key]
 
 
-def message_counts(counters) -> dict:
-    """RabbitMQ's message_stats counts from the node's Counters (all queue types)."""
-    types = list(counters.by_type.values())
-    deliver = sum(t.consume_manual_ack for t in types)
-    deliver_no_ack = sum(t.consume_auto_ack for t in types)
-    get = sum(t.get_manual_ack for t in types)
-    get_no_ack = sum(t.get_auto_ack for t in types)
-    return {"publish": counters.received, "confirm": counters.confirmed,
-            "return_unroutable": counters.unroutable_returned,
-            "drop_unroutable": counters.unroutable_dropped,
-            "deliver": deliver, "deliver_no_ack": deliver_no_ack, "get": get,
-            "get_no_ack": get_no_ack,
-            "deliver_get": deliver + deliver_no_ack + get + get_no_ack,
-            "redeliver": sum(t.redelivered for t in types),
-            "ack": sum(t.acknowledged for t in types)}
+class Totals:
+    """The message counters of several nodes (their "message_stats" answers) summed:
+    `node`, the overview's; `queue(queue)`, one queue's."""
+
+    def __init__(self, answers: list[dict]) -> None:
+        self.node: dict[str, int] = {}
+        self.queues: dict[str, MessageCounts] = {}   # queue record uid -> counts
+        for answer in answers:
+            counts = answer.get("node")
+            if isinstance(counts, dict):
+                for field, count in counts.items():
+                    if isinstance(field, str) and type(count) is int:
+                        self.node[field] = self.node.get(field, 0) + count
+            queues = answer.get("queues")
+            if not isinstance(queues, dict):
+                continue
+            for group, row in queues.items():
+                if (isinstance(row, list) and len(row) == len(MessageCounts.__slots__)
+                        and all(type(count) is int for count in row)):
+                    self.queues.setdefault(group, MessageCounts()).add_row(row)
+
+    def queue(self, queue) -> dict[str, int]:
+        counts = self.queues.get(queue.group)
+        return (counts or MessageCounts()).as_dict()
+
+
+def _add_rates(stats: dict, old: dict, new: dict, elapsed: float) -> None:
+    """`FIELD_details: {"rate"}` for each count of `stats` in both samples: counts only
+    grow, so a total that fell (a node restarted) gives 0, never a negative rate."""
+    for field in list(stats):
+        if field in old and field in new:
+            stats[f"{field}_details"] = {
+                "rate": round(max(0, new[field] - old[field]) / elapsed, 1)}

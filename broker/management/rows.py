@@ -13,12 +13,12 @@ How it works: reads only. A queue's counts come from the queue-type interface's
 members the cluster can reach.
 
 What is left out, on purpose: fields about the Erlang VM (garbage_collection,
-reductions, memory of a queue process, backing_queue_status), per-queue and
-per-exchange publish/deliver counters (`message_stats`: the node counts them
-node-wide only; the overview's come from rates.py), and
+reductions, memory of a queue process, backing_queue_status), per-exchange
+publish/deliver counters (an exchange's `message_stats`: not counted), and
 `user_who_performed_action` (nobody records who declared what). The README's
-endpoint table lists them. Queue length rates (`messages_details` and kin) are
-added by views.py from rates.py's samples.
+endpoint table lists them. Queue length rates (`messages_details` and kin) and the
+message_stats of queues and the overview (the cluster's counters summed) are added
+by views.py from rates.py.
 
 Not here: HTTP, authorisation (views.py, access.py), changes (direct.py).
 """

@@ -8,7 +8,9 @@ the caller's tag (access.py), reads the node and returns rows (rows.py).
 
 How it works: a queue's counts come through the queue-type interface's
 `stats_later`, which asks the member that serves a quorum queue when this node holds
-no replica, so every node of a cluster answers the same for the same queue.
+no replica, so every node of a cluster answers the same for the same queue; the
+message_stats (the overview's and each queue's) are every node's counters summed
+(rates.py `gather`).
 
 Not here: changes (changes.py), HTTP plumbing (app.py).
 """
@@ -20,6 +22,7 @@ import shutil
 from . import rows
 from .access import has, login_vhosts, require, require_vhost, visible_vhosts
 from .app import Answer, Request, bad_request, not_found, route
+from .rates import Totals
 
 # ---------------------------------------------------------------- helpers
 
@@ -33,7 +36,10 @@ def _vhost_names(request: Request) -> list[str]:
     return login_vhosts(request.node, request.user)
 
 
-async def queue_rows(request: Request, vhosts: list[str], name: str | None = None) -> list:
+async def queue_rows(request: Request, vhosts: list[str], name: str | None = None,
+                     totals=None) -> list:
+    """The rows of the queues of `vhosts` (or the one named), with the cluster's
+    message_stats (`totals` from rates.gather, gathered here if not given)."""
     node = request.node
     queues = [queue for vhost in vhosts
               for queue in sorted(node.vhosts[vhost].queues.values(), key=lambda q: q.name)
@@ -55,10 +61,12 @@ async def queue_rows(request: Request, vhosts: list[str], name: str | None = Non
             done(found)
 
     stats = await request.api.later(start)
+    if totals is None:
+        totals = await request.api.rates.gather()
     online = [name for name in node.cluster.nodes if node.cluster.reachable(name)]
     rates = request.api.rates
     return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name),
-             "message_stats": rates.queue_message_stats(queue)}
+             "message_stats": rates.queue_message_stats(queue, totals)}
             for queue, row in zip(queues, stats)]
 
 
@@ -79,7 +87,9 @@ def _sessions(request: Request):
 async def overview(request: Request):
     node = request.node
     shell = request.api.shell
-    all_rows = await queue_rows(request, login_vhosts(node, request.user))
+    message_totals = await request.api.rates.gather()   # the cluster's counters
+    all_rows = await queue_rows(request, login_vhosts(node, request.user),
+                                totals=message_totals)
     totals = {key: sum(row[key] for row in all_rows)
               for key in ("messages", "messages_ready", "messages_unacknowledged")}
     if all_rows and all("messages_details" in row for row in all_rows):
@@ -112,7 +122,7 @@ async def overview(request: Request):
         listeners.append({"node": node.name, "protocol": "clustering",
                           "ip_address": host, "port": port})
     body = rows.overview(node, request.user, listeners, totals, object_totals)
-    body["message_stats"] = request.api.rates.message_stats()
+    body["message_stats"] = request.api.rates.message_stats(message_totals)
     return body
 
 
@@ -413,7 +423,8 @@ async def _vhost_rows(request: Request, names: list[str]) -> list[dict]:
     for name in names:
         counts = None
         if name in node.vhosts and name in request.user.permissions:
-            found = await queue_rows(request, [name])
+            # only the lengths: no need to gather the cluster's message counters
+            found = await queue_rows(request, [name], totals=Totals([]))
             counts = {key: sum(row[key] for row in found)
                       for key in ("messages", "messages_ready", "messages_unacknowledged")}
         result.append(rows.vhost_row(node, name, counts))

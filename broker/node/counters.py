@@ -71,3 +71,21 @@ class Counters:
 
     def of(self, queue_type: str) -> TypeCounters:
         return self.by_type[queue_type]
+
+    def message_stats(self) -> dict[str, int]:
+        """RabbitMQ's overview `message_stats` counts (all queue types): what the
+        management API reports for this node, and what a node tells the one answering
+        an API request (cluster/replica_rpc.py "message_stats")."""
+        types = list(self.by_type.values())
+        deliver = sum(t.consume_manual_ack for t in types)
+        deliver_no_ack = sum(t.consume_auto_ack for t in types)
+        get = sum(t.get_manual_ack for t in types)
+        get_no_ack = sum(t.get_auto_ack for t in types)
+        return {"publish": self.received, "confirm": self.confirmed,
+                "return_unroutable": self.unroutable_returned,
+                "drop_unroutable": self.unroutable_dropped,
+                "deliver": deliver, "deliver_no_ack": deliver_no_ack, "get": get,
+                "get_no_ack": get_no_ack,
+                "deliver_get": deliver + deliver_no_ack + get + get_no_ack,
+                "redeliver": sum(t.redelivered for t in types),
+                "ack": sum(t.acknowledged for t in types)}

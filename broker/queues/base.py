@@ -44,7 +44,8 @@ The operations, and what each owes its caller:
 - `message_counts`, `message_stats()`: what this node's clients did with the queue
   (messages published to it, delivered and got from it, redelivered, acked), as
   RabbitMQ's per-queue `message_stats`; the node's channels and publish path add to
-  them (counts since the queue was declared or the node started).
+  them (counts since the queue was declared or the node started). The management
+  API sums every node's (management/rates.py), as RabbitMQ's plugin does.
 - `record_changed(record)`, `take_over(previous)`: the queue's metadata record
   changed (a mirrored classic queue's mirrors or leader: mirroring.py); False when
   the node must build the queue anew from the record (another node serves it now),
@@ -127,6 +128,17 @@ class MessageCounts:
         self.get_no_ack = 0       # basic.get-ok, no_ack=true
         self.redeliver = 0        # deliveries and get-oks with redelivered set
         self.ack = 0              # deliveries settled by basic.ack
+
+    def as_row(self) -> list[int]:
+        """The counts in `__slots__` order: what a node tells the node answering a
+        management request (cluster/replica_rpc.py "message_stats")."""
+        return [self.publish, self.deliver, self.deliver_no_ack, self.get,
+                self.get_no_ack, self.redeliver, self.ack]
+
+    def add_row(self, row: list[int]) -> None:
+        """Add another node's counts of the queue (an `as_row` list)."""
+        for field, count in zip(self.__slots__, row):
+            setattr(self, field, getattr(self, field) + count)
 
     def as_dict(self) -> dict[str, int]:
         """RabbitMQ's message_stats counts (deliver_get: every delivery and get)."""
