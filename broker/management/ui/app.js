@@ -127,7 +127,7 @@ async function overviewView(first) {
     show(
       el("h1", {}, "Overview: " + overview.cluster_name),
       el("h2", {}, "Totals"), el("div", {id: "totals"}),
-      el("h2", {}, "Message rates (this node)"),
+      el("h2", {}, "Message rates (all nodes)"),
       el("div", {class: "legend"}, chart.series.map(s =>
         el("span", {style: "color:" + s.color}, "\u25A0 " + s.label))),
       canvas,
@@ -162,7 +162,7 @@ async function queuesView() {
   const queues = await get("/queues");
   show(el("h1", {}, "Queues"),
     table(["vhost", "name", "type", "leader", "members", "ready", "unacked", "total",
-           "consumers", "length rate", "policy"],
+           "consumers", "length rate", "incoming", "deliver / get", "ack", "policy"],
       queues.map(q => el("tr", {"data-queue": q.name, "data-vhost": q.vhost},
         el("td", {}, q.vhost),
         el("td", {}, el("a", {href: "#/queue/" + enc(q.vhost) + "/" + enc(q.name)}, q.name)),
@@ -174,6 +174,10 @@ async function queuesView() {
         num(q.messages),
         num(q.consumers),
         num(rate(q.messages_details)),
+        // RabbitMQ's "Message rates" columns: the cluster's (every node's clients)
+        num(rate((q.message_stats || {}).publish_details), {class: "num incoming"}),
+        num(rate((q.message_stats || {}).deliver_get_details), {class: "num deliver-get"}),
+        num(rate((q.message_stats || {}).ack_details), {class: "num ack"}),
         el("td", {}, [q.policy, q.operator_policy].filter(Boolean).join(" + "))))));
 }
 
@@ -185,6 +189,7 @@ async function queueView(first, vhost, name) {
   if (first) {
     show(el("h1", {}, "Queue " + name + " (vhost " + vhost + ")"),
       el("div", {id: "queue-facts"}),
+      el("h2", {}, "Message rates (all nodes)"), el("div", {id: "queue-rates"}),
       el("h2", {}, "Raft members"), el("div", {id: "queue-members"}),
       el("h2", {}, "Consumers"), el("div", {id: "queue-consumers"}),
       el("h2", {}, "Get messages"), getForm(path),
@@ -203,6 +208,7 @@ async function queueView(first, vhost, name) {
         num(q.messages, {id: "q-total"}), num(rate(q.messages_details)),
         el("td", {}, q.policy || ""), el("td", {}, q.operator_policy || ""),
         el("td", {}, policy), el("td", {}, JSON.stringify(q.arguments || {})))]));
+  document.getElementById("queue-rates").replaceChildren(messageRates(q.message_stats || {}));
   document.getElementById("queue-members").replaceChildren(q.type === "quorum"
     ? raftTable(await get(path + "/raft"))
     : el("p", {class: "muted"}, "A " + q.type + " queue has no Raft group: it lives on " +
@@ -214,6 +220,21 @@ async function queueView(first, vhost, name) {
           num(c.channel_details.number), el("td", {}, String(c.ack_required)),
           num(c.prefetch_count), el("td", {}, String(c.exclusive)))))
     : el("p", {class: "muted"}, "No consumers (consumers on other nodes are listed there)."));
+}
+
+// A queue's message_stats (every node's clients, summed by the API): per second
+// and since the nodes started, as RabbitMQ's queue page lists them.
+const QUEUE_STATS = [
+  ["publish", "incoming"], ["deliver", "deliver (manual ack)"],
+  ["deliver_no_ack", "deliver (auto ack)"], ["get", "get (manual ack)"],
+  ["get_no_ack", "get (auto ack)"], ["redeliver", "redelivered"], ["ack", "ack"]];
+
+function messageRates(stats) {
+  return table([""].concat(QUEUE_STATS.map(([, label]) => label)), [
+    el("tr", {}, el("th", {}, "rate"), QUEUE_STATS.map(([key]) =>
+      num(rate(stats[key + "_details"]), {id: "q-rate-" + key}))),
+    el("tr", {}, el("th", {}, "count"), QUEUE_STATS.map(([key]) =>
+      num(stats[key], {id: "q-count-" + key})))]);
 }
 
 // A quorum queue's Raft members as the node serving this page sees them

@@ -1,8 +1,8 @@
 """The management web UI (broker/management/ui/) in a real browser: headless Chromium
 (Debian's `chromium` package, installed by .ci/install-chromium) driven by Playwright.
 
-A user logs in, reads a quorum queue's ready count on the queues page after
-publishing with pika, purges the queue from its page and sees 0; the API agrees.
+A user logs in, reads a quorum queue's ready count and message rates on the queues
+page after publishing with pika, its publish and get counts on its page, purges the queue from its page and sees 0; the API agrees.
 Screenshots go to test-artifacts/web-ui/ at the repository root (ignored by git;
 tests/README.md). Without Chromium or Playwright the browser test is skipped with
 the reason (never passed silently); the plain-HTTP tests of the served files always
@@ -129,6 +129,9 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
             row = page.locator(f"tr[data-queue='{queue}']")
             expect(row.locator("td.ready")).to_have_text("7", timeout=timeout_ms)
             expect(row).to_contain_text("quorum")
+            # RabbitMQ's "Message rates" columns: incoming, deliver / get, ack
+            for column in ("incoming", "deliver-get", "ack"):
+                expect(row.locator(f"td.{column}")).to_contain_text("/s", timeout=timeout_ms)
             page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
 
             row.locator("a").click()
@@ -136,10 +139,16 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
             expect(page.locator("#q-ready")).to_have_text("7", timeout=timeout_ms)
             leader = page.locator("#queue-members tr[data-member] td.raft-state")
             expect(leader).to_have_text("leader", timeout=timeout_ms)
-            # get one message back (requeued): its body shows, the count stays
+            # the queue's message rates and counts: the 7 publishes
+            expect(page.locator("#q-count-publish")).to_have_text("7", timeout=timeout_ms)
+            expect(page.locator("#q-rate-publish")).to_contain_text("/s", timeout=timeout_ms)
+            expect(page.locator("#q-count-get")).to_have_text("0")
+            # get one message back (requeued): its body shows, the count stays, and
+            # the queue's get count moves
             page.click("#get")
             expect(page.locator("#got pre.payload")).to_have_text("message 0",
                                                                   timeout=timeout_ms)
+            expect(page.locator("#q-count-get")).to_have_text("1", timeout=timeout_ms)
             page.click("#purge")
             expect(page.locator("#q-ready")).to_have_text("0", timeout=timeout_ms)
             expect(page.locator("#q-total")).to_have_text("0", timeout=timeout_ms)
