@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from quorumqueue.client.management import call
+from tests.faults import extras as extra_workloads
 from tests.faults import spark_workload
 from tests.faults.nemesis import NEMESES, Nemesis
 from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
@@ -66,6 +67,9 @@ class RunResult:
     seconds: float = 0.0
     error: str = ""
     commit: str = ""           # the code the nodes ran (the work tree's HEAD at the start)
+    extras: tuple[str, ...] = ()  # "sac", "dlx": extras.py's workloads beside the main one
+    sac: dict | None = None    # extras.sac_violations' counts (and "confirmed", "lost")
+    dlx: dict | None = None    # extras.dlx_violations' counts (and "confirmed")
 
     @property
     def ok(self) -> bool:
@@ -162,15 +166,23 @@ def diagnose(cluster: LocalCluster, queue_name: str = QUEUE) -> list[str]:
 
 
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
-            say=lambda text: None, workload: str = "amqp") -> RunResult:
+            say=lambda text: None, workload: str = "amqp",
+            extras: tuple[str, ...] = ()) -> RunResult:
     """One run (module header); `workload` "spark" runs spark_workload.py's query
-    into Delta instead of the AMQP consumer, checked for exactly-once."""
+    into Delta instead of the AMQP consumer, checked for exactly-once. `extras`
+    ("sac", "dlx"; AMQP runs only) adds extras.py's single-active-consumer and
+    at-least-once dead-lettering workloads beside the main one, checked too."""
     rng = random.Random(seed)
-    result = RunResult(nodes, nemesis.name, seed, workload=workload, commit=_commit())
-    began = time.monotonic()
     spark_run = workload == "spark"
+    extras = () if spark_run else tuple(extras)
+    result = RunResult(nodes, nemesis.name, seed, workload=workload, commit=_commit(),
+                       extras=extras)
+    began = time.monotonic()
     queue = spark_workload.QUEUE if spark_run else QUEUE
-    with LocalCluster(nodes) as cluster:
+    config = extra_workloads.DLX_CONFIG if "dlx" in extras else ""
+    others: dict[str, object] = {}   # the extra workloads, by name
+    struck: list[tuple[float, float]] = []  # faults in time.monotonic(), for the SAC check
+    with LocalCluster(nodes, extra_config=config) as cluster:
         wait_for("a metadata leader", lambda: all(
             call(uri, "cluster.status", timeout=5)["metadata_leader"]
             for uri in cluster.uris()))
@@ -182,6 +194,10 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
         try:
             clients.start()
             history = clients.history
+            if "sac" in extras:
+                others["sac"] = extra_workloads.SacWorkload(cluster.live_uris).start()
+            if "dlx" in extras:
+                others["dlx"] = extra_workloads.DlxWorkload(cluster.live_uris).start()
             sampler = Sampler(history, result.samples,
                               clients.delivered if spark_run else None).start()
             wait_for("25 confirms before the first fault", lambda: confirmed(history) >= 25)
@@ -192,11 +208,13 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1.0, 3.0))
                 target = leader(cluster, queue)
-                start = time.monotonic() - sampler.started
+                strike = time.monotonic()
+                start = strike - sampler.started
                 heal = nemesis.strike(cluster, target, rng)
                 time.sleep(rng.uniform(*nemesis.hold))
                 heal()
                 healed = time.monotonic()
+                struck.append((strike, healed))
                 result.faults.append((start, healed - sampler.started))
                 before = confirmed(history)
                 wait_for(f"a confirm after healing {nemesis.name}",
@@ -212,6 +230,19 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 # exactly-once for the query: no id in two rows of the table
                 result.violations = violations(history, strict_duplicates=spark_run)
                 result.counts = report(history)
+            if "sac" in others:
+                sac = others["sac"].finish(struck, drain_timeout=CONVERGE_TIMEOUT)
+                found, result.sac = extra_workloads.sac_violations(sac)
+                lost = extra_workloads.sac_lost(sac)
+                result.sac.update(confirmed=len(sac.confirmed), lost=len(lost))
+                if lost:
+                    found.insert(0, f"confirmed but never delivered (lost): {len(lost)} ids")
+                result.violations += [f"sac: {line}" for line in found]
+            if "dlx" in others:
+                dlx = others["dlx"].finish(drain_timeout=CONVERGE_TIMEOUT)
+                found, result.dlx = extra_workloads.dlx_violations(dlx)
+                result.dlx["confirmed"] = len(dlx.confirmed)
+                result.violations += [f"dlx: {line}" for line in found]
             if spark_run and clients.query_failure:
                 result.error = clients.query_failure[:500]
         except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
@@ -219,10 +250,11 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
         finally:
             if sampler is not None:
                 sampler.stop()
-            try:
-                clients.stop()
-            except Exception as error:  # noqa: BLE001
-                result.error = result.error or f"workload: {error}"[:500]
+            for each in [clients, *others.values()]:
+                try:
+                    each.stop()
+                except Exception as error:  # noqa: BLE001
+                    result.error = result.error or f"workload: {error}"[:500]
         if not result.ok:
             result.diagnosis = diagnose(cluster, queue)
             if spark_run:
@@ -249,8 +281,9 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
 def table(results: list[RunResult]) -> str:
     head = ("| run | commit | workload | nodes | nemesis | seed | faults | confirmed | lost | "
             "duplicates | unknown | unavailable (windows, longest s) | recovery max s | "
-            "leaderships | split brain | result |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "leaderships | split brain | SAC handovers (sessions; confirmed, lost) | "
+            "DLX rejected in target / rejected (target duplicates; confirmed) | result |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for number, r in enumerate(results, 1):
         counts = r.counts
@@ -264,9 +297,24 @@ def table(results: list[RunResult]) -> str:
             f"{counts.duplicated_new if counts else '-'} | "
             f"{counts.unknown if counts else '-'} | {len(windows)}, {longest:.1f} | "
             f"{max(r.recoveries, default=0.0):.1f} | {r.elections} | "
-            f"{'yes' if r.split_brain else 'no'} | "
+            f"{'yes' if r.split_brain else 'no'} | {_sac_cell(r)} | {_dlx_cell(r)} | "
             f"{'ok' if r.ok else 'FAILED'} |")
     return head + "\n".join(rows) + "\n"
+
+
+def _sac_cell(result: RunResult) -> str:
+    sac = result.sac
+    if not sac:
+        return "-"
+    return (f"{sac['handovers']} ({sac['sessions']}; {sac['confirmed']}, {sac['lost']})")
+
+
+def _dlx_cell(result: RunResult) -> str:
+    dlx = result.dlx
+    if not dlx:
+        return "-"
+    return (f"{dlx['in_target']} / {dlx['rejected']} ({dlx['target_duplicates']}; "
+            f"{dlx['confirmed']})")
 
 
 def _lost(result: RunResult) -> int:
@@ -332,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
                         choices=sorted(NEMESES),
                         help="nemeses the Spark runs cycle through (default: "
                              f"{' '.join(spark_workload.NEMESES)})")
+    parser.add_argument("--extras", nargs="*", default=["sac", "dlx"], choices=["sac", "dlx"],
+                        help="workloads beside the main one in AMQP runs (extras.py): a "
+                             "single-active-consumer queue, at-least-once dead lettering "
+                             "(default both; none with a bare --extras)")
     parser.add_argument("--out", default="tests/faults/results",
                         help="where the table and plots go (default tests/faults/results)")
     options = parser.parse_args(argv)
@@ -349,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {number}/{len(plan)}: {workload}, {name} on {nodes} nodes, seed {seed}",
               flush=True)
         result = run_one(nodes, NEMESES[name], seed, options.duration,
-                         say=lambda text: print(text, flush=True), workload=workload)
+                         say=lambda text: print(text, flush=True), workload=workload,
+                         extras=tuple(options.extras))
         results.append(result)
         plot(result, os.path.join(options.out, f"run-{number:03d}.png"))
         verdict = "ok" if result.ok else "FAILED: " + "; ".join(

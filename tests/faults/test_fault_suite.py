@@ -7,7 +7,9 @@ confirmed message delivered, nothing from nowhere, no unconfirmed message twice 
 new, no two leaders of one group in one term) and the workload got confirms after
 every heal. The nemeses here are the ones the older fault tests
 (tests/broker/cluster/test_faults.py: leader killed, follower paused, node cut
-off) do not cover. One run is the Spark workload (spark_workload.py): a lease-mode
+off) do not cover. Two runs add extras.py's workloads: a single-active-consumer
+queue under leader kills (never two consumers served at once), at-least-once dead
+lettering under partitions (every rejected message in the target). One run is the Spark workload (spark_workload.py): a lease-mode
 query into Delta while the leader is killed, every confirmed id exactly once in the
 table. Plus the checkers' own tests: they must catch what they look for.
 """
@@ -37,6 +39,26 @@ def test_a_short_run_under_the_nemesis_loses_nothing(name, seed):
     assert not result.split_brain, result.split_brain
     assert result.elections >= 2  # the metadata group and the queue, at least
     assert result.counts.confirmed >= 25
+
+
+def test_a_short_run_under_leader_kills_keeps_one_single_active_consumer():
+    result = run_one(3, NEMESES["kill-leader"], 16, SHORT, extras=("sac",))
+    assert not result.error, result.error
+    assert result.faults and len(result.recoveries) == len(result.faults)
+    assert not result.violations, result.violations + result.events
+    assert not result.split_brain, result.split_brain
+    assert result.sac["confirmed"] >= 25 and result.sac["lost"] == 0
+    assert result.sac["sessions"] >= 1 and result.sac["fresh"] >= 25
+
+
+def test_a_short_run_under_partitions_dead_letters_every_rejected_message():
+    result = run_one(3, NEMESES["isolate-leader"], 17, SHORT, extras=("dlx",))
+    assert not result.error, result.error
+    assert result.faults and len(result.recoveries) == len(result.faults)
+    assert not result.violations, result.violations + result.events
+    assert not result.split_brain, result.split_brain
+    assert result.dlx["confirmed"] >= 25
+    assert result.dlx["rejected"] >= 8 and result.dlx["in_target"] == result.dlx["rejected"]
 
 
 def test_a_short_spark_run_under_leader_kills_writes_every_confirmed_id_once_to_delta():

@@ -331,9 +331,10 @@ class AckingConsumer(_Client):
             time.sleep(0.05)
 
 
-def declare_quorum_queue(uris: Uris, queue: str, timeout: float = 10.0) -> None:
-    """Declare a durable quorum queue through any node of `uris`, retrying while they
-    refuse (no metadata leader yet) until `timeout`."""
+def declare_quorum_queue(uris: Uris, queue: str, timeout: float = 10.0,
+                         arguments: dict | None = None) -> None:
+    """Declare a durable quorum queue (or one with `arguments`) through any node of
+    `uris`, retrying while they refuse (no metadata leader yet) until `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
         for uri in list(uris() if callable(uris) else uris):
@@ -341,7 +342,8 @@ def declare_quorum_queue(uris: Uris, queue: str, timeout: float = 10.0) -> None:
                 connection = pika.BlockingConnection(connection_parameters(uri))
                 try:
                     connection.channel().queue_declare(
-                        queue, durable=True, arguments={"x-queue-type": "quorum"})
+                        queue, durable=True,
+                        arguments=arguments or {"x-queue-type": "quorum"})
                     return
                 finally:
                     if connection.is_open:
