@@ -166,7 +166,8 @@ bench-memory: setup oracle
 
 # The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
 # workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,
-# slow links, a slow disk), about an hour on 2 vCPUs; the table and a plot per run
+# slow links, a slow disk), with a single-active-consumer queue and at-least-once
+# dead lettering beside it (tests/faults/extras.py), about an hour on 2 vCPUs; the table and a plot per run
 # go to tests/faults/results/. Then SPARK_FAULT_RUNS runs of the Spark connector's
 # lease-mode query into Delta under a leader killed, isolated or paused, checked for
 # exactly-once (about 1-2 minutes each), in the same table. Then hostile input: the

@@ -12,6 +12,9 @@ publishing stops, the consumer drains, and the checkers judge:
   duplicates (ids delivered as new more than once) are counted;
 - no split brain: no two nodes led one group in one term (the "is the leader in
   term" lines every node logs when it becomes a leader).
+- with `extras` (extras.py, beside the main workload): single active consumer
+  never two active, and at-least-once dead lettering lossless; their findings join
+  the run's violations, prefixed "sac:" and "dlx:".
 
 It also measures, from a sampler of the client's counts every 0.2 s: the windows
 with no confirm for a second or more (unavailability) and the time from each heal
@@ -20,8 +23,8 @@ the table (markdown) and a plot per run (confirms and publishes per second, faul
 shaded) into --out; `make faults` is its long form. Seeds make runs repeatable in
 what they choose (which node, when, how long), not in the machine's timing.
 
-Not here: the nemeses (nemesis.py), the short seeded subset CI runs
-(test_fault_suite.py).
+Not here: the nemeses (nemesis.py), the extra workloads and their checkers
+(extras.py), the short seeded subset CI runs (test_fault_suite.py).
 """
 
 from __future__ import annotations
