@@ -246,6 +246,11 @@ class SacWorkload:
             raise errors[0]
 
 
+def ids(some) -> str:
+    """Ids for a finding: the count and the first few."""
+    return _ids(some)
+
+
 def sac_lost(history: SacHistory) -> set[str]:
     return history.confirmed - {d.id for d in history.deliveries}
 

@@ -239,7 +239,8 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 lost = extra_workloads.sac_lost(sac)
                 result.sac.update(confirmed=len(sac.confirmed), lost=len(lost))
                 if lost:
-                    found.insert(0, f"confirmed but never delivered (lost): {len(lost)} ids")
+                    found.insert(0, f"confirmed but never delivered (lost): "
+                                    f"{extra_workloads.ids(lost)}")
                 result.violations += [f"sac: {line}" for line in found]
             if "dlx" in others:
                 dlx = others["dlx"].finish(drain_timeout=CONVERGE_TIMEOUT)
