@@ -41,6 +41,11 @@ class BrokerProcess:
         # the management HTTP API's port: a free one of its own, never the default
         # 15672 (brokers of parallel tests would race for it)
         self.management_port = management_port or free_port()
+        # ports picked here may be taken by another process (another pytest-xdist
+        # worker's broker) before the broker binds them: its first start then picks
+        # new ones (a restart keeps its ports: clients come back to them)
+        self._ports_chosen_here = port is None and management_port is None
+        self._started_once = False
         self.config = config
         if extra_config:
             self.config = os.path.join(data_dir, "test-broker.toml")
@@ -53,7 +58,21 @@ class BrokerProcess:
     def uri(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
-    def start(self, timeout: float = 20.0) -> "BrokerProcess":
+    def start(self, timeout: float = 60.0) -> "BrokerProcess":
+        for attempt in range(3):
+            try:
+                self._start_once(timeout)
+                break
+            except RuntimeError as error:
+                taken = "address already in use" in str(error).lower()
+                if not (taken and self._ports_chosen_here and not self._started_once
+                        and attempt < 2):
+                    raise
+                self.port, self.management_port = free_port(), free_port()
+        self._started_once = True
+        return self
+
+    def _start_once(self, timeout: float) -> None:
         command = CLI + ["broker", "start", "--port", str(self.port), "--data-dir", self.data_dir,
                          "--management-port", str(self.management_port)]
         if self.config:
@@ -80,7 +99,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.management_port), timeout=0.5).close()
-                return self
+                return
             except OSError:
                 time.sleep(0.05)
         self.stop()

@@ -189,11 +189,28 @@ class RabbitMQNode:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    # A port reserved free can be taken by another process (another pytest-xdist
+    # worker's broker) between its release and the node's bind: the node then stops at
+    # boot naming the port; it is started again on new ports.
+    PORT_TAKEN = ("dist_port_already_used", "eaddrinuse", "could not bind")
+    START_ATTEMPTS = 3
+
     def start(self) -> RabbitMQNode:
         if self._process is not None:
             raise RabbitMQNodeError(f"{self.node_name} already started")
         if not self.available():
             raise RabbitMQNodeError(self.skip_reason)
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            try:
+                return self._start_once()
+            except RabbitMQNodeError as error:
+                text = str(error).lower()
+                if attempt == self.START_ATTEMPTS or not any(
+                        marker in text for marker in self.PORT_TAKEN):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> RabbitMQNode:
         self.base_dir = Path(tempfile.mkdtemp(prefix="qqoracle-"))
         self.port, self.dist_port, self.epmd_port = _reserve_loopback_ports(3)
         environment = self._environment()
