@@ -1,5 +1,5 @@
 """Asking a quorum queue's members on other nodes: status, peek, reclaim (and a node
-for its shovels' status or its message counters).
+for its shovels' status, its message counters or its AMQP clients).
 
 Responsibilities: what `queues quorum_status`, `peek` and `reclaim_quorum_memory`
 need from a member wherever it runs (rabbitmq-queues asks the members' nodes over
@@ -19,6 +19,13 @@ Erlang distribution; here an Rpc "replica" to the member's node, answered by
   moved, what the node's clients did with it (queues/base.py MessageCounts, as a
   list in its `__slots__` order), keyed by the queue's record uid (a queue deleted
   and declared again is another queue); at once, from memory;
+- clients: the management rows of the node's AMQP clients (`connections`,
+  `channels`, `consumers`: management/rows.py `client_rows`), for the management
+  API's lists, which RabbitMQ's plugin gives for the whole cluster
+  (management/clients.py); at once, from memory;
+- close_client: the node's client connection named `name` closed with 320
+  CONNECTION_FORCED and `reason` (`DELETE /api/connections/NAME` asked on another
+  node); `{"closed": bool}`;
 - reclaim: the node's write-ahead log rolled over (storage: every memory table
   written to segment files, the memory released), the queue's in-memory log bytes
   before and after.
@@ -82,6 +89,15 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
         return
     if op == "message_stats":  # the node's counters (not a group's: any group)
         done(message_stats_here(cluster.node))
+        return
+    if op == "clients":  # the node's AMQP clients' management rows (not a group's)
+        rows = cluster.node.client_rows
+        done(rows() if rows is not None else {"connections": [], "channels": [],
+                                              "consumers": []})
+        return
+    if op == "close_client":  # one of the node's AMQP client connections
+        close = cluster.node.close_client
+        done({"closed": close is not None and close(str(args["name"]), str(args["reason"]))})
         return
     member = cluster.node.quorum.queues.get(group)
     if member is None or member.raft is None or member.deleted:

@@ -9,7 +9,9 @@ permissions.
   `/api/user-limits/U/NAME` likewise (`{"user", "value"}` rows).
 - `DELETE /api/connections/NAME`: the connection is closed with `320
   CONNECTION_FORCED - Closed via management plugin` (or the `X-Reason` header's
-  text), as RabbitMQ does; its own user or an administrator may.
+  text), as RabbitMQ does; its own user or an administrator may. A connection on
+  another node is closed by that node (clients.py `close_remote`); 404 if that node
+  does not answer.
 - `GET /api/aliveness-test/V`: declare the queue `aliveness-test`, publish a message
   to it and get it back through a direct connection; `{"status": "ok"}`.
 - `/api/global-parameters`: quorumqueue has no global runtime parameters: an empty
@@ -24,6 +26,7 @@ import time
 from pamqp import commands
 
 from ..amqp import spec
+from . import clients
 from .access import has, require, require_vhost
 from .app import Answer, Request, bad_request, not_found, route
 from .changes import _direct, operation
@@ -141,6 +144,16 @@ async def close_connection(request: Request):
         request.node.dirty.add(session)
         request.api.shell.schedule_flush()
         return Answer(204)
+    # another node's connection (management/clients.py): that node closes it
+    name = request.captures["name"]
+    for row in (await clients.gather(request))["connections"]:
+        if row["name"] != name or row["node"] == request.node.name:
+            continue
+        if row["user"] != request.user.name and not has(request.user, "administrator"):
+            raise not_found()  # RabbitMQ hides others' connections
+        reason = request.http.headers.get("X-Reason") or "Closed via management plugin"
+        if await clients.close_remote(request, row["node"], name, reason):
+            return Answer(204)
     raise not_found()
 
 

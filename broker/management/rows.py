@@ -265,6 +265,30 @@ def consumer_row(node, consumer, channel_name: str, connection_name_: str,
     }
 
 
+def client_rows(node, connections) -> dict:
+    """This node's AMQP clients as the management API lists them: `connections`,
+    `channels` and `consumers` rows of every connection that opened a vhost, every
+    user's (the node answering a request keeps those its user may see, views.py).
+    `connections` as the server's client_connections gives them: (session, peer, local).
+    What a node answers when another one lists the cluster's clients (replica_rpc
+    "clients", management/clients.py), and what it lists of its own."""
+    result: dict[str, list] = {"connections": [], "channels": [], "consumers": []}
+    for session, peer, local in connections:
+        if session.user is None or session.vhost is None:
+            continue
+        name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        result["connections"].append(connection_row(node, session, peer, local))
+        for number in sorted(session.channels):
+            channel = session.channels[number]
+            result["channels"].append(channel_row(node, session, channel, name, peer))
+            for consumer in channel.consumers.values():
+                if consumer.queue is None:
+                    continue  # direct reply-to's pseudo consumer
+                result["consumers"].append(consumer_row(node, consumer, f"{name} ({number})",
+                                                        name, peer))
+    return result
+
+
 # ---------------------------------------------------------------- node, overview
 
 

@@ -10,7 +10,8 @@ How it works: a queue's counts come through the queue-type interface's
 `stats_later`, which asks the member that serves a quorum queue when this node holds
 no replica, so every node of a cluster answers the same for the same queue; the
 message_stats (the overview's and each queue's) are every node's counters summed
-(rates.py `gather`).
+(rates.py `gather`); the connections, channels and consumers (their lists and the
+overview's object_totals) are every reachable node's (clients.py `gather`).
 
 Not here: changes (changes.py), HTTP plumbing (app.py).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import shutil
 
-from . import rows
+from . import clients, rows
 from .access import has, login_vhosts, require, require_vhost, visible_vhosts
 from .app import Answer, Request, bad_request, not_found, route
 from .rates import Totals
@@ -70,14 +71,20 @@ async def queue_rows(request: Request, vhosts: list[str], name: str | None = Non
             for queue, row in zip(queues, stats)]
 
 
-def _sessions(request: Request):
-    """(session, peer, local) of the client connections this user may see."""
+async def _clients(request: Request) -> dict[str, list[dict]]:
+    """The cluster's client rows (clients.py `gather`) this user may see: every
+    user's connections and channels for a monitoring user, else the user's own; the
+    consumers on the vhosts the user logs in to."""
+    found = await clients.gather(request)
     everyone = has(request.user, "monitoring")
-    for session, peer, local in request.api.shell.client_connections():
-        if session.user is None or session.vhost is None:
-            continue
-        if everyone or session.user.name == request.user.name:
-            yield session, peer, local
+    vhosts = set(login_vhosts(request.node, request.user))
+    return {
+        "connections": [row for row in found["connections"]
+                        if everyone or row["user"] == request.user.name],
+        "channels": [row for row in found["channels"]
+                     if everyone or row["user"] == request.user.name],
+        "consumers": [row for row in found["consumers"] if row["queue"]["vhost"] in vhosts],
+    }
 
 
 # ---------------------------------------------------------------- overview, nodes
@@ -96,13 +103,12 @@ async def overview(request: Request):
         totals.update({f"{key}_details": {"rate": round(sum(
             row[f"{key}_details"]["rate"] for row in all_rows), 1)}
             for key in ("messages", "messages_ready", "messages_unacknowledged")})
-    sessions = list(_sessions(request))
+    found = await _clients(request)   # the cluster's clients (clients.py)
     vhosts = login_vhosts(node, request.user)
     object_totals = {
-        "connections": len(sessions),
-        "channels": sum(len(session.channels) for session, _, _ in sessions),
-        "consumers": sum(len(queue.consumers) for name in vhosts
-                         for queue in node.vhosts[name].queues.values()),
+        "connections": len(found["connections"]),
+        "channels": len(found["channels"]),
+        "consumers": len(found["consumers"]),
         "exchanges": sum(len(node.vhosts[name].exchanges) for name in vhosts),
         "queues": len(all_rows),
     }
@@ -170,76 +176,54 @@ async def extensions(request: Request):
 # ---------------------------------------------------------------- connections
 
 
-def _connection_rows(request: Request) -> list[dict]:
-    return [rows.connection_row(request.node, session, peer, local)
-            for session, peer, local in _sessions(request)]
-
-
 @route("GET", "/api/connections")
 async def connections(request: Request):
-    return _connection_rows(request)
+    return (await _clients(request))["connections"]
 
 
 @route("GET", "/api/vhosts/{vhost}/connections")
 async def vhost_connections(request: Request):
     require_vhost(request.node, request.user, request.captures["vhost"])
-    return [row for row in _connection_rows(request)
+    return [row for row in (await _clients(request))["connections"]
             if row["vhost"] == request.captures["vhost"]]
 
 
 @route("GET", "/api/connections/{name}")
 async def one_connection(request: Request):
-    for row in _connection_rows(request):
+    for row in (await _clients(request))["connections"]:
         if row["name"] == request.captures["name"]:
             return row
     raise not_found()
 
 
-def _channel_rows(request: Request) -> list[dict]:
-    result = []
-    for session, peer, local in _sessions(request):
-        name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-        for number in sorted(session.channels):
-            result.append(rows.channel_row(request.node, session, session.channels[number],
-                                           name, peer))
-    return result
-
-
 @route("GET", "/api/channels")
 async def channels(request: Request):
-    return _channel_rows(request)
+    return (await _clients(request))["channels"]
+
+
+@route("GET", "/api/vhosts/{vhost}/channels")
+async def vhost_channels(request: Request):
+    require_vhost(request.node, request.user, request.captures["vhost"])
+    return [row for row in (await _clients(request))["channels"]
+            if row["vhost"] == request.captures["vhost"]]
 
 
 @route("GET", "/api/connections/{name}/channels")
 async def connection_channels(request: Request):
-    return [row for row in _channel_rows(request)
+    return [row for row in (await _clients(request))["channels"]
             if row["connection_details"]["name"] == request.captures["name"]]
-
-
-def _consumer_rows(request: Request, vhosts: list[str]) -> list[dict]:
-    result = []
-    for session, peer, local in request.api.shell.client_connections():
-        if session.vhost is None or session.vhost.name not in vhosts:
-            continue
-        name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-        for number in sorted(session.channels):
-            channel = session.channels[number]
-            for consumer in channel.consumers.values():
-                if consumer.queue is None:
-                    continue  # direct reply-to's pseudo consumer
-                result.append(rows.consumer_row(request.node, consumer, f"{name} ({number})",
-                                                name, peer))
-    return result
 
 
 @route("GET", "/api/consumers")
 async def consumers(request: Request):
-    return _consumer_rows(request, login_vhosts(request.node, request.user))
+    return (await _clients(request))["consumers"]
 
 
 @route("GET", "/api/consumers/{vhost}")
 async def vhost_consumers(request: Request):
-    return _consumer_rows(request, _vhost_names(request))
+    vhosts = _vhost_names(request)
+    return [row for row in (await _clients(request))["consumers"]
+            if row["queue"]["vhost"] in vhosts]
 
 
 # ---------------------------------------------------------------- queues
@@ -262,8 +246,10 @@ async def one_queue(request: Request):
         raise not_found()
     row = found[0]
     queue = request.node.vhosts[row["vhost"]].queues[row["name"]]
-    row["consumer_details"] = [consumer for consumer in _consumer_rows(request, [row["vhost"]])
-                               if consumer["queue"]["name"] == queue.name]
+    # the queue's consumers on every reachable node (clients.py)
+    row["consumer_details"] = [consumer for consumer in (await _clients(request))["consumers"]
+                               if consumer["queue"] == {"name": queue.name,
+                                                        "vhost": queue.vhost}]
     row["incoming"], row["deliveries"] = [], []
     return row
 

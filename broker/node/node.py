@@ -88,6 +88,10 @@ class Node:
         self.parameters: dict[tuple[str, str, str], object] = {}
         # the shovels' status rows on this node, set by the server shell (shovels.status)
         self.shovel_status = None
+        # this node's AMQP clients' management rows and closing one of them by name,
+        # set by the server shell (for another node's management API: replica_rpc)
+        self.client_rows = None
+        self.close_client = None
         # metadata commands applied that are continuous membership reconciliation's
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
         # guide's CMR); the server runs CMR a trigger_interval after a new one

@@ -309,6 +309,8 @@ class BrokerServer:
                                          self.settings.host, self.port),
                                self._shovel_finished, cluster.name)
         self.node.shovel_status = self.shovels.status
+        self.node.client_rows = self.client_rows
+        self.node.close_client = self.close_client
         if self.settings.clustered:  # other nodes to talk to: the inter-node listener
             from ..cluster.transport import ClusterTransport
 
@@ -363,6 +365,23 @@ class BrokerServer:
             peer = connection.transport.get_extra_info("peername") or ("?", 0)
             local = connection.transport.get_extra_info("sockname") or ("?", 0)
             yield session, (peer[0], peer[1]), (local[0], local[1])
+
+    def client_rows(self) -> dict:
+        """The management rows of this node's AMQP clients (management/rows.py)."""
+        from ..management.rows import client_rows
+
+        return client_rows(self.node, self.client_connections())
+
+    def close_client(self, name: str, reason: str) -> bool:
+        """Close the client connection named `name` (its management name, "peer ->
+        local") with 320 CONNECTION_FORCED and `reason`; False if there is none."""
+        for session, peer, local in self.client_connections():
+            if f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}" == name:
+                session.server_close(spec.CONNECTION_FORCED, reason, time.monotonic())
+                self.node.dirty.add(session)
+                self.schedule_flush()
+                return True
+        return False
 
     def memory_used(self) -> int:
         return resident_memory_bytes()
