@@ -118,6 +118,38 @@ def test_a_connection_on_another_node_is_closed_by_that_node(cluster, clients):
     assert closed, "closed by the broker"
     assert closed[0].reply_code == 320
     assert closed[0].reply_text == "CONNECTION_FORCED - Closed via management plugin"
-    assert all(row["name"] != name for row in _get(cluster, one, "/api/connections"))
+    # listed until the client's close-ok (or its socket's end) reaches the third node
+    wait_for(lambda: all(row["name"] != name for row in _get(cluster, one, "/api/connections")),
+             "the closed connection no longer listed")
     assert call(cluster.management_url(one), "DELETE",
                 f"/api/connections/{quote(name, safe='')}")[0] == 404
+
+
+def test_an_unreachable_node_contributes_nothing(cluster, clients):
+    """A node that stops answering (paused): the others list their own clients and
+    each other's, without the paused node's, and count them alike."""
+    one, two, three = cluster.names
+    names = {node: _local_name(connection) for node, connection in clients.items()}
+    first = cluster.management_url(one)
+    wait_for(lambda: {names[node] for node in cluster.names} <= {
+        row["name"] for row in _get(cluster, one, "/api/connections")},
+        "every node's connection listed on the first")
+    cluster.pause(two)
+    try:
+        wait_for(lambda: not {row["name"]: row for row in call(first, "GET", "/api/nodes")[1]}[
+            two]["running"], "the first node to see the second one gone")
+        listed = {row["name"]: row["node"] for row in _get(cluster, one, "/api/connections")}
+        assert listed.get(names[one]) == one and listed.get(names[three]) == three
+        assert names[two] not in listed
+        assert f"tag-{two}" not in {row["consumer_tag"]
+                                    for row in _get(cluster, one, "/api/consumers")}
+        assert call(first, "GET", f"/api/connections/{quote(names[two], safe='')}")[0] == 404
+        totals = _get(cluster, one, "/api/overview")["object_totals"]
+        assert totals["connections"] == len(listed)
+    finally:
+        cluster.resume(two)
+    wait_for(lambda: all(row["running"] for row in call(first, "GET", "/api/nodes")[1]),
+             "the second node back")
+    wait_for(lambda: {row["name"]: row["node"] for row in _get(
+        cluster, one, "/api/connections")}.get(names[two]) == two,
+        "the second node's connection listed again")
