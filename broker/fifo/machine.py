@@ -14,7 +14,9 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
   before ready messages) when a delivery limit is set, at the tail when it is -1;
   over the limit (count > limit) the message is dropped (dead-lettered later);
 - discard (reject/nack without requeue) drops; purge drops what is ready;
-- a consumer's connection going down returns its messages, delivery count + 1;
+- a consumer's connection going down returns its messages, delivery count + 1 (a
+  node restarted after a crash cancels its old consumers before their Downs:
+  `stale_downs`);
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
 - single active consumer (config.single_active, x-single-active-consumer): only
@@ -490,6 +492,26 @@ def _down(connection: str, state: FifoState, effects: list[Effect]) -> None:
         for msg_id in sorted(consumer.checked):
             index, packed, count = consumer.checked[msg_id]
             requeue(index, packed, count + 1, state, effects)
+
+
+def stale_downs(state: FifoState, stale: set[str] | frozenset[str]) -> list[Command]:
+    """The commands a node restarted after a crash proposes for the consumers of its
+    earlier run's connections (`stale`), which died with it: first a Cancel of each such
+    consumer, so that none of them is served or made the single active consumer while
+    the others are removed (a waiting consumer before the active one, which goes last so
+    that no stale consumer takes over from it), then a Down per connection, which returns
+    each consumer's unacked messages, delivery count + 1 for the delivery made before the
+    crash. Downs alone, one command each, handed every returned message to another dead
+    consumer whose Down then counted it again: after a few restarts a message no client
+    received reached the delivery limit."""
+    keys = sorted((key for key, consumer in state.consumers.items()
+                   if consumer.connection in stale and not consumer.cancelled),
+                  key=lambda key: (key == state.active, key))
+    cancels: list[Command] = [Cancel(key) for key in keys]
+    downs: list[Command] = [Down(connection) for connection in sorted(
+        {consumer.connection for consumer in state.consumers.values()
+         if consumer.connection in stale})]
+    return cancels + downs
 
 
 def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):

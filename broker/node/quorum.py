@@ -28,9 +28,12 @@ that covers them.
 
 After a restart, every entry in the log is replayed into a fresh machine (from the
 latest snapshot on). Consumers recorded in it belonged to connections that are gone:
-their deliveries during the replay are not sent, and once the replay is applied a
-Down command per old connection returns their messages (delivery count + 1), as
-RabbitMQ does when a consumer's process is down.
+their deliveries during the replay are not sent, and once the replay is applied
+the commands of fifo/machine.py `stale_downs` remove them: a Cancel per old
+consumer (so that none of them is handed the others' messages or made the single
+active consumer meanwhile), then a Down per old connection, which returns their
+messages (delivery count + 1, for the delivery made before the crash), as RabbitMQ
+does when a consumer's process is down.
 
 Not here: the fifo semantics (broker/fifo), consensus (broker/raft), the on-disk
 format (broker/raft/storage), AMQP framing (channel, session).
@@ -47,7 +50,7 @@ from ..amqp.channel import ChannelState
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
 from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
-from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry
+from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
@@ -413,10 +416,10 @@ class QuorumGroups:
         self._ensure_worker(queue)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
-            stale = sorted({c.connection for c in queue.state.consumers.values()
-                            if self._is_stale(c.connection)})
-            for connection in stale:
-                queue.propose(Down(connection), 0)
+            stale = {c.connection for c in queue.state.consumers.values()
+                     if self._is_stale(c.connection)}
+            for command in stale_downs(queue.state, stale):
+                queue.propose(command, 0)
         if queue.pending_snapshot is not None:
             cursor, index, data = queue.pending_snapshot
             queue.pending_snapshot = None

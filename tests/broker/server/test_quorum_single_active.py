@@ -171,3 +171,38 @@ def test_after_kill_9_the_queue_is_still_single_active_consumer():
         assert after.bodies == [b"m1", b"m2", b"m3"] and after.deliveries[0][2]
         assert row(broker.uri, name)["single_active_consumer_tag"] == "after-a"
         connection.close()
+
+
+def test_repeated_kill_9_counts_only_real_deliveries_toward_the_delivery_limit():
+    """Three consumers on three connections, the active one holding 2 messages
+    (prefetch 2), then kill -9, ten times. After each restart the dead consumers are
+    removed without handing their messages to one another (broker/fifo/machine.py
+    `stale_downs`): each crash adds 1 to the delivery count of the 2 held, nothing to
+    the others. All 6 confirmed messages are still there, the 2 with
+    x-delivery-count 10, under the default delivery limit (20). (Before, a restart
+    made the dead consumers active one after another, each Down counting the messages
+    again: the 2 were dropped after a few crashes.)"""
+    with BrokerProcess() as broker:
+        connection = connect(broker)
+        name = sac_queue(connection.channel(), "sac-kills")
+        publish(connection, name, [b"m%d" % n for n in range(6)])
+        connection.close()
+        for _run in range(10):
+            connections, received = [], Collector()
+            for n in range(3):
+                run_connection = connect(broker)
+                consumer(run_connection, name, f"c{n}", received, prefetch=2)
+                connections.append(run_connection)
+            pump(connections[0], lambda: len(received) == 2, WAIT_S)
+            broker.restart(kill=True)
+        connection = connect(broker)
+        channel = connection.channel()
+        headers = {}
+
+        def record(channel, method, properties, body):
+            headers[body] = (properties.headers or {}).get("x-delivery-count", 0)
+
+        channel.basic_consume(name, record, auto_ack=True)
+        pump(connection, lambda: len(headers) == 6, WAIT_S)
+        assert headers == {b"m0": 10, b"m1": 10, b"m2": 0, b"m3": 0, b"m4": 0, b"m5": 0}
+        connection.close()
