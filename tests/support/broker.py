@@ -68,6 +68,7 @@ class BrokerProcess:
                 if not (taken and self._ports_chosen_here and not self._started_once
                         and attempt < 2):
                     raise
+                self.stop()  # the exited process's log handle
                 self.port, self.management_port = free_port(), free_port()
         self._started_once = True
         return self
