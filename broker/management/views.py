@@ -493,22 +493,30 @@ def _policy_rows(request: Request, vhosts: list[str]) -> list[dict]:
             for _key, policy in sorted(node.policies.get(name, {}).items())]
 
 
-@route("GET", "/api/policies")
-async def policies(request: Request):
-    return _policy_rows(request, _vhost_names(request))
+def _listing(list_path: str, vhost_path: str, one_path: str, rows_of,
+             tag: str | None = None) -> None:
+    """RabbitMQ's three GETs of a kind of definition: every vhost's rows, one vhost's,
+    and the one row named by `{name}` (404 if absent); `rows_of(request, vhosts)` gives
+    the rows (a coroutine function or a plain one), `tag` the user tag each requires."""
+    async def rows(request: Request) -> list[dict]:
+        if tag is not None:
+            require(request.user, tag)
+        found = rows_of(request, _vhost_names(request))
+        return await found if hasattr(found, "__await__") else found
+
+    async def one(request: Request):
+        for row in await rows(request):
+            if row["name"] == request.captures["name"]:
+                return row
+        raise not_found()
+
+    route("GET", list_path)(rows)
+    route("GET", vhost_path)(rows)
+    route("GET", one_path)(one)
 
 
-@route("GET", "/api/policies/{vhost}")
-async def vhost_policies(request: Request):
-    return _policy_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/policies/{vhost}/{name}")
-async def one_policy(request: Request):
-    for row in _policy_rows(request, _vhost_names(request)):
-        if row["name"] == request.captures["name"]:
-            return row
-    raise not_found()
+_listing("/api/policies", "/api/policies/{vhost}", "/api/policies/{vhost}/{name}",
+         _policy_rows)
 
 
 def _operator_policy_rows(request: Request, vhosts: list[str]) -> list[dict]:
@@ -517,26 +525,9 @@ def _operator_policy_rows(request: Request, vhosts: list[str]) -> list[dict]:
             for _key, policy in sorted(node.operator_policies.get(name, {}).items())]
 
 
-@route("GET", "/api/operator-policies")
-async def operator_policies(request: Request):
-    # RabbitMQ's rabbit_mgmt_wm_operator_policies: administrators only
-    require(request.user, "administrator")
-    return _operator_policy_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/operator-policies/{vhost}")
-async def vhost_operator_policies(request: Request):
-    require(request.user, "administrator")
-    return _operator_policy_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/operator-policies/{vhost}/{name}")
-async def one_operator_policy(request: Request):
-    require(request.user, "administrator")
-    for row in _operator_policy_rows(request, _vhost_names(request)):
-        if row["name"] == request.captures["name"]:
-            return row
-    raise not_found()
+# RabbitMQ's rabbit_mgmt_wm_operator_policies: administrators only
+_listing("/api/operator-policies", "/api/operator-policies/{vhost}",
+         "/api/operator-policies/{vhost}/{name}", _operator_policy_rows, tag="administrator")
 
 
 # ---------------------------------------------------------------- health checks
@@ -687,22 +678,8 @@ async def parameters(request: Request):
     return _parameter_rows(request, _vhost_names(request))
 
 
-@route("GET", "/api/parameters/{component}")
-async def component_parameters(request: Request):
-    return _parameter_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/parameters/{component}/{vhost}")
-async def vhost_parameters(request: Request):
-    return _parameter_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/parameters/{component}/{vhost}/{name}")
-async def one_parameter(request: Request):
-    for row in _parameter_rows(request, _vhost_names(request)):
-        if row["name"] == request.captures["name"]:
-            return row
-    raise not_found()
+_listing("/api/parameters/{component}", "/api/parameters/{component}/{vhost}",
+         "/api/parameters/{component}/{vhost}/{name}", _parameter_rows)
 
 
 async def _shovel_rows(request: Request, vhosts: list[str]) -> list[dict]:
@@ -715,19 +692,5 @@ async def _shovel_rows(request: Request, vhosts: list[str]) -> list[dict]:
             if row["vhost"] in vhosts]
 
 
-@route("GET", "/api/shovels")
-async def shovels(request: Request):
-    return await _shovel_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/shovels/{vhost}")
-async def vhost_shovels(request: Request):
-    return await _shovel_rows(request, _vhost_names(request))
-
-
-@route("GET", "/api/shovels/vhost/{vhost}/{name}")
-async def one_shovel(request: Request):
-    for row in await _shovel_rows(request, _vhost_names(request)):
-        if row["name"] == request.captures["name"]:
-            return row
-    raise not_found()
+_listing("/api/shovels", "/api/shovels/{vhost}", "/api/shovels/vhost/{vhost}/{name}",
+         _shovel_rows)
