@@ -55,13 +55,11 @@ from bench.broker_memory import (  # noqa: E402
     RabbitMQProbe,
     quorumqueue_probe,
     rabbitmq_probe,
-    rss_bytes,
 )
-from bench.quorum_memory import SettleRule  # noqa: E402
+from bench.quorum_memory import SettleRule, settled_rss  # noqa: E402
 from tests.support.rabbitmq import RabbitMQNode, RabbitMQNodeError  # noqa: E402
 
 KiB = 1024
-MiB = 1 << 20
 DECLARE_CHANNEL = 1   # the channel connect() opens
 
 Probe = QuorumqueueProbe | RabbitMQProbe
@@ -121,16 +119,7 @@ def starters(target: str) -> list[tuple[str, ProbeStarter]]:
 
 
 async def settled(pid: int, rule: SettleRule, say: Callable[[str], None], what: str) -> int:
-    began = time.monotonic()
-    readings = [rss_bytes(pid)]
-    while not rule.settled(readings):
-        if time.monotonic() - began > rule.timeout_s:
-            say(f"RSS still moving after {rule.timeout_s:.0f} s ({what}); taking the last reading")
-            break
-        await asyncio.sleep(rule.interval_s)
-        readings.append(rss_bytes(pid))
-    say(f"{what}: RSS {readings[-1] / MiB:,.2f} MiB (settled after {time.monotonic() - began:.1f} s)")
-    return readings[-1]
+    return await settled_rss(pid, rule, say, what, digits=2)
 
 
 def load_settings(probe: Probe) -> LoadSettings:

@@ -177,17 +177,21 @@ def probes_to_run(target: str, wal_max_size: int | None) -> list[tuple[str, Prob
     return plan
 
 
-async def settled_rss(pid: int, rule: SettleRule, say: Callable[[str], None]) -> int:
-    """The RSS once it stops moving (or the last reading at the timeout)."""
+async def settled_rss(pid: int, rule: SettleRule, say: Callable[[str], None],
+                      what: str = "", digits: int = 1) -> int:
+    """The RSS once it stops moving (or the last reading at the timeout); `what` names
+    the state measured in the progress lines."""
+    label = f"{what}: " if what else ""
     began = time.monotonic()
     readings = [rss_bytes(pid)]
     while not rule.settled(readings):
         if time.monotonic() - began > rule.timeout_s:
-            say(f"RSS still moving after {rule.timeout_s:.0f} s; taking the last reading")
+            say(f"{label}RSS still moving after {rule.timeout_s:.0f} s; taking the last reading")
             break
         await asyncio.sleep(rule.interval_s)
         readings.append(rss_bytes(pid))
-    say(f"RSS {readings[-1] / MiB:,.1f} MiB (settled after {time.monotonic() - began:.1f} s)")
+    say(f"{label}RSS {readings[-1] / MiB:,.{digits}f} MiB "
+        f"(settled after {time.monotonic() - began:.1f} s)")
     return readings[-1]
 
 
