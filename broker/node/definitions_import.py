@@ -382,12 +382,11 @@ class _Importer:
                 self.plan.notes.append(f"queue '{name}' in vhost '{vhost}' exists: kept as "
                                        "it is")
                 continue
-            record = registry.type_of(spec.type).place(
+            queue_type = registry.type_of(spec.type)
+            record = queue_type.place(
                 vhost, name, dict(spec.arguments), node.policy_for(vhost, spec.type, name),
                 node.settings, node.cluster, exclusive=False)
-            if spec.type != "quorum":
-                record.update(durable=spec.durable, auto_delete=spec.auto_delete,
-                              exclusive_owner=None)
+            record.update(queue_type.recorded_flags(spec.durable, spec.auto_delete, None))
             self.add("queue.declare", vhost=vhost, name=name, type=spec.type,
                      arguments=dict(spec.arguments), **record)
             self.queues[vhost].add(name)

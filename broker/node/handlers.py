@@ -259,12 +259,13 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
     identity); declare-ok once this node applied it and the queue can answer."""
     node, vhost = session.node, session.vhost
     arguments = dict(queue_spec.arguments)
-    record = registry.type_of(queue_spec.type).place(
+    queue_type = registry.type_of(queue_spec.type)
+    record = queue_type.place(
         vhost.name, name, arguments, node.policy_for(vhost.name, queue_spec.type, name),
         node.settings, node.cluster, exclusive=queue_spec.exclusive)
-    if queue_spec.type != "quorum":  # a quorum record's flags are fixed (durable, shared)
-        record.update(durable=queue_spec.durable, auto_delete=queue_spec.auto_delete,
-                      exclusive_owner=session.identity if queue_spec.exclusive else None)
+    record.update(queue_type.recorded_flags(
+        queue_spec.durable, queue_spec.auto_delete,
+        session.identity if queue_spec.exclusive else None))
 
     def declared(_reply) -> None:
         queue = vhost.queues.get(name)

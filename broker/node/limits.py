@@ -151,8 +151,7 @@ def channel_quota(node: "Node", name: str) -> ChannelQuota:
 def _elsewhere(node: "Node", **which: str) -> int:
     """Connections (or channels) open on the other nodes of the cluster that this node
     can reach (cluster/tracking.py); 0 for a node of its own."""
-    cluster = node.cluster
-    return 0 if cluster is None else cluster.tracking.elsewhere(**which)
+    return node.cluster.tracking.elsewhere(**which)
 
 
 def check_connection(node: "Node", session: "Session", vhost_name: str) -> None:

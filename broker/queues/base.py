@@ -188,6 +188,13 @@ class Queue:
 
     # ------------------------------------------------------------ declaring
 
+    @staticmethod
+    def recorded_flags(durable: bool, auto_delete: bool, exclusive_owner: Any) -> dict:
+        """The declaration's flags as a new queue's record keeps them (beside `place`'s
+        fields); a type whose flags are fixed records none."""
+        return {"durable": durable, "auto_delete": auto_delete,
+                "exclusive_owner": exclusive_owner}
+
     def equivalence_arguments(self, arguments: dict) -> tuple[dict, dict]:
         """(received, current) arguments to compare on a redeclare."""
         return arguments, self.arguments

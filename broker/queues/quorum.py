@@ -104,6 +104,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         locator = leader_locator(arguments, policy, settings.queue_leader_locator)
         members, leader = cluster.place(size, locator)
         return {"group": group_uid(vhost, name), "members": list(members), "leader": leader}
+
+    @staticmethod
+    def recorded_flags(durable: bool, auto_delete: bool, exclusive_owner: Any) -> dict:
+        return {}  # always durable, shared, never auto-deleted (the class attributes)
+
     durable = True
     auto_delete = False
     exclusive_owner = None
