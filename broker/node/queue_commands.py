@@ -51,7 +51,7 @@ def _quorum_queue(node, session, request, missing: str | None, classic: str):
         if missing is None:
             raise not_found("queue", request["name"], vhost.name)
         raise AMQPError(spec.NOT_FOUND, missing.format(vhost=vhost.name))
-    if queue.type_name != "quorum":
+    if not queue.REPLICATED:  # a type with Raft members (queues/base.py)
         raise AMQPError(spec.PRECONDITION_FAILED, classic)
     return queue
 
@@ -162,7 +162,7 @@ def _quorum_critical(node, session, request) -> dict:
     for vhost_name in sorted(node.vhosts):
         vhost = node.vhost(vhost_name)
         for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
-            if queue.type_name != "quorum":
+            if not queue.REPLICATED:
                 continue
             members = _members(queue)
             if me not in members:
