@@ -77,7 +77,7 @@ class MirrorLink:
         self.parked: list[tuple] = []
         # sync_queue asked of another node: request -> (leader, deadline, done)
         self.syncs: dict[int, tuple[str, float, Callable[[int | None], None]]] = {}
-        self.waiting: set[tuple[str, str | None]] = set()  # (uid, leader's run) logged
+        self.waiting: set[tuple] = set()  # (uid, [why,] leader's run) logged
         # node -> the run of it that announced a controlled shutdown ("cm.stopping")
         self.stopped: dict[str, str] = {}
 
@@ -154,9 +154,19 @@ class MirrorLink:
         op = body["o"]
         if queue is None or queue.replica is None:
             return  # no longer a mirror here (the leader detaches it: no ack needed)
-        queue.replica.apply(op)
+        batch = queue.replica.apply(op)
         if op[0] == "p" and op[-1]:
-            self.cluster._post(sender, Rpc("cm.ack", {"r": [op[-1]]}))
+            request = op[-1]
+
+            def ack(_ok: bool) -> None:
+                self.cluster._post(sender, Rpc("cm.ack", {"r": [request]}))
+
+            if batch > self.node.synced_batch_id:  # a persistent message: once on disk
+                synced = self.cluster.classic.synced
+                synced.waiting.append((ack, batch))
+                self.node.awaiting_sync.add(synced)
+            else:
+                ack(True)
 
     def _serve_early(self, now: float) -> None:
         for uid, waiting in list(self.early.items()):
@@ -290,8 +300,19 @@ class MirrorLink:
                         deciding)
         if candidate != me:
             return
-        if not queue.replica.complete and me in queue.synced:
-            return  # this node restarted: its copy is empty, whatever the record says
+        if not queue.replica.complete:
+            # this node restarted since the leader last reset its copy: what it holds
+            # (its store's copy of a durable queue) may lack what the leader received
+            # since ("Loss of a Leader While All Mirrors are Stopped": the last node
+            # to stop leads when it starts again), whatever the record says
+            if (queue.group, "restarted", boot) not in self.waiting:
+                self.waiting.add((queue.group, "restarted", boot))
+                log.warning("mirrored queue '%s' in vhost '%s': leader %s is down and "
+                            "this mirror's copy dates from before its node restarted: "
+                            "the queue waits for its leader (or for "
+                            "`forget_cluster_node %s`, which promotes a mirror)",
+                            queue.name, vhost, queue.host, queue.host)
+            return
         record = {"host": me, "mirrors": [m for m in queue.mirrors if m != me],
                   "synced": [m for m in queue.synced if m != me]}
         if self._propose(vhost, queue, queue.host, record):

@@ -17,15 +17,19 @@ Not here: the group and its log (cluster/meta.py), checks made before proposing
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
 from ..amqp.spec import RESOURCE_LOCKED
+from ..queues.mirroring import forget_leader
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from .definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
+
+log = logging.getLogger("quorumqueue.broker")
 
 
 def apply(node: "Node", command: dict):
@@ -150,7 +154,7 @@ def record_changed(node: "Node", vhost, queue, record: dict) -> None:
         queue.remove_consumer(consumer)
     vhost.queues[queue.name] = fresh
     queue.deleted = True
-    queue.delete()
+    queue.replaced()
     node.cluster.classic.hosted_deleted(queue)
     fresh.policy_changed(node.policy_for(vhost.name, fresh.type_name, fresh.name))
     fresh.take_over(queue)
@@ -187,14 +191,23 @@ def _add_node(node: "Node", c: dict):
 def _forget_node(node: "Node", c: dict):
     """The node leaves the cluster's list and every quorum queue's members (their
     leaders then remove it from their Raft groups: membership.reconcile); a queue
-    whose only member it was keeps it (it can only be deleted)."""
+    whose only member it was keeps it (it can only be deleted). A mirrored classic
+    queue it led gets one of its mirrors as leader (mirroring.forget_leader: the
+    guide's "Loss of a Leader While All Mirrors are Stopped"), on every node alike."""
     name = c["name"]
     node.cluster.forget_node(name)
     for vhost in node.vhosts.values():
-        for queue in vhost.queues.values():
+        for queue in list(vhost.queues.values()):
             if queue.REPLICATED and name in queue.members and len(queue.members) > 1:
                 queue.members = tuple(m for m in queue.members if m != name)
                 node.metadata_dirty = True
+            elif queue.mirrors is not None:
+                record = forget_leader(queue.metadata_record(), name)
+                if record is not None:
+                    log.warning("mirrored queue '%s' in vhost '%s': its leader's node %s "
+                                "is forgotten: the mirror on %s leads it with its copy",
+                                queue.name, vhost.name, name, record["host"])
+                    record_changed(node, vhost, queue, record)
     return None
 
 

@@ -316,6 +316,12 @@ class Queue:
     def take_over(self, previous: "Queue") -> None:
         """This queue replaces `previous` (rebuilt from a changed record)."""
 
+    def replaced(self) -> None:
+        """Rebuilt from a changed record (node/metadata.py record_changed): released
+        as by `delete`, except what the successor's `take_over` keeps (a mirror's
+        copy)."""
+        self.delete()
+
     @property
     def message_bytes(self) -> int:
         return self.ready_bytes

@@ -311,21 +311,56 @@ def remember(seen: dict, publish_id: str) -> None:
 
 
 class Replica:
-    """A mirror's copy of the queue (see the module header)."""
+    """A mirror's copy of the queue (see the module header). For a durable queue the
+    persistent messages are also written to the mirror node's message store, under
+    the queue's own key (the same records the queue writes as a leader: so the copy
+    survives its node's restart, and a promoted mirror's store already holds them).
+    `apply` returns the store batch a publish's acknowledgement must wait for."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Any = None, key: bytes = b"", durable: bool = False) -> None:
         # seq -> [exchange, routing key, header, body, expires, delivered]
         self.entries: dict[int, list] = {}
         self.seen: dict[str, None] = {}  # forwarded publishes' ids (Mirroring.seen)
-        # the leader reset it ("x") in this run of the node: a copy made before a
-        # restart of the mirror's node is gone (it lives in memory)
+        # the leader reset it ("x") in this run of the node: a copy made (or recovered
+        # from the store) before a restart of the mirror's node may lack what its
+        # leader received since, so it is not promoted on its own (mirror_link.py)
         self.complete = False
+        self.store = store if durable else None  # None: the copy is in memory only
+        self.key = key
+        self.stored: set[int] = set()  # seqs whose ENQUEUE is in the store (live)
 
-    def apply(self, op: list) -> None:
+    def _store(self, seq: int, item: list) -> int:
+        """The message (exchange, key, header, body, expires, delivered) into the
+        store if it is persistent; returns the batch holding it (0: not stored)."""
+        from ..amqp.codec import decode_properties
+
+        if self.store is None or seq in self.stored:
+            return 0
+        exchange, key, header, body, expires, delivered = item
+        if decode_properties(header)[1].delivery_mode != 2:
+            return 0
+        batch = self.store.append_enqueue(self.key, seq, exchange, key, header, body,
+                                          expires)
+        self.stored.add(seq)
+        if delivered:
+            self.store.append_delivered(self.key, seq)
+        return batch
+
+    def _unstore(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            if seq in self.stored:
+                self.stored.discard(seq)
+                self.store.append_ack(self.key, seq)
+
+    def apply(self, op: list) -> int:
+        """One replication operation; returns the message-store batch that must be
+        on disk before a publish is acknowledged (0: none)."""
+        batch = 0
         match op[0]:
             case "p":
                 _kind, seq, exchange, key, header, body, expires, publish_id, _ask = op
-                self.entries[seq] = [exchange, key, header, body, expires, False]
+                item = self.entries[seq] = [exchange, key, header, body, expires, False]
+                batch = self._store(seq, item)
                 if publish_id is not None:
                     remember(self.seen, publish_id)
             case "v":
@@ -333,24 +368,67 @@ class Replica:
                     item = self.entries.get(seq)
                     if item is not None:
                         item[5] = True
+                        if seq in self.stored:
+                            self.store.append_delivered(self.key, seq)
             case "d":
                 for seq in op[1]:
                     self.entries.pop(seq, None)
+                self._unstore(op[1])
             case "x":
                 self.entries.clear()
+                self.discard()
                 self.complete = True
             case "s":
                 for seq, exchange, key, header, body, expires, delivered in op[1]:
-                    self.entries[seq] = [exchange, key, header, body, expires, delivered]
+                    item = self.entries[seq] = [exchange, key, header, body, expires,
+                                                delivered]
+                    batch = max(batch, self._store(seq, item))
                 self.entries = dict(sorted(self.entries.items()))
             case "k":
                 keep = set(op[1])
+                self._unstore([s for s in self.entries if s not in keep])
                 self.entries = {s: e for s, e in self.entries.items() if s in keep}
             case other:
                 raise ValueError(f"unknown mirror operation {other!r}")
+        return batch
+
+    def recover(self, items) -> int:
+        """The store's records of this queue after the node restarted (storage/
+        message_store.py RecoveredMessage, in order): the copy as it was on disk,
+        not `complete` (the leader may have received more since)."""
+        for item in items:
+            self.entries[item.seq] = [item.exchange, item.routing_key, item.header,
+                                      item.body, item.expires, item.delivered]
+            self.stored.add(item.seq)
+        self.entries = dict(sorted(self.entries.items()))
+        return len(items)
+
+    def discard(self) -> None:
+        """This node holds no copy any more (reset, no longer a mirror): the store
+        forgets the queue's records."""
+        if self.stored:
+            self.store.append_delete(self.key)
+            self.stored.clear()
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def forget_leader(record: dict, forgotten: str) -> dict | None:
+    """`forget_cluster_node` of a mirrored queue's leader's node (the guide's "Loss of
+    a Leader While All Mirrors are Stopped"): the record with a mirror as leader, or
+    None (not led there, or no mirror). The mirrors in the record are the ones that
+    were running with the leader when it was lost (one that stopped earlier left the
+    record once the leader noticed): the first synchronised one, in join order, else
+    the first one. It leads with its copy (in its store, when it is stopped now: it
+    leads once it starts); the others rejoin it empty, as any mirror joining a
+    leader."""
+    mirrors = [m for m in record.get("mirrors") or () if m != forgotten]
+    if record.get("host") != forgotten or not mirrors:
+        return None
+    synced = set(record.get("synced") or ())
+    chosen = next((m for m in mirrors if m in synced), mirrors[0])
+    return {"host": chosen, "mirrors": [], "synced": []}
 
 
 # ---------------------------------------------------------------- the leader's queue
@@ -397,7 +475,7 @@ def promote(queue, previous) -> None:
         message = Message(exchange, key, properties, body)
         stored = queue.durable and message.persistent and queue.store is not None
         entry = Entry(message, seq, stored, redelivered=delivered, expires=expires)
-        if stored:
+        if stored and seq not in replica.stored:  # (a mirror's store holds its copy)
             queue.store.append_enqueue(key_of_queue, seq, exchange, key, header, body,
                                        expires)
             if delivered:

@@ -64,6 +64,7 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
                 remote = RemoteClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete,
                                             arguments, record["group"], where,
                                             host.classic_link)
+                remote.store = host.store
                 remote.record_changed(record)  # a mirror here: its (empty) copy
                 return remote
             queue = ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,

@@ -18,8 +18,9 @@ identity). Counts (declare-ok, `queues list`, queue.delete's answer) are asked o
 the host and cached in `counts`.
 
 Invariants: `consumers` are this node's AMQP consumers of the queue only (the host
-counts everyone's); nothing here is stored: the host's message store holds the
-messages; the host answers for what it holds, so a confirm is never an ack unless
+counts everyone's); nothing here is stored, except a mirror's copy of a mirrored
+queue (`replica`: a durable queue's persistent messages in this node's store, under
+the queue's key, dropped when this node stops being a mirror or the queue goes); the host answers for what it holds, so a confirm is never an ack unless
 the host has the message.
 
 Not here: the wire and the host's side (cluster/classic_link.py), the local queue
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
+from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
 from .classic import _without_default_type
 from .mirroring import Replica
@@ -106,6 +108,7 @@ class RemoteClassicQueue(Queue):
         self.mirrors: tuple | None = None
         self.synced: tuple = ()
         self.replica: Replica | None = None
+        self.store: Any = None  # the node's message store (a durable queue's copy)
 
     # ------------------------------------------------------------ counts (the host's)
 
@@ -218,6 +221,18 @@ class RemoteClassicQueue(Queue):
     def delete(self) -> None:
         self.deleted = True
         self.link.forget(self)
+        if self.replica is not None:
+            self.replica.discard()
+
+    def replaced(self) -> None:
+        """Rebuilt from a changed record: the copy stays for the successor."""
+        self.deleted = True
+        self.link.forget(self)
+
+    def recover_stored(self, items) -> int:
+        """A mirror's copy after its node restarted (mirroring.Replica.recover); not
+        a mirror here (any more): 0, the store forgets them."""
+        return self.replica.recover(items) if self.replica is not None else 0
 
     # ------------------------------------------------------------ listing
 
@@ -241,6 +256,8 @@ class RemoteClassicQueue(Queue):
         replica = getattr(previous, "replica", None)
         if self.replica is not None and replica is not None:
             self.replica = replica
+        elif replica is not None:  # no longer a mirror here
+            replica.discard()
 
     def record_changed(self, record: dict) -> bool:
         """A new record: the same leader, the mirrors change in place (a copy kept
@@ -252,7 +269,10 @@ class RemoteClassicQueue(Queue):
         self.synced = tuple(record.get("synced") or ())
         mirror_here = self.mirrors is not None and self.link.node_name in self.mirrors
         if not mirror_here:
+            if self.replica is not None:
+                self.replica.discard()
             self.replica = None
         elif self.replica is None:
-            self.replica = Replica()
+            self.replica = Replica(self.store, queue_key(self.vhost, self.name),
+                                   self.durable)
         return True

@@ -6,7 +6,10 @@ of Unsynchronised Mirrors on Failure"), replication of a leader's operations to 
 mirrors with confirms spanning every mirror ("Publisher Confirms and Transactions"),
 a new mirror starting empty and unsynchronised ("Unsynchronised Mirrors", "Configuring
 Synchronisation", "Batch Synchronization"), and a promoted mirror's copy becoming the
-queue with unacknowledged messages redelivered. The cluster test is
+queue with unacknowledged messages redelivered; a durable queue's mirror keeping its
+copy of the persistent messages in its node's message store, and which mirror
+`forget_cluster_node` of the leader's node promotes ("Loss of a Leader While All
+Mirrors are Stopped"). The cluster test is
 tests/broker/cluster/test_mirrored_queues.py.
 """
 
@@ -18,8 +21,9 @@ from quorumqueue.broker.amqp.properties import decode_properties, encode_propert
 from quorumqueue.broker.queues.base import Confirm
 from quorumqueue.broker.queues.classic import ClassicQueue, Message
 from quorumqueue.broker.queues.mirroring import (HaSettings, Mirroring, Replica,
-                                                 desired_mirrors, leader_must_move,
-                                                 promotion_candidate)
+                                                 desired_mirrors, forget_leader,
+                                                 leader_must_move, promotion_candidate)
+from quorumqueue.broker.storage.message_store import MessageStore, queue_key
 
 NODES = ("a", "b", "c", "d")
 
@@ -240,3 +244,106 @@ def test_a_promoted_mirror_serves_its_copy_with_unacked_messages_redelivered():
     assert promoted.next_seq == 4
     # the other mirror was synchronised and stays so: it holds what the leader holds
     assert promoted.mirroring.mirrors["c"].first_seq == 0
+
+
+# ---------------------------------------------------------------- a mirror's copy on disk
+
+KEY = queue_key("/", "q")
+
+
+def op_publish(seq: int, body: bytes, persistent: bool = True, ask: int = 0) -> list:
+    header = encode_properties(len(body), {"delivery_mode": 2 if persistent else 1})
+    return ["p", seq, "", "q", header, body, 0, None, ask]
+
+
+def recovered(directory) -> dict:
+    store = MessageStore(str(directory))
+    items = store.recover().get(KEY, [])
+    store.close()
+    return {item.seq: (item.body, item.delivered) for item in items}
+
+
+def test_a_durable_queues_mirror_writes_its_persistent_messages_to_its_store(tmp_path):
+    """RabbitMQ's mirrors keep their own copy of a durable queue's persistent messages
+    on disk: the publish's acknowledgement waits for the batch holding it."""
+    store = MessageStore(str(tmp_path))
+    store.recover()
+    replica = Replica(store, KEY, durable=True)
+    assert replica.apply(["x"]) == 0
+    first = replica.apply(op_publish(1, b"one", ask=7))
+    assert first == store.batch_id   # the ack waits for this batch's fsync
+    replica.apply(op_publish(2, b"two"))
+    assert replica.apply(op_publish(3, b"transient", persistent=False)) == 0
+    replica.apply(op_publish(4, b"four"))
+    replica.apply(["v", [1]])       # delivered, unacked
+    replica.apply(["d", [2, 3]])    # acked
+    store.close()
+    assert recovered(tmp_path) == {1: (b"one", True), 4: (b"four", False)}
+
+    # the node restarted: the copy comes back, not `complete` (its leader may have
+    # received more since)
+    store = MessageStore(str(tmp_path))
+    again = Replica(store, KEY, durable=True)
+    again.recover(store.recover()[KEY])
+    assert bodies(again) == [b"one", b"four"] and not again.complete
+    assert again.entries[1][5] is True   # delivered: redelivered if it is promoted
+    # "k" (a new leader's contents) and "x" (the leader resets it) reach the store
+    again.apply(["k", [4]])
+    store.flush()
+    assert recovered(tmp_path) == {4: (b"four", False)}
+    again.apply(["x"])
+    store.close()
+    assert recovered(tmp_path) == {} and again.complete
+
+
+def test_a_non_durable_queues_mirror_keeps_its_copy_in_memory(tmp_path):
+    store = MessageStore(str(tmp_path))
+    store.recover()
+    replica = Replica(store, KEY, durable=False)
+    assert replica.apply(op_publish(1, b"one")) == 0
+    assert not store.has_pending and bodies(replica) == [b"one"]
+
+
+def test_a_mirror_promoted_from_its_stored_copy_does_not_write_it_again(tmp_path):
+    store = MessageStore(str(tmp_path))
+    store.recover()
+    replica = Replica(store, KEY, durable=True)
+    for seq in (1, 2, 3):
+        replica.apply(op_publish(seq, b"%d" % seq))
+    replica.apply(op_publish(4, b"4", persistent=False))
+    replica.apply(["v", [2]])
+    store.flush()
+
+    class Previous:  # the RemoteClassicQueue with its copy
+        pass
+
+    Previous.replica = replica
+    promoted = ClassicQueue("/", "q", True, None, False, {}, store=store, host="b")
+    promoted.take_over(Previous())
+    assert not store.has_pending   # its records are the mirror's, under the same key
+    got = Channel()
+    for _ in range(4):
+        promoted.basic_get(got, no_ack=False)
+    assert [(body, again) for _token, body, again in got.got] == [
+        (b"1", False), (b"2", True), (b"3", False), (b"4", False)]
+    promoted.settle(got, [got.got[0][0]], None)   # acked through the new leader
+    store.close()
+    assert sorted(recovered(tmp_path)) == [2, 3]  # the transient one is not stored
+
+
+@pytest.mark.parametrize("record, chosen", [
+    # the first synchronised mirror in join order, else the first mirror
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"]}, "b"),
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["c"]}, "c"),
+    ({"host": "a", "mirrors": ["b", "c"], "synced": []}, "b"),
+    ({"host": "a", "mirrors": [], "synced": []}, None),   # no mirror: it stays
+    ({"host": "b", "mirrors": ["a", "c"], "synced": ["a"]}, None),  # not led there
+])
+def test_forgetting_the_leaders_node_promotes_a_mirror(record, chosen):
+    """"Loss of a Leader While All Mirrors are Stopped": the others rejoin it empty
+    (its placement adds them again, as any mirror joining a leader)."""
+    new = forget_leader(record, "a")
+    if chosen is None:
+        assert new is None
+    else:
+        assert new == {"host": chosen, "mirrors": [], "synced": []}

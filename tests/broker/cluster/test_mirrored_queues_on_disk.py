@@ -1,0 +1,151 @@
+"""Mirrored classic queues whose mirrors keep their copy on disk, on 3-node clusters of
+real processes (queues/mirroring.py Replica, cluster/mirror_link.py, node/metadata.py
+forget_node), as RabbitMQ 3.13's "Classic Queue Mirroring" guide describes them:
+
+- a mirror keeps its own copy of a durable queue's persistent messages in its node's
+  message store (acknowledged to the leader, and confirmed to the publisher, only
+  once on disk): with the leader's node killed and its data gone, and every other
+  node restarted, the mirror promoted still has every confirmed persistent message;
+- "Loss of a Leader While All Mirrors are Stopped": mirrors started while their
+  leader's node is down keep their copy and do not take over by themselves (the last
+  node to stop leads when it starts again: "it may have received messages that no
+  other mirror saw"); `forget_cluster_node` of the lost leader's node promotes one of
+  them, with its copy;
+- "Stopping Nodes and Synchronisation": a mirror that rejoins its leader throws its
+  stored copy away and starts empty.
+
+Where quorumqueue differs (README "Mirrored classic queues"): forgetting a node is a
+metadata command, so it needs a majority of the metadata group running, and the nodes
+may start in any order.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+
+import pika
+import pytest
+
+from tests.broker.cluster.test_cluster import connect, status
+from tests.broker.cluster.test_mirrored_queues import (CONFIG, get_all, mirrors_everywhere,
+                                                       publish, row, run, set_policy,
+                                                       started)
+from tests.support.cluster import LocalCluster, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+RESTARTED = "this mirror's copy dates from before its node restarted"
+
+
+def restart_without(cluster: LocalCluster, nodes) -> None:
+    """Start `nodes` again (stopped) and wait until they have a metadata leader."""
+    for node in nodes:
+        cluster.restart(node)
+    for uri in cluster.uris(nodes):
+        wait_for(f"a metadata leader seen from {uri}",
+                 lambda uri=uri: status(uri)["metadata_leader"], timeout=60)
+
+
+def unavailable(uri: str, queue: str) -> str:
+    with connect(uri) as connection:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as error:
+            connection.channel().basic_get(queue)
+    return f"{error.value.reply_code} {error.value}"
+
+
+def test_a_leader_lost_while_every_mirror_was_down_is_replaced_by_forget_cluster_node():
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris, urls = cluster.uris(), cluster.management_urls()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.kept", durable=True)
+        mirrors_everywhere(uris, "ha.kept", one, [two, three], [two, three])
+        publish(uris[1], "ha.kept", [b"m%d" % n for n in range(40)])   # all confirmed
+        with connect(uris[0]) as connection:  # a transient one: lost with the nodes
+            connection.channel().basic_publish("", "ha.kept", b"transient")
+        consumer = connect(uris[2])
+        channel = consumer.channel()
+        for n in range(5):   # acked: gone from every copy
+            method, _props, body = channel.basic_get("ha.kept")
+            assert body == b"m%d" % n
+            channel.basic_ack(method.delivery_tag)
+        for n in range(5, 8):  # delivered, never acked: they come back redelivered
+            method, _props, body = channel.basic_get("ha.kept")
+            assert body == b"m%d" % n
+        wait_for("the acks applied", lambda: row(uris[2], "ha.kept")["ready"] == 33)
+
+        # the leader's node dies and never comes back; the mirrors' nodes die too,
+        # before they could take over (a node is down after 5 s of silence)
+        cluster.kill(one, signal.SIGKILL)
+        cluster.kill(two, signal.SIGKILL)
+        cluster.kill(three, signal.SIGKILL)
+        shutil.rmtree(cluster.plans[0].data_dir)
+        restart_without(cluster, [two, three])
+        live = cluster.uris([two, three])
+
+        # they do not take over by themselves: the leader may hold what they never saw
+        wait_for("the oldest synchronised mirror deciding to wait",
+                 lambda: RESTARTED in cluster.log(two), timeout=60)
+        assert row(uris[2], "ha.kept")["leader"] == one
+        assert "is down or inaccessible" in unavailable(uris[1], "ha.kept")
+
+        out = run("ctl", "forget_cluster_node", "--base-uri", urls[2], one).output
+        assert f"Removing node {one} from the cluster" in out
+        # the oldest synchronised mirror leads with its stored copy; the other one
+        # rejoins it as a new mirror
+        mirrors_everywhere(live, "ha.kept", two, [three], None)
+        got = get_all(uris[2], "ha.kept")
+        assert sorted(body for body, _ in got) == sorted(b"m%d" % n for n in range(5, 40))
+        assert {body for body, again in got if again} == {b"m5", b"m6", b"m7"}
+        assert "its leader's node " + one + " is forgotten" in cluster.log(two, tail=100_000)
+
+
+def test_mirrors_started_before_their_leader_wait_for_it_and_rejoin_it_empty():
+    """The guide: "the last node for a queue to shut down will become the leader, and
+    we want that node to still be the leader when it starts again"; a mirror rejoining
+    "throws away any durable local contents it already has and starts empty"."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.order", durable=True)
+        mirrors_everywhere(uris, "ha.order", one, [two, three], [two, three])
+        publish(uris[1], "ha.order", [b"m%d" % n for n in range(20)])
+        for node in (three, two, one):
+            cluster.kill(node, signal.SIGKILL)
+
+        restart_without(cluster, [two, three])   # the mirrors first, in any order
+        wait_for("the mirror deciding to wait", lambda: RESTARTED in cluster.log(two),
+                 timeout=60)
+        assert "is down or inaccessible" in unavailable(uris[2], "ha.order")
+        cluster.restart(one)                       # the leader leads again
+        cluster.wait_ready([one])
+        # they rejoin empty (their stored copies are dropped), synchronised once the
+        # messages they lack are consumed
+        mirrors_everywhere(uris, "ha.order", one, [two, three], [])
+        got = get_all(uris[2], "ha.order")
+        assert sorted(body for body, _ in got) == sorted(b"m%d" % n for n in range(20))
+        mirrors_everywhere(uris, "ha.order", one, [two, three], [two, three])
+        publish(uris[0], "ha.order", [b"after"])
+
+        # two's copy holds only what it was sent since it rejoined: promoted, it serves
+        # no message of its old stored copy
+        cluster.kill(one, signal.SIGKILL)
+        mirrors_everywhere(cluster.uris([two, three]), "ha.order", two, [three], [three])
+        assert [body for body, _ in get_all(uris[1], "ha.order")] == [b"after"]
+        # and stopped and started again, its store holds nothing old either
+        cluster.kill(three, signal.SIGKILL)
+        cluster.restart(two)
+        cluster.wait_ready([two])
+        cluster.restart(three)
+        cluster.wait_ready([three])
+        wait_for("the queue back, empty", lambda: (line := row(uris[1], "ha.order"))
+                 is not None and line["leader"] == two and line["ready"] == 0, timeout=90)
+        with connect(uris[1]) as connection:
+            method, _props, _body = connection.channel().basic_get("ha.order")
+            assert method is None
