@@ -690,8 +690,10 @@ def list_user_limits(api, user, all_users) -> None:
 @click.argument("node")
 def forget_cluster_node(api, node) -> None:
     """Remove stopped NODE from the cluster for good: it leaves the node list, the
-    metadata group and every quorum queue's members. Run it against another, running
-    node of the cluster; NODE must be stopped (and reset before it joins again)."""
+    metadata group and every quorum queue's members; a mirrored classic queue it led
+    gets a mirror as leader, with that mirror's stored copy. Run it against another,
+    running node of the cluster; NODE must be stopped (and reset before it joins
+    again)."""
     click.echo(f"Removing node {node} from the cluster ...")
     _call(api, "DELETE", "quorumqueue", "cluster-nodes", node)
 

@@ -5,9 +5,11 @@ Responsibilities (RabbitMQ 3.13's mirrored classic queues, its "Classic Queue
 Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
 - the transport of queues/mirroring.py's operations: the leader's node sends them
   to each mirror's node in order ("cm.op" {q, v, n, o: op}); a mirror's node applies
-  them to its copy (the RemoteClassicQueue's `replica`) and acknowledges a publish
-  that asked for it ("cm.ack" {r}), which answers the publisher confirm's hold for
-  that mirror;
+  them to its copy (the RemoteClassicQueue's `replica`; a durable queue's persistent
+  messages also go to this node's message store) and acknowledges a publish that
+  asked for it ("cm.ack" {r}) once the store's batch holding it is fsynced (at once
+  for a message not stored), which answers the publisher confirm's hold for that
+  mirror;
 - placement (on the leader's node, every tick and so after every policy change): the
   mirrors the policy asks for (mirroring.desired_mirrors, among the nodes not silent
   for cluster.NODE_DOWN_AFTER) and the synchronised ones are compared with the
@@ -22,7 +24,11 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   ha-promote-on-shutdown, default "when-synced", decides) proposes itself as
   leader (`queue.record` with `expect_host`: only the first proposal applies); every
   node then rebuilds the queue (node/metadata.py record_changed): the new leader's queue
-  is its copy with every message ready, delivered ones redelivered.
+  is its copy with every message ready, delivered ones redelivered. A mirror whose
+  node restarted since its leader last reset its copy ("x") does not propose itself:
+  its copy (recovered from its store) may lack what the leader received after it
+  stopped; `forget_cluster_node` of the leader's node promotes it instead
+  (node/metadata.py, queues/mirroring.py forget_leader).
 
 - publishes across a failover: a confirmed publish forwarded to a mirrored queue's
   leader that cannot answer (classic_link.py) is `park`ed here until the record names
@@ -32,8 +38,9 @@ How it works: operations to a mirror whose queue record this node has not applie
 yet wait (up to EARLY_FOR seconds) in order. Proposals are repeated at most every
 PROPOSE_EVERY seconds until the record shows them.
 
-Invariants: a confirm's hold for a mirror is answered once: by its "cm.ack", or when
-the mirror leaves the record (`release`); a mirror holds every message published
+Invariants: a confirm's hold for a mirror is answered once: by its "cm.ack" (sent
+only after the mirror's fsync of a stored message), or when the mirror leaves the
+record (`release`); a mirror holds every message published
 since it was attached, in the leader's order (the transport per peer is ordered).
 
 Not here: the replicas' state and the policy's rules (queues/mirroring.py), what a

@@ -21,9 +21,14 @@ Responsibilities:
   (`first_seq`: the first message it has) and is synchronised once no message older
   than that is left, or once `sync` sent it the queue's contents;
 - `Replica`: a mirror's copy of the contents (sequence -> message, delivered flag),
-  which becomes the leader's queue on promotion (`promote`, ClassicQueue.take_over):
-  every message comes back ready, a delivered one marked redelivered (the guide:
-  unacknowledged messages are requeued with the redelivered flag);
+  for a durable queue's persistent messages also in the mirror node's message store
+  (the classic queue's records under the queue's key: the copy survives the node's
+  restart, `recover`), which becomes the leader's queue on promotion (`promote`,
+  ClassicQueue.take_over): every message comes back ready, a delivered one marked
+  redelivered (the guide: unacknowledged messages are requeued with the redelivered
+  flag);
+- `forget_leader`: which mirror leads when the leader's node is forgotten (the
+  guide's "Loss of a Leader While All Mirrors are Stopped");
 - `leader_record_changed` (ClassicQueue.record_changed): the leader's side of a new
   record, mirrors attached or detached.
 
@@ -39,7 +44,9 @@ these (a new leader's contents, sent to the other mirrors after a promotion).
 
 Invariants: `live` holds every message of the queue (ready or unacked) in sequence
 order; a mirror whose `first_seq` is at or below the lowest live sequence holds every
-message the leader holds (it is synchronised); a confirm's hold for a mirror is
+message the leader holds (it is synchronised); a Replica's `stored` are exactly the
+live messages its node's store holds for the queue, and a publish it stored is
+acknowledged only once that batch is on disk (`apply` returns the batch); a confirm's hold for a mirror is
 answered exactly once (acknowledged, or the mirror left: the remaining mirrors hold
 the message, as RabbitMQ confirms).
 

@@ -13,7 +13,10 @@ Format (version 3), files `msgstore/NNNNNNNN.seg`:
   ENQUEUE_EXPIRING 6: u16 qlen, queue key, u64 seq, u64 expiry (wall-clock ms: the
                 message expires once the clock reaches it), then as ENQUEUE from
                 u8 elen on (a message with a TTL; version 3 only)
-The queue key is `vhost \\x00 name`. Version 1 is version 2 without DELIVERED, version
+The queue key is `vhost \\x00 name`. A mirror of a mirrored classic queue writes
+its copy with the same records under the same key (a node holds a queue either as
+its leader or as a mirror, never both), so a promoted mirror's records are the
+queue's. Version 1 is version 2 without DELIVERED, version
 2 is version 3 without ENQUEUE_EXPIRING: their segments are still read, and recovery
 starts a new version-3 segment rather than appending to an older one, so a file's
 header always tells which records it holds.
