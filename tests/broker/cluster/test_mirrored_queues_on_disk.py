@@ -10,7 +10,7 @@ forget_node), as RabbitMQ 3.13's "Classic Queue Mirroring" guide describes them:
   leader's node is down keep their copy and do not take over by themselves (the last
   node to stop leads when it starts again: "it may have received messages that no
   other mirror saw"); `forget_cluster_node` of the lost leader's node promotes one of
-  them, with its copy;
+  them, with its copy, and a mirror stopped at that moment leads once it starts;
 - "Stopping Nodes and Synchronisation": a mirror that rejoins its leader throws its
   stored copy away and starts empty.
 
@@ -26,6 +26,9 @@ import signal
 
 import pika
 import pytest
+from click.testing import CliRunner
+
+from quorumqueue.broker.cli import main
 
 from tests.broker.cluster.test_cluster import connect, status
 from tests.broker.cluster.test_mirrored_queues import (CONFIG, get_all, mirrors_everywhere,
@@ -149,3 +152,45 @@ def test_mirrors_started_before_their_leader_wait_for_it_and_rejoin_it_empty():
         with connect(uris[1]) as connection:
             method, _props, _body = connection.channel().basic_get("ha.order")
             assert method is None
+
+
+def test_forgetting_the_leaders_node_promotes_a_stopped_mirror_when_it_starts():
+    """The guide: forget_cluster_node finds "a currently stopped mirror for each queue
+    which has its leader on the node we are forgetting, and "promote[s]" that mirror
+    to be the new leader when it starts up again". Five nodes, so that three of them
+    (a majority of the metadata group) forget the leader's node while its only
+    mirror's node is stopped."""
+    with LocalCluster(5, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three, _four, _five = cluster.names
+        uris, urls = cluster.uris(), cluster.management_urls()
+        set_policy(uris[0], "ha-two", r"^ha\.", {"ha-mode": "exactly", "ha-params": 2})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.stopped", durable=True)
+        mirrors_everywhere(uris, "ha.stopped", one, [two], [two])
+        publish(uris[3], "ha.stopped", [b"m%d" % n for n in range(25)])
+        cluster.kill(one, signal.SIGKILL)
+        cluster.kill(two, signal.SIGKILL)
+        shutil.rmtree(cluster.plans[0].data_dir)
+
+        # refused while the node still counts as reachable (silent for under 5 s)
+        wait_for(f"{one} forgotten", lambda: CliRunner().invoke(main, [
+            "ctl", "forget_cluster_node", "--base-uri", urls[2], one]).exit_code == 0,
+            timeout=60)
+        # the record names the stopped mirror as leader at once; it leads once started
+        wait_for("the stopped mirror named leader", lambda: all(
+            row(uri, "ha.stopped")["leader"] == two for uri in cluster.uris([2, 3, 4])),
+            timeout=60)
+        assert "is down or inaccessible" in unavailable(uris[2], "ha.stopped")
+        cluster.restart(two)
+        cluster.wait_ready([two])
+        live = cluster.uris([1, 2, 3, 4])
+        wait_for("the queue served by its new leader", lambda: all(
+            (line := row(uri, "ha.stopped")) is not None and line["leader"] == two
+            and line["ready"] == 25 for uri in live), timeout=90)
+        got = get_all(uris[4], "ha.stopped")
+        assert [body for body, _ in got] == [b"m%d" % n for n in range(25)]
+        # the policy gives it a mirror again
+        wait_for("a new mirror", lambda: len(row(uris[1], "ha.stopped").get("mirrors",
+                                                                            [])) == 1,
+                 timeout=60)
