@@ -46,9 +46,9 @@ Invariants: `live` holds every message of the queue (ready or unacked) in sequen
 order; a mirror whose `first_seq` is at or below the lowest live sequence holds every
 message the leader holds (it is synchronised); a Replica's `stored` are exactly the
 live messages its node's store holds for the queue, and a publish it stored is
-acknowledged only once that batch is on disk (`apply` returns the batch); a confirm's hold for a mirror is
-answered exactly once (acknowledged, or the mirror left: the remaining mirrors hold
-the message, as RabbitMQ confirms).
+acknowledged only once that batch is on disk (`apply` returns the batch); a
+confirm's hold for a mirror is answered exactly once (acknowledged, or the mirror
+left: the remaining mirrors hold the message, as RabbitMQ confirms).
 
 Not here: the transport and the failure detection (cluster/mirror_link.py), the
 record in the metadata (node/metadata.py `queue.record`), the queue (classic.py).

@@ -20,8 +20,9 @@ the host and cached in `counts`.
 Invariants: `consumers` are this node's AMQP consumers of the queue only (the host
 counts everyone's); nothing here is stored, except a mirror's copy of a mirrored
 queue (`replica`: a durable queue's persistent messages in this node's store, under
-the queue's key, dropped when this node stops being a mirror or the queue goes); the host answers for what it holds, so a confirm is never an ack unless
-the host has the message.
+the queue's key, dropped when this node stops being a mirror or the queue goes); the
+host answers for what it holds, so a confirm is never an ack unless the host has the
+message.
 
 Not here: the wire and the host's side (cluster/classic_link.py), the local queue
 (classic.py).
