@@ -132,7 +132,8 @@ from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver
                        Dequeue, Discard, DlxCheckout, DlxSettle, Down, Dropped, Effect,
                        Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, Purge,
                        QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
-from .state import SOFT_LIMIT_PERCENT, ConsumerState, FifoState, is_high, pack, size_of
+from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT, ConsumerState,
+                    FifoState, is_high, size_of)
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
@@ -220,14 +221,16 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
         state.enqueuers[publisher] = seq
         if gap is not None and seq == gap:
             del state.enqueuer_gaps[publisher]
-    packed = pack(command.size, command.priority)
+    # state.pack and state.is_high, inlined (once per message)
+    packed = min(command.size, SIZE_MASK) | (HIGH_BIT if command.priority > HIGH_PRIORITY_ABOVE
+                                             else 0)
     ttl, msg_ttl = command.ttl, state.config.msg_ttl  # the lower of the queue's and the message's TTL
     if ttl is None:
         ttl = msg_ttl
     elif msg_ttl is not None:
         ttl = min(ttl, msg_ttl)
     expiry = 0 if ttl is None else max(1, meta.system_time + ttl)
-    (state.high if is_high(packed) else state.normal).append(meta.index, packed, expiry)
+    (state.high if packed & HIGH_BIT else state.normal).append(meta.index, packed, expiry)
     state.enqueue_count += 1
     return "ok"
 
@@ -538,7 +541,7 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
 def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
     """Hand ready messages to consumers with capacity: highest priority first,
     round-robin among equal priorities; with a single active consumer, to it alone."""
-    if not state.ready_count or not state.consumers:
+    if not state.consumers or not state.ready_count:
         return
     if state.config.single_active:
         ordered = single_active.servable(state)

@@ -49,14 +49,14 @@ from typing import TYPE_CHECKING
 from ..amqp.channel import ChannelState
 from ..fifo import commands, snapshot
 from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
-from ..fifo.envelope import TIMED, TIMED_HEAD, decode_entry
+from ..fifo.envelope import TIMED, TIMED_HEAD
 from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
                              group_uid, with_delivery_count)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
-from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot, unwrap
+from ..raft.forwarded import FORWARDED, HEAD_SIZE, AppliedIds, Identity, load_snapshot
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
 from . import dead_letters
@@ -302,15 +302,15 @@ class QuorumGroups:
                 for callback in queue.take_waiters(entry.index, entry.term):  # barriers
                     callback(None)
                 continue
-            data, identity = entry.data, None
-            if data[0] == FORWARDED:
-                identity, data = queue.admit(entry.index, entry.term, data)
-                if data is None:
+            data, start, identity = entry.data, 0, None
+            if data[0] == FORWARDED:  # the command starts after its identity
+                identity, start = queue.admit(entry.index, entry.term, data)
+                if start is None:
                     continue  # applied before: its waiters have the first reply
             if isinstance(queue, QuorumQueue):
-                self._apply(queue, entry.index, entry.term, data, identity)
+                self._apply(queue, entry.index, entry.term, data, start, identity)
             else:  # the cluster's metadata group (broker/cluster/meta.py)
-                reply = queue.apply(entry.index, entry.term, data)
+                reply = queue.apply(entry.index, entry.term, data[start:] if start else data)
                 if identity is not None:
                     queue.applied.keep_reply(identity, reply)  # admitted above
                 for callback in queue.take_waiters(entry.index, entry.term):
@@ -335,21 +335,24 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ the fifo machine
 
-    def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes,
+    def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes, start: int,
                identity: Identity | None) -> None:
-        """One committed command through the fifo machine: its identity recorded (a
-        forwarded one), the reply to its waiters, then its effects (a snapshot taken
-        there includes the identity)."""
-        time_ms, command = decode_entry(data)
-        if time_ms is not None:
-            queue.last_time_ms = time_ms
+        """One committed command (at `start` in `data`) through the fifo machine: its
+        identity recorded (a forwarded one), the reply to its waiters, then its
+        effects (a snapshot taken there includes the identity)."""
+        if data[start] == TIMED:  # envelope.decode_entry, inlined (once per entry)
+            queue.last_time_ms = TIMED_HEAD.unpack_from(data, start)[1]
+            command = commands.decode(data, start + TIMED_HEAD.size)
+        else:
+            command = commands.decode(data, start)
         queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms), command,
                                             queue.state)
         if identity is not None:
             # a publish's "ok" is not kept: a duplicate's waiter takes None as stored too
             queue.applied.keep_reply(identity, None if reply == "ok" else reply)
-        for callback in queue.take_waiters(index, term):
-            callback(reply)
+        if queue.waiters:  # a follower's entries, mostly, have none
+            for callback in queue.take_waiters(index, term):
+                callback(reply)
         replaying = index <= queue.replay_until
         if isinstance(command, Down) and not replaying:
             if command.connection.startswith(self.cluster.node.boot_id + "."):
@@ -455,11 +458,10 @@ class QuorumGroups:
             raise MessageGone(f"quorum queue '{queue.name}': message at log index {index} "
                               "is missing from the log")
         data = entry.data
-        if data[0] == FORWARDED:  # published on another node
-            data = unwrap(data)[1]
-        if data[0] == TIMED:  # the proposer's clock (message TTL)
-            return commands.decode_message(data, TIMED_HEAD.size)
-        return commands.decode_message(data)
+        start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
+        if data[start] == TIMED:  # the proposer's clock (message TTL)
+            return commands.decode_message(data, start + TIMED_HEAD.size)
+        return commands.decode_message(data, start)
 
     def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
         consumer: "Consumer | None" = queue.by_key.get(key)

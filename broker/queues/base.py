@@ -10,7 +10,8 @@ The operations, and what each owes its caller:
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for: a message-store
   batch (`confirm.after_batch`), an answer later (`confirm.hold()` returns the
-  callback to call with True/False), or a refusal now (`confirm.refuse()`).
+  callback to call with True/False; `confirm.hold_reply(refused)` one to call with
+  a reply, a nack when it equals `refused`), or a refusal now (`confirm.refuse()`).
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
   this node starts or stops; deliveries go out through `channel.deliver`.
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
@@ -81,9 +82,10 @@ class Confirm:
     the channel's queue of confirms is `reply`, sent once everything before it left.
 
     Invariant: `outstanding` counts the holds not yet answered; each hold's callback
-    is called exactly once."""
+    is called exactly once. A subclass that answers differently overrides `_answer`
+    alone: `hold_reply`'s callback then goes through it (`__init_subclass__`)."""
 
-    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply")
+    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply", "refused")
 
     def __init__(self, channel: "Channel", seq: int, reply: bytes | None = None) -> None:
         self.channel = channel
@@ -111,6 +113,31 @@ class Confirm:
         if not accepted:
             self.ok = False
         self.channel.confirm_answered()
+
+    def hold_reply(self, refused: object) -> Callable[[object], None]:
+        """`hold()` for a queue that answers with a reply (a quorum queue's machine
+        reply): call the returned function with it; the confirm is a nack if it
+        equals `refused`. (One call per publish fewer than wrapping `hold()`'s
+        callback in a function of the queue's.)"""
+        self.outstanding += 1
+        self.refused = refused
+        return self._reply
+
+    def _reply(self, reply: object) -> None:
+        # `_answer(reply != self.refused)` with the body inlined; a subclass that
+        # overrides `_answer` gets `_reply_through_answer` instead (below)
+        self.outstanding -= 1
+        if reply == self.refused:
+            self.ok = False
+        self.channel.confirm_answered()
+
+    def _reply_through_answer(self, reply: object) -> None:
+        self._answer(reply != self.refused)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_answer" in cls.__dict__ and "_reply" not in cls.__dict__:
+            cls._reply = Confirm._reply_through_answer  # its _answer is the one answer
 
 
 class MessageCounts:

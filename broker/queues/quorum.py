@@ -303,12 +303,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
                                message.exchange, message.routing_key,
                                message.properties.raw, message.body)
-        waiter = None
-        if confirm is not None:
-            answer = confirm.hold()
-            # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
-            waiter = lambda reply: answer(reply != "rejected")  # noqa: E731
-        self.propose(data, 0, waiter)
+        if self.settling:  # `propose` inlined: settlements made before go first
+            self.flush_settlements()
+        # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
+        self.propose_data(data, None if confirm is None else confirm.hold_reply("rejected"))
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:

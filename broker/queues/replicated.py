@@ -43,7 +43,7 @@ from typing import Any, Callable, Protocol
 
 from ..raft import RaftNode
 from ..raft.errors import NotLeader, ProposalRejected
-from ..raft.forwarded import AppliedIds, Identity, unwrap
+from ..raft.forwarded import HEAD_SIZE, AppliedIds, Identity, identity_of
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
@@ -142,15 +142,19 @@ class ReplicatedGroup:
                 else:
                     self.propose_data(data, waiter)
 
-    def admit(self, index: int, term: int, data: bytes) -> tuple[Identity | None, bytes | None]:
-        """(identity, the command's data) of a forwarded COMMAND entry about to be
-        applied; (identity, None) if an entry with that identity was applied before:
-        then the entry's waiters are answered here, with the first one's reply, and
-        the machine must not see it. An admitted identity is recorded here
-        (`AppliedIds.admit`); the caller hands its reply to `AppliedIds.keep_reply`."""
-        identity, command = unwrap(data)
-        if identity is None or self.applied.admit(identity, index):  # recorded now
-            return identity, command
+    def admit(self, index: int, term: int, data: bytes) -> tuple[Identity | None, int | None]:
+        """(identity, where the command starts in `data`: HEAD_SIZE) of a forwarded
+        COMMAND entry about to be applied, (None, 0) for one that is not forwarded;
+        (identity, None) if an entry with that identity was applied before: then the
+        entry's waiters are answered here, with the first one's reply, and the
+        machine must not see it. An admitted identity is recorded here
+        (`AppliedIds.admit`); the caller hands its reply to `AppliedIds.keep_reply`.
+        Nothing is copied: the command is read in place."""
+        identity = identity_of(data)
+        if identity is None:
+            return None, 0
+        if self.applied.admit(identity, index):  # recorded now
+            return identity, HEAD_SIZE
         reply = self.applied.reply(identity)
         for waiter in self.take_waiters(index, term):
             waiter(reply)

@@ -148,6 +148,18 @@ class RaftNode:
 
     def propose(self, data: bytes, kind: int = COMMAND) -> int:
         """Append a command to the leader's log; returns its index."""
+        if kind == COMMAND:  # once per message: `_append` inlined (never a membership)
+            leader = self._leader
+            if leader is None:
+                raise NotLeader(self._leader_id)
+            if leader.transferee is not None:
+                raise ProposalRejected(f"proposal - leadership transfer to "
+                                       f"{leader.transferee} in progress")
+            log = self._log
+            index = log.last_index() + 1
+            log.append([LogEntry(index, self._term, COMMAND, data)])
+            leader.mark_all_due(False)
+            return index
         if kind == MEMBERSHIP:
             raise ValueError("kind - use propose_membership for membership changes")
         if kind not in (COMMAND, NOOP):

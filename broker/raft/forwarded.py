@@ -2,7 +2,7 @@
 identities a group has applied, so that no member applies a forwarded command twice.
 
 Responsibilities: wrap a command's data with its identity (`wrap`) and take it off
-again (`unwrap`); remember, per group, which identities were applied and the reply
+again (`unwrap`, or `identity_of` and the command read in place at HEAD_SIZE); remember, per group, which identities were applied and the reply
 their first application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
 the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); carry
 that memory in the group's snapshots (`dump_snapshot` / `load_snapshot`). Pure: no
@@ -93,15 +93,23 @@ def wrap(identity: Identity, data: bytes) -> bytes:
 
 def unwrap(data: bytes) -> tuple[Identity | None, bytes]:
     """(identity or None, the command's data) of a COMMAND entry."""
+    identity = identity_of(data)
+    return (None, data) if identity is None else (identity, data[HEAD_SIZE:])
+
+
+def identity_of(data: bytes) -> Identity | None:
+    """The identity of a COMMAND entry (None: not forwarded), without copying the
+    command out: a wrapped command starts at HEAD_SIZE in `data` (the apply loop
+    and the readers of message bodies decode it there)."""
     if not data or data[0] != FORWARDED:
-        return None, data
+        return None
     if len(data) < HEAD_SIZE:
         raise ValueError(f"a forwarded entry of {len(data)} bytes is shorter than its "
                          f"{HEAD_SIZE}-byte identity")
     _tag, flags, origin, seq = _head.unpack_from(data)
     if flags & ~REPLY_AWAITED:
         raise ValueError(f"unknown flags {flags:#04x} in a forwarded entry")
-    return Identity(origin, seq, bool(flags & REPLY_AWAITED)), data[HEAD_SIZE:]
+    return Identity(origin, seq, bool(flags & REPLY_AWAITED))
 
 
 class _Origin:
@@ -125,15 +133,21 @@ class _Origin:
                 self.missing.update(range(max(self.high, seq - WINDOW) + 1, seq))
             self.high = seq
             if seq - WINDOW > self.floor:
-                floor = self.floor = seq - WINDOW
-                # past WINDOW forwards the floor moves with every one: rebuild only
-                # what holds a seq it passed (usually nothing is missing or kept)
-                if self.missing and min(self.missing) <= floor:
-                    self.missing = {s for s in self.missing if s > floor}
-                if self.replies and min(self.replies) <= floor:
-                    self.replies = {s: r for s, r in self.replies.items() if s > floor}
+                self.floor = seq - WINDOW
+                if self.missing or self.replies:
+                    self.drop_below_floor()
         else:
             self.missing.discard(seq)
+
+    def drop_below_floor(self) -> None:
+        """The floor moved: forget the missing seqs and replies it passed. Past
+        WINDOW forwards it moves with every one, so this rebuilds only what holds a
+        seq it passed (usually nothing is missing, and replies are few)."""
+        floor = self.floor
+        if self.missing and min(self.missing) <= floor:
+            self.missing = {s for s in self.missing if s > floor}
+        if self.replies and min(self.replies) <= floor:
+            self.replies = {s: r for s, r in self.replies.items() if s > floor}
 
 
 class AppliedIds:
@@ -173,8 +187,12 @@ class AppliedIds:
             if window.floor < seq <= window.high and seq not in window.missing:
                 return False  # seen
             del origins[origin]
-        if seq == window.high + 1 and seq - WINDOW <= window.floor:
-            window.high = seq  # the usual next seq, the floor not yet moving: inlined
+        if seq == window.high + 1:  # the usual next seq: `record` inlined
+            window.high = seq
+            if seq - WINDOW > window.floor:  # past WINDOW forwards, on every one
+                window.floor = seq - WINDOW
+                if window.missing or window.replies:
+                    window.drop_below_floor()
         else:
             window.record(seq)
         window.last_index = index

@@ -49,6 +49,7 @@ class Leader:
         self.outbox = outbox                 # the node's outgoing messages (shared list)
         self.progress: dict[str, Progress] = {}
         self.members: tuple[str, ...] = ()
+        self._peers: tuple[str, ...] = ()    # members other than this one (set_members)
         self.transferee: str | None = None   # leadership transfer target, if any
         self._transfer_elapsed = 0
         self._heartbeat_elapsed = 0
@@ -60,6 +61,7 @@ class Leader:
 
     def set_members(self, members: tuple[str, ...]) -> None:
         self.members = members
+        self._peers = tuple(p for p in members if p != self.id)
         last = self.log.last_index()
         for peer in members:
             if peer != self.id and peer not in self.progress:
@@ -73,7 +75,7 @@ class Leader:
             self.transferee = None
 
     def peers(self) -> list[str]:
-        return [p for p in self.members if p != self.id]
+        return list(self._peers)
 
     # --- time ------------------------------------------------------------------------
 
@@ -128,8 +130,9 @@ class Leader:
     # --- sending ---------------------------------------------------------------------
 
     def mark_all_due(self, send_if_empty: bool) -> None:
-        for peer in self.peers():
-            self._due[peer] = self._due.get(peer, False) or send_if_empty
+        due = self._due  # once per proposal: the cached peers, no list built
+        for peer in self._peers:
+            due[peer] = due.get(peer, False) or send_if_empty
 
     def flush(self) -> None:
         """Send what is due: per follower, batches until paused or caught up."""
