@@ -38,6 +38,8 @@ Commands (field "op"):
   user.limits       name limits {max-connections, max-channels}  (node/limits.py)
   parameter.set     component vhost name value   (set_parameter: a dynamic shovel)
   parameter.clear   component vhost name
+  barrier           (no fields; changes nothing: once a node applied it, it applied
+                    everything committed before it: node/ordering.py `after_barrier`)
   (node/metadata.py applies every command to a node; node/definitions.py checks
   the definitions on the proposing node)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).

@@ -447,9 +447,10 @@ def publish(session, channel: Channel, publish: codec.Publish, properties, body:
         channel.check_access("write", EXCHANGE, publish.exchange)
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
         properties = _checked_properties(session, channel, properties)
+    if publish.exchange not in session.vhost.exchanges:  # before a confirm number is
+        session.vhost.exchange(publish.exchange)        # taken: raises 404 (retried once)
     confirm_seq = channel.next_confirm() if channel.confirm_mode else 0
     if channel.tx_mode:
-        session.vhost.exchange(publish.exchange)  # unknown exchange fails at publish time
         channel.tx_publishes.append((publish, properties, body, confirm_seq))
         return
     session.node.publish(channel, publish, properties, body, confirm_seq)

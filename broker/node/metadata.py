@@ -227,5 +227,6 @@ APPLY = {
     "queue.record": _queue_record,
     "bind": _bind,
     "unbind": _bind,
+    "barrier": lambda node, c: None,  # changes nothing: node/ordering.py `after_barrier`
     **{op: _definition for op in DEFINITION_COMMANDS},
 }

@@ -37,7 +37,7 @@ from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from . import dead_letters, group_commit, limits, management
+from . import dead_letters, group_commit, limits, management, ordering
 from .counters import Counters
 from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
@@ -360,11 +360,13 @@ class Node:
     # ------------------------------------------------------------ messages
 
     def publish(self, channel: "Channel", publish: codec.Publish, properties: codec.Properties,
-                body: bytes, confirm_seq: int = 0, tx: bool = False) -> None:
+                body: bytes, confirm_seq: int = 0, tx: bool = False,
+                routed_again: bool = False) -> None:
         """Route and enqueue one complete message; handles mandatory returns and
         publisher confirms (`tx`: a committed transaction's publish, whose silent
         confirm the tx.commit-ok waits behind). Errors (unknown exchange...) raise
-        AMQPError."""
+        AMQPError. In a cluster a mandatory message that routes nowhere is routed once
+        more after a metadata barrier (`routed_again`) before it is returned."""
         vhost = channel.session.vhost
         exchange = vhost.exchange(publish.exchange)
         if exchange.internal:
@@ -386,6 +388,14 @@ class Node:
             delivered = False
             queues = vhost.route(exchange, publish.routing_key,
                                  lambda: properties.decoded().get("headers"))
+            if not queues and publish.mandatory and not tx and not routed_again \
+                    and ordering.may_be_unapplied(channel.session):
+                # perhaps a queue or binding committed elsewhere and not applied here
+                # yet: routed once more after a metadata barrier (node/ordering.py)
+                ordering.after_barrier(channel.session, channel, lambda: self.publish(
+                    channel, publish, properties, body, confirm_seq, routed_again=True),
+                    spec.BASIC_PUBLISH)
+                return
         counters = self.counters
         counters.received += 1
         if confirm_seq:

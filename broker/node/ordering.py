@@ -5,9 +5,19 @@ once this node applied it (`replicate`), and holding the methods that arrive on 
 channel meanwhile (`hold`), to run them after it, in order (`resume`): a publish
 right after a declare sent with nowait finds what it declared, as on RabbitMQ.
 
+A second use of the same hold: a method that finds no queue or exchange on a node
+of a cluster (`may_be_unapplied`) runs again once the node passed a no-op command
+through the metadata group (`after_barrier`). RabbitMQ 3.x replicates a declaration
+to every node before its declare-ok; here a declare-ok waits for the declaring
+node's own apply, so another node may not have applied it yet when a client that saw
+the declare-ok uses the queue there. After the barrier the node has applied every
+change committed before it, so a 404 then is the answer. A node that does not reach
+a majority of the metadata group answers the 404 at once (no barrier could pass).
+
 Invariants: while `channel.held` is a list, every method the channel receives is
 appended to it (session.py asks `hold` first); a failed change closes the channel
-(or the connection) as the method would have, and drops what was held.
+(or the connection) as the method would have, and drops what was held; a method
+runs again after at most one barrier.
 
 Not here: the commands (cluster/meta.py), what they do (metadata.py).
 """
@@ -20,7 +30,11 @@ from ..amqp import spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..cluster import meta
+from ..raft.membership import quorum
 from .channel import Channel
+
+BARRIER = meta.encode("barrier")  # a metadata command that changes nothing
+_MISSING = ("no queue '", "no exchange '")  # the 404s a lagging node may give
 
 
 def replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
@@ -77,3 +91,37 @@ def resume(session, channel: Channel) -> None:
         if channel.held is not None:
             channel.held.extend(held)
             return
+
+
+def may_be_unapplied(session, error: AMQPError | None = None) -> bool:
+    """Whether a 404 for a queue or exchange (`error`; None: a mandatory publish that
+    routed nowhere) may only mean this node has not applied a declaration committed
+    elsewhere yet: so in a cluster of more than one node, when this node reaches a
+    majority of the metadata group (else no barrier could pass: answer now)."""
+    if error is not None and (error.code != spec.NOT_FOUND
+                              or not error.detail.startswith(_MISSING)):
+        return False
+    cluster = session.node.cluster
+    group = cluster.meta
+    raft = group.raft if group is not None else None
+    if raft is None or len(raft.members) < 2:
+        return False
+    reached = sum(1 for member in raft.members if cluster.reachable(member))
+    return reached >= quorum(len(raft.members))
+
+
+def after_barrier(session, channel: Channel, call: Callable[[], None],
+                  method: tuple[int, int]) -> None:
+    """Run `call` (a method that found no queue or exchange) again once this node
+    applied a no-op command passed through the metadata group, so everything the group
+    committed before now; the channel holds what arrives meanwhile, run after it in
+    order. If `call` fails again, that is the answer (`resume` fails the channel). A
+    barrier the group cannot commit within metadata_store.operation_timeout (the
+    majority went meanwhile) runs `call` then, with what this node has."""
+    def passed(_reply) -> None:
+        if channel.state == ChannelState.OPEN:
+            resume(session, channel)
+
+    channel.held = [(call, method)]
+    group = session.node.cluster.meta
+    group.propose_data(BARRIER, group.bounded(passed, session.node.now, None))

@@ -43,7 +43,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed, ContentReceived,
                            LoginRequested, MethodReceived, VhostRequested)
 from ..auth.users import SaslError, parse_sasl_response
-from . import handlers, limits
+from . import handlers, limits, ordering
 from .channel import Channel
 
 log = logging.getLogger("quorumqueue.broker")
@@ -238,6 +238,12 @@ class Session:
                         try:
                             handlers.dispatch(self, channel, event.method)
                         except AMQPError as error:
+                            if ordering.may_be_unapplied(self, error):  # once, after a barrier
+                                ordering.after_barrier(
+                                    self, channel, lambda channel=channel, method=event.method:
+                                    handlers.dispatch(self, channel, method),
+                                    (event.class_id, event.method_id))
+                                continue
                             connection.fail(error.at(event.class_id, event.method_id),
                                             event.channel)
                     case ContentReceived():
@@ -270,6 +276,11 @@ class Session:
         try:
             handlers.publish(self, channel, event.method, event.properties, event.body)
         except AMQPError as error:  # routing and property checks fail basic.publish
+            if ordering.may_be_unapplied(self, error):  # an exchange: once, after a barrier
+                ordering.after_barrier(self, channel, lambda: handlers.publish(
+                    self, channel, event.method, event.properties, event.body),
+                    spec.BASIC_PUBLISH)
+                return
             self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
 
     def _release(self, number: int) -> None:
