@@ -233,8 +233,8 @@ def test_a_dead_consumers_messages_come_back():
                 channel.basic_publish("", "q", b"%d" % n, pika.BasicProperties(delivery_mode=2))
         leader = wait_for("a leader", lambda: leader_of(first, "q"))
         victim = next(name for name in cluster.names if name != leader)
-        # the declare-ok came once node 1 applied the declaration; the victim applies
-        # it a moment later (until then it answers 404 for "q")
+        # the victim knows the queue's leader (a consume there would find "q" even
+        # before: test_declare_visibility.py)
         wait_for("q known on " + victim, lambda: leader_of(cluster.uri(victim), "q"))
         doomed = connect(cluster.uri(victim))
         channel = doomed.channel()
