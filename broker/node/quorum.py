@@ -347,9 +347,9 @@ class QuorumGroups:
             command = commands.decode(data, start)
         queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms), command,
                                             queue.state)
-        if identity is not None:
+        if identity is not None and reply != "ok":
             # a publish's "ok" is not kept: a duplicate's waiter takes None as stored too
-            queue.applied.keep_reply(identity, None if reply == "ok" else reply)
+            queue.applied.keep_reply(identity, reply)
         if queue.waiters:  # a follower's entries, mostly, have none
             for callback in queue.take_waiters(index, term):
                 callback(reply)
