@@ -2,8 +2,9 @@
 identities a group has applied, so that no member applies a forwarded command twice.
 
 Responsibilities: wrap a command's data with its identity (`wrap`) and take it off
-again (`unwrap`, or `identity_of` and the command read in place at HEAD_SIZE); remember, per group, which identities were applied and the reply
-their first application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
+again (`unwrap`; or `identity_of`, the command then read in place at HEAD_SIZE);
+remember, per group, which identities were applied and the reply their first
+application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
 the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); carry
 that memory in the group's snapshots (`dump_snapshot` / `load_snapshot`). Pure: no
 I/O, no clock. Used alike by every replicated group (a quorum queue, the metadata
