@@ -99,13 +99,43 @@ class NodePlan:
         return f"{self.name}:{self.cluster_port if port is None else port}"
 
 
-def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports the kernel calls free now (all bound at once, then
-    released; another process may still take one before a node binds it)."""
-    probes = []
+# Free ports are picked below the kernel's ephemeral range (Linux:
+# /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): the kernel never
+# gives those to an outgoing connection or a bind to port 0, so a node restarted on its
+# ports (clients and peers come back to them) finds them free again, where a port the
+# kernel picked may meanwhile be some client socket's local port.
+PICK_LOW = 10000
+
+
+def _ephemeral_low() -> int:
     try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            return int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default, and the IANA dynamic range's start is higher
+
+
+def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free now on `host` (all bound at once, then released;
+    another process may still take one before a node binds it), drawn at random below
+    the ephemeral range (above), or from the kernel when that range leaves no room."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probes: list[socket.socket] = []
+    low = _ephemeral_low()
+    candidates = secrets.SystemRandom().sample(range(PICK_LOW, low), max(0, low - PICK_LOW))
+    try:
+        for port in candidates[:64 * count]:
+            if len(probes) == count:
+                break
+            probe = socket.socket(family)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                probe.close()
+                continue
+            probes.append(probe)
+        while len(probes) < count:  # no room below the range: the kernel's choice
+            probe = socket.socket(family)
             probes.append(probe)
             probe.bind((host, 0))
         return [probe.getsockname()[1] for probe in probes]

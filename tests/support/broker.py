@@ -17,14 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from quorumqueue.broker.cluster.launcher import pick_free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "quorumqueue.broker.cli"]
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range (launcher.pick_free_ports:
+    a restarted broker keeps its ports, which no client socket can have taken)."""
+    return pick_free_ports(1)[0]
 
 
 class BrokerProcess:

@@ -67,6 +67,27 @@ def test_plan_with_base_port_zero_picks_distinct_free_ports(tmp_path):
     assert len(set(ports)) == 12 and all(ports)
 
 
+def test_free_ports_are_picked_where_no_client_socket_can_take_them_before_a_restart():
+    # ports the kernel hands out (bind to 0, a client's local port) come from its
+    # ephemeral range; a node restarted on a port picked there could find it taken
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        low = int(ranges.read().split()[0])
+    ports = launcher.pick_free_ports(40)
+    assert len(set(ports)) == 40
+    assert all(launcher.PICK_LOW <= port < low for port in ports)
+    clients = []
+    try:
+        with socket.create_server(("127.0.0.1", 0), backlog=128) as server:
+            for _ in range(100):  # client sockets take ephemeral local ports
+                clients.append(socket.create_connection(server.getsockname()))
+            for port in ports:  # every picked port is still free to bind
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+    finally:
+        for client in clients:
+            client.close()
+
+
 @pytest.mark.parametrize("count, base, message", [
     (0, 5672, "--nodes: expected 1..99 nodes, got 0"),
     (3, 45535, "--base-port: 45535 leaves no room for 3 AMQP ports"),
