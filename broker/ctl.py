@@ -359,13 +359,20 @@ def list_queues(api, vhost, columns) -> None:
 @click.argument("queue")
 def sync_queue(api, vhost, queue) -> None:
     """Synchronise a mirrored classic queue's unsynchronised mirrors: its leader sends
-    them its contents (rabbitmqctl sync_queue; RabbitMQ's guide, "Unsynchronised
-    Mirrors"), through `POST /api/queues/VHOST/QUEUE/actions` `{"action": "sync"}`. As
-    rabbitmqctl: `Error:` and `not_mirrored` or `not_found` on stderr, exit 69."""
+    them its contents in batches of ha-sync-batch-size (rabbitmqctl sync_queue;
+    RabbitMQ's guide, "Unsynchronised Mirrors"), through `POST
+    /api/queues/VHOST/QUEUE/actions` `{"action": "sync"}`, then waits, as rabbitmqctl
+    does, until the synchronisation ended (the queue's `state` no longer `syncing`:
+    finished, or stopped by cancel_sync_queue). As rabbitmqctl: `Error:` and
+    `not_mirrored` or `not_found` on stderr, exit 69."""
+    import time
+
     click.echo(f"Synchronising queue '{queue}' in vhost '{vhost}' ...")
     if "slave_nodes" not in _rabbitmqctl_queue(api, vhost, queue):
         _rabbitmqctl_error("not_mirrored")  # rabbit_mirror_queue_misc's {error, not_mirrored}
     _rabbitmqctl_action(api, vhost, queue, "sync")
+    while _rabbitmqctl_queue(api, vhost, queue).get("state") == "syncing":
+        time.sleep(0.2)
 
 
 @ctl.command("cancel_sync_queue")
@@ -373,15 +380,16 @@ def sync_queue(api, vhost, queue) -> None:
 @vhost_option
 @click.argument("queue")
 def cancel_sync_queue(api, vhost, queue) -> None:
-    """Stop a mirrored queue's synchronisation (rabbitmqctl cancel_sync_queue), through
-    `POST /api/queues/VHOST/QUEUE/actions` `{"action": "cancel_sync"}`. A
-    synchronisation here is one step of the leader's loop, so none is ever in progress
-    to stop: it answers `not_syncing`, as RabbitMQ does for a queue not
-    synchronising."""
+    """Stop a mirrored queue's synchronisation in progress (rabbitmqctl
+    cancel_sync_queue), through `POST /api/queues/VHOST/QUEUE/actions` `{"action":
+    "cancel_sync"}`: its mirrors stay unsynchronised. As rabbitmqctl 3.x: nothing
+    more is printed when one was stopped, `not_syncing` when none was running (a
+    queue not mirrored too)."""
     click.echo(f"Stopping synchronising queue '{queue}' in vhost '{vhost}' ...")
     _rabbitmqctl_queue(api, vhost, queue)
     _rabbitmqctl_action(api, vhost, queue, "cancel_sync")
-    click.echo("not_syncing")
+    if api.last_headers.get("X-Quorumqueue-Sync", "not_syncing") == "not_syncing":
+        click.echo("not_syncing")
 
 
 def _rabbitmqctl_error(text: str) -> None:

@@ -26,7 +26,8 @@ How it works (kinds, body fields: q = the queue's uid, v/n = vhost and name):
   "cq.closed" {ch}: the channel is gone, the host requeues what it held.
 - "cq.get" {r, ch, na} -> "cq.got" {r, m: [seq, redelivered, e, k, h, b, remaining]
   or None}; "cq.purge" {r} -> "cq.purged" {r, count}; "cq.stat" {r, u} -> "cq.counts"
-  {r, ready, unacked, consumers, bytes} (u: for a queue.declare, which renews the
+  {r, ready, unacked, consumers, bytes, sac, syncing: a mirrored queue's sync
+  progress or None} (u: for a queue.declare, which renews the
   queue's x-expires as a local declare does).
 - A request the host cannot place yet (its queue.declare not applied there) waits up
   to EARLY_FOR seconds, in order, before it is answered as for a queue that is gone.
@@ -528,7 +529,7 @@ class ClassicLink:
         counts = dict(NO_COUNTS) if queue is None else {
             "ready": queue.ready_count, "unacked": queue.unacked_count,
             "consumers": queue.consumer_count, "bytes": queue.message_bytes,
-            "sac": queue.single_active_consumer_tag}
+            "sac": queue.single_active_consumer_tag, "syncing": queue.sync_progress}
         self.post(sender, Rpc("cq.counts", {"r": body["r"], **counts}))
 
     def hosted_deleted(self, queue) -> None:

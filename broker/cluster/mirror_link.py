@@ -127,6 +127,9 @@ class MirrorLink:
     def boot(self, node: str) -> str | None:
         return self.cluster.boots.get(node)
 
+    def settings(self, queue):
+        return self._settings(queue.vhost, queue)
+
     def _on_ack(self, sender: str, body: dict) -> None:
         for request in body["r"]:
             item = self.pending.pop(request, None)
@@ -162,13 +165,13 @@ class MirrorLink:
         if queue is None or queue.replica is None:
             return  # no longer a mirror here (the leader detaches it: no ack needed)
         batch = queue.replica.apply(op)
-        if op[0] == "p" and op[-1]:
+        if op[0] in ("p", "s") and op[-1]:  # a publish's confirm, a sync batch's next
             request = op[-1]
 
             def ack(_ok: bool) -> None:
                 self.cluster._post(sender, Rpc("cm.ack", {"r": [request]}))
 
-            if batch > self.node.synced_batch_id:  # a persistent message: once on disk
+            if batch > self.node.synced_batch_id:  # persistent messages: once on disk
                 synced = self.cluster.classic.synced
                 synced.waiting.append((ack, batch))
                 self.node.awaiting_sync.add(synced)
@@ -351,13 +354,16 @@ class MirrorLink:
 
     # ================================================= operations
 
-    def sync(self, queue, done: Callable[[int | None], None]) -> None:
-        """`ctl sync_queue`: the leader sends its contents to its unsynchronised
-        mirrors (blocking in RabbitMQ; one event-loop step here); `done(count)`, or
-        done(None) when the leader cannot be asked. Elsewhere the leader is asked
-        ("cm.sync" {r, v, n} -> "cm.synced" {r, count})."""
+    def sync(self, queue, done: Callable[[int | None], None], cancel: bool = False) -> None:
+        """`ctl sync_queue`: the leader starts sending its contents to its
+        unsynchronised mirrors, in the background (queues/mirroring.py
+        Mirroring.sync); `done(count)` once started (count: the mirrors being
+        synchronised). With `cancel` (`ctl cancel_sync_queue`): the synchronisation
+        in progress stops; done(1), or done(0) when none was running. done(None):
+        the leader cannot be asked. Elsewhere the leader is asked ("cm.sync" {r, v,
+        n, c} -> "cm.synced" {r, count})."""
         if isinstance(queue, ClassicQueue):
-            done(queue.mirroring.sync() if queue.mirroring is not None else 0)
+            done(_sync_here(queue, cancel))
             return
         host = queue.host
         if not self.cluster.reachable(host):
@@ -368,13 +374,13 @@ class MirrorLink:
         request = cluster._next_request
         self.syncs[request] = (host, time.monotonic() + SYNC_TIMEOUT, done)
         cluster._post(host, Rpc("cm.sync", {"r": request, "v": queue.vhost,
-                                            "n": queue.name}))
+                                            "n": queue.name, "c": cancel}))
 
     def _on_sync(self, sender: str, body: dict) -> None:
         vhost = self.node.vhosts.get(body["v"])
         queue = vhost.queues.get(body["n"]) if vhost is not None else None
-        count = (queue.mirroring.sync() if isinstance(queue, ClassicQueue)
-                 and queue.mirroring is not None else None)
+        count = (_sync_here(queue, bool(body.get("c"))) if isinstance(queue, ClassicQueue)
+                 else None)
         self.cluster._post(sender, Rpc("cm.synced", {"r": body["r"], "count": count}))
 
     def _on_synced(self, sender: str, body: dict) -> None:
@@ -388,6 +394,25 @@ class MirrorLink:
             if now >= deadline or not self.cluster.reachable(host):
                 del self.syncs[request]
                 done(None)
+
+
+def _sync_here(queue: ClassicQueue, cancel: bool) -> int:
+    mirroring = queue.mirroring
+    if mirroring is None:
+        return 0
+    if cancel:
+        stopped = mirroring.cancel_sync()
+        if stopped:
+            log.info("mirrored queue '%s' in vhost '%s': synchronisation cancelled",
+                     queue.name, queue.vhost)
+        return int(stopped)
+    running = mirroring.syncing is not None
+    count = mirroring.sync()
+    if not running and mirroring.syncing is not None:
+        log.info("mirrored queue '%s' in vhost '%s': synchronising %d mirror(s), %d "
+                 "messages in batches of %d", queue.name, queue.vhost, count,
+                 len(mirroring.syncing.seqs), mirroring.batch_size)
+    return count
 
 
 def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:

@@ -18,7 +18,8 @@ user: the same checks, texts and answers as before, answered once applied):
   "queue_pattern"}` -> `{moves, leaders}`;
   `GET /api/queues/quorum/V/NAME/status` (rabbitmq-queues quorum_status) ->
   `{node, members: [one row per member]}`;
-  `POST /api/queues/V/NAME/actions` `{"action": "sync"|"cancel_sync"}` -> 204
+  `POST /api/queues/V/NAME/actions` `{"action": "sync"|"cancel_sync"}` -> 204, the
+  leader's answer (`ok`, `not_syncing`) in the `X-Quorumqueue-Sync` header
   (rabbitmqctl sync_queue, cancel_sync_queue on a mirrored classic queue; as RabbitMQ
   3.x's plugin: 204 for a queue not mirrored too, 404 for a queue not there, 400
   `{unknown,<<"NAME">>}` for another action).
@@ -44,6 +45,8 @@ from __future__ import annotations
 from .access import require
 from .app import Answer, Request, bad_request, not_found, route
 from .changes import operation
+
+SYNC_HEADER = "X-Quorumqueue-Sync"  # a queue action's answer from the leader
 
 
 async def _body(request: Request, *required: str) -> dict:
@@ -111,9 +114,11 @@ async def quorum_status(request: Request):
 @route("POST", "/api/queues/{vhost}/{name}/actions")
 async def queue_actions(request: Request):
     """RabbitMQ 3.x's queue actions (rabbit_mgmt_wm_queue_actions): `sync` answers once
-    the leader has sent its mirrors its contents (RabbitMQ answers at once and syncs in
-    the background); `cancel_sync` has nothing to stop (a synchronisation is one step of
-    the leader's loop here)."""
+    the leader started synchronising its mirrors (in the background, as RabbitMQ: the
+    queue object's `state` is `syncing` with `sync_messages` until it ends);
+    `cancel_sync` stops it. Both 204; the `X-Quorumqueue-Sync` header says what the
+    leader answered (rabbitmqctl prints it): `ok`, or `not_syncing` for a
+    cancel_sync with no synchronisation running."""
     require(request.user, "administrator")
     vhost, name = request.captures["vhost"], request.captures["name"]
     queues = getattr(request.node.vhosts.get(vhost), "queues", {})
@@ -123,9 +128,12 @@ async def queue_actions(request: Request):
     action = body["action"]
     if action not in ("sync", "cancel_sync"):
         raise bad_request(f'{{unknown,<<"{action}">>}}')
-    if action == "sync" and queues[name].mirrors is not None:
-        await operation(request, "queues.sync_mirrors", vhost=vhost, name=name)
-    return Answer(204)
+    answer = "ok" if action == "sync" else "not_syncing"
+    if queues[name].mirrors is not None:
+        result = await operation(request, "queues.sync_mirrors", vhost=vhost, name=name,
+                                 cancel=action == "cancel_sync")
+        answer = result.get("answer", "ok")
+    return Answer(204, headers={SYNC_HEADER: answer})
 
 
 @route("GET", "/api/quorumqueue/cluster-status")

@@ -99,6 +99,8 @@ def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
     if "mirrors" in stats:  # a mirrored classic queue: RabbitMQ 3.x's fields
         row.update(slave_nodes=list(stats["mirrors"]),
                    synchronised_slave_nodes=list(stats["synchronised_mirrors"]))
+        if stats.get("syncing") is not None:  # 3.x's {syncing, N}: state and progress
+            row.update(state="syncing", sync_messages=stats["syncing"])
     if queue.REPLICATED:
         row.update(leader=stats["leader"], members=list(stats["members"]),
                    online=[member for member in stats["members"] if member in online],

@@ -14,10 +14,10 @@ Operations (request fields -> result):
         (queues/peeked.py)
   queues.reclaim_quorum_memory {vhost, name} -> [{node, before, after} | {node,
         error}]: every member's node rolls its write-ahead log over
-  queues.sync_mirrors {vhost, name, cancel} -> {synchronised: mirrors sent the
-        contents} (rabbitmqctl sync_queue; errors `not_found`, `not_mirrored`);
-        cancel (cancel_sync_queue) -> {synchronised: 0, answer: "not_syncing"}: a
-        synchronisation is one step of the leader's loop here, never in progress
+  queues.sync_mirrors {vhost, name, cancel} -> {synchronised: the mirrors whose
+        synchronisation started, in the background} (rabbitmqctl sync_queue; errors
+        `not_found`, `not_mirrored`); cancel (cancel_sync_queue) -> {synchronised: 0,
+        answer: "ok" (the synchronisation in progress stopped) or "not_syncing"}
 Errors carry RabbitMQ's texts (rabbitmq-queues 3.10.8 and 4.x) after the reply-code
 name, e.g. `NOT_FOUND - Target queue was not found in virtual host '/'`.
 All need a user tagged `administrator`.
@@ -185,15 +185,23 @@ def _sync_mirrors(node, session, request):
     queue = vhost.queues.get(request["name"])
     if queue is None:
         raise AMQPError(spec.NOT_FOUND, "not_found")
-    if request.get("cancel"):  # RabbitMQ answers {ok, not_syncing}, mirrored or not
+    cancel = bool(request.get("cancel"))
+    if cancel and queue.mirrors is None:  # RabbitMQ answers {ok, not_syncing}
         return {"synchronised": 0, "answer": "not_syncing"}
     if queue.mirrors is None:  # rabbit_mirror_queue_misc: {error, not_mirrored}
         raise AMQPError(spec.PRECONDITION_FAILED, "not_mirrored")
-    return Later(lambda done: node.cluster.mirrors.sync(queue, lambda count: done(
-        {"synchronised": count} if count is not None else AMQPError(
-            spec.NOT_FOUND, f"home node '{queue.metadata_record().get('host')}' of "
-            f"durable queue '{queue.name}' in vhost '{vhost.name}' is down or "
-            "inaccessible"))))
+
+    def answer(count: int | None):
+        if count is None:
+            return AMQPError(spec.NOT_FOUND, f"home node '{queue.metadata_record().get('host')}'"
+                             f" of durable queue '{queue.name}' in vhost '{vhost.name}' is "
+                             "down or inaccessible")
+        if cancel:  # the synchronisation in progress stopped: ok; else {ok, not_syncing}
+            return {"synchronised": 0, "answer": "ok" if count else "not_syncing"}
+        return {"synchronised": count}
+
+    return Later(lambda done: node.cluster.mirrors.sync(
+        queue, lambda count: done(answer(count)), cancel=cancel))
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {

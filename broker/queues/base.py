@@ -384,8 +384,17 @@ class Queue:
         slave_pids and synchronised_slave_pids); nothing for other queues."""
         if self.mirrors is None:
             return {}
-        return {"mirrors": list(self.mirrors), "synchronised_mirrors": list(self.synced),
-                "members": [node_name, *self.mirrors]}
+        stats = {"mirrors": list(self.mirrors), "synchronised_mirrors": list(self.synced),
+                 "members": [node_name, *self.mirrors]}
+        if self.sync_progress is not None:  # RabbitMQ's state {syncing, N}
+            stats["syncing"] = self.sync_progress
+        return stats
+
+    @property
+    def sync_progress(self) -> int | None:
+        """A mirrored classic queue synchronising its mirrors: the messages sent so far
+        (its leader's; None otherwise)."""
+        return None
 
     def metadata_record(self) -> dict[str, Any]:
         return {}

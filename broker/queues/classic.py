@@ -431,6 +431,8 @@ class ClassicQueue(Queue):
     def deliver(self, fresh: Entry | None = None) -> None:
         """Hand ready messages to consumers with capacity (expired heads leave first;
         `fresh`, the message being published, may go out whatever its TTL)."""
+        if self.mirroring is not None and self.mirroring.syncing is not None:
+            return  # synchronising its mirrors: deliveries wait (sync_ended)
         now = self.now_ms if self.expiring else 0
         while self.ready_count:
             if self.expiring and self.expire_heads(now, fresh) and not self.ready_count:
@@ -543,6 +545,17 @@ class ClassicQueue(Queue):
         """A new record: still the leader here, the mirrors change in place
         (mirroring.leader_record_changed); another leader: False (rebuilt)."""
         return leader_record_changed(self, record)
+
+    def sync_ended(self) -> None:
+        """The mirrors' synchronisation finished or was cancelled: deliveries resume."""
+        if not self.deleted:
+            self.deliver()
+
+    @property
+    def sync_progress(self) -> int | None:
+        """Messages sent so far by the synchronisation in progress (None: none)."""
+        syncing = self.mirroring.syncing if self.mirroring is not None else None
+        return None if syncing is None else syncing.sent
 
     def take_over(self, previous: Queue) -> None:
         """Promoted from mirror to leader: mirroring.promote."""

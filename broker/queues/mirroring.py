@@ -43,12 +43,15 @@ a synchronisation batch (ha-sync-batch-size messages), ["k", [seq...]] keep only
 these (a new leader's contents, sent to the other mirrors after a promotion).
 
 Invariants: `live` holds every message of the queue (ready or unacked) in sequence
-order; a mirror whose `first_seq` is at or below the lowest live sequence holds every
-message the leader holds (it is synchronised); a Replica's `stored` are exactly the
-live messages its node's store holds for the queue, and a publish it stored is
-acknowledged only once that batch is on disk (`apply` returns the batch); a
-confirm's hold for a mirror is answered exactly once (acknowledged, or the mirror
-left: the remaining mirrors hold the message, as RabbitMQ confirms).
+order (except one delivered and unacked when the queue became mirrored: the leader
+does not track its consumers' deliveries, so it is not in `live`, and if requeued
+no mirror gets it until its node's mirror is reset); a mirror whose `first_seq` is at
+or below the lowest live sequence holds every message the leader holds (it is
+synchronised); a Replica's `stored` are exactly the live messages its node's store
+holds for the queue, and a publish or sync batch it stored is acknowledged only once
+that batch is on disk (`apply` returns the batch); a confirm's hold for a mirror is
+answered exactly once (acknowledged, or the mirror left: the remaining mirrors hold
+the message, as RabbitMQ confirms).
 
 Not here: the transport and the failure detection (cluster/mirror_link.py), the
 record in the metadata (node/metadata.py `queue.record`), the queue (classic.py).
@@ -198,6 +201,9 @@ class MirrorLink(Protocol):
         """The run of `node` last heard of (a mirror attached in an earlier run of its
         node holds nothing any more)."""
 
+    def settings(self, queue: Any) -> HaSettings | None:
+        """The mirroring settings of `queue`'s policy now."""
+
 
 class _Mirror:
     __slots__ = ("node", "first_seq", "boot")
@@ -206,6 +212,18 @@ class _Mirror:
         self.node = node
         self.first_seq = first_seq  # the first message this mirror received
         self.boot = boot            # the mirror node's run it was attached in
+
+
+class _Sync:
+    """A synchronisation in progress (Mirroring.sync)."""
+    __slots__ = ("targets", "seqs", "position", "waiting", "sent")
+
+    def __init__(self, targets: dict[str, int], seqs: list[int]) -> None:
+        self.targets = targets  # mirror -> its first_seq at the start: it lacks the older
+        self.seqs = seqs        # the messages it may lack, oldest first
+        self.position = 0       # seqs[:position] are sent
+        self.waiting = 0        # acknowledgements of the last batch still due
+        self.sent = 0           # messages sent: the progress ({syncing, N} in RabbitMQ)
 
 
 class Mirroring:
@@ -221,6 +239,8 @@ class Mirroring:
         # being published now (set by the cluster's link around queue.publish)
         self.seen: dict[str, None] = {}
         self.publish_id: str | None = None
+        self.syncing: _Sync | None = None  # the synchronisation in progress
+        self.sync_again = False  # a mirror attached during it: another one follows
 
     # ------------------------------------------------------------ membership
 
@@ -242,6 +262,7 @@ class Mirroring:
 
     def stop(self) -> None:
         """The queue is deleted (or no longer led here): nothing waits for its mirrors."""
+        self.syncing = None
         for node in list(self.mirrors):
             self.detach(node)
 
@@ -251,23 +272,82 @@ class Mirroring:
                 if lowest is None or m.first_seq <= lowest]
 
     def sync(self, node: str | None = None) -> int:
-        """Send the queue's contents to one mirror (or every unsynchronised one) in
-        batches of ha-sync-batch-size; it is synchronised once it acknowledged the
-        last batch. Returns how many mirrors were synchronised."""
+        """Start synchronising one mirror (or every unsynchronised one) in the
+        background (the guide's "Batch Synchronization"): batches of
+        ha-sync-batch-size messages, the next one sent once every target acknowledged
+        the last, holding only what each target lacks (the messages older than its
+        first one); a target is synchronised once the last batch is acknowledged.
+        While it runs, the queue hands no message to consumers ("while a queue is
+        being synchronised, all other queue operations will be blocked"). Returns how
+        many mirrors are being synchronised (0: none needed it); a sync already
+        running goes on, and another follows it for the mirrors it did not cover."""
+        if self.syncing is not None:
+            self.sync_again = True
+            return len(self.syncing.targets)
         synced = set(self.synchronised())
-        targets = [node] if node is not None else [m for m in self.mirrors if m not in synced]
-        size = self.settings.sync_batch_size if self.settings else DEFAULT_SYNC_BATCH_SIZE
-        items = [[e.seq, e.message.exchange, e.message.routing_key, e.message.properties.raw,
-                  e.message.body, e.expires, e.redelivered] for e in self.live.values()]
-        for target in targets:
-            mirror = self.mirrors.get(target)
-            if mirror is None:
-                continue
-            self.link.send(target, self.queue, ["x"])
-            for start in range(0, len(items), size):
-                self.link.send(target, self.queue, ["s", items[start:start + size], 0])
-            mirror.first_seq = 0
+        targets = {m.node: m.first_seq for m in self.mirrors.values()
+                   if (m.node == node if node is not None else m.node not in synced)}
+        if not targets:
+            return 0
+        oldest_missing = max(targets.values())
+        run = _Sync(targets, [seq for seq in self.live if seq < oldest_missing])
+        self.syncing = run
+        self._send_batch(run)
         return len(targets)
+
+    def cancel_sync(self) -> bool:
+        """`cancel_sync_queue`: stop the synchronisation in progress; its targets stay
+        unsynchronised, holding what they got. False: none was running."""
+        run = self.syncing
+        if run is None:
+            return False
+        self.syncing = None
+        self.sync_again = False
+        self.queue.sync_ended()
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.sync_batch_size if self.settings else DEFAULT_SYNC_BATCH_SIZE
+
+    def _send_batch(self, run: "_Sync") -> None:
+        size = self.batch_size
+        while run.position < len(run.seqs):
+            chunk = run.seqs[run.position:run.position + size]
+            run.position += len(chunk)
+            entries = [self.live[seq] for seq in chunk if seq in self.live]  # not removed since
+            sent = 0
+            for target, first_seq in run.targets.items():
+                items = [[e.seq, e.message.exchange, e.message.routing_key,
+                          e.message.properties.raw, e.message.body, e.expires, e.redelivered]
+                         for e in entries if e.seq < first_seq]
+                if items and target in self.mirrors:
+                    run.waiting += 1
+                    sent = max(sent, len(items))
+                    self.link.ask(target, self.queue, ["s", items, 0],
+                                  lambda _ok, run=run: self._batch_acknowledged(run))
+            run.sent += sent
+            if run.waiting:
+                return
+        self._finish(run)
+
+    def _batch_acknowledged(self, run: "_Sync") -> None:
+        if run is not self.syncing:
+            return  # cancelled (or another run): late acknowledgements
+        run.waiting -= 1
+        if run.waiting == 0:
+            self._send_batch(run)
+
+    def _finish(self, run: "_Sync") -> None:
+        for node, first_seq in run.targets.items():
+            mirror = self.mirrors.get(node)
+            if mirror is not None and mirror.first_seq == first_seq:  # not reset since
+                mirror.first_seq = 0
+        self.syncing = None
+        self.queue.sync_ended()
+        if self.sync_again:
+            self.sync_again = False
+            self.sync()
 
     # ------------------------------------------------------------ contents
 
@@ -390,7 +470,7 @@ class Replica:
                     item = self.entries[seq] = [exchange, key, header, body, expires,
                                                 delivered]
                     batch = max(batch, self._store(seq, item))
-                self.entries = dict(sorted(self.entries.items()))
+                # (older than what the mirror held: promote() takes them in seq order)
             case "k":
                 keep = set(op[1])
                 self._unstore([s for s in self.entries if s not in keep])
@@ -456,7 +536,14 @@ def leader_record_changed(queue, record: dict) -> bool:
         queue.mirroring = None
         return True
     if queue.mirroring is None:
-        queue.mirroring = Mirroring(queue, queue.node.mirror_link, None)
+        # the policy's settings from the start: ha-sync-mode automatic and the batch
+        # size apply to the mirrors attached just below
+        link = queue.node.mirror_link
+        queue.mirroring = Mirroring(queue, link, link.settings(queue))
+        # a queue that becomes mirrored: what it holds already is what a mirror
+        # attached now lacks (so it is unsynchronised, and sync_queue sends it)
+        for entry in sorted(queue.ready_entries(), key=lambda e: e.seq):
+            queue.mirroring.live[entry.seq] = entry
     for gone in [m for m in queue.mirroring.mirrors if m not in queue.mirrors]:
         queue.mirroring.detach(gone)
     for added in [m for m in queue.mirrors if m not in queue.mirroring.mirrors]:
@@ -477,7 +564,7 @@ def promote(queue, previous) -> None:
     replica = getattr(previous, "replica", None)
     key_of_queue = queue_key(queue.vhost, queue.name)
     for seq, (exchange, key, header, body, expires, delivered) in (
-            replica.entries.items() if replica is not None else ()):
+            sorted(replica.entries.items()) if replica is not None else ()):
         _class_id, properties = decode_properties(header)
         message = Message(exchange, key, properties, body)
         stored = queue.durable and message.persistent and queue.store is not None

@@ -75,7 +75,8 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
             if mirrors is not None:  # the leader of a mirrored queue (mirroring.py)
                 queue.mirrors = tuple(mirrors)
                 queue.synced = tuple(record.get("synced") or ())
-                queue.mirroring = Mirroring(queue, host.mirror_link, None)
+                queue.mirroring = Mirroring(queue, host.mirror_link,
+                                            host.mirror_link.settings(queue))
                 for mirror in queue.mirrors:
                     if record.get("promoted"):  # take_over sets what each one holds
                         queue.mirroring.adopt(mirror, host.mirror_link.boot(mirror))

@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..node.channel import Channel, Consumer
 
 # sac: the single active consumer's tag (None: none)
-NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None}
+NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None,
+             "syncing": None}
 
 
 class ClassicLink(Protocol):
@@ -239,6 +240,10 @@ class RemoteClassicQueue(Queue):
 
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         self.link.counts(self, lambda _counts: done(self.stats(node_name)))
+
+    @property
+    def sync_progress(self) -> int | None:
+        return self.counts.get("syncing")
 
     def stats(self, node_name: str) -> dict[str, Any]:
         row = super().stats(node_name)

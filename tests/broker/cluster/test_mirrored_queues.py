@@ -262,6 +262,76 @@ def test_list_queues_sync_queue_and_the_sync_critical_check(cluster):
         channel.queue_delete("ops.plain")
 
 
+def test_sync_queue_runs_in_batches_in_the_background_and_cancel_sync_queue_stops_it(
+        cluster):
+    """"Batch Synchronization" and "Unsynchronised Mirrors": `sync_queue` sends the
+    queue's contents ha-sync-batch-size messages at a time while `list_queues`
+    shows the mirror unsynchronised and the queue object `syncing` with its
+    progress; the queue hands no message to consumers meanwhile ("while a queue is
+    being synchronised, all other queue operations will be blocked");
+    `cancel_sync_queue` stops it: the mirror stays unsynchronised, deliveries resume,
+    `sync_queue` returns (rabbitmqctl's waits for the end, cancelled or not)."""
+    one, two, _three = cluster.names
+    uris, urls = cluster.uris(), cluster.management_urls()
+    total = 20_000
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        channel.queue_declare("slow.sync", durable=True)
+        for n in range(total - 1):
+            channel.basic_publish("", "slow.sync", b"%d" % n)
+        channel.confirm_delivery()
+        channel.basic_publish("", "slow.sync", b"%d" % (total - 1))  # all are in
+    set_policy(uris[0], "ha-slow", r"^slow\.sync$",
+               {"ha-mode": "exactly", "ha-params": 2, "ha-sync-batch-size": 1})
+    mirrors_everywhere(uris, "slow.sync", one, [two], [])
+
+    synced = {}
+    syncing = threading.Thread(target=lambda: synced.update(result=CliRunner().invoke(
+        main, ["ctl", "sync_queue", "--base-uri", urls[2], "slow.sync"])))
+    syncing.start()
+
+    def progress(url: str) -> int | None:
+        status_code, body, _ = management_call(url, "GET", "/api/queues/%2F/slow.sync")
+        return body.get("sync_messages") if body.get("state") == "syncing" else None
+
+    started = wait_for("the sync under way", lambda: progress(urls[1]), timeout=60)
+    wait_for("the sync going on", lambda: (progress(urls[0]) or 0) > started, timeout=60)
+    # a consumer arriving meanwhile is not served: the leader's own snapshot shows it
+    # registered, the sync running and nothing delivered
+    consumer = connect(uris[2])
+    consuming = consumer.channel()
+    consuming.basic_qos(prefetch_count=10)
+    consuming.basic_consume("slow.sync", lambda *delivery: None)
+    seen = wait_for("the consumer registered", lambda: (
+        lambda line: line if line["consumers"] == 1 else None)(row(uris[0], "slow.sync")))
+    # (one snapshot of the leader's: every field at the same moment)
+    assert "syncing" in seen and seen["unacked"] == 0, seen
+    out = run("ctl", "list_queues", "--base-uri", urls[1], "name", "slave_pids",
+              "synchronised_slave_pids").output.splitlines()
+    assert f"slow.sync\t[<{two}>]\t[]" in out   # not synchronised while it runs
+    cancelled = run("ctl", "cancel_sync_queue", "--base-uri", urls[1], "slow.sync")
+    assert cancelled.output == "Stopping synchronising queue 'slow.sync' in vhost '/' ...\n"
+    syncing.join(timeout=60)
+    assert not syncing.is_alive()
+    assert synced["result"].exit_code == 0, synced["result"].output
+    assert synced["result"].output == "Synchronising queue 'slow.sync' in vhost '/' ...\n"
+    line = row(uris[1], "slow.sync")
+    assert "syncing" not in line and line["synchronised_mirrors"] == []
+    assert f"slow.sync\t[<{two}>]\t[]" in run(
+        "ctl", "list_queues", "--base-uri", urls[2], "name", "slave_pids",
+        "synchronised_slave_pids").output.splitlines()
+    assert run("ctl", "cancel_sync_queue", "--base-uri", urls[0], "slow.sync").output == (
+        "Stopping synchronising queue 'slow.sync' in vhost '/' ...\nnot_syncing\n")
+    # deliveries resume: the consumer gets its prefetch; every message is still there
+    wait_for("the consumer served", lambda: consumer.process_data_events(0.1) or (
+        row(uris[0], "slow.sync")["unacked"] == 10))
+    consumer.close()
+    assert row(uris[0], "slow.sync")["ready"] == total
+    clear_policy(uris[0], "ha-slow")
+    with connect(uris[0]) as connection:
+        connection.channel().queue_delete("slow.sync")
+
+
 def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
     with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
         started(cluster)
@@ -472,3 +542,75 @@ def test_a_failed_mirror_is_replaced_and_its_confirms_do_not_stall():
         assert got == [b"before"] + [b"during-%d" % n for n in range(5)] + [b"after"]
         mirrors_everywhere(cluster.uris([one, three]), "ha.bookkeeping", one, [three],
                            [three])   # drained: the new mirror is synchronised
+
+
+def test_a_node_joining_the_cluster_gets_an_unsynchronised_mirror(tmp_path):
+    """"Queue Arguments that Control Mirroring": ha-mode all — "When a new node is
+    added to the cluster, the queue will be mirrored to that node" — and exactly
+    with fewer nodes than its count ("the queue is mirrored to all nodes"); and
+    "Unsynchronised Mirrors": "when a node joins a cluster, queues may add a mirror
+    on the new node. At this point, the new mirror will be empty" (unsynchronised
+    until `sync_queue`, or until the older messages drain)."""
+    import subprocess
+    import sys
+
+    from quorumqueue.broker.cluster import launcher
+
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-all", r"^ha\.all$", {"ha-mode": "all"})
+        set_policy(uris[0], "ha-five", r"^ha\.five$", {"ha-mode": "exactly", "ha-params": 5})
+        with connect(uris[0]) as connection:
+            channel = connection.channel()
+            channel.queue_declare("ha.all", durable=True)
+            channel.queue_declare("ha.five", durable=True)
+        for name in ("ha.all", "ha.five"):
+            mirrors_everywhere(uris, name, one, [two, three], [two, three])
+            publish(uris[0], name, [b"old-%d" % n for n in range(5)])
+
+        seed = cluster.plans[0]
+        amqp_port, cluster_port = launcher.pick_free_ports(2)
+        joiner = "qq4@localhost"
+        log = open(tmp_path / "qq4.log", "w")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+             "--port", str(amqp_port), "--data-dir", str(tmp_path / "qq4"),
+             "--node-name", joiner, "--cluster-port", str(cluster_port),
+             "--config", cluster.config_path,
+             "--join", f"{seed.name}:{seed.cluster_port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            joined = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
+            every = [*uris, joined]
+            for name in ("ha.all", "ha.five"):
+                # the joiner's mirror is appended (the youngest), empty: unsynchronised
+                mirrors_everywhere(every, name, one, [two, three, joiner], [two, three])
+            publish(joined, "ha.all", [b"new"])   # it gets what is published from now on
+            with connect(joined) as connection:   # "old-0" drained, four older remain
+                channel = connection.channel()
+                method, _properties, body = channel.basic_get("ha.all")
+                assert body == b"old-0"
+                channel.basic_ack(method.delivery_tag)
+            row_all = row(joined, "ha.all")
+            assert joiner not in row_all["synchronised_mirrors"] and row_all["ready"] == 5
+            # explicit synchronisation from the new node (its leader sends the rest)
+            result = CliRunner().invoke(main, [
+                "ctl", "sync_queue", "--base-uri", cluster.management_url(two), "ha.five"])
+            assert result.exit_code == 0, result.output
+            mirrors_everywhere(every, "ha.five", one, [two, three, joiner],
+                               [two, three, joiner])
+            # draining the older messages synchronises the other one naturally
+            assert [body for body, _ in get_all(joined, "ha.all")] == [
+                b"old-%d" % n for n in range(1, 5)] + [b"new"]
+            mirrors_everywhere(every, "ha.all", one, [two, three, joiner],
+                               [two, three, joiner])
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()

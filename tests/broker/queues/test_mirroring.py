@@ -201,23 +201,57 @@ def test_a_new_mirror_starts_empty_and_is_synchronised_once_old_messages_drain()
 
 
 def test_sync_sends_the_contents_in_batches_and_automatic_mode_syncs_at_once():
+    """"Batch Synchronization": ha-sync-batch-size messages at a time, the next batch
+    once the mirror acknowledged the last; synchronised after the last one."""
     link = Link()
     queue = mirrored_queue(link, batch=2)
     for body in (b"1", b"2", b"3"):
         queue.publish(message(body), None, None)
     queue.mirroring.attach("b", "boot")
+    queue.publish(message(b"4"), None, None)   # the mirror has this one already
     assert queue.mirroring.synchronised() == []
     assert queue.mirroring.sync() == 1
-    assert queue.mirroring.synchronised() == ["b"]
-    assert bodies(link.replicas["b"]) == [b"1", b"2", b"3"]
+    assert bodies(link.replicas["b"]) == [b"4", b"1", b"2"]  # the first batch only
+    assert queue.sync_progress == 2 and queue.mirroring.synchronised() == []
+    link.ack_all("b")
+    assert queue.sync_progress == 3 and queue.mirroring.synchronised() == []
+    link.ack_all("b")
+    assert queue.mirroring.synchronised() == ["b"] and queue.sync_progress is None
+    assert sorted(bodies(link.replicas["b"])) == [b"1", b"2", b"3", b"4"]
     assert [op for node, op in link.sent if node == "b"].count("s") == 2  # 2 + 1
+    assert queue.mirroring.sync() == 0   # nothing left to synchronise
 
     auto = Link()
     queue = mirrored_queue(auto, sync_mode="automatic")
     queue.publish(message(b"x"), None, None)
     queue.mirroring.attach("b", "boot")
+    auto.ack_all("b")
     assert queue.mirroring.synchronised() == ["b"]
     assert bodies(auto.replicas["b"]) == [b"x"]
+
+
+def test_a_cancelled_sync_leaves_the_mirror_unsynchronised_and_holding_what_it_got():
+    """rabbitmqctl cancel_sync_queue: the synchronisation stops between two batches;
+    late acknowledgements send nothing more; the mirror holds the first batch and
+    every new message, and is synchronised later only once the older ones drain."""
+    link = Link()
+    queue = mirrored_queue(link, batch=1)
+    for body in (b"1", b"2", b"3"):
+        queue.publish(message(body), None, None)
+    queue.mirroring.attach("b", "boot")
+    assert queue.mirroring.cancel_sync() is False   # none running: not_syncing
+    assert queue.mirroring.sync() == 1
+    assert queue.mirroring.sync() == 1               # already running: goes on
+    assert queue.mirroring.cancel_sync() is True
+    assert queue.sync_progress is None
+    link.ack_all("b")                                # the batch's late acknowledgement
+    assert [op for node, op in link.sent if node == "b"].count("s") == 1
+    assert queue.mirroring.synchronised() == []
+    queue.publish(message(b"4"), None, None)
+    assert bodies(link.replicas["b"]) == [b"1", b"4"]
+    for _ in range(3):
+        queue.basic_get(Channel(), no_ack=True)      # 1, 2, 3 drain
+    assert queue.mirroring.synchronised() == ["b"]
 
 
 def test_a_promoted_mirror_serves_its_copy_with_unacked_messages_redelivered():
