@@ -33,9 +33,10 @@ stops; its owner clears the parameter.
 Invariant (on-confirm): a message is acknowledged at the source only after the
 destination confirmed it.
 
-Known difference from RabbitMQ: aiormq gives a message without a message-id one
-of its own when it publishes it (it tracks returns by it); the rest of the
-properties travel unchanged.
+Properties travel unchanged, as in RabbitMQ: aiormq gives a message published
+without a message-id one of its own (it tracks returns by it), so a message that
+had none is published with `NO_MESSAGE_ID`, which aiormq takes as set and pamqp
+does not encode (it leaves out empty properties).
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ def redact(uri: str) -> str:
 
 class _Finished(Exception):
     pass
+
+
+class _Unset(str):
+    """An empty message-id that counts as set: aiormq adds none, pamqp writes none."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+
+NO_MESSAGE_ID = _Unset("")
 
 
 class Shovel:
@@ -216,6 +229,8 @@ class Shovel:
                 taken += 1
             try:
                 properties = message.header.properties
+                if properties.message_id is None:
+                    properties.message_id = NO_MESSAGE_ID
                 if d.forward_headers:
                     properties.headers = self._forward_headers(properties.headers, queue)
                 exchange = message.delivery.exchange if route[0] is None else route[0]

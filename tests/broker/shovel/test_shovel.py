@@ -365,3 +365,80 @@ def test_an_exchange_to_exchange_shovel_moves_what_is_routed_while_it_runs(broke
     connection.close()
     wait_for(lambda: count(destination, "routed") == 5, what="the 5 routed messages")
     assert sorted(int(m) for m, _b, _h in drain(destination, "routed")) == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("mode", ["on-confirm", "on-publish", "no-ack"])
+def test_each_ack_mode_moves_every_message_once_when_nothing_fails(brokers, mode):
+    source, destination = brokers
+    publish(source, "calm", range(2000))
+    shovel(source, "calm", {"src-uri": "amqp://", "src-queue": "calm",
+                            "dest-uri": destination.uri, "dest-queue": "calm",
+                            "ack-mode": mode, "src-prefetch-count": 100})
+    wait_for(lambda: count(destination, "calm") == 2000, what="2000 at the destination")
+    wait_for(lambda: count(source, "calm") == 0, what="the source empty")
+    ctl(source, "clear_parameter", "shovel", "calm")
+    assert sorted(int(m) for m, _b, _h in drain(destination, "calm")) == list(range(2000))
+
+
+@pytest.mark.parametrize("mode, loses", [("on-confirm", False), ("on-publish", True),
+                                         ("no-ack", True)])
+def test_what_each_ack_mode_loses_when_the_destination_refuses_the_messages(
+        brokers, mode, loses):
+    """RabbitMQ's shovel guide on ack-mode: on-confirm acknowledges at the source only
+    after the destination confirmed, so a message the destination did not take
+    stays at the source; on-publish acknowledges once it is published ("may lose
+    messages in the event of broker failures") and no-ack never acknowledges (the
+    source forgets a message once delivered: "may lose messages in the event of
+    network or broker failures"). Here every publish fails: the destination
+    exchange does not exist, and the destination closes the channel (404)."""
+    source, destination = brokers
+    publish(source, "doomed", range(5))
+    shovel(source, "doomed", {"src-uri": "amqp://", "src-queue": "doomed",
+                              "dest-uri": destination.uri, "dest-exchange": "nowhere",
+                              "ack-mode": mode, "src-prefetch-count": 1,
+                              "reconnect-delay": 1})
+
+    def failed_attempt() -> bool:
+        status = ctl(source, "shovel_status")
+        return "terminated" in status and "NOT_FOUND" in status
+
+    if loses:  # attempt after attempt, the messages leave the source and go nowhere
+        wait_for(lambda: failed_attempt() and count(source, "doomed") == 0,
+                 what="the source emptied by failed attempts")
+    else:  # a failed attempt gives its delivery back: all 5 at the source
+        wait_for(lambda: failed_attempt() and count(source, "doomed") == 5,
+                 what="a failed attempt, every message still at the source")
+        status, shovels = _http(source, "GET", "/api/shovels")
+        assert [s["messages_shovelled"] for s in shovels] == [0]
+    ctl(source, "clear_parameter", "shovel", "doomed")
+
+
+def test_a_shovelled_message_keeps_its_properties_as_they_were(brokers):
+    """No message-id added where there was none (aiormq would add one), the other
+    properties and the headers unchanged."""
+    source, destination = brokers
+    properties = pika.BasicProperties(
+        content_type="text/plain", content_encoding="utf-8", headers={"k": "v", "n": 1},
+        delivery_mode=2, priority=3, correlation_id="c-1", reply_to="replies",
+        expiration="600000", timestamp=1700000000, type="order", app_id="shop")
+    connection, channel = channel_of(source)
+    channel.queue_declare("props", durable=True)
+    channel.confirm_delivery()
+    channel.basic_publish("", "props", b"without id", properties)
+    channel.basic_publish("", "props", b"with id", pika.BasicProperties(message_id="m-7"))
+    connection.close()
+    shovel(source, "props", {"src-uri": "amqp://", "src-queue": "props",
+                             "dest-uri": destination.uri, "dest-queue": "props"})
+    wait_for(lambda: count(destination, "props") == 2, what="both moved")
+    connection, channel = channel_of(destination)
+    got = {}
+    for _ in range(2):
+        method, received, body = channel.basic_get("props", auto_ack=True)
+        got[body] = received
+    connection.close()
+    without, with_id = got[b"without id"], got[b"with id"]
+    assert without.message_id is None
+    for name in ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
+                 "correlation_id", "reply_to", "expiration", "timestamp", "type", "app_id"):
+        assert getattr(without, name) == getattr(properties, name), name
+    assert with_id.message_id == "m-7" and with_id.headers is None
