@@ -25,7 +25,9 @@ may reach the destination twice (published, the confirm lost), never be lost
 (on-confirm).
 
 src-delete-after: "queue-length" moves the number of messages the source queue
-held when this attempt started, an integer that many messages over all attempts;
+held when this attempt started, an integer that many messages over all attempts of
+this Shovel (a shovel started on another node counts from zero, as RabbitMQ's
+worker does);
 deliveries past the count are neither published nor acknowledged (the source
 requeues them when the shovel closes). Then `finished` is set and the shovel
 stops; its owner clears the parameter.

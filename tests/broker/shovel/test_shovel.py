@@ -442,3 +442,64 @@ def test_a_shovelled_message_keeps_its_properties_as_they_were(brokers):
                  "correlation_id", "reply_to", "expiration", "timestamp", "type", "app_id"):
         assert getattr(without, name) == getattr(properties, name), name
     assert with_id.message_id == "m-7" and with_id.headers is None
+
+
+def test_an_integer_src_delete_after_counts_again_on_the_node_the_shovel_moves_to():
+    """RabbitMQ counts an integer src-delete-after in the shovel's worker
+    (rabbit_amqp091_shovel's `remaining`, set when the worker starts): a shovel
+    started again on another node counts from zero there, so over the move more
+    than the count may leave the source. The same here: killed (-9) mid-transfer,
+    the shovel moves to another node, which moves the count again before it deletes
+    itself (a reconnect on the same node keeps counting: broker/shovel/README.md)."""
+    from quorumqueue.client.management import call
+    from tests.support.cluster import LocalCluster
+
+    total = 10_000
+    with BrokerProcess() as source, LocalCluster(3, proxied=False) as cluster:
+        publish(source, "q", range(total))
+
+        class Node:
+            def __init__(self, name):
+                self.uri = cluster.uri(name)
+                self.management_url = cluster.management_url(name)
+
+        nodes = {name: Node(name) for name in cluster.names}
+        first = nodes[cluster.names[0]]
+        connection, channel = channel_of(first)
+        channel.queue_declare("q", durable=True, arguments={"x-queue-type": "quorum"})
+        connection.close()
+        shovel(first, "counted", {"src-uri": source.uri, "src-queue": "q",
+                                  "dest-uri": "amqp://", "dest-queue": "q",
+                                  "src-delete-after": total, "reconnect-delay": 1,
+                                  "src-prefetch-count": 200})
+
+        def runner(asked) -> str | None:
+            for line in ctl(asked, "shovel_status").splitlines()[2:]:
+                if line.split()[0] == "counted" and " running " in f" {line} ":
+                    return line.split()[3]
+            return None
+
+        first_runner = wait_for(lambda: runner(first), what="the shovel running")
+        wait_for(lambda: count(first, "q") >= 1000, what="the transfer under way")
+        cluster.kill(first_runner)
+        survivor = nodes[[n for n in cluster.names if n != first_runner][0]]
+        wait_for(lambda: runner(survivor) not in (None, first_runner), timeout=120,
+                 what="the shovel running on another node")
+
+        def source_counts() -> tuple[int, int]:
+            (line,) = [r for r in call(source.uri, "queues.list", vhost="/")
+                       if r["name"] == "q"]
+            return line["ready"], line["unacked"]
+
+        # everything left moved, every move acknowledged: short of the count there,
+        # so the shovel is still there
+        wait_for(lambda: source_counts() == (0, 0), timeout=240, what="the source drained")
+        (row,) = _http(survivor, "GET", "/api/shovels")[1]
+        moved_there = row["messages_shovelled"]
+        assert 0 < moved_there < total and row["state"] == "running"
+        assert "counted" in ctl(survivor, "list_parameters")
+        # it deletes itself after exactly `total` moved there
+        publish(source, "q", range(total, 2 * total - moved_there + 10))
+        wait_for(lambda: "counted" not in ctl(survivor, "list_parameters"), timeout=240,
+                 what="the shovel's end")
+        wait_for(lambda: source_counts() == (10, 0), what="10 left at the source")
