@@ -19,7 +19,8 @@ Responsibilities:
   first delivery, removal), a publisher confirm holds until every current mirror
   acknowledged the message; a mirror added later starts empty and unsynchronised
   (`first_seq`: the first message it has) and is synchronised once no message older
-  than that is left, or once `sync` sent it the queue's contents;
+  than that is left, or once a synchronisation (`sync`, in the background) sent it
+  the older messages;
 - `Replica`: a mirror's copy of the contents (sequence -> message, delivered flag),
   for a durable queue's persistent messages also in the mirror node's message store
   (the classic queue's records under the queue's key: the copy survives the node's
@@ -39,7 +40,10 @@ request] (the publish id: a publish forwarded from another node, re-sent to a ne
 leader after a failover, is recognised and confirmed, not enqueued twice),
 ["v", [seq...]] first deliveries, ["d", [seq...]] removals, ["x"] start empty,
 ["s", [[seq, exchange, key, header, body, expires, delivered]...], ack request]
-a synchronisation batch (ha-sync-batch-size messages), ["k", [seq...]] keep only
+a synchronisation batch (up to ha-sync-batch-size messages the mirror lacks; the
+leader sends the next one once every mirror acknowledged it: `sync` runs in the
+background, `cancel_sync` stops it between two batches, and the queue delivers to
+no consumer meanwhile), ["k", [seq...]] keep only
 these (a new leader's contents, sent to the other mirrors after a promotion).
 
 Invariants: `live` holds every message of the queue (ready or unacked) in sequence
