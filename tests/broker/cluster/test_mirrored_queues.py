@@ -606,6 +606,23 @@ def test_a_node_joining_the_cluster_gets_an_unsynchronised_mirror(tmp_path):
                 b"old-%d" % n for n in range(1, 5)] + [b"new"]
             mirrors_everywhere(every, "ha.all", one, [two, three, joiner],
                                [two, three, joiner])
+            # a node that comes back ("Stopping Nodes and Synchronisation": "when a
+            # mirror rejoins a mirrored queue, it throws away any durable local
+            # contents it already has and starts empty") is a mirror again,
+            # unsynchronised while the queue holds messages older than its return
+            cluster.restart(three)
+            started_again = cluster.uris([one, two])
+
+            def rejoined(uri: str) -> bool:
+                line = row(uri, "ha.five")
+                return (line["leader"] == one and three in line["mirrors"]
+                        and three not in line["synchronised_mirrors"]
+                        and sorted(line["synchronised_mirrors"]) == sorted([two, joiner]))
+
+            for uri in [*started_again, joined]:
+                wait_for(f"three back in ha.five, unsynchronised, on {uri}",
+                         lambda uri=uri: rejoined(uri), timeout=90)
+            assert row(uris[0], "ha.five")["ready"] == 5
         finally:
             process.terminate()
             try:
