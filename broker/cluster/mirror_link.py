@@ -30,6 +30,12 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   stopped; `forget_cluster_node` of the leader's node promotes it instead
   (node/metadata.py, queues/mirroring.py forget_leader).
 
+- synchronisation (`ctl sync_queue`, `cancel_sync_queue`): asked of the leader's
+  node ("cm.sync"), which starts or stops its background sync
+  (queues/mirroring.py Mirroring.sync); a mirror acknowledges each batch ("cm.ack"),
+  which lets the leader send the next; a sync with no batch acknowledged for
+  SYNC_STALL seconds is cancelled (its consumers are held while it runs);
+
 - publishes across a failover: a confirmed publish forwarded to a mirrored queue's
   leader that cannot answer (classic_link.py) is `park`ed here until the record names
   another leader, then sent there with its id (queues/mirroring.py `seen`).
@@ -70,6 +76,7 @@ EARLY_FOR = 5.0       # seconds an operation waits for its queue's record to arr
 PROPOSE_EVERY = 3.0   # seconds between two proposals of the same record
 PARK_FOR = 60.0       # seconds a forwarded publish waits for a promotion (then nacked)
 SYNC_TIMEOUT = 30.0   # seconds a sync_queue waits for the leader's answer
+SYNC_STALL = 60.0     # seconds without a batch acknowledged before a sync is cancelled
 
 
 class MirrorLink:
@@ -87,6 +94,8 @@ class MirrorLink:
         self.waiting: set[tuple] = set()  # (uid, [why,] leader's run) logged
         # node -> the run of it that announced a controlled shutdown ("cm.stopping")
         self.stopped: dict[str, str] = {}
+        # queue uid -> (its sync run, messages sent, since when): stalls (_watch_sync)
+        self.sync_progress: dict[str, tuple] = {}
 
     @property
     def node(self):
@@ -244,9 +253,28 @@ class MirrorLink:
             for queue in list(vhost.queues.values()):
                 if isinstance(queue, ClassicQueue) and not queue.deleted:
                     self._place(vhost.name, queue, silent)
+                    self._watch_sync(queue, now)
                 elif isinstance(queue, RemoteClassicQueue) and queue.replica is not None \
                         and queue.host in silent:
                     self._promote(vhost.name, queue, silent)
+
+    def _watch_sync(self, queue: ClassicQueue, now: float) -> None:
+        """A synchronisation whose batch no mirror acknowledged for SYNC_STALL seconds
+        (a mirror that cannot apply it, and whose node is not silent) is cancelled:
+        the queue's consumers are not held for ever."""
+        run = queue.mirroring.syncing if queue.mirroring is not None else None
+        if run is None:
+            self.sync_progress.pop(queue.group, None)
+            return
+        last = self.sync_progress.get(queue.group)
+        if last is None or last[0] is not run or last[1] != run.sent:
+            self.sync_progress[queue.group] = (run, run.sent, now)
+        elif now - last[2] >= SYNC_STALL:
+            log.warning("mirrored queue '%s' in vhost '%s': synchronisation stalled (no "
+                        "batch acknowledged for %gs): cancelled", queue.name, queue.vhost,
+                        SYNC_STALL)
+            queue.mirroring.cancel_sync()
+            self.sync_progress.pop(queue.group, None)
 
     def _settings(self, vhost: str, queue):
         if queue.exclusive_owner is not None:
