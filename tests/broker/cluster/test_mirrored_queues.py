@@ -273,7 +273,7 @@ def test_sync_queue_runs_in_batches_in_the_background_and_cancel_sync_queue_stop
     `sync_queue` returns (rabbitmqctl's waits for the end, cancelled or not)."""
     one, two, _three = cluster.names
     uris, urls = cluster.uris(), cluster.management_urls()
-    total = 20_000
+    total = 30_000   # one batch a round trip: long enough to be seen and cancelled
     with connect(uris[0]) as connection:
         channel = connection.channel()
         channel.queue_declare("slow.sync", durable=True)
