@@ -51,7 +51,8 @@ the last consumer leaves, and after a restart.
 Mirroring (behind its deprecated-feature switch): a mirrored queue's leader has a
 `mirroring` (mirroring.py) told of every publish (the confirm holds until every
 mirror has it), first delivery and removal; `take_over` turns a promoted mirror's
-copy into the queue.
+copy into the queue. While the leader synchronises its mirrors, no message goes to
+a consumer and basic.gets wait (`held_gets`), until `sync_ended`.
 
 Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
 ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
@@ -172,6 +173,7 @@ class ClassicQueue(Queue):
     mirrors: tuple | None = None
     synced: tuple = ()
     mirroring: Any = None
+    held_gets: list = field(default_factory=list)  # (channel, no_ack) during a sync
 
     type_name = "classic"
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
@@ -432,7 +434,7 @@ class ClassicQueue(Queue):
         """Hand ready messages to consumers with capacity (expired heads leave first;
         `fresh`, the message being published, may go out whatever its TTL)."""
         if self.mirroring is not None and self.mirroring.syncing is not None:
-            return  # synchronising its mirrors: deliveries wait (sync_ended)
+            return  # synchronising its mirrors: deliveries (and gets) wait (sync_ended)
         now = self.now_ms if self.expiring else 0
         while self.ready_count:
             if self.expiring and self.expire_heads(now, fresh) and not self.ready_count:
@@ -474,6 +476,9 @@ class ClassicQueue(Queue):
         send(self.ready_count, self.consumer_count)
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+        if self.mirroring is not None and self.mirroring.syncing is not None:
+            self.held_gets.append((channel, no_ack))  # answered when the sync ends
+            return
         now = self.now_ms
         self.touch(now)
         self.expire_heads(now)
@@ -547,7 +552,15 @@ class ClassicQueue(Queue):
         return leader_record_changed(self, record)
 
     def sync_ended(self) -> None:
-        """The mirrors' synchronisation finished or was cancelled: deliveries resume."""
+        """The mirrors' synchronisation finished or was cancelled: the gets that
+        waited are answered, deliveries resume."""
+        held, self.held_gets = self.held_gets, []
+        for channel, no_ack in held:
+            if getattr(channel, "is_open", True):  # (a remote one's reply: always)
+                if self.deleted:
+                    channel.get_empty()
+                else:
+                    self.basic_get(channel, no_ack)
         if not self.deleted:
             self.deliver()
 

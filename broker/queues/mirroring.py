@@ -43,7 +43,7 @@ leader after a failover, is recognised and confirmed, not enqueued twice),
 a synchronisation batch (up to ha-sync-batch-size messages the mirror lacks; the
 leader sends the next one once every mirror acknowledged it: `sync` runs in the
 background, `cancel_sync` stops it between two batches, and the queue delivers to
-no consumer meanwhile), ["k", [seq...]] keep only
+no consumer and answers no basic.get meanwhile), ["k", [seq...]] keep only
 these (a new leader's contents, sent to the other mirrors after a promotion).
 
 Invariants: `live` holds every message of the queue (ready or unacked) in sequence
@@ -265,8 +265,11 @@ class Mirroring:
             self.link.release(node, self.queue)
 
     def stop(self) -> None:
-        """The queue is deleted (or no longer led here): nothing waits for its mirrors."""
-        self.syncing = None
+        """The queue is deleted (or no longer led here): nothing waits for its mirrors
+        (a synchronisation in progress ends: what it held back is served)."""
+        if self.syncing is not None:
+            self.syncing = None
+            self.queue.sync_ended()
         for node in list(self.mirrors):
             self.detach(node)
 
@@ -281,8 +284,9 @@ class Mirroring:
         ha-sync-batch-size messages, the next one sent once every target acknowledged
         the last, holding only what each target lacks (the messages older than its
         first one); a target is synchronised once the last batch is acknowledged.
-        While it runs, the queue hands no message to consumers ("while a queue is
-        being synchronised, all other queue operations will be blocked"). Returns how
+        While it runs, the queue hands no message to consumers and holds basic.gets
+        ("while a queue is being synchronised, all other queue operations will be
+        blocked"; ClassicQueue.sync_ended serves them). Returns how
         many mirrors are being synchronised (0: none needed it); a sync already
         running goes on, and another follows it for the mirrors it did not cover."""
         if self.syncing is not None:

@@ -269,7 +269,8 @@ def test_sync_queue_runs_in_batches_in_the_background_and_cancel_sync_queue_stop
     shows the mirror unsynchronised and the queue object `syncing` with its
     progress; the queue hands no message to consumers meanwhile ("while a queue is
     being synchronised, all other queue operations will be blocked");
-    `cancel_sync_queue` stops it: the mirror stays unsynchronised, deliveries resume,
+    `cancel_sync_queue` stops it: the mirror stays unsynchronised, deliveries resume
+    (and a basic.get that waited is answered),
     `sync_queue` returns (rabbitmqctl's waits for the end, cancelled or not)."""
     one, two, _three = cluster.names
     uris, urls = cluster.uris(), cluster.management_urls()
@@ -306,9 +307,21 @@ def test_sync_queue_runs_in_batches_in_the_background_and_cancel_sync_queue_stop
         lambda line: line if line["consumers"] == 1 else None)(row(uris[0], "slow.sync")))
     # (one snapshot of the leader's: every field at the same moment)
     assert "syncing" in seen and seen["unacked"] == 0, seen
+    # a basic.get waits too, answered once the sync ends
+    fetched = {}
+
+    def fetch() -> None:
+        with connect(uris[1]) as connection:
+            method, _properties, body = connection.channel().basic_get("slow.sync",
+                                                                       auto_ack=True)
+            fetched["body"] = body
+
+    getter = threading.Thread(target=fetch)
+    getter.start()
     out = run("ctl", "list_queues", "--base-uri", urls[1], "name", "slave_pids",
               "synchronised_slave_pids").output.splitlines()
     assert f"slow.sync\t[<{two}>]\t[]" in out   # not synchronised while it runs
+    assert getter.is_alive() and "body" not in fetched
     cancelled = run("ctl", "cancel_sync_queue", "--base-uri", urls[1], "slow.sync")
     assert cancelled.output == "Stopping synchronising queue 'slow.sync' in vhost '/' ...\n"
     syncing.join(timeout=60)
@@ -326,7 +339,10 @@ def test_sync_queue_runs_in_batches_in_the_background_and_cancel_sync_queue_stop
     wait_for("the consumer served", lambda: consumer.process_data_events(0.1) or (
         row(uris[0], "slow.sync")["unacked"] == 10))
     consumer.close()
-    assert row(uris[0], "slow.sync")["ready"] == total
+    getter.join(timeout=60)
+    assert fetched["body"] == b"0"   # the head, taken by the get that waited
+    wait_for("the consumer's 10 back", lambda: row(uris[0], "slow.sync")["ready"]
+             == total - 1)   # every other message still there
     clear_policy(uris[0], "ha-slow")
     with connect(uris[0]) as connection:
         connection.channel().queue_delete("slow.sync")
