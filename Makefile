@@ -35,7 +35,7 @@ MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
 # the project never calls (it puts `--packages` on the session: a download at run time).
 DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
-.PHONY: setup main test oracle browser bench bench-setup bench-memory faults clean
+.PHONY: setup main test oracle browser bench bench-setup bench-memory bench-curves bench-profiles faults clean
 
 setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
 
@@ -163,6 +163,20 @@ $(PERFTEST_STAMP):
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py
 	@$(PY) bench/idle_memory.py
+
+# Issue 18's curves (bench/perftest_curves.py): PerfTest 1 producer/1 consumer per queue,
+# queue count 1/10/100 (1 KB) and body 16 B/1 KB/64 KB/1 MiB (1 queue), 1 and 3 nodes,
+# quorumqueue and RabbitMQ 3.10.8 up together, 3 A/B pairs of 10 s runs per point: JSON,
+# CSV and PNGs in bench/results/. About 25 minutes on 2 vCPUs, so not in `make bench`
+# (which runs perftest.py's quick set).
+bench-curves: setup oracle bench-setup
+	@$(PY) bench/perftest_curves.py
+
+# py-spy flame graphs of the broker (bench/profile_flames.py): the consume path on 1 node,
+# the 3-node leader and a follower during publish, the Spark sink's broker side; SVGs and
+# top-frame lists in bench/results/profiles/. About 5 minutes.
+bench-profiles: setup oracle bench-setup
+	@$(PY) bench/profile_flames.py
 
 # The fault suite's long form (tests/faults/README.md): 100 runs of a confirmed
 # workload on 3- and 5-node clusters under every nemesis (kills, pauses, partitions,

@@ -27,7 +27,9 @@ Scenarios (``--scenarios``): ``1q-1kb`` (1 queue, 1 KB), ``10q-1kb``, ``100q-1kb
 on 1 node (a few minutes with the default --time 10); ``all`` is all six.
 With ``--plots`` (default bench/results/) two PNGs per node count: msg/s and
 p99 latency against queue count (1 KB bodies) and against message size (1 queue),
-quorumqueue beside RabbitMQ. Progress goes to stderr, the table to stdout.
+quorumqueue beside RabbitMQ (medians, min-max bars), and their quorumqueue/RabbitMQ
+ratio per A/B pair (``pair_ratios``). bench/perftest_curves.py sweeps the whole grid
+on 1 and 3 nodes with these plots. Progress goes to stderr, the table to stdout.
 
 Not here: PerfTest's output parsing is ``parse_summary`` (tested without Java in
 tests/bench/test_perftest.py); brokers and clusters come from bench/brokers.py and
@@ -215,42 +217,96 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], out_dir: Path) -> list[Path]:
-    """Per node count: msg/s and p99 against queue count (1 KB) and against size (1 queue)."""
+def pair_ratios(rows: list[dict], key: str) -> dict[tuple[int, str], list[float]]:
+    """quorumqueue / RabbitMQ of ``key`` per A/B pair, per (nodes, scenario).
+
+    A pair is the two runs of one repeat (the ``repeat`` field of a run, else its
+    position); a repeat that one target lacks (a failed run) makes no ratio.
+    """
+    def by_repeat(row: dict) -> dict[int, float]:
+        return {run.get("repeat", index): _run_value(run, key) for index, run in enumerate(row["runs"])}
+
+    ours = {(r["nodes"], r["scenario"]): by_repeat(r) for r in rows if r["target"] == "quorumqueue"}
+    theirs = {(r["nodes"], r["scenario"]): by_repeat(r) for r in rows if r["target"] == "rabbitmq"}
+    ratios = {}
+    for where, our_runs in ours.items():
+        their_runs = theirs.get(where, {})
+        ratios[where] = [our_runs[i] / their_runs[i] for i in sorted(our_runs)
+                         if i in their_runs and their_runs[i]]
+    return ratios
+
+
+def _run_value(run: dict, key: str) -> float:
+    return run["latency_us"]["99th"] if key == "latency_p99_us" else run[key]
+
+
+def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest", subtitle: str = "") -> list[Path]:
+    """Per node count: received msg/s, p99 consumer latency and the quorumqueue/RabbitMQ
+    ratio of both, against queue count (1 KB bodies) and against size (1 queue).
+
+    Points are medians over the repeats, bars the min-max of the runs; the ratio panel
+    takes one ratio per A/B pair (same repeat), so load shared by both runs cancels.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
     out_dir.mkdir(parents=True, exist_ok=True)
+    rate_ratios = pair_ratios(rows, "receiving")
+    latency_ratios = pair_ratios(rows, "latency_p99_us")
     for nodes in sorted({r["nodes"] for r in rows}):
         for axis, label, keep in (
             ("queues", "queues (1 KB bodies)", lambda r: r["size"] == 1024),
             ("size", "message size, bytes (1 queue)", lambda r: r["queues"] == 1),
         ):
-            chosen = [r for r in rows if r["nodes"] == nodes and keep(r)]
+            chosen = [r for r in rows if r["nodes"] == nodes and keep(r) and r["runs"]]
             if len({r[axis] for r in chosen}) < 2:
                 continue
-            figure, (rate_ax, latency_ax) = plt.subplots(1, 2, figsize=(10, 4))
+            figure, (rate_ax, latency_ax, ratio_ax) = plt.subplots(1, 3, figsize=(15, 4.4))
             for target in TARGETS:
-                points = sorted((r[axis], r["receiving"], r["latency_p99_us"] / 1000)
-                                for r in chosen if r["target"] == target)
+                mine = sorted((r for r in chosen if r["target"] == target), key=lambda r: r[axis])
+                if not mine:
+                    continue
+                xs = [r[axis] for r in mine]
+                for ax, key, scale in ((rate_ax, "receiving", 1.0), (latency_ax, "latency_p99_us", 1000.0)):
+                    values = [[_run_value(run, key) / scale for run in r["runs"]] for r in mine]
+                    middle = [statistics.median(v) for v in values]
+                    ax.errorbar(xs, middle, yerr=[[m - min(v) for m, v in zip(middle, values)],
+                                                  [max(v) - m for m, v in zip(middle, values)]],
+                                marker="o", capsize=3, label=target)
+            for key, name in (("receiving", "received msg/s"), ("latency_p99_us", "p99 latency")):
+                ratios = rate_ratios if key == "receiving" else latency_ratios
+                points = sorted((r[axis], ratios.get((nodes, r["scenario"]), []))
+                                for r in chosen if r["target"] == "quorumqueue")
+                points = [(x, v) for x, v in points if v]
                 if not points:
                     continue
-                xs = [p[0] for p in points]
-                rate_ax.plot(xs, [p[1] for p in points], marker="o", label=target)
-                latency_ax.plot(xs, [p[2] for p in points], marker="o", label=target)
-            for ax, ylabel in ((rate_ax, "received msg/s"), (latency_ax, "consumer latency p99, ms")):
+                xs = [x for x, _ in points]
+                middle = [statistics.median(v) for _, v in points]
+                ratio_ax.errorbar(xs, middle, yerr=[[m - min(v) for m, (_, v) in zip(middle, points)],
+                                                    [max(v) - m for m, (_, v) in zip(middle, points)]],
+                                  marker="o" if key == "receiving" else "s", capsize=3,
+                                  label=f"{name} (higher is better)" if key == "receiving"
+                                  else f"{name} (lower is better)")
+            ratio_ax.axhline(1.0, color="grey", linewidth=1)
+            ratio_ax.axhline(1.5, color="grey", linewidth=1, linestyle="--")
+            ratio_ax.set_yscale("log")
+            for ax, ylabel in ((rate_ax, "received msg/s"), (latency_ax, "consumer latency p99, ms"),
+                               (ratio_ax, "quorumqueue / RabbitMQ, per A/B pair")):
                 ax.set_xscale("log")
                 ax.set_xlabel(label)
                 ax.set_ylabel(ylabel)
-                ax.grid(True, alpha=0.3)
-                ax.legend()
-            figure.suptitle(f"PerfTest, quorum queues, {nodes} node{'s' if nodes > 1 else ''}: "
-                            f"persistent, confirm 1000, qos 1000")
+                ax.grid(True, alpha=0.3, which="both")
+                ax.legend(fontsize=8)
+            rate_ax.set_yscale("log")
+            latency_ax.set_yscale("log")
+            figure.suptitle(f"PerfTest 1P/1C per queue, quorum queues, {nodes} node{'s' if nodes > 1 else ''}: "
+                            f"persistent, confirm 1000, qos 1000; median, bars min-max"
+                            + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
             figure.tight_layout()
-            path = out_dir / f"perftest_{nodes}n_by_{axis}.png"
-            figure.savefig(path, dpi=100)
+            path = out_dir / f"{prefix}_{nodes}n_by_{axis}.png"
+            figure.savefig(path, dpi=90)
             plt.close(figure)
             written.append(path)
     return written

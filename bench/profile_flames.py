@@ -1,0 +1,256 @@
+"""py-spy flame graphs of the broker under load: where its CPU goes, per path.
+
+    python bench/profile_flames.py [--profiles consume-1n,publish-3n,sink] [--messages 200000]
+        [--rate 100] [--out bench/results/profiles]
+
+Each profile starts fresh brokers, drives one load, and samples the broker process(es)
+with ``py-spy record --pid`` (py-spy must be installed: ``pip install py-spy``; it reads
+the broker's memory through ptrace, so the user needs ptrace permission over its own
+processes). Two samplers per process, both ``--nonblocking`` (the broker is never
+paused) and ``--nolineno`` (frames are functions): one writes the flame graph
+(``NAME.svg``, ``--threads``: one tower per thread), the other py-spy's collapsed
+stacks (``NAME.txt``), from which ``NAME.top.txt`` lists the top frames by own
+samples ("self") and by samples with the frame anywhere on the stack ("total"), each
+as a share of the process's samples. py-spy samples only threads that are running
+(idle threads are left out), so a share is of the broker's busy CPU time; ``busy``
+is the loop thread's samples over (seconds x rate), how much of the wall time that
+thread was busy.
+
+Profiles:
+
+- ``consume-1n``: 1 node, a quorum queue filled with ``--messages`` persistent 1 KB
+  messages by PerfTest (not sampled), then drained by PerfTest's consumer (prefetch
+  1000, one ack per message, PerfTest's default): the consume path alone.
+- ``publish-3n``: 3 nodes, a quorum queue declared on node 1, PerfTest publishing
+  ``--messages`` persistent 1 KB messages with confirms (1000 in flight) to the
+  queue's leader: the leader and one follower sampled at once.
+- ``sink``: 1 node, the Spark sink (``df.write.format("quorumqueue")``, ``local[2]``,
+  2 partitions) writing ``--messages`` 1 KB rows into a quorum queue, as
+  bench/connector_sink.py measures it: the broker's side of the sink (keyed publishes).
+
+Progress goes to stderr. Not here: the figures the profiles explain (bench/perftest.py,
+bench/perftest_curves.py, bench/connector_sink.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.perftest import JARS, PERFTEST_MAIN, check_jars  # noqa: E402
+
+PROFILES = ("consume-1n", "publish-3n", "sink")
+QUORUM_ARGS = ["--queue-args", "x-queue-type=quorum", "--auto-delete", "false"]
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def py_spy() -> str:
+    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not found:
+        sys.exit("error: py-spy not found; install it with `python -m pip install py-spy`")
+    return found
+
+
+class Spy:
+    """Two py-spy samplers on one process: a flame graph and collapsed stacks."""
+
+    def __init__(self, pid: int, out_base: Path, rate: int) -> None:
+        self.pid, self.out_base, self.rate = pid, out_base, rate
+        common = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking", "--nolineno"]
+        self.processes = [
+            subprocess.Popen(common + ["--threads", "--format", "flamegraph", "-o", f"{out_base}.svg"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+            subprocess.Popen(common + ["--threads", "--format", "raw", "-o", f"{out_base}.txt"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        ]
+        self.began = time.monotonic()
+        self.seconds = 0.0
+
+    def stop(self) -> None:
+        self.seconds = time.monotonic() - self.began
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        for process in self.processes:
+            try:
+                _, errors = process.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, errors = process.communicate()
+            if not Path(f"{self.out_base}.svg").exists() and "Permission" in (errors or ""):
+                sys.exit(f"error: py-spy was refused ptrace on pid {self.pid}: {errors.strip()}")
+        say(f"  sampled pid {self.pid} for {self.seconds:.1f} s -> {self.out_base}.svg")
+
+
+def perftest(uri: str, *flags: str) -> None:
+    command = ["java", "-cp", f"{JARS}/*", PERFTEST_MAIN, "--uri", uri, *flags]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0 or "test stopped" not in done.stdout:
+        raise RuntimeError(f"PerfTest exited {done.returncode}:\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}")
+
+
+def profile_consume_1n(out: Path, messages: int, rate: int) -> list[Path]:
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess() as broker:
+        queue = f"profile-consume-{os.urandom(3).hex()}"
+        say(f"consume-1n: filling {queue} with {messages:,} x 1 KB (PerfTest, not sampled)")
+        perftest(broker.uri, "--queue", queue, *QUORUM_ARGS, "--flag", "persistent", "--confirm", "1000",
+                 "--size", "1024", "--producers", "1", "--consumers", "0", "--pmessages", str(messages))
+        say("consume-1n: draining with PerfTest's consumer (qos 1000, an ack per message), sampling")
+        spy = Spy(broker.process.pid, out / "consume-1n", rate)
+        began = time.monotonic()
+        perftest(broker.uri, "--queue", queue, "--predeclared", "--qos", "1000", "--producers", "0",
+                 "--consumers", "1", "--cmessages", str(messages))
+        say(f"consume-1n: {messages / (time.monotonic() - began):,.0f} msg/s while sampled "
+            "(PerfTest's start included)")
+        spy.stop()
+    return [summarise(out / "consume-1n", spy, f"consume-1n: {messages:,} x 1 KB drained by PerfTest")]
+
+
+def profile_publish_3n(out: Path, messages: int, rate: int) -> list[Path]:
+    import pika
+
+    from bench.clusters import QuorumQueueCluster
+
+    with QuorumQueueCluster(3) as cluster:
+        queue = f"profile-publish-{os.urandom(3).hex()}"
+        first = cluster.uris()[0]
+        with pika.BlockingConnection(pika.URLParameters(first)) as connection:
+            connection.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        cluster.wait_queue_known(queue)
+        leader = cluster.leader_index(queue)
+        follower = (leader + 1) % 3
+        names = cluster.names
+        say(f"publish-3n: leader {names[leader]}, follower {names[follower]}; publishing "
+            f"{messages:,} x 1 KB to the leader with PerfTest, sampling both")
+        spies = [Spy(cluster.local.pid(names[leader]), out / "publish-3n-leader", rate),
+                 Spy(cluster.local.pid(names[follower]), out / "publish-3n-follower", rate)]
+        began = time.monotonic()
+        perftest(cluster.uris()[leader], "--queue", queue, "--predeclared", "--flag", "persistent",
+                 "--confirm", "1000", "--size", "1024", "--producers", "1", "--consumers", "0",
+                 "--pmessages", str(messages))
+        say(f"publish-3n: {messages / (time.monotonic() - began):,.0f} msg/s while sampled "
+            "(PerfTest's start included)")
+        for spy in spies:
+            spy.stop()
+    return [summarise(out / "publish-3n-leader", spies[0], f"publish-3n leader: {messages:,} x 1 KB"),
+            summarise(out / "publish-3n-follower", spies[1], f"publish-3n follower: {messages:,} x 1 KB")]
+
+
+def profile_sink(out: Path, messages: int, rate: int) -> list[Path]:
+    from bench import connector_sink
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess() as broker, ExitStack() as stack:
+        say("sink: starting Spark (local[2]) and warming up its Python workers")
+        spark = connector_sink.start_spark()
+        stack.callback(spark.stop)
+        connector_sink.warm_up(spark, broker)
+        say(f"sink: the Spark sink writes {messages:,} x 1 KB rows, sampling the broker")
+        settings = argparse.Namespace(messages=messages, size=1024, partitions=2)
+        spy = Spy(broker.process.pid, out / "sink", rate)
+        try:
+            rate_seen = connector_sink.measure_sink(spark, broker, settings)
+        finally:
+            spy.stop()
+        say(f"sink: {rate_seen:,.0f} msg/s while sampled")
+    return [summarise(out / "sink", spy, f"sink: {messages:,} x 1 KB rows from Spark")]
+
+
+def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
+    stacks = []
+    for line in path.read_text().splitlines():
+        frames, _, count = line.rpartition(" ")
+        if frames and count.isdigit():
+            stacks.append((frames.split(";"), int(count)))
+    return stacks
+
+
+def short(frame: str) -> str:
+    """``name (path/to/file.py)`` -> ``name (file.py)``; thread roots unchanged."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rstrip(')').rsplit('/', 1)[-1]})" if where else frame
+
+
+def top_frames(stacks: list[tuple[list[str], int]], limit: int = 15) -> dict:
+    """Per thread (the stacks' root with ``--threads``): samples; over the process: the
+    frames with the most own samples and with the most samples anywhere on the stack."""
+    total = sum(count for _, count in stacks)
+    threads: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    anywhere: collections.Counter[str] = collections.Counter()
+    for frames, count in stacks:
+        threads[frames[0]] += count
+        body = [short(f) for f in frames[1:]] or [frames[0]]
+        own[body[-1]] += count
+        for frame in set(body):
+            anywhere[frame] += count
+    return {"total": total, "threads": threads.most_common(),
+            "self": own.most_common(limit), "inclusive": anywhere.most_common(limit + 10)}
+
+
+def summarise(base: Path, spy: Spy, title: str) -> Path:
+    stacks = read_collapsed(Path(f"{base}.txt"))
+    top = top_frames(stacks)
+    total = top["total"] or 1
+    loop_samples = top["threads"][0][1] if top["threads"] else 0
+    lines = [title,
+             f"sampled {spy.seconds:.1f} s at {spy.rate} Hz: {top['total']} busy samples; busiest thread "
+             f"{loop_samples / max(spy.seconds * spy.rate, 1):.0%} of the wall time",
+             "", "threads (share of busy samples):"]
+    lines += [f"  {count / total:6.1%}  {thread}" for thread, count in top["threads"]]
+    lines += ["", "self (own samples):"]
+    lines += [f"  {count / total:6.1%}  {frame}" for frame, count in top["self"]]
+    lines += ["", "total (anywhere on the stack):"]
+    lines += [f"  {count / total:6.1%}  {frame}" for frame, count in top["inclusive"]]
+    path = Path(f"{base}.top.txt")
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:len(top["threads"]) + 4 + 10]) + "\n")
+    return path
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated: " + ", ".join(PROFILES))
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per profile")
+    parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "profiles")
+    arguments = parser.parse_args(argv)
+    arguments.profile_list = [name.strip() for name in arguments.profiles.split(",") if name.strip()]
+    unknown = [name for name in arguments.profile_list if name not in PROFILES]
+    if unknown or not arguments.profile_list:
+        parser.error(f"unknown profile(s) {unknown}; known: {', '.join(PROFILES)}")
+    if arguments.messages < 1 or arguments.rate < 1:
+        parser.error("--messages and --rate must be at least 1")
+    return arguments
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    check_jars()
+    py_spy()
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    run = {"consume-1n": profile_consume_1n, "publish-3n": profile_publish_3n, "sink": profile_sink}
+    for name in arguments.profile_list:
+        messages = arguments.messages if name != "sink" else min(arguments.messages, 100_000)
+        for path in run[name](arguments.out, messages, arguments.rate):
+            say(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
