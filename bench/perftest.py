@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -240,7 +241,8 @@ def _run_value(run: dict, key: str) -> float:
     return run["latency_us"]["99th"] if key == "latency_p99_us" else run[key]
 
 
-def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest", subtitle: str = "") -> list[Path]:
+def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest",
+         subtitle: Callable[[int], str] = lambda nodes: "") -> list[Path]:
     """Per node count: received msg/s, p99 consumer latency and the quorumqueue/RabbitMQ
     ratio of both, against queue count (1 KB bodies) and against size (1 queue).
 
@@ -250,6 +252,7 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest", subtitle: st
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, LogLocator
 
     written = []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -292,6 +295,9 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest", subtitle: st
             ratio_ax.axhline(1.0, color="grey", linewidth=1)
             ratio_ax.axhline(1.5, color="grey", linewidth=1, linestyle="--")
             ratio_ax.set_yscale("log")
+            ratio_ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
+            ratio_ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+            ratio_ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
             for ax, ylabel in ((rate_ax, "received msg/s"), (latency_ax, "consumer latency p99, ms"),
                                (ratio_ax, "quorumqueue / RabbitMQ, per A/B pair")):
                 ax.set_xscale("log")
@@ -303,7 +309,7 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest", subtitle: st
             latency_ax.set_yscale("log")
             figure.suptitle(f"PerfTest 1P/1C per queue, quorum queues, {nodes} node{'s' if nodes > 1 else ''}: "
                             f"persistent, confirm 1000, qos 1000; median, bars min-max"
-                            + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
+                            + (f"\n{subtitle(nodes)}" if subtitle(nodes) else ""), fontsize=10)
             figure.tight_layout()
             path = out_dir / f"{prefix}_{nodes}n_by_{axis}.png"
             figure.savefig(path, dpi=90)

@@ -3,12 +3,12 @@ quorumqueue beside RabbitMQ 3.10.8, on 1 and 3 nodes, in one run.
 
     python bench/perftest_curves.py [--nodes 1,3] [--queues 1,10,100]
         [--sizes 16,1024,65536,1048576] [--time 10] [--repeats 3] [--out bench/results]
-    python bench/perftest_curves.py --replot bench/results/perftest_curves.json
+    python bench/perftest_curves.py --replot RUN1.json [RUN2.json ...]
 
 The sweep of issue 18's item 1, built on ``bench/perftest.py`` (its PerfTest command,
 summary parser, broker start and plots): per node count, both brokers (or both
 clusters) are started once and stay up together; then for every point of the grid --
-queue count at 1 KB bodies (``--queues``) and body size on 1 queue (``--sizes``) --
+body size on 1 queue (``--sizes``), then queue count at 1 KB bodies (``--queues``) --
 ``--repeats`` A/B pairs run, one PerfTest run per broker each, the order swapped every
 other pair (A B, B A, A B ...) so neither broker always runs second. Each run is
 PerfTest's default shape per queue, 1 producer and 1 consumer publishing and consuming
@@ -54,8 +54,10 @@ def size_name(size: int) -> str:
 
 
 def grid(queue_counts: list[int], sizes: list[int]) -> list[Scenario]:
-    """Queue counts at 1 KB, then sizes on 1 queue; a point on both axes once."""
-    points = [(queues, 1024) for queues in queue_counts] + [(1, size) for size in sizes]
+    """Sizes on 1 queue, then queue counts at 1 KB, fewest first; a point on both axes
+    once. The most queues come last: a broker that a point overwhelms (3 nodes, 100
+    queues, 2026-11-27: node 1 stopped answering handshakes) then costs no other point."""
+    points = [(1, size) for size in sizes] + [(queues, 1024) for queues in sorted(queue_counts)]
     unique = list(dict.fromkeys(points))
     return [Scenario(f"{queues}q-{size_name(size)}", queues, size) for queues, size in unique]
 
@@ -181,8 +183,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def load_subtitle(rows: list[dict]) -> str:
-    loads = [run["load1"] for r in rows for run in r["runs"] if "load1" in run]
+def load_subtitle(rows: list[dict], nodes: int) -> str:
+    loads = [run["load1"] for r in rows if r["nodes"] == nodes for run in r["runs"] if "load1" in run]
     if not loads:
         return ""
     return (f"2 vCPUs shared with other work: 1-min load average {min(loads):.1f}-{max(loads):.1f} "
@@ -199,7 +201,16 @@ def write_outputs(rows: list[dict], out_dir: Path) -> list[Path]:
         writer.writeheader()
         writer.writerows(csv_lines(rows))
     return [json_path, csv_path, *perftest.plot(rows, out_dir, prefix="perftest_curves",
-                                                  subtitle=load_subtitle(rows))]
+                                                  subtitle=lambda nodes: load_subtitle(rows, nodes))]
+
+
+def merge_runs(runs: list[list[dict]]) -> list[dict]:
+    """The rows of several sweeps; each node count from the last sweep that measured it."""
+    newest: dict[int, list[dict]] = {}
+    for rows in runs:
+        for nodes in {row["nodes"] for row in rows}:
+            newest[nodes] = [row for row in rows if row["nodes"] == nodes]
+    return [row for nodes in sorted(newest) for row in newest[nodes]]
 
 
 def integers(text: str, what: str, parser: argparse.ArgumentParser) -> list[int]:
@@ -222,8 +233,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target", choices=("both", *TARGETS), default="both")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results",
                         help="directory for the JSON, CSV and PNGs")
-    parser.add_argument("--replot", type=Path, metavar="JSON",
-                        help="run nothing: table, CSV and plots from an earlier perftest_curves.json")
+    parser.add_argument("--replot", type=Path, nargs="+", metavar="JSON",
+                        help="run nothing: table, CSV and plots from earlier perftest_curves.json "
+                             "files; a later file's node counts replace an earlier one's")
     arguments = parser.parse_args(argv)
     arguments.node_list = integers(arguments.nodes, "--nodes", parser)
     arguments.queue_list = integers(arguments.queues, "--queues", parser)
@@ -236,7 +248,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     arguments = parse_arguments(argv)
     if arguments.replot:
-        rows = json.loads(arguments.replot.read_text())
+        rows = merge_runs([json.loads(path.read_text()) for path in arguments.replot])
     else:
         perftest.check_jars()
         targets = list(TARGETS) if arguments.target == "both" else [arguments.target]

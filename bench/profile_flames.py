@@ -1,7 +1,7 @@
 """py-spy flame graphs of the broker under load: where its CPU goes, per path.
 
-    python bench/profile_flames.py [--profiles consume-1n,publish-3n,sink] [--messages 200000]
-        [--rate 100] [--out bench/results/profiles]
+    python bench/profile_flames.py [--profiles consume-1n,publish-3n,sink,queues100-3n]
+        [--messages 200000] [--seconds 30] [--rate 100] [--out bench/results/profiles]
 
 Each profile starts fresh brokers, drives one load, and samples the broker process(es)
 with ``py-spy record --pid`` (py-spy must be installed: ``pip install py-spy``; it reads
@@ -25,8 +25,12 @@ Profiles:
   ``--messages`` persistent 1 KB messages with confirms (1000 in flight) to the
   queue's leader: the leader and one follower sampled at once.
 - ``sink``: 1 node, the Spark sink (``df.write.format("quorumqueue")``, ``local[2]``,
-  2 partitions) writing ``--messages`` 1 KB rows into a quorum queue, as
-  bench/connector_sink.py measures it: the broker's side of the sink (keyed publishes).
+  2 partitions) writing ``--messages`` (at most 200,000) 1 KB rows into a quorum queue,
+  as bench/connector_sink.py measures it: the broker's side of the sink (keyed publishes).
+- ``queues100-3n``: 3 nodes, PerfTest's 100-queue point of bench/perftest_curves.py
+  (100 quorum queues, 1 producer and 1 consumer each, 1 KB, ``--seconds``) against
+  node 1, all three nodes sampled: where quorumqueue fell to a few percent of
+  RabbitMQ's rate in the sweep.
 
 Progress goes to stderr. Not here: the figures the profiles explain (bench/perftest.py,
 bench/perftest_curves.py, bench/connector_sink.py).
@@ -50,7 +54,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.perftest import JARS, PERFTEST_MAIN, check_jars  # noqa: E402
 
-PROFILES = ("consume-1n", "publish-3n", "sink")
+PROFILES = ("consume-1n", "publish-3n", "sink", "queues100-3n")
 QUORUM_ARGS = ["--queue-args", "x-queue-type=quorum", "--auto-delete", "false"]
 
 
@@ -59,10 +63,25 @@ def say(text: str) -> None:
 
 
 def py_spy() -> str:
+    """py-spy's binary: on PATH, beside this Python, or where its package put it (a venv
+    that reads another's site-packages finds the binary in that one's bin/)."""
     found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not found:
+        from importlib import metadata
+        try:
+            files = metadata.distribution("py-spy").files or []
+        except metadata.PackageNotFoundError:
+            files = []
+        found = next((str(f.locate().resolve()) for f in files if f.name == "py-spy"), None)
     if not found:
         sys.exit("error: py-spy not found; install it with `python -m pip install py-spy`")
     return found
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Spy:
@@ -78,10 +97,12 @@ class Spy:
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
         ]
         self.began = time.monotonic()
-        self.seconds = 0.0
+        self.cpu_began = process_cpu_seconds(pid)
+        self.seconds = self.cpu_seconds = 0.0
 
     def stop(self) -> None:
         self.seconds = time.monotonic() - self.began
+        self.cpu_seconds = process_cpu_seconds(self.pid) - self.cpu_began
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
@@ -172,6 +193,33 @@ def profile_sink(out: Path, messages: int, rate: int) -> list[Path]:
     return [summarise(out / "sink", spy, f"sink: {messages:,} x 1 KB rows from Spark")]
 
 
+def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
+    """PerfTest's 100-queue point of bench/perftest_curves.py on 3 nodes, every node sampled."""
+    from bench.clusters import QuorumQueueCluster
+    from bench.perftest import SCENARIOS, parse_summary, perftest_command
+
+    with QuorumQueueCluster(3) as cluster:
+        names = cluster.names
+        say(f"queues100-3n: PerfTest 100 queues x 1P/1C (1 KB) on node 1 for {seconds} s, sampling all 3 nodes")
+        spies = [Spy(cluster.local.pid(name), out / f"queues100-3n-node{index + 1}", rate)
+                 for index, name in enumerate(names)]
+        command = perftest_command(cluster.uris()[0], SCENARIOS["100q-1kb"], seconds,
+                                   f"profile-q100-{os.urandom(3).hex()}")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
+        for spy in spies:
+            spy.stop()
+        try:
+            summary = parse_summary(done.stdout)
+            say(f"queues100-3n: received {summary.receiving:,.0f} msg/s, p99 "
+                f"{summary.latency_us['99th'] / 1000:,.0f} ms")
+        except ValueError as error:
+            say(f"queues100-3n: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
+    return [summarise(out / f"queues100-3n-node{index + 1}", spy,
+                      f"queues100-3n node {index + 1}{' (PerfTest connects here)' if index == 0 else ''}: "
+                      f"100 queues x 1P/1C, 1 KB, {seconds} s")
+            for index, spy in enumerate(spies)]
+
+
 def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
     stacks = []
     for line in path.read_text().splitlines():
@@ -200,8 +248,30 @@ def top_frames(stacks: list[tuple[list[str], int]], limit: int = 15) -> dict:
         own[body[-1]] += count
         for frame in set(body):
             anywhere[frame] += count
+    # a thread's root (click, runpy, threading) holds nearly every sample: no information
+    common = {frame for thread in threads for frame in thread_root(stacks, thread)} - set(own)
+    inclusive = [(frame, n) for frame, n in anywhere.most_common() if frame not in common]
     return {"total": total, "threads": threads.most_common(),
-            "self": own.most_common(limit), "inclusive": anywhere.most_common(limit + 10)}
+            "self": own.most_common(limit), "inclusive": inclusive[:limit + 5]}
+
+
+def thread_root(stacks: list[tuple[list[str], int]], thread: str, share: float = 0.9) -> list[str]:
+    """The frames a thread's stacks start with, position by position, while one frame holds
+    ``share`` of the thread's samples there (non-blocking sampling truncates a few stacks)."""
+    mine = [([short(f) for f in frames[1:]], count) for frames, count in stacks if frames[0] == thread]
+    total = sum(count for _, count in mine)
+    root: list[str] = []
+    while True:
+        here: collections.Counter[str] = collections.Counter()
+        for body, count in mine:
+            if len(body) > len(root) + 1 and body[:len(root)] == root:
+                here[body[len(root)]] += count
+        if not here:
+            return root
+        frame, count = here.most_common(1)[0]
+        if count < share * total:
+            return root
+        root.append(frame)
 
 
 def summarise(base: Path, spy: Spy, title: str) -> Path:
@@ -211,12 +281,13 @@ def summarise(base: Path, spy: Spy, title: str) -> Path:
     loop_samples = top["threads"][0][1] if top["threads"] else 0
     lines = [title,
              f"sampled {spy.seconds:.1f} s at {spy.rate} Hz: {top['total']} busy samples; busiest thread "
-             f"{loop_samples / max(spy.seconds * spy.rate, 1):.0%} of the wall time",
+             f"{loop_samples / max(spy.seconds * spy.rate, 1):.0%} of the wall time; process CPU "
+             f"{spy.cpu_seconds:.1f} s ({spy.cpu_seconds / max(spy.seconds, 0.001):.0%} of one core)",
              "", "threads (share of busy samples):"]
     lines += [f"  {count / total:6.1%}  {thread}" for thread, count in top["threads"]]
     lines += ["", "self (own samples):"]
     lines += [f"  {count / total:6.1%}  {frame}" for frame, count in top["self"]]
-    lines += ["", "total (anywhere on the stack):"]
+    lines += ["", "total (anywhere on the stack; each thread's common root left out):"]
     lines += [f"  {count / total:6.1%}  {frame}" for frame, count in top["inclusive"]]
     path = Path(f"{base}.top.txt")
     path.write_text("\n".join(lines) + "\n")
@@ -228,6 +299,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated: " + ", ".join(PROFILES))
     parser.add_argument("--messages", type=int, default=200_000, help="messages per profile")
+    parser.add_argument("--seconds", type=int, default=30, help="length of the queues100-3n run")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "profiles")
     arguments = parser.parse_args(argv)
@@ -245,10 +317,12 @@ def main(argv: list[str] | None = None) -> None:
     check_jars()
     py_spy()
     arguments.out.mkdir(parents=True, exist_ok=True)
-    run = {"consume-1n": profile_consume_1n, "publish-3n": profile_publish_3n, "sink": profile_sink}
+    run = {"consume-1n": profile_consume_1n, "publish-3n": profile_publish_3n, "sink": profile_sink,
+           "queues100-3n": profile_queues100_3n}
     for name in arguments.profile_list:
-        messages = arguments.messages if name != "sink" else min(arguments.messages, 100_000)
-        for path in run[name](arguments.out, messages, arguments.rate):
+        amount = {"sink": min(arguments.messages, 200_000), "queues100-3n": arguments.seconds}.get(
+            name, arguments.messages)
+        for path in run[name](arguments.out, amount, arguments.rate):
             say(f"wrote {path}")
 
 

@@ -17,9 +17,9 @@ def rows_of(scenario: perftest.Scenario, ours: list[dict], theirs: list[dict], n
             perftest_curves.summary_row(nodes, scenario, "rabbitmq", 10, 3, theirs, [])]
 
 
-def test_the_grid_is_queue_counts_at_1kb_then_sizes_on_one_queue_each_point_once() -> None:
+def test_the_grid_is_sizes_on_one_queue_then_queue_counts_most_queues_last_each_point_once() -> None:
     names = [s.name for s in perftest_curves.grid([1, 10, 100], [16, 1024, 65536, 1048576])]
-    assert names == ["1q-1kb", "10q-1kb", "100q-1kb", "1q-16b", "1q-64kb", "1q-1mib"]
+    assert names == ["1q-16b", "1q-1kb", "1q-64kb", "1q-1mib", "10q-1kb", "100q-1kb"]
 
 
 def test_pairs_alternate_which_broker_runs_first() -> None:
@@ -60,7 +60,7 @@ def test_plots_are_written_per_node_count_and_axis(tmp_path) -> None:
     rows = []
     for scenario in perftest_curves.grid([1, 10], [16]):
         rows += rows_of(scenario, [run(100, 10, 0)], [run(50, 20, 0)])
-    paths = perftest.plot(rows, tmp_path, prefix="curves", subtitle="test")
+    paths = perftest.plot(rows, tmp_path, prefix="curves", subtitle=lambda nodes: f"{nodes} test")
     assert sorted(p.name for p in paths) == ["curves_1n_by_queues.png", "curves_1n_by_size.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
@@ -71,3 +71,12 @@ def test_the_table_gives_median_and_range_and_the_median_pair_ratio() -> None:
                    [run(100, 10_000, 0), run(100, 10_000, 1), run(100, 10_000, 2)])
     first = perftest_curves.table(rows).splitlines()[1]
     assert "200 (100-300)" in first and "2.00x" in first
+
+
+def test_a_later_sweep_replaces_the_node_counts_it_measured() -> None:
+    scenario = perftest.Scenario("1q-1kb", 1, 1024)
+    first = rows_of(scenario, [run(1, 1, 0)], [run(1, 1, 0)], nodes=1) + \
+        rows_of(scenario, [run(2, 2, 0)], [run(2, 2, 0)], nodes=3)
+    second = rows_of(scenario, [run(3, 3, 0)], [run(3, 3, 0)], nodes=3)
+    merged = perftest_curves.merge_runs([first, second])
+    assert [(r["nodes"], r["receiving"]) for r in merged] == [(1, 1), (1, 1), (3, 3), (3, 3)]
