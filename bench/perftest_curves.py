@@ -17,9 +17,11 @@ at once for ``--time`` seconds, with perftest.py's quorum-queue flags.
 Output, in ``--out``: ``perftest_curves.json`` (one row per node count, scenario and
 broker with the medians, and every run with its pair number and the 1-minute load
 average before it), ``perftest_curves.csv`` (one line per run, plus the pair's
-quorumqueue/RabbitMQ ratios on quorumqueue's lines) and two PNGs per node count,
+quorumqueue/RabbitMQ ratios on quorumqueue's lines), two PNGs per node count,
 ``perftest_curves_<N>n_by_queues.png`` and ``..._by_size.png`` (perftest.plot: medians
-with min-max bars, and the per-pair ratio). A failed PerfTest run is reported and
+with min-max bars, and the per-pair ratio), and ``perftest_curves_ratio_vs_load.png``:
+each pair's ratio against the machine's load average when it ran (with ``--replot``,
+the pairs of every file given, also the rows a later file replaced). A failed PerfTest run is reported and
 recorded (``failures``) and the sweep goes on; its pair makes no ratio.
 
 Progress (each run, with elapsed time and an estimate of what is left) goes to stderr,
@@ -191,7 +193,59 @@ def load_subtitle(rows: list[dict], nodes: int) -> str:
             f"(median {statistics.median(loads):.1f}) before the runs; {rows[0]['seconds']} s per run")
 
 
-def write_outputs(rows: list[dict], out_dir: Path) -> list[Path]:
+def pair_points(rows: list[dict]) -> list[tuple[int, str, float, float]]:
+    """(nodes, scenario, load, received ratio) per complete A/B pair; load is the mean of
+    the two runs' 1-minute load averages."""
+    rabbit = {(r["nodes"], r["scenario"]): {run["repeat"]: run for run in r["runs"] if "load1" in run}
+              for r in rows if r["target"] == "rabbitmq"}
+    points = []
+    for row in rows:
+        if row["target"] != "quorumqueue":
+            continue
+        for run in row["runs"]:
+            other = rabbit.get((row["nodes"], row["scenario"]), {}).get(run.get("repeat"))
+            if other and other["receiving"] and "load1" in run:
+                points.append((row["nodes"], row["scenario"], (run["load1"] + other["load1"]) / 2,
+                               run["receiving"] / other["receiving"]))
+    return points
+
+
+def plot_ratio_against_load(sweeps: list[list[dict]], path: Path) -> Path | None:
+    """Every pair's received ratio against the machine's load when it ran: how much of a
+    point's ratio is the broker and how much the shared cores. Pairs are taken within
+    each sweep (a pair's two runs are from one sweep)."""
+    points = [point for rows in sweeps for point in pair_points(rows)]
+    if not points:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(8, 5))
+    scenarios = list(dict.fromkeys(p[1] for p in sorted(points, key=lambda p: (p[1][-3:], p[1]))))
+    for nodes, marker in ((1, "o"), (3, "^")):
+        for index, scenario in enumerate(scenarios):
+            mine = [p for p in points if p[0] == nodes and p[1] == scenario]
+            if mine:
+                ax.scatter([p[2] for p in mine], [p[3] for p in mine], marker=marker, color=f"C{index}",
+                           label=f"{nodes}n {scenario}", alpha=0.8)
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.axhline(1.5, color="grey", linewidth=1, linestyle="--")
+    ax.set_yscale("log")
+    ax.set_xlabel("1-minute load average of the 2 vCPUs (mean of the pair's two runs)")
+    ax.set_ylabel("quorumqueue / RabbitMQ received msg/s, per A/B pair")
+    ax.set_title("PerfTest 1P/1C per queue: each pair's ratio against the machine's load", fontsize=10)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+def write_outputs(rows: list[dict], out_dir: Path, sweeps: list[list[dict]] | None = None) -> list[Path]:
+    """JSON, CSV and the plots of ``rows``; the ratio-against-load plot takes every
+    sweep's pairs (``sweeps``, default ``[rows]``), also those a later sweep replaced."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "perftest_curves.json"
     json_path.write_text(json.dumps(rows, indent=1))
@@ -200,8 +254,10 @@ def write_outputs(rows: list[dict], out_dir: Path) -> list[Path]:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(csv_lines(rows))
-    return [json_path, csv_path, *perftest.plot(rows, out_dir, prefix="perftest_curves",
-                                                  subtitle=lambda nodes: load_subtitle(rows, nodes))]
+    written = [json_path, csv_path, *perftest.plot(rows, out_dir, prefix="perftest_curves",
+                                                     subtitle=lambda nodes: load_subtitle(rows, nodes))]
+    load_plot = plot_ratio_against_load(sweeps or [rows], out_dir / "perftest_curves_ratio_vs_load.png")
+    return written + ([load_plot] if load_plot else [])
 
 
 def merge_runs(runs: list[list[dict]]) -> list[dict]:
@@ -247,8 +303,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     arguments = parse_arguments(argv)
+    sweeps = None
     if arguments.replot:
-        rows = merge_runs([json.loads(path.read_text()) for path in arguments.replot])
+        sweeps = [json.loads(path.read_text()) for path in arguments.replot]
+        rows = merge_runs(sweeps)
     else:
         perftest.check_jars()
         targets = list(TARGETS) if arguments.target == "both" else [arguments.target]
@@ -257,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{arguments.repeats} pairs, {arguments.time} s per run", file=sys.stderr)
         rows = sweep(arguments.node_list, scenarios, targets, arguments.time, arguments.repeats)
     print(table(rows))
-    for path in write_outputs(rows, arguments.out):
+    for path in write_outputs(rows, arguments.out, sweeps):
         print(f"wrote {path}", file=sys.stderr)
 
 

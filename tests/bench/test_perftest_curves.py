@@ -80,3 +80,22 @@ def test_a_later_sweep_replaces_the_node_counts_it_measured() -> None:
     second = rows_of(scenario, [run(3, 3, 0)], [run(3, 3, 0)], nodes=3)
     merged = perftest_curves.merge_runs([first, second])
     assert [(r["nodes"], r["receiving"]) for r in merged] == [(1, 1), (1, 1), (3, 3), (3, 3)]
+
+
+def test_each_complete_pair_gives_its_mean_load_and_ratio() -> None:
+    scenario = perftest.Scenario("1q-16b", 1, 16)
+    ours = [{**run(300, 10, 0), "load1": 2.0}, {**run(100, 10, 1), "load1": 20.0}]
+    theirs = [{**run(100, 10, 0), "load1": 4.0}]
+    assert perftest_curves.pair_points(rows_of(scenario, ours, theirs)) == [(1, "1q-16b", 3.0, 3.0)]
+
+
+def test_the_load_plot_pairs_runs_within_each_sweep(tmp_path, monkeypatch) -> None:
+    scenario = perftest.Scenario("1q-16b", 1, 16)
+    first = rows_of(scenario, [{**run(100, 10, 0), "load1": 20.0}], [{**run(200, 10, 0), "load1": 20.0}])
+    second = rows_of(scenario, [{**run(300, 10, 0), "load1": 2.0}], [{**run(100, 10, 0), "load1": 2.0}])
+    seen = []
+    monkeypatch.setattr(perftest_curves, "pair_points",
+                        lambda rows, real=perftest_curves.pair_points: seen.extend(real(rows)) or real(rows))
+    perftest_curves.plot_ratio_against_load([first, second], tmp_path / "load.png")
+    assert sorted(seen) == [(1, "1q-16b", 2.0, 3.0), (1, "1q-16b", 20.0, 0.5)]
+    assert (tmp_path / "load.png").read_bytes().startswith(b"\x89PNG")
