@@ -11,7 +11,10 @@ paused) and ``--nolineno`` (frames are functions): one writes the flame graph
 (``NAME.svg``, ``--threads``: one tower per thread), the other py-spy's collapsed
 stacks (``NAME.txt``), from which ``NAME.top.txt`` lists the top frames by own
 samples ("self") and by samples with the frame anywhere on the stack ("total"), each
-as a share of the process's samples. py-spy samples only threads that are running
+as a share of the process's samples. ``--native`` samples C frames too (the
+interpreter's own, such as the cyclic garbage collector's ``gc_collect_main``; py-spy
+then pauses the broker for each sample, and a thread blocked in a C wait counts as
+busy) into ``NAME-native.*``. py-spy samples only threads that are running
 (idle threads are left out), so a share is of the broker's busy CPU time; ``busy``
 is the loop thread's samples over (seconds x rate), how much of the wall time that
 thread was busy.
@@ -87,9 +90,14 @@ def process_cpu_seconds(pid: int) -> float:
 class Spy:
     """Two py-spy samplers on one process: a flame graph and collapsed stacks."""
 
+    native = False  # set by --native: C frames too (py-spy then pauses the process per sample)
+
     def __init__(self, pid: int, out_base: Path, rate: int) -> None:
+        if Spy.native:
+            out_base = out_base.with_name(out_base.name + "-native")
         self.pid, self.out_base, self.rate = pid, out_base, rate
-        common = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking", "--nolineno"]
+        common = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nolineno",
+                  *(["--native"] if Spy.native else ["--nonblocking"])]
         self.processes = [
             subprocess.Popen(common + ["--threads", "--format", "flamegraph", "-o", f"{out_base}.svg"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
@@ -140,7 +148,7 @@ def profile_consume_1n(out: Path, messages: int, rate: int) -> list[Path]:
         say(f"consume-1n: {messages / (time.monotonic() - began):,.0f} msg/s while sampled "
             "(PerfTest's start included)")
         spy.stop()
-    return [summarise(out / "consume-1n", spy, f"consume-1n: {messages:,} x 1 KB drained by PerfTest")]
+    return [summarise(spy.out_base, spy, f"consume-1n: {messages:,} x 1 KB drained by PerfTest")]
 
 
 def profile_publish_3n(out: Path, messages: int, rate: int) -> list[Path]:
@@ -169,8 +177,8 @@ def profile_publish_3n(out: Path, messages: int, rate: int) -> list[Path]:
             "(PerfTest's start included)")
         for spy in spies:
             spy.stop()
-    return [summarise(out / "publish-3n-leader", spies[0], f"publish-3n leader: {messages:,} x 1 KB"),
-            summarise(out / "publish-3n-follower", spies[1], f"publish-3n follower: {messages:,} x 1 KB")]
+    return [summarise(spies[0].out_base, spies[0], f"publish-3n leader: {messages:,} x 1 KB"),
+            summarise(spies[1].out_base, spies[1], f"publish-3n follower: {messages:,} x 1 KB")]
 
 
 def profile_sink(out: Path, messages: int, rate: int) -> list[Path]:
@@ -190,7 +198,7 @@ def profile_sink(out: Path, messages: int, rate: int) -> list[Path]:
         finally:
             spy.stop()
         say(f"sink: {rate_seen:,.0f} msg/s while sampled")
-    return [summarise(out / "sink", spy, f"sink: {messages:,} x 1 KB rows from Spark")]
+    return [summarise(spy.out_base, spy, f"sink: {messages:,} x 1 KB rows from Spark")]
 
 
 def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
@@ -214,7 +222,7 @@ def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
                 f"{summary.latency_us['99th'] / 1000:,.0f} ms")
         except ValueError as error:
             say(f"queues100-3n: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
-    return [summarise(out / f"queues100-3n-node{index + 1}", spy,
+    return [summarise(spy.out_base, spy,
                       f"queues100-3n node {index + 1}{' (PerfTest connects here)' if index == 0 else ''}: "
                       f"100 queues x 1P/1C, 1 KB, {seconds} s")
             for index, spy in enumerate(spies)]
@@ -301,6 +309,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per profile")
     parser.add_argument("--seconds", type=int, default=30, help="length of the queues100-3n run")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument("--native", action="store_true",
+                        help="C frames too (the interpreter's, e.g. the garbage collector): NAME-native.*; "
+                             "py-spy pauses the broker for each sample")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "profiles")
     arguments = parser.parse_args(argv)
     arguments.profile_list = [name.strip() for name in arguments.profiles.split(",") if name.strip()]
@@ -317,6 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     check_jars()
     py_spy()
     arguments.out.mkdir(parents=True, exist_ok=True)
+    Spy.native = arguments.native
     run = {"consume-1n": profile_consume_1n, "publish-3n": profile_publish_3n, "sink": profile_sink,
            "queues100-3n": profile_queues100_3n}
     for name in arguments.profile_list:
