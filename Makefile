@@ -173,8 +173,9 @@ bench-curves: setup oracle bench-setup
 	@$(PY) bench/perftest_curves.py
 
 # py-spy flame graphs of the broker (bench/profile_flames.py): the consume path on 1 node,
-# the 3-node leader and a follower during publish, the Spark sink's broker side; SVGs and
-# top-frame lists in bench/results/profiles/. About 5 minutes.
+# the 3-node leader and a follower during publish, the Spark sink's broker side, all three
+# nodes under PerfTest's 100 queues; SVGs and top-frame lists in bench/results/profiles/.
+# About 5 minutes.
 bench-profiles: setup oracle bench-setup
 	@$(PY) bench/profile_flames.py
 
