@@ -96,6 +96,11 @@ class MirrorLink:
         self.stopped: dict[str, str] = {}
         # queue uid -> (its sync run, messages sent, since when): stalls (_watch_sync)
         self.sync_progress: dict[str, tuple] = {}
+        # leader's side: queue uid -> its mirrors known to have restarted since they
+        # were attached (they leave the record first: _restarted)
+        self.stale: dict[str, set[str]] = {}
+        # mirror's side: queue uid -> when this node last reported its copy stale
+        self.reported: dict[str, float] = {}
 
     @property
     def node(self):
@@ -173,6 +178,18 @@ class MirrorLink:
         op = body["o"]
         if queue is None or queue.replica is None:
             return  # no longer a mirror here (the leader detaches it: no ack needed)
+        if not queue.replica.complete and op[0] != "x":
+            # a copy the leader has not reset in this node's run: made before a
+            # restart, or new and waiting for its reset; nothing is applied or
+            # acknowledged (the confirms wait until the leader detaches this mirror)
+            now = time.monotonic()
+            last = self.reported.get(queue.group)
+            if last is None or now - last >= PROPOSE_EVERY:
+                self.reported[queue.group] = now
+                self.cluster._post(sender, Rpc("cm.stale", {
+                    "q": queue.group, "v": queue.vhost, "n": queue.name,
+                    "boot": self.node.boot_id}))
+            return
         batch = queue.replica.apply(op)
         if op[0] in ("p", "s") and op[-1]:  # a publish's confirm, a sync batch's next
             request = op[-1]
@@ -285,20 +302,12 @@ class MirrorLink:
         me = self.cluster.name
         settings = self._settings(vhost, queue)
         mirroring = queue.mirroring
-        if mirroring is not None:
-            for name, mirror in list(mirroring.mirrors.items()):
-                boot = self.boot(name)
-                if boot is not None and mirror.boot is not None and boot != mirror.boot:
-                    log.info("mirrored queue '%s' in vhost '%s': mirror on %s restarted: "
-                             "it starts empty", queue.name, vhost, name)
-                    mirroring.attach(name, boot)
-                elif mirror.boot is None and boot is not None:
-                    mirror.boot = boot
+        restarted = self._restarted(vhost, queue)
         if settings is None:
             mirrors, synced = None, ()
         else:
-            mirrors = desired_mirrors(settings, me, self.cluster.nodes, silent,
-                                      queue.mirrors or ())
+            mirrors = desired_mirrors(settings, me, self.cluster.nodes,
+                                      set(silent) | restarted, queue.mirrors or ())
             synced = tuple(m for m in (mirroring.synchronised() if mirroring else ())
                            if m in mirrors)
         host = me
@@ -314,6 +323,51 @@ class MirrorLink:
         record = {"host": host, "mirrors": None if mirrors is None else list(mirrors),
                   "synced": list(synced)}
         self._propose(vhost, queue, me, record)
+
+    def _restarted(self, vhost: str, queue: ClassicQueue) -> set[str]:
+        """The mirrors whose node restarted since they were attached (a new run
+        heard of, or a mirror's report that its copy was not reset in its node's
+        run: "cm.stale"). They leave the record (mirrors and synchronised ones)
+        before anything else: its commit detaches them, which releases the confirms
+        that waited for them, and the next placement adds them again as new,
+        unsynchronised mirrors that start empty (the guide's "Stopping Nodes and
+        Synchronisation"). Reset here at once instead, a restarted mirror would stay
+        synchronised in the record until the next one, and a promotion meanwhile
+        would make its empty copy the queue."""
+        mirroring = queue.mirroring
+        stale = self.stale.get(queue.group)
+        if mirroring is None:
+            self.stale.pop(queue.group, None)
+            return set()
+        if stale:
+            stale &= set(mirroring.mirrors)  # the ones detached since rejoin anew
+        restarted = set(stale or ())
+        for name, mirror in mirroring.mirrors.items():
+            boot = self.boot(name)
+            if boot is not None and mirror.boot is not None and boot != mirror.boot:
+                restarted.add(name)
+        for name in restarted - (stale or set()):
+            log.info("mirrored queue '%s' in vhost '%s': mirror on %s restarted: it "
+                     "leaves the mirrors and rejoins empty", queue.name, vhost, name)
+            self.stale.setdefault(queue.group, set()).add(name)
+        if not self.stale.get(queue.group, True):
+            del self.stale[queue.group]
+        return restarted
+
+    def _on_stale(self, sender: str, body: dict) -> None:
+        """A mirror received operations for a copy its leader did not reset in its
+        node's current run (its node restarted unnoticed: the leader attached it
+        before hearing its run, or has not heard the new one yet). Ignored when the
+        mirror was attached in the run it reports (the operations were sent to an
+        earlier attachment of it, and crossed its reset)."""
+        vhost = self.node.vhosts.get(body["v"])
+        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        if not isinstance(queue, ClassicQueue) or queue.group != body["q"] \
+                or queue.mirroring is None:
+            return
+        mirror = queue.mirroring.mirrors.get(sender)
+        if mirror is not None and mirror.boot != body["boot"]:
+            self.stale.setdefault(queue.group, set()).add(sender)
 
     def _promote(self, vhost: str, queue: RemoteClassicQueue, silent: set[str]) -> None:
         me = self.cluster.name
@@ -452,5 +506,6 @@ def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:
         "cm.synced": lambda cluster, sender, body: cluster.mirrors._on_synced(sender, body),
         "cm.stopping": lambda cluster, sender, body: cluster.mirrors._on_stopping(sender,
                                                                                   body),
+        "cm.stale": lambda cluster, sender, body: cluster.mirrors._on_stale(sender, body),
     }
 

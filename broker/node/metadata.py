@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
 from ..amqp.spec import RESOURCE_LOCKED
-from ..queues.mirroring import forget_leader
+from ..queues.mirroring import forget_leader, ha_settings
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from .definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 
@@ -193,7 +193,8 @@ def _forget_node(node: "Node", c: dict):
     leaders then remove it from their Raft groups: membership.reconcile); a queue
     whose only member it was keeps it (it can only be deleted). A mirrored classic
     queue it led gets one of its mirrors as leader (mirroring.forget_leader: the
-    guide's "Loss of a Leader While All Mirrors are Stopped"), on every node alike."""
+    guide's "Loss of a Leader While All Mirrors are Stopped"; only a synchronised one
+    under ha-promote-on-failure when-synced), on every node alike."""
     name = c["name"]
     node.cluster.forget_node(name)
     for vhost in node.vhosts.values():
@@ -202,7 +203,15 @@ def _forget_node(node: "Node", c: dict):
                 queue.members = tuple(m for m in queue.members if m != name)
                 node.metadata_dirty = True
             elif queue.mirrors is not None:
-                record = forget_leader(queue.metadata_record(), name)
+                settings = ha_settings(node.policy_for(vhost.name, "classic", queue.name))
+                rule = settings.promote_on_failure if settings is not None else "always"
+                record = forget_leader(queue.metadata_record(), name, rule)
+                if record is None and rule == "when-synced" \
+                        and queue.metadata_record().get("host") == name:
+                    log.warning("mirrored queue '%s' in vhost '%s': its leader's node %s "
+                                "is forgotten and no mirror was synchronised "
+                                "(ha-promote-on-failure when-synced): the queue stays "
+                                "unavailable until deleted", queue.name, vhost.name, name)
                 if record is not None:
                     log.warning("mirrored queue '%s' in vhost '%s': its leader's node %s "
                                 "is forgotten: the mirror on %s leads it with its copy",

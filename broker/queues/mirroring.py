@@ -509,20 +509,26 @@ class Replica:
         return len(self.entries)
 
 
-def forget_leader(record: dict, forgotten: str) -> dict | None:
+def forget_leader(record: dict, forgotten: str,
+                  promote_on_failure: str = "always") -> dict | None:
     """`forget_cluster_node` of a mirrored queue's leader's node (the guide's "Loss of
     a Leader While All Mirrors are Stopped"): the record with a mirror as leader, or
-    None (not led there, or no mirror). The mirrors in the record are the ones that
-    were running with the leader when it was lost (one that stopped earlier left the
-    record once the leader noticed): the first synchronised one, in join order, else
-    the first one. It leads with its copy (in its store, when it is stopped now: it
-    leads once it starts); the others rejoin it empty, as any mirror joining a
-    leader."""
+    None (not led there, or no mirror it may promote). The mirrors in the record are
+    the ones that were running with the leader when it was lost (one that stopped or
+    restarted earlier left the record once the leader noticed, before a confirm went
+    out without it): the first synchronised one, in join order, else, under
+    ha-promote-on-failure "always" (the guide's "Promotion of Unsynchronised Mirrors
+    on Failure": a leader "removed from the cluster" too), the first one. It leads
+    with its copy (in its store, when it is stopped now: it leads once it starts);
+    the others rejoin it empty, as any mirror joining a leader."""
     mirrors = [m for m in record.get("mirrors") or () if m != forgotten]
     if record.get("host") != forgotten or not mirrors:
         return None
     synced = set(record.get("synced") or ())
-    chosen = next((m for m in mirrors if m in synced), mirrors[0])
+    chosen = next((m for m in mirrors if m in synced),
+                  mirrors[0] if promote_on_failure == "always" else None)
+    if chosen is None:
+        return None
     return {"host": chosen, "mirrors": [], "synced": []}
 
 

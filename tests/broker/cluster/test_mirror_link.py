@@ -1,17 +1,31 @@
-"""cluster/mirror_link.py's mirror side without processes: a mirror acknowledges a
-persistent message of a durable queue to its leader only once its own message store
-has it on disk (the guide's "Publisher Confirms and Transactions": a confirm means
-every mirror has the message; here, as on the leader, "has" means fsynced), and at
-once a message it keeps in memory. The cluster test is test_mirrored_queues_on_disk.py.
+"""cluster/mirror_link.py without processes.
+
+The mirror's side: a mirror acknowledges a persistent message of a durable queue to
+its leader only once its own message store has it on disk (the guide's "Publisher
+Confirms and Transactions": a confirm means every mirror has the message; here, as
+on the leader, "has" means fsynced), and at once a message it keeps in memory; the
+last batch of a synchronisation likewise (it is synchronised only then); a copy its
+leader has not reset in its node's current run takes nothing and tells the leader.
+
+The leader's side: a mirror whose node restarted leaves the record (its mirrors and
+synchronised ones) before it is reset, and rejoins as a new mirror (the guide's
+"Stopping Nodes and Synchronisation"; a confirm never goes out without a mirror the
+record still calls synchronised).
+
+The cluster tests are test_mirrored_queues.py and test_mirrored_queues_on_disk.py.
 """
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
+from quorumqueue.broker.amqp.codec import decode_properties
 from quorumqueue.broker.amqp.properties import encode_properties
 from quorumqueue.broker.cluster.classic_link import _SyncedReplies
 from quorumqueue.broker.cluster.mirror_link import MirrorLink
+from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.mirroring import Mirroring, leader_record_changed
 from quorumqueue.broker.queues.remote import RemoteClassicQueue
 from quorumqueue.broker.storage.message_store import MessageStore
 
@@ -23,7 +37,8 @@ class Cluster:
     def __init__(self, queue) -> None:
         self.name = "b"
         self.node = SimpleNamespace(vhosts={"/": SimpleNamespace(queues={"q": queue})},
-                                    synced_batch_id=0, awaiting_sync=set())
+                                    synced_batch_id=0, awaiting_sync=set(),
+                                    boot_id="b-run-2")
         self.classic = SimpleNamespace(synced=_SyncedReplies())
         self.posted: list = []
 
@@ -73,3 +88,112 @@ def test_a_non_durable_queues_mirror_acknowledges_at_once(tmp_path):
     link._on_op("a", op(publish(1, persistent=True, ask=5)))
     assert cluster.posted == [("a", "cm.ack", {"r": [5]})]
     assert not queue.store.has_pending
+
+
+def test_a_sync_batch_is_acknowledged_once_the_mirrors_store_has_it(tmp_path):
+    queue, cluster, link = mirror(tmp_path)
+    link._on_op("a", op(["x"]))
+    header = encode_properties(1, {"delivery_mode": 2})
+    link._on_op("a", op(["s", [[1, "", "q", header, b"x", 0, False]], 7]))
+    assert cluster.posted == []            # the leader counts it synchronised only...
+    cluster.synced(queue.store.flush())
+    assert cluster.posted == [("a", "cm.ack", {"r": [7]})]   # ...once on disk
+
+
+def test_a_copy_not_reset_in_this_run_takes_nothing_and_tells_its_leader(tmp_path):
+    """The mirror's node restarted (its copy recovered from its store, or new) and
+    its leader did not notice: what it sends is neither applied nor acknowledged,
+    so no confirm goes out on this mirror's word until the leader detached it."""
+    queue, cluster, link = mirror(tmp_path)
+    link._on_op("a", op(publish(1, persistent=False, ask=5)))
+    link._on_op("a", op(publish(2, persistent=False, ask=6)))
+    assert len(queue.replica) == 0
+    assert cluster.posted == [("a", "cm.stale", {"q": "uid", "v": "/", "n": "q",
+                                                 "boot": "b-run-2"})]  # once
+    link._on_op("a", op(["x"]))            # its leader reset it: a mirror again
+    link._on_op("a", op(publish(3, persistent=False, ask=7)))
+    assert cluster.posted[-1] == ("a", "cm.ack", {"r": [7]})
+    assert list(queue.replica.entries) == [3]
+
+
+class LeaderCluster:
+    """What MirrorLink's placement uses: the cluster's nodes and their runs, the
+    policies, the metadata group's proposals."""
+
+    def __init__(self, queue) -> None:
+        self.name = "a"
+        self.nodes = ["a", "b", "c"]
+        self.boots = {"b": "b-run-1", "c": "c-run-1"}
+        policy = SimpleNamespace(definition={"ha-mode": "all"})
+        self.node = SimpleNamespace(vhosts={"/": SimpleNamespace(queues={"q": queue})},
+                                    policy_for=lambda vhost, kind, name: policy)
+        self.proposed: list[dict] = []
+        self.meta = SimpleNamespace(
+            propose_data=lambda data: self.proposed.append(json.loads(data)))
+
+
+class Link:
+    """The leader's MirrorLink as queues/mirroring.py sees it, holds kept."""
+
+    def __init__(self, boots) -> None:
+        self.boots = boots
+        self.holds: list = []
+
+    def send(self, node, queue, op) -> None:
+        pass
+
+    def ask(self, node, queue, op, answer) -> None:
+        self.holds.append((node, answer))
+
+    def release(self, node, queue) -> None:
+        for item in [h for h in self.holds if h[0] == node]:
+            self.holds.remove(item)
+            item[1](True)
+
+    def boot(self, node):
+        return self.boots.get(node)
+
+
+def leader():
+    queue = ClassicQueue("/", "q", False, None, False, {})
+    queue.group, queue.host = "uid", "a"
+    cluster = LeaderCluster(queue)
+    queue.mirroring = Mirroring(queue, Link(cluster.boots), None)
+    queue.mirrors, queue.synced = ("b", "c"), ("b", "c")
+    for node in queue.mirrors:
+        queue.mirroring.attach(node, cluster.boots[node])
+    return queue, cluster, MirrorLink(cluster)
+
+
+def test_a_restarted_mirror_leaves_the_record_before_its_confirms_go_out():
+    queue, cluster, link = leader()
+    confirms = []
+    queue.mirroring.published(SimpleNamespace(seq=1, message=Message(
+        "", "q", decode_properties(encode_properties(1, {}))[1], b"m"), expires=0),
+        lambda: confirms.append)
+    cluster.boots["b"] = "b-run-2"        # b's node restarted (c acknowledged)
+    queue.mirroring.link.release("c", queue)
+    link._place("/", queue, set())
+    # not reset here while the record still calls it synchronised: it leaves first
+    assert cluster.proposed[-1]["record"] == {"host": "a", "mirrors": ["c"],
+                                              "synced": ["c"]}
+    assert queue.mirroring.mirrors["b"].boot == "b-run-1" and confirms == [True]
+    leader_record_changed(queue, cluster.proposed[-1]["record"])   # committed
+    assert confirms == [True, True]       # released only now
+    link._place("/", queue, set())        # and it rejoins as a new mirror
+    assert cluster.proposed[-1]["record"] == {"host": "a", "mirrors": ["c", "b"],
+                                              "synced": ["c"]}
+
+
+def test_a_mirror_attached_before_its_run_was_heard_is_reset_when_it_reports():
+    queue, cluster, link = leader()
+    queue.mirroring.mirrors["b"].boot = None   # attached before b's run was heard
+    link._on_stale("b", {"q": "uid", "v": "/", "n": "q", "boot": "b-run-2"})
+    link._place("/", queue, set())
+    assert cluster.proposed[-1]["record"]["mirrors"] == ["c"]
+    # one attached in the run it reports got operations meant for an earlier
+    # attachment (crossing its reset): it stays
+    queue, cluster, link = leader()
+    link._on_stale("b", {"q": "uid", "v": "/", "n": "q", "boot": "b-run-1"})
+    link._place("/", queue, set())
+    assert cluster.proposed == []

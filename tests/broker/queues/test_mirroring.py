@@ -225,6 +225,7 @@ def test_sync_sends_the_contents_in_batches_and_automatic_mode_syncs_at_once():
     queue = mirrored_queue(auto, sync_mode="automatic")
     queue.publish(message(b"x"), None, None)
     queue.mirroring.attach("b", "boot")
+    assert queue.mirroring.synchronised() == []
     auto.ack_all("b")
     assert queue.mirroring.synchronised() == ["b"]
     assert bodies(auto.replicas["b"]) == [b"x"]
@@ -381,6 +382,22 @@ def test_forgetting_the_leaders_node_promotes_a_mirror(record, chosen):
     """"Loss of a Leader While All Mirrors are Stopped": the others rejoin it empty
     (its placement adds them again, as any mirror joining a leader)."""
     new = forget_leader(record, "a")
+    if chosen is None:
+        assert new is None
+    else:
+        assert new == {"host": chosen, "mirrors": [], "synced": []}
+
+
+@pytest.mark.parametrize("record, chosen", [
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["c"]}, "c"),
+    ({"host": "a", "mirrors": ["b", "c"], "synced": []}, None),  # the queue stays
+])
+def test_forgetting_the_leaders_node_promotes_no_unsynchronised_mirror_when_synced(
+        record, chosen):
+    """"Promotion of Unsynchronised Mirrors on Failure": a leader "removed from the
+    cluster" is a failure too, and when-synced "will make sure that unsynchronised
+    mirrors are not promoted"."""
+    new = forget_leader(record, "a", "when-synced")
     if chosen is None:
         assert new is None
     else:
