@@ -9,13 +9,17 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   messages also go to this node's message store) and acknowledges a publish that
   asked for it ("cm.ack" {r}) once the store's batch holding it is fsynced (at once
   for a message not stored), which answers the publisher confirm's hold for that
-  mirror;
+  mirror, and likewise the last batch of a synchronisation (its acknowledgement
+  marks the mirror synchronised); a copy its leader has not reset ("x") in this
+  node's run takes no operation and the leader is told ("cm.stale" {q, v, n, boot});
 - placement (on the leader's node, every tick and so after every policy change): the
   mirrors the policy asks for (mirroring.desired_mirrors, among the nodes not silent
   for cluster.NODE_DOWN_AFTER) and the synchronised ones are compared with the
   record, and a `queue.record` metadata command proposed when they differ (a mirror
-  added starts empty, one removed drops its copy, one whose node restarted starts
-  empty again); exclusive queues are never mirrored; a `nodes` policy that does
+  added starts empty, one removed drops its copy); a mirror whose node restarted
+  (a new run heard of, or "cm.stale") leaves the record first and rejoins as a new
+  mirror, so the record never calls synchronised a mirror whose copy was reset or
+  lacks a confirmed message; exclusive queues are never mirrored; a `nodes` policy that does
   not list the leader moves it to a listed mirror once one is synchronised;
 - promotion (on each mirror's node, every tick): when the leader's node is silent,
   the mirror mirroring.promotion_candidate names (the oldest synchronised one, or the
@@ -45,9 +49,11 @@ yet wait (up to EARLY_FOR seconds) in order. Proposals are repeated at most ever
 PROPOSE_EVERY seconds until the record shows them.
 
 Invariants: a confirm's hold for a mirror is answered once: by its "cm.ack" (sent
-only after the mirror's fsync of a stored message), or when the mirror leaves the
-record (`release`); a mirror holds every message published
-since it was attached, in the leader's order (the transport per peer is ordered).
+only after the mirror's fsync of a stored message, by a copy reset in its node's
+current run), or when the mirror leaves the committed record (`release`); a mirror
+holds every message published since it was attached, in the leader's order (the
+transport per peer is ordered); so a mirror the record calls synchronised holds
+every confirmed message (in its store, for a durable queue's persistent ones).
 
 Not here: the replicas' state and the policy's rules (queues/mirroring.py), what a
 record change does to a node (node/metadata.py record_changed).

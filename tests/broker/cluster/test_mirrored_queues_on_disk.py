@@ -12,7 +12,10 @@ forget_node), as RabbitMQ 3.13's "Classic Queue Mirroring" guide describes them:
   other mirror saw"); `forget_cluster_node` of the lost leader's node promotes one of
   them, with its copy, and a mirror stopped at that moment leads once it starts;
 - "Stopping Nodes and Synchronisation": a mirror that rejoins its leader throws its
-  stored copy away and starts empty.
+  stored copy away and starts empty; one back from a stop is a new, unsynchronised
+  mirror, so the leader's loss (forgotten) keeps every confirmed message when a
+  synchronised mirror is left, promotes nothing under ha-promote-on-failure
+  when-synced, and loses what only the leader held under `always`.
 
 Where quorumqueue differs (README "Mirrored classic queues"): forgetting a node is a
 metadata command, so it needs a majority of the metadata group running, and the nodes
@@ -194,3 +197,67 @@ def test_forgetting_the_leaders_node_promotes_a_stopped_mirror_when_it_starts():
         wait_for("a new mirror", lambda: len(row(uris[1], "ha.stopped").get("mirrors",
                                                                             [])) == 1,
                  timeout=60)
+
+
+def test_a_mirror_back_from_a_stop_is_a_new_unsynchronised_mirror_when_its_leader_is_lost():
+    """A mirror's node stops; its leader confirms without it once it has left the
+    mirrors (and the synchronised ones: "Should a mirror fail... some bookkeeping");
+    the node starts again and its mirror rejoins empty and unsynchronised ("Stopping
+    Nodes and Synchronisation"); then the leader's node is lost and forgotten. With
+    a synchronised mirror the queue keeps every confirmed message; with only the
+    returned, unsynchronised one under ha-promote-on-failure when-synced, nothing is
+    promoted ("Promotion of Unsynchronised Mirrors on Failure": a leader "removed
+    from the cluster" too; the queue is unavailable) rather than serving a copy
+    without the confirmed messages; under `always` (the default) it is promoted and
+    the messages only the leader held are lost, as the guide says."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris, urls = cluster.uris(), cluster.management_urls()
+        set_policy(uris[0], "ha-all", r"^ha\.all$", {"ha-mode": "all"})
+        set_policy(uris[0], "ha-pair", r"^ha\.pair$", {
+            "ha-mode": "nodes", "ha-params": [one, two],
+            "ha-promote-on-failure": "when-synced"})
+        set_policy(uris[0], "ha-pair-always", r"^ha\.pair\.always$", {
+            "ha-mode": "nodes", "ha-params": [one, two]})
+        pairs = ("ha.pair", "ha.pair.always")
+        with connect(uris[0]) as connection:
+            channel = connection.channel()
+            for name in ("ha.all", *pairs):
+                channel.queue_declare(name, durable=True)
+        mirrors_everywhere(uris, "ha.all", one, [two, three], [two, three])
+        for name in pairs:
+            mirrors_everywhere(uris, name, one, [two], [two])
+
+        cluster.kill(two, signal.SIGKILL)
+        live = cluster.uris([one, three])
+        mirrors_everywhere(live, "ha.all", one, [three], [three])
+        for name in pairs:
+            mirrors_everywhere(live, name, one, [], [])
+        confirmed = [b"m%d" % n for n in range(20)]
+        for name in ("ha.all", *pairs):
+            publish(uris[2], name, confirmed)   # confirmed without two
+
+        cluster.restart(two)
+        cluster.wait_ready([two])
+        mirrors_everywhere(uris, "ha.all", one, [three, two], [three])
+        for name in pairs:
+            mirrors_everywhere(uris, name, one, [two], [])
+        cluster.kill(one, signal.SIGKILL)
+        shutil.rmtree(cluster.plans[0].data_dir)
+        wait_for(f"{one} forgotten", lambda: CliRunner().invoke(main, [
+            "ctl", "forget_cluster_node", "--base-uri", urls[2], one]).exit_code == 0,
+            timeout=90)
+
+        live = cluster.uris([two, three])
+        mirrors_everywhere(live, "ha.all", three, [two], None)
+        assert sorted(body for body, _ in get_all(uris[1], "ha.all")) == sorted(confirmed)
+        assert row(uris[1], "ha.pair")["leader"] == one   # two was not promoted
+        assert "is down or inaccessible" in unavailable(uris[1], "ha.pair")
+        wait_for("the refusal logged", lambda: "no mirror was synchronised" in
+                 cluster.log(three, tail=100_000), timeout=30)
+        # the documented loss: under `always` the unsynchronised mirror leads, without
+        # the messages confirmed while it was away
+        wait_for("ha.pair.always led by its mirror", lambda: all(
+            row(uri, "ha.pair.always")["leader"] == two for uri in live), timeout=60)
+        assert get_all(uris[1], "ha.pair.always") == []
