@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import threading
 
 import pika
 import pytest
@@ -261,3 +262,36 @@ def test_a_mirror_back_from_a_stop_is_a_new_unsynchronised_mirror_when_its_leade
         wait_for("ha.pair.always led by its mirror", lambda: all(
             row(uri, "ha.pair.always")["leader"] == two for uri in live), timeout=60)
         assert get_all(uris[1], "ha.pair.always") == []
+
+
+def test_a_mirror_restarted_at_once_rejoins_unsynchronised_and_holds_no_confirm_back():
+    """A mirror's node killed and started again at once (maybe before its leader
+    counted it down): the leader knows the new run, the mirror leaves the record and
+    rejoins empty and unsynchronised; the publishes confirmed meanwhile (whatever
+    the dead run never acknowledged is released once it left) survive the leader's
+    kill on the synchronised mirror."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.quick", durable=True)
+        mirrors_everywhere(uris, "ha.quick", one, [two, three], [two, three])
+        publish(uris[2], "ha.quick", [b"before"])
+
+        cluster.kill(two, signal.SIGKILL)
+        done: list = []
+        publisher = threading.Thread(target=lambda: done.append(publish(
+            uris[2], "ha.quick", [b"m%d" % n for n in range(10)])), daemon=True)
+        publisher.start()
+        cluster.restart(two)
+        publisher.join(timeout=90)
+        assert done == [None]                       # every publish confirmed
+        mirrors_everywhere(uris, "ha.quick", one, [three, two], [three])
+        publish(uris[2], "ha.quick", [b"after"])
+
+        cluster.kill(one, signal.SIGKILL)
+        mirrors_everywhere(cluster.uris([two, three]), "ha.quick", three, [two], None)
+        got = sorted(body for body, _ in get_all(uris[1], "ha.quick"))
+        assert got == sorted([b"before", b"after", *(b"m%d" % n for n in range(10))])
