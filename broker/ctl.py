@@ -699,7 +699,8 @@ def list_user_limits(api, user, all_users) -> None:
 def forget_cluster_node(api, node) -> None:
     """Remove stopped NODE from the cluster for good: it leaves the node list, the
     metadata group and every quorum queue's members; a mirrored classic queue it led
-    gets a mirror as leader, with that mirror's stored copy. Run it against another,
+    gets a mirror as leader, with that mirror's stored copy (a synchronised one only,
+    under ha-promote-on-failure when-synced). Run it against another,
     running node of the cluster; NODE must be stopped (and reset before it joins
     again)."""
     click.echo(f"Removing node {node} from the cluster ...")
