@@ -363,16 +363,17 @@ class MirrorLink:
     def _on_stale(self, sender: str, body: dict) -> None:
         """A mirror received operations for a copy its leader did not reset in its
         node's current run (its node restarted unnoticed: the leader attached it
-        before hearing its run, or has not heard the new one yet). Ignored when the
-        mirror was attached in the run it reports (the operations were sent to an
-        earlier attachment of it, and crossed its reset)."""
+        before hearing its run, or has not heard the new one yet; or a mirror kept
+        across a promotion whose node restarted before it). Ignored when this leader
+        attached it, resetting it, in the run it reports (the operations were sent
+        to an earlier attachment of it, and crossed its reset)."""
         vhost = self.node.vhosts.get(body["v"])
         queue = vhost.queues.get(body["n"]) if vhost is not None else None
         if not isinstance(queue, ClassicQueue) or queue.group != body["q"] \
                 or queue.mirroring is None:
             return
         mirror = queue.mirroring.mirrors.get(sender)
-        if mirror is not None and mirror.boot != body["boot"]:
+        if mirror is not None and (not mirror.reset or mirror.boot != body["boot"]):
             self.stale.setdefault(queue.group, set()).add(sender)
 
     def _promote(self, vhost: str, queue: RemoteClassicQueue, silent: set[str]) -> None:

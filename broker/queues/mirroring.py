@@ -210,12 +210,14 @@ class MirrorLink(Protocol):
 
 
 class _Mirror:
-    __slots__ = ("node", "first_seq", "boot")
+    __slots__ = ("node", "first_seq", "boot", "reset")
 
-    def __init__(self, node: str, first_seq: int, boot: str | None) -> None:
+    def __init__(self, node: str, first_seq: int, boot: str | None,
+                 reset: bool = True) -> None:
         self.node = node
         self.first_seq = first_seq  # the first message this mirror received
         self.boot = boot            # the mirror node's run it was attached in
+        self.reset = reset          # this leader reset its copy ("x"); False: adopted
 
 
 class _Sync:
@@ -257,7 +259,7 @@ class Mirroring:
 
     def adopt(self, node: str, boot: str | None) -> None:
         """A mirror kept across a promotion (take_over sets what it holds)."""
-        self.mirrors[node] = _Mirror(node, self.queue.next_seq, boot)
+        self.mirrors[node] = _Mirror(node, self.queue.next_seq, boot, reset=False)
 
     def detach(self, node: str) -> None:
         """A mirror left: the confirms waiting for it wait for the others only."""

@@ -197,3 +197,14 @@ def test_a_mirror_attached_before_its_run_was_heard_is_reset_when_it_reports():
     link._on_stale("b", {"q": "uid", "v": "/", "n": "q", "boot": "b-run-1"})
     link._place("/", queue, set())
     assert cluster.proposed == []
+
+
+def test_a_mirror_kept_across_a_promotion_whose_copy_is_stale_is_reset_when_it_reports():
+    """A mirror adopted by a promoted leader (not reset by it) whose node restarted
+    before the promotion: its report is believed even from the run the new leader
+    knows (no earlier attachment of this leader's could have crossed a reset)."""
+    queue, cluster, link = leader()
+    queue.mirroring.adopt("b", "b-run-1")
+    link._on_stale("b", {"q": "uid", "v": "/", "n": "q", "boot": "b-run-1"})
+    link._place("/", queue, set())
+    assert cluster.proposed[-1]["record"]["mirrors"] == ["c"]
