@@ -42,8 +42,9 @@ def wait_until_serving(base_url: str) -> None:
             time.sleep(0.1)
 
 
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT
+def wait_for(condition, what: str, timeout: float = WAIT):
+    """condition()'s first true value, polled until `timeout`; raises naming `what`."""
+    deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:

@@ -6,13 +6,13 @@ destination; src-delete-after queue-length clears the parameter."""
 from __future__ import annotations
 
 import json
-import time
 
 import pika
 import pytest
 from click.testing import CliRunner
 
 from quorumqueue.broker.cli import main
+from tests.broker.management.support import wait_for
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,17 +25,6 @@ def ctl(broker, *arguments: str, ok: bool = True) -> str:
     else:
         assert result.exit_code != 0, result.output
     return result.output
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def channel_of(broker):
