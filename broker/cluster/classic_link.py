@@ -32,9 +32,9 @@ How it works (kinds, body fields: q = the queue's uid, v/n = vhost and name):
 - A request the host cannot place yet (its queue.declare not applied there) waits up
   to EARLY_FOR seconds, in order, before it is answered as for a queue that is gone.
 - Failures: the host returns the unacked messages of a node that went silent
-  (cluster.NODE_DOWN_AFTER) or restarted (boot id in its pings), as
-  _down_stale_consumers does for quorum queues; a node whose host went silent or
-  restarted fails what it waits for (nacks, 404 for get and purge, counts of zero
+  (cluster.NODE_DOWN_AFTER) or restarted (boot id in its pings), as a quorum
+  queue's leader does for its consumers (consumer_nodes.py); a node whose host went
+  silent or restarted fails what it waits for (nacks, 404 for get and purge, counts of zero
   after STAT_TIMEOUT) and cancels its consumers of that host's queues (basic.cancel,
   as RabbitMQ cancels consumers of a queue whose node is down).
 

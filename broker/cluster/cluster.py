@@ -57,7 +57,7 @@ from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..queues.replicated import ReplicatedGroup, Waiter
-from . import classic_link, mirror_link, proxy, replica_rpc, tracking
+from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
 from .meta import META_GROUP, MetaGroup
 from .meta import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
@@ -69,8 +69,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("quorumqueue.cluster")
 
 RESEND_AFTER = 1.0          # seconds without an answer before a forward is sent again
-# a node not heard from for this long is down for the queues it consumes from: the
-# leaders return its consumers' unacknowledged messages (RabbitMQ does on noconnection)
+# a node not heard from (not pinged, for its consumers) for this long is down for the
+# queues it consumes from: the leaders suspect its consumers (consumer_nodes.py), as
+# RabbitMQ's do on noconnection
 NODE_DOWN_AFTER = 5.0
 PING_EVERY = 1.0            # every node pings every other (Erlang's net ticks)
 REACHABLE_WITHIN = 3.0      # heard from this recently: reachable (cluster status)
@@ -141,6 +142,7 @@ class Cluster:
         self.amqp_uris: dict[str, str] = {}     # node -> where clients reach it (pings)
         self.amqp_uri: str | None = None        # this node's, set by the server shell
         self.boots: dict[str, str] = {}         # node -> its boot id (pings)
+        self.pinged: dict[str, float] = {}      # node -> when its last ping came
         # forwarded commands not yet handed to the transport, per leader: parallel
         # lists (groups, request ids, data, reply awaited), sent as one "propose"
         self._proposals: dict[str, tuple[list, list, list, list]] = {}
@@ -190,7 +192,7 @@ class Cluster:
             return
         self.addresses.pop(name, None)
         self.forgotten.add(name)
-        for known in (self.last_heard, self.amqp_uris, self.boots):
+        for known in (self.last_heard, self.amqp_uris, self.boots, self.pinged):
             known.pop(name, None)
         if self.transport is not None:
             self.transport.remove_peer(name)
@@ -372,6 +374,14 @@ class Cluster:
         for request, pending in list(self.pending.items()):
             if pending.member is member and pending.sent_to != member.leader_id:
                 self._send(request)
+        if not getattr(member, "replay_until", 1) and self.transport is not None:
+            consumer_nodes.check(self, member)  # a quorum queue this node now leads
+
+    def check_consumer_nodes(self, member) -> None:
+        """The NodeDown / NodeUp commands `member`'s consumers call for, if this node
+        leads it (consumer_nodes.py); a node of its own has no other node."""
+        if self.transport is not None:
+            consumer_nodes.check(self, member)
 
     def tick(self) -> None:
         """Send again what no leader answered within RESEND_AFTER; return the messages
@@ -392,7 +402,7 @@ class Cluster:
                                                       "address": [host, port]}))
             silent = {n for n in self.nodes if n != self.name
                       and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
-            self._down_stale_consumers(silent)
+            consumer_nodes.tick(self)
             self.classic.tick(silent)
             self.mirrors.tick(silent)
         elif self.transport is None and now >= self._next_ping:  # a node of its own
@@ -414,34 +424,6 @@ class Cluster:
         return (pending.accepted and self.reachable(pending.sent_to)
                 and self.boots.get(pending.sent_to) == pending.accepted_by_boot
                 and now - pending.accepted_at < REPLY_WITHIN)
-
-    def _down_stale_consumers(self, silent: set[str]) -> None:
-        """On the queues this node leads: a Down for every connection, still holding
-        consumers, of a silent node or of an earlier run of a node that restarted (its
-        pings carry its boot id): their messages go back to the queue, delivery count
-        + 1. If a silent node was only cut off, its live channels check out again when
-        they see the Down applied (QuorumGroups._apply)."""
-        from ..fifo.commands import Down
-        from ..queues.quorum import QuorumQueue
-
-        for member in list(self.node.quorum.queues.values()):
-            if not isinstance(member, QuorumQueue) or not member.is_leader:
-                continue
-            connections = {c.connection for c in member.state.consumers.values()}
-            member.downed &= connections
-            for connection in connections - member.downed:
-                owner = connection.partition(":")[0]
-                if owner == self.name or ":" not in connection.partition("/")[0]:
-                    continue  # this node's own: it returns them itself after a restart
-                boot = self.boots.get(owner)
-                earlier_run = boot is not None and not connection.startswith(boot + ".")
-                if owner in silent or earlier_run or owner in self.forgotten:
-                    member.downed.add(connection)
-                    log.warning("%s: returning the messages of connection %s to queue "
-                                "'%s'", f"node {owner} is silent" if owner in silent
-                                else f"node {owner} restarted" if earlier_run
-                                else f"node {owner} was forgotten", connection, member.name)
-                    member.propose(Down(connection), 0)  # untimed: the time is not logged
 
     def _on_propose(self, sender: str, body: dict) -> None:
         accepted: tuple[list, list, list] = ([], [], [])     # requests, indexes, terms
@@ -550,6 +532,7 @@ class Cluster:
         self.amqp_uris[sender] = body.get("amqp")
         if body.get("boot"):
             self.boots[sender] = body["boot"]
+            self.pinged[sender] = time.monotonic()
 
     def _on_join(self, sender: str, body: dict) -> None:
         """A node asks to join: tell it every node's address; the metadata leader

@@ -45,7 +45,8 @@ def encode_reply(cluster: "Cluster", member, reply):
             return None  # a no-ack get applied twice, its message settled and released
 
         return {"get": [delivery.msg_id, delivery.delivery_count, exchange, routing_key,
-                        header, body, remaining]}
+                        header, body, remaining]
+                + ([True] if delivery.returned else [])}  # returned uncounted: redelivered
     if reply is None or isinstance(reply, (bool, int, str)):
         return reply
     return None
@@ -57,8 +58,9 @@ def on_reply(cluster: "Cluster", sender: str, body: dict) -> None:
         return
     value = body.get("v")
     if isinstance(value, dict) and "get" in value:
-        msg_id, count, exchange, routing_key, header, message, remaining = value["get"]
-        value = (Delivery(msg_id, 0, count), remaining,
+        msg_id, count, exchange, routing_key, header, message, remaining, *returned = \
+            value["get"]
+        value = (Delivery(msg_id, 0, count, bool(returned)), remaining,
                  (exchange, routing_key, header, message))
     pending.waiter(value)
 
@@ -71,7 +73,7 @@ def deliver_remote(cluster: "Cluster", queue, owner: str, key: str, deliveries) 
         exchange, routing_key, header, body = cluster.node.quorum.read_message(
             queue, delivery.raft_index)
         items.append([delivery.msg_id, delivery.delivery_count, exchange, routing_key,
-                      header, body])
+                      header, body] + ([True] if delivery.returned else []))
     cluster._post(owner, Rpc("deliver", {"g": queue.group, "k": key, "m": items}))
 
 
@@ -90,13 +92,15 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
     record.leader_hint = sender
     key = body["k"]
     consumer = record.by_key.get(key)
+    if consumer is None and cluster.is_stale_identity(key):
+        return  # an earlier run's consumer: removed with what it holds (stale_downs)
     if consumer is None or consumer.channel.state != ChannelState.OPEN:
         record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # untimed
         return
     settled = []
-    for msg_id, count, exchange, routing_key, header, message in body["m"]:
-        record.deliver(consumer, key, Delivery(msg_id, 0, count), exchange, routing_key,
-                       header, message)
+    for msg_id, count, exchange, routing_key, header, message, *returned in body["m"]:
+        record.deliver(consumer, key, Delivery(msg_id, 0, count, bool(returned)), exchange,
+                       routing_key, header, message)
         if consumer.no_ack:
             settled.append(msg_id)
     if settled:

@@ -31,6 +31,8 @@ Format (version 1, all big-endian), first octet = command tag:
   DlxSettle    17 | worker | u32 n | n x u64 msg id
   UpdateConfig 18 | as 15 | u8 dead lettering (1: at-least-once; written only for a
                   queue switched to at-least-once dead lettering)
+  NodeDown     19 | u16 n | n x node
+  NodeUp       20 | node | boot
   where consumer/lease/connection/publisher/worker = u16 length + UTF-8.
 
 Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
@@ -40,7 +42,8 @@ identity and the time envelope that may wrap a command in its entry: FORMAT.md,
 its replica diverge. UpdateConfig (14) came after 1-13, 15 (with a message TTL)
 after 14: every member of a queue's group must run a build that knows it before
 one is proposed (15 only ever is for a queue given a message TTL; 16-18 only for a
-queue with at-least-once dead lettering).
+queue with at-least-once dead lettering; 19-20, in any cluster of more than one node,
+by the leader when a node with consumers goes silent or comes back: fifo/nodes.py).
 
 An Enqueue's per-message TTL is the `expiration` property of the content header in
 its entry: `decode` reads it from there (one flag test when absent), so the entry
@@ -138,6 +141,31 @@ class Down:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeDown:
+    """The leader has not heard from these nodes (silent, cut off, or not heard since
+    the leader started): their consumers are *suspected* (fifo/nodes.py), as
+    rabbit_fifo's `{down, Pid, noconnection}`: their unacked messages return without
+    counting as a delivery attempt and they get nothing until a NodeUp. All in one
+    command, so that none of them is handed another's messages meanwhile. Reply: None."""
+    nodes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, tuple) or not all(isinstance(n, str) for n in self.nodes):
+            raise ValueError(f"fifo node_down 'nodes' must be a tuple of node names, not "
+                             f"{self.nodes!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUp:
+    """The leader hears from `node` again, in its run `boot` (the node's boot id, the
+    prefix of its connections' identities): that run's suspected consumers are
+    reinstated, and consumers of the node's earlier runs, which died with them, are
+    removed as by a Down (fifo/nodes.py). Reply: None."""
+    node: str
+    boot: str
+
+
+@dataclass(frozen=True, slots=True)
 class Dequeue:
     consumer: str    # the basic.get "consumer" of a channel
     settled: bool    # no-ack get
@@ -219,7 +247,7 @@ class DlxSettle:
 
 Command = Union[Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge, Down, Dequeue,
                 LeaseGrow, LeaseSettle, LeaseRelease, Tick, UpdateConfig, DlxCheckout,
-                DlxSettle]
+                DlxSettle, NodeDown, NodeUp]
 
 
 # ------------------------------------------------------------------ effects
@@ -229,7 +257,15 @@ Command = Union[Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge, Down,
 class Delivery:
     msg_id: int
     raft_index: int
-    delivery_count: int
+    delivery_count: int   # failed delivery attempts (x-delivery-count)
+    # handed out before and returned without a count (a suspected consumer's: NodeDown),
+    # so redelivered although delivery_count is 0; only ever set with delivery_count 0.
+    # AMQP's redelivered flag is `delivery_count > 0 or returned`
+    returned: bool = False
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 0 or self.returned
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,9 +339,11 @@ Effect = Union[Deliver, Dropped, ReleaseCursor, LeaseReleased, QueueExpired,
 def encode_reply(reply):
     """A machine reply as a JSON value (a snapshot keeps the replies of forwarded
     commands: broker/raft/forwarded.py): strings, numbers and None as they are, a
-    tuple as a list, a Delivery as {"delivery": [msg id, raft index, delivery count]}."""
+    tuple as a list, a Delivery as {"delivery": [msg id, raft index, delivery count]}
+    (and `true` fourth when it was returned uncounted: Delivery.returned)."""
     if isinstance(reply, Delivery):
-        return {"delivery": [reply.msg_id, reply.raft_index, reply.delivery_count]}
+        return {"delivery": [reply.msg_id, reply.raft_index, reply.delivery_count]
+                + ([True] if reply.returned else [])}
     if isinstance(reply, tuple):
         return [encode_reply(item) for item in reply]
     return reply
@@ -445,6 +483,10 @@ def encode(command: Command) -> bytes:
             return b"\x10" + _s(worker) + _u32.pack(prefetch)
         case DlxSettle(worker, ids):
             return b"\x11" + _s(worker) + _ids(ids)
+        case NodeDown(nodes):
+            return b"\x13" + _u16.pack(len(nodes)) + b"".join(_s(node) for node in nodes)
+        case NodeUp(node, boot):
+            return b"\x14" + _s(node) + _s(boot)
     raise TypeError(f"not a fifo command: {command!r}")
 
 
@@ -479,6 +521,13 @@ def decode(data: bytes, start: int = 0) -> Command:
                             None if max_bytes < 0 else max_bytes, _OVERFLOW_CODES[overflow],
                             None if msg_ttl < 0 else msg_ttl, None if expires < 0 else expires,
                             at_least_once)
+    if tag == 19:
+        (count,) = _u16.unpack_from(data, 1)
+        nodes, offset = [], 3
+        for _ in range(count):
+            node, offset = _read_s(data, offset)
+            nodes.append(node)
+        return NodeDown(tuple(nodes))
     name, offset = _read_s(data, 1)
     if tag == 2:
         prefetch, priority = _checkout_args.unpack_from(data, offset)
@@ -502,4 +551,6 @@ def decode(data: bytes, start: int = 0) -> Command:
         return DlxCheckout(name, _u32.unpack_from(data, offset)[0])
     if tag == 17:
         return DlxSettle(name, _read_ids(data, offset))
+    if tag == 20:
+        return NodeUp(name, _read_s(data, offset)[0])
     raise ValueError(f"unknown fifo command tag {tag}")

@@ -51,7 +51,7 @@ def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState,
         taken = take_next(state, effects)
         if taken is None:
             break
-        index, packed, delivered = taken
+        index, packed, delivered, _returned = taken  # a lease keeps counts > 0 only
         lease.indexes.append(index)
         lease.sizes.append(packed)
         if delivered:

@@ -17,6 +17,9 @@ Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - a consumer's connection going down returns its messages, delivery count + 1 (a
   node restarted after a crash cancels its old consumers before their Downs:
   `stale_downs`);
+- a node the leader no longer hears from has its consumers *suspected* (NodeDown):
+  their messages return uncounted, they get nothing until the node is back (NodeUp),
+  and consumers of a node's earlier runs are removed when it is (nodes.py);
 - leases: named consumers that survive disconnects, grown, read, settled and
   released by sequence numbers, released when idle past their timeout (Tick).
 - single active consumer (config.single_active, x-single-active-consumer): only
@@ -127,13 +130,13 @@ from array import array
 from dataclasses import replace
 from typing import Any, assert_never
 
-from . import dlx, leases, single_active
+from . import dlx, leases, nodes, single_active
 from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery,
                        Dequeue, Discard, DlxCheckout, DlxSettle, Down, Dropped, Effect,
-                       Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, Purge,
-                       QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
+                       Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, NodeDown, NodeUp,
+                       Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
 from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT, ConsumerState,
-                    FifoState, is_high, size_of)
+                    FifoState, is_high, pack, size_of)
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
@@ -178,6 +181,10 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             dlx.checkout(state, worker, prefetch)
         case DlxSettle(worker, msg_ids):
             reply = dlx.settle(state, worker, msg_ids)
+        case NodeDown(down):
+            nodes.node_down(down, state, effects)
+        case NodeUp(node, boot):
+            nodes.node_up(node, boot, state, effects)
         case _:
             assert_never(command)
     state.last_index = meta.index
@@ -236,7 +243,10 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
 
 
 def _has_consumers(state: FifoState) -> bool:
-    return any(not c.pull_only and not c.cancelled for c in state.consumers.values())
+    """A consumer that uses the queue (queue TTL): not a basic.get holder, not
+    cancelled, not suspected (rabbit_fifo's is_expired leaves suspected ones out)."""
+    return any(not c.pull_only and not c.cancelled and not c.suspected
+               for c in state.consumers.values())
 
 
 def _check_queue_expiry(meta: Meta, state: FifoState, effects: list[Effect]) -> None:
@@ -294,10 +304,13 @@ def next_expiry(state: FifoState) -> int | None:
     return min(heads) if heads else None
 
 
-def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] | None:
-    """(raft index, packed size, delivery count) of the next message to hand out;
-    expired heads are dropped first (Dropped "expired" into `effects`), so what is
-    handed out has not expired. Its expiry moves to `expiries_out`."""
+def take_next(state: FifoState,
+              effects: list[Effect]) -> tuple[int, int, int, bool] | None:
+    """(raft index, packed size, delivery count, returned uncounted) of the next
+    message to hand out; expired heads are dropped first (Dropped "expired" into
+    `effects`), so what is handed out has not expired. Its expiry moves to
+    `expiries_out`. "Returned uncounted": handed out before, back from a suspected
+    consumer with delivery count 0 (Delivery.returned)."""
     if (state.returns.expiries is not None or state.high.expiries is not None
             or state.normal.expiries is not None):  # (as in apply)
         _expire_heads(state, effects)
@@ -326,7 +339,10 @@ def take_next(state: FifoState, effects: list[Effect]) -> tuple[int, int, int] |
             state.expiries_out[index] = expiry
     else:
         index, packed = queue.popleft()
-    return index, packed, state.delivery_counts.pop(index, 0)
+    count = state.delivery_counts.pop(index, None)
+    if count is None:
+        return index, packed, 0, False
+    return index, packed, count, not count
 
 
 def die(state: FifoState, effects: list[Effect], index: int, packed: int,
@@ -347,14 +363,17 @@ def forget(index: int, state: FifoState) -> None:
 
 
 def requeue(index: int, packed: int, count: int, state: FifoState,
-            effects: list[Effect], reason_if_dropped: str = "delivery_limit") -> None:
-    """Put a message back after an unsuccessful delivery (count already incremented)."""
+            effects: list[Effect], reason_if_dropped: str = "delivery_limit",
+            counted: bool = True) -> None:
+    """Put a message back after an unsuccessful delivery (count already incremented),
+    or, not `counted`, from a suspected consumer (count unchanged, still redelivered:
+    nodes.py)."""
     limit = state.config.delivery_limit
     expiry = state.expiries_out.pop(index, 0) if state.expiries_out else 0
     if limit >= 0 and count > limit:
         die(state, effects, index, packed, reason_if_dropped)
         return
-    if count:
+    if count or not counted:
         state.delivery_counts[index] = count
     if limit >= 0:
         state.returns.append(index, packed, expiry)
@@ -522,10 +541,10 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
     taken = take_next(state, effects)
     if taken is None:
         return None
-    index, packed, count = taken
+    index, packed, count, returned = taken
     if command.settled:
         forget(index, state)
-        return Delivery(0, index, count), state.ready_count
+        return Delivery(0, index, count, returned), state.ready_count
     consumer = state.consumers.get(command.consumer)
     if consumer is None:
         consumer = ConsumerState(0, 0, command.connection, state.next_consumer_order,
@@ -535,7 +554,7 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
     msg_id = consumer.next_msg_id
     consumer.next_msg_id += 1
     consumer.checked[msg_id] = (index, packed, count)
-    return Delivery(msg_id, index, count), state.ready_count
+    return Delivery(msg_id, index, count, returned), state.ready_count
 
 
 def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
@@ -559,11 +578,11 @@ def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         if taken is None:  # what was ready had expired
             break
         state.rotation += 1
-        index, packed, count = taken
+        index, packed, count, returned = taken
         msg_id = consumer.next_msg_id
         consumer.next_msg_id += 1
         consumer.checked[msg_id] = (index, packed, count)
-        batches.setdefault(key, []).append(Delivery(msg_id, index, count))
+        batches.setdefault(key, []).append(Delivery(msg_id, index, count, returned))
         if not consumer.has_capacity():
             ordered = [item for item in ordered if item[0] != key]
     for key, deliveries in batches.items():

@@ -10,9 +10,10 @@ Consumer Priorities"):
 - the others *wait*. The next to take over is the waiting consumer with the highest
   x-priority, then the earliest registered (`ConsumerState.order`);
 - the active consumer cancelling (its unacked messages stay settleable with it, as
-  any cancelled consumer's), or its channel or connection going down (a Down: its
-  messages return, delivery count + 1), makes the next one active in the same
-  command, which then serves it;
+  any cancelled consumer's), its channel or connection going down (a Down: its
+  messages return, delivery count + 1), or its node suspected down (a NodeDown: its
+  messages return uncounted, nodes.py), makes the next one active in the same
+  command, which then serves it; a suspected consumer reinstated (NodeUp) waits;
 - a waiting consumer with a higher priority than the active one takes over once
   the active one holds no unacked message. Until then the active one is
   *quiescing*: it gets nothing new. Then it goes back to waiting (keeping its
@@ -36,8 +37,11 @@ that priority.
 
 Differences from rabbit_fifo 4.x: among waiting consumers of one priority it
 prefers the one with more credit (a larger prefetch), then the earliest; here the
-earliest always. A consumer whose node was cut off and came back (node/quorum.py
-`check_out_again`) registers again: it waits behind the others. 3.10 has no
+earliest always. A consumer whose node was cut off is suspected (nodes.py) and
+reinstated when its node is back: it keeps its registration order, and waits unless
+no other may be active (RabbitMQ 4.2 puts it at the end of the waiting list); one
+whose connection was taken for down (a Down of a node that was forgotten) registers
+again (node/quorum.py `check_out_again`) and waits behind the others. 3.10 has no
 priorities here: the earliest registered waiting consumer takes over.
 
 Not here: telling clients (AMQP 0-9-1 has no consumer-activity notification;
@@ -52,9 +56,9 @@ from .state import ConsumerState, FifoState
 
 def _candidates(state: FifoState):
     """(key, consumer) of every consumer that may be active: registered, not
-    cancelled, not a basic.get holder."""
+    cancelled, not a basic.get holder, not suspected (its node gone: nodes.py)."""
     return [(key, consumer) for key, consumer in state.consumers.items()
-            if not consumer.cancelled and not consumer.pull_only]
+            if not consumer.cancelled and not consumer.pull_only and not consumer.suspected]
 
 
 def _rank(item: tuple[str, ConsumerState]) -> tuple[int, int]:
@@ -64,7 +68,7 @@ def _rank(item: tuple[str, ConsumerState]) -> tuple[int, int]:
 def activate(state: FifoState) -> None:
     """Make `state.active` right after a command (see the module header)."""
     current = state.consumers.get(state.active) if state.active is not None else None
-    if current is None or current.cancelled or current.pull_only:
+    if current is None or current.cancelled or current.pull_only or current.suspected:
         state.active = current = None
     waiting = [item for item in _candidates(state) if item[0] != state.active]
     if not waiting:

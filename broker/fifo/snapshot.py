@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 5).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 6).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -24,6 +24,11 @@ null); "dead_letter_at_least_once" in "config" and "dlx" (the held dead letters:
 {"worker", "prefetch", "checked": [[msg id, raft index, size, reason], ...]} or null;
 "next_msg_id"; "bytes"). Older versions: none of these (no active consumer, none
 held).
+6 added suspected consumers (fifo/nodes.py): "suspected" in each consumer (true while
+its node is suspected down; older versions: none suspected), and "delivery_counts"
+may hold a count of 0 (a message returned uncounted by a suspected consumer, still
+redelivered; a version-5 reader would take it for never delivered, and would lose
+"suspected" without a word: hence the version).
 "config" is the machine's current one (the queue's arguments, then any UpdateConfig
 applied since), so a restore keeps a policy's limits: a log compacted below an
 UpdateConfig does not lose it.
@@ -41,8 +46,8 @@ from .state import (ConsumerState, DlxConsumer, DlxState, FifoConfig, FifoState,
                     LeaseState)
 
 MAGIC = b"QQFS"
-VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _head = struct.Struct(">4sHI")
 
 
@@ -98,7 +103,7 @@ def dump(state: FifoState) -> bytes:
         "consumers": {key: {"prefetch": c.prefetch, "priority": c.priority,
                             "connection": c.connection, "order": c.order,
                             "pull_only": c.pull_only, "cancelled": c.cancelled,
-                            "next_msg_id": c.next_msg_id,
+                            "suspected": c.suspected, "next_msg_id": c.next_msg_id,
                             "checked": [[m, *v] for m, v in sorted(c.checked.items())]}
                       for key, c in state.consumers.items()},
         "active": state.active,
@@ -162,7 +167,8 @@ def load(data: bytes) -> FifoState:
     for key, c in document["consumers"].items():
         state.consumers[key] = ConsumerState(
             c["prefetch"], c["priority"], c["connection"], c["order"], c["pull_only"],
-            c["cancelled"], c["next_msg_id"], {m: (i, p, n) for m, i, p, n in c["checked"]})
+            c["cancelled"], c.get("suspected", False), c["next_msg_id"],
+            {m: (i, p, n) for m, i, p, n in c["checked"]})
     state.active = document["active"] if version >= 5 else None
     state.next_consumer_order = document["next_consumer_order"]
     state.rotation = document["rotation"]

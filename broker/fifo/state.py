@@ -165,12 +165,15 @@ class ConsumerState:
     order: int             # registration order, for round-robin and ties
     pull_only: bool = False   # basic.get holder: never pushed to
     cancelled: bool = False   # kept until its checked-out messages are settled
+    # its node is suspected down (a NodeDown, until a NodeUp: fifo/nodes.py): it holds
+    # no message, gets none and is never the single active consumer
+    suspected: bool = False
     next_msg_id: int = 1
     # msg id -> (raft index, packed size, delivery count)
     checked: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     def has_capacity(self) -> bool:
-        if self.cancelled or self.pull_only:
+        if self.cancelled or self.pull_only or self.suspected:
             return False
         return not self.prefetch or len(self.checked) < self.prefetch
 
@@ -310,7 +313,9 @@ class FifoState:
     high: IndexQueue = field(default_factory=IndexQueue)
     normal: IndexQueue = field(default_factory=IndexQueue)
     returns: IndexQueue = field(default_factory=IndexQueue)
-    delivery_counts: dict[int, int] = field(default_factory=dict)  # ready messages, >0 only
+    # ready messages handed out before -> their delivery count: > 0, or 0 for one a
+    # suspected consumer held (returned uncounted, still redelivered: fifo/nodes.py)
+    delivery_counts: dict[int, int] = field(default_factory=dict)
     # raft index -> expiry (ms) of a checked-out or leased message that has one
     expiries_out: dict[int, int] = field(default_factory=dict)
     high_run: int = 0              # high-priority deliveries since the last normal one

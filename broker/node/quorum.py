@@ -419,6 +419,10 @@ class QuorumGroups:
         self._ensure_worker(queue)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
+            # as the leader: first suspect the consumers of the nodes not heard from
+            # (a restart after every node was killed), so that none of them is made
+            # active or served while this node's own earlier consumers go
+            self.cluster.check_consumer_nodes(queue)
             stale = {c.connection for c in queue.state.consumers.values()
                      if self._is_stale(c.connection)}
             for command in stale_downs(queue.state, stale):
@@ -471,6 +475,11 @@ class QuorumGroups:
                 # a node with no replica: the leader sends it the messages
                 self.cluster.deliver_remote(queue, owner, key, deliveries)
             return  # else that node's replica delivers
+        if consumer is None and self.cluster.is_stale_identity(key):
+            # an earlier run's consumer, not removed yet: what it is handed comes back
+            # when it is (stale_downs, NodeUp); a Return here would count, and the
+            # message could come straight back to it while it is still active
+            return
         returned, settled = [], []
         for delivery in deliveries:
             if consumer is None or consumer.channel.state is not _CHANNEL_OPEN:

@@ -127,7 +127,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.by_key: dict[str, Any] = {}
         self.exclusive_consumer = None
         self.had_consumers = False
-        self.downed: set[str] = set()  # connections of silent nodes a Down was proposed for
+        # NodeDown / NodeUp / Down commands this node proposed as the leader, and when
+        # (cluster/consumer_nodes.py: not proposed again within a few seconds)
+        self.node_proposals: dict = {}
         self.last_time_ms = 0         # the last leader time applied (see module doc)
         self.replay_until = 0         # entries up to here were applied before a restart
         self.pending_snapshot: tuple[int, int, bytes] | None = None  # cursor, index, data
@@ -364,8 +366,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         count = delivery.delivery_count
         if count:
             header = with_delivery_count(header, count)
-        channel.get_ok(self, QuorumToken(key, delivery.msg_id), no_ack, count > 0, exchange,
-                       routing_key, remaining, header, body)
+        channel.get_ok(self, QuorumToken(key, delivery.msg_id), no_ack, delivery.redelivered,
+                       exchange, routing_key, remaining, header, body)
 
     def deliver(self, consumer: "Consumer", key: str, delivery: commands.Delivery,
                 exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
@@ -374,7 +376,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         if count:
             header = with_delivery_count(header, count)
         consumer.channel.deliver(consumer, self, QuorumToken(key, delivery.msg_id),
-                                 count > 0, exchange, routing_key, header, body)
+                                 delivery.redelivered, exchange, routing_key, header, body)
 
     def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
         """ack (requeue None) -> Settle, nack/reject requeue -> Return (delivery count

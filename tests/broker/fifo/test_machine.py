@@ -12,7 +12,7 @@ from quorumqueue.broker.fifo import leases, snapshot
 from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Deliver, Delivery, Dequeue,
                                               Discard, Down, Dropped, Enqueue, LeaseGrow,
                                               LeaseRelease, LeaseReleased, LeaseSettle, Meta,
-                                              Purge, ReleaseCursor, Return, Settle, Tick,
+                                              NodeDown, NodeUp, Purge, ReleaseCursor, Return, Settle, Tick,
                                               UpdateConfig, decode, encode, encode_enqueue,
                                               decode_message)
 from quorumqueue.broker.fifo.machine import apply, lowest_live_index
@@ -272,16 +272,30 @@ consumers = st.sampled_from(["c1", "c2", "g1"])
 enqueues = st.builds(lambda p, pr, size: ("enqueue", p, pr, size),
                      st.sampled_from(["", "p1", "p2"]), st.sampled_from([0, 3, 5, 9]),
                      st.sampled_from([0, 7, 10, 25]))
+# each consumer's connection is on a node (`node:run.connection`, as nodes.py reads
+# identities): c1 and g1 on n1, c2 on n2; NodeDown and NodeUp (this run or another)
+# suspect, reinstate and remove them
+_NODE = {"c1": "n1", "g1": "n1", "c2": "n2"}
+
+
+def _conn(consumer: str) -> str:
+    return f"{_NODE[consumer]}:r1.{consumer}"
+
+
 other_commands = st.one_of(
-    st.builds(lambda c, n, pr: Checkout(c, n, pr, "conn-" + c), consumers,
+    st.builds(lambda c, n, pr: Checkout(c, n, pr, _conn(c)), consumers,
               st.integers(0, 3), st.integers(0, 2)),
     st.builds(Cancel, consumers),
     st.builds(lambda c, k: ("settle", c, k), consumers, st.integers(0, 3)),
     st.builds(lambda c, k: ("return", c, k), consumers, st.integers(0, 3)),
     st.builds(lambda c, k: ("discard", c, k), consumers, st.integers(0, 3)),
     st.just(Purge()),
-    st.builds(lambda c: Down("conn-" + c), consumers),
-    st.builds(lambda c, s: Dequeue(c, s, "conn-" + c), consumers, st.booleans()),
+    st.builds(lambda c: Down(_conn(c)), consumers),
+    st.builds(lambda c, s: Dequeue(c, s, _conn(c)), consumers, st.booleans()),
+    st.builds(lambda nodes: NodeDown(tuple(nodes)),
+              st.lists(st.sampled_from(["n1", "n2"]), min_size=1, max_size=2, unique=True)),
+    st.builds(lambda n, r: NodeUp(n, f"{n}:{r}"), st.sampled_from(["n1", "n2"]),
+              st.sampled_from(["r1", "r1", "r2"])),
     st.builds(lambda n, b: LeaseGrow("L", n, b, 50), st.integers(0, 4), st.integers(0, 30)),
     st.builds(lambda k: ("lease_settle", k), st.integers(0, 6)),
     st.just(LeaseRelease("L")),

@@ -21,7 +21,7 @@ from .test_machine import commands, concrete
 
 def _candidates(state: FifoState) -> dict:
     return {key: consumer for key, consumer in state.consumers.items()
-            if not consumer.cancelled and not consumer.pull_only}
+            if not consumer.cancelled and not consumer.pull_only and not consumer.suspected}
 
 
 def _rank(consumer) -> tuple[int, int]:
@@ -55,6 +55,8 @@ def test_only_the_active_consumer_gets_deliveries_and_takeovers_follow_the_rules
         assert changes == ([ActiveConsumerChanged(state.active)] if state.active != before
                            else [])
         assert delivered_to <= {state.active}, "a waiting consumer got a delivery"
+        assert not any(c.checked for c in state.consumers.values()
+                       if c.suspected and not c.pull_only), "a suspected consumer holds one"
         assert (state.active is None) == (not candidates)
         if state.active is None:
             continue

@@ -2,8 +2,10 @@
 and the reject-publish block, version 3 the publishers' rejected-seq gaps, version 4
 message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages),
 version 5 single active consumer (the config's flag, the active consumer) and the
-dead letters held by at-least-once dead lettering; older snapshots still load (no
-limits, no gaps, no TTL, no single active consumer, nothing held).
+dead letters held by at-least-once dead lettering, version 6 suspected consumers
+(fifo/nodes.py) and delivery counts of 0 for messages they held; older snapshots still
+load (no limits, no gaps, no TTL, no single active consumer, nothing held, nobody
+suspected).
 (Restore-and-replay equality is the property in test_machine.py.)"""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from quorumqueue.broker.fifo import snapshot
 from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Discard, DlxCheckout, Enqueue,
-                                                  Meta)
+                                                  Meta, NodeDown)
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
 
@@ -33,13 +35,20 @@ def _filled(config: FifoConfig) -> FifoState:
 
 
 def _as_version(data: bytes, version: int) -> bytes:
-    """The bytes a build of `version` (1, 3 or 4) wrote for the same state, which
-    must hold no single active consumer, no dead letter and below 4 no TTL: version 4
-    has no single_active, active, "dlx" or dead_letter_at_least_once; version 3 has
-    no msg_ttl, expires, last_active, expiries_out or expiry arrays (the last three
-    arrays, empty here); version 1 neither limits, block nor gaps."""
+    """The bytes a build of `version` (1, 3, 4 or 5) wrote for the same state, which
+    must hold no suspected consumer, below 5 no single active consumer and no dead
+    letter, below 4 no TTL: version 5 has no consumer's "suspected"; version 4 no
+    single_active, active, "dlx" or dead_letter_at_least_once; version 3 no msg_ttl,
+    expires, last_active, expiries_out or expiry arrays (the last three arrays, empty
+    here); version 1 neither limits, block nor gaps."""
     _magic, _version, length = _head.unpack_from(data)
     document = json.loads(data[_head.size:_head.size + length])
+    for consumer in document["consumers"].values():
+        assert consumer.pop("suspected") is False
+    assert 0 not in dict(document["delivery_counts"]).values()
+    if version == 5:
+        header = json.dumps(document, separators=(",", ":")).encode()
+        return _head.pack(b"QQFS", version, len(header)) + header + data[_head.size + length:]
     assert document["config"].pop("single_active") is False
     assert document.pop("active") is None
     assert not document["dlx"]["discards"] and document["dlx"]["consumer"] is None
@@ -69,10 +78,10 @@ def _as_version_1(data: bytes) -> bytes:
     return _as_version(data, 1)
 
 
-def test_dump_writes_version_5_with_the_limits_and_gaps():
+def test_dump_writes_version_6_with_the_limits_and_gaps():
     state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
     data = snapshot.dump(state)
-    assert _head.unpack_from(data)[1] == 5
+    assert _head.unpack_from(data)[1] == 6
     restored = snapshot.load(data)
     assert restored.config == FifoConfig(max_length=1, max_bytes=100,
                                          overflow="reject-publish")
@@ -157,8 +166,36 @@ def test_version_5_keeps_the_held_dead_letters_and_the_worker():
     assert restored.dlx.next_msg_id == 3 and snapshot.dump(restored) == data
 
 
+def test_version_6_keeps_suspected_consumers_and_uncounted_returns():
+    """A NodeDown suspects both consumers of node n1: the active one's message goes
+    back with delivery count 0, kept as such (it is redelivered), and no consumer is
+    active; a restore keeps all of it."""
+    state = FifoState(config=FifoConfig(single_active=True))
+    script = [Checkout("a", 1, 0, "n1:r1.1.1"), Checkout("b", 1, 0, "n1:r1.2.1"),
+              Enqueue("", 0, 10, 0), NodeDown(("n1",))]
+    for index, command in enumerate(script, start=1):
+        state, _, _ = apply(Meta(index, 1, 0), command, state)
+    assert state.consumers["a"].suspected and state.consumers["b"].suspected
+    assert state.active is None and state.delivery_counts == {3: 0}
+    data = snapshot.dump(state)
+    restored = snapshot.load(data)
+    assert restored.consumers == state.consumers and restored.active is None
+    assert restored.delivery_counts == {3: 0} and snapshot.dump(restored) == data
+
+
+def test_version_5_snapshot_loads_with_no_consumer_suspected():
+    state = FifoState(config=FifoConfig(single_active=True))
+    for index, command in enumerate([Checkout("a", 1, 0, "n1:r1.1.1"),
+                                     Checkout("b", 1, 0, "n2:r2.1.1")], start=1):
+        state, _, _ = apply(Meta(index, 1, 0), command, state)
+    current = snapshot.dump(state)
+    restored = snapshot.load(_as_version(current, 5))
+    assert not any(c.suspected for c in restored.consumers.values())
+    assert restored.active == "a" and snapshot.dump(restored) == current
+
+
 def test_unknown_version_is_refused():
     data = bytearray(snapshot.dump(FifoState()))
-    struct.pack_into(">H", data, 4, 6)
-    with pytest.raises(ValueError, match="unknown fifo snapshot version 6"):
+    struct.pack_into(">H", data, 4, 7)
+    with pytest.raises(ValueError, match="unknown fifo snapshot version 7"):
         snapshot.load(bytes(data))
