@@ -248,9 +248,9 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 result.dlx["confirmed"] = len(dlx.confirmed)
                 result.violations += [f"dlx: {line}" for line in found]
             if spark_run and clients.query_failure:
-                result.error = clients.query_failure[:500]
+                result.error = clients.query_failure
         except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
-            result.error = f"{type(error).__name__}: {error}"[:500]
+            result.error = f"{type(error).__name__}: {error}"  # whole: a node's log tail
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -258,7 +258,7 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 try:
                     each.stop()
                 except Exception as error:  # noqa: BLE001
-                    result.error = result.error or f"workload: {error}"[:500]
+                    result.error = result.error or f"workload: {error}"
         if not result.ok:
             result.diagnosis = diagnose(cluster, queue)
             if spark_run:
