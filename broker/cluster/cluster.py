@@ -374,7 +374,10 @@ class Cluster:
         for request, pending in list(self.pending.items()):
             if pending.member is member and pending.sent_to != member.leader_id:
                 self._send(request)
-        if not getattr(member, "replay_until", 1) and self.transport is not None:
+        from ..queues.quorum import QuorumQueue
+
+        if (isinstance(member, QuorumQueue) and not member.replay_until
+                and self.transport is not None):
             consumer_nodes.check(self, member)  # a quorum queue this node now leads
 
     def check_consumer_nodes(self, member) -> None:

@@ -144,3 +144,61 @@ def test_the_waiting_consumer_takes_over_when_the_leader_dies_with_the_active_on
             assert active_tag(uri, "kept") == "kept-a"
         for consumer in survivors:
             consumer.connection.close()
+
+
+class HeaderConsumer(Consumer):
+    """A Consumer that also records each delivery's x-delivery-count (None: absent)."""
+
+    def _on_message(self, channel, method, properties, body) -> None:
+        super()._on_message(channel, method, properties, body)
+        self.counts = getattr(self, "counts", [])
+        self.counts.append((properties.headers or {}).get("x-delivery-count"))
+
+
+def consumer_rows(uri: str, name: str) -> int:
+    return queue_row(uri, name)["consumers"]
+
+
+def test_a_killed_consumer_nodes_messages_go_to_the_next_consumer_uncounted():
+    """The active consumer is on a node that is killed (not the queue's leader); it
+    held 3 unacknowledged messages. The leader, no longer hearing from that node,
+    suspects its consumers (a NodeDown: broker/fifo/nodes.py, as RabbitMQ's
+    noconnection): the waiting consumer on the third node takes over and gets the 3
+    redelivered but without x-delivery-count — no delivery attempt failed (the guide's
+    "Poison Message Handling" counts unsuccessful ones; before, this was a Down, count
+    1). When the killed node is back in a new run, its dead consumer is removed (a
+    NodeUp) and the one left stays active."""
+    with LocalCluster(3, proxied=False) as cluster:
+        first = cluster.uris()[0]
+        wait_for("a metadata leader", lambda: call(first, "cluster.status")["metadata_leader"])
+        leader_node, victim, survivor = cluster.names
+        leader_uri = cluster.uri(leader_node)
+        with pika.BlockingConnection(pika.URLParameters(leader_uri)) as connection:
+            connection.channel().queue_declare("uncounted", durable=True, arguments=SAC)
+        assert wait_for("a leader of 'uncounted'",
+                        lambda: leader_of(leader_uri, "uncounted")) == leader_node
+        wait_for("the queue known on every node", lambda: all(
+            queue_row(uri, "uncounted") for uri in cluster.uris()))
+        doomed = HeaderConsumer(cluster.uri(victim), "uncounted", "doomed")
+        wait_for("doomed active", lambda: active_tag(leader_uri, "uncounted") == "doomed")
+        heir = HeaderConsumer(cluster.uri(survivor), "uncounted", "heir")
+        wait_for("two consumers", lambda: consumer_rows(leader_uri, "uncounted") == 2)
+
+        publish(leader_uri, "uncounted", [b"m1", b"m2", b"m3"])
+        pump_until("doomed holding m1-m3", [doomed, heir], lambda: len(doomed.received) == 3)
+        cluster.kill(victim)
+        pump_until("heir taking over with m1-m3", [heir], lambda: len(heir.received) == 3)
+        assert active_tag(leader_uri, "uncounted") == "heir"
+        assert heir.received == [("heir", True, b"m1"), ("heir", True, b"m2"),
+                                 ("heir", True, b"m3")]
+        assert heir.counts == [None, None, None], "x-delivery-count raised by a node's loss"
+        publish(leader_uri, "uncounted", [b"m4"])
+        pump_until("m4 to heir", [heir], lambda: len(heir.received) == 4)
+        assert heir.received[3] == ("heir", False, b"m4") and heir.counts[3] is None
+
+        cluster.restart(victim)
+        wait_for("the dead consumer removed once its node is back",
+                 lambda: consumer_rows(leader_uri, "uncounted") == 1)
+        assert active_tag(leader_uri, "uncounted") == "heir"
+        heir.ack_all()
+        heir.connection.close()
