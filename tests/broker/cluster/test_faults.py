@@ -99,10 +99,11 @@ def test_node_cut_off_and_healed_during_the_workload(role, seed):
 
 def test_a_consumer_on_a_node_without_a_replica_consumes_again_after_a_cut():
     """The queue's leader takes a node cut off for longer than NODE_DOWN_AFTER for
-    down and returns its consumer's messages (a Down in the log). The consumer's node
-    has no replica, so it never applies that Down: the leader tells it, and once the
-    link heals its live consumer checks out again and gets the returned and the new
-    messages (before, it waited forever: nothing was checked out to it any more)."""
+    down: its consumer is suspected and its messages return (a NodeDown in the log,
+    broker/fifo/nodes.py). The consumer's node has no replica; once the link heals the
+    leader hears it again (a NodeUp), the consumer is reinstated and gets the returned
+    and the new messages (before the suspected state, the leader's Down removed it
+    and told the node to check out again; earlier still, it waited forever)."""
     import pika
 
     from quorumqueue.client.management import call
@@ -141,8 +142,8 @@ def test_a_consumer_on_a_node_without_a_replica_consumes_again_after_a_cut():
             publish([b"a%d" % n for n in range(5)])
             wait_for("five deliveries on " + outsider, received(5))  # unacked: prefetch full
             cluster.isolate(outsider)
-            wait_for("the leader returning the outsider's messages", lambda: any(
-                "returning the messages of connection " + outsider in cluster.log(m, 1 << 30)
+            wait_for("the leader suspecting the outsider's consumer", lambda: any(
+                f"'pair' in vhost '/': {outsider} not heard from" in cluster.log(m, 1 << 30)
                 for m in members))
             cluster.heal()
             publish([b"b%d" % n for n in range(5)])
