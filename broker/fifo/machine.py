@@ -136,7 +136,7 @@ from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver
                        Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, NodeDown, NodeUp,
                        Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
 from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT, ConsumerState,
-                    FifoState, is_high, pack, size_of)
+                    FifoState, is_high, size_of)
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
