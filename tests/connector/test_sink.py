@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import struct
 
 import pika
 import pyarrow as pa
@@ -549,3 +550,26 @@ def test_rows_without_property_columns_are_encoded_as_pika_would():
         assert message.properties.delivery_mode == 2
     with pytest.raises(RowError, match=escape("row 3 of this task: column 'body' is null")):
         next(messages)
+
+
+
+@pytest.mark.parametrize("base", [0, 5 << 32])
+def test_the_broker_reads_a_sink_rows_key_in_place(base):
+    # the broker's fast path for keyed publishes (broker/amqp/properties.py,
+    # `_sink_key`) takes exactly the table the sink writes: publisher, then the seq
+    # as 'l' (also for df.write's small seqs); if the sink's bytes ever change, the
+    # broker falls back to walking the table, correct but slower: this says so
+    from quorumqueue.broker.amqp.properties import (_sink_key, decode_properties,
+                                                    publisher_sequence)
+
+    schema = StructType([StructField("body", BinaryType())])
+    batch = pa.record_batch([[b"x", b"y"]], names=["body"])
+    options = parse_sink_options({"uri": "amqp://h", "routingKey": "k"})
+    key = IdempotencyKey("spark-write/w/2", base)
+    for n, message in enumerate(to_messages([batch], input_plan(schema, options), options, key)):
+        payload = (struct.pack(">HHQ", 60, 0, len(message.body))
+                   + b"".join(message.properties.encode()))
+        properties = decode_properties(payload)[1]
+        assert _sink_key(properties.raw, properties.headers_at) == ("spark-write/w/2",
+                                                                    base + n + 1)
+        assert publisher_sequence(properties) == ("spark-write/w/2", base + n + 1)

@@ -6,6 +6,7 @@ whole table with pamqp answers, errors included."""
 from __future__ import annotations
 
 import datetime as dt
+import struct
 import decimal
 
 import pytest
@@ -30,14 +31,16 @@ def content_header(**properties) -> codec.Properties:
 
 def by_pamqp(properties: codec.Properties):
     """publisher_sequence as it was: the whole table decoded by pamqp."""
-    original = properties_module._scan_sequence_headers
+    scan, sink_key = properties_module._scan_sequence_headers, properties_module._sink_key
     properties_module._scan_sequence_headers = lambda _properties: None
+    properties_module._sink_key = lambda _raw, _at: None
     try:
         return publisher_sequence(properties)
     except AMQPError as error:
         return error.code, error.reply_text
     finally:
-        properties_module._scan_sequence_headers = original
+        properties_module._scan_sequence_headers = scan
+        properties_module._sink_key = sink_key
 
 
 def answer(properties: codec.Properties):
@@ -94,4 +97,60 @@ def test_the_scan_answers_what_decoding_the_whole_table_answers(others, pair, co
         properties = content_header(content_type=content_type, headers=headers)
     except (TypeError, ValueError, OverflowError):
         return  # a table pamqp cannot encode (e.g. an integer beyond 64 bits)
+    assert answer(properties) == by_pamqp(properties)
+
+
+# The Spark sink's table, byte for byte (connector/sink_rows.py, `_Stamped`): the
+# publisher as a long string, then the seq as a signed 64-bit 'l', nothing else. The
+# broker reads it in place (`_sink_key`); near misses must be answered as before.
+def entry(name: bytes, kind: bytes, value: bytes) -> bytes:
+    return bytes([len(name)]) + name + kind + value
+
+
+def publisher_entry(value: bytes, length: int | None = None) -> bytes:
+    size = len(value) if length is None else length
+    return entry(PUBLISHER_HEADER.encode(), b"S", size.to_bytes(4, "big") + value)
+
+
+def seq_entry(seq: int, kind: bytes = b"l") -> bytes:
+    return entry(SEQ_HEADER.encode(), kind, seq.to_bytes(8, "big", signed=True))
+
+
+def with_table(*entries: bytes) -> codec.Properties:
+    """A content header with this header table and delivery mode 2."""
+    table = b"".join(entries)
+    payload = (struct.pack(">HHQH", 60, 0, 10, (1 << 13) | (1 << 12))
+               + len(table).to_bytes(4, "big") + table + b"\x02")
+    return codec.decode_properties(payload)[1]
+
+
+def test_the_sinks_own_table_is_read_in_place():
+    properties = with_table(publisher_entry(b"spark-query/ab12/3"), seq_entry((7 << 32) + 9))
+    assert properties_module._sink_key(properties.raw, properties.headers_at) == (
+        "spark-query/ab12/3", (7 << 32) + 9)
+    assert answer(properties) == ("spark-query/ab12/3", (7 << 32) + 9) == by_pamqp(properties)
+    assert properties.persistent
+
+
+@pytest.mark.parametrize("entries", [
+    (publisher_entry(b"p"), seq_entry(5), entry(b"other", b"t", b"\x01")),   # one more entry
+    (publisher_entry(b"p"), seq_entry(5), seq_entry(6)),                    # the seq twice
+    (publisher_entry(b"p"), seq_entry(5), publisher_entry(b"q")),           # the publisher twice
+    (publisher_entry(b""), seq_entry(5)),                                   # empty publisher
+    (publisher_entry(b"x" * 256), seq_entry(5)),                            # 256 bytes
+    (publisher_entry(b"x" * 255), seq_entry(5)),                            # 255 bytes: fine
+    (publisher_entry(b"\xff\xfe"), seq_entry(5)),                           # not UTF-8
+    (publisher_entry(b"p"), seq_entry(0)),
+    (publisher_entry(b"p"), seq_entry(-3)),
+    (publisher_entry(b"p"), seq_entry(5, b"L")),                            # another integer type
+    (publisher_entry(b"p", length=40), seq_entry(5)),                       # length past the table
+    (publisher_entry(b"p", length=0), b"p" + seq_entry(5)),                 # length too short
+    (publisher_entry(b"p"),),                                               # no seq
+], ids=["extra", "seq-twice", "publisher-twice", "empty", "256-bytes", "255-bytes",
+        "not-utf8", "seq-0", "seq-negative", "type-L", "long-length", "short-length", "no-seq"])
+def test_a_table_like_the_sinks_is_answered_as_decoding_it_whole_answers(entries):
+    try:
+        properties = with_table(*entries)
+    except AMQPError:
+        return  # not even a well-formed content header: never reaches a queue
     assert answer(properties) == by_pamqp(properties)
