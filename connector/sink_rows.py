@@ -27,9 +27,11 @@ How it works
     a message's properties to `encode()` themselves, and `_Stamped` answers with
     the shared bytes and its own 8-byte seq in place, always as a 64-bit 'l' field
     (pika itself picks a 32-bit 'I' for a seq below 2^31, e.g. df.write's; both are
-    AMQP integers and the broker reads either). Rows without property or header
-    columns skip building and comparing a property set per row. Encoding a header table per message was the
-    biggest cost of a sink task (bench/README.md, `connector_sink.py`).
+    AMQP integers and the broker reads either; a table of these two entries alone,
+    the seq as 'l', it reads in place: broker/amqp/properties.py `_sink_key`).
+    Rows without property or header columns skip building and comparing a property
+    set per row. Encoding a header table per message was the biggest cost of a sink
+    task (bench/README.md, `connector_sink.py`).
 
 Invariants
     - The same rows in the same order give the same messages and sequence numbers.
