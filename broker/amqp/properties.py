@@ -330,7 +330,7 @@ def _sink_key(raw: bytes, at: int) -> tuple[str, int] | None:
     """(publisher, seq) of a header table (its u32 length at `at`, the publisher's
     entry first) that holds exactly the sink's two entries with valid values; None
     for anything else, which the general path then reads and judges. No loop and no
-    per-entry lookups: the sink's keyed publish costs about what a plain one does."""
+    per-entry lookups: a third of the walk's cost (bench/README.md, connector_sink.py)."""
     end = at + 4 + _u32.unpack_from(raw, at)[0]  # within raw: decode_properties checked
     value_at = at + 4 + len(_SINK_PUBLISHER) + 4
     if value_at + _SINK_SEQ_ENTRY > end:
