@@ -230,6 +230,13 @@ class _Client:
         except FAILURES as error:
             self.history.note(self.role, f"cannot connect to {uri}: {error!r}")
             return
+        except ValueError as error:
+            # pika raises ValueError when the socket is reset between its TCP connect
+            # and its stream setup (a node killed at that moment): a failed connect
+            if "Expected connected socket" not in str(error):
+                raise
+            self.history.note(self.role, f"cannot connect to {uri}: {error!r}")
+            return
         self.connections += 1
         self.history.note(self.role, f"connected to {uri}")
         try:
