@@ -97,6 +97,75 @@ class _Pending:
         self.accepted_by_boot: str | None = None  # the accepting node's run (its pings)
 
 
+
+class _PendingRequests:
+    """The forwarded requests waiting for a leader's answer: by request id, and by
+    group member, so a leader change visits only its group's requests (with 100
+    groups forwarding at once, a walk over all of them per change was 14% of a
+    node's samples). Ids are kept in the order they were last sent (`sent` moves
+    one to the end), so `overdue` stops at the first one sent recently instead of
+    walking every request on every tick."""
+
+    __slots__ = ("_by_id", "_by_member")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, _Pending] = {}
+        self._by_member: dict[int, dict[int, None]] = {}   # id(member) -> request ids
+
+    def add(self, request: int, pending: _Pending) -> None:
+        self._by_id[request] = pending
+        self._by_member.setdefault(id(pending.member), {})[request] = None
+
+    def get(self, request: int) -> _Pending | None:
+        return self._by_id.get(request)
+
+    def __getitem__(self, request: int) -> _Pending:
+        return self._by_id[request]
+
+    def pop(self, request: int, default=None) -> _Pending | None:
+        pending = self._by_id.pop(request, None)
+        if pending is None:
+            return default
+        key = id(pending.member)
+        requests = self._by_member[key]
+        del requests[request]
+        if not requests:
+            del self._by_member[key]
+        return pending
+
+    def __delitem__(self, request: int) -> None:
+        if self.pop(request) is None:
+            raise KeyError(request)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, request: int) -> bool:
+        return request in self._by_id
+
+    def values(self):
+        return self._by_id.values()
+
+    def sent(self, request: int, pending: _Pending, now: float) -> None:
+        """`pending` (request `request`) was sent again at `now`: last in send order."""
+        pending.sent_at = now
+        by_id = self._by_id
+        del by_id[request]
+        by_id[request] = pending
+
+    def of_member(self, member: ReplicatedGroup) -> list[int]:
+        return list(self._by_member.get(id(member), ()))
+
+    def overdue(self, deadline: float) -> list[int]:
+        """The requests last sent before `deadline`, oldest first."""
+        overdue = []
+        for request, pending in self._by_id.items():
+            if pending.sent_at >= deadline:
+                break
+            overdue.append(request)
+        return overdue
+
+
 class Cluster:
     def __init__(self, node: "Node", settings: "Settings") -> None:
         self.node = node
@@ -117,7 +186,7 @@ class Cluster:
         self.joining = bool(settings.cluster_join)
         self.transport = None            # ClusterTransport, set by the server shell
         self.wake = lambda: None         # the server's schedule_flush
-        self.pending: dict[int, _Pending] = {}
+        self.pending = _PendingRequests()
         # counts asked of other nodes (proxy.counts): request -> (callback, deadline)
         self.stats: dict[int, tuple] = {}
         # requests to other nodes' members (replica_rpc.ask): request -> (done, deadline)
@@ -310,7 +379,7 @@ class Cluster:
             data = wrap(Identity(self.origin, seq, waiter is not None), data)
         self._next_request += 1
         request = self._next_request
-        self.pending[request] = _Pending(member, data, waiter)
+        self.pending.add(request, _Pending(member, data, waiter))
         self._send(request)
 
     def _send(self, request: int) -> None:
@@ -325,7 +394,7 @@ class Cluster:
             leader = member.leader_hint if member.leader_hint in self.addresses else \
                 self._some_member(member, pending.sent_to)
             pending.sent_to = leader
-            pending.sent_at = time.monotonic()
+            self.pending.sent(request, pending, time.monotonic())
             pending.accepted = False
             if leader is not None and self.transport is not None:
                 self._propose_to(leader, member.group, request, pending.data, True)
@@ -336,7 +405,7 @@ class Cluster:
             member.propose_data(pending.data, pending.waiter)
             return
         pending.sent_to = leader
-        pending.sent_at = time.monotonic()
+        self.pending.sent(request, pending, time.monotonic())
         if leader is not None and self.transport is not None:
             self._propose_to(leader, member.group, request, pending.data, False)
 
@@ -371,8 +440,10 @@ class Cluster:
         return self._random.choice(members)
 
     def leader_changed(self, member: ReplicatedGroup) -> None:
-        for request, pending in list(self.pending.items()):
-            if pending.member is member and pending.sent_to != member.leader_id:
+        pendings = self.pending
+        for request in pendings.of_member(member):  # this group's requests only
+            pending = pendings.get(request)
+            if pending is not None and pending.sent_to != member.leader_id:
                 self._send(request)
         from ..queues.quorum import QuorumQueue
 
@@ -416,8 +487,10 @@ class Cluster:
         proxy.expire_stats(self)
         replica_rpc.expire(self)
         deadline = now - RESEND_AFTER
-        for request, pending in list(self.pending.items()):
-            if pending.sent_at < deadline and not self._reply_coming(pending, now):
+        pendings = self.pending
+        for request in pendings.overdue(deadline):  # in send order: stops at a recent one
+            pending = pendings.get(request)
+            if pending is not None and not self._reply_coming(pending, now):
                 self._send(request)
 
     def _reply_coming(self, pending: _Pending, now: float) -> bool:
@@ -509,7 +582,7 @@ class Cluster:
                 continue
             if hint is not None and hint != sender and hint != pending.sent_to:
                 pending.sent_to = hint
-                pending.sent_at = time.monotonic()
+                self.pending.sent(request, pending, time.monotonic())
                 self._propose_to(hint, pending.member.group, request, pending.data, False)
             else:
                 pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
