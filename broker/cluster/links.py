@@ -61,33 +61,56 @@ _COUNTERS = tuple(f.name for f in fields(TransportStats) if f.name not in _GAUGE
 
 
 class _Outgoing:
-    """One peer's frames not yet written; bounded, the oldest dropped first. A single
-    frame larger than the byte bound is kept (alone): frames are bounded by wire's
-    maximum frame size instead."""
+    """One peer's frames not yet written, in two lanes: `urgent` (Raft's small
+    messages: heartbeats, votes, answers) leaves before `frames` (everything else,
+    in the order sent), so a group's heartbeat never waits behind megabytes of other
+    groups' appends. Each lane is bounded on its own, the oldest dropped first; the
+    bulk lane only when the caller allows it (a peer that is busy, not dead, keeps
+    its frames: transport.py). A single frame larger than the byte bound is kept
+    (alone): frames are bounded by wire's maximum frame size instead."""
 
-    __slots__ = ("frames", "bytes", "max_frames", "max_bytes")
+    __slots__ = ("frames", "bytes", "urgent", "urgent_bytes", "max_frames", "max_bytes")
 
     def __init__(self, max_frames: int, max_bytes: int) -> None:
         self.frames: deque[bytes] = deque()
         self.bytes = 0                 # == sum(map(len, self.frames))
+        self.urgent: deque[bytes] = deque()
+        self.urgent_bytes = 0          # == sum(map(len, self.urgent))
         self.max_frames = max_frames
         self.max_bytes = max_bytes
 
-    def push(self, data: bytes) -> int:
+    def __len__(self) -> int:
+        return len(self.frames) + len(self.urgent)
+
+    def push(self, data: bytes, urgent: bool = False, may_drop: bool = True) -> int:
         """Queue `data`; returns how many older frames were dropped to make room."""
-        self.frames.append(data)
-        self.bytes += len(data)
         dropped = 0
-        while ((len(self.frames) > self.max_frames or self.bytes > self.max_bytes)
-               and len(self.frames) > 1):
-            self.bytes -= len(self.frames.popleft())
-            dropped += 1
+        if urgent:
+            lane = self.urgent
+            lane.append(data)
+            self.urgent_bytes += len(data)
+            while ((len(lane) > self.max_frames or self.urgent_bytes > self.max_bytes)
+                   and len(lane) > 1):
+                self.urgent_bytes -= len(lane.popleft())
+                dropped += 1
+            return dropped
+        frames = self.frames
+        frames.append(data)
+        self.bytes += len(data)
+        if may_drop:
+            while ((len(frames) > self.max_frames or self.bytes > self.max_bytes)
+                   and len(frames) > 1):
+                self.bytes -= len(frames.popleft())
+                dropped += 1
         return dropped
 
     def take(self) -> list[bytes]:
-        frames = list(self.frames)
+        """Every queued frame, the urgent ones first."""
+        frames = list(self.urgent)
+        frames.extend(self.frames)
+        self.urgent.clear()
         self.frames.clear()
-        self.bytes = 0
+        self.bytes = self.urgent_bytes = 0
         return frames
 
 
@@ -97,7 +120,7 @@ class _Peer:
     __slots__ = ("name", "address", "outgoing", "link", "connect_task", "flush_handle",
                  "delay", "ever_connected", "down_reported", "failures", "dropping",
                  "pending_link", "rpc_seq", "written_seq", "unacked", "unacked_bytes",
-                 "remote_session", "session")
+                 "remote_session", "session", "last_heard")
 
     def __init__(self, name: str, address: tuple[str, int], outgoing: _Outgoing) -> None:
         self.name = name
@@ -121,6 +144,7 @@ class _Peer:
         # this node's stream of numbered Rpcs to the peer: a new one with every _Peer
         # (a peer removed and added again starts numbering at 1 in a new session)
         self.session = int.from_bytes(os.urandom(7), "big") | 1
+        self.last_heard = float("-inf")  # loop time of the last bytes it sent us
 
 
 class _Connection(asyncio.Protocol):

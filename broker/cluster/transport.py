@@ -8,7 +8,12 @@ every accepted connection; deliver what arrives to `on_message`; count what happ
 How it works: each direction has its own connection. Node A sends to B only on the
 connection A opened to B (`_Outbound`); a connection A accepts (`_Inbound`) only
 receives. So there is nothing to de-duplicate and a peer's frames arrive in the
-order they were sent, over one TCP stream. `send` encodes the envelope, appends the
+order they were sent, over one TCP stream, within each of two lanes: Raft's small
+messages (heartbeats, votes, answers) go in an urgent lane written before the other
+frames waiting (Rpcs, appends with entries, snapshots), so one group's heartbeat
+does not wait behind megabytes of other groups' appends (with 100 groups busy, that
+wait outlasted the election timeout and every group lost its leader at once; Raft
+does not need its messages in order). `send` encodes the envelope, appends the
 frame to the peer's bounded queue (`_Outgoing`) and, if the peer is connected,
 schedules one flush with `loop.call_soon`: every frame queued in this event-loop
 iteration leaves in one `transport.write`, and nothing waits for an answer before
@@ -52,13 +57,18 @@ receiver logs the gap.
 
 Invariants:
 - `send` never blocks and never raises because a peer is unreachable or slow:
-  memory per peer is bounded by the queue (`max_queued_frames`, `max_queued_bytes`;
-  the oldest frames are dropped and counted), the Rpcs kept for retransmission (the
-  same bounds again) and the transport's write buffer (`write_high_water` plus one
+  memory per peer is bounded by the queue (`max_queued_frames`, `max_queued_bytes`
+  per lane; the oldest frames are dropped and counted), the Rpcs kept for
+  retransmission (the same bounds again) and the transport's write buffer (`write_high_water` plus one
   batch: while asyncio has paused writing, frames wait in the queue). Raft
-  retransmits, so a dropped Raft frame costs a round, not safety.
+  retransmits, so a dropped Raft frame costs a round, not safety. Busy is not dead:
+  the bulk lane of a peer that is connected and was heard from within
+  `silent_after` is not trimmed (what bounds it then is what the senders keep in
+  flight: Raft's window per follower, publishers' unconfirmed messages); only a peer
+  disconnected or silent for longer loses its oldest frames.
 - Per peer and per run of both sides, Rpcs reach `on_message` at most once each and
-  in the order sent, and every one within the bounds arrives.
+  in the order sent, and every one within the bounds arrives. Raft messages keep
+  their order within a lane; a small one may overtake a bulk one.
 - `on_message(from_node, envelope)` runs synchronously in the event loop, in arrival
   order, only for frames after an accepted handshake, never after `stop()`.
 - A peer's bad handshake or malformed frame closes that one connection with an
@@ -79,9 +89,11 @@ import ssl
 from collections import Counter
 from collections.abc import Callable
 
+from ..raft.messages import AppendEntries, InstallSnapshot
 from .links import _COUNTERS, TransportStats, _Inbound, _Outbound, _Outgoing, _Peer
 from .wire import (COOKIE_MISMATCH, HEADER_SIZE, INITIATOR, MAX_FRAME_SIZE, NONCE_SIZE,
-                   RESPONDER, Challenge, Envelope, Handshake, Resume, Rpc, RpcAck, WireError,
+                   RESPONDER, Challenge, Envelope, Handshake, RaftEnvelope, Resume, Rpc, RpcAck,
+                   WireError,
                    decode, decode_handshake, decode_proof, encode, encode_challenge, frame,
                    handshake_problems, handshake_proof, proofs_match)
 
@@ -103,6 +115,7 @@ class ClusterTransport:
                  max_queued_frames: int = 100_000, max_queued_bytes: int = 64 * MiB,
                  write_high_water: int = 8 * MiB, backoff_initial: float = 0.05,
                  backoff_max: float = 1.0, connect_timeout: float = 5.0,
+                 silent_after: float = 5.0,
                  handshake_timeout: float = 10.0,
                  max_frame_size: int = MAX_FRAME_SIZE,
                  ssl_server: ssl.SSLContext | None = None,
@@ -114,6 +127,7 @@ class ClusterTransport:
                             ("write_high_water", write_high_water),
                             ("backoff_initial", backoff_initial),
                             ("connect_timeout", connect_timeout),
+                            ("silent_after", silent_after),
                             ("handshake_timeout", handshake_timeout),
                             ("max_frame_size", max_frame_size)):
             if value <= 0:
@@ -131,6 +145,7 @@ class ClusterTransport:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.connect_timeout = connect_timeout
+        self.silent_after = silent_after
         self.handshake_timeout = handshake_timeout
         self.max_frame_size = max_frame_size
         self._cookie = cookie
@@ -252,8 +267,9 @@ class ClusterTransport:
         peers = self._peers.values() if peer is None else (
             [self._peers[peer]] if peer in self._peers else [])
         return TransportStats(**{name: counter[name] for name in _COUNTERS},
-                              queued_frames=sum(len(p.outgoing.frames) for p in peers),
-                              queued_bytes=sum(p.outgoing.bytes for p in peers),
+                              queued_frames=sum(len(p.outgoing) for p in peers),
+                              queued_bytes=sum(p.outgoing.bytes + p.outgoing.urgent_bytes
+                                               for p in peers),
                               buffered_bytes=sum(p.link.transport.get_write_buffer_size()
                                                  for p in peers if p.link is not None),
                               unacked_frames=sum(len(p.unacked) for p in peers))
@@ -287,18 +303,31 @@ class ClusterTransport:
             self._keep_unacked(state, state.rpc_seq, data)
         else:
             data = frame(encode(envelope), self.max_frame_size)
+            if type(envelope) is RaftEnvelope:
+                message = envelope.message
+                kind = type(message)
+                urgent = not (kind is InstallSnapshot
+                              or (kind is AppendEntries and message.entries))
+                self._queue(state, data, urgent)
+                return
         self._queue(state, data)
 
-    def _queue(self, state: _Peer, data: bytes) -> None:
+    def _queue(self, state: _Peer, data: bytes, urgent: bool = False) -> None:
         peer = state.name
-        dropped = state.outgoing.push(data)
+        # a peer connected and heard from within silent_after is busy, not dead: its
+        # bulk lane keeps every frame (what bounds it then is what the senders keep in
+        # flight: Raft's window per follower, the publishers' unconfirmed messages);
+        # dropping them would only make Raft send them again
+        may_drop = (state.link is None
+                    or self._loop.time() - state.last_heard > self.silent_after)
+        dropped = state.outgoing.push(data, urgent, may_drop)
         if dropped:
             self._count(peer, "frames_dropped", dropped)
             if not state.dropping:
                 state.dropping = True
                 log.warning("queue for peer %r is full (%d frames, %d bytes): dropping "
-                            "the oldest frames", peer, len(state.outgoing.frames),
-                            state.outgoing.bytes)
+                            "the oldest frames", peer, len(state.outgoing),
+                            state.outgoing.bytes + state.outgoing.urgent_bytes)
         if state.link is not None:
             self._schedule_flush(state)
         else:
@@ -321,14 +350,14 @@ class ClusterTransport:
             peer.unacked_bytes -= len(unacked.popleft()[1])
 
     def _schedule_flush(self, peer: _Peer) -> None:
-        if peer.flush_handle is None and peer.outgoing.frames and self._running:
+        if peer.flush_handle is None and len(peer.outgoing) and self._running:
             peer.flush_handle = self._loop.call_soon(self._flush, peer)
 
     def _flush(self, peer: _Peer, ignore_pause: bool = False) -> None:
         peer.flush_handle = None
         link = peer.link
         if (link is None or link.transport.is_closing() or (link.paused and not ignore_pause)
-                or not peer.outgoing.frames):
+                or not len(peer.outgoing)):
             return
         frames = peer.outgoing.take()
         peer.written_seq = peer.rpc_seq  # every numbered Rpc was written or dropped
@@ -472,6 +501,10 @@ class ClusterTransport:
     def _received(self, conn: _Inbound, data: bytes) -> None:
         if not self._running:
             return
+        if conn.from_node is not None:
+            peer = self._peers.get(conn.from_node)
+            if peer is not None:
+                peer.last_heard = self._loop.time()
         try:
             payloads = conn.reader.feed(data)
         except WireError as exc:

@@ -111,6 +111,24 @@ def traffic(sender: str, to: str, count: int) -> list:
     return out
 
 
+def urgent(envelope) -> bool:
+    """Raft's small messages (heartbeats, votes, answers): the transport's urgent lane."""
+    return isinstance(envelope, RaftEnvelope) and not (
+        isinstance(envelope.message, InstallSnapshot)
+        or (isinstance(envelope.message, AppendEntries) and envelope.message.entries))
+
+
+def in_lanes(envelopes: list) -> list:
+    """The order one burst (one write) arrives in: the urgent lane first, then Rpcs
+    and Raft's appends with entries, each lane in the order sent."""
+    return [e for e in envelopes if urgent(e)] + [e for e in envelopes if not urgent(e)]
+
+
+def lanes(envelopes: list) -> tuple[list, list]:
+    """Each lane's envelopes in order: what the transport keeps across bursts."""
+    return [e for e in envelopes if urgent(e)], [e for e in envelopes if not urgent(e)]
+
+
 # -- exchanging -----------------------------------------------------------------------
 
 def test_two_nodes_exchange_envelopes_both_ways_in_order_one_write_per_burst():
@@ -123,8 +141,8 @@ def test_two_nodes_exchange_envelopes_both_ways_in_order_one_write_per_burst():
         for envelope in b_to_a:
             b.transport.send("a", envelope)
         await until(lambda: len(a.got) == 400 and len(b.got) == 400)
-        assert b.got == [("a", e) for e in a_to_b]
-        assert a.got == [("b", e) for e in b_to_a]
+        assert b.got == [("a", e) for e in in_lanes(a_to_b)]
+        assert a.got == [("b", e) for e in in_lanes(b_to_a)]
         sent = a.transport.stats("b")
         assert (sent.frames_sent, sent.writes, sent.frames_dropped) == (400, 1, 0)
         assert b.transport.stats("a").frames_received == 400
@@ -135,7 +153,7 @@ def test_two_nodes_exchange_envelopes_both_ways_in_order_one_write_per_burst():
         for envelope in burst:
             a.transport.send("b", envelope)
         await until(lambda: len(b.got) == 500)
-        assert b.sent_from("a")[400:] == burst
+        assert b.sent_from("a")[400:] == in_lanes(burst)
         assert a.transport.stats("b").writes == 2
         await a.transport.stop()
         await b.transport.stop()
@@ -161,7 +179,7 @@ def test_three_nodes_each_receive_from_both_others_in_order():
         await until(lambda: all(len(n.got) == 80 for n in nodes))
         for (me, to), envelopes in sent.items():
             receiver = nodes["abc".index(to)]
-            assert receiver.sent_from(me) == envelopes
+            assert lanes(receiver.sent_from(me)) == lanes(envelopes)
         for node in nodes:
             await node.transport.stop()
     run(scenario)
@@ -179,7 +197,9 @@ def test_a_several_megabyte_append_entries_arrives_intact():
         a.transport.send("b", snapshot)
         a.transport.send("b", RaftEnvelope("%2F/big", TimeoutNow(3, "a", "b")))
         await until(lambda: len(b.got) == 3)
-        assert b.sent_from("a")[:2] == [big, snapshot]
+        # the small TimeoutNow overtakes the megabytes queued before it
+        assert b.sent_from("a") == [RaftEnvelope("%2F/big", TimeoutNow(3, "a", "b")),
+                                    big, snapshot]
         await a.transport.stop()
         await b.transport.stop()
     run(scenario)
@@ -196,13 +216,15 @@ def test_a_peer_that_starts_late_receives_what_was_queued_within_the_bound():
             a.transport.send("b", envelope)      # never blocks, never raises
         await until(lambda: a.transport.stats("b").connect_failures >= 2)
         stats = a.transport.stats("b")
-        assert (stats.frames_dropped, stats.queued_frames) == (15, 10)
+        # each lane keeps its newest 10 (13 urgent and 12 others were sent)
+        assert (stats.frames_dropped, stats.queued_frames) == (5, 20)
         assert a.down == ["b"]                   # once per outage, not per attempt
         assert not a.transport.is_connected("b")
 
         b = await start("b", port=port)
-        await until(lambda: len(b.got) == 10)
-        assert b.sent_from("a") == sent[15:]     # the oldest were dropped
+        await until(lambda: len(b.got) == 20)
+        quick, bulk = lanes(sent)
+        assert b.sent_from("a") == quick[-10:] + bulk[-10:]   # the oldest were dropped
         assert a.transport.is_connected("b")
         assert a.transport.stats("b").reconnects == 0   # a first connection
         await a.transport.stop()
@@ -706,5 +728,48 @@ def test_a_peer_removed_and_added_again_gets_a_new_stream():
         await until(lambda: len(b.got) == 5)
         assert [e.kind for e in b.sent_from("a")] == ["first"] * 3 + ["second"] * 2
         await a.transport.stop()
+        await b.transport.stop()
+    run(scenario)
+
+
+# -- a busy peer is not a dead one ------------------------------------------------------
+
+def test_a_busy_peer_keeps_every_frame_and_heartbeats_overtake_the_backlog():
+    """A peer that reads slowly but is still talking to us (a node busy with 100
+    queues) is not trimmed to the queue's bound: every append reaches it, in order;
+    and a heartbeat sent behind megabytes of appends leaves before them, so no group
+    loses its leader because other groups' appends are queued ahead of its heartbeat
+    (the 3-node 100-queue collapse: bench/README.md, perftest_curves.py)."""
+    from tests.support.cluster import TcpProxy
+
+    async def scenario():
+        b = await start("b")
+        with TcpProxy(b.transport.port, name="a->b") as proxy:
+            a = await start("a", peers={"b": (LOCAL, proxy.port)}, max_queued_frames=20,
+                            write_high_water=64 * 1024)
+            b.transport.add_peer("a", a.address)
+            a.transport.send("b", Rpc("hello", {}))
+            await until(lambda: len(b.got) == 1)
+            proxy.cut("stall", "forward")       # b stops reading what a writes
+            appends = [RaftEnvelope("%2F/q1", AppendEntries(
+                1, "a", "b", i, 1, (LogEntry(i + 1, 1, COMMAND, os.urandom(64 * 1024)),), i))
+                for i in range(200)]            # 13 MB: past the kernel's buffers
+            for i, envelope in enumerate(appends):
+                a.transport.send("b", envelope)
+                if i % 20 == 0:                 # b still talks to a: busy, not dead
+                    b.transport.send("a", Rpc("alive", {"i": i}))
+                    await asyncio.sleep(0.01)
+            await until(lambda: a.transport.stats("b").queued_frames >= 20
+                        or a.transport.stats("b").frames_dropped)   # over its bound
+            heartbeat = RaftEnvelope("%2F/q2", AppendEntries(1, "a", "b", 0, 0, (), 0))
+            a.transport.send("b", heartbeat)
+            assert a.transport.stats("b").frames_dropped == 0
+            proxy.heal()
+            await until(lambda: len(b.got) == 202)
+            got = b.sent_from("a")
+            assert [e for e in got if e != heartbeat][1:] == appends
+            assert got.index(heartbeat) < got.index(appends[-1])  # it overtook the queue
+            assert a.transport.stats("b").frames_dropped == 0
+            await a.transport.stop()
         await b.transport.stop()
     run(scenario)
