@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -19,6 +20,29 @@ log = logging.getLogger("quorumqueue.broker")
 # every Sync, hence to every confirm. At 0.5 ms a Sync of a busy single node took
 # ~1.5 ms less (median 2.9 against 4.4 ms, fdatasync included), with no visible CPU cost.
 GIL_SWITCH_INTERVAL_S = 0.0005
+
+# Python's cyclic garbage collector: a gen0 pass every 700 net allocations of container
+# objects by default, and each Raft entry, frame and delivery allocates several, so
+# with C frames in the profile the collector was 9-13% of a node's publish samples
+# (163 of 175 of its samples started in RaftNode._append). After boot, gc.freeze()
+# moves everything alive (modules, recovered state) out of the generations the
+# collector walks, and a higher gen0 threshold makes the passes rarer; gen1 and gen2
+# keep their defaults (10, 10), so cyclic garbage is still collected, in fewer,
+# larger passes. Measured (bench/cluster_throughput.py --messages 30000, 6 interleaved
+# pairs, medians of every node's CPU per message): publish 0.91x on a 3-node cluster
+# through the leader (each pair 0.86-0.97x), 0.91x through a follower, 0.95x on one
+# node; consume within the noise (0.87-1.07x). GC_TUNING is that A/B's switch.
+GC_TUNING = True
+GC_GEN0_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    if not GC_TUNING:
+        return
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def configure_logging(level: str) -> None:
@@ -58,6 +82,7 @@ async def serve(settings: Settings, ready=None) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    tune_gc()  # booted: what is alive now lives as long as the node
     log.info("Server startup complete; listening for AMQP 0-9-1 on %s:%d (data: %s)",
              settings.host, server.port, settings.data_dir)
     if ready is not None:
