@@ -510,7 +510,10 @@ def test_a_node_dialling_an_impostor_refuses_it_and_never_sends_the_cookie(caplo
         assert not a.transport.is_connected("b")
         await a.transport.stop()
         await impostor.stop()
-        for received in impostor.received:
+        # a dial in flight when the transport stopped may close before its first byte
+        dialled = [received for received in impostor.received if received]
+        assert dialled
+        for received in dialled:
             assert b"secret" not in received and b"for b only" not in received
             payloads = FrameReader().feed(received)
             assert len(payloads) <= 2                             # hello, proof
