@@ -41,13 +41,16 @@ def connect(uri: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(uri))
 
 
-def drain(uri: str, queue: str, count: int = 0, idle: float = 1.0) -> list[bytes]:
+def drain(uri: str, queue: str, count: int = 0, idle: float = 1.0,
+          into: list | None = None) -> list[bytes]:
     """Consume and ack: wait (up to CONVERGE_TIMEOUT) for `count` messages, then go on
-    until none arrives for `idle` seconds, so that any extra message shows too."""
+    until none arrives for `idle` seconds, so that any extra message shows too. Each
+    body is appended to `into` (if given) before its ack, so a caller retrying after
+    an error (a connection lost at the close) keeps what was already acked."""
     deadline = time.monotonic() + CONVERGE_TIMEOUT
     with connect(uri) as connection:
         channel = connection.channel()
-        bodies = []
+        bodies = [] if into is None else into
         for method, _properties, body in channel.consume(queue, inactivity_timeout=idle):
             if method is None:
                 if len(bodies) >= count:
@@ -215,8 +218,15 @@ def test_a_minority_refuses_work_and_the_majority_comes_back():
             channel.confirm_delivery()
             channel.basic_publish("", "q", b"in-majority", pika.BasicProperties(delivery_mode=2))
         bodies = []  # "in-minority" is there too if the survivor led and kept it
-        wait_for("'in-majority' delivered", lambda: bodies.extend(
-            drain(cluster.uri(survivor), "q")) or b"in-majority" in bodies)
+        try:
+            wait_for("'in-majority' delivered", lambda: drain(
+                cluster.uri(survivor), "q", into=bodies) and b"in-majority" in bodies)
+        except AssertionError as error:  # what each node saw, for the reader
+            logs = "\n".join(f"--- {name}\n{cluster.log(name, tail=3000)}"
+                             for name in cluster.names)
+            raise AssertionError(f"{error}\nreceived: {bodies}; queue as the survivor lists it: "
+                                 f"{call(cluster.uri(survivor), 'queues.list', vhost='/')}"
+                                 f"\n{logs}") from None
         assert bodies[-1] == b"in-majority"
         assert set(bodies) <= {b"in-minority", b"in-majority"}
 
