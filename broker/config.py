@@ -73,6 +73,10 @@ class Settings:
     cluster_join: str = ""               # "name@host:port" of a running node to join
     quorum_initial_cluster_size: int = 3
     queue_leader_locator: str = "client-local"
+    # RabbitMQ 3.13's queue_master_locator (client-local, min-masters, random): read
+    # for classic queues with classic queue mirroring permitted, where
+    # queue_leader_locator is left at client-local (queues/classic.py place)
+    queue_master_locator: str = ""
     raft_tick_ms: int = 100
     # continuous membership reconciliation (the 4.2 guide's CMR; broker/cluster/membership.py)
     cmr_enabled: bool = False
@@ -287,6 +291,13 @@ def _listener(key, value) -> tuple[str, int]:
     return host, port
 
 
+def _master_locator(key, value):
+    if value not in ("client-local", "min-masters", "random"):
+        raise ConfigError(f"{key}: expected \"client-local\", \"min-masters\" or "
+                          f"\"random\", got {value!r}")
+    return value
+
+
 def _locator(key, value):
     if value not in ("client-local", "balanced"):
         raise ConfigError(f"{key}: expected \"client-local\" or \"balanced\", got {value!r}")
@@ -329,6 +340,7 @@ KEYS = {
     "cluster.cookie": ("cluster_cookie", _str),
     "quorum_queue.initial_cluster_size": ("quorum_initial_cluster_size", _int),
     "queue_leader_locator": ("queue_leader_locator", _locator),
+    "queue_master_locator": ("queue_master_locator", _master_locator),
     "raft.tick_interval_ms": ("raft_tick_ms", _int),
     "quorum_queue.continuous_membership_reconciliation.enabled": ("cmr_enabled", _bool),
     "quorum_queue.continuous_membership_reconciliation.target_group_size":

@@ -315,16 +315,25 @@ class Cluster:
                 counts[member.leader_id] += 1
         return members, min(members, key=lambda n: (counts[n], n != self.name, n))
 
-    def least_hosting(self) -> str:
+    def least_hosting(self, running_only: bool = False) -> str:
         """The node hosting the fewest classic queues (this one on a tie): where
-        queue-leader-locator "balanced" puts a new classic queue."""
-        counts = {n: 0 for n in self.nodes}
+        queue-leader-locator "balanced" puts a new classic queue; with
+        `running_only` (RabbitMQ 3.13's min-masters) only the nodes reachable now."""
+        nodes = self.nodes
+        if running_only:
+            nodes = [n for n in nodes if self.reachable(n)]
+        counts = {n: 0 for n in nodes}
         for vhost in self.node.vhosts.values():
             for queue in vhost.queues.values():
                 host = queue.metadata_record().get("host")
                 if host in counts:
                     counts[host] += 1
         return min(counts, key=lambda n: (counts[n], n != self.name, n))
+
+    def random_running(self) -> str:
+        """A node reachable now, at random (RabbitMQ 3.13's queue-master-locator
+        "random")."""
+        return self._random.choice([n for n in self.nodes if self.reachable(n)])
 
     # ------------------------------------------------------------ Raft traffic
 

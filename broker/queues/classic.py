@@ -172,6 +172,7 @@ class ClassicQueue(Queue):
     # mirrored), which of them are synchronised, and the leader's replication state
     mirrors: tuple | None = None
     synced: tuple = ()
+    stopped: tuple = ()  # mirrors whose node announced its shutdown, oldest first
     mirroring: Any = None
     held_gets: list = field(default_factory=list)  # (channel, no_ack) during a sync
 
@@ -185,18 +186,31 @@ class ClassicQueue(Queue):
               exclusive: bool = False) -> dict:
         """The record of a new queue: its uid and its host, the declaring node
         (client-local), or with queue-leader-locator "balanced" the node hosting the
-        fewest classic queues (RabbitMQ's guides, "Queue Leader Location"); exclusive
+        fewest classic queues (RabbitMQ's guides, "Queue Leader Location"); with the
+        classic-queue-mirroring switch on, RabbitMQ 3.13's locators as its mirroring
+        guide gives them: "min-masters" the running node hosting the fewest, "random"
+        a running node at random (settings.leader_locator; the configuration's
+        `queue_master_locator` where `queue_leader_locator` is left at
+        client-local); exclusive
         queues always live on the declaring connection's node (the queues guide,
         "Exclusive Queues"). A queue an ha-* policy mirrors has its mirrors from the
         start (mirroring.py; never an exclusive one)."""
         from .quorum import group_uid
         from .settings import leader_locator
 
-        locator = leader_locator(arguments, policy, settings.queue_leader_locator)
-        host = cluster.name if exclusive or locator != "balanced" else cluster.least_hosting()
+        permit = settings.permit_classic_queue_mirroring
+        configured = settings.queue_leader_locator
+        if permit and configured == "client-local":  # 3.13's queue_master_locator
+            configured = settings.queue_master_locator or configured
+        locator = leader_locator(arguments, policy, configured, classic_mirroring=permit)
+        if exclusive or locator == "client-local":
+            host = cluster.name
+        elif locator == "random":  # 3.13 with mirroring: any running node
+            host = cluster.random_running()
+        else:  # balanced; 3.13's min-masters: among the running nodes
+            host = cluster.least_hosting(running_only=locator == "min-masters")
         record = {"group": group_uid(vhost, name), "host": host}
-        mirroring = ha_settings(policy) if (
-            settings.permit_classic_queue_mirroring and not exclusive) else None
+        mirroring = ha_settings(policy) if permit and not exclusive else None
         if mirroring is not None:  # mirrored from its declaration; empty: synchronised
             down = [n for n in cluster.nodes if not cluster.reachable(n)]
             mirrors = list(desired_mirrors(mirroring, host, cluster.nodes, down, ()))
@@ -542,6 +556,8 @@ class ClassicQueue(Queue):
                   "exclusive_owner": self.exclusive_owner}
         if self.mirrors is not None:
             record.update(mirrors=list(self.mirrors), synced=list(self.synced))
+            if self.stopped:
+                record["stopped"] = list(self.stopped)
         return record
 
     # ------------------------------------------------------------ mirroring

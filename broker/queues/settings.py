@@ -104,16 +104,26 @@ def classic_ttls(arguments: Mapping[str, Any], policy) -> tuple[int | None, int 
             _lower(arguments.get("x-expires"), definition.get("expires")))
 
 
-def leader_locator(arguments: Mapping[str, Any], policy, configured: str) -> str:
+def leader_locator(arguments: Mapping[str, Any], policy, configured: str,
+                   classic_mirroring: bool = False) -> str:
     """'client-local' or 'balanced'; RabbitMQ 4's deprecated values (random,
     least-leaders, min-masters) are balanced, as there. As RabbitMQ 4's
     rabbit_queue_location: queue-leader-locator (policy, then argument), else the
-    deprecated queue-master-locator (policy, then argument), else the node's setting."""
+    deprecated queue-master-locator (policy, then argument), else the node's setting.
+    With `classic_mirroring` (a classic queue placed with RabbitMQ 3.13's
+    deprecated-feature switch for classic queue mirroring on) the 3.13 values keep
+    their meaning, as the mirroring guide's "Queue Leader Location" gives them:
+    'random' (any running node) and 'min-masters' (the running node hosting the
+    fewest leaders); 'least-leaders' is min-masters there too."""
     definition = _definition(policy)
     locator = (definition.get("queue-leader-locator")
                or _text(arguments.get("x-queue-leader-locator"))
                or definition.get("queue-master-locator")
                or _text(arguments.get("x-queue-master-locator")) or configured)
+    if classic_mirroring and locator == "random":
+        return "random"
+    if classic_mirroring and locator in ("min-masters", "least-leaders"):
+        return "min-masters"
     return "client-local" if locator == "client-local" else "balanced"
 
 
