@@ -439,7 +439,23 @@ class MirrorLink:
                 self.cluster._post(name, Rpc("cm.stopping", {"boot": self.node.boot_id}))
 
     def _on_stopping(self, sender: str, body: dict) -> None:
+        """A node announced its controlled shutdown: remembered here (promotion
+        under ha-promote-on-shutdown), and, in the record of each mirrored queue led
+        here that it mirrors, appended to the mirrors stopped in order (the record's
+        "stopped": `forget_cluster_node` of this node promotes the most recently
+        stopped one, mirroring.forget_leader)."""
         self.stopped[sender] = body["boot"]
+        if self.cluster.meta is None:
+            return
+        for vhost in self.node.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                if not isinstance(queue, ClassicQueue) or queue.deleted \
+                        or sender not in (queue.mirrors or ()):
+                    continue
+                stopped = [m for m in queue.stopped if m != sender] + [sender]
+                self._propose(vhost.name, queue, queue.host, {
+                    "host": queue.host, "mirrors": list(queue.mirrors),
+                    "synced": list(queue.synced), "stopped": stopped})
 
     # ================================================= operations
 

@@ -284,7 +284,8 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
                 queue.members = tuple(item["members"])  # as queue.members
             elif _mirroring_changed(queue.metadata_record(), item):  # as queue.record
                 node.queue_record_changed(vhost, queue, {
-                    key: item.get(key) for key in ("host", "mirrors", "synced")})
+                    key: item.get(key) for key in ("host", "mirrors", "synced",
+                                                   "stopped")})
     quorum = node.quorum
     for (vhost_name, name), item in sorted(wanted.items()):
         vhost = node.vhosts[vhost_name]
@@ -301,7 +302,8 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
 def _mirroring_changed(current: dict, item: dict) -> bool:
     """A mirrored classic queue's leader, mirrors or synchronised mirrors differ."""
     return ("mirrors" in current or "mirrors" in item) and any(
-        current.get(key) != item.get(key) for key in ("host", "mirrors", "synced"))
+        current.get(key) != item.get(key)
+        for key in ("host", "mirrors", "synced", "stopped"))
 
 
 def _restore_exchanges(node: "Node", exchanges: list[dict]) -> None:

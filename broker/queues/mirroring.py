@@ -511,6 +511,13 @@ class Replica:
         return len(self.entries)
 
 
+def stopped_of(record: dict, mirrors) -> tuple:
+    """The record's mirrors whose nodes announced a controlled shutdown, in the order
+    they did (oldest first): its "stopped" list, kept to the mirrors it still has (a
+    mirror that left the record and joined again is a new one)."""
+    return tuple(m for m in record.get("stopped") or () if m in (mirrors or ()))
+
+
 def forget_leader(record: dict, forgotten: str,
                   promote_on_failure: str = "always") -> dict | None:
     """`forget_cluster_node` of a mirrored queue's leader's node (the guide's "Loss of
@@ -518,17 +525,25 @@ def forget_leader(record: dict, forgotten: str,
     None (not led there, or no mirror it may promote). The mirrors in the record are
     the ones that were running with the leader when it was lost (one that stopped or
     restarted earlier left the record once the leader noticed, before a confirm went
-    out without it): the first synchronised one, in join order, else, under
-    ha-promote-on-failure "always" (the guide's "Promotion of Unsynchronised Mirrors
-    on Failure": a leader "removed from the cluster" too), the first one. It leads
-    with its copy (in its store, when it is stopped now: it leads once it starts);
-    the others rejoin it empty, as any mirror joining a leader."""
+    out without it). "If there is more than one candidate, the most recently stopped
+    mirror will be chosen": the record's "stopped" list orders the mirrors whose
+    nodes announced a controlled shutdown while the leader ran (MirrorLink
+    `cm.stopping`); one not in it stopped later than all of those (or without
+    announcing it, or runs still), so the candidates rank: not in the list (in
+    join order), then the list from its end. The chosen one is the first
+    synchronised candidate in that rank, else, under ha-promote-on-failure "always"
+    (the guide's "Promotion of Unsynchronised Mirrors on Failure": a leader "removed
+    from the cluster" too), the first candidate. It leads with its copy (in its
+    store, when it is stopped now: it leads once it starts); the others rejoin it
+    empty, as any mirror joining a leader."""
     mirrors = [m for m in record.get("mirrors") or () if m != forgotten]
     if record.get("host") != forgotten or not mirrors:
         return None
+    stopped = stopped_of(record, mirrors)
+    ranked = [m for m in mirrors if m not in stopped] + list(reversed(stopped))
     synced = set(record.get("synced") or ())
-    chosen = next((m for m in mirrors if m in synced),
-                  mirrors[0] if promote_on_failure == "always" else None)
+    chosen = next((m for m in ranked if m in synced),
+                  ranked[0] if promote_on_failure == "always" else None)
     if chosen is None:
         return None
     return {"host": chosen, "mirrors": [], "synced": []}
@@ -546,6 +561,7 @@ def leader_record_changed(queue, record: dict) -> bool:
     mirrors = record.get("mirrors")
     queue.mirrors = None if mirrors is None else tuple(mirrors)
     queue.synced = tuple(record.get("synced") or ())
+    queue.stopped = stopped_of(record, queue.mirrors)
     if queue.mirrors is None:
         if queue.mirroring is not None:
             queue.mirroring.stop()

@@ -23,7 +23,7 @@ from ..amqp import spec as amqp_spec
 from ..amqp.errors import AMQPError
 from .base import Queue
 from .classic import ClassicQueue
-from .mirroring import Mirroring
+from .mirroring import Mirroring, stopped_of
 from .remote import RemoteClassicQueue
 from .types import QueueSpec
 
@@ -75,6 +75,7 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
             if mirrors is not None:  # the leader of a mirrored queue (mirroring.py)
                 queue.mirrors = tuple(mirrors)
                 queue.synced = tuple(record.get("synced") or ())
+                queue.stopped = stopped_of(record, queue.mirrors)
                 queue.mirroring = Mirroring(queue, host.mirror_link,
                                             host.mirror_link.settings(queue))
                 for mirror in queue.mirrors:

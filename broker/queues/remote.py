@@ -37,7 +37,7 @@ from ..amqp.errors import AMQPError, not_found, precondition
 from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
 from .classic import _without_default_type
-from .mirroring import Replica
+from .mirroring import Replica, stopped_of
 from .types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,6 +109,7 @@ class RemoteClassicQueue(Queue):
         # not mirrored), the synchronised ones, and this node's copy if it is a mirror
         self.mirrors: tuple | None = None
         self.synced: tuple = ()
+        self.stopped: tuple = ()  # mirrors whose node announced its shutdown, in order
         self.replica: Replica | None = None
         self.store: Any = None  # the node's message store (a durable queue's copy)
 
@@ -255,6 +256,8 @@ class RemoteClassicQueue(Queue):
                   "exclusive_owner": self.exclusive_owner}
         if self.mirrors is not None:
             record.update(mirrors=list(self.mirrors), synced=list(self.synced))
+            if self.stopped:
+                record["stopped"] = list(self.stopped)
         return record
 
     def take_over(self, previous: Queue) -> None:
@@ -273,6 +276,7 @@ class RemoteClassicQueue(Queue):
         mirrors = record.get("mirrors")
         self.mirrors = None if mirrors is None else tuple(mirrors)
         self.synced = tuple(record.get("synced") or ())
+        self.stopped = stopped_of(record, self.mirrors)
         mirror_here = self.mirrors is not None and self.link.node_name in self.mirrors
         if not mirror_here:
             if self.replica is not None:

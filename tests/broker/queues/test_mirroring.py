@@ -402,3 +402,52 @@ def test_forgetting_the_leaders_node_promotes_no_unsynchronised_mirror_when_sync
         assert new is None
     else:
         assert new == {"host": chosen, "mirrors": [], "synced": []}
+
+
+@pytest.mark.parametrize("record, chosen", [
+    # c stopped after b: c leads
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"], "stopped": ["b", "c"]},
+     "c"),
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"], "stopped": ["c", "b"]},
+     "b"),
+    # d never announced its stop: it stopped after the others (or runs still)
+    ({"host": "a", "mirrors": ["b", "c", "d"], "synced": ["b", "c", "d"],
+      "stopped": ["c", "b"]}, "d"),
+    # the most recently stopped synchronised one
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["b"], "stopped": ["b", "c"]}, "b"),
+    # none synchronised (ha-promote-on-failure always): the most recently stopped
+    ({"host": "a", "mirrors": ["b", "c"], "synced": [], "stopped": ["b", "c"]}, "c"),
+    # a stop of a node no longer a mirror counts for nothing
+    ({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"], "stopped": ["b", "x"]},
+     "c"),
+])
+def test_forgetting_the_leaders_node_promotes_the_most_recently_stopped_mirror(
+        record, chosen):
+    """"Loss of a Leader While All Mirrors are Stopped": "If there is more than one
+    candidate, the most recently stopped mirror will be chosen" (the record's
+    "stopped": the mirrors whose nodes announced a controlled shutdown, in order)."""
+    assert forget_leader(record, "a") == {"host": chosen, "mirrors": [], "synced": []}
+
+
+def test_a_mirrors_stop_is_kept_in_the_record_while_it_is_a_mirror():
+    """The leader's queue keeps the stop order from its record (so that it and
+    every node's metadata agree), only for the mirrors it still has: one that left
+    and joined again is not stopped."""
+    from quorumqueue.broker.queues.mirroring import leader_record_changed
+
+    from types import SimpleNamespace
+
+    queue = mirrored_queue(Link(), "b", "c")
+    queue.host = "a"
+    queue.node = SimpleNamespace(clock_ms=0, mirror_link=SimpleNamespace(
+        boot=lambda mirror: "boot"))
+    assert leader_record_changed(queue, {"host": "a", "mirrors": ["b", "c"],
+                                         "synced": ["b", "c"], "stopped": ["c", "b"]})
+    assert queue.metadata_record()["stopped"] == ["c", "b"]
+    leader_record_changed(queue, {"host": "a", "mirrors": ["b"], "synced": ["b"],
+                                  "stopped": ["c", "b"]})
+    assert queue.metadata_record()["stopped"] == ["b"]
+    leader_record_changed(queue, {"host": "a", "mirrors": ["b", "c"], "synced": ["b"],
+                                  "stopped": ["b"]})
+    assert forget_leader(queue.metadata_record(), "a") == {"host": "b", "mirrors": [],
+                                                           "synced": []}
