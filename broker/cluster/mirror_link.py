@@ -32,7 +32,9 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   node restarted since its leader last reset its copy ("x") does not propose itself:
   its copy (recovered from its store) may lack what the leader received after it
   stopped; `forget_cluster_node` of the leader's node promotes it instead
-  (node/metadata.py, queues/mirroring.py forget_leader).
+  (node/metadata.py, queues/mirroring.py forget_leader), the most recently stopped
+  candidate: the leader appends each mirror whose node announces its shutdown
+  ("cm.stopping") to the record's "stopped" list;
 
 - synchronisation (`ctl sync_queue`, `cancel_sync_queue`): asked of the leader's
   node ("cm.sync"), which starts or stops its background sync
