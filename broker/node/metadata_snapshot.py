@@ -300,7 +300,7 @@ def _restore_queues(node: "Node", queues: list[dict]) -> None:
 
 
 def _mirroring_changed(current: dict, item: dict) -> bool:
-    """A mirrored classic queue's leader, mirrors or synchronised mirrors differ."""
+    """A mirrored classic queue's leader, mirrors, synchronised or stopped mirrors differ."""
     return ("mirrors" in current or "mirrors" in item) and any(
         current.get(key) != item.get(key)
         for key in ("host", "mirrors", "synced", "stopped"))
