@@ -381,13 +381,18 @@ class Queue:
 
     def mirror_stats(self, node_name: str) -> dict[str, Any]:
         """A mirrored classic queue's mirrors and synchronised mirrors (RabbitMQ's
-        slave_pids and synchronised_slave_pids); nothing for other queues."""
+        slave_pids and synchronised_slave_pids), and those whose node announced a
+        controlled shutdown while in the record, in order (stopped_mirrors: shown
+        only when some did); nothing for other queues."""
         if self.mirrors is None:
             return {}
         stats = {"mirrors": list(self.mirrors), "synchronised_mirrors": list(self.synced),
                  "members": [node_name, *self.mirrors]}
         if self.sync_progress is not None:  # RabbitMQ's state {syncing, N}
             stats["syncing"] = self.sync_progress
+        stopped = getattr(self, "stopped", ())
+        if stopped:  # announced a controlled shutdown, oldest first (forget_leader)
+            stats["stopped_mirrors"] = list(stopped)
         return stats
 
     @property

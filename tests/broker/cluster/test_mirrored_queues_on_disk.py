@@ -10,7 +10,9 @@ forget_node), as RabbitMQ 3.13's "Classic Queue Mirroring" guide describes them:
   leader's node is down keep their copy and do not take over by themselves (the last
   node to stop leads when it starts again: "it may have received messages that no
   other mirror saw"); `forget_cluster_node` of the lost leader's node promotes one of
-  them, with its copy, and a mirror stopped at that moment leads once it starts;
+  them, with its copy, and a mirror stopped at that moment leads once it starts; of
+  several candidates "the most recently stopped mirror" (the queue's
+  `stopped_mirrors`, recorded as their nodes announce a controlled shutdown);
 - "Stopping Nodes and Synchronisation": a mirror that rejoins its leader throws its
   stored copy away and starts empty; one back from a stop is a new, unsynchronised
   mirror, so the leader's loss (forgotten) keeps every confirmed message when a
@@ -295,3 +297,35 @@ def test_a_mirror_restarted_at_once_rejoins_unsynchronised_and_holds_no_confirm_
         mirrors_everywhere(cluster.uris([two, three]), "ha.quick", three, [two], None)
         got = sorted(body for body, _ in get_all(uris[1], "ha.quick"))
         assert got == sorted([b"before", b"after", *(b"m%d" % n for n in range(10))])
+
+
+def test_forget_cluster_node_promotes_the_most_recently_stopped_mirror():
+    """"Loss of a Leader While All Mirrors are Stopped": "If there is more than one
+    candidate, the most recently stopped mirror will be chosen". The first mirror
+    in join order stops first (its stop recorded: `stopped_mirrors`), the second
+    one after it, then the leader is lost for good: forget_cluster_node makes the
+    second one the leader, with its stored copy."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, three = cluster.names
+        uris, urls = cluster.uris(), cluster.management_urls()
+        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.order", durable=True)
+        mirrors_everywhere(uris, "ha.order", one, [two, three], [two, three])
+        publish(uris[0], "ha.order", [b"m%d" % n for n in range(10)])
+
+        cluster.kill(two, signal.SIGTERM)  # a controlled shutdown, announced
+        wait_for(f"{two}'s stop in the record", lambda: (row(uris[2], "ha.order") or {})
+                 .get("stopped_mirrors") == [two], timeout=60)
+        cluster.kill(three, signal.SIGTERM)  # later (the metadata group has no
+        cluster.kill(one, signal.SIGKILL)    # majority left to record it)
+        shutil.rmtree(cluster.plans[0].data_dir)
+        restart_without(cluster, [two, three])
+        live = cluster.uris([two, three])
+
+        out = run("ctl", "forget_cluster_node", "--base-uri", urls[2], one).output
+        assert f"Removing node {one} from the cluster" in out
+        mirrors_everywhere(live, "ha.order", three, [two], None)
+        got = get_all(uris[2], "ha.order")
+        assert sorted(body for body, _ in got) == sorted(b"m%d" % n for n in range(10))
