@@ -88,7 +88,8 @@ ENTRY_KINDS = {COMMAND: "COMMAND", NOOP: "NOOP", MEMBERSHIP: "MEMBERSHIP"}
 COMMANDS = {1: "ENQUEUE", 2: "CHECKOUT", 3: "CANCEL", 4: "SETTLE", 5: "RETURN",
             6: "DISCARD", 7: "PURGE", 8: "DOWN", 9: "DEQUEUE", 10: "LEASE_GROW",
             11: "LEASE_SETTLE", 12: "LEASE_RELEASE", 13: "TICK", 14: "UPDATE_CONFIG",
-            15: "UPDATE_CONFIG", 16: "DLX_CHECKOUT", 17: "DLX_SETTLE", 18: "UPDATE_CONFIG"}
+            15: "UPDATE_CONFIG", 16: "DLX_CHECKOUT", 17: "DLX_SETTLE", 18: "UPDATE_CONFIG",
+            19: "NODE_DOWN", 20: "NODE_UP"}
 _ENQUEUE = 1
 _ENVELOPE = TIMED_HEAD.size        # u8 0xFF + u64 leader time
 _body_size = struct.Struct(">I")    # after the Enqueue's tag and priority octets
