@@ -79,6 +79,17 @@ def mirrors_everywhere(uris, name: str, leader: str, mirrors, synced=None) -> No
                  lambda: shown(uri), timeout=60)
 
 
+def mirrored_on_every_node(cluster, queue: str) -> None:
+    r"""Policy ha-all (`^ha\.`, ha-mode all), durable `queue` declared on the first node,
+    until every node sees it led there with the other two as synchronised mirrors."""
+    one, two, three = cluster.names
+    uris = cluster.uris()
+    set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
+    with connect(uris[0]) as connection:
+        connection.channel().queue_declare(queue, durable=True)
+    mirrors_everywhere(uris, queue, one, [two, three], [two, three])
+
+
 def publish(uri: str, queue: str, bodies) -> None:
     with connect(uri) as connection:
         channel = connection.channel()
@@ -356,10 +367,7 @@ def test_confirmed_messages_survive_a_leader_kill_with_a_synchronised_mirror():
         started(cluster)
         one, two, three = cluster.names
         uris = cluster.uris()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.orders", durable=True)
-        mirrors_everywhere(uris, "ha.orders", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.orders")
         publish(uris[1], "ha.orders", [b"m%d" % n for n in range(30)])   # all confirmed
         publish(uris[0], "ha.orders", [b"m%d" % n for n in range(30, 40)])
         # "a tx.commit-ok will only be returned to a client when the transaction has
@@ -476,10 +484,7 @@ def test_a_durable_mirrored_queue_survives_stopping_and_restarting_every_node():
         started(cluster)
         one, two, three = cluster.names
         uris = cluster.uris()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.durable", durable=True)
-        mirrors_everywhere(uris, "ha.durable", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.durable")
         publish(uris[1], "ha.durable", [b"m%d" % n for n in range(20)])
         cluster.kill(one, signal.SIGTERM)
         mirrors_everywhere(cluster.uris([two, three]), "ha.durable", two, [three], [three])
@@ -507,10 +512,7 @@ def test_publishes_forwarded_to_a_failing_leader_are_confirmed_by_the_new_one():
         started(cluster)
         one, two, three = cluster.names
         uris = cluster.uris()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.stream", durable=True)
-        mirrors_everywhere(uris, "ha.stream", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.stream")
         total, confirmed, failures = 400, [], []
 
         def publisher() -> None:

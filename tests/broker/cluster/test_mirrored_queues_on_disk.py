@@ -37,7 +37,8 @@ from click.testing import CliRunner
 from quorumqueue.broker.cli import main
 
 from tests.broker.cluster.test_cluster import connect, status
-from tests.broker.cluster.test_mirrored_queues import (CONFIG, get_all, mirrors_everywhere,
+from tests.broker.cluster.test_mirrored_queues import (CONFIG, get_all, mirrored_on_every_node,
+                                                       mirrors_everywhere,
                                                        publish, row, run, set_policy,
                                                        started)
 from tests.support.cluster import LocalCluster, wait_for
@@ -68,10 +69,7 @@ def test_a_leader_lost_while_every_mirror_was_down_is_replaced_by_forget_cluster
         started(cluster)
         one, two, three = cluster.names
         uris, urls = cluster.uris(), cluster.management_urls()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.kept", durable=True)
-        mirrors_everywhere(uris, "ha.kept", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.kept")
         publish(uris[1], "ha.kept", [b"m%d" % n for n in range(40)])   # all confirmed
         with connect(uris[0]) as connection:  # a transient one: lost with the nodes
             connection.channel().basic_publish("", "ha.kept", b"transient")
@@ -120,10 +118,7 @@ def test_mirrors_started_before_their_leader_wait_for_it_and_rejoin_it_empty():
         started(cluster)
         one, two, three = cluster.names
         uris = cluster.uris()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.order", durable=True)
-        mirrors_everywhere(uris, "ha.order", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.order")
         publish(uris[1], "ha.order", [b"m%d" % n for n in range(20)])
         for node in (three, two, one):
             cluster.kill(node, signal.SIGKILL)
@@ -276,10 +271,7 @@ def test_a_mirror_restarted_at_once_rejoins_unsynchronised_and_holds_no_confirm_
         started(cluster)
         one, two, three = cluster.names
         uris = cluster.uris()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.quick", durable=True)
-        mirrors_everywhere(uris, "ha.quick", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.quick")
         publish(uris[2], "ha.quick", [b"before"])
 
         cluster.kill(two, signal.SIGKILL)
@@ -309,10 +301,7 @@ def test_forget_cluster_node_promotes_the_most_recently_stopped_mirror():
         started(cluster)
         one, two, three = cluster.names
         uris, urls = cluster.uris(), cluster.management_urls()
-        set_policy(uris[0], "ha-all", r"^ha\.", {"ha-mode": "all"})
-        with connect(uris[0]) as connection:
-            connection.channel().queue_declare("ha.order", durable=True)
-        mirrors_everywhere(uris, "ha.order", one, [two, three], [two, three])
+        mirrored_on_every_node(cluster, "ha.order")
         publish(uris[0], "ha.order", [b"m%d" % n for n in range(10)])
 
         cluster.kill(two, signal.SIGTERM)  # a controlled shutdown, announced
