@@ -139,8 +139,17 @@ def record_changed(node: "Node", vhost, queue, record: dict) -> None:
     from ..queues.types import validate_declaration
     from .channel import Consumer
 
-    full = {**queue.metadata_record(), **record}
+    before = queue.metadata_record()
+    full = {**before, **record}
     node.metadata_dirty = True
+    if full.get("host") == node.name:
+        # the guide's "How to Check if a Queue is Mirrored?": "When a new queue mirror
+        # is added, the event is logged" (by the leader's node, in RabbitMQ's words)
+        kept = set(before.get("mirrors") or ())   # (a promotion keeps the others)
+        for mirror in full.get("mirrors") or ():
+            if mirror not in kept:
+                log.info("Mirrored queue '%s' in vhost '%s': Adding mirror on node %s",
+                         queue.name, vhost.name, mirror)
     if queue.record_changed(full):
         queue.policy_changed(node.policy_for(vhost.name, queue.type_name, queue.name))
         return

@@ -132,7 +132,8 @@ def test_each_ha_mode_places_mirrors_and_policy_changes_follow(cluster):
         for name in ("ha.all", "ha.two", "ha.nodes", "plain.q"):
             channel.queue_declare(name, durable=True)
         # "Mirroring of Exclusive Queues": never mirrored, even when a policy says so
-        channel.queue_declare("ha.exclusive", exclusive=True)
+        # (nor durable, even if declared as such)
+        channel.queue_declare("ha.exclusive", exclusive=True, durable=True)
         set_policy(uris[1], "ha-all", r"^ha\.(all|exclusive)$", {"ha-mode": "all"})
         set_policy(uris[1], "ha-two", r"^ha\.two$", {"ha-mode": "exactly", "ha-params": 2})
         set_policy(uris[1], "ha-nodes", r"^ha\.nodes$",
@@ -142,6 +143,15 @@ def test_each_ha_mode_places_mirrors_and_policy_changes_follow(cluster):
         mirrors_everywhere(uris, "ha.nodes", one, [three], [three])
         mirrors_everywhere(uris, "plain.q", one, None)
         mirrors_everywhere(uris, "ha.exclusive", one, None)
+        # "How to Check if a Queue is Mirrored?": "When a new queue mirror is added,
+        # the event is logged" (on the leader's node)
+        leader_log = cluster.log(one, tail=200_000)
+        for name, added in (("ha.all", (two, three)), ("ha.two", (two,)),
+                            ("ha.nodes", (three,))):
+            for mirror in added:
+                assert (f"Mirrored queue '{name}' in vhost '/': Adding mirror on node "
+                        f"{mirror}") in leader_log
+        assert "Mirrored queue 'ha.exclusive'" not in leader_log
 
         # a policy change: all -> exactly 2 keeps the oldest mirror; cleared: unmirrored
         set_policy(uris[2], "ha-all", r"^ha\.(all|exclusive)$",
@@ -210,6 +220,86 @@ def test_a_nodes_policy_without_the_leader_moves_it_once_a_mirror_is_synchronise
     clear_policy(uris[1], "move")
     with connect(uris[0]) as connection:
         connection.channel().queue_delete("move.q")
+
+
+def test_a_nodes_policy_moving_the_leader_is_a_failover_for_its_consumers(cluster):
+    """"'nodes' Policy and Migrating Leaders": "once synchronisation has occurred
+    things will proceed just as if the node had failed": a consumer that consumed
+    with x-cancel-on-ha-failover gets basic.cancel, one that did not is consumed
+    again at the new leader (what RabbitMQ's channel does when its queue's leader
+    goes: it re-issues the consume unless the consumer asked to be cancelled)."""
+    one, _two, three = cluster.names
+    uris = cluster.uris()
+    with connect(uris[0]) as connection:
+        connection.channel().queue_declare("move.consumed", durable=True)
+    watcher = connect(uris[1])
+    try:
+        plain, notified = watcher.channel(), watcher.channel()
+        got = []
+        plain.basic_consume("move.consumed", lambda ch, method, props, body: (
+            got.append(body), ch.basic_ack(method.delivery_tag)))
+        cancelled = []
+        notified.add_on_cancel_callback(lambda frame: cancelled.append(frame))
+        notified.basic_consume("move.consumed", lambda *args: None,
+                               arguments={"x-cancel-on-ha-failover": True})
+        wait_for("both consumers registered",
+                 lambda: row(uris[0], "move.consumed")["consumers"] == 2)
+        set_policy(uris[2], "move-c", r"^move\.consumed$",
+                   {"ha-mode": "nodes", "ha-params": [three]})
+        # empty: the mirror on three is synchronised at once, and the leader moves
+        mirrors_everywhere(uris, "move.consumed", three, [], [])
+        wait_for("basic.cancel for the x-cancel-on-ha-failover consumer",
+                 lambda: watcher.process_data_events(0.2) or cancelled)
+        publish(uris[0], "move.consumed", [b"after"])
+        wait_for("the other consumer served by the new leader",
+                 lambda: watcher.process_data_events(0.2) or got)
+        assert got == [b"after"]
+        assert row(uris[2], "move.consumed")["consumers"] == 1
+    finally:
+        watcher.close()
+    clear_policy(uris[0], "move-c")
+    with connect(uris[0]) as connection:
+        connection.channel().queue_delete("move.consumed")
+
+
+def test_the_guides_example_policies_set_through_ctl_and_the_http_api(cluster):
+    """The guide's "Examples", as written (rabbitmqctl set_policy, PUT
+    /api/policies): ha-two (exactly 2, automatic synchronisation), ha-all, and
+    ha-nodes naming rabbit@nodeA and rabbit@nodeB — nodes not in this cluster, so
+    the queue stays on the declaring client's node, without mirrors ("If none of
+    the nodes in the list are online at the time when the queue is declared then
+    the queue will be created on the node that the declaring client is connected
+    to"; "this does not constitute an error")."""
+    one, two, three = cluster.names
+    uris, urls = cluster.uris(), cluster.management_urls()
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        channel.queue_declare("two.q", durable=True)
+        channel.queue_declare("ha.q", durable=True)
+    publish(uris[0], "two.q", [b"old-1", b"old-2"])
+    run("ctl", "set_policy", "--base-uri", urls[0], "ha-two", r"^two\.",
+        '{"ha-mode":"exactly","ha-params":2,"ha-sync-mode":"automatic"}')
+    mirrors_everywhere(uris, "two.q", one, [two], [two])   # synchronised at once
+    status_code, body, _ = management_call(
+        urls[1], "PUT", "/api/policies/%2f/ha-all",
+        {"pattern": r"^ha\.", "definition": {"ha-mode": "all"}})
+    assert status_code in (201, 204), body
+    mirrors_everywhere(uris, "ha.q", one, [two, three], [two, three])
+    run("ctl", "set_policy", "--base-uri", urls[2], "ha-nodes", r"^nodes\.",
+        '{"ha-mode":"nodes","ha-params":["rabbit@nodeA", "rabbit@nodeB"]}')
+    with connect(uris[1]) as connection:
+        connection.channel().queue_declare("nodes.q", durable=True)
+    mirrors_everywhere(uris, "nodes.q", two, [], [])   # mirrored, with no mirror
+    out = run("ctl", "list_queues", "--base-uri", urls[0], "name", "policy", "pid",
+              "slave_pids").output.splitlines()
+    assert f"nodes.q\tha-nodes\t<{two}>\t[]" in out
+    assert f"two.q\tha-two\t<{one}>\t[<{two}>]" in out
+    for policy in ("ha-two", "ha-all", "ha-nodes"):
+        clear_policy(uris[0], policy)
+    with connect(uris[0]) as connection:
+        channel = connection.channel()
+        for name in ("two.q", "ha.q", "nodes.q"):
+            channel.queue_delete(name)
 
 
 def run(*args: str, code: int = 0):
@@ -473,6 +563,36 @@ def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(how, ke
         cluster.restart(one)
         cluster.wait_ready([one])
         wait_for("the leader back", lambda: row(uris[1], "ha.lossy")["ready"] == 15)
+
+
+def test_a_queue_waiting_for_its_lost_leader_under_when_synced_is_deleted_and_redeclared():
+    """"Promotion of Unsynchronised Mirrors on Failure": under when-synced, "In case
+    of a permanent loss of queue leader the queue won't be available unless it is
+    deleted and redeclared. Deleting a queue deletes all of its contents"."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, _three = cluster.names
+        uris = cluster.uris()
+        with connect(uris[0]) as connection:
+            connection.channel().queue_declare("ha.lost", durable=True)
+        publish(uris[0], "ha.lost", [b"old-%d" % n for n in range(3)])
+        set_policy(uris[0], "ha-two", r"^ha\.", {"ha-mode": "exactly", "ha-params": 2,
+                                                 "ha-promote-on-failure": "when-synced"})
+        mirrors_everywhere(uris, "ha.lost", one, [two], [])  # unsynchronised
+        cluster.kill(one, signal.SIGKILL)
+        wait_for("the mirror deciding not to take over", lambda: "the queue waits for "
+                 "its leader" in cluster.log(two), timeout=60)
+        with connect(uris[1]) as connection:
+            channel = connection.channel()
+            channel.queue_delete("ha.lost")
+            channel.queue_declare("ha.lost", durable=True)
+        live = cluster.uris([1, 2])
+        for uri in live:
+            wait_for(f"ha.lost redeclared, led by {two}, empty, on {uri}", lambda uri=uri: (
+                (line := row(uri, "ha.lost")) is not None and line["leader"] == two
+                and line["ready"] == 0), timeout=60)
+        publish(uris[2], "ha.lost", [b"fresh"])
+        assert get_all(uris[1], "ha.lost") == [(b"fresh", False)]
 
 
 def test_a_durable_mirrored_queue_survives_stopping_and_restarting_every_node():
