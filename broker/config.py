@@ -59,6 +59,10 @@ class Settings:
     # RabbitMQ 3.13's deprecated-feature switch for classic queue mirroring (default
     # false, as there): true lets ha-* policy keys in (queues/mirroring.py)
     permit_classic_queue_mirroring: bool = False
+    # RabbitMQ's mirroring_sync_batch_size: a mirrored queue's synchronisation batch
+    # when its policy sets no ha-sync-batch-size (the mirroring guide's "Batch
+    # Synchronization"; RabbitMQ's default and bounds)
+    mirroring_sync_batch_size: int = 4096
     # the quorum-queue log storage keys (`raft.wal_max_size_bytes`...), as (key, value)
     # pairs; validated by load_settings, turned into a StorageConfig by storage_config()
     raft: tuple = ()
@@ -221,6 +225,14 @@ def _fraction(key, value):
     return float(value)
 
 
+def _sync_batch_size(key, value):
+    # rabbit.schema's validator: "Batch size should be greater than 0 and less than 1M"
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1_000_000:
+        raise ConfigError(f"{key}: batch size should be greater than 0 and less than 1M, "
+                          f"got {value!r}")
+    return value
+
+
 def _positive_number(key, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"{key}: expected a positive number, got {value!r}")
@@ -335,6 +347,7 @@ KEYS = {
     "log.level": ("log_level", _str),
     "deprecated_features.permit.classic_queue_mirroring":
         ("permit_classic_queue_mirroring", _bool),
+    "mirroring_sync_batch_size": ("mirroring_sync_batch_size", _sync_batch_size),
     "distribution.listener.port": ("distribution_port", _int),
     "cluster_formation.classic_config.nodes": ("cluster_nodes", _nodes),
     "cluster.cookie": ("cluster_cookie", _str),

@@ -152,6 +152,10 @@ class MirrorLink:
     def settings(self, queue):
         return self._settings(queue.vhost, queue)
 
+    @property
+    def sync_batch_size(self) -> int:
+        return self.node.settings.mirroring_sync_batch_size
+
     def _on_ack(self, sender: str, body: dict) -> None:
         for request in body["r"]:
             item = self.pending.pop(request, None)

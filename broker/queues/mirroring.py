@@ -70,7 +70,7 @@ from typing import Any, Callable, Iterable, Protocol
 HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
            "ha-promote-on-shutdown", "ha-promote-on-failure")
 MODES = ("all", "exactly", "nodes")
-# RabbitMQ's mirroring_sync_batch_size default
+# RabbitMQ's mirroring_sync_batch_size default (the configuration's key: config.py)
 DEFAULT_SYNC_BATCH_SIZE = 4096
 
 
@@ -126,7 +126,7 @@ class HaSettings:
     mode: str                       # all | exactly | nodes
     params: Any                     # exactly: the replica count; nodes: node names
     sync_mode: str = "manual"       # the guide's default
-    sync_batch_size: int = DEFAULT_SYNC_BATCH_SIZE
+    sync_batch_size: int | None = None  # None: the configured mirroring_sync_batch_size
     promote_on_failure: str = "always"       # the guide's defaults
     promote_on_shutdown: str = "when-synced"
 
@@ -139,7 +139,7 @@ def ha_settings(policy) -> HaSettings | None:
         return None
     return HaSettings(mode, definition.get("ha-params"),
                       definition.get("ha-sync-mode", "manual"),
-                      definition.get("ha-sync-batch-size", DEFAULT_SYNC_BATCH_SIZE),
+                      definition.get("ha-sync-batch-size"),
                       definition.get("ha-promote-on-failure", "always"),
                       definition.get("ha-promote-on-shutdown", "when-synced"))
 
@@ -207,6 +207,12 @@ class MirrorLink(Protocol):
 
     def settings(self, queue: Any) -> HaSettings | None:
         """The mirroring settings of `queue`'s policy now."""
+
+    @property
+    def sync_batch_size(self) -> int:
+        """The configuration's mirroring_sync_batch_size: the batch size of a queue
+        whose policy sets no ha-sync-batch-size (the guide's "Batch
+        Synchronization")."""
 
 
 class _Mirror:
@@ -318,7 +324,8 @@ class Mirroring:
 
     @property
     def batch_size(self) -> int:
-        return self.settings.sync_batch_size if self.settings else DEFAULT_SYNC_BATCH_SIZE
+        size = self.settings.sync_batch_size if self.settings else None
+        return size or self.link.sync_batch_size
 
     def _send_batch(self, run: "_Sync") -> None:
         size = self.batch_size

@@ -121,3 +121,39 @@ def test_with_the_switch_on_mirroring_keys_apply_to_classic_queues_only(apply_to
     with pytest.raises(PolicyError, match="applies to classic queues only"):
         parse_policy("/", "ha", ".*", {"ha-mode": "all"}, apply_to=apply_to,
                      permit_mirroring=True)
+
+
+def test_mirroring_sync_batch_size_is_the_default_batch_and_bounded_as_rabbitmq_does(
+        tmp_path):
+    """The mirroring guide's "Batch Synchronization": "If no value is set
+    mirroring_sync_batch_size is used as the default value" (RabbitMQ's default
+    4096; its schema's bounds: above 0, at most 1M)."""
+    assert load_settings().mirroring_sync_batch_size == 4096
+    assert load_settings(write(tmp_path, "mirroring_sync_batch_size = 50000\n")
+                         ).mirroring_sync_batch_size == 50000
+    for bad in ("0", "1000001", '"big"'):
+        with pytest.raises(ConfigError, match="mirroring_sync_batch_size: batch size "
+                                              "should be greater than 0 and less than 1M"):
+            load_settings(write(tmp_path, f"mirroring_sync_batch_size = {bad}\n"))
+
+
+def test_a_running_node_without_the_switch_refuses_the_guides_policies(fresh_broker):
+    """With the switch off (the default), the guide's own example, through `ctl
+    set_policy` and the HTTP API, is refused with a message naming the switch; no
+    policy is stored."""
+    from click.testing import CliRunner
+
+    from quorumqueue.broker.cli import main
+    from tests.broker.management.support import call
+
+    url = fresh_broker.management_url
+    result = CliRunner().invoke(main, [
+        "ctl", "set_policy", "--base-uri", url, "ha-two", r"^two\.",
+        '{"ha-mode":"exactly","ha-params":2,"ha-sync-mode":"automatic"}'])
+    assert result.exit_code != 0
+    assert "key 'ha-mode'" in result.output and KEY in result.output, result.output
+    status, body, _ = call(url, "PUT", "/api/policies/%2f/ha-all",
+                           {"pattern": r"^ha\.", "definition": {"ha-mode": "all"}})
+    assert status == 400 and KEY in body["reason"], body
+    status, body, _ = call(url, "GET", "/api/policies/%2f")
+    assert status == 200 and body == [], body

@@ -135,6 +135,8 @@ class LeaderCluster:
 class Link:
     """The leader's MirrorLink as queues/mirroring.py sees it, holds kept."""
 
+    sync_batch_size = 4096
+
     def __init__(self, boots) -> None:
         self.boots = boots
         self.holds: list = []
@@ -208,3 +210,14 @@ def test_a_mirror_kept_across_a_promotion_whose_copy_is_stale_is_reset_when_it_r
     link._on_stale("b", {"q": "uid", "v": "/", "n": "q", "boot": "b-run-1"})
     link._place("/", queue, set())
     assert cluster.proposed[-1]["record"]["mirrors"] == ["c"]
+
+
+def test_a_policy_without_ha_sync_batch_size_syncs_in_the_configured_batches():
+    """The mirroring guide's "Batch Synchronization": without ha-sync-batch-size
+    the node's mirroring_sync_batch_size applies; the policy's key wins."""
+    queue, cluster, link = leader()
+    cluster.node.settings = SimpleNamespace(mirroring_sync_batch_size=7)
+    assert Mirroring(queue, link, link.settings(queue)).batch_size == 7
+    queue.policy_changed(SimpleNamespace(definition={"ha-mode": "all",
+                                                     "ha-sync-batch-size": 3}))
+    assert Mirroring(queue, link, queue.mirroring.settings).batch_size == 3

@@ -15,6 +15,8 @@ tests/broker/cluster/test_mirrored_queues.py.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from quorumqueue.broker.amqp.properties import decode_properties, encode_properties
@@ -22,6 +24,7 @@ from quorumqueue.broker.queues.base import Confirm
 from quorumqueue.broker.queues.classic import ClassicQueue, Message
 from quorumqueue.broker.queues.mirroring import (HaSettings, Mirroring, Replica,
                                                  desired_mirrors, forget_leader,
+                                                 ha_settings,
                                                  leader_must_move, promotion_candidate)
 from quorumqueue.broker.storage.message_store import MessageStore, queue_key
 
@@ -78,6 +81,8 @@ def test_promotion_picks_the_oldest_synchronised_mirror(mirrors, synced, down, r
 class Link:
     """In memory: each mirror's Replica applies what the leader sends; acks wait for
     `ack_all` (a mirror answering later)."""
+
+    sync_batch_size = 4096   # the configuration's mirroring_sync_batch_size
 
     def __init__(self) -> None:
         self.replicas: dict[str, Replica] = {}
@@ -229,6 +234,25 @@ def test_sync_sends_the_contents_in_batches_and_automatic_mode_syncs_at_once():
     auto.ack_all("b")
     assert queue.mirroring.synchronised() == ["b"]
     assert bodies(auto.replicas["b"]) == [b"x"]
+
+
+def test_without_ha_sync_batch_size_the_configured_mirroring_sync_batch_size_applies():
+    """"Batch Synchronization": "If no value is set mirroring_sync_batch_size is used
+    as the default value"."""
+    link = Link()
+    link.sync_batch_size = 2
+    queue = mirrored_queue(link, batch=None)
+    for body in (b"1", b"2", b"3"):
+        queue.publish(message(body), None, None)
+    queue.mirroring.attach("b", "boot")
+    assert queue.mirroring.sync() == 1
+    assert bodies(link.replicas["b"]) == [b"1", b"2"]   # 2 a batch
+    link.ack_all("b")
+    assert bodies(link.replicas["b"]) == [b"1", b"2", b"3"]
+    assert ha_settings(SimpleNamespace(definition={"ha-mode": "all"})).sync_batch_size \
+        is None   # the policy sets none: the configuration's
+    assert ha_settings(SimpleNamespace(definition={
+        "ha-mode": "all", "ha-sync-batch-size": 7})).sync_batch_size == 7
 
 
 def test_a_cancelled_sync_leaves_the_mirror_unsynchronised_and_holding_what_it_got():
