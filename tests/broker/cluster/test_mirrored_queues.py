@@ -522,7 +522,9 @@ PROMOTIONS = [
 ]
 
 
-@pytest.mark.parametrize("how, keys, promoted", PROMOTIONS)
+@pytest.mark.parametrize("how, keys, promoted", PROMOTIONS, ids=[
+    "killed-default-always", "killed-when-synced", "stopped-default-when-synced",
+    "stopped-always", "stopped-always-but-failure-when-synced"])
 def test_unsynchronised_mirror_promotion_loses_what_only_the_leader_held(how, keys,
                                                                         promoted):
     """"Promotion of Unsynchronised Mirrors on Failure" and "Stopping Nodes Hosting
@@ -593,6 +595,56 @@ def test_a_queue_waiting_for_its_lost_leader_under_when_synced_is_deleted_and_re
                 and line["ready"] == 0), timeout=60)
         publish(uris[2], "ha.lost", [b"fresh"])
         assert get_all(uris[1], "ha.lost") == [(b"fresh", False)]
+
+
+def test_exactly_one_replica_depends_on_durability_and_a_transient_mirrored_queue_fails_over():
+    """"Queue Arguments that Control Mirroring": exactly with count 1, "just the
+    queue leader. If the node running the queue leader becomes unavailable, the
+    behaviour depends on queue durability" ("Non-mirrored Queue Behavior in a
+    Cluster": a durable one is unavailable until its node is back, "A non-durable
+    one will be deleted"); with count 2, a non-durable queue's synchronised mirror
+    is promoted as a durable one's is."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        started(cluster)
+        one, two, _three = cluster.names
+        uris = cluster.uris()
+        set_policy(uris[0], "ha-one", r"^one\.", {"ha-mode": "exactly", "ha-params": 1})
+        set_policy(uris[0], "ha-two", r"^two\.", {"ha-mode": "exactly", "ha-params": 2})
+        with connect(uris[0]) as connection:
+            channel = connection.channel()
+            channel.queue_declare("one.durable", durable=True)
+            channel.queue_declare("one.transient", durable=False)
+            channel.queue_declare("two.transient", durable=False)
+        mirrors_everywhere(uris, "one.durable", one, [], [])   # mirrored, no mirror
+        mirrors_everywhere(uris, "one.transient", one, [], [])
+        mirrors_everywhere(uris, "two.transient", one, [two], [two])
+        for name in ("one.durable", "one.transient", "two.transient"):
+            publish(uris[0], name, [b"kept"])
+        cluster.kill(one, signal.SIGKILL)
+        live = cluster.uris([1, 2])
+        mirrors_everywhere(live, "two.transient", two, [], [])
+        assert get_all(uris[2], "two.transient") == [(b"kept", False)]
+
+        def refused(name: str) -> str:
+            with connect(uris[1]) as connection:
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as error:
+                    connection.channel().basic_get(name)
+            assert error.value.reply_code == 404
+            return error.value.reply_text
+
+        wait_for("the durable queue's leader seen down", lambda: "down or inaccessible"
+                 in refused("one.durable"), timeout=60)
+        assert refused("one.transient") == \
+            "NOT_FOUND - no queue 'one.transient' in vhost '/'"
+        cluster.restart(one)
+        cluster.wait_ready([one])
+        for uri in uris:
+            wait_for(f"one.transient gone from {uri}", lambda uri=uri: (
+                row(uri, "one.transient") is None), timeout=90)
+            wait_for(f"one.durable back on {uri}", lambda uri=uri: (
+                (line := row(uri, "one.durable")) is not None and line["ready"] == 1),
+                timeout=90)
+        assert get_all(uris[1], "one.durable") == [(b"kept", False)]
 
 
 def test_a_durable_mirrored_queue_survives_stopping_and_restarting_every_node():
