@@ -31,7 +31,9 @@ Mirroring" guide; behind `deprecated_features.permit.classic_queue_mirroring`):
   is its copy with every message ready, delivered ones redelivered. A mirror whose
   node restarted since its leader last reset its copy ("x") does not propose itself:
   its copy (recovered from its store) may lack what the leader received after it
-  stopped; `forget_cluster_node` of the leader's node promotes it instead
+  stopped; it tells the other nodes ("cm.incomplete" {q, boot}, every tick while
+  the leader is down), which pass it over, so a mirror that kept its copy is
+  promoted rather than the queue waiting for this one; `forget_cluster_node` of the leader's node promotes it instead
   (node/metadata.py, queues/mirroring.py forget_leader), the most recently stopped
   candidate: the leader appends each mirror whose node announces its shutdown
   ("cm.stopping") to the record's "stopped" list;
@@ -109,6 +111,10 @@ class MirrorLink:
         self.stale: dict[str, set[str]] = {}
         # mirror's side: queue uid -> when this node last reported its copy stale
         self.reported: dict[str, float] = {}
+        # queue uid whose leader is down -> {mirror: its run} for the mirrors that
+        # said their copy dates from before their node restarted ("cm.incomplete"):
+        # never promoted, so the next one in the record may be (_promote)
+        self.incomplete: dict[str, dict[str, str]] = {}
 
     @property
     def node(self):
@@ -278,6 +284,7 @@ class MirrorLink:
         node = self.node
         if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
             return
+        leaderless = set()
         for vhost in list(node.vhosts.values()):
             for queue in list(vhost.queues.values()):
                 if isinstance(queue, ClassicQueue) and not queue.deleted:
@@ -285,7 +292,10 @@ class MirrorLink:
                     self._watch_sync(queue, now)
                 elif isinstance(queue, RemoteClassicQueue) and queue.replica is not None \
                         and queue.host in silent:
+                    leaderless.add(queue.group)
                     self._promote(vhost.name, queue, silent)
+        for uid in [u for u in self.incomplete if u not in leaderless]:
+            del self.incomplete[uid]   # (a mirror still waiting says so again)
 
     def _watch_sync(self, queue: ClassicQueue, now: float) -> None:
         """A synchronisation whose batch no mirror acknowledged for SYNC_STALL seconds
@@ -394,7 +404,9 @@ class MirrorLink:
             # unless ha-promote-on-failure is when-synced (the guide's "Stopping Nodes
             # Hosting Queue Leader with Only Unsynchronised Mirrors")
             rule = settings.promote_on_shutdown if settings is not None else "when-synced"
-        down = set(silent) | {queue.host}
+        incomplete = {m for m, run in self.incomplete.get(queue.group, {}).items()
+                      if self.boot(m) == run}
+        down = set(silent) | {queue.host} | incomplete
         candidate = promotion_candidate(queue.mirrors or (), queue.synced, down, rule)
         if candidate is None and (queue.group, boot) not in self.waiting:
             self.waiting.add((queue.group, boot))
@@ -409,7 +421,14 @@ class MirrorLink:
             # this node restarted since the leader last reset its copy: what it holds
             # (its store's copy of a durable queue) may lack what the leader received
             # since ("Loss of a Leader While All Mirrors are Stopped": the last node
-            # to stop leads when it starts again), whatever the record says
+            # to stop leads when it starts again), whatever the record says. The
+            # other mirrors are told (every tick while it lasts), so that the next
+            # one, which may have kept its copy, is promoted instead of waiting for
+            # this one
+            for name in self.cluster.nodes:
+                if name not in (me, queue.host):
+                    self.cluster._post(name, Rpc("cm.incomplete", {
+                        "q": queue.group, "boot": self.node.boot_id}))
             if (queue.group, "restarted", boot) not in self.waiting:
                 self.waiting.add((queue.group, "restarted", boot))
                 log.warning("mirrored queue '%s' in vhost '%s': leader %s is down and "
@@ -419,7 +438,7 @@ class MirrorLink:
                             queue.name, vhost, queue.host, queue.host)
             return
         record = {"host": me, "mirrors": [m for m in queue.mirrors if m != me],
-                  "synced": [m for m in queue.synced if m != me]}
+                  "synced": [m for m in queue.synced if m != me and m not in incomplete]}
         if self._propose(vhost, queue, queue.host, record):
             log.warning("mirrored queue '%s' in vhost '%s': leader %s is down: promoting "
                         "the %s mirror on %s", queue.name, vhost, queue.host,
@@ -443,6 +462,11 @@ class MirrorLink:
         for name in self.cluster.nodes:
             if name != self.cluster.name:
                 self.cluster._post(name, Rpc("cm.stopping", {"boot": self.node.boot_id}))
+
+    def _on_incomplete(self, sender: str, body: dict) -> None:
+        """A mirror whose node restarted since its leader last reset its copy, the
+        leader being down: not a candidate for promotion in that run (_promote)."""
+        self.incomplete.setdefault(body["q"], {})[sender] = body["boot"]
 
     def _on_stopping(self, sender: str, body: dict) -> None:
         """A node announced its controlled shutdown: remembered here (promotion
@@ -536,5 +560,7 @@ def handlers() -> dict[str, Callable[["Cluster", str, dict], None]]:
         "cm.stopping": lambda cluster, sender, body: cluster.mirrors._on_stopping(sender,
                                                                                   body),
         "cm.stale": lambda cluster, sender, body: cluster.mirrors._on_stale(sender, body),
+        "cm.incomplete": lambda cluster, sender, body: cluster.mirrors._on_incomplete(
+            sender, body),
     }
 

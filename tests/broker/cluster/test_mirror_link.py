@@ -221,3 +221,45 @@ def test_a_policy_without_ha_sync_batch_size_syncs_in_the_configured_batches():
     queue.policy_changed(SimpleNamespace(definition={"ha-mode": "all",
                                                      "ha-sync-batch-size": 3}))
     assert Mirroring(queue, link, queue.mirroring.settings).batch_size == 3
+
+
+def test_a_mirror_whose_copy_predates_its_restart_is_passed_over_for_promotion(tmp_path):
+    """The leader's node (a) and the first mirror's (b) went down together and b
+    came back: b's copy (recovered from its store) may lack what a received since,
+    so b does not propose itself and says so ("cm.incomplete"); c, which kept its
+    copy, then proposes itself instead of waiting for b, and its record does not
+    call b synchronised."""
+    queue = RemoteClassicQueue("/", "q", True, None, False, {}, "uid", "a",
+                               SimpleNamespace(node_name="c"))
+    queue.record_changed({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"]})
+    queue.replica.complete = True   # reset by its leader in this node's run ("x")
+    cluster = LeaderCluster(queue)
+    cluster.name = "c"
+    cluster.boots = {"b": "b-run-2"}
+    cluster.node.boot_id = "c-run-1"
+    cluster.node.settings = SimpleNamespace(permit_classic_queue_mirroring=True)
+    cluster.posted = []
+    cluster._post = lambda node, rpc: cluster.posted.append((node, rpc.kind, rpc.body))
+    link = MirrorLink(cluster)
+    link._promote("/", queue, {"a"})
+    assert cluster.proposed == []          # b is the oldest synchronised: c waits
+    link._on_incomplete("b", {"q": "uid", "boot": "b-run-1"})   # an earlier run's word
+    link._promote("/", queue, {"a"})
+    assert cluster.proposed == []
+    link._on_incomplete("b", {"q": "uid", "boot": "b-run-2"})
+    link._promote("/", queue, {"a"})
+    assert cluster.proposed[-1]["record"] == {"host": "c", "mirrors": ["b"], "synced": []}
+
+    # on b: its copy is incomplete, it proposes nothing and tells the others
+    b_queue = RemoteClassicQueue("/", "q", True, None, False, {}, "uid", "a",
+                                 SimpleNamespace(node_name="b"))
+    b_queue.record_changed({"host": "a", "mirrors": ["b", "c"], "synced": ["b", "c"]})
+    b_cluster = LeaderCluster(b_queue)
+    b_cluster.name = "b"
+    b_cluster.boots = {"c": "c-run-1"}
+    b_cluster.node.boot_id = "b-run-2"
+    b_cluster.posted = []
+    b_cluster._post = lambda node, rpc: b_cluster.posted.append((node, rpc.kind, rpc.body))
+    MirrorLink(b_cluster)._promote("/", b_queue, {"a"})
+    assert b_cluster.proposed == []
+    assert ("c", "cm.incomplete", {"q": "uid", "boot": "b-run-2"}) in b_cluster.posted

@@ -648,10 +648,11 @@ def test_exactly_one_replica_depends_on_durability_and_a_transient_mirrored_queu
 
 
 def test_a_promotion_waits_for_a_metadata_majority_then_picks_the_mirror_that_kept_its_copy():
-    """The leader's node and one mirror's node killed together, the mirror's node
-    restarted once the last one saw both gone: the mirror that kept its copy (synchronised, never restarted) is
+    """The leader's node and the first mirror's node killed together, the mirror's
+    node restarted: the mirror that kept its copy (synchronised, never restarted) is
     promoted, with every confirmed message, not the restarted one, first in join
-    order (its copy dates from before its restart); it rejoins as a mirror. (Alone,
+    order, whose copy dates from before its restart (it says so, "cm.incomplete":
+    without that, both waited for the lost leader); it rejoins as a mirror. (Alone,
     the last mirror had no majority of the metadata group to be promoted by: a
     promotion is a metadata command. RabbitMQ would promote it at once; that wait is
     described, not asserted here.)"""
@@ -663,10 +664,7 @@ def test_a_promotion_waits_for_a_metadata_majority_then_picks_the_mirror_that_ke
         publish(uris[2], "ha.majority", [b"m%d" % n for n in range(10)])
         cluster.kill(one, signal.SIGKILL)
         cluster.kill(two, signal.SIGKILL)
-        wait_for(f"{one} and {two} unreachable from {three}", lambda: not any(
-            n["reachable"] for n in status(uris[2])["nodes"] if n["name"] in (one, two)),
-                 timeout=60)
-        cluster.restart(two)
+        cluster.restart(two)   # at once: often back before three saw the leader go
         cluster.wait_ready([two])
         live = cluster.uris([two, three])
         mirrors_everywhere(live, "ha.majority", three, [two], None)
