@@ -21,7 +21,12 @@ Mirroring" guide describes them:
 - "Promotion of Unsynchronised Mirrors on Failure": under ha-promote-on-failure
   "always" (the default) an unsynchronised mirror is promoted and the messages only
   the leader held are lost (asserted); under "when-synced" it is not, and the queue
-  waits for its leader (its durable messages come back with it).
+  waits for its leader (its durable messages come back with it), or is deleted and
+  redeclared;
+- "Examples" (the guide's policies through ctl and the HTTP API), "'nodes' Policy
+  and Migrating Leaders" (consumers as after a failover), ha-mode exactly 1 and
+  "Non-mirrored Queue Behavior in a Cluster" (durable or not).
+broker/README.md's "The guide, section by section" maps every section to its test.
 """
 
 from __future__ import annotations
