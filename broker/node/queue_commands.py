@@ -18,6 +18,14 @@ Operations (request fields -> result):
         synchronisation started, in the background} (rabbitmqctl sync_queue; errors
         `not_found`, `not_mirrored`); cancel (cancel_sync_queue) -> {synchronised: 0,
         answer: "ok" (the synchronisation in progress stopped) or "not_syncing"}
+  queues.consumer_state {vhost, name} -> {node, replica (False: none here, the rest
+        absent), role, term, leader, commit_index, applied_index, ready, unacked,
+        active (the single active consumer's key or None), consumers: [{key,
+        connection, order, priority, prefetch, unacked, suspected, cancelled,
+        pull_only}], live: {node: boot} (the nodes this node hears pings from, as
+        a leader proposes NodeDown/NodeUp by them: cluster/consumer_nodes.py)}: this
+        node's replica as it is, not asked of the leader (a diagnosis: the fault
+        suite prints it for every node when a run lost messages)
 Errors carry RabbitMQ's texts (rabbitmq-queues 3.10.8 and 4.x) after the reply-code
 name, e.g. `NOT_FOUND - Target queue was not found in virtual host '/'`.
 All need a user tagged `administrator`.
@@ -34,6 +42,7 @@ banners and exit codes (broker/cli.py).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from ..amqp import spec
@@ -204,7 +213,34 @@ def _sync_mirrors(node, session, request):
         queue, lambda count: done(answer(count)), cancel=cancel))
 
 
+def _consumer_state(node, session, request) -> dict:
+    from ..cluster.consumer_nodes import live_boots
+
+    queue = _quorum_queue(node, session, request, None,
+                          "Cannot get the consumer state of a classic queue")
+    cluster = node.cluster
+    answer: dict[str, Any] = {"node": cluster.name, "replica": False}
+    local = node.quorum.queues.get(queue.group)
+    if local is None or local.raft is None:
+        return answer
+    raft, state = local.raft, local.state
+    answer.update(
+        replica=True, role=raft.role.value,
+        term=raft.term, leader=raft.leader_id, commit_index=raft.commit_index,
+        applied_index=raft.applied_index, ready=state.ready_count,
+        unacked=sum(len(c.checked) for c in state.consumers.values()),
+        active=state.active,
+        consumers=[{"key": key, "connection": c.connection, "order": c.order,
+                    "priority": c.priority, "prefetch": c.prefetch,
+                    "unacked": len(c.checked), "suspected": c.suspected,
+                    "cancelled": c.cancelled, "pull_only": c.pull_only}
+                   for key, c in state.consumers.items()],
+        live=live_boots(cluster, time.monotonic()))
+    return answer
+
+
 OPERATIONS: dict[str, Callable[..., Any]] = {
+    "queues.consumer_state": _consumer_state,
     "queues.sync_mirrors": _sync_mirrors,
     "queues.quorum_status": _quorum_status,
     "queues.quorum_critical": _quorum_critical,

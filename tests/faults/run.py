@@ -168,13 +168,52 @@ def diagnose(cluster: LocalCluster, queue_name: str = QUEUE) -> list[str]:
     return lines
 
 
+def diagnose_sac(cluster: LocalCluster) -> list[str]:
+    """The single-active-consumer queue as each live node's replica holds it (for a
+    failed run): role and term, ready and unacked, the active consumer, every
+    consumer (its connection, unacked count, suspected, cancelled) and the nodes
+    this node hears pings from (node/queue_commands.py `queues.consumer_state`)."""
+    lines = []
+    for name in cluster.live_nodes():
+        try:
+            state = call(cluster.uri(name), "queues.consumer_state", timeout=10,
+                         vhost="/", name=extra_workloads.SAC_QUEUE)
+        except Exception as error:  # noqa: BLE001 - a diagnosis, not a verdict
+            lines.append(f"sac queue on {name}: {error!r}")
+            continue
+        if not state.get("replica"):
+            lines.append(f"sac queue on {name}: no replica")
+            continue
+        lines.append(
+            f"sac queue on {name}: {state['role']} term {state['term']} (leader "
+            f"{state['leader']}), applied {state['applied_index']}/commit "
+            f"{state['commit_index']}, ready {state['ready']}, unacked {state['unacked']}, "
+            f"active {state['active']}, hears {sorted(state['live'].items())}")
+        for consumer in state["consumers"]:
+            flags = [flag for flag in ("suspected", "cancelled", "pull_only") if consumer[flag]]
+            lines.append(f"  consumer {consumer['key']} (order {consumer['order']}, "
+                         f"unacked {consumer['unacked']}/{consumer['prefetch']}"
+                         f"{', ' + ', '.join(flags) if flags else ''})")
+    return lines
+
+
+def keep_logs(cluster: LocalCluster, into: str) -> None:
+    """Copy every node's log into `into` (a failed run's evidence: the cluster's
+    directory is removed when it stops)."""
+    os.makedirs(into, exist_ok=True)
+    for name in cluster.names:
+        with open(os.path.join(into, f"{name.partition('@')[0]}.log"), "w") as handle:
+            handle.write(cluster.log(name, tail=1 << 34))
+
+
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             say=lambda text: None, workload: str = "amqp",
-            extras: tuple[str, ...] = ()) -> RunResult:
+            extras: tuple[str, ...] = (), logs_to: str | None = None) -> RunResult:
     """One run (module header); `workload` "spark" runs spark_workload.py's query
     into Delta instead of the AMQP consumer, checked for exactly-once. `extras`
     ("sac", "dlx"; AMQP runs only) adds extras.py's single-active-consumer and
-    at-least-once dead-lettering workloads beside the main one, checked too."""
+    at-least-once dead-lettering workloads beside the main one, checked too.
+    `logs_to`: a directory the nodes' logs are copied into if the run fails."""
     rng = random.Random(seed)
     spark_run = workload == "spark"
     extras = () if spark_run else tuple(extras)
@@ -224,7 +263,9 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                          lambda: confirmed(history) > before)
                 result.recoveries.append(time.monotonic() - healed)
                 say(f"  {nemesis.name} on {target}: healed, confirms again after "
-                    f"{result.recoveries[-1]:.1f}s")
+                    f"{result.recoveries[-1]:.1f}s (struck at {strike:.3f}, healed at "
+                    f"{healed:.3f}, monotonic; {time.strftime('%H:%M:%S', time.gmtime())} "
+                    "UTC)")
             if spark_run:
                 history = clients.finish(drain_timeout=spark_workload.CATCH_UP_TIMEOUT)
             else:
@@ -261,6 +302,19 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                     result.error = result.error or f"workload: {error}"
         if not result.ok:
             result.diagnosis = diagnose(cluster, queue)
+            if "sac" in others:
+                result.diagnosis += diagnose_sac(cluster)
+                sac_clients = others["sac"]
+                with sac_clients.history.lock:
+                    result.diagnosis += [f"sac session {session} failed at {at:.3f}"
+                                         for session, at in sorted(sac_clients.ends.items())]
+                    result.diagnosis += [f"sac client: {event}"
+                                         for event in sac_clients.history.events[-40:]]
+                    last = sac_clients.deliveries[-1:]
+                    result.diagnosis += [f"sac last delivery: {d}" for d in last]
+            if logs_to is not None:
+                keep_logs(cluster, logs_to)
+                result.diagnosis.append(f"node logs kept in {logs_to}")
             if spark_run:
                 result.diagnosis += spark_workload.diagnose_rows(clients.rows)
                 result.diagnosis.append(f"table and checkpoint kept in {clients.workdir}")
@@ -406,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         result = run_one(nodes, NEMESES[name], seed, options.duration,
                          say=lambda text: print(text, flush=True), workload=workload,
-                         extras=tuple(options.extras))
+                         extras=tuple(options.extras),
+                         logs_to=os.path.join(options.out, f"run-{number:03d}-logs"))
         results.append(result)
         plot(result, os.path.join(options.out, f"run-{number:03d}.png"))
         verdict = "ok" if result.ok else "FAILED: " + "; ".join(
