@@ -54,6 +54,18 @@ RAFT_STATES = {"leader": "leader", "follower": "follower", "candidate": "candida
                "pre_candidate": "pre_vote"}
 
 
+def must_land(_reply) -> None:
+    """The waiter of a command that needs no answer but must reach the log: a
+    consumer's Checkout, Cancel and its channel's Down. A proposal without a waiter is
+    forgotten once appended, so one appended by a leader that was deposed before it
+    committed (a leader paused longer than an election closes its clients' connections
+    for missed heartbeats when it resumes, before it learns of the new term) was lost
+    with that leader's tail: the consumer stayed in the queue with no channel behind
+    it, and once it was the single active consumer every message went to it, came back
+    from its node counted, and went to it again, until the delivery limit dropped it.
+    With a waiter, queues/replicated.py proposes a lost append again."""
+
+
 class MessageGone(RuntimeError):
     """A message's entry is no longer in the log: the log was released past it (only a
     settled message's can be: a live one's never is)."""
@@ -242,7 +254,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
             if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
                 self.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
-                             0)  # untimed: no clock is read here
+                             0, must_land)  # untimed: no clock is read here
 
     # ------------------------------------------------------------ proposals
 
@@ -325,7 +337,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.add_consumer(consumer, key)
         prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
         self.propose(commands.Checkout(key, prefetch, consumer.priority,
-                                       channel.quorum_identity), 0)
+                                       channel.quorum_identity), 0, must_land)
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
         """basic.cancel: a Cancel (its unacked messages stay settleable). A channel that
@@ -336,7 +348,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         not with what was queued behind them."""
         self.remove_consumer(consumer)
         if not self.deleted and channel.is_open:
-            self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0)
+            self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0,
+                         must_land)
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
         key = f"{channel.quorum_identity}/get"
@@ -410,7 +423,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """One Down returns everything the channel held (delivery count + 1),
         tx-buffered settlements included."""
         if not self.deleted:
-            self.propose(commands.Down(channel.quorum_identity), 0)
+            self.propose(commands.Down(channel.quorum_identity), 0, must_land)
 
     def purge(self, respond: Callable[[int], None]) -> None:
         self.propose(commands.Purge(), 0, lambda count: respond(count or 0))
