@@ -46,10 +46,12 @@ log = logging.getLogger("quorumqueue.cluster")
 RESEND_AFTER_S = 5.0   # a NodeDown/NodeUp still wanted this long after it was proposed
 
 
-def live_boots(cluster: "Cluster", now: float) -> dict[str, str]:
-    """node -> boot id of every node pinged within NODE_DOWN_AFTER, this one included."""
+def live_boots(cluster: "Cluster", now: float | None = None) -> dict[str, str]:
+    """node -> boot id of every node pinged within NODE_DOWN_AFTER, this one included
+    (`now`: time.monotonic() unless given)."""
     from .cluster import NODE_DOWN_AFTER
 
+    now = time.monotonic() if now is None else now
     live = {cluster.name: cluster.node.boot_id}
     for name, boot in cluster.boots.items():
         pinged = cluster.pinged.get(name)

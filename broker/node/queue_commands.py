@@ -42,7 +42,6 @@ banners and exit codes (broker/cli.py).
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from ..amqp import spec
@@ -235,7 +234,7 @@ def _consumer_state(node, session, request) -> dict:
                     "unacked": len(c.checked), "suspected": c.suspected,
                     "cancelled": c.cancelled, "pull_only": c.pull_only}
                    for key, c in state.consumers.items()],
-        live=live_boots(cluster, time.monotonic()))
+        live=live_boots(cluster))
     return answer
 
 

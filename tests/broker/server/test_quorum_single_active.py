@@ -206,3 +206,28 @@ def test_repeated_kill_9_counts_only_real_deliveries_toward_the_delivery_limit()
         pump(connection, lambda: len(headers) == 6, WAIT_S)
         assert headers == {b"m0": 10, b"m1": 10, b"m2": 0, b"m3": 0, b"m4": 0, b"m5": 0}
         connection.close()
+
+
+def test_consumer_state_shows_the_replica_its_consumers_and_the_active_one(broker, connection):
+    """`queues.consumer_state` (the fault suite's diagnosis of a failed run): this
+    node's replica of the queue, its two consumers in registration order, the first
+    active, nothing suspected, and a classic queue refused."""
+    name = sac_queue(connection.channel(), "sac-state")
+    received = Collector()
+    consumer(connection, name, "first", received, prefetch=5)
+    consumer(connection, name, "second", received, prefetch=5)
+    publish(connection, name, [b"m1"])
+    pump(connection, lambda: len(received) == 1, WAIT_S)
+    state = call(broker.uri, "queues.consumer_state", vhost="/", name=name)
+    assert (state["replica"], state["role"], state["ready"], state["unacked"]) == (
+        True, "leader", 0, 1)
+    keys = [c["key"] for c in state["consumers"]]
+    assert [key.rpartition("/")[2] for key in keys] == ["first", "second"]
+    assert state["active"] == keys[0]
+    assert [(c["unacked"], c["prefetch"], c["suspected"], c["cancelled"])
+            for c in state["consumers"]] == [(1, 5, False, False), (0, 5, False, False)]
+    assert state["node"] in state["live"]
+    connection.channel().queue_declare("classic-" + name)
+    with pytest.raises(Exception, match="PRECONDITION_FAILED - Cannot get the consumer "
+                                        "state of a classic queue"):
+        call(broker.uri, "queues.consumer_state", vhost="/", name="classic-" + name)
