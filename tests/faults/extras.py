@@ -221,14 +221,19 @@ class SacWorkload:
         with self.history.lock:
             return {d.id for d in self.deliveries}
 
-    def finish(self, faults: list[tuple[float, float]], drain_timeout: float) -> SacHistory:
+    def finish(self, faults: list[tuple[float, float]], drain_timeout: float,
+               missing=lambda: None) -> SacHistory:
         """Stop publishing, wait until every confirmed id was delivered, stop;
-        `faults` in time.monotonic()."""
+        `faults` in time.monotonic(). `missing()` is called if some confirmed id was
+        still not delivered when the wait ended, before the consumers stop (their
+        connections closing change the queue's consumers)."""
         try:
             self.publisher.stop()
             with self.history.lock:
                 confirmed = set(self.history.confirmed)
             _wait(lambda: confirmed - self.delivered_ids(), drain_timeout)
+            if confirmed - self.delivered_ids():
+                missing()
         finally:
             self.stop()
         with self.history.lock:

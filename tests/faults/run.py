@@ -224,6 +224,7 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
     config = extra_workloads.DLX_CONFIG if "dlx" in extras else ""
     others: dict[str, object] = {}   # the extra workloads, by name
     struck: list[tuple[float, float]] = []  # faults in time.monotonic(), for the SAC check
+    sac_state: list[str] = []  # the SAC queue if its drain gave up, its consumers still on
     with LocalCluster(nodes, extra_config=config) as cluster:
         wait_for("a metadata leader", lambda: all(
             call(uri, "cluster.status", timeout=5)["metadata_leader"]
@@ -275,7 +276,9 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 result.violations = violations(history, strict_duplicates=spark_run)
                 result.counts = report(history)
             if "sac" in others:
-                sac = others["sac"].finish(struck, drain_timeout=CONVERGE_TIMEOUT)
+                sac = others["sac"].finish(
+                    struck, drain_timeout=CONVERGE_TIMEOUT,
+                    missing=lambda: sac_state.extend(diagnose_sac(cluster)))
                 found, result.sac = extra_workloads.sac_violations(sac)
                 lost = extra_workloads.sac_lost(sac)
                 result.sac.update(confirmed=len(sac.confirmed), lost=len(lost))
@@ -303,6 +306,11 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
         if not result.ok:
             result.diagnosis = diagnose(cluster, queue)
             if "sac" in others:
+                if sac_state:
+                    result.diagnosis.append("the SAC queue when the drain gave up, its "
+                                            "consumers still connected:")
+                    result.diagnosis += sac_state
+                    result.diagnosis.append("the SAC queue after its consumers stopped:")
                 result.diagnosis += diagnose_sac(cluster)
                 sac_clients = others["sac"]
                 with sac_clients.history.lock:
