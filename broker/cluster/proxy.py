@@ -94,7 +94,11 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
     consumer = record.by_key.get(key)
     if consumer is None and cluster.is_stale_identity(key):
         return  # an earlier run's consumer: removed with what it holds (stale_downs)
-    if consumer is None or consumer.channel.state != ChannelState.OPEN:
+    if consumer is None:  # its Cancel or Down lost, or on its way
+        record.remove_unknown_consumer(key, tuple(item[0] for item in body["m"]),
+                                       cluster.node.sessions)
+        return
+    if consumer.channel.state != ChannelState.OPEN:
         record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # untimed
         return
     settled = []

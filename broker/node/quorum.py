@@ -53,7 +53,7 @@ from ..fifo.envelope import TIMED, TIMED_HEAD
 from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
-                             group_uid, must_land, with_delivery_count)
+                             group_uid, with_delivery_count)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
 from ..raft.forwarded import FORWARDED, HEAD_SIZE, AppliedIds, Identity, load_snapshot
@@ -480,8 +480,9 @@ class QuorumGroups:
             # when it is (stale_downs, NodeUp); a Return here would count, and the
             # message could come straight back to it while it is still active
             return
-        if consumer is None:
-            self._remove_unknown_consumer(queue, key, deliveries)
+        if consumer is None:  # its Cancel or Down lost, or on its way
+            queue.remove_unknown_consumer(key, tuple(d.msg_id for d in deliveries),
+                                          self.cluster.node.sessions)
             return
         returned, settled = [], []
         for delivery in deliveries:
@@ -496,28 +497,6 @@ class QuorumGroups:
             queue.propose(Return(key, tuple(returned)), 0)
         if settled:
             queue.propose(Settle(key, tuple(settled)), 0)
-
-    def _remove_unknown_consumer(self, queue: QuorumQueue, key: str, deliveries) -> None:
-        """The machine handed messages to a consumer of this node's current run that
-        this node does not have: cancelled, or its channel closed, and that Cancel or
-        Down never reached the log (queues/quorum.py `must_land`), or is on its way
-        (then this is a harmless repeat). Propose it (again): a Down when the channel
-        is gone (it returns these and whatever the consumer held, delivery count + 1,
-        and removes it), else a Cancel (it gets nothing more; what the client
-        received before stays settleable) and then a Return of these. Returning them
-        alone, as before, handed them straight back to the same consumer: as the
-        single active consumer it took every message and gave it back counted until
-        the delivery limit dropped it."""
-        identity = key.partition("/")[0]
-        open_channel = any(channel.quorum_identity == identity
-                           for session in list(self.cluster.node.sessions)
-                           for channel in getattr(session, "channels", {}).values()
-                           if channel.state is _CHANNEL_OPEN)
-        if open_channel:
-            queue.propose(commands.Cancel(key), 0, must_land)
-            queue.propose(Return(key, tuple(d.msg_id for d in deliveries)), 0)
-        else:
-            queue.propose(Down(identity), 0, must_land)
 
     # ------------------------------------------------------------ dead lettering
 

@@ -28,6 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..amqp import codec, spec
+from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
@@ -418,6 +419,28 @@ class QuorumQueue(ReplicatedGroup, Queue):
             else:
                 settling.append((kind, key, msg_ids))
         groups.settling.add(self)
+
+    def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...], sessions) -> None:
+        """The machine handed `msg_ids` to a consumer of this node's current run that
+        this node does not have: cancelled, or its channel closed, and that Cancel or
+        Down never reached the log (`must_land`), or is on its way (then this is a
+        harmless repeat). Propose it (again): a Down when the channel is gone (it
+        returns these and whatever the consumer held, delivery count + 1, and removes
+        it), else a Cancel (it gets nothing more; what the client received before
+        stays settleable), then a Return of these. Returning them alone, as before,
+        handed them straight back to the same consumer: as the single active consumer
+        it took every message and gave it back counted until the delivery limit
+        dropped it. `sessions`: the node's AMQP sessions (their open channels)."""
+        identity = key.partition("/")[0]
+        open_channel = any(channel.quorum_identity == identity
+                           for session in list(sessions)
+                           for channel in getattr(session, "channels", {}).values()
+                           if channel.state == ChannelState.OPEN)
+        if open_channel:
+            self.propose(commands.Cancel(key), 0, must_land)
+            self.propose(commands.Return(key, msg_ids), 0)
+        else:
+            self.propose(commands.Down(identity), 0, must_land)
 
     def channel_closed(self, channel: "Channel", tokens: list) -> None:
         """One Down returns everything the channel held (delivery count + 1),
