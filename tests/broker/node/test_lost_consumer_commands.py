@@ -105,3 +105,51 @@ def test_messages_handed_to_a_consumer_this_node_does_not_have_stay_in_the_queue
     assert queue.state.consumers == {}
     assert queue.ready_count == 2
     assert sorted(queue.state.delivery_counts.values()) == [1, 1]  # handed out once
+
+
+class OpenChannelSession:
+    """A session of this node with one open channel (what `remove_unknown_consumer`
+    reads of the node's sessions)."""
+
+    def __init__(self, identity: str) -> None:
+        from quorumqueue.broker.amqp.channel import ChannelState
+
+        channel = type("OpenChannel", (), {"quorum_identity": identity,
+                                           "state": ChannelState.OPEN})()
+        self.channels = {1: channel}
+
+
+def test_a_consumer_cancelled_on_an_open_channel_is_cancelled_and_its_messages_return(
+        tmp_path):
+    """The node does not have the consumer but its channel is open (a basic.cancel whose
+    Cancel was lost): a Cancel, then the messages come back, once."""
+    node = start(tmp_path)
+    queue = declare(node)
+    identity = f"{node.boot_id}.9.1"
+    node.sessions.add(OpenChannelSession(identity))
+    append(queue, commands.encode(Checkout(f"{identity}/ghost", 10, 0, identity)))
+    append(queue, message(b"m1"))
+    for _ in range(5):
+        node.flush()
+    assert queue.state.consumers == {}
+    assert queue.ready_count == 1
+    assert list(queue.state.delivery_counts.values()) == [1]
+
+
+def test_a_node_without_a_replica_handed_messages_for_a_consumer_it_lacks_removes_it(
+        tmp_path):
+    """The same through the leader's `deliver` message to a node with no replica
+    (cluster/proxy.py `on_deliver`): that node proposes the consumer's Down."""
+    from quorumqueue.broker.cluster import proxy
+
+    node = start(tmp_path)
+    queue = declare(node)
+    identity = f"{node.boot_id}.9.1"
+    append(queue, commands.encode(Checkout(f"{identity}/ghost", 10, 0, identity)))
+    node.flush()
+    proxy.on_deliver(node.cluster, "qq2@localhost", {
+        "g": queue.group, "k": f"{identity}/ghost",
+        "m": [[1, 0, "", "q", b"", b"m1"]]})
+    for _ in range(3):
+        node.flush()
+    assert queue.state.consumers == {}
