@@ -16,6 +16,13 @@ publishing stops, the consumer drains, and the checkers judge:
   never two active, and at-least-once dead lettering lossless; their findings join
   the run's violations, prefixed "sac:" and "dlx:".
 
+A failed run explains itself: the main queue's rows as every live node lists them
+and the nodes' last warnings, the clients' last reconnections; with the SAC workload
+its queue as every node's replica holds it (`diagnose_sac`: role, ready and unacked,
+the active consumer, every consumer with its unacked count and flags, the nodes it
+hears), read when its drain gave up and again after its consumers stopped, and its
+sessions that failed; and the nodes' whole logs are kept (`run-NNN-logs` in --out).
+
 It also measures, from a sampler of the client's counts every 0.2 s: the windows
 with no confirm for a second or more (unavailability) and the time from each heal
 to the next confirm (recovery). `python -m tests.faults.run` runs many and writes
