@@ -25,8 +25,8 @@ Operations:
   queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
   queues.shrink  {node, errors_only?, vhost_pattern?, queue_pattern?}
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
-  queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory: see
-                                           node/queue_commands.py
+  queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory |
+                 consumer_state: see node/queue_commands.py
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
                                             metadata_members,
                                             nodes: [{name, address, reachable, amqp_uri}],
