@@ -353,7 +353,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
                          must_land)
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> None:
-        key = f"{channel.quorum_identity}/get"
+        # the channel's basic.get messages are held under a key no consumer has: a
+        # consumer's key ends in its tag, never empty (an empty tag is replaced by a
+        # server-named one), where "/get" was also the key of a consumer tagged "get"
+        key = f"{channel.quorum_identity}/"
         self.propose(commands.Dequeue(key, no_ack, channel.quorum_identity), 0,
                      lambda reply: self._got(channel, key, no_ack, reply))
 

@@ -399,6 +399,30 @@ def test_prefetch_bounds_the_unacked_deliveries(connection):
     assert received.bodies == [f"m{i}".encode() for i in range(8)]
 
 
+def test_a_consumer_tagged_get_is_not_held_back_by_its_channels_basic_get(connection):
+    """basic.get's messages do not count against a consumer's prefetch, whatever the
+    consumer's tag: a consumer tagged "get" (prefetch 1) gets its next message once it
+    acked its first, while a message the same channel took by basic.get is still
+    unacked. (The channel's basic.get messages were held under ".../get", the key of a
+    consumer tagged "get", so they filled its prefetch.)"""
+    publisher = confirmed_channel(connection)
+    name = quorum_queue(publisher, "qq-get-tag")
+    publish_bodies(publisher, name, [b"m1", b"m2", b"m3"])
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=1)
+    received = Collector()
+    channel.basic_consume(name, received, consumer_tag="get")
+    pump(connection, lambda: len(received) == 1, timeout=30)
+    method, _properties, body = get(channel, name)
+    assert (received.bodies, body) == ([b"m1"], b"m2")
+    channel.basic_ack(received.deliveries[0][1])
+    pump(connection, lambda: len(received) == 2, timeout=30)
+    assert received.bodies == [b"m1", b"m3"]
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_ack(received.deliveries[1][1])
+    assert counts(publisher, name) == (0, 1)
+
+
 def test_higher_priority_consumer_is_served_while_it_has_capacity(connection):
     """Consumer priorities (x-priority): the highest-priority consumer with spare
     prefetch gets each message; a lower one only when it is full; acks make room for
