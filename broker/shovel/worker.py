@@ -44,8 +44,10 @@ does not encode (it leaves out empty properties).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
+from collections import Counter
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiormq
@@ -57,6 +59,8 @@ log = logging.getLogger("quorumqueue.shovel")
 
 CONNECT_TIMEOUT = 30.0  # seconds for a connection and its channels to open
 CLOSE_TIMEOUT = 5.0
+SETTLE_TIMEOUT = 30.0  # seconds for the destination's confirms once the source went
+SYNC_EVERY = 200  # source acks between two basic.qos round trips showing they landed
 
 STARTING, RUNNING, TERMINATED = "starting", "running", "terminated"
 
@@ -101,6 +105,10 @@ class Shovel:
         self.reason: str | None = None
         self.last_changed = time.time()
         self.moved = 0  # messages published and acknowledged at the source
+        # on-confirm, across a source loss: digests of messages at the destination
+        # whose source ack may not have landed (a multiset; see _source_lost)
+        self.remembered: Counter = Counter()
+        self.recognised = 0  # redeliveries acknowledged without publishing them again
         self.attempt = 0
         self.finished = False
         self.task: asyncio.Task | None = None
@@ -214,6 +222,7 @@ class Shovel:
         d = self.definition
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future = loop.create_future()
+        confirms = d.ack_mode == "on-confirm"
         taken = 0
         done = 0
         if d.dest_queue is not None:
@@ -222,13 +231,51 @@ class Shovel:
             route = (d.dest_exchange, d.dest_exchange_key)
         else:
             route = (None, None)
+        # on-confirm: digests of the messages the destination confirmed whose source
+        # ack is not known to have landed, in batches; a basic.qos round trip on the
+        # source channel (answered after every ack sent before it) covers the batches
+        # before it, which are then forgotten
+        unsure: list[Counter] = [Counter()]
+        in_batch = 0
+        syncing: asyncio.Task | None = None
+        in_flight: set[asyncio.Task] = set()  # publishes not yet confirmed and acked
+        stopping = False  # no new publish: what is delivered now goes back to the source
 
-        async def forward(message) -> None:
-            nonlocal taken, done
-            if remaining is not None:
-                if taken >= remaining:
-                    return  # past the count: requeued by the source when we close
-                taken += 1
+        def fail(error: BaseException) -> None:
+            if not outcome.done():
+                outcome.set_exception(error)
+
+        def count_done() -> None:
+            nonlocal done
+            self.moved += 1
+            done += 1
+            if remaining is not None and done >= remaining and not outcome.done():
+                outcome.set_exception(_Finished())
+
+        async def sync() -> None:
+            nonlocal syncing
+            covered = len(unsure)
+            unsure.append(Counter())
+            try:
+                await src.basic_qos(prefetch_count=d.prefetch)
+            except Exception:  # noqa: BLE001 - the source went: the batches stay unsure
+                return
+            finally:
+                syncing = None
+            del unsure[:covered]
+
+        def acknowledging(digest: bytes) -> None:
+            """`digest`'s message is at the destination and its ack about to be sent."""
+            nonlocal in_batch, syncing
+            unsure[-1][digest] += 1
+            in_batch += 1
+            if in_batch >= SYNC_EVERY and syncing is None:
+                in_batch = 0
+                syncing = loop.create_task(sync())
+
+        async def deliver(message, digest: bytes | None) -> None:
+            # a task of its own, not the source channel's: it outlives a source that
+            # goes, so the destination's confirm still tells where the message is
             try:
                 properties = message.header.properties
                 if properties.message_id is None:
@@ -241,20 +288,53 @@ class Shovel:
                 # on-confirm waits for the confirm, not for the socket's drain
                 confirmation = await dest.basic_publish(
                     message.body, exchange=exchange, routing_key=routing_key,
-                    properties=properties, wait=d.ack_mode != "on-confirm")
-                if d.ack_mode == "on-confirm" and not isinstance(confirmation,
-                                                                 spec.Basic.Ack):
-                    raise RuntimeError(f"the destination did not confirm a message: "
-                                       f"{type(confirmation).__name__}")
+                    properties=properties, wait=not confirms)
+                if confirms:
+                    if not isinstance(confirmation, spec.Basic.Ack):
+                        raise RuntimeError(f"the destination did not confirm a message: "
+                                           f"{type(confirmation).__name__}")
+                    acknowledging(digest)
                 if d.ack_mode != "no-ack":
                     await src.basic_ack(message.delivery.delivery_tag, wait=False)
-                self.moved += 1
-                done += 1
-                if remaining is not None and done >= remaining and not outcome.done():
-                    outcome.set_exception(_Finished())
+                count_done()
             except Exception as error:  # noqa: BLE001 - ends the attempt
-                if not outcome.done():
-                    outcome.set_exception(error)
+                fail(error)
+
+        async def forward(message) -> None:
+            nonlocal taken
+            if stopping:
+                return  # requeued by the source when we close
+            digest = _digest(message) if confirms else None
+            redelivered = bool(getattr(message.delivery, "redelivered", False))
+            if self.remembered and not redelivered:
+                # the source requeued what it had delivered to the last attempt in its
+                # place, at the head: past it, nothing of that attempt comes back
+                log.info("shovel '%s' in vhost '%s': %d messages of the last attempt "
+                         "did not come back (their acks had landed); forgotten",
+                         self.name, self.vhost, sum(self.remembered.values()))
+                self.remembered.clear()
+            if remaining is not None:
+                if taken >= remaining:
+                    return  # past the count: requeued by the source when we close
+                taken += 1
+            if redelivered and self.remembered.get(digest, 0) > 0:
+                # published and confirmed by the last attempt, its ack lost with the
+                # source connection: acknowledged here, not published again
+                self.remembered[digest] -= 1
+                if not self.remembered[digest]:
+                    del self.remembered[digest]
+                self.recognised += 1
+                acknowledging(digest)
+                try:
+                    await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                except Exception as error:  # noqa: BLE001 - ends the attempt
+                    fail(error)
+                    return
+                count_done()
+                return
+            task = loop.create_task(deliver(message, digest))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
 
         await src.basic_qos(prefetch_count=d.prefetch)
         await src.basic_consume(queue, forward, no_ack=d.ack_mode == "no-ack")
@@ -264,16 +344,54 @@ class Shovel:
                  d.destination)
         watched = [outcome, source.closing, destination.closing, src.closing, dest.closing]
         try:
-            finished, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                finished, _ = await asyncio.wait(watched,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                # stopped (the parameter changed or went, the node stopped leading):
+                # nothing new is published, what is on its way is confirmed and
+                # acknowledged, then the connections close (the source has every ack
+                # before the close); what it delivered past that goes back to it
+                stopping = True
+                if in_flight:
+                    await asyncio.wait(set(in_flight), timeout=CLOSE_TIMEOUT)
+                raise
+            if confirms and (source.is_closed or src.is_closed):
+                stopping = True
+                await self._source_lost(in_flight, unsure)
         finally:
+            stopping = True
             if not outcome.done():
                 outcome.cancel()
+            for task in [*in_flight, *([syncing] if syncing is not None else [])]:
+                task.cancel()
         if outcome in finished and not outcome.cancelled():
             raise outcome.exception() or RuntimeError("ended")
         for future in finished:
             error = None if future.cancelled() else future.exception()
             raise RuntimeError(f"connection or channel closed: {error!r}"
                                if error is not None else "connection or channel closed")
+
+    async def _source_lost(self, in_flight: set, unsure: list) -> None:
+        """The source connection or channel went (on-confirm): its acks sent since the
+        last basic.qos round trip may not have landed, and it requeues those messages
+        too. Wait for the destination's confirms of what is on its way (its
+        connection is still up), then remember every message the destination holds
+        whose source ack is not known to have landed: the next attempt acknowledges
+        their redeliveries without publishing them again."""
+        if in_flight:
+            await asyncio.wait(set(in_flight), timeout=SETTLE_TIMEOUT)
+        if in_flight:  # the destination went too or did not answer: unknown
+            log.warning("shovel '%s' in vhost '%s': %d messages published without the "
+                        "destination's confirm when the source went; they may arrive "
+                        "twice", self.name, self.vhost, len(in_flight))
+        for batch in unsure:
+            self.remembered.update(batch)
+        if self.remembered:
+            log.warning("shovel '%s' in vhost '%s': the source went with %d messages at "
+                        "the destination whose acks may not have landed; their "
+                        "redeliveries will be acknowledged without publishing them again",
+                        self.name, self.vhost, sum(self.remembered.values()))
 
     def _forward_headers(self, headers, queue: str) -> dict:
         d = self.definition
@@ -296,6 +414,12 @@ class Shovel:
         headers["x-shovelled"] = [record] + (list(previous) if isinstance(previous, list)
                                              else [])
         return headers
+
+
+def _digest(message) -> bytes:
+    """What identifies a message across its redelivery: its properties and body as
+    the source sent them (the content header, before any change of ours)."""
+    return hashlib.sha256(message.header.marshal() + message.body).digest()
 
 
 async def _declare(connection, channel, queue: str, confirms: bool, count: bool = False):

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from quorumqueue.broker.cli import main
 from tests.broker.management.support import wait_for
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import TcpProxy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -508,3 +509,57 @@ def test_an_integer_src_delete_after_counts_again_on_the_node_the_shovel_moves_t
         wait_for(lambda: "counted" not in ctl(survivor, "list_parameters"), timeout=240,
                  what="the shovel's end")
         wait_for(lambda: source_counts() == (10, 0), what="10 left at the source")
+
+
+def test_a_source_connection_lost_after_the_destinations_confirm_duplicates_nothing(
+        brokers):
+    """The shovel runs on the destination and reaches the source through a TCP proxy.
+    The proxy holds everything the shovel sends to the source (its acks) while the
+    source delivers a prefetch of messages; the destination confirms them all; then
+    the proxy resets the connection, so the source requeues those messages
+    (redelivered) although they are at the destination. The shovel's next attempt
+    acknowledges them without publishing them again: every message is at the
+    destination exactly once, nothing is left at the source. Three identical
+    messages (same properties and body) among them arrive three times."""
+    source, destination = brokers
+    for broker in (source, destination):
+        connection, channel = channel_of(broker)
+        channel.queue_declare("orders", durable=True)
+        connection.close()
+    with TcpProxy(source.port, name="shovel->source") as proxy:
+        shovel(destination, "move", {
+            "src-uri": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
+            "src-queue": "orders", "dest-uri": "amqp://", "dest-queue": "orders",
+            "ack-mode": "on-confirm", "src-prefetch-count": 100, "reconnect-delay": 1})
+        wait_for(lambda: "running" in ctl(destination, "shovel_status"), what="running")
+        proxy.cut("stall", "forward")  # the shovel's acks no longer reach the source
+        publish(source, "orders", range(300))
+        connection, channel = channel_of(source)
+        for _ in range(3):
+            channel.basic_publish("", "orders", b"twin",
+                                  pika.BasicProperties(message_id="twin", delivery_mode=2))
+        connection.close()
+        # the source delivered a prefetch (100) and got no ack: the destination
+        # confirmed each (it holds them) and the shovel's acks wait in the proxy
+        wait_for(lambda: count(destination, "orders") == 100,
+                 what="the prefetch confirmed at the destination")
+        proxy.cut("drop")  # the acks are lost with the connection: all 100 requeued
+        proxy.heal()
+        wait_for(lambda: count(source, "orders") == 0 and count(destination, "orders")
+                 >= 303, timeout=60, what="the source drained")
+        # nothing unacknowledged at the source either: every ack landed, so the
+        # destination holds all it ever will
+        wait_for(lambda: _source_settled(source), timeout=60,
+                 what="no message unacknowledged at the source")
+        ctl(destination, "clear_parameter", "shovel", "move")
+    moved = drain(destination, "orders")
+    ids = sorted(m for m, _b, _h in moved)
+    assert len(ids) == 303, len(ids) - 303
+    assert ids == sorted([str(i) for i in range(300)] + ["twin"] * 3)
+    assert count(source, "orders") == 0
+
+
+def _source_settled(broker) -> bool:
+    rows = ctl(broker, "list_queues", "name", "messages_ready",
+               "messages_unacknowledged").split()
+    return rows[-3:] == ["orders", "0", "0"]
