@@ -20,9 +20,33 @@ Any failure (a connection or channel closed, a refused declare, a nack) ends the
 attempt: both connections are closed, the state is `terminated` with the reason,
 and after reconnect-delay seconds the shovel starts again. What the source
 delivered and did not get acknowledged is requeued by the source when the
-connection goes, and redelivered to the next attempt: across a failure a message
-may reach the destination twice (published, the confirm lost), never be lost
-(on-confirm).
+connection goes, and redelivered to the next attempt.
+
+Exactly once across a source loss (on-confirm): an ack has no reply in AMQP 0-9-1,
+so when the source connection or channel goes, the acks sent since the last
+basic.qos round trip on the source channel (one every SYNC_EVERY acks; its qos-ok
+comes after every ack sent before it) may not have landed, and the source requeues
+those messages although the destination holds them. The attempt then waits (up to
+SETTLE_TIMEOUT, the destination still up) for the confirms of what it had
+published, and `remembered` takes the digest (sha256 of the content header and
+body as the source sent them) of every message the destination confirmed whose ack
+is not known to have landed: a multiset, identical messages counted one for one.
+The next attempt acknowledges a redelivered message (redelivered flag set) that
+matches an entry, without publishing it, and takes the entry out; the first
+delivery without the flag clears what is left (the source requeues to the original
+position, so requeued messages come back first; those not back had their ack
+land). Bounded by the acks between two round trips plus the prefetch. Not covered,
+so a message may still arrive twice: a publish the destination had not confirmed
+when its connection went (or within SETTLE_TIMEOUT of the source's going); a
+shovel stopped, restarted on a change or moved to another node (the memory lives
+in this object) when its in-flight publishes are not confirmed within
+STOP_SETTLE_TIMEOUT; another consumer of the source queue taking a requeued
+message. A redelivery matching an entry whose ack had in fact landed (only an
+identical copy of that message, same properties and body) is acknowledged without
+being published: of identical copies the destination may get fewer.
+A stop (cancel) publishes nothing new, waits up to STOP_SETTLE_TIMEOUT for the
+confirms and acks of what is on its way, then closes: the source has every ack
+before the close.
 
 src-delete-after: "queue-length" moves the number of messages the source queue
 held when this attempt started, an integer that many messages over all attempts of
@@ -60,6 +84,7 @@ log = logging.getLogger("quorumqueue.shovel")
 CONNECT_TIMEOUT = 30.0  # seconds for a connection and its channels to open
 CLOSE_TIMEOUT = 5.0
 SETTLE_TIMEOUT = 30.0  # seconds for the destination's confirms once the source went
+STOP_SETTLE_TIMEOUT = 10.0  # seconds a stopped shovel waits for what is on its way
 SYNC_EVERY = 200  # source acks between two basic.qos round trips showing they landed
 
 STARTING, RUNNING, TERMINATED = "starting", "running", "terminated"
@@ -235,7 +260,7 @@ class Shovel:
         # ack is not known to have landed, in batches; a basic.qos round trip on the
         # source channel (answered after every ack sent before it) covers the batches
         # before it, which are then forgotten
-        unsure: list[Counter] = [Counter()]
+        unsure: list[_Batch] = [_Batch()]
         in_batch = 0
         syncing: asyncio.Task | None = None
         in_flight: set[asyncio.Task] = set()  # publishes not yet confirmed and acked
@@ -255,8 +280,12 @@ class Shovel:
         async def sync() -> None:
             nonlocal syncing
             covered = len(unsure)
-            unsure.append(Counter())
+            unsure.append(_Batch())
             try:
+                # the frames of acks under way may still be waiting for room in the
+                # connection's write queue: the qos goes after every one of them
+                while any(batch.sending for batch in unsure[:covered]):
+                    await asyncio.sleep(0.01)
                 await src.basic_qos(prefetch_count=d.prefetch)
             except Exception:  # noqa: BLE001 - the source went: the batches stay unsure
                 return
@@ -264,10 +293,20 @@ class Shovel:
                 syncing = None
             del unsure[:covered]
 
-        def acknowledging(digest: bytes) -> None:
-            """`digest`'s message is at the destination and its ack about to be sent."""
+        async def acknowledge(message, digest: bytes | None) -> None:
+            """Ack at the source; on-confirm: `digest`'s message is at the destination
+            and its ack not known to have landed until a sync after it."""
             nonlocal in_batch, syncing
-            unsure[-1][digest] += 1
+            if digest is None:
+                await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                return
+            batch = unsure[-1]
+            batch.digests[digest] += 1
+            batch.sending += 1
+            try:
+                await src.basic_ack(message.delivery.delivery_tag, wait=False)
+            finally:
+                batch.sending -= 1
             in_batch += 1
             if in_batch >= SYNC_EVERY and syncing is None:
                 in_batch = 0
@@ -293,9 +332,8 @@ class Shovel:
                     if not isinstance(confirmation, spec.Basic.Ack):
                         raise RuntimeError(f"the destination did not confirm a message: "
                                            f"{type(confirmation).__name__}")
-                    acknowledging(digest)
                 if d.ack_mode != "no-ack":
-                    await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                    await acknowledge(message, digest)
                 count_done()
             except Exception as error:  # noqa: BLE001 - ends the attempt
                 fail(error)
@@ -324,9 +362,8 @@ class Shovel:
                 if not self.remembered[digest]:
                     del self.remembered[digest]
                 self.recognised += 1
-                acknowledging(digest)
                 try:
-                    await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                    await acknowledge(message, digest)
                 except Exception as error:  # noqa: BLE001 - ends the attempt
                     fail(error)
                     return
@@ -354,7 +391,7 @@ class Shovel:
                 # before the close); what it delivered past that goes back to it
                 stopping = True
                 if in_flight:
-                    await asyncio.wait(set(in_flight), timeout=CLOSE_TIMEOUT)
+                    await asyncio.wait(set(in_flight), timeout=STOP_SETTLE_TIMEOUT)
                 raise
             if confirms and (source.is_closed or src.is_closed):
                 stopping = True
@@ -386,7 +423,7 @@ class Shovel:
                         "destination's confirm when the source went; they may arrive "
                         "twice", self.name, self.vhost, len(in_flight))
         for batch in unsure:
-            self.remembered.update(batch)
+            self.remembered.update(batch.digests)
         if self.remembered:
             log.warning("shovel '%s' in vhost '%s': the source went with %d messages at "
                         "the destination whose acks may not have landed; their "
@@ -414,6 +451,17 @@ class Shovel:
         headers["x-shovelled"] = [record] + (list(previous) if isinstance(previous, list)
                                              else [])
         return headers
+
+
+class _Batch:
+    """Digests of messages acked at the source since a sync; `sending`: their ack
+    frames not yet in the connection's write queue."""
+
+    __slots__ = ("digests", "sending")
+
+    def __init__(self) -> None:
+        self.digests: Counter = Counter()
+        self.sending = 0
 
 
 def _digest(message) -> bytes:
