@@ -17,8 +17,11 @@ its properties, and acknowledged at the source:
 - no-ack: consumed without acknowledgements (a failure loses what was in flight).
 
 Any failure (a connection or channel closed, a refused declare, a nack) ends the
-attempt: both connections are closed, the state is `terminated` with the reason,
-and after reconnect-delay seconds the shovel starts again. What the source
+attempt: nothing new is published, what is on its way is settled while the
+destination is up (up to SETTLE_TIMEOUT: its confirm, then the source ack, which a
+source still there gets before our close), both connections are closed, the state
+is `terminated` with the reason, and after reconnect-delay seconds the shovel
+starts again. What the source
 delivered and did not get acknowledged is requeued by the source when the
 connection goes, and redelivered to the next attempt.
 
@@ -26,9 +29,8 @@ Exactly once across a source loss (on-confirm): an ack has no reply in AMQP 0-9-
 so when the source connection or channel goes, the acks sent since the last
 basic.qos round trip on the source channel (one every SYNC_EVERY acks; its qos-ok
 comes after every ack sent before it) may not have landed, and the source requeues
-those messages although the destination holds them. The attempt then waits (up to
-SETTLE_TIMEOUT, the destination still up) for the confirms of what it had
-published, and `remembered` takes the digest (sha256 of the content header and
+those messages although the destination holds them. Once the attempt has settled
+what it had published (above), `remembered` takes the digest (sha256 of the content header and
 body as the source sent them) of every message the destination confirmed whose ack
 is not known to have landed: a multiset, identical messages counted one for one.
 The next attempt acknowledges a redelivered message (redelivered flag set) that
@@ -83,7 +85,7 @@ log = logging.getLogger("quorumqueue.shovel")
 
 CONNECT_TIMEOUT = 30.0  # seconds for a connection and its channels to open
 CLOSE_TIMEOUT = 5.0
-SETTLE_TIMEOUT = 30.0  # seconds for the destination's confirms once the source went
+SETTLE_TIMEOUT = 30.0  # seconds for the destination's confirms once an attempt fails
 STOP_SETTLE_TIMEOUT = 10.0  # seconds a stopped shovel waits for what is on its way
 SYNC_EVERY = 200  # source acks between two basic.qos round trips showing they landed
 
@@ -393,9 +395,14 @@ class Shovel:
                 if in_flight:
                     await asyncio.wait(set(in_flight), timeout=STOP_SETTLE_TIMEOUT)
                 raise
+            # the attempt fails: nothing new is published; what is on its way is
+            # settled while the destination is up (its confirm, then the ack, which
+            # the source gets before our close if it is still there)
+            stopping = True
+            if in_flight and not (destination.is_closed or dest.is_closed):
+                await asyncio.wait(set(in_flight), timeout=SETTLE_TIMEOUT)
             if confirms and (source.is_closed or src.is_closed):
-                stopping = True
-                await self._source_lost(in_flight, unsure)
+                self._source_lost(in_flight, unsure)
         finally:
             stopping = True
             if not outcome.done():
@@ -409,15 +416,13 @@ class Shovel:
             raise RuntimeError(f"connection or channel closed: {error!r}"
                                if error is not None else "connection or channel closed")
 
-    async def _source_lost(self, in_flight: set, unsure: list) -> None:
+    def _source_lost(self, in_flight: set, unsure: list) -> None:
         """The source connection or channel went (on-confirm): its acks sent since the
         last basic.qos round trip may not have landed, and it requeues those messages
-        too. Wait for the destination's confirms of what is on its way (its
-        connection is still up), then remember every message the destination holds
-        whose source ack is not known to have landed: the next attempt acknowledges
-        their redeliveries without publishing them again."""
-        if in_flight:
-            await asyncio.wait(set(in_flight), timeout=SETTLE_TIMEOUT)
+        too. Once what was on its way is settled (_transfer waited for the
+        destination's confirms), remember every message the destination holds whose
+        source ack is not known to have landed: the next attempt acknowledges their
+        redeliveries without publishing them again."""
         if in_flight:  # the destination went too or did not answer: unknown
             log.warning("shovel '%s' in vhost '%s': %d messages published without the "
                         "destination's confirm when the source went; they may arrive "
