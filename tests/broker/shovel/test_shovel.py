@@ -559,7 +559,46 @@ def test_a_source_connection_lost_after_the_destinations_confirm_duplicates_noth
     assert count(source, "orders") == 0
 
 
-def _source_settled(broker) -> bool:
-    rows = ctl(broker, "list_queues", "name", "messages_ready",
-               "messages_unacknowledged").split()
-    return rows[-3:] == ["orders", "0", "0"]
+
+
+def test_a_shovel_stopped_with_publishes_unconfirmed_settles_them_before_it_closes(
+        brokers):
+    """The shovel runs on the source and reaches the destination through a TCP proxy
+    that holds the destination's confirms: 100 messages (the prefetch) are at the
+    destination, unconfirmed, when the parameter is cleared. The stopping shovel
+    publishes nothing new and waits for those confirms (the proxy lets them through
+    a moment later), acknowledges the 100 at the source and closes: each message is
+    at exactly one side, none at both."""
+    source, destination = brokers
+    for broker in (source, destination):
+        connection, channel = channel_of(broker)
+        channel.queue_declare("orders", durable=True)
+        connection.close()
+    with TcpProxy(destination.port, name="shovel->destination") as proxy:
+        shovel(source, "move", {
+            "src-uri": "amqp://", "src-queue": "orders",
+            "dest-uri": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
+            "dest-queue": "orders", "ack-mode": "on-confirm", "src-prefetch-count": 100,
+            "reconnect-delay": 1})
+        wait_for(lambda: "running" in ctl(source, "shovel_status"), what="running")
+        proxy.cut("stall", "backward")  # the destination's confirms wait in the proxy
+        publish(source, "orders", range(300))
+        wait_for(lambda: count(destination, "orders") == 100,
+                 what="the prefetch at the destination, unconfirmed")
+        ctl(source, "clear_parameter", "shovel", "move")
+        wait_for(lambda: "move" not in ctl(source, "shovel_status"), what="the stop begun")
+        proxy.heal()
+        wait_for(lambda: _source_settled(source, ready=None), timeout=60,
+                 what="no message unacknowledged at the source")
+    at_destination = [int(m) for m, _b, _h in drain(destination, "orders")]
+    at_source = [int(m) for m, _b, _h in drain(source, "orders")]
+    assert len(at_destination) == 100 and len(at_source) == 200, (
+        len(at_destination), len(at_source))
+    assert sorted(at_destination + at_source) == list(range(300))
+
+
+def _source_settled(broker, ready: int | None = 0) -> bool:
+    """`orders` has no unacknowledged message (and `ready` ready ones, unless None)."""
+    name, ready_now, unacked = ctl(broker, "list_queues", "name", "messages_ready",
+                                   "messages_unacknowledged").split()[-3:]
+    return name == "orders" and unacked == "0" and ready in (None, int(ready_now))
