@@ -59,7 +59,8 @@ requeues them when the shovel closes). Then `finished` is set and the shovel
 stops; its owner clears the parameter.
 
 Invariant (on-confirm): a message is acknowledged at the source only after the
-destination confirmed it.
+destination confirmed it (in this attempt, or, for a redelivery matched in
+`remembered`, a message with the same properties and body in an earlier one).
 
 Properties travel unchanged, as in RabbitMQ: aiormq gives a message published
 without a message-id one of its own (it tracks returns by it), so a message that
