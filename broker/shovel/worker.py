@@ -30,8 +30,9 @@ so when the source connection or channel goes, the acks sent since the last
 basic.qos round trip on the source channel (one every SYNC_EVERY acks; its qos-ok
 comes after every ack sent before it) may not have landed, and the source requeues
 those messages although the destination holds them. Once the attempt has settled
-what it had published (above), `remembered` takes the digest (sha256 of the content header and
-body as the source sent them) of every message the destination confirmed whose ack
+what it had published (above), `remembered` takes the digest (sha256 of the
+content header and body as the source sent them, less an x-delivery-count header)
+of every message the destination confirmed whose ack
 is not known to have landed: a multiset, identical messages counted one for one.
 The next attempt acknowledges a redelivered message (redelivered flag set) that
 matches an entry, without publishing it, and takes the entry out; the first
@@ -71,6 +72,7 @@ does not encode (it leaves out empty properties).
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import logging
 import time
@@ -472,8 +474,16 @@ class _Batch:
 
 def _digest(message) -> bytes:
     """What identifies a message across its redelivery: its properties and body as
-    the source sent them (the content header, before any change of ours)."""
-    return hashlib.sha256(message.header.marshal() + message.body).digest()
+    the source sent them (the content header, before any change of ours), less the
+    `x-delivery-count` header a quorum queue adds or raises on a redelivery."""
+    header = message.header
+    headers = header.properties.headers
+    if headers and "x-delivery-count" in headers:
+        header = copy.copy(header)
+        header.properties = copy.copy(header.properties)
+        header.properties.headers = {k: v for k, v in headers.items()
+                                     if k != "x-delivery-count"} or None
+    return hashlib.sha256(header.marshal() + message.body).digest()
 
 
 async def _declare(connection, channel, queue: str, confirms: bool, count: bool = False):
