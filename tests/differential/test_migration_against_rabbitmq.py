@@ -17,6 +17,11 @@ minutes on the 2-core test machine (the shovel moved 900 to 1,450 messages a
 second from RabbitMQ into the 3-node cluster's quorum queue there, the lower rate
 with the publisher writing beside it).
 
+A lost source connection, side by side: RabbitMQ 3.10.8's own shovel and
+quorumqueue's each reach a mirrored queue through a TCP proxy that holds their acks
+while the destination confirms a prefetch, then resets the connection; RabbitMQ's
+publishes the requeued messages again, quorumqueue's does not.
+
 And the shovel's definition checks: RabbitMQ 3.10.8 with its shovel plugin and
 quorumqueue refuse the same bad definitions with the same reason lines, and list a
 good one alike.
@@ -36,7 +41,7 @@ from click.testing import CliRunner
 
 from quorumqueue.broker.cli import main
 from tests.support.broker import BrokerProcess
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, TcpProxy
 
 from tests.support.rabbitmq import MARKER_VARIABLE, RabbitMQNode
 
@@ -313,3 +318,80 @@ def test_shovel_definitions_are_refused_with_rabbitmqs_reasons(tmp_path):
         ours = CliRunner().invoke(main, ["ctl", "clear_parameter", "shovel", "nope",
                                          "--base-uri", broker.management_url])
         assert ours.exit_code != 0 and "Parameter does not exist" in ours.output
+
+
+def _ready_and_unacked(node, queue: str) -> tuple[int, int] | None:
+    for line in rabbitmqctl(node, "list_queues", "name", "messages_ready",
+                            "messages_unacknowledged").splitlines():
+        fields = line.split("\t")
+        if fields[0] == queue and len(fields) == 3:
+            return int(fields[1]), int(fields[2])
+    return None
+
+
+def _cut_between_confirm_and_ack(node, proxy: TcpProxy, queue: str, broker,
+                                 destination_queue: str) -> None:
+    """Hold what the shovel sends to RabbitMQ (its acks) while 300 messages are
+    published there and the destination confirms the prefetch (100); then reset the
+    shovel's source connection and wait until RabbitMQ has nothing left."""
+    proxy.cut("stall", "forward")
+    connection = pika.BlockingConnection(pika.URLParameters(
+        f"amqp://guest:guest@127.0.0.1:{node.port}/%2F"))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for i in range(300):
+        channel.basic_publish("", queue, f"order {i}".encode(),
+                              pika.BasicProperties(message_id=str(i), delivery_mode=2))
+    connection.close()
+    _wait(lambda: _message_count(broker.uri, destination_queue) == 100, 60,
+          "the prefetch confirmed at the destination")
+    proxy.cut("drop")
+    proxy.heal()
+    _wait(lambda: _ready_and_unacked(node, queue) == (0, 0), 120,
+          "RabbitMQ's queue drained and acknowledged")
+
+
+def test_a_lost_source_connection_duplicates_with_rabbitmqs_shovel_not_with_ours(
+        tmp_path):
+    """RabbitMQ 3.10.8 is the source (a mirrored queue) and quorumqueue the
+    destination; each shovel reaches RabbitMQ through a TCP proxy that holds its acks
+    while the destination confirms a prefetch of 100, then resets the connection:
+    RabbitMQ requeues the 100 (redelivered). RabbitMQ's own shovel (its plugin,
+    ack-mode on-confirm) publishes them again: 400 at the destination for 300.
+    quorumqueue's acknowledges them without publishing: 300, each once."""
+    if not RabbitMQNode.available():
+        pytest.skip(RabbitMQNode.skip_reason)
+    with RabbitMQNode(plugins=("rabbitmq_shovel",)) as node, \
+            BrokerProcess(data_dir=str(tmp_path / "qq")) as broker, \
+            TcpProxy(node.port, name="ours->rabbitmq") as ours, \
+            TcpProxy(node.port, name="theirs->rabbitmq") as theirs:
+        rabbitmqctl(node, "set_policy", "--apply-to", "queues", "ha-all", "^orders",
+                    '{"ha-mode": "all"}')
+        for uri in (f"amqp://guest:guest@127.0.0.1:{node.port}/%2F", broker.uri):
+            connection = pika.BlockingConnection(pika.URLParameters(uri))
+            channel = connection.channel()
+            for queue in ("orders-ours", "orders-theirs"):
+                channel.queue_declare(queue, durable=True)
+            connection.close()
+        common = {"src-prefetch-count": 100, "reconnect-delay": 1,
+                  "ack-mode": "on-confirm"}
+        rabbitmqctl(node, "set_parameter", "shovel", "theirs", json.dumps({
+            "src-uri": f"amqp://guest:guest@127.0.0.1:{theirs.port}",
+            "src-queue": "orders-theirs", "dest-uri": broker.uri,
+            "dest-queue": "orders-theirs", **common}))
+        qqctl(broker, "set_parameter", "shovel", "ours", json.dumps({
+            "src-uri": f"amqp://guest:guest@127.0.0.1:{ours.port}/%2F",
+            "src-queue": "orders-ours", "dest-uri": "amqp://",
+            "dest-queue": "orders-ours", **common}))
+        for queue in ("orders-ours", "orders-theirs"):  # each shovel consuming
+            _wait(lambda: f"{queue}\t1" in rabbitmqctl(node, "list_queues", "name",
+                                                       "consumers"), 60, f"{queue}'s shovel")
+        _cut_between_confirm_and_ack(node, theirs, "orders-theirs", broker, "orders-theirs")
+        _cut_between_confirm_and_ack(node, ours, "orders-ours", broker, "orders-ours")
+        rabbitmqctl(node, "clear_parameter", "shovel", "theirs")
+        qqctl(broker, "clear_parameter", "shovel", "ours")
+        held = {queue: _message_count(broker.uri, queue)
+                for queue in ("orders-ours", "orders-theirs")}
+        ids, again = _consume_ids(broker.uri, "orders-ours", 300)
+    assert held == {"orders-ours": 300, "orders-theirs": 400}, held
+    assert sorted(ids) == list(range(300)) and not again
