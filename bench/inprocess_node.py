@@ -1,0 +1,101 @@
+"""One node in-process: CPU per message of confirmed publishes and of a consume.
+
+    python bench/inprocess_node.py [--messages 20000] [--size 1024] [--runs 3] [--json PATH]
+
+No sockets, no fsync, no other process: the sans-I/O session and the node as the
+broker assembles them (`tests/broker/node/harness.py`), driven by this process. Per
+run, a fresh node and a fresh durable quorum queue; **publish**: `--messages`
+persistent messages of `--size` bytes with confirms, fed to the session in reads of
+about 64 KB (what a socket read hands the broker), the node flushed and the
+session's output taken after each read (the shell's part); **consume**:
+`basic.consume` with manual acks, prefetch 1,000, `multiple=true` every 500
+deliveries, until every message was delivered and acked (it stops with an error
+if deliveries stop short). Prints the CPU microseconds per message of each phase
+(`time.process_time`), per run and the median: a figure that moves less with the
+machine's load than the socket benchmarks, used to compare builds (bench/README.md,
+"Compiled hot modules").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from pamqp import commands  # noqa: E402
+
+from tests.broker.node.harness import Client, content_frames, marshal, method, new_node  # noqa: E402
+
+READ_SIZE = 64 * 1024
+PREFETCH = 1000
+# basic.deliver's class and method ids as they open its frame payload after the
+# channel and size: counted in the session's output (the bodies are b"x" only).
+DELIVER_MARK = b"\x00\x3c\x00\x3c"
+
+
+def one_run(messages: int, size: int) -> tuple[float, float]:
+    """(publish, consume) CPU microseconds per message of one fresh node."""
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    client.declare_queue(1, "bench", durable=True, arguments={"x-queue-type": "quorum"})
+    client.call(1, commands.Confirm.Select(), "Confirm.SelectOk")
+    props = commands.Basic.Properties(delivery_mode=2)
+    one = (marshal(method(commands.Basic.Publish, exchange="", routing_key="bench"), 1)
+           + content_frames(1, b"x" * size, props, client.frame_max))
+    per_read = max(1, READ_SIZE // len(one))
+
+    started = time.process_time()
+    sent = 0
+    while sent < messages:
+        count = min(per_read, messages - sent)
+        client.send_bytes(one * count)
+        sent += count
+        client.read_raw()
+    client.read_raw()
+    publish = time.process_time() - started
+
+    client.call(1, commands.Basic.Qos(prefetch_count=PREFETCH), "Basic.QosOk")
+    client.send(1, method(commands.Basic.Consume, queue="bench", consumer_tag="c"))
+    started = time.process_time()
+    delivered = acked = 0
+    while acked < messages:
+        arrived = client.read_raw().count(DELIVER_MARK)
+        delivered += arrived
+        if delivered - acked >= PREFETCH // 2 or (delivered == messages and acked < delivered):
+            client.send(1, commands.Basic.Ack(delivery_tag=delivered, multiple=True))
+            acked = delivered
+        elif not arrived:  # nothing came and nothing is left to ack: nothing will come
+            raise SystemExit(f"consume stalled: delivered {delivered} of {messages}")
+    consume = time.process_time() - started
+    if delivered != messages:
+        raise SystemExit(f"delivered {delivered} of {messages}")
+    return publish / messages * 1e6, consume / messages * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    runs = [one_run(args.messages, args.size) for _ in range(args.runs)]
+    for index, (publish, consume) in enumerate(runs):
+        print(f"run {index}: publish {publish:6.2f} us/msg  consume {consume:6.2f} us/msg")
+    publish = statistics.median(run[0] for run in runs)
+    consume = statistics.median(run[1] for run in runs)
+    print(f"median: publish {publish:6.2f} us/msg  consume {consume:6.2f} us/msg")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "publish_us": publish,
+                                         "consume_us": consume}))
+
+
+if __name__ == "__main__":
+    main()
