@@ -430,6 +430,11 @@ class QuorumGroups:
         if queue.pending_snapshot is not None:
             cursor, index, data = queue.pending_snapshot
             queue.pending_snapshot = None
+            if queue.raft.log.unstable_snapshot() is not None:
+                # the leader's snapshot arrived while these entries applied (a follower
+                # cut off, far behind): it covers them and replaces this state and the
+                # log at the next Ready, so no snapshot or release of this state's own
+                return
             current = self.store.snapshot_meta(queue.group)
             if current is None or index > current.index:
                 meta = queue.raft.compact(index)

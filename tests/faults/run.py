@@ -37,6 +37,7 @@ Not here: the nemeses (nemesis.py), the extra workloads and their checkers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import random
@@ -157,14 +158,14 @@ def split_brain(leaders: dict[tuple[str, int], set[str]]) -> list[str]:
             for (group, term), nodes in sorted(leaders.items()) if len(nodes) > 1]
 
 
-def diagnose(cluster: LocalCluster, queue_name: str = QUEUE) -> list[str]:
-    """What each live node says of the queue and the cluster (for a failed run)."""
+def diagnose(cluster: LocalCluster, queue_names: tuple[str, ...] = (QUEUE,)) -> list[str]:
+    """What each live node says of the queues and the cluster (for a failed run)."""
     lines = []
     for name in cluster.live_nodes():
         uri = cluster.uri(name)
         try:
             queues = [q for q in call(uri, "queues.list", timeout=10)
-                      if q["name"] == queue_name]
+                      if q["name"] in queue_names]
             status = call(uri, "cluster.status", timeout=10)
             lines.append(f"{name}: {queues} forwarding={status.get('forwarding')}")
         except Exception as error:  # noqa: BLE001 - a diagnosis, not a verdict
@@ -213,6 +214,25 @@ def keep_logs(cluster: LocalCluster, into: str) -> None:
             handle.write(cluster.log(name, tail=1 << 34))
 
 
+@contextlib.contextmanager
+def started_cluster(nodes: int, config: str, attempts: int = 3):
+    """A started LocalCluster, stopped at the end; a start that lost a port to another
+    process of the shared machine (ports are picked free, then bound by the node) is
+    tried again on other ports: a harness failure, not the run's."""
+    for attempt in range(attempts):
+        cluster = LocalCluster(nodes, extra_config=config)
+        try:
+            cluster.start()
+            break
+        except RuntimeError as error:
+            if "address already in use" not in str(error) or attempt == attempts - 1:
+                raise
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
             say=lambda text: None, workload: str = "amqp",
             extras: tuple[str, ...] = (), logs_to: str | None = None) -> RunResult:
@@ -232,7 +252,7 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
     others: dict[str, object] = {}   # the extra workloads, by name
     struck: list[tuple[float, float]] = []  # faults in time.monotonic(), for the SAC check
     sac_state: list[str] = []  # the SAC queue if its drain gave up, its consumers still on
-    with LocalCluster(nodes, extra_config=config) as cluster:
+    with started_cluster(nodes, config) as cluster:
         wait_for("a metadata leader", lambda: all(
             call(uri, "cluster.status", timeout=5)["metadata_leader"]
             for uri in cluster.uris()))
@@ -298,8 +318,12 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 found, result.dlx = extra_workloads.dlx_violations(dlx)
                 result.dlx["confirmed"] = len(dlx.confirmed)
                 result.violations += [f"dlx: {line}" for line in found]
+            crashed = cluster.exited()  # every fault was healed: all should run
+            if crashed:
+                result.error = "; ".join(f"node {name} {how} during the run"
+                                         for name, how in sorted(crashed.items()))
             if spark_run and clients.query_failure:
-                result.error = clients.query_failure
+                result.error = "; ".join(filter(None, [result.error, clients.query_failure]))
         except Exception as error:  # noqa: BLE001 - a run that could not finish is a result
             result.error = f"{type(error).__name__}: {error}"  # whole: a node's log tail
         finally:
@@ -311,7 +335,9 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
                 except Exception as error:  # noqa: BLE001
                     result.error = result.error or f"workload: {error}"
         if not result.ok:
-            result.diagnosis = diagnose(cluster, queue)
+            result.diagnosis = diagnose(cluster, (queue, extra_workloads.SAC_QUEUE,
+                                                  extra_workloads.DLX_SOURCE,
+                                                  extra_workloads.DLX_TARGET))
             if "sac" in others:
                 if sac_state:
                     result.diagnosis.append("the SAC queue when the drain gave up, its "

@@ -437,6 +437,12 @@ class LocalCluster:
     def live_uris(self) -> list[str]:
         return self.uris(self.live_nodes())
 
+    def exited(self) -> dict[str, str]:
+        """Nodes whose process ended on its own (not stopped or killed through this
+        object), with how: a crash a nemesis did not cause."""
+        return {name: launcher.describe_exit(process.returncode)
+                for name, process in self._processes.items() if process.poll() is not None}
+
     def pid(self, node: NodeRef) -> int | None:
         process = self._processes.get(self._plan(node).name)
         return process.pid if process is not None and process.poll() is None else None
