@@ -213,6 +213,8 @@ class MetaGroup(ReplicatedGroup):
         if self.replay_until and self.raft.applied_index >= self.replay_until:
             self.replay_until = 0
             self.node.metadata_replayed()
+        if self.raft.log.unstable_snapshot() is not None:
+            return  # the leader's snapshot, received meanwhile, replaces this state next
         store = self.node.quorum.store
         current = store.snapshot_meta(META_GROUP)
         applied = self.raft.applied_index

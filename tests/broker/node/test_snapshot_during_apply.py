@@ -18,13 +18,15 @@ installs the leader's.
 
 from __future__ import annotations
 
+from quorumqueue.broker.cluster import meta
+from quorumqueue.broker.cluster.meta import encode as encode_meta
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Dequeue
 from quorumqueue.broker.node import group_commit
+from quorumqueue.broker.raft.forwarded import dump_snapshot
 from quorumqueue.broker.raft.messages import AppendEntries, InstallSnapshot
 from quorumqueue.broker.raft.types import COMMAND, LogEntry, SnapshotMeta
 from tests.broker.node.test_forwarded_apply import ME, QUORUM, message, start
-from quorumqueue.broker.cluster.meta import encode as encode_meta
 
 LEADER = "qq2@localhost"
 
@@ -59,3 +61,26 @@ def test_the_leaders_snapshot_arriving_while_entries_apply_is_installed(tmp_path
     assert node.quorum.store.snapshot_meta(queue.group).index == 10
     assert queue.raft.applied_index == 10 and queue.raft.commit_index == 10
     assert queue.state.ready_count == 0
+
+
+def test_the_metadata_group_too_installs_the_leaders_snapshot_arriving_while_it_applies(
+        tmp_path):
+    """The metadata group snapshots every `metadata_store.snapshot_interval` entries
+    (1 here): the same race, the same answer."""
+    node = start(tmp_path, metadata_snapshot_interval=1)
+    group = node.cluster.meta
+    state = dump_snapshot(group.applied, node.metadata_snapshot(), meta.encode_reply)
+    last = group.raft.log.last_index()
+    term = group.raft.term + 1  # a new leader, elsewhere
+    declare = encode_meta("exchange.declare", vhost="/", name="x", type="direct",
+                          durable=True, auto_delete=False, internal=False, arguments={})
+    group.raft.step(AppendEntries(term, LEADER, ME, last, group.raft.log.last_term(),
+                                  (LogEntry(last + 1, term, COMMAND, declare),), last + 1))
+    sync = group_commit.begin_sync(node)
+    group.raft.step(InstallSnapshot(term, LEADER, ME, SnapshotMeta(last + 10, term,
+                                                                   (ME, LEADER)), state))
+    sync.run()
+    group_commit.end_sync(node, sync)
+    node.flush()
+    assert node.quorum.store.snapshot_meta(meta.META_GROUP).index == last + 10
+    assert "x" not in node.vhosts["/"].exchanges  # the leader's metadata, without it
