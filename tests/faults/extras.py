@@ -43,7 +43,8 @@ rejects (requeue=false) every id whose sequence number is a multiple of
 REJECT_EVERY and acks the others; a consumer of the target that acks everything.
 The checker: every confirmed id of the rejected subset, and every id the source
 consumer rejected, is in the target at least once (lossless; duplicates counted,
-the guide allows them); every other confirmed id was delivered from the source
+the guide allows them; a missing id the consumer never rejected is reported apart:
+the source never handed it out, so dead lettering never had it); every other confirmed id was delivered from the source
 (nothing confirmed lost there); nothing outside the rejected subset, and nothing
 never published, is in the target.
 
@@ -312,8 +313,13 @@ def dlx_violations(history: DlxHistory) -> tuple[list[str], dict[str, int]]:
     should_die = {i for i in history.confirmed if rejected_subset(i)} | history.rejected
     found = []
     lost = should_die - set(target)
-    if lost:
-        found.append(f"rejected but never in the dead-letter target (lost): {_ids(lost)}")
+    if lost & history.rejected:
+        found.append(f"rejected but never in the dead-letter target (lost): "
+                     f"{_ids(lost & history.rejected)}")
+    if lost - history.rejected:  # the source never handed them out to be rejected
+        found.append(f"confirmed, never rejected by the source consumer, never in the "
+                     f"dead-letter target (lost before dead lettering): "
+                     f"{_ids(lost - history.rejected)}")
     kept = {i for i in history.confirmed if not rejected_subset(i)}
     lost_source = kept - history.source_delivered
     if lost_source:

@@ -73,3 +73,14 @@ def test_a_lost_dead_letter_and_a_stray_one_are_caught():
         "confirmed but never delivered from the source (lost): 1 ids: d-000001",
         "in the dead-letter target but never rejected or never published: 1 ids: d-000002"]
     assert counts["in_target"] == 1
+
+
+def test_a_rejected_subset_id_the_source_never_handed_out_is_reported_apart():
+    """Still ready in the source (a consumer stuck): not the dead-letter worker's loss."""
+    history = DlxHistory(published={"d-000003", "d-000006"},
+                         confirmed={"d-000003", "d-000006"},
+                         source_delivered={"d-000003"}, rejected={"d-000003"},
+                         target=["d-000003"])
+    assert dlx_violations(history)[0] == [
+        "confirmed, never rejected by the source consumer, never in the dead-letter "
+        "target (lost before dead lettering): 1 ids: d-000006"]
