@@ -571,9 +571,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
                    # queue confirmed them (RabbitMQ's messages_dlx, message_bytes_dlx)
                    messages_dlx=self.state.dlx.count,
                    message_bytes_dlx=self.state.dlx.bytes,
-                   # replies this node waits for (confirms, gets...): (index, term) each
-                   waiting=sorted((index, term) for index, waiting in self.waiters.items()
-                                  for term, _data, _waiter in waiting),
+                   # replies this node waits for (confirms, gets...): (index, term) each,
+                   # term None for a wait that any term's entry at the index ends
+                   waiting=sorted(((index, term) for index, waiting in self.waiters.items()
+                                   for term, _data, _waiter in waiting),
+                                  key=lambda pair: (pair[0], -1 if pair[1] is None else pair[1])),
                    # memory: the log's entries not yet moved to segment files, and the
                    # machine's per-message state (the memory-footprint figures)
                    memtable_bytes=self.groups.store.memtable_bytes(self.group),

@@ -242,3 +242,15 @@ def test_a_metadata_error_reply_survives_a_snapshot_and_a_restart(tmp_path):
     again.flush()
     # answered as the first time, and not applied (it would declare y, fanout, now)
     assert replies[1] == replies[0] and "y" not in again.vhosts["/"].exchanges
+
+
+def test_the_queue_row_lists_waits_of_any_term_beside_a_terms_own(tmp_path):
+    """A queue's row (queues list, the management API) lists the replies this node
+    waits for; a wait that any term's entry ends (term None) sorts before a term's at
+    the same index (sorting them together raised TypeError, and the management API's
+    sampling of queue counts failed on every such row)."""
+    node = start(tmp_path)
+    queue = declare(node)
+    queue.wait_at(50, 3, b"", lambda reply: None)
+    queue.wait_at(50, None, b"", lambda reply: None)
+    assert queue.stats(node.name)["waiting"] == [(50, None), (50, 3)]
