@@ -2,8 +2,9 @@
 
 Responsibilities
     The wire codec of packed lease records (broker/README.md, "Leases (wire form)"):
-    `pack_records` turns a lease range's messages into delivery bodies (the broker,
-    node/leases.py), and the constants name the format, its content type and the
+    `pack_raw_records` turns a lease range's messages into delivery bodies (the broker,
+    node/leases.py, cuts them from its log entries; `pack_records` takes them
+    decoded), and the constants name the format, its content type and the
     record layout that a decoder reads (quorumqueue.client.lease_records, which
     turns bodies back into messages).
 
@@ -47,23 +48,41 @@ PACK_MESSAGES = 1000
 PROPERTIES_AT = 12
 
 Packable = tuple[int, int, str, str, bytes, bytes]
+# (seq, delivery count, raw exchange, raw routing key, content header length, the
+# content header followed by the body): bytes-like, typically views into log entries
+RawPackable = tuple[int, int, "bytes | memoryview", "bytes | memoryview", int,
+                    "bytes | memoryview"]
 
 
 def pack_records(messages: Iterable[Packable]) -> Iterator[bytes]:
     """Delivery bodies for (seq, delivery count, exchange, routing key, content header
     payload, body) tuples, in order."""
-    parts: list[bytes] = []
+    return pack_raw_records(
+        (seq, count, exchange.encode("utf-8", "surrogateescape"),
+         routing_key.encode("utf-8", "surrogateescape"), len(header), header + body)
+        for seq, count, exchange, routing_key, header, body in messages)
+
+
+def pack_raw_records(messages: Iterable[RawPackable]) -> Iterator[bytes]:
+    """Delivery bodies for messages whose names are already bytes and whose content
+    header and body come as one piece (RawPackable): the broker cuts them from its log
+    entries, so each is copied once, into the delivery body."""
+    parts: list = []
     size = count = 0
-    for seq, delivery_count, exchange, routing_key, header, body in messages:
-        raw_exchange = exchange.encode("utf-8", "surrogateescape")
-        raw_key = routing_key.encode("utf-8", "surrogateescape")
-        head = PACKED_RECORD.pack(seq, delivery_count, len(raw_exchange), len(raw_key),
-                                  len(header), len(body))
-        parts += (head, raw_exchange, raw_key, header, body)
-        size += len(head) + len(raw_exchange) + len(raw_key) + len(header) + len(body)
+    pack, append = PACKED_RECORD.pack, parts.append
+    for seq, delivery_count, exchange, routing_key, header_length, content in messages:
+        exchange_length, key_length, content_length = (len(exchange), len(routing_key),
+                                                       len(content))
+        append(pack(seq, delivery_count, exchange_length, key_length, header_length,
+                    content_length - header_length))
+        append(exchange)
+        append(routing_key)
+        append(content)
+        size += PACKED_RECORD.size + exchange_length + key_length + content_length
         count += 1
         if size >= PACK_BYTES or count >= PACK_MESSAGES:
             yield b"".join(parts)
-            parts, size, count = [], 0, 0
+            parts.clear()
+            size = count = 0
     if parts:
         yield b"".join(parts)

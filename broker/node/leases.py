@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from ..amqp import codec, spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, not_found, precondition
-from ..amqp.lease_records import PACKED_CONTENT_TYPE, PACKED_FORMAT, pack_records
+from ..amqp.lease_records import (PACK_MESSAGES, PACKED_CONTENT_TYPE, PACKED_FORMAT,
+                                  pack_raw_records)
 from ..auth.users import check_access
 from ..fifo import commands as fifo
 from ..queues.quorum import with_delivery_count
@@ -186,18 +188,33 @@ def _each_steps(session, channel, queue, tag: str,
 def _packed_steps(session, channel, queue, tag: str,
                   items) -> Iterator[tuple[int, list[bytes]]]:
     """Deliveries of many messages each (amqp/lease_records.py): (the last sequence in the
-    delivery, its frames)."""
-    read = _reader(session, queue)
+    delivery, its frames). Records are cut from the log entries' bytes, read
+    PACK_MESSAGES at a time (queue.read_message_spans), nothing decoded."""
     last = 0
 
     def messages():
         nonlocal last
-        for seq, index, count in items:
-            message = (seq, count, *read(seq, index))
-            last = seq   # before the yield: pack_records may close a pack with it
-            yield message
+        items_iterator = iter(items)
+        while True:
+            chunk = list(islice(items_iterator, PACK_MESSAGES))
+            if not chunk:
+                return
+            try:
+                spans = queue.read_message_spans([index for _seq, index, _count in chunk])
+            except (LookupError, RuntimeError):
+                spans = None  # one is gone: read one by one to name the first of them
+            for position, (seq, index, count) in enumerate(chunk):
+                if spans is None:
+                    try:
+                        span = queue.read_message_spans([index])[0]
+                    except (LookupError, RuntimeError):
+                        raise _Unreadable(seq) from None
+                else:
+                    span = spans[position]
+                last = seq   # before the yield: pack_raw_records may close a pack with it
+                yield (seq, count, *span)
 
-    for body in pack_records(messages()):
+    for body in pack_raw_records(messages()):
         delivery_tag = channel.next_delivery_tag
         channel.next_delivery_tag += 1
         yield last, [codec.basic_deliver(channel.number, tag, delivery_tag, False, "",

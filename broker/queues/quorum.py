@@ -306,6 +306,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """(exchange, routing key, content header, body) of the message at `index`."""
         return self.groups.read_message(self, index)
 
+    def read_message_spans(self, indexes: list[int]) -> list[tuple]:
+        """The messages at `indexes` (increasing) as views into their log entries:
+        (exchange, routing key, content header length, content header + body)."""
+        return self.groups.read_message_spans(self, indexes)
+
     def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
         """Propose the message to the log; the confirm waits for the entry to be
         fsynced and applied. A client's publish may carry an idempotency key
