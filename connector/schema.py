@@ -43,6 +43,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, MapType,
@@ -156,7 +157,10 @@ def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns,
                                  _PROPERTY_FIELDS)]
     delivery_counts = _taken([header_delivery_count(properties) for properties in distinct],
                              pa.int32(), positions)
-    arrays = [pa.array(columns.bodies, pa.binary()),
+    spans = getattr(columns, "body_spans", None)
+    bodies = (pa.array(columns.bodies, pa.binary()) if spans is None
+              else _binary_from_spans(spans))
+    arrays = [bodies,
               pa.repeat(pa.scalar(queue, pa.string()), count),
               pa.array(columns.routing_keys, pa.string()),
               pa.array(columns.exchanges, pa.string()),
@@ -165,6 +169,29 @@ def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns,
               pa.array(columns.redelivered, pa.bool_()),
               *per_message]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _binary_from_spans(spans: Sequence[tuple[bytes, np.ndarray, np.ndarray]]) -> pa.Array:
+    """The binary column of bodies that lie at buffer[start:end] (PackedRecords'
+    body_spans), copied once: the buffer is seen as an Arrow binary array whose items
+    alternate between what lies before a body and the body, and the bodies taken."""
+    pieces = []
+    for buffer, starts, ends in spans:
+        count = len(starts)
+        if not count:
+            continue
+        large = len(buffer) >= 2**31   # int32 offsets below that (Arrow's binary)
+        offsets = np.empty(2 * count + 1, np.int64 if large else np.int32)
+        offsets[0] = 0
+        offsets[1::2], offsets[2::2] = starts, ends
+        kind = pa.large_binary() if large else pa.binary()
+        whole = pa.Array.from_buffers(kind, 2 * count,
+                                      [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
+        bodies = whole.take(pa.array(np.arange(1, 2 * count, 2)))
+        pieces.append(bodies.cast(pa.binary()) if large else bodies)
+    if not pieces:
+        return pa.array([], pa.binary())
+    return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
 
 
 class _Columns:
