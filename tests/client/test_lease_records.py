@@ -96,3 +96,28 @@ def test_records_of_several_bodies_join_in_order(monkeypatch):
         joined.extend(decoder.decode(body))
     assert joined.seqs == [1, 2, 3, 4, 5] and len(joined) == 5
     assert joined.bodies == [bytes([seq]) for seq in range(1, 6)]
+
+
+def test_records_cut_from_views_pack_as_the_decoded_messages_do():
+    """The broker packs records from views into its log entries (pack_raw_records):
+    the same delivery bodies as from the decoded messages."""
+    same = header({"delivery_mode": 2}, 2)
+    messages = [(seq, seq % 2, "ex", f"key.{seq}", same, b"b" * seq) for seq in range(1, 6)]
+    entry = memoryview(b"".join(h + b for *_n, h, b in messages))
+    raw, at = [], 0
+    for seq, count, exchange, key, head, body in messages:
+        raw.append((seq, count, memoryview(exchange.encode()), memoryview(key.encode()),
+                    len(head), entry[at:at + len(head) + len(body)]))
+        at += len(head) + len(body)
+    assert list(codec_records.pack_raw_records(raw)) == list(pack_records(messages))
+
+
+def test_a_body_of_uniform_records_shares_one_name_and_one_properties_object():
+    same = header({"message_id": "m"}, 3)
+    records = PackedDecoder().decode(b"".join(pack_records(
+        [(seq, 0, "ex", "key", same, b"%03d" % seq) for seq in range(1, 200)])))
+    assert len({id(p) for p in records.properties}) == 1
+    assert len({id(e) for e in records.exchanges}) == 1
+    assert records.exchanges[0] == "ex" and records.routing_keys[-1] == "key"
+    assert records.bodies == [b"%03d" % seq for seq in range(1, 200)]
+    assert records[-1].body == b"199" and records[-1].properties.message_id == "m"

@@ -17,7 +17,7 @@ import pytest
 from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.amqp.lease_records import pack_records
 from quorumqueue.client.delivery import Delivery
-from quorumqueue.client.lease_records import PackedDecoder
+from quorumqueue.client.lease_records import PackedDecoder, PackedRecords
 from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
                                           headers_map, to_record_batch)
 
@@ -135,3 +135,16 @@ def test_headers_map_keeps_order_and_drops_only_bookkeeping():
     assert headers_map(None) is None
     assert headers_map({}) == []
     assert headers_map({"b": 1, "x-lease-seq": 9, "a": None}) == [("b", "1"), ("a", None)]
+
+
+def test_bodies_of_several_packed_deliveries_make_one_column():
+    """A reader joins the records of several delivery bodies (lease_reader._rebatched);
+    the body column is cut from each body where the records left them."""
+    same = codec.encode_properties(0, {})
+    decoder, joined = PackedDecoder(), PackedRecords()
+    for first in (1, 4, 7):
+        joined.extend(decoder.decode(b"".join(pack_records(
+            (seq, 0, "", "q", same, bytes([seq]) * seq) for seq in range(first, first + 3)))))
+    batch = to_record_batch("q", joined)
+    assert batch.column("body").to_pylist() == [bytes([seq]) * seq for seq in range(1, 10)]
+    assert batch.equals(to_record_batch("q", list(joined)))

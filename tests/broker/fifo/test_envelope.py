@@ -63,6 +63,17 @@ def test_a_stamped_enqueue_is_the_enqueue_in_the_time_envelope():
     assert commands.decode_message(data, TIMED_HEAD.size) == ("ex", "rk", b"header", b"body")
 
 
+def test_message_spans_are_the_decoded_message_as_views_into_the_entry():
+    """What a packed lease read cuts its records from (node/leases.py): the same
+    exchange, routing key, header and body as decode_message, nothing decoded."""
+    data = stamped_enqueue(1, "pub", 4, 9, "ex-\u00e9", "rk", b"header", b"body")
+    exchange, routing_key, header_length, content = commands.message_spans(
+        data, TIMED_HEAD.size)
+    assert all(isinstance(view, memoryview) for view in (exchange, routing_key, content))
+    assert (bytes(exchange), bytes(routing_key), header_length, bytes(content)) == (
+        "ex-\u00e9".encode(), b"rk", len(b"header"), b"headerbody")
+
+
 def test_the_envelope_marker_is_no_command_tag():
     assert TIMED == 0xFF
     with pytest.raises(ValueError, match="unknown fifo command tag 255"):

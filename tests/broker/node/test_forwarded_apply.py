@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from quorumqueue.broker.auth.users import UserStore
 from quorumqueue.broker.cluster.meta import encode as encode_meta
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
 from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.queues.quorum import MessageGone
 from quorumqueue.broker.raft.forwarded import Identity, wrap
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.server.server import assemble_node
@@ -254,3 +257,23 @@ def test_the_queue_row_lists_waits_of_any_term_beside_a_terms_own(tmp_path):
     queue.wait_at(50, 3, b"", lambda reply: None)
     queue.wait_at(50, None, b"", lambda reply: None)
     assert queue.stats(node.name)["waiting"] == [(50, None), (50, 3)]
+
+
+def test_message_spans_read_in_bulk_equal_the_messages_read_one_by_one(tmp_path):
+    """A packed lease read takes its messages' spans PACK_MESSAGES at a time
+    (QuorumGroups.read_message_spans): the same messages as read_message, in the
+    order asked, forwarded entries included; an index that holds no message fails."""
+    node = start(tmp_path)
+    queue = declare(node)
+    for number in range(6):
+        data = message(b"m%d" % number)
+        append(queue, forwarded(number, data) if number % 2 else data)
+    node.flush()
+    indexes = [index for index, _size in queue.state.normal.items()]
+    spans = node.quorum.read_message_spans(queue, indexes[1:])
+    assert [bytes(content)[len(HEADER):] for *_names, content in spans] == [
+        node.quorum.read_message(queue, index)[3] for index in indexes[1:]]
+    assert [(bytes(exchange), bytes(key), length) for exchange, key, length, _ in spans] \
+        == [(b"", b"q", len(HEADER))] * 5
+    with pytest.raises(MessageGone, match="missing from the log"):
+        node.quorum.read_message_spans(queue, [indexes[-1] + 1000])
