@@ -82,6 +82,10 @@ class Settings:
     # queue_leader_locator is left at client-local (queues/classic.py place)
     queue_master_locator: str = ""
     raft_tick_ms: int = 100
+    # client input one group-commit round takes at most (methods; a publish with its
+    # content counts once): past it the shell reads no more from clients until the
+    # round is taken into a Sync (server/server.py; connections show state "flow")
+    flow_round_methods: int = 4096
     # continuous membership reconciliation (the 4.2 guide's CMR; broker/cluster/membership.py)
     cmr_enabled: bool = False
     cmr_target_group_size: int = 0       # 0: none (per queue: x-quorum-target-group-size)
@@ -355,6 +359,7 @@ KEYS = {
     "queue_leader_locator": ("queue_leader_locator", _locator),
     "queue_master_locator": ("queue_master_locator", _master_locator),
     "raft.tick_interval_ms": ("raft_tick_ms", _int),
+    "flow_control.round_methods": ("flow_round_methods", _int),
     "quorum_queue.continuous_membership_reconciliation.enabled": ("cmr_enabled", _bool),
     "quorum_queue.continuous_membership_reconciliation.target_group_size":
         ("cmr_target_group_size", _int),
@@ -458,7 +463,8 @@ def validate(settings: Settings) -> Settings:
                         settings.dead_letter_worker_publisher_confirm_timeout_ms),
                        ("consumer_timeout", 1 if settings.consumer_timeout_ms is None
                         else settings.consumer_timeout_ms),
-                       ("channel_tick_interval", settings.channel_tick_interval_ms)):
+                       ("channel_tick_interval", settings.channel_tick_interval_ms),
+                       ("flow_control.round_methods", settings.flow_round_methods)):
         if value < 1:
             raise ConfigError(f"{key}: must be a positive integer, got {value}")
     if settings.metadata_timeout_ms < 1:

@@ -215,7 +215,10 @@ def connection_row(node, session, peer: tuple[str, int], local: tuple[str, int])
     name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
     return {
         "name": name, "node": node.name, "type": "network", "protocol": "AMQP 0-9-1",
-        "state": "blocked" if connection.blocked else "running",
+        # RabbitMQ's states: "blocked" by an alarm, "flow" while its input waits for
+        # the next group-commit round (server/server.py), else "running"
+        "state": ("blocked" if connection.blocked
+                  else "flow" if session.input_held else "running"),
         "user": session.user.name if session.user else None,
         "user_who_performed_action": session.user.name if session.user else None,
         "vhost": session.vhost.name if session.vhost else None,

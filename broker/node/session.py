@@ -94,6 +94,11 @@ class Session:
         self.close_reason = ""
         self.has_published = False
         self._handling = False  # in _handle_events: nested calls leave events queued
+        # the shell's budget for this round ran out before all input received was
+        # handled (`take_input`): the rest waits in the connection, the shell reads no
+        # more from this client until it hands the session a new budget, and other
+        # paths (ticks, errors) handle no events meanwhile, so input keeps its order
+        self.input_held = False
         # when the channels next check their consumer timeout (RabbitMQ's channel tick)
         self._next_channel_tick = now + settings.channel_tick_interval_ms / 1000
         node.register(self)
@@ -158,13 +163,27 @@ class Session:
             self._out.extend(parts)
             taken += sum(map(len, parts))
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes, now: float, budget: int | None = None) -> int:
+        """Take `data` from the client and handle at most `budget` events of it (None:
+        all); returns how many were handled (`take_input`)."""
         if self.closed:
-            return
+            return 0
         self.connection.receive_data(data, now)
-        self._handle_events()
+        return self.take_input(budget)
+
+    def take_input(self, budget: int | None = None) -> int:
+        """Handle the input received so far, at most `budget` events (a method, a
+        publish with its content counting once; None: every one). Returns how many
+        were handled; `input_held` says the budget ran out first (what is left is
+        handled by the next call, in order)."""
+        if self.closed:
+            self.input_held = False
+            return 0
+        self.input_held = False
+        handled = self._handle_events(budget)
         if self.has_published and self.node.alarms:
             self.alarms_changed()
+        return handled
 
     def tick(self, now: float) -> None:
         """Heartbeats and close-ok timeouts; every channel_tick_interval, the
@@ -208,6 +227,9 @@ class Session:
     def connection_lost(self) -> None:
         """The socket is gone: clean up without sending anything."""
         if not self.closed:
+            if self.input_held:  # what was received before the socket went is acted on
+                self.take_input()
+        if not self.closed:
             self.connection.connection_lost()
             self._handle_events()
         self._out.clear()
@@ -215,14 +237,28 @@ class Session:
 
     # ------------------------------------------------------------ events
 
-    def _handle_events(self) -> None:
+    def _handle_events(self, budget: int | None = None) -> int:
+        """Act on the connection's events, at most `budget` of them (None: all);
+        returns how many. While input is held (`input_held`), only `take_input`
+        handles events."""
         if self._handling:
-            return  # the loop running further up the stack takes them
+            return 0  # the loop running further up the stack takes them
+        if budget is None:
+            if self.input_held:
+                return 0  # the shell's next take_input handles them, in order
+            budget = -1
         self._handling = True
         connection = self.connection
+        handled = 0
         try:
             next_event = connection.next_event
-            while (event := next_event()) is not None:
+            while True:
+                if handled == budget:
+                    self.input_held = True
+                    break
+                if (event := next_event()) is None:
+                    break
+                handled += 1
                 if type(event) is ContentReceived:  # the per-message event first
                     self._content(event)
                     continue
@@ -264,6 +300,7 @@ class Session:
             self._handling = False
             if self._out:
                 self.node.dirty.add(self)
+        return handled
 
     def _content(self, event: ContentReceived) -> None:
         self.has_published = True

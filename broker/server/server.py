@@ -215,10 +215,7 @@ class _Connection(asyncio.Protocol):
                  if self.session.ssl_protocol else "")
 
     def data_received(self, data: bytes) -> None:
-        session = self.session
-        session.receive_data(data, pass_time(self.server.node))
-        self.server.node.dirty.add(session)
-        self.server.schedule_flush()
+        self.server.receive(self, data)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -236,6 +233,7 @@ class _Connection(asyncio.Protocol):
         session.connection_lost()
         self.server.node.counters.connections_closed += 1
         self.server.connections.pop(session, None)
+        self.server.held_input.pop(session, None)
         self.server.schedule_flush()
 
 
@@ -259,6 +257,11 @@ class BrokerServer:
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
         self._held: list[tuple[Session, bytes, bool]] = []
         self._stopped = False
+        # flow control: the client input this round may still take (methods), and the
+        # sessions whose input waits for the next round, in the order they are served
+        self._round_left = settings.flow_round_methods
+        self.held_input: dict[Session, _Connection] = {}
+        self._held_scheduled = False
         self.management = None  # the management HTTP API, once started (start_management)
         self.metrics: MetricsListener | None = None  # the Prometheus endpoint
         self.shovels: Shovels | None = None  # the dynamic shovels run here (start)
@@ -428,6 +431,49 @@ class BrokerServer:
         self.node.quorum.store.close()
         log.info("stopped")
 
+    # ------------------------------------------------------------ client input
+
+    def receive(self, connection: _Connection, data: bytes) -> None:
+        """A client's bytes: handled while this round's budget lasts
+        (`flow_control.round_methods`); past it they wait in the session, and the
+        socket is not read, until a round is taken into a Sync (`flush`)."""
+        session = connection.session
+        handled = session.receive_data(data, pass_time(self.node), self._round_left)
+        self._round_left -= handled
+        if session.input_held and not session.closed and session not in self.held_input:
+            self.held_input[session] = connection
+            connection.transport.pause_reading()
+        self.node.dirty.add(session)
+        self.schedule_flush()
+
+    def _take_held_input(self) -> None:
+        """A new round: the held sessions' input, oldest held first, while the
+        budget lasts; a session whose input is all handled is read again."""
+        self._held_scheduled = False
+        if self._stopped:
+            return
+        pass_time(self.node)
+        for session, connection in list(self.held_input.items()):
+            if self._round_left <= 0:
+                break
+            del self.held_input[session]
+            self._round_left -= session.take_input(self._round_left)
+            self.node.dirty.add(session)
+            if session.closed or session not in self.connections:
+                continue
+            if session.input_held:
+                self.held_input[session] = connection   # served again after the others
+            elif not session.paused:
+                connection.transport.resume_reading()
+        self.schedule_flush()
+
+    def _new_round(self) -> None:
+        """The input so far is in a Sync (or needs none): the budget is whole again."""
+        self._round_left = self.settings.flow_round_methods
+        if self.held_input and not self._held_scheduled:
+            self._held_scheduled = True
+            self._loop.call_soon(self._take_held_input)
+
     # ------------------------------------------------------------ flushing
 
     def schedule_flush(self) -> None:
@@ -461,6 +507,7 @@ class BrokerServer:
         except Exception:
             self._fatal()
             return
+        self._new_round()
         output, self._held = self._held + self._take_output(), []
         if sync is None:
             self._send(output)
@@ -548,7 +595,7 @@ class BrokerServer:
                     self._loop.call_later(linger, self._close_lingering, transport)
                 else:
                     transport.close()
-            elif session.paused:
+            elif session.paused or session.input_held:
                 transport.pause_reading()
             else:
                 transport.resume_reading()

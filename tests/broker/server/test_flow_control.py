@@ -1,0 +1,106 @@
+"""Flow control in the server shell (broker/server/server.py `receive`,
+broker/README.md "Flow control"): one group-commit round takes at most
+`flow_control.round_methods` of client input; while the node is behind (a Sync runs
+and the next round's budget is spent) a publisher's socket is not read, its
+connection shows state "flow" (RabbitMQ's flow control guide), and once the Sync
+ends its input is read and handled again: every message arrives, in order.
+
+The broker runs in this process, with the writer thread held inside a Sync by the
+gate of test_group_commit.py, so "the node is behind" is a state the test sets up,
+not a race."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pika
+import pytest
+
+from quorumqueue.broker.config import Settings
+from quorumqueue.broker.server.server import BrokerServer
+from tests.broker.server.test_group_commit import WAIT, connect, gate, wait_until  # noqa: F401
+
+pytestmark = pytest.mark.timeout(120)
+
+BUDGET = 8          # methods per round
+MESSAGES = 200
+
+
+@pytest.fixture
+def server(tmp_path, gate):  # noqa: F811 - the gate fixture, imported
+    settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"),
+                        flow_round_methods=BUDGET)
+    started = threading.Event()
+    holder = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        server = BrokerServer(settings)
+        holder["server"] = server
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(WAIT)
+    yield holder["server"]
+    gate.open()
+    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
+    thread.join(WAIT)
+
+
+def states(server) -> list[str]:
+    return [row["state"] for row in server.client_rows()["connections"]]
+
+
+def test_a_publisher_is_not_read_while_the_node_is_behind_and_is_read_again_after(server,
+                                                                                  gate):
+    setup = connect(server)
+    setup.channel().queue_declare("flow", durable=True,
+                                  arguments={"x-queue-type": "quorum"})
+    group = server.node.vhosts["/"].queues["flow"]
+    first = group.raft.log.last_index()
+    publisher = connect(server)
+    channel = publisher.channel()
+    gate.close()
+    for index in range(MESSAGES):   # no confirms: all written at once, unanswered
+        channel.basic_publish("", "flow", str(index).encode(),
+                              pika.BasicProperties(delivery_mode=2))
+    assert gate.wait_entered(1), "no Sync began for the publishes"
+    # behind: the held Sync has at most one round's publishes, the next round at most
+    # one budget more; the rest waits unread and the connection is in flow
+    wait_until(lambda: "flow" in states(server), "the publisher's connection to be in flow")
+    assert group.raft.log.last_index() - first <= 2 * BUDGET
+    assert [s for s in server.connections if s.input_held] != []
+
+    gate.open()     # the node catches up: the publisher is read again, to the end
+    wait_until(lambda: group.raft.log.last_index() - first >= MESSAGES,
+               "every publish to be handled")
+    wait_until(lambda: "flow" not in states(server), "the connection to leave flow")
+    check = setup.channel()
+    got = []
+    for _ in range(MESSAGES):
+        _method, _properties, body = check.basic_get("flow", auto_ack=True)
+        got.append(body)
+    assert got == [str(index).encode() for index in range(MESSAGES)]
+    publisher.close()
+    setup.close()
+
+
+def test_a_burst_larger_than_the_budget_goes_through_round_after_round(server, gate):
+    """With no Sync held, a burst of 25 budgets is handled round after round; the
+    passive declare written after it is answered after every publish (a channel's
+    methods act in order, flow control or not)."""
+    connection = connect(server)
+    channel = connection.channel()
+    channel.queue_declare("steady", durable=True, arguments={"x-queue-type": "quorum"})
+    for index in range(MESSAGES):
+        channel.basic_publish("", "steady", str(index).encode(),
+                              pika.BasicProperties(delivery_mode=2))
+    assert channel.queue_declare("steady", passive=True).method.message_count == MESSAGES
+    connection.close()
