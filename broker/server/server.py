@@ -7,13 +7,19 @@ commit) before any reply or confirm leaves. The fsyncs run on one writer thread
 (`flush`: a Sync of node/group_commit.py at a time), so while the disk syncs the
 loop goes on reading and applying input; the output of that input waits for the
 next Sync. A one-second ticker drives heartbeats and the memory and disk alarm
-checks.
+checks. Flow control: the input read while a Sync runs is the next round, and a
+round handles at most `flow_control.round_methods` client methods (`receive`); past
+that a client's bytes wait in its session and its socket is not read until a new
+round begins (`_new_round`, when `flush` takes the round into a Sync), so one loop
+iteration never holds more than a round's work and the Raft ticks and heartbeats
+keep their pace.
 
 Invariants: session output is sent only after the Sync that began after it was
 written has ended (or at once when nothing was pending to write), so nothing leaves
 before the fsync that persists what it acknowledges; Raft messages go to peers from
 `end_sync`, after the fsync of their Ready; at most one Sync runs; the shell holds no
-protocol state of its own.
+protocol state of its own; a session with held input (`Session.input_held`) is
+not read until its input is handled.
 """
 
 from __future__ import annotations

@@ -131,6 +131,8 @@ def test_rabbitmq_42_keys_are_accepted_with_their_values(tmp_path):
     ('consumer_timeout = "30m"\n', "consumer_timeout: expected an integer"),
     ("consumer_timeout = 0\n", "consumer_timeout: must be a positive integer"),
     ("channel_tick_interval = 0\n", "channel_tick_interval: must be a positive integer"),
+    ("flow_control.round_methods = 0\n", "flow_control.round_methods: must be a positive "
+     "integer"),
 ])
 def test_rabbitmq_42_keys_are_validated(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
