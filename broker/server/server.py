@@ -666,8 +666,21 @@ class BrokerServer:
         # (node/node.py CMR_TRIGGERS) brings the next run to a trigger_interval after it
         next_cmr = time.monotonic() + settings.cmr_trigger_interval_ms / 1000
         events_seen = self.node.membership_events
+        # a tick late by half the shortest election timeout means the loop was busy
+        # that long: no heartbeat left meanwhile, so followers may be about to elect
+        election_ms = self.node.quorum.raft_config.election_ticks * settings.raft_tick_ms
+        expected = time.monotonic() + interval
+        next_lag_warning = 0.0
         while True:
             await asyncio.sleep(interval)
+            now = time.monotonic()
+            late_ms = (now - expected) * 1000
+            expected = now + interval
+            if late_ms >= election_ms / 2 and now >= next_lag_warning:
+                next_lag_warning = now + 10.0   # at most one such line per 10 s
+                log.warning("raft tick %d ms late: the event loop was busy longer than half "
+                            "the election timeout (%d ms); no heartbeat left meanwhile",
+                            late_ms, election_ms)
             try:
                 self.node.quorum.raft_tick()
                 cluster.tick()

@@ -104,3 +104,22 @@ def test_a_burst_larger_than_the_budget_goes_through_round_after_round(server, g
                               pika.BasicProperties(delivery_mode=2))
     assert channel.queue_declare("steady", passive=True).method.message_count == MESSAGES
     connection.close()
+
+
+def test_a_loop_stall_longer_than_half_the_election_timeout_is_logged(server, caplog):
+    """Diagnosis of the stall flow control bounds: a Raft tick that fires late by
+    half the shortest election timeout (500 ms by default) is logged, since no
+    heartbeat left the node meanwhile."""
+    caplog.set_level("WARNING", logger="quorumqueue.broker")
+    stalled = threading.Event()
+
+    def stall():                     # the node's loop busy for 0.8 s
+        import time
+
+        time.sleep(0.8)
+        stalled.set()
+
+    server._loop.call_soon_threadsafe(stall)
+    assert stalled.wait(WAIT)
+    wait_until(lambda: any("ms late: the event loop was busy" in record.getMessage()
+                           for record in caplog.records), "the late tick's warning")
