@@ -10,9 +10,11 @@ next Sync. A one-second ticker drives heartbeats and the memory and disk alarm
 checks. Flow control: the input read while a Sync runs is the next round, and a
 round handles at most `flow_control.round_methods` client methods (`receive`); past
 that a client's bytes wait in its session and its socket is not read until a new
-round begins (`_new_round`, when `flush` takes the round into a Sync), so one loop
-iteration never holds more than a round's work and the Raft ticks and heartbeats
-keep their pace.
+round begins (`_new_round`, when `flush` takes the round into a Sync); and handling
+client input takes at most half a Raft tick of wall time before the loop runs its
+timers and other callbacks (`_spent`, `_refill_slice`), so one loop iteration never
+holds more than a round's work nor runs long on a machine short of CPU, and the
+Raft ticks and heartbeats keep their pace.
 
 Invariants: session output is sent only after the Sync that began after it was
 written has ended (or at once when nothing was pending to write), so nothing leaves
@@ -266,6 +268,13 @@ class BrokerServer:
         # flow control: the client input this round may still take (methods), and the
         # sessions whose input waits for the next round, in the order they are served
         self._round_left = settings.flow_round_methods
+        # ... and the wall time handling client input may still take before the loop
+        # runs its timers and other callbacks: half a Raft tick per slice, so that on
+        # a machine short of CPU (where each method takes longer) the ticks and
+        # heartbeats still keep their pace
+        self._slice = settings.raft_tick_ms / 2000
+        self._slice_left = self._slice
+        self._slice_refill_scheduled = False
         self.held_input: dict[Session, _Connection] = {}
         self._held_scheduled = False
         self.management = None  # the management HTTP API, once started (start_management)
@@ -444,8 +453,11 @@ class BrokerServer:
         (`flow_control.round_methods`); past it they wait in the session, and the
         socket is not read, until a round is taken into a Sync (`flush`)."""
         session = connection.session
-        handled = session.receive_data(data, pass_time(self.node), self._round_left)
+        began = pass_time(self.node)
+        budget = self._round_left if self._slice_left > 0 else 0
+        handled = session.receive_data(data, began, budget)
         self._round_left -= handled
+        self._spent(began)
         if session.input_held and not session.closed and session not in self.held_input:
             self.held_input[session] = connection
             connection.transport.pause_reading()
@@ -458,12 +470,13 @@ class BrokerServer:
         self._held_scheduled = False
         if self._stopped:
             return
-        pass_time(self.node)
+        began = pass_time(self.node)
         for session, connection in list(self.held_input.items()):
-            if self._round_left <= 0:
+            if self._round_left <= 0 or self._slice_left <= 0:
                 break
             del self.held_input[session]
             self._round_left -= session.take_input(self._round_left)
+            began = self._spent(began)
             self.node.dirty.add(session)
             if session.closed or session not in self.connections:
                 continue
@@ -472,6 +485,24 @@ class BrokerServer:
             elif not session.paused:
                 connection.transport.resume_reading()
         self.schedule_flush()
+
+    def _spent(self, began: float) -> float:
+        """Count the time since `began` against this slice; the next loop iteration
+        refills it. Returns now."""
+        now = time.monotonic()
+        self._slice_left -= now - began
+        if not self._slice_refill_scheduled:
+            self._slice_refill_scheduled = True
+            self._loop.call_soon(self._refill_slice)
+        return now
+
+    def _refill_slice(self) -> None:
+        """A new loop iteration (timers ran meanwhile): a whole slice again, and the
+        held input taken while this round's budget lasts."""
+        self._slice_refill_scheduled = False
+        self._slice_left = self._slice
+        if self.held_input and self._round_left > 0:
+            self._take_held_input()
 
     def _new_round(self) -> None:
         """The input so far is in a Sync (or needs none): the budget is whole again."""

@@ -123,3 +123,51 @@ def test_a_loop_stall_longer_than_half_the_election_timeout_is_logged(server, ca
     assert stalled.wait(WAIT)
     wait_until(lambda: any("ms late: the event loop was busy" in record.getMessage()
                            for record in caplog.records), "the late tick's warning")
+
+
+@pytest.fixture
+def short_slices(tmp_path):
+    """A broker whose input slices are 5 ms (raft.tick_interval_ms = 10): a burst of
+    publishes is handled over many loop iterations."""
+    settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"),
+                        raft_tick_ms=10)
+    started = threading.Event()
+    holder = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        holder["server"] = BrokerServer(settings)
+        loop.run_until_complete(holder["server"].start())
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(holder["server"].stop())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(WAIT)
+    yield holder["server"]
+    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
+    thread.join(WAIT)
+
+
+def test_input_handled_in_short_slices_arrives_whole_and_in_order(short_slices):
+    """Two publishers' bursts, sliced between loop iterations: every message is
+    stored, each publisher's in its order."""
+    connections = [connect(short_slices) for _ in range(2)]
+    channels = [connection.channel() for connection in connections]
+    channels[0].queue_declare("sliced", durable=True, arguments={"x-queue-type": "quorum"})
+    count = 500
+    for index in range(count):
+        for number, channel in enumerate(channels):
+            channel.basic_publish("", "sliced", f"{number}-{index}".encode(),
+                                  pika.BasicProperties(delivery_mode=2))
+    for channel in channels:   # answered after the channel's publishes, in order
+        channel.queue_declare("sliced", passive=True)
+    got = [channels[0].basic_get("sliced", auto_ack=True)[2] for _ in range(2 * count)]
+    for number in range(2):
+        mine = [body for body in got if body.startswith(f"{number}-".encode())]
+        assert mine == [f"{number}-{index}".encode() for index in range(count)]
+    for connection in connections:
+        connection.close()
