@@ -11,15 +11,14 @@ not a race."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pika
 import pytest
 
 from quorumqueue.broker.config import Settings
-from quorumqueue.broker.server.server import BrokerServer
-from tests.broker.server.test_group_commit import WAIT, connect, gate, wait_until  # noqa: F401
+from tests.broker.server.test_group_commit import (WAIT, connect, gate,  # noqa: F401
+                                                   running_server, wait_until)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,29 +28,9 @@ MESSAGES = 200
 
 @pytest.fixture
 def server(tmp_path, gate):  # noqa: F811 - the gate fixture, imported
-    settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"),
-                        flow_round_methods=BUDGET)
-    started = threading.Event()
-    holder = {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        holder["loop"] = loop
-        server = BrokerServer(settings)
-        holder["server"] = server
-        loop.run_until_complete(server.start())
-        started.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(WAIT)
-    yield holder["server"]
-    gate.open()
-    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
-    thread.join(WAIT)
+    yield from running_server(Settings(host="127.0.0.1", port=0,
+                                       data_dir=str(tmp_path / "node"),
+                                       flow_round_methods=BUDGET), gate)
 
 
 def states(server) -> list[str]:
@@ -131,25 +110,7 @@ def short_slices(tmp_path):
     publishes is handled over many loop iterations."""
     settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"),
                         raft_tick_ms=10)
-    started = threading.Event()
-    holder = {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        holder["loop"] = loop
-        holder["server"] = BrokerServer(settings)
-        loop.run_until_complete(holder["server"].start())
-        started.set()
-        loop.run_forever()
-        loop.run_until_complete(holder["server"].stop())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(WAIT)
-    yield holder["server"]
-    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
-    thread.join(WAIT)
+    yield from running_server(settings)
 
 
 def test_input_handled_in_short_slices_arrives_whole_and_in_order(short_slices):

@@ -76,7 +76,13 @@ def gate(monkeypatch):
 
 @pytest.fixture
 def server(tmp_path, gate):
-    settings = Settings(host="127.0.0.1", port=0, data_dir=str(tmp_path / "node"))
+    yield from running_server(Settings(host="127.0.0.1", port=0,
+                                       data_dir=str(tmp_path / "node")), gate)
+
+
+def running_server(settings: Settings, gate=None):
+    """A BrokerServer on a loop of its own in a thread, yielded once started; stopped
+    after the gate, if any, is opened (a held Sync would keep it from stopping)."""
     started = threading.Event()
     holder = {}
 
@@ -95,7 +101,8 @@ def server(tmp_path, gate):
     thread.start()
     assert started.wait(WAIT)
     yield holder["server"]
-    gate.open()
+    if gate is not None:
+        gate.open()
     holder["loop"].call_soon_threadsafe(holder["loop"].stop)
     thread.join(WAIT)
 
