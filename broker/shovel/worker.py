@@ -54,7 +54,8 @@ before the close.
 src-delete-after: "queue-length" moves the number of messages the source queue
 held when this attempt started, an integer that many messages over all attempts of
 this Shovel (a shovel started on another node counts from zero, as RabbitMQ's
-worker does);
+worker does; a redelivery acknowledged without publishing it again, below, is not
+counted again);
 deliveries past the count are neither published nor acknowledged (the source
 requeues them when the shovel closes). Then `finished` is set and the shovel
 stops; its owner clears the parameter.
@@ -275,9 +276,14 @@ class Shovel:
             if not outcome.done():
                 outcome.set_exception(error)
 
-        def count_done() -> None:
+        def count_done(again: bool = False) -> None:
+            """One message more done; `again`: a message the last attempt moved
+            (counted then), whose redelivery was acknowledged without publishing it."""
             nonlocal done
-            self.moved += 1
+            if not again:
+                self.moved += 1
+            elif isinstance(d.delete_after, int):
+                return  # the count is over all attempts: counted once, when it moved
             done += 1
             if remaining is not None and done >= remaining and not outcome.done():
                 outcome.set_exception(_Finished())
@@ -356,11 +362,16 @@ class Shovel:
                          "did not come back (their acks had landed); forgotten",
                          self.name, self.vhost, sum(self.remembered.values()))
                 self.remembered.clear()
-            if remaining is not None:
+            recognised = redelivered and self.remembered.get(digest, 0) > 0
+            # an integer count is over all attempts: a recognised message was counted
+            # when the last attempt moved it; queue-length counts what the queue held
+            # at this start, the recognised messages among them
+            counted = not (recognised and isinstance(d.delete_after, int))
+            if remaining is not None and counted:
                 if taken >= remaining:
                     return  # past the count: requeued by the source when we close
                 taken += 1
-            if redelivered and self.remembered.get(digest, 0) > 0:
+            if recognised:
                 # published and confirmed by the last attempt, its ack lost with the
                 # source connection: acknowledged here, not published again
                 self.remembered[digest] -= 1
@@ -372,7 +383,7 @@ class Shovel:
                 except Exception as error:  # noqa: BLE001 - ends the attempt
                     fail(error)
                     return
-                count_done()
+                count_done(again=True)
                 return
             task = loop.create_task(deliver(message, digest))
             in_flight.add(task)

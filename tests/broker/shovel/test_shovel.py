@@ -563,6 +563,42 @@ def test_a_source_connection_lost_after_the_destinations_confirm_duplicates_noth
     assert count(source, "orders") == 0
 
 
+def test_an_integer_src_delete_after_counts_a_message_acknowledged_again_once(brokers):
+    """As above, the shovel's acks of the first 100 messages (the prefetch) are lost
+    with the source connection after the destination confirmed them; the source
+    redelivers them and the next attempt acknowledges them without publishing them
+    again. With `src-delete-after: 200` those 100 count once, not again when their
+    redeliveries are acknowledged: the shovel ends with 200 messages at the
+    destination and 100 left at the source."""
+    source, destination = brokers
+    for broker in (source, destination):
+        connection, channel = channel_of(broker)
+        channel.queue_declare("orders", durable=True)
+        connection.close()
+    with TcpProxy(source.port, name="shovel->source") as proxy:
+        shovel(destination, "move", {
+            "src-uri": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
+            "src-queue": "orders", "dest-uri": "amqp://", "dest-queue": "orders",
+            "ack-mode": "on-confirm", "src-prefetch-count": 100, "reconnect-delay": 1,
+            "src-delete-after": 200})
+        wait_for(lambda: "running" in ctl(destination, "shovel_status"), what="running")
+        proxy.cut("stall", "forward")  # the shovel's acks no longer reach the source
+        publish(source, "orders", range(300))
+        wait_for(lambda: count(destination, "orders") == 100,
+                 what="the prefetch confirmed at the destination")
+        proxy.cut("drop")  # the acks are lost with the connection: all 100 requeued
+        proxy.heal()
+        wait_for(lambda: "move" not in ctl(destination, "list_parameters"), timeout=60,
+                 what="the shovel's end")
+        wait_for(lambda: _source_settled(source, ready=None), timeout=60,
+                 what="no message unacknowledged at the source")
+    at_destination = [int(m) for m, _b, _h in drain(destination, "orders")]
+    at_source = [int(m) for m, _b, _h in drain(source, "orders")]
+    assert len(at_destination) == 200 and len(at_source) == 100, (
+        len(at_destination), len(at_source))
+    assert sorted(at_destination + at_source) == list(range(300))
+
+
 
 
 def test_a_shovel_stopped_with_publishes_unconfirmed_settles_them_before_it_closes(
