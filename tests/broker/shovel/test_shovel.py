@@ -33,6 +33,13 @@ def channel_of(broker):
     return connection, connection.channel()
 
 
+def declare(broker, queue: str, queue_type: str = "classic") -> None:
+    """A durable queue of `queue_type` on `broker`."""
+    connection, channel = channel_of(broker)
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": queue_type})
+    connection.close()
+
+
 def publish(broker, queue: str, ids, arguments=None) -> None:
     connection, channel = channel_of(broker)
     channel.queue_declare(queue, durable=True, arguments=arguments)
@@ -525,11 +532,8 @@ def test_a_source_connection_lost_after_the_destinations_confirm_duplicates_noth
     queue source redelivers them with an x-delivery-count header, which the shovel
     leaves out of what it compares."""
     source, destination = brokers
-    for broker in (source, destination):
-        connection, channel = channel_of(broker)
-        channel.queue_declare("orders", durable=True, arguments={
-            "x-queue-type": source_type if broker is source else "classic"})
-        connection.close()
+    declare(source, "orders", source_type)
+    declare(destination, "orders")
     with TcpProxy(source.port, name="shovel->source") as proxy:
         shovel(destination, "move", {
             "src-uri": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
@@ -571,10 +575,8 @@ def test_an_integer_src_delete_after_counts_a_message_acknowledged_again_once(br
     redeliveries are acknowledged: the shovel ends with 200 messages at the
     destination and 100 left at the source."""
     source, destination = brokers
-    for broker in (source, destination):
-        connection, channel = channel_of(broker)
-        channel.queue_declare("orders", durable=True)
-        connection.close()
+    declare(source, "orders")
+    declare(destination, "orders")
     with TcpProxy(source.port, name="shovel->source") as proxy:
         shovel(destination, "move", {
             "src-uri": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
@@ -599,8 +601,6 @@ def test_an_integer_src_delete_after_counts_a_message_acknowledged_again_once(br
     assert sorted(at_destination + at_source) == list(range(300))
 
 
-
-
 def test_a_shovel_stopped_with_publishes_unconfirmed_settles_them_before_it_closes(
         brokers):
     """The shovel runs on the source and reaches the destination through a TCP proxy
@@ -610,10 +610,8 @@ def test_a_shovel_stopped_with_publishes_unconfirmed_settles_them_before_it_clos
     a moment later), acknowledges the 100 at the source and closes: each message is
     at exactly one side, none at both."""
     source, destination = brokers
-    for broker in (source, destination):
-        connection, channel = channel_of(broker)
-        channel.queue_declare("orders", durable=True)
-        connection.close()
+    declare(source, "orders")
+    declare(destination, "orders")
     with TcpProxy(destination.port, name="shovel->destination") as proxy:
         shovel(source, "move", {
             "src-uri": "amqp://", "src-queue": "orders",
