@@ -46,6 +46,7 @@ from ..metrics.http import MetricsListener
 from ..node.session import Session
 from ..shovel.supervisor import Shovels
 from ..shovel.worker import local_uri
+from .boot import catch_up_metadata
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
 
@@ -296,7 +297,7 @@ class BrokerServer:
         self.check_alarms()
         self._server = await self._loop.create_server(
             lambda: _Connection(self), self.settings.host, self.settings.port,
-            reuse_address=True, backlog=1024)
+            reuse_address=True, backlog=1024, start_serving=False)  # see the end
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
         log.info("started TCP listener on %s:%d", self.settings.host, self.port)
@@ -305,7 +306,8 @@ class BrokerServer:
             host = self.settings.ssl_host or self.settings.host
             self._ssl_server = await self._loop.create_server(
                 lambda: _Connection(self), host, self.settings.ssl_port, ssl=context,
-                reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0)
+                reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0,
+                start_serving=False)
             self.ssl_port = self._ssl_server.sockets[0].getsockname()[1]
             log.info("started TLS (SSL) listener on %s:%d", host, self.ssl_port)
         self.metrics = MetricsListener(self)
@@ -349,6 +351,12 @@ class BrokerServer:
                      self.settings.cluster_name, cluster.name, host, port,
                      " (TLS)" if ssl_server is not None else "",
                      ", ".join(sorted(peers)) or "none")
+        # clients once this node applied what the metadata group committed while it was
+        # down, as RabbitMQ 3.x serves once its tables are loaded (boot.py)
+        await catch_up_metadata(self)
+        await self._server.start_serving()
+        if self._ssl_server is not None:
+            await self._ssl_server.start_serving()
 
     async def start_management(self) -> None:
         """The management HTTP API on this loop (broker/management/), on

@@ -12,7 +12,9 @@ a mandatory publish with confirms (RabbitMQ returns an unroutable mandatory mess
 here it is routed again after the barrier), a publish to a new exchange, and a
 queue.bind to it — many times in a loop, never a 404 or a return. And a minority
 node (the other two killed) with a metadata timeout of ten minutes still answers a
-passive declare of a missing queue with 404 within the test's bound.
+passive declare of a missing queue with 404 within the test's bound. And a node
+restarted while a queue was declared elsewhere routes the first publish it takes to
+that queue: it opens its AMQP port once it caught up (broker/server/boot.py).
 """
 
 from __future__ import annotations
@@ -90,3 +92,34 @@ def test_a_minority_node_answers_a_missing_queue_at_once():
         assert isinstance(error, pika.exceptions.ChannelClosedByBroker), outcome
         assert (error.reply_code, error.reply_text) == (
             404, "NOT_FOUND - no queue 'missing' in vhost '/'")
+
+
+def test_a_restarted_node_serves_once_it_knows_what_was_declared_while_it_was_down():
+    """RabbitMQ 3.x starts its listeners once its tables are loaded from the running
+    nodes; here a restarted node opens its AMQP port once it applied what the metadata
+    group committed while it was down (broker/server/boot.py). The first publish through
+    it, the moment it accepts a connection, is routed to a queue declared meanwhile: not
+    confirmed and dropped as unroutable (a non-mandatory publish gets no basic.return)."""
+    with LocalCluster(3, proxied=False) as cluster:
+        wait_for("every node reachable with a metadata leader",
+                 lambda: every_node_reachable(cluster))
+        one, _two, three = cluster.names
+        for round_ in range(3):
+            cluster.kill(three)
+            queue = f"declared-while-down-{round_}"
+            with connect(cluster.uri(one)) as connection:
+                connection.channel().queue_declare(queue, durable=True,
+                                                   arguments={"x-queue-type": "quorum"})
+            cluster.restart(three)  # returns as soon as it accepts AMQP
+            with connect(cluster.uri(three)) as connection:
+                channel = connection.channel()
+                channel.confirm_delivery()
+                channel.basic_publish("", queue, b"first", pika.BasicProperties(delivery_mode=2))
+
+            def messages() -> int:
+                with connect(cluster.uri(one)) as connection:
+                    return connection.channel().queue_declare(
+                        queue, passive=True).method.message_count
+
+            wait_for(f"round {round_}: the publish confirmed through the restarted node "
+                     f"in {queue}", lambda: messages() == 1)
