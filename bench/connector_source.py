@@ -85,6 +85,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stats-columns", default=",".join(SOURCE_STATS_COLUMNS),
                         help="the Delta table's statistics columns, comma-separated, or "
                              "'all' (Delta's default)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another option of the source (repeatable), e.g. "
+                             "maxMessagesPerPartition=50000")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     arguments = parser.parse_args(argv)
     if min(arguments.messages, arguments.per_trigger, arguments.prefetch, arguments.rounds) < 1:
@@ -143,9 +146,15 @@ def drain_with_pika(uri: str, queue: str, messages: int, prefetch: int) -> float
     return elapsed
 
 
+# the source's options given with --option (main), on top of uri, queue and
+# maxMessagesPerTrigger
+EXTRA_OPTIONS: dict[str, str] = {}
+
+
 def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, name: str):
     stream = (spark.readStream.format("quorumqueue").option("uri", uri).option("queue", queue)
-              .option("maxMessagesPerTrigger", str(per_trigger)).load())
+              .option("maxMessagesPerTrigger", str(per_trigger)).options(**EXTRA_OPTIONS)
+              .load())
     return (stream.writeStream.format("delta").queryName(name)
             .option("checkpointLocation", str(workdir / f"{name}-checkpoint"))
             .trigger(availableNow=True).start(str(workdir / name)))
@@ -246,6 +255,12 @@ def breakdown(run: SourceRun) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
+    for option in arguments.option:
+        key, equals, value = option.partition("=")
+        if not equals:
+            raise SystemExit(f"--option {option!r}: give KEY=VALUE, e.g. "
+                             "maxMessagesPerPartition=50000")
+        EXTRA_OPTIONS[key] = value
     from quorumqueue.jobs.delta import local_spark
 
     log(f"{arguments.messages:,} x {arguments.size} B messages per quorum queue; pika prefetch "
