@@ -15,10 +15,11 @@ metadata); and time (Tick commands for lease, message and queue expiry).
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
 time: `begin_round` collects a Ready from every group and appends their entries and
-hard states to the log store (`driver.persist_round`), then seals the store's
-batch; once that batch is written and fdatasynced (one for all groups, on the
-server's writer thread), `end_round` sends, applies what is committed and advances
-(`driver.finish_round`), then applies at once whatever is committed and already
+hard states to the log store (`driver.persist_round`), hands the leaders' appends to
+the transport (`driver.send_early`: followers write them while this node's fsync
+runs), then seals the store's batch; once that batch is written and fdatasynced (one
+for all groups, on the server's writer thread), `end_round` sends the rest, applies
+what is committed and advances (`driver.finish_round`), then applies at once whatever is committed and already
 durable (`driver.apply_round`): a single-member group commits its own entries when
 the fsync completes, and a leader may have heard its peers' acknowledgements while it
 ran; neither waits for the next round's fsync of entries proposed meanwhile.
@@ -237,6 +238,7 @@ class QuorumGroups:
         self._propose_settlements()
         readies = driver.persist_round(self.store, self.queues.values())
         self._time_appends(readies)
+        driver.send_early(readies, self)  # leaders' appends: while the fsync runs
         return readies, self.store.seal()
 
     def _propose_settlements(self) -> None:
@@ -260,7 +262,7 @@ class QuorumGroups:
         """`batch` is written: send, apply and advance the round's Readies, then apply
         what that made committed and durable (and what peers committed meanwhile)."""
         self.store.synced(batch)
-        driver.finish_round(readies, self)
+        driver.finish_round(readies, self, sent_early=True)
         driver.apply_round(self.queues.values(), self)
         self.release_confirms()
 
@@ -279,7 +281,8 @@ class QuorumGroups:
 
     def send(self, queue: ReplicatedGroup, messages) -> None:
         """Raft messages to the group's peers (the driver calls this only once what
-        they promise is durable)."""
+        they promise is durable: a leader's appends promise nothing of this node's
+        disk and leave while the round's fsync runs, driver.leaves_early)."""
         self.cluster.send_raft(queue.group, messages)
 
     def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:

@@ -10,7 +10,8 @@ group, broker/node/quorum.py); this module only guarantees when they are called.
 How it works: one *round* is `persist_round` (collect and persist, buffered in the
 store), the store's flush, and `finish_round` (send, apply, advance). The flush is the
 caller's, so that it can run wherever the caller likes (the server runs it on a
-writer thread), as long as `finish_round` runs only once it completed. Applying may
+writer thread), as long as `finish_round` runs only once it completed; a caller that runs the flush apart may
+hand the leaders' appends to the transport before it (`send_early`). Applying may
 propose new entries (a no-ack delivery is settled at once, a restart's Down...) and a
 single-member group commits its own entries only after they are durable, so callers
 repeat rounds until `persist_round` finds no Ready (at most `MAX_ROUNDS`).
@@ -22,7 +23,8 @@ when the fsync completed, and those a leader's peers acknowledged while it ran, 
 applied then, not after the next round's fsync of entries proposed meanwhile.
 
 Invariants: `finish_round(batch)` is called only after everything `persist_round`
-returned `batch` for is durable; every group's Ready is advanced exactly once, after
+returned `batch` for is durable; no message leaves before that but what
+`leaves_early` allows; every group's Ready is advanced exactly once, after
 its messages were handed to `send` and its committed entries to `apply`; one Ready is
 outstanding per group at a time (no `ready()` between `persist_round` and
 `finish_round` of the same round).
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from .core import RaftNode
-from .messages import Message
+from .messages import AppendEntries, Message
 from .ready import Ready
 from .storage import LogStore
 
@@ -90,15 +92,44 @@ def persist_round(store: LogStore, members: Iterable[Member]) -> Batch:
     return batch
 
 
-def finish_round(batch: Batch, handler: ReadyHandler) -> None:
+def leaves_early(ready: Ready, message: Message) -> bool:
+    """May `message` be sent before `ready`'s persisting is durable? A leader's
+    AppendEntries may (the Raft paper, section 10.2.1: the leader writes its log in
+    parallel with replicating it; etcd-io/raft sends a leader's appends while the
+    same Ready's entries are persisted): it promises nothing about this node's disk,
+    and the leader counts itself towards a commit only with what it made durable
+    (`Leader.maybe_commit` takes the log's persisted index), so an entry commits on
+    a majority's disks either way. Not when the Ready changes the hard state (a new
+    term or vote must be durable before anything depending on it leaves), nor with a
+    snapshot; votes, responses, InstallSnapshot and TimeoutNow always wait."""
+    return (type(message) is AppendEntries and ready.hard_state is None
+            and ready.snapshot is None)
+
+
+def send_early(batch: Batch, handler: ReadyHandler) -> None:
+    """Step 2 ahead of the flush, for the messages that may leave before it
+    (`leaves_early`): a leader's appends reach its followers while its own fsync runs,
+    so a commit waits for the slower of the two fsyncs, not for both in turn. The
+    caller then passes `sent_early=True` to `finish_round`."""
+    for member, _raft, ready in batch:
+        early = tuple(m for m in ready.messages if leaves_early(ready, m))
+        if early:
+            handler.send(member, early)
+
+
+def finish_round(batch: Batch, handler: ReadyHandler, sent_early: bool = False) -> None:
     """Steps 2-4 of every Ready in `batch`, whose persisting is now durable: first
-    every group's messages, then per group apply, advance, `advanced`. A member whose
-    core was dropped or replaced since `persist_round` (this node left the group while
-    the store flushed) is skipped: nobody drives that core any more."""
+    every group's messages (those `send_early` did not send, if it ran: `sent_early`),
+    then per group apply, advance, `advanced`. A member whose core was dropped or
+    replaced since `persist_round` (this node left the group while the store flushed)
+    is skipped: nobody drives that core any more."""
     batch = [(member, raft, ready) for member, raft, ready in batch if member.raft is raft]
     for member, _raft, ready in batch:
-        if ready.messages:
-            handler.send(member, ready.messages)
+        messages = ready.messages
+        if sent_early and messages:
+            messages = tuple(m for m in messages if not leaves_early(ready, m))
+        if messages:
+            handler.send(member, messages)
     for member, raft, ready in batch:
         if member.raft is not raft:  # left while an earlier group was applied
             continue

@@ -210,3 +210,96 @@ def test_apply_round_applies_what_the_flush_committed_before_newer_proposals_per
     assert applier.applied == [("g", b"second"), ("g", b"third")]
     assert all(applier.durable_at_apply)
     store.close()
+
+
+class Wire:
+    """Three members' handlers: what one sends is queued for its peers (step it in
+    with `deliver`); what one applies is recorded."""
+
+    def __init__(self):
+        self.in_flight, self.applied, self.sent = [], {}, {}
+
+    def handler(self, name):
+        wire = self
+
+        class Handler:
+            def send(self, member, messages):
+                wire.sent.setdefault(name, []).extend(messages)
+                wire.in_flight.extend(messages)
+
+            def apply(self, member, ready):
+                wire.applied.setdefault(name, []).extend(
+                    e.data for e in ready.committed if e.kind == COMMAND)
+
+            def advanced(self, member, ready):
+                pass
+
+        return Handler()
+
+    def deliver(self, members):
+        while self.in_flight:
+            message = self.in_flight.pop(0)
+            members[message.to].raft.step(message)
+
+
+def test_a_leaders_appends_leave_before_its_fsync_and_it_applies_only_after(tmp_path):
+    """driver.send_early: the leader's AppendEntries go out while its own round is
+    still unflushed; the followers persist them and answer, which commits the entry
+    (two of three), but the leader applies it — and so confirms it — only once its
+    own flush made it durable here. The followers' answers wait for their flush,
+    and nothing is sent twice."""
+    from quorumqueue.broker.raft.messages import AppendEntries, AppendEntriesResponse
+
+    names = ("n1", "n2", "n3")
+    stores = {n: LogStore(str(tmp_path / n)) for n in names}
+    members, wire = {}, Wire()
+    for n in names:
+        stores[n].set_initial_members("g", names)
+        members[n] = Group("g", [], [])
+        members[n].raft = RaftNode(n, RaftConfig(), stores[n].group_log("g"), random.Random(1))
+
+    def settle():  # every member's rounds, the flush inline, until the wire is quiet
+        for _ in range(50):
+            for n in names:
+                run_rounds(stores[n], [members[n]], wire.handler(n))
+            if not wire.in_flight:
+                return
+            wire.deliver(members)
+        raise AssertionError("the group did not settle")
+
+    members["n1"].raft.campaign()
+    settle()
+    assert members["n1"].raft.role is Role.LEADER
+    wire.sent.clear()
+
+    leader = members["n1"]
+    leader.raft.propose(b"m")
+    batch = driver.persist_round(stores["n1"], [leader])
+    driver.send_early(batch, wire.handler("n1"))
+    early = list(wire.sent["n1"])
+    assert early and all(type(m) is AppendEntries and m.entries for m in early)
+
+    for n in ("n2", "n3"):  # the followers take the appends and flush
+        wire.deliver(members)
+        follower_batch = driver.persist_round(stores[n], [members[n]])
+        driver.send_early(follower_batch, wire.handler(n))
+        assert n not in wire.sent  # a follower's answer never leaves before its flush
+        stores[n].flush()
+        driver.finish_round(follower_batch, wire.handler(n), sent_early=True)
+        assert all(type(m) is AppendEntriesResponse for m in wire.sent[n])
+    wire.deliver(members)  # their answers reach the leader, its flush still pending
+    index = early[0].entries[-1].index
+    assert leader.raft.commit_index >= index  # committed on two followers' disks
+    assert wire.applied.get("n1", []) == []    # ... but not applied on the leader yet
+
+    stores["n1"].flush()
+    driver.finish_round(batch, wire.handler("n1"), sent_early=True)
+    driver.apply_round([leader], wire.handler("n1"))
+    assert wire.applied["n1"] == [b"m"]
+    sent_appends = [m for m in wire.sent["n1"] if type(m) is AppendEntries
+                    and m.entries and m.entries[-1].index == index]
+    assert sorted(m.to for m in sent_appends) == ["n2", "n3"]  # once each, not twice
+    settle()
+    assert all(wire.applied[n] == [b"m"] for n in names)
+    for store in stores.values():
+        store.close()
