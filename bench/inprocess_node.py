@@ -1,6 +1,7 @@
 """One node in-process: CPU per message of confirmed publishes and of a consume.
 
-    python bench/inprocess_node.py [--messages 20000] [--size 1024] [--runs 3] [--json PATH]
+    python bench/inprocess_node.py [--messages 20000] [--size 1024] [--runs 3]
+                                   [--single-acks N] [--json PATH]
 
 No sockets, no fsync, no other process: the sans-I/O session and the node as the
 broker assembles them (`tests/broker/node/harness.py`), driven by this process. Per
@@ -10,9 +11,12 @@ about 64 KB (what a socket read hands the broker), the node flushed and the
 session's output taken after each read (the shell's part); **consume**:
 `basic.consume` with manual acks, prefetch 1,000, `multiple=true` every 500
 deliveries, until every message was delivered and acked (it stops with an error
-if deliveries stop short). Prints the CPU microseconds per message of each phase
-(`time.process_time`), per run and the median: a figure that moves less with the
-machine's load than the socket benchmarks, used to compare builds (bench/README.md,
+if deliveries stop short); with `--single-acks N`, a basic.ack per delivery
+(`multiple=false`, as PerfTest acks), N of them per read, the node flushed after
+each read (the consumer's acks as a socket would hand them in). Prints the CPU
+microseconds per message of each phase (`time.process_time`), per run and the
+median: a figure that moves less with the machine's load than the socket
+benchmarks, used to compare builds (bench/README.md,
 "Compiled hot modules").
 """
 
@@ -39,8 +43,9 @@ PREFETCH = 1000
 DELIVER_MARK = b"\x00\x3c\x00\x3c"
 
 
-def one_run(messages: int, size: int) -> tuple[float, float]:
-    """(publish, consume) CPU microseconds per message of one fresh node."""
+def one_run(messages: int, size: int, single_acks: int = 0) -> tuple[float, float]:
+    """(publish, consume) CPU microseconds per message of one fresh node; with
+    `single_acks`, one basic.ack per delivery, that many per read."""
     client = Client(new_node())
     client.handshake()
     client.open_channel(1)
@@ -65,10 +70,23 @@ def one_run(messages: int, size: int) -> tuple[float, float]:
     client.send(1, method(commands.Basic.Consume, queue="bench", consumer_tag="c"))
     started = time.process_time()
     delivered = acked = 0
+    ack = (marshal(method(commands.Basic.Ack, delivery_tag=0, multiple=False), 1)
+           if single_acks else b"")
     while acked < messages:
         arrived = client.read_raw().count(DELIVER_MARK)
         delivered += arrived
-        if delivered - acked >= PREFETCH // 2 or (delivered == messages and acked < delivered):
+        if single_acks and delivered > acked:
+            while acked < delivered:  # the tag: the 8 octets before the bits and frame end
+                count = min(single_acks, delivered - acked)
+                client.send_bytes(b"".join(
+                    ack[:-10] + (tag).to_bytes(8, "big") + ack[-2:]
+                    for tag in range(acked + 1, acked + count + 1)))
+                acked += count
+                if acked < delivered:
+                    delivered += client.read_raw().count(DELIVER_MARK)
+        elif single_acks:
+            raise SystemExit(f"consume stalled: delivered {delivered} of {messages}")
+        elif delivered - acked >= PREFETCH // 2 or (delivered == messages and acked < delivered):
             client.send(1, commands.Basic.Ack(delivery_tag=delivered, multiple=True))
             acked = delivered
         elif not arrived:  # nothing came and nothing is left to ack: nothing will come
@@ -84,9 +102,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--single-acks", type=int, default=0, metavar="N",
+                        help="a basic.ack per delivery, N per read (default: multiple "
+                             "acks every 500)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    runs = [one_run(args.messages, args.size) for _ in range(args.runs)]
+    runs = [one_run(args.messages, args.size, args.single_acks) for _ in range(args.runs)]
     for index, (publish, consume) in enumerate(runs):
         print(f"run {index}: publish {publish:6.2f} us/msg  consume {consume:6.2f} us/msg")
     publish = statistics.median(run[0] for run in runs)
