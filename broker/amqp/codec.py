@@ -518,6 +518,48 @@ def delivery(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bo
                      body, b"\xce"))
 
 
+_end_then_frame_header = struct.Struct(">BBHI")  # a frame's end octet, the next one's header
+# basic.deliver's start, by the length of its ids and consumer tag (made when first
+# asked for): frame type, channel, payload size, the ids and the tag, the delivery
+# tag, the redelivered octet
+_DELIVER_STARTS: dict[int, struct.Struct] = {}
+
+
+def deliveries(channel: int, consumer_tag: str, first_tag: int, messages, frame_max: int,
+               parts: list) -> None:
+    """What `delivery` makes for each of `messages`, with the delivery tags
+    `first_tag`, `first_tag + 1`, ..., appended to `parts` (to be joined: the same
+    bytes): a consumer's run of messages in one pass. A message is (redelivered,
+    names, content header payload, body), `names` the exchange and the routing key
+    already encoded as two short strings; names, header and body may be any
+    bytes-like (views into a buffer are appended, not copied)."""
+    tag_string = _SHORT_STRINGS.get(consumer_tag) or _ss_cached(consumer_tag)
+    ids_and_tag = _DELIVER_IDS + tag_string
+    start = _DELIVER_STARTS.get(len(ids_and_tag))
+    if start is None:
+        start = _DELIVER_STARTS[len(ids_and_tag)] = struct.Struct(f">BHI{len(ids_and_tag)}sQB")
+    method_start = start.pack  # one pack per message
+    fixed_size = len(ids_and_tag) + 9
+    end_then = _end_then_frame_header.pack
+    method_type, header_type, body_type, end = (spec.FRAME_METHOD, spec.FRAME_HEADER,
+                                                spec.FRAME_BODY, spec.FRAME_END)
+    chunk = frame_max - spec.FRAME_OVERHEAD
+    extend = parts.extend
+    tag = first_tag
+    for redelivered, names, header, body in messages:
+        size = len(body)
+        if 0 < size <= chunk:
+            extend((method_start(method_type, channel, fixed_size + len(names), ids_and_tag,
+                                 tag, redelivered),
+                    names, end_then(end, header_type, channel, len(header)), header,
+                    end_then(end, body_type, channel, size), body, b"\xce"))
+        else:  # no body, or one split over several frames
+            extend((method_start(method_type, channel, fixed_size + len(names), ids_and_tag,
+                                 tag, redelivered), names, b"\xce"))
+            extend(content(channel, header, body, frame_max))
+        tag += 1
+
+
 def basic_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
                  routing_key: str, message_count: int) -> bytes:
     return method(channel, 60, 71, _u64.pack(delivery_tag) + bits(redelivered)

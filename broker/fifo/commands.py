@@ -453,6 +453,20 @@ def message_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview, 
             view[key_end + 4:])
 
 
+def delivery_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview, memoryview]:
+    """The same message as `decode_message`, as views into `data` for a delivery:
+    (names, content header, body), where `names` is the exchange and the routing key
+    as stored, each a length octet and its UTF-8 (two AMQP short strings, as
+    basic.deliver carries them)."""
+    view = memoryview(data)
+    offset = start + _enqueue_head.size  # the publisher, then the exchange
+    offset += 2 + _u16.unpack_from(data, offset)[0]
+    key_end = offset + 2 + data[offset] + data[offset + 1 + data[offset]]
+    header_start = key_end + 4
+    body_start = header_start + _u32.unpack_from(data, key_end)[0]
+    return view[offset:key_end], view[header_start:body_start], view[body_start:]
+
+
 def encode(command: Command) -> bytes:
     match command:
         case Enqueue():

@@ -185,6 +185,37 @@ class Channel:
             counters.consume_auto_ack += 1
             counts.deliver_no_ack += 1
 
+    def deliver_batch(self, consumer: Consumer, queue: Queue, tokens: list,
+                      messages: list) -> None:
+        """`deliver` of each of `messages` in order, as one run of frames: a message is
+        (redelivered, names, content header, body) as `codec.deliveries` takes it;
+        `tokens[i]` is kept for message i until settled (unless no-ack: then `tokens`
+        is not read)."""
+        count = len(messages)
+        first = self.next_delivery_tag
+        self.next_delivery_tag = first + count
+        session = self.session
+        parts: list = []
+        codec.deliveries(self.number, consumer.tag, first, messages, session.frame_max, parts)
+        session.write_parts(parts)
+        counters = self.node.counters.by_type[queue.type_name]
+        counts = queue.message_counts
+        redelivered = [message[0] for message in messages].count(True)
+        if redelivered:
+            counters.redelivered += redelivered
+            counts.redeliver += redelivered
+        if not consumer.no_ack:
+            counters.consume_manual_ack += count
+            counts.deliver += count
+            tags = range(first, first + count)
+            self.unacked.update(zip(tags, [(queue, token, consumer) for token in tokens]))
+            self.delivered_at.update(dict.fromkeys(tags, self.node.now))
+            consumer.unacked += count
+            self.unacked_count += count
+        else:
+            counters.consume_auto_ack += count
+            counts.deliver_no_ack += count
+
     def get_ok(self, queue: Queue, token, no_ack: bool, redelivered: bool, exchange: str,
                routing_key: str, remaining: int, header: bytes, body: bytes) -> None:
         """basic.get-ok with one message; unless no-ack, `token` is kept as for a

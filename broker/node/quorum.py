@@ -4,12 +4,13 @@ Responsibilities: create, recover and delete the Raft groups behind quorum queue
 be the Ready loop's handler (broker/raft/driver.py) for every group on the node —
 cluster sends (`send`), committed entries through the fifo machine (`apply`), and
 what follows (`advanced`: leader news, snapshots); turn the machine's effects into
-AMQP work — deliveries to this node's consumers (bodies read back from the log),
-replies to whoever waited for an entry, snapshots and log release at the machine's
-release cursor; dead lettering (`_dead_letter`: a message the machine dropped, published
-by the leader to the queue's dead-letter exchange, at most once, through
-node/dead_letters.py as for classic queues; with at-least-once dead lettering, the
-leader's dead-letter worker instead: `_ensure_worker`, node/dead_letter_worker.py);
+AMQP work — deliveries to this node's consumers (node/deliveries.py: bodies read
+back from the log), replies to whoever waited for an entry, snapshots and log release
+at the machine's release cursor; dead lettering (`_dead_letter`: a message the
+machine dropped, published by the leader to the queue's dead-letter exchange, at most
+once, through node/dead_letters.py as for classic queues; with at-least-once dead
+lettering, the leader's dead-letter worker instead: `_ensure_worker`,
+node/dead_letter_worker.py);
 queue TTL (`_delete_expired`: the leader deletes an expired queue through the
 metadata); and time (Tick commands for lease, message and queue expiry).
 
@@ -47,31 +48,24 @@ from bisect import bisect_right
 import random
 from typing import TYPE_CHECKING
 
-from ..amqp.channel import ChannelState
 from ..fifo import commands, snapshot
-from ..fifo.commands import (Deliver, Down, Meta, Return, Settle)
+from ..fifo.commands import Deliver, Down, Meta
 from ..fifo.envelope import TIMED, TIMED_HEAD
 from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ..fifo.state import FifoState, fifo_config
-from ..queues.quorum import (MessageGone, QuorumQueue,  # noqa: F401 (names importable here)
-                             group_uid, with_delivery_count)
+from ..queues.quorum import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
-from ..raft.forwarded import FORWARDED, HEAD_SIZE, AppliedIds, Identity, load_snapshot
+from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
-from . import dead_letters
+from . import dead_letters, deliveries
 from .dead_letter_worker import DeadLetterWorker
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .channel import Channel, Consumer
+    from .channel import Channel
 
 log = logging.getLogger("quorumqueue.broker")
-# read per delivery: an enum member off its class costs ~8x a global on Python 3.11
-_CHANNEL_OPEN = ChannelState.OPEN
-# read_message_spans reads the entries between a range's first and last message in one
-# call while they number at most twice its messages plus this many
-_SPAN_SLACK = 64
 
 
 
@@ -374,9 +368,9 @@ class QuorumGroups:
         release cursors (snapshots, once applied)."""
         for effect in effects:
             match effect:
-                case Deliver(consumer, deliveries):
+                case Deliver(consumer, messages):
                     if not replaying:
-                        self._deliver(queue, consumer, deliveries)
+                        deliveries.deliver(self, queue, consumer, messages)
                 case commands.Dropped(index, reason):
                     if not replaying and queue.is_leader:
                         self._dead_letter(queue, index, reason)
@@ -385,10 +379,10 @@ class QuorumGroups:
                         log.info("quorum queue '%s' in vhost '%s': single active consumer "
                                  "is now %s", queue.name, queue.vhost,
                                  "none" if consumer is None else repr(consumer))
-                case commands.DlxDeliver(worker, deliveries):
+                case commands.DlxDeliver(worker, letters):
                     current = self.dlx_workers.get(queue.group)
                     if not replaying and current is not None and current.identity == worker:
-                        current.take(deliveries)
+                        current.take(letters)
                 case commands.QueueExpired(unused_ms):
                     if not replaying and queue.is_leader and not queue.expiry_proposed:
                         self._delete_expired(queue, unused_ms)
@@ -468,76 +462,13 @@ class QuorumGroups:
     # ------------------------------------------------------------ deliveries
 
     def read_message(self, queue: QuorumQueue, index: int) -> tuple[str, str, bytes, bytes]:
-        entry = self.store.entry(queue.group, index)
-        if entry is None:
-            raise MessageGone(f"quorum queue '{queue.name}': message at log index {index} "
-                              "is missing from the log")
-        data = entry.data
-        start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
-        if data[start] == TIMED:  # the proposer's clock (message TTL)
-            return commands.decode_message(data, start + TIMED_HEAD.size)
-        return commands.decode_message(data, start)
+        """(exchange, routing key, content header, body) of the message at `index`."""
+        return deliveries.read_message(self.store, queue, index)
 
     def read_message_spans(self, queue: QuorumQueue, indexes: list[int]) -> list[tuple]:
-        """`commands.message_spans` of the messages at `indexes` (increasing), in order:
-        views into their log entries, nothing decoded. The entries between the first and
-        the last index are read in one call (one read per segment instead of one per
-        message) when they are not much more than those wanted (a lease range's
-        messages lie close together in the log); else one by one."""
-        if not indexes:
-            return []
-        lo, hi = indexes[0], indexes[-1] + 1
-        found: dict[int, bytes] = {}
-        if hi - lo <= 2 * len(indexes) + _SPAN_SLACK:
-            try:
-                found = {entry.index: entry.data for entry in self.store.entries(queue.group, lo, hi)}
-            except (LookupError, ValueError):
-                found = {}  # outside the log now: the one-by-one reads below say which
-        spans = []
-        for index in indexes:
-            data = found.get(index)
-            if data is None:
-                entry = self.store.entry(queue.group, index)
-                if entry is None:
-                    raise MessageGone(f"quorum queue '{queue.name}': message at log index "
-                                      f"{index} is missing from the log")
-                data = entry.data
-            start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
-            if data[start] == TIMED:  # the proposer's clock (message TTL)
-                start += TIMED_HEAD.size
-            spans.append(commands.message_spans(data, start))
-        return spans
-
-    def _deliver(self, queue: QuorumQueue, key: str, deliveries) -> None:
-        consumer: "Consumer | None" = queue.by_key.get(key)
-        if consumer is None and not self.cluster.is_local_key(key):
-            owner = key.partition(":")[0]
-            if queue.is_leader and owner not in queue.raft.members:
-                # a node with no replica: the leader sends it the messages
-                self.cluster.deliver_remote(queue, owner, key, deliveries)
-            return  # else that node's replica delivers
-        if consumer is None and self.cluster.is_stale_identity(key):
-            # an earlier run's consumer, not removed yet: what it is handed comes back
-            # when it is (stale_downs, NodeUp); a Return here would count, and the
-            # message could come straight back to it while it is still active
-            return
-        if consumer is None:  # its Cancel or Down lost, or on its way
-            queue.remove_unknown_consumer(key, tuple(d.msg_id for d in deliveries),
-                                          self.cluster.node.sessions)
-            return
-        returned, settled = [], []
-        for delivery in deliveries:
-            if consumer.channel.state is not _CHANNEL_OPEN:
-                returned.append(delivery.msg_id)
-                continue
-            exchange, routing_key, header, body = self.read_message(queue, delivery.raft_index)
-            queue.deliver(consumer, key, delivery, exchange, routing_key, header, body)
-            if consumer.no_ack:
-                settled.append(delivery.msg_id)
-        if returned:
-            queue.propose(Return(key, tuple(returned)), 0)
-        if settled:
-            queue.propose(Settle(key, tuple(settled)), 0)
+        """The messages at `indexes` (increasing) as views into their log entries
+        (deliveries.py)."""
+        return deliveries.read_message_spans(self.store, queue, indexes)
 
     # ------------------------------------------------------------ dead lettering
 

@@ -10,11 +10,11 @@ purge, a lease operation).
 
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
 queue's log (here, or at the leader through the cluster's router); replies come from
-this member's own apply (node/quorum.py drives the groups and turns Deliver effects
-into `channel.deliver` calls). An unacked delivery's token is a `QuorumToken`
-(the fifo consumer key and the machine's message id); settling goes through the log
-by id. Commands that do not depend on time are proposed with time 0 (only the
-envelope's TIMED_COMMANDS carry the leader's clock).
+this member's own apply (node/quorum.py drives the groups; node/deliveries.py turns
+Deliver effects into `channel.deliver_batch` calls). An unacked delivery's token is a
+`QuorumToken` (the fifo consumer key and the machine's message id); settling goes
+through the log by id. Commands that do not depend on time are proposed with time 0
+(only the envelope's TIMED_COMMANDS carry the leader's clock).
 
 Invariants: every live message is in the log at its raft index (bodies are read
 from there, never copied into the state); `waiters[i]` is called exactly once, with

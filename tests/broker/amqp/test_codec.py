@@ -302,6 +302,32 @@ def test_a_delivery_is_deliver_then_its_content(channel, tag, delivery_tag, rede
                               header, body, frame_max) == expected
 
 
+@settings(max_examples=40, deadline=None)
+@given(channel=user_channels, tag=short_strings(), first_tag=st.integers(0, 2 ** 62),
+       messages=st.lists(st.tuples(st.booleans(), short_strings(), short_strings(),
+                                   st.binary(max_size=40), st.binary(max_size=3000)),
+                         max_size=6),
+       frame_max=st.integers(min_value=9, max_value=1200))
+def test_a_run_of_deliveries_is_each_delivery_in_turn(channel, tag, first_tag, messages,
+                                                      frame_max):
+    """`codec.deliveries` (a consumer's run of messages, names already short strings,
+    views taken as they are) makes exactly what `codec.delivery` makes for each, with
+    consecutive delivery tags: also for empty bodies and bodies split by frame_max."""
+    def names(exchange, routing_key):
+        return memoryview(codec._ss(exchange) + codec._ss(routing_key))
+
+    parts: list = []
+    codec.deliveries(channel, tag, first_tag,
+                     [(redelivered, names(exchange, routing_key), memoryview(header),
+                       memoryview(body))
+                      for redelivered, exchange, routing_key, header, body in messages],
+                     frame_max, parts)
+    assert b"".join(parts) == b"".join(
+        codec.delivery(channel, tag, first_tag + n, redelivered, exchange, routing_key,
+                       header, body, frame_max)
+        for n, (redelivered, exchange, routing_key, header, body) in enumerate(messages))
+
+
 # ---------------------------------------------------------------- hot-path decoders
 
 

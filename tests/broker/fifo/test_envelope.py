@@ -74,6 +74,25 @@ def test_message_spans_are_the_decoded_message_as_views_into_the_entry():
         "ex-\u00e9".encode(), b"rk", len(b"header"), b"headerbody")
 
 
+@pytest.mark.parametrize("exchange, routing_key, header, body", [
+    ("ex-\u00e9", "rk", b"header", b"body"), ("", "", b"", b""),
+    ("x" * 255, "\udcff" + "k" * 254, b"h" * 300, b"b" * 70000),
+])
+def test_delivery_spans_are_the_message_with_its_names_as_short_strings(
+        exchange, routing_key, header, body):
+    """What a delivery is written from (node/deliveries.py): the exchange and the
+    routing key as two AMQP short strings (a length octet, then UTF-8 with
+    surrogateescape), the header and the body, as views into the entry."""
+    data = stamped_enqueue(1, "pub", 4, 9, exchange, routing_key, header, body)
+    names, got_header, got_body = commands.delivery_spans(data, TIMED_HEAD.size)
+    assert all(isinstance(view, memoryview) for view in (names, got_header, got_body))
+    exchange_bytes = exchange.encode("utf-8", "surrogateescape")
+    key_bytes = routing_key.encode("utf-8", "surrogateescape")
+    assert bytes(names) == (bytes([len(exchange_bytes)]) + exchange_bytes
+                            + bytes([len(key_bytes)]) + key_bytes)
+    assert (bytes(got_header), bytes(got_body)) == (header, body)
+
+
 def test_the_envelope_marker_is_no_command_tag():
     assert TIMED == 0xFF
     with pytest.raises(ValueError, match="unknown fifo command tag 255"):

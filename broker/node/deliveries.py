@@ -1,0 +1,150 @@
+"""Quorum queue messages read back from the log, and Deliver effects handed to consumers.
+
+Responsibilities: a quorum queue keeps no message bodies in its state (broker/fifo):
+every live message is its Enqueue entry in the group's log. This module reads them
+back for whoever needs the message: one message decoded (`read_message`: a basic.get,
+dead lettering, a remote consumer's delivery), a lease range's messages as views
+(`read_message_spans`), and a Deliver effect's messages written to this node's
+consumer (`deliver`), or sent to a node without a replica, or returned.
+
+How it works: the messages of one Deliver effect (or one lease range) lie close
+together in the log (consecutive Enqueues, between them the Settles that made room),
+so their entries are read with one `LogStore.entries` call over the span from the
+first to the last (`_entries`: one read per segment, or one slice of the memtable)
+when that span is not much larger than the messages wanted, else one by one. An
+entry's message is cut out without decoding (`commands.delivery_spans`: views of the
+exchange and routing key as stored — AMQP short strings, what basic.deliver carries
+as they are — the content header and the body), and the channel writes the whole
+effect as one run of frames (`Channel.deliver_batch`: one pass over the messages,
+the delivery tags and unacked bookkeeping in bulk). A message delivered before (its
+delivery count above 0) gets `x-delivery-count` in its header (queues/quorum.py
+`with_delivery_count`); everything else is sent byte for byte as published.
+
+Invariants: a Deliver effect's messages are written in the machine's order (their
+delivery tags follow it); a live message's entry is always in the log (the release
+cursor never passes it), so a missing one raises MessageGone; nothing is written to
+a channel that is not open (its messages go back to the queue, a Return); a no-ack
+consumer's deliveries are settled (one Settle) as soon as they are written.
+
+Not here: which messages a consumer gets (broker/fifo/machine.py), the frames' bytes
+(broker/amqp/codec.py `deliveries`), the channel's bookkeeping (channel.py), remote
+delivery (broker/cluster/proxy.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp.channel import ChannelState
+from ..fifo import commands
+from ..fifo.commands import Return, Settle
+from ..fifo.envelope import TIMED, TIMED_HEAD
+from ..queues.quorum import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
+from ..raft.forwarded import FORWARDED, HEAD_SIZE
+from ..raft.storage import LogStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .channel import Consumer
+
+# read per delivery: an enum member off its class costs ~8x a global on Python 3.11
+_CHANNEL_OPEN = ChannelState.OPEN
+# The entries between the first and the last of some messages are read in one call
+# while they number at most twice the messages plus this many.
+_SPAN_SLACK = 64
+_TIMED_SIZE = TIMED_HEAD.size
+
+
+def _command_start(data: bytes) -> int:
+    """Where the Enqueue begins in an entry: after a forwarded command's identity and
+    the time envelope (envelope.py), when present."""
+    start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
+    if data[start] == TIMED:  # the proposer's clock (message TTL)
+        start += _TIMED_SIZE
+    return start
+
+
+def _entry_data(store: LogStore, queue: QuorumQueue, index: int) -> bytes:
+    entry = store.entry(queue.group, index)
+    if entry is None:
+        raise MessageGone(f"quorum queue '{queue.name}': message at log index {index} "
+                          "is missing from the log")
+    return entry.data
+
+
+def _entries(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[bytes]:
+    """The data of the entries at `indexes` (any order), in that order: the span
+    between the lowest and the highest read in one call when it is not much more than
+    those wanted; what that did not find (outside the log now, or a span too sparse),
+    one by one (MessageGone for a missing one)."""
+    lo, hi = min(indexes), max(indexes) + 1
+    found: dict[int, bytes] = {}
+    if hi - lo <= 2 * len(indexes) + _SPAN_SLACK:
+        try:
+            found = {entry.index: entry.data for entry in store.entries(queue.group, lo, hi)}
+        except (LookupError, ValueError):
+            found = {}  # outside the log now: the one-by-one reads below say which
+    get = found.get
+    return [data if (data := get(index)) is not None else _entry_data(store, queue, index)
+            for index in indexes]
+
+
+def read_message(store: LogStore, queue: QuorumQueue, index: int) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, content header, body) of the message at `index`."""
+    data = _entry_data(store, queue, index)
+    return commands.decode_message(data, _command_start(data))
+
+
+def read_message_spans(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[tuple]:
+    """`commands.message_spans` of the messages at `indexes` (increasing), in order:
+    views into their log entries, nothing decoded (a lease range's messages)."""
+    if not indexes:
+        return []
+    return [commands.message_spans(data, _command_start(data))
+            for data in _entries(store, queue, indexes)]
+
+
+def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
+    """A Deliver effect: `deliveries` (fifo Delivery, in the machine's order) for the
+    consumer whose fifo key is `key`. `groups`: the node's QuorumGroups."""
+    consumer: "Consumer | None" = queue.by_key.get(key)
+    cluster = groups.cluster
+    if consumer is None and not cluster.is_local_key(key):
+        owner = key.partition(":")[0]
+        if queue.is_leader and owner not in queue.raft.members:
+            # a node with no replica: the leader sends it the messages
+            cluster.deliver_remote(queue, owner, key, deliveries)
+        return  # else that node's replica delivers
+    if consumer is None and cluster.is_stale_identity(key):
+        # an earlier run's consumer, not removed yet: what it is handed comes back
+        # when it is (stale_downs, NodeUp); a Return here would count, and the
+        # message could come straight back to it while it is still active
+        return
+    if consumer is None:  # its Cancel or Down lost, or on its way
+        queue.remove_unknown_consumer(key, tuple(d.msg_id for d in deliveries),
+                                      cluster.node.sessions)
+        return
+    channel = consumer.channel
+    if channel.state is not _CHANNEL_OPEN:  # closing: the messages go back (a Return)
+        queue.propose(Return(key, tuple(d.msg_id for d in deliveries)), 0)
+        return
+    no_ack = consumer.no_ack
+    tokens: list[QuorumToken] = []  # what the channel keeps until settled (not no-ack)
+    messages = []
+    add_token, add_message = tokens.append, messages.append
+    spans = commands.delivery_spans
+    for delivery, data in zip(deliveries, _entries(groups.store, queue,
+                                                   [d.raft_index for d in deliveries])):
+        start = HEAD_SIZE if data[0] == FORWARDED else 0  # _command_start, inlined
+        if data[start] == TIMED:
+            start += _TIMED_SIZE
+        names, header, body = spans(data, start)
+        count = delivery.delivery_count
+        if count:
+            add_message((True, names, with_delivery_count(bytes(header), count), body))
+        else:
+            add_message((delivery.returned, names, header, body))
+        if not no_ack:
+            add_token(QuorumToken(key, delivery.msg_id))
+    channel.deliver_batch(consumer, queue, tokens, messages)
+    if consumer.no_ack:
+        queue.propose(Settle(key, tuple(d.msg_id for d in deliveries)), 0)
