@@ -407,6 +407,15 @@ class QuorumQueue(ReplicatedGroup, Queue):
             return
         kind = (commands.Settle if requeue is None
                 else commands.Return if requeue else commands.Discard)
+        settling = self.settling
+        if len(tokens) == 1 and self.groups is not None:  # one ack (PerfTest acks each)
+            token = tokens[0]
+            if settling and settling[-1][0] is kind and settling[-1][1] == token.key:
+                settling[-1][2].append(token.msg_id)
+            else:
+                settling.append((kind, token.key, [token.msg_id]))
+            self.groups.settling.add(self)
+            return
         by_key: dict[str, list[int]] = {}
         for token in tokens:
             by_key.setdefault(token.key, []).append(token.msg_id)
@@ -420,7 +429,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
         # settles becomes one command per consumer, proposed before the queue's next
         # command or at the node's next round (QuorumGroups.begin_round), so nothing
         # is reordered against this queue's other commands.
-        settling = self.settling
         for key, msg_ids in by_key.items():
             if settling and settling[-1][0] is kind and settling[-1][1] == key:
                 settling[-1][2].extend(msg_ids)
