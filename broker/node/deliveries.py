@@ -8,15 +8,15 @@ dead lettering, a remote consumer's delivery), a lease range's messages as views
 consumer (`deliver`), or sent to a node without a replica, or returned.
 
 How it works: the messages of one Deliver effect (or one lease range) lie close
-together in the log (consecutive Enqueues, between them the Settles that made room),
-so their entries are read with one `LogStore.entries` call over the span from the
-first to the last (`_entries`: one read per segment, or one slice of the memtable)
-when that span is not much larger than the messages wanted, else one by one. An
-entry's message is cut out without decoding (`commands.delivery_spans`: views of the
-exchange and routing key as stored — AMQP short strings, what basic.deliver carries
-as they are — the content header and the body), and the channel writes the whole
-effect as one run of frames (`Channel.deliver_batch`: one pass over the messages,
-the delivery tags and unacked bookkeeping in bulk). A message delivered before (its
+together in the log (consecutive Enqueues, between them the Settles that made room;
+a returned message further back), so their entries are read in runs (`_entries`:
+indexes at most _GAP apart are one `LogStore.entries` call, one read per segment or
+one slice of the memtable, with the few entries between them). An entry's message
+is cut out without decoding (`commands.delivery_spans`: views of the exchange and
+routing key as stored — AMQP short strings, what basic.deliver carries as they are —
+the content header and the body), and the channel writes the whole effect as one
+run of frames (`Channel.deliver_batch`: one pass over the messages, the delivery
+tags and unacked bookkeeping in bulk). A message delivered before (its
 delivery count above 0) gets `x-delivery-count` in its header (queues/quorum.py
 `with_delivery_count`); everything else is sent byte for byte as published.
 
@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # read per delivery: an enum member off its class costs ~8x a global on Python 3.11
 _CHANNEL_OPEN = ChannelState.OPEN
-# The entries between the first and the last of some messages are read in one call
-# while they number at most twice the messages plus this many.
-_SPAN_SLACK = 64
+# Messages whose log indexes lie at most this far apart are read with one call,
+# with the entries between them (Settles, mostly, and messages settled since).
+_GAP = 64
 _TIMED_SIZE = TIMED_HEAD.size
 
 
@@ -72,17 +72,24 @@ def _entry_data(store: LogStore, queue: QuorumQueue, index: int) -> bytes:
 
 
 def _entries(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[bytes]:
-    """The data of the entries at `indexes` (any order), in that order: the span
-    between the lowest and the highest read in one call when it is not much more than
-    those wanted; what that did not find (outside the log now, or a span too sparse),
-    one by one (MessageGone for a missing one)."""
-    lo, hi = min(indexes), max(indexes) + 1
+    """The data of the entries at `indexes` (any order), in that order. The indexes
+    are taken in runs whose neighbours lie at most _GAP entries apart, and each run's
+    entries are read with one call (a segment read, or a slice of the memtable, with
+    the few entries between them); what that did not find (outside the log now), one
+    by one (MessageGone for a missing one)."""
+    group = queue.group
+    ordered = sorted(indexes)  # (a Deliver effect's are in order but for returns)
     found: dict[int, bytes] = {}
-    if hi - lo <= 2 * len(indexes) + _SPAN_SLACK:
-        try:
-            found = {entry.index: entry.data for entry in store.entries(queue.group, lo, hi)}
-        except (LookupError, ValueError):
-            found = {}  # outside the log now: the one-by-one reads below say which
+    lo = prev = ordered[0]
+    for index in ordered[1:] + [ordered[-1] + _GAP + 1]:  # (a sentinel ends the last run)
+        if index - prev > _GAP:
+            try:
+                found.update([(entry.index, entry.data)
+                              for entry in store.entries(group, lo, prev + 1)])
+            except (LookupError, ValueError):
+                pass  # outside the log now: the one-by-one reads below say which
+            lo = index
+        prev = index
     get = found.get
     return [data if (data := get(index)) is not None else _entry_data(store, queue, index)
             for index in indexes]

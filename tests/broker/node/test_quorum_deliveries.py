@@ -175,3 +175,28 @@ def test_unacked_messages_of_a_closed_channel_go_to_the_next_consumer_redelivere
     assert [(d.method.consumer_tag, d.method.redelivered, d.body,
              d.header.properties.headers) for d in got] == [
         ("d", True, b"m%d" % n, {"x-delivery-count": 1}) for n in range(3)]
+
+
+def test_a_returned_message_far_back_in_the_log_and_a_new_one_in_one_deliver():
+    """One Deliver effect with a message returned from far back in the log (a closed
+    channel's, 100 messages before) and a new one: both read (runs of nearby
+    entries are read at once, a distant one on its own) and written in the
+    machine's order, the returned one redelivered with its delivery count."""
+    client = quorum_client()
+    client.call(1, commands.Basic.Qos(prefetch_count=1), "Basic.QosOk")
+    client.publish(1, "", "q", b"old")
+    assert [d.body for d in consume_deliveries(client, 1, "a")] == [b"old"]
+    client.open_channel(2)
+    client.call(2, commands.Basic.Qos(prefetch_count=100), "Basic.QosOk")
+    assert consume_deliveries(client, 2, "b") == []
+    for n in range(100):
+        client.publish(2, "", "q", b"m%d" % n)
+    assert len(client.read_deliveries()) == 100
+    client.call(1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
+                                          method_id=0), "Channel.CloseOk")
+    client.publish(2, "", "q", b"new")
+    client.send(2, commands.Basic.Ack(delivery_tag=100, multiple=True))
+    got = client.read_deliveries()
+    assert [(d.method.delivery_tag, d.method.redelivered, d.body,
+             d.header.properties.headers) for d in got] == [
+        (101, True, b"old", {"x-delivery-count": 1}), (102, False, b"new", None)]
