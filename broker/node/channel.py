@@ -272,8 +272,25 @@ class Channel:
     def settle(self, delivery_tag: int, multiple: bool, requeue: bool | None,
                method: tuple[int, int]) -> None:
         """ack (requeue None), nack/reject (requeue True/False)."""
-        if not multiple and not self.tx_mode:  # one delivery (PerfTest acks each)
-            self._settle_one(delivery_tag, requeue, method)
+        if not multiple and not self.tx_mode:
+            # one delivery (PerfTest acks each): `_take` and `_apply_settlements`
+            # without their lists and dicts, the same steps in the same order
+            item = self.unacked.pop(delivery_tag, None)
+            if item is None:
+                raise precondition(f"unknown delivery tag {delivery_tag}").at(*method)
+            queue, token, consumer = item
+            self.delivered_at.pop(delivery_tag, None)
+            self.unacked_count -= 1
+            if consumer is not None:  # before the queue hears of it: it may deliver again
+                consumer.unacked -= 1
+            if requeue is None:
+                self.node.counters.by_type[queue.type_name].acknowledged += 1
+                queue.message_counts.ack += 1
+            queue.settle(self, [token], requeue)
+            if self.global_prefetch:
+                self._refill(())
+            elif consumer is not None and consumer.queue is not None:
+                consumer.queue.capacity_freed()  # `_refill` of one consumer
             return
         taken = self._take(delivery_tag, multiple, method)
         if self.tx_mode:
@@ -281,23 +298,6 @@ class Channel:
             self.tx_settlements.append((taken, requeue))
             return
         self._apply_settlements(taken, requeue)
-
-    def _settle_one(self, delivery_tag: int, requeue: bool | None,
-                    method: tuple[int, int]) -> None:
-        """`_take` and `_apply_settlements` of a single delivery, without the lists."""
-        item = self.unacked.pop(delivery_tag, None)
-        if item is None:
-            raise precondition(f"unknown delivery tag {delivery_tag}").at(*method)
-        queue, token, consumer = item
-        self.delivered_at.pop(delivery_tag, None)
-        self.unacked_count -= 1
-        if consumer is not None:  # before the queue hears of it: it may deliver again
-            consumer.unacked -= 1
-        if requeue is None:
-            self.node.counters.by_type[queue.type_name].acknowledged += 1
-            queue.message_counts.ack += 1
-        queue.settle(self, [token], requeue)
-        self._refill(() if consumer is None else (consumer,))
 
     def _apply_settlements(self, taken: list, requeue: bool | None) -> None:
         """Hand each queue its settled tokens (in tag order), then let the consumers
