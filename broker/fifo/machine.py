@@ -569,6 +569,17 @@ def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
                          key=lambda item: (-item[1].priority, item[1].order))
     if not ordered:
         return
+    if (len(ordered) == 1 and state.normal.expiries is None and state.high.expiries is None
+            and state.returns.expiries is None and len(state.normal) == state.ready_count):
+        _serve_one_from_normal(state, *ordered[0], effects)
+    else:
+        _serve_in_turn(state, ordered, effects)
+
+
+def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
+                   effects: list[Effect]) -> None:
+    """Hand ready messages one at a time to `ordered` (the consumers with capacity,
+    highest priority first), round-robin among the highest priority."""
     batches: dict[str, list[Delivery]] = {}
     while state.ready_count and ordered:
         top = ordered[0][1].priority
@@ -587,6 +598,35 @@ def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
             ordered = [item for item in ordered if item[0] != key]
     for key, deliveries in batches.items():
         effects.append(Deliver(key, tuple(deliveries)))
+
+
+def _serve_one_from_normal(state: FifoState, key: str, consumer: ConsumerState,
+                           effects: list[Effect]) -> None:
+    """`_serve_consumers` for the usual case, in one pass: one consumer with capacity,
+    every ready message in the normal queue, no TTL anywhere (nothing expires while
+    taking). The same deliveries, message ids, rotation and queue contents as taking
+    the messages one at a time (take_next), which a replay must reproduce."""
+    room = len(state.normal)
+    if consumer.prefetch:
+        room = min(room, consumer.prefetch - len(consumer.checked))
+    indexes, sizes = state.normal.popleft_many(room)
+    state.high_run = 0  # as take_next leaves it after taking from the normal queue
+    state.rotation += room
+    first = consumer.next_msg_id
+    consumer.next_msg_id = first + room
+    checked = consumer.checked
+    counts = state.delivery_counts  # returned messages' counts (no delivery limit)
+    deliveries = []
+    append = deliveries.append
+    for msg_id, index, packed in zip(range(first, first + room), indexes, sizes):
+        count = counts.pop(index, None) if counts else None
+        if count is None:
+            checked[msg_id] = (index, packed, 0)
+            append(Delivery(msg_id, index, 0, False))
+        else:
+            checked[msg_id] = (index, packed, count)
+            append(Delivery(msg_id, index, count, not count))
+    effects.append(Deliver(key, tuple(deliveries)))
 
 
 # ------------------------------------------------------------------ release cursor

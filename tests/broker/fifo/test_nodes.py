@@ -16,8 +16,8 @@ import pytest
 
 from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Deliver, Delivery, Dequeue,
                                                   Down, Dropped, Enqueue, Meta, NodeDown,
-                                                  NodeUp, Settle, Tick, UpdateConfig,
-                                                  decode, encode)
+                                                  NodeUp, Return, Settle, Tick,
+                                                  UpdateConfig, decode, encode)
 from quorumqueue.broker.fifo.machine import apply, stale_downs
 from quorumqueue.broker.fifo.nodes import node_commands, node_of
 from quorumqueue.broker.fifo.state import FifoConfig, FifoState
@@ -79,6 +79,26 @@ def test_the_active_consumers_node_gone_the_next_takes_over_with_its_messages_un
     queue.apply(Settle(second, (1, 2)))
     assert queue.delivered()[-1] == (second, Delivery(3, 5, 0))  # the third, fresh
     assert not queue.delivered()[-1][1].redelivered
+
+
+def test_without_a_delivery_limit_the_uncounted_returns_are_redelivered_too():
+    """With no delivery limit returned messages go back to the tail of the normal
+    queue (not to the returns queue), from where the next consumer is served in one
+    pass: the new message first, fresh, then the suspected consumer's two,
+    redelivered with delivery count 0; a message returned counted comes back with
+    its count."""
+    queue = Queue(delivery_limit=-1)
+    first = consume(queue, "n1", "r1", 1)
+    second = consume(queue, "n2", "r1", 1, prefetch=3)
+    for seq in (1, 2, 3):
+        queue.apply(Enqueue("", seq, 1, 0))
+    effects = queue.apply(NodeDown(("n1",)))
+    assert queue.delivered(effects) == [(second, Delivery(1, 5, 0, False)),
+                                        (second, Delivery(2, 3, 0, True)),
+                                        (second, Delivery(3, 4, 0, True))]
+    effects = queue.apply(Return(second, (1,)))  # its room: straight back to it
+    assert queue.delivered(effects) == [(second, Delivery(4, 5, 1, False))]
+    assert queue.delivered(effects)[0][1].redelivered
 
 
 def test_a_suspected_consumer_gets_nothing_and_an_old_down_would_have_counted():
