@@ -16,6 +16,7 @@ is in at most one lease.
 from __future__ import annotations
 
 from .commands import LeaseGrow, LeaseReleased, Meta
+from .serving import take_next
 from .state import FifoState, LeaseState, size_of
 
 
@@ -40,7 +41,6 @@ def _take_each(count: int, max_bytes: int, state: FifoState, lease: LeaseState,
     """Assign the next ready messages one by one, in take_next's order: up to `count`,
     stopping once `max_bytes` (0: no limit) is reached; expired ones are dropped
     (take_next), never leased."""
-    from .machine import take_next  # machine imports this module
 
     taken_bytes = 0
     for _ in range(count):

@@ -45,10 +45,10 @@ time in its entry and ttl the lower of the queue's (`config.msg_ttl`, from
 x-message-ttl or a policy's message-ttl) and the message's `expiration` property.
 A later change of the queue's TTL does not change queued messages' expiries.
 Expired messages are removed from the head of the ready queues (returns, high,
-normal) after every command and before every message is handed out (`take_next`),
-so an expired message is never delivered, given or leased; the leader proposes a
-Tick when a head has expired (node/quorum.py), so expiry does not wait for a
-consumer. As in RabbitMQ only heads expire: a message behind a longer-lived one
+normal) after every command and before every message is handed out (serving.py
+`take_next`), so an expired message is never delivered, given or leased; the leader
+proposes a Tick when a head has expired (node/quorum.py), so expiry does not wait
+for a consumer. As in RabbitMQ only heads expire: a message behind a longer-lived one
 leaves when it reaches a head (and is never delivered: it is checked there). A TTL
 of 0 lets a message be handed to a waiting consumer in the command that enqueues
 it; otherwise it expires at once. Checked-out and leased messages do not expire;
@@ -131,12 +131,13 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from . import dlx, leases, nodes, single_active
-from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Deliver, Delivery,
-                       Dequeue, Discard, DlxCheckout, DlxSettle, Down, Dropped, Effect,
+from .commands import (ActiveConsumerChanged, Cancel, Checkout, Command, Delivery, Dequeue,
+                       Discard, DlxCheckout, DlxSettle, Down, Effect,
                        Enqueue, LeaseGrow, LeaseRelease, LeaseSettle, Meta, NodeDown, NodeUp,
                        Purge, QueueExpired, ReleaseCursor, Return, Settle, Tick, UpdateConfig)
+from .serving import die, expire_heads, serve_consumers, take_next
 from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT, ConsumerState,
-                    FifoState, is_high, size_of)
+                    FifoState, is_high)
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
@@ -198,8 +199,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         state.last_active = meta.system_time
     if (state.returns.expiries is not None or state.high.expiries is not None
             or state.normal.expiries is not None):  # a queue that ever held an expiry
-        _expire_heads(state, effects)
-    _serve_consumers(state, effects)
+        expire_heads(state, effects)
+    serve_consumers(state, effects)
     if isinstance(command, Enqueue) and reply == "ok" and (
             command.ttl == 0 or state.config.msg_ttl == 0):  # TTL 0 (the lower is 0)
         _expire_unserved(meta.index, state, effects)
@@ -280,21 +281,6 @@ def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> Non
             return
 
 
-def _expire_heads(state: FifoState, effects: list[Effect]) -> None:
-    """Remove expired messages from the heads of the ready queues (see the header)."""
-    now = state.now_ms
-    for queue in (state.returns, state.high, state.normal):
-        if queue.expiries is None:
-            continue
-        while len(queue):
-            expiry = queue.head_expiry()
-            if not expiry or expiry > now:
-                break
-            index, packed = queue.popleft()
-            state.delivery_counts.pop(index, None)
-            die(state, effects, index, packed, "expired")
-
-
 def next_expiry(state: FifoState) -> int | None:
     """The earliest expiry among the ready queues' heads (None: none): when the
     leader should propose a Tick so that expired messages leave without a consumer."""
@@ -302,58 +288,6 @@ def next_expiry(state: FifoState) -> int | None:
              if queue.expiries is not None and len(queue)]
     heads = [expiry for expiry in heads if expiry]
     return min(heads) if heads else None
-
-
-def take_next(state: FifoState,
-              effects: list[Effect]) -> tuple[int, int, int, bool] | None:
-    """(raft index, packed size, delivery count, returned uncounted) of the next
-    message to hand out; expired heads are dropped first (Dropped "expired" into
-    `effects`), so what is handed out has not expired. Its expiry moves to
-    `expiries_out`. "Returned uncounted": handed out before, back from a suspected
-    consumer with delivery count 0 (Delivery.returned)."""
-    if (state.returns.expiries is not None or state.high.expiries is not None
-            or state.normal.expiries is not None):  # (as in apply)
-        _expire_heads(state, effects)
-    if len(state.returns):
-        queue = state.returns
-    else:
-        high, normal = state.high, state.normal
-        if len(high) and len(normal):
-            if state.high_run < 2 or high.head_index() < normal.head_index():
-                queue = high
-                state.high_run += 1
-            else:
-                queue = normal
-                state.high_run = 0
-        elif len(high):
-            queue = high
-        elif len(normal):
-            queue = normal
-            state.high_run = 0
-        else:
-            return None
-    if queue.expiries is not None:
-        expiry = queue.head_expiry()
-        index, packed = queue.popleft()
-        if expiry:
-            state.expiries_out[index] = expiry
-    else:
-        index, packed = queue.popleft()
-    count = state.delivery_counts.pop(index, None)
-    if count is None:
-        return index, packed, 0, False
-    return index, packed, count, not count
-
-
-def die(state: FifoState, effects: list[Effect], index: int, packed: int,
-        reason: str) -> None:
-    """A message leaves without being consumed: a Dropped effect (the node discards
-    it or dead-letters it at most once), or, with at-least-once dead lettering, held
-    for the dead-letter worker (dlx.py)."""
-    if state.config.dead_letter_at_least_once:
-        dlx.hold(state, index, size_of(packed), reason)
-    else:
-        effects.append(Dropped(index, reason))
 
 
 def forget(index: int, state: FifoState) -> None:
@@ -555,78 +489,6 @@ def _dequeue(command: Dequeue, state: FifoState, effects: list[Effect]):
     consumer.next_msg_id += 1
     consumer.checked[msg_id] = (index, packed, count)
     return Delivery(msg_id, index, count, returned), state.ready_count
-
-
-def _serve_consumers(state: FifoState, effects: list[Effect]) -> None:
-    """Hand ready messages to consumers with capacity: highest priority first,
-    round-robin among equal priorities; with a single active consumer, to it alone."""
-    if not state.consumers or not state.ready_count:
-        return
-    if state.config.single_active:
-        ordered = single_active.servable(state)
-    else:
-        ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
-                         key=lambda item: (-item[1].priority, item[1].order))
-    if not ordered:
-        return
-    if (len(ordered) == 1 and state.normal.expiries is None and state.high.expiries is None
-            and state.returns.expiries is None and len(state.normal) == state.ready_count):
-        _serve_one_from_normal(state, *ordered[0], effects)
-    else:
-        _serve_in_turn(state, ordered, effects)
-
-
-def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
-                   effects: list[Effect]) -> None:
-    """Hand ready messages one at a time to `ordered` (the consumers with capacity,
-    highest priority first), round-robin among the highest priority."""
-    batches: dict[str, list[Delivery]] = {}
-    while state.ready_count and ordered:
-        top = ordered[0][1].priority
-        group = [item for item in ordered if item[1].priority == top]
-        key, consumer = group[state.rotation % len(group)]
-        taken = take_next(state, effects)
-        if taken is None:  # what was ready had expired
-            break
-        state.rotation += 1
-        index, packed, count, returned = taken
-        msg_id = consumer.next_msg_id
-        consumer.next_msg_id += 1
-        consumer.checked[msg_id] = (index, packed, count)
-        batches.setdefault(key, []).append(Delivery(msg_id, index, count, returned))
-        if not consumer.has_capacity():
-            ordered = [item for item in ordered if item[0] != key]
-    for key, deliveries in batches.items():
-        effects.append(Deliver(key, tuple(deliveries)))
-
-
-def _serve_one_from_normal(state: FifoState, key: str, consumer: ConsumerState,
-                           effects: list[Effect]) -> None:
-    """`_serve_consumers` for the usual case, in one pass: one consumer with capacity,
-    every ready message in the normal queue, no TTL anywhere (nothing expires while
-    taking). The same deliveries, message ids, rotation and queue contents as taking
-    the messages one at a time (take_next), which a replay must reproduce."""
-    room = len(state.normal)
-    if consumer.prefetch:
-        room = min(room, consumer.prefetch - len(consumer.checked))
-    indexes, sizes = state.normal.popleft_many(room)
-    state.high_run = 0  # as take_next leaves it after taking from the normal queue
-    state.rotation += room
-    first = consumer.next_msg_id
-    consumer.next_msg_id = first + room
-    checked = consumer.checked
-    counts = state.delivery_counts  # returned messages' counts (no delivery limit)
-    deliveries = []
-    append = deliveries.append
-    for msg_id, index, packed in zip(range(first, first + room), indexes, sizes):
-        count = counts.pop(index, None) if counts else None
-        if count is None:
-            checked[msg_id] = (index, packed, 0)
-            append(Delivery(msg_id, index, 0, False))
-        else:
-            checked[msg_id] = (index, packed, count)
-            append(Delivery(msg_id, index, count, not count))
-    effects.append(Deliver(key, tuple(deliveries)))
 
 
 # ------------------------------------------------------------------ release cursor

@@ -1,7 +1,7 @@
 """Peek: which ready message a consumer would get at a 1-based position, without
 taking it (`rabbitmq-queues peek QUEUE POSITION`, RabbitMQ's `rabbit_fifo:query_peek`).
 
-How it works: the order of `machine.take_next` is replayed on read-only cursors —
+How it works: the order of `serving.take_next` is replayed on read-only cursors —
 returned messages first, then the high- and normal-priority queues interleaved as
 take_next interleaves them (at most two high deliveries in a row while a normal
 message is older, `high_run`). Nothing in the state changes.

@@ -500,27 +500,27 @@ def test_a_bulk_lease_grow_assigns_what_one_by_one_assigns(steps, config, count)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(grow_commands, min_size=5, max_size=60), grow_configs)
 def test_serving_one_consumer_in_one_pass_hands_out_what_one_by_one_does(steps, config):
-    """_serve_consumers serves a lone consumer from the normal queue in one pass
+    """serving.py serves a lone consumer from the normal queue in one pass
     (`_serve_one_from_normal`): every command's reply and effects (the Deliver's
     message ids, indexes, delivery counts, redelivered) and the state after it are
     those of taking the messages one at a time (`_serve_in_turn`), as a replay on
     another member must reproduce."""
-    from quorumqueue.broker.fifo import machine
+    from quorumqueue.broker.fifo import serving
 
     def one_by_one(state, key, consumer, effects):
-        machine._serve_in_turn(state, [(key, consumer)], effects)
+        serving._serve_in_turn(state, [(key, consumer)], effects)
 
     fast, seq_fast, slow, seq_slow = FifoState(config=config), [0], FifoState(config=config), [0]
     served = 0
     for position, step in enumerate(steps, start=1):
         meta = Meta(position, 1, position * 20)
         fast, fast_reply, fast_effects = apply(meta, concrete(step, fast, seq_fast), fast)
-        bulk = machine._serve_one_from_normal
-        machine._serve_one_from_normal = one_by_one
+        bulk = serving._serve_one_from_normal
+        serving._serve_one_from_normal = one_by_one
         try:
             slow, slow_reply, slow_effects = apply(meta, concrete(step, slow, seq_slow), slow)
         finally:
-            machine._serve_one_from_normal = bulk
+            serving._serve_one_from_normal = bulk
         assert (fast_reply, fast_effects) == (slow_reply, slow_effects)
         assert (_observable(fast), fast.rotation) == (_observable(slow), slow.rotation)
         served += any(isinstance(effect, Deliver) for effect in fast_effects)

@@ -1,0 +1,170 @@
+"""Handing ready messages out: which message is next, and which consumers get them.
+
+Responsibilities: `take_next`, the one order in which ready messages leave the queue
+(to a consumer, a basic.get, a lease or a length limit's drop-head): the returns
+first, then high and normal priority 2:1 (a high message older than the normal
+head first), expired heads dropped on the way; `serve_consumers`, run after every
+command (machine.py `apply`): the consumers with capacity take ready messages, the
+highest consumer priority first, round-robin among equals, with a single active
+consumer (single_active.py) that one alone; `die`, a message leaving unconsumed (a
+Dropped effect, or held for at-least-once dead lettering: dlx.py).
+
+How it works: the usual case (one consumer with capacity, every ready message in the
+normal queue, no TTL anywhere) is served in one pass (`_serve_one_from_normal`: the
+messages taken as one slice, a Delivery each); everything else one message at a
+time (`_serve_in_turn`). Both give the same deliveries, message ids, rotation and
+queue contents (test_machine.py holds them equal on random command sequences): a
+member replaying the log must reach the same state whichever path it takes.
+
+Invariants: deterministic (the state and the command alone decide); a message is
+handed out at most once per take; nothing expired is handed out.
+
+Not here: the commands' semantics (machine.py), leases (leases.py), peeking at what
+would be next without taking it (peek.py, which replays take_next's order).
+"""
+
+from __future__ import annotations
+
+from . import dlx, single_active
+from .commands import Deliver, Delivery, Dropped, Effect
+from .state import ConsumerState, FifoState, size_of
+
+
+def expire_heads(state: FifoState, effects: list[Effect]) -> None:
+    """Remove expired messages from the heads of the ready queues (machine.py's header,
+    "Message TTL")."""
+    now = state.now_ms
+    for queue in (state.returns, state.high, state.normal):
+        if queue.expiries is None:
+            continue
+        while len(queue):
+            expiry = queue.head_expiry()
+            if not expiry or expiry > now:
+                break
+            index, packed = queue.popleft()
+            state.delivery_counts.pop(index, None)
+            die(state, effects, index, packed, "expired")
+
+
+def take_next(state: FifoState,
+              effects: list[Effect]) -> tuple[int, int, int, bool] | None:
+    """(raft index, packed size, delivery count, returned uncounted) of the next
+    message to hand out; expired heads are dropped first (Dropped "expired" into
+    `effects`), so what is handed out has not expired. Its expiry moves to
+    `expiries_out`. "Returned uncounted": handed out before, back from a suspected
+    consumer with delivery count 0 (Delivery.returned)."""
+    if (state.returns.expiries is not None or state.high.expiries is not None
+            or state.normal.expiries is not None):  # (as in apply)
+        expire_heads(state, effects)
+    if len(state.returns):
+        queue = state.returns
+    else:
+        high, normal = state.high, state.normal
+        if len(high) and len(normal):
+            if state.high_run < 2 or high.head_index() < normal.head_index():
+                queue = high
+                state.high_run += 1
+            else:
+                queue = normal
+                state.high_run = 0
+        elif len(high):
+            queue = high
+        elif len(normal):
+            queue = normal
+            state.high_run = 0
+        else:
+            return None
+    if queue.expiries is not None:
+        expiry = queue.head_expiry()
+        index, packed = queue.popleft()
+        if expiry:
+            state.expiries_out[index] = expiry
+    else:
+        index, packed = queue.popleft()
+    count = state.delivery_counts.pop(index, None)
+    if count is None:
+        return index, packed, 0, False
+    return index, packed, count, not count
+
+
+def die(state: FifoState, effects: list[Effect], index: int, packed: int,
+        reason: str) -> None:
+    """A message leaves without being consumed: a Dropped effect (the node discards
+    it or dead-letters it at most once), or, with at-least-once dead lettering, held
+    for the dead-letter worker (dlx.py)."""
+    if state.config.dead_letter_at_least_once:
+        dlx.hold(state, index, size_of(packed), reason)
+    else:
+        effects.append(Dropped(index, reason))
+
+
+def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
+    """Hand ready messages to consumers with capacity: highest priority first,
+    round-robin among equal priorities; with a single active consumer, to it alone."""
+    if not state.consumers or not state.ready_count:
+        return
+    if state.config.single_active:
+        ordered = single_active.servable(state)
+    else:
+        ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
+                         key=lambda item: (-item[1].priority, item[1].order))
+    if not ordered:
+        return
+    if (len(ordered) == 1 and state.normal.expiries is None and state.high.expiries is None
+            and state.returns.expiries is None and len(state.normal) == state.ready_count):
+        _serve_one_from_normal(state, *ordered[0], effects)
+    else:
+        _serve_in_turn(state, ordered, effects)
+
+
+def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
+                   effects: list[Effect]) -> None:
+    """Hand ready messages one at a time to `ordered` (the consumers with capacity,
+    highest priority first), round-robin among the highest priority."""
+    batches: dict[str, list[Delivery]] = {}
+    while state.ready_count and ordered:
+        top = ordered[0][1].priority
+        group = [item for item in ordered if item[1].priority == top]
+        key, consumer = group[state.rotation % len(group)]
+        taken = take_next(state, effects)
+        if taken is None:  # what was ready had expired
+            break
+        state.rotation += 1
+        index, packed, count, returned = taken
+        msg_id = consumer.next_msg_id
+        consumer.next_msg_id += 1
+        consumer.checked[msg_id] = (index, packed, count)
+        batches.setdefault(key, []).append(Delivery(msg_id, index, count, returned))
+        if not consumer.has_capacity():
+            ordered = [item for item in ordered if item[0] != key]
+    for key, deliveries in batches.items():
+        effects.append(Deliver(key, tuple(deliveries)))
+
+
+def _serve_one_from_normal(state: FifoState, key: str, consumer: ConsumerState,
+                           effects: list[Effect]) -> None:
+    """`serve_consumers` for the usual case, in one pass: one consumer with capacity,
+    every ready message in the normal queue, no TTL anywhere (nothing expires while
+    taking). The same deliveries, message ids, rotation and queue contents as taking
+    the messages one at a time (take_next), which a replay must reproduce."""
+    room = len(state.normal)
+    if consumer.prefetch:
+        room = min(room, consumer.prefetch - len(consumer.checked))
+    indexes, sizes = state.normal.popleft_many(room)
+    state.high_run = 0  # as take_next leaves it after taking from the normal queue
+    state.rotation += room
+    first = consumer.next_msg_id
+    consumer.next_msg_id = first + room
+    checked = consumer.checked
+    counts = state.delivery_counts  # returned messages' counts (no delivery limit)
+    deliveries = []
+    append = deliveries.append
+    for msg_id, index, packed in zip(range(first, first + room), indexes, sizes):
+        count = counts.pop(index, None) if counts else None
+        if count is None:
+            checked[msg_id] = (index, packed, 0)
+            append(Delivery(msg_id, index, 0, False))
+        else:
+            checked[msg_id] = (index, packed, count)
+            append(Delivery(msg_id, index, count, not count))
+    effects.append(Deliver(key, tuple(deliveries)))
