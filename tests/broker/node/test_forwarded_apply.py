@@ -277,3 +277,30 @@ def test_message_spans_read_in_bulk_equal_the_messages_read_one_by_one(tmp_path)
         == [(b"", b"q", len(HEADER))] * 5
     with pytest.raises(MessageGone, match="missing from the log"):
         node.quorum.read_message_spans(queue, [indexes[-1] + 1000])
+
+
+def test_a_consumer_gets_forwarded_and_stamped_entries_as_published(tmp_path):
+    """A Deliver effect's messages are cut from their entries in one pass
+    (node/deliveries.py): entries forwarded from another node (an identity before the
+    command) and entries in the time envelope (a publish's clock) are delivered with
+    the same names, header and body as plain ones."""
+    from pamqp import commands as amqp
+
+    from quorumqueue.broker.fifo.envelope import stamped_enqueue
+    from tests.broker.node.harness import Client, method
+
+    node = start(tmp_path)
+    queue = declare(node)
+    for number in range(8):
+        data = (stamped_enqueue(1_700_000_000_000, "", 0, 0, "", "q", HEADER, b"m%d" % number)
+                if number % 4 >= 2 else message(b"m%d" % number))
+        append(queue, forwarded(number, data) if number % 2 else data)
+    node.flush()
+    client = Client(node)
+    client.handshake()
+    client.open_channel(1)
+    client.send(1, method(amqp.Basic.Consume, queue="q", consumer_tag="c"))
+    (_channel, ok), *got = client.read_deliveries()
+    assert type(ok) is amqp.Basic.ConsumeOk
+    assert [(d.method.delivery_tag, d.method.exchange, d.method.routing_key, d.body)
+            for d in got] == [(n + 1, "", "q", b"m%d" % n) for n in range(8)]
