@@ -416,9 +416,11 @@ def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routi
                    header: bytes, body: bytes, head: bytes = b"") -> bytes:
     """An Enqueue's data, after `head` (an envelope's, written in the same join: the
     message is copied once)."""
+    publisher_bytes = publisher.encode("utf-8", "surrogateescape")  # _s, inlined
     exchange_bytes = exchange.encode("utf-8", "surrogateescape")
     key_bytes = routing_key.encode("utf-8", "surrogateescape")
-    return b"".join((head, _enqueue_head.pack(1, priority, len(body), seq), _s(publisher),
+    return b"".join((head, _enqueue_head.pack(1, priority, len(body), seq),
+                     _u16.pack(len(publisher_bytes)), publisher_bytes,
                      _u8.pack(len(exchange_bytes)), exchange_bytes, _u8.pack(len(key_bytes)),
                      key_bytes, _u32.pack(len(header)), header, body))
 

@@ -200,7 +200,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     if (state.returns.expiries is not None or state.high.expiries is not None
             or state.normal.expiries is not None):  # a queue that ever held an expiry
         expire_heads(state, effects)
-    serve_consumers(state, effects)
+    if state.consumers:  # serve_consumers' first test, inlined (once per command)
+        serve_consumers(state, effects)
     if isinstance(command, Enqueue) and reply == "ok" and (
             command.ttl == 0 or state.config.msg_ttl == 0):  # TTL 0 (the lower is 0)
         _expire_unserved(meta.index, state, effects)
@@ -208,7 +209,12 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         _apply_limits(state, effects)
     if state.config.dead_letter_at_least_once:
         dlx.serve(state, effects)
-    _maybe_release_cursor(meta, state, effects)
+    # _maybe_release_cursor's usual early return, inlined: not yet due, not empty
+    if (state.applied_since_cursor + 1 < state.config.release_cursor_interval
+            and state.ready_count):
+        state.applied_since_cursor += 1
+    else:
+        _maybe_release_cursor(meta, state, effects)
     return state, reply, effects
 
 

@@ -56,7 +56,7 @@ from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
-from ..raft.forwarded import FORWARDED, AppliedIds, Identity, load_snapshot
+from ..raft.forwarded import FORWARDED, AppliedIds, load_snapshot
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
 from . import dead_letters, deliveries
@@ -293,7 +293,10 @@ class QuorumGroups:
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
-        for entry in ready.committed:
+        if isinstance(queue, QuorumQueue):
+            self._apply_entries(queue, ready.committed)
+            return
+        for entry in ready.committed:  # the cluster's metadata group (cluster/meta.py)
             if queue.deleted:
                 break
             if queue.waiters:
@@ -307,14 +310,11 @@ class QuorumGroups:
                 identity, start = queue.admit(entry.index, entry.term, data)
                 if start is None:
                     continue  # applied before: its waiters have the first reply
-            if isinstance(queue, QuorumQueue):
-                self._apply(queue, entry.index, entry.term, data, start, identity)
-            else:  # the cluster's metadata group (broker/cluster/meta.py)
-                reply = queue.apply(entry.index, entry.term, data[start:] if start else data)
-                if identity is not None:
-                    queue.applied.keep_reply(identity, reply)  # admitted above
-                for callback in queue.take_waiters(entry.index, entry.term):
-                    callback(reply)
+            reply = queue.apply(entry.index, entry.term, data[start:] if start else data)
+            if identity is not None:
+                queue.applied.keep_reply(identity, reply)  # admitted above
+            for callback in queue.take_waiters(entry.index, entry.term):
+                callback(reply)
 
     def advanced(self, queue: ReplicatedGroup, ready: Ready) -> None:
         """After the group advanced: news of its leader, then the work that follows
@@ -335,32 +335,60 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ the fifo machine
 
-    def _apply(self, queue: QuorumQueue, index: int, term: int, data: bytes, start: int,
-               identity: Identity | None) -> None:
-        """One committed command (at `start` in `data`) through the fifo machine: its
-        identity recorded (a forwarded one), the reply to its waiters, then its
-        effects (a snapshot taken there includes the identity)."""
-        if data[start] == TIMED:  # envelope.decode_entry, inlined (once per entry)
-            queue.last_time_ms = TIMED_HEAD.unpack_from(data, start)[1]
-            command = commands.decode(data, start + TIMED_HEAD.size)
-        else:
-            command = commands.decode(data, start)
-        queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms), command,
-                                            queue.state)
-        if identity is not None and reply != "ok":
-            # a publish's "ok" is not kept: a duplicate's waiter takes None as stored too
-            queue.applied.keep_reply(identity, reply)
-        if queue.waiters:  # a follower's entries, mostly, have none
-            for callback in queue.take_waiters(index, term):
-                callback(reply)
-        replaying = index <= queue.replay_until
-        if isinstance(command, Down) and not replaying:
-            if command.connection.startswith(self.cluster.node.boot_id + "."):
-                queue.check_out_again(command.connection)
-            elif queue.is_leader:  # a node with no replica learns it from the leader
-                self.cluster.tell_downed(queue, command.connection)
-        if effects:  # often none (an enqueue with no consumer waiting): no call then
-            self._apply_effects(queue, effects, replaying)
+    def _apply_entries(self, queue: QuorumQueue, entries) -> None:
+        """A Ready's committed entries through the fifo machine, one loop for the run
+        (per entry: the calls of `ReplicatedGroup.entry_committed` and
+        `take_waiters` inlined where they would do nothing): each command (at
+        `start` in its data) applied, its identity recorded (a forwarded one), the
+        reply to its waiters, then its effects (a snapshot taken there includes the
+        identity)."""
+        decode = commands.decode
+        unpack_time = TIMED_HEAD.unpack_from
+        timed_size = TIMED_HEAD.size
+        for entry in entries:
+            if queue.deleted:
+                break
+            index, term, data = entry.index, entry.term, entry.data
+            waiters = queue.waiters  # (fail_waiters replaces the dict)
+            if waiters and term > queue.applied_term:  # entry_committed's early return
+                queue.entry_committed(index, term)
+            if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
+                for callback in queue.take_waiters(index, term):  # barriers
+                    callback(None)
+                continue
+            start, identity = 0, None
+            if data[0] == FORWARDED:  # the command starts after its identity
+                identity, start = queue.admit(index, term, data)
+                if start is None:
+                    continue  # applied before: its waiters have the first reply
+            if data[start] == TIMED:  # envelope.decode_entry, inlined (once per entry)
+                queue.last_time_ms = unpack_time(data, start)[1]
+                command = decode(data, start + timed_size)
+            else:
+                command = decode(data, start)
+            queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
+                                                command, queue.state)
+            if identity is not None and reply != "ok":
+                # a publish's "ok" is not kept: a duplicate's waiter takes None as
+                # stored too
+                queue.applied.keep_reply(identity, reply)
+            if waiters:  # a follower's entries, mostly, have none
+                waiting = waiters.pop(index, None)
+                if waiting:
+                    if len(waiting) == 1 and waiting[0][0] in (term, None):
+                        waiting[0][2](reply)  # take_waiters' usual case, inlined
+                    else:
+                        waiters[index] = waiting
+                        for callback in queue.take_waiters(index, term):
+                            callback(reply)
+            replaying = index <= queue.replay_until
+            if isinstance(command, Down) and not replaying:
+                if command.connection.startswith(self.cluster.node.boot_id + "."):
+                    queue.check_out_again(command.connection)
+                elif queue.is_leader:  # a node with no replica learns it from the leader
+                    self.cluster.tell_downed(queue, command.connection)
+            if effects:  # often none (an enqueue with no consumer waiting): no call
+                self._apply_effects(queue, effects, replaying)
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
         """Deliveries to consumers (none while replaying a restart's log: those

@@ -252,6 +252,7 @@ class Session:
         handled = 0
         try:
             next_event = connection.next_event
+            publish = handlers.publish
             while True:
                 if handled == budget:
                     self.input_held = True
@@ -260,7 +261,15 @@ class Session:
                     break
                 handled += 1
                 if type(event) is ContentReceived:  # the per-message event first
-                    self._content(event)
+                    channel = self.channels[event.channel]
+                    if channel.held is not None:
+                        self._content(event)
+                        continue
+                    self.has_published = True  # `_content`'s usual path, inlined
+                    try:
+                        publish(self, channel, event.method, event.properties, event.body)
+                    except AMQPError as error:
+                        self._publish_failed(channel, event, error)
                     continue
                 match event:
                     case MethodReceived():
@@ -312,13 +321,20 @@ class Session:
             return
         try:
             handlers.publish(self, channel, event.method, event.properties, event.body)
-        except AMQPError as error:  # routing and property checks fail basic.publish
-            if ordering.may_be_unapplied(self, error):  # an exchange: once, after a barrier
-                ordering.after_barrier(self, channel, lambda: handlers.publish(
-                    self, channel, event.method, event.properties, event.body),
-                    spec.BASIC_PUBLISH)
-                return
-            self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
+        except AMQPError as error:
+            self._publish_failed(channel, event, error)
+
+    def _publish_failed(self, channel: Channel, event: ContentReceived,
+                        error: AMQPError) -> None:
+        """Routing and property checks failed basic.publish: retried once after a
+        metadata barrier (an exchange this node may not have applied yet), else the
+        channel's error."""
+        if ordering.may_be_unapplied(self, error):
+            ordering.after_barrier(self, channel, lambda: handlers.publish(
+                self, channel, event.method, event.properties, event.body),
+                spec.BASIC_PUBLISH)
+            return
+        self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
 
     def _release(self, number: int) -> None:
         channel = self.channels.pop(number, None)

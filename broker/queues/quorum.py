@@ -32,7 +32,7 @@ from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
-from ..fifo.envelope import encode_command, stamped_enqueue
+from ..fifo.envelope import TIMED, TIMED_HEAD, encode_command
 from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
@@ -320,9 +320,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
                           else ("", 0))
         # every Enqueue carries the proposer's clock: message TTLs count from it
         node = channel.node if channel is not None else self.groups.cluster.node
-        data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
-                               message.exchange, message.routing_key,
-                               message.properties.raw, message.body)
+        # (envelope.stamped_enqueue, inlined: the envelope's head written in the join)
+        data = commands.encode_enqueue(publisher, seq, min(message.priority, 255),
+                                       message.exchange, message.routing_key,
+                                       message.properties.raw, message.body,
+                                       TIMED_HEAD.pack(TIMED, node.clock_ms))
         if self.settling:  # `propose` inlined: settlements made before go first
             self.flush_settlements()
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed

@@ -155,9 +155,7 @@ class RaftNode:
             if leader.transferee is not None:
                 raise ProposalRejected(f"proposal - leadership transfer to "
                                        f"{leader.transferee} in progress")
-            log = self._log
-            index = log.last_index() + 1
-            log.append([LogEntry(index, self._term, COMMAND, data)])
+            index = self._log.append_new(self._term, COMMAND, data)
             leader.mark_all_due(False)
             return index
         if kind == MEMBERSHIP:

@@ -174,6 +174,18 @@ class RaftLog:
             self._offset = self.last_index() + 1
         self._unstable.extend(entries)
 
+    def append_new(self, term: int, kind: int, data: bytes) -> int:
+        """Leader path, once per proposal: one entry after the last; its index.
+        (`append([LogEntry(last_index() + 1, ...)])` without the list and the
+        second `last_index`.)"""
+        unstable = self._unstable
+        if unstable:
+            index = self._offset + len(unstable)
+        else:
+            index = self._offset = self.last_index() + 1
+        unstable.append(LogEntry(index, term, kind, data))
+        return index
+
     def maybe_append(self, prev_index: int, prev_term: int,
                      entries: tuple[LogEntry, ...]) -> tuple[int, list[LogEntry], int | None] | None:
         """Follower path (§5.3). None if (prev_index, prev_term) does not match.
