@@ -386,8 +386,12 @@ class Node:
             queues = []
         else:
             delivered = False
-            queues = vhost.route(exchange, publish.routing_key,
-                                 lambda: properties.decoded().get("headers"))
+            if exchange.name == "":  # `vhost.route`'s default exchange, inlined (no closure)
+                queue = vhost.queues.get(publish.routing_key)
+                queues = [queue] if queue is not None else []
+            else:
+                queues = vhost.route(exchange, publish.routing_key,
+                                     lambda: properties.decoded().get("headers"))
             if not queues and publish.mandatory and not tx and not routed_again \
                     and ordering.may_be_unapplied(channel.session):
                 # perhaps a queue or binding committed elsewhere and not applied here
