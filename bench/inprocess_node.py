@@ -105,8 +105,16 @@ def main() -> None:
     parser.add_argument("--single-acks", type=int, default=0, metavar="N",
                         help="a basic.ack per delivery, N per read (default: multiple "
                              "acks every 500)")
+    parser.add_argument("--gc", choices=("server", "default"), default="server",
+                        help="server: Python's garbage collector tuned as a broker "
+                             "process tunes it (run.py tune_gc: frozen after start, gen0 "
+                             "threshold 50,000); default: the interpreter's defaults")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.gc == "server":
+        from quorumqueue.broker.server.run import tune_gc
+
+        tune_gc()
     runs = [one_run(args.messages, args.size, args.single_acks) for _ in range(args.runs)]
     for index, (publish, consume) in enumerate(runs):
         print(f"run {index}: publish {publish:6.2f} us/msg  consume {consume:6.2f} us/msg")
