@@ -33,8 +33,9 @@ def channel_error(action) -> pe.ChannelClosedByBroker:
     return info.value
 
 
-def pump(connection, until, timeout: float = 3.0) -> None:
-    """Process I/O until `until()` holds (or fail after `timeout` seconds)."""
+def pump(connection, until, timeout: float = 60.0) -> None:
+    """Process I/O until `until()` holds (or fail after `timeout` seconds: a generous
+    bound, the condition is what the test waits for; a loaded machine is slow)."""
     deadline = time.monotonic() + timeout
     while not until():
         if time.monotonic() > deadline:
