@@ -495,27 +495,22 @@ def _ss_cached(value: str) -> bytes:
 
 
 _DELIVER_IDS = _method_ids.pack(60, 60)
-_pack_frame_header = _frame_header.pack
 
 
 def delivery(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
              exchange: str, routing_key: str, header: bytes, body: bytes,
              frame_max: int) -> bytes:
     """basic.deliver, its content header and body frames as one string of bytes
-    (what `basic_deliver` and `content` make, joined): a consumer's every message.
-    The short strings, the same for most deliveries, are encoded once."""
+    (what `basic_deliver` and `content` make, joined): a consumer's every message,
+    `deliveries` of this one. The short strings, the same for most deliveries, are
+    encoded once."""
     cached = _SHORT_STRINGS.get  # (an encoded short string is never empty: never false)
-    payload = b"".join((_DELIVER_IDS, cached(consumer_tag) or _ss_cached(consumer_tag),
-                        _u64.pack(delivery_tag), b"\x01" if redelivered else b"\x00",
-                        cached(exchange) or _ss_cached(exchange),
-                        cached(routing_key) or _ss_cached(routing_key)))
-    if len(body) + spec.FRAME_OVERHEAD > frame_max or not body:
-        return b"".join((_pack_frame_header(spec.FRAME_METHOD, channel, len(payload)), payload,
-                         b"\xce", *content(channel, header, body, frame_max)))
-    return b"".join((_pack_frame_header(spec.FRAME_METHOD, channel, len(payload)), payload,
-                     b"\xce", _pack_frame_header(spec.FRAME_HEADER, channel, len(header)),
-                     header, b"\xce", _pack_frame_header(spec.FRAME_BODY, channel, len(body)),
-                     body, b"\xce"))
+    names = ((cached(exchange) or _ss_cached(exchange))
+             + (cached(routing_key) or _ss_cached(routing_key)))
+    parts: list = []
+    deliveries(channel, consumer_tag, delivery_tag, ((redelivered, names, header, body),),
+               frame_max, parts)
+    return b"".join(parts)
 
 
 _end_then_frame_header = struct.Struct(">BBHI")  # a frame's end octet, the next one's header

@@ -141,10 +141,7 @@ def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
     spans = commands.delivery_spans
     for delivery, data in zip(deliveries, _entries(groups.store, queue,
                                                    [d.raft_index for d in deliveries])):
-        start = HEAD_SIZE if data[0] == FORWARDED else 0  # _command_start, inlined
-        if data[start] == TIMED:
-            start += _TIMED_SIZE
-        names, header, body = spans(data, start)
+        names, header, body = spans(data, _command_start(data))
         count = delivery.delivery_count
         if count:
             add_message((True, names, with_delivery_count(bytes(header), count), body))

@@ -20,13 +20,13 @@ hard states to the log store (`driver.persist_round`), hands the leaders' append
 the transport (`driver.send_early`: followers write them while this node's fsync
 runs), then seals the store's batch; once that batch is written and fdatasynced (one
 for all groups, on the server's writer thread), `end_round` sends the rest, applies
-what is committed and advances (`driver.finish_round`), then applies at once whatever is committed and already
-durable (`driver.apply_round`): a single-member group commits its own entries when
-the fsync completes, and a leader may have heard its peers' acknowledgements while it
-ran; neither waits for the next round's fsync of entries proposed meanwhile.
-Proposals made while applying (settling a no-ack delivery...) get one more round. Confirms and replies
-are written to the sessions' buffers, which the server sends only after the fsync
-that covers them.
+what is committed and advances (`driver.finish_round`), then applies at once whatever
+is committed and already durable (`driver.apply_round`): a single-member group
+commits its own entries when the fsync completes, and a leader may have heard its
+peers' acknowledgements while it ran; neither waits for the next round's fsync of
+entries proposed meanwhile. Proposals made while applying (settling a no-ack
+delivery...) get one more round. Confirms and replies are written to the sessions'
+buffers, which the server sends only after the fsync that covers them.
 
 After a restart, every entry in the log is replayed into a fresh machine (from the
 latest snapshot on). Consumers recorded in it belonged to connections that are gone:

@@ -32,7 +32,7 @@ from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..amqp.properties import publisher_sequence
 from ..fifo import commands
-from ..fifo.envelope import TIMED, TIMED_HEAD, encode_command
+from ..fifo.envelope import encode_command, stamped_enqueue
 from ..fifo.single_active import waiting_order
 from ..fifo.state import FifoState, fifo_config
 from ..raft import RaftNode
@@ -320,11 +320,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
                           else ("", 0))
         # every Enqueue carries the proposer's clock: message TTLs count from it
         node = channel.node if channel is not None else self.groups.cluster.node
-        # (envelope.stamped_enqueue, inlined: the envelope's head written in the join)
-        data = commands.encode_enqueue(publisher, seq, min(message.priority, 255),
-                                       message.exchange, message.routing_key,
-                                       message.properties.raw, message.body,
-                                       TIMED_HEAD.pack(TIMED, node.clock_ms))
+        data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
+                               message.exchange, message.routing_key,
+                               message.properties.raw, message.body)
         if self.settling:  # `propose` inlined: settlements made before go first
             self.flush_settlements()
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
@@ -409,21 +407,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
             return
         kind = (commands.Settle if requeue is None
                 else commands.Return if requeue else commands.Discard)
-        settling = self.settling
-        if len(tokens) == 1 and self.groups is not None:  # one ack (PerfTest acks each)
+        if len(tokens) == 1:  # one ack (PerfTest acks each): no grouping
             token = tokens[0]
-            if settling and settling[-1][0] is kind and settling[-1][1] == token.key:
-                settling[-1][2].append(token.msg_id)
-            else:
-                settling.append((kind, token.key, [token.msg_id]))
-            self.groups.settling.add(self)
-            return
-        by_key: dict[str, list[int]] = {}
-        for token in tokens:
-            by_key.setdefault(token.key, []).append(token.msg_id)
+            per_key: Iterable[tuple[str, list[int]]] = ((token.key, [token.msg_id]),)
+        else:
+            by_key: dict[str, list[int]] = {}
+            for token in tokens:
+                by_key.setdefault(token.key, []).append(token.msg_id)
+            per_key = by_key.items()
         groups = self.groups
         if groups is None:
-            for key, msg_ids in by_key.items():
+            for key, msg_ids in per_key:
                 self.propose(kind(key, tuple(msg_ids)), 0)
             return
         # A client acking every message would otherwise make a log entry (and an
@@ -431,7 +425,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         # settles becomes one command per consumer, proposed before the queue's next
         # command or at the node's next round (QuorumGroups.begin_round), so nothing
         # is reordered against this queue's other commands.
-        for key, msg_ids in by_key.items():
+        settling = self.settling
+        for key, msg_ids in per_key:
             if settling and settling[-1][0] is kind and settling[-1][1] == key:
                 settling[-1][2].extend(msg_ids)
             else:

@@ -10,11 +10,12 @@ group, broker/node/quorum.py); this module only guarantees when they are called.
 How it works: one *round* is `persist_round` (collect and persist, buffered in the
 store), the store's flush, and `finish_round` (send, apply, advance). The flush is the
 caller's, so that it can run wherever the caller likes (the server runs it on a
-writer thread), as long as `finish_round` runs only once it completed; a caller that runs the flush apart may
-hand the leaders' appends to the transport before it (`send_early`). Applying may
-propose new entries (a no-ack delivery is settled at once, a restart's Down...) and a
-single-member group commits its own entries only after they are durable, so callers
-repeat rounds until `persist_round` finds no Ready (at most `MAX_ROUNDS`).
+writer thread), as long as `finish_round` runs only once it completed; a caller that
+runs the flush apart may hand the leaders' appends to the transport before it
+(`send_early`). Applying may propose new entries (a no-ack delivery is settled at
+once, a restart's Down...) and a single-member group commits its own entries only
+after they are durable, so callers repeat rounds until `persist_round` finds no
+Ready (at most `MAX_ROUNDS`).
 
 `apply_round` is a round without a persist step: every group's `ready_to_apply`
 (committed entries that are already durable here), applied and advanced at once. The

@@ -311,8 +311,9 @@ def test_a_delivery_is_deliver_then_its_content(channel, tag, delivery_tag, rede
 def test_a_run_of_deliveries_is_each_delivery_in_turn(channel, tag, first_tag, messages,
                                                       frame_max):
     """`codec.deliveries` (a consumer's run of messages, names already short strings,
-    views taken as they are) makes exactly what `codec.delivery` makes for each, with
-    consecutive delivery tags: also for empty bodies and bodies split by frame_max."""
+    views taken as they are) makes exactly basic.deliver then the content frames for
+    each, with consecutive delivery tags: also for empty bodies and bodies split by
+    frame_max."""
     def names(exchange, routing_key):
         return memoryview(codec._ss(exchange) + codec._ss(routing_key))
 
@@ -323,8 +324,8 @@ def test_a_run_of_deliveries_is_each_delivery_in_turn(channel, tag, first_tag, m
                       for redelivered, exchange, routing_key, header, body in messages],
                      frame_max, parts)
     assert b"".join(parts) == b"".join(
-        codec.delivery(channel, tag, first_tag + n, redelivered, exchange, routing_key,
-                       header, body, frame_max)
+        codec.basic_deliver(channel, tag, first_tag + n, redelivered, exchange, routing_key)
+        + b"".join(codec.content(channel, header, body, frame_max))
         for n, (redelivered, exchange, routing_key, header, body) in enumerate(messages))
 
 
