@@ -303,3 +303,72 @@ def test_a_leaders_appends_leave_before_its_fsync_and_it_applies_only_after(tmp_
     assert all(wire.applied[n] == [b"m"] for n in names)
     for store in stores.values():
         store.close()
+
+
+def test_a_commit_learned_while_the_leader_persists_is_told_before_anything_applies(tmp_path):
+    """RaftNode.take_appends: the followers' answers commit an entry while the
+    leader's round is still being persisted (its Ready outstanding); the leader can
+    hand the new commit index to its followers at once, before it applies anything
+    itself (node/quorum.py does so right after the round, ahead of applying). What
+    it took is not handed over again by the next Ready, and a follower has none to
+    take."""
+    from quorumqueue.broker.raft.messages import AppendEntries
+
+    names = ("n1", "n2", "n3")
+    stores = {n: LogStore(str(tmp_path / n)) for n in names}
+    members, wire = {}, Wire()
+    for n in names:
+        stores[n].set_initial_members("g", names)
+        members[n] = Group("g", [], [])
+        members[n].raft = RaftNode(n, RaftConfig(), stores[n].group_log("g"), random.Random(1))
+
+    def settle():
+        for _ in range(50):
+            for n in names:
+                run_rounds(stores[n], [members[n]], wire.handler(n))
+            if not wire.in_flight:
+                return
+            wire.deliver(members)
+        raise AssertionError("the group did not settle")
+
+    members["n1"].raft.campaign()
+    settle()
+    leader = members["n1"]
+    assert leader.raft.role is Role.LEADER
+    assert members["n2"].raft.take_appends() == ()  # a follower sends no appends
+    assert leader.raft.take_appends() == ()         # nothing due
+
+    leader.raft.propose(b"m")
+    batch = driver.persist_round(stores["n1"], [leader])
+    driver.send_early(batch, wire.handler("n1"))
+    for n in ("n2", "n3"):
+        wire.deliver(members)
+        run_rounds(stores[n], [members[n]], wire.handler(n))
+    wire.deliver(members)  # the answers commit it; the leader's flush is pending
+    index = leader.raft.commit_index
+    assert index == batch[0][2].entries[-1].index
+
+    told = leader.raft.take_appends()
+    assert sorted(m.to for m in told) == ["n2", "n3"]
+    assert all(type(m) is AppendEntries and m.leader_commit == index and not m.entries
+               for m in told)
+    assert leader.raft.take_appends() == ()  # taken once
+    wire.in_flight.extend(told)
+    wire.deliver(members)
+    for n in ("n2", "n3"):  # the followers apply it before the leader's flush ended
+        run_rounds(stores[n], [members[n]], wire.handler(n))
+        assert wire.applied[n] == [b"m"]
+    assert wire.applied.get("n1", []) == []  # the leader applies after its flush
+
+    wire.sent.clear()
+    stores["n1"].flush()
+    driver.finish_round(batch, wire.handler("n1"), sent_early=True)
+    driver.apply_round([leader], wire.handler("n1"))
+    assert wire.applied["n1"] == [b"m"]
+    run_rounds(stores["n1"], [leader], wire.handler("n1"))
+    assert not [m for m in wire.sent.get("n1", []) if type(m) is AppendEntries
+                and m.leader_commit == index and not m.entries]  # not told twice
+    settle()
+    assert all(wire.applied[n] == [b"m"] for n in names)
+    for store in stores.values():
+        store.close()
