@@ -358,16 +358,6 @@ class Cluster:
                 message = message.with_data(stored[1])
             self._post(message.to, RaftEnvelope(group, message))
 
-    def write_now(self) -> None:
-        """Hand what this node queued for its peers (Raft messages, forwarded
-        commands) to the sockets now, not at the end of the event-loop iteration: the
-        node calls this after a round's sends, before it applies entries."""
-        if self.transport is None:
-            return
-        if self._proposals:
-            self._send_proposals()
-        self.transport.write_now()
-
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""
         if sender in self.forgotten and not (isinstance(envelope, Rpc)

@@ -17,8 +17,7 @@ does not need its messages in order). `send` encodes the envelope, appends the
 frame to the peer's bounded queue (`_Outgoing`) and, if the peer is connected,
 schedules one flush with `loop.call_soon`: every frame queued in this event-loop
 iteration leaves in one `transport.write`, and nothing waits for an answer before
-sending the next (batching and pipelining); `write_now` writes what is queued at
-once (the node does after a Raft round's sends, before it applies entries). A new connection writes the handshake
+sending the next (batching and pipelining). A new connection writes the handshake
 (wire.Handshake, with a random nonce) first. The accepting side answers a handshake
 that names this cluster and this node with a `Challenge` (its own random nonce); the
 connecting side answers with a `Proof`, an HMAC of the cookie over both nonces, the
@@ -353,16 +352,6 @@ class ClusterTransport:
     def _schedule_flush(self, peer: _Peer) -> None:
         if peer.flush_handle is None and len(peer.outgoing) and self._running:
             peer.flush_handle = self._loop.call_soon(self._flush, peer)
-
-    def write_now(self) -> None:
-        """Write every peer's queued frames now rather than at the end of this
-        event-loop iteration (what the caller does next in this iteration — applying
-        entries, encoding deliveries — would otherwise delay them)."""
-        for peer in self._peers.values():
-            handle = peer.flush_handle
-            if handle is not None:
-                handle.cancel()
-                self._flush(peer)
 
     def _flush(self, peer: _Peer, ignore_pause: bool = False) -> None:
         peer.flush_handle = None

@@ -20,15 +20,8 @@ hard states to the log store (`driver.persist_round`), hands the leaders' append
 the transport (`driver.send_early`: followers write them while this node's fsync
 runs), then seals the store's batch; once that batch is written and fdatasynced (one
 for all groups, on the server's writer thread), `end_round` sends the rest, applies
-what is committed and advances (`driver.finish_round`), sends what the leaders
-learned meanwhile (`_send_appends`: a commit index their peers' answers or their own
-fsync gave them, entries proposed during the fsync), then applies at once whatever
-is committed and already durable (`driver.apply_round`). A round's Raft messages
-are written to the sockets before anything is applied (`Cluster.write_now`), not at
-the end of the event-loop iteration: a follower learns a commit, and answers an
-append, without waiting for this node's applying (a consumer's settlement through a
-follower travels follower -> leader -> followers -> leader -> follower before the
-follower serves the consumer again: bench/README.md). A single-member group
+what is committed and advances (`driver.finish_round`), then applies at once whatever
+is committed and already durable (`driver.apply_round`): a single-member group
 commits its own entries when the fsync completes, and a leader may have heard its
 peers' acknowledgements while it ran; neither waits for the next round's fsync of
 entries proposed meanwhile. Proposals made while applying (settling a no-ack
@@ -63,7 +56,6 @@ from ..fifo.state import FifoState, fifo_config
 from ..queues.quorum import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 from ..queues.replicated import ReplicatedGroup
 from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
-from ..raft.ready import Role
 from ..raft.forwarded import FORWARDED, AppliedIds, load_snapshot
 from ..raft.storage import LogStore
 from ..raft.storage.wal import WalBatch
@@ -74,7 +66,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .channel import Channel
 
 log = logging.getLogger("quorumqueue.broker")
-_LEADER = Role.LEADER  # read once per group per round: a global, not the enum's attribute
 
 
 
@@ -108,8 +99,6 @@ class QuorumGroups:
         self.touched_channels: set["Channel"] = set()
         # quorum queues holding settlements not proposed yet (QuorumQueue.settle)
         self.settling: set[QuorumQueue] = set()
-        # Raft messages handed to the cluster this round and not yet written (`send`)
-        self.unwritten = False
         # monotonic seconds as the shell last told the node (Node.set_clock: before
         # each Sync begins and ends): it times an entry from storage to commit for the
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
@@ -244,9 +233,6 @@ class QuorumGroups:
         readies = driver.persist_round(self.store, self.queues.values())
         self._time_appends(readies)
         driver.send_early(readies, self)  # leaders' appends: while the fsync runs
-        self.unwritten = False  # they, and the commands forwarded, leave now
-        if self.cluster is not None:
-            self.cluster.write_now()
         return readies, self.store.seal()
 
     def _propose_settlements(self) -> None:
@@ -257,22 +243,6 @@ class QuorumGroups:
             for queue in settling:
                 if not queue.deleted:
                     queue.flush_settlements()
-
-    def _send_appends(self) -> None:
-        """What the leaders learned while the round was persisted — a commit index
-        (their peers' answers, or their own fsync) and entries proposed meanwhile —
-        sent now (`RaftNode.take_appends`), before anything is applied: a follower
-        applies a settlement and serves its consumer that much sooner, and does not
-        wait for the leader to apply first."""
-        for member in self.queues.values():
-            raft = member.raft
-            if raft.role is _LEADER:
-                messages = raft.take_appends()
-                if messages:
-                    self.send(member, messages)
-        if self.unwritten:
-            self.unwritten = False
-            self.cluster.write_now()
 
     def _time_appends(self, readies: driver.Batch) -> None:
         """Start timing the last entry a group hands to storage, unless one of the
@@ -287,7 +257,6 @@ class QuorumGroups:
         what that made committed and durable (and what peers committed meanwhile)."""
         self.store.synced(batch)
         driver.finish_round(readies, self, sent_early=True)
-        self._send_appends()
         driver.apply_round(self.queues.values(), self)
         self.release_confirms()
 
@@ -309,16 +278,12 @@ class QuorumGroups:
         they promise is durable: a leader's appends promise nothing of this node's
         disk and leave while the round's fsync runs, driver.leaves_early)."""
         self.cluster.send_raft(queue.group, messages)
-        self.unwritten = True
 
     def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:
         """A snapshot from the leader, then the committed entries: commands to the
         group's machine, replies to whoever waited for them. A forwarded command
         whose identity was applied before is skipped (queues/replicated.py `admit`);
         the others' identities are recorded as they are applied."""
-        if self.unwritten:  # this round's messages leave before its entries apply
-            self.unwritten = False
-            self.cluster.write_now()
         if queue.replay_until:
             queue.replay_until = replay_bound(queue.replay_until, ready)
         probe = queue.commit_probe

@@ -319,29 +319,6 @@ class RaftNode:
             members=self._membership.current)
         return self._outstanding
 
-    def take_appends(self) -> tuple[Message, ...]:
-        """While leading, the AppendEntries due now (a new commit index to tell, new
-        entries to replicate), taken out of what the next `ready()` would hand over:
-        such messages may leave before anything of this node is persisted
-        (driver.leaves_early), so the caller may send them at once, e.g. a commit
-        learned while a round was being persisted, before applying anything. Empty
-        unless this node leads with its term and vote durable, no snapshot is
-        waiting to be persisted, and every message waiting is an AppendEntries (the
-        others keep their order in the next Ready)."""
-        leader = self._leader
-        if leader is None or not (leader.has_due() or self._outbox):
-            return ()
-        if (HardState(self._term, self._voted_for) != self._persisted_hard_state
-                or self._log.unstable_snapshot() is not None):
-            return ()
-        leader.flush()
-        outbox = self._outbox
-        if not outbox or any(type(m) is not AppendEntries for m in outbox):
-            return ()
-        messages = tuple(outbox)
-        outbox.clear()
-        return messages
-
     def advance(self, ready: Ready) -> None:
         """The caller persisted, sent and applied everything in `ready`."""
         if ready is not self._outstanding:

@@ -134,10 +134,6 @@ class Leader:
         for peer in self._peers:
             due[peer] = due.get(peer, False) or send_if_empty
 
-    def has_due(self) -> bool:
-        """Some follower is due a message (`flush` would send something)."""
-        return bool(self._due)
-
     def flush(self) -> None:
         """Send what is due: per follower, batches until paused or caught up."""
         due, self._due = self._due, {}

@@ -23,11 +23,7 @@ caller applies and advances it at once (a single member's entries right after th
 fsync that committed them, without waiting for the fsync of entries proposed
 meanwhile); its soft fields repeat the last reported ones (leader news waits for
 `ready()`). Inputs (`step`, `tick`, `propose`...) may arrive between
-`ready()` and `advance()`; what they produce waits for the next Ready, except a
-leader's AppendEntries, which `RaftNode.take_appends()` hands out at once when its
-term and vote are durable (they promise nothing of the leader's disk: the driver's
-`leaves_early`), so a commit index learned during a round can leave before anything
-is applied.
+`ready()` and `advance()`; what they produce waits for the next Ready.
 
 The remaining fields describe the node after this Ready, for the shell (routing client
 requests to `leader_id`, connecting to `members`).
