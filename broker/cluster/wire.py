@@ -6,9 +6,7 @@ connection); encoding it with msgpack and decoding it back with every field
 checked; the proofs of the cookie (`handshake_proof`, `proofs_match`);
 length-prefixed framing and an incremental `FrameReader`; saying what in a
 handshake does not match this node. No I/O, no clock, no randomness (the transport
-draws the nonces), no state beyond the reader's buffer and the last run of log
-entries packed (a leader's round sends the same entries to every follower: they are
-packed once, `_EntriesPacked`).
+draws the nonces), no state beyond the reader's buffer.
 
 How it works: every envelope is one msgpack array whose first item is a small
 integer tag. A Raft message is positional, `[tag, group, term, from_, to, ...the
@@ -171,56 +169,8 @@ for _cls, (_, _layout) in _LAYOUTS.items():   # a field added to messages.py mus
 
 # -- encoding -------------------------------------------------------------------------
 
-class _EntriesPacked:
-    """The last run of log entries packed for an AppendEntries, kept for the next
-    one: a leader sends the same new entries to each follower in the same round
-    (the same LogEntry objects, from its log), so they are packed once, not once
-    per follower. Reused only for a run of the very same objects (`is`); a LogEntry
-    is never changed after it is built."""
-
-    __slots__ = ("entries", "packed")
-
-    def __init__(self) -> None:
-        self.entries: tuple[LogEntry, ...] = ()
-        self.packed = b""
-
-    def pack(self, entries: tuple[LogEntry, ...]) -> bytes:
-        last = self.entries
-        if len(last) == len(entries) and all(a is b for a, b in zip(last, entries)):
-            return self.packed
-        packed = _pack([[e.index, e.term, e.kind, e.data] for e in entries],
-                       "AppendEntries.entries")
-        self.entries, self.packed = entries, packed
-        return packed
-
-
-_ENTRIES_PACKED = _EntriesPacked()
-_APPEND_TAG, _APPEND_LAYOUT = _LAYOUTS[AppendEntries]
-# the fields before the entries, and msgpack's header of the whole array (a fixarray:
-# the tag, the group and the fields, fewer than 16)
-assert [name for name, _kind in _APPEND_LAYOUT] == ["term", "from_", "to", "prev_index",
-                                                    "prev_term", "entries", "leader_commit"]
-_APPEND_ARRAY = bytes([0x90 | (2 + len(_APPEND_LAYOUT))])
-
-
-def _encode_append(group: str, message: AppendEntries) -> bytes:
-    """`encode` of an AppendEntries with entries, byte for byte what packing the
-    whole array gives: the array's header, its items before the entries, the
-    entries (packed once per run: `_EntriesPacked`), the commit index."""
-    if type(group) is not str:
-        raise WireError(f"cannot encode RaftEnvelope: group must be a str, got {_show(group)}")
-    head = _pack([_APPEND_TAG, group, message.term, message.from_, message.to,
-                  message.prev_index, message.prev_term], "AppendEntries")
-    return b"".join((_APPEND_ARRAY, memoryview(head)[1:],
-                     _ENTRIES_PACKED.pack(message.entries),
-                     _pack(message.leader_commit, "AppendEntries")))
-
-
 def encode(envelope: Envelope) -> bytes:
     """The msgpack payload of `envelope` (frame it with `frame`)."""
-    if type(envelope) is RaftEnvelope and type(envelope.message) is AppendEntries \
-            and envelope.message.entries:
-        return _encode_append(envelope.group, envelope.message)
     match envelope:
         case RaftEnvelope(group=group, message=message):
             layout = _LAYOUTS.get(type(message))

@@ -135,43 +135,6 @@ def test_raft_messages_are_positional_arrays_with_a_small_tag():
     assert b"prev_index" not in heartbeat and len(heartbeat) < 20
 
 
-def test_an_append_s_entries_are_packed_once_for_every_follower_byte_for_byte(monkeypatch):
-    """A leader sends the same new entries to each follower in a round: they are
-    packed once (the same LogEntry objects: wire._EntriesPacked), and the payload
-    is exactly what packing the whole positional array gives, so the receiver reads
-    it as before. Entries that are equal but other objects, or another run, are
-    packed anew."""
-    entries = tuple(LogEntry(i, 2, COMMAND, bytes([i]) * 1000) for i in range(7, 71))
-
-    def expected(message):
-        return msgpack.packb([3, "g", message.term, message.from_, message.to,
-                              message.prev_index, message.prev_term,
-                              [[e.index, e.term, e.kind, e.data] for e in message.entries],
-                              message.leader_commit], use_bin_type=True)
-
-    from quorumqueue.broker.cluster import wire
-
-    packed_runs = []
-    pack = wire._pack
-    monkeypatch.setattr(wire, "_pack", lambda items, what: (
-        packed_runs.append(what) if what == "AppendEntries.entries" else None,
-        pack(items, what))[1])
-    to_b = AppendEntries(2, "a", "b", 6, 2, entries, 5)
-    to_c = AppendEntries(2, "a", "c", 6, 2, entries, 6)
-    for message in (to_b, to_c, to_b):
-        payload = encode(RaftEnvelope("g", message))
-        assert payload == expected(message)
-        assert decode(payload) == RaftEnvelope("g", message)
-    assert len(packed_runs) == 1
-    copies = tuple(LogEntry(e.index, e.term, e.kind, e.data[:1] + b"y" * 999)
-                   for e in entries)  # same indexes and terms, other objects, other data
-    shorter = AppendEntries(2, "a", "b", 6, 2, copies[:10], 5)
-    for message in (AppendEntries(2, "a", "b", 6, 2, copies, 5), shorter, to_b):
-        assert decode(encode(RaftEnvelope("g", message))) == RaftEnvelope("g", message)
-    with pytest.raises(WireError, match="group must be a str"):
-        encode(RaftEnvelope(None, to_b))
-
-
 # -- malformed input ------------------------------------------------------------------
 
 def packed(*items):
