@@ -97,8 +97,9 @@ class QuorumGroups:
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released
         self.touched_channels: set["Channel"] = set()
-        # quorum queues holding settlements not proposed yet (QuorumQueue.settle)
-        self.settling: set[QuorumQueue] = set()
+        # quorum queues holding settlements or publishes not proposed yet
+        # (QuorumQueue.settle, QuorumQueue.publish): proposed at the next round
+        self.holding: set[QuorumQueue] = set()
         # monotonic seconds as the shell last told the node (Node.set_clock: before
         # each Sync begins and ends): it times an entry from storage to commit for the
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
@@ -216,7 +217,7 @@ class QuorumGroups:
         """The groups' rounds alone, here and now (the fsyncs on this thread), until no
         group has a Ready; `Node.flush` does this with the other stores."""
         for _round in range(driver.MAX_ROUNDS):
-            self._propose_settlements()
+            self._propose_held()
             readies = driver.persist_round(self.store, self.queues.values())
             self._time_appends(readies)
             self.store.flush()
@@ -229,20 +230,20 @@ class QuorumGroups:
         """One round in halves, for a shell that fsyncs off its event loop: every
         group's Ready persisted and sealed (`batch.write()` makes it durable, on any
         thread); `end_round` once that returned."""
-        self._propose_settlements()
+        self._propose_held()
         readies = driver.persist_round(self.store, self.queues.values())
         self._time_appends(readies)
         driver.send_early(readies, self)  # leaders' appends: while the fsync runs
         return readies, self.store.seal()
 
-    def _propose_settlements(self) -> None:
+    def _propose_held(self) -> None:
         """What the queues settled since the last round, one command per consumer
-        and kind (QuorumQueue.settle), into this round."""
-        if self.settling:
-            settling, self.settling = self.settling, set()
-            for queue in settling:
-                if not queue.deleted:
-                    queue.flush_settlements()
+        and kind (QuorumQueue.settle), and what was published to them, one run per
+        queue (QuorumQueue.publish), into this round."""
+        if self.holding:
+            holding, self.holding = self.holding, set()
+            for queue in holding:
+                queue.flush_held()
 
     def _time_appends(self, readies: driver.Batch) -> None:
         """Start timing the last entry a group hands to storage, unless one of the

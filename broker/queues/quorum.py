@@ -154,6 +154,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         # settlements (Settle/Return/Discard: kind, consumer key, msg ids) not proposed
         # yet: coalesced until the queue's next command or the node's next round
         self.settling: list[tuple[type, str, list[int]]] = []
+        # publishes (an Enqueue's data, its confirm's waiter) not proposed yet: held
+        # until the queue's next command or the node's next round, then proposed as
+        # one run (one log append). At most one of `settling` and `publishing` holds
+        # anything: each proposes the other's before it takes more (client order)
+        self.publishing: list[tuple[bytes, Waiter | None]] = []
         self.expiry_proposed = False  # x-expires: this leader asked the metadata to delete it
 
     # ------------------------------------------------------------ counts
@@ -263,25 +268,44 @@ class QuorumQueue(ReplicatedGroup, Queue):
                 waiter: Waiter | None = None) -> None:
         """Append a command to the log (here, or at the group's leader); `waiter` gets
         the machine's reply once the entry is committed and applied here."""
-        if self.settling:  # settlements made before this command go first
-            self.flush_settlements()
+        if self.settling or self.publishing:  # what was held before this goes first
+            self.flush_held()
         data = command if isinstance(command, bytes) else encode_command(command, now_ms)
         self.propose_data(data, waiter)
 
     def has_unapplied(self) -> bool:
-        return super().has_unapplied() or (self.raft is not None and bool(self.settling))
+        return super().has_unapplied() or (self.raft is not None and bool(
+            self.settling or self.publishing))
 
     def after_applied(self, waiter: Waiter) -> None:
-        """A barrier: also after the settlements not proposed yet (a count asked
-        right after an ack includes it)."""
+        """A barrier: also after the settlements and publishes not proposed yet (a
+        count asked right after an ack includes it)."""
+        if self.settling or self.publishing:
+            self.flush_held()
+        super().after_applied(waiter)
+
+    def flush_held(self) -> None:
+        """Propose what the queue holds (QuorumGroups' round, or the queue's next
+        command): its settlements or its publishes (never both, see `publishing`). A
+        deleted queue proposes nothing; its publishes' waiters get None, as the
+        waiters of what it proposed did (`fail_waiters`)."""
         if self.settling:
             self.flush_settlements()
-        super().after_applied(waiter)
+        if self.publishing:
+            run, self.publishing = self.publishing, []
+            if self.deleted:
+                for _data, waiter in run:
+                    if waiter is not None:
+                        waiter(None)
+                return
+            self.propose_run(run)
 
     def flush_settlements(self) -> None:
         """Propose the settlements coalesced since the queue's last command, in order
         (a run of one kind for one consumer is one command)."""
         settling, self.settling = self.settling, []
+        if self.deleted:
+            return
         for kind, key, msg_ids in settling:
             self.propose_data(encode_command(kind(key, tuple(msg_ids)), 0))
 
@@ -323,10 +347,20 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
                                message.exchange, message.routing_key,
                                message.properties.raw, message.body)
-        if self.settling:  # `propose` inlined: settlements made before go first
-            self.flush_settlements()
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
-        self.propose_data(data, None if confirm is None else confirm.hold_reply("rejected"))
+        waiter = None if confirm is None else confirm.hold_reply("rejected")
+        groups = self.groups
+        if groups is None:
+            self.propose_data(data, waiter)
+            return
+        if self.settling:  # settlements made before go first
+            self.flush_settlements()
+        # what one read publishes to the queue becomes one run: one append, one
+        # Ready entry list for the apply loop (proposed at the node's next round, or
+        # before the queue's next command: nothing is reordered against them)
+        if not self.publishing:
+            groups.holding.add(self)
+        self.publishing.append((data, waiter))
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:
@@ -425,13 +459,15 @@ class QuorumQueue(ReplicatedGroup, Queue):
         # settles becomes one command per consumer, proposed before the queue's next
         # command or at the node's next round (QuorumGroups.begin_round), so nothing
         # is reordered against this queue's other commands.
+        if self.publishing:  # publishes made before go first
+            self.flush_held()
         settling = self.settling
         for key, msg_ids in per_key:
             if settling and settling[-1][0] is kind and settling[-1][1] == key:
                 settling[-1][2].extend(msg_ids)
             else:
                 settling.append((kind, key, msg_ids))
-        groups.settling.add(self)
+        groups.holding.add(self)
 
     def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...], sessions) -> None:
         """The machine handed `msg_ids` to a consumer of this node's current run that

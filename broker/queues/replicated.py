@@ -87,19 +87,29 @@ class ReplicatedGroup:
 
     def propose_data(self, data: bytes, waiter: Waiter | None = None) -> None:
         """Append `data` to the group's log, here or at the leader; `waiter` gets the
-        machine's reply once this member applied it."""
+        machine's reply once this member applied it (a run of one)."""
+        self.propose_run([(data, waiter)])
+
+    def propose_run(self, run: list[tuple[bytes, Waiter | None]]) -> None:
+        """Append the commands of `run` to the group's log in order: as one append
+        when this member leads, else each forwarded to the leader. Each waiter gets
+        its own command's reply once this member applied it."""
         raft = self.raft
         if self.router is None or (raft is not None and raft.role is _LEADER):  # is_leader
             try:
-                index = raft.propose(data)
+                index = raft.propose_run([data for data, _waiter in run])
             except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it
                 if self.router is None:
                     raise
             else:
-                if waiter is not None:
-                    self.waiters.setdefault(index, []).append((self.raft.term, data, waiter))
+                term, waiters = raft.term, self.waiters
+                for data, waiter in run:
+                    if waiter is not None:
+                        waiters.setdefault(index, []).append((term, data, waiter))
+                    index += 1
                 return
-        self.router.forward(self, data, waiter)
+        for data, waiter in run:
+            self.router.forward(self, data, waiter)
 
     def wait_at(self, index: int, term: int, data: bytes, waiter: Waiter) -> None:
         """A forwarded command was appended at (index, term) by the leader."""

@@ -34,6 +34,7 @@ Not here: leader-side replication and commit (leader.py), the log's storage view
 from __future__ import annotations
 
 import random as _random
+from collections.abc import Sequence
 from typing import assert_never
 
 from .config import RaftConfig
@@ -148,16 +149,8 @@ class RaftNode:
 
     def propose(self, data: bytes, kind: int = COMMAND) -> int:
         """Append a command to the leader's log; returns its index."""
-        if kind == COMMAND:  # once per message: `_append` inlined (never a membership)
-            leader = self._leader
-            if leader is None:
-                raise NotLeader(self._leader_id)
-            if leader.transferee is not None:
-                raise ProposalRejected(f"proposal - leadership transfer to "
-                                       f"{leader.transferee} in progress")
-            index = self._log.append_new(self._term, COMMAND, data)
-            leader.mark_all_due(False)
-            return index
+        if kind == COMMAND:
+            return self.propose_run((data,))
         if kind == MEMBERSHIP:
             raise ValueError("kind - use propose_membership for membership changes")
         if kind not in (COMMAND, NOOP):
@@ -167,6 +160,20 @@ class RaftNode:
             raise ProposalRejected(f"proposal - leadership transfer to {leader.transferee} "
                                    "in progress")
         return self._append(kind, data)
+
+    def propose_run(self, datas: Sequence[bytes]) -> int:
+        """Append commands to the leader's log, in order, as one append (a queue's
+        publishes of one read: `_append` inlined, never a membership); returns the
+        index of the first."""
+        leader = self._leader
+        if leader is None:
+            raise NotLeader(self._leader_id)
+        if leader.transferee is not None:
+            raise ProposalRejected(f"proposal - leadership transfer to "
+                                   f"{leader.transferee} in progress")
+        index = self._log.append_run(self._term, COMMAND, datas)
+        leader.mark_all_due(False)
+        return index
 
     def propose_membership(self, *, add: str | None = None, remove: str | None = None) -> int:
         """Propose adding or removing one member (thesis §4.1); returns the entry's index."""

@@ -26,6 +26,7 @@ Not here: membership (membership.py), who replicates what to whom (leader.py), a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Protocol
 
 from .errors import RaftInvariantError
@@ -174,16 +175,17 @@ class RaftLog:
             self._offset = self.last_index() + 1
         self._unstable.extend(entries)
 
-    def append_new(self, term: int, kind: int, data: bytes) -> int:
-        """Leader path, once per proposal: one entry after the last; its index.
-        (`append([LogEntry(last_index() + 1, ...)])` without the list and the
-        second `last_index`.)"""
+    def append_run(self, term: int, kind: int, datas: Sequence[bytes]) -> int:
+        """Leader path, once per proposal run: one entry per data after the last, in
+        order; the index of the first. (`append([LogEntry(last_index() + 1, ...),
+        ...])` without the list and the second `last_index`.)"""
         unstable = self._unstable
         if unstable:
             index = self._offset + len(unstable)
         else:
             index = self._offset = self.last_index() + 1
-        unstable.append(LogEntry(index, term, kind, data))
+        unstable.extend([LogEntry(at, term, kind, data)
+                         for at, data in enumerate(datas, index)])
         return index
 
     def maybe_append(self, prev_index: int, prev_term: int,
