@@ -187,7 +187,7 @@ class ChannelMachine:
                             f"got one for class {class_id} instead", *spec.BASIC_PUBLISH,
                             connection_level=True)
         if properties.body_size > max_message_size:
-            self._reset()
+            self.reset()
             # rabbit_channel:check_msg_size: "configured" unless the limit is the hard one
             configured = "" if max_message_size == MAX_MESSAGE_SIZE else "configured "
             raise AMQPError(spec.PRECONDITION_FAILED,
@@ -213,7 +213,7 @@ class ChannelMachine:
             parts.append(payload)
             payload = b"".join(parts)
         event = ContentReceived(self.number, self._publish, self._properties, payload)
-        self.content = _IDLE  # _reset(), inlined: this is every message's last frame
+        self.content = _IDLE  # reset(), inlined: this is every message's last frame
         self._publish = self._properties = None
         if parts:
             self._parts = []
@@ -222,10 +222,11 @@ class ChannelMachine:
 
     def _complete(self) -> ContentReceived:  # an empty body
         event = ContentReceived(self.number, self._publish, self._properties, b"")
-        self._reset()
+        self.reset()
         return event
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
+        """Between messages again: a message begun is dropped."""
         self.content = _IDLE
         self._publish = self._properties = None
         if self._parts:

@@ -120,6 +120,15 @@ class FrameReader:
         self._position = position + 8
         return self._buffer[position:position + 8]
 
+    @property
+    def position(self) -> int:
+        """Where the next frame starts: `rewind` reads again from there (until the
+        next `feed`)."""
+        return self._position
+
+    def rewind(self, position: int) -> None:
+        self._position = position
+
     def next_frame(self) -> tuple[int, int, bytes] | None:
         """(type, channel, payload) of the next whole frame, or None until more bytes
         arrive. Raises AMQPError (501) for a frame over frame_max or a bad end octet:

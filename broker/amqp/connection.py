@@ -10,7 +10,9 @@ How it works: `receive_data(data, now)` buffers bytes; `next_event()` reads fram
 one at a time until one means something to the node and returns it (events.py), or
 None when it needs more bytes. The node acts on each event before it asks for the
 next, so an error it reports with `fail(error, channel)` already holds for the very
-next frame. `data_to_send()` returns what to write: the connection's own frames and
+next frame. `next_content(channel)` reads ahead only what cannot fail: the next whole
+message on the same channel, already received and read without error (a run of
+publishes), else nothing. `data_to_send()` returns what to write: the connection's own frames and
 the frames the node appended to `outbound`, in the one order they were produced.
 
 States (ConnectionState); a frame a state has no transition for is a protocol error:
@@ -46,10 +48,10 @@ from pamqp import commands as pamqp_commands
 
 from . import codec, spec
 from .channel import (CONTENT, DISPATCH, LIFECYCLE, METHOD_KINDS, ChannelMachine, ChannelState,
-                      Frame, content_error, lifecycle_error)
+                      ContentState, Frame, content_error, lifecycle_error)
 from .errors import AMQPError
-from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, Event, LoginRequested,
-                     MethodReceived, VhostRequested)
+from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, ContentReceived, Event,
+                     LoginRequested, MethodReceived, VhostRequested)
 
 MECHANISMS = "PLAIN AMQPLAIN"
 LOCALES = "en_US"
@@ -93,7 +95,9 @@ _OPEN, _CLOSED = ConnectionState.OPEN, ConnectionState.CLOSED
 _CHANNEL_OPEN, _CHANNEL_CLOSING = ChannelState.OPEN, ChannelState.CLOSING
 _KIND_METHOD, _KIND_HEADER, _KIND_BODY = Frame.METHOD, Frame.HEADER, Frame.BODY
 _KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
-_METHOD, _HEADER = spec.FRAME_METHOD, spec.FRAME_HEADER
+_METHOD, _HEADER, _BODY = spec.FRAME_METHOD, spec.FRAME_HEADER, spec.FRAME_BODY
+_IDLE = ContentState.IDLE
+_PUBLISH_INDEX = spec.BASIC_PUBLISH[0] << 16 | spec.BASIC_PUBLISH[1]
 _DISPATCH = DISPATCH
 _method_index = codec.METHOD_INDEX.unpack_from  # a method payload's class_id << 16 | method_id
 decode_method, decode_publish = codec.decode_method, codec.decode_publish
@@ -261,6 +265,47 @@ class Connection:
             if event is not None:
                 return event
         return events.popleft()
+
+    def next_content(self, number: int) -> ContentReceived | None:
+        """The next event when it is a whole message on channel `number` (a
+        basic.publish, its header and body frames, already received, that read
+        without error): a run of publishes the node takes together. Else None and
+        nothing is read: the next `next_event` reads those frames, errors included,
+        in their order."""
+        channel = self.channels.get(number)
+        if (self._events or self.state is not _OPEN or channel is None
+                or channel.state is not _CHANNEL_OPEN or channel.content is not _IDLE):
+            return None
+        reader = self.reader
+        start = reader.position
+        try:
+            event = self._whole_content(channel)
+        except AMQPError:
+            event = None
+        if event is None:
+            reader.rewind(start)
+            channel.reset()
+        return event
+
+    def _whole_content(self, channel: ChannelMachine) -> ContentReceived | None:
+        """`next_content`'s reading: the frames of one message on `channel`, in the
+        order CONTENT allows (method, header, bodies), or None at the first other."""
+        next_frame, number = self.reader.next_frame, channel.number
+        found = next_frame()
+        if (found is None or found[0] != _METHOD or found[1] != number
+                or len(found[2]) < 4 or _method_index(found[2])[0] != _PUBLISH_INDEX):
+            return None
+        channel.begin(decode_publish(found[2]))
+        found = next_frame()
+        if found is None or found[0] != _HEADER or found[1] != number:
+            return None
+        event = channel.header(found[2], self.max_message_size)
+        while event is None:
+            found = next_frame()
+            if found is None or found[0] != _BODY or found[1] != number:
+                return None
+            event = channel.body(found[2])
+        return event
 
     def _protocol_header(self) -> bool:
         header = self.reader.take_protocol_header()

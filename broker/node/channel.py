@@ -425,8 +425,10 @@ class Channel:
         settlements, self.tx_settlements = self.tx_settlements, []
         for taken, requeue in settlements:
             self._apply_settlements(taken, requeue)
-        for publish, properties, body, _seq in publishes:
-            self.node.publish(self, publish, properties, body, tx=True)
+        if publishes:  # their confirm numbers are not sent (the commit-ok is)
+            self.node.publish_all(self, [(publish, properties, body, 0)
+                                     for publish, properties, body, _seq in publishes],
+                              tx=True)
         done = Confirm(self, 0, codec.tx_commit_ok(self.number))
         self.pending_confirms.append(done)
         self.close_confirm(done)

@@ -4,7 +4,8 @@ Each handler validates its arguments the way RabbitMQ does, changes node state, 
 writes the reply (unless nowait). `dispatch` finds the handler by the decoded method's
 class (`HANDLERS`); a method no handler takes (one only a server sends) is 503
 COMMAND_INVALID. Channel open/close and content assembly are the protocol's
-(broker/amqp/); a whole message arrives at `publish`.
+(broker/amqp/); whole messages arrive at `publish`, a run of them (what one read
+carried on one channel) at a time.
 
 Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control), each
 checked (`Channel.check_access`, 403) where rabbit_channel checks it, so before any
@@ -30,6 +31,7 @@ from pamqp import commands as methods
 from ..amqp import codec, spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
+from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..queues import registry
 from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
@@ -439,24 +441,78 @@ def basic_cancel(session, channel: Channel, args) -> None:
         channel.send(codec.basic_cancel_ok(channel.number, args.consumer_tag))
 
 
-def publish(session, channel: Channel, publish: codec.Publish, properties, body: bytes) -> None:
-    """A complete message arrived on `channel` (method + header + body)."""
-    if publish.immediate:  # refused once the content is in, as rabbit_channel does
-        raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
-    if publish.exchange or publish.routing_key != management.ROUTING_KEY:
-        channel.check_access("write", EXCHANGE, publish.exchange)
-    if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
-        properties = _checked_properties(session, channel, properties)
-    if publish.exchange not in session.vhost.exchanges:  # before a confirm number is
-        session.vhost.exchange(publish.exchange)        # taken: raises 404 (retried once)
-    confirm_seq = channel.next_confirm() if channel.confirm_mode else 0
+def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] | None:
+    """Complete messages arrived on `channel` (amqp.events.ContentReceived: method,
+    header, body), in order: a run of what one read carried, usually one. Each is
+    checked as rabbit_channel checks a basic.publish (an exchange's write permission
+    and existence once per run of it) and takes its confirm number; the run goes
+    to the node (or the transaction) in one call. A management request (which may
+    change what the checks found) goes on its own. On the first message that fails,
+    those before it are published and (its position, its error) returned; None
+    when all were."""
+    vhost = session.vhost
+    permitted = found = None  # the exchange whose permission, whose existence was checked
+    taken: list[tuple] = []   # checked, from messages[first] on, not yet published
+    first = 0
+    failed = None
+    for position, message in enumerate(messages):
+        publish, properties = message.method, message.properties
+        name = publish.exchange
+        request = not name and publish.routing_key == management.ROUTING_KEY
+        try:
+            if publish.immediate:  # refused once the content is in, as rabbit_channel does
+                raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            if name != permitted and not request:
+                channel.check_access("write", EXCHANGE, name)
+                permitted = name
+            if name != found:  # before a confirm number is taken: 404 (retried once)
+                if vhost.exchange(name).internal:
+                    raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal "
+                                    f"exchange '{name}' in vhost '{vhost.name}'", 60, 40)
+                found = name
+            if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID | FLAG_EXPIRATION):
+                properties = _checked_properties(session, channel, properties)
+        except AMQPError as error:
+            failed = (position, error)
+            break
+        confirm_seq = channel.next_confirm() if channel.confirm_mode else 0
+        taken.append((publish, properties, message.body, confirm_seq))
+        if request:
+            stopped = _publish_taken(session, channel, taken, first)
+            if stopped is not None:
+                return stopped
+            taken, first, permitted, found = [], position + 1, None, None
+    return _publish_taken(session, channel, taken, first) or failed
+
+
+def _publish_taken(session, channel: Channel, taken: list[tuple],
+                   first: int) -> tuple[int, AMQPError] | None:
+    """The checked messages to the node (or the transaction); the node's failure
+    at the position of `messages` (`taken` starts at `first`)."""
+    if not taken:
+        return None
     if channel.tx_mode:
-        channel.tx_publishes.append((publish, properties, body, confirm_seq))
-        return
-    session.node.publish(channel, publish, properties, body, confirm_seq)
+        channel.tx_publishes.extend(taken)
+        return None
+    failed = session.node.publish(channel, taken)
+    return None if failed is None else (first + failed[0], failed[1])
 
 
 def _checked_properties(session, channel: Channel, properties):
+    """A message's user_id (the user's own), reply_to (direct reply-to: this
+    channel's name for it) and per-message TTL (expiration), as rabbit_channel
+    checks them."""
+    if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
+        properties = _checked_names(session, channel, properties)
+    if properties.flags & FLAG_EXPIRATION:
+        invalid = expiration_error(properties)
+        if invalid is not None:
+            raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
+                            f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)
+    return properties
+
+
+def _checked_names(session, channel: Channel, properties):
     values = properties.decoded()
     user_id = values.get("user_id")
     if user_id and _text(user_id) != session.user.name:

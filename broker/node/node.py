@@ -359,68 +359,102 @@ class Node:
 
     # ------------------------------------------------------------ messages
 
-    def publish(self, channel: "Channel", publish: codec.Publish, properties: codec.Properties,
-                body: bytes, confirm_seq: int = 0, tx: bool = False,
-                routed_again: bool = False) -> None:
-        """Route and enqueue one complete message; handles mandatory returns and
-        publisher confirms (`tx`: a committed transaction's publish, whose silent
-        confirm the tx.commit-ok waits behind). Errors (unknown exchange...) raise
-        AMQPError. In a cluster a mandatory message that routes nowhere is routed once
-        more after a metadata barrier (`routed_again`) before it is returned."""
+    def publish(self, channel: "Channel", messages: list[tuple], tx: bool = False,
+                routed_again: bool = False) -> tuple[int, AMQPError] | None:
+        """Route and enqueue complete messages, in order: a run of what one read
+        carried on `channel` (usually one), each (basic.publish, properties, body,
+        confirm seq), already checked (`handlers.publish`). A run of one exchange
+        and routing key is routed once (unless a headers exchange reads each
+        message's headers). Handles mandatory returns and publisher confirms (`tx`:
+        a committed transaction's publishes, whose silent confirms the tx.commit-ok
+        waits behind). In a cluster a mandatory message that routes nowhere is
+        routed once more after a metadata barrier (`routed_again`) before it is
+        returned; the messages after it wait behind the barrier too. On the first
+        message that fails (a headers exchange that cannot read its headers, a
+        queue that refuses its properties), those before it are published and (its
+        position, its error) returned."""
         vhost = channel.session.vhost
-        exchange = vhost.exchange(publish.exchange)
-        if exchange.internal:
-            raise AMQPError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange "
-                            f"'{exchange.name}' in vhost '{vhost.name}'", 60, 40)
-        invalid = (expiration_error(properties)  # per-message TTL, as rabbit_channel
-                   if properties.flags & FLAG_EXPIRATION else None)
-        if invalid is not None:
-            raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
-                            f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)
-        message = Message(publish.exchange, publish.routing_key, properties, body)
-        if publish.exchange == "" and publish.routing_key == management.ROUTING_KEY:
-            delivered = self._management_request(channel, properties, body)
-            queues = []
-        elif publish.exchange == "" and publish.routing_key.startswith(REPLY_TO_PREFIX):
-            delivered = self._deliver_reply(publish.routing_key, message)
-            queues = []
-        else:
-            delivered = False
-            if exchange.name == "":  # `vhost.route`'s default exchange, inlined (no closure)
-                queue = vhost.queues.get(publish.routing_key)
-                queues = [queue] if queue is not None else []
-            else:
-                queues = vhost.route(exchange, publish.routing_key,
-                                     lambda: properties.decoded().get("headers"))
-            if not queues and publish.mandatory and not tx and not routed_again \
-                    and ordering.may_be_unapplied(channel.session):
-                # perhaps a queue or binding committed elsewhere and not applied here
-                # yet: routed once more after a metadata barrier (node/ordering.py)
-                ordering.after_barrier(channel.session, channel, lambda: self.publish(
-                    channel, publish, properties, body, confirm_seq, routed_again=True),
-                    spec.BASIC_PUBLISH)
-                return
         counters = self.counters
-        counters.received += 1
-        if confirm_seq:
-            counters.received_confirm += 1
         channel.published = True
-        if queues or delivered:
-            counters.routed += 1
-        elif publish.mandatory:
-            counters.unroutable_returned += 1
-            channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
-                                            publish.exchange, publish.routing_key))
-            channel.session.write_parts(codec.content(channel.number, properties.raw, body,
-                                                      channel.session.frame_max))
-        else:
-            counters.unroutable_dropped += 1
-        confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
-        for queue in queues:
-            queue.message_counts.publish += 1
-            queue.publish(message, channel, confirm)
-        if confirm is not None:
-            channel.close_confirm(confirm)
+        routed: tuple[str, str] | None = None  # (exchange, routing key) of `queues`
+        queues: list = []
+        position = 0
+        try:
+            for position, (publish, properties, body, confirm_seq) in enumerate(messages):
+                exchange_name, routing_key = publish.exchange, publish.routing_key
+                message = Message(exchange_name, routing_key, properties, body)
+                delivered = False
+                if exchange_name == "" and routing_key == management.ROUTING_KEY:
+                    delivered = self._management_request(channel, properties, body)
+                    queues, routed = [], None
+                elif exchange_name == "" and routing_key.startswith(REPLY_TO_PREFIX):
+                    delivered = self._deliver_reply(routing_key, message)
+                    queues, routed = [], None
+                else:
+                    if routed is None or routed[0] != exchange_name or routed[1] != routing_key:
+                        queues, routed = self._route(vhost, exchange_name, routing_key,
+                                                     properties)
+                    if not queues and publish.mandatory and not tx and not routed_again \
+                            and ordering.may_be_unapplied(channel.session):
+                        # perhaps a queue or binding committed elsewhere and not applied
+                        # here yet: routed once more after a metadata barrier
+                        # (node/ordering.py), the rest of the run held behind it
+                        rest = messages[position + 1:]
+                        ordering.after_barrier(channel.session, channel, lambda: self.publish_all(
+                            channel, [messages[position]], routed_again=True),
+                            spec.BASIC_PUBLISH)
+                        if rest:
+                            ordering.hold(channel.session, channel,
+                                          lambda: self.publish_all(channel, rest),
+                                          spec.BASIC_PUBLISH)
+                        return None
+                counters.received += 1
+                if confirm_seq:
+                    counters.received_confirm += 1
+                if queues or delivered:
+                    counters.routed += 1
+                elif publish.mandatory:
+                    counters.unroutable_returned += 1
+                    channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
+                                                    exchange_name, routing_key))
+                    channel.session.write_parts(codec.content(
+                        channel.number, properties.raw, body, channel.session.frame_max))
+                else:
+                    counters.unroutable_dropped += 1
+                confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
+                for queue in queues:
+                    queue.message_counts.publish += 1
+                    queue.publish(message, channel, confirm)
+                if confirm is not None:
+                    channel.close_confirm(confirm)
+        except AMQPError as error:  # a queue refused it, or its headers cannot be read
+            return position, error
+        return None
+
+    def publish_all(self, channel: "Channel", messages: list[tuple], tx: bool = False,
+                    routed_again: bool = False) -> None:
+        """`publish`, its failure raised (what a held method or a tx.commit does)."""
+        failed = self.publish(channel, messages, tx, routed_again)
+        if failed is not None:
+            raise failed[1]
+
+    def _route(self, vhost, exchange_name: str, routing_key: str,
+               properties: codec.Properties) -> tuple[list, tuple[str, str] | None]:
+        """The queues a message reaches, and the (exchange, routing key) any message
+        with the same two reaches the same queues by (None: a headers exchange read
+        this message's headers)."""
+        if exchange_name == "":  # `vhost.route`'s default exchange, inlined (no closure)
+            queue = vhost.queues.get(routing_key)
+            return [queue] if queue is not None else [], (exchange_name, routing_key)
+        read_headers = False
+
+        def headers() -> dict | None:
+            nonlocal read_headers
+            read_headers = True
+            return properties.decoded().get("headers")
+
+        queues = vhost.route(vhost.exchange(exchange_name), routing_key, headers)
+        return queues, None if read_headers else (exchange_name, routing_key)
 
     def _management_request(self, channel: "Channel", properties: codec.Properties,
                             body: bytes) -> bool:

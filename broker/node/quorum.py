@@ -25,7 +25,9 @@ is committed and already durable (`driver.apply_round`): a single-member group
 commits its own entries when the fsync completes, and a leader may have heard its
 peers' acknowledgements while it ran; neither waits for the next round's fsync of
 entries proposed meanwhile. Proposals made while applying (settling a no-ack
-delivery...) get one more round. Confirms and replies are written to the sessions'
+delivery...) get one more round. A round begins with what the queues held back
+(`_propose_held`): a queue's settlements, one command per consumer and kind, and its
+publishes since the last round, one run of entries (one append). Confirms and replies are written to the sessions'
 buffers, which the server sends only after the fsync that covers them.
 
 After a restart, every entry in the log is replayed into a fresh machine (from the

@@ -9,7 +9,12 @@ long outputs (streams).
 
 How it works: `receive_data` feeds the connection, then takes its events one at a time
 (`_handle_events`), so a channel closed by one event's error is closed for the next
-frame. Everything the node writes (deliveries, replies) goes to the connection's
+frame. A published message takes with it the whole messages that follow it on its
+channel in what was received (`Connection.next_content`, which reads nothing it
+would fail on): `handlers.publish` gets them as one run, checks each in order and
+hands the node those before the first that fails; that one fails the channel (or
+waits for a metadata barrier, the rest held behind it), the rest are discarded as
+the connection discards what follows an error. Everything the node writes (deliveries, replies) goes to the connection's
 `outbound` list, so protocol frames and node frames leave in one order. Time enters
 as `now` arguments (monotonic seconds); the server shell owns sockets.
 
@@ -251,7 +256,7 @@ class Session:
         connection = self.connection
         handled = 0
         try:
-            next_event = connection.next_event
+            next_event, next_content = connection.next_event, connection.next_content
             publish = handlers.publish
             while True:
                 if handled == budget:
@@ -266,10 +271,14 @@ class Session:
                         self._content(event)
                         continue
                     self.has_published = True  # `_content`'s usual path, inlined
-                    try:
-                        publish(self, channel, event.method, event.properties, event.body)
-                    except AMQPError as error:
-                        self._publish_failed(channel, event, error)
+                    # the messages on this channel that the read holds whole: one run
+                    run = [event]
+                    while handled != budget and (more := next_content(event.channel)) is not None:
+                        run.append(more)
+                        handled += 1
+                    failed = publish(self, channel, run)
+                    if failed is not None:
+                        self._run_failed(channel, run, *failed)
                     continue
                 match event:
                     case MethodReceived():
@@ -315,24 +324,33 @@ class Session:
         self.has_published = True
         channel = self.channels[event.channel]
         if channel.held is not None:  # after the metadata change the channel waits for
-            handlers.hold(self, channel, lambda: handlers.publish(
-                self, channel, event.method, event.properties, event.body),
-                spec.BASIC_PUBLISH)
+            handlers.hold(self, channel, lambda: self._publish_one(channel, event),
+                          spec.BASIC_PUBLISH)
             return
-        try:
-            handlers.publish(self, channel, event.method, event.properties, event.body)
-        except AMQPError as error:
-            self._publish_failed(channel, event, error)
+        failed = handlers.publish(self, channel, [event])
+        if failed is not None:
+            self._run_failed(channel, [event], *failed)
 
-    def _publish_failed(self, channel: Channel, event: ContentReceived,
-                        error: AMQPError) -> None:
-        """Routing and property checks failed basic.publish: retried once after a
-        metadata barrier (an exchange this node may not have applied yet), else the
-        channel's error."""
+    def _publish_one(self, channel: Channel, event: ContentReceived) -> None:
+        """A held message, published once the channel's wait is over (its error
+        raised: `ordering.resume` fails the channel)."""
+        failed = handlers.publish(self, channel, [event])
+        if failed is not None:
+            raise failed[1]
+
+    def _run_failed(self, channel: Channel, run: list[ContentReceived], position: int,
+                    error: AMQPError) -> None:
+        """The checks failed `run[position]` (those before it are published):
+        retried once after a metadata barrier (an exchange this node may not have
+        applied yet), the rest of the run held behind it; else the channel's (or
+        the connection's) error, which discards the rest as the connection discards
+        what follows an error."""
+        event = run[position]
         if ordering.may_be_unapplied(self, error):
-            ordering.after_barrier(self, channel, lambda: handlers.publish(
-                self, channel, event.method, event.properties, event.body),
-                spec.BASIC_PUBLISH)
+            ordering.after_barrier(self, channel, lambda: self._publish_one(channel, event),
+                                   spec.BASIC_PUBLISH)
+            for later in run[position + 1:]:
+                self._content(later)
             return
         self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
 

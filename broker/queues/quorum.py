@@ -11,7 +11,9 @@ purge, a lease operation).
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
 queue's log (here, or at the leader through the cluster's router); replies come from
 this member's own apply (node/quorum.py drives the groups; node/deliveries.py turns
-Deliver effects into `channel.deliver_batch` calls). An unacked delivery's token is a
+Deliver effects into `channel.deliver_batch` calls). Settlements and publishes are
+held until the queue's next command or the node's next round, then proposed
+together: a run of publishes is one log append. An unacked delivery's token is a
 `QuorumToken` (the fifo consumer key and the machine's message id); settling goes
 through the log by id. Commands that do not depend on time are proposed with time 0
 (only the envelope's TIMED_COMMANDS carry the leader's clock).

@@ -190,13 +190,23 @@ class Probe:
     def publish(self, channel: int, exchange: str, routing_key: str, body: bytes | str,
                 *, mandatory: bool = False, immediate: bool = False,
                 properties: commands.Basic.Properties | None = None) -> None:
+        self.send_bytes(self.publish_frames(channel, exchange, routing_key, body,
+                                            mandatory=mandatory, immediate=immediate,
+                                            properties=properties))
+
+    @staticmethod
+    def publish_frames(channel: int, exchange: str, routing_key: str, body: bytes | str,
+                       *, mandatory: bool = False, immediate: bool = False,
+                       properties: commands.Basic.Properties | None = None) -> bytes:
+        """A basic.publish with its content header and body, as bytes (several sent
+        in one write reach the server in one read)."""
         data = body.encode() if isinstance(body, str) else body
-        self.send_bytes(
-            marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                           mandatory=mandatory, immediate=immediate), channel)
-            + marshal(pamqp_header.ContentHeader(0, len(data), properties
-                                                 or commands.Basic.Properties()), channel)
-            + (marshal(pamqp_body.ContentBody(data), channel) if data else b""))
+        return (marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
+                                               mandatory=mandatory, immediate=immediate),
+                        channel)
+                + marshal(pamqp_header.ContentHeader(0, len(data), properties
+                                                     or commands.Basic.Properties()), channel)
+                + (marshal(pamqp_body.ContentBody(data), channel) if data else b""))
 
     # ------------------------------------------------------------ recording
 

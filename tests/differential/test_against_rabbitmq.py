@@ -1000,6 +1000,63 @@ def basic_mandatory_return_and_confirm_order(c: Probe) -> None:
 
 
 @scenario
+def basic_publish_runs_mixed(c: Probe) -> None:
+    """Publishes pipelined in one write (quorumqueue reads them as one run): to a
+    quorum and a classic queue through the default exchange, through amq.direct and
+    amq.headers, mandatory ones that route nowhere (returned) and others that are
+    dropped; every confirm once, each return before its message's confirm, and the
+    queues' contents in order. The confirms are compared as a set: RabbitMQ 3.10
+    confirms the classic queue's messages before the quorum queue's published
+    earlier, quorumqueue in publish order (the protocol allows either)."""
+    channel(c)
+    declare(c, "dt-run-qq", durable=True, arguments={"x-queue-type": "quorum"})
+    declare(c, "dt-run-classic")
+    c.call(1, amqp.Queue.Bind(queue="dt-run-classic", exchange="amq.direct", routing_key="k"))
+    c.call(1, amqp.Queue.Bind(queue="dt-run-classic", exchange="amq.headers",
+                              arguments={"x-match": "all", "colour": "red"}))
+    c.call(1, amqp.Confirm.Select())
+    red = amqp.Basic.Properties(headers={"colour": "red"})
+    blue = amqp.Basic.Properties(headers={"colour": "blue"})
+    run = [("", "dt-run-qq", "q1", False, None), ("", "dt-run-qq", "q2", True, None),
+           ("", "dt-run-nowhere", "returned 1", True, None), ("", "dt-run-qq", "q3", False, None),
+           ("amq.direct", "k", "c1", True, None), ("amq.direct", "k", "c2", False, None),
+           ("amq.direct", "other", "dropped", False, None),
+           ("amq.direct", "other", "returned 2", True, None),
+           ("amq.headers", "", "c3", True, red), ("amq.headers", "", "returned 3", True, blue),
+           ("", "dt-run-classic", "c4", False, None), ("", "dt-run-qq", "q4", False, None)]
+    c.send_bytes(b"".join(c.publish_frames(1, exchange, key, body, mandatory=mandatory,
+                                           properties=properties)
+                          for exchange, key, body, mandatory, properties in run))
+    events = c.collect(len(run) + 3)
+    confirms = {event["delivery_tag"]: (event["method"], at) for at, event in enumerate(events)
+                if event["method"] in ("Basic.Ack", "Basic.Nack")}
+    returns = [(at, event) for at, event in enumerate(events) if event["method"] == "Basic.Return"]
+    c.transcript.pop()
+    c.record({"returns": [event for _at, event in returns],
+              "confirms": sorted((tag, method) for tag, (method, _at) in confirms.items()),
+              "each return before its confirm": [
+                  confirms.get(seq, ("", -1))[1] > at
+                  for (at, _event), seq in zip(returns, (3, 8, 10))]})
+    declare(c, "dt-run-qq", passive=True)
+    for _ in range(5):
+        get(c, "dt-run-classic", no_ack=True)
+
+
+@scenario
+def basic_publish_runs_error_midway(c: Probe) -> None:
+    """A publish to a missing exchange in the middle of one write: what came before
+    it is answered, the channel is closed with 404, and what follows it on the
+    channel is discarded (no return for a mandatory message that routes nowhere)."""
+    channel(c)
+    c.call(1, amqp.Confirm.Select())
+    c.send_bytes(c.publish_frames(1, "", "dt-run-nowhere", "returned", mandatory=True)
+                 + c.publish_frames(1, "dt-run-missing", "k", "refused")
+                 + c.publish_frames(1, "", "dt-run-nowhere", "discarded", mandatory=True))
+    c.collect(2)
+    c.barrier(1)
+
+
+@scenario
 def basic_publish_to_missing_exchange(c: Probe) -> None:
     channel(c)
     c.publish(1, "dt-b-no-such-exchange", "k", "lost")

@@ -399,6 +399,45 @@ def test_content_over_max_message_size_closes_the_channel():
     assert driver.feed(body(data=b"x" * 1001)) == [] and driver.output() == []
 
 
+def test_next_content_takes_only_whole_clean_messages_of_the_same_channel():
+    """A run of publishes: `next_content(channel)` returns the next message on that
+    channel when it is whole in what was received and reads without error; anything
+    else (another channel, a method, a partial message, a message that fails) is left
+    unread, for `next_event` to read in order, its error included."""
+    driver = Driver().open(1, 2)
+    connection = driver.connection
+    message = publish() + header() + body()
+    connection.receive_data(message + message + publish(2) + header(2) + body(2)
+                            + message + publish(routing_key="big") + header(size=1001)
+                            + message[:-3], 0.0)
+    first = connection.next_event()
+    assert isinstance(first, ContentReceived) and first.body == b"abc"
+    assert connection.next_content(1) == ContentReceived(1, first.method, first.properties,
+                                                         b"abc")
+    assert connection.next_content(1) is None                 # channel 2's message is next
+    assert connection.next_event().channel == 2
+    assert isinstance(connection.next_content(1), ContentReceived)
+    assert connection.next_content(1) is None                 # over max_message_size
+    assert driver.output() == []                              # read nothing, sent nothing
+    assert connection.next_event() == ChannelClosed(1)        # the error, in its order
+    assert driver.output() == ["1:Channel.Close 406 PRECONDITION_FAILED - message size "
+                               "1001 is larger than configured max size 1000 60/40"]
+    assert connection.next_content(1) is None                 # the channel is closing
+    assert connection.next_event() is None                    # a partial frame: more to come
+
+
+def test_next_content_leaves_a_partial_message_for_later():
+    driver = Driver().open(1)
+    connection = driver.connection
+    message = publish() + header() + body()
+    connection.receive_data(message + message[:-1], 0.0)
+    assert isinstance(connection.next_event(), ContentReceived)
+    assert connection.next_content(1) is None
+    connection.receive_data(message[-1:], 0.0)
+    assert isinstance(connection.next_content(1), ContentReceived)
+    assert connection.channels[1].content is ContentState.IDLE
+
+
 # ---------------------------------------------------------------- channel_max
 
 
