@@ -141,6 +141,21 @@ from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT
 
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
+    config = state.config
+    if (type(command) is Enqueue and config.quiet_enqueue and not command.publisher
+            and command.ttl is None and not state.consumers
+            and state.applied_since_cursor + 1 < config.release_cursor_interval
+            and state.normal.expiries is None and state.high.expiries is None
+            and state.returns.expiries is None):
+        # The usual publish: an Enqueue nothing watches (no consumers, settings that
+        # act on it, messages with expiries, idempotency key) is stored ("ok": not
+        # blocked without a limit, no duplicate without a key) and counted towards a
+        # release cursor not yet due. Each step below would do nothing more for it.
+        state.now_ms = meta.system_time
+        reply = _enqueue(meta, command, state)
+        state.last_index = meta.index
+        state.applied_since_cursor += 1
+        return state, reply, []
     effects: list[Effect] = []
     reply: Any = None
     state.now_ms = meta.system_time

@@ -253,8 +253,16 @@ class FifoConfig:
     # force only with a dead-letter exchange, x-dead-letter-strategy at-least-once
     # and overflow reject-publish (with drop-head RabbitMQ falls back to at-most-once)
     dead_letter_at_least_once: bool = False
+    # derived (never passed): nothing of these settings acts on an Enqueue beyond
+    # storing it: no single active consumer, no TTLs, no length limits, no
+    # at-least-once dead lettering (`machine.apply` takes the short way then)
+    quiet_enqueue: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.quiet_enqueue = not (self.single_active or self.msg_ttl is not None
+                                  or self.expires is not None or self.max_length is not None
+                                  or self.max_bytes is not None
+                                  or self.dead_letter_at_least_once)
         for key in ("max_length", "max_bytes", "msg_ttl", "expires"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)

@@ -4,6 +4,8 @@ and RabbitMQ's rabbit_fifo semantics."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -525,3 +527,30 @@ def test_serving_one_consumer_in_one_pass_hands_out_what_one_by_one_does(steps, 
         assert (_observable(fast), fast.rotation) == (_observable(slow), slow.rotation)
         served += any(isinstance(effect, Deliver) for effect in fast_effects)
     assume(served > 0)
+
+
+# queues the short way of `apply` applies to (no limits, no single active consumer),
+# and others; UpdateConfig steps add and remove limits on the way
+quiet_or_not = st.one_of(st.builds(FifoConfig, delivery_limit=st.sampled_from([-1, 2, 20]),
+                                   release_cursor_interval=st.sampled_from([3, 50])),
+                         configs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands, min_size=10, max_size=80), quiet_or_not)
+def test_a_quiet_enqueue_taken_the_short_way_is_what_the_full_way_gives(steps, config):
+    """`apply` stores an Enqueue nothing watches (no consumers, no limits or TTLs, no
+    idempotency key, the release cursor not due) without its aftercare: the same
+    reply, effects and state (its snapshot and counters) as the full way, forced
+    here by clearing the config's quiet_enqueue before every command."""
+    short, full = FifoState(config=replace(config)), FifoState(config=replace(config))
+    seq = [0]
+    for position, step in enumerate(steps, start=1):
+        command = concrete(step, short, seq)
+        meta = Meta(position, 1, position * 20)
+        full.config.quiet_enqueue = False
+        short, reply, effects = apply(meta, command, short)
+        full, full_reply, full_effects = apply(meta, command, full)
+        assert (reply, effects) == (full_reply, full_effects)
+        assert snapshot.dump(short) == snapshot.dump(full)
+        assert (short.now_ms, short.last_active) == (full.now_ms, full.last_active)
