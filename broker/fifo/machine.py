@@ -3,6 +3,11 @@
 Deterministic: the result depends only on the arguments (time arrives as
 `meta.system_time`, failures as Down commands); no I/O, clocks or randomness. For
 speed the state is updated in place and returned: `apply` owns the state it is given.
+After the command itself `apply` runs the aftercare every command may need (the
+single active consumer, expiries, serving consumers, limits, dead letters, the
+release cursor); an Enqueue none of it can concern (no consumers, no settings that
+act on it, no key) skips it, with the same result (tests/broker/fifo/test_machine.py
+checks the two ways against each other).
 
 Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - enqueue, with per-publisher sequence de-duplication;
