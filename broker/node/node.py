@@ -375,7 +375,6 @@ class Node:
         position, its error) returned."""
         vhost = channel.session.vhost
         counters = self.counters
-        channel.published = True
         routed: tuple[str, str] | None = None  # (exchange, routing key) of `queues`
         queues: list = []
         position = 0
@@ -409,6 +408,7 @@ class Node:
                                           spec.BASIC_PUBLISH)
                         return None
                 counters.received += 1
+                channel.published = True
                 if confirm_seq:
                     counters.received_confirm += 1
                 if queues or delivered:
