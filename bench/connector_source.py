@@ -1,8 +1,10 @@
-"""The Spark source into Delta against a plain AMQP consumer, same broker, same run.
+"""The Spark source into Delta, and into Spark's `noop` sink, against a plain AMQP
+consumer, same broker, same run.
 
     python bench/connector_source.py [--messages 500000] [--size 256]
         [--per-trigger 100000] [--prefetch 1000] [--rounds 3]
-        [--stats-columns queue,offset,timestamp|all] [--json PATH]
+        [--sink both|delta|noop] [--stats-columns queue,offset,timestamp|all]
+        [--json PATH]
 
 One bundled broker; per round, two durable quorum queues filled with the same
 `--messages` persistent messages of `--size` bytes (the load generator of
@@ -20,6 +22,19 @@ amqp_throughput.py, publisher confirms). Then, one after the other:
    once. The empty table is created before the clock starts, as a job appending to
    its table finds it, with file statistics on `--stats-columns` (default
    `jobs.delta.SOURCE_STATS_COLUMNS`; `all`: Delta's default, every column).
+3. **source -> noop**: the same query into Spark's built-in `noop` sink
+   (`writeStream.format("noop")`), which takes every row and writes nothing: the
+   standard way to measure a source by itself. It is what the source hands Spark per
+   second (the reads on the executors, Arrow batches into rows, the offset and commit
+   logs, the fixed start of a query), the comparison on equal terms with pika, which
+   writes nothing either. It checks the progress reports counted every message (a
+   sink that keeps nothing cannot be checked for duplicates; the Delta run is).
+
+`--sink` (default `both`) picks which of 2 and 3 run; with both, each round is a
+triple (pika, source -> Delta, source -> noop) and each is compared with the pika of
+its own round. The Delta figure is the one of a job a user runs (Parquet and a Delta
+commit per micro-batch: work pika does not do); the noop figure is the source's own
+throughput; neither stands for the other.
 
 Before the rounds, a warm-up query of the same shape (`--messages`, `--per-trigger`)
 runs untimed, so the Python workers are up and the JVM has compiled the hot paths,
@@ -28,11 +43,12 @@ JVM's JIT compiler threads were measured busy for 19 CPU-seconds over a fresh
 session's first 30 s of this workload, and still 1.2-2.8 CPU-seconds per 200,000
 messages after a 20,000-message warm-up, on a machine with 2 cores.
 
-`--rounds` (default 3) repeats both, interleaved (pika, source, pika, source, ...),
+`--rounds` (default 3) repeats them, interleaved (pika, source, pika, source, ...),
 and keeps each one's best round: on a shared 2-core machine other work slows one
 measurement or the other by tens of percent, and each round's ratio is printed
-too, with their median and spread (each round is an A/B pair: pika, then the source). Prints both rates and source / pika (target >= 0.8, goal >= 0.95), plus where
-the source's time went: before its first trigger (Spark starting the Python
+too, with their median and spread (each round pairs pika with the source run(s)
+after it). Prints the rates and source / pika per sink (target >= 0.8, goal >= 0.95;
+issue 18 asks >= 1.0), plus where the source's time went: before its first trigger (Spark starting the Python
 process that runs the reader, which imports PySpark from its zip, and the reader's
 first calls), per step of Spark's micro-batches (progress reports: latestOffset,
 planning, addBatch, commits) and after the last one. The source has a fixed cost
@@ -66,6 +82,9 @@ from bench.brokers import quorumqueue_broker  # noqa: E402
 from quorumqueue.jobs.delta import SOURCE_STATS_COLUMNS  # noqa: E402
 
 TARGET, GOAL = 0.8, 0.95
+SINKS = ("delta", "noop")
+# how the summary names the source's runs, per sink
+LABELS = {"delta": "quorumqueue source -> Delta", "noop": "quorumqueue source -> noop"}
 # The step of a progress report's durationMs that holds all the others.
 _ENCLOSING_STEP = "triggerExecution"
 
@@ -82,6 +101,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="maxMessagesPerTrigger")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best kept")
     parser.add_argument("--prefetch", type=int, default=1000, help="pika's basic.qos prefetch")
+    parser.add_argument("--sink", choices=SINKS + ("both",), default="both",
+                        help="where the source writes: a Delta table (a job's figure), "
+                             "Spark's noop sink (the source's own throughput), or both, "
+                             "each against the same pika rounds")
     parser.add_argument("--stats-columns", default=",".join(SOURCE_STATS_COLUMNS),
                         help="the Delta table's statistics columns, comma-separated, or "
                              "'all' (Delta's default)")
@@ -151,13 +174,15 @@ def drain_with_pika(uri: str, queue: str, messages: int, prefetch: int) -> float
 EXTRA_OPTIONS: dict[str, str] = {}
 
 
-def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, name: str):
+def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, name: str,
+                 sink: str = "delta"):
     stream = (spark.readStream.format("quorumqueue").option("uri", uri).option("queue", queue)
               .option("maxMessagesPerTrigger", str(per_trigger)).options(**EXTRA_OPTIONS)
               .load())
-    return (stream.writeStream.format("delta").queryName(name)
-            .option("checkpointLocation", str(workdir / f"{name}-checkpoint"))
-            .trigger(availableNow=True).start(str(workdir / name)))
+    writer = (stream.writeStream.format(sink).queryName(name)
+              .option("checkpointLocation", str(workdir / f"{name}-checkpoint"))
+              .trigger(availableNow=True))
+    return writer.start(str(workdir / name)) if sink == "delta" else writer.start()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,24 +200,32 @@ class SourceRun:
 
 def drain_with_source(spark, uri: str, queue: str, messages: int, per_trigger: int,
                       workdir: Path, name: str,
-                      statistics: tuple[str, ...] | None) -> SourceRun:
-    """An AvailableNow query from `queue` into a new Delta table, timed from start() to
-    its end; checks the table holds every message once."""
+                      statistics: tuple[str, ...] | None, sink: str = "delta") -> SourceRun:
+    """An AvailableNow query from `queue` into a new Delta table (or Spark's noop sink),
+    timed from start() to its end; checks the table holds every message once (noop:
+    that the query read every message)."""
     from quorumqueue.jobs.delta import create_source_table
 
-    create_source_table(spark, str(workdir / name), statistics)
+    if sink == "delta":
+        create_source_table(spark, str(workdir / name), statistics)
     began_at = time.time()
     began = time.perf_counter()
-    query = source_query(spark, uri, queue, per_trigger, workdir, name)
+    query = source_query(spark, uri, queue, per_trigger, workdir, name, sink)
     query.awaitTermination()
     elapsed = time.perf_counter() - began
     if query.exception() is not None:
         raise RuntimeError(f"the source query failed: {query.exception()}")
-    table = spark.read.format("delta").load(str(workdir / name))
-    rows, distinct = table.count(), table.select("body").distinct().count()
-    if rows != messages or distinct != messages:
-        raise RuntimeError(f"Delta holds {rows} rows ({distinct} distinct), not {messages}")
     reports = query.recentProgress
+    if sink == "delta":
+        table = spark.read.format("delta").load(str(workdir / name))
+        rows, distinct = table.count(), table.select("body").distinct().count()
+        if rows != messages or distinct != messages:
+            raise RuntimeError(f"Delta holds {rows} rows ({distinct} distinct), not {messages}")
+    else:
+        # recentProgress keeps the last 100 reports (spark.sql.streaming.numRecentProgressUpdates)
+        read = sum(report["numInputRows"] for report in reports)
+        if read != messages:
+            raise RuntimeError(f"the noop query read {read} rows, not {messages}")
     first = trigger_start(reports[0]) - began_at if reports else elapsed
     last = (trigger_start(reports[-1]) + reports[-1]["durationMs"][_ENCLOSING_STEP] / 1000
             - began_at) if reports else elapsed
@@ -222,22 +255,28 @@ def verdict(ratio: float) -> str:
     return f"MISSES the >= {TARGET}x target"
 
 
+def sinks(arguments: argparse.Namespace) -> tuple[str, ...]:
+    return SINKS if arguments.sink == "both" else (arguments.sink,)
+
+
 def measure(spark, uri: str, host: str, port: int, arguments: argparse.Namespace,
-            workdir: Path) -> tuple[list[float], list[SourceRun]]:
-    """Seconds of pika and the source's runs, round by round."""
+            workdir: Path) -> tuple[list[float], dict[str, list[SourceRun]]]:
+    """Seconds of pika's runs, and of the source's per sink, round by round."""
     pika_runs: list[float] = []
-    source_runs: list[SourceRun] = []
+    source_runs: dict[str, list[SourceRun]] = {sink: [] for sink in sinks(arguments)}
     for round_number in range(1, arguments.rounds + 1):
         for_pika = fill_queue(host, port, arguments.messages, arguments.size, "pika")
-        for_source = fill_queue(host, port, arguments.messages, arguments.size, "source")
+        for_source = {sink: fill_queue(host, port, arguments.messages, arguments.size,
+                                       f"source-{sink}") for sink in source_runs}
         pika_runs.append(drain_with_pika(uri, for_pika, arguments.messages, arguments.prefetch))
         log(f"[round {round_number}] pika: {arguments.messages:,} in {pika_runs[-1]:.2f} s")
-        source_runs.append(drain_with_source(
-            spark, uri, for_source, arguments.messages, arguments.per_trigger, workdir,
-            f"orders_{round_number}", stats_columns(arguments)))
-        log(f"[round {round_number}] source: {arguments.messages:,} in "
-            f"{source_runs[-1].seconds:.2f} s (round ratio "
-            f"{pika_runs[-1] / source_runs[-1].seconds:.2f}x)")
+        for sink, runs in source_runs.items():
+            runs.append(drain_with_source(
+                spark, uri, for_source[sink], arguments.messages, arguments.per_trigger,
+                workdir, f"orders_{sink}_{round_number}", stats_columns(arguments), sink))
+            log(f"[round {round_number}] source -> {sink}: {arguments.messages:,} in "
+                f"{runs[-1].seconds:.2f} s (round ratio "
+                f"{pika_runs[-1] / runs[-1].seconds:.2f}x)")
     return pika_runs, source_runs
 
 
@@ -265,59 +304,83 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"{arguments.messages:,} x {arguments.size} B messages per quorum queue; pika prefetch "
         f"{arguments.prefetch}; source maxMessagesPerTrigger {arguments.per_trigger:,} into "
-        f"Delta (statistics on {arguments.stats_columns}); {arguments.rounds} round(s)")
+        f"{' and '.join(sinks(arguments))} (Delta statistics on {arguments.stats_columns}); "
+        f"{arguments.rounds} round(s)")
     with quorumqueue_broker() as broker, tempfile.TemporaryDirectory(prefix="qq-bench-") as tmp:
         uri = f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
         log(f"[broker] 127.0.0.1:{broker.port}; starting Spark (Delta) and a warm-up query "
-            f"of {arguments.messages:,} messages ...")
-        warm = fill_queue(broker.host, broker.port, arguments.messages, arguments.size, "warm")
+            f"of {arguments.messages:,} messages per sink ...")
         spark = local_spark("bench-connector-source")
         try:
-            warm_up = drain_with_source(spark, uri, warm, arguments.messages,
-                                        arguments.per_trigger, Path(tmp), "warm_up",
-                                        stats_columns(arguments))
-            log(f"[warm-up] source: {arguments.messages:,} in {warm_up.seconds:.2f} s (untimed)")
+            for sink in sinks(arguments):
+                warm = fill_queue(broker.host, broker.port, arguments.messages, arguments.size,
+                                  f"warm-{sink}")
+                warm_up = drain_with_source(spark, uri, warm, arguments.messages,
+                                            arguments.per_trigger, Path(tmp), f"warm_up_{sink}",
+                                            stats_columns(arguments), sink)
+                log(f"[warm-up] source -> {sink}: {arguments.messages:,} in "
+                    f"{warm_up.seconds:.2f} s (untimed)")
             pika_runs, source_runs = measure(spark, uri, broker.host, broker.port,
                                              arguments, Path(tmp))
         finally:
             spark.stop()
-    pika_s = min(pika_runs)
-    best = min(source_runs, key=lambda run: run.seconds)
-    pika_rate, source_rate = arguments.messages / pika_s, arguments.messages / best.seconds
-    ratio = source_rate / pika_rate
-    print(f"{'consumer (best round)':<28} {'messages':>9} {'seconds':>8} {'msg/s':>9}")
-    print(f"{'pika (manual acks)':<28} {arguments.messages:>9,} {pika_s:>8.2f} {pika_rate:>9,.0f}")
-    print(f"{'quorumqueue source -> Delta':<28} {arguments.messages:>9,} {best.seconds:>8.2f} "
-          f"{source_rate:>9,.0f}")
-    print(f"\nsource / pika: {ratio:.2f}x ({verdict(ratio)}); round by round: " + ", ".join(
-        f"{p / s.seconds:.2f}x" for p, s in zip(pika_runs, source_runs)))
-    paired = [p / s.seconds for p, s in zip(pika_runs, source_runs)]
-    paired_sustained = [p / s.batch_seconds for p, s in zip(pika_runs, source_runs)]
-    print(f"source / pika, pair by pair (pika and the source of one round): median "
-          f"{statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f}x); sustained "
-          f"median {statistics.median(paired_sustained):.2f}x ({min(paired_sustained):.2f}-"
-          f"{max(paired_sustained):.2f}x)")
-    steady = min(source_runs, key=lambda run: run.batch_seconds)
-    sustained = arguments.messages / steady.batch_seconds
-    print(f"sustained (its micro-batches only, without the query's start): {sustained:,.0f} "
-          f"msg/s, {sustained / pika_rate:.2f}x pika; round by round: " + ", ".join(
-              f"{p / s.batch_seconds:.2f}x" for p, s in zip(pika_runs, source_runs)))
-    print(breakdown(best))
+    results = summarise(arguments, pika_runs, source_runs)
     if arguments.json:
         arguments.json.write_text(json.dumps({
             "settings": vars(arguments) | {"json": str(arguments.json)},
-            "pika": {"seconds": pika_s, "msgs_per_s": pika_rate, "rounds_s": pika_runs},
-            "source": {"seconds": best.seconds, "msgs_per_s": source_rate,
-                       "rounds_s": [run.seconds for run in source_runs],
-                       "before_first_trigger_s": best.before_first_trigger,
-                       "after_last_trigger_s": best.after_last_trigger,
-                       "steps_s": time_split(best.progress),
-                       "sustained_msgs_per_s": sustained,
-                       "rounds_batch_s": [run.batch_seconds for run in source_runs]},
-            "ratio": ratio, "paired_ratios": paired, "paired_sustained_ratios": paired_sustained,
-            "sustained_ratio": sustained / pika_rate,
-            "target": TARGET, "goal": GOAL}, indent=2) + "\n")
+            **results, "target": TARGET, "goal": GOAL}, indent=2) + "\n")
     return 0
+
+
+def summarise(arguments: argparse.Namespace, pika_runs: list[float],
+              source_runs: dict[str, list[SourceRun]]) -> dict:
+    """Prints the summary; returns it for --json ("source": the Delta runs, as before
+    there was a noop sink; "source_noop": the noop runs)."""
+    messages = arguments.messages
+    pika_s = min(pika_runs)
+    pika_rate = messages / pika_s
+    print(f"{'consumer (best round)':<28} {'messages':>9} {'seconds':>8} {'msg/s':>9}")
+    print(f"{'pika (manual acks)':<28} {messages:>9,} {pika_s:>8.2f} {pika_rate:>9,.0f}")
+    for sink, runs in source_runs.items():
+        best = min(runs, key=lambda run: run.seconds)
+        print(f"{LABELS[sink]:<28} {messages:>9,} {best.seconds:>8.2f} "
+              f"{messages / best.seconds:>9,.0f}")
+    results: dict = {"pika": {"seconds": pika_s, "msgs_per_s": pika_rate,
+                              "rounds_s": pika_runs}}
+    for sink, runs in source_runs.items():
+        what = ("a job's figure: Parquet and a Delta commit per batch, which pika does not "
+                "write" if sink == "delta" else
+                "the source's own throughput: rows handed to Spark, written nowhere")
+        best = min(runs, key=lambda run: run.seconds)
+        ratio = (messages / best.seconds) / pika_rate
+        paired = [p / s.seconds for p, s in zip(pika_runs, runs)]
+        paired_sustained = [p / s.batch_seconds for p, s in zip(pika_runs, runs)]
+        steady = min(runs, key=lambda run: run.batch_seconds)
+        sustained = messages / steady.batch_seconds
+        print(f"\n{LABELS[sink]} ({what}):")
+        print(f"  source / pika, pair by pair (pika and the source of one round): median "
+              f"{statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f}x; "
+              f"{verdict(statistics.median(paired))}); sustained median "
+              f"{statistics.median(paired_sustained):.2f}x ({min(paired_sustained):.2f}-"
+              f"{max(paired_sustained):.2f}x)")
+        print(f"  best rounds: {ratio:.2f}x; round by round: " + ", ".join(
+            f"{x:.2f}x" for x in paired))
+        print(f"  sustained (its micro-batches only, without the query's start): "
+              f"{sustained:,.0f} msg/s, {sustained / pika_rate:.2f}x pika; round by round: "
+              + ", ".join(f"{x:.2f}x" for x in paired_sustained))
+        print("  " + breakdown(best))
+        results["source" if sink == "delta" else f"source_{sink}"] = {
+            "sink": sink, "seconds": best.seconds, "msgs_per_s": messages / best.seconds,
+            "rounds_s": [run.seconds for run in runs],
+            "before_first_trigger_s": best.before_first_trigger,
+            "after_last_trigger_s": best.after_last_trigger,
+            "steps_s": time_split(best.progress),
+            "sustained_msgs_per_s": sustained,
+            "rounds_batch_s": [run.batch_seconds for run in runs],
+            "ratio": ratio, "paired_ratios": paired,
+            "paired_sustained_ratios": paired_sustained,
+            "sustained_ratio": sustained / pika_rate}
+    return results
 
 
 if __name__ == "__main__":
