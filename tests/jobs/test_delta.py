@@ -1,5 +1,6 @@
 """jobs/delta.py: the Delta table a quorumqueue stream appends to keeps file
-statistics on the columns worth skipping on only (Delta's default is every column)."""
+statistics on the columns worth skipping on only (Delta's default is every column),
+and its Parquet files no dictionary of bodies and offsets and no body min/max."""
 
 from __future__ import annotations
 
@@ -36,6 +37,27 @@ def test_the_table_keeps_statistics_on_its_columns(delta_spark, tmp_path, column
     # every column nullable, as a table a stream creates by itself
     assert delta_spark.read.format("delta").load(str(location)).schema == StructType(
         [StructField(field.name, field.dataType) for field in SCHEMA.fields])
+
+
+def test_parquet_keeps_no_dictionary_of_bodies_nor_their_min_max(delta_spark, tmp_path):  # noqa: F811
+    import pyarrow.parquet as pq
+
+    location = tmp_path / "orders"
+    create_source_table(delta_spark, str(location))
+    # repeated bodies, offsets and queues: Parquet's default dictionary-encodes them all
+    rows = [ROW[:4] + (index % 3,) + ROW[5:] for index in range(100)]
+    delta_spark.createDataFrame(rows, SCHEMA).coalesce(1).write.format("delta").mode(
+        "append").save(str(location))
+    [written] = location.glob("*.parquet")
+    columns = pq.ParquetFile(written).metadata.row_group(0)
+    chunk = {columns.column(i).path_in_schema: columns.column(i)
+             for i in range(columns.num_columns)}
+    assert chunk["queue"].has_dictionary_page          # the other columns as before
+    assert not chunk["body"].has_dictionary_page
+    assert not chunk["offset"].has_dictionary_page
+    assert chunk["body"].statistics is None or not chunk["body"].statistics.has_min_max
+    assert chunk["offset"].statistics.has_min_max
+    assert delta_spark.read.format("delta").load(str(location)).count() == 100
 
 
 def test_a_column_the_source_does_not_have_is_refused(delta_spark, tmp_path):  # noqa: F811
