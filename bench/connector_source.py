@@ -56,7 +56,11 @@ per query of about one second (any Python data source: Spark starts a Python
 process for its reader), so the ratio grows with `--messages`. Besides the headline
 (start() to the end), it prints the sustained rate: messages over the summed
 durations of the query's micro-batches, Spark's own processedRowsPerSecond for the
-whole run. Progress goes to stderr.
+whole run. And the CPU each run used, from /proc, which load moves less than wall time:
+Spark's JVM by thread (the JIT compiler, the executors' task threads, garbage
+collection, the rest: the driver's planning and commits), the Python processes
+(the executors' readers and the reader's driver-side process) and the broker. Progress
+goes to stderr.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
+import re
 import statistics
 import sys
 import tempfile
@@ -185,12 +191,69 @@ def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, n
     return writer.start(str(workdir / name)) if sink == "delta" else writer.start()
 
 
+# JVM threads by name (/proc/PID/task/TID/comm, 15 characters), in the order tried
+JVM_THREADS = (("JIT", re.compile(r"C\d CompilerThre|Sweeper")),
+               ("tasks", re.compile(r"Executor task")),
+               ("GC", re.compile(r"GC Thread|G1 |VM Thread")))
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_cpu(path: str, children: bool = False) -> float:
+    """user + system CPU seconds from a /proc stat file (with reaped children's)."""
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICK
+
+
+def cpu_snapshot() -> dict[str, float]:
+    """CPU seconds so far of this bench's descendants: the JVM per thread group, Python
+    processes (Spark's, alive or reaped by the JVM) and the broker."""
+    parents, commands = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text()
+                                          .rsplit(")", 1)[1].split()[1])
+                commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+    mine, grown = {os.getpid()}, True
+    while grown:
+        found = {pid for pid, parent in parents.items() if parent in mine} - mine
+        mine |= found
+        grown = bool(found)
+    totals = dict.fromkeys(("JVM JIT", "JVM tasks", "JVM GC", "JVM other", "Python",
+                            "broker"), 0.0)
+    for pid in mine - {os.getpid()}:
+        command = commands[pid].split(b"\0")
+        try:
+            if command[0].endswith(b"java"):
+                # Python processes the JVM started and reaped count as Python
+                totals["Python"] += (_stat_cpu(f"/proc/{pid}/stat", children=True)
+                                     - _stat_cpu(f"/proc/{pid}/stat"))
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
+                    group = next((g for g, pattern in JVM_THREADS if pattern.match(name)),
+                                 "other")
+                    totals[f"JVM {group}"] += _stat_cpu(f"/proc/{pid}/task/{tid}/stat")
+            elif b"pyspark" in commands[pid]:
+                totals["Python"] += _stat_cpu(f"/proc/{pid}/stat")
+            elif b"quorumqueue.broker" in commands[pid]:
+                totals["broker"] += _stat_cpu(f"/proc/{pid}/stat")
+        except OSError:  # gone meanwhile
+            continue
+    return totals
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRun:
     seconds: float                 # start() to the end of the query
     progress: tuple[dict, ...]     # the progress reports of batches that read rows
     before_first_trigger: float    # start() to the first trigger's start
     after_last_trigger: float      # the last trigger's end to the end of the query
+    cpu: dict[str, float]          # CPU seconds from start() to the end, per cpu_snapshot group
 
     @property
     def batch_seconds(self) -> float:
@@ -208,11 +271,13 @@ def drain_with_source(spark, uri: str, queue: str, messages: int, per_trigger: i
 
     if sink == "delta":
         create_source_table(spark, str(workdir / name), statistics)
+    cpu_before = cpu_snapshot()
     began_at = time.time()
     began = time.perf_counter()
     query = source_query(spark, uri, queue, per_trigger, workdir, name, sink)
     query.awaitTermination()
     elapsed = time.perf_counter() - began
+    cpu = {group: seconds - cpu_before[group] for group, seconds in cpu_snapshot().items()}
     if query.exception() is not None:
         raise RuntimeError(f"the source query failed: {query.exception()}")
     reports = query.recentProgress
@@ -230,7 +295,7 @@ def drain_with_source(spark, uri: str, queue: str, messages: int, per_trigger: i
     last = (trigger_start(reports[-1]) + reports[-1]["durationMs"][_ENCLOSING_STEP] / 1000
             - began_at) if reports else elapsed
     return SourceRun(elapsed, tuple(p for p in reports if p["numInputRows"]), first,
-                     elapsed - last)
+                     elapsed - last, cpu)
 
 
 def trigger_start(report: dict) -> float:
@@ -290,6 +355,16 @@ def breakdown(run: SourceRun) -> str:
             f"{split.get(_ENCLOSING_STEP, 0.0):.2f} ({steps}) + the rest "
             f"{run.seconds - run.before_first_trigger - split.get(_ENCLOSING_STEP, 0.0):.2f} "
             f"(of which after the last trigger {run.after_last_trigger:.2f})")
+
+
+def cpu_line(runs: list[SourceRun], messages: int) -> str:
+    """Median CPU per group over `runs`, in seconds and microseconds per message."""
+    groups = runs[0].cpu
+    median = {group: statistics.median(run.cpu[group] for run in runs) for group in groups}
+    jvm = sum(value for group, value in median.items() if group.startswith("JVM"))
+    parts = ", ".join(f"{group} {median[group]:.2f}" for group in groups)
+    return (f"CPU seconds per run (median of {len(runs)}): JVM {jvm:.2f} "
+            f"({jvm / messages * 1e6:.1f} us/message); {parts}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,6 +444,7 @@ def summarise(arguments: argparse.Namespace, pika_runs: list[float],
               f"{sustained:,.0f} msg/s, {sustained / pika_rate:.2f}x pika; round by round: "
               + ", ".join(f"{x:.2f}x" for x in paired_sustained))
         print("  " + breakdown(best))
+        print("  " + cpu_line(runs, messages))
         results["source" if sink == "delta" else f"source_{sink}"] = {
             "sink": sink, "seconds": best.seconds, "msgs_per_s": messages / best.seconds,
             "rounds_s": [run.seconds for run in runs],
@@ -377,6 +453,7 @@ def summarise(arguments: argparse.Namespace, pika_runs: list[float],
             "steps_s": time_split(best.progress),
             "sustained_msgs_per_s": sustained,
             "rounds_batch_s": [run.batch_seconds for run in runs],
+            "rounds_cpu_s": [run.cpu for run in runs],
             "ratio": ratio, "paired_ratios": paired,
             "paired_sustained_ratios": paired_sustained,
             "sustained_ratio": sustained / pika_rate}
