@@ -37,7 +37,7 @@ commit per micro-batch: work pika does not do); the noop figure is the source's 
 throughput; neither stands for the other.
 
 Before the rounds, a warm-up query of the same shape (`--messages`, `--per-trigger`)
-runs untimed, so the Python workers are up and the JVM has compiled the hot paths,
+runs untimed per sink, so the Python workers are up and the JVM has compiled the hot paths,
 as in a query that has been running for a while. A small warm-up is not enough: the
 JVM's JIT compiler threads were measured busy for 19 CPU-seconds over a fresh
 session's first 30 s of this workload, and still 1.2-2.8 CPU-seconds per 200,000

@@ -43,7 +43,7 @@ Invariants
       (Delta's own statistics already leave it out). The files hold the same values in
       the same encoding (plain) for unique bodies; a table of many identical bodies
       gets plain bodies, which snappy still compresses. Measured: the executors' CPU
-      writing 500,000 rows of the source's schema 1.04 -> 0.82 s
+      writing 500,000 rows of the source's schema 1.03 -> 0.81 s (medians of five)
       (bench/README.md, connector_source.py, "fourth session").
 
 Not here
