@@ -1,6 +1,6 @@
 """py-spy flame graphs of the broker under load: where its CPU goes, per path.
 
-    python bench/profile_flames.py [--profiles consume-1n,publish-3n,sink,queues100-3n]
+    python bench/profile_flames.py [--profiles consume-1n,publish-3n,sink,queues100-3n,perftest-1n]
         [--messages 200000] [--seconds 30] [--rate 100] [--out bench/results/profiles]
 
 Each profile starts fresh brokers, drives one load, and samples the broker process(es)
@@ -30,6 +30,10 @@ Profiles:
 - ``sink``: 1 node, the Spark sink (``df.write.format("quorumqueue")``, ``local[2]``,
   2 partitions) writing ``--messages`` (at most 200,000) 1 KB rows into a quorum queue,
   as bench/connector_sink.py measures it: the broker's side of the sink (keyed publishes).
+- ``perftest-1n``: 1 node, PerfTest's 1q-1kb scenario of bench/perftest.py (1 producer
+  with confirms, 1000 in flight, and 1 consumer, qos 1000, an ack per message, at once,
+  1 KB persistent messages, one quorum queue) for ``--seconds``: issue 18's "PerfTest
+  1P/1C" row on one node, where publish, delivery and acks share the broker's loop.
 - ``queues100-3n``: 3 nodes, PerfTest's 100-queue point of bench/perftest_curves.py
   (100 quorum queues, 1 producer and 1 consumer each, 1 KB, ``--seconds``) against
   node 1, all three nodes sampled: where quorumqueue fell to a few percent of
@@ -57,7 +61,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.perftest import JARS, PERFTEST_MAIN, check_jars  # noqa: E402
 
-PROFILES = ("consume-1n", "publish-3n", "sink", "queues100-3n")
+PROFILES = ("consume-1n", "publish-3n", "sink", "queues100-3n", "perftest-1n")
 QUORUM_ARGS = ["--queue-args", "x-queue-type=quorum", "--auto-delete", "false"]
 
 
@@ -228,6 +232,27 @@ def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
             for index, spy in enumerate(spies)]
 
 
+def profile_perftest_1n(out: Path, seconds: int, rate: int) -> list[Path]:
+    """PerfTest's 1q-1kb scenario (1 producer and 1 consumer at once) on 1 node, sampled."""
+    from bench.perftest import SCENARIOS, parse_summary, perftest_command
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess() as broker:
+        say(f"perftest-1n: PerfTest 1 queue x 1P/1C (1 KB) for {seconds} s, sampling")
+        spy = Spy(broker.process.pid, out / "perftest-1n", rate)
+        command = perftest_command(broker.uri, SCENARIOS["1q-1kb"], seconds,
+                                   f"profile-1q-{os.urandom(3).hex()}")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
+        spy.stop()
+        try:
+            summary = parse_summary(done.stdout)
+            say(f"perftest-1n: received {summary.receiving:,.0f} msg/s, p99 "
+                f"{summary.latency_us['99th'] / 1000:,.0f} ms")
+        except ValueError as error:
+            say(f"perftest-1n: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
+    return [summarise(spy.out_base, spy, f"perftest-1n: 1 queue x 1P/1C, 1 KB, {seconds} s")]
+
+
 def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
     stacks = []
     for line in path.read_text().splitlines():
@@ -330,9 +355,10 @@ def main(argv: list[str] | None = None) -> None:
     arguments.out.mkdir(parents=True, exist_ok=True)
     Spy.native = arguments.native
     run = {"consume-1n": profile_consume_1n, "publish-3n": profile_publish_3n, "sink": profile_sink,
-           "queues100-3n": profile_queues100_3n}
+           "queues100-3n": profile_queues100_3n, "perftest-1n": profile_perftest_1n}
     for name in arguments.profile_list:
-        amount = {"sink": min(arguments.messages, 200_000), "queues100-3n": arguments.seconds}.get(
+        amount = {"sink": min(arguments.messages, 200_000), "queues100-3n": arguments.seconds,
+                  "perftest-1n": arguments.seconds}.get(
             name, arguments.messages)
         for path in run[name](arguments.out, amount, arguments.rate):
             say(f"wrote {path}")
