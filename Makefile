@@ -127,6 +127,7 @@ bench: setup oracle bench-setup
 	@$(PY) bench/connector_sink.py
 	@$(PY) bench/log_scan.py
 	@$(PY) bench/perftest.py
+	@$(PY) bench/perftest_phases.py --nodes 1,3
 
 # RabbitMQ's PerfTest (bench/perftest.py), the neutral loader: com.rabbitmq:perf-test
 # is a plain jar (no Main-Class, not shaded), so Maven copies it and its runtime

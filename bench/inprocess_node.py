@@ -1,7 +1,7 @@
 """One node in-process: CPU per message of confirmed publishes and of a consume.
 
     python bench/inprocess_node.py [--messages 20000] [--size 1024] [--runs 3]
-                                   [--single-acks N] [--json PATH]
+                                   [--single-acks N] [--at-once] [--json PATH]
 
 No sockets, no fsync, no other process: the sans-I/O session and the node as the
 broker assembles them (`tests/broker/node/harness.py`), driven by this process. Per
@@ -15,7 +15,11 @@ if deliveries stop short); with `--single-acks N`, a basic.ack per delivery
 (`multiple=false`, as PerfTest acks), N of them per read, the node flushed after
 each read (the consumer's acks as a socket would hand them in). Prints the CPU
 microseconds per message of each phase (`time.process_time`), per run and the
-median: a figure that moves less with the machine's load than the socket
+median. `--at-once`: PerfTest's default shape instead of two phases, a producer and a
+consumer connection publishing and consuming at the same time (the producer keeps at
+most 1,000 unconfirmed, a read of about 64 KB at a time; the consumer has prefetch
+1,000 and acks each delivery, `--single-acks` (default 50) of them per read), CPU
+microseconds per message of the whole run, clients included: a figure that moves less with the machine's load than the socket
 benchmarks, used to compare builds (bench/README.md,
 "Compiled hot modules").
 """
@@ -41,6 +45,8 @@ PREFETCH = 1000
 # basic.deliver's class and method ids as they open its frame payload after the
 # channel and size: counted in the session's output (the bodies are b"x" only).
 DELIVER_MARK = b"\x00\x3c\x00\x3c"
+CONFIRM_MARK = b"\x00\x3c\x00\x50"  # basic.ack, a confirm: the delivery tag follows
+CONFIRM_WINDOW = 1000
 
 
 def one_run(messages: int, size: int, single_acks: int = 0) -> tuple[float, float]:
@@ -97,6 +103,50 @@ def one_run(messages: int, size: int, single_acks: int = 0) -> tuple[float, floa
     return publish / messages * 1e6, consume / messages * 1e6
 
 
+def at_once_run(messages: int, size: int, acks_per_read: int) -> float:
+    """CPU microseconds per message of one fresh node with a confirmed producer and
+    an acking consumer at once (PerfTest's default shape), clients included."""
+    node = new_node()
+    producer, consumer = Client(node), Client(node)
+    for client in (producer, consumer):
+        client.handshake()
+        client.open_channel(1)
+    producer.declare_queue(1, "bench", durable=True, arguments={"x-queue-type": "quorum"})
+    producer.call(1, commands.Confirm.Select(), "Confirm.SelectOk")
+    consumer.call(1, commands.Basic.Qos(prefetch_count=PREFETCH), "Basic.QosOk")
+    consumer.send(1, method(commands.Basic.Consume, queue="bench", consumer_tag="c"))
+    consumer.read_raw()
+    props = commands.Basic.Properties(delivery_mode=2)
+    one = (marshal(method(commands.Basic.Publish, exchange="", routing_key="bench"), 1)
+           + content_frames(1, b"x" * size, props, producer.frame_max))
+    per_read = max(1, READ_SIZE // len(one))
+    ack = marshal(method(commands.Basic.Ack, delivery_tag=0, multiple=False), 1)
+
+    started = time.process_time()
+    sent = confirmed = delivered = acked = 0
+    while acked < messages:
+        before = (sent, confirmed, delivered)
+        room = min(per_read, CONFIRM_WINDOW - (sent - confirmed), messages - sent)
+        if room > 0:
+            producer.send_bytes(one * room)
+            sent += room
+        out = producer.read_raw()
+        at = out.rfind(CONFIRM_MARK)
+        if at >= 0:  # confirms come in order: the last one's tag covers the rest
+            confirmed = int.from_bytes(out[at + 4:at + 12], "big")
+        delivered += consumer.read_raw().count(DELIVER_MARK)
+        while acked < delivered:  # the tag: the 8 octets before the bits and frame end
+            count = min(acks_per_read, delivered - acked)
+            consumer.send_bytes(b"".join(ack[:-10] + tag.to_bytes(8, "big") + ack[-2:]
+                                         for tag in range(acked + 1, acked + count + 1)))
+            acked += count
+        if (sent, confirmed, delivered) == before and acked == delivered:
+            raise SystemExit(f"stalled: sent {sent}, confirmed {confirmed}, "
+                             f"delivered {delivered} of {messages}")
+    consumer.read_raw()
+    return (time.process_time() - started) / messages * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20000)
@@ -105,6 +155,9 @@ def main() -> None:
     parser.add_argument("--single-acks", type=int, default=0, metavar="N",
                         help="a basic.ack per delivery, N per read (default: multiple "
                              "acks every 500)")
+    parser.add_argument("--at-once", action="store_true",
+                        help="a producer and a consumer at the same time (PerfTest's "
+                             "default shape): CPU per message of the whole run")
     parser.add_argument("--gc", choices=("server", "default"), default="server",
                         help="server: Python's garbage collector tuned as a broker "
                              "process tunes it (run.py tune_gc: frozen after start, gen0 "
@@ -115,6 +168,15 @@ def main() -> None:
         from quorumqueue.broker.server.run import tune_gc
 
         tune_gc()
+    if args.at_once:
+        runs = [at_once_run(args.messages, args.size, args.single_acks or 50)
+                for _ in range(args.runs)]
+        for index, cpu in enumerate(runs):
+            print(f"run {index}: at once {cpu:6.2f} us/msg")
+        print(f"median: at once {statistics.median(runs):6.2f} us/msg")
+        if args.json:
+            args.json.write_text(json.dumps({"runs": runs, "at_once_us": statistics.median(runs)}))
+        return
     runs = [one_run(args.messages, args.size, args.single_acks) for _ in range(args.runs)]
     for index, (publish, consume) in enumerate(runs):
         print(f"run {index}: publish {publish:6.2f} us/msg  consume {consume:6.2f} us/msg")
