@@ -591,6 +591,14 @@ class LogStore:
     def total_memtable_bytes(self) -> int:
         return sum(state.mem.nbytes for state in self._groups.values())
 
+    def segment_below(self, group: str, index: int) -> bool:
+        """Whether a segment file of `group` holds only entries below `index`
+        (a release cursor there would delete it)."""
+        for ref in self._readable(group).segments:  # oldest first
+            if ref.count:
+                return ref.last < index
+        return False
+
     def segment_paths(self, group: str) -> list[str]:
         return [ref.path for ref in self._readable(group).segments]
 
