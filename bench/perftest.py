@@ -318,6 +318,17 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest",
     return written
 
 
+def node_counts(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    """`--nodes` ("1,3") as node counts; a usage error (exit 2) naming the value otherwise."""
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        parser.error(f"--nodes must be comma-separated integers, not {text!r}")
+    if any(n < 1 for n in counts):
+        parser.error("--nodes must be at least 1")
+    return counts
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="quick",
@@ -342,12 +353,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown or not names:
         parser.error(f"unknown scenario(s) {unknown}; known: quick, all, {', '.join(SCENARIOS)}")
     arguments.scenario_list = [SCENARIOS[name] for name in names]
-    try:
-        arguments.node_list = [int(n) for n in arguments.nodes.split(",")]
-    except ValueError:
-        parser.error(f"--nodes must be comma-separated integers, not {arguments.nodes!r}")
-    if any(n < 1 for n in arguments.node_list):
-        parser.error("--nodes must be at least 1")
+    arguments.node_list = node_counts(parser, arguments.nodes)
     if arguments.time < 1 or arguments.repeats < 1:
         parser.error("--time and --repeats must be at least 1")
     return arguments

@@ -39,7 +39,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.perftest import JARS, PERFTEST_MAIN, TARGETS, check_jars, start_brokers  # noqa: E402
+from bench.perftest import (JARS, PERFTEST_MAIN, TARGETS, check_jars, node_counts,  # noqa: E402
+                            start_brokers)
 
 PHASES = ("publish", "consume")
 _RATE = re.compile(r"^id: \S+, (sending|receiving) rate avg: ([0-9.]+) msg/s$", re.M)
@@ -120,12 +121,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="A/B pairs per node count")
     parser.add_argument("--json", type=Path, help="write the rows (every run too) here")
     arguments = parser.parse_args(argv)
-    try:
-        arguments.node_list = [int(n) for n in arguments.nodes.split(",")]
-    except ValueError:
-        parser.error(f"--nodes must be comma-separated integers, not {arguments.nodes!r}")
-    if any(n < 1 for n in arguments.node_list):
-        parser.error("--nodes must be at least 1")
+    arguments.node_list = node_counts(parser, arguments.nodes)
     if arguments.messages < 1 or arguments.repeats < 1 or arguments.size < 0:
         parser.error("--messages and --repeats must be at least 1, --size at least 0")
     return arguments

@@ -205,27 +205,34 @@ def profile_sink(out: Path, messages: int, rate: int) -> list[Path]:
     return [summarise(spy.out_base, spy, f"sink: {messages:,} x 1 KB rows from Spark")]
 
 
+def run_sampled(name: str, uri: str, scenario: str, seconds: int, spies: list[Spy]) -> None:
+    """bench/perftest.py's `scenario` against `uri` for `seconds`, then the samplers
+    stopped; PerfTest's received rate and p99 said (or why it gave none)."""
+    from bench.perftest import SCENARIOS, parse_summary, perftest_command
+
+    command = perftest_command(uri, SCENARIOS[scenario], seconds,
+                               f"profile-{scenario}-{os.urandom(3).hex()}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
+    for spy in spies:
+        spy.stop()
+    try:
+        summary = parse_summary(done.stdout)
+        say(f"{name}: received {summary.receiving:,.0f} msg/s, p99 "
+            f"{summary.latency_us['99th'] / 1000:,.0f} ms")
+    except ValueError as error:
+        say(f"{name}: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
+
+
 def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
     """PerfTest's 100-queue point of bench/perftest_curves.py on 3 nodes, every node sampled."""
     from bench.clusters import QuorumQueueCluster
-    from bench.perftest import SCENARIOS, parse_summary, perftest_command
 
     with QuorumQueueCluster(3) as cluster:
         names = cluster.names
         say(f"queues100-3n: PerfTest 100 queues x 1P/1C (1 KB) on node 1 for {seconds} s, sampling all 3 nodes")
         spies = [Spy(cluster.local.pid(name), out / f"queues100-3n-node{index + 1}", rate)
                  for index, name in enumerate(names)]
-        command = perftest_command(cluster.uris()[0], SCENARIOS["100q-1kb"], seconds,
-                                   f"profile-q100-{os.urandom(3).hex()}")
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
-        for spy in spies:
-            spy.stop()
-        try:
-            summary = parse_summary(done.stdout)
-            say(f"queues100-3n: received {summary.receiving:,.0f} msg/s, p99 "
-                f"{summary.latency_us['99th'] / 1000:,.0f} ms")
-        except ValueError as error:
-            say(f"queues100-3n: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
+        run_sampled("queues100-3n", cluster.uris()[0], "100q-1kb", seconds, spies)
     return [summarise(spy.out_base, spy,
                       f"queues100-3n node {index + 1}{' (PerfTest connects here)' if index == 0 else ''}: "
                       f"100 queues x 1P/1C, 1 KB, {seconds} s")
@@ -234,22 +241,12 @@ def profile_queues100_3n(out: Path, seconds: int, rate: int) -> list[Path]:
 
 def profile_perftest_1n(out: Path, seconds: int, rate: int) -> list[Path]:
     """PerfTest's 1q-1kb scenario (1 producer and 1 consumer at once) on 1 node, sampled."""
-    from bench.perftest import SCENARIOS, parse_summary, perftest_command
     from tests.support.broker import BrokerProcess
 
     with BrokerProcess() as broker:
         say(f"perftest-1n: PerfTest 1 queue x 1P/1C (1 KB) for {seconds} s, sampling")
         spy = Spy(broker.process.pid, out / "perftest-1n", rate)
-        command = perftest_command(broker.uri, SCENARIOS["1q-1kb"], seconds,
-                                   f"profile-1q-{os.urandom(3).hex()}")
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
-        spy.stop()
-        try:
-            summary = parse_summary(done.stdout)
-            say(f"perftest-1n: received {summary.receiving:,.0f} msg/s, p99 "
-                f"{summary.latency_us['99th'] / 1000:,.0f} ms")
-        except ValueError as error:
-            say(f"perftest-1n: PerfTest gave no summary ({error}): {done.stdout[-400:]}")
+        run_sampled("perftest-1n", broker.uri, "1q-1kb", seconds, [spy])
     return [summarise(spy.out_base, spy, f"perftest-1n: 1 queue x 1P/1C, 1 KB, {seconds} s")]
 
 
