@@ -7,7 +7,8 @@ its content header and its body frames together into one message.
 How it works: the connection classifies every frame on a channel into a `Frame` kind
 and looks it up: `TABLE[state][kind]`. A channel that is OPEN first asks `CONTENT`
 (is a content header or body due?), then `LIFECYCLE` (absent -> OPEN on channel.open,
-OPEN -> absent on channel.close, CLOSING -> absent on close/close-ok). A kind missing
+OPEN -> CLOSE_REQUESTED on channel.close, then absent once the node answers it with
+close-ok; CLOSING -> absent on close/close-ok). A kind missing
 from a table is the protocol error RabbitMQ sends for it, built by `lifecycle_error`
 and `content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
 The tables are nested dicts (state, then kind) rather than keyed by pairs: no tuple
@@ -17,7 +18,9 @@ or its method's class and method ids as one number); a frame DISPATCH lacks take
 the general path through the two tables, so both paths make the same transitions.
 
 Invariants: a channel in CLOSING (the server sent channel.close) receives nothing but
-channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a message's
+channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a channel in
+CLOSE_REQUESTED discards every frame (the client may send nothing on it before its
+close-ok, and the number is not free until then); a message's
 body frames add up to exactly the header's body size; a new method arrives only
 between messages.
 
@@ -44,6 +47,9 @@ MAX_MESSAGE_SIZE = 512 * 1024 * 1024
 class ChannelState(enum.StrEnum):
     OPEN = "open"          # channel.open answered: methods and content flow
     CLOSING = "closing"    # the server sent channel.close: waits for close-ok
+    # the client sent channel.close: close-ok goes out once the node has done the
+    # channel's earlier methods (Connection.channel_closed); what follows is discarded
+    CLOSE_REQUESTED = "close requested"
 
 
 class ContentState(enum.StrEnum):
@@ -77,10 +83,11 @@ _ALL = tuple(Frame)
 _METHODS = (Frame.OPEN, Frame.CLOSE, Frame.CLOSE_OK, Frame.CONNECTION_METHOD, Frame.METHOD)
 
 # state -> frame -> state after it (None: the channel number is free). A CLOSING
-# channel discards what is not close or close-ok, so every kind has an entry there.
+# channel discards what is not close or close-ok, a CLOSE_REQUESTED one everything,
+# so every kind has an entry there.
 LIFECYCLE: dict[ChannelState | None, dict[Frame, ChannelState | None]] = {
     None: {Frame.OPEN: ChannelState.OPEN},
-    ChannelState.OPEN: {Frame.CLOSE: None,
+    ChannelState.OPEN: {Frame.CLOSE: ChannelState.CLOSE_REQUESTED,
                         Frame.METHOD: ChannelState.OPEN,
                         Frame.PUBLISH: ChannelState.OPEN,
                         Frame.HEADER: ChannelState.OPEN,
@@ -88,6 +95,7 @@ LIFECYCLE: dict[ChannelState | None, dict[Frame, ChannelState | None]] = {
     ChannelState.CLOSING: {**{kind: ChannelState.CLOSING for kind in _ALL},
                            Frame.CLOSE: None,      # close-ok is sent back
                            Frame.CLOSE_OK: None},
+    ChannelState.CLOSE_REQUESTED: {kind: ChannelState.CLOSE_REQUESTED for kind in _ALL},
 }
 
 # content state -> frame -> content state after it, for an OPEN channel. The header

@@ -22,8 +22,10 @@ States (ConnectionState); a frame a state has no transition for is a protocol er
       -accept_open()-> OPEN
     OPEN -fail(connection error)-> CLOSING (connection.close sent; close-ok awaited
       for CLOSE_OK_TIMEOUT at most) -> CLOSED
-    any -client close or close-ok, refused login, handshake error, framing error,
-      missed heartbeats, lost socket-> CLOSED
+    OPEN -client connection.close-> CLOSE_REQUESTED -close_accepted()-> CLOSED
+      (close-ok sent once the node has done what the channels received before)
+    any -client close during the handshake, close-ok, refused login, handshake
+      error, framing error, missed heartbeats, lost socket-> CLOSED
 
 Channels follow channel.py's LIFECYCLE and CONTENT tables (per frame through DISPATCH,
 the two folded into one lookup for an OPEN channel). `channel_max` bounds how
@@ -31,8 +33,10 @@ many channels are OPEN at once (530 NOT_ALLOWED, as rabbit_reader), not their nu
 RabbitMQ 3.10 opens channel 65535 under channel_max 2047, and so does this.
 
 Invariants: after connection.close is sent only close and close-ok are processed
-(spec 1.4.2.9); every OPEN channel gets ChannelClosed before ConnectionClosed, which is
-the last event; a handshake error sends connection.close and drops the connection,
+(spec 1.4.2.9); every OPEN channel, and every channel whose close the node has not
+answered yet, gets ChannelClosed before ConnectionClosed, which is the last event;
+a client's channel.close is answered by the node (`channel_closed`), after the
+channel's earlier methods, as rabbit_channel answers it in its turn; a handshake error sends connection.close and drops the connection,
 as RabbitMQ does.
 
 Not here: SASL parsing, users, vhosts and what methods do (broker/node/session.py,
@@ -50,8 +54,9 @@ from . import codec, spec
 from .channel import (CONTENT, DISPATCH, LIFECYCLE, METHOD_KINDS, ChannelMachine, ChannelState,
                       ContentState, Frame, content_error, lifecycle_error)
 from .errors import AMQPError
-from .events import (ChannelClosed, ChannelOpened, ConnectionClosed, ContentReceived, Event,
-                     LoginRequested, MethodReceived, VhostRequested)
+from .events import (ChannelClosed, ChannelCloseRequested, ChannelOpened, ConnectionClosed,
+                     ConnectionCloseRequested, ContentReceived, Event, LoginRequested,
+                     MethodReceived, VhostRequested)
 
 MECHANISMS = "PLAIN AMQPLAIN"
 LOCALES = "en_US"
@@ -71,6 +76,9 @@ class ConnectionState(enum.StrEnum):
     AWAITING_OPEN = "awaiting open"
     OPENING = "opening"                    # VhostRequested: the node answers
     OPEN = "open"
+    # the client sent connection.close: close-ok once the node has done what its
+    # channels received before it (`close_accepted`); anything after it is discarded
+    CLOSE_REQUESTED = "close requested"
     CLOSING = "closing"                    # the server sent connection.close
     CLOSED = "closed"
 
@@ -93,6 +101,7 @@ _NO_TRANSITION = object()
 # member off its class costs ~10x a global (EnumType defines __getattr__).
 _OPEN, _CLOSED = ConnectionState.OPEN, ConnectionState.CLOSED
 _CHANNEL_OPEN, _CHANNEL_CLOSING = ChannelState.OPEN, ChannelState.CLOSING
+_CHANNEL_CLOSE_REQUESTED = ChannelState.CLOSE_REQUESTED
 _KIND_METHOD, _KIND_HEADER, _KIND_BODY = Frame.METHOD, Frame.HEADER, Frame.BODY
 _KIND_PUBLISH, _KIND_CONNECTION_METHOD = Frame.PUBLISH, Frame.CONNECTION_METHOD
 _METHOD, _HEADER, _BODY = spec.FRAME_METHOD, spec.FRAME_HEADER, spec.FRAME_BODY
@@ -322,6 +331,8 @@ class Connection:
     def _frame(self, frame_type: int, number: int, payload: bytes) -> Event | None:
         if self.state is ConnectionState.CLOSING:
             return self._frame_while_closing(frame_type, number, payload)
+        if self.state is ConnectionState.CLOSE_REQUESTED:
+            return None  # the client closed: it sends nothing more that counts
         if frame_type not in _FRAME_TYPES:
             raise codec.bad_frame(frame_type, payload, "unknown_frame")
         if frame_type == spec.FRAME_HEARTBEAT:
@@ -367,12 +378,13 @@ class Connection:
                 self._terminate(self.close_reason or "closed")
         return None
 
-    def _connection_method(self, method, class_id: int, method_id: int) -> None:
+    def _connection_method(self, method, class_id: int,
+                           method_id: int) -> ConnectionCloseRequested | None:
         """A method on channel 0 of an OPEN connection."""
         kind = type(method)
         if kind is _Methods.Close:
-            self.write(codec.connection_close_ok())
-            self._terminate("client closed the connection")
+            self.state = ConnectionState.CLOSE_REQUESTED
+            return ConnectionCloseRequested()
         elif kind is _Methods.CloseOk:
             self._terminate("closed")
         elif kind is _Methods.UpdateSecret:
@@ -393,7 +405,7 @@ class Connection:
             kind = METHOD_KINDS.get(type(method))
             if kind is None:
                 kind = _KIND_CONNECTION_METHOD if class_id == spec.CONNECTION else _KIND_METHOD
-        elif state is _CHANNEL_CLOSING:
+        elif state is _CHANNEL_CLOSING or state is _CHANNEL_CLOSE_REQUESTED:
             return None  # content of a closing channel is discarded undecoded
         else:
             kind = _KIND_HEADER if frame_type == _HEADER else _KIND_BODY
@@ -416,10 +428,11 @@ class Connection:
             if kind is _KIND_PUBLISH:
                 channel.begin(method)
                 return None
-            del self.channels[number]  # channel.close from the client
+            # channel.close from the client: close-ok once the node has done what
+            # came before it on the channel (`channel_closed`)
+            channel.state = _CHANNEL_CLOSE_REQUESTED
             self._channel_ended()
-            self.write(codec.channel_close_ok(number))
-            return ChannelClosed(number)
+            return ChannelCloseRequested(number)
         if state is None:  # channel.open
             if self.channel_max and self._open_channels >= self.channel_max:
                 raise AMQPError(spec.NOT_ALLOWED, "number of channels opened "
@@ -516,7 +529,8 @@ class Connection:
             self._terminate("client did not answer connection.close")
             return
         if self.heartbeat and (state is ConnectionState.OPEN
-                               or state is ConnectionState.CLOSING):
+                               or state is ConnectionState.CLOSING
+                               or state is ConnectionState.CLOSE_REQUESTED):
             # RabbitMQ does not time out a connection it stopped reading from
             if now - self.last_received > 2 * self.heartbeat and not self.blocked:
                 self._terminate(f"missed heartbeats from client, timeout: {self.heartbeat}s")
@@ -526,14 +540,46 @@ class Connection:
 
     # ------------------------------------------------------------ errors and closing
 
+    def close_accepted(self) -> None:
+        """The node has done what the channels received before the client's
+        connection.close (ConnectionCloseRequested): close-ok, and the end."""
+        if self.state is ConnectionState.CLOSE_REQUESTED:
+            self.write(codec.connection_close_ok())
+            self._terminate("client closed the connection")
+
+    def channel_closed(self, number: int) -> None:
+        """The node has ended channel `number` the client asked to close
+        (ChannelCloseRequested): close-ok goes out and the number is free again.
+        Nothing when the channel or the connection is already gone."""
+        machine = self.channels.get(number)
+        if (machine is None or machine.state is not _CHANNEL_CLOSE_REQUESTED
+                or self.state is not _OPEN):
+            return
+        del self.channels[number]
+        self.write(codec.channel_close_ok(number))
+
     def fail(self, error: AMQPError, channel: int = 0) -> None:
         """Report `error` for `channel`: channel.close for a soft error on an open
         channel of an open connection, else connection.close (and, during the
-        handshake, the end of the connection). Nothing once connection.close is out."""
+        handshake, the end of the connection). Nothing once connection.close is out.
+        On a channel whose close the client requested (a method it sent before the
+        close failed), channel.close then the close-ok it waits for, as RabbitMQ's
+        closing channel answers a client's close; the client's close-ok ends it."""
         state = self.state
-        if state is ConnectionState.CLOSED or state is ConnectionState.CLOSING:
-            return  # connection.close was sent: discard everything else (spec 1.4.2.9)
+        if (state is ConnectionState.CLOSED or state is ConnectionState.CLOSING
+                or state is ConnectionState.CLOSE_REQUESTED):
+            # connection.close was sent: discard everything else (spec 1.4.2.9); or
+            # received: the client is leaving, its channels end with the connection
+            return
         machine = self.channels.get(channel)
+        if (not error.connection_level and machine is not None
+                and machine.state is _CHANNEL_CLOSE_REQUESTED and state is ConnectionState.OPEN):
+            machine.state = ChannelState.CLOSING
+            self.write(codec.channel_close(channel, error.code, error.reply_text,
+                                           error.class_id, error.method_id))
+            self.write(codec.channel_close_ok(channel))
+            self._events.append(ChannelClosed(channel))
+            return
         if (not error.connection_level and machine is not None
                 and machine.state is ChannelState.OPEN and state is ConnectionState.OPEN):
             machine.state = ChannelState.CLOSING
@@ -578,7 +624,7 @@ class Connection:
 
     def _release_channels(self) -> None:
         for number, machine in self.channels.items():
-            if machine.state is ChannelState.OPEN:
+            if machine.state is _CHANNEL_OPEN or machine.state is _CHANNEL_CLOSE_REQUESTED:
                 self._events.append(ChannelClosed(number))
         if self.quota is not None:
             self.quota.open -= self._open_channels

@@ -69,11 +69,29 @@ class ContentReceived:
 
 
 @dataclass(slots=True)
-class ChannelClosed:
-    """The channel is gone for the node: the client closed it (close-ok was sent),
-    the server closed it (channel.close was sent), or the connection is closing."""
+class ChannelCloseRequested:
+    """The client sent channel.close: the node ends the channel once the methods it
+    received on it before are done (a channel's methods act in order), then calls
+    `Connection.channel_closed`, which sends close-ok. Until then the channel's
+    frames are discarded."""
 
     channel: int
+
+
+@dataclass(slots=True)
+class ChannelClosed:
+    """The channel is gone for the node: the server closed it (channel.close was
+    sent), or the connection is closing."""
+
+    channel: int
+
+
+@dataclass(slots=True)
+class ConnectionCloseRequested:
+    """The client sent connection.close: the node lets its channels finish the methods
+    they received before it, then calls `Connection.close_accepted`, which sends
+    close-ok and ends the connection (ChannelClosed for each channel, then
+    ConnectionClosed). Until then what the client sends is discarded."""
 
 
 @dataclass(slots=True)
@@ -85,4 +103,4 @@ class ConnectionClosed:
 
 
 Event = (LoginRequested | VhostRequested | ChannelOpened | MethodReceived | ContentReceived
-         | ChannelClosed | ConnectionClosed)
+         | ChannelCloseRequested | ChannelClosed | ConnectionCloseRequested | ConnectionClosed)

@@ -45,7 +45,8 @@ from ..amqp import spec
 from ..amqp.channel import ChannelState
 from ..amqp.connection import Connection, ConnectionState
 from ..amqp.errors import AMQPError
-from ..amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed, ContentReceived,
+from ..amqp.events import (ChannelClosed, ChannelCloseRequested, ChannelOpened,
+                           ConnectionClosed, ConnectionCloseRequested, ContentReceived,
                            LoginRequested, MethodReceived, VhostRequested)
 from ..auth.users import SaslError, parse_sasl_response
 from . import handlers, limits, ordering
@@ -99,6 +100,9 @@ class Session:
         self.close_reason = ""
         self.has_published = False
         self._handling = False  # in _handle_events: nested calls leave events queued
+        # after the client's connection.close: the channels still doing methods they
+        # held before it (close-ok waits for them); None otherwise
+        self._close_waits: set[int] | None = None
         # the shell's budget for this round ran out before all input received was
         # handled (`take_input`): the rest waits in the connection, the shell reads no
         # more from this client until it hands the session a new budget, and other
@@ -304,12 +308,19 @@ class Session:
                         self._content(event)
                     case ChannelOpened(channel=number):
                         self.channels[number] = Channel(self, number)
+                    case ChannelCloseRequested(channel=number):
+                        channel = self.channels[number]
+                        if not handlers.hold(self, channel, lambda number=number:
+                                             self._close_requested(number), spec.CHANNEL_CLOSE):
+                            self._close_requested(number)
                     case ChannelClosed(channel=number):
                         self._release(number)
                     case LoginRequested():
                         self._login(event)
                     case VhostRequested():
                         self._open(event)
+                    case ConnectionCloseRequested():
+                        self._connection_close_requested()
                     case ConnectionClosed(reason=reason):
                         self._closed(reason)
                     case _:
@@ -353,6 +364,43 @@ class Session:
                 self._content(later)
             return
         self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
+
+    def _close_requested(self, number: int) -> None:
+        """The client's channel.close, in its turn after the channel's earlier methods
+        (those held behind a metadata change included): the channel ends, close-ok
+        goes out."""
+        self._release(number)
+        self.connection.channel_closed(number)
+        if self._out:
+            self.node.dirty.add(self)
+
+    def _connection_close_requested(self) -> None:
+        """The client's connection.close: close-ok once every channel has done the
+        methods it holds behind a metadata change, as RabbitMQ's reader stops its
+        channels after the methods it handed them; then the channels and the
+        connection end."""
+        waiting = {number for number, channel in self.channels.items()
+                   if channel.held is not None}
+        if not waiting:
+            self.connection.close_accepted()
+            return
+        self._close_waits = waiting
+        for number in waiting:
+            handlers.hold(self, self.channels[number],
+                          lambda number=number: self._channel_done(number),
+                          spec.CONNECTION_CLOSE)
+
+    def _channel_done(self, number: int) -> None:
+        """Channel `number` has done what it held before the client's
+        connection.close (or failed doing it); the last one lets the close finish."""
+        waits = self._close_waits
+        if waits is None:
+            return
+        waits.discard(number)
+        if not waits:
+            self._close_waits = None
+            self.connection.close_accepted()
+            self._handle_events()
 
     def _release(self, number: int) -> None:
         channel = self.channels.pop(number, None)
@@ -409,7 +457,12 @@ class Session:
 
     def fail_later(self, error: AMQPError, channel: Channel) -> None:
         """A method's error known only once a log entry is applied (cluster metadata):
-        closes the channel (or the connection) as if the method had failed at once."""
+        closes the channel (or the connection) as if the method had failed at once.
+        After the client's connection.close the channel just stops (what it held
+        after the failed method is dropped, as a channel error drops it)."""
+        if self._close_waits is not None:
+            self._channel_done(channel.number)
+            return
         self.connection.fail(error, channel.number)
         self._handle_events()
 

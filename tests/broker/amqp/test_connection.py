@@ -25,9 +25,10 @@ from quorumqueue.broker.amqp.channel import ChannelState, ContentState
 from quorumqueue.broker.amqp.connection import (SILENT_CLOSE_DELAY, Connection,
                                                 ConnectionState)
 from quorumqueue.broker.amqp.errors import AMQPError
-from quorumqueue.broker.amqp.events import (ChannelClosed, ChannelOpened, ConnectionClosed,
-                                            ContentReceived, LoginRequested, MethodReceived,
-                                            VhostRequested)
+from quorumqueue.broker.amqp.events import (ChannelClosed, ChannelCloseRequested,
+                                            ChannelOpened, ConnectionClosed,
+                                            ConnectionCloseRequested, ContentReceived,
+                                            LoginRequested, MethodReceived, VhostRequested)
 
 CAPABILITIES = {"authentication_failure_close": True, "connection.blocked": True}
 
@@ -60,11 +61,15 @@ OPEN = frame(commands.Connection.Open(virtual_host="/"))
 
 
 class Driver:
-    """Feeds bytes (whole or one at a time), answers the handshake's two questions,
-    and records events and decoded output."""
+    """Feeds bytes (whole or one at a time), answers the handshake's two questions
+    and (unless `answer_closes` is False) a client's channel.close and connection.close
+    at once, as the node does when nothing waits on a channel; records events and
+    decoded output."""
 
-    def __init__(self, bytewise: bool = False, channel_max: int = 2047) -> None:
+    def __init__(self, bytewise: bool = False, channel_max: int = 2047,
+                 answer_closes: bool = True) -> None:
         self.bytewise = bytewise
+        self.answer_closes = answer_closes
         self.connection = Connection({"product": "test"}, frame_max=131072,
                                      channel_max=channel_max, heartbeat=60,
                                      max_message_size=1000, now=0.0)
@@ -86,6 +91,10 @@ class Driver:
                 self.connection.accept_login()
             elif isinstance(event, VhostRequested):
                 self.connection.accept_open()
+            elif isinstance(event, ChannelCloseRequested) and self.answer_closes:
+                self.connection.channel_closed(event.channel)
+            elif isinstance(event, ConnectionCloseRequested) and self.answer_closes:
+                self.connection.close_accepted()
         self.events += events
         return events
 
@@ -282,7 +291,8 @@ CHANNEL_TABLE = [
     (ChannelState.OPEN, "connection method", [
         "0:Connection.Close 503 COMMAND_INVALID - connection method 'connection.open' on "
         "channel 1 10/40"], [ChannelClosed(1)], None),
-    (ChannelState.OPEN, "channel.close", ["1:Channel.CloseOk"], [ChannelClosed(1)], None),
+    (ChannelState.OPEN, "channel.close", ["1:Channel.CloseOk"], [ChannelCloseRequested(1)],
+     None),
     (ChannelState.OPEN, "channel.close-ok", ["0:Connection.Close 504 CHANNEL_ERROR - "
                                              "unexpected channel.close-ok 20/41"],
      [ChannelClosed(1)], None),
@@ -601,4 +611,55 @@ def test_any_chunking_gives_the_same_events_and_output(seed):
     assert outcomes[0] == outcomes[1] == outcomes[2]
     assert [type(e).__name__ for e in driver.events] == [
         "ChannelOpened", "ChannelOpened", "MethodReceived", "ContentReceived",
-        "MethodReceived", "ChannelClosed", "ChannelOpened"]
+        "MethodReceived", "ChannelCloseRequested", "ChannelOpened"]
+
+
+def test_a_client_close_is_answered_when_the_node_says_and_discards_what_follows():
+    """The client's channel.close: the node answers it (`channel_closed`) once the
+    channel's earlier methods are done; meanwhile frames on the channel are discarded
+    and the number stays taken; a connection ending meanwhile releases the channel."""
+    driver = Driver(answer_closes=False).open(1)
+    assert driver.feed(FRAMES["channel.close"]) == [ChannelCloseRequested(1)]
+    assert driver.feed(FRAMES["method"] + publish() + header() + body()
+                       + FRAMES["channel.open"]) == []
+    assert driver.output() == []
+    assert driver.connection.channels[1].state is ChannelState.CLOSE_REQUESTED
+    driver.connection.channel_closed(1)
+    assert driver.output() == ["1:Channel.CloseOk"] and 1 not in driver.connection.channels
+    driver.connection.channel_closed(1)  # once only
+    assert driver.output() == []
+
+    failing = Driver(answer_closes=False).open(1)
+    failing.feed(FRAMES["channel.close"])
+    failing.connection.fail(codec.AMQPError(404, "no queue 'q'", 50, 20), 1)
+    assert failing.drain() == [ChannelClosed(1)]
+    assert failing.output() == ["1:Channel.Close 404 NOT_FOUND - no queue 'q' 50/20",
+                                "1:Channel.CloseOk"]
+    failing.feed(FRAMES["channel.close-ok"])
+    assert 1 not in failing.connection.channels
+
+    ending = Driver(answer_closes=False).open(1)
+    ending.feed(FRAMES["channel.close"])
+    ending.connection.fail(codec.AMQPError(320, "bye",
+                                           connection_level=True))
+    assert ending.drain() == [ChannelClosed(1)]
+    assert ending.output() == ["0:Connection.Close 320 CONNECTION_FORCED - bye 0/0"]
+    ending.connection.channel_closed(1)
+    assert ending.output() == []
+
+
+def test_a_client_connection_close_is_answered_when_the_node_says():
+    """The client's connection.close: close-ok once the node has let its channels
+    finish (`close_accepted`); what the client sends meanwhile is discarded; then
+    every channel gets ChannelClosed and ConnectionClosed comes last."""
+    driver = Driver(answer_closes=False).open(1)
+    close = frame(commands.Connection.Close(200, "bye", 0, 0))
+    assert driver.feed(close) == [ConnectionCloseRequested()]
+    assert driver.feed(FRAMES["method"] + publish() + header() + body() + close) == []
+    assert driver.output() == []
+    driver.connection.fail(codec.AMQPError(404, "no queue 'q'", 50, 20), 1)  # ignored
+    assert driver.output() == [] and driver.drain() == []
+    driver.connection.close_accepted()
+    assert driver.output() == ["0:Connection.CloseOk"]
+    assert driver.drain() == [ChannelClosed(1), ConnectionClosed("client closed the connection")]
+    assert driver.connection.state is ConnectionState.CLOSED

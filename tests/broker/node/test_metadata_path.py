@@ -70,6 +70,95 @@ def test_methods_after_a_nowait_declare_act_after_it_in_order():
     assert replies[0].body == b"first"
 
 
+def _replies(client: Client, until: str) -> list[str]:
+    names: list[str] = []
+    for _ in range(20):  # each round applies what the previous one proposed
+        names += [name(r.method) if isinstance(r, Delivery) else name(r[1])
+                  for r in client.read_deliveries()]
+        if until in names:
+            break
+    return names
+
+
+def test_a_channel_close_after_a_nowait_declare_acts_after_the_methods_before_it():
+    """The client declares and binds with nowait, publishes and closes the channel in
+    one burst (a pipelining client, or pika's publish-then-close): the publishes land
+    and close-ok comes last, as RabbitMQ's channel process answers the close in its
+    turn. (Answering the close at once dropped the methods held behind the declare.)"""
+    node = new_node()
+    client = client_of(node)
+    burst = b"".join(marshal(value, 1) for value in (
+        method(commands.Queue.Declare, queue="closing.q", durable=True, nowait=True),
+        method(commands.Queue.Bind, queue="closing.q", exchange="amq.direct",
+               routing_key="k", nowait=True),
+        method(commands.Confirm.Select)))
+    for body in (b"one", b"two"):
+        burst += marshal(method(commands.Basic.Publish, exchange="amq.direct",
+                                routing_key="k"), 1)
+        burst += content_frames(1, body, properties(delivery_mode=2))
+    burst += marshal(commands.Channel.Close(200, "bye", 0, 0), 1)
+    client.send_bytes(burst)
+    names = _replies(client, "Channel.CloseOk")
+    assert names[0] == "Confirm.SelectOk" and names[-1] == "Channel.CloseOk", names
+    assert set(names[1:-1]) <= {"Basic.Ack"}, names
+    assert node.vhosts["/"].queues["closing.q"].ready_count == 2
+    client.open_channel(1)  # the number is free again once close-ok went out
+    assert [client.get(1, "closing.q").body, client.get(1, "closing.q").body] \
+        == [b"one", b"two"]
+
+
+def test_a_method_failing_before_a_requested_close_closes_the_channel_with_its_error():
+    """A held method that fails after the client already sent channel.close: RabbitMQ's
+    channel sends channel.close with the error, then answers the client's close with
+    close-ok (a closing channel's answer); the client's close-ok frees the number."""
+    node = new_node()
+    client = client_of(node)
+    client.send_bytes(b"".join(marshal(value, 1) for value in (
+        method(commands.Queue.Declare, queue="held.q", durable=True, nowait=True),
+        method(commands.Queue.Bind, queue="held.q", exchange="no-such-exchange",
+               routing_key="k", nowait=True),
+        commands.Channel.Close(200, "bye", 0, 0))))
+    replies = []
+    for _ in range(20):
+        replies += client.read_methods()
+        if replies:
+            break
+    assert [(name(value), getattr(value, "reply_code", None)) for _c, value in replies] \
+        == [("Channel.Close", 404), ("Channel.CloseOk", None)], replies
+    assert "no exchange 'no-such-exchange'" in replies[0][1].reply_text
+    client.send(1, commands.Channel.CloseOk())
+    client.open_channel(1)
+    assert "held.q" in node.vhosts["/"].queues
+
+
+def test_a_connection_close_after_a_nowait_declare_acts_after_the_methods_before_it():
+    """The same burst ending in connection.close, with a second channel whose held
+    bind fails: the publishes land, the failed channel just stops, and close-ok comes
+    once both channels are done, as RabbitMQ's reader closes a connection after its
+    channels handled what they were sent."""
+    node = new_node()
+    client = client_of(node)
+    client.open_channel(2)
+    burst = b"".join(marshal(value, 1) for value in (
+        method(commands.Queue.Declare, queue="leaving.q", durable=True, nowait=True),
+        method(commands.Queue.Bind, queue="leaving.q", exchange="amq.direct",
+               routing_key="k", nowait=True)))
+    burst += b"".join(marshal(value, 2) for value in (
+        method(commands.Queue.Declare, queue="other.q", durable=True, nowait=True),
+        method(commands.Queue.Bind, queue="other.q", exchange="no-such-exchange",
+               routing_key="k", nowait=True)))
+    for body in (b"one", b"two"):
+        burst += marshal(method(commands.Basic.Publish, exchange="amq.direct",
+                                routing_key="k"), 1)
+        burst += content_frames(1, body, properties(delivery_mode=2))
+    burst += marshal(commands.Connection.Close(200, "bye", 0, 0), 0)
+    client.send_bytes(burst)
+    names = _replies(client, "Connection.CloseOk")
+    assert names == ["Connection.CloseOk"], names
+    assert client.session.closed
+    assert node.vhosts["/"].queues["leaving.q"].ready_count == 2
+
+
 def test_definitions_go_through_the_metadata_group_on_a_lone_node():
     node = new_node()
     client = client_of(node)
