@@ -103,8 +103,12 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
     round-robin among equal priorities; with a single active consumer, to it alone."""
     if not state.consumers or not state.ready_count:
         return
+    consumers = state.consumers
     if state.config.single_active:
         ordered = single_active.servable(state)
+    elif len(consumers) == 1:  # the usual case: no sort of one
+        only = next(iter(consumers.items()))
+        ordered = [only] if only[1].has_capacity() else []
     else:
         ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
                          key=lambda item: (-item[1].priority, item[1].order))

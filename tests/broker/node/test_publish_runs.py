@@ -143,3 +143,27 @@ def test_one_read_and_byte_by_byte_answer_the_same():
         client.send_bytes(b"".join(publish_frames(*message) for message in MIXED * 3))
         answers.append(events(client))
     assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("byte_at_a_time", [False, True], ids=["one-read", "byte-by-byte"])
+def test_a_consumer_with_room_gets_a_run_in_order_and_before_what_follows(byte_at_a_time):
+    """A consumer with room while a read of publishes arrives: each message once, in
+    publish order, with consecutive delivery tags; a basic.get on its channel in the
+    same read, after the publishes, is answered after their deliveries (the queue
+    applies the publishes first, and the deliveries, handed over as one batch, never
+    pass the next command's answer)."""
+    client = confirmed_client(False)
+    client.send(2, commands.Channel.Open())
+    client.expect_one("Channel.OpenOk", channel=2)
+    client.call(2, commands.Basic.Qos(prefetch_count=100), "Basic.QosOk")
+    client.call(2, method(commands.Basic.Consume, queue="runs-qq", consumer_tag="c"),
+                "Basic.ConsumeOk")
+    client.byte_at_a_time = byte_at_a_time
+    sent = [f"m{number}".encode() for number in range(12)]
+    client.send_bytes(b"".join(publish_frames("", "runs-qq", body) for body in sent)
+                      + marshal(method(commands.Basic.Get, queue="runs-qq", no_ack=True), 2))
+    on_two = [reply for reply in client.read_deliveries()
+              if (reply.channel if isinstance(reply, Delivery) else reply[0]) == 2]
+    assert [reply.body for reply in on_two[:-1]] == sent
+    assert [reply.method.delivery_tag for reply in on_two[:-1]] == list(range(1, 13))
+    assert name(on_two[-1][1]) == "Basic.GetEmpty"
