@@ -36,8 +36,8 @@ Invariants: after connection.close is sent only close and close-ok are processed
 (spec 1.4.2.9); every OPEN channel, and every channel whose close the node has not
 answered yet, gets ChannelClosed before ConnectionClosed, which is the last event;
 a client's channel.close is answered by the node (`channel_closed`), after the
-channel's earlier methods, as rabbit_channel answers it in its turn; a handshake error sends connection.close and drops the connection,
-as RabbitMQ does.
+channel's earlier methods, as rabbit_channel answers it in its turn; a handshake
+error sends connection.close and drops the connection, as RabbitMQ does.
 
 Not here: SASL parsing, users, vhosts and what methods do (broker/node/session.py,
 broker/node/handlers.py).
@@ -549,11 +549,13 @@ class Connection:
 
     def channel_closed(self, number: int) -> None:
         """The node has ended channel `number` the client asked to close
-        (ChannelCloseRequested): close-ok goes out and the number is free again.
-        Nothing when the channel or the connection is already gone."""
+        (ChannelCloseRequested): close-ok goes out and the number is free again
+        (also while the client's connection.close waits: RabbitMQ's channel answers
+        before its reader does). Nothing when the channel or the connection is gone."""
         machine = self.channels.get(number)
         if (machine is None or machine.state is not _CHANNEL_CLOSE_REQUESTED
-                or self.state is not _OPEN):
+                or (self.state is not _OPEN
+                    and self.state is not ConnectionState.CLOSE_REQUESTED)):
             return
         del self.channels[number]
         self.write(codec.channel_close_ok(number))

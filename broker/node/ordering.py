@@ -16,9 +16,9 @@ a majority of the metadata group answers the 404 at once (no barrier could pass)
 
 Invariants: while `channel.held` is a list, every method the channel receives is
 appended to it (session.py asks `hold` first), the client's channel.close and
-connection.close too (their close-ok follows what was held); a failed change closes the channel
-(or the connection) as the method would have, and drops what was held; a method
-runs again after at most one barrier.
+connection.close too (their close-ok follows what was held); a failed change closes
+the channel (or the connection) as the method would have, and drops what was held;
+a method runs again after at most one barrier.
 
 Not here: the commands (cluster/meta.py), what they do (metadata.py).
 """

@@ -132,10 +132,11 @@ def test_a_method_failing_before_a_requested_close_closes_the_channel_with_its_e
 
 
 def test_a_connection_close_after_a_nowait_declare_acts_after_the_methods_before_it():
-    """The same burst ending in connection.close, with a second channel whose held
-    bind fails: the publishes land, the failed channel just stops, and close-ok comes
-    once both channels are done, as RabbitMQ's reader closes a connection after its
-    channels handled what they were sent."""
+    """The same burst ending in channel 1's close and connection.close, with a second
+    channel whose held bind fails: the publishes land, channel 1's close-ok comes in
+    its turn, the failed channel just stops, and connection.close-ok comes once both
+    channels are done, as RabbitMQ's reader closes a connection after its channels
+    handled what they were sent."""
     node = new_node()
     client = client_of(node)
     client.open_channel(2)
@@ -151,10 +152,11 @@ def test_a_connection_close_after_a_nowait_declare_acts_after_the_methods_before
         burst += marshal(method(commands.Basic.Publish, exchange="amq.direct",
                                 routing_key="k"), 1)
         burst += content_frames(1, body, properties(delivery_mode=2))
+    burst += marshal(commands.Channel.Close(200, "bye", 0, 0), 1)
     burst += marshal(commands.Connection.Close(200, "bye", 0, 0), 0)
     client.send_bytes(burst)
     names = _replies(client, "Connection.CloseOk")
-    assert names == ["Connection.CloseOk"], names
+    assert names == ["Channel.CloseOk", "Connection.CloseOk"], names
     assert client.session.closed
     assert node.vhosts["/"].queues["leaving.q"].ready_count == 2
 
