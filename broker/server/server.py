@@ -157,6 +157,9 @@ def pass_time(node: Node) -> float:
 # the fault suite's slow disk (tests/faults): when this environment variable names a
 # file, each Sync first waits the seconds written in it (none while it is missing)
 FAULT_FSYNC_DELAY_FILE = "QUORUMQUEUE_FAULT_FSYNC_DELAY_FILE"
+# seconds a closed connection's socket waits, its last frames sent and its write side
+# shut, for the client to close its side (`_close_after_output`)
+CLOSE_DRAIN_SECONDS = 5.0
 
 
 def _fault_delay(path: str) -> float:
@@ -251,7 +254,7 @@ class BrokerServer:
         self.settings = settings
         self.node = node if node is not None else build_node(settings)
         self.connections: dict[Session, _Connection] = {}
-        self._lingering: set = set()  # sockets of early refusals, closed after a delay
+        self._lingering: set = set()  # early refusals and draining closes, closed later
         self._flush_scheduled = False
         self._server: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task | None = None
@@ -639,11 +642,31 @@ class BrokerServer:
                     self._lingering.add(transport)
                     self._loop.call_later(linger, self._close_lingering, transport)
                 else:
-                    transport.close()
+                    self._close_after_output(transport)
             elif session.paused or session.input_held:
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+
+    def _close_after_output(self, transport) -> None:
+        """Close a connection the broker is done with without losing its last frames.
+        A socket closed while the client's input is still unread (the broker stopped
+        reading at a framing error, the client sent on without reading) goes out as a
+        TCP reset, and a reset throws away what the client has not received yet: the
+        tail of a delivery, the connection.close that says why. So on plain TCP: the
+        write side is shut once what is buffered is sent (a FIN after the last frame),
+        what still arrives is read and dropped (the session is closed), and the socket
+        closes when the client closes its side, CLOSE_DRAIN_SECONDS at most. Over TLS
+        (no half-close) and for the management API's in-process connections it closes
+        at once, as before."""
+        can_write_eof = getattr(transport, "can_write_eof", None)
+        if can_write_eof is None or not can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        self._lingering.add(transport)
+        self._loop.call_later(CLOSE_DRAIN_SECONDS, self._close_lingering, transport)
 
     def _close_lingering(self, transport) -> None:
         self._lingering.discard(transport)

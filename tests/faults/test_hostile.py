@@ -9,7 +9,9 @@ confirms and consumes from a quorum queue (hostile.py says what is judged).
 from __future__ import annotations
 
 import random
+import socket
 import struct
+import time
 
 import pytest
 
@@ -141,3 +143,53 @@ def test_the_recorded_session_replays_cleanly():
     # them on the same channel finds a message (routing is in order).
     assert methods.count((60, 80)) <= 3
     assert (60, 71) in methods and (60, 72) not in methods  # get-ok, never get-empty
+
+
+def test_a_framing_error_while_the_client_sends_on_loses_none_of_the_answer():
+    """The client has a large delivery waiting unread when it sends a bad frame end,
+    then sends on. The broker stops reading there and closes; a socket closed with
+    the client's bytes still arriving answers them with a TCP reset, which threw
+    away the unsent tail of the delivery and the connection.close saying why (a
+    short seeded attack found it). The answer now arrives whole, ending in
+    RabbitMQ's 501 FRAME_ERROR close."""
+    with BrokerProcess() as broker:
+        frames = record_session(broker.port)
+        nack = 23
+        assert struct.unpack_from(">BHIHH", frames[nack]) == (1, 1, 13, 60, 120)
+        bad_end = frames[nack][:-1] + bytes([FRAME_END ^ 1])
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            sock.sendall(b"".join(frames[:nack]))  # ... basic.consume: the large delivery
+            deadline = time.monotonic() + 60
+            while _unread(sock) < 100_000:  # the delivery has begun, the client holds it
+                assert time.monotonic() < deadline, "no delivery came"
+                time.sleep(0.02)
+            sock.sendall(bad_end)
+            time.sleep(0.3)  # the broker has closed (before: the socket was gone)
+            try:
+                sock.sendall(b"".join(frames[nack + 1:]))
+            except OSError:
+                pass
+            answer = bytearray()
+            while received := _recv(sock):
+                answer += received
+    parsed, problems = parse_answer(bytes(answer), closed=True)
+    assert problems == []
+    kind, channel, payload = parsed[-1]
+    assert (kind, channel) == (1, 0)
+    assert struct.unpack_from(">HHH", payload) == (10, 50, 501)
+    assert any(kind == 3 and len(body) == 37872 for kind, _c, body in parsed)  # its tail
+
+
+def _unread(sock: socket.socket) -> int:
+    """How many answer bytes wait for this client, unread."""
+    try:
+        return len(sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return 0
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:  # a reset
+        return b""
