@@ -110,7 +110,7 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         only = next(iter(consumers.items()))
         ordered = [only] if only[1].has_capacity() else []
     else:
-        ordered = sorted((c for c in state.consumers.items() if c[1].has_capacity()),
+        ordered = sorted((c for c in consumers.items() if c[1].has_capacity()),
                          key=lambda item: (-item[1].priority, item[1].order))
     if not ordered:
         return
