@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.broker_memory import RABBITMQCTL, rabbitmqctl_environment
-from quorumqueue.broker.cluster.launcher import pick_free_ports
+from quorumqueue.cli.launcher import pick_free_ports
 from quorumqueue.client.management import call
 from tests.support.cluster import LocalCluster
 from tests.support.rabbitmq import (EPMD, MARKER_VARIABLE, SERVER_SCRIPT, RabbitMQNode,

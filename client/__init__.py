@@ -2,8 +2,7 @@
 
 The lease client (lease_client.py), the management RPC client (management.py),
 the one delivery type every read returns (delivery.py), the decoder of packed lease
-reads (lease_records.py), and the command line's management HTTP API client
-(http_management.py, cli_http.py). The Spark
-connector, the jobs and the `quorumqueue` command use the broker through these only
-(README.md in this folder).
+reads (lease_records.py), and the management HTTP API client (http_management.py).
+The Spark connector, the jobs and the `quorumqueue` command (quorumqueue.cli) use
+the broker through these only (README.md in this folder).
 """

@@ -7,7 +7,7 @@ Responsibilities
     job leaves no process behind.
 
 How it works
-    The broker runs as `python -m quorumqueue.broker.cli` with this interpreter,
+    The broker runs as `python -m quorumqueue.cli` with this interpreter,
     logging to `broker.log` in its data directory; configuration keys given are
     written to `broker.toml` there and passed with `--config` (the broker refuses an
     unknown key or an impossible value, naming it). Readiness is the 8-byte AMQP
@@ -65,7 +65,7 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+        command = [sys.executable, "-m", "quorumqueue.cli", "broker", "start",
                    "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if self.config:
             config_path = self.data_dir / "broker.toml"

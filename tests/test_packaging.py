@@ -19,7 +19,7 @@ SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setup
 def test_every_package_folder_is_listed_and_mapped():
     mapping = SETUPTOOLS["package-dir"]
     found = set()
-    for folder in ("broker", "client", "connector", "jobs"):
+    for folder in ("broker", "cli", "client", "connector", "jobs"):
         for init in (ROOT / folder).rglob("__init__.py"):
             relative = init.parent.relative_to(ROOT / folder)
             if "discovery" in relative.parts:

@@ -1,6 +1,6 @@
 """Management RPC operations on users, vhosts, permissions and policies (rabbitmqctl's
 add_user, add_vhost, set_permissions, set_policy and their kin; the CLI is
-broker/ctl.py).
+cli/ctl.py).
 
 Operations (request fields -> result):
   users.add          {name, password, tags?}         -> {}

@@ -21,7 +21,7 @@ Invariants: `apply_*` are idempotent (a retried metadata command applies twice);
 after any of them the node's metadata is marked dirty, so it is written out.
 
 Not here: the policy rules themselves (policies.py), the wire (management.py, the
-CLI in broker/ctl.py), replication (cluster/meta.py).
+CLI in cli/ctl.py), replication (cluster/meta.py).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ each command is then checked again where it is applied, so an import that races
 another change fails on that item with the reply RabbitMQ would send.
 
 Not here: checking a document and building its plan (definitions_import.py, whose
-`import_plan` this module re-exports), reading and writing files (broker/ctl.py), the
+`import_plan` this module re-exports), reading and writing files (cli/ctl.py), the
 transformations of a blue-green migration.
 """
 
@@ -250,7 +250,7 @@ def _import(node, session, request):
     """{definitions, vhost?, check?} -> {"commands": n, "notes": [...]} once applied
     here; with `check: true` the same answer, or the same refusal, and nothing applied
     (the command line checks the whole file first, then imports it section by section
-    to show its progress: broker/ctl.py)."""
+    to show its progress: cli/ctl.py)."""
     from ..amqp import spec
     from .management import Later, _require_administrator
 

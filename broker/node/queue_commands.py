@@ -1,6 +1,6 @@
 """Management RPC operations behind rabbitmq-queues' observability commands
 (`quorumqueue queues quorum_status | check_if_node_is_quorum_critical | peek |
-reclaim_quorum_memory`; the CLI is broker/cli.py).
+reclaim_quorum_memory`; the CLI is cli/main.py).
 
 Operations (request fields -> result):
   queues.quorum_status  {vhost, name}  -> {node (this one), members: [row per member,
@@ -37,7 +37,7 @@ states, which also catches a replica that crashed on a running node.
 
 Not here: asking the members (cluster/replica_rpc.py), a member's row
 (QuorumQueue.member_status) and a peeked message's rows (queues/peeked.py), the
-banners and exit codes (broker/cli.py).
+banners and exit codes (cli/main.py).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def test_raft_keys_reach_the_log_storage(tmp_path):
 def test_segment_max_entries_above_65535_stops_the_broker_at_startup(tmp_path):
     import subprocess
 
-    from tests.broker.test_cli import CLI
+    from tests.cli.test_cli import CLI
 
     config = write(tmp_path, "raft.segment_max_entries = 100000\n")
     result = subprocess.run(CLI + ["broker", "start", "--config", config, "--port", "0",

@@ -11,7 +11,7 @@ import pytest
 from quorumqueue.broker.config import ConfigError, load_settings
 from quorumqueue.broker.node.policies import PolicyError, parse_policy
 
-CLI = [sys.executable, "-m", "quorumqueue.broker.cli"]
+CLI = [sys.executable, "-m", "quorumqueue.cli"]
 KEY = "deprecated_features.permit.classic_queue_mirroring"
 
 
@@ -143,7 +143,7 @@ def test_a_running_node_without_the_switch_refuses_the_guides_policies(fresh_bro
     policy is stored."""
     from click.testing import CliRunner
 
-    from quorumqueue.broker.cli import main
+    from quorumqueue.cli.main import main
     from tests.broker.management.support import call
 
     url = fresh_broker.management_url

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from pamqp import commands as amqp
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from tests.differential.probe import Probe
 from tests.differential.test_permissions_against_rabbitmq import rabbitmqctl
 

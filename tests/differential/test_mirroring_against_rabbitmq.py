@@ -19,7 +19,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from tests.support.broker import BrokerProcess
 from tests.support.rabbitmq import MARKER_VARIABLE
 

@@ -29,7 +29,7 @@ from tests.support.rabbitmq import RabbitMQNode
 pytestmark = pytest.mark.timeout(240)
 
 RABBITMQ_QUEUES = "/usr/lib/rabbitmq/bin/rabbitmq-queues"
-OURS = [sys.executable, "-m", "quorumqueue.broker.cli", "queues"]
+OURS = [sys.executable, "-m", "quorumqueue.cli", "queues"]
 PROPERTIES = pika.BasicProperties(
     content_type="text/plain", content_encoding="gzip", delivery_mode=2,
     headers={"h": "v", "n": 7}, priority=3, correlation_id="c1", reply_to="r",

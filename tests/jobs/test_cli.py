@@ -13,7 +13,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.jobs.cli import JobSettings, load_job_settings, schedule
 from tests.support.broker import BrokerProcess
 
@@ -85,7 +85,7 @@ def test_a_schedule_survives_a_failed_run_and_appends_each_round(spark, data_dir
 def test_the_command_line_runs_a_job_in_its_own_process(data_dir, tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
-        [sys.executable, "-m", "quorumqueue.broker.cli", "jobs", "run", "memory_footprint",
+        [sys.executable, "-m", "quorumqueue.cli", "jobs", "run", "memory_footprint",
          "--data-dir", data_dir, "--out", str(tmp_path), "--node", "n1", "--format",
          "parquet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

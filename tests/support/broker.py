@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from quorumqueue.broker.cluster.launcher import pick_free_ports
+from quorumqueue.cli.launcher import pick_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "quorumqueue.broker.cli"]
+CLI = [sys.executable, "-m", "quorumqueue.cli"]
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """A local cluster of real broker processes, with every inter-node link behind a proxy.
 
 `LocalCluster(n)` runs n nodes (qq1@localhost.., free loopback ports, a temporary
-data directory, one cookie) planned by broker/cluster/launcher.py, the module behind
+data directory, one cookie) planned by cli/launcher.py, the module behind
 `quorumqueue cluster start`, so tests run nodes exactly as the launcher does. With
 `proxied=True` (the default) node A reaches node B only through `TcpProxy` A->B:
 A's --cluster-nodes lists A's own inter-node port and, for each peer B, the port of
@@ -52,8 +52,8 @@ import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
-from quorumqueue.broker.cluster import launcher
-from quorumqueue.broker.cluster.launcher import NodePlan
+from quorumqueue.cli import launcher
+from quorumqueue.cli.launcher import NodePlan
 from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]

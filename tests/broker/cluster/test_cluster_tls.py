@@ -7,7 +7,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from quorumqueue.broker.cluster import launcher
+from quorumqueue.cli import launcher
 from tests.broker.cluster.test_cluster import connect, drain, leader_of, status
 from tests.support.certs import make_pki
 from tests.support.cluster import LocalCluster, wait_for

@@ -12,7 +12,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import status, wait_for
 from tests.support.cluster import LocalCluster

@@ -13,7 +13,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import ManagementError, call
 from tests.broker.cluster.test_cluster import connect, status, wait_for
 from tests.support.cluster import LocalCluster

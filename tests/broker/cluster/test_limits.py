@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from pika import exceptions as pe
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import status, wait_for
 from tests.support.cluster import LocalCluster

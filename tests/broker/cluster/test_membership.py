@@ -8,7 +8,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import ManagementError, call
 from tests.broker.cluster.test_cluster import connect, drain, leader_of, queue_status, status
 from tests.support.cluster import LocalCluster, wait_for
@@ -239,7 +239,7 @@ def test_a_node_joins_a_running_cluster_and_grows_a_queue_onto_it(tmp_path):
     import subprocess
     import sys
 
-    from quorumqueue.broker.cluster import launcher
+    from quorumqueue.cli import launcher
 
     with LocalCluster(3, proxied=False) as cluster:
         seed = cluster.plans[0]
@@ -250,7 +250,7 @@ def test_a_node_joins_a_running_cluster_and_grows_a_queue_onto_it(tmp_path):
         joiner = "qq4@localhost"
         log = open(tmp_path / "qq4.log", "w")
         process = subprocess.Popen(
-            [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+            [sys.executable, "-m", "quorumqueue.cli", "broker", "start",
              "--port", str(amqp_port), "--data-dir", str(tmp_path / "qq4"),
              "--node-name", joiner, "--cluster-port", str(cluster_port),
              "--config", cluster.config_path,

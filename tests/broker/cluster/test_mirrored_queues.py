@@ -38,7 +38,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import connect, status
 from tests.broker.management.support import call as management_call
@@ -777,7 +777,7 @@ def test_a_node_joining_the_cluster_gets_an_unsynchronised_mirror(tmp_path):
     import subprocess
     import sys
 
-    from quorumqueue.broker.cluster import launcher
+    from quorumqueue.cli import launcher
 
     with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
         started(cluster)
@@ -798,7 +798,7 @@ def test_a_node_joining_the_cluster_gets_an_unsynchronised_mirror(tmp_path):
         joiner = "qq4@localhost"
         log = open(tmp_path / "qq4.log", "w")
         process = subprocess.Popen(
-            [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+            [sys.executable, "-m", "quorumqueue.cli", "broker", "start",
              "--port", str(amqp_port), "--data-dir", str(tmp_path / "qq4"),
              "--node-name", joiner, "--cluster-port", str(cluster_port),
              "--config", cluster.config_path,

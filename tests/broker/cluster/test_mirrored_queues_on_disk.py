@@ -34,7 +34,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 
 from tests.broker.cluster.test_cluster import connect, status
 from tests.broker.cluster.test_mirrored_queues import (CONFIG, get_all, mirrored_on_every_node,

@@ -19,7 +19,7 @@ from tests.support.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(400)  # the waits inside have their own bounds
 
-CLI = [sys.executable, "-m", "quorumqueue.broker.cli", "queues"]
+CLI = [sys.executable, "-m", "quorumqueue.cli", "queues"]
 COLUMNS = ["Node Name", "Raft State", "Membership", "Last Log Index", "Last Written",
            "Last Applied", "Commit Index", "Snapshot Index", "Term"]
 

@@ -13,8 +13,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
-from quorumqueue.broker.cluster import launcher
+from quorumqueue.cli.main import main
+from quorumqueue.cli import launcher
 from quorumqueue.client.management import call
 from tests.broker.cluster.test_cluster import connect, status
 from tests.support.cluster import LocalCluster, wait_for
@@ -73,7 +73,7 @@ def test_a_policy_change_a_join_and_a_forgotten_node_trigger_reconciliation(tmp_
         joiner = "qq4@localhost"
         log = open(tmp_path / "qq4.log", "w")
         process = subprocess.Popen(
-            [sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+            [sys.executable, "-m", "quorumqueue.cli", "broker", "start",
              "--port", str(amqp_port), "--data-dir", str(tmp_path / "qq4"),
              "--node-name", joiner, "--cluster-port", str(cluster_port),
              "--config", cluster.config_path, "--join", f"{seed.name}:{seed.cluster_port}"],

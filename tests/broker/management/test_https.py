@@ -145,7 +145,7 @@ def test_the_command_line_talks_to_a_node_over_https(broker, pki):
     """`quorumqueue queues list --ssl` (rabbitmqadmin's options) goes to the
     management.ssl listener, checking the node's certificate against the CA given;
     a CA that did not sign it is refused."""
-    from tests.broker.test_cli import run_cli
+    from tests.cli.test_cli import run_cli
 
     https = ["--ssl", "--host", "localhost", "--port", str(broker.management_ssl)]
     listed = run_cli("queues", "list", *https, "--ssl-ca-cert-file", pki.ca)

@@ -19,7 +19,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from quorumqueue.client.management import call
 from tests.broker.server.pika_support import connect, unique
 from tests.support.broker import BrokerProcess

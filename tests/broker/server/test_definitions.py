@@ -1,5 +1,5 @@
 """Users, vhosts, permissions and policies on a running node, managed as with
-rabbitmqctl (`quorumqueue ctl ...`, broker/ctl.py): what a client then sees, and that
+rabbitmqctl (`quorumqueue ctl ...`, cli/ctl.py): what a client then sees, and that
 all of it survives a restart."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from quorumqueue.client.management import ManagementError, call
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 
 from .pika_support import channel_error, connect, get_bodies, publish_bodies, unique
 

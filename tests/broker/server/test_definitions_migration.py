@@ -11,9 +11,9 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 
-from tests.broker.test_definitions_transform import FULL, rabbitmq_313_export
+from tests.cli.test_definitions_transform import FULL, rabbitmq_313_export
 
 from .test_definitions import ctl, ctl_error
 

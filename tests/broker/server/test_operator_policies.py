@@ -55,7 +55,7 @@ def test_the_lowest_of_argument_policy_and_operator_policy_wins(broker):
                  "effective_policy_definition")
     assert (f"{name}\tp-{name}\top-{name}\t"
             '{"delivery-limit":5,"max-length":4}') in listed.splitlines()
-    from quorumqueue.broker.cli import main
+    from quorumqueue.cli.main import main
     from click.testing import CliRunner
 
     table = CliRunner().invoke(main, ["queues", "list", "--base-uri", broker.management_url, "name", "policy",

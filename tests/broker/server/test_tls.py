@@ -201,7 +201,7 @@ def test_the_management_client_accepts_amqps(pki, optional_cert_broker):
 
 
 def test_a_tls_listener_without_a_certificate_stops_the_broker_at_start(tmp_path):
-    from tests.broker.test_cli import CLI
+    from tests.cli.test_cli import CLI
     import subprocess
 
     config = tmp_path / "broker.toml"

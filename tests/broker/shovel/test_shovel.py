@@ -11,7 +11,7 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
+from quorumqueue.cli.main import main
 from tests.broker.management.support import wait_for
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import TcpProxy

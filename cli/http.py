@@ -1,8 +1,7 @@
 """The command line's side of the management HTTP API: the node options, one call
 turned into a click error, queue rows, and tables (used by `quorumqueue queues ...`
-in broker/cli.py, `quorumqueue ctl ...` in broker/ctl.py and `quorumqueue cluster
-status`, the command line being a client of the broker; the requests themselves are
-http_management.py's)."""
+in main.py, `quorumqueue ctl ...` in ctl.py and `quorumqueue cluster status` in
+cluster.py; the requests themselves are quorumqueue.client's HttpManagement)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from typing import Callable
 
 import click
 
-from .http_management import HttpManagement, management_options  # noqa: F401
-from .errors import ManagementError
+from ..client.http_management import HttpManagement, management_options  # noqa: F401
+from ..client.errors import ManagementError
 
 
 def _call(api: HttpManagement, method: str, *segments, **kw):

@@ -1,4 +1,4 @@
-"""`quorumqueue cluster start|status` (broker/cluster/launcher.py, cli.py) and the
+"""`quorumqueue cluster start|status` (cli/launcher.py, cli/cluster.py) and the
 tests' LocalCluster built on the same planning (tests/support/cluster.py).
 
 First the plan as tables (names, ports, data directories, the node list, the
@@ -28,9 +28,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
-from quorumqueue.broker.cluster import cli as cluster_cli
-from quorumqueue.broker.cluster import launcher
+from quorumqueue.cli.main import main
+from quorumqueue.cli import cluster as cluster_cli
+from quorumqueue.cli import launcher
 from quorumqueue.broker.config import load_settings
 from quorumqueue.client.management import ManagementError
 from tests.support.cluster import CONVERGE_TIMEOUT, ROOT, LocalCluster
@@ -108,7 +108,7 @@ def test_node_command_runs_this_interpreter_with_the_cluster_flags(tmp_path):
     command = launcher.node_command(plans[1], launcher.cluster_nodes_option(plans),
                                     "/c.toml")
     assert command == [
-        sys.executable, "-m", "quorumqueue.broker.cli", "broker", "start",
+        sys.executable, "-m", "quorumqueue.broker", "start",
         "--host", "127.0.0.1", "--port", "5673", "--data-dir", str(tmp_path / "qq2"),
         "--node-name", "qq2@localhost", "--cluster-port", "25673",
         "--cluster-nodes", "qq1@localhost:25672,qq2@localhost:25673",
@@ -247,7 +247,7 @@ def launched(*arguments: str, log_path):
     it and every node it started are gone."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "quorumqueue.broker.cli", "cluster", "start", *arguments],
+            [sys.executable, "-m", "quorumqueue.cli", "cluster", "start", *arguments],
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, cwd=ROOT)
     seen: dict[int, psutil.Process] = {}
     try:

@@ -58,7 +58,7 @@ import json
 
 import click
 
-from ..client.cli_http import _call, _echo_table, _guarded, management_options, queue_rows
+from .http import _call, _echo_table, _guarded, management_options, queue_rows
 from .definitions_transform import TRANSFORMATIONS, TransformationError, parse_names, transform
 
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
@@ -739,12 +739,10 @@ def set_parameter(api, vhost, component, name, value) -> None:
     e.g. '{"src-uri": "amqp://old", "src-queue": "q", "dest-uri": "amqp://",
     "dest-queue": "q", "ack-mode": "on-confirm", "src-delete-after": "queue-length"}'.
     It runs on the node that leads the cluster's metadata group."""
-    from .shovel.parameters import ShovelError, parse_json
-
-    try:
-        parsed = parse_json(value)
-    except ShovelError as error:
-        raise click.ClickException(str(error)) from None
+    try:  # the broker checks the parameter itself: this is only its JSON, with
+        parsed = json.loads(value)  # the words of the broker's own refusal
+    except ValueError as error:
+        raise click.ClickException(f"JSON decoding error. Reason: {error}") from None
     click.echo(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
                f"\"{value}\" in vhost \"{vhost}\" ...")
     _call(api, "PUT", "parameters", component, vhost, name, missing=_no_vhost(vhost),

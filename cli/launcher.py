@@ -5,7 +5,7 @@ AMQP ports base..base+N-1, inter-node ports base+20000.., management HTTP API
 ports base+10000.. (15672.. for 5672), Prometheus ports base+10020.. (5672 ->
 15692, rabbitmq_prometheus's default), data directories
 DATA_DIR/qq1.., one cookie for all), run every node as a child process of the same
-interpreter (`python -m quorumqueue.broker.cli broker start ...`), wait until each
+interpreter (`python -m quorumqueue.broker start ...`, the broker's own program), wait until each
 accepts AMQP, print the URIs, and stay in the foreground relaying each child's log
 lines prefixed with its node name, until SIGTERM/SIGINT or a child's death.
 
@@ -190,7 +190,7 @@ def cluster_nodes_option(plans: Sequence[NodePlan],
 def node_command(plan: NodePlan, cluster_nodes: str, config_path: str | None = None,
                  python: str = sys.executable) -> list[str]:
     """The command line that runs one node with this interpreter."""
-    command = [python, "-m", "quorumqueue.broker.cli", "broker", "start",
+    command = [python, "-m", "quorumqueue.broker", "start",
                "--host", plan.amqp_host, "--port", str(plan.amqp_port),
                "--data-dir", plan.data_dir, "--node-name", plan.name,
                "--cluster-port", str(plan.cluster_port), "--cluster-nodes", cluster_nodes]

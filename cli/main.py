@@ -1,25 +1,28 @@
 """The `quorumqueue` command line (click).
 
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
+                                                 (the broker's own program, run in
+                                                  this process's place: broker/__main__.py)
     quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
                                                   management HTTP API; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
-    quorumqueue cluster start|status ...          (local clusters: cluster/cli.py)
+    quorumqueue cluster start|status ...          (local clusters: cluster.py)
 
 `queues`, `ctl` and `cluster status` reach a node only through its management HTTP
 API (client/http_management.py; --host, --port (15672), --username, --password,
 --ssl..., or --base-uri), as rabbitmqadmin does: no AMQP connection is opened.
+This package imports no broker module: it is a client of the broker, through
+quorumqueue.client's public names (.importlinter).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
-
-from .config import ConfigError, load_settings
 
 
 @click.group()
@@ -33,57 +36,21 @@ def broker() -> None:
     """Run and manage the bundled broker."""
 
 
-@broker.command("start")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Broker configuration (TOML with RabbitMQ's key names), e.g. conf/broker.toml.")
-@click.option("--port", type=int, help="AMQP port (listeners.tcp.default); 0 picks a free port.")
-@click.option("--host", help="Address to listen on (listeners.tcp.host), default 127.0.0.1.")
-@click.option("--management-port", type=int,
-              help="Management HTTP API port (management.tcp.port, default 15672); 0 "
-                   "picks a free port.")
-@click.option("--prometheus-port", type=int,
-              help="Prometheus metrics port (prometheus.tcp.port, default 15692); 0 picks "
-                   "a free port.")
-@click.option("--data-dir", type=click.Path(file_okay=False),
-              help="Where durable queues, messages and metadata live.")
-@click.option("--node-name", help="This node's name (node_name), e.g. qq1@localhost.")
-@click.option("--cluster-port", type=int,
-              help="Inter-node port (distribution.listener.port; default AMQP port + 20000).")
-@click.option("--cluster-nodes", help="The cluster's nodes, comma-separated name@host:port, "
-              "this one included (cluster_formation.classic_config.nodes).")
-@click.option("--join", "join", metavar="NAME@HOST:PORT",
-              help="Join the cluster of the running node NAME, whose inter-node port is "
-                   "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
-                   "queue replicas until `queues grow` or `add_member`.")
-def broker_start(config_path, port, host, management_port, prometheus_port, data_dir,
-                 node_name,
-                 cluster_port, cluster_nodes, join) -> None:
-    """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
-    from .config import _nodes
-    from .server.run import run
-
-    try:
-        nodes = (_nodes("--cluster-nodes", cluster_nodes) if cluster_nodes is not None
-                 else None)
-        settings = load_settings(config_path, port=port, host=host, data_dir=data_dir,
-                                 management_port=management_port,
-                                 node_name=node_name, distribution_port=cluster_port,
-                                 cluster_nodes=nodes, cluster_join=join,
-                                 prometheus_port=prometheus_port)
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
-    try:
-        run(settings)
-    except ConfigError as error:  # found while starting (e.g. a damaged cookie file)
-        click.echo(f"quorumqueue: cannot start the broker: {error}", err=True)
-        sys.exit(1)
-    except OSError as error:
-        click.echo(f"quorumqueue: cannot start the broker: {error}. Is another broker "
-                   f"using port {settings.port}? Pick another with --port.", err=True)
-        sys.exit(1)
+@broker.command("start", add_help_option=False,
+                context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+def broker_start(arguments) -> None:
+    """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT
+    (--help: its options)."""
+    # the broker's own program (broker/__main__.py) in place of this process: the same
+    # pid, so signals reach the node; the command line imports no broker module
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "quorumqueue.broker", "start",
+                              *arguments])
 
 
-from ..client.cli_http import (_call, _echo_table, _guarded, management_options,  # noqa: E402
+from .http import (_call, _echo_table, _guarded, management_options,  # noqa: E402
                                queue_rows)
 
 
@@ -435,8 +402,8 @@ _add_jobs()
 
 
 def _add_cluster() -> None:
-    # `quorumqueue cluster start|status` (cluster/cli.py)
-    from .cluster.cli import cluster
+    # `quorumqueue cluster start|status` (cluster.py)
+    from .cluster import cluster
 
     main.add_command(cluster)
 

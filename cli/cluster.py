@@ -1,4 +1,4 @@
-"""`quorumqueue cluster start|status` (click), registered by broker/cli.py.
+"""`quorumqueue cluster start|status` (click), registered by main.py.
 
     quorumqueue cluster start --nodes 3 [--base-port 5672] [--data-dir data/cluster]
                               [--host 127.0.0.1] [--cookie C] [--config F]
@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from ...client.cli_http import _call, management_options
+from .http import _call, management_options
 
 
 @click.group()

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.broker import BrokerProcess
 
-CLI = [sys.executable, "-m", "quorumqueue.broker.cli"]
+CLI = [sys.executable, "-m", "quorumqueue.cli"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -39,6 +39,21 @@ def test_unknown_config_key_is_refused_at_start(tmp_path):
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "unknown key 'heartbeet'" in result.stderr
+
+
+def test_broker_start_is_the_brokers_own_program_with_its_options():
+    """`quorumqueue broker start` runs `python -m quorumqueue.broker start` in its place
+    (the command line imports no broker module): its options and help are the
+    broker's."""
+    result = subprocess.run(CLI + ["broker", "start", "--help"], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: quorumqueue broker start [OPTIONS]" in result.stdout
+    assert "--cluster-nodes" in result.stdout and "--data-dir" in result.stdout
+    result = subprocess.run(CLI + ["broker", "start", "--no-such-option"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "No such option" in result.stderr and "--no-such-option" in result.stderr
 
 
 def test_port_in_use_is_explained(tmp_path):
@@ -145,7 +160,7 @@ def test_the_command_line_opens_no_amqp_connection(tmp_path):
         assert connections_opened(prometheus) == before
         # and it loads no AMQP client at all
         probe = subprocess.run([sys.executable, "-c", (
-            "import sys\nfrom quorumqueue.broker.cli import main\n"
+            "import sys\nfrom quorumqueue.cli.main import main\n"
             f"main(['queues', 'list', '--port', '{node.management_port}'], "
             "standalone_mode=False)\nprint('pika' in sys.modules)")],
             capture_output=True, text=True, timeout=60)
@@ -274,7 +289,7 @@ def test_node_options_refuse_what_they_would_ignore(options, text):
     ignored when they cannot apply; no request is made."""
     from click.testing import CliRunner
 
-    from quorumqueue.broker.cli import main
+    from quorumqueue.cli.main import main
 
     result = CliRunner().invoke(main, ["queues", "list", *options])
     assert result.exit_code == 2 and text in result.output, result.output

@@ -1,4 +1,4 @@
-"""The blue-green migration transformations (broker/definitions_transform.py), as
+"""The blue-green migration transformations (cli/definitions_transform.py), as
 rabbitmqadmin v2 names them, on definitions shaped like RabbitMQ 3.13's export, and
 `quorumqueue ctl transform_definitions` on a file (no node needed)."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from quorumqueue.broker.cli import main
-from quorumqueue.broker.definitions_transform import (TransformationError, parse_names,
+from quorumqueue.cli.main import main
+from quorumqueue.cli.definitions_transform import (TransformationError, parse_names,
                                                       transform)
 
 

@@ -1,0 +1,5 @@
+"""`python -m quorumqueue.cli ...`: the `quorumqueue` command."""
+
+from .main import main
+
+main()
