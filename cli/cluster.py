@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from .http import _call, management_options
+from .http import call, management_options
 
 
 @click.group()
@@ -75,7 +75,7 @@ def cluster_start(count, base_port, data_dir, host, cookie, config_path,
 def cluster_status(api) -> None:
     """Nodes (reachable or not), the metadata leader, and each quorum queue's leader,
     members and online members, as seen by one node."""
-    status = _call(api, "GET", "quorumqueue", "cluster-status")
+    status = call(api, "GET", "quorumqueue", "cluster-status")
     for line in render_status(status):
         click.echo(line)
 

@@ -58,7 +58,7 @@ import json
 
 import click
 
-from .http import _call, _echo_table, _guarded, management_options, queue_rows
+from .http import call, echo_table, guarded, management_options, queue_rows
 from .definitions_transform import TRANSFORMATIONS, TransformationError, parse_names, transform
 
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True,
@@ -78,7 +78,7 @@ def add_user(api, name, password) -> None:
     """Create user NAME, with no permissions and no tags."""
     if _exists(api, "users", name):
         raise click.ClickException(f"PRECONDITION_FAILED - user '{name}' already exists")
-    _call(api, "PUT", "users", name, body={"password": password, "tags": ""})
+    call(api, "PUT", "users", name, body={"password": password, "tags": ""})
     click.echo(f"Adding user \"{name}\" ...")
 
 
@@ -87,7 +87,7 @@ def add_user(api, name, password) -> None:
 @click.argument("name")
 def delete_user(api, name) -> None:
     """Delete user NAME (its connections are closed)."""
-    _call(api, "DELETE", "users", name, missing=_no_user(name))
+    call(api, "DELETE", "users", name, missing=_no_user(name))
     click.echo(f"Deleting user \"{name}\" ...")
 
 
@@ -97,8 +97,8 @@ def delete_user(api, name) -> None:
 @click.argument("password")
 def change_password(api, name, password) -> None:
     """Give user NAME a new password."""
-    user = _call(api, "GET", "users", name, missing=_no_user(name))
-    _call(api, "PUT", "users", name, body={"password": password, "tags": user["tags"]})
+    user = call(api, "GET", "users", name, missing=_no_user(name))
+    call(api, "PUT", "users", name, body={"password": password, "tags": user["tags"]})
     click.echo(f"Changing password for user \"{name}\" ...")
 
 
@@ -108,8 +108,8 @@ def change_password(api, name, password) -> None:
 @click.argument("tags", nargs=-1)
 def set_user_tags(api, name, tags) -> None:
     """Replace the tags of user NAME (administrator: may use these commands)."""
-    _call(api, "GET", "users", name, missing=_no_user(name))
-    _call(api, "PUT", "users", name, body={"tags": list(tags)})  # the password stays
+    call(api, "GET", "users", name, missing=_no_user(name))
+    call(api, "PUT", "users", name, body={"tags": list(tags)})  # the password stays
     click.echo(f"Setting tags for user \"{name}\" to [{', '.join(tags)}] ...")
 
 
@@ -117,8 +117,8 @@ def set_user_tags(api, name, tags) -> None:
 @management_options
 def list_users(api) -> None:
     """Every user and its tags."""
-    rows = _call(api, "GET", "users")
-    _echo_table(["user", "tags"], [[r["name"], f"[{', '.join(r['tags'])}]"] for r in rows])
+    rows = call(api, "GET", "users")
+    echo_table(["user", "tags"], [[r["name"], f"[{', '.join(r['tags'])}]"] for r in rows])
 
 
 @ctl.command("add_vhost")
@@ -128,10 +128,10 @@ def add_vhost(api, name) -> None:
     """Create virtual host NAME (no user has permissions in it yet)."""
     if _exists(api, "vhosts", name):
         raise click.ClickException(f"PRECONDITION_FAILED - vhost '{name}' already exists")
-    _call(api, "PUT", "vhosts", name)
+    call(api, "PUT", "vhosts", name)
     # RabbitMQ's PUT /api/vhosts gives the creating user full permissions in it;
     # rabbitmqctl add_vhost gives none
-    _call(api, "DELETE", "permissions", name, api.username, allow_missing=True)
+    call(api, "DELETE", "permissions", name, api.username, allow_missing=True)
     click.echo(f"Adding vhost \"{name}\" ...")
 
 
@@ -140,7 +140,7 @@ def add_vhost(api, name) -> None:
 @click.argument("name")
 def delete_vhost(api, name) -> None:
     """Delete virtual host NAME with its queues, exchanges, permissions and policies."""
-    _call(api, "DELETE", "vhosts", name, missing=_no_vhost(name))
+    call(api, "DELETE", "vhosts", name, missing=_no_vhost(name))
     click.echo(f"Deleting vhost \"{name}\" ...")
 
 
@@ -148,8 +148,8 @@ def delete_vhost(api, name) -> None:
 @management_options
 def list_vhosts(api) -> None:
     """Every virtual host."""
-    rows = _call(api, "GET", "vhosts", query={"columns": "name"})
-    _echo_table(["name"], [[r["name"]] for r in rows])
+    rows = call(api, "GET", "vhosts", query={"columns": "name"})
+    echo_table(["name"], [[r["name"]] for r in rows])
 
 
 @ctl.command("set_permissions")
@@ -162,7 +162,7 @@ def list_vhosts(api) -> None:
 def set_permissions(api, vhost, user, configure, write, read) -> None:
     """Let USER configure, write and read the resources of VHOST whose names match
     these regular expressions ("" for none, ".*" for all)."""
-    _call(api, "PUT", "permissions", vhost, user,
+    call(api, "PUT", "permissions", vhost, user,
           body={"configure": configure, "write": write, "read": read},
           missing=_no_user_or_vhost(api, user, vhost))
     click.echo(f"Setting permissions for user \"{user}\" in vhost \"{vhost}\" ...")
@@ -177,7 +177,7 @@ def clear_permissions(api, vhost, user) -> None:
     if not _exists(api, "users", user) or not _exists(api, "vhosts", vhost):
         raise click.ClickException(_no_user_or_vhost(api, user, vhost))
     # none to clear is no error, as with rabbitmqctl
-    _call(api, "DELETE", "permissions", vhost, user, allow_missing=True)
+    call(api, "DELETE", "permissions", vhost, user, allow_missing=True)
     click.echo(f"Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...")
 
 
@@ -186,8 +186,8 @@ def clear_permissions(api, vhost, user) -> None:
 @vhost_option
 def list_permissions(api, vhost) -> None:
     """Every user's permissions in VHOST."""
-    rows = _call(api, "GET", "vhosts", vhost, "permissions", missing=_no_vhost(vhost))
-    _echo_table(["user", "configure", "write", "read"],
+    rows = call(api, "GET", "vhosts", vhost, "permissions", missing=_no_vhost(vhost))
+    echo_table(["user", "configure", "write", "read"],
                 [[r["user"], r["configure"], r["write"], r["read"]] for r in rows])
 
 
@@ -196,8 +196,8 @@ def list_permissions(api, vhost) -> None:
 @click.argument("user")
 def list_user_permissions(api, user) -> None:
     """USER's permissions in every vhost."""
-    rows = _call(api, "GET", "users", user, "permissions", missing=_no_user(user))
-    _echo_table(["vhost", "configure", "write", "read"],
+    rows = call(api, "GET", "users", user, "permissions", missing=_no_user(user))
+    echo_table(["vhost", "configure", "write", "read"],
                 [[r["vhost"], r["configure"], r["write"], r["read"]] for r in rows])
 
 
@@ -219,7 +219,7 @@ def set_policy(api, vhost, priority, apply_to, name, pattern, definition) -> Non
         parsed = json.loads(definition)
     except ValueError as error:
         raise click.BadParameter(f"not JSON: {error}", param_hint="DEFINITION") from None
-    _call(api, "PUT", "policies", vhost, name, missing=_no_vhost(vhost),
+    call(api, "PUT", "policies", vhost, name, missing=_no_vhost(vhost),
           body={"pattern": pattern, "definition": parsed, "priority": priority,
                 "apply-to": apply_to})
     click.echo(f"Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" "
@@ -232,7 +232,7 @@ def set_policy(api, vhost, priority, apply_to, name, pattern, definition) -> Non
 @click.argument("name")
 def clear_policy(api, vhost, name) -> None:
     """Remove policy NAME from VHOST (its queues return to their own arguments)."""
-    _call(api, "DELETE", "policies", vhost, name,
+    call(api, "DELETE", "policies", vhost, name,
           missing=f"NOT_FOUND - no policy '{name}' in vhost '{vhost}'")
     click.echo(f"Clearing policy \"{name}\" on vhost \"{vhost}\" ...")
 
@@ -242,7 +242,7 @@ def clear_policy(api, vhost, name) -> None:
 @vhost_option
 def list_policies(api, vhost) -> None:
     """The policies of VHOST."""
-    _echo_policies(_call(api, "GET", "policies", vhost, missing=_no_vhost(vhost)))
+    _echo_policies(call(api, "GET", "policies", vhost, missing=_no_vhost(vhost)))
 
 
 @ctl.command("set_operator_policy")
@@ -260,7 +260,7 @@ def set_operator_policy(api, vhost, priority, apply_to, name, pattern, definitio
     DEFINITION over their policy's, the lower value winning for limits, e.g.
     '{"max-length": 100000}' (expires, message-ttl, max-length, max-length-bytes,
     delivery-limit, overflow, target-group-size, queue-master-locator)."""
-    _call(api, "PUT", "operator-policies", vhost, name, missing=_no_vhost(vhost),
+    call(api, "PUT", "operator-policies", vhost, name, missing=_no_vhost(vhost),
           body={"pattern": pattern, "definition": _definition(definition),
                 "priority": priority, "apply-to": apply_to})
     click.echo(f"Setting operator policy override \"{name}\" for pattern \"{pattern}\" to "
@@ -273,7 +273,7 @@ def set_operator_policy(api, vhost, priority, apply_to, name, pattern, definitio
 @click.argument("name")
 def clear_operator_policy(api, vhost, name) -> None:
     """Remove operator policy NAME from VHOST."""
-    _call(api, "DELETE", "operator-policies", vhost, name,
+    call(api, "DELETE", "operator-policies", vhost, name,
           missing=f"NOT_FOUND - no operator policy '{name}' in vhost '{vhost}'")
     click.echo(f"Clearing operator policy \"{name}\" on vhost \"{vhost}\" ...")
 
@@ -283,12 +283,12 @@ def clear_operator_policy(api, vhost, name) -> None:
 @vhost_option
 def list_operator_policies(api, vhost) -> None:
     """The operator policies of VHOST."""
-    _echo_policies(_call(api, "GET", "operator-policies", vhost, missing=_no_vhost(vhost)))
+    _echo_policies(call(api, "GET", "operator-policies", vhost, missing=_no_vhost(vhost)))
 
 
 def _echo_policies(rows: list[dict]) -> None:
     """rabbitmqctl list_policies' (and list_operator_policies') columns."""
-    _echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+    echo_table(["vhost", "name", "pattern", "apply-to", "definition", "priority"],
                 [[r["vhost"], r["name"], r["pattern"], r["apply-to"],
                   json.dumps(r["definition"], separators=(",", ":")), str(r["priority"])]
                  for r in rows])
@@ -344,7 +344,7 @@ def list_queues(api, vhost, columns) -> None:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: messages, "
                                  f"{', '.join([*QUEUE_COLUMNS, *PID_COLUMNS])})",
                                  param_hint="COLUMN")
-    rows = _guarded(queue_rows, api, vhost)
+    rows = guarded(queue_rows, api, vhost)
     click.echo(f"Listing queues for vhost {vhost} ...")
     click.echo("\t".join(columns))
     for row in rows:
@@ -443,8 +443,8 @@ def export_definitions(api, scope, transformations, path) -> None:
     definitions format (rabbitmqctl import_definitions reads it), transformed first by
     --transformations when given (rabbitmqadmin v2's names)."""
     names = _transformation_names(transformations)
-    document = (_call(api, "GET", "definitions", scope, missing=_no_vhost(scope))
-                if scope is not None else _call(api, "GET", "definitions"))
+    document = (call(api, "GET", "definitions", scope, missing=_no_vhost(scope))
+                if scope is not None else call(api, "GET", "definitions"))
     if names:
         document = _transformed(document, names)
     _write_definitions(document, path)
@@ -538,7 +538,7 @@ _IMPORT_ORDER = ("vhosts", "users", "permissions", "parameters", "global_paramet
 
 def _import(api, definitions, scope, check: bool = False) -> dict:
     """One import (POST /api/quorumqueue/definitions/import): {commands, notes}."""
-    return _call(api, "POST", "quorumqueue", "definitions", "import",
+    return call(api, "POST", "quorumqueue", "definitions", "import",
                  body={"definitions": definitions, "vhost": scope, "check": check})
 
 
@@ -603,10 +603,10 @@ def set_vhost_limits(api, vhost, definition) -> None:
     # RabbitMQ's API sets one limit a request (PUT /api/vhost-limits/V/NAME, checked
     # as a whole with the others); then the ones not in DEFINITION go
     for name, value in limits.items():
-        _call(api, "PUT", "vhost-limits", vhost, name, body={"value": value})
+        call(api, "PUT", "vhost-limits", vhost, name, body={"value": value})
     for name in current:
         if name not in limits:
-            _call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
+            call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
     click.echo(f"Setting vhost limits to \"{definition}\" for vhost \"{vhost}\" ...")
 
 
@@ -616,7 +616,7 @@ def set_vhost_limits(api, vhost, definition) -> None:
 def clear_vhost_limits(api, vhost) -> None:
     """Remove every limit of VHOST."""
     for name in _vhost_limits(api, vhost):
-        _call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
+        call(api, "DELETE", "vhost-limits", vhost, name, allow_missing=True)
     click.echo(f"Clearing vhost \"{vhost}\" limits ...")
 
 
@@ -627,8 +627,8 @@ def clear_vhost_limits(api, vhost) -> None:
 def list_vhost_limits(api, vhost, all_vhosts) -> None:
     """The limits of VHOST (or of every vhost that has some, with --global)."""
     if all_vhosts:
-        rows = _call(api, "GET", "vhost-limits")
-        _echo_table(["vhost", "limits"], [[r["vhost"], _json(r["value"])] for r in rows])
+        rows = call(api, "GET", "vhost-limits")
+        echo_table(["vhost", "limits"], [[r["vhost"], _json(r["value"])] for r in rows])
         return
     limits = _vhost_limits(api, vhost)
     if limits:
@@ -636,13 +636,13 @@ def list_vhost_limits(api, vhost, all_vhosts) -> None:
 
 
 def _vhost_limits(api, vhost) -> dict:
-    rows = _call(api, "GET", "vhost-limits", vhost, missing=_no_vhost(vhost))
+    rows = call(api, "GET", "vhost-limits", vhost, missing=_no_vhost(vhost))
     return rows[0]["value"] if rows else {}
 
 
 def _user_limits(api, user) -> dict:
-    _call(api, "GET", "users", user, missing=_no_user(user))
-    rows = _call(api, "GET", "user-limits", user, missing=_no_user(user))
+    call(api, "GET", "users", user, missing=_no_user(user))
+    rows = call(api, "GET", "user-limits", user, missing=_no_user(user))
     return rows[0]["value"] if rows else {}
 
 
@@ -658,7 +658,7 @@ def set_user_limits(api, user, definition) -> None:
         raise click.BadParameter("expected a JSON object", param_hint="DEFINITION")
     _user_limits(api, user)
     for name, value in limits.items():  # one limit a request, as RabbitMQ's API
-        _call(api, "PUT", "user-limits", user, name, body={"value": value})
+        call(api, "PUT", "user-limits", user, name, body={"value": value})
     click.echo(f"Setting user limits to \"{definition}\" for user \"{user}\" ...")
 
 
@@ -674,7 +674,7 @@ def clear_user_limits(api, user, limit) -> None:
                                    f"(known: {', '.join(USER_LIMITS)}, all)")
     for name in current:
         if limit in ("all", name):
-            _call(api, "DELETE", "user-limits", user, name, allow_missing=True)
+            call(api, "DELETE", "user-limits", user, name, allow_missing=True)
     click.echo(f"Clearing \"{limit}\" limit for user \"{user}\" ...")
 
 
@@ -689,8 +689,8 @@ def list_user_limits(api, user, all_users) -> None:
         if limits:
             click.echo(_json(limits))
         return
-    rows = _call(api, "GET", "user-limits")
-    _echo_table(["user", "limits"], [[r["user"], _json(r["value"])] for r in rows])
+    rows = call(api, "GET", "user-limits")
+    echo_table(["user", "limits"], [[r["user"], _json(r["value"])] for r in rows])
 
 
 @ctl.command("forget_cluster_node")
@@ -704,7 +704,7 @@ def forget_cluster_node(api, node) -> None:
     running node of the cluster; NODE must be stopped (and reset before it joins
     again)."""
     click.echo(f"Removing node {node} from the cluster ...")
-    _call(api, "DELETE", "quorumqueue", "cluster-nodes", node)
+    call(api, "DELETE", "quorumqueue", "cluster-nodes", node)
 
 
 USER_LIMITS = ("max-connections", "max-channels")  # node/limits.py's
@@ -724,7 +724,7 @@ def _no_user_or_vhost(api, user: str, vhost: str) -> str:
 
 
 def _exists(api, kind: str, name: str) -> bool:
-    return _call(api, "GET", kind, name, allow_missing=True) is not None
+    return call(api, "GET", kind, name, allow_missing=True) is not None
 
 
 @ctl.command("set_parameter")
@@ -745,7 +745,7 @@ def set_parameter(api, vhost, component, name, value) -> None:
         raise click.ClickException(f"JSON decoding error. Reason: {error}") from None
     click.echo(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
                f"\"{value}\" in vhost \"{vhost}\" ...")
-    _call(api, "PUT", "parameters", component, vhost, name, missing=_no_vhost(vhost),
+    call(api, "PUT", "parameters", component, vhost, name, missing=_no_vhost(vhost),
           body={"vhost": vhost, "component": component, "name": name, "value": parsed})
 
 
@@ -758,7 +758,7 @@ def clear_parameter(api, vhost, component, name) -> None:
     """Remove runtime parameter NAME of COMPONENT from VHOST (a shovel stops)."""
     click.echo(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
                f"vhost \"{vhost}\" ...")
-    _call(api, "DELETE", "parameters", component, vhost, name,
+    call(api, "DELETE", "parameters", component, vhost, name,
           missing=f"NOT_FOUND - Parameter does not exist (component {component!r}, "
                   f"name {name!r} in vhost '{vhost}')")
 
@@ -768,9 +768,9 @@ def clear_parameter(api, vhost, component, name) -> None:
 @vhost_option
 def list_parameters(api, vhost) -> None:
     """The runtime parameters of VHOST (rabbitmqctl's columns: component name value)."""
-    rows = [row for row in _call(api, "GET", "parameters") if row["vhost"] == vhost]
+    rows = [row for row in call(api, "GET", "parameters") if row["vhost"] == vhost]
     click.echo(f"Listing runtime parameters for vhost \"{vhost}\" ...")
-    _echo_table(["component", "name", "value"],
+    echo_table(["component", "name", "value"],
                 [[r["component"], r["name"], _json(r["value"])] for r in rows])
 
 
@@ -786,7 +786,7 @@ def shovel_status(api) -> None:
     hidden) and, when terminated, the reason. Any node answers: the rows come from
     the node that runs the shovels (the metadata group's leader); state unknown
     when that node does not answer or has not started the shovel yet."""
-    rows = _call(api, "GET", "shovels")
+    rows = call(api, "GET", "shovels")
     click.echo("Shovel status on node ...")
-    _echo_table(list(SHOVEL_COLUMNS), [[str(r.get(c, "")) for c in SHOVEL_COLUMNS]
+    echo_table(list(SHOVEL_COLUMNS), [[str(r.get(c, "")) for c in SHOVEL_COLUMNS]
                                        for r in rows])

@@ -13,7 +13,7 @@ from ..client.http_management import HttpManagement, management_options  # noqa:
 from ..client.errors import ManagementError
 
 
-def _call(api: HttpManagement, method: str, *segments, **kw):
+def call(api: HttpManagement, method: str, *segments, **kw):
     """One request (HttpManagement.request); a refusal becomes a click error with the
     node's text."""
     try:
@@ -22,7 +22,7 @@ def _call(api: HttpManagement, method: str, *segments, **kw):
         raise click.ClickException(str(error)) from None
 
 
-def _guarded(function: Callable, *args, **kw):
+def guarded(function: Callable, *args, **kw):
     """`function(*args)` with a refusal turned into a click error, for helpers that
     make several requests."""
     try:
@@ -65,7 +65,7 @@ def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
     return rows
 
 
-def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
+def echo_table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
     for row in [headers] + rows:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

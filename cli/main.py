@@ -50,7 +50,7 @@ def broker_start(arguments) -> None:
                               *arguments])
 
 
-from .http import (_call, _echo_table, _guarded, management_options,  # noqa: E402
+from .http import (call, echo_table, guarded, management_options,  # noqa: E402
                                queue_rows)
 
 
@@ -91,14 +91,14 @@ def queues_list(api, vhost, columns) -> None:
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
                                  f"{', '.join(QUEUE_FIELDS)})", param_hint="COLUMNS")
-    rows = _guarded(queue_rows, api, vhost)
+    rows = guarded(queue_rows, api, vhost)
     headers = list(columns) or ["vhost", "name", "type", "ready", "unacked", "consumers",
                                 "leader", "members", "bytes"]
     if not columns and any(r.get("single_active_consumer_tag") for r in rows):
         headers.append("single_active_consumer_tag")
     if not columns and any("mirrors" in r for r in rows):  # mirrored classic queues
         headers += ["mirrors", "synchronised_mirrors"]
-    _echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])
+    echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])
 
 
 @queues.command("purge")
@@ -107,7 +107,7 @@ def queues_list(api, vhost, columns) -> None:
 @click.argument("name")
 def queues_purge(api, vhost, name) -> None:
     """Drop the ready messages of a queue."""
-    _call(api, "DELETE", "queues", vhost, name, "contents", missing=_no_queue(name, vhost))
+    call(api, "DELETE", "queues", vhost, name, "contents", missing=_no_queue(name, vhost))
     click.echo(f"purged {api.message_count()} messages from '{name}' in vhost '{vhost}'")
 
 
@@ -123,7 +123,7 @@ def _no_queue(name: str, vhost: str) -> str:
 @click.argument("name")
 def queues_delete(api, vhost, if_unused, if_empty, name) -> None:
     """Delete a queue and its messages."""
-    _call(api, "DELETE", "queues", vhost, name, missing=_no_queue(name, vhost),
+    call(api, "DELETE", "queues", vhost, name, missing=_no_queue(name, vhost),
           query={"if-unused": "true" if if_unused else None,
                  "if-empty": "true" if if_empty else None})
     click.echo(f"deleted '{name}' in vhost '{vhost}' ({api.message_count()} messages)")
@@ -136,7 +136,7 @@ def queues_delete(api, vhost, if_unused, if_empty, name) -> None:
 @click.argument("node")
 def queues_add_member(api, vhost, name, node) -> None:
     """Add a replica of quorum queue NAME on NODE (rabbitmq-queues add_member)."""
-    result = _call(api, "POST", "queues", "quorum", vhost, name, "replicas", "add",
+    result = call(api, "POST", "queues", "quorum", vhost, name, "replicas", "add",
                    body={"node": node})
     click.echo(f"added {node} to quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
@@ -149,7 +149,7 @@ def queues_add_member(api, vhost, name, node) -> None:
 @click.argument("node")
 def queues_delete_member(api, vhost, name, node) -> None:
     """Remove the replica of quorum queue NAME on NODE (rabbitmq-queues delete_member)."""
-    result = _call(api, "DELETE", "queues", "quorum", vhost, name, "replicas", "delete",
+    result = call(api, "DELETE", "queues", "quorum", vhost, name, "replicas", "delete",
                    body={"node": node})
     click.echo(f"removed {node} from quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
@@ -166,7 +166,7 @@ def queues_grow(api, node, strategy, vhost_pattern, queue_pattern) -> None:
     of members (even), like rabbitmq-queues grow."""
     rows = _per_queue(api, "grow", lambda q: True, vhost_pattern, queue_pattern,
                       node=node, strategy=strategy)
-    _echo_table(["vhost", "name", "size", "result"],
+    echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
 
@@ -179,7 +179,7 @@ def queues_shrink(api, node, errors_only) -> None:
     """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink)."""
     rows = _per_queue(api, "shrink", lambda q: node in q["members"], ".*", ".*",
                       node=node, errors_only=errors_only)
-    _echo_table(["vhost", "name", "size", "result"],
+    echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
 
@@ -191,10 +191,10 @@ def queues_shrink(api, node, errors_only) -> None:
 def queues_rebalance(api, kind, vhost_pattern, queue_pattern) -> None:
     """Move quorum-queue leaders so each node leads about as many (membership is
     unchanged), like rabbitmq-queues rebalance."""
-    result = _call(api, "POST", "rebalance", "queues",
+    result = call(api, "POST", "rebalance", "queues",
                    body={"type": kind, "vhost_pattern": vhost_pattern,
                          "queue_pattern": queue_pattern})
-    _echo_table(["vhost", "name", "from", "to"],
+    echo_table(["vhost", "name", "from", "to"],
                 [[m["vhost"], m["name"], m["from"], m["to"]] for m in result["moves"]])
     click.echo("leaders per node: " + ", ".join(f"{n} {c}"
                                                 for n, c in sorted(result["leaders"].items())))
@@ -219,7 +219,7 @@ def _per_queue(api, op, candidate, vhost_pattern, queue_pattern, **arguments) ->
         vhost_re = queue_re = None
     queues = []
     if vhost_re is not None:
-        status = _call(api, "GET", "quorumqueue", "cluster-status")
+        status = call(api, "GET", "quorumqueue", "cluster-status")
         queues = sorted((q["vhost"], q["name"]) for q in status.get("queues", [])
                         if vhost_re.search(q["vhost"]) and queue_re.search(q["name"])
                         and candidate(q))
@@ -228,7 +228,7 @@ def _per_queue(api, op, candidate, vhost_pattern, queue_pattern, **arguments) ->
     method = "POST" if op == "grow" else "DELETE"
 
     def one(vhost_pattern: str, queue_pattern: str) -> list:
-        return _call(api, method, "queues", "quorum", "replicas", "on", node, op,
+        return call(api, method, "queues", "quorum", "replicas", "on", node, op,
                      body={"vhost_pattern": vhost_pattern, "queue_pattern": queue_pattern,
                            **arguments})
 
@@ -286,7 +286,7 @@ def queues_quorum_status(api, quiet, vhost, name) -> None:
         click.echo(f"Status of queue {name} on node {result['node']} ...")
     rows = result["members"]
     headers = list(rows[0]) if rows else []
-    _echo_table(headers, [[_cell(row[h]) for h in headers] for row in rows])
+    echo_table(headers, [[_cell(row[h]) for h in headers] for row in rows])
 
 
 @queues.command("check_if_node_is_quorum_critical")
@@ -361,7 +361,7 @@ def queues_peek(api, quiet, vhost, name, position) -> None:
     if not quiet:
         click.echo(f"Peeking at quorum queue {name} at position {number} on node "
                    f"{result['node']} ...")
-    _echo_table(["keys", "values"], [[key, _cell(value)] for key, value in result["message"]])
+    echo_table(["keys", "values"], [[key, _cell(value)] for key, value in result["message"]])
 
 
 @queues.command("reclaim_quorum_memory")

@@ -74,3 +74,19 @@ def test_the_node_reads_no_clock():
                     and "datetime" in ast.unparse(found.value):
                 readers.append(f"{path.name}:{found.lineno} reads {ast.unparse(found)}")
     assert not readers, readers
+
+
+def test_the_command_line_uses_only_public_names_of_the_client():
+    """cli/ is a client of the broker: it imports quorumqueue.client's public names
+    (none starting with an underscore) and no module of broker/ (.importlinter checks
+    the modules; this, the names)."""
+    import ast
+
+    private = []
+    for path in sorted((ROOT / "cli").glob("*.py")):
+        for found in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(found, ast.ImportFrom) and found.module \
+                    and "client" in found.module.split("."):
+                private += [f"{path.name}:{found.lineno} imports {alias.name}"
+                            for alias in found.names if alias.name.startswith("_")]
+    assert not private, private
