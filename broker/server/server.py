@@ -47,15 +47,23 @@ from ..node.session import Session
 from ..shovel.supervisor import Shovels
 from ..shovel.worker import local_uri
 from .boot import catch_up_metadata
+from .periodic import Steps
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
 
 log = logging.getLogger("quorumqueue.broker")
 
 
+_STATM_FD: int | None = None  # /proc/self/statm, kept open: read under EMFILE too
+
+
 def resident_memory_bytes() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    """The process's resident set size (RabbitMQ's `rss` strategy). The file stays
+    open, so the memory alarm still reads it while every other descriptor is taken."""
+    global _STATM_FD
+    if _STATM_FD is None:
+        _STATM_FD = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    return int(os.pread(_STATM_FD, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def total_memory_bytes() -> int:
@@ -680,23 +688,42 @@ class BrokerServer:
     # ------------------------------------------------------------ timers
 
     async def _tick_forever(self) -> None:
+        """Twice a second: heartbeats and handshake timeouts, queue expiry, metadata
+        timeouts, policies, shovels, and the alarms every alarm_check_interval. Each
+        step runs on its own (periodic.py): one that raises is logged and skipped for
+        that round, the others and the next rounds go on."""
+        steps = Steps("ticker", log)
         next_alarm_check = 0.0
         while True:
             await asyncio.sleep(0.5)
             now = pass_time(self.node)
-            for session in list(self.connections):
-                session.tick(now)
-                if session.closed:
-                    self.node.dirty.add(session)
-            self.node.quorum.tick(now_ms())
-            self.node.tick_queues()
-            self.node.cluster.meta.expire(now)  # metadata changes waited on for too long
-            self.node.tick_policies()
-            self.run_shovels()
+            steps.run("heartbeats", self._tick_sessions, now)
+            steps.run("quorum queue timers", self.node.quorum.tick, now_ms())
+            steps.run("queue expiry", self.node.tick_queues)
+            # metadata changes waited on for too long
+            steps.run("metadata timeouts", self.node.cluster.meta.expire, now)
+            steps.run("policies", self.node.tick_policies)
+            steps.run("shovels", self.run_shovels)
             if now >= next_alarm_check:
                 next_alarm_check = now + self.settings.alarm_check_interval
-                self.check_alarms()
+                steps.run("resource alarms", self.check_alarms)
             self.schedule_flush()
+
+    def _tick_sessions(self, now: float) -> None:
+        """Every connection's timers; one whose tick raises is dropped (logged), the
+        others still tick."""
+        for session in list(self.connections):
+            try:
+                session.tick(now)
+            except Exception:
+                connection = self.connections.get(session)
+                log.exception("closing AMQP connection %s: its timers failed",
+                              getattr(connection, "peer", "?"))
+                if connection is not None:
+                    connection.transport.close()
+                continue
+            if session.closed:
+                self.node.dirty.add(session)
 
     def run_shovels(self) -> None:
         """The dynamic shovels run on the node that leads the metadata group: one
