@@ -56,7 +56,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..amqp.channel import ChannelState
 from ..amqp.codec import decode_properties
 from ..queues.base import Confirm
-from ..queues.classic import ClassicQueue, Message
+from ..queues.classic import ClassicQueue
+from ..queues.message import Message
 from ..queues.quorum import NO_ACK_CREDIT
 from ..queues.remote import NO_COUNTS
 from .proxy import STAT_TIMEOUT

@@ -56,7 +56,7 @@ from ..amqp.errors import AMQPError
 from ..fifo.commands import DlxDelivery, DlxSettle
 from ..queues import dead_letter
 from ..queues.base import Confirm
-from ..queues.classic import Message
+from ..queues.message import Message
 from ..queues.quorum import MessageGone
 from ..queues.settings import dead_letter_target
 

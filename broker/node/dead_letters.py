@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..amqp import codec
 from ..amqp.errors import AMQPError
 from ..queues import dead_letter
-from ..queues.classic import Message
+from ..queues.message import Message
 from ..queues.settings import dead_letter_target
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -32,7 +32,7 @@ from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
-from ..queues.classic import Message
+from ..queues.message import Message
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key

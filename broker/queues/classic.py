@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .base import Confirm, MessageCounts, Queue
+from .message import Message
 from .mirroring import desired_mirrors, ha_settings, leader_record_changed, promote
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
@@ -82,24 +83,6 @@ _EXPIRATION_FLAG = 1 << 8  # the content header's expiration property is present
 # x-expires: an expired queue still here this long after its deletion was proposed
 # (the metadata group had no majority) is proposed for deletion again
 EXPIRY_RETRY_MS = 10_000
-
-
-class Message:
-    """An immutable published message; shared by every queue it was routed to."""
-
-    __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority")
-
-    def __init__(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.properties = properties  # amqp.codec.Properties (raw header kept)
-        self.body = body
-        self.persistent = properties.delivery_mode == 2
-        self.priority = properties.priority
-
-    @property
-    def size(self) -> int:
-        return len(self.body)
 
 
 class Entry:

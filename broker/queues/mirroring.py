@@ -598,7 +598,8 @@ def promote(queue, previous) -> None:
     keep only what this leader holds."""
     from ..amqp.codec import decode_properties
     from ..storage.message_store import queue_key
-    from .classic import Entry, Message
+    from .classic import Entry
+    from .message import Message
 
     replica = getattr(previous, "replica", None)
     key_of_queue = queue_key(queue.vhost, queue.name)

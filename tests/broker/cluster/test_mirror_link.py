@@ -24,7 +24,8 @@ from quorumqueue.broker.amqp.codec import decode_properties
 from quorumqueue.broker.amqp.properties import encode_properties
 from quorumqueue.broker.cluster.classic_link import _SyncedReplies
 from quorumqueue.broker.cluster.mirror_link import MirrorLink
-from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.classic import ClassicQueue
+from quorumqueue.broker.queues.message import Message
 from quorumqueue.broker.queues.mirroring import Mirroring, leader_record_changed
 from quorumqueue.broker.queues.remote import RemoteClassicQueue
 from quorumqueue.broker.storage.message_store import MessageStore

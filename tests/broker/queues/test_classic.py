@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumqueue.broker.amqp.codec import Properties
-from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.classic import ClassicQueue
+from quorumqueue.broker.queues.message import Message
 
 
 def message(body: bytes = b"m", priority: int = 0) -> Message:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.queues.base import Confirm
-from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.classic import ClassicQueue
+from quorumqueue.broker.queues.message import Message
 from quorumqueue.broker.storage.message_store import RecoveredMessage
 
 START = 1_700_000_000_000  # a wall-clock time in ms

@@ -21,7 +21,8 @@ import pytest
 
 from quorumqueue.broker.amqp.properties import decode_properties, encode_properties
 from quorumqueue.broker.queues.base import Confirm
-from quorumqueue.broker.queues.classic import ClassicQueue, Message
+from quorumqueue.broker.queues.classic import ClassicQueue
+from quorumqueue.broker.queues.message import Message
 from quorumqueue.broker.queues.mirroring import (HaSettings, Mirroring, Replica,
                                                  desired_mirrors, forget_leader,
                                                  ha_settings,
