@@ -35,7 +35,7 @@ MVN_COPY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy
 # the project never calls (it puts `--packages` on the session: a download at run time).
 DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
-.PHONY: setup main test oracle browser bench bench-setup bench-memory bench-curves bench-profiles faults clean
+.PHONY: setup main test oracle browser bench bench-setup bench-kafka-setup bench-kafka bench-memory bench-curves bench-profiles faults clean
 
 setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
 
@@ -118,7 +118,7 @@ test: setup oracle browser $(STAMP_NEWEST)
 # against a plain AMQP consumer on the same broker, the sink against a plain confirmed
 # publisher, the log data source against binaryFile, and RabbitMQ's PerfTest (quick
 # set, both brokers; bench/perftest.py); about 20 minutes on 2 vCPUs.
-bench: setup oracle bench-setup
+bench: setup oracle bench-setup bench-kafka-setup
 	@$(PY) bench/amqp_throughput.py --queue-type classic
 	@$(PY) bench/amqp_throughput.py --queue-type quorum
 	@$(PY) bench/quorum_memory.py
@@ -128,6 +128,7 @@ bench: setup oracle bench-setup
 	@$(PY) bench/log_scan.py
 	@$(PY) bench/perftest.py
 	@$(PY) bench/perftest_phases.py --nodes 1,3
+	@$(PY) bench/connector_vs_kafka.py
 
 # RabbitMQ's PerfTest (bench/perftest.py), the neutral loader: com.rabbitmq:perf-test
 # is a plain jar (no Main-Class, not shaded), so Maven copies it and its runtime
@@ -160,6 +161,55 @@ $(PERFTEST_STAMP):
 	       "mvn -X shows why."; exit 1; }
 	@touch $@
 	@echo "==> PerfTest $(PERFTEST_VERSION) ready: $$(ls $(BENCH_JARS)/*.jar | wc -l) jars in $(BENCH_JARS)/"
+
+# Apache Kafka, the baseline of bench/connector_vs_kafka.py (what a Spark user would
+# pick instead of this connector): a KRaft broker's jars (org.apache.kafka:kafka_2.13
+# and its runtime dependencies, plus log4j's SLF4J binding so the broker's log says
+# why it stopped) into bench/jars/kafka/, and Spark's Kafka source and sink
+# (spark-sql-kafka-0-10 with spark-token-provider-kafka-0-10, kafka-clients and
+# commons-pool2; Spark's own jars have the rest) into bench/jars/spark-kafka/.
+# Both git-ignored (under bench/jars/), fetched here only, never at test time.
+# SPARK_KAFKA is the newest spark-sql-kafka build for .venv's Spark minor version
+# that Maven Central has: 4.2.0 (there is no 4.2.1 build of it; PySpark 4.2.1 is a
+# patch release of the same Spark 4.2, and the connector runs on it unchanged).
+KAFKA_VERSION := 4.1.1
+SPARK_KAFKA := 4.2.0
+SPARK_KAFKA_CLIENTS := 3.9.2
+KAFKA_JARS := $(BENCH_JARS)/kafka
+SPARK_KAFKA_JARS := $(BENCH_JARS)/spark-kafka
+KAFKA_STAMP := $(KAFKA_JARS)/.kafka-$(KAFKA_VERSION)-spark-kafka-$(SPARK_KAFKA)
+SPARK_KAFKA_ARTIFACTS := org.apache.spark:spark-sql-kafka-0-10_2.13:$(SPARK_KAFKA) \
+                         org.apache.spark:spark-token-provider-kafka-0-10_2.13:$(SPARK_KAFKA) \
+                         org.apache.kafka:kafka-clients:$(SPARK_KAFKA_CLIENTS) \
+                         org.apache.commons:commons-pool2:2.13.1
+KAFKA_POM := bench/kafka-broker.pom.xml
+
+bench-kafka-setup: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): $(KAFKA_POM)
+	@command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch Kafka's" \
+	  "jars; install it (Debian: apt-get install maven) and run make bench-kafka-setup again"; exit 1; }
+	@rm -rf $(KAFKA_JARS) $(SPARK_KAFKA_JARS) && mkdir -p $(KAFKA_JARS) $(SPARK_KAFKA_JARS)
+	@echo "==> fetching Apache Kafka $(KAFKA_VERSION) (broker) into $(KAFKA_JARS)/ (Maven)"
+	@mvn -B -q -Dstyle.color=never -f $(KAFKA_POM) -Dkafka.version=$(KAFKA_VERSION) \
+	    $(MVN_COPY_DEPS) -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS) \
+	  || { echo "error: Maven could not fetch Kafka $(KAFKA_VERSION). Check that Maven" \
+	       "Central (or the mirror in ~/.m2/settings.xml) is reachable and run make" \
+	       "bench-kafka-setup again; mvn -X shows why."; exit 1; }
+	@for artifact in $(SPARK_KAFKA_ARTIFACTS); do \
+	  echo "==> fetching $$artifact into $(SPARK_KAFKA_JARS)/ (Maven)"; \
+	  mvn -B -q -Dstyle.color=never $(MVN_COPY) -Dartifact=$$artifact \
+	      -DoutputDirectory=$(SPARK_KAFKA_JARS) \
+	    || { echo "error: Maven could not fetch $$artifact; run make bench-kafka-setup" \
+	         "again once Maven Central is reachable (mvn -X shows why)."; exit 1; }; \
+	done
+	@touch $@
+	@echo "==> Kafka $(KAFKA_VERSION) ($$(ls $(KAFKA_JARS)/*.jar | wc -l) jars) and Spark's Kafka connector $(SPARK_KAFKA) ready"
+
+# bench/connector_vs_kafka.py: the quorumqueue source and sink against Kafka's, in one
+# Spark session (bench/README.md). About 25 minutes on 2 vCPUs; `make bench` runs it too.
+bench-kafka: setup bench-kafka-setup
+	@$(PY) bench/connector_vs_kafka.py
 
 bench-memory: setup oracle
 	@$(PY) bench/quorum_memory.py

@@ -35,6 +35,7 @@ class BrokerAddress:
     password: str = "guest"
     vhost: str = "/"
     startup_s: float | None = None  # None when we did not start it
+    pid: int | None = None  # the broker's process, when we started it
 
     @classmethod
     def from_uri(cls, uri: str) -> BrokerAddress:
@@ -58,12 +59,15 @@ def rabbitmq_broker() -> Iterator[BrokerAddress]:
 
 
 @contextmanager
-def quorumqueue_broker(startup_timeout: float = 60.0) -> Iterator[BrokerAddress]:
-    """The bundled broker through the test suite's launcher (tests.support.broker)."""
+def quorumqueue_broker(startup_timeout: float = 60.0,
+                       new_session: bool = False) -> Iterator[BrokerAddress]:
+    """The bundled broker through the test suite's launcher (tests.support.broker); with
+    `new_session`, in a process session of its own (setsid)."""
     began = time.monotonic()
-    broker = BrokerProcess()
+    broker = BrokerProcess(new_session=new_session)
     try:
         broker.start(timeout=startup_timeout)
-        yield BrokerAddress("127.0.0.1", broker.port, startup_s=time.monotonic() - began)
+        yield BrokerAddress("127.0.0.1", broker.port, startup_s=time.monotonic() - began,
+                            pid=broker.process.pid)
     finally:
         broker.cleanup()

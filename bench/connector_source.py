@@ -70,7 +70,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -85,6 +84,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.amqp_loadgen import LoadSettings, connect, declare_fresh_queue, publish_all  # noqa: E402
 from bench.brokers import quorumqueue_broker  # noqa: E402
+from bench.process_cpu import JVM_THREADS, stat_cpu  # noqa: E402
 from quorumqueue.jobs.delta import SOURCE_STATS_COLUMNS  # noqa: E402
 
 TARGET, GOAL = 0.8, 0.95
@@ -191,22 +191,6 @@ def source_query(spark, uri: str, queue: str, per_trigger: int, workdir: Path, n
     return writer.start(str(workdir / name)) if sink == "delta" else writer.start()
 
 
-# JVM threads by name (/proc/PID/task/TID/comm, 15 characters), in the order tried
-JVM_THREADS = (("JIT", re.compile(r"C\d CompilerThre|Sweeper")),
-               ("tasks", re.compile(r"Executor task")),
-               ("GC", re.compile(r"GC Thread|G1 |VM Thread")))
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_cpu(path: str, children: bool = False) -> float:
-    """user + system CPU seconds from a /proc stat file (with reaped children's)."""
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / _TICK
-
-
 def cpu_snapshot() -> dict[str, float]:
     """CPU seconds so far of this bench's descendants: the JVM per thread group, Python
     processes (Spark's, alive or reaped by the JVM) and the broker."""
@@ -231,17 +215,17 @@ def cpu_snapshot() -> dict[str, float]:
         try:
             if command[0].endswith(b"java"):
                 # Python processes the JVM started and reaped count as Python
-                totals["Python"] += (_stat_cpu(f"/proc/{pid}/stat", children=True)
-                                     - _stat_cpu(f"/proc/{pid}/stat"))
+                totals["Python"] += (stat_cpu(f"/proc/{pid}/stat", children=True)
+                                     - stat_cpu(f"/proc/{pid}/stat"))
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
                     group = next((g for g, pattern in JVM_THREADS if pattern.match(name)),
                                  "other")
-                    totals[f"JVM {group}"] += _stat_cpu(f"/proc/{pid}/task/{tid}/stat")
+                    totals[f"JVM {group}"] += stat_cpu(f"/proc/{pid}/task/{tid}/stat")
             elif b"pyspark" in commands[pid]:
-                totals["Python"] += _stat_cpu(f"/proc/{pid}/stat")
+                totals["Python"] += stat_cpu(f"/proc/{pid}/stat")
             elif b"quorumqueue.broker" in commands[pid]:
-                totals["broker"] += _stat_cpu(f"/proc/{pid}/stat")
+                totals["broker"] += stat_cpu(f"/proc/{pid}/stat")
         except OSError:  # gone meanwhile
             continue
     return totals

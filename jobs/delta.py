@@ -203,12 +203,13 @@ def use_this_interpreter() -> None:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 
 
-def local_spark(app_name: str) -> "SparkSession":
+def local_spark(app_name: str, conf: dict[str, str] | None = None) -> "SparkSession":
+    """A local session with `local_spark_conf`, or with `conf` instead if given."""
     from pyspark.sql import SparkSession
 
     use_this_interpreter()
     builder = SparkSession.builder
-    for key, value in local_spark_conf(app_name).items():
+    for key, value in (local_spark_conf(app_name) if conf is None else conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

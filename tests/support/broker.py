@@ -32,8 +32,12 @@ def free_port() -> int:
 class BrokerProcess:
     def __init__(self, data_dir: str | None = None, port: int | None = None,
                  config: str | None = None, extra_config: str = "",
-                 management_port: int | None = None) -> None:
+                 management_port: int | None = None, new_session: bool = False) -> None:
         self._tmp = None
+        # a benchmark's broker runs in a process session of its own (setsid): Linux
+        # shares the CPU between sessions, so an A/B beside another session's process
+        # is fair only if both are in their own
+        self.new_session = new_session
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="qq-broker-")
             data_dir = self._tmp.name
@@ -82,7 +86,8 @@ class BrokerProcess:
             command += ["--config", self.config]
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, cwd=ROOT)
+                                        stdin=subprocess.DEVNULL, cwd=ROOT,
+                                        start_new_session=self.new_session)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,0 +1,54 @@
+"""bench/connector_vs_kafka.py: same bytes on both sides, and the report's ratios, without
+Kafka, Spark or a broker."""
+
+import pytest
+
+from bench import amqp_wire as wire
+from bench.connector_vs_kafka import parse_arguments, report
+from bench.vs_kafka_loader import STAMP, body
+from bench.vs_kafka_workloads import ExactlyOnceRun, LatencyRun, Run
+
+
+@pytest.mark.parametrize("size", [16, 256, 4096])
+def test_the_kafka_loader_sends_the_bytes_the_amqp_generator_publishes(size):
+    block = wire.PublishBlock.build(1, "q", size, 131072, 3)
+    frames = block.stamp(41, 3)
+    for index, at in enumerate(block.sequence_offsets):
+        published = frames[at:at + size]
+        assert published == body(41 + index, size)
+
+
+def test_a_steady_body_carries_its_sequence_then_its_send_time():
+    stamped = bytearray(body(0, 64))
+    STAMP.pack_into(stamped, 0, 7, 123456789)
+    assert STAMP.unpack_from(stamped) == (7, 123456789)
+    assert stamped[16:] == body(0, 64)[16:]
+
+
+def test_an_unknown_workload_is_named():
+    with pytest.raises(SystemExit):
+        parse_arguments(["--workloads", "source-noop,sauce"])
+    assert parse_arguments(["--workloads", "sink, latency"]).chosen == ("sink", "latency")
+
+
+def test_a_ratio_is_the_median_of_the_rounds_ratios_and_latency_is_lower_is_better():
+    cpu = {"broker": 1.0, "JVM tasks": 1.0, "Python workers": 0.5, "driver": 0.1}
+    results = {
+        "throughput": {"sink": {
+            "kafka": [Run(10.0, 100, cpu), Run(10.0, 100, cpu), Run(10.0, 100, cpu)],
+            "quorumqueue": [Run(5.0, 100, cpu), Run(20.0, 100, cpu), Run(8.0, 100, cpu)]}},
+        "latency": {500: {
+            "kafka": [LatencyRun((100.0, 200.0), (300.0, 400.0), 10, 2, cpu)],
+            "quorumqueue": [LatencyRun((90.0, 400.0), (250.0, 800.0), 10, 2, cpu)]}},
+        "exactly_once": {"kafka": ExactlyOnceRun(10, 10, 10, 2),
+                         "quorumqueue": ExactlyOnceRun(10, 11, 10, 2)},
+        "load": [],
+    }
+    lines = "\n".join(report(results, parse_arguments([])))
+    assert results["summary"]["sink"]["ratio"] == 1.25          # of 2.0, 0.5, 1.25
+    assert "| sink |" in lines and "**1.25x** (0.50-2.00) | >= 1.0x: held" in lines
+    assert results["summary"]["latency-500-p50-arrival_ms"]["ratio"] == 0.9
+    assert "latency p50 -> foreachBatch, trigger 500 ms (ms)" in lines
+    assert "**2.00x** (2.00-2.00) | <= 1.5x: NOT held" in lines  # p99 400 against 200
+    assert "exactly-once, quorumqueue, 2 driver SIGKILLs | | | 11 rows" in lines
+    assert "100%: NOT held" in lines
