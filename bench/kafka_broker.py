@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from quorumqueue.broker.cluster.launcher import pick_free_ports
+from quorumqueue.cli.launcher import pick_free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_JARS = REPO_ROOT / "bench" / "jars" / "kafka"
