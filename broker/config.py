@@ -97,7 +97,7 @@ class Settings:
     metadata_snapshot_interval: int = 4096
     # how long a client waits for the metadata group to apply a change it asked for
     # (declare, delete, bind, users, policies...) before it gets an error instead:
-    # without a majority the group commits nothing (cluster/meta.py MetaGroup.bounded;
+    # without a majority the group commits nothing (groups/metadata.py MetaGroup.bounded;
     # RabbitMQ 4's Khepri operations time out after 30 s too)
     metadata_timeout_ms: int = 30_000
     # the 4.2 quorum queues guide's "Options to Relax Property Equivalence Checks": a

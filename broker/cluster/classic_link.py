@@ -58,7 +58,7 @@ from ..amqp.codec import decode_properties
 from ..queues.base import Confirm
 from ..queues.classic import ClassicQueue
 from ..queues.message import Message
-from ..queues.quorum import NO_ACK_CREDIT
+from ..queues.quorum.queue import NO_ACK_CREDIT
 from ..queues.remote import NO_COUNTS
 from .proxy import STAT_TIMEOUT
 from .wire import Rpc

@@ -5,7 +5,7 @@ Responsibilities: carry the Raft messages of every group this node is a member o
 (the metadata group and its quorum queues' groups) to the other members, and step
 the ones that arrive into their group; forward a command proposed on a member that
 does not lead its group to the leader, and tie the leader's answer — the (index,
-term) it appended the command at — back to the waiter (queues/replicated.py);
+term) it appended the command at — back to the waiter (groups/replicated.py);
 choose the members of new quorum queues; tell this node's own connections from
 other nodes' (fifo consumer keys carry the node's name); keep the cluster's node
 list (nodes that joined, nodes forgotten: cluster_nodes.json).
@@ -27,7 +27,7 @@ itself carries the command's identity (broker/raft/forwarded.py): `origin`, 64 b
 drawn when this node starts, and a sequence number per group counting this run's
 forwards to it. Every member's apply skips an entry whose identity it applied
 before and answers its waiter with the first application's reply
-(queues/replicated.py `admit`): the command takes effect once. Commands proposed on
+(groups/replicated.py `admit`): the command takes effect once. Commands proposed on
 the leader itself carry no identity (nobody resends them to another leader).
 
 Invariants: a Raft message leaves only after the Ready that produced it is durable
@@ -39,8 +39,8 @@ only data not wrapped yet), and a run never gives a sequence number twice in a g
 
 Not here: the transport (transport.py), the wire format (wire.py), consensus
 (broker/raft), the identity's bytes and the window of identities applied
-(broker/raft/forwarded.py), skipping a duplicate (queues/replicated.py), what
-commands mean (broker/fifo, meta.py).
+(broker/raft/forwarded.py), skipping a duplicate (groups/replicated.py), what
+commands mean (broker/fifo, groups/metadata.py).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING
 from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
-from ..queues.replicated import ReplicatedGroup, Waiter
+from ..groups.replicated import ReplicatedGroup, Waiter
 from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
-from .meta import META_GROUP, MetaGroup
-from .meta import encode as encode_meta
+from ..groups.metadata import META_GROUP, MetaGroup
+from ..groups.metadata import encode as encode_meta
 from .wire import RaftEnvelope, Rpc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -454,7 +454,7 @@ class Cluster:
             pending = pendings.get(request)
             if pending is not None and pending.sent_to != member.leader_id:
                 self._send(request)
-        from ..queues.quorum import QuorumQueue
+        from ..queues.quorum.queue import QuorumQueue
 
         if (isinstance(member, QuorumQueue) and not member.replay_until
                 and self.transport is not None):

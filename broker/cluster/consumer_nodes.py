@@ -13,7 +13,7 @@ suspected consumer or one of an earlier run of a live node asks for a NodeUp, a
 consumer of a node not live and not yet suspected for a NodeDown (one for all such
 nodes, after the NodeUps). Checked on every ping tick, when
 this node becomes a queue's leader, and when a restarted leader has applied its old
-log (node/quorum.py, before the restart's own `stale_downs`): a node not heard from
+log (queues/quorum/groups.py, before the restart's own `stale_downs`): a node not heard from
 since this node started is not live, so after every node was killed (kill-all) the
 first leader suspects the consumers of the nodes it has not heard from yet at once,
 before any of them can be made the single active consumer or be handed a message,
@@ -98,7 +98,7 @@ def check(cluster: "Cluster", member, now: float | None = None) -> None:
 
 def tick(cluster: "Cluster") -> None:
     """Every queue this node leads (a ping tick)."""
-    from ..queues.quorum import QuorumQueue
+    from ..queues.quorum.queue import QuorumQueue
 
     now = time.monotonic()
     for member in list(cluster.node.quorum.queues.values()):

@@ -30,7 +30,7 @@ from ..amqp import spec
 from ..amqp.errors import AMQPError
 from ..queues.settings import target_group_size
 from ..raft.errors import NotLeader, ProposalRejected
-from . import meta
+from ..groups import metadata as meta
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..node.node import Node

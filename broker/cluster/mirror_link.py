@@ -74,7 +74,7 @@ from ..queues.classic import ClassicQueue
 from ..queues.mirroring import (desired_mirrors, ha_settings, leader_must_move,
                                 promotion_candidate)
 from ..queues.remote import RemoteClassicQueue
-from .meta import encode
+from ..groups.metadata import encode
 from .wire import Rpc
 
 if TYPE_CHECKING:  # pragma: no cover

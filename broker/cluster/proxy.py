@@ -12,7 +12,7 @@ publishes this node forwarded before are counted; all zeros if no member answers
 within STAT_TIMEOUT (a queue without a reachable majority), as RabbitMQ answers then.
 The counts are a dict: ready, unacked, consumers, bytes (message bodies in the queue).
 
-Not here: forwarding and retries (cluster.py), the queue record (queues/quorum.py).
+Not here: forwarding and retries (cluster.py), the queue record (queues/quorum/queue.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..amqp.channel import ChannelState
 from ..fifo.commands import Delivery, Return, Settle
-from ..queues.quorum import MessageGone
+from ..queues.quorum.queue import MessageGone
 from .wire import Rpc
 
 if TYPE_CHECKING:  # pragma: no cover

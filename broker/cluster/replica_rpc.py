@@ -6,9 +6,9 @@ need from a member wherever it runs (rabbitmq-queues asks the members' nodes ove
 Erlang distribution; here an Rpc "replica" to the member's node, answered by
 "replica_reply"), and what the member computes for each:
 
-- status: its row (queues/quorum.py `member_status`), at once (no apply awaited:
+- status: its row (queues/quorum/queue.py `member_status`), at once (no apply awaited:
   it reports where the member stands, as ra's key metrics do);
-- peek: the ready message at a position (fifo/peek.py, queues/peeked.py), from the
+- peek: the ready message at a position (fifo/peek.py, queues/quorum/peeked.py), from the
   leader only (as RabbitMQ's aux command: a follower or a minority's member may be
   behind), once it applied everything it had appended;
 - shovels: the status rows of the dynamic shovels the node runs (`ctl
@@ -38,7 +38,7 @@ same time bound (a peek waits for the member's apply, which a group without a
 majority never finishes).
 
 Not here: choosing the rows and texts of the commands (node/management.py), the
-queue's state (queues/quorum.py).
+queue's state (queues/quorum/queue.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ the sum of their sizes; message ids only grow, so a DlxSettle of a replaced work
 cannot settle what its successor holds (it is ignored: the successor resends, a
 duplicate at worst, never a loss).
 
-Not here: when messages die (machine.py), publishing them (node/dead_letter_worker.py).
+Not here: when messages die (machine.py), publishing them (queues/quorum/dead_letter_worker.py).
 """
 
 from __future__ import annotations

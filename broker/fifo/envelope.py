@@ -23,7 +23,7 @@ Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags (tags 
 envelope's layout is version 1 of the format and never changes in place.
 
 Not here: the commands' own encodings (commands.py), applying them (machine.py),
-proposing them (broker/queues/quorum.py).
+proposing them (broker/queues/quorum/queue.py).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ A later change of the queue's TTL does not change queued messages' expiries.
 Expired messages are removed from the head of the ready queues (returns, high,
 normal) after every command and before every message is handed out (serving.py
 `take_next`), so an expired message is never delivered, given or leased; the leader
-proposes a Tick when a head has expired (node/quorum.py), so expiry does not wait
+proposes a Tick when a head has expired (queues/quorum/groups.py), so expiry does not wait
 for a consumer. As in RabbitMQ only heads expire: a message behind a longer-lived one
 leaves when it reaches a head (and is never delivered: it is checked there). A TTL
 of 0 lets a message be handed to a waiting consumer in the command that enqueues
@@ -64,7 +64,7 @@ Dead lettering: every message that leaves without being settled is a
 "maxlen" (drop-head) or "delivery_limit" (returned more often than the limit).
 Purge and queue deletion are not dead lettering (RabbitMQ's neither). What
 happens to a dropped message (discarded, or published to the dead-letter
-exchange by the leader, at most once) is the node's business: node/quorum.py.
+exchange by the leader, at most once) is the node's business: queues/quorum/groups.py.
 With at-least-once dead lettering in force (`config.dead_letter_at_least_once`:
 a dead-letter exchange, strategy at-least-once, overflow reject-publish) a dying
 message is not a Dropped effect: it is held in the state (dlx.py) and checked out

@@ -11,7 +11,7 @@ not dropped yet (no Tick since) still shows: peek reports the state, it does not
 expire anything. Checked-out (unacked) and leased messages are not ready, so they
 have no position.
 
-Not here: reading the message's body from the log (node/quorum.py), the command line.
+Not here: reading the message's body from the log (queues/quorum/groups.py), the command line.
 """
 
 from __future__ import annotations

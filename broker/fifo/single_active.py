@@ -41,12 +41,12 @@ earliest always. A consumer whose node was cut off is suspected (nodes.py) and
 reinstated when its node is back: it keeps its registration order, and waits unless
 no other may be active (RabbitMQ 4.2 puts it at the end of the waiting list); one
 whose connection was taken for down (a Down of a node that was forgotten) registers
-again (node/quorum.py `check_out_again`) and waits behind the others. 3.10 has no
+again (queues/quorum/groups.py `check_out_again`) and waits behind the others. 3.10 has no
 priorities here: the earliest registered waiting consumer takes over.
 
 Not here: telling clients (AMQP 0-9-1 has no consumer-activity notification;
 RabbitMQ shows the active consumer in its management API and `list_consumers`, and
-quorumqueue in `queues list`: queues/quorum.py).
+quorumqueue in `queues list`: queues/quorum/queue.py).
 """
 
 from __future__ import annotations

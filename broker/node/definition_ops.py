@@ -58,7 +58,7 @@ def _require_administrator(session) -> None:
 def _change(node, op: str, fields: dict):
     """Propose the command to the metadata group (every node applies it with
     definitions.apply_command); answered once this node applied it."""
-    from ..cluster import meta
+    from ..groups import metadata as meta
     from .management import Later
 
     data = meta.encode(op, **fields)
@@ -296,7 +296,8 @@ def _shovels_status(node, session, request):
 
     if runner is None or runner == node.cluster.name:
         return rows(node.shovel_status() if node.shovel_status is not None else [])
-    from ..cluster import meta as meta_group, replica_rpc
+    from ..cluster import replica_rpc
+    from ..groups import metadata as meta_group
     from .management import Later
 
     return Later(lambda done: replica_rpc.ask(

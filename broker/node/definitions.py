@@ -6,7 +6,7 @@ Responsibilities
     a text naming the user, vhost or policy; they change nothing. `apply_*`
     functions make a checked change on this node: the management RPC calls them
     directly on a node of its own, and every node of a cluster calls them when it
-    applies the same metadata command (cluster/meta.py), so every node ends up with
+    applies the same metadata command (groups/metadata.py), so every node ends up with
     the same users, vhosts, permissions and policies.
 
 How it works
@@ -21,7 +21,7 @@ Invariants: `apply_*` are idempotent (a retried metadata command applies twice);
 after any of them the node's metadata is marked dirty, so it is written out.
 
 Not here: the policy rules themselves (policies.py), the wire (management.py, the
-CLI in cli/ctl.py), replication (cluster/meta.py).
+CLI in cli/ctl.py), replication (groups/metadata.py).
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def apply_clear_parameter(node: "Node", component: str, vhost: str, name: str) -
 
 
 def apply_command(node: "Node", c: dict) -> None:
-    """Apply one definition command ({"op": ..., fields}, as cluster/meta.py lists
+    """Apply one definition command ({"op": ..., fields}, as groups/metadata.py lists
     them): the one way a checked change reaches a node, whether the management RPC
     applies it on a node of its own or every node applies it from the metadata log."""
     match c["op"]:

@@ -7,7 +7,7 @@ Responsibilities
     `export_document(node)` -> dict: the document, as RabbitMQ 4.2 writes it
     (rabbit_definitions:all_definitions plus the management API's product_name and
     product_version). `import_plan(node, document)` -> Plan: every metadata command
-    (cluster/meta.py) the document stands for, in RabbitMQ's import order, and the
+    (groups/metadata.py) the document stands for, in RabbitMQ's import order, and the
     notes on what was kept as it was; or DefinitionsError naming the first thing
     that is wrong (its section, index and name), before anything is changed. Both
     are pure over the node's state; `apply_plan(node, plan, done)` proposes the
@@ -202,7 +202,7 @@ def apply_plan(node: "Node", plan: Plan, done) -> None:
     or with an AMQPError listing the commands refused where they were applied (an
     object changed meanwhile through another node)."""
     from ..amqp import spec
-    from ..cluster import meta
+    from ..groups import metadata as meta
 
     if not plan.commands:
         done({"commands": 0, "notes": plan.notes})

@@ -26,7 +26,7 @@ Output written to sessions before `begin_sync` may depend on anything that Sync
 writes: the shell sends it only once the Sync is durable (broker/server/server.py).
 
 Not here: what is written (the stores' formats), when to flush and where the I/O
-runs (the server shell), the Ready order itself (broker/raft/driver.py).
+runs (the server shell), the Ready order itself (broker/groups/driver.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..raft import driver
+from ..groups import driver
 from ..raft.storage.wal import WalBatch
 from ..storage.message_store import SealedBatch
 from ..storage.metadata_store import MetadataStore

@@ -37,7 +37,7 @@ from ..queues.types import (check_int_argument, check_server_named,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases, limits, management
-from ..cluster import meta
+from ..groups import metadata as meta
 from .channel import Channel, Consumer
 from .ordering import hold, replicate as _replicate, resume as _resume  # noqa: F401 - hold: session
 from .node import REPLY_TO

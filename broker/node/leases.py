@@ -56,10 +56,10 @@ from ..amqp.lease_records import (PACK_MESSAGES, PACKED_CONTENT_TYPE, PACKED_FOR
                                   pack_raw_records)
 from ..auth.users import check_access
 from ..fifo import commands as fifo
-from ..queues.quorum import with_delivery_count
+from ..queues.quorum.queue import with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..queues.quorum import QuorumQueue
+    from ..queues.quorum.queue import QuorumQueue
 
 # the refusal of a range by a replica that cannot tell yet (the connector retries it,
 # connector/lease_reader.py, instead of believing the range gone)

@@ -57,7 +57,7 @@ class Later:
     """An operation's result that arrives once a log entry is applied: `start(done)`
     proposes it and arranges for `done(result)` to be called. A change of the metadata
     (`metadata`) is answered within metadata_store.operation_timeout, with an error
-    if the metadata group did not apply it by then (cluster/meta.py)."""
+    if the metadata group did not apply it by then (groups/metadata.py)."""
 
     __slots__ = ("start", "metadata")
 
@@ -104,7 +104,7 @@ def _timed_out(node, request: dict) -> AMQPError:
                    "name": request.get("name")}
     else:
         command = {"op": request["op"]}
-    from ..cluster.meta import timed_out_text
+    from ..groups.metadata import timed_out_text
 
     return AMQPError(spec.INTERNAL_ERROR, timed_out_text(command, node.settings.node_name))
 

@@ -1,4 +1,4 @@
-"""What each metadata command does to a node (the commands: cluster/meta.py).
+"""What each metadata command does to a node (the commands: groups/metadata.py).
 
 Every node applies the same commands in the same order, so every node routes the
 same way and knows every queue in the metadata (a quorum queue's group uid and
@@ -11,7 +11,7 @@ node raises that as the channel error RabbitMQ would have sent.
 Application is idempotent where a retry can repeat a command: declaring what exists
 with the same definition, deleting what is gone, binding twice.
 
-Not here: the group and its log (cluster/meta.py), checks made before proposing
+Not here: the group and its log (groups/metadata.py), checks made before proposing
 (handlers.py, definitions.py), snapshots (metadata_snapshot.py).
 """
 

@@ -2,7 +2,7 @@
 and making a node's metadata equal to one.
 
 Responsibilities: `document(node)` builds the snapshot of what the metadata commands
-(cluster/meta.py) replicate — the cluster's nodes, vhosts, users with their permissions,
+(groups/metadata.py) replicate — the cluster's nodes, vhosts, users with their permissions,
 policies, exchanges (all but the default and `amq.*` ones, which every vhost has),
 queue records (quorum: group and members; classic: uid and host) and the bindings whose
 destination is replicated (every exchange and queue: quorum queues and classic ones,
@@ -52,7 +52,7 @@ queue's group, cluster_nodes.json); the exchange and binding removals it makes d
 auto-delete exchanges (the snapshot says which exist), and an auto-delete exchange a
 deleted queue took along is declared again when the snapshot has it.
 
-Not here: when snapshots are taken and restored (cluster/meta.py), the log
+Not here: when snapshots are taken and restored (groups/metadata.py), the log
 (broker/raft).
 """
 

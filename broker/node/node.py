@@ -41,7 +41,7 @@ from . import dead_letters, group_commit, limits, management, ordering
 from .counters import Counters
 from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
-from .quorum import QuorumGroups
+from ..queues.quorum.groups import QuorumGroups
 from .vhost import VHost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -180,6 +180,17 @@ class Node:
         dead_letters.publish(self, queue, message.exchange, message.routing_key,
                              message.properties.raw, message.body, reason, self.clock_ms)
 
+    def dead_letters_to(self, queue: Queue) -> bool:
+        """Whether `queue` has a dead-letter exchange (its arguments or its policy)."""
+        return dead_letters.has_target(self, queue)
+
+    def dead_letter_copy(self, queue: Queue, exchange: str, routing_key: str, header: bytes,
+                         body: bytes, reason: str, time_ms: int) -> None:
+        """A quorum queue's leader dropped a message (read back from its log): its
+        dead-lettered copy goes out through node/dead_letters.py."""
+        dead_letters.publish(self, queue, exchange, routing_key, header, body, reason,
+                             time_ms)
+
     def expire_queue(self, queue: Queue) -> None:
         """A classic queue unused for its x-expires period: deleted through the
         metadata log, as a client's queue.delete (RabbitMQ's classic queue deletes
@@ -202,7 +213,7 @@ class Node:
     def propose_delete(self, vhost: VHost, queue: Queue, then=None) -> None:
         """Delete a queue through the metadata log (auto-delete, an exclusive owner
         gone, a restart); `then(count)` once applied here."""
-        from ..cluster import meta
+        from ..groups import metadata as meta
 
         self.cluster.meta.propose_data(meta.encode(
             "queue.delete", vhost=vhost.name, name=queue.name, group=queue.group), then)
@@ -288,7 +299,7 @@ class Node:
                     self.propose_delete(vhost, queue)
         if not self.cluster.solo or not self.cluster.meta.is_leader:
             return
-        from ..cluster import meta
+        from ..groups import metadata as meta
 
         for vhost in self.vhosts.values():
             for exchange in list(vhost.exchanges.values()):

@@ -26,7 +26,7 @@ Invariants: an `Effective` carries the merged `definition` the queue types read
 (the same attribute a Policy has), and the names of both policies for listings.
 
 Not here: storing and replicating operator policies (definitions.py,
-cluster/meta.py), applying them to running queues (node.py `apply_policies`).
+groups/metadata.py), applying them to running queues (node.py `apply_policies`).
 """
 
 from __future__ import annotations

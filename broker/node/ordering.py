@@ -20,7 +20,7 @@ connection.close too (their close-ok follows what was held); a failed change clo
 the channel (or the connection) as the method would have, and drops what was held;
 a method runs again after at most one barrier.
 
-Not here: the commands (cluster/meta.py), what they do (metadata.py).
+Not here: the commands (groups/metadata.py), what they do (metadata.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Callable
 from ..amqp import spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
-from ..cluster import meta
+from ..groups import metadata as meta
 from ..raft.membership import quorum
 from .channel import Channel
 
@@ -40,7 +40,7 @@ _MISSING = ("no queue '", "no exchange '")  # the 404s a lagging node may give
 
 def replicate(session, channel: Channel, method: tuple[int, int], data: bytes,
               then: Callable[[object], None] | None) -> None:
-    """Propose a metadata command (broker/cluster/meta.py); once this node applied it,
+    """Propose a metadata command (broker/groups/metadata.py); once this node applied it,
     call `then(reply)`, or fail the channel as RabbitMQ would if it could not be
     applied (another node changed the same thing first), or the connection with 541
     if it was not applied within metadata_store.operation_timeout. Until then the channel

@@ -29,7 +29,7 @@ outside); definitions hold only the keys quorumqueue applies, so no policy is
 accepted that would silently do nothing.
 
 Not here: storing policies and applying them to running queues (node.py,
-definitions.py), replicating them (cluster/meta.py).
+definitions.py), replicating them (groups/metadata.py).
 """
 
 from __future__ import annotations

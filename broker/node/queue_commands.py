@@ -11,7 +11,7 @@ Operations (request fields -> result):
         readable_name}]}: the quorum queues with a member on this node whose running
         members are no more than a majority (stopping this node would lose it)
   queues.peek  {vhost, name, position} -> {node, message: [[key, value], ...]}
-        (queues/peeked.py)
+        (queues/quorum/peeked.py)
   queues.reclaim_quorum_memory {vhost, name} -> [{node, before, after} | {node,
         error}]: every member's node rolls its write-ahead log over
   queues.sync_mirrors {vhost, name, cancel} -> {synchronised: the mirrors whose
@@ -36,7 +36,7 @@ cluster.REACHABLE_WITHIN; RabbitMQ asks each running node for its members' Raft
 states, which also catches a replica that crashed on a running node.
 
 Not here: asking the members (cluster/replica_rpc.py), a member's row
-(QuorumQueue.member_status) and a peeked message's rows (queues/peeked.py), the
+(QuorumQueue.member_status) and a peeked message's rows (queues/quorum/peeked.py), the
 banners and exit codes (cli/main.py).
 """
 

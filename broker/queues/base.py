@@ -34,7 +34,7 @@ The operations, and what each owes its caller:
 - `policy_changed(policy)`: settings from policies (again on every tick for types
   whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
 - `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
-  messages and themselves here; quorum queues through their log, node/quorum.py).
+  messages and themselves here; quorum queues through their log, queues/quorum/groups.py).
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`,
   `read_message_spans(indexes)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).

@@ -178,7 +178,7 @@ class ClassicQueue(Queue):
         queues always live on the declaring connection's node (the queues guide,
         "Exclusive Queues"). A queue an ha-* policy mirrors has its mirrors from the
         start (mirroring.py; never an exclusive one)."""
-        from .quorum import group_uid
+        from .quorum.queue import group_uid
         from .settings import leader_locator
 
         permit = settings.permit_classic_queue_mirroring

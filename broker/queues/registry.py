@@ -12,7 +12,7 @@ remote one elsewhere, with a copy on each mirror. `type_of` names the class (its
 type (mirrored classic queues come next) means a module in this package and a line
 here: the node, the channel and the method handlers only ever see `base.Queue`.
 
-Not here: validation (types.py), replication of the queue record (cluster/meta.py).
+Not here: validation (types.py), replication of the queue record (groups/metadata.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class QueueHost(Protocol):
 
 def type_of(name: str) -> type[Queue]:
     """The class implementing queue type `name` (a name validate_declaration accepted)."""
-    from .quorum import QuorumQueue
+    from .quorum.queue import QuorumQueue
 
     return {"classic": ClassicQueue, "quorum": QuorumQueue}[name]
 

@@ -8,7 +8,7 @@ application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
 the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); carry
 that memory in the group's snapshots (`dump_snapshot` / `load_snapshot`). Pure: no
 I/O, no clock. Used alike by every replicated group (a quorum queue, the metadata
-group: broker/queues/replicated.py) and by the analytics jobs' replay.
+group: broker/groups/replicated.py) and by the analytics jobs' replay.
 
 Why: a node that does not lead a group forwards a command to the leader and sends
 it again until the leader says at which (index, term) it appended it. A leader that
@@ -54,7 +54,7 @@ identity is recorded in the same apply as its command, before the snapshot that
 could cover it is taken.
 
 Not here: where the identity is given (broker/cluster/cluster.py `forward`), applying
-(broker/node/quorum.py, broker/cluster/meta.py), what the commands mean.
+(broker/queues/quorum/groups.py, broker/groups/metadata.py), what the commands mean.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from ..auth.users import UserStore
 from ..config import Settings, cluster_tls_contexts, ssl_listener_context
 from ..node import group_commit
 from ..node.node import Node
-from ..node.quorum import QuorumGroups
-from ..raft.driver import MAX_ROUNDS
+from ..queues.quorum.groups import QuorumGroups
+from ..groups.driver import MAX_ROUNDS
 from ..raft.storage import LogStore
 from ..metrics.http import MetricsListener
 from ..node.session import Session
@@ -736,7 +736,7 @@ class BrokerServer:
 
     def _shovel_finished(self, vhost: str, name: str) -> None:
         """A shovel reached its src-delete-after: it clears its own parameter."""
-        from ..cluster import meta
+        from ..groups import metadata as meta
 
         data = meta.encode("parameter.clear", component="shovel", vhost=vhost, name=name)
         self.node.cluster.meta.propose_data(data, lambda _reply: None)

@@ -1,4 +1,4 @@
-"""The metadata group's snapshots on a real 3-node cluster (broker/cluster/meta.py,
+"""The metadata group's snapshots on a real 3-node cluster (broker/groups/metadata.py,
 "Snapshots"): with `metadata_store.snapshot_interval` small, many declares and
 deletes make every node snapshot its metadata and delete the log segments below the
 snapshot; a node stopped meanwhile comes back through the leader's snapshot
@@ -16,7 +16,7 @@ import signal
 import pika
 import pytest
 
-from quorumqueue.broker.cluster.meta import META_GROUP
+from quorumqueue.broker.groups.metadata import META_GROUP
 from quorumqueue.client.management import call
 from quorumqueue.broker.raft.storage.layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR,
                                                     SNAPSHOT_FILE, SNAPSHOTS_DIR,

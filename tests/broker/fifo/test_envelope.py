@@ -80,7 +80,7 @@ def test_message_spans_are_the_decoded_message_as_views_into_the_entry():
 ])
 def test_delivery_spans_are_the_message_with_its_names_as_short_strings(
         exchange, routing_key, header, body):
-    """What a delivery is written from (node/deliveries.py): the exchange and the
+    """What a delivery is written from (queues/quorum/deliveries.py): the exchange and the
     routing key as two AMQP short strings (a length octet, then UTF-8 with
     surrogateescape), the header and the body, as views into the entry."""
     data = stamped_enqueue(1, "pub", 4, 9, exchange, routing_key, header, body)

@@ -285,7 +285,7 @@ def _conn(consumer: str) -> str:
 
 
 # a channel's basic.get messages are held under a key of their own ("c1/"), never a
-# consumer's (broker/queues/quorum.py basic_get), on the same connection
+# consumer's (broker/queues/quorum/queue.py basic_get), on the same connection
 holders = st.sampled_from(["c1", "c2", "g1", "c1/", "c2/", "g1/"])
 
 

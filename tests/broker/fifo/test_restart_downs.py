@@ -1,5 +1,5 @@
 """A node restarted after a crash removes the consumers of its earlier run's
-connections (broker/fifo/machine.py `stale_downs`, proposed by broker/node/quorum.py
+connections (broker/fifo/machine.py `stale_downs`, proposed by broker/queues/quorum/groups.py
 after the replay). RabbitMQ's quorum-queue guide (4.2, "Poison Message Handling")
 counts *unsuccessful delivery attempts* toward the delivery limit: each message a dead
 consumer held comes back once, delivery count + 1, and no message is handed to

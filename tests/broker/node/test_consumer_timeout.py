@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from quorumqueue.broker.cluster import meta
+from quorumqueue.broker.groups import metadata as meta
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node.policies import parse_policy
 

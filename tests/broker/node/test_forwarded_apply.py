@@ -1,5 +1,5 @@
 """A forwarded command appended twice is applied once (broker/raft/forwarded.py,
-queues/replicated.py `admit`, node/quorum.py `apply`): a leader that appended and
+groups/replicated.py `admit`, queues/quorum/groups.py `apply`): a leader that appended and
 replicated a command a follower forwarded, then crashed before answering, leaves it
 in the log, and the follower's resend is appended again by the next leader.
 
@@ -17,12 +17,12 @@ from dataclasses import replace
 import pytest
 
 from quorumqueue.broker.auth.users import UserStore
-from quorumqueue.broker.cluster.meta import encode as encode_meta
+from quorumqueue.broker.groups.metadata import encode as encode_meta
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
 from quorumqueue.broker.node.node import Node
-from quorumqueue.broker.queues.quorum import MessageGone
+from quorumqueue.broker.queues.quorum.queue import MessageGone
 from quorumqueue.broker.raft.forwarded import Identity, wrap
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.server.server import assemble_node
@@ -281,7 +281,7 @@ def test_message_spans_read_in_bulk_equal_the_messages_read_one_by_one(tmp_path)
 
 def test_a_consumer_gets_forwarded_and_stamped_entries_as_published(tmp_path):
     """A Deliver effect's messages are cut from their entries in one pass
-    (node/deliveries.py): entries forwarded from another node (an identity before the
+    (queues/quorum/deliveries.py): entries forwarded from another node (an identity before the
     command) and entries in the time envelope (a publish's clock) are delivered with
     the same names, header and body as plain ones."""
     from pamqp import commands as amqp

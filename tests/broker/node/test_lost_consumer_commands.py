@@ -1,5 +1,5 @@
 """A consumer's Cancel or Down that never reached the log does not leave a consumer
-with no channel behind it in the queue (queues/quorum.py `must_land`, node/quorum.py
+with no channel behind it in the queue (queues/quorum/queue.py `must_land`, queues/quorum/groups.py
 `_remove_unknown_consumer`).
 
 Found by the fault suite (pause-long, 3 nodes, seed 208): a leader paused longer than

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from quorumqueue.broker.cluster import meta
+from quorumqueue.broker.groups import metadata as meta
 from quorumqueue.broker.node import metadata
 from quorumqueue.broker.node import metadata_snapshot as meta_snapshot
 from quorumqueue.broker.cluster.cluster import Cluster

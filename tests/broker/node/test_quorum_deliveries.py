@@ -1,4 +1,4 @@
-"""A quorum queue's deliveries as a client reads them (node/deliveries.py): each
+"""A quorum queue's deliveries as a client reads them (queues/quorum/deliveries.py): each
 message of a Deliver effect read back from the log and written as basic.deliver, its
 content header and body frames — the bytes pamqp marshals for the same delivery, the
 header as published (plus x-delivery-count once a message was returned), delivery

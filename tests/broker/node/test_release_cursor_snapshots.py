@@ -1,4 +1,4 @@
-"""When a quorum queue's release cursor takes a snapshot (node/quorum.py
+"""When a quorum queue's release cursor takes a snapshot (queues/quorum/groups.py
 `_snapshot_due`, Ra's rule): a queue drained as fast as it is filled is empty after
 nearly every round, and a snapshot each time made PerfTest's 1 producer + 1 consumer
 pay for a state file per round. A snapshot is taken once 4,096 entries passed since
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pamqp import commands as methods
 
-from quorumqueue.broker.node.quorum import MIN_SNAPSHOT_INTERVAL
+from quorumqueue.broker.queues.quorum.groups import MIN_SNAPSHOT_INTERVAL
 from tests.broker.node.harness import Client, Delivery, content_frames, properties
 from tests.broker.node.test_forwarded_apply import start
 

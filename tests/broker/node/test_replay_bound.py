@@ -1,4 +1,4 @@
-"""Which applied entries count as a replay after a restart (node/quorum.py
+"""Which applied entries count as a replay after a restart (queues/quorum/groups.py
 replay_bound): the log a node found at start, less what a leader then replaced.
 
 A restarted node applies its stored entries again without writing their deliveries
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from quorumqueue.broker.node.quorum import replay_bound
+from quorumqueue.broker.queues.quorum.groups import replay_bound
 from quorumqueue.broker.raft.log import Snapshot
 from quorumqueue.broker.raft.types import SnapshotMeta
-from tests.broker.raft.test_driver import make_ready
+from tests.broker.groups.test_driver import make_ready
 
 
 def test_a_ready_that_keeps_the_stored_log_keeps_the_bound():

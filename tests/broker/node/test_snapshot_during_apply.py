@@ -1,5 +1,5 @@
 """A follower sent its leader's snapshot while it applies entries that let it take a
-snapshot of its own (node/quorum.py `_after_apply`, raft/core.py `compact`).
+snapshot of its own (queues/quorum/groups.py `_after_apply`, raft/core.py `compact`).
 
 The shell applies a round's committed entries once their Sync is durable; meanwhile
 it reads the leader's messages and steps them into the core. A follower that was cut
@@ -18,8 +18,8 @@ installs the leader's.
 
 from __future__ import annotations
 
-from quorumqueue.broker.cluster import meta
-from quorumqueue.broker.cluster.meta import encode as encode_meta
+from quorumqueue.broker.groups import metadata as meta
+from quorumqueue.broker.groups.metadata import encode as encode_meta
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Dequeue
 from quorumqueue.broker.node import group_commit

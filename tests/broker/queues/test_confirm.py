@@ -1,6 +1,6 @@
 """The publisher confirm a publish owes (queues/base.py `Confirm`): each hold is
 answered once, a refusal makes it a nack, and a subclass that answers differently
-(the dead-letter worker's: broker/node/dead_letter_worker.py) is answered through its
+(the dead-letter worker's: broker/queues/quorum/dead_letter_worker.py) is answered through its
 own `_answer` whichever kind of hold a queue took."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Quorum queue: a Raft group whose log holds the messages, plus the fifo machine's
-compact state. Pure: no I/O (broker/node/quorum.py drives it against the log store).
+compact state. Pure: no I/O (broker/queues/quorum/groups.py drives it against the log store).
 
 Responsibilities: what a queue object must answer for the node and the AMQP layer
 (name, arguments, counts, the consumers attached on this node), proposing fifo
@@ -10,7 +10,7 @@ purge, a lease operation).
 
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
 queue's log (here, or at the leader through the cluster's router); replies come from
-this member's own apply (node/quorum.py drives the groups; node/deliveries.py turns
+this member's own apply (queues/quorum/groups.py drives the groups; queues/quorum/deliveries.py turns
 Deliver effects into `channel.deliver_batch` calls). Settlements and publishes are
 held until the queue's next command or the node's next round, then proposed
 together: a run of publishes is one log append. An unacked delivery's token is a
@@ -29,23 +29,23 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..amqp import codec, spec
-from ..amqp.channel import ChannelState
-from ..amqp.errors import AMQPError
-from ..amqp.properties import publisher_sequence
-from ..fifo import commands
-from ..fifo.envelope import encode_command, stamped_enqueue
-from ..fifo.single_active import waiting_order
-from ..fifo.state import FifoState, fifo_config
-from ..raft import RaftNode
-from ..raft.forwarded import dump_snapshot, load_snapshot
-from .base import Confirm, MessageCounts, Queue
-from .replicated import ReplicatedGroup, Waiter
-from .settings import leader_locator, quorum_config
-from .types import EQUIVALENCE_KEYS_BY_TYPE
+from ...amqp import codec, spec
+from ...amqp.channel import ChannelState
+from ...amqp.errors import AMQPError
+from ...amqp.properties import publisher_sequence
+from ...fifo import commands
+from ...fifo.envelope import encode_command, stamped_enqueue
+from ...fifo.single_active import waiting_order
+from ...fifo.state import FifoState, fifo_config
+from ...raft import RaftNode
+from ...raft.forwarded import dump_snapshot, load_snapshot
+from ..base import Confirm, MessageCounts, Queue
+from ...groups.replicated import ReplicatedGroup, Waiter
+from ..settings import leader_locator, quorum_config
+from ..types import EQUIVALENCE_KEYS_BY_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..node.channel import Channel, Consumer
+    from ...node.channel import Channel, Consumer
 
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
@@ -66,7 +66,7 @@ def must_land(_reply) -> None:
     with that leader's tail: the consumer stayed in the queue with no channel behind
     it, and once it was the single active consumer every message went to it, came back
     from its node counted, and went to it again, until the delivery limit dropped it.
-    With a waiter, queues/replicated.py proposes a lost append again."""
+    With a waiter, groups/replicated.py proposes a lost append again."""
 
 
 class MessageGone(RuntimeError):
@@ -219,7 +219,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """Body bytes of every message still in the queue (ready, unacked, leased, and
         dead letters held by at-least-once dead lettering, as RabbitMQ's
         message_bytes includes message_bytes_dlx)."""
-        from ..fifo.state import size_of
+        from ...fifo.state import size_of
 
         total = self.state.ready_bytes + self.state.dlx.bytes
         for consumer in self.state.consumers.values():
@@ -256,7 +256,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """A leader took this node for down and returned the messages of this node's
         `connection` (a Down), but its channels are alive (the node was cut off, or
         paused): their consumers consume again."""
-        from ..amqp.channel import ChannelState
+        from ...amqp.channel import ChannelState
 
         for key, consumer in list(self.by_key.items()):
             if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
@@ -314,7 +314,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def restore(self, data: bytes) -> None:
         """The state machine, and the identities of the forwarded commands applied,
         from a snapshot the leader sent (replaces both)."""
-        from ..fifo import snapshot
+        from ...fifo import snapshot
 
         self.applied, machine = load_snapshot(data, commands.decode_reply)
         self.state = snapshot.load(machine)
@@ -322,7 +322,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def snapshot(self) -> bytes:
         """The group's snapshot now: the identities applied, then the machine's state
         (broker/raft/forwarded.py wraps broker/fifo/snapshot.py)."""
-        from ..fifo import snapshot
+        from ...fifo import snapshot
 
         return dump_snapshot(self.applied, snapshot.dump(self.state), commands.encode_reply)
 
@@ -553,7 +553,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         pass  # quorum queues hold leases
 
     def lease_entries(self, lease: str, start: int, end: int) -> Iterable[tuple[int, int, int]]:
-        from ..fifo.leases import entries
+        from ...fifo.leases import entries
 
         return entries(self.state, lease, start, end)
 
@@ -587,9 +587,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def peek(self, position: int) -> list | None:
         """The ready message at `position` (1 = next delivered) as `rabbitmq-queues
-        peek` shows it (queues/peeked.py), or None when fewer are ready."""
-        from ..fifo.peek import peek
-        from . import peeked
+        peek` shows it (queues/quorum/peeked.py), or None when fewer are ready."""
+        from ...fifo.peek import peek
+        from .. import peeked
 
         found = peek(self.state, position)
         if found is None:

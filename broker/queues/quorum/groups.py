@@ -1,16 +1,16 @@
 """The node's quorum queues: Raft groups over one log store, driven in group commit.
 
 Responsibilities: create, recover and delete the Raft groups behind quorum queues;
-be the Ready loop's handler (broker/raft/driver.py) for every group on the node —
+be the Ready loop's handler (broker/groups/driver.py) for every group on the node —
 cluster sends (`send`), committed entries through the fifo machine (`apply`), and
 what follows (`advanced`: leader news, snapshots); turn the machine's effects into
-AMQP work — deliveries to this node's consumers (node/deliveries.py: bodies read
+AMQP work — deliveries to this node's consumers (queues/quorum/deliveries.py: bodies read
 back from the log), replies to whoever waited for an entry, snapshots and log release
 at the machine's release cursor (when one is due: `_snapshot_due`, Ra's rule); dead lettering (`_dead_letter`: a message the
 machine dropped, published by the leader to the queue's dead-letter exchange, at most
 once, through node/dead_letters.py as for classic queues; with at-least-once dead
 lettering, the leader's dead-letter worker instead: `_ensure_worker`,
-node/dead_letter_worker.py);
+queues/quorum/dead_letter_worker.py);
 queue TTL (`_delete_expired`: the leader deletes an expired queue through the
 metadata); and time (Tick commands for lease, message and queue expiry).
 
@@ -50,22 +50,23 @@ from bisect import bisect_right
 import random
 from typing import TYPE_CHECKING
 
-from ..fifo import commands, snapshot
-from ..fifo.commands import Deliver, Down, Enqueue, Meta
-from ..fifo.envelope import TIMED, TIMED_HEAD
-from ..fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
-from ..fifo.state import FifoState, fifo_config
-from ..queues.quorum import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
-from ..queues.replicated import ReplicatedGroup
-from ..raft import COMMAND, RaftConfig, RaftNode, Ready, driver
-from ..raft.forwarded import FORWARDED, AppliedIds, load_snapshot
-from ..raft.storage import LogStore
-from ..raft.storage.wal import WalBatch
-from . import dead_letters, deliveries
+from ...fifo import commands, snapshot
+from ...fifo.commands import Deliver, Down, Enqueue, Meta
+from ...fifo.envelope import TIMED, TIMED_HEAD
+from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
+from ...fifo.state import FifoState, fifo_config
+from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
+from ...groups.replicated import ReplicatedGroup
+from ...groups import driver
+from ...raft import COMMAND, RaftConfig, RaftNode, Ready
+from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot
+from ...raft.storage import LogStore
+from ...raft.storage.wal import WalBatch
+from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .channel import Channel
+    from ...node.channel import Channel
 
 # Entries a release cursor may pass before it takes a snapshot without freeing a
 # segment file (Ra's MIN_SNAPSHOT_INTERVAL, the same 4,096).
@@ -96,7 +97,7 @@ class QuorumGroups:
         self.store = store
         self.member = member
         self.raft_config = raft_config or RaftConfig()
-        # group uid -> queue (or the cluster's metadata group: broker/cluster/meta.py)
+        # group uid -> queue (or the cluster's metadata group: broker/groups/metadata.py)
         self.queues: dict[str, QuorumQueue] = {}
         self.cluster = None  # the node's Cluster (broker/cluster/cluster.py), set at assembly
         self.tick_interval_ms = tick_interval_ms
@@ -111,7 +112,7 @@ class QuorumGroups:
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
         self.now = 0.0
         # group uid -> the dead-letter worker of a queue this node leads with
-        # at-least-once dead lettering (node/dead_letter_worker.py)
+        # at-least-once dead lettering (queues/quorum/dead_letter_worker.py)
         self.dlx_workers: dict[str, DeadLetterWorker] = {}
 
     # ------------------------------------------------------------ lifecycle
@@ -289,7 +290,7 @@ class QuorumGroups:
     def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:
         """A snapshot from the leader, then the committed entries: commands to the
         group's machine, replies to whoever waited for them. A forwarded command
-        whose identity was applied before is skipped (queues/replicated.py `admit`);
+        whose identity was applied before is skipped (groups/replicated.py `admit`);
         the others' identities are recorded as they are applied."""
         if queue.replay_until:
             queue.replay_until = replay_bound(queue.replay_until, ready)
@@ -303,7 +304,7 @@ class QuorumGroups:
         if isinstance(queue, QuorumQueue):
             self._apply_entries(queue, ready.committed)
             return
-        for entry in ready.committed:  # the cluster's metadata group (cluster/meta.py)
+        for entry in ready.committed:  # the cluster's metadata group (groups/metadata.py)
             if queue.deleted:
                 break
             if queue.waiters:
@@ -564,7 +565,7 @@ class QuorumGroups:
         queues do), fire and forget: no confirm is awaited, a leader that dies first
         loses it."""
         node = self.cluster.node
-        if not dead_letters.has_target(node, queue):
+        if not node.dead_letters_to(queue):
             return
         try:
             source, routing_key, header, body = self.read_message(queue, index)
@@ -572,12 +573,12 @@ class QuorumGroups:
             log.warning("quorum queue '%s' in vhost '%s': message %s (%s) not dead-lettered: "
                         "%s", queue.name, queue.vhost, index, reason, error)
             return
-        dead_letters.publish(node, queue, source, routing_key, header, body, reason,
-                             queue.last_time_ms)
+        node.dead_letter_copy(queue, source, routing_key, header, body, reason,
+                              queue.last_time_ms)
 
     def _ensure_worker(self, queue: QuorumQueue) -> None:
         """At-least-once dead lettering: the leader runs the queue's dead-letter worker
-        (node/dead_letter_worker.py), one per leader term and node run, registered in
+        (queues/quorum/dead_letter_worker.py), one per leader term and node run, registered in
         the machine by a DlxCheckout; a member that no longer leads, or a queue that
         left at-least-once, stops it."""
         worker = self.dlx_workers.get(queue.group)
@@ -614,7 +615,7 @@ class QuorumGroups:
         """Queue TTL (x-expires): the leader asks the metadata group to delete the
         queue, as a client's queue.delete would, so every node drops its record and
         every member its replica (RabbitMQ's quorum queue leader does the same)."""
-        from ..cluster import meta
+        from ...groups import metadata as meta
 
         queue.expiry_proposed = True
         log.info("quorum queue '%s' in vhost '%s': unused for %d ms (x-expires %d): "

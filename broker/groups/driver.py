@@ -5,7 +5,7 @@ collect a Ready from each group, persist them all, make them durable with one
 `LogStore.flush()` (one fdatasync for every group), then send each group's messages,
 then apply each group's committed entries, then advance it. What sending and
 applying mean is the caller's (`ReadyHandler`: the node's quorum queues and metadata
-group, broker/node/quorum.py); this module only guarantees when they are called.
+group, broker/queues/quorum/groups.py); this module only guarantees when they are called.
 
 How it works: one *round* is `persist_round` (collect and persist, buffered in the
 store), the store's flush, and `finish_round` (send, apply, advance). The flush is the
@@ -39,10 +39,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from .core import RaftNode
-from .messages import AppendEntries, Message
-from .ready import Ready
-from .storage import LogStore
+from ..raft.core import RaftNode
+from ..raft.messages import AppendEntries, Message
+from ..raft.ready import Ready
+from ..raft.storage import LogStore
 
 MAX_ROUNDS = 64  # rounds per flush: proposals made while applying are bounded
 

@@ -17,7 +17,7 @@ routing key as stored — AMQP short strings, what basic.deliver carries as they
 the content header and the body), and the channel writes the whole effect as one
 run of frames (`Channel.deliver_batch`: one pass over the messages, the delivery
 tags and unacked bookkeeping in bulk). A message delivered before (its
-delivery count above 0) gets `x-delivery-count` in its header (queues/quorum.py
+delivery count above 0) gets `x-delivery-count` in its header (queues/quorum/queue.py
 `with_delivery_count`); everything else is sent byte for byte as published.
 
 Invariants: a Deliver effect's messages are written in the machine's order (their
@@ -35,16 +35,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..amqp.channel import ChannelState
-from ..fifo import commands
-from ..fifo.commands import Return, Settle
-from ..fifo.envelope import TIMED, TIMED_HEAD
-from ..queues.quorum import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
-from ..raft.forwarded import FORWARDED, HEAD_SIZE
-from ..raft.storage import LogStore
+from ...amqp.channel import ChannelState
+from ...fifo import commands
+from ...fifo.commands import Return, Settle
+from ...fifo.envelope import TIMED, TIMED_HEAD
+from .queue import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
+from ...raft.forwarded import FORWARDED, HEAD_SIZE
+from ...raft.storage import LogStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .channel import Consumer
+    from ...node.channel import Consumer
 
 # read per delivery: an enum member off its class costs ~8x a global on Python 3.11
 _CHANNEL_OPEN = ChannelState.OPEN

@@ -42,7 +42,7 @@ stopped worker's answers are ignored; nothing is published while the node replay
 its log or follows.
 
 Not here: which messages die and holding them (broker/fifo), the headers
-(queues/dead_letter.py), when a worker starts and stops (node/quorum.py).
+(queues/dead_letter.py), when a worker starts and stops (queues/quorum/groups.py).
 """
 
 from __future__ import annotations
@@ -51,18 +51,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..amqp import codec
-from ..amqp.errors import AMQPError
-from ..fifo.commands import DlxDelivery, DlxSettle
-from ..queues import dead_letter
-from ..queues.base import Confirm
-from ..queues.message import Message
-from ..queues.quorum import MessageGone
-from ..queues.settings import dead_letter_target
+from ...amqp import codec
+from ...amqp.errors import AMQPError
+from ...fifo.commands import DlxDelivery, DlxSettle
+from .. import dead_letter
+from ..base import Confirm
+from ..message import Message
+from .queue import MessageGone
+from ..settings import dead_letter_target
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..queues.quorum import QuorumQueue
-    from .quorum import QuorumGroups
+    from .queue import QuorumQueue
+    from .groups import QuorumGroups
 
 log = logging.getLogger("quorumqueue.broker")
 

@@ -10,7 +10,7 @@ message never delivered). These are the same rows, checked against RabbitMQ 3.10
 integers (the timestamp in seconds, as AMQP carries it); a payload or header that is
 not UTF-8 shows its bytes as Python escapes.
 
-Not here: finding the message (fifo/peek.py), reading it from the log (node/quorum.py).
+Not here: finding the message (fifo/peek.py), reading it from the log (queues/quorum/groups.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import calendar
 import datetime
 from typing import Any
 
-from ..amqp.properties import Properties, decode_properties
+from ...amqp.properties import Properties, decode_properties
 
 PAYLOAD_SHOWN = 64  # bytes of the body shown, as RabbitMQ
 

@@ -53,7 +53,7 @@ error RabbitMQ would have sent.
 
 A command forwarded by a node that does not lead the group carries its identity
 (broker/raft/forwarded.py) and is applied once on every member even when a leader
-crash made the next leader append it again (queues/replicated.py `admit`); the
+crash made the next leader append it again (groups/replicated.py `admit`); the
 duplicate's waiter gets the first application's reply (an error tuple, a count).
 
 Snapshots: every `metadata_store.snapshot_interval` applied entries (4096, Khepri's
@@ -79,7 +79,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from ..queues.replicated import ReplicatedGroup
+from .replicated import ReplicatedGroup
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
 from ..storage.metadata_store import decode_arguments, encode_arguments

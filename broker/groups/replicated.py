@@ -34,7 +34,7 @@ identity is applied at most once per member within the window
 (forwarded.WINDOW later forwards of the same origin to the group).
 
 Not here: consensus (broker/raft), the transport and forwarding (broker/cluster),
-applying entries (broker/node/quorum.py).
+applying entries (broker/queues/quorum/groups.py).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class ReplicatedGroup:
         self.applied = AppliedIds()
         # the commit-latency gauge (rabbitmq_raft_entry_commit_latency_seconds): one
         # entry at a time is timed, (its index, the clock when it was handed to
-        # storage), until an applied Ready commits it (node/quorum.py)
+        # storage), until an applied Ready commits it (queues/quorum/groups.py)
         self.commit_probe: tuple[int, float] | None = None
         self.commit_latency_s = 0.0   # the last timed entry's, in seconds
 

@@ -1,4 +1,4 @@
-"""The Ready loop over many groups (broker/raft/driver.py): etcd-io/raft's order —
+"""The Ready loop over many groups (broker/groups/driver.py): etcd-io/raft's order —
 persist, then send, then apply, then advance — for every group of a node at once,
 with one store flush (one fdatasync) between persisting and sending.
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 
-from quorumqueue.broker.raft import COMMAND, HardState, LogEntry, RaftConfig, RaftNode, driver
+from quorumqueue.broker.groups import driver
+from quorumqueue.broker.raft import COMMAND, HardState, LogEntry, RaftConfig, RaftNode
 from quorumqueue.broker.raft.ready import Ready, Role
 from quorumqueue.broker.raft.storage import LogStore
 
