@@ -49,7 +49,7 @@ BROKER = str(REPO_ROOT / "broker") + "/"
 CONFIRM_MARK = b"\x00\x3c\x00\x50"  # basic.ack's class and method ids
 # highest first, as in .importlinter's layers (a package missing here is unranked)
 LAYERS = [("server",), ("management", "metrics"), ("node",), ("cluster",), ("queues",),
-          ("routing", "fifo", "raft", "storage", "auth", "shovel"), ("amqp",)]
+          ("groups",), ("routing", "fifo", "raft", "storage", "auth", "shovel"), ("amqp",)]
 
 
 def package_of(filename: str) -> str | None:

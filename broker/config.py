@@ -86,7 +86,7 @@ class Settings:
     # content counts once): past it the shell reads no more from clients until the
     # round is taken into a Sync (server/server.py; connections show state "flow")
     flow_round_methods: int = 4096
-    # continuous membership reconciliation (the 4.2 guide's CMR; broker/cluster/membership.py)
+    # continuous membership reconciliation (the 4.2 guide's CMR; broker/node/membership.py)
     cmr_enabled: bool = False
     cmr_target_group_size: int = 0       # 0: none (per queue: x-quorum-target-group-size)
     cmr_auto_remove: bool = False

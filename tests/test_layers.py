@@ -36,6 +36,17 @@ def test_every_import_contract_is_kept():
     assert f"Contracts: {len(contracts)} kept, 0 broken." in result.stdout, result.stdout
 
 
+def test_type_only_imports_count_and_no_contract_ignores_an_import():
+    """An import under `if TYPE_CHECKING:` is a dependency like any other (a layer
+    that must call up names what it calls as a Protocol of its own), and no contract
+    has an ignore list: what the contracts say is what the code does."""
+    contracts = read_contracts()
+    assert contracts["importlinter"]["exclude_type_checking_imports"].strip() == "False"
+    ignoring = [section for section in contracts.sections()
+                if contracts[section].get("ignore_imports", "").strip()]
+    assert not ignoring, ignoring
+
+
 def test_the_contracts_cover_every_broker_package():
     """A new package under broker/ gets a place in the layers (a contract naming it),
     rather than escaping every contract."""

@@ -51,20 +51,18 @@ import os
 import random
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
+from ..config import Settings
+from ..groups.metadata import META_GROUP, MetaGroup
+from ..groups.metadata import encode as encode_meta
+from ..groups.replicated import ReplicatedGroup, Waiter
 from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
-from ..groups.replicated import ReplicatedGroup, Waiter
 from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
-from ..groups.metadata import META_GROUP, MetaGroup
-from ..groups.metadata import encode as encode_meta
+from .host import ClusterHost
 from .wire import RaftEnvelope, Rpc
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Settings
-    from ..node.node import Node
 
 log = logging.getLogger("quorumqueue.cluster")
 
@@ -167,7 +165,7 @@ class _PendingRequests:
 
 
 class Cluster:
-    def __init__(self, node: "Node", settings: "Settings") -> None:
+    def __init__(self, node: ClusterHost, settings: Settings) -> None:
         self.node = node
         self.name = settings.node_name
         self.settings = settings
@@ -282,7 +280,7 @@ class Cluster:
             # a group of one elects itself at once; a new cluster: the first node asks
             # first (the others time out)
             raft.campaign()
-        self.meta = MetaGroup(self.node, raft)
+        self.meta = MetaGroup(self.node, raft, store)
         quorum.add_group(self.meta)
         return self.meta
 

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING
 
 from .wire import Rpc
 
+from .host import ClusterHost
+
 if TYPE_CHECKING:  # pragma: no cover
-    from ..node.node import Node
     from .cluster import Cluster
 
 
@@ -63,7 +64,7 @@ class Counts:
         return isinstance(other, Counts) and self.body() == other.body()
 
 
-def local_counts(node: "Node") -> Counts:
+def local_counts(node: ClusterHost) -> Counts:
     """This node's open connections (those past connection.open) and channels."""
     vhosts: Counter[str] = Counter()
     users: Counter[str] = Counter()

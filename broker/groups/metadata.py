@@ -77,15 +77,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from .replicated import ReplicatedGroup
+from ..config import Settings
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
-from ..storage.metadata_store import decode_arguments, encode_arguments
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..node.node import Node
+from ..raft.storage import LogStore
+from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
+from .replicated import ReplicatedGroup
 
 log = logging.getLogger("quorumqueue.cluster")
 
@@ -169,12 +168,37 @@ def encode(op: str, **fields) -> bytes:
     return json.dumps({"op": op, **fields}, separators=(",", ":")).encode()
 
 
+class MetadataHost(Protocol):
+    """What the metadata group asks of its node (node/node.py implements it): apply a
+    command, take and restore a snapshot, save the metadata file."""
+
+    settings: Settings
+    metadata: MetadataStore | None   # the metadata file (None: nothing is saved)
+    metadata_dirty: bool
+
+    def apply_metadata(self, command: dict) -> Any:
+        """One command, applied to this node as on every node; returns its reply."""
+
+    def metadata_replayed(self) -> None:
+        """The log a restart found was applied again."""
+
+    def metadata_snapshot(self) -> bytes:
+        """Everything the group replicates, as its snapshot."""
+
+    def restore_metadata(self, data: bytes, transient_only: bool = False) -> None:
+        """Make the node's metadata equal to a snapshot."""
+
+    def metadata_document(self) -> dict:
+        """The metadata file's contents now."""
+
+
 class MetaGroup(ReplicatedGroup):
     """This node's member of the metadata group."""
 
-    def __init__(self, node: "Node", raft: RaftNode) -> None:
+    def __init__(self, node: MetadataHost, raft: RaftNode | None, store: LogStore) -> None:
         super().__init__(META_GROUP, raft)
         self.node = node
+        self.store = store  # the node's log store: snapshots of this group
         # entries up to here were applied before a restart: replayed now
         self.replay_until = raft.log.last_index() if raft is not None else 0
         self._bounded: list[_Bounded] = []  # waiters with a deadline (bounded, expire)
@@ -215,7 +239,7 @@ class MetaGroup(ReplicatedGroup):
             self.node.metadata_replayed()
         if self.raft.log.unstable_snapshot() is not None:
             return  # the leader's snapshot, received meanwhile, replaces this state next
-        store = self.node.quorum.store
+        store = self.store
         current = store.snapshot_meta(META_GROUP)
         applied = self.raft.applied_index
         interval = self.node.settings.metadata_snapshot_interval
@@ -231,7 +255,7 @@ class MetaGroup(ReplicatedGroup):
         """The leader's snapshot replaced this member's log (it was too far behind)."""
         self.applied, data = load_snapshot(data, decode_reply)
         self.node.restore_metadata(data)
-        installed = self.node.quorum.store.snapshot_meta(META_GROUP)
+        installed = self.store.snapshot_meta(META_GROUP)
         self._save_metadata(installed.index if installed else 0)
         log.info("metadata group: restored the snapshot at %d",
                  installed.index if installed else 0)
@@ -241,7 +265,7 @@ class MetaGroup(ReplicatedGroup):
         snapshot if that file is older than it, else add what the file does not hold
         (non-durable exchanges and their bindings); the log after the snapshot is
         then applied on top, as after any restart."""
-        stored = self.node.quorum.store.read_snapshot(META_GROUP)
+        stored = self.store.read_snapshot(META_GROUP)
         if stored is None:
             return
         self.applied, data = load_snapshot(stored[1], decode_reply)  # the log replays on it

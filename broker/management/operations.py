@@ -37,7 +37,7 @@ administrator here). Refusals are RabbitMQ's bodies with the operation's AMQP te
 in the `X-Quorumqueue-Error` header (app.py).
 
 Not here: the operations themselves (node/management.py, node/queue_commands.py,
-cluster/membership.py, node/definitions_json.py).
+node/membership.py, node/definitions_json.py).
 """
 
 from __future__ import annotations

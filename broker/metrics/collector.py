@@ -33,13 +33,31 @@ import resource
 import shutil
 import sys
 from importlib import metadata as package_metadata
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator, Protocol, Sized
 
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, Metric,
                                             UnknownMetricFamily)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..server.server import BrokerServer
+from ..config import Settings
+from ..node.node import Node
+
+
+class Broker(Protocol):
+    """What the collector reads of the running broker (server/server.py's
+    BrokerServer): its node, its settings, its connections and memory figures."""
+
+    node: Node
+    settings: Settings
+    connections: Sized
+
+    def resident_memory(self) -> int:
+        """The process's resident memory, in bytes."""
+
+    def memory_limit(self) -> int:
+        """The memory high watermark, in bytes."""
+
+    def disk_free_limit(self) -> int:
+        """The free disk space low watermark, in bytes."""
 
 PROTOCOL = "amqp091"
 # our queue type names -> RabbitMQ's `queue_type` label values
@@ -130,7 +148,7 @@ class NodeCollector:
     settings and resource limits. `view` is "aggregated", "per-object" or "detailed"
     (then `families` and `vhosts` select, as /metrics/detailed's query does)."""
 
-    def __init__(self, server: "BrokerServer", view: str = "aggregated",
+    def __init__(self, server: Broker, view: str = "aggregated",
                  families: Iterable[str] = (), vhosts: Iterable[str] = ()) -> None:
         assert view in ("aggregated", "per-object", "detailed")
         self.server = server

@@ -26,17 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..config_values import ConfigError
-from .collector import NodeCollector
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..server.server import BrokerServer
+from .collector import Broker, NodeCollector
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -60,14 +55,14 @@ class Collected:
         return iter(self.families)
 
 
-def collect(server: "BrokerServer", view: str, families=(), vhosts=()) -> CollectorRegistry:
+def collect(server: Broker, view: str, families=(), vhosts=()) -> CollectorRegistry:
     """A registry holding `view`'s families as the node's state is now (on the loop)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collected(list(NodeCollector(server, view, families, vhosts).collect())))
     return registry
 
 
-def application(server: "BrokerServer") -> web.Application:
+def application(server: Broker) -> web.Application:
     async def scrape(request: web.Request, view: str, families=(), vhosts=()):
         registry = collect(server, view, families, vhosts)
         encoder, content_type = choose_encoder(request.headers.get("Accept"))
@@ -100,7 +95,7 @@ def application(server: "BrokerServer") -> web.Application:
 class MetricsListener:
     """The running endpoint; `port` is where it listens (None: not listening)."""
 
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: Broker) -> None:
         self.server = server
         self.port: int | None = None
         self.ssl_port: int | None = None   # the HTTPS listener (prometheus.ssl.port)

@@ -383,6 +383,11 @@ class Channel:
         """A queue answered for a confirm (Confirm.hold): released after the flush."""
         self.node.quorum.touched_channels.add(self)
 
+    def release_answered_confirms(self) -> None:
+        """Send the confirms queues answered for meanwhile, those now due."""
+        if self.release_confirms(self.node.synced_batch_id):
+            self.node.awaiting_sync.discard(self)
+
     def release_confirms(self, synced_batch_id: int) -> bool:
         """Send the confirms whose batches are on disk; True when none remain."""
         pending = self.pending_confirms

@@ -24,7 +24,7 @@ Operations:
   queues.add_member | queues.delete_member {vhost, name, node}
   queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
   queues.shrink  {node, errors_only?, vhost_pattern?, queue_pattern?}
-  queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/cluster/membership.py)
+  queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/node/membership.py)
   queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory |
                  consumer_state: see node/queue_commands.py
   cluster.status {}                    -> {cluster_name, node, metadata_leader,
@@ -224,7 +224,7 @@ def _cluster_status(node, session, request) -> dict:
 def _members_op(name: str):
     """queues.add_member | delete_member | grow | shrink | rebalance (membership.py)."""
     def operation(node, session, request):
-        from ..cluster import membership
+        from . import membership
 
         _require_administrator(session)
         vhost, queue = request.get("vhost", "/"), request.get("name")
@@ -262,7 +262,7 @@ def _members_op(name: str):
 
 
 def _forget_node(node, session, request):
-    from ..cluster import membership
+    from . import membership
 
     _require_administrator(session)
     return Later(lambda done: membership.forget_node(node, request["node"], done),

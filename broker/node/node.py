@@ -108,6 +108,7 @@ class Node:
         self.clock_ms = clock_ms
         if self.quorum is not None:
             self.quorum.now = now  # (the commit-latency gauge's clock)
+            self.quorum.clock_ms = clock_ms  # (what a publish is stamped with)
 
     # ------------------------------------------------------------ sessions
 

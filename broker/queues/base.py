@@ -65,12 +65,63 @@ Not here: routing (routing/, node/vhost.py), AMQP framing (amqp/, channel).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Protocol
 
+from ..amqp.channel import ChannelState
 from ..amqp.errors import precondition
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..node.channel import Channel, Consumer
+
+class Consumer(Protocol):
+    """An AMQP consumer on this node, as a queue sees it (node/channel.py implements
+    it)."""
+
+    channel: "Channel"
+    tag: str
+    no_ack: bool
+    exclusive: bool
+    priority: int
+    prefetch: int    # 0: unlimited
+
+    def has_capacity(self) -> bool:
+        """It may take another delivery now (prefetch, flow, channel open)."""
+
+
+class Channel(Protocol):
+    """What a queue type asks of the AMQP channel it serves (node/channel.py
+    implements it): deliveries, basic.get's answers, and news of confirms."""
+
+    state: ChannelState
+    global_prefetch: int
+
+    @property
+    def is_open(self) -> bool:
+        """The channel takes deliveries."""
+
+    @property
+    def quorum_identity(self) -> str:
+        """Who the channel is to a fifo machine (its Down returns its messages)."""
+
+    def deliver(self, consumer: Consumer, queue: "Queue", token, redelivered: bool,
+                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
+        """basic.deliver of one message; `token` comes back when it is settled."""
+
+    def deliver_batch(self, consumer: Consumer, queue: "Queue", tokens: list,
+                      messages: list) -> None:
+        """`deliver` of each of `messages`, as one run of frames."""
+
+    def get_ok(self, queue: "Queue", token, no_ack: bool, redelivered: bool,
+               exchange: str, routing_key: str, remaining: int, header: bytes,
+               body: bytes) -> None:
+        """basic.get-ok with one message."""
+
+    def get_empty(self) -> None:
+        """basic.get-empty."""
+
+    def confirm_answered(self) -> None:
+        """A queue answered for one of the channel's confirms (`Confirm.hold`)."""
+
+    def release_answered_confirms(self) -> None:
+        """Send the confirms that are now due (after `confirm_answered`)."""
 
 
 class Confirm:

@@ -66,18 +66,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
-from .base import Confirm, MessageCounts, Queue
+from .base import Channel, Confirm, Consumer, MessageCounts, Queue
 from .message import Message
 from .mirroring import desired_mirrors, ha_settings, leader_record_changed, promote
 from .settings import classic_limits, classic_ttls
 from .types import EQUIVALENCE_KEYS_BY_TYPE
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..node.channel import Channel, Consumer
 
 _EXPIRATION_FLAG = 1 << 8  # the content header's expiration property is present
 # x-expires: an expired queue still here this long after its deletion was proposed

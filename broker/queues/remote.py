@@ -30,18 +30,15 @@ Not here: the wire and the host's side (cluster/classic_link.py), the local queu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..storage.message_store import queue_key
-from .base import Confirm, MessageCounts, Queue
+from .base import Channel, Confirm, Consumer, MessageCounts, Queue
 from .classic import _without_default_type
 from .mirroring import Replica, stopped_of
 from .types import EQUIVALENCE_KEYS_BY_TYPE
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..node.channel import Channel, Consumer
 
 # sac: the single active consumer's tag (None: none)
 NO_COUNTS = {"ready": 0, "unacked": 0, "consumers": 0, "bytes": 0, "sac": None,

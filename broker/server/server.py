@@ -744,7 +744,7 @@ class BrokerServer:
 
     async def _raft_tick_forever(self) -> None:
         """Raft's clock in a cluster: elections and heartbeats every raft tick."""
-        from ..cluster import membership
+        from ..node import membership
 
         settings = self.settings
         interval = settings.raft_tick_ms / 1000

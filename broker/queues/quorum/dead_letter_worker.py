@@ -57,8 +57,8 @@ from ...fifo.commands import DlxDelivery, DlxSettle
 from .. import dead_letter
 from ..base import Confirm
 from ..message import Message
-from .queue import MessageGone
 from ..settings import dead_letter_target
+from .queue import MessageGone
 
 if TYPE_CHECKING:  # pragma: no cover
     from .queue import QuorumQueue

@@ -33,18 +33,14 @@ delivery (broker/cluster/proxy.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...amqp.channel import ChannelState
 from ...fifo import commands
 from ...fifo.commands import Return, Settle
 from ...fifo.envelope import TIMED, TIMED_HEAD
-from .queue import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
 from ...raft.forwarded import FORWARDED, HEAD_SIZE
 from ...raft.storage import LogStore
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...node.channel import Consumer
+from ..base import Consumer
+from .queue import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
 
 # read per delivery: an enum member off its class costs ~8x a global on Python 3.11
 _CHANNEL_OPEN = ChannelState.OPEN

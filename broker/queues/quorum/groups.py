@@ -46,27 +46,24 @@ format (broker/raft/storage), AMQP framing (channel, session).
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
 import random
-from typing import TYPE_CHECKING
+from bisect import bisect_right
 
 from ...fifo import commands, snapshot
 from ...fifo.commands import Deliver, Down, Enqueue, Meta
 from ...fifo.envelope import TIMED, TIMED_HEAD
 from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ...fifo.state import FifoState, fifo_config
-from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
-from ...groups.replicated import ReplicatedGroup
 from ...groups import driver
+from ...groups.replicated import ReplicatedGroup
 from ...raft import COMMAND, RaftConfig, RaftNode, Ready
 from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot
 from ...raft.storage import LogStore
 from ...raft.storage.wal import WalBatch
+from ..base import Channel
 from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...node.channel import Channel
+from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 
 # Entries a release cursor may pass before it takes a snapshot without freeing a
 # segment file (Ra's MIN_SNAPSHOT_INTERVAL, the same 4,096).
@@ -111,6 +108,9 @@ class QuorumGroups:
         # each Sync begins and ends): it times an entry from storage to commit for the
         # commit-latency gauge (`_time_appends`, `apply`); no decision depends on it
         self.now = 0.0
+        # wall-clock milliseconds, as the shell last told the node: every Enqueue
+        # proposed here carries it (message TTLs count from it)
+        self.clock_ms = 0
         # group uid -> the dead-letter worker of a queue this node leads with
         # at-least-once dead lettering (queues/quorum/dead_letter_worker.py)
         self.dlx_workers: dict[str, DeadLetterWorker] = {}
@@ -276,8 +276,7 @@ class QuorumGroups:
                 worker.flush()
         touched, self.touched_channels = self.touched_channels, set()
         for channel in touched:
-            if channel.release_confirms(channel.node.synced_batch_id):
-                channel.node.awaiting_sync.discard(channel)
+            channel.release_answered_confirms()
 
     # the driver's ReadyHandler: send, apply, advanced
 

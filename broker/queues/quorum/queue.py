@@ -27,7 +27,7 @@ first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ...amqp import codec, spec
 from ...amqp.channel import ChannelState
@@ -37,15 +37,12 @@ from ...fifo import commands
 from ...fifo.envelope import encode_command, stamped_enqueue
 from ...fifo.single_active import waiting_order
 from ...fifo.state import FifoState, fifo_config
+from ...groups.replicated import ReplicatedGroup, Waiter
 from ...raft import RaftNode
 from ...raft.forwarded import dump_snapshot, load_snapshot
-from ..base import Confirm, MessageCounts, Queue
-from ...groups.replicated import ReplicatedGroup, Waiter
+from ..base import Channel, Confirm, Consumer, MessageCounts, Queue
 from ..settings import leader_locator, quorum_config
 from ..types import EQUIVALENCE_KEYS_BY_TYPE
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...node.channel import Channel, Consumer
 
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
@@ -345,8 +342,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
         # every Enqueue carries the proposer's clock: message TTLs count from it
-        node = channel.node if channel is not None else self.groups.cluster.node
-        data = stamped_enqueue(node.clock_ms, publisher, seq, min(message.priority, 255),
+        data = stamped_enqueue(self.groups.clock_ms, publisher, seq,
+                               min(message.priority, 255),
                                message.exchange, message.routing_key,
                                message.properties.raw, message.body)
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed

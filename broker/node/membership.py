@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError
+from ..groups import metadata as meta
 from ..queues.settings import target_group_size
 from ..raft.errors import NotLeader, ProposalRejected
-from ..groups import metadata as meta
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..node.node import Node
+    from .node import Node
 
 log = logging.getLogger("quorumqueue.cluster")
 
