@@ -34,7 +34,7 @@ from ..node import management
 from . import rows
 from .access import require, require_vhost
 from .app import Answer, Request, bad_request, not_found, refusal_of, route
-from .direct import DirectConnection
+from .direct import DirectConnection, method
 
 TRUE, FALSE = ("true", True), ("false", False)
 PROPERTY_NAMES = {"content_type": "content_type", "content_encoding": "content_encoding",
@@ -85,9 +85,8 @@ async def put_queue(request: Request):
     auto_delete = _flag(body, "auto_delete", False)
     existed = vhost in request.node.vhosts and name in request.node.vhosts[vhost].queues
     async with _direct(request, vhost) as direct:
-        await direct.call(commands.Queue.Declare(queue=name, durable=durable,
-                                                 auto_delete=auto_delete,
-                                                 arguments=arguments),
+        await direct.call(method(commands.Queue.Declare, queue=name, durable=durable,
+                                 auto_delete=auto_delete, arguments=arguments),
                           commands.Queue.DeclareOk)
     return Answer(204 if existed else 201)
 
@@ -99,7 +98,7 @@ async def delete_queue(request: Request):
     if name not in request.node.vhosts[vhost].queues:
         raise not_found()
     async with _direct(request, vhost) as direct:
-        deleted = await direct.call(commands.Queue.Delete(
+        deleted = await direct.call(method(commands.Queue.Delete,
             queue=name, if_unused=request.query.get("if-unused") == "true",
             if_empty=request.query.get("if-empty") == "true"), commands.Queue.DeleteOk)
     return Answer(204, headers=_count(deleted))
@@ -122,7 +121,8 @@ async def purge_queue(request: Request):
     if name not in request.node.vhosts[vhost].queues:
         raise not_found()
     async with _direct(request, vhost) as direct:
-        purged = await direct.call(commands.Queue.Purge(queue=name), commands.Queue.PurgeOk)
+        purged = await direct.call(method(commands.Queue.Purge, queue=name),
+                                   commands.Queue.PurgeOk)
     return Answer(204, headers=_count(purged))
 
 
@@ -203,7 +203,7 @@ async def put_exchange(request: Request):
         raise bad_request("[{key_missing,type}]")  # RabbitMQ's words
     existed = vhost in request.node.vhosts and name in request.node.vhosts[vhost].exchanges
     async with _direct(request, vhost) as direct:
-        await direct.call(commands.Exchange.Declare(
+        await direct.call(method(commands.Exchange.Declare,
             exchange=name, exchange_type=str(body["type"]),
             durable=_flag(body, "durable", True), auto_delete=_flag(body, "auto_delete", False),
             internal=_flag(body, "internal", False), arguments=_arguments(body)),
@@ -218,7 +218,7 @@ async def delete_exchange(request: Request):
     if name not in request.node.vhosts[vhost].exchanges:
         raise not_found()
     async with _direct(request, vhost) as direct:
-        await direct.call(commands.Exchange.Delete(
+        await direct.call(method(commands.Exchange.Delete,
             exchange=name, if_unused=request.query.get("if-unused") == "true"),
             commands.Exchange.DeleteOk)
     return Answer(204)
@@ -295,11 +295,11 @@ async def post_binding(request: Request):
     arguments = _arguments(body)
     async with _direct(request, vhost) as direct:
         if kind == "queue":
-            await direct.call(commands.Queue.Bind(
+            await direct.call(method(commands.Queue.Bind,
                 queue=captures["destination"], exchange=captures["source"],
                 routing_key=routing_key, arguments=arguments), commands.Queue.BindOk)
         else:
-            await direct.call(commands.Exchange.Bind(
+            await direct.call(method(commands.Exchange.Bind,
                 destination=captures["destination"], source=captures["source"],
                 routing_key=routing_key, arguments=arguments), commands.Exchange.BindOk)
     key = rows.properties_key(routing_key, arguments)
@@ -331,11 +331,11 @@ async def delete_binding(request: Request):
                       == row["properties_key"]), {})
     async with _direct(request, vhost) as direct:
         if row["destination_type"] == "queue":
-            await direct.call(commands.Queue.Unbind(
+            await direct.call(method(commands.Queue.Unbind,
                 queue=row["destination"], exchange=row["source"],
                 routing_key=row["routing_key"], arguments=arguments), commands.Queue.UnbindOk)
         else:
-            await direct.call(commands.Exchange.Unbind(
+            await direct.call(method(commands.Exchange.Unbind,
                 destination=row["destination"], source=row["source"],
                 routing_key=row["routing_key"], arguments=arguments),
                 commands.Exchange.UnbindOk)

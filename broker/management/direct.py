@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -92,6 +93,35 @@ def _management_integers() -> Iterator[None]:
 def marshal(value, channel: int) -> bytes:
     with _management_integers():
         return pamqp_frame.marshal(value, channel)
+
+
+# pamqp checks names against a pattern of its own ([a-zA-Z0-9-_.:@#,/+ ]*) and a
+# vhost against 127 characters, in every method's constructor and in `marshal`: a
+# client's rule, not RabbitMQ's, whose names are any UTF-8 of up to 255 bytes (the
+# queues guide, "Names"). A direct connection is a client the node checks as it
+# checks any other, so its methods skip pamqp's checks (`method`); the one rule the
+# wire itself has, 255 bytes in a short string, is checked here.
+_NAME_FIELDS = ("queue", "exchange", "source", "destination", "routing_key", "virtual_host")
+
+
+@functools.cache
+def _unchecked(command: type) -> type:
+    # no __slots__ of its own: pamqp's marshal walks self.__slots__, the command's
+    return type(command.__name__, (command,), {"validate": lambda self: None,
+                                               "__module__": __name__})
+
+
+def method(command: type, **fields):
+    """pamqp's `command(**fields)` without pamqp's own name checks (see above);
+    DirectError 400 PRECONDITION_FAILED for a name longer than 255 bytes."""
+    for key in _NAME_FIELDS:
+        value = fields.get(key)
+        if isinstance(value, str) and len(value.encode("utf-8")) > 255:
+            raise DirectError(spec.PRECONDITION_FAILED,
+                              f"PRECONDITION_FAILED - {key.replace('_', ' ')} '{value}' is "
+                              f"{len(value.encode('utf-8'))} bytes of UTF-8; names hold "
+                              "at most 255")
+    return _unchecked(command)(**fields)
 
 
 class _Transport:
@@ -165,7 +195,7 @@ class DirectConnection:
             mechanism="PLAIN", response=response, locale="en_US"), 0)
         tune = await self._expect(commands.Connection.Tune, 0)
         self._send(commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0), 0)
-        self._send(commands.Connection.Open(self.vhost), 0)
+        self._send(method(commands.Connection.Open, virtual_host=self.vhost), 0)
         await self._expect(commands.Connection.OpenOk, 0)
         self._send(commands.Channel.Open(), CHANNEL)
         await self._expect(commands.Channel.OpenOk, CHANNEL)
@@ -189,8 +219,8 @@ class DirectConnection:
             await self.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
         self._confirms += 1
         frame_max = self.session.frame_max - 8
-        parts = [marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                                mandatory=True), CHANNEL),
+        parts = [marshal(method(commands.Basic.Publish, exchange=exchange,
+                                routing_key=routing_key, mandatory=True), CHANNEL),
                  marshal(pamqp_header.ContentHeader(0, len(body), properties), CHANNEL)]
         for start in range(0, len(body), frame_max):
             parts.append(marshal(pamqp_body.ContentBody(body[start:start + frame_max]),
@@ -209,7 +239,7 @@ class DirectConnection:
 
     async def get(self, queue: str) -> Got | None:
         """basic.get (no_ack false): the message, or None when the queue is empty."""
-        self._send(commands.Basic.Get(queue=queue, no_ack=False), CHANNEL)
+        self._send(method(commands.Basic.Get, queue=queue, no_ack=False), CHANNEL)
         while True:
             value = await self._next(CHANNEL)
             if isinstance(value, commands.Basic.GetEmpty):
