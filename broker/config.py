@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass
 
 
+from .config_network import NetworkSettings, is_network_key, parse_network
 from .config_values import ConfigError, parse_size  # noqa: F401 - re-exported
 from .tls import TlsOptions, client_context, parse_tls, server_context
 
@@ -154,6 +155,9 @@ class Settings:
     prometheus_ssl_port: int | None = None
     prometheus_ssl_ip: str = ""
     prometheus_ssl: TlsOptions = TlsOptions(prefix="prometheus.ssl")
+    # the management API's response headers and CORS (config_network.py: RabbitMQ's
+    # keys management.csp.policy, management.cors.allow_origins ...)
+    network: NetworkSettings = NetworkSettings()
     configured_keys: frozenset = frozenset()      # the keys the configuration file set
 
     @property
@@ -556,9 +560,12 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                 document = tomllib.load(handle)
             except tomllib.TOMLDecodeError as error:
                 raise ConfigError(f"{path}: {error}") from None
-        raft, ssl_pairs, cluster_tls = [], [], []
+        raft, ssl_pairs, cluster_tls, network = [], [], [], []
         http_tls: dict = {"management": [], "prometheus": []}
         for key, value in _flatten(document).items():
+            if is_network_key(key):
+                network.append((key, value))
+                continue
             group = key.split(".", 1)[0]
             if group in http_tls and key.startswith(f"{group}.ssl."):
                 if key == f"{group}.ssl.port":
@@ -581,7 +588,8 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
                 raise ConfigError(f"{path}: unknown key '{key}' (known keys: "
                                   f"{', '.join(sorted(KEYS))}, and raft.*, "
                                   "ssl_options.*, cluster.tls.*, management.ssl.*, "
-                                  "prometheus.ssl.*)")
+                                  "prometheus.ssl.*, management.cors.*, "
+                                  "management.headers.*)")
             name, convert = KEYS[key]
             values[name] = convert(key, value)
         if "ssl_listener" in values:
@@ -599,6 +607,7 @@ def load_settings(path: str | None = None, **overrides) -> Settings:
             values[f"{group}_ssl"] = parse_tls(f"{group}.ssl", pairs)
         if raft:
             values["raft"] = tuple(raft)
+        values["network"] = parse_network(network)
         values["configured_keys"] = frozenset(_flatten(document))
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("node_name"):

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 
 from ..auth.users import is_loopback
+
+log = logging.getLogger("quorumqueue.broker")
 
 MANAGEMENT_TAGS = frozenset({"management", "policymaker", "monitoring", "administrator"})
 # the tags that satisfy each level (RabbitMQ: a higher tag implies the lower ones)
@@ -68,18 +71,27 @@ def credentials(header: str | None) -> tuple[str, str]:
 
 
 def authenticate(node, header: str | None, peer_host: str):
-    """The user the request speaks for (RabbitMQ: no management tag, no entry)."""
+    """The user the request speaks for (RabbitMQ: no management tag, no entry). A
+    refusal of credentials is logged as rabbit_mgmt_util logs it ("HTTP access
+    denied: user 'NAME' - invalid credentials"), with the peer's address."""
     username, password = credentials(header)
     user = node.users.users.get(username)
     if user is not None and username in node.users.loopback_users \
             and not is_loopback(peer_host):
+        _denied(username, "User can only log in via localhost", peer_host)
         raise Refused("not_authorised", "User can only log in via localhost")
     user = node.authenticate(username, password, peer_host)
     if user is None:
+        _denied(username, "invalid credentials", peer_host)
         raise Refused("not_authorized", "Login failed")
     if not MANAGEMENT_TAGS & set(user.tags):
+        _denied(username, "Not management user", peer_host)
         raise Refused("not_authorised", "Not management user")
     return user, password
+
+
+def _denied(username: str, why: str, peer_host: str) -> None:
+    log.warning("HTTP access denied: user '%s' - %s (from %s)", username, why, peer_host)
 
 
 def has(user, level: str) -> bool:

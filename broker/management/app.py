@@ -2,9 +2,10 @@
 
 Responsibilities: listen on `management.tcp.ip`:`management.tcp.port` (loopback
 and 15672 by default, as RabbitMQ's management plugin), authenticate every /api
-request (access.py), find its handler in ROUTES, and turn what handlers raise into
-RabbitMQ's error bodies: `{"error": ..., "reason": ...}` with 400, 401, 404 or 405;
-serve the web UI's files (ui/: `/` and `/ui/NAME`).
+request (access.py), refuse a body that is not JSON (415) and add the security and
+CORS headers to every answer (security.py), find its handler in ROUTES, and turn
+what handlers raise into RabbitMQ's error bodies: `{"error": ..., "reason": ...}`
+with 400, 401, 404, 405 or 415; serve the web UI's files (ui/: `/` and `/ui/NAME`).
 
 How it works: aiohttp's AppRunner and TCPSite run in the broker process, on the
 loop the AMQP server runs on, so handlers read the node directly and changes go
@@ -34,7 +35,9 @@ from aiohttp import web
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError
-from . import listing
+from ..amqp.properties import MAX_TABLE_DEPTH, too_deep
+from ..net.http_log import ServerLog
+from . import listing, security
 from .access import Refused, authenticate
 from .direct import DirectError
 
@@ -83,6 +86,12 @@ class Request:
             value = json.loads(raw)
         except ValueError as error:
             raise bad_request(f"not JSON: {error}") from None
+        except RecursionError:
+            value = None
+        # nested deeper than an AMQP field table may be (amqp/properties.py): refused
+        # here, before any part of the node walks it recursively
+        if value is None or too_deep(value):
+            raise bad_request(f"not JSON: nested deeper than {MAX_TABLE_DEPTH} levels")
         if not isinstance(value, dict):
             raise bad_request("the body must be a JSON object")
         return value
@@ -176,13 +185,17 @@ class ManagementAPI:
 
         self.rates = Rates(shell.node, settings.statistics_interval_ms / 1000,
                            shell.schedule_flush)
+        self.headers_config = settings.network.management_headers
+        self.security_headers = security.headers_for(self.headers_config)
 
     async def start(self) -> None:
         app = web.Application(client_max_size=settings_max_body(self.shell.settings))
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        app.on_response_prepare.append(self._add_headers)
         # shutdown_timeout: requests still running when the broker stops get 5 s
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=5.0)
+                                     shutdown_timeout=5.0,
+                                     logger=ServerLog(log, "management"))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -234,6 +247,13 @@ class ManagementAPI:
         self.shell.schedule_flush()
         return await asyncio.wait_for(future, timeout)
 
+    async def _add_headers(self, http: web.Request, response: web.StreamResponse) -> None:
+        """Every answer, the UI's files and errors included: the security headers,
+        and CORS's (security.py)."""
+        config = self.headers_config
+        response.headers.update(self.security_headers)
+        response.headers.update(security.cors_headers(config, http.headers.get("Origin")))
+
     async def _dispatch(self, http: web.Request) -> web.StreamResponse:
         segments = _segments(http.raw_path)
         if not segments or segments[0] != "api":
@@ -247,6 +267,10 @@ class ManagementAPI:
                 allowed.append(method)
                 continue
             return await self._run(http, handler, captures)
+        if allowed and http.method == "OPTIONS":  # a CORS preflight: no credentials
+            return web.Response(status=200, headers=security.preflight(
+                self.headers_config, http.headers.get("Origin"), allowed,
+                http.headers.get("Access-Control-Request-Headers")))
         if allowed:
             return _json_response(405, {"error": "Method Not Allowed",
                                         "reason": "Method Not Allowed"},
@@ -258,6 +282,9 @@ class ManagementAPI:
         try:
             user, password = authenticate(self.shell.node, http.headers.get("Authorization"),
                                           _peer_host(http))
+            refusal = security.body_refusal(http.method, http.headers, http.body_exists)
+            if refusal is not None:
+                raise refusal
             request = Request(self, http, user, password, captures)
             self.rates.used()
             body = await handler(request)

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..config_values import ConfigError
+from ..net.http_log import ServerLog
 from .collector import Broker, NodeCollector
 
 log = logging.getLogger("quorumqueue.broker")
@@ -104,7 +105,7 @@ class MetricsListener:
     async def start(self) -> None:
         settings = self.server.settings
         runner = web.AppRunner(application(self.server), access_log=None,
-                               handle_signals=False)
+                               handle_signals=False, logger=ServerLog(log, "Prometheus"))
         await runner.setup()
         site = web.TCPSite(runner, settings.prometheus_host, settings.prometheus_port,
                            reuse_address=True)

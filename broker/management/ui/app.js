@@ -19,6 +19,9 @@ function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    // through the CSSOM: the Content-Security-Policy (style-src 'self') refuses
+    // style attributes set as markup
+    else if (key === "style") node.style.cssText = value;
     else if (value !== null && value !== undefined && value !== false) node.setAttribute(key, value);
   }
   for (const child of children.flat()) {

@@ -107,6 +107,10 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
         page.on("dialog", lambda dialog: dialog.accept())  # the purge confirmation
         script_errors: list[str] = []
         page.on("pageerror", lambda error: script_errors.append(str(error)))
+        # the UI works under its own Content-Security-Policy (management/security.py):
+        # Chromium reports what the policy refused on the console
+        page.on("console", lambda message: script_errors.append(message.text)
+                if "Content Security Policy" in message.text else None)
         try:
             page.goto(base + "/")
             # wrong password: refused, the form stays

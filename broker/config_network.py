@@ -1,0 +1,100 @@
+"""The settings of what the node shows the network: RabbitMQ's keys and defaults.
+
+- The management API's response headers, RabbitMQ's keys: `management.csp.policy`,
+  `management.headers.frame_options`, `management.headers.content_type_options`,
+  `management.headers.xss_protection`, `management.hsts.policy`; and CORS, off
+  unless `management.cors.allow_origins` names origins (`.1 = https://...`, a list,
+  or `*`), with `management.cors.max_age` (s, 1800). The defaults here are stricter
+  than RabbitMQ's (which sends a CSP allowing inline and eval'd scripts and no
+  framing rule): the UI is one page of this origin's own files.
+
+`parse_network(pairs)` reads them into a frozen `NetworkSettings`; an impossible
+value is a ConfigError naming the key. Not here: what enforces them (broker/net/,
+broker/management/security.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .config_values import ConfigError
+
+# what the web UI needs, nothing more: its own scripts, styles and API; no plugins,
+# no other page may frame it, forms post only to it
+DEFAULT_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; "
+               "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+               "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHeaders:
+    """What every management API and UI response carries, and CORS."""
+    content_security_policy: str = DEFAULT_CSP
+    frame_options: str = "DENY"
+    content_type_options: str = "nosniff"
+    xss_protection: str = ""            # none unless set (browsers dropped the filter)
+    strict_transport_security: str = ""  # none unless set (HSTS binds the host to TLS)
+    cors_allow_origins: tuple[str, ...] = ()   # "*" allows any origin
+    cors_max_age: int = 1800
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    management_headers: ResponseHeaders = field(default_factory=ResponseHeaders)
+
+
+_HEADER_KEYS = {
+    "management.csp.policy": "content_security_policy",
+    "management.headers.frame_options": "frame_options",
+    "management.headers.content_type_options": "content_type_options",
+    "management.headers.xss_protection": "xss_protection",
+    "management.hsts.policy": "strict_transport_security",
+}
+_CORS_ORIGINS = "management.cors.allow_origins"
+KEYS = frozenset({"management.cors.max_age", *_HEADER_KEYS})
+
+
+def is_network_key(key: str) -> bool:
+    return key in KEYS or key == _CORS_ORIGINS or bool(
+        re.fullmatch(re.escape(_CORS_ORIGINS) + r"\.[^.]+", key))
+
+
+def _header(key: str, value) -> str:
+    if not isinstance(value, str) or any(c in value for c in "\r\n"):
+        raise ConfigError(f"{key}: expected a header value on one line, got {value!r}")
+    return value.strip()
+
+
+def _origin(key: str, value) -> str:
+    if value == "*" or (isinstance(value, str)
+                        and re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s]+", value)):
+        return value
+    raise ConfigError(f"{key}: expected an origin such as https://example.com (scheme, "
+                      f"host and port, no path) or *, got {value!r}")
+
+
+def parse_network(pairs) -> NetworkSettings:
+    """NetworkSettings from (dotted key, value) pairs for which `is_network_key`."""
+    values: dict = {}
+    headers: dict = {}
+    origins: list[str] = []
+    for key, value in pairs:
+        if key in _HEADER_KEYS:
+            headers[_HEADER_KEYS[key]] = _header(key, value)
+        elif key == "management.cors.max_age":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key}: expected a number of seconds, got {value!r}")
+            headers["cors_max_age"] = value
+        elif key == _CORS_ORIGINS:
+            if value == "none":   # RabbitMQ's way of saying no origin
+                continue
+            for item in value if isinstance(value, list) else [value]:
+                origins.append(_origin(key, item))
+        else:  # management.cors.allow_origins.NAME
+            origins.append(_origin(key, value))
+    if origins:
+        headers["cors_allow_origins"] = tuple(dict.fromkeys(origins))
+    if headers:
+        values["management_headers"] = ResponseHeaders(**headers)
+    return NetworkSettings(**values)
