@@ -487,6 +487,15 @@ class Connection:
         self.linger = SILENT_CLOSE_DELAY
         self._terminate(text)
 
+    def refuse_response(self, reason: str) -> None:
+        """The answer to LoginRequested: a response that cannot be read (a malformed
+        PLAIN or AMQPLAIN response, a foreign authorization identity). RabbitMQ's
+        syntax_error in the starting state: no connection.close, even for clients that
+        ask for one, and the socket stays open, unread, SILENT_CLOSE_DELAY first."""
+        self._expect(ConnectionState.AUTHENTICATING)
+        self.linger = SILENT_CLOSE_DELAY
+        self._terminate(f"SYNTAX_ERROR - {reason}")
+
     def _tune_ok(self, tune_ok) -> None:
         server_channel_max, server_frame_max, _heartbeat = self.server_limits
         frame_max = tune_ok.frame_max or server_frame_max

@@ -149,12 +149,16 @@ class UserStore:
         return user
 
     def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
+        return self.login(username, password, peer_host)[0]
+
+    def login(self, username: str, password: str, peer_host: str) -> tuple[User | None, str]:
+        """(the user, "") or (None, why, as RabbitMQ's log says it)."""
         user = self.users.get(username)
         if user is None or not check_password(password, user.password_hash, user.hashing):
-            return None
+            return None, f"user '{username}' - invalid credentials"
         if username in self.loopback_users and not is_loopback(peer_host):
-            return None
-        return user
+            return None, f"user '{username}' can only connect via localhost"
+        return user, ""
 
 
 class SaslError(ValueError):
@@ -162,12 +166,21 @@ class SaslError(ValueError):
 
 
 def parse_sasl_response(mechanism: str, response: bytes) -> tuple[str, str]:
-    """(username, password) from a start-ok response."""
+    """(username, password) from a start-ok response. PLAIN (RFC 4616) is
+    `authzid NUL authcid NUL password`: an authorization identity other than the user
+    logging in (`alice NUL guest NUL guest`: log in as guest, act as alice) is
+    refused, as RabbitMQ refuses it; one equal to the user is the user (RFC 4616's
+    derived identity; RabbitMQ 3.10.8 refuses any non-empty one)."""
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
-            raise SaslError("malformed PLAIN response")
-        _authzid, username, password = parts
+            raise SaslError(f"PLAIN response has {len(parts)} NUL-separated parts, not 3 "
+                            "(authorization identity, user, password)")
+        authzid, username, password = parts
+        if authzid and authzid != username:
+            raise SaslError(f"PLAIN authorization identity "
+                            f"'{authzid.decode('utf-8', 'replace')}' is not the user "
+                            f"'{username.decode('utf-8', 'replace')}'")
         return username.decode("utf-8", "replace"), password.decode("utf-8", "replace")
     if mechanism == "AMQPLAIN":
         from ..amqp.codec import decode_field_table

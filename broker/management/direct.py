@@ -156,7 +156,7 @@ class DirectConnection:
         self.peer = f"{peer_host} (management)"
         self.transport = _Transport(self)
         self.write_paused = False
-        self.session = Session(shell.node, peer_host, shell.pass_time())
+        self.session = Session(shell.node, peer_host, shell.pass_time(), peer=self.peer)
         self._buffer = b""
         self._frames: asyncio.Queue = asyncio.Queue()
         self._closed: DirectError | None = None

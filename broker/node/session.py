@@ -74,11 +74,12 @@ def server_properties(cluster_name: str) -> dict:
 
 
 class Session:
-    def __init__(self, node, peer_host: str, now: float) -> None:
+    def __init__(self, node, peer_host: str, now: float, peer: str = "") -> None:
         settings = node.settings
         self.node = node
         self.settings = settings
         self.peer_host = peer_host
+        self.peer = peer or peer_host   # "host:port -> host:port", for the log
         # over the TLS listener: the negotiated version ("TLSv1.3") and cipher, set by
         # the server shell (RabbitMQ's connection info ssl_protocol, ssl_cipher); None
         # on the plain listener
@@ -409,12 +410,20 @@ class Session:
             channel.close()
 
     def _login(self, event: LoginRequested) -> None:
+        """Log the user in, or refuse: logged as rabbit_reader logs a refusal ("Error
+        on AMQP connection ... PLAIN login refused: user 'NAME' - invalid
+        credentials"), on one line, with the peer."""
         try:
             username, password = parse_sasl_response(event.mechanism, event.response)
-            user = self.node.authenticate(username, password, self.peer_host)
-        except SaslError:
-            user = None
+        except SaslError as error:
+            log.error("Error on AMQP connection %s (state: starting): %s response invalid: "
+                      "%s", self.peer, event.mechanism, error)
+            self.connection.refuse_response(str(error))
+            return
+        user, why = self.node.users.login(username, password, self.peer_host)
         if user is None:
+            log.error("Error on AMQP connection %s (state: starting): %s login refused: %s",
+                      self.peer, event.mechanism, why)
             self.connection.refuse_login()
             return
         self.user = user

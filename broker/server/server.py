@@ -223,7 +223,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
-        self.session = Session(self.server.node, peer[0], time.monotonic())
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        self.session = Session(self.server.node, peer[0], time.monotonic(),
+                               peer=f"{self.peer} -> {local[0]}:{local[1]}")
         tls = transport.get_extra_info("ssl_object")
         if tls is not None:  # the TLS listener: the handshake is done
             self.session.ssl_protocol = tls.version()
