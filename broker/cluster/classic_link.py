@@ -43,7 +43,7 @@ answered or failed exactly once; the host's held entries of a channel identity a
 exactly its unacked deliveries and gets from a remote channel.
 
 Not here: the queue itself (queues/classic.py), the remote queue type
-(queues/remote.py), the transport (transport.py).
+(queues/remote.py), the transport (server/cluster_transport.py).
 """
 
 from __future__ import annotations

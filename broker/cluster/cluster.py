@@ -37,7 +37,7 @@ own and its previous runs' consumers and leaves other nodes' alone; a forwarded
 command keeps one identity through every resend and re-proposal (`forward` wraps
 only data not wrapped yet), and a run never gives a sequence number twice in a group.
 
-Not here: the transport (transport.py), the wire format (wire.py), consensus
+Not here: the transport (server/cluster_transport.py), the wire format (wire.py), consensus
 (broker/raft), the identity's bytes and the window of identities applied
 (broker/raft/forwarded.py), skipping a duplicate (groups/replicated.py), what
 commands mean (broker/fifo, groups/metadata.py).

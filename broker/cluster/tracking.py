@@ -29,7 +29,7 @@ the counts of a node that stopped or was cut off stop counting REACHABLE_WITHIN
 after it was last heard; a restarted node's counts are replaced by its first message.
 
 Not here: the limits and their reply texts (node/limits.py), reachability and pings
-(cluster.py), the transport (transport.py).
+(cluster.py), the transport (server/cluster_transport.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ integer tag. A Raft message is positional, `[tag, group, term, from_, to, ...the
 other fields in dataclass order]`, laid out by `_LAYOUTS`, the one table both
 directions read. A log entry is `[index, term, kind, data]` and a SnapshotMeta
 `[index, term, [members...]]`. An Rpc is `[RPC_TAG, kind, body]`, or `[RPC_TAG, kind,
-body, seq]` when the transport numbered it (reliable delivery: transport.py), and an
+body, seq]` when the transport numbered it (reliable delivery: server/cluster_transport.py), and an
 `RpcAck` (the receiver delivered a session's Rpcs up to seq) `[ACK_TAG, session, seq]`.
 The handshake has a shape of its own, `[MAGIC, VERSION, cluster_name, from_node,
 to_node, session, nonce]`, so neither is ever taken for the other. It proves the
@@ -37,7 +37,7 @@ Raft core. Every failure, on either side, is a `WireError` with a message naming
 the field; nothing from msgpack escapes. A frame longer than the maximum is
 refused as soon as its header arrives, before it is buffered.
 
-Not here: sockets, queues, retries, back-pressure (`transport.py`); what the Rpc
+Not here: sockets, queues, retries, back-pressure (`server/cluster_transport.py`); what the Rpc
 kinds mean (the node's cluster layer); chunking of big snapshots (a snapshot
 travels in one InstallSnapshot, so it must fit in one frame).
 """

@@ -345,7 +345,7 @@ class BrokerServer:
         self.node.client_rows = self.client_rows
         self.node.close_client = self.close_client
         if self.settings.clustered:  # other nodes to talk to: the inter-node listener
-            from ..cluster.transport import ClusterTransport
+            from .cluster_transport import ClusterTransport
 
             host, port = cluster.addresses[cluster.name]
             peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}

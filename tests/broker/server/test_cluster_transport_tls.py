@@ -1,4 +1,4 @@
-"""The cluster transport over TLS (broker/cluster/transport.py; the cluster.tls keys,
+"""The cluster transport over TLS (broker/server/cluster_transport.py; the cluster.tls keys,
 cluster/README.md "TLS between nodes"): nodes whose certificates one CA signed talk;
 a node with another CA's certificate, and a plain node, are refused both ways, and so
 is a node of the CA that does not know the cookie.
@@ -16,7 +16,7 @@ import pytest
 from quorumqueue.broker.config import _cluster_contexts
 from quorumqueue.broker.cluster.wire import Rpc
 from quorumqueue.broker.tls import TlsOptions
-from tests.broker.cluster.test_transport import mesh, run, start, until
+from tests.broker.server.test_cluster_transport import mesh, run, start, until
 from tests.support.certs import make_pki
 
 pytestmark = pytest.mark.timeout(120)

@@ -26,12 +26,12 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from .wire import (COOKIE_MISMATCH, INITIATOR, RESPONDER, FrameReader, Handshake,
-                   Proof, Resume, WireError, decode, decode_challenge, encode_handshake,
-                   encode_proof, frame, proofs_match)
+from ..cluster.wire import (COOKIE_MISMATCH, INITIATOR, RESPONDER, FrameReader, Handshake,
+                            Proof, Resume, WireError, decode, decode_challenge,
+                            encode_handshake, encode_proof, frame, proofs_match)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .transport import ClusterTransport
+    from .cluster_transport import ClusterTransport
 
 log = logging.getLogger("quorumqueue.cluster")
 

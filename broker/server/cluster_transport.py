@@ -89,13 +89,13 @@ import ssl
 from collections import Counter
 from collections.abc import Callable
 
+from ..cluster.wire import (COOKIE_MISMATCH, HEADER_SIZE, INITIATOR, MAX_FRAME_SIZE,
+                            NONCE_SIZE, RESPONDER, Challenge, Envelope, Handshake, RaftEnvelope,
+                            Resume, Rpc, RpcAck, WireError, decode, decode_handshake,
+                            decode_proof, encode, encode_challenge, frame, handshake_problems,
+                            handshake_proof, proofs_match)
 from ..raft.messages import AppendEntries, InstallSnapshot
-from .links import _COUNTERS, TransportStats, _Inbound, _Outbound, _Outgoing, _Peer
-from .wire import (COOKIE_MISMATCH, HEADER_SIZE, INITIATOR, MAX_FRAME_SIZE, NONCE_SIZE,
-                   RESPONDER, Challenge, Envelope, Handshake, RaftEnvelope, Resume, Rpc, RpcAck,
-                   WireError,
-                   decode, decode_handshake, decode_proof, encode, encode_challenge, frame,
-                   handshake_problems, handshake_proof, proofs_match)
+from .cluster_links import _COUNTERS, TransportStats, _Inbound, _Outbound, _Outgoing, _Peer
 
 log = logging.getLogger("quorumqueue.cluster")
 

@@ -1,4 +1,4 @@
-"""The cluster transport (broker/cluster/transport.py) over real loopback sockets.
+"""The cluster transport (broker/server/cluster_transport.py) over real loopback sockets.
 
 Each test runs one scenario in its own event loop with asyncio.run (as
 tests/broker/server/test_aio_pika.py does), on 127.0.0.1 and ports the kernel picks.
@@ -22,7 +22,7 @@ import socket
 import msgpack
 import pytest
 
-from quorumqueue.broker.cluster.transport import ClusterTransport
+from quorumqueue.broker.server.cluster_transport import ClusterTransport
 from quorumqueue.broker.cluster.wire import (INITIATOR, NONCE_SIZE, RESPONDER, Challenge,
                                              FrameReader, Handshake, Proof, RaftEnvelope,
                                              Resume, Rpc, decode, decode_challenge,
