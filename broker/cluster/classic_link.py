@@ -49,7 +49,6 @@ Not here: the queue itself (queues/classic.py), the remote queue type
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -286,7 +285,7 @@ class ClassicLink:
             answer(dict(NO_COUNTS))
             return
         self._request(queue, "cq.stat", {"u": use}, answer,
-                      lambda: answer(dict(NO_COUNTS)), time.monotonic() + STAT_TIMEOUT)
+                      lambda: answer(dict(NO_COUNTS)), self.cluster.now + STAT_TIMEOUT)
 
     @property
     def node_name(self) -> str:
@@ -338,7 +337,7 @@ class ClassicLink:
         cancel the consumers of their queues here, and as a host return the
         unacked messages of their consumers."""
         cluster = self.cluster
-        now = time.monotonic()
+        now = self.cluster.now
         for number, request in list(self.pending.items()):
             boot = cluster.boots.get(request.host)
             if (not cluster.reachable(request.host)
@@ -398,8 +397,8 @@ class ClassicLink:
         queue = None if uid in self.early else self._queue_by_uid(uid, body)
         if queue is None:
             self.early.setdefault(uid, deque()).append(
-                (time.monotonic() + EARLY_FOR, sender, kind, body))
-            self._serve_early(time.monotonic())
+                (self.cluster.now + EARLY_FOR, sender, kind, body))
+            self._serve_early(self.cluster.now)
             return
         _HOST_RPCS[kind](self, sender, queue, body)
 

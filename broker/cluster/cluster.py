@@ -49,7 +49,6 @@ import json
 import logging
 import os
 import random
-import time
 from collections import OrderedDict
 
 from ..config import Settings
@@ -203,7 +202,12 @@ class Cluster:
         # every node's open connections and channels, for the limits (tracking.py)
         self.tracking = tracking.Tracking(self)
         self.mirrors = mirror_link.MirrorLink(self)    # mirrored classic queues
-        self.started = time.monotonic()
+        # monotonic seconds as the shell last told the node (Node.set_clock: before
+        # it hands this node input, peers' messages and timers); the cluster reads no
+        # clock. `started`: the first time it was told (nodes not heard from since
+        # then are silent NODE_DOWN_AFTER later)
+        self.now = 0.0
+        self.started: float | None = None
         self.last_heard: dict[str, float] = {}  # node -> when it last sent us anything
         self._next_ping = 0.0
         self.amqp_uris: dict[str, str] = {}     # node -> where clients reach it (pings)
@@ -213,6 +217,12 @@ class Cluster:
         # forwarded commands not yet handed to the transport, per leader: parallel
         # lists (groups, request ids, data, reply awaited), sent as one "propose"
         self._proposals: dict[str, tuple[list, list, list, list]] = {}
+
+    def set_clock(self, now: float) -> None:
+        """The time, passed in (Node.set_clock)."""
+        if self.started is None:
+            self.started = now
+        self.now = now
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -361,7 +371,7 @@ class Cluster:
         if sender in self.forgotten and not (isinstance(envelope, Rpc)
                                              and envelope.kind == "join"):
             return  # removed from the cluster: only a join (of a reset node) is heard
-        self.last_heard[sender] = time.monotonic()
+        self.last_heard[sender] = self.now
         if isinstance(envelope, RaftEnvelope):
             member = self.node.quorum.queues.get(envelope.group)
             if member is None or member.raft is None:
@@ -401,7 +411,7 @@ class Cluster:
             leader = member.leader_hint if member.leader_hint in self.addresses else \
                 self._some_member(member, pending.sent_to)
             pending.sent_to = leader
-            self.pending.sent(request, pending, time.monotonic())
+            self.pending.sent(request, pending, self.now)
             pending.accepted = False
             if leader is not None and self.transport is not None:
                 self._propose_to(leader, member.group, request, pending.data, True)
@@ -412,7 +422,7 @@ class Cluster:
             member.propose_data(pending.data, pending.waiter)
             return
         pending.sent_to = leader
-        self.pending.sent(request, pending, time.monotonic())
+        self.pending.sent(request, pending, self.now)
         if leader is not None and self.transport is not None:
             self._propose_to(leader, member.group, request, pending.data, False)
 
@@ -467,7 +477,7 @@ class Cluster:
     def tick(self) -> None:
         """Send again what no leader answered within RESEND_AFTER; return the messages
         of consumers on nodes that went silent."""
-        now = time.monotonic()
+        now = self.now
         ping_due = now >= self._next_ping and self.transport is not None
         self.tracking.tick(ping_due)
         if ping_due:
@@ -482,7 +492,8 @@ class Cluster:
                         self._post(name, Rpc("join", {"name": self.name,
                                                       "address": [host, port]}))
             silent = {n for n in self.nodes if n != self.name
-                      and now - self.last_heard.get(n, self.started) > NODE_DOWN_AFTER}
+                      and now - self.last_heard.get(n, now if self.started is None
+                                                    else self.started) > NODE_DOWN_AFTER}
             consumer_nodes.tick(self)
             self.classic.tick(silent)
             self.mirrors.tick(silent)
@@ -558,7 +569,7 @@ class Cluster:
             if member.raft is None:
                 member.leader_hint = sender  # proxied: the reply follows the apply
                 pending.accepted = True
-                pending.accepted_at = time.monotonic()
+                pending.accepted_at = self.now
                 pending.accepted_by_boot = self.boots.get(sender)
                 pending.sent_to = sender
                 continue
@@ -589,7 +600,7 @@ class Cluster:
                 continue
             if hint is not None and hint != sender and hint != pending.sent_to:
                 pending.sent_to = hint
-                self.pending.sent(request, pending, time.monotonic())
+                self.pending.sent(request, pending, self.now)
                 self._propose_to(hint, pending.member.group, request, pending.data, False)
             else:
                 pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
@@ -597,7 +608,7 @@ class Cluster:
     def reachable(self, name: str) -> bool:
         """This node, or one heard from within REACHABLE_WITHIN (pings every second)."""
         return name == self.name or (
-            time.monotonic() - self.last_heard.get(name, -REACHABLE_WITHIN) < REACHABLE_WITHIN)
+            self.now - self.last_heard.get(name, -REACHABLE_WITHIN) < REACHABLE_WITHIN)
 
     def transfer_leadership(self, member: ReplicatedGroup, to: str) -> None:
         """Ask the group's leader (here or elsewhere) to hand leadership to `to`."""
@@ -615,7 +626,7 @@ class Cluster:
         self.amqp_uris[sender] = body.get("amqp")
         if body.get("boot"):
             self.boots[sender] = body["boot"]
-            self.pinged[sender] = time.monotonic()
+            self.pinged[sender] = self.now
 
     def _on_join(self, sender: str, body: dict) -> None:
         """A node asks to join: tell it every node's address; the metadata leader

@@ -32,7 +32,6 @@ consumers, which it removes itself where it has a replica (`stale_downs`).
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from ..fifo.commands import Down, NodeDown, NodeUp
@@ -48,10 +47,10 @@ RESEND_AFTER_S = 5.0   # a NodeDown/NodeUp still wanted this long after it was p
 
 def live_boots(cluster: "Cluster", now: float | None = None) -> dict[str, str]:
     """node -> boot id of every node pinged within NODE_DOWN_AFTER, this one included
-    (`now`: time.monotonic() unless given)."""
+    (`now`: cluster.now unless given)."""
     from .cluster import NODE_DOWN_AFTER
 
-    now = time.monotonic() if now is None else now
+    now = cluster.now if now is None else now
     live = {cluster.name: cluster.node.boot_id}
     for name, boot in cluster.boots.items():
         pinged = cluster.pinged.get(name)
@@ -65,7 +64,7 @@ def check(cluster: "Cluster", member, now: float | None = None) -> None:
     """Propose what `member`'s consumers' nodes call for, if this node leads it."""
     if not member.is_leader or member.deleted:
         return
-    now = time.monotonic() if now is None else now
+    now = cluster.now if now is None else now
     state = member.state
     proposed = member.node_proposals
     for command, at in list(proposed.items()):
@@ -100,7 +99,7 @@ def tick(cluster: "Cluster") -> None:
     """Every queue this node leads (a ping tick)."""
     from ..queues.quorum.queue import QuorumQueue
 
-    now = time.monotonic()
+    now = cluster.now
     for member in list(cluster.node.quorum.queues.values()):
         if isinstance(member, QuorumQueue) and member.is_leader:
             check(cluster, member, now)

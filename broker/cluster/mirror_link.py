@@ -66,7 +66,6 @@ record change does to a node (node/metadata.py record_changed).
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
@@ -174,8 +173,8 @@ class MirrorLink:
         uid = body["q"]
         if uid in self.early or self._mirror_queue(body, sender) is None:
             self.early.setdefault(uid, deque()).append(
-                (time.monotonic() + EARLY_FOR, sender, body))
-            self._serve_early(time.monotonic())
+                (self.cluster.now + EARLY_FOR, sender, body))
+            self._serve_early(self.cluster.now)
             return
         self._apply(sender, body)
 
@@ -200,7 +199,7 @@ class MirrorLink:
             # a copy the leader has not reset in this node's run: made before a
             # restart, or new and waiting for its reset; nothing is applied or
             # acknowledged (the confirms wait until the leader detaches this mirror)
-            now = time.monotonic()
+            now = self.cluster.now
             last = self.reported.get(queue.group)
             if last is None or now - last >= PROPOSE_EVERY:
                 self.reported[queue.group] = now
@@ -245,13 +244,13 @@ class MirrorLink:
                         "publishes wait for its next leader", queue.name, queue.vhost,
                         queue.host)
         self.parked.append((queue.vhost, queue.name, queue.group, queue.host, message,
-                            answer, publish_id, time.monotonic() + PARK_FOR))
+                            answer, publish_id, self.cluster.now + PARK_FOR))
 
     def _resend_parked(self) -> None:
         if not self.parked:
             return
         parked, self.parked = self.parked, []
-        now = time.monotonic()
+        now = self.cluster.now
         for item in parked:
             vhost_name, name, group, old_host, message, answer, publish_id, deadline = item
             vhost = self.node.vhosts.get(vhost_name)
@@ -274,10 +273,10 @@ class MirrorLink:
         """Every second or so: mirrors follow the policies and the nodes' liveness;
         a mirror whose leader's node went silent may take over."""
         self._send_unsent()
-        self._serve_early(time.monotonic())
+        self._serve_early(self.cluster.now)
         self._expire_syncs()
         self._resend_parked()
-        now = time.monotonic()
+        now = self.cluster.now
         for uid in [u for u, (_key, when) in self.proposed.items()
                     if now - when >= PROPOSE_EVERY]:
             del self.proposed[uid]  # (deleted queues' too)
@@ -447,7 +446,7 @@ class MirrorLink:
     def _propose(self, vhost: str, queue, expect_host: str, record: dict) -> bool:
         key = repr(sorted(record.items()))
         last = self.proposed.get(queue.group)
-        now = time.monotonic()
+        now = self.cluster.now
         if last is not None and last[0] == key and now - last[1] < PROPOSE_EVERY:
             return False
         self.proposed[queue.group] = (key, now)
@@ -507,7 +506,7 @@ class MirrorLink:
         cluster = self.cluster
         cluster._next_request += 1
         request = cluster._next_request
-        self.syncs[request] = (host, time.monotonic() + SYNC_TIMEOUT, done)
+        self.syncs[request] = (host, self.cluster.now + SYNC_TIMEOUT, done)
         cluster._post(host, Rpc("cm.sync", {"r": request, "v": queue.vhost,
                                             "n": queue.name, "c": cancel}))
 
@@ -524,7 +523,7 @@ class MirrorLink:
             waiting[2](body["count"])
 
     def _expire_syncs(self) -> None:
-        now = time.monotonic()
+        now = self.cluster.now
         for request, (host, deadline, done) in list(self.syncs.items()):
             if now >= deadline or not self.cluster.reachable(host):
                 del self.syncs[request]

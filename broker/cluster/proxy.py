@@ -17,7 +17,6 @@ Not here: forwarding and retries (cluster.py), the queue record (queues/quorum/q
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Callable
 
 from ..amqp.channel import ChannelState
@@ -146,7 +145,7 @@ def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None
     if target is None:
         callback(dict(NO_COUNTS))
         return
-    cluster.stats[request] = (callback, time.monotonic() + STAT_TIMEOUT)
+    cluster.stats[request] = (callback, cluster.now + STAT_TIMEOUT)
     cluster._post(target, Rpc("stat", {"g": record.group, "r": request}))
 
 
@@ -179,7 +178,7 @@ def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
 
 
 def expire_stats(cluster: "Cluster") -> None:
-    now = time.monotonic()
+    now = cluster.now
     for request, (callback, deadline) in list(cluster.stats.items()):
         if now >= deadline:
             del cluster.stats[request]

@@ -43,7 +43,6 @@ queue's state (queues/quorum/queue.py).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .wire import Rpc
@@ -72,7 +71,7 @@ def ask(cluster: "Cluster", node: str, group: str, op: str, args: dict,
         return
     cluster._next_request += 1
     request = cluster._next_request
-    cluster.replica_requests[request] = (done, time.monotonic() + REPLY_TIMEOUT)
+    cluster.replica_requests[request] = (done, cluster.now + REPLY_TIMEOUT)
     if node == cluster.name:  # this node's member: no network, the same time bound
         answer_here(cluster, group, op, args,
                     lambda answer: on_replica_reply(cluster, node, {"r": request,
@@ -152,7 +151,7 @@ def on_replica_reply(cluster: "Cluster", sender: str, body: dict) -> None:
 
 
 def expire(cluster: "Cluster") -> None:
-    now = time.monotonic()
+    now = cluster.now
     for request, (done, deadline) in list(cluster.replica_requests.items()):
         if now >= deadline:
             del cluster.replica_requests[request]

@@ -109,6 +109,7 @@ class Node:
         if self.quorum is not None:
             self.quorum.now = now  # (the commit-latency gauge's clock)
             self.quorum.clock_ms = clock_ms  # (what a publish is stamped with)
+        self.cluster.set_clock(now)  # (the cluster's timeouts and liveness)
 
     # ------------------------------------------------------------ sessions
 

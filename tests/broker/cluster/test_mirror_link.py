@@ -42,6 +42,7 @@ class Cluster:
                                     boot_id="b-run-2")
         self.classic = SimpleNamespace(synced=_SyncedReplies())
         self.posted: list = []
+        self.now = 0.0  # the clock, as Node.set_clock passes it to the cluster
 
     def _post(self, node, rpc) -> None:
         self.posted.append((node, rpc.kind, rpc.body))
@@ -131,6 +132,7 @@ class LeaderCluster:
         self.proposed: list[dict] = []
         self.meta = SimpleNamespace(
             propose_data=lambda data: self.proposed.append(json.loads(data)))
+        self.now = 0.0  # the clock, as Node.set_clock passes it to the cluster
 
 
 class Link:
