@@ -56,6 +56,10 @@ class Settings:
     alarm_check_interval: float = 1.0
     fsync: bool = True
     msg_store_segment_bytes: int = 64 * 1024 * 1024
+    # space held back in the data directory (storage/reserve.py) and given back when a
+    # write finds the disk full, so that acks, consumers and replication go on while
+    # the disk alarm blocks publishers; 0: none
+    disk_reserve_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
     # RabbitMQ 3.13's deprecated-feature switch for classic queue mirroring (default
     # false, as there): true lets ha-* policy keys in (queues/mirroring.py)
@@ -352,6 +356,7 @@ KEYS = {
                              if isinstance(v, int) else v),
     "storage.fsync": ("fsync", _bool),
     "storage.msg_store_segment_bytes": ("msg_store_segment_bytes", parse_size),
+    "storage.disk_reserve": ("disk_reserve_bytes", parse_size),
     "log.level": ("log_level", _str),
     "deprecated_features.permit.classic_queue_mirroring":
         ("permit_classic_queue_mirroring", _bool),
@@ -418,6 +423,9 @@ def validate(settings: Settings) -> Settings:
     if not 0 <= settings.management_port <= 65535:
         raise ConfigError(f"management.tcp.port: port {settings.management_port} is not in "
                           "0..65535")
+    if settings.disk_reserve_bytes < 0:
+        raise ConfigError(f"storage.disk_reserve: expected a size of 0 or more, got "
+                          f"{settings.disk_reserve_bytes}")
     if not 8192 <= settings.frame_max <= 2 ** 31:
         raise ConfigError(f"frame_max: {settings.frame_max} is outside 8192..2147483648")
     if not 1 <= settings.channel_max <= 65535:

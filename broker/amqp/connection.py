@@ -84,6 +84,9 @@ class ConnectionState(enum.StrEnum):
 
 
 _Methods = pamqp_commands.Connection  # connection-class methods
+# after these, nothing may leave but the closing frames, in order (`urgent_to_send`)
+_ENDING = frozenset({ConnectionState.CLOSE_REQUESTED, ConnectionState.CLOSING,
+                     ConnectionState.CLOSED})
 
 # handshake state -> (the one method it accepts, the state after it). Anything else is
 # 503 COMMAND_INVALID naming what was expected (RabbitMQ closes without a word), except
@@ -165,6 +168,12 @@ class Connection:
         self.max_message_size = max_message_size
         self.reader = codec.FrameReader(frame_max)
         self.outbound: list[bytes] = []  # frames to send, in order (the node appends too)
+        # channel-0 frames that answer for no write of the node (the handshake's
+        # start, tune and open-ok, heartbeats, connection.blocked and unblocked): sent
+        # ahead of `outbound`, and by the shell on their own while that waits for an
+        # fsync (`urgent_to_send`), so that a slow or full disk delays no handshake
+        # and times out no heartbeat
+        self.urgent: list[bytes] = []
         self._events: deque[Event] = deque()
         self.channels: dict[int, ChannelMachine] = {}  # OPEN and CLOSING channels
         self._open_channels = 0  # how many of them are OPEN (bounded by channel_max)
@@ -190,10 +199,22 @@ class Connection:
         self.outbound.append(data)
 
     def data_to_send(self) -> bytes:
+        if self.urgent:
+            self.outbound[:0] = self.urgent
+            self.urgent.clear()
         if not self.outbound:
             return b""
         data = b"".join(self.outbound)
         self.outbound.clear()
+        return data
+
+    def urgent_to_send(self) -> bytes:
+        """The urgent frames alone (whole frames, so they may go out between any
+        others); nothing once the connection is closing."""
+        if not self.urgent or self.state in _ENDING:
+            return b""
+        data = b"".join(self.urgent)
+        self.urgent.clear()
         return data
 
     def receive_data(self, data: bytes, now: float) -> None:
@@ -324,7 +345,7 @@ class Connection:
             self.write(spec.PROTOCOL_HEADER)
             self._terminate(f"unsupported protocol header {header!r}")
             return True
-        self.write(codec.connection_start(self.server_properties, MECHANISMS, LOCALES))
+        self.urgent.append(codec.connection_start(self.server_properties, MECHANISMS, LOCALES))
         self.state = ConnectionState.AWAITING_START_OK
         return True
 
@@ -473,7 +494,7 @@ class Connection:
     def accept_login(self) -> None:
         """The answer to LoginRequested: the user may log in; connection.tune follows."""
         self._expect(ConnectionState.AUTHENTICATING)
-        self.write(codec.connection_tune(*self.server_limits))
+        self.urgent.append(codec.connection_tune(*self.server_limits))
         self.state = ConnectionState.AWAITING_TUNE_OK
 
     def refuse_login(self) -> None:
@@ -518,7 +539,7 @@ class Connection:
         """The answer to VhostRequested: the vhost may be used; open-ok follows. (A
         refusal is `fail(error)`: during the handshake it closes the connection.)"""
         self._expect(ConnectionState.OPENING)
-        self.write(codec.connection_open_ok())
+        self.urgent.append(codec.connection_open_ok())
         self.state = ConnectionState.OPEN
 
     def _expect(self, state: ConnectionState) -> None:
@@ -544,8 +565,8 @@ class Connection:
             if now - self.last_received > 2 * self.heartbeat and not self.blocked:
                 self._terminate(f"missed heartbeats from client, timeout: {self.heartbeat}s")
                 return
-            if now - self.last_sent >= self.heartbeat / 2:
-                self.write(codec.HEARTBEAT_FRAME)
+            if now - self.last_sent >= self.heartbeat / 2 and not self.urgent:
+                self.urgent.append(codec.HEARTBEAT_FRAME)
 
     # ------------------------------------------------------------ errors and closing
 
@@ -627,6 +648,7 @@ class Connection:
         if self.state is not ConnectionState.CLOSED:
             self._terminate("connection lost")
         self.outbound.clear()
+        self.urgent.clear()
 
     def _channel_ended(self) -> None:
         self._open_channels -= 1
@@ -655,9 +677,9 @@ class Connection:
         client; clients that advertised the capability are told why."""
         self.blocked = True
         if self.capabilities.get("connection.blocked"):
-            self.write(codec.connection_blocked(reason))
+            self.urgent.append(codec.connection_blocked(reason))
 
     def unblock(self) -> None:
         self.blocked = False
         if self.capabilities.get("connection.blocked") and self.state is ConnectionState.OPEN:
-            self.write(codec.connection_unblocked())
+            self.urgent.append(codec.connection_unblocked())

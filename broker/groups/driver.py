@@ -23,6 +23,14 @@ node calls it right after `finish_round`: entries a single-member group committe
 when the fsync completed, and those a leader's peers acknowledged while it ran, are
 applied then, not after the next round's fsync of entries proposed meanwhile.
 
+A full disk (storage/errors.py `is_disk_full`) stops one group, not the node: the
+one persist step that writes at once, a follower's snapshot install, fails with
+nothing written, and `persist_round` keeps that group's Ready aside (`held`, the
+caller's dict) and leaves the group out of the round. The next round tries its
+persist again before anything else of it; until then the group hands out no Ready
+(its core waits for `advance`) and is left out of `apply_round`, while its core goes
+on hearing its leader.
+
 Invariants: `finish_round(batch)` is called only after everything `persist_round`
 returned `batch` for is durable; no message leaves before that but what
 `leaves_early` allows; every group's Ready is advanced exactly once, after
@@ -43,6 +51,7 @@ from ..raft.core import RaftNode
 from ..raft.messages import AppendEntries, Message
 from ..raft.ready import Ready
 from ..raft.storage import LogStore
+from ..raft.storage.errors import is_disk_full
 
 MAX_ROUNDS = 64  # rounds per flush: proposals made while applying are bounded
 
@@ -81,15 +90,32 @@ def persist(store: LogStore, group: str, ready: Ready) -> None:
         store.set_hard_state(group, ready.hard_state)
 
 
-def persist_round(store: LogStore, members: Iterable[Member]) -> Batch:
-    """Collect every group's Ready and persist it (not yet flushed)."""
-    batch = []
+def persist_round(store: LogStore, members: Iterable[Member],
+                  held: dict[str, tuple[Member, RaftNode, Ready]] | None = None) -> Batch:
+    """Collect every group's Ready and persist it (not yet flushed). With `held`, a
+    Ready the disk had no room for is kept there by group, and tried again first
+    in the next round (a core replaced meanwhile drops it)."""
+    collected = []
     for member in list(members):
+        waiting = held.pop(member.group, None) if held else None
+        if waiting is not None:
+            if waiting[1] is member.raft:
+                collected.append(waiting)
+            continue
         ready = member.raft.ready()
         if ready is not None:
-            batch.append((member, member.raft, ready))
-    for member, _raft, ready in batch:
-        persist(store, member.group, ready)
+            collected.append((member, member.raft, ready))
+    batch = []
+    for entry in collected:
+        member, _raft, ready = entry
+        try:
+            persist(store, member.group, ready)
+        except OSError as error:
+            if held is None or not is_disk_full(error):
+                raise
+            held[member.group] = entry
+            continue
+        batch.append(entry)
     return batch
 
 
@@ -139,11 +165,14 @@ def finish_round(batch: Batch, handler: ReadyHandler, sent_early: bool = False) 
         handler.advanced(member, ready)
 
 
-def apply_round(members: Iterable[Member], handler: ReadyHandler) -> None:
+def apply_round(members: Iterable[Member], handler: ReadyHandler,
+                held: dict | None = None) -> None:
     """Apply, then advance, what every group has committed and already made durable
     (`RaftNode.ready_to_apply`), without a persist step. Only between rounds: no
-    group may have a Ready outstanding."""
+    group may have a Ready outstanding but those `held` for want of space (skipped)."""
     for member in list(members):
+        if held and member.group in held:
+            continue
         raft = member.raft
         ready = raft.ready_to_apply()
         if ready is None:

@@ -83,6 +83,7 @@ from ..config import Settings
 from ..raft import RaftNode
 from ..raft.forwarded import dump_snapshot, load_snapshot
 from ..raft.storage import LogStore
+from ..raft.storage.errors import is_disk_full
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
 from .replicated import ReplicatedGroup
 
@@ -246,8 +247,15 @@ class MetaGroup(ReplicatedGroup):
         if applied - (current.index if current else 0) < interval:
             return
         data = dump_snapshot(self.applied, self.node.metadata_snapshot(), encode_reply)
-        self._save_metadata(applied)
-        store.write_snapshot(META_GROUP, self.raft.compact(applied), data)
+        try:
+            self._save_metadata(applied)
+            store.write_snapshot(META_GROUP, self.raft.compact(applied), data)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            # the log keeps its entries; the next entry applied tries again
+            log.warning("metadata group: snapshot at %d postponed: %s", applied, error)
+            return
         store.release(META_GROUP, applied + 1)
         log.debug("metadata group: snapshot at %d (%d bytes)", applied, len(data))
 
@@ -256,7 +264,13 @@ class MetaGroup(ReplicatedGroup):
         self.applied, data = load_snapshot(data, decode_reply)
         self.node.restore_metadata(data)
         installed = self.store.snapshot_meta(META_GROUP)
-        self._save_metadata(installed.index if installed else 0)
+        try:
+            self._save_metadata(installed.index if installed else 0)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            # the metadata file stays older than the snapshot: a restart restores it
+            log.warning("metadata group: metadata file not saved: %s", error)
         log.info("metadata group: restored the snapshot at %d",
                  installed.index if installed else 0)
 
@@ -295,8 +309,12 @@ class MetaGroup(ReplicatedGroup):
         node.metadata.save(node.metadata_document())
         node.metadata_dirty = False
         path = self._applied_path()
-        with open(path + ".tmp", "w") as handle:
-            json.dump({"index": index}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(path + ".tmp", "w") as handle:
+                json.dump({"index": index}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            os.remove(path + ".tmp")   # a full disk: the older record stays true
+            raise
         os.replace(path + ".tmp", path)

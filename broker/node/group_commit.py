@@ -18,6 +18,13 @@ applies what the fsync made committed (a single-member group commits its entries
 once they are durable: `QuorumGroups.end_round`). Applying may propose (settling a
 no-ack delivery...), so `flush` repeats begin/run/end until a round has no Ready.
 
+A full disk (ENOSPC, EDQUOT) fails a Sync without harm: `write` keeps the error for
+`run`, and `run` raises it after cutting each batch's file back to where the batch
+began; running the same Sync again writes everything again, then syncs
+(`Sync.attempts` counts the runs). Nothing it covers was released, so the shell
+holds it, with its output, and runs it again once there may be room
+(broker/server/server.py); no other Sync begins meanwhile.
+
 Invariants: between `begin_sync` and `end_sync` of one Sync, no other Sync begins
 (the log store refuses a second sealed batch); what `end_sync` releases — confirms
 by batch id, replies to applied entries, Raft messages — depends only on that Sync
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..groups import driver
+from ..raft.storage.errors import is_disk_full
 from ..raft.storage.wal import WalBatch
 from ..storage.message_store import SealedBatch
 from ..storage.metadata_store import MetadataStore
@@ -54,6 +62,8 @@ class Sync:
     messages: SealedBatch | None       # the message store's batch (None: no store)
     readies: driver.Batch              # the Raft round waiting for `log`
     log: WalBatch | None               # the log store's batch (None: no quorum queues)
+    attempts: int = 0                  # runs that failed on a full disk
+    unwritten: OSError | None = None   # `write` found the disk full: `run` writes again
 
     @property
     def writes(self) -> bool:
@@ -65,7 +75,16 @@ class Sync:
                 or (self.log is not None and bool(self.log.records) and self.log.fsync))
 
     def write(self) -> None:
-        """The batches into their files, unsynced (quick: the event loop does it)."""
+        """The batches into their files, unsynced (quick: the event loop does it). A
+        full disk is kept for `run` to raise, once it tried again."""
+        try:
+            self._write_batches()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            self.unwritten = error
+
+    def _write_batches(self) -> None:
         if self.messages is not None:
             self.messages.write_data()
         if self.log is not None:
@@ -73,13 +92,32 @@ class Sync:
 
     def run(self) -> None:
         """The metadata file, then the fdatasyncs, in order; on any thread (touches
-        only the files). After `write`."""
-        if self.document is not None:
-            self.metadata.save(self.document)
+        only the files). After `write`. On a full disk it cuts the batches back and
+        raises; a later `run` of the same Sync writes them again first."""
+        try:
+            if self.unwritten is not None or self.attempts:
+                self.unwritten = None
+                self.rewind()     # what the failed attempt left half written
+                self._write_batches()
+            if self.document is not None:
+                self.metadata.save(self.document)
+            if self.messages is not None:
+                self.messages.sync()
+            if self.log is not None:
+                self.log.sync()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            self.attempts += 1
+            self.rewind()
+            raise
+
+    def rewind(self) -> None:
+        """Both batches' files as they were before this Sync (no space needed)."""
         if self.messages is not None:
-            self.messages.sync()
+            self.messages.rewind()
         if self.log is not None:
-            self.log.sync()
+            self.log.rewind()
 
 
 def begin_sync(node: "Node") -> Sync:

@@ -227,6 +227,11 @@ class Session:
     def sent(self, now: float) -> None:
         self.connection.sent(now)
 
+    def urgent_to_send(self) -> bytes:
+        """Heartbeats and connection.blocked/unblocked alone, for the shell to send
+        while the rest of the output waits for an fsync (amqp Connection.urgent)."""
+        return self.connection.urgent_to_send()
+
     def server_close(self, code: int, detail: str, now: float) -> None:
         """The broker closes the connection (e.g. shutdown): 320 CONNECTION_FORCED."""
         if self.closed:
@@ -328,7 +333,7 @@ class Session:
                         assert_never(event)
         finally:
             self._handling = False
-            if self._out:
+            if self._out or self.connection.urgent:
                 self.node.dirty.add(self)
         return handled
 
@@ -479,7 +484,7 @@ class Session:
 
     def _block(self) -> None:
         self.connection.block(self.node.blocked_reason or "resource alarm")
-        if self._out:
+        if self.connection.urgent:
             self.node.dirty.add(self)
 
     def alarms_changed(self) -> None:
@@ -490,5 +495,5 @@ class Session:
                 self._block()
         elif connection.blocked:
             connection.unblock()
-            if self._out:
+            if connection.urgent:
                 self.node.dirty.add(self)

@@ -16,6 +16,14 @@ timers and other callbacks (`_spent`, `_refill_slice`), so one loop iteration ne
 holds more than a round's work nor runs long on a machine short of CPU, and the
 Raft ticks and heartbeats keep their pace.
 
+A full disk is an alarm, not an exit (`_stall`): a Sync that finds no room (ENOSPC,
+EDQUOT) has undone its writes; the shell keeps it, with the output waiting for it,
+raises the disk alarm (publishers blocked, as RabbitMQ's), gives back the disk
+reserve and runs the same Sync again, at once if the reserve freed space, else every
+half second, until it succeeds (disk.py). Nothing it covers was confirmed; nothing
+else is written meanwhile (no other Sync begins), while input is still read and
+applied, and heartbeats, connection.blocked and handshakes go out (`_send_urgent`).
+
 Invariants: session output is sent only after the Sync that began after it was
 written has ended (or at once when nothing was pending to write), so nothing leaves
 before the fsync that persists what it acknowledges; Raft messages go to peers from
@@ -30,7 +38,6 @@ import asyncio
 import logging
 import os
 import queue
-import shutil
 import threading
 import time
 
@@ -48,8 +55,10 @@ from ..shovel.supervisor import Shovels
 from ..shovel.worker import local_uri
 from .boot import catch_up_metadata
 from .periodic import Steps
+from ..raft.storage.errors import is_disk_full
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
+from .disk import DiskWatch
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -294,6 +303,9 @@ class BrokerServer:
         self.management = None  # the management HTTP API, once started (start_management)
         self.metrics: MetricsListener | None = None  # the Prometheus endpoint
         self.shovels: Shovels | None = None  # the dynamic shovels run here (start)
+        # the data directory's file system: full disks, the reserve (disk.py)
+        self.disk = DiskWatch(settings.data_dir, settings.disk_reserve_bytes)
+        self._retry: asyncio.TimerHandle | None = None   # a held Sync's next run (`_stall`)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -307,6 +319,7 @@ class BrokerServer:
         log.info("Memory high watermark set to %d MiB (%d bytes) of %d MiB (%d bytes) total",
                  memory_limit // 2 ** 20, memory_limit, total // 2 ** 20, total)
         log.info("Disk free limit set to %dMB", self.disk_free_limit() // 1_000_000)
+        self.disk.start()
         self.check_alarms()
         self._server = await self._loop.create_server(
             lambda: _Connection(self), self.settings.host, self.settings.port,
@@ -458,7 +471,16 @@ class BrokerServer:
             self._raft_ticker.cancel()
         await self.wait_synced()
         self._stopped = True  # a flush still scheduled finds the stores closed: none
-        self.node.flush()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        try:
+            self.node.flush()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            log.warning("stopping with the disk full: what was not confirmed is not "
+                        "written (%s)", error)
         self._writer.stop()
         if self.node.cluster.transport is not None:
             await self.node.cluster.transport.stop()
@@ -579,9 +601,15 @@ class BrokerServer:
         ran may depend on writes it did not cover: held for the next Sync. What
         `end_sync` releases (confirms by batch id, replies to applied entries) depends
         only on this Sync and earlier ones: it leaves now, unless its session has held
-        output (bytes keep their order) or applying wrote something new."""
+        output (bytes keep their order) or applying wrote something new. A Sync the
+        disk had no room for is held and run again (`_stall`)."""
+        if error is not None and is_disk_full(error) and not self._stopped:
+            self._stall(sync, output, error)
+            return
         self._sync = None
         node = self.node
+        if error is None:
+            self.disk.succeeded()
         try:
             if error is not None:
                 raise error
@@ -602,6 +630,22 @@ class BrokerServer:
             self._send([item for item in released if item[0] not in waiting])
             self._held += [item for item in released if item[0] in waiting]
         self.flush()
+
+    def _stall(self, sync, output, error: OSError) -> None:
+        """`sync` found the disk full and undid its writes: keep it (no other Sync
+        begins; its output waits with it), set the disk alarm, give the reserve back
+        and run it again: at once if that freed space, else a little later."""
+        delay = self.disk.failed(error)
+        self.check_alarms()
+        self._send_urgent(time.monotonic())   # connection.blocked, before the retry
+        self._retry = self._loop.call_later(delay, self._run_again, sync, output)
+
+    def _run_again(self, sync, output) -> None:
+        self._retry = None
+        if self._stopped:
+            self._sync = None
+            return
+        self._writer.submit(sync, lambda error: self._synced(sync, output, error))
 
     def _fatal(self) -> None:
         self._stopped = True  # nothing more is written or sent
@@ -678,13 +722,28 @@ class BrokerServer:
         self._lingering.add(transport)
         self._loop.call_later(CLOSE_DRAIN_SECONDS, self._close_lingering, transport)
 
+    def _send_urgent(self, now: float) -> None:
+        """While output waits for a Sync: each open client's heartbeats and
+        connection.blocked/unblocked go out now (whole frames, ahead of what waits),
+        and a blocked client is read no more, as RabbitMQ's reader stops."""
+        for session, connection in list(self.connections.items()):
+            if not isinstance(connection, _Connection):
+                continue
+            data = session.urgent_to_send()
+            if data:
+                connection.transport.write(data)
+                session.sent(now)
+            if session.paused:
+                connection.transport.pause_reading()
+
     def _close_lingering(self, transport) -> None:
         self._lingering.discard(transport)
         transport.close()
 
     async def wait_synced(self) -> None:
-        """Until no Sync runs (stop() needs the stores to itself)."""
-        while self._sync is not None:
+        """Until no Sync runs (stop() needs the stores to itself). A Sync held for a
+        full disk is not waited for: nothing it covers was confirmed."""
+        while self._sync is not None and self._retry is None:
             await asyncio.sleep(0.005)
 
     # ------------------------------------------------------------ timers
@@ -700,6 +759,8 @@ class BrokerServer:
             await asyncio.sleep(0.5)
             now = pass_time(self.node)
             steps.run("heartbeats", self._tick_sessions, now)
+            if self._sync is not None:  # a slow or full disk: heartbeats need no fsync
+                steps.run("urgent frames", self._send_urgent, now)
             steps.run("quorum queue timers", self.node.quorum.tick, now_ms())
             steps.run("queue expiry", self.node.tick_queues)
             # metadata changes waited on for too long
@@ -805,14 +866,17 @@ class BrokerServer:
         """RabbitMQ's resource monitors: the memory alarm compares the process's
         resident set size (RabbitMQ's default `rss` strategy, read from
         /proc/self/statm as vm_memory_monitor does) with the high watermark; the disk
-        alarm the free bytes of the data directory's file system with the limit."""
+        alarm the free bytes of the data directory's file system with the limit. The
+        disk alarm also holds while a write finds the disk full and while the disk
+        reserve is given back: it is taken again, and the alarm cleared, once the file
+        system has room for it and the limit."""
         memory = resident_memory_bytes()
         limit = self.memory_limit()
         self._alarm("memory", memory > limit, "vm_memory_high_watermark %s. Memory used:%d "
                     "allowed:%d", memory, limit)
-        free = shutil.disk_usage(self.settings.data_dir).free
         limit = self.disk_free_limit()
-        self._alarm("disk", free < limit, "Free disk space is %s. Free bytes: %d. Limit: %d",
+        low, free = self.disk.low(limit)
+        self._alarm("disk", low, "Free disk space is %s. Free bytes: %d. Limit: %d",
                     free, limit)
 
     def _alarm(self, resource: str, active: bool, text: str, used: int, limit: int) -> None:

@@ -43,6 +43,11 @@ survives the broker process dying (the data is in the OS page cache), and rides
 with the next fsync against a machine crash; a lost one only means a redelivery is
 not flagged, never a lost or duplicated message.
 
+A full disk (ENOSPC, EDQUOT: `is_disk_full`) loses nothing: a batch that finds no
+room is cut back to where it began (`SealedBatch.rewind`, or `flush()` keeps its
+records pending) and written again whole; a rotation or compaction that finds no
+room waits for the next batch, the segments as they were.
+
 Invariants:
 - a record is acknowledged to publishers only after the fsync that covers it;
 - a message's DELIVERED record follows its ENQUEUE record in log order (compaction
@@ -57,6 +62,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -103,15 +109,33 @@ def _record(record_type: int, payload: bytes) -> bytes:
     return _record_header.pack(crc, len(payload), record_type) + payload
 
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """No room on the file system (or in the quota): the failed write is undone and may
+    be tried again once space returns."""
+    return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 @dataclass(slots=True)
 class SealedBatch:
     """Records taken by `MessageStore.seal()`: `write_data()` appends them to the
     segment file, `sync()` fdatasyncs it (on any thread: nothing else writes the file
-    until `MessageStore.synced`)."""
+    until `MessageStore.synced`). A batch that failed for want of space is written
+    again whole: `rewind()` cuts the file back to `start`, where the batch began (a
+    failed fdatasync may have dropped the pages it could not write)."""
     batch_id: int
     data: bytes
     file: object
     fsync: bool      # fdatasync it: storage.fsync is on and a record is not DELIVERED
+    start: int = 0   # the segment's size before the batch
 
     def write(self) -> None:
         self.write_data()
@@ -120,13 +144,18 @@ class SealedBatch:
     def write_data(self) -> None:
         """Into the file (the page cache): quick, done on the event loop."""
         if self.data:
-            self.file.write(self.data)
-            self.file.flush()
+            _write_all(self.file.fileno(), self.data)
 
     def sync(self) -> None:
         """The fdatasync: slow, done on the writer thread."""
         if self.data and self.fsync:
             os.fdatasync(self.file.fileno())
+
+    def rewind(self) -> None:
+        """Undo a failed attempt (needs no free space): the segment ends where it did
+        before the batch; the file appends, so the next write goes there."""
+        if self.data:
+            os.ftruncate(self.file.fileno(), self.start)
 
 
 class MessageStore:
@@ -347,19 +376,41 @@ class MessageStore:
     # ------------------------------------------------------------ I/O
 
     def _open_segment(self, number: int, append: bool) -> None:
+        """Make segment `number` the one appended to (unbuffered: what a write call
+        returned is in the file). A new file that a full disk leaves without its
+        header is removed again, the current segment staying the active one."""
+        path = self._path(number)
+        if not append and os.path.exists(path):
+            os.truncate(path, 0)
+        # O_APPEND: after a batch is cut back (`SealedBatch.rewind`) the next write
+        # goes where the file now ends
+        handle = open(path, "ab", buffering=0)
+        try:
+            if handle.tell() == 0:
+                _write_all(handle.fileno(), _file_header.pack(FILE_MAGIC, VERSION))
+        except OSError:
+            handle.close()
+            os.remove(path)
+            raise
         if self._file is not None:
             self._file.close()
-        path = self._path(number)
-        self._file = open(path, "ab" if append else "wb")
-        if not append or self._file.tell() == 0:
-            self._file.write(_file_header.pack(FILE_MAGIC, VERSION))
-        self._file_size = self._file.tell()
+        self._file = handle
+        self._file_size = handle.tell()
 
     def flush(self) -> int:
         """Write and fsync the pending batch (only write it if it holds nothing but
-        DELIVERED records); returns the synced batch id."""
+        DELIVERED records); returns the synced batch id. On a full disk it raises with
+        nothing changed: the records wait, pending, for the next flush."""
         batch = self.seal()
-        batch.write()
+        try:
+            batch.write()
+        except OSError as error:
+            if is_disk_full(error):
+                batch.rewind()
+                self._batch.insert(0, batch.data)
+                self._needs_sync = self._needs_sync or batch.fsync
+                self.batch_id = batch.batch_id
+            raise
         return self.synced(batch)
 
     def seal(self) -> "SealedBatch":
@@ -369,7 +420,8 @@ class MessageStore:
         segment file."""
         data = b"".join(self._batch)
         self._batch.clear()
-        batch = SealedBatch(self.batch_id, data, self._file, self.fsync and self._needs_sync)
+        batch = SealedBatch(self.batch_id, data, self._file, self.fsync and self._needs_sync,
+                            self._file_size)
         self._needs_sync = False
         self.batch_id += 1
         return batch
@@ -377,22 +429,32 @@ class MessageStore:
     def synced(self, batch: "SealedBatch") -> int:
         """`batch.write()` returned: every batch up to its id is on disk (its id is
         returned). A full segment rotates here; records appended since the seal were
-        counted live in the active segment, so they are written to it first."""
+        counted live in the active segment, so they are written to it first. On a full
+        disk the rotation (or the compaction after it) waits for the next batch."""
         self._file_size += len(batch.data)
         self.synced_batch_id = batch.batch_id
         if self._file_size >= self.segment_bytes:
-            if self._batch:
-                self._write_now(b"".join(self._batch))
-                self._batch.clear()
-                self._needs_sync = False
-            self._rotate()
+            try:
+                if self._batch:
+                    self._write_now(b"".join(self._batch))
+                    self._batch.clear()
+                    self._needs_sync = False
+                self._rotate()
+            except OSError as error:
+                if not is_disk_full(error):
+                    raise
         return self.synced_batch_id
 
     def _write_now(self, data: bytes) -> None:
-        self._file.write(data)
-        self._file.flush()
-        if self.fsync:
-            os.fdatasync(self._file.fileno())
+        """Append and fdatasync `data` now; on a full disk the segment is cut back to
+        where it ended (then it raises)."""
+        try:
+            _write_all(self._file.fileno(), data)
+            if self.fsync:
+                os.fdatasync(self._file.fileno())
+        except OSError:
+            os.ftruncate(self._file.fileno(), self._file_size)
+            raise
         self._file_size += len(data)
 
     def _rotate(self) -> None:
@@ -418,7 +480,9 @@ class MessageStore:
             break
 
     def _copy_forward(self, number: int) -> None:
-        """Re-append the live messages of segment `number` to the active segment."""
+        """Re-append the live messages of segment `number` to the active segment, and
+        count them there once they are on disk (a full disk leaves them where they
+        were, the segment kept)."""
         live: dict[tuple[bytes, int], tuple[int, bytes]] = {}
         for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
             if record_type not in (ENQUEUE, ENQUEUE_EXPIRING):
@@ -429,13 +493,14 @@ class MessageStore:
             if self._live.get((key, seq)) == number:
                 # a queue deleted and declared again reuses seqs: the last record wins
                 live[(key, seq)] = (record_type, payload)
+        copies = []
         for (key, seq), (record_type, payload) in live.items():
-            self._batch.append(_record(record_type, payload))
-            self._mark_live(key, seq, self._segments[-1])
+            copies.append(_record(record_type, payload))
             if (key, seq) in self._delivered:
-                self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
-        self._write_now(b"".join(self._batch))
-        self._batch.clear()
+                copies.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
+        self._write_now(b"".join(copies))
+        for key, seq in live:
+            self._mark_live(key, seq, self._segments[-1])
 
     def segment_count(self) -> int:
         return len(self._segments)

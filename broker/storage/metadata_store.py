@@ -96,10 +96,14 @@ class MetadataStore:
     def save(self, document: dict) -> None:
         document = {"version": VERSION, **document}
         temporary = self.path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            os.remove(temporary)  # a full disk: the old file stays; the space comes back
+            raise
         os.replace(temporary, self.path)
         directory = os.open(self.directory, os.O_RDONLY)
         try:

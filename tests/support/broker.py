@@ -32,7 +32,8 @@ def free_port() -> int:
 class BrokerProcess:
     def __init__(self, data_dir: str | None = None, port: int | None = None,
                  config: str | None = None, extra_config: str = "",
-                 management_port: int | None = None, new_session: bool = False) -> None:
+                 management_port: int | None = None, new_session: bool = False,
+                 log_path: str | None = None) -> None:
         self._tmp = None
         # a benchmark's broker runs in a process session of its own (setsid): Linux
         # shares the CPU between sessions, so an A/B beside another session's process
@@ -58,7 +59,9 @@ class BrokerProcess:
             with open(self.config, "w") as handle:
                 handle.write(extra_config)
         self.process: subprocess.Popen | None = None
-        self.log_path = os.path.join(data_dir, "broker.log")
+        # the log (stdout and stderr) is in the data directory unless `log_path` says
+        # (a data directory on a file system a test fills)
+        self.log_path = log_path or os.path.join(data_dir, "broker.log")
 
     @property
     def uri(self) -> str:

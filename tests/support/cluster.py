@@ -11,7 +11,9 @@ connections A opens, B->A those B opens), and a test can cut and heal it.
 Faults: `kill(node, sig)`, `pause` (SIGSTOP) / `resume` (SIGCONT), `restart` (same
 data directory and ports), `cut(a, b)` / `cut(a, b, one_way=True)` / `isolate(node)` /
 `partition(group, group, ...)`, `slow(a, b, delay)` (a slow link), `slow_disk(node,
-delay)` (each fsync batch waits) and `heal(...)`.
+delay)` (each fsync batch waits), `fill_disk(node)` / `free_disk(node)` (with
+`small_disks=bytes`: each data directory on a tmpfs of its own, small_fs.py) and
+`heal(...)`.
 A cut comes in two modes:
 - "drop": both proxies reset their connections (RST) and reset every new one at
   once, until healed: each side sees the link fail fast, like a refused peer;
@@ -55,6 +57,8 @@ from pathlib import Path
 from quorumqueue.cli import launcher
 from quorumqueue.cli.launcher import NodePlan
 from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
+
+from .small_fs import SmallFileSystem
 
 ROOT = Path(__file__).resolve().parents[2]
 # how long a test waits for a cluster to agree on something (an election, a failover,
@@ -338,7 +342,8 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, *, proxied: bool = True, data_dir: str | None = None,
                  extra_config: str = "", cookie: str | None = None,
-                 start_timeout: float = CONVERGE_TIMEOUT, stop_timeout: float = 30.0) -> None:
+                 start_timeout: float = CONVERGE_TIMEOUT, stop_timeout: float = 30.0,
+                 small_disks: int = 0) -> None:
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="qq-cluster-")
@@ -355,6 +360,8 @@ class LocalCluster:
         self._logs: dict[str, object] = {}
         self._paused: set[str] = set()
         self.config_path = os.path.join(self.root, launcher.CONFIG_NAME)
+        self.small_disks = small_disks       # bytes of each node's tmpfs (0: none)
+        self.disks: dict[str, SmallFileSystem] = {}
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -373,6 +380,10 @@ class LocalCluster:
             for (a, b), proxy in self.proxies.items():
                 proxy.target_port = self._plan(b).cluster_port
             launcher.write_cluster_config(self.config_path, self.cookie, self.extra_config)
+            if self.small_disks:
+                for plan in self.plans:
+                    self.disks[plan.name] = SmallFileSystem(plan.data_dir,
+                                                            self.small_disks).mount()
             for plan in self.plans:
                 self._spawn(plan)
             self.wait_ready()
@@ -392,6 +403,9 @@ class LocalCluster:
         finally:
             for proxy in self.proxies.values():
                 proxy.stop()
+            for disk in self.disks.values():
+                disk.unmount()
+            self.disks.clear()
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
@@ -571,6 +585,14 @@ class LocalCluster:
         with open(path + ".tmp", "w") as handle:
             handle.write(f"{delay}\n")
         os.replace(path + ".tmp", path)
+
+    def fill_disk(self, node: NodeRef, keep_full: bool = False) -> None:
+        """Fill `node`'s data directory's file system to its last byte (small_disks)."""
+        self.disks[self._plan(node).name].fill(keep_full=keep_full)
+
+    def free_disk(self, node: NodeRef) -> None:
+        """Give `node`'s file system its space back (what `fill_disk` took)."""
+        self.disks[self._plan(node).name].free()
 
     def isolate(self, node: NodeRef, mode: str = "drop") -> None:
         """Cut `node` off from every other node."""

@@ -59,6 +59,7 @@ from ...groups.replicated import ReplicatedGroup
 from ...raft import COMMAND, RaftConfig, RaftNode, Ready
 from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot
 from ...raft.storage import LogStore
+from ...raft.storage.errors import is_disk_full
 from ...raft.storage.wal import WalBatch
 from ..base import Channel
 from . import deliveries
@@ -114,6 +115,9 @@ class QuorumGroups:
         # group uid -> the dead-letter worker of a queue this node leads with
         # at-least-once dead lettering (queues/quorum/dead_letter_worker.py)
         self.dlx_workers: dict[str, DeadLetterWorker] = {}
+        # group uid -> the Ready a full disk stopped (a snapshot install that found no
+        # room): that group waits, the others go on; tried again each round (driver.py)
+        self.held_readies: dict = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -188,6 +192,7 @@ class QuorumGroups:
         """This node is no longer a member: drop the replica (the node cancelled its
         consumers here first); the record stays."""
         self.queues.pop(queue.group, None)
+        self.held_readies.pop(queue.group, None)
         self._stop_worker(queue)
         queue.fail_waiters()
         queue.raft = None  # the record stays, proxying to the leader
@@ -206,6 +211,7 @@ class QuorumGroups:
         self._stop_worker(queue)
         queue.deleted = True
         queue.fail_waiters()
+        self.held_readies.pop(queue.group, None)
         if self.queues.pop(queue.group, None) is not None:
             self.store.delete_group(queue.group)
 
@@ -238,7 +244,13 @@ class QuorumGroups:
         group's Ready persisted and sealed (`batch.write()` makes it durable, on any
         thread); `end_round` once that returned."""
         self._propose_held()
-        readies = driver.persist_round(self.store, self.queues.values())
+        waiting = len(self.held_readies)
+        readies = driver.persist_round(self.store, self.queues.values(), self.held_readies)
+        if len(self.held_readies) > waiting:
+            log.warning("no room on disk for the snapshot of %s: %s waits (its other "
+                        "members go on); tried again each round",
+                        ", ".join(sorted(self.held_readies)),
+                        "it" if len(self.held_readies) == 1 else "they")
         self._time_appends(readies)
         driver.send_early(readies, self)  # leaders' appends: while the fsync runs
         return readies, self.store.seal()
@@ -265,7 +277,7 @@ class QuorumGroups:
         what that made committed and durable (and what peers committed meanwhile)."""
         self.store.synced(batch)
         driver.finish_round(readies, self, sent_early=True)
-        driver.apply_round(self.queues.values(), self)
+        driver.apply_round(self.queues.values(), self, self.held_readies)
         self.release_confirms()
 
     def release_confirms(self) -> None:
@@ -521,13 +533,21 @@ class QuorumGroups:
                 # log at the next Ready, so no snapshot or release of this state's own
                 return
             current = self.store.snapshot_meta(queue.group)
-            if current is None or index > current.index:
-                meta = queue.raft.compact(index)
-                self.store.write_snapshot(queue.group, meta, data)
-            cursor = min(cursor, index + 1)
-            self.store.release(queue.group, cursor)
-            if self.cluster.solo:  # in a cluster nothing live is below the snapshot
-                self._maybe_compact(queue, cursor, index)
+            try:
+                if current is None or index > current.index:
+                    meta = queue.raft.compact(index)
+                    self.store.write_snapshot(queue.group, meta, data)
+                cursor = min(cursor, index + 1)
+                self.store.release(queue.group, cursor)
+                if self.cluster.solo:  # in a cluster nothing live is below the snapshot
+                    self._maybe_compact(queue, cursor, index)
+            except OSError as error:
+                if not is_disk_full(error):
+                    raise
+                # the log keeps what the snapshot would have let go: a later release
+                # cursor takes one when there is room (the files are as before)
+                log.warning("quorum queue '%s' in vhost '%s': snapshot at %d postponed: "
+                            "%s", queue.name, queue.vhost, index, error)
 
     def _maybe_compact(self, queue: QuorumQueue, cursor: int, index: int) -> None:
         """One long-lived message pins the log from its index on (the release cursor

@@ -15,6 +15,7 @@ the directory name, which is lossy for uids longer than 200 bytes once encoded).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Callable
@@ -114,3 +115,33 @@ def fsync_dir(path: str, enabled: bool = True) -> None:
 def sync_file(fd: int, enabled: bool = True) -> None:
     if enabled:
         os.fdatasync(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` at the descriptor's position: a short write (a file system
+    nearly full) is continued, and the call that finds no room raises ENOSPC."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """All of `data` at `offset` (as `write_all`)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def reserve(fd: int, offset: int, length: int) -> None:
+    """Allocate the blocks of [offset, offset + length) before writing there, so that a
+    full disk fails here, with nothing written (the range reads as zeros), rather
+    than half way through a write. Extends the file if the range ends past it."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise       # a file system that cannot allocate ahead: the write tells
+

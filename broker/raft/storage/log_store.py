@@ -35,6 +35,17 @@ How it works (after rabbitmq/ra):
   after the record: recovery may remove them all and replay what follows the
   record (what precedes it is about the deleted group: skipped).
 
+A full disk (errors.py `is_disk_full`: ENOSPC, EDQUOT) breaks nothing: `flush()` and
+the WAL writes of a snapshot install cut the WAL back and leave their records
+pending; a WalBatch the shell writes is rewound and written again (wal.py); a
+snapshot is written to its tmp file before its RESET record, so an install that
+finds no room changes nothing; a rollover that finds no room is postponed
+(`rollover_postponed`) and tried again after each batch, what reached the segment
+files so far out of the memory tables and the old WAL files kept (a crash meanwhile
+is an interrupted rollover, which recovery accepts); segment appends allocate their
+blocks first (layout.reserve), and rewrites leave the original until the rename.
+Any other I/O error still breaks the store until it is reopened.
+
 Invariants (the durability contract):
 - an index `flush()` reported for a group is recovered after any crash, unless a later
   `truncate_from`, `install_snapshot`, `release`, `compact` or `delete_group`
@@ -61,7 +72,7 @@ from dataclasses import dataclass, field
 
 from ..types import HardState, LogEntry, SnapshotMeta
 from .config import StorageConfig
-from .errors import CorruptLogError
+from .errors import CorruptLogError, is_disk_full
 from .group_log import GroupLog
 from .group_state import GroupState
 from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
@@ -70,7 +81,8 @@ from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
 from .recovery import recover
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
-from .snapshots import read_snapshot_file, write_snapshot_file
+from .snapshots import (commit_snapshot_file, prepare_snapshot_file, read_snapshot_file,
+                        write_snapshot_file)
 from .wal import (WAL_VERSION, WalBatch, WalFile, encode_delete_group, encode_entries,
                   encode_group, encode_hard_state, encode_members, encode_release,
                   encode_reset, encode_truncate)
@@ -106,6 +118,8 @@ class LogStore:
         self._in_flight: WalBatch | None = None   # sealed, not yet reported synced
         self._broken: Exception | None = None
         self._roll_over_waiters: list[Callable[[], None]] = []  # roll_over_soon's
+        # a rollover a full disk stopped: tried again after each batch until it is done
+        self.rollover_postponed = False
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
@@ -199,15 +213,29 @@ class LogStore:
 
     def flush(self) -> dict[str, int]:
         """Write everything pending with one fdatasync. Returns {group: last index} for
-        every group written to since the previous flush; all of it is now durable."""
+        every group written to since the previous flush; all of it is now durable.
+        On a full disk it raises with nothing changed: the records wait, pending."""
         batch = self.seal()
         try:
             batch.write()
         except OSError as error:
             self._in_flight = None
-            self._broken = error
+            if not is_disk_full(error):
+                self._broken = error
+                raise
+            batch.rewind()
+            self._unseal(batch)
             raise
         return self.synced(batch)
+
+    def _unseal(self, batch: WalBatch) -> None:
+        """A sealed batch not written after all: its records go back in front of
+        what is pending, as if it had never been sealed."""
+        pending = self._pending
+        pending.records[:0] = batch.records
+        pending.touched.update(batch.durable)
+        for uid, paths in batch.deleted.items():
+            pending.deleted.setdefault(uid, [])[:0] = paths
 
     def seal(self) -> WalBatch:
         """Take everything pending as one batch: `flush()` in steps, for a caller that
@@ -235,12 +263,26 @@ class LogStore:
             self._check_usable()
         if batch.deleted:
             self._remove_deleted_groups(batch.deleted)
-        if self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters:
-            waiters, self._roll_over_waiters = self._roll_over_waiters, []
-            self.roll_over()
-            for done in waiters:
-                done()
+        if (self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters
+                or self.rollover_postponed):
+            self._roll_over_now()
         return batch.durable
+
+    def _roll_over_now(self) -> None:
+        """The rollover a full WAL (or a waiter) asks for; on a full disk it is
+        postponed to the next batch (`rollover_postponed`), the store as usable as
+        before: the old WAL files still hold every entry not in fsynced segments."""
+        try:
+            self.roll_over()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            self.rollover_postponed = True
+            return
+        self.rollover_postponed = False
+        waiters, self._roll_over_waiters = self._roll_over_waiters, []
+        for done in waiters:
+            done()
 
     @property
     def pending_records(self) -> int:
@@ -254,15 +296,21 @@ class LogStore:
                                "pure writes may run until synced()")
 
     def _write_pending(self) -> None:
+        """Everything pending, written and fdatasynced now. On a full disk the WAL
+        is cut back and the records stay pending (then it raises)."""
         self._idle()
         records = self._pending.records
         if not records:
             return
+        batch = WalBatch(self._wal, records, self.config.wal_max_batch_size,
+                         self.config.fsync, {}, {})
         try:
-            WalBatch(self._wal, records, self.config.wal_max_batch_size,
-                     self.config.fsync, {}, {}).write()
+            batch.write()
         except OSError as error:
-            self._broken = error
+            if not is_disk_full(error):
+                self._broken = error
+                raise
+            batch.rewind()
             raise
         self._pending.records = []
         if self._pending.deleted:
@@ -298,8 +346,13 @@ class LogStore:
         self._write_pending()
         try:
             self._roll_over()
-        except Exception as error:     # half moved: only a restart knows what is on disk
-            self._broken = error
+        except Exception as error:
+            if is_disk_full(error):
+                # every step undid itself or left a state recovery also accepts (the
+                # old WAL files kept, segments ending on whole entries): try again
+                # later; entries moved so far are out of their memory tables
+                raise
+            self._broken = error      # half moved: only a restart knows what is on disk
             raise
 
     def roll_over_soon(self, done: Callable[[], None]) -> None:
@@ -318,22 +371,12 @@ class LogStore:
         number = self._wal.number + 1
         new = WalFile.create(os.path.join(wal_dir, numbered_name(number, WAL_SUFFIX)), number,
                              fsync)
-        carried: list[bytes] = []
-        for uid, state in sorted(self._groups.items()):
-            gid = len(new.gids) + 1
-            records = []
-            if state.hard_state != HardState():
-                records.append(encode_hard_state(gid, state.hard_state))
-            if state.initial_members:
-                records.append(encode_members(gid, state.initial_members))
-            if state.release_cursor:
-                records.append(encode_release(gid, state.release_cursor))
-            if records:
-                new.gids[uid] = gid
-                carried += [encode_group(gid, uid), *records]
-        new.write(carried)
-        new.sync(fsync)
-        fsync_dir(wal_dir, fsync)
+        try:
+            self._carry_into(new, wal_dir)
+        except OSError:
+            new.close()
+            os.remove(new.path)     # the current WAL stays the one appended to
+            raise
         self._fail("rollover.new_wal")
         old = [*self._old_wals, self._wal.path]
         self._wal.close()
@@ -352,7 +395,31 @@ class LogStore:
         self._old_wals = []
         self._tombstones.clear()            # no DELETE_GROUP is left in any WAL file
 
+    def _carry_into(self, new: WalFile, wal_dir: str) -> None:
+        """Each group's hard state, initial members and release cursor into the new
+        WAL file, fsynced."""
+        fsync = self.config.fsync
+        carried: list[bytes] = []
+        for uid, state in sorted(self._groups.items()):
+            gid = len(new.gids) + 1
+            records = []
+            if state.hard_state != HardState():
+                records.append(encode_hard_state(gid, state.hard_state))
+            if state.initial_members:
+                records.append(encode_members(gid, state.initial_members))
+            if state.release_cursor:
+                records.append(encode_release(gid, state.release_cursor))
+            if records:
+                new.gids[uid] = gid
+                carried += [encode_group(gid, uid), *records]
+        new.write(carried)
+        new.sync(fsync)
+        fsync_dir(wal_dir, fsync)
+
     def _move_to_segments(self, state: GroupState) -> None:
+        """The group's memory table appended to its segment files (fsynced). On a full
+        disk what reached the segments leaves the memory table and the rest stays for
+        the next attempt; a segment created for it but left empty is removed."""
         fsync = self.config.fsync
         directory = os.path.join(self.root, SEGMENTS_DIR, state.dir_name)
         changed = False
@@ -361,43 +428,52 @@ class LogStore:
             state.shadow_from = None
         entries = state.mem.entries
         position = 0
-        while position < len(entries):
-            segments = state.segments
-            if (segments and segments[-1].accepts_more(self.config.segment_max_size_bytes)
-                    and segments[-1].last + 1 == entries[position].index):
-                ref = segments[-1]
-            else:
-                if not os.path.isdir(directory):
-                    os.makedirs(directory)
-                    fsync_dir(os.path.dirname(directory), fsync)
-                number = state.next_segment_number
-                state.next_segment_number += 1
-                ref = create_segment(os.path.join(directory, numbered_name(number, SEGMENT_SUFFIX)),
-                                     number, state.uid, self.config.segment_max_entries)
-                segments.append(ref)
-                changed = True
-            self._readers.evict(ref.path)
-            taken = append_entries(ref, entries, position, self.config.segment_max_size_bytes,
-                                   fsync)
-            assert taken > 0
-            position += taken
+        try:
+            while position < len(entries):
+                segments = state.segments
+                if (segments and segments[-1].accepts_more(self.config.segment_max_size_bytes)
+                        and segments[-1].last + 1 == entries[position].index):
+                    ref = segments[-1]
+                else:
+                    if not os.path.isdir(directory):
+                        os.makedirs(directory)
+                        fsync_dir(os.path.dirname(directory), fsync)
+                    number = state.next_segment_number
+                    state.next_segment_number += 1
+                    ref = create_segment(os.path.join(directory,
+                                                      numbered_name(number, SEGMENT_SUFFIX)),
+                                         number, state.uid, self.config.segment_max_entries)
+                    segments.append(ref)
+                    changed = True
+                self._readers.evict(ref.path)
+                taken = append_entries(ref, entries, position,
+                                       self.config.segment_max_size_bytes, fsync)
+                assert taken > 0
+                position += taken
+        except OSError:
+            if state.segments and state.segments[-1].count == 0:
+                os.remove(state.segments.pop().path)
+            if changed:
+                fsync_dir(directory, fsync)
+            if position:
+                state.mem.drop_below(entries[position].index)
+            raise
         if changed:
             fsync_dir(directory, fsync)
         state.mem.clear()
 
     def _cut_segments(self, state: GroupState, index: int) -> None:
-        """Apply a conflict truncation to the files: segment entries >= index go."""
-        kept: list[SegmentRef] = []
-        for ref in state.segments:
+        """Apply a conflict truncation to the files: segment entries >= index go. Each
+        file changed is recorded at once, so a full disk part way leaves the refs
+        true to the files and a second call finishes the rest."""
+        for ref in list(state.segments):
             if ref.last < index:
-                kept.append(ref)
                 continue
             survivors = self._readers.get(ref).read(ref.first, index) if ref.first < index else []
             self._readers.evict(ref.path)
             new = rewrite_segment(ref, state.uid, survivors, ref.compacted, self.config.fsync)
-            if new is not None:
-                kept.append(new)
-        state.segments = kept
+            position = state.segments.index(ref)
+            state.segments[position:position + 1] = [new] if new is not None else []
 
     # --- snapshots, release, compaction (immediate I/O) -------------------------------
 
@@ -414,18 +490,28 @@ class LogStore:
         self._write_snapshot_file(group_state, meta, state)
 
     def install_snapshot(self, group: str, meta: SnapshotMeta, state: bytes) -> None:
-        """Replace the group's whole log by a snapshot (Raft §7, Ready.snapshot). A RESET
-        record is made durable first (flushing whatever else is pending; those groups
-        are reported by the next flush()), then the snapshot file is written, then the
-        old segment files are deleted."""
+        """Replace the group's whole log by a snapshot (Raft §7, Ready.snapshot). The
+        snapshot is written to its tmp file first (what a full disk refuses: then
+        nothing changed), a RESET record is made durable (flushing whatever else is
+        pending; those groups are reported by the next flush()), then the snapshot
+        file is renamed into place, then the old segment files are deleted."""
         group_state = self._writable(group)
         self._check_snapshot(group_state, meta)
         self._end_tombstone(group)
-        self._pending.records.append(encode_reset(self._gid(group), meta.index, meta.term))
+        directory = os.path.join(self.root, SNAPSHOTS_DIR, group_state.dir_name)
+        tmp = prepare_snapshot_file(directory, group, meta, state, self.config.fsync)
+        reset = encode_reset(self._gid(group), meta.index, meta.term)
+        self._pending.records.append(reset)
+        try:
+            self._write_pending()
+        except OSError:
+            self._pending.records.remove(reset)   # a full disk: as if never asked
+            os.remove(tmp)
+            raise
         self._pending.touched.add(group)
-        self._write_pending()
         self._fail("install.reset_durable")
-        self._write_snapshot_file(group_state, meta, state)
+        commit_snapshot_file(directory, tmp, self._failpoint, self.config.fsync)
+        group_state.snapshot = meta
         group_state.mem.clear()
         group_state.shadow_from = None
         group_state.release_cursor = max(group_state.release_cursor, meta.index + 1)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..types import LogEntry
 from .errors import CorruptLogError
-from .layout import TMP_SUFFIX, fsync_dir, sync_file
+from .layout import TMP_SUFFIX, fsync_dir, pwrite_all, reserve, sync_file
 
 SEGMENT_MAGIC = b"QQSG"
 SEGMENT_VERSION = 1
@@ -289,7 +289,10 @@ def create_segment(path: str, number: int, uid: str, slot_count: int) -> Segment
     header = _encode_header(uid, slot_count, compacted=False)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, header)
+        pwrite_all(fd, header, 0)
+    except OSError:
+        os.remove(path)         # a full disk: not there, as before the call
+        raise
     finally:
         os.close(fd)
     ref = SegmentRef(number, path, 0, 0, 0, slot_count, len(header), 0, False)
@@ -300,7 +303,9 @@ def create_segment(path: str, number: int, uid: str, slot_count: int) -> Segment
 def append_entries(ref: SegmentRef, entries: list[LogEntry], start: int,
                    max_size_bytes: int, fsync: bool) -> int:
     """Append the longest run of entries[start:] that fits; returns how many. Data
-    first, then the index slots, then one fdatasync."""
+    first, then the index slots, then one fdatasync. The blocks for both are
+    allocated first (layout.reserve): on a full disk the call fails before writing
+    anything, the index beyond the used slots stays zeros, and `ref` is unchanged."""
     stop = start
     data_size = ref.data_end - ref.data_start
     room = ref.slot_count - ref.count
@@ -311,14 +316,17 @@ def append_entries(ref: SegmentRef, entries: list[LogEntry], start: int,
         return 0
     batch = entries[start:stop]
     data = b"".join(entry.data for entry in batch)
+    slots = _encode_slots(batch, ref.data_end)
+    slots_at = ref.header_size + ref.count * SLOT_SIZE
     fd = os.open(ref.path, os.O_WRONLY)
     try:
+        reserve(fd, slots_at, len(slots))
+        reserve(fd, ref.data_end, len(data))
         if data:
-            os.pwrite(fd, data, ref.data_end)
+            pwrite_all(fd, data, ref.data_end)
         elif os.fstat(fd).st_size < ref.data_end:
             os.ftruncate(fd, ref.data_end)   # empty entries: the file still reaches them
-        os.pwrite(fd, _encode_slots(batch, ref.data_end),
-                  ref.header_size + ref.count * SLOT_SIZE)
+        pwrite_all(fd, slots, slots_at)
         sync_file(fd, fsync)
     finally:
         os.close(fd)
@@ -346,12 +354,15 @@ def rewrite_segment(ref: SegmentRef, uid: str, entries: list[LogEntry], compacte
     tmp = ref.path + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.pwrite(fd, header, 0)
-        os.pwrite(fd, _encode_slots(entries, data_start), len(header))
+        pwrite_all(fd, header, 0)
+        pwrite_all(fd, _encode_slots(entries, data_start), len(header))
         data = b"".join(entry.data for entry in entries)
-        os.pwrite(fd, data, data_start)
+        pwrite_all(fd, data, data_start)
         os.ftruncate(fd, data_start + len(data))
         sync_file(fd, fsync)
+    except OSError:
+        os.remove(tmp)          # a full disk: the original stays, the space comes back
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, ref.path)

@@ -23,7 +23,7 @@ import zlib
 
 from ..types import SnapshotMeta
 from .errors import CorruptLogError
-from .layout import SNAPSHOT_FILE, TMP_SUFFIX, fsync_dir, sync_file
+from .layout import SNAPSHOT_FILE, TMP_SUFFIX, fsync_dir, sync_file, write_all
 
 SNAPSHOT_MAGIC = b"QQSN"
 SNAPSHOT_VERSION = 1
@@ -91,23 +91,37 @@ def decode_snapshot(path: str, data: bytes, with_state: bool = True
 
 def write_snapshot_file(directory: str, uid: str, meta: SnapshotMeta, state: bytes,
                         fsync: bool, failpoint=None) -> str:
+    tmp = prepare_snapshot_file(directory, uid, meta, state, fsync)
+    return commit_snapshot_file(directory, tmp, failpoint, fsync)
+
+
+def prepare_snapshot_file(directory: str, uid: str, meta: SnapshotMeta, state: bytes,
+                          fsync: bool) -> str:
+    """The snapshot, whole and fsynced, in `snapshot.dat.tmp` of `directory` (created
+    if needed); returns that path, for `commit_snapshot_file`. On any error (a full
+    disk) the tmp file is removed again before the error is raised."""
     created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
     if created:
         fsync_dir(os.path.dirname(directory), fsync)
-    path = os.path.join(directory, SNAPSHOT_FILE)
-    tmp = path + TMP_SUFFIX
+    tmp = os.path.join(directory, SNAPSHOT_FILE) + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        data = encode_snapshot(uid, meta, state)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, encode_snapshot(uid, meta, state))
         sync_file(fd, fsync)
+    except OSError:
+        os.remove(tmp)
+        raise
     finally:
         os.close(fd)
+    return tmp
+
+
+def commit_snapshot_file(directory: str, tmp: str, failpoint=None, fsync: bool = True) -> str:
+    """Rename a prepared snapshot over `snapshot.dat` and make that durable."""
     if failpoint is not None:
         failpoint("snapshot.before_rename")
+    path = os.path.join(directory, SNAPSHOT_FILE)
     os.replace(tmp, path)
     fsync_dir(directory, fsync)
     return path

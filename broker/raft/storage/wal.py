@@ -33,7 +33,7 @@ from typing import TypeAlias
 
 from ..types import HardState, LogEntry
 from .errors import CorruptLogError
-from .layout import sync_file
+from .layout import sync_file, write_all
 
 WAL_MAGIC = b"QQWL"
 WAL_VERSION = 2                            # what this build writes (FORMAT.md, "Versioning")
@@ -308,8 +308,13 @@ class WalFile:
     def create(cls, path: str, number: int, fsync: bool) -> WalFile:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         header = encode_file_header(number)
-        os.write(fd, header)
-        sync_file(fd, fsync)
+        try:
+            write_all(fd, header)
+            sync_file(fd, fsync)
+        except OSError:
+            os.close(fd)
+            os.remove(path)     # not there yet, as before the call
+            raise
         return cls(path, number, fd, len(header))
 
     @classmethod
@@ -334,11 +339,15 @@ class WalFile:
 
     def write(self, chunks: list[bytes]) -> None:
         data = b"".join(chunks)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        write_all(self._fd, data)
         self.size += len(data)
+
+    def rewind(self, size: int) -> None:
+        """Cut the file back to `size` bytes (a batch that failed part way: its
+        records are written again from there). Needs no free space."""
+        os.ftruncate(self._fd, size)
+        os.lseek(self._fd, size, os.SEEK_SET)
+        self.size = size
 
     def sync(self, enabled: bool) -> None:
         sync_file(self._fd, enabled)
@@ -355,7 +364,12 @@ class WalFile:
 class WalBatch:
     """Records to write to a WAL file and fdatasync once (what `LogStore.seal()`
     took). `write_records()` and `sync()` touch nothing but the file, so the sync may
-    run on another thread while the store takes the next batch's appends."""
+    run on another thread while the store takes the next batch's appends.
+
+    A batch that failed for want of space (errors.is_disk_full) is written again
+    whole: `rewind()` cuts the file back to where the batch began (`start`), then
+    `write_records()` and `sync()` again. A failed fdatasync may have dropped the
+    pages it could not write, so the records are rewritten, never only resynced."""
     wal: WalFile
     records: list[bytes]
     step: int                           # records per write() call
@@ -363,6 +377,11 @@ class WalBatch:
     durable: dict[str, int]             # group: last index, durable once written
     deleted: dict[str, list[str]]       # groups whose DELETE_GROUP record is in here
     error: OSError | None = None
+    start: int = -1                     # the file's size before the batch (-1: unknown)
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            self.start = self.wal.size
 
     def write(self) -> None:
         self.write_records()
@@ -385,3 +404,9 @@ class WalBatch:
         except OSError as error:
             self.error = error
             raise
+
+    def rewind(self) -> None:
+        """Undo a failed attempt: the file as it was before the batch, ready to write
+        the batch again."""
+        self.wal.rewind(self.start)
+        self.error = None

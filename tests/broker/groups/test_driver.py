@@ -7,11 +7,14 @@ of every call is visible; then real single-member groups over a real LogStore.""
 
 from __future__ import annotations
 
+import errno
 import random
 
 from quorumqueue.broker.groups import driver
 from quorumqueue.broker.raft import COMMAND, HardState, LogEntry, RaftConfig, RaftNode
+from quorumqueue.broker.raft.log import Snapshot
 from quorumqueue.broker.raft.ready import Ready, Role
+from quorumqueue.broker.raft.types import SnapshotMeta
 from quorumqueue.broker.raft.storage import LogStore
 
 
@@ -49,6 +52,10 @@ class ScriptedRaft:
 
     def advance(self, ready):
         self.calls.append(f"advance {self.name}")
+
+    def ready_to_apply(self):
+        self.calls.append(f"ready_to_apply {self.name}")
+        return None
 
 
 class Group:
@@ -304,3 +311,47 @@ def test_a_leaders_appends_leave_before_its_fsync_and_it_applies_only_after(tmp_
     assert all(wire.applied[n] == [b"m"] for n in names)
     for store in stores.values():
         store.close()
+
+
+class FullDiskStore(RecordingStore):
+    """Has no room for the first snapshot install (ENOSPC, nothing written)."""
+
+    def __init__(self, calls):
+        super().__init__(calls)
+        self.full = True
+
+    def install_snapshot(self, group, meta, data):
+        if self.full:
+            self.full = False
+            self.calls.append(f"install {group} {meta.index}: no room")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.calls.append(f"install {group} {meta.index}")
+
+
+def test_a_snapshot_the_disk_has_no_room_for_holds_its_group_only_until_a_later_round():
+    """A full disk stops one group, not the node (driver.py, "A full disk"): the group
+    whose snapshot install found no room is left out of the round, its Ready kept, and
+    persisted first in the next round; the other group goes on meanwhile."""
+    calls = []
+    snapshot = Snapshot(SnapshotMeta(9, 2, ("n1",)), b"state")
+    a = Group("a", [Ready(hard_state=None, snapshot=snapshot, truncate_from=None,
+                          entries=(entry(10),), messages=("a->n1 SnapResp",), committed=(),
+                          term=2, role=Role.FOLLOWER, leader_id="n1", leader_changed=False,
+                          commit_index=9, members=("n1",))], calls)
+    b = Group("b", [make_ready(entries=[entry(1)], messages=["b->x App"]),
+                    make_ready(entries=[entry(2)])], calls)
+    store, handler, held = FullDiskStore(calls), RecordingHandler(calls), {}
+    batch = driver.persist_round(store, [a, b], held)
+    assert list(held) == ["a"] and [member.group for member, _raft, _ready in batch] == ["b"]
+    driver.finish_round(batch, handler)
+    driver.apply_round([a, b], handler, held)      # a's core is not asked: it waits
+    batch = driver.persist_round(store, [a, b], held)
+    assert held == {}
+    driver.finish_round(batch, handler)
+    assert calls == [
+        "install a 9: no room", "append b [1]",
+        "send b ['b->x App']", "apply b []", "advance b", "advanced b",
+        "ready_to_apply b",
+        "install a 9", "append a [10]", "append b [2]",
+        "send a ['a->n1 SnapResp']", "apply a []", "advance a", "advanced a",
+        "apply b []", "advance b", "advanced b"]

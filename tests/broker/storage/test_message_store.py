@@ -512,3 +512,77 @@ def test_recovery_yields_exactly_the_flushed_live_set(tmp_path_factory, ops, seg
                 for key, messages in pending.items() if messages}
     assert recovered(directory, segment_bytes) == expected
 
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    from tests.support.small_fs import small_disk as mounted
+
+    with mounted(str(tmp_path / "disk"), 1024 * 1024) as disk:
+        yield disk
+
+
+def test_a_batch_the_disk_has_no_room_for_is_cut_back_and_written_whole_later(small_disk):
+    """On a full disk flush() raises ENOSPC with the segment as it was and the records
+    pending; with room again they are written, and recovered, once."""
+    directory = os.path.join(small_disk.path, "msgstore")
+    store = opened(directory)
+    enqueue(store, Q1, 1)
+    store.flush()
+    size = os.path.getsize(os.path.join(directory, "00000001.seg"))
+    for seq in range(2, 200):
+        enqueue(store, Q1, seq, b"x" * 1000)
+    small_disk.fill()
+    with pytest.raises(OSError) as raised:
+        store.flush()
+    assert raised.value.errno == 28
+    assert os.path.getsize(os.path.join(directory, "00000001.seg")) == size
+    assert store.has_pending
+    small_disk.free()
+    store.flush()
+    store.close()
+    assert recovered(directory) == {Q1: [record(1)] + [record(seq, b"x" * 1000)
+                                                      for seq in range(2, 200)]}
+
+
+def test_a_sealed_batch_that_found_the_disk_full_is_rewound_and_written_again(small_disk):
+    """The server's steps: write_data() fails part way, rewind() cuts the segment back
+    (a short write left part of the batch there), the same batch is written again."""
+    directory = os.path.join(small_disk.path, "msgstore")
+    store = opened(directory)
+    for seq in range(1, 300):
+        enqueue(store, Q1, seq, b"y" * 1000)
+    batch = store.seal()
+    small_disk.fill()
+    with pytest.raises(OSError):
+        batch.write()
+    batch.rewind()
+    small_disk.free()
+    batch.write()
+    store.synced(batch)
+    store.close()
+    assert recovered(directory) == {Q1: [record(seq, b"y" * 1000) for seq in range(1, 300)]}
+
+
+def test_a_rotation_the_disk_has_no_room_for_waits_for_the_next_batch(small_disk):
+    """The batch fits in the segment's last page but the next segment does not: the
+    rotation is postponed, nothing is lost, and a later batch rotates."""
+    directory = os.path.join(small_disk.path, "msgstore")
+    store = opened(directory, segment_bytes=300)
+    enqueue(store, Q1, 1, b"a" * 200)
+    store.flush()
+    assert segments(directory) == ["00000001.seg"]
+    small_disk.fill()
+    enqueue(store, Q1, 2, b"b" * 100)       # into the page the segment already has
+    store.flush()
+    assert segments(directory) == ["00000001.seg"]
+    small_disk.free()
+    enqueue(store, Q1, 3, b"c" * 10)
+    store.flush()
+    assert segments(directory) == ["00000001.seg", "00000002.seg"]
+    store.close()
+    assert recovered(directory, 300) == {Q1: [record(1, b"a" * 200), record(2, b"b" * 100),
+                                              record(3, b"c" * 10)]}
