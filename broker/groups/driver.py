@@ -23,7 +23,7 @@ node calls it right after `finish_round`: entries a single-member group committe
 when the fsync completed, and those a leader's peers acknowledged while it ran, are
 applied then, not after the next round's fsync of entries proposed meanwhile.
 
-A full disk (storage/errors.py `is_disk_full`) stops one group, not the node: the
+A full disk (raft/storage/errors.py `is_disk_full`) stops one group, not the node: the
 one persist step that writes at once, a follower's snapshot install, fails with
 nothing written, and `persist_round` keeps that group's Ready aside (`held`, the
 caller's dict) and leaves the group out of the round. The next round tries its

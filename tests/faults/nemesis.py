@@ -15,7 +15,12 @@ Tolerance", "Data Safety" and "Availability"):
   majority, a bridge (two halves that each still reach one middle node), random
   halves; each as a "drop" (connections reset) or a "stall" (bytes held);
 - slow links (every byte between the leader and the others delayed) and a slow
-  disk (each fsync batch of the leader waits, through the broker's fault hook).
+  disk (each fsync batch of the leader waits, through the broker's fault hook);
+- a full disk (issue 30: an alarm, not an exit) on the leader or on a follower: the
+  node's data directory is a small tmpfs of its own (`SMALL_DISK`, run.py mounts it)
+  filled to its last byte, once (the node's disk reserve then carries its acks and
+  replication) or kept full (whatever the node frees is taken at once: it can
+  write nothing until the heal frees the disk).
 
 Not here: the workload and its checker (tests/support/history.py), running and
 reporting (run.py).
@@ -123,6 +128,27 @@ def slow_disk(cluster, leader, rng):
     return lambda: cluster.slow_disk(leader, 0)
 
 
+def _fill_disk(victim: str, cluster: LocalCluster, rng: random.Random) -> Heal:
+    cluster.fill_disk(victim, keep_full=rng.random() < 0.5)
+    return lambda: cluster.free_disk(victim)
+
+
+def disk_full_leader(cluster, leader, rng):
+    return _fill_disk(leader, cluster, rng)
+
+
+def disk_full_follower(cluster, leader, rng):
+    return _fill_disk(rng.choice([name for name in cluster.names if name != leader]),
+                      cluster, rng)
+
+
+# the data directory's file system of each node in a disk-full run (a tmpfs), and
+# the node configuration those runs add: the writes meet the full disk (not the
+# free-space check first), with a reserve of 8 MiB
+SMALL_DISK = 128 * 1024 * 1024
+DISK_FULL_CONFIG = ('disk_free_limit.absolute = 1\n'
+                    'storage.disk_reserve = "8MiB"\n')
+
 NEMESES = {nemesis.name: nemesis for nemesis in (
     Nemesis("kill-leader", kill_leader, (0.5, 3.0), "kill -9 the leader, restart it"),
     Nemesis("kill-random", kill_random, (0.5, 3.0), "kill -9 a random node, restart it"),
@@ -139,4 +165,12 @@ NEMESES = {nemesis.name: nemesis for nemesis in (
     Nemesis("random-halves", random_halves, (2.0, 6.0), "partition: random halves"),
     Nemesis("slow-links", slow_links, (2.0, 5.0), "the leader's links delayed 20-200 ms"),
     Nemesis("slow-disk", slow_disk, (2.0, 5.0), "the leader's fsyncs delayed 50-300 ms"),
+    Nemesis("disk-full-leader", disk_full_leader, (3.0, 8.0), "the leader's file system "
+            "filled to its last byte (once, or kept full)"),
+    Nemesis("disk-full-follower", disk_full_follower, (3.0, 8.0), "a follower's file "
+            "system filled to its last byte (once, or kept full)"),
 )}
+
+
+def needs_small_disks(nemesis: Nemesis) -> bool:
+    return nemesis.strike in (disk_full_leader, disk_full_follower)

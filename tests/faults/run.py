@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from quorumqueue.client.management import call
 from tests.faults import extras as extra_workloads
 from tests.faults import spark_workload
-from tests.faults.nemesis import NEMESES, Nemesis
+from tests.faults.nemesis import (DISK_FULL_CONFIG, NEMESES, SMALL_DISK, Nemesis,
+                                  needs_small_disks)
 from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
 from tests.support.history import History, Workload, report, violations
 
@@ -215,12 +216,13 @@ def keep_logs(cluster: LocalCluster, into: str) -> None:
 
 
 @contextlib.contextmanager
-def started_cluster(nodes: int, config: str, attempts: int = 3):
+def started_cluster(nodes: int, config: str, attempts: int = 3, small_disks: int = 0):
     """A started LocalCluster, stopped at the end; a start that lost a port to another
     process of the shared machine (ports are picked free, then bound by the node) is
-    tried again on other ports: a harness failure, not the run's."""
+    tried again on other ports: a harness failure, not the run's. `small_disks`: each
+    node's data directory on a tmpfs of that many bytes (the disk-full nemeses)."""
     for attempt in range(attempts):
-        cluster = LocalCluster(nodes, extra_config=config)
+        cluster = LocalCluster(nodes, extra_config=config, small_disks=small_disks)
         try:
             cluster.start()
             break
@@ -249,10 +251,14 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
     began = time.monotonic()
     queue = spark_workload.QUEUE if spark_run else QUEUE
     config = extra_workloads.DLX_CONFIG if "dlx" in extras else ""
+    small_disks = 0
+    if needs_small_disks(nemesis):
+        config += DISK_FULL_CONFIG
+        small_disks = SMALL_DISK
     others: dict[str, object] = {}   # the extra workloads, by name
     struck: list[tuple[float, float]] = []  # faults in time.monotonic(), for the SAC check
     sac_state: list[str] = []  # the SAC queue if its drain gave up, its consumers still on
-    with started_cluster(nodes, config) as cluster:
+    with started_cluster(nodes, config, small_disks=small_disks) as cluster:
         wait_for("a metadata leader", lambda: all(
             call(uri, "cluster.status", timeout=5)["metadata_leader"]
             for uri in cluster.uris()))
