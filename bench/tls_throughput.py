@@ -1,6 +1,6 @@
 """AMQP over TLS against plain AMQP, on one quorumqueue node, in the same run.
 
-One broker with both listeners (broker/README.md "TLS"; certificates made by
+One broker with both listeners (docs/behaviour/tls.md; certificates made by
 `openssl` as the tests make them, EC P-256, TLS 1.3), and the load generator of
 amqp_throughput.py (confirmed persistent publishes, then a manual-ack consume) run
 alternately over the plain and the TLS port, `--pairs` times each, each run on a

@@ -38,7 +38,7 @@ class Settings:
     default_user: str = "guest"
     default_pass: str = "guest"
     loopback_users: tuple[str, ...] = ("guest",)
-    # memory alarm (broker/README.md "Resource alarms"): the node's resident set size
+    # memory alarm (docs/behaviour/alarms.md): the node's resident set size
     # (RabbitMQ's default `rss` calculation strategy) against absolute bytes, which win
     # over the relative fraction of total memory (RabbitMQ 4's default: 0.6)
     memory_high_watermark_relative: float = 0.6
@@ -109,7 +109,7 @@ class Settings:
     # redeclaration's x-queue-type is not compared (node/handlers.py queue_declare)
     quorum_relaxed_checks_on_redeclaration: bool = False
     # accepted and validated; what they govern is not built yet, and the server logs a
-    # warning at start when one is set (NOT_ENFORCED_YET, broker/README.md "Configuration")
+    # warning at start when one is set (NOT_ENFORCED_YET, docs/behaviour/configuration.md)
     quorum_commands_soft_limit: int = 32          # RabbitMQ's default
     # at-least-once dead lettering: the dead letters a queue's dead-letter worker holds
     # unconfirmed at a time (the quorum queues guide, "Dead Lettering"; RabbitMQ's 32)
@@ -140,7 +140,7 @@ class Settings:
     # the default one named in the file) must be free, or the node does not start
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 15692
-    # AMQP over TLS (broker/README.md "TLS"): listeners.ssl.default, a port or
+    # AMQP over TLS (docs/behaviour/tls.md): listeners.ssl.default, a port or
     # "host:port" (host "": listeners.tcp.host); None: no TLS listener. Both listeners
     # may run. ssl_options: RabbitMQ's keys, validated (broker/tls.py)
     ssl_host: str = ""

@@ -303,7 +303,7 @@ QUEUE_COLUMNS = {"name": "name", "type": "type", "durable": "durable",
                  "effective_policy_definition": "effective_policy_definition"}
 
 
-# mirrored classic queues' columns (broker/README.md "Mirrored classic queues"), as
+# mirrored classic queues' columns (docs/behaviour/classic-queue-mirroring.md), as
 # RabbitMQ 3.x prints them: a process id in angle brackets, lists of them in square
 # brackets; quorumqueue has no Erlang processes, so a replica shows as its node
 PID_COLUMNS = {"pid": None, "slave_pids": "mirrors",

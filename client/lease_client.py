@@ -1,4 +1,4 @@
-"""Client side of durable leases (wire form: broker/README.md, "Leases"), over pika.
+"""Client side of durable leases (wire form: docs/behaviour/leases.md), over pika.
 
     with LeaseClient(uri) as client:
         first, end = client.grow("orders", "query-1", max_messages=1000)

@@ -2,7 +2,7 @@
 
 Responsibilities
     `PackedDecoder` turns the delivery bodies of a packed lease read (the consume
-    argument `x-lease-format` = "packed"; broker/README.md, "Leases (wire form)")
+    argument `x-lease-format` = "packed"; docs/behaviour/leases.md)
     back into messages (`PackedRecords`). The record layout and the encoder the
     broker packs with are the pure codec in quorumqueue.broker.amqp.lease_records
     (there because the broker must not import this package; see its header); this

@@ -1,6 +1,6 @@
 """Client side of the management RPC, over pika: one request, one answer.
 
-The wire form is broker/README.md's "Management RPC (wire form)": a publish to the
+The wire form is docs/behaviour/management-rpc.md's "Management RPC (wire form)": a publish to the
 default exchange with routing key `amq.quorumqueue.management`, answered on direct
 reply-to. The broker checks each operation's own rights (the administrator tag, or
 read on the queue for lease operations); publishing the request needs no write

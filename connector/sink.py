@@ -10,7 +10,7 @@ Responsibilities
 
 How it works
     Each task publishes with an idempotency key the bundled broker de-duplicates on
-    (sink_rows.py, broker/README.md "Idempotent publishing"):
+    (sink_rows.py, docs/behaviour/idempotent-publishing.md):
     - streaming: publisher `spark-query/<query id>/<partition>`, seq from
       (batch id, row): Spark sets the query id (stable across restarts) and the
       batch id as the task's local properties `sql.streaming.queryId` and

@@ -19,8 +19,7 @@ How it works
 
     Every message carries `x-quorumqueue-publisher` = the key's publisher and
     `x-quorumqueue-seq` = `key.base + row + 1`: the bundled broker stores a quorum
-    queue's message at most once per (publisher, seq) (broker/README.md,
-    "Idempotent publishing"); any other broker just passes the headers on.
+    queue's message at most once per (publisher, seq) (docs/behaviour/idempotent-publishing.md); any other broker just passes the headers on.
 
     Rows whose properties differ only in that seq (all of them, when the DataFrame
     has no property or header columns) share one encoded content header: pika asks

@@ -1,7 +1,7 @@
 """The packed form of a lease read, as bytes: the record layout and its encoder; no I/O.
 
 Responsibilities
-    The wire codec of packed lease records (broker/README.md, "Leases (wire form)"):
+    The wire codec of packed lease records (docs/behaviour/leases.md):
     `pack_raw_records` turns a lease range's messages into delivery bodies (the broker,
     node/leases.py, cuts them from its log entries; `pack_records` takes them
     decoded), and the constants name the format, its content type and the

@@ -268,7 +268,7 @@ def decode_table(prefixed: bytes, what: str) -> dict:
 
 # ---------------------------------------------------------------- idempotent publishing
 
-# The key of an idempotent publish into a quorum queue (broker/README.md,
+# The key of an idempotent publish into a quorum queue (docs/behaviour/idempotent-publishing.md,
 # "Idempotent publishing").
 PUBLISHER_HEADER = "x-quorumqueue-publisher"
 SEQ_HEADER = "x-quorumqueue-seq"

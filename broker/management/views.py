@@ -543,8 +543,8 @@ def _alarm_answer(request: Request, alarms: list[dict]):
 
 @route("GET", "/api/health/checks/alarms")
 async def health_alarms(request: Request):
-    # this node's alarms: other nodes' are not gossiped (broker/README.md, "Resource
-    # alarms": an alarm blocks the publishers of its own node only)
+    # this node's alarms: other nodes' are not gossiped (docs/behaviour/alarms.md: an
+    # alarm blocks the publishers of its own node only)
     return _alarm_answer(request, [{"node": request.node.name, "resource": resource}
                                    for resource in sorted(request.node.alarms)])
 

@@ -2,7 +2,7 @@
 
 A lease is a named consumer of one quorum queue that survives disconnects; the Spark
 connector uses one per query to get replayable, exactly-once offsets. The wire form
-(broker/README.md, "Leases"):
+(docs/behaviour/leases.md):
 
 - control, through the management RPC (node/management.py), answered once the
   command is committed and applied:

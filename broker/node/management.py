@@ -3,7 +3,7 @@ over AMQP 0-9-1 (for the connector's leases, the jobs and other AMQP clients). T
 management HTTP API runs the same operations for its users (management/changes.py
 `operation`), and the command line reaches them only through that API.
 
-Wire form (documented in broker/README.md): a client publishes to the default
+Wire form (documented in docs/behaviour/management-rpc.md): a client publishes to the default
 exchange with routing key `amq.quorumqueue.management`, `reply_to` set (direct
 reply-to `amq.rabbitmq.reply-to` is the usual choice), a `correlation_id`, and a
 JSON body `{"op": ..., ...arguments}`. The broker answers on `reply_to` with the same

@@ -6,7 +6,7 @@ data that arrived together is applied first and then persisted with one fsync (g
 commit) before any reply or confirm leaves. The fsyncs run on one writer thread
 (`flush`: a Sync of node/group_commit.py at a time), so while the disk syncs the
 loop goes on reading and applying input; the output of that input waits for the
-next Sync. A one-second ticker drives heartbeats and the memory and disk alarm
+next Sync. A ticker, twice a second, drives heartbeats and the memory and disk alarm
 checks. Flow control: the input read while a Sync runs is the next round, and a
 round handles at most `flow_control.round_methods` client methods (`receive`); past
 that a client's bytes wait in its session and its socket is not read until a new

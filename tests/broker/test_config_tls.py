@@ -1,4 +1,4 @@
-"""TLS configuration (broker/tls.py, broker/README.md "TLS"): RabbitMQ's
+"""TLS configuration (broker/tls.py, docs/behaviour/tls.md): RabbitMQ's
 `listeners.ssl.default` and `ssl_options.*`, quorumqueue's `cluster.tls.*`; impossible
 settings stop the broker at start with a message naming the key."""
 

@@ -1,4 +1,4 @@
-"""The packed form of lease reads (broker/README.md, "Leases (wire form)"): what the
+"""The packed form of lease reads (docs/behaviour/leases.md): what the
 broker packs (broker/amqp/lease_records.py), the client decodes
 (client/lease_records.py) to the same messages, however the records fall into bodies."""
 

@@ -157,7 +157,7 @@ def _maxlen_to_dlx(channel, kind: dict) -> tuple[dict, dict]:
 
 
 def _retry_with_delay(channel, kind: dict) -> tuple[dict, dict]:
-    """The retry-with-delay topology (broker/README.md): work -> (rejected) -> delay
+    """The retry-with-delay topology (docs/behaviour/ttl-and-dead-lettering.md): work -> (rejected) -> delay
     queue with a 300 ms TTL -> (expired) -> work again; rejected twice, then taken.
     x-death holds one table per (queue, reason), the latest first, with counts."""
     work, delay = _name("work"), _name("delay")
@@ -281,7 +281,7 @@ def test_an_automatic_dead_letter_cycle_is_dropped_as_rabbitmq_does(queue_type, 
 
 @pytest.mark.parametrize("queue_type", ["quorum", "classic"])
 def test_retry_with_delay_headers_name_both_queues(queue_type, broker):
-    """The worked example of broker/README.md end to end on quorumqueue alone: the
+    """The worked example of docs/behaviour/ttl-and-dead-lettering.md end to end on quorumqueue alone: the
     job comes back to the work queue after each rejection, through the delay queue."""
     seen = _run(broker.uri, _retry_with_delay, _kind(queue_type))
     assert seen["body"] == b"job"

@@ -175,7 +175,7 @@ def _consume_ids(uri: str, queue: str, expected: int) -> tuple[list[int], list[i
 @pytest.mark.timeout(900)
 def test_a_mirrored_queue_with_100000_messages_moves_into_a_quorum_queue_cluster(
         rabbitmq_node, tmp_path):  # noqa: F811
-    """The blue-green migration end to end, as broker/README.md's migration guide
+    """The blue-green migration end to end, as docs/behaviour/migrating-from-mirroring.md
     runs it: RabbitMQ 3.10.8's mirrored classic queue (ha-mode all) holds 100,000
     messages; its definitions are exported, transformed and imported into a
     3-node quorumqueue cluster (the queue is a quorum queue there); a dynamic

@@ -573,7 +573,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def member_status(self, node_name: str) -> dict[str, Any]:
         """This member's row of `queues quorum_status` (rabbitmq-queues' columns; see
-        broker/README.md): its Raft role, log and commit positions, term."""
+        docs/behaviour/queue-commands.md): its Raft role, log and commit positions, term."""
         raft = self.raft
         snapshot = raft.log.snapshot_meta()
         return {"Node Name": node_name, "Raft State": RAFT_STATES[raft.role.value],

@@ -1,4 +1,4 @@
-"""The idempotent-publishing headers (broker/README.md, "Idempotent publishing"):
+"""The idempotent-publishing headers (docs/behaviour/idempotent-publishing.md):
 `publisher_sequence` finds x-quorumqueue-publisher and x-quorumqueue-seq by walking
 the header table; whatever the table holds, it must answer exactly what decoding the
 whole table with pamqp answers, errors included."""

@@ -1,6 +1,5 @@
 """Vhost and user limits in a real 3-node cluster: set through one node, they are
-definitions of the metadata group, so every node enforces them (broker/README.md,
-"Users, vhosts, permissions and policies"). Connections and channels are counted
+definitions of the metadata group, so every node enforces them (docs/behaviour/access-and-policies.md). Connections and channels are counted
 cluster-wide, as RabbitMQ counts them (rabbit_connection_tracking,
 rabbit_channel_tracking): each node's counts reach the others within a tick
 (broker/cluster/tracking.py), so a refusal is waited for, as the differential tests

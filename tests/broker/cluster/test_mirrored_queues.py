@@ -26,7 +26,7 @@ Mirroring" guide describes them:
 - "Examples" (the guide's policies through ctl and the HTTP API), "'nodes' Policy
   and Migrating Leaders" (consumers as after a failover), ha-mode exactly 1 and
   "Non-mirrored Queue Behavior in a Cluster" (durable or not).
-broker/README.md's "The guide, section by section" maps every section to its test.
+docs/behaviour/classic-queue-mirroring.md's "The guide, section by section" maps every section to its test.
 """
 
 from __future__ import annotations

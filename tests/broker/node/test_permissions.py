@@ -387,7 +387,7 @@ def quorum_node(tmp_path) -> Node:
 
 
 def management(client: Client, request: dict) -> dict:
-    """One management RPC (broker/README.md) on channel 1, answered on direct reply-to."""
+    """One management RPC (docs/behaviour/management-rpc.md) on channel 1, answered on direct reply-to."""
     client.publish(1, "", "amq.quorumqueue.management", json.dumps(request).encode(),
                    properties(reply_to="amq.rabbitmq.reply-to", correlation_id="1"))
     replies = [r for r in client.read_deliveries() if isinstance(r, Delivery)]
@@ -441,7 +441,7 @@ def test_leases_need_read_permission_on_the_queue(tmp_path):
 
 def test_management_requests_need_no_write_on_the_default_exchange(tmp_path):
     """The management RPC is published to "", but its operations check their own
-    rights (broker/README.md, "Users, vhosts, permissions and policies"): ada, tagged
+    rights (docs/behaviour/access-and-policies.md): ada, tagged
     administrator with no permission anywhere in "/" (eve's ""-patterns), lists queues
     and is refused a lease operation for want of read on its queue; eve, with the
     same permissions and no tag, is refused as not an administrator, not for write on

@@ -1,6 +1,6 @@
 """Flow control at the session (node/session.py `take_input`): the server shell gives
 each group-commit round a budget of client input (`flow_control.round_methods`,
-broker/README.md "Flow control"); input past it waits in the session, in order, until
+docs/behaviour/flow-control.md); input past it waits in the session, in order, until
 the shell hands it a new budget. RabbitMQ's flow control guide: a connection in flow
 "should not see any difference from normal running" but a slower rate, so nothing
 received may be lost, reordered or acted on twice.

@@ -1,5 +1,5 @@
 """Flow control in the server shell (broker/server/server.py `receive`,
-broker/README.md "Flow control"): one group-commit round takes at most
+docs/behaviour/flow-control.md): one group-commit round takes at most
 `flow_control.round_methods` of client input; while the node is behind (a Sync runs
 and the next round's budget is spent) a publisher's socket is not read, its
 connection shows state "flow" (RabbitMQ's flow control guide), and once the Sync

@@ -1,5 +1,4 @@
-"""Idempotent publishing into quorum queues, through pika (broker/README.md,
-"Idempotent publishing (wire form)").
+"""Idempotent publishing into quorum queues, through pika (docs/behaviour/idempotent-publishing.md).
 
 A publish carrying `x-quorumqueue-publisher` (string) and `x-quorumqueue-seq` (integer)
 is stored in a quorum queue at most once per (publisher, seq): a seq at or below the

@@ -1,4 +1,4 @@
-"""Durable leases over AMQP (broker/README.md "Leases"), as the Spark connector uses them.
+"""Durable leases over AMQP (docs/behaviour/leases.md), as the Spark connector uses them.
 
 A lease is grown by a logged command, so its ranges are fixed; reading a range any
 number of times, from any connection, before or after a crash, gives the same bytes

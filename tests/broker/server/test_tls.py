@@ -1,4 +1,4 @@
-"""AMQP over TLS (broker/README.md "TLS"; RabbitMQ's TLS guide): `listeners.ssl.default`
+"""AMQP over TLS (docs/behaviour/tls.md; RabbitMQ's TLS guide): `listeners.ssl.default`
 and `ssl_options.*`, with pika over amqps:// and certificates made at test time.
 
 Each broker runs both listeners: plain AMQP on its port, TLS on listeners.ssl.default.
