@@ -92,3 +92,30 @@ def test_the_node_cluster_queues_and_groups_read_no_clock():
                         and "loop" in ast.unparse(found.value):
                     readers.append(f"{where}:{found.lineno} reads {ast.unparse(found)}")
     assert not readers, readers
+
+
+def test_only_the_shells_write_files_or_open_sockets():
+    """broker/README.md: I/O lives in the shells. Outside server/, storage/,
+    raft/storage/ (files) and the listeners of management/, metrics/ and shovel/ no
+    module writes, syncs or renames a file or opens a socket."""
+    import ast
+
+    shells = ("server", "storage", "raft/storage", "management", "metrics", "shovel")
+    writers = {"replace", "rename", "fsync", "fdatasync", "unlink", "remove", "socket",
+               "create_server", "create_connection", "open_connection", "start_server"}
+    found_io = []
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        where = path.relative_to(ROOT / "broker").as_posix()
+        if where.startswith(shells):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name.split(".")[-1] in writers and name.split(".")[0] in (
+                    "os", "socket", "asyncio", "loop", "self._loop", "shutil"):
+                found_io.append(f"{where}:{node.lineno} {name}")
+            if name == "open" and len(node.args) > 1 and any(
+                    mode in ast.unparse(node.args[1]) for mode in ("w", "a", "x", "+")):
+                found_io.append(f"{where}:{node.lineno} open(..., {ast.unparse(node.args[1])})")
+    assert not found_io, found_io

@@ -45,7 +45,6 @@ commands mean (broker/fifo, groups/metadata.py).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -58,6 +57,7 @@ from ..groups.replicated import ReplicatedGroup, Waiter
 from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
+from ..storage.node_list import NodeListFile
 from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
 from .host import ClusterHost
 from .wire import RaftEnvelope, Rpc
@@ -174,8 +174,9 @@ class Cluster:
         # no other node can ever join: started without cluster configuration, this
         # node has no inter-node listener (server.py)
         self.solo = not settings.clustered
-        self._nodes_file = os.path.join(settings.data_dir, "cluster_nodes.json")
-        joined, self.forgotten = self._load_nodes()
+        self.node_file = NodeListFile(settings.data_dir)  # read here, saved by the Sync
+        joined, self.forgotten = self.node_file.load()
+        self.nodes_changed = False  # the list changed: the next group commit saves it
         for name, address in joined.items():  # nodes that joined later
             self.addresses.setdefault(name, address)
         for name in self.forgotten - {self.name}:  # forgotten, even if configured
@@ -230,24 +231,14 @@ class Cluster:
 
     # ------------------------------------------------------------ setup
 
-    def _load_nodes(self) -> tuple[dict[str, tuple[str, int]], set[str]]:
-        """The nodes learned (joined later) and forgotten, from cluster_nodes.json."""
-        try:
-            with open(self._nodes_file) as handle:
-                document = json.load(handle)
-        except FileNotFoundError:
-            return {}, set()
-        return ({name: (host, port) for name, (host, port) in document["nodes"].items()},
-                set(document.get("forgotten", ())))
-
-    def _save_nodes(self) -> None:
-        tmp = self._nodes_file + ".tmp"
-        with open(tmp, "w") as handle:
-            json.dump({"nodes": {n: list(a) for n, a in self.addresses.items()},
-                       "forgotten": sorted(self.forgotten)}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self._nodes_file)
+    def take_node_list(self) -> tuple[dict, set] | None:
+        """The node list to save (joined nodes' addresses, forgotten nodes) if it
+        changed since the last call: the group commit writes it off the event loop
+        (storage/node_list.py)."""
+        if not self.nodes_changed:
+            return None
+        self.nodes_changed = False
+        return dict(self.addresses), set(self.forgotten)
 
     def add_node(self, name: str, address: tuple[str, int]) -> None:
         """A node joined (the metadata group's `cluster.add_node`, or a welcome)."""
@@ -258,7 +249,7 @@ class Cluster:
         self.forgotten.discard(name)  # forgotten, then joined again (with a fresh node)
         if self.transport is not None and name != self.name:
             self.transport.add_peer(name, address)
-        self._save_nodes()
+        self.nodes_changed = True
         log.info("cluster %s: node %s at %s:%d", self.settings.cluster_name, name, *address)
 
     def forget_node(self, name: str) -> None:
@@ -273,7 +264,7 @@ class Cluster:
             known.pop(name, None)
         if self.transport is not None:
             self.transport.remove_peer(name)
-        self._save_nodes()
+        self.nodes_changed = True
         log.info("cluster %s: node %s forgotten", self.settings.cluster_name, name)
 
     def start_metadata(self) -> MetaGroup:

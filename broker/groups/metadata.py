@@ -63,10 +63,11 @@ releases its log below it, as a quorum queue's member does at its release cursor
 follower too far behind gets that snapshot (InstallSnapshot) and `restore`s it. The
 node's metadata file (metadata.json, written by the node) is what a restart starts
 from, and the log after the snapshot is applied again on top of it (application is
-idempotent). So before a snapshot at index i is written, the metadata file is saved
-with everything applied up to i, and `DATA_DIR/metadata_group_applied` records i:
-a restart whose metadata file is older than the snapshot (a crash between installing
-a leader's snapshot and saving it) restores the snapshot first (`recover`).
+idempotent). So a snapshot at index i asks the node to save the metadata file with
+everything applied up to i and the record of i (storage/metadata_store.py
+`save_applied`), in its next group commit, off the event loop. A restart whose
+metadata file is older than the snapshot (a crash before that commit) restores the
+snapshot first (`recover`).
 
 Not here: how a classic queue is reached from the nodes that do not host it
 (classic_link.py).
@@ -76,7 +77,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any, Protocol
 
 from ..config import Settings
@@ -90,7 +90,6 @@ from .replicated import ReplicatedGroup
 log = logging.getLogger("quorumqueue.cluster")
 
 META_GROUP = "_cluster/metadata"
-APPLIED_FILE = "metadata_group_applied"  # {"index": i}: metadata.json holds every entry <= i
 
 
 def encode_reply(reply):
@@ -175,7 +174,8 @@ class MetadataHost(Protocol):
 
     settings: Settings
     metadata: MetadataStore | None   # the metadata file (None: nothing is saved)
-    metadata_dirty: bool
+    metadata_dirty: bool             # the file is to be saved (by the group commit)
+    metadata_applied_index: int | None   # and, with it, the group's entry it holds
 
     def apply_metadata(self, command: dict) -> Any:
         """One command, applied to this node as on every node; returns its reply."""
@@ -189,8 +189,6 @@ class MetadataHost(Protocol):
     def restore_metadata(self, data: bytes, transient_only: bool = False) -> None:
         """Make the node's metadata equal to a snapshot."""
 
-    def metadata_document(self) -> dict:
-        """The metadata file's contents now."""
 
 
 class MetaGroup(ReplicatedGroup):
@@ -291,30 +289,14 @@ class MetaGroup(ReplicatedGroup):
         self.node.restore_metadata(data)
         self._save_metadata(stored[0].index)
 
-    def _applied_path(self) -> str:
-        return os.path.join(self.node.settings.data_dir, APPLIED_FILE)
-
     def _saved_index(self) -> int:
-        try:
-            with open(self._applied_path()) as handle:
-                return int(json.load(handle)["index"])
-        except FileNotFoundError:
-            return 0
+        return self.node.metadata.applied_index() if self.node.metadata is not None else 0
 
     def _save_metadata(self, index: int) -> None:
-        """The node's metadata file now, then the record that it holds entry `index`."""
-        node = self.node
-        if node.metadata is None:
+        """The node's metadata file, then the record that it holds entry `index`:
+        both written by the node's next group commit, off the event loop. A crash
+        before that finds the file older than the snapshot and restores it."""
+        if self.node.metadata is None:
             return
-        node.metadata.save(node.metadata_document())
-        node.metadata_dirty = False
-        path = self._applied_path()
-        try:
-            with open(path + ".tmp", "w") as handle:
-                json.dump({"index": index}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except OSError:
-            os.remove(path + ".tmp")   # a full disk: the older record stays true
-            raise
-        os.replace(path + ".tmp", path)
+        self.node.metadata_dirty = True
+        self.node.metadata_applied_index = index

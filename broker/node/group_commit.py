@@ -47,6 +47,7 @@ from ..raft.storage.errors import is_disk_full
 from ..raft.storage.wal import WalBatch
 from ..storage.message_store import SealedBatch
 from ..storage.metadata_store import MetadataStore
+from ..storage.node_list import NodeListFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
@@ -59,6 +60,9 @@ class Sync:
     """One group-commit step: begun by `begin_sync`, run, ended by `end_sync`."""
     metadata: MetadataStore | None
     document: dict | None              # the metadata file's new contents, if changed
+    applied: int | None                # with it: the metadata group's entry it holds
+    node_list: tuple | None            # the cluster's node list, if changed
+    node_file: NodeListFile | None     # where it goes
     messages: SealedBatch | None       # the message store's batch (None: no store)
     readies: driver.Batch              # the Raft round waiting for `log`
     log: WalBatch | None               # the log store's batch (None: no quorum queues)
@@ -69,7 +73,7 @@ class Sync:
     def writes(self) -> bool:
         """False: nothing for `run` to do (no metadata, nothing to fdatasync) —
         `end_sync` may follow at once."""
-        return (self.document is not None
+        return (self.document is not None or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)
                 or (self.log is not None and bool(self.log.records) and self.log.fsync))
@@ -101,6 +105,10 @@ class Sync:
                 self._write_batches()
             if self.document is not None:
                 self.metadata.save(self.document)
+                if self.applied is not None:
+                    self.metadata.save_applied(self.applied)
+            if self.node_list is not None:
+                self.node_file.save(*self.node_list)
             if self.messages is not None:
                 self.messages.sync()
             if self.log is not None:
@@ -120,16 +128,27 @@ class Sync:
             self.log.rewind()
 
 
-def begin_sync(node: "Node") -> Sync:
-    document = None
+def take_metadata(node: "Node") -> tuple[dict | None, int | None]:
+    """(the metadata file's contents, the metadata group's entry it holds) when the
+    file is to be saved, else (None, None); the node's flags are reset."""
+    document = applied = None
     if node.metadata_dirty and node.metadata is not None:
         document = node.metadata_document()
+        applied, node.metadata_applied_index = node.metadata_applied_index, None
     node.metadata_dirty = False
+    return document, applied
+
+
+def begin_sync(node: "Node") -> Sync:
+    document, applied = take_metadata(node)
+    cluster = node.cluster
+    node_list = cluster.take_node_list()
     messages = None
     if node.store is not None and (node.store.has_pending or node.awaiting_sync):
         messages = node.store.seal()
     readies, batch = node.quorum.begin_round() if node.quorum is not None else ([], None)
-    sync = Sync(node.metadata, document, messages, readies, batch)
+    sync = Sync(node.metadata, document, applied, node_list, cluster.node_file, messages,
+                readies, batch)
     sync.write()
     return sync
 

@@ -76,6 +76,9 @@ class Node:
         self.awaiting_sync: set["Channel"] = set()
         self.synced_batch_id = 0
         self.metadata_dirty = False
+        # saved with the metadata file: the metadata group's last entry it holds
+        # (groups/metadata.py `_save_metadata`; None: not recorded this time)
+        self.metadata_applied_index: int | None = None
         self.alarms: set[str] = set()
         self.counters = Counters()  # messages and connections (broker/metrics/ reads them)
         # user -> the channels its connections have open here (node/limits.py)
@@ -696,6 +699,9 @@ class Node:
         for name in list(self.vhosts):
             self.apply_policies(name)
         self.metadata_dirty = False
+        # saved with the metadata file: the metadata group's last entry it holds
+        # (groups/metadata.py `_save_metadata`; None: not recorded this time)
+        self.metadata_applied_index: int | None = None
         return counts
 
     def all_queues(self) -> Iterable[Queue]:

@@ -18,10 +18,14 @@ node's, as written before classic queues were in the metadata).
 AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
 objects: {"$bytes": base64}, {"$decimal": "1.5"}, {"$timestamp": epoch seconds}.
 
+Beside it, `metadata_group_applied` ({"index": i}) records that the file holds every
+entry of the metadata group's log up to i: a restart whose file is older than the
+group's snapshot restores the snapshot instead (groups/metadata.py).
+
 Writes go to a temporary file, are fsynced, then renamed over the old file (and the
-directory fsynced), so a crash leaves either the old or the new metadata, never a mix.
-The node rewrites the whole file on every durable change: metadata changes are rare
-next to messages.
+directory fsynced), so a crash leaves either the old or the new file, never a mix.
+The node rewrites the whole file on every durable change (metadata changes are rare
+next to messages), in its group commit, off the event loop (node/group_commit.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,29 @@ import os
 
 VERSION = 1
 FILE_NAME = "metadata.json"
+APPLIED_FILE = "metadata_group_applied"
+
+
+def replace_file(directory: str, name: str, data: bytes) -> None:
+    """`directory/name` holds `data`, durably: a temporary file, fsynced, renamed over
+    the old one, the directory fsynced. On an error (a full disk) the old file stays."""
+    path = os.path.join(directory, name)
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError:
+        if os.path.exists(temporary):
+            os.remove(temporary)  # the space comes back
+        raise
+    os.replace(temporary, path)
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _to_json(value):
@@ -95,18 +122,18 @@ class MetadataStore:
 
     def save(self, document: dict) -> None:
         document = {"version": VERSION, **document}
-        temporary = self.path + ".tmp"
+        replace_file(self.directory, FILE_NAME,
+                     json.dumps(document, indent=1, sort_keys=True).encode("utf-8"))
+
+    def applied_index(self) -> int:
+        """The metadata group's last entry the file is known to hold (0: none)."""
         try:
-            with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(document, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except OSError:
-            os.remove(temporary)  # a full disk: the old file stays; the space comes back
-            raise
-        os.replace(temporary, self.path)
-        directory = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            with open(os.path.join(self.directory, APPLIED_FILE)) as handle:
+                return int(json.load(handle)["index"])
+        except FileNotFoundError:
+            return 0
+
+    def save_applied(self, index: int) -> None:
+        """Record that the file (saved before this) holds the group's entries up to
+        `index`."""
+        replace_file(self.directory, APPLIED_FILE, json.dumps({"index": index}).encode())

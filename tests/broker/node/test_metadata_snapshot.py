@@ -15,7 +15,7 @@ import os
 import pytest
 
 from quorumqueue.broker.groups import metadata as meta
-from quorumqueue.broker.node import metadata
+from quorumqueue.broker.node import group_commit, metadata
 from quorumqueue.broker.node import metadata_snapshot as meta_snapshot
 from quorumqueue.broker.cluster.cluster import Cluster
 from quorumqueue.broker.config import Settings
@@ -26,7 +26,8 @@ from quorumqueue.broker.raft import SnapshotMeta
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.routing.exchanges import QUEUE, Destination
 from quorumqueue.broker.server.server import assemble_node
-from quorumqueue.broker.storage.metadata_store import MetadataStore, decode_arguments
+from quorumqueue.broker.storage.metadata_store import (APPLIED_FILE, MetadataStore,
+                                                       decode_arguments)
 
 ME = "qq1@localhost"
 QUORUM = {"x-queue-type": "quorum"}
@@ -284,7 +285,11 @@ def test_a_start_over_an_older_metadata_file_restores_the_snapshot(tmp_path):
     group = stored_snapshot(node, meta_snapshot.encode(leader), 40)
     group.recover()
     assert snapshot_of(node) == snapshot_of(leader)
-    with open(os.path.join(node.settings.data_dir, meta.APPLIED_FILE)) as handle:
+    document, applied = group_commit.take_metadata(node)  # what the group commit saves
+    assert applied == 40
+    node.metadata.save(document)
+    node.metadata.save_applied(applied)
+    with open(os.path.join(node.settings.data_dir, APPLIED_FILE)) as handle:
         assert json.load(handle) == {"index": 40}
     saved = MetadataStore(node.settings.data_dir).load()
     assert sorted(q["name"] for q in saved["queues"]) == ["elsewhere", "local", "orders",
@@ -299,7 +304,7 @@ def test_a_start_over_a_newer_metadata_file_only_adds_what_the_file_cannot_hold(
     node.vhosts["/"].exchanges.pop("x-transient")  # not durable: not in the file
     group = stored_snapshot(node, meta_snapshot.encode(at_snapshot), 14)
     node.metadata.save(node.metadata_document())
-    with open(os.path.join(node.settings.data_dir, meta.APPLIED_FILE), "w") as handle:
+    with open(os.path.join(node.settings.data_dir, APPLIED_FILE), "w") as handle:
         json.dump({"index": 30}, handle)
     group.recover()
     vhost = node.vhosts["/"]
@@ -342,7 +347,10 @@ def test_forget_node_leaves_the_node_list_and_the_queues_members_and_a_restore_f
     meta_snapshot.restore(follower, snapshot_of(leader))
     assert follower.cluster.nodes == leader.cluster.nodes
     assert snapshot_of(follower) == snapshot_of(leader)
-    # forgotten for good: a restart over the same data directory, configured as before
+    # forgotten for good: once the group commit saved the list, a restart over the
+    # same data directory, configured as before
+    assert Cluster(follower, follower.settings).forgotten == set()  # not saved yet
+    follower.flush()
     again = Cluster(follower, follower.settings)
     assert again.nodes == (ME, "qq3@localhost", "qq4@localhost")
     assert again.forgotten == {"qq2@localhost"}
