@@ -92,7 +92,7 @@ def check(cluster: "Cluster", member, now: float | None = None) -> None:
                 log.warning("quorum queue '%s' in vhost '%s': node of connection %s was "
                             "forgotten: its messages return", member.name, member.vhost,
                             connection)
-        member.propose(command, 0)  # untimed: the time is not logged
+        member.propose(command, 0)  # at the node clock
 
 
 def tick(cluster: "Cluster") -> None:

@@ -98,7 +98,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
                                        cluster.node.sessions)
         return
     if consumer.channel.state != ChannelState.OPEN:
-        record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # untimed
+        record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # node clock
         return
     settled = []
     for msg_id, count, exchange, routing_key, header, message, *returned in body["m"]:
@@ -107,7 +107,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         if consumer.no_ack:
             settled.append(msg_id)
     if settled:
-        record.propose(Settle(key, tuple(settled)), 0)  # untimed: no time logged
+        record.propose(Settle(key, tuple(settled)), 0)  # at the node clock
 
 
 def tell_downed(cluster: "Cluster", queue, connection: str) -> None:

@@ -7,9 +7,11 @@ broker writes and the analytics jobs read (broker/raft/storage/FORMAT.md,
 
 How it works: the data is either a fifo command exactly as `commands.encode` writes
 it, or, for the commands whose effect depends on time (`TIMED_COMMANDS`: lease grow,
-settle and release, tick; and every Enqueue, whose message TTL counts from it:
-`stamp`), the envelope `u8 0xFF | u64 leader time in ms since the Unix epoch |
-command`. The leader stamps its clock when it proposes; every replica
+settle and release, tick; every command that may hand a message out — checkout,
+cancel, settle, return, discard, down, get, node down and up — since a message whose
+TTL ran out must not be (rabbit_fifo gives every command the leader's time); and
+every Enqueue, whose message TTL counts from it: `stamp`), the envelope
+`u8 0xFF | u64 leader time in ms since the Unix epoch | command`. The leader stamps its clock when it proposes; every replica
 applies the entry with that time (`Meta.system_time`), and an entry without one
 reuses the latest time seen in the log, so a replay after a restart computes
 exactly what the first run did.
@@ -35,7 +37,9 @@ from . import commands
 TIMED = 0xFF                        # first octet of an entry with a leader time
 TIMED_HEAD = struct.Struct(">BQ")   # TIMED, leader time in ms
 TIMED_COMMANDS = (commands.LeaseGrow, commands.LeaseSettle, commands.LeaseRelease,
-                  commands.Tick)
+                  commands.Tick, commands.Checkout, commands.Cancel, commands.Settle,
+                  commands.Return, commands.Discard, commands.Down, commands.Dequeue,
+                  commands.NodeDown, commands.NodeUp)
 
 
 def encode_command(command: commands.Command, now_ms: int) -> bytes:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import warnings
 
 import pytest
@@ -54,6 +55,9 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
     ("body_larger_than_declared_size", "2.reply"):
         "follows from the above: 3.10.8's delayed 505, quorumqueue already closed",
     ("quorum_queue_counts", "8.reply.properties.headers"):
+        "RabbitMQ 3.10.8 adds x-delivery-count: 0 to a quorum queue's first delivery; "
+        "4.x (and quorumqueue) add x-delivery-count to redeliveries only",
+    ("quorum_queue_message_ttl_behind_a_longer_one", "6.reply.properties.headers"):
         "RabbitMQ 3.10.8 adds x-delivery-count: 0 to a quorum queue's first delivery; "
         "4.x (and quorumqueue) add x-delivery-count to redeliveries only",
     ("quorum_queue_purge_keeps_unacked", "7.reply.properties.headers"):
@@ -711,6 +715,53 @@ def quorum_queue_counts(c: Probe) -> None:
     get(c, "dt-qq-counts", no_ack=True)
     c.call(1, amqp.Queue.Delete(queue="dt-qq-counts"))
     declare(c, "dt-qq-counts", passive=True)
+
+
+@scenario
+def quorum_queue_message_ttl_behind_a_longer_one(c: Probe) -> None:
+    """Per-message TTL in a quorum queue (the quorum queues guide, "Queue and
+    Per-Message TTL"): only heads expire, but a message whose TTL ran out while it
+    waited behind a longer-lived one is dropped when it reaches the head, never
+    delivered. Expiration 60000 then 200; 1.5 s later the first get returns the first
+    message and the second finds the queue empty."""
+    channel(c)
+    declare(c, "dt-qq-ttl-behind", durable=True, arguments={"x-queue-type": "quorum"})
+    channel(c, 9)
+    c.call(9, amqp.Confirm.Select())
+    for body, expiration in (("long", "60000"), ("short", "200")):
+        c.publish(9, "", "dt-qq-ttl-behind", body,
+                  properties=amqp.Basic.Properties(expiration=expiration,
+                                                   headers={"n": body}))
+    c.collect(2)
+    c.call(9, amqp.Channel.Close(200, "filled", 0, 0))
+    time.sleep(1.5)  # the short one's TTL runs out behind the long one
+    get(c, "dt-qq-ttl-behind", no_ack=True)
+    get(c, "dt-qq-ttl-behind", no_ack=True)
+    declare(c, "dt-qq-ttl-behind", passive=True)
+
+
+@scenario
+def quorum_queue_message_ttl_behind_a_longer_one_consumed(c: Probe) -> None:
+    """The same for a consumer (prefetch 1): the long-lived message is delivered; once
+    it is acked, the expired one, now at the head, is dropped, never delivered (a
+    second collect sees nothing), and the queue is empty."""
+    channel(c)
+    declare(c, "dt-qq-ttl-consumed", durable=True, arguments={"x-queue-type": "quorum"})
+    channel(c, 9)
+    c.call(9, amqp.Confirm.Select())
+    for body, expiration in (("long", "60000"), ("short", "200")):
+        c.publish(9, "", "dt-qq-ttl-consumed", body,
+                  properties=amqp.Basic.Properties(expiration=expiration,
+                                                   headers={"n": body}))
+    c.collect(2)
+    c.call(9, amqp.Channel.Close(200, "filled", 0, 0))
+    time.sleep(1.5)  # the short one's TTL runs out behind the long one
+    c.call(1, amqp.Basic.Qos(prefetch_count=1))
+    c.call(1, amqp.Basic.Consume(queue="dt-qq-ttl-consumed", consumer_tag="ttl"))
+    [delivery] = c.collect(1)
+    c.send(1, amqp.Basic.Ack(delivery_tag=delivery["delivery_tag"]))
+    c.collect(1, timeout=1.0)       # nothing: the short one is never delivered
+    declare(c, "dt-qq-ttl-consumed", passive=True)
 
 
 @scenario

@@ -15,8 +15,8 @@ Deliver effects into `channel.deliver_batch` calls). Settlements and publishes a
 held until the queue's next command or the node's next round, then proposed
 together: a run of publishes is one log append. An unacked delivery's token is a
 `QuorumToken` (the fifo consumer key and the machine's message id); settling goes
-through the log by id. Commands that do not depend on time are proposed with time 0
-(only the envelope's TIMED_COMMANDS carry the leader's clock).
+through the log by id. The envelope's TIMED_COMMANDS carry the proposer's clock
+(`now_ms`, or the node's when a caller has none: 0); the others carry no time.
 
 Invariants: every live message is in the log at its raft index (bodies are read
 from there, never copied into the state); `waiters[i]` is called exactly once, with
@@ -259,17 +259,19 @@ class QuorumQueue(ReplicatedGroup, Queue):
             if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
                 self.propose(commands.Checkout(key, prefetch, consumer.priority, connection),
-                             0, must_land)  # untimed: no clock is read here
+                             0, must_land)  # at the node's clock
 
     # ------------------------------------------------------------ proposals
 
     def propose(self, command: commands.Command | bytes, now_ms: int,
                 waiter: Waiter | None = None) -> None:
         """Append a command to the log (here, or at the group's leader); `waiter` gets
-        the machine's reply once the entry is committed and applied here."""
+        the machine's reply once the entry is committed and applied here. A timed
+        command carries `now_ms`, or the node's clock when it is 0."""
         if self.settling or self.publishing:  # what was held before this goes first
             self.flush_held()
-        data = command if isinstance(command, bytes) else encode_command(command, now_ms)
+        data = command if isinstance(command, bytes) else encode_command(
+            command, now_ms or self.groups.clock_ms)
         self.propose_data(data, waiter)
 
     def has_unapplied(self) -> bool:
@@ -305,8 +307,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         settling, self.settling = self.settling, []
         if self.deleted:
             return
+        now_ms = self.groups.clock_ms
         for kind, key, msg_ids in settling:
-            self.propose_data(encode_command(kind(key, tuple(msg_ids)), 0))
+            self.propose_data(encode_command(kind(key, tuple(msg_ids)), now_ms))
 
     def restore(self, data: bytes) -> None:
         """The state machine, and the identities of the forwarded commands applied,

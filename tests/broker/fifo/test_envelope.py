@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from quorumqueue.broker.fifo import commands
-from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Down, LeaseGrow, LeaseRelease,
-                                              LeaseSettle, Purge, Settle, Tick, UpdateConfig)
+from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Dequeue, Discard, Down,
+                                              LeaseGrow, LeaseRelease, LeaseSettle, NodeDown,
+                                              NodeUp, Purge, Return, Settle, Tick,
+                                              UpdateConfig)
 from quorumqueue.broker.fifo.envelope import (TIMED, TIMED_HEAD, decode_entry, encode_command,
                                               stamp, stamped_enqueue)
 
@@ -22,17 +24,29 @@ NOW_BYTES = NOW.to_bytes(8, "big")
     (LeaseSettle("l", 7), b"\xff" + NOW_BYTES + b"\x0b\x00\x01l" + (7).to_bytes(8, "big")),
     (LeaseGrow("l", 3, 0, 500), b"\xff" + NOW_BYTES + b"\x0a\x00\x01l"
      + (3).to_bytes(4, "big") + (0).to_bytes(8, "big") + (500).to_bytes(8, "big")),
-    (Purge(), b"\x07"),
-    (Down("c1"), b"\x08\x00\x02c1"),
-    (Cancel("k"), b"\x03\x00\x01k"),
-    (Settle("k", (1, 2)), b"\x04\x00\x01k" + (2).to_bytes(4, "big")
+    # what may hand a message out: a message whose TTL ran out is dropped at the head
+    # at the command's time, never delivered (rabbit_fifo gives every command its time)
+    (Down("c1"), b"\xff" + NOW_BYTES + b"\x08\x00\x02c1"),
+    (Cancel("k"), b"\xff" + NOW_BYTES + b"\x03\x00\x01k"),
+    (Settle("k", (1, 2)), b"\xff" + NOW_BYTES + b"\x04\x00\x01k" + (2).to_bytes(4, "big")
      + (1).to_bytes(8, "big") + (2).to_bytes(8, "big")),
+    (Purge(), b"\x07"),
+    (UpdateConfig(-1, None, 5, "reject-publish"),
+     commands.encode(UpdateConfig(-1, None, 5, "reject-publish"))),
 ])
 def test_time_dependent_commands_carry_the_leader_time_and_the_others_do_not(command, expected):
     data = encode_command(command, NOW)
     assert data == expected
-    stamped = isinstance(command, (Tick, LeaseRelease, LeaseSettle, LeaseGrow))
+    stamped = not isinstance(command, (Purge, UpdateConfig))
     assert decode_entry(data) == ((NOW if stamped else None), command)
+
+
+@pytest.mark.parametrize("command", [
+    Checkout("k", 10, -2, "conn"), Cancel("k"), Settle("k", (1,)), Return("k", (1,)),
+    Discard("k", (1,)), Down("c"), Dequeue("k", True, "c"), NodeDown(("n",)),
+    NodeUp("n", "boot")])
+def test_every_command_that_may_hand_a_message_out_is_stamped(command):
+    assert decode_entry(encode_command(command, NOW))[0] == NOW
 
 
 @pytest.mark.parametrize("command", [
