@@ -37,7 +37,8 @@ def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
     auto_delete, arguments, ready, unacked, consumers, bytes, leader, members (a
     queue without a Raft group: its node is its leader and only member), policy,
     operator_policy ("" for none), effective_policy_definition,
-    single_active_consumer_tag, and for a mirrored classic queue mirrors and
+    single_active_consumer_tag, messages_dlx (dead letters a quorum queue holds for
+    at-least-once dead lettering), and for a mirrored classic queue mirrors and
     synchronised_mirrors (RabbitMQ 3.x's slave_nodes, synchronised_slave_nodes)."""
     if vhost:
         # the vhost must exist for this user, as before (404 otherwise)
@@ -58,7 +59,10 @@ def queue_rows(api: HttpManagement, vhost: str | None) -> list[dict]:
             "members": q.get("members", [node] if node else []),
             "policy": q.get("policy") or "", "operator_policy": q.get("operator_policy") or "",
             "effective_policy_definition": q.get("effective_policy_definition") or {},
-            "single_active_consumer_tag": q.get("single_active_consumer_tag"),
+            # a quorum queue's is single_active_consumer_ctag (RabbitMQ's names)
+            "single_active_consumer_tag": q.get("single_active_consumer_tag",
+                                                q.get("single_active_consumer_ctag")),
+            "messages_dlx": q.get("messages_dlx", 0),
             **({"mirrors": q["slave_nodes"],
                 "synchronised_mirrors": q.get("synchronised_slave_nodes", [])}
                if "slave_nodes" in q else {})})

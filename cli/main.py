@@ -62,7 +62,7 @@ def queues() -> None:
 QUEUE_FIELDS = ("vhost", "name", "type", "durable", "auto_delete", "arguments", "ready",
                 "unacked", "consumers", "leader", "members", "bytes", "policy",
                 "operator_policy", "effective_policy_definition", "single_active_consumer_tag",
-                "mirrors", "synchronised_mirrors")
+                "messages_dlx", "mirrors", "synchronised_mirrors")
 
 
 def _queue_cell(value) -> str:
@@ -82,11 +82,12 @@ def _queue_cell(value) -> str:
 def queues_list(api, vhost, columns) -> None:
     """Name, type, ready, unacked, consumers, leader, members and bytes of every queue
     (and, when a queue has a single active consumer, its tag: RabbitMQ's
-    single_active_consumer_tag); or the COLUMNs named: vhost name type durable
-    auto_delete arguments ready unacked consumers leader members bytes policy
-    operator_policy effective_policy_definition single_active_consumer_tag mirrors
-    synchronised_mirrors (mirrored classic queues: shown by default when there are
-    some)."""
+    single_active_consumer_tag; when a quorum queue holds dead letters for
+    at-least-once dead lettering, messages_dlx); or the COLUMNs named: vhost name type
+    durable auto_delete arguments ready unacked consumers leader members bytes policy
+    operator_policy effective_policy_definition single_active_consumer_tag
+    messages_dlx mirrors synchronised_mirrors (mirrored classic queues: shown by
+    default when there are some)."""
     unknown = [c for c in columns if c not in QUEUE_FIELDS]
     if unknown:
         raise click.BadParameter(f"unknown column(s) {', '.join(unknown)} (known: "
@@ -96,6 +97,8 @@ def queues_list(api, vhost, columns) -> None:
                                 "leader", "members", "bytes"]
     if not columns and any(r.get("single_active_consumer_tag") for r in rows):
         headers.append("single_active_consumer_tag")
+    if not columns and any(r.get("messages_dlx") for r in rows):
+        headers.append("messages_dlx")
     if not columns and any("mirrors" in r for r in rows):  # mirrored classic queues
         headers += ["mirrors", "synchronised_mirrors"]
     echo_table(headers, [[_queue_cell(r.get(h)) for h in headers] for r in rows])

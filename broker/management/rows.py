@@ -102,14 +102,19 @@ def queue_row(node, queue, stats: dict, online: list[str]) -> dict:
         if stats.get("syncing") is not None:  # 3.x's {syncing, N}: state and progress
             row.update(state="syncing", sync_messages=stats["syncing"])
     if queue.REPLICATED:
+        held = stats.get("messages_dlx", 0)
+        row["messages"] += held   # RabbitMQ counts the dead letters held in `messages`
         row.update(leader=stats["leader"], members=list(stats["members"]),
                    online=[member for member in stats["members"] if member in online],
                    # every message of a quorum queue is in its log: persistent
-                   messages_persistent=ready + unacked, message_bytes_persistent=stats["bytes"],
-                   # at-least-once dead-lettering holds messages; quorumqueue has only
-                   # at-most-once, which holds none
-                   messages_dlx=0, message_bytes_dlx=0,
-                   single_active_consumer_ctag=None)  # RabbitMQ's name for this type
+                   messages_persistent=ready + unacked + held,
+                   message_bytes_persistent=stats["bytes"],
+                   # the dead letters at-least-once dead lettering holds until their
+                   # targets confirm them (counted in messages and message_bytes too)
+                   messages_dlx=held,
+                   message_bytes_dlx=stats.get("message_bytes_dlx", 0),
+                   # RabbitMQ's name for this type's single active consumer tag
+                   single_active_consumer_ctag=stats.get("single_active_consumer_tag"))
     else:
         row.update(exclusive_consumer_tag=(queue.exclusive_consumer.tag
                                            if queue.exclusive_consumer is not None else None),

@@ -203,12 +203,18 @@ async function queueView(first, vhost, name) {
       el("button", {id: "delete", type: "button", onclick: () => remove(path, name)}, "Delete queue"));
   }
   const policy = JSON.stringify(q.effective_policy_definition || {});
+  // dead letters held by at-least-once dead lettering (they count in the total), and
+  // the single active consumer (RabbitMQ's single_active_consumer_ctag for quorum
+  // queues, single_active_consumer_tag for classic ones)
+  const active = q.single_active_consumer_ctag || q.single_active_consumer_tag || "";
   document.getElementById("queue-facts").replaceChildren(table(
-    ["type", "state", "ready", "unacked", "total", "length rate", "policy", "operator policy",
-     "effective policy definition", "arguments"],
+    ["type", "state", "ready", "unacked", "dead letters held", "total", "active consumer",
+     "length rate", "policy", "operator policy", "effective policy definition", "arguments"],
     [el("tr", {}, el("td", {}, q.type), el("td", {}, q.state),
         num(q.messages_ready, {id: "q-ready"}), num(q.messages_unacknowledged, {id: "q-unacked"}),
-        num(q.messages, {id: "q-total"}), num(rate(q.messages_details)),
+        num(q.messages_dlx, {id: "q-dlx"}),
+        num(q.messages, {id: "q-total"}), el("td", {id: "q-active-consumer"}, active),
+        num(rate(q.messages_details)),
         el("td", {}, q.policy || ""), el("td", {}, q.operator_policy || ""),
         el("td", {}, policy), el("td", {}, JSON.stringify(q.arguments || {})))]));
   document.getElementById("queue-rates").replaceChildren(messageRates(q.message_stats || {}));
