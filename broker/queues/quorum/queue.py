@@ -589,7 +589,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """The ready message at `position` (1 = next delivered) as `rabbitmq-queues
         peek` shows it (queues/quorum/peeked.py), or None when fewer are ready."""
         from ...fifo.peek import peek
-        from .. import peeked
+        from . import peeked
 
         found = peek(self.state, position)
         if found is None:
