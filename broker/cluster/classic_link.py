@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.channel import ChannelState
 from ..amqp.codec import decode_properties
+from ..groups.metadata import encode as encode_meta
 from ..queues.base import Confirm
 from ..queues.classic import ClassicQueue
 from ..queues.message import Message
@@ -170,6 +171,8 @@ class ClassicLink:
         self.synced = _SyncedReplies()
         # requests for queues whose declaration this host has not applied yet, per uid
         self.early: dict[str, deque[tuple[float, str, str, dict]]] = {}
+        # non-durable queues of a node gone silent whose deletion this node proposed
+        self.deleting: set[str] = set()
 
     @property
     def node(self):
@@ -348,6 +351,8 @@ class ClassicLink:
         self._serve_early(now)
         if silent is None:
             return
+        if silent:
+            self._delete_transient(silent)
         for (uid, key), (queue, consumer, boot) in list(self.consumers.items()):
             current = cluster.boots.get(queue.host)
             if queue.host in silent and queue.mirrors:
@@ -370,6 +375,29 @@ class ClassicLink:
                             "the messages of %s", getattr(queue, "name", uid), owner,
                             identity)
                 self._close(uid, identity, queue)
+
+    def _delete_transient(self, silent: set[str]) -> None:
+        """A non-durable classic queue whose home node went down is deleted (the
+        mirroring guide, "Non-mirrored Queue Behavior in a Cluster": "A non-durable
+        one will be deleted"), as RabbitMQ deletes it on nodedown: the metadata
+        group's leader asks, once for each; its node drops it too when it comes back
+        and applies the deletion. A mirrored one has a mirror to take over."""
+        meta = self.cluster.meta
+        if meta is None or not meta.is_leader:
+            return
+        for vhost in list(self.node.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                host = getattr(queue, "host", None)
+                if (host not in silent or queue.durable or queue.mirrors
+                        or queue.group in self.deleting):
+                    continue
+                self.deleting.add(queue.group)
+                log.info("classic queue '%s' in vhost '%s': its home node %s is down and "
+                         "it is not durable: deleting it", queue.name, vhost.name, host)
+                meta.propose_data(
+                    encode_meta("queue.delete", vhost=vhost.name, name=queue.name,
+                                group=queue.group),
+                    lambda _reply, group=queue.group: self.deleting.discard(group))
 
     # ================================================= the host's side
 

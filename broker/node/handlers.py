@@ -172,6 +172,8 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
             not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
         _check_exclusive(session, target)
     vhost.check_binding(source, destination, unbind)
+    if target is not None:  # its home node down: every operation fails (queues/base.py)
+        target.check_available()
     _replicate(session, channel, method, meta.encode(
         "unbind" if unbind else "bind", vhost=vhost.name, source=source,
         kind=destination.kind, destination=destination.name, routing_key=routing_key,
@@ -209,6 +211,7 @@ def queue_declare(session, channel: Channel, args) -> None:
     if args.passive:  # no "last declared queue" shortcut here, as in RabbitMQ
         queue = vhost.queue(name)
         _check_exclusive(session, queue)
+        queue.check_available()
         channel.last_queue_name = queue.name
         if not args.nowait:
             _send_declare_ok(channel, queue)
@@ -222,6 +225,7 @@ def queue_declare(session, channel: Channel, args) -> None:
     existing = vhost.queues.get(name)
     if existing is not None:
         _check_exclusive(session, existing)
+        existing.check_available()
         where = f"queue '{name}' in vhost '{vhost.name}'"
         if bool(args.exclusive) != (existing.exclusive_owner is not None):
             raise AMQPError(spec.RESOURCE_LOCKED,
@@ -331,6 +335,7 @@ def queue_delete(session, channel: Channel, args) -> None:
             channel.send(codec.queue_delete_ok(channel.number, 0))
         return
     _check_exclusive(session, queue)
+    queue.check_available(deleting=True)
     waiting = [True]
 
     def refreshed() -> None:

@@ -285,6 +285,13 @@ class Queue:
         if if_empty and self.ready_count:  # RabbitMQ: unacked messages do not count
             raise precondition(f"{where} not empty")
 
+    def check_available(self, deleting: bool = False) -> None:
+        """Refuse any use of a queue that cannot be used now: a classic queue whose home
+        node is down (the mirroring guide's "Non-mirrored Queue Behavior in a
+        Cluster": not_found, `queues/remote.py`). Nothing for a usable queue.
+        `deleting`: for queue.delete, which a mirrored queue waiting for its lost
+        leader always allows (the guide's way out of it)."""
+
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         """Refuse what this type cannot do at basic.consume; returns whether the new
         consumer is exclusive."""

@@ -148,6 +148,13 @@ class RemoteClassicQueue(Queue):
         if not self.link.reachable(self.host):
             raise self._host_down()
 
+    def check_available(self, deleting: bool = False) -> None:
+        """queues/base.py: declare, bind, delete... fail while the host is down; a
+        mirrored queue may be deleted (the mirroring guide, "Promotion of
+        Unsynchronised Mirrors on Failure": deleted and redeclared)."""
+        if not (deleting and self.mirrors):
+            self.check_reachable()
+
     # ------------------------------------------------------------ declaring
 
     def equivalence_arguments(self, arguments: dict) -> tuple[dict, dict]:

@@ -31,8 +31,9 @@ Invariants
       script and epmd SIGTERM (PR_SET_PDEATHSIG); the launcher stops beam.
 
 Not here
-    Clustering, TLS. Plugins are off unless `plugins` names them (the management
-    API's differential tests enable rabbitmq_management).
+    Forming a cluster (rabbitmq_cluster.py joins nodes started here with a shared
+    cookie and epmd: `cookie`, `epmd`), TLS. Plugins are off unless `plugins` names
+    them (the management API's differential tests enable rabbitmq_management).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+TOOLS = Path("/usr/lib/rabbitmq/bin")  # rabbitmqctl, rabbitmq-diagnostics, rabbitmq-queues
 EPMD = Path("/usr/bin/epmd")  # Debian's erlang-base; rabbitmq-server depends on it
 MARKER_VARIABLE = "QQ_ORACLE_NODE"
 
@@ -130,6 +132,8 @@ class RabbitMQNode:
         extra_config: str = "",
         advanced_config: str = "",
         plugins: tuple[str, ...] = (),
+        cookie: str | None = None,
+        epmd: "RabbitMQNode | None" = None,
     ) -> None:
         if scheduler_busy_wait not in BUSY_WAIT_THRESHOLDS:
             raise ValueError(
@@ -150,6 +154,10 @@ class RabbitMQNode:
         # enabled plugins (Debian's package ships them; e.g. rabbitmq_management, whose
         # HTTP port the caller sets with extra_config `management.tcp.port = N`)
         self.plugins = tuple(plugins)
+        # the Erlang cookie (None: the node makes one), and a node whose epmd this one
+        # registers with instead of starting its own: nodes that may form a cluster
+        self.cookie = cookie
+        self.epmd_of = epmd
         self.node_name = f"qqoracle-{secrets.token_hex(4)}@localhost"
         self.port = 0  # AMQP port; set by start()
         self.dist_port = 0
@@ -213,6 +221,8 @@ class RabbitMQNode:
     def _start_once(self) -> RabbitMQNode:
         self.base_dir = Path(tempfile.mkdtemp(prefix="qqoracle-"))
         self.port, self.dist_port, self.epmd_port = _reserve_loopback_ports(3)
+        if self.epmd_of is not None:
+            self.epmd_port = self.epmd_of.epmd_port
         environment = self._environment()
         began = time.monotonic()
         atexit.register(self.stop)
@@ -220,10 +230,12 @@ class RabbitMQNode:
             with open(self.console_path, "wb") as console:
                 # Our own epmd, listening before the node looks for one: the
                 # node then does not daemonize its own (which would outlive it
-                # as init's child).
-                epmd_command = [str(EPMD), "-port", str(self.epmd_port), "-address", "127.0.0.1"]
-                self._epmd = self._spawn(epmd_command, environment, console)
-                self._wait_for_epmd(began)
+                # as init's child). A node joining another's epmd finds it running.
+                if self.epmd_of is None:
+                    epmd_command = [str(EPMD), "-port", str(self.epmd_port), "-address",
+                                    "127.0.0.1"]
+                    self._epmd = self._spawn(epmd_command, environment, console)
+                    self._wait_for_epmd(began)
                 self._process = self._spawn([str(SERVER_SCRIPT)], environment, console)
             self._wait_until_ready(began)
         except BaseException:
@@ -231,6 +243,24 @@ class RabbitMQNode:
             raise
         self.startup_seconds = time.monotonic() - began
         return self
+
+    def ctl(self, *arguments: str, tool: str = "rabbitmqctl",
+            timeout: float = 120.0) -> subprocess.CompletedProcess:
+        """rabbitmqctl (or `tool`: rabbitmq-diagnostics, rabbitmq-queues) against this
+        node: its cookie under the node's HOME, its epmd. Output as text, not checked."""
+        assert self.base_dir is not None, "node not started"
+        environment = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL", "TMPDIR")
+                       if name in os.environ}
+        environment.update(HOME=str(self.base_dir / "home"), ERL_EPMD_PORT=str(self.epmd_port),
+                           ERL_EPMD_ADDRESS="127.0.0.1", RABBITMQ_USE_LONGNAME="false",
+                           RABBITMQ_CONF_ENV_FILE=str(self.base_dir / "rabbitmq-env.conf"))
+        environment[MARKER_VARIABLE] = self.node_name
+        return subprocess.run([str(TOOLS / tool), "-n", self.node_name, *arguments],
+                              env=environment, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def erlang_cookie(self) -> str:
+        return (self.base_dir / "home" / ".erlang.cookie").read_text().strip()
 
     def stop(self) -> None:
         """Stop the node, its epmd and helpers; remove its files. Idempotent."""
@@ -262,6 +292,10 @@ class RabbitMQNode:
         base = self.base_dir
         for folder in ("home", "mnesia", "log"):
             (base / folder).mkdir()
+        if self.cookie is not None:
+            cookie = base / "home" / ".erlang.cookie"
+            cookie.write_text(self.cookie)
+            cookie.chmod(0o400)
         (base / "rabbitmq.conf").write_text(CONFIG_FILE_TEXT + self.extra_config + "\n")
         (base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         if self.advanced_config:
