@@ -5,8 +5,10 @@ rabbit_amqqueue_process's for classic queues, and the max-length guide): max-len
 max-length-bytes, message-ttl and expires take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
-target-group-size: the argument x-quorum-target-group-size, then the policy, then
-the configuration. consumer-timeout: the lower of x-consumer-timeout and the policy's
+target-group-size: the highest of the argument x-quorum-target-group-size, the
+policy's (the operator policy's merged in: the higher) and the configuration's, as
+RabbitMQ 4's membership reconciliation takes it (the 4.2 guide: the argument "can be
+overridden by an operator policy"). consumer-timeout: the lower of x-consumer-timeout and the policy's
 (no queue setting: the node's consumer_timeout). A policy is anything with a `definition` mapping (None: no
 policy applies).
 
@@ -129,8 +131,12 @@ def leader_locator(arguments: Mapping[str, Any], policy, configured: str,
 
 def target_group_size(arguments: Mapping[str, Any], policy,
                       configured: int | None) -> int | None:
-    return (arguments.get("x-quorum-target-group-size")
-            or _definition(policy).get("target-group-size") or configured)
+    """The member count continuous membership reconciliation grows a quorum queue
+    to: the highest of argument, policy and configuration (None: none set)."""
+    values = [value for value in (arguments.get("x-quorum-target-group-size"),
+                                  _definition(policy).get("target-group-size"), configured)
+              if value]
+    return max(values) if values else None
 
 
 def dead_letter_strategy(arguments: Mapping[str, Any], policy) -> str:

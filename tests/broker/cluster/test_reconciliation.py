@@ -101,3 +101,27 @@ def test_a_policy_change_a_join_and_a_forgotten_node_trigger_reconciliation(tmp_
                 process.kill()
                 process.wait()
             log.close()
+
+
+def test_an_operator_policy_target_group_size_overrides_the_argument_and_the_queue_grows():
+    """The 4.2 guide's "Continuous Membership Reconciliation": x-quorum-target-group-size
+    "can be overridden by an operator policy". A queue declared with one member and
+    x-quorum-target-group-size 1 grows to three once an operator policy sets
+    target-group-size 3 (the highest wins, as in RabbitMQ 4), and the API shows the
+    operator policy in force."""
+    with LocalCluster(3, proxied=False, extra_config=CONFIG) as cluster:
+        one = cluster.names[0]
+        uri = cluster.uri(one)
+        wait_for("every node reachable with a metadata leader", lambda: all(
+            status(u)["metadata_leader"] and all(n["reachable"] for n in status(u)["nodes"])
+            for u in cluster.uris()))
+        declare(uri, "pinned", **{"x-quorum-initial-group-size": 1,
+                                  "x-quorum-target-group-size": 1})
+        assert members(uri, "pinned") == [one]
+        cli("ctl", "set_operator_policy", "--base-uri", cluster.management_url(one),
+            "--apply-to", "quorum_queues", "three-replicas", "^pinned$",
+            '{"target-group-size": 3}')
+        wait_for("pinned grown to 3 members by the operator policy",
+                 lambda: members(uri, "pinned") == sorted(cluster.names))
+        row = next(r for r in call(uri, "queues.list", vhost="/") if r["name"] == "pinned")
+        assert row["operator_policy"] == "three-replicas"

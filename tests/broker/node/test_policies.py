@@ -187,10 +187,14 @@ def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented
                               "client-local") == "balanced"
     assert leader_locator(argument, None, "balanced") == "client-local"
     assert leader_locator({}, None, "balanced") == "balanced"
-    # target group size: the argument, then the policy, then the configuration
-    assert target_group_size(argument, locating, 7) == 3
-    assert target_group_size({}, locating, 7) == 5
+    # target group size: the highest of argument, policy and configuration (RabbitMQ
+    # 4's reconciliation; the 4.2 guide: an operator policy overrides the argument)
+    assert target_group_size(argument, locating, 7) == 7
+    assert target_group_size(argument, locating, None) == 5
+    assert target_group_size({"x-quorum-target-group-size": 6}, locating, None) == 6
+    assert target_group_size({}, locating, 2) == 5
     assert target_group_size({}, None, 7) == 7
+    assert target_group_size({}, None, None) is None
     # alternate exchange: the argument overrules the policy (RabbitMQ's AE guide)
     routing = policy(definition={"alternate-exchange": "unrouted"}, apply_to="exchanges")
     assert alternate_exchange({"alternate-exchange": "mine"}, routing) == "mine"
