@@ -5,10 +5,13 @@
 One node in-process (`tests/broker/node/harness.py`, the node as the broker
 assembles it, over a log store that fsyncs), one durable quorum queue, a channel in
 confirm mode, one message published and confirmed first (warm caches, lazy imports).
-Then the second message is followed from its bytes to its confirm: its publish
-frames handed to `Session.receive_data`, `Node.flush()` (the group commit: WAL
-write, fdatasync, the Raft round, apply) and `Session.data_to_send()` until the
-`basic.ack` is in the output. `sys.setprofile` sees every Python call meanwhile.
+Then the second message is followed from its bytes to its confirm, as the server
+shell drives it for one burst of input: its publish frames handed to
+`Session.receive_data`, one group commit (`group_commit.begin_sync`: the Raft round
+persisted, the WAL written; `Sync.run`: the fdatasync; `group_commit.end_sync`: sent,
+applied, confirms released) and `Session.data_to_send()` with the `basic.ack` in it.
+The round the shell runs after that (nothing to persist) is not part of the walk: the
+confirm has left by then. `sys.setprofile` sees every Python call meanwhile.
 
 How it counts (issue 29's figures):
 - calls: "call" events of functions defined under broker/ (C functions, the
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +49,9 @@ from pamqp import commands  # noqa: E402
 
 from tests.broker.node.harness import Client, content_frames, marshal, method, new_node  # noqa: E402
 
-BROKER = str(REPO_ROOT / "broker") + "/"
+import quorumqueue.broker  # noqa: E402
+
+BROKER = os.path.dirname(os.path.realpath(quorumqueue.broker.__file__)) + "/"
 CONFIRM_MARK = b"\x00\x3c\x00\x50"  # basic.ack's class and method ids
 # highest first, as in .importlinter's layers (a package missing here is unranked)
 LAYERS = [("server",), ("management", "metrics"), ("node",), ("cluster",), ("queues",),
@@ -90,20 +96,25 @@ def walk(size: int) -> list[tuple[int, str, str, str | None]]:
 
     def profile(frame, event, _arg):
         if event == "call":
-            package = package_of(frame.f_code.co_filename)
+            package = package_of(os.path.realpath(frame.f_code.co_filename))
             if package is not None:
                 caller = next((p for p in reversed(stack) if p is not None), None)
-                name = frame.f_code.co_filename[len(BROKER):] + ":" + frame.f_code.co_qualname
+                name = (os.path.realpath(frame.f_code.co_filename)[len(BROKER):] + ":"
+                        + frame.f_code.co_qualname)
                 calls.append((len(stack), package, name, caller))
             stack.append(package)
         elif event == "return" and stack:
             stack.pop()
 
+    from quorumqueue.broker.node import group_commit
+
     session, node = client.session, client.node
     sys.setprofile(profile)
     try:
         session.receive_data(one, client.now)
-        node.flush()
+        sync = group_commit.begin_sync(node)
+        sync.run()
+        group_commit.end_sync(node, sync)
         out = session.data_to_send()
     finally:
         sys.setprofile(None)

@@ -60,6 +60,7 @@ from ..raft.messages import InstallSnapshot
 from ..storage.node_list import NodeListFile
 from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
 from .host import ClusterHost
+from .outbox import Outbox
 from .wire import RaftEnvelope, Rpc
 
 
@@ -171,9 +172,6 @@ class Cluster:
         # every node of the cluster, this one included (a node of its own: just it)
         self.addresses = settings.cluster_peers() or {
             self.name: (settings.host, settings.cluster_port)}
-        # no other node can ever join: started without cluster configuration, this
-        # node has no inter-node listener (server.py)
-        self.solo = not settings.clustered
         self.node_file = NodeListFile(settings.data_dir)  # read here, saved by the Sync
         joined, self.forgotten = self.node_file.load()
         self.nodes_changed = False  # the list changed: the next group commit saves it
@@ -182,8 +180,9 @@ class Cluster:
         for name in self.forgotten - {self.name}:  # forgotten, even if configured
             self.addresses.pop(name, None)
         self.joining = bool(settings.cluster_join)
-        self.transport = None            # ClusterTransport, set by the server shell
-        self.wake = lambda: None         # the server's schedule_flush
+        # what this node sends to others, until the server shell takes it for its
+        # transport (outbox.py; a node alone: the loopback transport, no peer)
+        self.outbox = Outbox()
         self.pending = _PendingRequests()
         # counts asked of other nodes (proxy.counts): request -> (callback, deadline)
         self.stats: dict[int, tuple] = {}
@@ -247,8 +246,8 @@ class Cluster:
             return
         self.addresses[name] = address
         self.forgotten.discard(name)  # forgotten, then joined again (with a fresh node)
-        if self.transport is not None and name != self.name:
-            self.transport.add_peer(name, address)
+        if name != self.name:
+            self.outbox.add_peer(name, address)
         self.nodes_changed = True
         log.info("cluster %s: node %s at %s:%d", self.settings.cluster_name, name, *address)
 
@@ -262,8 +261,7 @@ class Cluster:
         self.forgotten.add(name)
         for known in (self.last_heard, self.amqp_uris, self.boots, self.pinged):
             known.pop(name, None)
-        if self.transport is not None:
-            self.transport.remove_peer(name)
+        self.outbox.remove_peer(name)
         self.nodes_changed = True
         log.info("cluster %s: node %s forgotten", self.settings.cluster_name, name)
 
@@ -337,15 +335,16 @@ class Cluster:
     # ------------------------------------------------------------ Raft traffic
 
     def _post(self, peer: str, envelope) -> None:
-        try:
-            self.transport.send(peer, envelope)
-        except KeyError:  # a member whose address this node has not learned yet
-            log.debug("no address for %s yet: dropped a message to it", peer)
+        self.outbox.send(peer, envelope)
+
+    def data_to_send(self) -> list:
+        """What to hand to the transport now, in order (outbox.py): the forwarded
+        commands gathered this loop iteration first become their "propose" Rpcs."""
+        if self._proposals:
+            self._send_proposals()
+        return self.outbox.take()
 
     def send_raft(self, group: str, messages) -> None:
-        transport = self.transport
-        if transport is None:
-            return
         for message in messages:
             if isinstance(message, InstallSnapshot) and message.data is None:
                 stored = self.node.quorum.store.read_snapshot(group)
@@ -374,7 +373,6 @@ class Cluster:
                 log.warning("unknown cluster request '%s' from %s", envelope.kind, sender)
                 return
             handler(self, sender, envelope.body)
-        self.wake()
 
     # ------------------------------------------------------------ forwarding
 
@@ -404,7 +402,7 @@ class Cluster:
             pending.sent_to = leader
             self.pending.sent(request, pending, self.now)
             pending.accepted = False
-            if leader is not None and self.transport is not None:
+            if leader is not None:
                 self._propose_to(leader, member.group, request, pending.data, True)
             return
         leader = member.leader_id
@@ -414,17 +412,15 @@ class Cluster:
             return
         pending.sent_to = leader
         self.pending.sent(request, pending, self.now)
-        if leader is not None and self.transport is not None:
+        if leader is not None:
             self._propose_to(leader, member.group, request, pending.data, False)
 
     def _propose_to(self, leader: str, group: str, request: int, data: bytes,
                     reply: bool) -> None:
-        """Queue a forwarded command for `leader`; every command queued in this
-        event-loop iteration leaves in one "propose" (`_send_proposals`)."""
+        """Queue a forwarded command for `leader`; every command queued until the
+        shell next takes this node's output leaves in one "propose" (`data_to_send`)."""
         batch = self._proposals.get(leader)
         if batch is None:
-            if not self._proposals:
-                self.transport.call_soon(self._send_proposals)
             batch = self._proposals[leader] = ([], [], [], [])
         batch[0].append(group)
         batch[1].append(request)
@@ -455,21 +451,19 @@ class Cluster:
                 self._send(request)
         from ..queues.quorum.queue import QuorumQueue
 
-        if (isinstance(member, QuorumQueue) and not member.replay_until
-                and self.transport is not None):
+        if isinstance(member, QuorumQueue) and not member.replay_until:
             consumer_nodes.check(self, member)  # a quorum queue this node now leads
 
     def check_consumer_nodes(self, member) -> None:
         """The NodeDown / NodeUp commands `member`'s consumers call for, if this node
-        leads it (consumer_nodes.py); a node of its own has no other node."""
-        if self.transport is not None:
-            consumer_nodes.check(self, member)
+        leads it (consumer_nodes.py; a node alone hears only from itself)."""
+        consumer_nodes.check(self, member)
 
     def tick(self) -> None:
         """Send again what no leader answered within RESEND_AFTER; return the messages
         of consumers on nodes that went silent."""
         now = self.now
-        ping_due = now >= self._next_ping and self.transport is not None
+        ping_due = now >= self._next_ping
         self.tracking.tick(ping_due)
         if ping_due:
             self._next_ping = now + PING_EVERY
@@ -488,9 +482,6 @@ class Cluster:
             consumer_nodes.tick(self)
             self.classic.tick(silent)
             self.mirrors.tick(silent)
-        elif self.transport is None and now >= self._next_ping:  # a node of its own
-            self._next_ping = now + PING_EVERY
-            self.mirrors.tick(set())  # mirrored queues without mirrors follow policies
         elif self.classic.pending or self.classic.early:
             self.classic.tick(None)
         proxy.expire_stats(self)
@@ -608,10 +599,8 @@ class Cluster:
                 member.raft.transfer_leadership(to)
             except Exception as error:  # noqa: BLE001 - not leader any more, not a member
                 log.warning("leadership transfer of %s to %s: %s", member.group, to, error)
-        elif member.leader_id is not None and self.transport is not None:
-            self._post(member.leader_id, Rpc("transfer", {"g": member.group,
-                                                                   "to": to}))
-        self.wake()
+        elif member.leader_id is not None:
+            self._post(member.leader_id, Rpc("transfer", {"g": member.group, "to": to}))
 
     def _on_ping(self, sender: str, body: dict) -> None:
         self.amqp_uris[sender] = body.get("amqp")
@@ -624,8 +613,8 @@ class Cluster:
         records it (`cluster.add_node`), and then adds it to the metadata group
         (membership.reconcile_metadata)."""
         name, address = body["name"], tuple(body["address"])
-        if name not in self.addresses and self.transport is not None:
-            self.transport.add_peer(name, address)  # to answer; recorded when committed
+        if name not in self.addresses:
+            self.outbox.add_peer(name, address)  # to answer; recorded when committed
         self._post(name, Rpc("welcome", {"nodes": {n: list(a)
                                                     for n, a in self.addresses.items()}}))
         meta = self.meta
@@ -667,7 +656,8 @@ class Cluster:
             uri = self.amqp_uri if name == self.name else self.amqp_uris.get(name)
             nodes.append({"name": name, "reachable": reachable, "amqp_uri": uri,
                           # a node of its own has no inter-node listener
-                          "address": None if self.solo else f"{host}:{port}"})
+                          "address": f"{host}:{port}" if self.settings.clustered
+                          else None})
         queues = []
         for vhost in self.node.vhosts.values():
             for queue in vhost.queues.values():

@@ -94,7 +94,6 @@ class MirrorLink:
         self.pending: dict[int, tuple[str, str, Callable[[bool], None]]] = {}
         self.early: dict[str, deque[tuple[float, str, dict]]] = {}
         self.proposed: dict[str, tuple[str, float]] = {}  # uid -> (record, when)
-        self.unsent: deque[tuple[str, Rpc]] = deque()
         # forwarded publishes whose leader failed before answering, waiting for the
         # promoted mirror: (vhost, name, group, old leader, message, answer, id, deadline)
         self.parked: list[tuple] = []
@@ -122,17 +121,9 @@ class MirrorLink:
     # ================================================= the leader's side
 
     def _post(self, node: str, queue, op: list) -> None:
-        rpc = Rpc("cm.op", {"q": queue.group, "v": queue.vhost, "n": queue.name, "o": op})
-        if self.cluster.transport is None or self.unsent:
-            self.unsent.append((node, rpc))  # a node starting: sent once it can, in order
-            self._send_unsent()
-        else:
-            self.cluster._post(node, rpc)
-
-    def _send_unsent(self) -> None:
-        if self.cluster.transport is not None:
-            while self.unsent:
-                self.cluster._post(*self.unsent.popleft())
+        # in order, also while the node starts (the outbox holds it: outbox.py)
+        self.cluster._post(node, Rpc("cm.op", {"q": queue.group, "v": queue.vhost,
+                                               "n": queue.name, "o": op}))
 
     def send(self, node: str, queue, op: list) -> None:
         self._post(node, queue, op)
@@ -272,7 +263,6 @@ class MirrorLink:
     def tick(self, silent: set[str]) -> None:
         """Every second or so: mirrors follow the policies and the nodes' liveness;
         a mirror whose leader's node went silent may take over."""
-        self._send_unsent()
         self._serve_early(self.cluster.now)
         self._expire_syncs()
         self._resend_parked()

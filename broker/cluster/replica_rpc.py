@@ -139,7 +139,6 @@ def message_stats_here(node) -> dict:
 def on_replica(cluster: "Cluster", sender: str, body: dict) -> None:
     def reply(answer: dict | None) -> None:
         cluster._post(sender, Rpc("replica_reply", {"r": body["r"], "v": answer}))
-        cluster.wake()
 
     answer_here(cluster, body["g"], body["op"], body.get("a") or {}, reply)
 

@@ -90,7 +90,7 @@ class Tracking:
         and bring the local channel quotas' `elsewhere` up to date."""
         cluster = self.cluster
         counts = local_counts(cluster.node)
-        if cluster.transport is not None and (ping_due or counts != self.sent):
+        if ping_due or counts != self.sent:
             self.sent = counts
             for name in cluster.nodes:
                 if name != cluster.name:

@@ -123,7 +123,7 @@ async def overview(request: Request):
         listeners.append({"node": node.name, "protocol": "https",
                           "ip_address": node.settings.management_ssl_ip or request.api.host,
                           "port": request.api.ssl_port})
-    if node.cluster.transport is not None:
+    if node.settings.clustered:  # the inter-node listener
         host, port = node.cluster.addresses[node.name]
         listeners.append({"node": node.name, "protocol": "clustering",
                           "ip_address": host, "port": port})
@@ -615,7 +615,7 @@ async def health_port_listener(request: Request):
     except ValueError:
         raise not_found() from None
     ports = [request.api.port, request.api.shell.port]
-    if request.node.cluster.transport is not None:
+    if request.node.settings.clustered:  # the inter-node listener
         ports.append(request.node.cluster.addresses[request.node.name][1])
     if port in ports:
         return {"status": "ok", "port": port}

@@ -54,7 +54,7 @@ def _quorum_queue(node: "Node", vhost: str, name: str):
 
 
 def _cluster(node: "Node"):
-    if node.cluster.solo:
+    if not node.settings.clustered:
         raise _refuse(f"node {node.settings.node_name} is not clustered: its quorum queues "
                       "have one member each (start it with cluster_formation.classic_config"
                       ".nodes)")

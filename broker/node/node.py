@@ -302,7 +302,7 @@ class Node:
             for queue in list(vhost.queues.values()):
                 if queue.gone_after_restart(self.name, self.boot_id):
                     self.propose_delete(vhost, queue)
-        if not self.cluster.solo or not self.cluster.meta.is_leader:
+        if self.settings.clustered or not self.cluster.meta.is_leader:
             return
         from ..groups import metadata as meta
 

@@ -35,8 +35,8 @@ async def catch_up_metadata(server) -> None:
     once waiting is pointless (no majority heard from) or took too long."""
     node = server.node
     cluster = node.cluster
-    group = cluster.meta if cluster is not None else None
-    raft = group.raft if group is not None else None
+    group = cluster.meta
+    raft = group.raft
     if raft is None or len(raft.members) < 2:
         return  # a node of its own: nothing committed elsewhere
     passed: list[object] = []

@@ -43,22 +43,25 @@ import time
 
 from ..amqp import spec
 from ..auth.users import UserStore
+from ..cluster.outbox import ADD_PEER, SEND
 from ..config import Settings, cluster_tls_contexts, ssl_listener_context
+from ..groups.driver import MAX_ROUNDS
+from ..metrics.http import MetricsListener
 from ..node import group_commit
 from ..node.node import Node
-from ..queues.quorum.groups import QuorumGroups
-from ..groups.driver import MAX_ROUNDS
-from ..raft.storage import LogStore
-from ..metrics.http import MetricsListener
 from ..node.session import Session
+from ..queues.quorum.groups import QuorumGroups
+from ..raft.storage import LogStore
+from ..raft.storage.errors import is_disk_full
 from ..shovel.supervisor import Shovels
 from ..shovel.worker import local_uri
-from .boot import catch_up_metadata
-from .periodic import Steps
-from ..raft.storage.errors import is_disk_full
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
+from .boot import catch_up_metadata
+from .cluster_transport import ClusterTransport
 from .disk import DiskWatch
+from .loopback_transport import LoopbackTransport
+from .periodic import Steps
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -111,7 +114,8 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
     one until others join: every definition takes the same path)."""
     from ..cluster.cluster import Cluster
 
-    quorum = QuorumGroups(log_store, settings.node_name)
+    quorum = QuorumGroups(log_store, settings.node_name,
+                          snapshot_over_live=not settings.clustered)
     node = Node(settings, users, message_store, metadata_store, quorum)
     # fifo identities carry the node's name: every node tells its own from others'
     node.boot_id = f"{settings.node_name}:{node.boot_id}"
@@ -288,6 +292,9 @@ class BrokerServer:
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
         self._held: list[tuple[Session, bytes, bool]] = []
         self._stopped = False
+        # the cluster's transport (`_cluster_transport`), once `start` started it
+        self.cluster_transport = None
+        self._cluster_started = False
         # flow control: the client input this round may still take (methods), and the
         # sessions whose input waits for the next round, in the order they are served
         self._round_left = settings.flow_round_methods
@@ -347,7 +354,6 @@ class BrokerServer:
             self._writer.stop()
             raise
         cluster = self.node.cluster
-        cluster.wake = self.schedule_flush
         # where clients reach this node, without credentials (cluster status)
         cluster.amqp_uri = f"amqp://{self.settings.host}:{self.port}"
         self._raft_ticker = asyncio.create_task(self._raft_tick_forever())
@@ -357,32 +363,58 @@ class BrokerServer:
         self.node.shovel_status = self.shovels.status
         self.node.client_rows = self.client_rows
         self.node.close_client = self.close_client
-        if self.settings.clustered:  # other nodes to talk to: the inter-node listener
-            from .cluster_transport import ClusterTransport
-
-            host, port = cluster.addresses[cluster.name]
-            peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
-
-            def on_message(sender: str, envelope, node=self.node) -> None:
-                pass_time(node)  # what a peer forwards (a publish) sees the time now
-                cluster.on_message(sender, envelope)
-
-            ssl_server, ssl_client = cluster_tls_contexts(self.settings)
-            cluster.transport = ClusterTransport(
-                cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
-                host, port, peers, on_message, ssl_server=ssl_server,
-                ssl_client=ssl_client)
-            await cluster.transport.start()
-            log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
-                     self.settings.cluster_name, cluster.name, host, port,
-                     " (TLS)" if ssl_server is not None else "",
-                     ", ".join(sorted(peers)) or "none")
+        self.cluster_transport = self._cluster_transport()
+        await self.cluster_transport.start()
+        self._cluster_started = True
+        self._send_cluster_output()  # what the cluster queued while the node started
         # clients once this node applied what the metadata group committed while it was
         # down, as RabbitMQ 3.x serves once its tables are loaded (boot.py)
         await catch_up_metadata(self)
         await self._server.start_serving()
         if self._ssl_server is not None:
             await self._ssl_server.start_serving()
+
+    def _cluster_transport(self):
+        """What carries the cluster's output (cluster/outbox.py): the inter-node
+        listener and connections of a node with cluster configuration, else the
+        loopback transport of a node alone (no peer, nothing leaves)."""
+        cluster = self.node.cluster
+        if not self.settings.clustered:
+            return LoopbackTransport()
+        host, port = cluster.addresses[cluster.name]
+        peers = {n: a for n, a in cluster.addresses.items() if n != cluster.name}
+
+        def on_message(sender: str, envelope, node=self.node) -> None:
+            pass_time(node)  # what a peer forwards (a publish) sees the time now
+            cluster.on_message(sender, envelope)
+            self.schedule_flush()  # its answers, and what it made committed, go out
+
+        ssl_server, ssl_client = cluster_tls_contexts(self.settings)
+        transport = ClusterTransport(
+            cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
+            host, port, peers, on_message, ssl_server=ssl_server, ssl_client=ssl_client)
+        log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
+                 self.settings.cluster_name, cluster.name, host, port,
+                 " (TLS)" if ssl_server is not None else "",
+                 ", ".join(sorted(peers)) or "none")
+        return transport
+
+    def _send_cluster_output(self) -> None:
+        """What the cluster queued for other nodes (Cluster.data_to_send), handed to the
+        transport in order; kept in the outbox until the transport has started."""
+        if not self._cluster_started:
+            return
+        transport = self.cluster_transport
+        for kind, name, item in self.node.cluster.data_to_send():
+            if kind == SEND:
+                try:
+                    transport.send(name, item)
+                except KeyError:  # a member whose address this node has not learned yet
+                    log.debug("no address for %s yet: dropped a message to it", name)
+            elif kind == ADD_PEER:
+                transport.add_peer(name, item)
+            else:
+                transport.remove_peer(name)
 
     async def start_management(self) -> None:
         """The management HTTP API on this loop (broker/management/), on
@@ -412,7 +444,7 @@ class BrokerServer:
         """(session, (peer host, port), (local host, port)) of every AMQP client
         connection over a socket (direct connections are left out)."""
         for session, connection in list(self.connections.items()):
-            if not isinstance(connection, _Connection) or connection.transport is None:
+            if not isinstance(connection, _Connection):  # (registered once connected)
                 continue
             peer = connection.transport.get_extra_info("peername") or ("?", 0)
             local = connection.transport.get_extra_info("sockname") or ("?", 0)
@@ -442,8 +474,7 @@ class BrokerServer:
         """Close client connections with 320 CONNECTION_FORCED, persist, stop."""
         if self.shovels is not None:
             await self.shovels.stop()
-        if self.node.cluster is not None and self.node.cluster.transport is not None:
-            self.node.cluster.mirrors.stopping()  # ha-promote-on-shutdown applies
+        self.node.cluster.mirrors.stopping()  # ha-promote-on-shutdown applies
         if self.management is not None:
             await self.management.stop()
         if self._server is not None:
@@ -482,8 +513,8 @@ class BrokerServer:
             log.warning("stopping with the disk full: what was not confirmed is not "
                         "written (%s)", error)
         self._writer.stop()
-        if self.node.cluster.transport is not None:
-            await self.node.cluster.transport.stop()
+        if self._cluster_started:
+            await self.cluster_transport.stop()
         if self.node.store is not None:
             self.node.store.close()
         self.node.quorum.store.close()
@@ -568,6 +599,7 @@ class BrokerServer:
         and applied; its output waits for the next Sync. A step with nothing to write
         finishes (and sends) at once."""
         self._flush_scheduled = False
+        self._send_cluster_output()  # whether or not a Sync runs: peers wait on it
         if self._sync is not None or self._stopped:
             return  # the running Sync flushes again when it ends
         node = self.node
@@ -587,6 +619,7 @@ class BrokerServer:
         except Exception:
             self._fatal()
             return
+        self._send_cluster_output()  # the leaders' appends leave while this Sync runs
         self._new_round()
         output, self._held = self._held + self._take_output(), []
         if sync is None:
@@ -618,6 +651,7 @@ class BrokerServer:
             before = group_commit.pending_writes(node)
             pass_time(node)
             group_commit.end_sync(node, sync)
+            self._send_cluster_output()  # the Raft messages this Sync made durable
             released = self._take_output()
         except Exception:
             self._fatal()

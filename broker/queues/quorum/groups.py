@@ -91,8 +91,14 @@ def replay_bound(replay_until: int, ready: Ready) -> int:
 
 class QuorumGroups:
     def __init__(self, store: LogStore, member: str, raft_config: RaftConfig | None = None,
-                 tick_interval_ms: int = 1000) -> None:
+                 tick_interval_ms: int = 1000, snapshot_over_live: bool = True) -> None:
         self.store = store
+        # may a snapshot cover live messages? Only where no other member can ever need
+        # the entries below it (their bodies): on a node started without cluster
+        # configuration, which no node can join. Then the log below a snapshot is
+        # compacted too (`_maybe_compact`); in a cluster a snapshot waits below the
+        # lowest live message (`_snapshot_below_live`)
+        self.snapshot_over_live = snapshot_over_live
         self.member = member
         self.raft_config = raft_config or RaftConfig()
         # group uid -> queue (or the cluster's metadata group: broker/groups/metadata.py)
@@ -467,7 +473,7 @@ class QuorumGroups:
                 case commands.ReleaseCursor(cursor, snapshot_index):
                     if not self._snapshot_due(queue, cursor, snapshot_index):
                         continue
-                    if self.cluster.solo:
+                    if self.snapshot_over_live:
                         queue.pending_snapshot = (cursor, snapshot_index, queue.snapshot())
                     else:
                         self._snapshot_below_live(queue, cursor, snapshot_index)
@@ -539,7 +545,7 @@ class QuorumGroups:
                     self.store.write_snapshot(queue.group, meta, data)
                 cursor = min(cursor, index + 1)
                 self.store.release(queue.group, cursor)
-                if self.cluster.solo:  # in a cluster nothing live is below the snapshot
+                if self.snapshot_over_live:  # else nothing live is below the snapshot
                     self._maybe_compact(queue, cursor, index)
             except OSError as error:
                 if not is_disk_full(error):

@@ -21,7 +21,6 @@ class FakeCluster:
         self.name = "a"
         self.addresses = {"a": 1, "b": 2, "c": 3}
         self.nodes = tuple(sorted(self.addresses))
-        self.transport = object()
         self.sent: list[tuple[str, Rpc]] = []
         self.unreachable: set[str] = set()
         self.node = SimpleNamespace(sessions=[], channel_quotas={})
