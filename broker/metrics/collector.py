@@ -4,7 +4,8 @@ Responsibilities: turn what a node holds — its queues' counts, its quorum queu
 state, its connections and channels, the message counters of node/counters.py, its
 memory, disk and alarms — into the metric families RabbitMQ's Prometheus plugin
 exports, with the same names, types and labels (checked against RabbitMQ 3.10.8 by
-tests/differential/test_prometheus_against_rabbitmq.py).
+tests/differential/test_prometheus_against_rabbitmq.py); plus quorumqueue's own
+families, under `quorumqueue_` (the event loop's lag: loop_lag.py).
 
 How it works: `NodeCollector` is a prometheus_client custom collector. Its `collect()`
 runs on the event loop's thread when an endpoint is scraped (broker/metrics/http.py)
@@ -40,6 +41,7 @@ from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFami
 
 from ..config import Settings
 from ..node.node import Node
+from .loop_lag import LoopLag
 
 
 class Broker(Protocol):
@@ -49,6 +51,7 @@ class Broker(Protocol):
     node: Node
     settings: Settings
     connections: Sized
+    loop_lag: LoopLag   # the event loop's lag samples (server/loop_lag.py)
 
     def resident_memory(self) -> int:
         """The process's resident memory, in bytes."""
@@ -214,6 +217,7 @@ class NodeCollector:
                       shutil.disk_usage(server.settings.data_dir).free)
         yield _single("rabbitmq_disk_space_available_limit_bytes", "gauge",
                       "Free disk space low watermark in bytes", server.disk_free_limit())
+        yield from server.loop_lag.families()   # quorumqueue's own (loop_lag.py)
 
     # ------------------------------------------------------------ queues and Raft
 

@@ -7,8 +7,9 @@ commit) before any reply or confirm leaves. The fsyncs run on one writer thread
 (`flush`: a Sync of node/group_commit.py at a time), so while the disk syncs the
 loop goes on reading and applying input; the output of that input waits for the
 next Sync. A ticker, twice a second, drives heartbeats and the memory and disk alarm
-checks. Flow control: the input read while a Sync runs is the next round, and a
-round handles at most `flow_control.round_methods` client methods (`receive`); past
+checks; a sampler notes how late the loop runs its timers (loop_lag.py: the
+Prometheus endpoint's lag histogram). Flow control: the input read while a Sync runs
+is the next round, and a round handles at most `flow_control.round_methods` client methods (`receive`); past
 that a client's bytes wait in its session and its socket is not read until a new
 round begins (`_new_round`, when `flush` takes the round into a Sync); and handling
 client input takes at most half a Raft tick of wall time before the loop runs its
@@ -47,6 +48,7 @@ from ..cluster.outbox import ADD_PEER, SEND
 from ..config import Settings, cluster_tls_contexts, ssl_listener_context
 from ..groups.driver import MAX_ROUNDS
 from ..metrics.http import MetricsListener
+from ..metrics.loop_lag import LoopLag
 from ..node import group_commit
 from ..node.node import Node
 from ..node.session import Session
@@ -60,6 +62,7 @@ from ..storage.metadata_store import MetadataStore
 from .boot import catch_up_metadata
 from .cluster_transport import ClusterTransport
 from .disk import DiskWatch
+from .loop_lag import LagSampler
 from .loopback_transport import LoopbackTransport
 from .periodic import Steps
 
@@ -313,11 +316,15 @@ class BrokerServer:
         # the data directory's file system: full disks, the reserve (disk.py)
         self.disk = DiskWatch(settings.data_dir, settings.disk_reserve_bytes)
         self._retry: asyncio.TimerHandle | None = None   # a held Sync's next run (`_stall`)
+        # how late the loop runs its timers: the Prometheus endpoint's lag histogram
+        self.loop_lag = LoopLag()
+        self._lag_sampler = LagSampler(self.loop_lag)
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._lag_sampler.start(self._loop)
         self._writer = SyncWriter(self._loop)
         self.node.flush()  # persist recovery results (e.g. a created default vhost)
         # as RabbitMQ's resource monitors: alarms hold before the first client connects
@@ -500,6 +507,7 @@ class BrokerServer:
             self._ticker.cancel()
         if self._raft_ticker is not None:
             self._raft_ticker.cancel()
+        self._lag_sampler.stop()
         await self.wait_synced()
         self._stopped = True  # a flush still scheduled finds the stores closed: none
         if self._retry is not None:
