@@ -65,8 +65,9 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import zlib
 from dataclasses import dataclass
+
+from zlib_ng.zlib_ng import crc32   # zlib's CRC-32, faster (pyproject.toml)
 
 FILE_MAGIC = b"QQMS"
 VERSION = 3
@@ -105,7 +106,7 @@ def _encode_key(key: bytes) -> bytes:
 
 
 def _record(record_type: int, payload: bytes) -> bytes:
-    crc = zlib.crc32(payload, zlib.crc32(_u8.pack(record_type)))
+    crc = crc32(payload, crc32(_u8.pack(record_type)))
     return _record_header.pack(crc, len(payload), record_type) + payload
 
 
@@ -230,7 +231,7 @@ class MessageStore:
                     bad = "truncated record"
                 else:
                     payload = data[offset + _record_header.size:end]
-                    if zlib.crc32(payload, zlib.crc32(_u8.pack(record_type))) != crc:
+                    if crc32(payload, crc32(_u8.pack(record_type))) != crc:
                         bad = "checksum mismatch"
             if bad is not None:
                 if tolerate_torn_tail and self._is_tail(data, offset):

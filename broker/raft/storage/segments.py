@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from zlib_ng.zlib_ng import crc32
 
 from ..types import LogEntry
 from .errors import CorruptLogError
@@ -45,7 +46,7 @@ SLOT = struct.Struct(">QQQIIB3x")          # index, term, offset, length, data c
 SLOT_WITH_CRC = struct.Struct(">QQQIIB3xI")
 SLOT_SIZE = SLOT_WITH_CRC.size             # 40
 _ZERO_SLOT = bytes(SLOT_SIZE)
-_crc32 = zlib.crc32
+_crc32 = crc32   # zlib's CRC-32, computed by zlib-ng (pyproject.toml says why)
 
 
 def header_size(uid_length: int) -> int:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import TypeAlias
+
+from zlib_ng.zlib_ng import crc32
 
 from ..types import HardState, LogEntry
 from .errors import CorruptLogError
@@ -58,7 +59,7 @@ _gid_index = struct.Struct(">IQ")          # TRUNCATE (index), RELEASE (cursor)
 _reset = struct.Struct(">IQQ")             # gid, snapshot index, snapshot term
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
-_crc32 = zlib.crc32
+_crc32 = crc32   # zlib's CRC-32, computed by zlib-ng (pyproject.toml says why)
 
 
 # --- encoding (pure) -------------------------------------------------------------------
