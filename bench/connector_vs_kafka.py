@@ -88,6 +88,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eo-kills", type=int, default=2)
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed round")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="after the warm-up, run each throughput workload once per side "
+                             "under py-spy (Python processes) and JFR (JVMs), summaries in DIR")
     arguments = parser.parse_args(argv)
     chosen = (WORKLOADS if arguments.workloads == "all"
               else tuple(w.strip() for w in arguments.workloads.split(",") if w.strip()))
@@ -132,6 +135,10 @@ def measure(bench: Bench, arguments) -> dict:
             for kind in SIDES:
                 run = run_throughput(bench, workload, kind, arguments, frame)
                 log(f"[warm-up] {workload} {kind}: {run.rate:,.0f} msg/s (untimed)")
+    if throughput and arguments.profile:
+        for workload in throughput:
+            for kind in SIDES:
+                profiled(bench, workload, kind, arguments, frame)
     for round_number in range(1, arguments.rounds + 1):
         results["load"].append(load())
         for workload in throughput:
@@ -159,6 +166,35 @@ def measure(bench: Bench, arguments) -> dict:
             log(f"[exactly-once] {kind}: {run.rows:,} rows, {run.distinct:,} distinct of "
                 f"{run.published:,} published, {run.kills} kill(s)")
     return results
+
+
+def profiled(bench: Bench, workload: str, kind: str, arguments, frame) -> None:
+    """One run of `workload` on `kind` under the samplers (bench/vs_kafka_profile.py)."""
+    from bench.process_cpu import descendants
+    from bench.vs_kafka_profile import Profile
+    from bench.vs_kafka_spark import spark_jvm_pid
+
+    jvm = spark_jvm_pid(bench.spark)
+    daemons = [pid for pid in descendants(jvm) if b"pyspark.daemon" in _cmdline(pid)]
+    python = {f"spark-python-{pid}": pid for pid in daemons}
+    jvms = {"spark-jvm": jvm}
+    if kind == "kafka":
+        jvms["kafka-broker"] = bench.kafka.pid
+    else:
+        python["quorumqueue-broker"] = bench.qq_pid
+    profile = Profile(arguments.profile, f"{workload}-{kind}", python, jvms)
+    try:
+        run = run_throughput(bench, workload, kind, arguments, frame)
+    finally:
+        summary = profile.stop()
+    log(f"[profile] {workload} {kind}: {run.rate:,.0f} msg/s under the samplers -> {summary}")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def spread(values: list[float]) -> str:

@@ -1,5 +1,6 @@
-"""The executor's side of the Spark source without Spark: CPU per message of a packed
-lease read, in the reader and in the broker.
+"""The executor's side of the Spark source without Spark: CPU per message of a lease
+read (the "entries" read since issue 28; the "packed" one before), in the reader and
+in the broker.
 
     python bench/lease_read_cpu.py [--messages 100000] [--size 256] [--profile DIR]
 

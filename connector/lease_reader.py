@@ -67,7 +67,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from ..client.delivery import Delivery
 from ..client.lease_client import LeaseClient
-from ..client.lease_records import PackedRecords
+from ..client.lease_entries import EntryColumns
+from ..client.range_reader import RangeReader
 from ..client.management import ManagementError
 from . import offsets
 from .admission import MinimumGate
@@ -84,15 +85,15 @@ log = logging.getLogger(__name__)
 # MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences (options
 # minPartitions and maxMessagesPerPartition change that: offsets.partition_sizes): a
 # function of the batch's (start, end] and the options alone, so a replayed batch
-# gets the same partitions. A read is one packed consume of its whole range; it hands
-# Spark an Arrow record batch per READ_CHUNK messages or more (whole packed
-# deliveries, decoded column by column).
+# gets the same partitions. A read is one "entries" consume of its whole range on a
+# connection of its own (client/range_reader.py, kept for the worker's next
+# partition); it hands Spark an Arrow record batch per delivery (up to 8,192 messages,
+# decoded column by column: client/lease_entries.py).
 PARTITION_MESSAGES = 20_000
 MIN_PARTITION_MESSAGES = 2_000
 TARGET_PARTITIONS = 4
 LEASE_CUT = Cut(per_queue=TARGET_PARTITIONS, floor=MIN_PARTITION_MESSAGES,
                 cap=PARTITION_MESSAGES)
-READ_CHUNK = 2_000
 # With option queuePattern, the vhost's queues are listed at most this often.
 QUEUE_REFRESH_SECONDS = 1.0
 # While no batch is planned, reportLatestOffset asks the broker at most this often.
@@ -322,6 +323,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except BrokerUnreachable as error:
                 retry.lost(error, node)
                 continue
+            complete = False
             try:
                 for batch, last in self._read_range(client, rest, trusted):
                     yield batch
@@ -329,6 +331,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     refused_by.clear()
                     replaying.clear()
                 retry.recovered()
+                complete = True
                 return
             except _NotYetApplied as waiting:  # a restarted replica: the others first,
                 replaying.append(node)        # then it again, for reconnectTimeout
@@ -340,23 +343,28 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except Exception as error:  # noqa: BLE001 - sorted by is_connection_loss
                 if not is_connection_loss(error):
                     raise
+                if client.reused and handed == rest.start:
+                    continue  # a kept connection the broker closed meanwhile: a new one
                 retry.lost(error, node)
             finally:
-                _close_quietly(client)
+                if complete:
+                    _keep(client)  # for this worker's next partition
+                else:
+                    _close_quietly(client)
 
-    def _read_range(self, client: LeaseClient, partition: LeaseRange,
+    def _read_range(self, client: RangeReader, partition: LeaseRange,
                     trusted: bool = True) -> Iterator[tuple[object, int]]:
-        """(Arrow batch, its last sequence) for the messages of `partition`; a refusal
-        raises _Refused unless `trusted`."""
+        """(Arrow batch, its last sequence) for the messages of `partition`, a batch per
+        delivery of the "entries" read; a refusal raises _Refused unless `trusted`."""
         if partition.start >= partition.end:
             return
         try:
-            chunks = _contiguous(partition, client.read_packed(
+            chunks = _contiguous(partition, client.read_columns(
                 partition.queue, partition.lease, partition.start, partition.end))
-            for records in _rebatched(chunks, READ_CHUNK):
-                yield (to_record_batch(partition.queue, records, self.options.include_headers),
-                       records.seqs[-1])
-                partition = LeaseRange(partition.queue, partition.lease, records.seqs[-1],
+            for columns in chunks:
+                yield (to_record_batch(partition.queue, columns, self.options.include_headers),
+                       columns.last_seq)
+                partition = LeaseRange(partition.queue, partition.lease, columns.last_seq,
                                        partition.end)
         except pika.exceptions.ChannelClosedByBroker as refusal:
             if REPLAYING in str(refusal.reply_text):
@@ -548,11 +556,36 @@ def _untried_first(addresses, refused_by: list[str]) -> list:
             + [a for a in addresses if a.redacted in refused_by])
 
 
-def _executor_client(address) -> tuple[LeaseClient, str]:
-    return LeaseClient(address.uri, vhost=address.vhost, tls=address.tls), address.redacted
+# An executor's Python worker runs one partition after another: the connection of a
+# range read to its end is kept for the next (per address), so a batch's tasks do not
+# each pay an AMQP handshake; one the broker closed meanwhile is not reused.
+_KEPT: dict[tuple, RangeReader] = {}
 
 
-def _close_quietly(client: LeaseClient) -> None:
+def _executor_client(address) -> tuple[RangeReader, str]:
+    key = (address.uri, address.vhost, address.tls)
+    kept = _KEPT.pop(key, None)
+    if kept is not None and kept.idle():
+        kept.reused = True
+        return kept, address.redacted
+    if kept is not None:
+        _close_quietly(kept)
+    reader = RangeReader(address.uri, vhost=address.vhost, tls=address.tls)
+    reader.pool_key = key
+    return reader, address.redacted
+
+
+def _keep(reader: RangeReader) -> None:
+    if reader.idle():
+        previous = _KEPT.pop(reader.pool_key, None)
+        if previous is not None and previous is not reader:
+            _close_quietly(previous)
+        _KEPT[reader.pool_key] = reader
+    else:
+        _close_quietly(reader)
+
+
+def _close_quietly(client: LeaseClient | RangeReader) -> None:
     try:
         client.close()
     except Exception:  # noqa: BLE001 - a broken connection cannot close cleanly
@@ -574,7 +607,7 @@ def matching_queues(rows: list[dict], pattern) -> tuple[tuple[str, ...], tuple[s
 
 
 def _contiguous(part: LeaseRange,
-                chunks: Iterator[PackedRecords]) -> Iterator[PackedRecords]:
+                chunks: Iterator[EntryColumns]) -> Iterator[EntryColumns]:
     """The chunks of a read of `part`, checked to be exactly its sequences, in order."""
     low = part.start
     for chunk in chunks:
@@ -584,25 +617,16 @@ def _contiguous(part: LeaseRange,
                 raise DataLossError(f"reading ({part.start}, {part.end}] of lease "
                                     f"'{part.lease}' on queue '{part.queue}' returned more "
                                     f"than {part.end - part.start} messages")
-            _check_contiguous(part, low, high, chunk.seqs)
+            if chunk.first_seq != low + 1:  # an entries chunk's sequences are consecutive
+                raise DataLossError(f"reading ({low}, {high}] of lease '{part.lease}' on "
+                                    f"queue '{part.queue}' returned sequences "
+                                    f"{chunk.first_seq}..{chunk.last_seq}, not "
+                                    f"{low + 1}..{high}")
             low = high
             yield chunk
     if low != part.end:
         raise DataLossError(f"reading ({part.start}, {part.end}] of lease '{part.lease}' on "
                             f"queue '{part.queue}' ended after sequence {low}")
-
-
-def _rebatched(chunks: Iterator[PackedRecords], size: int) -> Iterator[PackedRecords]:
-    """The messages of `chunks`, in order, in whole chunks joined until they hold at
-    least `size` messages (the last may hold fewer)."""
-    pending = PackedRecords()
-    for chunk in chunks:
-        pending.extend(chunk)
-        if len(pending) >= size:
-            yield pending
-            pending = PackedRecords()
-    if pending:
-        yield pending
 
 
 def _check_contiguous(part: LeaseRange, low: int, high: int, seqs: list[int]) -> None:

@@ -50,6 +50,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, M
                                StringType, StructField, StructType, TimestampType)
 
 from ..client.delivery import header_delivery_count
+from ..client.lease_entries import EntryColumns
 
 SCHEMA = StructType([
     StructField("body", BinaryType(), nullable=False),
@@ -144,9 +145,11 @@ _PROPERTY_FIELDS: tuple[pa.Field, ...] = tuple(ARROW_SCHEMA.field(name)
                                                for name in _PROPERTY_COLUMNS)
 
 
-def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns,
+def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns | EntryColumns,
                     include_headers: bool = True) -> pa.RecordBatch:
     """The rows of `messages`, all read from `queue`, in order."""
+    if isinstance(messages, EntryColumns):
+        return _entries_batch(queue, messages, include_headers)
     columns = messages if hasattr(messages, "seqs") else _Columns.of(messages)
     count = len(columns.seqs)
     distinct, positions = _distinct(columns.properties)
@@ -169,6 +172,57 @@ def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns,
               pa.array(columns.redelivered, pa.bool_()),
               *per_message]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _entries_batch(queue: str, columns: EntryColumns, include_headers: bool) -> pa.RecordBatch:
+    """The rows of an "entries" read's columns: every column a whole-array operation;
+    Python works per distinct property set only."""
+    count = columns.count
+    distinct = columns.properties
+    positions = (None if columns.property_positions is None
+                 else pa.array(columns.property_positions, pa.int32()))
+    values = [_property_values(properties, include_headers) for properties in distinct]
+    per_message = [_spread(column, field.type, positions, count)
+                   for column, field in zip(zip(*values), _PROPERTY_FIELDS)]
+    delivery_counts = _spread([header_delivery_count(properties) for properties in distinct],
+                              pa.int32(), positions, count)
+    buffer = columns.buffer
+    arrays = [_binary_from_spans([(buffer, columns.body_starts, columns.body_ends)]),
+              pa.repeat(pa.scalar(queue, pa.string()), count),
+              _names(columns.routing_key, columns.key_spans, buffer, count),
+              _names(columns.exchange, columns.exchange_spans, buffer, count),
+              pa.array(columns.seqs, pa.int64()),
+              delivery_counts,
+              pa.array(columns.delivery_counts > 0, pa.bool_()),
+              *per_message]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _spread(values: Sequence[Any], type_: pa.DataType, positions: pa.Array | None,
+            count: int) -> pa.Array:
+    """`values` (one per distinct properties object) at each message's position (None:
+    every message has the first)."""
+    if positions is not None:
+        return _taken(values, type_, positions)
+    if values[0] is None:
+        return pa.nulls(count, type_)
+    if pa.types.is_map(type_):  # pa.repeat builds a map item by item (~13 us each)
+        return pa.array(values[:1], type_).take(pa.array(np.zeros(count, np.int32)))
+    return pa.repeat(pa.scalar(values[0], type_), count)
+
+
+def _names(same: str | None, spans: tuple[np.ndarray, np.ndarray] | None, buffer,
+           count: int) -> pa.Array:
+    """A name column: one string repeated, or the UTF-8 strings at `spans` of `buffer`
+    (invalid UTF-8 replaced, as the property columns' text is)."""
+    if same is not None:
+        return pa.repeat(pa.scalar(same, pa.string()), count)
+    raw = _binary_from_spans([(buffer, *spans)])
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([bytes(value).decode("utf-8", "replace") for value in raw.to_pylist()],
+                        pa.string())
 
 
 def _binary_from_spans(spans: Sequence[tuple[bytes, np.ndarray, np.ndarray]]) -> pa.Array:

@@ -15,9 +15,14 @@ is in at most one lease.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .commands import LeaseGrow, LeaseReleased, Meta
 from .serving import take_next
 from .state import FifoState, LeaseState, size_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from array import array
 
 
 def grow(meta: Meta, command: LeaseGrow, state: FifoState, effects: list) -> tuple[int, int]:
@@ -133,3 +138,21 @@ def entries(state: FifoState, name: str, start: int, end: int) -> list[tuple[int
         index = lease.indexes[seq - lease.first_seq]
         out.append((seq, index, lease.counts.get(index, 0)))
     return out
+
+
+def lease_slice(state: FifoState, name: str, start: int,
+                end: int) -> tuple["array[int]", dict[int, int]]:
+    """The messages with lease sequence in (start, end] in bulk: their raft indexes in
+    sequence order (a slice of the lease's array) and {position: delivery count} for
+    those delivered before. Raises as `entries` does."""
+    lease = state.leases[name]
+    if start + 1 < lease.first_seq:
+        raise ValueError(f"lease '{name}': sequences up to {lease.first_seq - 1} are settled")
+    if end > lease.end_seq:
+        raise ValueError(f"lease '{name}': sequences above {lease.end_seq} are not assigned")
+    indexes = lease.indexes[start + 1 - lease.first_seq:end + 1 - lease.first_seq]
+    counts = lease.counts
+    if not counts:
+        return indexes, {}
+    return indexes, {position: count for position, index in enumerate(indexes)
+                     if (count := counts.get(index))}

@@ -35,8 +35,8 @@ The operations, and what each owes its caller:
   whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
 - `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
   messages and themselves here; quorum queues through their log, queues/quorum/groups.py).
-- `check_leases(detail)`, `lease_entries(lease, start, end)`, `read_message(index)`,
-  `read_message_spans(indexes)`:
+- `check_leases(detail)`, `lease_entries(lease, start, end)`, `lease_slice(lease, start,
+  end)`, `read_message(index)`, `read_message_spans(indexes)`, `read_entries(indexes)`:
   lease ranges (quorum queues only; the others refuse with 406 and `detail`).
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
 - `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
@@ -372,6 +372,15 @@ class Queue:
     def read_message_spans(self, indexes: list[int]) -> list[tuple]:
         """Messages of a lease range by their log indexes, as views into the log:
         (exchange, routing key, content header length, content header + body)."""
+        raise NotImplementedError
+
+    def lease_slice(self, lease: str, start: int, end: int) -> tuple[Any, dict[int, int]]:
+        """A lease range in bulk: (raft indexes in sequence order, {position: delivery
+        count} of those delivered before)."""
+        raise NotImplementedError
+
+    def read_entries(self, indexes) -> list[bytes]:
+        """The whole log entries of messages of a lease range, in that order."""
         raise NotImplementedError
 
     def lease_info(self, lease: str):

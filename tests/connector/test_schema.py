@@ -15,7 +15,9 @@ import pyarrow as pa
 import pytest
 
 from quorumqueue.broker.amqp import codec
-from quorumqueue.broker.amqp.lease_records import pack_records
+from quorumqueue.broker.amqp.lease_records import pack_entries, pack_records
+from quorumqueue.broker.fifo import commands, envelope
+from quorumqueue.client.lease_entries import EntriesDecoder
 from quorumqueue.client.delivery import Delivery
 from quorumqueue.client.lease_records import PackedDecoder, PackedRecords
 from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
@@ -138,7 +140,7 @@ def test_headers_map_keeps_order_and_drops_only_bookkeeping():
 
 
 def test_bodies_of_several_packed_deliveries_make_one_column():
-    """A reader joins the records of several delivery bodies (lease_reader._rebatched);
+    """Records of several delivery bodies joined (PackedRecords.extend) make one batch;
     the body column is cut from each body where the records left them."""
     same = codec.encode_properties(0, {})
     decoder, joined = PackedDecoder(), PackedRecords()
@@ -148,3 +150,30 @@ def test_bodies_of_several_packed_deliveries_make_one_column():
     batch = to_record_batch("q", joined)
     assert batch.column("body").to_pylist() == [bytes([seq]) * seq for seq in range(1, 10)]
     assert batch.equals(to_record_batch("q", list(joined)))
+
+
+def _entry(seq: int, exchange: str, routing_key: str, header: bytes, body: bytes) -> bytes:
+    return envelope.stamp(commands.encode_enqueue("", seq, 0, exchange, routing_key, header,
+                                                  body), 1_700_000_000_000)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_entries_columns_give_the_batch_their_messages_give(uniform):
+    """An "entries" read's columns, built into Arrow column by column, and the same
+    messages one object each make the same rows: one publisher's uniform messages,
+    and mixed names and properties (some redelivered)."""
+    blocks = [codec.encode_properties(0, properties) for properties in (
+        {"delivery_mode": 2, "timestamp": dt.datetime(2026, 1, 2, 3, 4, 5)},
+        {"message_id": "m", "headers": {"k": "v"}, "priority": 3}, {})]
+    entries = [_entry(seq, "" if uniform or seq % 5 else "ex", "orders" if uniform
+                      else f"key.{seq % 2}", blocks[0 if uniform else seq % 3],
+                      bytes([seq]) * seq) for seq in range(1, 40)]
+    counts = {} if uniform else {position: 1 for position in range(0, 39, 4)}
+    columns = EntriesDecoder().decode(pack_entries(1, entries, counts))
+    batch = to_record_batch("q", columns)
+    assert batch.schema.equals(ARROW_SCHEMA)
+    assert batch.equals(to_record_batch("q", list(columns)))
+    assert batch.column("body").to_pylist() == [bytes([seq]) * seq for seq in range(1, 40)]
+    assert batch.column("offset").to_pylist() == list(range(1, 40))
+    assert to_record_batch("q", columns, include_headers=False).column(
+        "headers").null_count == 39

@@ -581,6 +581,10 @@ class QuorumGroups:
         (deliveries.py)."""
         return deliveries.read_message_spans(self.store, queue, indexes)
 
+    def read_entries(self, queue: QuorumQueue, indexes) -> list[bytes]:
+        """The whole log entries of the messages at `indexes` (deliveries.py)."""
+        return deliveries.read_entries(self.store, queue, indexes)
+
     # ------------------------------------------------------------ dead lettering
 
     def _dead_letter(self, queue: QuorumQueue, index: int, reason: str) -> None:

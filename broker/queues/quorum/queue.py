@@ -337,6 +337,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
         (exchange, routing key, content header length, content header + body)."""
         return self.groups.read_message_spans(self, indexes)
 
+    def read_entries(self, indexes) -> list[bytes]:
+        """The whole log entries of the messages at `indexes`, in that order."""
+        return self.groups.read_entries(self, indexes)
+
     def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
         """Propose the message to the log; the confirm waits for the entry to be
         fsynced and applied. A client's publish may carry an idempotency key
@@ -556,6 +560,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         from ...fifo.leases import entries
 
         return entries(self.state, lease, start, end)
+
+    def lease_slice(self, lease: str, start: int, end: int) -> tuple[Any, dict[int, int]]:
+        from ..fifo.leases import lease_slice
+
+        return lease_slice(self.state, lease, start, end)
 
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         """With no replica here, the counts come from a member (as a passive declare's)."""

@@ -16,6 +16,7 @@ import pytest
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.client.lease_records import PackedDecoder
 from quorumqueue.client.management import ManagementError
+from quorumqueue.client.range_reader import RangeReader
 
 from .pika_support import channel_error, connect, unique
 
@@ -294,3 +295,105 @@ def test_a_reader_that_leaves_a_range_part_way_can_read_it_again(broker):
         chunks.close()  # cancels the consumer; the broker stops the range
         again = [m.seq for chunk in client.read_packed(queue, "q", 0, 5_000) for m in chunk]
         assert again == list(range(1, 5_001))
+
+
+# ------------------------------------------------------------------ "entries" reads
+# The messages' log entries as stored, thousands to a delivery, read on a connection of
+# their own without pika on the path of the bytes (client/range_reader.py).
+
+
+def test_an_entries_read_gives_what_a_per_message_read_gives(broker):
+    queue = unique("entries")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    variants = [pika.BasicProperties(),
+                pika.BasicProperties(delivery_mode=2, priority=3, timestamp=1_700_000_000,
+                                     correlation_id="c", reply_to="r", expiration="60000",
+                                     type="t", user_id="guest", app_id="a",
+                                     content_encoding="gzip"),
+                pika.BasicProperties(headers={"x-delivery-count": 7, "x-lease-seq": 99,
+                                              "nested": {"a": [1, "b"]}, "bytes": b"\xff"})]
+    channel.queue_bind(queue, "amq.direct", queue)
+    for number in range(12):
+        channel.basic_publish("amq.direct" if number % 4 == 0 else "", queue,
+                              bytes([number]) * number, variants[number % 3])
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        client.grow(queue, "first", max_messages=5)
+        client.release(queue, "first")  # messages 0..4 come back redelivered
+        assert client.grow(queue, "q", max_messages=100) == (1, 12)
+        entries = [m for chunk in reader.read_columns(queue, "q", 0, 12) for m in chunk]
+        packed = [m for chunk in client.read_packed(queue, "q", 0, 12) for m in chunk]
+        assert comparable(entries) == comparable(client.read(queue, "q", 0, 12))
+        assert comparable(entries) == comparable(packed)
+        again = [m for chunk in reader.read_columns(queue, "q", 2, 12) for m in chunk]
+        assert comparable(again) == comparable(client.read(queue, "q", 2, 12))
+    connection.close()
+
+
+def test_an_entries_read_of_many_messages_comes_in_order_in_a_few_deliveries(broker):
+    queue = fill_fast(broker, 3_000, 16)
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        client.grow(queue, "q", max_messages=3_000)
+        chunks = list(reader.read_columns(queue, "q", 100, 3_000))
+        assert len(chunks) == 2   # a small first delivery, then thousands each
+        assert len(chunks[0]) == 256
+        assert [m.seq for chunk in chunks for m in chunk] == list(range(101, 3_001))
+        assert list(reader.read_columns(queue, "q", 7, 7)) == []
+        assert reader.idle()  # a completed range leaves the connection for the next
+
+
+def test_an_entries_read_is_refused_like_a_per_message_read(broker):
+    queue = quorum_queue_with(broker, 3)
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        client.grow(queue, "q", max_messages=3)
+        client.settle(queue, "q", 1)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            list(reader.read_columns(queue, "q", 0, 3))
+        assert info.value.reply_code == 406 and "settled" in info.value.reply_text
+        assert not reader.idle()
+    with RangeReader(broker.uri) as reader:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            list(reader.read(queue, "q", 0, 3, form="zipped"))
+        assert "invalid arg 'x-lease-format'" in info.value.reply_text
+        assert "'packed', 'entries'" in info.value.reply_text
+
+
+def test_a_queue_deleted_while_an_entries_range_streams_closes_the_readers_channel(broker):
+    queue = fill_fast(broker, 10_000, 4096)
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        client.grow(queue, "q", max_messages=10_000)
+        chunks = reader.read_columns(queue, "q", 0, 10_000)
+        received = list(next(chunks))  # the range has begun
+        connection = connect(broker)
+        connection.channel().queue_delete(queue)
+        connection.close()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            for chunk in chunks:
+                received += chunk
+    error = closed.value
+    assert error.reply_code == 406 and "can no longer be read" in error.reply_text
+    last_sent = int(error.reply_text.split("the range stops after sequence ")[1].split(":")[0])
+    assert [m.seq for m in received] == list(range(1, len(received) + 1))
+    assert len(received) <= last_sent < 10_000
+
+
+def test_a_reader_that_leaves_an_entries_range_part_way_can_read_it_again(broker):
+    queue = fill_fast(broker, 5_000, 4096)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=5_000)
+        reader = RangeReader(broker.uri)
+        chunks = reader.read_columns(queue, "q", 0, 5_000)
+        next(chunks)
+        chunks.close()  # its deliveries are still coming: the connection is closed
+        assert not reader.idle()
+        with RangeReader(broker.uri) as again:
+            seqs = [m.seq for chunk in again.read_columns(queue, "q", 0, 5_000) for m in chunk]
+        assert seqs == list(range(1, 5_001))
+
+
+def test_a_refused_login_is_named_at_once(broker):
+    with pytest.raises(ManagementError, match="refused the login of user 'guest'") as info:
+        RangeReader(broker.uri.replace("guest:guest", "guest:wrong"))
+    assert "wrong" not in str(info.value)

@@ -1,0 +1,228 @@
+"""An "entries" lease read's delivery bodies as columns: no Python step per message.
+
+Responsibilities
+    `EntriesDecoder.decode(body)` turns one delivery body of the "entries" format
+    (quorumqueue.broker.amqp.lease_records: a table of lengths, then the messages' log
+    entries as the broker stores them, broker/raft/storage/FORMAT.md "Quorum-queue
+    entries") into `EntryColumns`: numpy columns of where every message's exchange,
+    routing key, properties and body lie in the body, the delivery counts, and the
+    distinct property blocks decoded once each. A reader builds its Arrow columns from
+    them (connector/schema.py); `EntryColumns` is also a sequence of `Delivery`, built
+    on access, for everything else.
+
+How it works
+    The lengths give every entry's start (a cumulative sum); each field's offset
+    follows from the previous field's length read at once for all entries (numpy
+    gathers): the optional forwarded identity and time envelope, the Enqueue head
+    (tag, priority, body size, publisher seq), the publisher, the exchange, the
+    routing key, the content header, the body to the entry's end. The names and the
+    property block are compared across all entries in one array operation: when they
+    are the same (one publisher's messages) they are decoded once; else each distinct
+    value once (a Python step per message only then, to find them).
+
+Invariants
+    - Decoded messages equal what a per-message lease read gives (same seq, body,
+      exchange, routing key, redelivered, properties), with the packed read's
+      documented differences (no x-lease-seq header, `{}` for no headers, the
+      broker's delivery count replacing the publisher's x-delivery-count when above 0):
+      the property decoding is lease_records.PackedDecoder's.
+    - A body that does not parse raises ValueError naming the first bad record; it
+      never becomes fewer messages.
+
+Not here
+    The wire format (broker/amqp/lease_records.py), reading the socket
+    (range_reader.py), Arrow (connector/schema.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import overload
+
+import numpy as np
+import pika
+
+from ..broker.amqp.lease_records import (ENQUEUE_HEAD, ENQUEUE_TAG, ENTRIES_COUNTED,
+                                         ENTRIES_HEAD, ENTRIES_VERSION, ENTRY_FORWARDED,
+                                         ENTRY_FORWARDED_SIZE, ENTRY_TIMED,
+                                         ENTRY_TIMED_SIZE, PROPERTIES_AT)
+from .delivery import Delivery
+from .lease_records import PackedDecoder
+
+
+class EntryColumns(Sequence[Delivery]):
+    """The messages of one body, column by column, in sequence order. Offsets are
+    numpy int64 arrays into `buffer`; names are one string each when `exchange` /
+    `routing_key` is set (every message has it), else spans. `properties` holds the
+    distinct decoded property sets and `property_positions` each message's index in
+    it (None: all share properties[0]); do not mutate them."""
+
+    __slots__ = ("buffer", "first_seq", "count", "delivery_counts", "body_starts",
+                 "body_ends", "exchange", "routing_key", "exchange_spans", "key_spans",
+                 "properties", "property_positions")
+
+    def __init__(self, buffer, first_seq: int, count: int) -> None:
+        self.buffer = buffer
+        self.first_seq, self.count = first_seq, count
+        self.delivery_counts = np.zeros(count, np.int32)   # the broker's; 0: first time
+        self.body_starts = self.body_ends = np.zeros(0, np.int64)
+        self.exchange: str | None = None
+        self.routing_key: str | None = None
+        self.exchange_spans: tuple[np.ndarray, np.ndarray] | None = None
+        self.key_spans: tuple[np.ndarray, np.ndarray] | None = None
+        self.properties: list[pika.BasicProperties] = []
+        self.property_positions: np.ndarray | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.count - 1
+
+    @property
+    def seqs(self) -> np.ndarray:
+        return np.arange(self.first_seq, self.first_seq + self.count, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> Delivery: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Delivery]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        index = range(self.count)[index]
+        position = 0 if self.property_positions is None else int(self.property_positions[index])
+        return Delivery(self.first_seq + index, bytes(self._span(
+                            self.body_starts[index], self.body_ends[index])),
+                        self._name(self.exchange, self.exchange_spans, index),
+                        self._name(self.routing_key, self.key_spans, index),
+                        bool(self.delivery_counts[index] > 0), self.properties[position])
+
+    def _span(self, start, end) -> bytes:
+        return self.buffer[int(start):int(end)]
+
+    def _name(self, same: str | None, spans, index: int) -> str:
+        if same is not None:
+            return same
+        starts, ends = spans
+        return bytes(self._span(starts[index], ends[index])).decode("utf-8", "surrogateescape")
+
+
+def _u16(octets: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return (octets[at].astype(np.int64) << 8) | octets[at + 1]
+
+
+def _u32(octets: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return ((octets[at].astype(np.int64) << 24) | (octets[at + 1].astype(np.int64) << 16)
+            | (octets[at + 2].astype(np.int64) << 8) | octets[at + 3])
+
+
+class EntriesDecoder:
+    """Columns from "entries" bodies; one per read (it caches decoded properties)."""
+
+    def __init__(self) -> None:
+        self._properties = PackedDecoder()
+
+    def decode(self, body) -> EntryColumns:
+        if len(body) < ENTRIES_HEAD.size:
+            raise ValueError(f"lease entries: a body of {len(body)} octets has no head")
+        version, count, first_seq, counted = ENTRIES_HEAD.unpack_from(body)
+        if version != ENTRIES_VERSION:
+            raise ValueError(f"lease entries: format version {version}, this reader "
+                             f"knows {ENTRIES_VERSION}")
+        columns = EntryColumns(body, first_seq, count)
+        if not count:
+            return columns
+        at = ENTRIES_HEAD.size
+        table_end = at + ENTRIES_COUNTED.size * counted + 4 * count
+        if table_end > len(body):
+            raise ValueError(f"lease entries: the table of {count} entries runs past the "
+                             f"body ({len(body)} octets)")
+        if counted:
+            pairs = np.frombuffer(body, ">u4", 2 * counted, at).reshape(counted, 2)
+            if int(pairs[:, 0].max()) >= count:
+                raise ValueError("lease entries: a delivery count for a record past the end")
+            columns.delivery_counts[pairs[:, 0]] = pairs[:, 1]
+            at += ENTRIES_COUNTED.size * counted
+        lengths = np.frombuffer(body, ">u4", count, at).astype(np.int64)
+        ends = table_end + np.cumsum(lengths)
+        if int(ends[-1]) != len(body):
+            raise ValueError(f"lease entries: {count} entries of {int(ends[-1]) - table_end} "
+                             f"octets in a body of {len(body) - table_end} after the table")
+        octets = np.frombuffer(body, np.uint8)
+        try:
+            self._fields(columns, octets, ends - lengths, ends)
+        except IndexError:
+            raise ValueError(self._first_bad(octets, ends - lengths, ends, first_seq)) from None
+        return columns
+
+    def _fields(self, columns: EntryColumns, octets: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> None:
+        at = starts + (octets[starts] == ENTRY_FORWARDED) * ENTRY_FORWARDED_SIZE
+        at = at + (octets[at] == ENTRY_TIMED) * ENTRY_TIMED_SIZE
+        not_enqueue = np.flatnonzero(octets[at] != ENQUEUE_TAG)
+        if not_enqueue.size:
+            raise ValueError(f"lease entries: the entry of sequence "
+                             f"{columns.first_seq + int(not_enqueue[0])} is not an Enqueue "
+                             f"(tag {int(octets[at[not_enqueue[0]]])})")
+        body_sizes = _u32(octets, at + 2)
+        at = at + ENQUEUE_HEAD.size
+        at = at + 2 + _u16(octets, at)                      # the publisher
+        exchange_lengths = octets[at].astype(np.int64)
+        exchange_at = at + 1
+        key_length_at = exchange_at + exchange_lengths
+        key_lengths = octets[key_length_at].astype(np.int64)
+        key_at = key_length_at + 1
+        header_length_at = key_at + key_lengths
+        header_lengths = _u32(octets, header_length_at)
+        header_at = header_length_at + 4
+        body_at = header_at + header_lengths
+        wrong = np.flatnonzero((ends - body_at != body_sizes) | (header_lengths < PROPERTIES_AT + 2))
+        if wrong.size:
+            culprit = int(wrong[0])
+            raise ValueError(f"lease entries: the entry of sequence "
+                             f"{columns.first_seq + culprit} does not parse (its body of "
+                             f"{int(body_sizes[culprit])} octets does not end the entry, or "
+                             "it has no content header)")
+        columns.body_starts, columns.body_ends = body_at, ends
+        buffer = columns.buffer
+        # both names with their length octets: equal octets, equal names
+        names = PackedDecoder._uniform(octets, exchange_at - 1, header_length_at - exchange_at + 1)
+        if names is not None:
+            exchange_length = names[0]
+            columns.exchange = names[1:1 + exchange_length].decode("utf-8", "surrogateescape")
+            columns.routing_key = names[2 + exchange_length:].decode("utf-8", "surrogateescape")
+        else:
+            columns.exchange_spans = (exchange_at, key_length_at)
+            columns.key_spans = (key_at, header_length_at)
+        properties_at = header_at + PROPERTIES_AT
+        counts = columns.delivery_counts
+        remembered = self._properties._remembered
+        raw = PackedDecoder._uniform(octets, properties_at, body_at - properties_at)
+        if raw is not None and bool((counts == counts[0]).all()):
+            columns.properties = [remembered(raw, int(counts[0]))]
+            return
+        position_of: dict[tuple[bytes, int], int] = {}
+        distinct: list[pika.BasicProperties] = []
+        positions = np.empty(columns.count, np.int32)
+        for number, (start, end, count) in enumerate(zip(properties_at.tolist(),
+                                                         body_at.tolist(), counts.tolist())):
+            key = (bytes(buffer[start:end]), count)
+            position = position_of.get(key)
+            if position is None:
+                position = position_of[key] = len(distinct)
+                distinct.append(remembered(*key))
+            positions[number] = position
+        columns.properties, columns.property_positions = distinct, positions
+
+    @staticmethod
+    def _first_bad(octets: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   first_seq: int) -> str:
+        """Which entry runs past its end (an IndexError somewhere in the columns)."""
+        for number, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+            if end - start < ENQUEUE_HEAD.size + 2:
+                return (f"lease entries: the entry of sequence {first_seq + number} is "
+                        f"{end - start} octets long, too short for an Enqueue")
+        return "lease entries: an entry's fields run past the body"
