@@ -562,7 +562,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return entries(self.state, lease, start, end)
 
     def lease_slice(self, lease: str, start: int, end: int) -> tuple[Any, dict[int, int]]:
-        from ..fifo.leases import lease_slice
+        from ...fifo.leases import lease_slice
 
         return lease_slice(self.state, lease, start, end)
 

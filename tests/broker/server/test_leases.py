@@ -245,17 +245,22 @@ def test_a_packed_read_is_refused_like_a_per_message_read(broker):
 
 
 def fill_fast(broker, count: int, size: int) -> str:
-    """A quorum queue of `count` messages of `size` bytes, published with confirms in
-    one go (basic.publish pipelined, one wait)."""
+    """A quorum queue of `count` messages of `size` bytes, published in one go
+    (basic.publish pipelined: pika's blocking channel in confirm mode waits for each
+    confirm, which a busy machine's fsyncs make minutes for 10,000), then waited for
+    until the queue holds them all."""
     name = unique("stream")
     connection = connect(broker)
     channel = connection.channel()
     channel.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
-    channel.confirm_delivery()
     body = b"x" * size
     for _ in range(count):
         channel.basic_publish("", name, body, pika.BasicProperties(delivery_mode=2),
                               mandatory=False)
+    deadline = time.monotonic() + 45
+    while channel.queue_declare(name, passive=True).method.message_count < count:
+        assert time.monotonic() < deadline, f"{name} does not hold {count} messages"
+        time.sleep(0.1)
     connection.close()
     return name
 
