@@ -46,8 +46,9 @@ def cluster() -> None:
 def cluster_start(count, base_port, data_dir, host, cookie, config_path,
                   start_timeout) -> None:
     """Run N nodes in the foreground; prints their URIs once all accept AMQP, prefixes
-    each node's log lines with its name, stops them all on SIGTERM/SIGINT, and exits
-    non-zero naming a node that dies."""
+    each node's log lines with its name, and stops them all on SIGTERM/SIGINT. A node
+    that dies is named on stdout and the others keep running (try a failover);
+    SIGHUP starts the dead ones again."""
     from . import launcher
 
     try:

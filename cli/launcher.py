@@ -7,7 +7,9 @@ ports base+10000.. (15672.. for 5672), Prometheus ports base+10020.. (5672 ->
 DATA_DIR/qq1.., one cookie for all), run every node as a child process of the same
 interpreter (`python -m quorumqueue.broker start ...`, the broker's own program), wait until each
 accepts AMQP, print the URIs, and stay in the foreground relaying each child's log
-lines prefixed with its node name, until SIGTERM/SIGINT or a child's death.
+lines prefixed with its node name, until SIGTERM/SIGINT. A node that dies once the
+cluster is up leaves the others running (a failover can be tried: kill a leader),
+and SIGHUP starts every node that is down again, on its ports and data directory.
 
 How it works: planning (`plan_local_cluster`, `cluster_nodes_option`, `node_command`,
 `write_cluster_config`) is plain functions over a frozen `NodePlan`; the only side
@@ -27,8 +29,11 @@ Invariants:
 - `run` returns only once every child has been reaped: stopping sends SIGTERM to
   all, waits `stop_timeout` seconds (a second SIGINT/SIGTERM cuts the wait short),
   then sends SIGKILL to the rest.
-- A child exit the launcher did not ask for is an error: the launcher names the node
-  and how it ended, stops the others and returns 1. A requested stop returns 0.
+- A child that exits before every node accepts AMQP is an error: the launcher names
+  the node and how it ended, stops the others and returns 1. Once all accepted, a
+  death is announced on stdout (the node, its pid, how it ended, how to start it
+  again) and the others go on; the launcher returns 1 only when no node is left
+  running. A requested stop returns 0.
 
 Not here: cluster formation, the inter-node protocol and the cookie check (those are
 the nodes' business, broker/cluster/transport.py and broker/node/); nodes on other
@@ -327,20 +332,19 @@ class Launcher:
         self.names: dict[int, str] = {}  # fd -> node name
         self.selector = selectors.DefaultSelector()
         self.signalled = 0  # SIGTERM/SIGINT received so far
+        self.hangups = 0  # SIGHUPs received and not yet acted on (restart the dead)
+        self.down: set[str] = set()  # nodes whose death was announced, not restarted
 
     def run(self) -> int:
         previous = {signum: signal.signal(signum, self._on_signal)
                     for signum in (signal.SIGTERM, signal.SIGINT)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             for plan, command in zip(self.plans, self.commands):
                 os.makedirs(plan.data_dir, exist_ok=True)
                 self.processes[plan.name] = spawn(command, stdout=subprocess.PIPE)
             for name, process in self.processes.items():
-                fd = process.stdout.fileno()
-                os.set_blocking(fd, False)
-                self.names[fd] = name
-                self.partial[fd] = b""
-                self.selector.register(fd, selectors.EVENT_READ)
+                self._watch(name, process)
             try:
                 if not self._wait_ready():
                     return 0  # stopped by a signal while starting
@@ -357,6 +361,16 @@ class Launcher:
 
     def _on_signal(self, signum, frame) -> None:
         self.signalled += 1
+
+    def _on_hangup(self, signum, frame) -> None:
+        self.hangups += 1
+
+    def _watch(self, name: str, process: subprocess.Popen) -> None:
+        fd = process.stdout.fileno()
+        os.set_blocking(fd, False)
+        self.names[fd] = name
+        self.partial[fd] = b""
+        self.selector.register(fd, selectors.EVENT_READ)
 
     def _wait_ready(self) -> bool:
         waiting = list(self.plans)
@@ -376,7 +390,8 @@ class Launcher:
 
     def _announce(self) -> None:
         print(f"quorumqueue cluster: {len(self.plans)} nodes accept AMQP "
-              "(SIGTERM or Ctrl-C stops them all)", file=self.out)
+              f"(SIGTERM or Ctrl-C stops them all; kill -HUP {os.getpid()} starts "
+              "the ones that died again)", file=self.out)
         for plan in self.plans:
             print(f"  {plan.name.ljust(self.width)}  {plan.uri}  inter-node "
                   f"{plan.cluster_port}  data {plan.data_dir}", file=self.out)
@@ -385,8 +400,67 @@ class Launcher:
     def _supervise(self) -> int:
         while not self.signalled:
             self._relay(0.2)
-            self._check_exits("unexpectedly")
+            self._announce_deaths()
+            if len(self.down) == len(self.plans):
+                self._say("no node is left running; exiting")
+                return 1
+            if self.hangups:
+                self.hangups = 0
+                self._restart_down()
         return 0
+
+    def _announce_deaths(self) -> None:
+        """Say on stdout which node died, how, and how to start it again; the others
+        go on (a node's death is a failover to watch, not the cluster's end)."""
+        for name, process in self.processes.items():
+            if name in self.down or process.poll() is None:
+                continue
+            self._relay(0)  # its last words first
+            self.down.add(name)
+            running = len(self.plans) - len(self.down)
+            print(f"quorumqueue cluster: node {name} (pid {process.pid}) "
+                  f"{describe_exit(process.returncode)}; {running} of {len(self.plans)} "
+                  f"nodes still running. Start it again with: kill -HUP {os.getpid()}",
+                  file=self.out)
+            self.out.flush()
+
+    def _restart_down(self) -> None:
+        """Start every announced-dead node again with its command (same ports, same
+        data directory: it rejoins as the node it was)."""
+        for plan, command in zip(self.plans, self.commands):
+            if plan.name not in self.down:
+                continue
+            old = self.processes[plan.name]
+            old.wait()
+            self._drain(old)
+            process = spawn(command, stdout=subprocess.PIPE)
+            self.processes[plan.name] = process
+            self._watch(plan.name, process)
+            self.down.discard(plan.name)
+            print(f"quorumqueue cluster: starting node {plan.name} again (pid "
+                  f"{process.pid}), {plan.uri}", file=self.out)
+            self.out.flush()
+
+    def _drain(self, process: subprocess.Popen) -> None:
+        """Relay what a reaped child left in its pipe, then close it (its descriptor
+        number may come back for the next child)."""
+        fd = process.stdout.fileno()
+        while fd in self.names:
+            name = self.names[fd]
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = b""  # a grandchild holds the pipe open: stop listening
+            lines = (self.partial.pop(fd) + chunk).split(b"\n")
+            if chunk:
+                self.partial[fd] = lines.pop()
+            else:
+                self.selector.unregister(fd)
+                del self.names[fd]
+            for line in lines:
+                if line:
+                    self._log_line(name, line)
+        process.stdout.close()
 
     def _check_exits(self, when: str) -> None:
         for name, process in self.processes.items():
@@ -413,6 +487,7 @@ class Launcher:
                 lines = [line for line in lines if line]
                 self.selector.unregister(fd)
                 del self.names[fd]
+                del self.partial[fd]
             for line in lines:
                 self._log_line(name, line)
 

@@ -4,8 +4,8 @@ tests' LocalCluster built on the same planning (tests/support/cluster.py).
 First the plan as tables (names, ports, data directories, the node list, the
 command line, the shared config file), then `cluster status` rendering, then real
 processes: the launcher started as a user would, its three nodes answering pika,
-SIGTERM stopping them all, a node killed with SIGKILL making it exit non-zero
-naming the node, a node that cannot start; and LocalCluster's faults. Every test
+SIGTERM stopping them all, a node killed with SIGKILL named while the others keep
+running and started again by SIGHUP, a node that cannot start; and LocalCluster's faults. Every test
 checks that no process it started is left (psutil).
 """
 
@@ -333,19 +333,67 @@ def test_three_nodes_answer_pika_and_sigterm_stops_them_all(tmp_path):
         assert f"{name} | " in err and "Server startup complete" in err
 
 
-def test_a_node_killed_with_sigkill_makes_the_launcher_exit_naming_it(tmp_path):
+def read_line(process: subprocess.Popen, start: str, log_path,
+              timeout: float = CONVERGE_TIMEOUT) -> str:
+    """The next line of the launcher's stdout that starts with `start`."""
+    buffered = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0 and process.poll() is None, (
+                f"no line {start!r} on stdout (exit {process.poll()}); its stderr ends:\n"
+                f"{log_path.read_text(errors='replace')[-3000:]}")
+            if selector.select(min(left, 0.2)):
+                buffered += os.read(process.stdout.fileno(), 65536)
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    if line.decode().startswith(start):
+                        return line.decode()
+
+
+def answers_pika(uri: str) -> bool:
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    connection.close()
+    return True
+
+
+def test_a_node_killed_with_sigkill_is_named_and_the_others_keep_running(tmp_path):
+    """The README's failover walk-through: kill one node of `cluster start`'s three;
+    the launcher says which node died, how, and how to start it again, the other two
+    keep serving clients, SIGHUP starts it again on its port, SIGTERM stops all."""
     log = tmp_path / "launcher.err"
     with launched("--nodes", "3", "--base-port", "0", "--data-dir", str(tmp_path / "c"),
                   log_path=log) as (process, seen):
-        read_uris(process, 3, log)
+        uris = read_uris(process, 3, log)
         nodes = node_processes(process)
         seen.update({p.pid: p for p in nodes.values()})
         victim = nodes["qq2@localhost"]
         victim.send_signal(signal.SIGKILL)
-        assert process.wait(20) == 1
-        assert gone(nodes.values())
-    assert (f"quorumqueue cluster: node qq2@localhost (pid {victim.pid}) was killed by "
-            "SIGKILL unexpectedly; stopping the other nodes") in log.read_text()
+        said = read_line(process, "quorumqueue cluster: node qq2@localhost", log)
+        assert said == (f"quorumqueue cluster: node qq2@localhost (pid {victim.pid}) was "
+                        "killed by SIGKILL; 2 of 3 nodes still running. Start it again "
+                        f"with: kill -HUP {process.pid}")
+        assert process.poll() is None
+        assert all(nodes[name].is_running() for name in ("qq1@localhost", "qq3@localhost"))
+        assert answers_pika(uris[0]) and answers_pika(uris[2])
+        process.send_signal(signal.SIGHUP)
+        said = read_line(process, "quorumqueue cluster: starting node qq2@localhost", log)
+        restarted = node_processes(process)["qq2@localhost"]
+        seen[restarted.pid] = restarted
+        assert said == (f"quorumqueue cluster: starting node qq2@localhost again (pid "
+                        f"{restarted.pid}), {uris[1]}")
+        host, port = uris[1].split("@")[1].split("/")[0].split(":")
+        deadline = time.monotonic() + CONVERGE_TIMEOUT
+        while not launcher.accepts_amqp(host, int(port)):
+            assert time.monotonic() < deadline and restarted.is_running()
+            time.sleep(0.1)
+        assert answers_pika(uris[1])
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        assert gone([*nodes.values(), restarted])
+    assert "qq2@localhost | " in log.read_text()
 
 
 def test_a_node_that_cannot_start_makes_the_launcher_exit_naming_it(tmp_path):
