@@ -7,6 +7,12 @@
   or `*`), with `management.cors.max_age` (s, 1800). The defaults here are stricter
   than RabbitMQ's (which sends a CSP allowing inline and eval'd scripts and no
   framing rule): the UI is one page of this origin's own files.
+- Timeouts for clients that connect and do not speak, RabbitMQ's keys and defaults:
+  `handshake_timeout` (ms, 10000, or `infinity`): an AMQP connection not open by then
+  (nothing sent, part of the protocol header, stopped before start-ok, tune-ok or
+  open) is closed; `management.tcp.request_timeout` and `prometheus.tcp.request_timeout`
+  (ms, Cowboy's 5000): an HTTP connection that has not sent a whole request's
+  headers that long after it connected or after its last response is closed.
 
 `parse_network(pairs)` reads them into a frozen `NetworkSettings`; an impossible
 value is a ConfigError naming the key. Not here: what enforces them (broker/net/,
@@ -42,6 +48,9 @@ class ResponseHeaders:
 @dataclass(frozen=True, slots=True)
 class NetworkSettings:
     management_headers: ResponseHeaders = field(default_factory=ResponseHeaders)
+    handshake_timeout_ms: int = 10_000       # 0: infinity (never)
+    management_request_timeout_ms: int = 5_000
+    prometheus_request_timeout_ms: int = 5_000
 
 
 _HEADER_KEYS = {
@@ -52,7 +61,12 @@ _HEADER_KEYS = {
     "management.hsts.policy": "strict_transport_security",
 }
 _CORS_ORIGINS = "management.cors.allow_origins"
-KEYS = frozenset({"management.cors.max_age", *_HEADER_KEYS})
+_TIMEOUT_KEYS = {
+    "handshake_timeout": "handshake_timeout_ms",
+    "management.tcp.request_timeout": "management_request_timeout_ms",
+    "prometheus.tcp.request_timeout": "prometheus_request_timeout_ms",
+}
+KEYS = frozenset({"management.cors.max_age", *_HEADER_KEYS, *_TIMEOUT_KEYS})
 
 
 def is_network_key(key: str) -> bool:
@@ -74,13 +88,27 @@ def _origin(key: str, value) -> str:
                       f"host and port, no path) or *, got {value!r}")
 
 
+def _timeout(key: str, value) -> int:
+    """Milliseconds, positive; `infinity` (as rabbitmq.conf allows for
+    handshake_timeout) is 0: no timeout."""
+    if value == "infinity" and key == "handshake_timeout":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        more = " or infinity" if key == "handshake_timeout" else ""
+        raise ConfigError(f"{key}: expected a positive number of milliseconds{more}, "
+                          f"got {value!r}")
+    return value
+
+
 def parse_network(pairs) -> NetworkSettings:
     """NetworkSettings from (dotted key, value) pairs for which `is_network_key`."""
     values: dict = {}
     headers: dict = {}
     origins: list[str] = []
     for key, value in pairs:
-        if key in _HEADER_KEYS:
+        if key in _TIMEOUT_KEYS:
+            values[_TIMEOUT_KEYS[key]] = _timeout(key, value)
+        elif key in _HEADER_KEYS:
             headers[_HEADER_KEYS[key]] = _header(key, value)
         elif key == "management.cors.max_age":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

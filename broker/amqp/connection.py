@@ -65,6 +65,9 @@ CLOSE_OK_TIMEOUT = 5.0  # seconds a client has to answer connection.close
 # login, an unknown mechanism, a bad tune-ok) stays open, read no more, before it is
 # closed: RabbitMQ's SILENT_CLOSE_DELAY, which makes password guessing slow
 SILENT_CLOSE_DELAY = 3.0
+# RabbitMQ's handshake_timeout (ms in rabbitmq.conf): seconds a connection has from
+# its accept to connection.open; the default here, the node passes its setting
+HANDSHAKE_TIMEOUT = 10.0
 _EARLY = frozenset({"awaiting start-ok", "authenticating", "awaiting tune-ok"})
 
 
@@ -87,6 +90,10 @@ _Methods = pamqp_commands.Connection  # connection-class methods
 # after these, nothing may leave but the closing frames, in order (`urgent_to_send`)
 _ENDING = frozenset({ConnectionState.CLOSE_REQUESTED, ConnectionState.CLOSING,
                      ConnectionState.CLOSED})
+# the states handshake_timeout ends (the client's turn); not AUTHENTICATING or OPENING,
+# where the node owes the answer
+_HANDSHAKING = frozenset({ConnectionState.AWAITING_HEADER, ConnectionState.AWAITING_START_OK,
+                          ConnectionState.AWAITING_TUNE_OK, ConnectionState.AWAITING_OPEN})
 
 # handshake state -> (the one method it accepts, the state after it). Anything else is
 # 503 COMMAND_INVALID naming what was expected (RabbitMQ closes without a word), except
@@ -157,7 +164,8 @@ class Connection:
     `data_to_send()`."""
 
     def __init__(self, server_properties: dict, *, frame_max: int, channel_max: int,
-                 heartbeat: int, max_message_size: int, now: float) -> None:
+                 heartbeat: int, max_message_size: int, now: float,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.state = ConnectionState.AWAITING_HEADER
         self.server_properties = server_properties
         # what the server offers in connection.tune; tune-ok may lower them
@@ -192,6 +200,11 @@ class Connection:
         # once CLOSED: seconds the shell keeps the socket open (reading nothing)
         # before closing it (SILENT_CLOSE_DELAY after an early refusal)
         self.linger = 0.0
+        # until open-ok: a client still handshaking at this time is dropped (0: never)
+        self._handshake_deadline = now + handshake_timeout if handshake_timeout else 0.0
+        # once CLOSED by handshake_timeout: what rabbit_reader waited for ("handshake":
+        # the protocol header, "frame_header": a frame); the socket closes at once
+        self.handshake_timed_out = ""
 
     # ------------------------------------------------------------ bytes
 
@@ -550,11 +563,20 @@ class Connection:
 
     def tick(self, now: float) -> None:
         """Heartbeats (spec 4.2.7: one after half the interval without sending, none
-        received for two intervals is a dead peer) and the close-ok timeout."""
+        received for two intervals is a dead peer), the close-ok timeout and
+        handshake_timeout (rabbit_reader: a client not open by then is dropped without
+        a word, whatever step it stopped at)."""
         state = self.state
         if state is ConnectionState.CLOSED:
             return
         self._now = max(self._now, now)
+        if state in _HANDSHAKING and self._handshake_deadline and now >= self._handshake_deadline:
+            self.handshake_timed_out = ("handshake" if state is ConnectionState.AWAITING_HEADER
+                                        else "frame_header")
+            self.outbound.clear()
+            self.urgent.clear()
+            self._terminate(f"{{handshake_timeout,{self.handshake_timed_out}}}")
+            return
         if state is ConnectionState.CLOSING and now >= self._close_deadline:
             self._terminate("client did not answer connection.close")
             return

@@ -193,8 +193,13 @@ class ManagementAPI:
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_response_prepare.append(self._add_headers)
         # shutdown_timeout: requests still running when the broker stops get 5 s
+        # management.tcp.request_timeout: a connection that has not sent a request's
+        # headers that long after it connected or after its last response is closed
+        # (aiohttp's keep-alive timer runs from the accept and each response, as
+        # Cowboy's request_timeout; partial headers do not restart it)
+        request_timeout = self.shell.settings.network.management_request_timeout_ms / 1000
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=5.0,
+                                     shutdown_timeout=5.0, keepalive_timeout=request_timeout,
                                      logger=ServerLog(log, "management"))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)

@@ -104,8 +104,12 @@ class MetricsListener:
 
     async def start(self) -> None:
         settings = self.server.settings
+        # prometheus.tcp.request_timeout, as management.tcp.request_timeout
+        # (management/app.py)
         runner = web.AppRunner(application(self.server), access_log=None,
-                               handle_signals=False, logger=ServerLog(log, "Prometheus"))
+                               handle_signals=False, logger=ServerLog(log, "Prometheus"),
+                               keepalive_timeout=settings.network.prometheus_request_timeout_ms
+                               / 1000)
         await runner.setup()
         site = web.TCPSite(runner, settings.prometheus_host, settings.prometheus_port,
                            reuse_address=True)

@@ -90,7 +90,9 @@ class Session:
                                      frame_max=settings.frame_max,
                                      channel_max=settings.channel_max,
                                      heartbeat=settings.heartbeat,
-                                     max_message_size=settings.max_message_size, now=now)
+                                     max_message_size=settings.max_message_size, now=now,
+                                     handshake_timeout=settings.network.handshake_timeout_ms
+                                     / 1000)
         self._out = self.connection.outbound
         self._streams: deque[Iterator[list[bytes]]] = deque()
         self.channels: dict[int, Channel] = {}  # the OPEN channels
@@ -201,6 +203,9 @@ class Session:
         if self.closed:
             return
         self.connection.tick(now)
+        if self.connection.handshake_timed_out:  # rabbit_reader's line, on one line
+            log.error("closing AMQP connection %s: {handshake_timeout,%s}", self.peer,
+                      self.connection.handshake_timed_out)
         if now >= self._next_channel_tick:
             self._next_channel_tick = now + self.settings.channel_tick_interval_ms / 1000
             self._check_consumer_timeouts(now)

@@ -729,11 +729,15 @@ class BrokerServer:
                 transport.write(data)
                 session.sent(now)
             if closed:
-                log.info("closing AMQP connection %s: %s", connection.peer,
-                         session.close_reason)
+                timed_out = session.connection.handshake_timed_out  # logged by the session
+                if not timed_out:
+                    log.info("closing AMQP connection %s: %s", connection.peer,
+                             session.close_reason)
                 self.connections.pop(session, None)
                 linger = session.connection.linger
-                if linger:  # refused early: the socket stays open, unread, a while
+                if timed_out:  # dropped at once, as rabbit_reader does
+                    getattr(transport, "abort", transport.close)()
+                elif linger:  # refused early: the socket stays open, unread, a while
                     transport.pause_reading()
                     self._lingering.add(transport)
                     self._loop.call_later(linger, self._close_lingering, transport)

@@ -229,3 +229,20 @@ def test_management_keys_are_rabbitmqs_and_checked(tmp_path):
     path.write_text("management.tcp.port = 70000\n")
     with pytest.raises(ConfigError, match="management.tcp.port: port 70000"):
         load_settings(str(path))
+
+
+def test_connection_timeouts_take_rabbitmq_s_keys_and_defaults(tmp_path):
+    """handshake_timeout (ms, or infinity) and the HTTP listeners' request_timeout
+    (Cowboy's 5 s); impossible values name the key."""
+    network = load_settings().network
+    assert (network.handshake_timeout_ms, network.management_request_timeout_ms,
+            network.prometheus_request_timeout_ms) == (10_000, 5_000, 5_000)
+    network = load_settings(write(tmp_path, 'handshake_timeout = "infinity"\n'
+                                            "management.tcp.request_timeout = 700\n"
+                                            "prometheus.tcp.request_timeout = 800\n")).network
+    assert (network.handshake_timeout_ms, network.management_request_timeout_ms,
+            network.prometheus_request_timeout_ms) == (0, 700, 800)
+    for text in ("handshake_timeout = 0\n", 'handshake_timeout = "10s"\n',
+                 "management.tcp.request_timeout = -1\n"):
+        with pytest.raises(ConfigError, match=text.split(" =")[0]):
+            load_settings(write(tmp_path, text))

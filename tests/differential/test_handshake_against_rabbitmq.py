@@ -80,3 +80,49 @@ def test_a_foreign_authorization_identity_is_refused_as_rabbitmq_refuses_it(
                                 (rabbitmq.port, broker.port))
     assert theirs[0] == ours[0] == []
     assert theirs[1] >= SILENT_CLOSE_DELAY - 0.5 and ours[1] >= SILENT_CLOSE_DELAY - 0.5
+
+
+# handshake_timeout, lowered on both brokers so the cases take seconds (RabbitMQ's
+# default is 10 s; quorumqueue's too)
+HANDSHAKE_TIMEOUT_MS = 2000
+TUNE_OK = frame.marshal(commands.Connection.TuneOk(channel_max=0, frame_max=131072,
+                                                    heartbeat=0), 0)
+
+
+@pytest.fixture(scope="module")
+def patient_brokers():
+    """A RabbitMQ node and a quorumqueue node, each with handshake_timeout 2 s."""
+    from tests.support.broker import BrokerProcess
+    from tests.support.rabbitmq import RabbitMQNode
+
+    if not RabbitMQNode.available():
+        pytest.skip(RabbitMQNode.skip_reason)
+    setting = f"handshake_timeout = {HANDSHAKE_TIMEOUT_MS}\n"
+    with RabbitMQNode(extra_config=setting) as theirs, \
+            BrokerProcess(extra_config=setting) as ours:
+        yield theirs, ours
+
+
+STALLED = {
+    "nothing": [],
+    "AMQ": [b"AMQ"],
+    "the protocol header": [HEADER],
+    "start-ok, no tune-ok": [HEADER, start_ok("\0guest\0guest")],
+    "tune-ok, no open": [HEADER, start_ok("\0guest\0guest") + TUNE_OK],
+}
+
+
+@pytest.mark.parametrize("steps", STALLED.values(), ids=STALLED.keys())
+def test_a_handshake_that_stops_is_closed_after_handshake_timeout(steps, patient_brokers):
+    """rabbit_reader: a connection not open handshake_timeout after its accept is
+    closed without a word, wherever it stopped; logged as {handshake_timeout,...}.
+    Before, quorumqueue kept such connections open for good."""
+    rabbitmq, broker = patient_brokers
+    with ThreadPoolExecutor(2) as pool:
+        theirs, ours = pool.map(lambda port: probe(port, steps),
+                                (rabbitmq.port, broker.port))
+    assert theirs[0] == ours[0]   # what came after the last step (tune, or nothing)
+    least = HANDSHAKE_TIMEOUT_MS / 1000 - 0.5
+    assert theirs[1] >= least and ours[1] >= least
+    waited_for = "handshake" if not steps or steps == [b"AMQ"] else "frame_header"
+    assert f"{{handshake_timeout,{waited_for}}}" in broker.log()
