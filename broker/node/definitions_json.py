@@ -57,6 +57,7 @@ transformations of a blue-green migration.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import json
@@ -88,9 +89,17 @@ def _product_version() -> str:
 
 
 def json_value(value):
-    """An AMQP field value as RabbitMQ's amqp_table writes it into JSON."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+    """An AMQP field value as RabbitMQ's rabbit_mgmt_format writes it into JSON: a
+    long string or byte array as text when it is UTF-8, else "Not UTF-8, base64 is:
+    ..."; void as "undefined"; a timestamp as epoch seconds; a decimal as its number
+    (RabbitMQ 3.10.8 writes scale.value, 3.14 as 2.314: docs/behaviour/differences.md)."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return "Not UTF-8, base64 is: " + base64.b64encode(value).decode("ascii")
+    if value is None:
+        return "undefined"
     if isinstance(value, decimal.Decimal):
         return float(value)
     if isinstance(value, datetime.datetime):

@@ -32,12 +32,44 @@ class Destination:
     name: str
 
 
+class FrozenTable(tuple):
+    """A field table as sorted (key, frozen value) pairs."""
+
+    __slots__ = ()
+
+
+class FrozenArray(tuple):
+    """A field array as a tuple of frozen values."""
+
+    __slots__ = ()
+
+
+class FrozenByteArray(bytes):
+    """A byte array (field type 'x'), kept apart from a long string's bytes."""
+
+    __slots__ = ()
+
+
 def freeze(value):
-    """Hashable, order-independent form of AMQP field values (for binding identity)."""
+    """Hashable, order-independent form of AMQP field values (for binding identity);
+    `thaw` gives the values back as they were, types included."""
     if isinstance(value, dict):
-        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(freeze(v) for v in value)
+        return FrozenTable(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)) and not isinstance(value, (FrozenTable, FrozenArray)):
+        return FrozenArray(freeze(v) for v in value)
+    if isinstance(value, bytearray):
+        return FrozenByteArray(value)
+    return value
+
+
+def thaw(value):
+    """The field value `freeze` was given."""
+    if isinstance(value, FrozenTable):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, FrozenArray):
+        return [thaw(v) for v in value]
+    if isinstance(value, FrozenByteArray):
+        return bytearray(value)
     return value
 
 
@@ -50,14 +82,7 @@ class Binding:
 
     @property
     def arguments_dict(self) -> dict:
-        return {k: _thaw(v) for k, v in self.arguments}
-
-
-def _thaw(value):
-    if isinstance(value, tuple) and value and all(isinstance(x, tuple) and len(x) == 2
-                                                   and isinstance(x[0], str) for x in value):
-        return {k: _thaw(v) for k, v in value}
-    return value
+        return {k: thaw(v) for k, v in self.arguments}
 
 
 class _TopicTrie:

@@ -16,7 +16,9 @@ Every queue recorded in the cluster's metadata is listed, non-durable ones too (
 record without `durable` is durable; a classic record without `host` is this
 node's, as written before classic queues were in the metadata).
 AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
-objects: {"$bytes": base64}, {"$decimal": "1.5"}, {"$timestamp": epoch seconds}.
+objects: {"$bytes": base64} (a long string that is not UTF-8), {"$bytearray":
+base64} (field type 'x'), {"$decimal": "1.5"}, {"$timestamp": epoch seconds},
+{"$table": {...}} (a nested table).
 
 Beside it, `metadata_group_applied` ({"index": i}) records that the file holds every
 entry of the metadata group's log up to i: a restart whose file is older than the
@@ -64,6 +66,8 @@ def replace_file(directory: str, name: str, data: bytes) -> None:
 
 
 def _to_json(value):
+    if isinstance(value, bytearray):
+        return {"$bytearray": base64.b64encode(value).decode("ascii")}
     if isinstance(value, bytes):
         return {"$bytes": base64.b64encode(value).decode("ascii")}
     if isinstance(value, decimal.Decimal):
@@ -81,6 +85,8 @@ def _from_json(value):
     if isinstance(value, dict):
         if "$bytes" in value:
             return base64.b64decode(value["$bytes"])
+        if "$bytearray" in value:
+            return bytearray(base64.b64decode(value["$bytearray"]))
         if "$decimal" in value:
             return decimal.Decimal(value["$decimal"])
         if "$timestamp" in value:
