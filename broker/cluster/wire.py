@@ -58,6 +58,10 @@ from ..raft.messages import (AppendEntries, AppendEntriesResponse, InstallSnapsh
 from ..raft.types import LogEntry, SnapshotMeta
 
 MAX_FRAME_SIZE = 256 * 1024 * 1024   # bytes of payload; the reader refuses more
+# ... until the peer has proved the cookie: the handshake's frames (Handshake,
+# Challenge, Proof, Resume) are small, so a stranger cannot make a node buffer more
+# (Erlang distribution's handshake messages carry 16-bit lengths, the same bound)
+HANDSHAKE_MAX_FRAME_SIZE = 65535
 MAGIC = "quorumqueue-cluster"        # first item of a handshake
 # the wire version this module speaks: 3 since forwarded commands travel in batches
 # (a "propose" Rpc carries lists: broker/cluster/cluster.py), 4 since the handshake

@@ -26,9 +26,10 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from ..cluster.wire import (COOKIE_MISMATCH, INITIATOR, RESPONDER, FrameReader, Handshake,
-                            Proof, Resume, WireError, decode, decode_challenge,
-                            encode_handshake, encode_proof, frame, proofs_match)
+from ..cluster.wire import (COOKIE_MISMATCH, HANDSHAKE_MAX_FRAME_SIZE, INITIATOR, RESPONDER,
+                            FrameReader, Handshake, Proof, Resume, WireError, decode,
+                            decode_challenge, encode_handshake, encode_proof, frame,
+                            proofs_match)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster_transport import ClusterTransport
@@ -174,7 +175,9 @@ class _Outbound(_Connection):
         self.peer = peer
         self.paused = False             # asyncio's write buffer is over the high-water mark
         self.lost = False
-        self.reader: FrameReader | None = FrameReader(owner.max_frame_size)
+        # the peer answers only its Challenge and Resume: handshake-sized frames
+        self.reader: FrameReader | None = FrameReader(
+            min(owner.max_frame_size, HANDSHAKE_MAX_FRAME_SIZE))
         self.timer: asyncio.TimerHandle | None = None
         self.hello: Handshake | None = None     # what this connection opened with
         self.challenge: bytes | None = None     # the peer's nonce, once it sent one
@@ -261,7 +264,8 @@ class _Inbound(_Connection):
 
     def __init__(self, owner: ClusterTransport) -> None:
         super().__init__(owner)
-        self.reader = FrameReader(owner.max_frame_size)
+        # handshake-sized frames until the peer proves the cookie (then max_frame_size)
+        self.reader = FrameReader(min(owner.max_frame_size, HANDSHAKE_MAX_FRAME_SIZE))
         self.hello: Handshake | None = None  # its handshake, once read and challenged
         self.challenge: bytes | None = None  # the nonce this node challenged it with
         self.from_node: str | None = None   # set once its proof of the cookie checks

@@ -569,6 +569,7 @@ class ClusterTransport:
         if not proofs_match(proof.digest, self._proof(INITIATOR, hello, conn.challenge)):
             return self._refuse(conn, hello.from_node, COOKIE_MISMATCH)
         conn.from_node = hello.from_node
+        conn.reader.max_frame_size = self.max_frame_size   # a peer now: whole frames
         conn.timer.cancel()
         sender = self._senders.get(hello.from_node)
         if sender is None or sender[0] != hello.session:  # a new run of that node

@@ -403,6 +403,34 @@ def test_a_malformed_frame_closes_only_that_connection(data, proven, delivered, 
     assert fault in caplog.text
 
 
+def test_before_the_cookie_is_proved_only_handshake_sized_frames_are_read(caplog):
+    """Issue 30: 8 strangers each announcing a 256 MB frame (the most a peer may send)
+    and sending its first MiB: each is closed at its frame's header, nothing of it
+    buffered; before, the node read on towards 256 MB each (55 MB -> 1.19 GB, its loop
+    stalled). A peer that proved the cookie still sends frames of megabytes
+    (test_a_several_megabyte_append_entries_arrives_intact)."""
+    header = (256 * 1024 * 1024).to_bytes(4, "big")
+
+    async def stranger(port: int) -> bytes:
+        """What the node sends before it closes (a reset counts as a close)."""
+        try:
+            return await raw_client(port, header + os.urandom(1 << 20))
+        except ConnectionResetError:
+            return b""
+
+    async def scenario():
+        b = await start("b", handshake_timeout=120.0)
+        answers = await asyncio.wait_for(asyncio.gather(*(
+            stranger(b.transport.port) for _ in range(8))), timeout=60)
+        assert answers == [b""] * 8
+        assert b.transport.stats().malformed == 8
+        await b.transport.stop()
+
+    with caplog.at_level(logging.ERROR, logger="quorumqueue.cluster"):
+        run(scenario)
+    assert caplog.text.count("exceeds the maximum frame size of 65535 bytes") == 8
+
+
 @pytest.mark.parametrize("cookie, answered", [("secret", True), ("guess", False),
                                              ("", False), ("secret\x00", False)])
 def test_the_cluster_port_answers_only_a_peer_that_proves_the_cookie(cookie, answered,
