@@ -188,6 +188,9 @@ class Cluster:
         self.stats: dict[int, tuple] = {}
         # requests to other nodes' members (replica_rpc.ask): request -> (done, deadline)
         self.replica_requests: dict[int, tuple] = {}
+        # nodes whose link the transport reported lost and not heard from since:
+        # replica_rpc answers what is asked of them at once (replica_rpc.link_lost)
+        self.links_lost: set[str] = set()
         # request ids: unique across this node's runs too (a leader remembers requests
         # by (node, id); a restarted node counting from 0 again would be "remembered")
         self._next_request = int.from_bytes(os.urandom(7), "big") << 8
@@ -356,12 +359,20 @@ class Cluster:
                 message = message.with_data(stored[1])
             self._post(message.to, RaftEnvelope(group, message))
 
+    def link_lost(self, name: str) -> None:
+        """From the transport: the connection to `name` closed (a killed node's at
+        once). Only the management queries waiting on it learn it (replica_rpc);
+        liveness stays `reachable`'s (pings), so a dropped link alone moves nothing."""
+        self.links_lost.add(name)
+        replica_rpc.link_lost(self, name)
+
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""
         if sender in self.forgotten and not (isinstance(envelope, Rpc)
                                              and envelope.kind == "join"):
             return  # removed from the cluster: only a join (of a reset node) is heard
         self.last_heard[sender] = self.now
+        self.links_lost.discard(sender)
         if isinstance(envelope, RaftEnvelope):
             member = self.node.quorum.queues.get(envelope.group)
             if member is None or member.raft is None:
@@ -587,6 +598,12 @@ class Cluster:
             else:
                 pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
 
+    def seen_up(self, name: str) -> bool:
+        """What the API and `cluster status` show as running/online: reachable, and
+        the link to it not lost since it was last heard from (a killed node shows
+        down at once, not REACHABLE_WITHIN later)."""
+        return self.reachable(name) and name not in self.links_lost
+
     def reachable(self, name: str) -> bool:
         """This node, or one heard from within REACHABLE_WITHIN (pings every second)."""
         return name == self.name or (
@@ -652,7 +669,7 @@ class Cluster:
         nodes = []
         for name in self.nodes:
             host, port = self.addresses[name]
-            reachable = self.reachable(name)
+            reachable = self.seen_up(name)
             uri = self.amqp_uri if name == self.name else self.amqp_uris.get(name)
             nodes.append({"name": name, "reachable": reachable, "amqp_uri": uri,
                           # a node of its own has no inter-node listener
@@ -666,7 +683,7 @@ class Cluster:
                     continue  # a queue with no replicas (classic): not the cluster's
                 queues.append({"vhost": vhost.name, "name": queue.name,
                                "leader": queue.leader_id, "members": list(members),
-                               "online": [n for n in members if self.reachable(n)]})
+                               "online": [n for n in members if self.seen_up(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "metadata_members": sorted(self.meta.raft.members) if self.meta else [],

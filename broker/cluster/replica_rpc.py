@@ -35,7 +35,11 @@ does not answer within REPLY_TIMEOUT is "noproc" (RabbitMQ's Raft State for a me
 whose ra server is not running), with the other columns empty, as RabbitMQ shows it.
 A request for this node's own member is answered without the network, within the
 same time bound (a peek waits for the member's apply, which a group without a
-majority never finishes).
+majority never finishes). When the transport loses its link to a node (`link_lost`:
+a killed node's sockets close at once), what was asked of it is answered None then,
+and so is what is asked of it until it is heard from again: no answer can come over
+a link that is gone, and an operator's API call should not wait REPLY_TIMEOUT for it
+(the cluster's `reachable` still decides everything else).
 
 Not here: choosing the rows and texts of the commands (node/management.py), the
 queue's state (queues/quorum/queue.py).
@@ -66,12 +70,12 @@ def ask(cluster: "Cluster", node: str, group: str, op: str, args: dict,
         done: Callable[[dict | None], None]) -> None:
     """Ask `node`'s member of `group` for `op`; `done(answer)`, or `done(None)` if the
     node is unreachable, holds no replica, or does not answer in time."""
-    if not cluster.reachable(node):
+    if not cluster.reachable(node) or node in cluster.links_lost:
         done(None)
         return
     cluster._next_request += 1
     request = cluster._next_request
-    cluster.replica_requests[request] = (done, cluster.now + REPLY_TIMEOUT)
+    cluster.replica_requests[request] = (done, cluster.now + REPLY_TIMEOUT, node)
     if node == cluster.name:  # this node's member: no network, the same time bound
         answer_here(cluster, group, op, args,
                     lambda answer: on_replica_reply(cluster, node, {"r": request,
@@ -151,8 +155,16 @@ def on_replica_reply(cluster: "Cluster", sender: str, body: dict) -> None:
 
 def expire(cluster: "Cluster") -> None:
     now = cluster.now
-    for request, (done, deadline) in list(cluster.replica_requests.items()):
+    for request, (done, deadline, _node) in list(cluster.replica_requests.items()):
         if now >= deadline:
+            del cluster.replica_requests[request]
+            done(None)
+
+
+def link_lost(cluster: "Cluster", node: str) -> None:
+    """The link to `node` is gone: what was asked of it gets None now."""
+    for request, (done, _deadline, asked) in list(cluster.replica_requests.items()):
+        if asked == node:
             del cluster.replica_requests[request]
             done(None)
 

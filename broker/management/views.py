@@ -61,10 +61,11 @@ async def queue_rows(request: Request, vhosts: list[str], name: str | None = Non
         if not waiting[0]:
             done(found)
 
-    stats = await request.api.later(start)
-    if totals is None:
+    if totals is None:  # first: a silent node may hold it up to REPLY_TIMEOUT
         totals = await request.api.rates.gather()
-    online = [name for name in node.cluster.nodes if node.cluster.reachable(name)]
+    # then the queues' leaders and members, as they stand when the answer leaves
+    stats = await request.api.later(start)
+    online = [name for name in node.cluster.nodes if node.cluster.seen_up(name)]
     rates = request.api.rates
     return [{**rows.queue_row(node, queue, row, online), **rates.details(queue.vhost, queue.name),
              "message_stats": rates.queue_message_stats(queue, totals)}
@@ -139,7 +140,7 @@ def _node_rows(request: Request) -> list[dict]:
     for name in node.cluster.nodes:
         result.append(rows.node_row(node, shell.memory_used(), shell.memory_limit(), free,
                                     shell.disk_free_limit(), name,
-                                    node.cluster.reachable(name)))
+                                    node.cluster.seen_up(name)))
     return result
 
 
@@ -241,13 +242,16 @@ async def vhost_queues(request: Request):
 
 @route("GET", "/api/queues/{vhost}/{name}")
 async def one_queue(request: Request):
-    found = await queue_rows(request, _vhost_names(request), request.captures["name"])
+    vhosts = _vhost_names(request)
+    # the queue's consumers on every reachable node (clients.py), asked before the
+    # row is read, so its leader and members are those of the answer's time
+    consumers = (await _clients(request))["consumers"]
+    found = await queue_rows(request, vhosts, request.captures["name"])
     if not found:
         raise not_found()
     row = found[0]
     queue = request.node.vhosts[row["vhost"]].queues[row["name"]]
-    # the queue's consumers on every reachable node (clients.py)
-    row["consumer_details"] = [consumer for consumer in (await _clients(request))["consumers"]
+    row["consumer_details"] = [consumer for consumer in consumers
                                if consumer["queue"] == {"name": queue.name,
                                                         "vhost": queue.vhost}]
     row["incoming"], row["deliveries"] = [], []
@@ -275,7 +279,7 @@ async def queue_raft_status(request: Request):
     progress = raft.follower_progress() if raft is not None else {}
     members = []
     for member in stats["members"]:
-        row = {"node": member, "online": node.cluster.reachable(member),
+        row = {"node": member, "online": node.cluster.seen_up(member),
                "raft_state": "leader" if member == stats["leader"] else "follower"}
         if member == node.name and raft is not None:
             snapshot = raft.log.snapshot_meta()

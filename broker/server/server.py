@@ -399,12 +399,18 @@ class BrokerServer:
         ssl_server, ssl_client = cluster_tls_contexts(self.settings)
         transport = ClusterTransport(
             cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
-            host, port, peers, on_message, ssl_server=ssl_server, ssl_client=ssl_client)
+            host, port, peers, on_message, self._cluster_link_lost,
+            ssl_server=ssl_server, ssl_client=ssl_client)
         log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
                  self.settings.cluster_name, cluster.name, host, port,
                  " (TLS)" if ssl_server is not None else "",
                  ", ".join(sorted(peers)) or "none")
         return transport
+
+    def _cluster_link_lost(self, name: str) -> None:
+        pass_time(self.node)
+        self.node.cluster.link_lost(name)
+        self.schedule_flush()  # what the answered requests' callers send now
 
     def _send_cluster_output(self) -> None:
         """What the cluster queued for other nodes (Cluster.data_to_send), handed to the
