@@ -618,10 +618,35 @@ HANDLERS: dict[type, Callable] = {
 }
 
 
+# the name fields rabbit_channel strips line feeds and carriage returns from
+# (strip_cr_lf: declaring "q\n" declares "q"); basic.get, consume, purge and publish
+# take their names as they are
+STRIPPED_NAMES = {
+    methods.Exchange.Declare: ("exchange",),
+    methods.Exchange.Delete: ("exchange",),
+    methods.Exchange.Bind: ("destination", "source"),
+    methods.Exchange.Unbind: ("destination", "source"),
+    methods.Queue.Declare: ("queue",),
+    methods.Queue.Delete: ("queue",),
+    methods.Queue.Bind: ("queue", "exchange"),
+    methods.Queue.Unbind: ("queue", "exchange"),
+}
+
+
+def _strip_cr_lf(method, fields: tuple[str, ...]) -> None:
+    for name in fields:
+        value = getattr(method, name)
+        if "\n" in value or "\r" in value:
+            setattr(method, name, value.replace("\n", "").replace("\r", ""))
+
+
 def dispatch(session, channel: Channel, method) -> None:
     """Run the handler of `method` (a decoded method: codec's hot-path classes or
     pamqp's). The caller attaches the method's ids to errors."""
     handler = HANDLERS.get(type(method))
+    stripped = STRIPPED_NAMES.get(type(method))
+    if stripped is not None:
+        _strip_cr_lf(method, stripped)
     if handler is None:  # only a server sends it (the protocol took the rest)
         raise AMQPError(spec.COMMAND_INVALID, f"method "
                         f"'{spec.method_name(method.index >> 16, method.index & 0xFFFF)}' "

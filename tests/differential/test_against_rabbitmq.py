@@ -617,6 +617,63 @@ def queue_purge_counts(c: Probe) -> None:
     c.call(1, amqp.Queue.Purge(queue="dt-q-purge-missing"))
 
 
+def unchecked(method_class, **fields):
+    """A method built without pamqp's client-side name checks (names with line feeds)."""
+    unchecked_class = type(method_class.__name__, (method_class,),
+                           {"validate": lambda self: None})
+    return unchecked_class(**fields)
+
+
+@scenario
+def names_with_line_feeds_and_carriage_returns(c: Probe) -> None:
+    """rabbit_channel strips LF and CR from the names of queue.declare, queue.bind,
+    queue.unbind, queue.delete, exchange.declare, exchange.delete, exchange.bind and
+    exchange.unbind ("q\n" is "q"; "\n" alone is a server-named queue), not from those
+    of basic.get, basic.consume, queue.purge or basic.publish, nor from routing keys."""
+    steps = [
+        (amqp.Queue.Declare, {"queue": "dt-crlf\n"}),
+        (amqp.Queue.Declare, {"queue": "dt-crlf", "passive": True}),
+        (amqp.Queue.Declare, {"queue": "dt\r-cr\r\nlf2\n\n"}),
+        (amqp.Queue.Declare, {"queue": "dt-crlf2\n", "passive": True}),
+        (amqp.Queue.Declare, {"queue": "\n\r"}),
+        (amqp.Exchange.Declare, {"exchange": "dt-crlf-x\n", "exchange_type": "direct"}),
+        (amqp.Exchange.Declare, {"exchange": "dt-crlf-x", "passive": True}),
+        (amqp.Exchange.Declare, {"exchange": "dt-crlf-x\r", "passive": True}),
+        (amqp.Queue.Bind, {"queue": "dt-crlf\r", "exchange": "dt-crlf-x\n",
+                           "routing_key": "k\n"}),
+        (amqp.Queue.Bind, {"queue": "dt-crlf", "exchange": "dt-crlf-x", "routing_key": "k"}),
+        (amqp.Basic.Get, {"queue": "dt-crlf\n"}),
+        (amqp.Basic.Consume, {"queue": "dt-crlf\n"}),
+        (amqp.Queue.Purge, {"queue": "dt-crlf\n"}),
+        (amqp.Queue.Unbind, {"queue": "dt-crlf\r", "exchange": "dt-crlf-x\n",
+                             "routing_key": "k\n"}),
+        (amqp.Exchange.Declare, {"exchange": "dt-crlf-x2\n", "exchange_type": "fanout"}),
+        (amqp.Exchange.Bind, {"destination": "dt-crlf-x2\n", "source": "dt-crlf-x\r"}),
+        (amqp.Exchange.Unbind, {"destination": "dt-crlf-x2\n", "source": "dt-crlf-x\r"}),
+        (amqp.Exchange.Delete, {"exchange": "dt-crlf-x2\n"}),
+        (amqp.Exchange.Declare, {"exchange": "dt-crlf-x2", "passive": True}),
+        (amqp.Queue.Declare, {"queue": "amq.\nx"}),
+        (amqp.Exchange.Declare, {"exchange": "amq.\nx"}),
+        (amqp.Exchange.Declare, {"exchange": "\r\n"}),
+        (amqp.Queue.Declare, {"queue": "d" * 254 + "\n"}),
+        (amqp.Queue.Delete, {"queue": "d" * 254 + "\r"}),
+        (amqp.Queue.Delete, {"queue": "dt-crlf\n"}),
+        (amqp.Queue.Delete, {"queue": "dt-crlf2\r"}),
+        (amqp.Queue.Declare, {"queue": "dt-crlf", "passive": True}),
+    ]
+    for number, (method_class, fields) in enumerate(steps, start=1):
+        channel(c, number)
+        c.call(number, unchecked(method_class, **fields))
+        if method_class is amqp.Queue.Bind and fields["routing_key"] == "k":
+            c.publish(number, "dt-crlf-x", "k\n", "routing key not stripped")
+            c.send_bytes(marshal(unchecked(amqp.Basic.Publish, exchange="dt-crlf-x\n",
+                                           routing_key="k"), number)
+                         + marshal(pamqp_header.ContentHeader(0, 0, amqp.Basic.Properties()),
+                                   number))  # the exchange's name is not stripped
+            c.publish(number, "dt-crlf-x", "k", "routed")
+            c.barrier(number)
+
+
 # ================================================================ queue arguments (RabbitMQ)
 
 
