@@ -135,12 +135,16 @@ def queues_delete(api, vhost, if_unused, if_empty, name) -> None:
 @queues.command("add_member")
 @management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
+@click.option("-t", "--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds the change has to show in the queue's members before the "
+                   "command fails (it returns once it shows, as rabbitmq-queues).")
 @click.argument("name")
 @click.argument("node")
-def queues_add_member(api, vhost, name, node) -> None:
-    """Add a replica of quorum queue NAME on NODE (rabbitmq-queues add_member)."""
+def queues_add_member(api, vhost, timeout, name, node) -> None:
+    """Add a replica of quorum queue NAME on NODE (rabbitmq-queues add_member);
+    returns once NODE shows among its members."""
     result = call(api, "POST", "queues", "quorum", vhost, name, "replicas", "add",
-                   body={"node": node})
+                   body={"node": node, "timeout": timeout})
     click.echo(f"added {node} to quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
 
@@ -148,12 +152,16 @@ def queues_add_member(api, vhost, name, node) -> None:
 @queues.command("delete_member")
 @management_options
 @click.option("-p", "--vhost", default="/", show_default=True)
+@click.option("-t", "--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds the change has to show in the queue's members before the "
+                   "command fails (it returns once it shows, as rabbitmq-queues).")
 @click.argument("name")
 @click.argument("node")
-def queues_delete_member(api, vhost, name, node) -> None:
-    """Remove the replica of quorum queue NAME on NODE (rabbitmq-queues delete_member)."""
+def queues_delete_member(api, vhost, timeout, name, node) -> None:
+    """Remove the replica of quorum queue NAME on NODE (rabbitmq-queues delete_member);
+    returns once NODE no longer shows among its members."""
     result = call(api, "DELETE", "queues", "quorum", vhost, name, "replicas", "delete",
-                   body={"node": node})
+                   body={"node": node, "timeout": timeout})
     click.echo(f"removed {node} from quorum queue '{name}' in vhost '{vhost}' (members: "
                f"{', '.join(result['members'])})")
 
@@ -164,11 +172,15 @@ def queues_delete_member(api, vhost, name, node) -> None:
 @click.argument("strategy", type=click.Choice(["all", "even"]))
 @click.option("--vhost-pattern", default=".*", show_default=True)
 @click.option("--queue-pattern", default=".*", show_default=True)
-def queues_grow(api, node, strategy, vhost_pattern, queue_pattern) -> None:
+@click.option("-t", "--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds the change has to show in the queue's members before the "
+                   "command fails (it returns once it shows, as rabbitmq-queues).")
+def queues_grow(api, node, strategy, vhost_pattern, queue_pattern, timeout) -> None:
     """Add NODE to every matching quorum queue (all), or to those with an even number
-    of members (even), like rabbitmq-queues grow."""
+    of members (even), like rabbitmq-queues grow; each queue's row once NODE shows
+    among its members."""
     rows = _per_queue(api, "grow", lambda q: True, vhost_pattern, queue_pattern,
-                      node=node, strategy=strategy)
+                      node=node, strategy=strategy, timeout=timeout)
     echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 
@@ -178,10 +190,14 @@ def queues_grow(api, node, strategy, vhost_pattern, queue_pattern) -> None:
 @click.argument("node")
 @click.option("--errors-only", is_flag=True,
               help="Only queues whose replica on NODE is not reachable.")
-def queues_shrink(api, node, errors_only) -> None:
-    """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink)."""
+@click.option("-t", "--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds the change has to show in the queue's members before the "
+                   "command fails (it returns once it shows, as rabbitmq-queues).")
+def queues_shrink(api, node, errors_only, timeout) -> None:
+    """Remove NODE from every quorum queue it is a member of (rabbitmq-queues shrink);
+    each queue's row once NODE no longer shows among its members."""
     rows = _per_queue(api, "shrink", lambda q: node in q["members"], ".*", ".*",
-                      node=node, errors_only=errors_only)
+                      node=node, errors_only=errors_only, timeout=timeout)
     echo_table(["vhost", "name", "size", "result"],
                 [[r["vhost"], r["name"], str(r["size"]), r["result"]] for r in rows])
 

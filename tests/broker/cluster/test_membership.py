@@ -138,6 +138,69 @@ def test_grow_even_and_all_then_shrink(cluster):
     wait_for("g-one back to 1", lambda: grown not in queue_status(uri, "g-one")["members"])
 
 
+def api_members(cluster, node: str, name: str) -> list[str]:
+    """The queue's members as `node`'s management API lists them."""
+    from tests.broker.management.support import call as http
+    status, row, _ = http(cluster.management_url(node), "GET", f"/api/queues/%2F/{name}")
+    assert status == 200, row
+    return sorted(row["members"])
+
+
+def test_membership_commands_return_once_the_change_shows(cluster):
+    """As rabbitmq-queues returns once the member is added or removed: right after
+    add_member, delete_member, grow and shrink answer, the node that answered lists
+    the queue's members changed (before, 'ok' came up to ~4 s ahead of the member)."""
+    one, two, three = cluster.names
+    declare(cluster.uri(one), "shows", size=1)
+    [member] = queue_status(cluster.uri(one), "shows")["members"]
+    other, third = [name for name in cluster.names if name != member][:2]
+    # asked of the node that will hold the new follower: its own Raft member must
+    # have the new configuration before the command returns
+    url = cluster.management_url(other)
+    output = cli("queues", "add_member", "--base-uri", url, "shows", other)
+    assert output == (f"added {other} to quorum queue 'shows' in vhost '/' (members: "
+                      f"{', '.join(sorted([member, other]))})\n")
+    assert api_members(cluster, other, "shows") == sorted([member, other])
+    table = cli("queues", "grow", "--base-uri", url, third, "all", "--queue-pattern",
+                "^shows$")
+    assert table.splitlines()[1].split() == ["/", "shows", "3", "ok"]
+    assert api_members(cluster, other, "shows") == sorted(cluster.names)
+    table = cli("queues", "shrink", "--base-uri", url, third)
+    assert ["/", "shows", "2", "ok"] in [line.split() for line in table.splitlines()]
+    assert api_members(cluster, other, "shows") == sorted([member, other])
+    output = cli("queues", "delete_member", "--base-uri", url, "shows", member)
+    assert output == (f"removed {member} from quorum queue 'shows' in vhost '/' (members: "
+                      f"{other})\n")
+    assert api_members(cluster, other, "shows") == [other]
+
+
+def test_a_membership_change_that_does_not_show_in_time_is_an_error(cluster):
+    """A bounded wait: with --timeout 0 the change (committed, not yet in the
+    follower's configuration) has not shown; the command fails naming the queue, the
+    node and the members shown, and says the change may still come."""
+    one, two, three = cluster.names
+    declare(cluster.uri(one), "late", size=2)
+    members = queue_status(cluster.uri(one), "late")["members"]
+    leader = wait_for("a leader", lambda: leader_of(cluster.uri(one), "late"))
+    follower = next(name for name in members if name != leader)
+    added = next(name for name in cluster.names if name not in members)
+    result = CliRunner().invoke(main, ["queues", "add_member", "--base-uri",
+                                       cluster.management_url(follower), "--timeout", "0",
+                                       "late", added])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: TIMEOUT - {added} was not added to quorum queue 'late' in vhost '/' "
+        f"within 0s (members: {', '.join(sorted(members))}); the change is committed and "
+        "may still come: see quorumqueue cluster status\n")
+    wait_for("the change shows later", lambda: api_members(cluster, follower, "late")
+             == sorted([*members, added]))
+    result = CliRunner().invoke(main, ["queues", "add_member", "--base-uri",
+                                       cluster.management_url(follower), "--timeout", "-1",
+                                       "late", added])
+    assert result.exit_code == 1 and "timeout: expected a number of seconds >= 0" in \
+        result.output
+
+
 def test_rebalance_moves_leaders_not_members(cluster):
     uri = cluster.uri(0)
     for n in range(6):
