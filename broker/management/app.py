@@ -202,6 +202,9 @@ class ManagementAPI:
                                      shutdown_timeout=5.0, keepalive_timeout=request_timeout,
                                      logger=ServerLog(log, "management"))
         await self._runner.setup()
+        sockets = getattr(self.shell, "sockets", None)
+        if sockets is not None:   # its connections count against the node's sockets_limit
+            self._runner._server = sockets.guard(self._runner._server, "management")
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         server = site._server

@@ -111,6 +111,9 @@ class MetricsListener:
                                keepalive_timeout=settings.network.prometheus_request_timeout_ms
                                / 1000)
         await runner.setup()
+        sockets = getattr(self.server, "sockets", None)
+        if sockets is not None:   # its connections count against the node's sockets_limit
+            runner._server = sockets.guard(runner._server, "Prometheus")
         site = web.TCPSite(runner, settings.prometheus_host, settings.prometheus_port,
                            reuse_address=True)
         try:

@@ -119,7 +119,8 @@ class ClusterTransport:
                  handshake_timeout: float = 10.0,
                  max_frame_size: int = MAX_FRAME_SIZE,
                  ssl_server: ssl.SSLContext | None = None,
-                 ssl_client: ssl.SSLContext | None = None) -> None:
+                 ssl_client: ssl.SSLContext | None = None,
+                 guard: Callable | None = None) -> None:
         if (ssl_server is None) != (ssl_client is None):
             raise ValueError("ssl_server and ssl_client go together (TLS both ways or none)")
         for name, value in (("max_queued_frames", max_queued_frames),
@@ -151,6 +152,8 @@ class ClusterTransport:
         self._cookie = cookie
         self._ssl_server = ssl_server
         self._ssl_client = ssl_client
+        # wraps the listener's protocol factory: the node's socket limit (sockets.py)
+        self._guard = guard
         self._on_message = on_message
         self._on_peer_down = on_peer_down
         self._peers: dict[str, _Peer] = {}
@@ -177,8 +180,12 @@ class ClusterTransport:
         if self._loop is not None:
             raise RuntimeError("ClusterTransport.start() called twice")
         self._loop = asyncio.get_running_loop()
+        def inbound() -> _Inbound:
+            return _Inbound(self)
+
+        factory = inbound if self._guard is None else self._guard(inbound, "inter-node")
         self._server = await self._loop.create_server(
-            lambda: _Inbound(self), self.host, self.port, reuse_address=True,
+            factory, self.host, self.port, reuse_address=True,
             ssl=self._ssl_server,
             ssl_handshake_timeout=self.handshake_timeout if self._ssl_server else None)
         self.port = self._server.sockets[0].getsockname()[1]

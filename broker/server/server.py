@@ -65,6 +65,7 @@ from .disk import DiskWatch
 from .loop_lag import LagSampler
 from .loopback_transport import LoopbackTransport
 from .periodic import Steps
+from .sockets import SocketLimit
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -316,6 +317,9 @@ class BrokerServer:
         # the data directory's file system: full disks, the reserve (disk.py)
         self.disk = DiskWatch(settings.data_dir, settings.disk_reserve_bytes)
         self._retry: asyncio.TimerHandle | None = None   # a held Sync's next run (`_stall`)
+        # the descriptors client sockets may hold, of RLIMIT_NOFILE (sockets.py): every
+        # listener's accepted sockets count; the rest is the node's own
+        self.sockets = SocketLimit()
         # how late the loop runs its timers: the Prometheus endpoint's lag histogram
         self.loop_lag = LoopLag()
         self._lag_sampler = LagSampler(self.loop_lag)
@@ -335,8 +339,14 @@ class BrokerServer:
         log.info("Disk free limit set to %dMB", self.disk_free_limit() // 1_000_000)
         self.disk.start()
         self.check_alarms()
+        # accepts failing for want of descriptors: a line every 10 s, not a traceback each
+        self._loop.set_exception_handler(self.sockets.loop_exception_handler)
+        log.info("file descriptors: %d; client sockets may take %d (sockets_limit), the "
+                 "rest is kept for the node's files", self.sockets.descriptors,
+                 self.sockets.limit)
         self._server = await self._loop.create_server(
-            lambda: _Connection(self), self.settings.host, self.settings.port,
+            self.sockets.guard(lambda: _Connection(self), "AMQP"),
+            self.settings.host, self.settings.port,
             reuse_address=True, backlog=1024, start_serving=False)  # see the end
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
@@ -345,7 +355,8 @@ class BrokerServer:
         if context is not None:  # AMQP over TLS: the same protocol, another listener
             host = self.settings.ssl_host or self.settings.host
             self._ssl_server = await self._loop.create_server(
-                lambda: _Connection(self), host, self.settings.ssl_port, ssl=context,
+                self.sockets.guard(lambda: _Connection(self), "AMQP TLS"), host,
+                self.settings.ssl_port, ssl=context,
                 reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0,
                 start_serving=False)
             self.ssl_port = self._ssl_server.sockets[0].getsockname()[1]
@@ -400,7 +411,7 @@ class BrokerServer:
         transport = ClusterTransport(
             cluster.name, self.settings.cluster_name, cluster_cookie(self.settings),
             host, port, peers, on_message, self._cluster_link_lost,
-            ssl_server=ssl_server, ssl_client=ssl_client)
+            ssl_server=ssl_server, ssl_client=ssl_client, guard=self.sockets.guard)
         log.info("cluster %s: node %s, inter-node listener on %s:%d%s, peers %s",
                  self.settings.cluster_name, cluster.name, host, port,
                  " (TLS)" if ssl_server is not None else "",

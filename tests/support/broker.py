@@ -33,8 +33,10 @@ class BrokerProcess:
     def __init__(self, data_dir: str | None = None, port: int | None = None,
                  config: str | None = None, extra_config: str = "",
                  management_port: int | None = None, new_session: bool = False,
-                 log_path: str | None = None) -> None:
+                 log_path: str | None = None, nofile: int | None = None) -> None:
         self._tmp = None
+        # the node's RLIMIT_NOFILE (soft and hard), set in the child before it runs
+        self.nofile = nofile
         # a benchmark's broker runs in a process session of its own (setsid): Linux
         # shares the CPU between sessions, so an A/B beside another session's process
         # is fair only if both are in their own
@@ -90,7 +92,8 @@ class BrokerProcess:
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=ROOT,
-                                        start_new_session=self.new_session)
+                                        start_new_session=self.new_session,
+                                        preexec_fn=self._limits if self.nofile else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -116,6 +119,11 @@ class BrokerProcess:
         self.stop()
         raise RuntimeError(f"broker's management API did not listen on "
                            f"{self.management_port} within {timeout}s:\n{self.log()}")
+
+    def _limits(self) -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     @property
     def management_url(self) -> str:

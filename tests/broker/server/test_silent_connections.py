@@ -94,3 +94,156 @@ def test_a_keep_alive_connection_gets_a_whole_request_time_after_each_response(b
             while len(body) < length:
                 body += sock.recv(65536)
             time.sleep(0.3)
+
+
+# ---------------------------------------------------------------- descriptor exhaustion
+
+DESCRIPTORS = 2048
+SILENT = 2100
+HANDSHAKE_MS = 3000
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the peer has closed `sock` (non-blocking look)."""
+    try:
+        return sock.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except OSError:   # a reset
+        return True
+
+
+def _amqp_round_trip(port: int) -> None:
+    import pika
+
+    parameters = pika.ConnectionParameters("127.0.0.1", port, socket_timeout=10,
+                                           blocked_connection_timeout=30)
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("silent-neighbours")
+        channel.basic_publish("", "silent-neighbours", b"through")
+        assert channel.basic_get("silent-neighbours", auto_ack=True)[2] == b"through"
+    finally:
+        connection.close()
+
+
+class ConfirmedPublisher(threading.Thread):
+    """A client connected before the flood: persistent messages into a quorum queue,
+    one confirm at a time, until stopped; `confirmed` counts them, `error` is why it
+    stopped early."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        import pika
+
+        self.connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", port, socket_timeout=30, blocked_connection_timeout=60))
+        self.channel = self.connection.channel()
+        self.channel.queue_declare("flood-survivor", durable=True,
+                                   arguments={"x-queue-type": "quorum"})
+        self.channel.confirm_delivery()
+        self.confirmed = 0
+        self.error: BaseException | None = None
+        self.running = True
+
+    def run(self) -> None:
+        import pika
+
+        body = b"x" * 4096
+        try:
+            while self.running:
+                self.channel.basic_publish("", "flood-survivor", body,
+                                           pika.BasicProperties(delivery_mode=2))
+                self.confirmed += 1
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            self.error = error
+
+    def stop(self) -> None:
+        self.running = False
+        self.join(60)
+        if self.error is None:
+            self.connection.close()
+
+
+def test_2100_silent_connections_against_2048_descriptors_are_closed_and_others_served():
+    """Issue 30's acceptance: a node allowed 2,048 descriptors, 2,100 connections that
+    send nothing. Client sockets may hold sockets_limit (1,751) of them; the others are
+    refused at once with a line in the log (a few lines, not one per socket); the held
+    ones are closed after handshake_timeout; a normal AMQP client and the management
+    API get through meanwhile (once a silent one made room), and the node logs no
+    traceback. Before, the silent sockets held every descriptor for good and every
+    client was locked out."""
+    import resource
+    import urllib.error
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < SILENT + 200:
+        pytest.skip(f"this test opens {SILENT} sockets; RLIMIT_NOFILE allows {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, SILENT + 200), hard))
+    silent: list[socket.socket] = []
+    # the WAL rolls over every 256 KB and segments hold 16 entries: the node opens
+    # files all through the flood
+    with BrokerProcess(nofile=DESCRIPTORS,
+                       extra_config=f"handshake_timeout = {HANDSHAKE_MS}\n"
+                                    "[raft]\nwal_max_size_bytes = 262144\n"
+                                    "segment_max_entries = 16\n") as broker:
+        publisher = ConfirmedPublisher(broker.port)
+        publisher.start()
+        try:
+            began = time.monotonic()
+            before = publisher.confirmed
+            for _ in range(SILENT):
+                sock = socket.socket()
+                sock.settimeout(30)
+                try:
+                    sock.connect(("127.0.0.1", broker.port))
+                except OSError:   # refused while connecting: closed already
+                    sock.close()
+                    continue
+                sock.setblocking(False)
+                silent.append(sock)
+            served = {"amqp": False, "http": False}
+            deadline = time.monotonic() + 120
+            while not all(served.values()) and time.monotonic() < deadline:
+                if not served["amqp"]:
+                    try:
+                        _amqp_round_trip(broker.port)
+                        served["amqp"] = True
+                    except Exception:  # noqa: BLE001 - refused while the limit is full
+                        pass
+                if not served["http"]:
+                    try:
+                        with urllib.request.urlopen(f"{broker.management_url}/api/overview",
+                                                    timeout=10) as response:
+                            served["http"] = response.status == 401  # no credentials
+                    except urllib.error.HTTPError as error:
+                        served["http"] = error.code == 401
+                    except OSError:
+                        pass
+                time.sleep(0.2)
+            assert served == {"amqp": True, "http": True}, broker.log()
+            open_ones = silent
+            while open_ones and time.monotonic() < began + 120:
+                open_ones = [sock for sock in open_ones if not _closed(sock)]
+                time.sleep(0.2)
+            assert not open_ones, f"{len(open_ones)} silent connections still open"
+            during = publisher.confirmed
+            deadline = time.monotonic() + 60
+            while publisher.confirmed < during + 50 and publisher.error is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert publisher.error is None, repr(publisher.error)
+            assert publisher.confirmed >= during + 50 and during > before
+            assert broker.process.poll() is None
+            log = open(broker.log_path).read()
+            assert "Too many open files" not in log
+            refusals = log.count("refused a TCP connection from")
+            assert 1 <= refusals <= 30, refusals
+            assert "{handshake_timeout,handshake}" in log
+            assert "Traceback" not in log
+            _amqp_round_trip(broker.port)   # and after it all
+        finally:
+            publisher.stop()
+            for sock in silent:
+                sock.close()
