@@ -76,7 +76,8 @@ class Sync:
         return (self.document is not None or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)
-                or (self.log is not None and bool(self.log.records) and self.log.fsync))
+                or (self.log is not None and bool(self.log.records) and self.log.fsync)
+                or (self.log is not None and bool(self.log.after)))  # a rollover's steps
 
     def write(self) -> None:
         """The batches into their files, unsynced (quick: the event loop does it). A

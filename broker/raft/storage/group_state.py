@@ -7,7 +7,9 @@ reached into segments and has not been applied to the files yet: segment entries
 or above it are not part of the log (the next WAL rollover rewrites the files).
 
 Invariants:
-- segment entries < shadow_from (if set) all have index < mem.first (if mem is not empty);
+- segment entries < shadow_from (if set) all have index < mem.first (if mem is not empty),
+  except while a rollover in slices runs (rollover.py): entries it wrote whose fsync is
+  pending are in both, equal;
 - mem is the tail of the log: when not empty, mem.last == last_index() (recovery can
   find entries stranded below a snapshot; the store moves them to segments at once);
 - above the snapshot index the log is contiguous up to last_index();
@@ -82,11 +84,12 @@ class GroupState:
 
     def discard_from(self, index: int) -> None:
         """Entries with index >= `index` are no longer part of the log."""
+        in_segments = index <= self.segments_last()   # also those in mem (a sliced rollover)
         if self.mem and index > self.mem.first:
             self.mem.truncate_from(index)
-            return
-        self.mem.clear()
-        if index <= self.segments_last():
+        else:
+            self.mem.clear()
+        if in_segments:
             self.shadow_from = index if self.shadow_from is None else min(self.shadow_from,
                                                                           index)
 

@@ -18,7 +18,11 @@ How it works (after rabbitmq/ra):
 - When the WAL file grows past `raft.wal_max_size_bytes`, `flush()` rolls over: a new
   WAL file starts (carrying each group's hard state, initial members and release
   cursor), every memory table is appended to its group's segment files (fsynced), and
-  only then are the old WAL files deleted and the memory released.
+  only then are the old WAL files deleted and the memory released. Through `seal()`
+  and `synced()` (the shell's path) the same steps run in slices (rollover.py): each
+  `synced()` writes at most a slice of segment data, and the file syncs and the old
+  WAL's deletion ride on the following batches (`WalBatch.after`), off the caller's
+  thread; `flush()` and `roll_over()` still do it all in one call.
 - Snapshots are written tmp -> fsync -> rename -> fsync(dir). A snapshot that does
   not match the log (a leader's, installed on a follower) replaces the whole log: a
   RESET record is flushed first, then the snapshot file is written.
@@ -79,6 +83,7 @@ from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
                      SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX, check_uid, fsync_dir,
                      group_dir_name, numbered_name, remove_group_dirs)
 from .recovery import recover
+from .rollover import SlicedRollover, Steps
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
 from .snapshots import (commit_snapshot_file, prepare_snapshot_file, read_snapshot_file,
@@ -120,6 +125,10 @@ class LogStore:
         self._roll_over_waiters: list[Callable[[], None]] = []  # roll_over_soon's
         # a rollover a full disk stopped: tried again after each batch until it is done
         self.rollover_postponed = False
+        # the rollover under way in slices (rollover.py), and its file syncs waiting
+        # for the next sealed batch (WalBatch.after)
+        self._rolling: SlicedRollover | None = None
+        self._steps: list[Steps] = []
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
@@ -205,6 +214,8 @@ class LogStore:
         state = self._groups.pop(group, None)
         self._pending.records.append(encode_delete_group(self._gid(group)))
         self._pending.touched.discard(group)
+        if self._rolling is not None:
+            self._rolling.deleted.add(group)   # its record is in the new WAL file
         paths = self._pending.deleted.setdefault(group, [])
         paths += [ref.path for ref in state.segments] if state is not None else []
         self._tombstones.add(group)
@@ -226,7 +237,7 @@ class LogStore:
             batch.rewind()
             self._unseal(batch)
             raise
-        return self.synced(batch)
+        return self._after_batch(batch, sliced=False)
 
     def _unseal(self, batch: WalBatch) -> None:
         """A sealed batch not written after all: its records go back in front of
@@ -236,6 +247,7 @@ class LogStore:
         pending.touched.update(batch.durable)
         for uid, paths in batch.deleted.items():
             pending.deleted.setdefault(uid, [])[:0] = paths
+        self._steps[:0] = batch.after
 
     def seal(self) -> WalBatch:
         """Take everything pending as one batch: `flush()` in steps, for a caller that
@@ -250,12 +262,23 @@ class LogStore:
                    if group in self._groups}
         batch = WalBatch(self._wal, pending.records, self.config.wal_max_batch_size,
                          self.config.fsync, durable, pending.deleted)
+        batch.after, self._steps = self._steps, []
         self._in_flight = batch
         return batch
 
     def synced(self, batch: WalBatch) -> dict[str, int]:
         """`batch.write()` returned (or raised): what it made durable, {group: last
-        index}; then the groups it deleted lose their files, and a full WAL rolls over."""
+        index}; then the groups it deleted lose their files, and a full WAL rolls over
+        in slices (rollover.py): one slice after each batch, its file syncs in the
+        next batch (`WalBatch.after`), so no call here writes more than a slice."""
+        return self._after_batch(batch, sliced=True)
+
+    @property
+    def rolling_over(self) -> bool:
+        """A rollover in slices is under way (the old WAL files are not deleted yet)."""
+        return self._rolling is not None
+
+    def _after_batch(self, batch: WalBatch, sliced: bool) -> dict[str, int]:
         assert batch is self._in_flight, "synced() of a batch this store did not seal last"
         self._in_flight = None
         if batch.error is not None:
@@ -263,10 +286,54 @@ class LogStore:
             self._check_usable()
         if batch.deleted:
             self._remove_deleted_groups(batch.deleted)
-        if (self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters
-                or self.rollover_postponed):
-            self._roll_over_now()
+        for steps in batch.after:
+            if steps.done is not None:
+                steps.done()
+        if self._roll_over_waiters or self.rollover_postponed or not sliced:
+            if self._rolling is not None:
+                self._rolling.finish_now()
+            if (self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters
+                    or self.rollover_postponed):
+                self._roll_over_now()
+        elif self._rolling is not None:
+            self._rolling.slice()
+        elif self._wal.size > self.config.wal_max_size_bytes:
+            self._start_sliced()
         return batch.durable
+
+    def _start_sliced(self) -> None:
+        """A new WAL file with the carried metadata, written (synced by the next
+        batch); the memory tables follow in slices. A full disk: tried again after
+        the next batch."""
+        wal_dir = os.path.join(self.root, WAL_DIR)
+        number = self._wal.number + 1
+        try:
+            new = WalFile.create(os.path.join(wal_dir, numbered_name(number, WAL_SUFFIX)),
+                                 number, fsync=False)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            return
+        try:
+            new.write(self._carried_records(new))
+        except OSError as error:
+            new.close()
+            os.remove(new.path)
+            if not is_disk_full(error):
+                raise
+            return
+        old = [*self._old_wals, self._wal.path]
+        self._wal.close()
+        self._wal = new
+        self._old_wals = old
+        self._rolling = SlicedRollover(self, new, old, wal_dir)
+
+    def _rollover_done(self, rolling: SlicedRollover) -> None:
+        """The sliced rollover's last batch deleted the old WAL files."""
+        self._old_wals = [path for path in self._old_wals if path not in rolling.old_wals]
+        self._tombstones = set(rolling.deleted)   # only the new WAL file's records
+        self._rolling = None
+        self._fail("rollover.sliced_done")
 
     def _roll_over_now(self) -> None:
         """The rollover a full WAL (or a waiter) asks for; on a full disk it is
@@ -344,6 +411,8 @@ class LogStore:
         """Start a new WAL file; move every memory table into segment files; delete the
         old WAL files; release the memory. (flush() calls this when the WAL is full.)"""
         self._write_pending()
+        if self._rolling is not None:
+            self._rolling.finish_now()
         try:
             self._roll_over()
         except Exception as error:
@@ -398,7 +467,13 @@ class LogStore:
     def _carry_into(self, new: WalFile, wal_dir: str) -> None:
         """Each group's hard state, initial members and release cursor into the new
         WAL file, fsynced."""
-        fsync = self.config.fsync
+        new.write(self._carried_records(new))
+        new.sync(self.config.fsync)
+        fsync_dir(wal_dir, self.config.fsync)
+
+    def _carried_records(self, new: WalFile) -> list[bytes]:
+        """The GROUP, HARD_STATE, MEMBERS and RELEASE records a new WAL file starts
+        with (its gids assigned)."""
         carried: list[bytes] = []
         for uid, state in sorted(self._groups.items()):
             gid = len(new.gids) + 1
@@ -412,9 +487,7 @@ class LogStore:
             if records:
                 new.gids[uid] = gid
                 carried += [encode_group(gid, uid), *records]
-        new.write(carried)
-        new.sync(fsync)
-        fsync_dir(wal_dir, fsync)
+        return carried
 
     def _move_to_segments(self, state: GroupState) -> None:
         """The group's memory table appended to its segment files (fsynced). On a full
@@ -699,6 +772,10 @@ class LogStore:
         every file."""
         if self._broken is None:
             self._write_pending()
+            if self._rolling is not None:
+                self._rolling.finish_now()
+        for steps in self._steps:
+            steps.close()
         self._wal.close()
         self._readers.close()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from zlib_ng.zlib_ng import crc32
@@ -379,6 +379,8 @@ class WalBatch:
     deleted: dict[str, list[str]]       # groups whose DELETE_GROUP record is in here
     error: OSError | None = None
     start: int = -1                     # the file's size before the batch (-1: unknown)
+    # a sliced rollover's file syncs, run after the fdatasync (rollover.py Steps)
+    after: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.start < 0:
@@ -402,6 +404,8 @@ class WalBatch:
         try:
             if self.records:
                 self.wal.sync(self.fsync)
+            for steps in self.after:
+                steps.run(self.fsync)
         except OSError as error:
             self.error = error
             raise

@@ -1,0 +1,177 @@
+"""The WAL rollover in slices (rollover.py): what a shell's seal/write/synced cycle
+does when the WAL is full. Each synced() writes at most one slice of segment data,
+the file syncs go with the next batch, and a crash at any point of it (a crash
+image after every segment append and before every WAL deletion) recovers exactly
+what the store held when its last batch was written: kill -9 loses nothing that
+was written, so nothing confirmed. FORMAT.md, "Durability and deletion rules" 2-4."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from quorumqueue.broker.raft.storage import LogStore, rollover
+from quorumqueue.broker.raft.types import LogEntry
+
+from .support import config, crash_image, reopen
+
+GROUPS = [f"%2F/slice{n}" for n in range(6)]
+SLICE = 8 * 1024
+
+
+def entries(group: str, lo: int, hi: int, generation: int) -> list[LogEntry]:
+    return [LogEntry(i, 1, 0, f"{group}|{i}|{generation}|".encode().ljust(1024, b"."))
+            for i in range(lo, hi)]
+
+
+def segment_bytes(data_dir) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(os.path.join(str(data_dir), "quorum", "segments")):
+        total += sum(os.path.getsize(os.path.join(root, name)) for name in files)
+    return total
+
+
+def cycle(store: LogStore) -> dict[str, int]:
+    """One batch as the server runs it: seal, write (the writer thread), synced."""
+    batch = store.seal()
+    batch.write()
+    return store.synced(batch)
+
+
+@pytest.fixture
+def small_slices(monkeypatch):
+    monkeypatch.setattr(rollover, "SLICE_BYTES", SLICE)
+
+
+def test_a_full_wal_rolls_over_a_slice_per_batch(tmp_path, small_slices):
+    """The batch that fills the WAL opens the new one; no segment is written until a
+    batch made it durable; then each batch writes one slice (its data at most a
+    slice plus one entry), frees memory only once synced, and the last one deletes
+    the old WAL file. Reads are the same all along."""
+    store = LogStore(str(tmp_path), config(wal_max_size_bytes=64 * 1024,
+                                           segment_max_entries=16))
+    for group in GROUPS:
+        store.append(group, entries(group, 1, 21, 0))
+    expected = {g: [e.data for e in entries(g, 1, 21, 0)] for g in GROUPS}
+    cycle(store)
+    assert store.rolling_over and len(store.wal_paths()) == 2
+    assert segment_bytes(tmp_path) == 0                 # the new WAL is not durable yet
+    cycles, grown = 0, []
+    while store.rolling_over:
+        before = segment_bytes(tmp_path)
+        memory = store.total_memtable_bytes()
+        cycle(store)
+        grown.append(segment_bytes(tmp_path) - before)
+        assert store.total_memtable_bytes() <= memory
+        for group in GROUPS:
+            assert [e.data for e in store.entries(group, 1, 21)] == expected[group]
+        cycles += 1
+        assert cycles < 100
+    assert len(grown) >= (6 * 20 * 1024) // (SLICE + 1024)
+    # a slice: its data, its slots, and the headers and slot regions of new segments
+    assert max(grown) <= SLICE + 1024 + 3 * (16 * 40 + 64)
+    assert store.total_memtable_bytes() == 0 and len(store.wal_paths()) == 1
+    store.close()
+    again = reopen(tmp_path)
+    for group in GROUPS:
+        assert [e.data for e in again.entries(group, 1, 21)] == expected[group]
+    again.close()
+
+
+def test_flush_still_rolls_over_in_one_call(tmp_path):
+    """flush() (tests, tools, a node flushed synchronously) keeps the one-call rollover."""
+    store = LogStore(str(tmp_path), config(wal_max_size_bytes=16 * 1024))
+    for group in GROUPS:
+        store.append(group, entries(group, 1, 5, 0))
+    store.flush()
+    assert not store.rolling_over and len(store.wal_paths()) == 1
+    assert store.total_memtable_bytes() == 0
+    store.close()
+
+
+def test_crash_at_every_step_of_sliced_rollovers_recovers_what_was_written(
+        tmp_path, monkeypatch):
+    """Appends, conflict truncations (into entries a slice wrote, fsync pending),
+    deletes and re-creates between batches, through several sliced rollovers; a crash
+    image after every segment append and before and after every WAL deletion, and
+    after every batch. Each image recovers each group's log as the store held it
+    when its last batch was written."""
+    monkeypatch.setattr(rollover, "SLICE_BYTES", 32 * 1024)
+    rng = random.Random(31)
+    data_dir = tmp_path / "data"
+    store = LogStore(str(data_dir), config(wal_max_size_bytes=48 * 1024,
+                                           segment_max_entries=8))
+    model: dict[str, dict[int, bytes]] = {g: {} for g in GROUPS}
+    written: dict[str, dict[int, bytes]] = {}    # the model as of the last write
+    images: list[tuple[str, dict]] = []
+    counter = iter(range(1_000_000))
+
+    def image() -> None:
+        path = crash_image(data_dir, tmp_path / f"image{next(counter)}")
+        images.append((path, {g: dict(log) for g, log in written.items()}))
+
+    real_append = rollover.append_entries
+    real_remove = os.remove
+
+    def append_then_image(*args, **kwargs):
+        taken = real_append(*args, **kwargs)
+        image()
+        return taken
+
+    def remove_with_images(path, *args, **kwargs):
+        if path.endswith(".wal"):
+            image()
+        real_remove(path, *args, **kwargs)
+        if path.endswith(".wal"):
+            image()
+
+    monkeypatch.setattr(rollover, "append_entries", append_then_image)
+    monkeypatch.setattr(rollover.os, "remove", remove_with_images)
+    generation = 0
+    rollovers = truncations = 0
+    for _round in range(90):
+        generation += 1
+        for group in GROUPS:
+            log = model[group]
+            last = max(log, default=0)
+            if log and rng.random() < 0.12:             # a follower's conflicting suffix
+                cut = rng.randint(min(log), last)
+                store.truncate_from(group, cut)
+                for index in [i for i in log if i >= cut]:
+                    del log[index]
+                last = cut - 1
+                truncations += 1
+            if rng.random() < 0.02:
+                store.delete_group(group)
+                log.clear()
+                last = 0
+            count = rng.randint(1, 6)
+            new = entries(group, last + 1, last + 1 + count, generation)
+            store.append(group, new)
+            log.update((e.index, e.data) for e in new)
+        was_newest = store.wal_paths()[-1]
+        batch = store.seal()
+        batch.write_records()
+        written = {g: dict(log) for g, log in model.items()}
+        batch.sync()
+        store.synced(batch)
+        rollovers += store.wal_paths()[-1] != was_newest
+        for group, log in model.items():                 # reads unchanged meanwhile
+            last = store.last_index(group)
+            assert {e.index: e.data for e in store.entries(group, 1, last + 1)} == log
+        image()
+    while store.rolling_over:
+        cycle(store)
+        image()
+    store.close()
+    assert rollovers >= 3 and truncations >= 5 and len(images) > 100
+    for path, expected in images:
+        recovered = reopen(path)
+        for group, log in expected.items():
+            last = recovered.last_index(group)
+            assert last == max(log, default=0), (path, group)
+            got = {e.index: e.data for e in recovered.entries(group, 1, last + 1)}
+            assert got == log, (path, group)
+        recovered.close()
