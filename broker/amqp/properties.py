@@ -79,6 +79,9 @@ class Properties:
     # where the header table starts in `raw` (its u32 length), found while decoding;
     # 0: no table, or continuation flags (then only the full decode reads it)
     headers_at: int = 0
+    # the routing keys the publisher selected besides the routing key: its CC and BCC
+    # headers' strings (RabbitMQ's sender-selected distribution; node/handlers.py)
+    selected_keys: tuple = ()
     # offsets are resolved lazily for the rarely needed fields
     _decoded: dict | None = None
 
@@ -106,6 +109,13 @@ class Properties:
             self._decoded = {name: getattr(header.properties, name)
                              for name in header.properties.attributes()}
         return self._decoded
+
+
+def may_select_keys(properties: Properties) -> bool:
+    """Might the header table hold a CC or BCC header (a key of 2 or 3 octets)? Only
+    then is it decoded for them: a false positive costs a decode."""
+    return bool(properties.flags & _FLAG_HEADERS) and (b"\x02CC" in properties.raw
+                                                        or b"\x03BCC" in properties.raw)
 
 
 def expiration_error(properties: Properties) -> str | None:
@@ -227,9 +237,29 @@ def with_long_headers(raw: bytes, values: dict[str, int]) -> bytes:
         table = _u32.pack(len(added)) + added
         return (_header_fixed.pack(_class_id, _weight, _body_size, flags | _FLAG_HEADERS)
                 + raw[14:offset] + table + raw[offset:])
+    return _rewrite_table(raw, flags, values, added)
+
+
+def without_headers(raw: bytes, names) -> bytes:
+    """The content header `raw` without the headers `names` (BCC once routed), every
+    other byte as the publisher sent it."""
+    _class_id, _weight, _body_size, flags = _header_fixed.unpack_from(raw)
+    if flags & 1:  # continuation flags: the slow path
+        _, properties = decode_properties(raw)
+        decoded = {k: v for k, v in properties.decoded().items() if v is not None}
+        decoded["headers"] = {k: v for k, v in (decoded.get("headers") or {}).items()
+                              if k not in names}
+        return encode_properties(properties.body_size, decoded, _class_id)
+    if not flags & _FLAG_HEADERS:
+        return raw
+    return _rewrite_table(raw, flags, names, b"")
+
+
+def _rewrite_table(raw: bytes, flags: int, names, added: bytes) -> bytes:
+    """`raw` with the header table's fields `names` left out and `added` appended."""
     offset, end = _header_table_span(raw, flags)
     kept, position = [], offset + 4
-    names = {name.encode("utf-8", "surrogateescape") for name in values}
+    names = {name.encode("utf-8", "surrogateescape") for name in names}
     while position < end:
         name_end = position + 1 + raw[position]
         value_end = _skip_field_value(raw, name_end)

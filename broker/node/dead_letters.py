@@ -63,7 +63,7 @@ def publish(node: "Node", queue, exchange: str, routing_key: str, header: bytes,
     try:
         keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
         header, deaths = dead_letter.dead_lettered(header, exchange, routing_key, queue.name,
-                                                   reason, time_ms)
+                                                   reason, time_ms, dead_letter_key)
     except (AMQPError, ValueError) as error:
         log.warning("%s: a message (%s) not dead-lettered: %s", what, reason, error)
         return

@@ -31,9 +31,10 @@ from pamqp import commands as methods
 from ..amqp import codec, spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
-from ..amqp.properties import FLAG_EXPIRATION, expiration_error
+from ..amqp.properties import (FLAG_EXPIRATION, expiration_error, may_select_keys,
+                               without_headers)
 from ..queues import registry
-from ..queues.types import (check_int_argument, check_server_named,
+from ..queues.types import (check_int_argument, check_server_named, field_type,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
 from . import leases, limits, management
@@ -477,6 +478,8 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
                 found = name
             if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID | FLAG_EXPIRATION):
                 properties = _checked_properties(session, channel, properties)
+            if may_select_keys(properties):
+                properties = _selected_keys(properties)
         except AMQPError as error:
             failed = (position, error)
             break
@@ -514,6 +517,27 @@ def _checked_properties(session, channel: Channel, properties):
         if invalid is not None:
             raise AMQPError(spec.PRECONDITION_FAILED, f"invalid expiration "
                             f"'{properties.decoded()['expiration']}': {invalid}", 60, 40)
+    return properties
+
+
+def _selected_keys(properties):
+    """Sender-selected distribution (RabbitMQ's CC and BCC headers): their string
+    entries are routing keys besides the routing key (`selected_keys`; others are
+    ignored), BCC is removed before the message goes on; a CC or BCC that is not an
+    array is refused as rabbit_basic refuses it."""
+    headers = properties.decoded().get("headers") or {}
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        if name in headers:
+            routes = headers[name]
+            if not isinstance(routes, list):
+                raise AMQPError(spec.PRECONDITION_FAILED, "invalid message: "
+                                f'{{unacceptable_type_in_header,"{name}",'
+                                f"{field_type(routes)}}}", 60, 40)
+            keys += [_text(key) for key in routes if isinstance(key, (str, bytes))]
+    if "BCC" in headers:
+        _, properties = codec.decode_properties(without_headers(properties.raw, ("BCC",)))
+    properties.selected_keys = tuple(keys)
     return properties
 
 

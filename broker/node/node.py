@@ -459,6 +459,10 @@ class Node:
         """The queues a message reaches, and the (exchange, routing key) any message
         with the same two reaches the same queues by (None: a headers exchange read
         this message's headers)."""
+        if properties.selected_keys:  # CC and BCC: routed by every key, never cached
+            return vhost.route(vhost.exchange(exchange_name), routing_key,
+                               lambda: properties.decoded().get("headers"),
+                               properties.selected_keys), None
         if exchange_name == "":  # `vhost.route`'s default exchange, inlined (no closure)
             queue = vhost.queues.get(routing_key)
             return [queue] if queue is not None else [], (exchange_name, routing_key)

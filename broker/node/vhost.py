@@ -207,19 +207,25 @@ class VHost:
     # ------------------------------------------------------------ routing
 
     def route(self, exchange: Exchange, routing_key: str,
-              headers: Callable[[], dict | None]) -> list[Queue]:
-        """Queues a message published to `exchange` reaches, each once."""
+              headers: Callable[[], dict | None], selected_keys: tuple = ()) -> list[Queue]:
+        """Queues a message published to `exchange` reaches, each once. With
+        `selected_keys` (CC and BCC), every exchange on the way routes by the routing
+        key and each of them, as RabbitMQ routes a message's routing keys."""
+        keys = (routing_key, *selected_keys) if selected_keys else (routing_key,)
         if exchange.name == "":
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
+            found = {key: self.queues[key] for key in keys if key in self.queues}
+            return list(found.values())
         queues: dict[str, Queue] = {}
-        self._route_into(exchange, routing_key, headers, queues, {exchange.name})
+        self._route_into(exchange, keys, headers, queues, {exchange.name})
         return list(queues.values())
 
-    def _route_into(self, exchange: Exchange, routing_key: str, headers, queues: dict,
+    def _route_into(self, exchange: Exchange, keys: tuple, headers, queues: dict,
                     visited: set[str]) -> None:
         found_before = len(queues)
-        for destination in list(exchange.route(routing_key, headers)):
+        destinations = []
+        for key in keys:
+            destinations.extend(exchange.route(key, headers))
+        for destination in dict.fromkeys(destinations):
             if destination.kind == QUEUE:
                 queue = self.queues.get(destination.name)
                 if queue is not None:
@@ -228,13 +234,13 @@ class VHost:
                 visited.add(destination.name)
                 target = self.exchanges.get(destination.name)
                 if target is not None:
-                    self._route_into(target, routing_key, headers, queues, visited)
+                    self._route_into(target, keys, headers, queues, visited)
         alternate = exchange.alternate_exchange
         if len(queues) == found_before and alternate and alternate not in visited:
             visited.add(alternate)
             target = self.exchanges.get(alternate)
             if target is not None:
-                self._route_into(target, routing_key, headers, queues, visited)
+                self._route_into(target, keys, headers, queues, visited)
 
 
 def _check_arguments_equivalent(received: dict, current: dict, where: str,

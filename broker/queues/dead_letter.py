@@ -17,7 +17,8 @@ dead letter exchanges guide, "Dead-Lettered Messages"):
   `x-last-death-reason`, `-queue`, `-exchange` at every death (RabbitMQ 4.x; 3.10
   does not write them).
 - the `expiration` property is removed (the copy must not expire again by it), and
-  the `BCC` header with it (CC stays), as RabbitMQ does.
+  the `BCC` header with it (CC stays, unless a dead-letter routing key replaces the
+  message's keys: then CC goes too), as RabbitMQ 3.10.8 does.
 - routing: with a dead-letter routing key, that key alone; else the message's own
   routing key and its CC keys.
 - a cycle (rabbit_dead_letter's `is_cycle`): a message that would reach a queue it
@@ -54,9 +55,10 @@ def _keys_of(routing_key: str, headers: dict) -> list[str]:
 
 
 def dead_lettered(header: bytes, exchange: str, routing_key: str, queue: str, reason: str,
-                  time_ms: int) -> tuple[bytes, list[dict]]:
+                  time_ms: int, dead_letter_key: str | None = None) -> tuple[bytes, list[dict]]:
     """(the copy's content header, its x-death tables) for a message published to
-    `exchange` with `routing_key` that dies in `queue` for `reason` at `time_ms`."""
+    `exchange` with `routing_key` that dies in `queue` for `reason` at `time_ms`,
+    routed on with `dead_letter_key` if the queue has one."""
     _class_id, properties = codec.decode_properties(header)
     values = {name: value for name, value in properties.decoded().items()
               if value is not None}
@@ -64,6 +66,8 @@ def dead_lettered(header: bytes, exchange: str, routing_key: str, queue: str, re
     expiration = values.pop("expiration", None)
     keys = _keys_of(routing_key, headers)
     headers.pop("BCC", None)
+    if dead_letter_key is not None:  # routed by that key alone: CC goes (rabbit_dead_letter)
+        headers.pop("CC", None)
     deaths = [dict(death) for death in headers.get("x-death") or []
               if isinstance(death, dict)]
     for position, death in enumerate(deaths):

@@ -114,7 +114,7 @@ def field_type(value) -> str:
         return "bool"
     if isinstance(value, int):
         return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
-    for kinds, name in (((str, bytes), "longstr"), (float, "double"), (dict, "table"),
+    for kinds, name in ((bytearray, "binary"), ((str, bytes), "longstr"), (float, "double"), (dict, "table"),
                         (list, "array"), (datetime.datetime, "timestamp"),
                         (decimal.Decimal, "decimal")):
         if isinstance(value, kinds):

@@ -182,7 +182,7 @@ class DeadLetterWorker:
             source, routing_key, header, body = letter.message
             keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
             header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
-                                                       letter.reason, letter.died_ms)
+                                                       letter.reason, letter.died_ms, dead_letter_key)
         except (MessageGone, AMQPError, ValueError) as error:
             # a held message's entry is live, and its header was accepted at publish:
             # this is a bug; keep the message (never drop) and say so once
