@@ -240,11 +240,15 @@ bench-profiles: setup oracle bench-setup
 # stateful protocol test with FUZZ_EXAMPLES programs and the socket-level mutation
 # fuzzer for HOSTILE_SECONDS against a live node (known answers checked against
 # RabbitMQ 3.10.8 too), on one node and on a 3-node cluster, about 15 more minutes.
+# Last, the names corpus (tests/faults/names.py: NAMES_COUNT random UTF-8 names and the
+# fixed ones through every HTTP endpoint and the CLI, and against RabbitMQ's API) and
+# the CSRF check in headless Chromium (a page of another origin), a few minutes.
 # Fewer: make faults FAULT_RUNS=12 SPARK_FAULT_RUNS=3 HOSTILE_SECONDS=60.
 FAULT_RUNS ?= 100
 SPARK_FAULT_RUNS ?= 6
 FUZZ_EXAMPLES ?= 10000
 HOSTILE_SECONDS ?= 300
+NAMES_COUNT ?= 500
 faults: setup oracle
 	@$(PY) -m tests.faults.run --runs $(FAULT_RUNS) --spark-runs $(SPARK_FAULT_RUNS) \
 	  --out tests/faults/results
@@ -252,6 +256,8 @@ faults: setup oracle
 	  tests/broker/node/test_stateful_protocol.py
 	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --rabbitmq
 	@$(PY) -m tests.faults.hostile --seconds $(HOSTILE_SECONDS) --attackers 6 --nodes 3
+	@$(PY) -m tests.faults.names --count $(NAMES_COUNT) --rabbitmq
+	@$(PY) -m pytest -q -p no:cacheprovider tests/broker/management/test_csrf_browser.py
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache $(JARS) $(BENCH_JARS)

@@ -15,6 +15,8 @@ through `admit` and `release` itself. Accepts that fail because the process has 
 descriptor left at all (EMFILE from something else) are logged the same way
 (`accept_error`) instead of asyncio's traceback per attempt.
 
+The limit follows RLIMIT_NOFILE if it changes while the node runs (prlimit).
+
 Invariants: `open` is the number of admitted sockets not yet lost; a refused socket
 never reaches its protocol; every admitted socket is released exactly once.
 
@@ -49,6 +51,8 @@ class SocketLimit:
     """The sockets the node's listeners hold, against `limit`."""
 
     def __init__(self, descriptors: int | None = None) -> None:
+        # None: RLIMIT_NOFILE, read again at each accept (prlimit may change it)
+        self._fixed = descriptors is not None
         self.descriptors = descriptors if descriptors is not None else descriptor_limit()
         self.limit = sockets_limit(self.descriptors)
         self.open = 0
@@ -58,6 +62,10 @@ class SocketLimit:
 
     def admit(self, transport, listener: str) -> bool:
         """Count `transport`'s socket, or close it if the limit is reached."""
+        if not self._fixed:
+            descriptors = descriptor_limit()
+            if descriptors != self.descriptors:
+                self.descriptors, self.limit = descriptors, sockets_limit(descriptors)
         if self.open < self.limit:
             self.open += 1
             return True

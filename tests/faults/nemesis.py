@@ -32,6 +32,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tests.faults import exposure
 from tests.support.cluster import LocalCluster
 
 Heal = Callable[[], None]
@@ -142,6 +143,77 @@ def disk_full_follower(cluster, leader, rng):
                       cluster, rng)
 
 
+def _listeners(cluster: LocalCluster, name: str) -> dict[str, tuple[int, bytes]]:
+    """A node's listeners: name -> (port, what a slow client trickles)."""
+    plan = cluster._plan(name)
+    ports = {"AMQP": (plan.amqp_port, exposure.AMQP_PREFIX),
+             "management": (plan.management_port, exposure.HTTP_PREFIX),
+             "Prometheus": (plan.prometheus_port, exposure.HTTP_PREFIX),
+             "inter-node": (plan.cluster_port, exposure.CLUSTER_PREFIX)}
+    return {what: entry for what, entry in ports.items() if entry[0]}
+
+
+def _checked_heal(cluster: LocalCluster, victim: str, attack: exposure.Attack,
+                  rss_before: int, restore=None) -> Heal:
+    """Heal: every hostile connection closed by the node itself, its memory bounded;
+    else the run fails naming them."""
+    def heal() -> None:
+        try:
+            problems = attack.still_open()
+            pid = cluster.pid(victim)
+            grown = exposure.resident_bytes(pid) - rss_before if pid else 0
+            if grown > exposure.MAX_RSS_GROWTH:
+                problems.append(f"{victim}'s resident memory grew {grown >> 20} MiB")
+        finally:
+            attack.stop()
+            if restore is not None:
+                restore()
+        if problems:
+            raise AssertionError(f"{victim}: " + "; ".join(problems))
+    return heal
+
+
+def silent_connections(cluster, leader, rng):
+    """On every listener of one node: connections that send nothing, and slow ones
+    that never finish their handshake or their request's headers."""
+    victim = rng.choice(cluster.names)
+    attack = exposure.Attack()
+    rss = exposure.resident_bytes(cluster.pid(victim))
+    for what, (port, prefix) in _listeners(cluster, victim).items():
+        attack.silent(port, rng.randint(10, 40), f"silent {what}")
+        attack.slow(port, prefix, rng.randint(2, 5), f"slow {what}")
+    return _checked_heal(cluster, victim, attack, rss)
+
+
+def preauth_flood(cluster, leader, rng):
+    """Strangers on a node's inter-node port, each announcing a 256 MB frame."""
+    victim = rng.choice(cluster.names)
+    attack = exposure.Attack()
+    rss = exposure.resident_bytes(cluster.pid(victim))
+    attack.flood(_listeners(cluster, victim)["inter-node"][0], rng.randint(8, 16))
+    return _checked_heal(cluster, victim, attack, rss)
+
+
+def descriptor_exhaustion(cluster, leader, rng):
+    """The leader allowed 2,048 descriptors (prlimit), and 2,100 silent connections to
+    its AMQP port: its reserve keeps its own files and clients going, the silent ones
+    are refused or closed after handshake_timeout."""
+    import resource
+
+    pid = cluster.pid(leader)
+    before = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (2048, max(2048, before[1])))
+    exposure.raise_own_descriptor_limit(2600)
+    attack = exposure.Attack()
+    rss = exposure.resident_bytes(pid)
+    attack.silent(_listeners(cluster, leader)["AMQP"][0], 2100, "silent AMQP")
+
+    def restore() -> None:
+        if cluster.pid(leader) == pid:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, before)
+    return _checked_heal(cluster, leader, attack, rss, restore)
+
+
 # the data directory's file system of each node in a disk-full run (a tmpfs), and
 # the node configuration those runs add: the writes meet the full disk (not the
 # free-space check first), with a reserve of 8 MiB
@@ -169,7 +241,17 @@ NEMESES = {nemesis.name: nemesis for nemesis in (
             "filled to its last byte (once, or kept full)"),
     Nemesis("disk-full-follower", disk_full_follower, (3.0, 8.0), "a follower's file "
             "system filled to its last byte (once, or kept full)"),
+    Nemesis("silent-connections", silent_connections, (3.0, 6.0), "silent and slow "
+            "connections on every listener of a node (AMQP, management, Prometheus, "
+            "inter-node), closed by it"),
+    Nemesis("preauth-flood", preauth_flood, (1.0, 3.0), "strangers announcing 256 MB "
+            "frames on a node's inter-node port"),
+    Nemesis("fd-exhaustion", descriptor_exhaustion, (3.0, 6.0), "the leader allowed "
+            "2,048 descriptors, 2,100 silent connections to it"),
 )}
+
+# the nemeses whose runs need the lower connection timeouts (exposure.EXPOSURE_CONFIG)
+EXPOSURE = ("silent-connections", "preauth-flood", "fd-exhaustion")
 
 
 def needs_small_disks(nemesis: Nemesis) -> bool:

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from quorumqueue.client.management import call
 from tests.faults import extras as extra_workloads
 from tests.faults import spark_workload
-from tests.faults.nemesis import (DISK_FULL_CONFIG, NEMESES, SMALL_DISK, Nemesis,
+from tests.faults.exposure import EXPOSURE_CONFIG
+from tests.faults.nemesis import (DISK_FULL_CONFIG, EXPOSURE, NEMESES, SMALL_DISK, Nemesis,
                                   needs_small_disks)
 from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
 from tests.support.history import History, Workload, report, violations
@@ -255,6 +256,8 @@ def run_one(nodes: int, nemesis: Nemesis, seed: int, duration: float,
     if needs_small_disks(nemesis):
         config += DISK_FULL_CONFIG
         small_disks = SMALL_DISK
+    if nemesis.name in EXPOSURE:
+        config += EXPOSURE_CONFIG
     others: dict[str, object] = {}   # the extra workloads, by name
     struck: list[tuple[float, float]] = []  # faults in time.monotonic(), for the SAC check
     sac_state: list[str] = []  # the SAC queue if its drain gave up, its consumers still on

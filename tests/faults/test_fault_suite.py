@@ -8,7 +8,10 @@ new, no two leaders of one group in one term) and the workload got confirms afte
 every heal. The nemeses here are the ones the older fault tests
 (tests/broker/cluster/test_faults.py: leader killed, follower paused, node cut
 off) do not cover; the two disk-full ones run on small file systems (a tmpfs per
-node: every node stays up, nothing confirmed is lost). Two runs add extras.py's workloads: a single-active-consumer
+node: every node stays up, nothing confirmed is lost); the three exposure ones
+(exposure.py: silent and slow connections on every listener, a pre-auth flood on the
+inter-node port, descriptor exhaustion) fail the run unless the node closed every
+hostile connection itself. Two runs add extras.py's workloads: a single-active-consumer
 queue under leader kills (never two consumers served at once), at-least-once dead
 lettering under partitions (every rejected message in the target). One run is the Spark workload (spark_workload.py): a lease-mode
 query into Delta while the leader is killed, every confirmed id exactly once in the
@@ -32,7 +35,9 @@ SHORT = 6.0  # seconds of faults per run
 @pytest.mark.parametrize("name, seed", [("minority-leader", 11), ("bridge", 12),
                                         ("pause-long", 13), ("kill-majority", 14),
                                         ("slow-disk", 15), ("disk-full-leader", 18),
-                                        ("disk-full-follower", 19)])
+                                        ("disk-full-follower", 19),
+                                        ("silent-connections", 22), ("preauth-flood", 23),
+                                        ("fd-exhaustion", 24)])
 def test_a_short_run_under_the_nemesis_loses_nothing(name, seed):
     result = run_one(3, NEMESES[name], seed, SHORT)
     assert not result.error, result.error
