@@ -124,6 +124,11 @@ class Settings:
     # consumer_timeout = "undefined" here); queues override it with x-consumer-timeout
     # or a consumer-timeout policy
     consumer_timeout_ms: int | None = 1_800_000   # 30 minutes, RabbitMQ's default
+    # how long a durable lease (docs/behaviour/leases.md) may sit idle holding messages
+    # before they go back to the queue and the lease is fenced, for a lease.grow that
+    # names no timeout_ms (the Spark connector without option leaseTimeout). None: never
+    # (lease_timeout = "undefined", as consumer_timeout)
+    lease_timeout_ms: int | None = 1_800_000
     # how often each channel checks its oldest unacked delivery against the timeout
     # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
     # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
@@ -291,7 +296,7 @@ def _nodes(key, value):
     return tuple(value)
 
 
-def _consumer_timeout(key, value):
+def _ms_or_undefined(key, value):
     # RabbitMQ: a positive integer in rabbitmq.conf; `undefined` (advanced.config) turns
     # the timeout off, which its guide advises against
     if value == "undefined":
@@ -384,7 +389,8 @@ KEYS = {
     "dead_letter_worker_consumer_prefetch": ("dead_letter_worker_consumer_prefetch", _int),
     "dead_letter_worker_publisher_confirm_timeout":
         ("dead_letter_worker_publisher_confirm_timeout_ms", _int),
-    "consumer_timeout": ("consumer_timeout_ms", _consumer_timeout),
+    "consumer_timeout": ("consumer_timeout_ms", _ms_or_undefined),
+    "lease_timeout": ("lease_timeout_ms", _ms_or_undefined),
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
     "management.tcp.port": ("management_port", _int),
     "management.tcp.ip": ("management_ip", _str),
@@ -475,6 +481,8 @@ def validate(settings: Settings) -> Settings:
                         settings.dead_letter_worker_publisher_confirm_timeout_ms),
                        ("consumer_timeout", 1 if settings.consumer_timeout_ms is None
                         else settings.consumer_timeout_ms),
+                       ("lease_timeout", 1 if settings.lease_timeout_ms is None
+                        else settings.lease_timeout_ms),
                        ("channel_tick_interval", settings.channel_tick_interval_ms),
                        ("flow_control.round_methods", settings.flow_round_methods)):
         if value < 1:

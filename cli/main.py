@@ -3,7 +3,7 @@
     quorumqueue broker start [--config conf/broker.toml] [--port PORT] [--data-dir DIR]
                                                  (the broker's own program, run in
                                                   this process's place: broker/__main__.py)
-    quorumqueue queues list|purge|delete|quorum_status|peek|...  (a running node,
+    quorumqueue queues list|purge|delete|quorum_status|peek|list_leases|...  (a running node,
                                                   management HTTP API; rabbitmq-queues)
     quorumqueue ctl add_user|set_policy|...       (users, vhosts, policies: ctl.py)
     quorumqueue jobs run|schedule ...             (the analytics jobs: jobs/cli.py)
@@ -418,6 +418,16 @@ def _add_jobs() -> None:
 
 
 _add_jobs()
+
+
+def _add_leases() -> None:
+    # `quorumqueue queues list_leases|release_lease` (leases.py)
+    from .leases import add_commands
+
+    add_commands(queues)
+
+
+_add_leases()
 
 
 def _add_cluster() -> None:

@@ -77,18 +77,25 @@ class LeaseClient:
     # --------------------------------------------------------------- operations
 
     def grow(self, queue: str, lease: str, max_messages: int, max_bytes: int = 0,
-             timeout_ms: int = 0) -> tuple[int, int]:
+             timeout_ms: int | None = None) -> tuple[int, int]:
         """Assign up to max_messages (and about max_bytes) more ready messages to the
-        lease; returns (first new sequence, end sequence). first > end: none were ready."""
+        lease; returns (first new sequence, end sequence). first > end: none were ready.
+        timeout_ms: the lease's idle timeout (0: never; None: the broker's
+        lease_timeout). A fenced lease is refused (ManagementError, PRECONDITION_FAILED
+        naming what went back to the queue)."""
+        timeout = {} if timeout_ms is None else {"timeout_ms": timeout_ms}
         result = self.call("lease.grow", queue=queue, lease=lease, max_messages=max_messages,
-                           max_bytes=max_bytes, timeout_ms=timeout_ms)
+                           max_bytes=max_bytes, **timeout)
         return result["first"], result["end"]
 
     def settle(self, queue: str, lease: str, up_to: int) -> int:
         return self.call("lease.settle", queue=queue, lease=lease, up_to=up_to)["settled"]
 
-    def release(self, queue: str, lease: str) -> int:
-        return self.call("lease.release", queue=queue, lease=lease)["released"]
+    def release(self, queue: str, lease: str, fence: bool = True) -> int:
+        """Return the lease's unsettled messages to the queue. `fence` (an operator's
+        release) makes the lease refuse its holder afterwards if it held any; its
+        holder releasing its own lease passes False."""
+        return self.call("lease.release", queue=queue, lease=lease, fence=fence)["released"]
 
     def info(self, queue: str, lease: str) -> dict:
         return self.call("lease.info", queue=queue, lease=lease)

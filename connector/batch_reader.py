@@ -98,7 +98,7 @@ class QueueBatchReader(DataSourceReader):
                 yield to_record_batch(queue, messages, self.options.include_headers)
             if end >= first:
                 if self.options.peek:
-                    client.release(queue, lease)
+                    client.release(queue, lease, fence=False)
                 else:
                     client.settle(queue, lease, end)
             done = True
@@ -153,7 +153,7 @@ def _lease_error(queue: str, error: ManagementError) -> Exception:
 def _release_quietly(client: LeaseClient, queue: str, lease: str) -> None:
     """Best effort: if this fails too, the lease's timeout returns the messages."""
     try:
-        client.release(queue, lease)
+        client.release(queue, lease, fence=False)
     except (ManagementError, pika.exceptions.AMQPError, OSError):
         pass
 

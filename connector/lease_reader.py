@@ -45,8 +45,19 @@ Invariants
     - `stop()` keeps the lease (what an exactly-once restart needs) unless option
       `releaseLeaseOnStop` is true; then it settles what Spark has committed for sure
       (up to the last `start` Spark asked latestOffset about: Spark asks only once the
-      batch ending there is in its commit log) and releases the rest, which returns
-      to the queue (delivery count + 1).
+      batch ending there is in its commit log), and releases the rest (back to the
+      queue, delivery count + 1) only if no logged batch lies beyond that: a batch
+      Spark logged may be in its commit log already without the reader knowing (the
+      last batch of a run), and must never be read twice. It then stays in the lease
+      until the next run settles it, or the lease's timeout gives it back.
+    - The lease's idle timeout (option leaseTimeout, else the broker's lease_timeout)
+      runs only while nobody grows or settles it: `latestOffset` touches the lease
+      (a grow by 0) at least every KEEPALIVE_SECONDS, or a quarter of the timeout, so
+      a query that idles between messages keeps its lease.
+    - A lease the broker has fenced (released by an operator, or by its timeout while
+      the query was away) fails the query with LeaseFencedError, whose first line
+      says which messages went back to the queue and what to do; never a batch read
+      twice or lost without a word.
 
 Not here
     Consume mode (consume_reader.py), batch reads (batch_reader.py).
@@ -73,6 +84,7 @@ from ..client.management import ManagementError
 from . import offsets
 from .admission import MinimumGate
 from .connection import BrokerUnreachable, first_reachable, open_lease_client
+from .first_line import message_alone
 from .lag import QueueFigures, latest_report
 from .offsets import Cut, LeaseOffset, LeaseRange
 from .options import MAX_GROW, QUEUE_PATTERN, SourceOptions
@@ -111,6 +123,17 @@ class LeaseLostError(RuntimeError):
     """The broker's lease is behind the checkpoint: not the broker it was written with."""
 
 
+class LeaseFencedError(RuntimeError):
+    """The broker released the query's lease (an operator, or its idle timeout): its
+    messages went back to the queue, so the checkpoint cannot go on exactly once."""
+
+
+# The broker's refusal of a fenced lease's grow or settle (broker/node/leases.py).
+FENCED = "is fenced"
+# latestOffset touches the lease at least this often (or a quarter of its timeout).
+KEEPALIVE_SECONDS = 30.0
+
+
 class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -138,6 +161,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # reportLatestOffset's broker figures and when they were taken (monotonic s)
         self._figures: tuple[float, dict[str, QueueFigures]] | None = None
         self._unacked_refused = False                  # queues.list needs an administrator
+        self._timeout_seen: int | None = None          # the lease's timeout (ms), from info
+        self._touched = 0.0                            # monotonic s of the last grow/settle
 
     def __getstate__(self) -> dict:
         return {"options": self.options}
@@ -184,6 +209,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for queue in queues:
             self._learn_end(queue, lease, begin.position(queue))
         queues = tuple(queue for queue in queues if queue in self._held)  # none gone
+        self._keep_alive(queues, lease)
         if self._available_now and self._targets is None:
             assert self._ready_at_start is not None
             self._targets = {queue: self._held[queue] + self._ready_at_start[queue]
@@ -267,10 +293,12 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 try:
                     self._call(lambda c, q=queue, s=seq: c.settle(q, done.lease, s))
                 except ManagementError as error:
+                    self._check_fenced(queue, done.lease, seq, error)
                     if not self._gone(queue, error):
                         raise
                     continue
                 self._settled[queue] = seq
+                self._touched = time.monotonic()
 
     def stop(self) -> None:
         try:
@@ -286,7 +314,16 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if durable > self._settled.get(queue, 0):
                     self._call(lambda c, q=queue, s=durable: c.settle(q, lease, s))
                     self._settled[queue] = durable
-                released = self._call(lambda c, q=queue: c.release(q, lease))
+                logged = self._batch_end.get(queue, 0)
+                if logged > durable:
+                    # Spark logged a batch up to `logged`, maybe committed it too (the
+                    # last batch of a run): releasing it could have it read twice
+                    log.info("lease '%s' on queue '%s' keeps sequences %d..%d (a batch "
+                             "Spark logged, maybe committed) until the query restarts "
+                             "from its checkpoint%s", lease, queue, durable + 1, logged,
+                             self._lapse_hint())
+                    continue
+                released = self._call(lambda c, q=queue: c.release(q, lease, fence=False))
             except (ManagementError, pika.exceptions.AMQPError, OSError) as error:
                 log.warning("could not release lease '%s' on queue '%s' (%r): its messages "
                             "stay in the lease until the query restarts%s", lease, queue,
@@ -296,7 +333,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      lease, queue, released)
 
     def _lapse_hint(self) -> str:
-        timeout = self.options.lease_timeout_ms
+        timeout = self._timeout_seen if self._timeout_seen is not None \
+            else self.options.lease_timeout_ms
         return f" or the lease's timeout ({timeout} ms) lapses" if timeout else ""
 
     # ------------------------------------------------------------------ executors
@@ -369,6 +407,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except pika.exceptions.ChannelClosedByBroker as refusal:
             if REPLAYING in str(refusal.reply_text):
                 raise _NotYetApplied(f"{refusal.reply_code} {refusal.reply_text}") from None
+            if FENCED in str(refusal.reply_text):
+                self._raise_fenced(partition)
             if not trusted:
                 raise _Refused(f"{refusal.reply_code} {refusal.reply_text}") from None
             # the broker checks the range before it sends any of it, but a message
@@ -384,8 +424,22 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield (to_record_batch(partition.queue, messages,
                                        self.options.include_headers), partition.end)
 
+    def _raise_fenced(self, part: LeaseRange) -> None:
+        """An executor's read refused for a fenced lease: LeaseFencedError, naming it."""
+        try:
+            with open_lease_client(self.options) as client:
+                fence = client.info(part.queue, part.lease).get("fence") or {}
+        except (ManagementError, pika.exceptions.AMQPError, OSError):
+            fence = {}
+        raise LeaseFencedError(fenced_text(part.lease, part.queue, part.end, fence,
+                                           self.options.lease_timeout_ms)) from None
+
     def _after_refusal(self, client: LeaseClient, part: LeaseRange, low: int, high: int,
                        refusal: pika.exceptions.ChannelClosedByBroker) -> list[Delivery]:
+        info = client.info(part.queue, part.lease) if refusal.reply_code == 406 else {}
+        if info.get("fence"):  # given back while the range streamed
+            raise LeaseFencedError(fenced_text(part.lease, part.queue, part.end, info["fence"],
+                                               self.options.lease_timeout_ms))
         what = (f"messages {low + 1}..{high} of lease '{part.lease}' on queue "
                 f"'{part.queue}' can no longer be read ({refusal.reply_code} "
                 f"{refusal.reply_text})")
@@ -397,7 +451,6 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("skipping what cannot be read: %s", what)
         if refusal.reply_code != 406:  # the queue is gone
             return []
-        info = client.info(part.queue, part.lease)
         readable_low, readable_high = max(low, info["first"] - 1), min(high, info["end"])
         if readable_low >= readable_high:
             return []
@@ -485,6 +538,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self._grow(queue, lease, 0, 0)
         except ManagementError as error:
+            self._check_fenced(queue, lease, start, error)
             if self._gone(queue, error):
                 return
             raise
@@ -494,7 +548,8 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"but the checkpoint has already read up to {start}: the broker does not "
                 "hold this query's lease (another broker or a wiped data directory?). "
                 "Start the query with a new checkpoint location.")
-        first = self._call(lambda c: c.info(queue, lease))["first"]
+        info = self._call(lambda c: c.info(queue, lease))
+        first, self._timeout_seen = info["first"], info["timeout_ms"]
         if start < first - 1:
             # Only settled through commit(), which never passes a logged batch's start:
             # someone else settled these, or the lease expired and they went back.
@@ -509,14 +564,50 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _grow(self, queue: str, lease: str, count: int, max_bytes: int) -> None:
         timeout = self._timeout_ms(lease)
-        _first, end = self._call(lambda c: c.grow(queue, lease, count, max_bytes, timeout))
+        try:
+            _first, end = self._call(lambda c: c.grow(queue, lease, count, max_bytes, timeout))
+        except ManagementError as error:
+            if queue in self._held:  # fenced while the query runs: say so
+                self._check_fenced(queue, lease, self._batch_end.get(queue, 0), error)
+            raise
         self._held[queue] = end
+        self._touched = time.monotonic()
 
-    def _timeout_ms(self, lease: str) -> int:
+    def _timeout_ms(self, lease: str) -> int | None:
+        """The timeout to grow `lease` with: option leaseTimeout (None: the broker's
+        lease_timeout), at most PROVISIONAL_LEASE_TIMEOUT_MS until a checkpoint names
+        a lease this process created."""
         configured = self.options.lease_timeout_ms
         if self._initial is None or lease != self._initial.lease or lease in self._confirmed:
             return configured
         return min(configured or PROVISIONAL_LEASE_TIMEOUT_MS, PROVISIONAL_LEASE_TIMEOUT_MS)
+
+    def _keep_alive(self, queues: tuple[str, ...], lease: str) -> None:
+        """Touch the lease (a grow by 0) if it has not been grown or settled for
+        KEEPALIVE_SECONDS or a quarter of its timeout, so that a query idling between
+        messages never has its held batch given back."""
+        timeout = self._timeout_seen
+        if timeout == 0:
+            return  # the lease never times out
+        every = KEEPALIVE_SECONDS if not timeout else min(KEEPALIVE_SECONDS, timeout / 4000)
+        if time.monotonic() - self._touched < every:
+            return
+        for queue in queues:
+            self._grow(queue, lease, 0, 0)
+
+    def _check_fenced(self, queue: str, lease: str, checkpoint: int,
+                      error: ManagementError) -> None:
+        """Raise LeaseFencedError if `error` is the broker refusing a fenced lease;
+        `checkpoint`: where this query's last logged batch ends on `queue`."""
+        if FENCED not in str(error):
+            return
+        try:
+            fence = self._call(lambda c: c.info(queue, lease)).get("fence") or {}
+        except ManagementError:
+            fence = {}
+        message_alone()  # the message is the first line the user sees
+        raise LeaseFencedError(fenced_text(lease, queue, checkpoint, fence,
+                                           self.options.lease_timeout_ms)) from None
 
     def _confirm(self, lease: str) -> None:
         """A checkpointed offset names `lease`: give it the configured timeout."""
@@ -527,6 +618,9 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if provisional:
             for queue in self._queues:
                 self._grow(queue, lease, 0, 0)
+            if self._queues:  # the timeout it has now (the broker's, if not configured)
+                self._timeout_seen = self._call(
+                    lambda c: c.info(self._queues[0], lease))["timeout_ms"]
 
     def _call(self, operation: Callable[[LeaseClient], T]) -> T:
         """Run one request on the driver's connection; a lost broker is retried for
@@ -548,6 +642,33 @@ REPLAYING = "still applying its log after a restart"
 
 class _NotYetApplied(Exception):
     """A restarted replica cannot answer for the range yet (REPLAYING)."""
+
+
+def fenced_text(lease: str, queue: str, checkpoint: int, fence: dict,
+                configured_timeout_ms: int | None) -> str:
+    """The first line of a fenced query's error: what went back, what to do."""
+    first, end = fence.get("first"), fence.get("end")
+    if fence.get("reason") == "timeout":
+        how = (f"was given back to the queue after {fence.get('timeout_ms', 0) / 1000:g}s "
+               "idle (option 'leaseTimeout'" + (")" if configured_timeout_ms is not None
+                                                else ", else the broker's lease_timeout)"))
+    else:
+        how = "was released by an operator (queues release_lease, /api/leases, the web UI)"
+    if first is None:
+        which = "its messages"
+    else:
+        batched = min(end, checkpoint)
+        which = f"its messages with offsets {first}..{end}"
+        if batched >= first:
+            which += (f" (offsets {first}..{batched} in this checkpoint's last batch or "
+                      "two, which its sink may already hold)")
+    return (f"quorumqueue source: lease '{lease}' on queue '{queue}' {how} while this "
+            f"query was away: {which} went back to the queue, where another query or "
+            "consumer may read them, so this checkpoint cannot go on exactly once. Start "
+            "the query with a new checkpoint location: it reads the queue from its head, "
+            "those messages included (de-duplicate them in the sink if it holds some). "
+            "Nothing was lost. To keep a checkpoint across longer stops, set option "
+            "'leaseTimeout' (or the broker's lease_timeout) above the longest stop.")
 
 
 def _untried_first(addresses, refused_by: list[str]) -> list:

@@ -87,7 +87,9 @@ class SourceOptions:
     max_messages_per_trigger: int | None   # None: no limit; else 1..MAX_GROW
     max_bytes_per_trigger: int | None      # None: no limit; else >= 1 (soft, see README)
     prefetch: int | None                   # consume mode; None: derived; else 1..65535
-    lease_timeout_ms: int                  # lease mode; 0: the lease never expires
+    # lease mode: 0: the lease never expires; None: not given, the broker's
+    # lease_timeout applies (30 minutes unless configured otherwise)
+    lease_timeout_ms: int | None
     include_headers: bool                  # False: the headers column is null
     fail_on_data_loss: bool                # False: skip ranges that can no longer be read
     release_lease_on_stop: bool = False    # lease mode: release the lease in stop()
@@ -213,7 +215,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_messages_per_partition=_optional(given, MAX_MESSAGES_PER_PARTITION, _count),
         max_bytes_per_trigger=_optional(given, MAX_BYTES_PER_TRIGGER, _size),
         prefetch=prefetch,
-        lease_timeout_ms=_optional(given, LEASE_TIMEOUT, _duration_ms) or 0,
+        lease_timeout_ms=_optional(given, LEASE_TIMEOUT, _duration_ms),
         include_headers=_optional(given, INCLUDE_HEADERS, _boolean, default=True),
         fail_on_data_loss=_optional(given, FAIL_ON_DATA_LOSS, _boolean, default=True),
         release_lease_on_stop=_optional(given, RELEASE_LEASE_ON_STOP, _boolean,

@@ -26,10 +26,7 @@ instead changes nothing (the worker formats every exception the same way). The
 worker sends the exception line alone when the environment variable
 SPARK_HIDE_TRACEBACK is set, which is what the session setting
 `spark.sql.execution.pyspark.udf.hideTraceback.enabled` does for every worker;
-`_options_checked` sets it for an OptionError only, in the worker about to report
-it, which exits right after (PySpark's worker_run), so no other error loses its
-traceback (and never in another process, where a Spark session started later would
-inherit it). Not for `streamReader`: when Spark starts a query, PySpark (4.2 and 4.3)
+`_options_checked` sets it for an OptionError only (first_line.py). Not for `streamReader`: when Spark starts a query, PySpark (4.2 and 4.3)
 runs it in its streaming source runner, whose `finally: reader.stop()` replaces any
 exception from `streamReader` with an UnboundLocalError; only the traceback, which
 chains the two, still shows the option's message (options given with `.schema(...)`
@@ -38,8 +35,6 @@ are first checked there; without one, `schema` checked them at `load()`).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
@@ -48,13 +43,12 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
+from .first_line import message_alone
 from .options import (Mode, OptionError, consume_mode_pattern_error,
                       parse_batch_read_options, parse_read_options, parse_source_options)
 from .schema import SCHEMA
 
 NAME = "quorumqueue"
-# What PySpark's worker reads when it reports an error (pyspark.util.handle_worker_exception).
-_HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
 
 Method = TypeVar("Method", bound=Callable)
 
@@ -66,17 +60,9 @@ def _options_checked(method: Method) -> Method:
         try:
             return method(*args, **kwargs)
         except OptionError:
-            if _in_a_pyspark_worker():  # elsewhere (a test, a driver) nothing reads it
-                os.environ[_HIDE_TRACEBACK] = "1"
+            message_alone()
             raise
     return checked  # type: ignore[return-value]
-
-
-def _in_a_pyspark_worker() -> bool:
-    """Whether this process is a PySpark worker (run as `python -m pyspark.daemon`, or
-    a `pyspark.` worker module), which exits after reporting an error."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec is not None and spec.name.startswith("pyspark.")
 
 
 class QuorumQueueDataSource(DataSource):

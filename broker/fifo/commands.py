@@ -21,7 +21,7 @@ Format (version 1, all big-endian), first octet = command tag:
   Dequeue       9 | consumer | u8 settled | connection
   LeaseGrow    10 | lease | u32 max messages | u64 max bytes | u64 timeout ms
   LeaseSettle  11 | lease | u64 up to
-  LeaseRelease 12 | lease
+  LeaseRelease 12 | lease [| u8 1: fenced, an operator's release; absent: not]
   Tick         13
   UpdateConfig 14 | u8 overflow (0 drop-head, 1 reject-publish) | i64 delivery limit |
                   i64 max length | i64 max bytes          (-1 = no limit, each)
@@ -189,6 +189,7 @@ class LeaseSettle:
 @dataclass(frozen=True, slots=True)
 class LeaseRelease:
     lease: str
+    fence: bool = False  # an operator's release: the lease refuses its holder after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,8 +494,8 @@ def encode(command: Command) -> bytes:
             return b"\x0a" + _s(lease) + _grow_args.pack(max_messages, max_bytes, timeout_ms)
         case LeaseSettle(lease, up_to):
             return b"\x0b" + _s(lease) + _u64.pack(up_to)
-        case LeaseRelease(lease):
-            return b"\x0c" + _s(lease)
+        case LeaseRelease(lease, fence):
+            return b"\x0c" + _s(lease) + (b"\x01" if fence else b"")
         case Tick():
             return b"\x0d"
         case UpdateConfig(delivery_limit, max_length, max_bytes, overflow, msg_ttl, expires,
@@ -575,8 +576,8 @@ def decode(data: bytes, start: int = 0) -> Command:
         return LeaseGrow(name, *_grow_args.unpack_from(data, offset))
     if tag == 11:
         return LeaseSettle(name, _u64.unpack_from(data, offset)[0])
-    if tag == 12:
-        return LeaseRelease(name)
+    if tag == 12:  # the fence byte is absent from entries written before it existed
+        return LeaseRelease(name, len(data) > offset and data[offset] == 1)
     if tag == 16:
         return DlxCheckout(name, _u32.unpack_from(data, offset)[0])
     if tag == 17:

@@ -9,8 +9,15 @@ the queue with delivery count + 1; a lease idle for longer than its timeout is
 released by the next Tick. A released lease keeps its sequence counter, so offsets
 never go backwards for a query that comes back.
 
+Fencing: a release the holder did not ask for (an operator's, `LeaseRelease(fence=True)`,
+or the idle timeout) that returns messages fences the lease: it records what went
+back (`LeaseFence`) and refuses every later grow and settle with that record as the
+reply, so a holder that comes back learns that its checkpoint's messages may be read
+elsewhere instead of settling nothing or growing past them. A holder's own release
+(the connector's releaseLeaseOnStop) does not fence.
+
 Invariants: lease sequences are contiguous from `first_seq` to `end_seq`; a message
-is in at most one lease.
+is in at most one lease; a fenced lease holds no message and never holds one again.
 """
 
 from __future__ import annotations
@@ -19,17 +26,21 @@ from typing import TYPE_CHECKING
 
 from .commands import LeaseGrow, LeaseReleased, Meta
 from .serving import take_next
-from .state import FifoState, LeaseState, size_of
+from .state import FifoState, LeaseFence, LeaseState, size_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from array import array
 
 
-def grow(meta: Meta, command: LeaseGrow, state: FifoState, effects: list) -> tuple[int, int]:
-    """Assign up to max_messages / max_bytes; reply (first new seq, end seq)."""
+def grow(meta: Meta, command: LeaseGrow, state: FifoState,
+         effects: list) -> tuple[int, int] | LeaseFence:
+    """Assign up to max_messages / max_bytes; reply (first new seq, end seq), or the
+    fence of a fenced lease (nothing assigned)."""
     lease = state.leases.get(command.lease)
     if lease is None:
         lease = state.leases[command.lease] = LeaseState()
+    if lease.fence is not None:
+        return lease.fence
     lease.timeout_ms = command.timeout_ms
     lease.last_active = meta.system_time
     first_new = lease.next_seq
@@ -83,10 +94,14 @@ def _take_normal(count: int, state: FifoState, lease: LeaseState) -> None:
     state.high_run = 0
 
 
-def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int:
+def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int | LeaseFence:
+    """Settle everything at or below `up_to`: the count settled, or a fenced lease's
+    fence (its messages went back to the queue: a late settle is refused)."""
     lease = state.leases.get(name)
     if lease is None:
         return 0
+    if lease.fence is not None:
+        return lease.fence
     lease.last_active = meta.system_time
     count = max(0, min(up_to, lease.end_seq) - lease.first_seq + 1)
     if count:
@@ -100,13 +115,19 @@ def settle(meta: Meta, name: str, up_to: int, state: FifoState) -> int:
     return count
 
 
-def release(name: str, reason: str, state: FifoState, effects: list) -> int:
+def release(meta: Meta, name: str, reason: str, state: FifoState, effects: list,
+            fence: bool = False) -> int:
+    """Return the lease's unsettled messages to the queue; with `fence` (an operator's
+    release, the idle timeout) a lease that held some is fenced."""
     from .machine import requeue
 
     lease = state.leases.get(name)
     if lease is None:
         return 0
     count = len(lease.indexes)
+    if fence and count:
+        lease.fence = LeaseFence(lease.first_seq, lease.end_seq, reason, meta.system_time,
+                                 lease.timeout_ms)
     for index, packed in zip(lease.indexes, lease.sizes):
         requeue(index, packed, lease.counts.get(index, 0) + 1, state, effects)
     lease.indexes = type(lease.indexes)("Q")
@@ -121,14 +142,26 @@ def expire(meta: Meta, state: FifoState, effects: list) -> None:
     for name, lease in list(state.leases.items()):
         if (lease.timeout_ms and len(lease.indexes)
                 and meta.system_time - lease.last_active > lease.timeout_ms):
-            release(name, "timeout", state, effects)
+            release(meta, name, "timeout", state, effects, fence=True)
+
+
+def _readable(state: FifoState, name: str) -> LeaseState:
+    """The lease `name` to read a range of: KeyError if unknown, ValueError naming the
+    fence if it is fenced (what it held went back to the queue)."""
+    lease = state.leases[name]
+    fence = lease.fence
+    if fence is not None:
+        why = "an operator released it" if fence.reason == "released" else "its timeout"
+        raise ValueError(f"lease '{name}' is fenced: its sequences {fence.first_seq}.."
+                         f"{fence.end_seq} went back to the queue ({why})")
+    return lease
 
 
 def entries(state: FifoState, name: str, start: int, end: int) -> list[tuple[int, int, int]]:
     """The messages with lease sequence in (start, end]: (seq, raft index, delivery count).
     Raises KeyError for an unknown lease, ValueError for a range that is settled or
     not assigned."""
-    lease = state.leases[name]
+    lease = _readable(state, name)
     if start + 1 < lease.first_seq:
         raise ValueError(f"lease '{name}': sequences up to {lease.first_seq - 1} are settled")
     if end > lease.end_seq:
@@ -145,7 +178,7 @@ def lease_slice(state: FifoState, name: str, start: int,
     """The messages with lease sequence in (start, end] in bulk: their raft indexes in
     sequence order (a slice of the lease's array) and {position: delivery count} for
     those delivered before. Raises as `entries` does."""
-    lease = state.leases[name]
+    lease = _readable(state, name)
     if start + 1 < lease.first_seq:
         raise ValueError(f"lease '{name}': sequences up to {lease.first_seq - 1} are settled")
     if end > lease.end_seq:

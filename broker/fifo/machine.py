@@ -191,8 +191,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
             reply = leases.grow(meta, command, state, effects)
         case LeaseSettle(lease, up_to):
             reply = leases.settle(meta, lease, up_to, state)
-        case LeaseRelease(lease):
-            reply = leases.release(lease, "released", state, effects)
+        case LeaseRelease(lease, fence):
+            reply = leases.release(meta, lease, "released", state, effects, fence)
         case Tick():
             leases.expire(meta, state, effects)  # expired messages: after the match
             _check_queue_expiry(meta, state, effects)

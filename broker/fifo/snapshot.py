@@ -1,4 +1,4 @@
-"""Machine snapshots: a FifoState as bytes and back (writes format version 6).
+"""Machine snapshots: a FifoState as bytes and back (writes format version 7).
 
 Layout: b"QQFS" | u16 version | u32 json length | JSON (everything but the message
 arrays, with the byte length of each array) | the arrays' raw bytes (little-endian
@@ -29,6 +29,8 @@ its node is suspected down; older versions: none suspected), and "delivery_count
 may hold a count of 0 (a message returned uncounted by a suspected consumer, still
 redelivered; a version-5 reader would take it for never delivered, and would lose
 "suspected" without a word: hence the version).
+7 added lease fences (fifo/leases.py): "fence" in each lease, [first seq, end seq,
+reason, at ms, timeout ms] or null (older versions: none fenced).
 "config" is the machine's current one (the queue's arguments, then any UpdateConfig
 applied since), so a restore keeps a policy's limits: a log compacted below an
 UpdateConfig does not lose it.
@@ -43,16 +45,22 @@ from array import array
 from collections import deque
 
 from .state import (ConsumerState, DlxConsumer, DlxState, FifoConfig, FifoState, IndexQueue,
-                    LeaseState)
+                    LeaseFence, LeaseState)
 
 MAGIC = b"QQFS"
-VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 _head = struct.Struct(">4sHI")
 
 
 def _queue_arrays(queue: IndexQueue) -> list[array]:
     return [queue.indexes[queue.head:], queue.sizes[queue.head:]]
+
+
+def _dump_fence(fence: LeaseFence | None) -> list | None:
+    if fence is None:
+        return None
+    return [fence.first_seq, fence.end_seq, fence.reason, fence.at_ms, fence.timeout_ms]
 
 
 def _dump_dlx(dlx: DlxState) -> dict:
@@ -116,7 +124,8 @@ def dump(state: FifoState) -> bytes:
                     "first_seq": state.leases[name].first_seq,
                     "next_seq": state.leases[name].next_seq,
                     "timeout_ms": state.leases[name].timeout_ms,
-                    "last_active": state.leases[name].last_active} for name in lease_names],
+                    "last_active": state.leases[name].last_active,
+                    "fence": _dump_fence(state.leases[name].fence)} for name in lease_names],
         "enqueue_count": state.enqueue_count,
         "applied_since_cursor": state.applied_since_cursor,
         "release_cursor": state.release_cursor,
@@ -179,7 +188,8 @@ def load(data: bytes) -> FifoState:
         state.leases[item["name"]] = LeaseState(
             arrays[6 + 2 * position], arrays[7 + 2 * position],
             {int(k): v for k, v in item["counts"]}, item["first_seq"], item["next_seq"],
-            item["timeout_ms"], item["last_active"])
+            item["timeout_ms"], item["last_active"],
+            LeaseFence(*item["fence"]) if item.get("fence") else None)
     state.enqueue_count = document["enqueue_count"]
     state.applied_since_cursor = document["applied_since_cursor"]
     state.release_cursor = document["release_cursor"]

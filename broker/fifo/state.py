@@ -178,10 +178,23 @@ class ConsumerState:
         return not self.prefetch or len(self.checked) < self.prefetch
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseFence:
+    """Why a lease refuses its holder: its messages first_seq..end_seq went back to the
+    queue while the holder was away (an operator's release, or its idle timeout), so
+    a checkpoint that covers them could neither settle nor replay them."""
+    first_seq: int
+    end_seq: int
+    reason: str      # "released" (an operator) | "timeout"
+    at_ms: int       # leader time (ms since the epoch) of the release
+    timeout_ms: int  # the lease's idle timeout then
+
+
 @dataclass(slots=True)
 class LeaseState:
     """Messages assigned to a durable lease, in lease-sequence order.
-    indexes[i] has lease sequence first_seq + i; next_seq - 1 is the lease's end."""
+    indexes[i] has lease sequence first_seq + i; next_seq - 1 is the lease's end.
+    A fenced lease holds nothing and refuses grows and settles (fifo/leases.py)."""
     indexes: array = field(default_factory=lambda: array("Q"))
     sizes: array = field(default_factory=lambda: array("I"))
     counts: dict[int, int] = field(default_factory=dict)  # raft index -> delivery count (>0)
@@ -189,6 +202,7 @@ class LeaseState:
     next_seq: int = 1
     timeout_ms: int = 0
     last_active: int = 0
+    fence: LeaseFence | None = None
 
     @property
     def end_seq(self) -> int:

@@ -173,7 +173,7 @@ class ManagementAPI:
     """The HTTP listener (start/stop) and the request dispatcher."""
 
     def __init__(self, shell) -> None:
-        from . import admin, changes, operations, views  # noqa: F401 - @route handlers
+        from . import admin, changes, leases, operations, views  # noqa: F401 - @route handlers
 
         self.shell = shell
         settings = shell.settings

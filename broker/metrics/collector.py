@@ -5,7 +5,10 @@ state, its connections and channels, the message counters of node/counters.py, i
 memory, disk and alarms — into the metric families RabbitMQ's Prometheus plugin
 exports, with the same names, types and labels (checked against RabbitMQ 3.10.8 by
 tests/differential/test_prometheus_against_rabbitmq.py); plus quorumqueue's own
-families, under `quorumqueue_` (the event loop's lag: loop_lag.py).
+families, under `quorumqueue_` (the event loop's lag: loop_lag.py; the durable leases
+of quorum queues: quorumqueue_leases{state}, quorumqueue_leased_messages and
+quorumqueue_lease_idle_seconds_max, the longest a lease holding messages has been
+idle, what its timeout is measured against).
 
 How it works: `NodeCollector` is a prometheus_client custom collector. Its `collect()`
 runs on the event loop's thread when an endpoint is scraped (broker/metrics/http.py)
@@ -167,6 +170,7 @@ class NodeCollector:
         yield from self._node()
         yield from self._raft()
         yield from self._queues()
+        yield from self._leases()
         yield from self._connections()
         yield from self._global()
         yield from self._identity()
@@ -249,6 +253,46 @@ class NodeCollector:
                 if all(number is not None for _queue, number in values):
                     family.add_metric([], sum(number for _queue, number in values))
             yield family
+
+    def _leases(self) -> Iterator[Metric]:
+        """quorumqueue's own: the leases of the quorum queues this node leads."""
+        per_object = self.view == "per-object"
+        labels = ("vhost", "queue") if per_object else ()
+        count = _family("quorumqueue_leases", "gauge", "Durable leases (the Spark connector's) "
+                        "by state: holding, empty, fenced", (*labels, "state"))
+        held = _family("quorumqueue_leased_messages", "gauge",
+                       "Messages held by durable leases", labels)
+        idle = _family("quorumqueue_lease_idle_seconds_max", "gauge",
+                       "The longest a durable lease holding messages has been idle", labels)
+        now_ms = self.server.node.clock_ms
+        totals = {"holding": 0, "empty": 0, "fenced": 0}
+        all_held, all_idle = 0, 0.0
+        for queue in (q for q in self._queues_here() if q.served_here):
+            leases = queue.leases()
+            if not leases and per_object:
+                continue
+            states = {"holding": 0, "empty": 0, "fenced": 0}
+            messages, longest = 0, 0.0
+            for lease in leases.values():
+                states["fenced" if lease.fence is not None else
+                       "holding" if len(lease.indexes) else "empty"] += 1
+                messages += len(lease.indexes)
+                if len(lease.indexes):
+                    longest = max(longest, max(0, now_ms - lease.last_active) / 1000)
+            if per_object:
+                for state, number in states.items():
+                    count.add_metric([queue.vhost, queue.name, state], number)
+                held.add_metric([queue.vhost, queue.name], messages)
+                idle.add_metric([queue.vhost, queue.name], longest)
+            for state, number in states.items():
+                totals[state] += number
+            all_held, all_idle = all_held + messages, max(all_idle, longest)
+        if not per_object:
+            for state, number in totals.items():
+                count.add_metric([state], number)
+            held.add_metric([], all_held)
+            idle.add_metric([], all_idle)
+        yield from (count, held, idle)
 
     def _raft(self) -> Iterator[Metric]:
         members = [q for q in self._queues_here()

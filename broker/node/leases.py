@@ -8,10 +8,19 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   command is committed and applied:
     lease.grow    {vhost, queue, lease, max_messages, max_bytes?, timeout_ms?}
                   -> {"first": first new sequence, "end": the lease's end sequence}
+                  (no timeout_ms: the node's lease_timeout; 0: never)
     lease.settle  {vhost, queue, lease, up_to}  -> {"settled": n}
-    lease.release {vhost, queue, lease}         -> {"released": n}
-    lease.info    {vhost, queue, lease}         -> {"first": f, "end": e, "timeout_ms": t}
+    lease.release {vhost, queue, lease, fence?} -> {"released": n}
+                  (fence, true unless false: an operator's release, which fences
+                  a lease that held messages; the holder's own release passes false)
+    lease.info    {vhost, queue, lease}         -> {"first": f, "end": e, "timeout_ms": t,
+                                                    "fence": null or {...}}
                   (a local read: sequences first..end are assigned and unsettled)
+    lease.list    {vhost?, queue?}              -> one row per lease (lease_row), for
+                  operators (administrator tag), as this node's replicas hold them
+  A fenced lease (fifo/leases.py: released by an operator or by its idle timeout
+  while it held messages) refuses grow and settle with 406 naming what went back
+  to the queue (fence_text), so its holder fails instead of losing or repeating them.
 - reading a range (start, end], any number of times, settling nothing: basic.consume
   on the queue with no-ack and the arguments `x-lease` (name), `x-lease-start` and
   `x-lease-end` (integers). The broker sends consume-ok, the messages with sequences
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -60,6 +70,7 @@ from ..amqp.lease_records import (ENTRIES_BYTES, ENTRIES_CONTENT_TYPE, ENTRIES_F
                                   PACKED_FORMAT, pack_entries, pack_raw_records)
 from ..auth.users import check_access
 from ..fifo import commands as fifo
+from ..fifo.state import LeaseFence, size_of
 from ..queues.quorum.queue import with_delivery_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -315,17 +326,22 @@ def grow(node, session, request):
     from .management import Later
 
     queue = _queue(node, session, request)
-    command = fifo.LeaseGrow(_lease_name(request), _count(request, "max_messages"),
-                             _count(request, "max_bytes", 0), _count(request, "timeout_ms", 0))
+    default = node.settings.lease_timeout_ms or 0
+    name = _lease_name(request)
+    command = fifo.LeaseGrow(name, _count(request, "max_messages"),
+                             _count(request, "max_bytes", 0),
+                             _count(request, "timeout_ms", default))
     if command.max_messages > 0xFFFFFFFF:
         raise ValueError("'max_messages' must fit in 32 bits")
     return Later(lambda done: queue.propose(
-        command, node.clock_ms, lambda reply: done(_grown(queue, reply))))
+        command, node.clock_ms, lambda reply: done(_grown(queue, name, reply))))
 
 
-def _grown(queue, reply):
+def _grown(queue, name: str, reply):
     if reply is None:
         return not_found("queue", queue.name, queue.vhost)
+    if isinstance(reply, LeaseFence):
+        return precondition(fence_text(name, queue, reply))
     first, end = reply
     return {"first": first, "end": end}
 
@@ -334,16 +350,22 @@ def settle(node, session, request):
     from .management import Later
 
     queue = _queue(node, session, request)
-    command = fifo.LeaseSettle(_lease_name(request), _count(request, "up_to"))
+    name = _lease_name(request)
+    command = fifo.LeaseSettle(name, _count(request, "up_to"))
     return Later(lambda done: queue.propose(
-        command, node.clock_ms, lambda reply: done({"settled": reply or 0})))
+        command, node.clock_ms, lambda reply: done(
+            precondition(fence_text(name, queue, reply)) if isinstance(reply, LeaseFence)
+            else {"settled": reply or 0})))
 
 
 def release(node, session, request):
     from .management import Later
 
     queue = _queue(node, session, request)
-    command = fifo.LeaseRelease(_lease_name(request))
+    fence = request.get("fence", True)
+    if not isinstance(fence, bool):
+        raise ValueError(f"'fence' must be true or false, got {fence!r}")
+    command = fifo.LeaseRelease(_lease_name(request), fence)
     return Later(lambda done: queue.propose(
         command, node.clock_ms, lambda reply: done({"released": reply or 0})))
 
@@ -355,8 +377,74 @@ def info(node, session, request) -> dict:
     if lease is None:
         raise AMQPError(spec.NOT_FOUND, f"no lease '{name}' on queue '{queue.name}' in "
                         f"vhost '{queue.vhost}'")
-    return {"first": lease.first_seq, "end": lease.end_seq, "timeout_ms": lease.timeout_ms}
+    return {"first": lease.first_seq, "end": lease.end_seq, "timeout_ms": lease.timeout_ms,
+            "fence": _fence_fields(lease.fence)}
+
+
+def fence_text(name: str, queue, fence: LeaseFence) -> str:
+    """The refusal of a fenced lease's grow or settle (without the reply code)."""
+    when = _utc(fence.at_ms)
+    how = ("released by an operator" if fence.reason == "released" else
+           f"released after {fence.timeout_ms} ms idle (its lease timeout)")
+    return (f"lease '{name}' on queue '{queue.name}' in vhost '{queue.vhost}' is fenced: "
+            f"it was {how} at {when}, and its messages with sequences "
+            f"{fence.first_seq}..{fence.end_seq} went back to the queue, where other "
+            "consumers may read them; its holder can no longer settle or grow it")
+
+
+def _utc(ms: int) -> str:
+    """Leader time `ms` (since the epoch) as a UTC timestamp; nothing reads the clock."""
+    stamp = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fence_fields(fence: LeaseFence | None) -> dict | None:
+    if fence is None:
+        return None
+    return {"first": fence.first_seq, "end": fence.end_seq, "reason": fence.reason,
+            "at_ms": fence.at_ms, "timeout_ms": fence.timeout_ms}
+
+
+def lease_row(queue, name: str, lease, now_ms: int) -> dict:
+    """One lease as operators see it (lease.list, /api/leases, `queues list_leases`).
+    state: "holding" (messages first..end are the holder's), "empty" (it holds none:
+    everything settled or released by its holder) or "fenced"; idle_ms: since its
+    last grow or settle; expires_in_ms: until its timeout gives its messages back
+    (null: it holds none, or never times out)."""
+    held = len(lease.indexes)
+    idle = max(0, now_ms - lease.last_active)
+    expires = (max(0, lease.timeout_ms - idle) if held and lease.timeout_ms else None)
+    state = "fenced" if lease.fence is not None else "holding" if held else "empty"
+    return {"vhost": queue.vhost, "queue": queue.name, "lease": name, "state": state,
+            "messages": held, "message_bytes": sum(size_of(p) for p in lease.sizes),
+            "first": lease.first_seq, "end": lease.end_seq,
+            "timeout_ms": lease.timeout_ms, "idle_ms": idle, "expires_in_ms": expires,
+            "fence": _fence_fields(lease.fence)}
+
+
+def list_leases(node, session, request) -> list[dict]:
+    from .management import _require_administrator, _vhost
+
+    _require_administrator(session)
+    names = ([request["vhost"]] if request.get("vhost") is not None
+             else sorted(session.user.vhosts))
+    wanted = request.get("queue")
+    rows = []
+    for vhost_name in names:
+        vhost = _vhost(node, session, vhost_name) if request.get("vhost") is not None \
+            else node.vhost(vhost_name)
+        if vhost is None:
+            continue
+        if wanted is not None and wanted not in vhost.queues:
+            raise not_found("queue", wanted, vhost.name)
+        for queue_name in sorted(vhost.queues):
+            if wanted is not None and queue_name != wanted:
+                continue
+            queue = vhost.queues[queue_name]
+            for name, lease in sorted(queue.leases().items()):
+                rows.append(lease_row(queue, name, lease, node.clock_ms))
+    return rows
 
 
 OPERATIONS = {"lease.grow": grow, "lease.settle": settle, "lease.release": release,
-              "lease.info": info}
+              "lease.info": info, "lease.list": list_leases}

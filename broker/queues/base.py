@@ -387,6 +387,11 @@ class Queue:
         """The lease's state (first_seq, end_seq, timeout_ms), or None if unknown."""
         return None
 
+    def leases(self) -> dict:
+        """Every lease of this queue by name (fifo/state.LeaseState), as this replica
+        has applied them; none for a type without leases."""
+        return {}
+
     # ------------------------------------------------------------ recovery
 
     def gone_after_restart(self, node_name: str, boot_id: str) -> bool:

@@ -50,3 +50,12 @@ def quorum_queue(uri: str, count: int, prefix: str = "orders", padding: int = 0)
 def order_numbers(batches) -> list[int]:
     """The order numbers in Arrow batches read by the source, in order."""
     return [json.loads(row["body"])["order"] for batch in batches for row in batch.to_pylist()]
+
+
+def ready(uri: str, queue: str) -> int:
+    """The ready messages of `queue` (a passive queue.declare)."""
+    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    try:
+        return connection.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        connection.close()

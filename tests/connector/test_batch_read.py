@@ -15,7 +15,7 @@ import pytest
 
 from quorumqueue.connector.schema import SCHEMA
 
-from .queues import quorum_queue, unique
+from .queues import quorum_queue, ready, unique
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,13 +34,6 @@ def read(spark, uri: str, queue: str, **options):
         reader = reader.option(key, value)
     return reader.load()
 
-
-def ready(uri: str, queue: str) -> int:
-    connection = pika.BlockingConnection(pika.URLParameters(uri))
-    try:
-        return connection.channel().queue_declare(queue, passive=True).method.message_count
-    finally:
-        connection.close()
 
 
 def orders(rows) -> list[int]:

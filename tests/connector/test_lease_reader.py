@@ -23,13 +23,14 @@ from quorumqueue.connector.connection import detect_mode
 from quorumqueue.connector.reconnect import BrokerLost
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
-                                                LeaseLostError, LeaseStreamReader)
+                                                LeaseFencedError, LeaseLostError,
+                                                LeaseStreamReader)
 from quorumqueue.connector.offsets import LeaseRange
 from quorumqueue.connector.options import Mode, OptionError, parse_source_options
 from quorumqueue.connector.schema import ARROW_SCHEMA, SCHEMA
 from quorumqueue.connector.source import QuorumQueueDataSource
 
-from .queues import order_numbers, publish_orders, quorum_queue, unique
+from .queues import order_numbers, publish_orders, quorum_queue, ready, unique
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,7 +203,11 @@ def test_a_range_that_can_no_longer_be_read_fails_or_is_skipped(broker):
     assert order_numbers(lenient.read(part)) == [4, 5, 6, 7, 8, 9]
 
 
-def test_messages_released_before_they_were_batched_fail_or_are_read_again(broker):
+def test_a_lease_given_back_by_its_timeout_fails_the_query_at_start_losing_nothing(broker):
+    """The lease times out while the query is away (grown, never logged, then idle):
+    the broker gives its messages back and fences it; the query's next start fails
+    with LeaseFencedError saying which messages went back and what to do, whatever
+    failOnDataLoss says; a query with a new checkpoint reads every message."""
     queue = quorum_queue(broker.uri, 5)
     crashed = make_reader(broker.uri, queue, leaseTimeout="300ms")
     start = crashed.initialOffset()
@@ -213,11 +218,48 @@ def test_messages_released_before_they_were_batched_fail_or_are_read_again(broke
         assert time.monotonic() < deadline, "the idle lease was never released"
         time.sleep(0.1)
     connection.close()
-    with pytest.raises(DataLossError, match=r"messages 1\.\.5 .* not yet in a batch"):
-        make_reader(broker.uri, queue).latestOffset(start, ReadAllAvailable())
-    lenient = make_reader(broker.uri, queue, failOnDataLoss="false")
-    end, numbers = run_batch(lenient, start, ReadAllAvailable())
-    assert positions(end) == {queue: 10} and numbers == list(range(5))  # back, re-granted
+    for options in ({}, {"failOnDataLoss": "false"}):
+        with pytest.raises(LeaseFencedError) as fenced:
+            make_reader(broker.uri, queue, **options).latestOffset(start, ReadAllAvailable())
+        text = str(fenced.value)
+        assert text.startswith(f"quorumqueue source: lease '{start['lease']}' on queue "
+                               f"'{queue}' was given back to the queue after 0.3s idle "
+                               "(option 'leaseTimeout'")
+        assert "its messages with offsets 1..5 went back to the queue" in text
+        assert "Start the query with a new checkpoint location" in text and "\n" not in text
+    fresh = make_reader(broker.uri, queue)
+    _end, numbers = run_batch(fresh, fresh.initialOffset(), ReadAllAvailable())
+    assert numbers == list(range(5))  # nothing lost
+
+
+def test_a_lease_released_by_an_operator_fails_the_running_query_naming_its_batch(broker):
+    queue = quorum_queue(broker.uri, 6)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="4")
+    start = reader.initialOffset()
+    end1, _ = run_batch(reader, start)
+    with LeaseClient(broker.uri) as client:  # `quorumqueue queues release_lease`
+        assert client.release(queue, start["lease"]) == 4
+    with pytest.raises(LeaseFencedError, match=(
+            r"was released by an operator .* offsets 1\.\.4 \(offsets 1\.\.4 in this "
+            "checkpoint's last batch")):
+        reader.latestOffset(end1, reader.getDefaultReadLimit())
+    assert ready(broker.uri, queue) == 6
+
+
+def test_an_idle_query_keeps_its_lease_alive(broker):
+    """No new message for longer than the lease timeout: latestOffset, which Spark calls
+    at every trigger, touches the lease, so the batch it holds is not given back."""
+    queue = quorum_queue(broker.uri, 3)
+    reader = make_reader(broker.uri, queue, leaseTimeout="3s")
+    start = reader.initialOffset()
+    end, numbers = run_batch(reader, start)
+    assert numbers == [0, 1, 2]
+    deadline = time.monotonic() + 6  # twice the timeout, triggering every 0.1 s
+    while time.monotonic() < deadline:
+        assert reader.latestOffset(end, reader.getDefaultReadLimit()) == end
+        time.sleep(0.1)
+    info = lease_info(broker.uri, queue, start["lease"])
+    assert (info["first"], info["end"], info["fence"]) == (1, 3, None)
 
 
 def test_a_lease_behind_the_checkpoint_is_refused(broker):
@@ -228,7 +270,9 @@ def test_a_lease_behind_the_checkpoint_is_refused(broker):
         reader.latestOffset(checkpoint, ReadAllAvailable())
 
 
-@pytest.mark.parametrize("configured, ms", [({}, 0), ({"leaseTimeout": "2h"}, 7_200_000),
+@pytest.mark.parametrize("configured, ms", [({}, 1_800_000),  # the broker's lease_timeout
+                                            ({"leaseTimeout": "never"}, 0),
+                                            ({"leaseTimeout": "2h"}, 7_200_000),
                                             ({"leaseTimeout": "1s"}, 1000)])
 def test_a_new_lease_stays_short_lived_until_a_checkpoint_names_it(broker, configured, ms):
     queue = quorum_queue(broker.uri, 3)
@@ -310,13 +354,6 @@ def test_rabbitmq_means_consume_mode(rabbitmq):
 # ------------------------------------------------------------------ stop()
 
 
-def ready(uri: str, queue: str) -> int:
-    connection = pika.BlockingConnection(pika.URLParameters(uri))
-    try:
-        return connection.channel().queue_declare(queue, passive=True).method.message_count
-    finally:
-        connection.close()
-
 
 def test_stop_keeps_the_lease_by_default(broker):
     queue = quorum_queue(broker.uri, 25)
@@ -326,25 +363,46 @@ def test_stop_keeps_the_lease_by_default(broker):
     end2, _ = run_batch(reader, end1, previous=start)
     reader.stop()
     # a restart replays from the checkpoint: the lease still holds batches 1 and 2
-    assert lease_info(broker.uri, queue, start["lease"]) == {"first": 1, "end": 20,
-                                                             "timeout_ms": 0}
+    assert lease_info(broker.uri, queue, start["lease"]) == {
+        "first": 1, "end": 20, "timeout_ms": 1_800_000, "fence": None}
     assert ready(broker.uri, queue) == 5
 
 
-def test_release_lease_on_stop_settles_what_spark_committed_and_releases_the_rest(broker):
+def test_release_lease_on_stop_never_gives_back_a_batch_spark_may_have_committed(broker):
+    """The last batch of a run (an AvailableNow run's, a query stopped after its
+    batch) may be in Spark's commit log without the reader knowing: it stays in the
+    lease, and the next run settles it instead of reading it again. (Before, it went
+    back to the queue and the next run read it twice.)"""
     queue = quorum_queue(broker.uri, 25)
+    options = {"maxMessagesPerTrigger": "10", "releaseLeaseOnStop": "true"}
+    reader = make_reader(broker.uri, queue, **options)
+    start = reader.initialOffset()
+    end1, _ = run_batch(reader, start)
+    end2, _ = run_batch(reader, end1, previous=start)  # Spark asked after batch 1: committed
+    reader.stop()                                      # batch 2 committed too, unknown here
+    info = lease_info(broker.uri, queue, start["lease"])
+    assert (info["first"], info["end"], info["fence"]) == (11, 20, None)  # batch 2 kept
+    assert ready(broker.uri, queue) == 5
+    restarted = make_reader(broker.uri, queue, **options)   # batch 2 is in the commit log
+    end3, numbers = run_batch(restarted, end2, previous=end2)
+    assert numbers == list(range(20, 25))  # never batch 2 again
+    restarted.latestOffset(end3, restarted.getDefaultReadLimit())  # the run's end
+    restarted.stop()  # every logged batch known committed: settled, nothing left
+    info = lease_info(broker.uri, queue, start["lease"])
+    assert info["first"] > info["end"] == 25 and ready(broker.uri, queue) == 0
+
+
+def test_release_lease_on_stop_gives_back_what_no_batch_took(broker):
+    """What the lease holds beyond every logged batch (grown for a batch that was never
+    logged) goes back to the queue, delivery count + 1, without fencing the lease."""
+    queue = quorum_queue(broker.uri, 12)
     reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="10",
                          releaseLeaseOnStop="true")
     start = reader.initialOffset()
     end1, _ = run_batch(reader, start)
-    end2, _ = run_batch(reader, end1, previous=start)  # Spark asked after batch 1: committed
+    reader.latestOffset(end1, reader.getDefaultReadLimit())  # batch 1 committed; 2 planned
+    reader._batch_end = dict(end1["queues"])  # as if batch 2 were never logged (a failure)
     reader.stop()
+    assert ready(broker.uri, queue) == 2  # the grown, never logged ones
     info = lease_info(broker.uri, queue, start["lease"])
-    assert info["end"] == 20 and info["first"] > info["end"]  # nothing left in the lease
-    assert ready(broker.uri, queue) == 15  # batch 2 (not known to be committed) came back
-    with LeaseClient(broker.uri) as client:  # what came back: batch 2, delivery count +1
-        probe = unique("probe")
-        assert client.grow(queue, probe, 15) == (1, 15)
-        counts = {json.loads(m.body)["order"]: m.delivery_count
-                  for m in client.read(queue, probe, 0, 15)}
-    assert counts == {n: 1 if n < 20 else 0 for n in range(10, 25)}
+    assert info["first"] > info["end"] == 12 and info["fence"] is None  # not fenced

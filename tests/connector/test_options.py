@@ -26,7 +26,7 @@ def test_defaults():
     assert parse_source_options(BASE) == SourceOptions(
         addresses=(BrokerAddress(URI, "127.0.0.1", 5672, "/"),),
         queues=("orders",), mode=None, max_messages_per_trigger=None,
-        max_bytes_per_trigger=None, prefetch=None, lease_timeout_ms=0,
+        max_bytes_per_trigger=None, prefetch=None, lease_timeout_ms=None,
         include_headers=True, fail_on_data_loss=True, release_lease_on_stop=False)
 
 

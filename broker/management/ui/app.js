@@ -320,6 +320,58 @@ async function remove(path, name) {
   }
 }
 
+// ---------------------------------------------------------------- leases
+
+// The Spark connector's durable leases (/api/leases, administrator tag): what each
+// holds, how long it has been idle, when its timeout gives the messages back. Release
+// gives them back now and fences the lease (docs/behaviour/leases.md).
+function seconds(ms) {
+  return ms === null || ms === undefined ? "" : (ms / 1000).toFixed(1) + " s";
+}
+
+async function leasesView() {
+  let leases;
+  try {
+    leases = await get("/leases");
+  } catch (error) {
+    if (!error.message.startsWith("401")) throw error;
+    show(el("h1", {}, "Leases"), el("p", {class: "muted"}, "Needs the administrator tag."));
+    return;
+  }
+  show(el("h1", {}, "Leases"),
+    el("p", {class: "muted"}, "Durable leases of quorum queues (the Spark connector's lease " +
+       "mode). Release gives a lease's messages back to its queue and fences it: the query " +
+       "that held it fails at its next start, naming them."),
+    table(["vhost", "queue", "lease", "state", "messages", "sequences", "idle", "timeout in",
+           "fenced", ""],
+      leases.map(l => el("tr", {"data-lease": l.lease, "data-queue": l.queue},
+        el("td", {}, l.vhost), el("td", {}, l.queue), el("td", {}, l.lease),
+        el("td", {class: "lease-state"}, l.state),
+        num(l.messages, {class: "num lease-messages"}),
+        el("td", {}, l.messages ? l.first + ".." + l.end : ""),
+        num(seconds(l.idle_ms)), num(seconds(l.expires_in_ms)),
+        el("td", {}, l.fence ? l.fence.first + ".." + l.fence.end + " (" +
+           (l.fence.reason === "timeout" ? "timed out" : "released") + ")" : ""),
+        el("td", {}, l.state === "holding"
+          ? el("button", {type: "button", class: "release-lease",
+                          onclick: () => releaseLease(l)}, "Release")
+          : "")))));
+}
+
+async function releaseLease(lease) {
+  if (!confirm("Give the " + lease.messages + " messages of lease " + lease.lease +
+               " back to queue " + lease.queue + "? The query holding it will fail at its " +
+               "next start.")) return;
+  try {
+    await api("DELETE", "/leases/" + enc(lease.vhost) + "/" + enc(lease.queue) + "/" +
+              enc(lease.lease));
+    showError("");
+    refresh();
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
 // ---------------------------------------------------------------- the other lists
 
 async function exchangesView() {
@@ -366,7 +418,7 @@ async function adminView() {
 // ---------------------------------------------------------------- routing
 
 const VIEWS = {
-  overview: overviewView, queues: queuesView, queue: queueView,
+  overview: overviewView, queues: queuesView, queue: queueView, leases: leasesView,
   exchanges: exchangesView, connections: connectionsView, admin: adminView,
 };
 

@@ -609,6 +609,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def lease_info(self, lease: str):
         return self.state.leases.get(lease)
 
+    def leases(self) -> dict:
+        return self.state.leases
+
     def replaying(self) -> bool:
         """This replica is still applying the log its node had when it started: its
         state (a lease, a lease's end) may be behind what was committed before the

@@ -30,7 +30,8 @@ and the block ends with the state's counts. Commands:
     cancel C | settle C ID.. | return C ID.. | discard C ID..
     dequeue C [settled] [connection=conn-C]
     purge | down CONNECTION | tick [time=MS]
-    lease-grow L [n=1] [bytes=0] [timeout=0] | lease-settle L UP_TO | lease-release L
+    lease-grow L [n=1] [bytes=0] [timeout=0] | lease-settle L UP_TO
+    lease-release L [fence]         fence: an operator's release
     update-config [delivery_limit=N] [max_length=N|none] [max_bytes=N|none] [overflow=MODE]
                                    an UpdateConfig (a policy change); a key left out
                                    keeps its current value; prints the new config
@@ -58,7 +59,7 @@ from quorumqueue.broker.fifo.commands import (ActiveConsumerChanged, Cancel, Che
                                               ReleaseCursor, Return, Settle, Tick,
                                               UpdateConfig)
 from quorumqueue.broker.fifo.machine import apply
-from quorumqueue.broker.fifo.state import FifoConfig, FifoState
+from quorumqueue.broker.fifo.state import FifoConfig, FifoState, LeaseFence
 
 REWRITE = os.environ.get("QQ_REWRITE") == "1"
 
@@ -192,7 +193,7 @@ class Machine:
         return self._step(LeaseSettle(args[0], int(args[1])))
 
     def do_lease_release(self, args, _options) -> list[str]:
-        return self._step(LeaseRelease(args[0]))
+        return self._step(LeaseRelease(args[0], "fence" in args[1:]))
 
     def do_update_config(self, _args, options) -> list[str]:
         config = self.state.config
@@ -264,6 +265,9 @@ def _delivery_text(delivery: Delivery) -> str:
 def _reply_text(reply: Any) -> str:
     if reply is None:
         return "-"
+    if isinstance(reply, LeaseFence):
+        return (f"fenced {reply.first_seq}..{reply.end_seq} ({reply.reason} at "
+                f"{reply.at_ms}, timeout {reply.timeout_ms})")
     if isinstance(reply, tuple) and reply and isinstance(reply[0], Delivery):
         return f"{_delivery_text(reply[0])}, {reply[1]} left"
     if isinstance(reply, tuple):

@@ -21,6 +21,7 @@ NOW_BYTES = NOW.to_bytes(8, "big")
 @pytest.mark.parametrize("command, expected", [
     (Tick(), b"\xff" + NOW_BYTES + b"\x0d"),
     (LeaseRelease("l"), b"\xff" + NOW_BYTES + b"\x0c\x00\x01l"),
+    (LeaseRelease("l", fence=True), b"\xff" + NOW_BYTES + b"\x0c\x00\x01l\x01"),
     (LeaseSettle("l", 7), b"\xff" + NOW_BYTES + b"\x0b\x00\x01l" + (7).to_bytes(8, "big")),
     (LeaseGrow("l", 3, 0, 500), b"\xff" + NOW_BYTES + b"\x0a\x00\x01l"
      + (3).to_bytes(4, "big") + (0).to_bytes(8, "big") + (500).to_bytes(8, "big")),

@@ -258,7 +258,8 @@ def test_commands_round_trip_through_their_encoding():
     for command in [Checkout("c", 5, -2, "conn"), Cancel("c"), Settle("c", (1, 2, 3)),
                     Return("c", ()), Discard("c", (9,)), Purge(), Down("conn"),
                     Dequeue("g", True, "conn"), LeaseGrow("l", 10, 1 << 40, 5000),
-                    LeaseSettle("l", 7), LeaseRelease("l"), Tick(),
+                    LeaseSettle("l", 7), LeaseRelease("l"), LeaseRelease("l", fence=True),
+                    Tick(),
                     UpdateConfig(20, None, None, "drop-head"),
                     UpdateConfig(-1, 0, (1 << 63) - 1, "reject-publish"),
                     UpdateConfig(0, 5, None, "reject-publish")]:
@@ -305,7 +306,7 @@ other_commands = st.one_of(
               st.sampled_from(["r1", "r1", "r2"])),
     st.builds(lambda n, b: LeaseGrow("L", n, b, 50), st.integers(0, 4), st.integers(0, 30)),
     st.builds(lambda k: ("lease_settle", k), st.integers(0, 6)),
-    st.just(LeaseRelease("L")),
+    st.just(LeaseRelease("L")), st.just(LeaseRelease("L", fence=True)),
     st.just(Tick()),
 )
 # a policy changing the limits (UpdateConfig): about one command in 28

@@ -3,9 +3,9 @@ and the reject-publish block, version 3 the publishers' rejected-seq gaps, versi
 message TTL (the queue's msg_ttl, the expiries of ready and checked-out messages),
 version 5 single active consumer (the config's flag, the active consumer) and the
 dead letters held by at-least-once dead lettering, version 6 suspected consumers
-(fifo/nodes.py) and delivery counts of 0 for messages they held; older snapshots still
-load (no limits, no gaps, no TTL, no single active consumer, nothing held, nobody
-suspected).
+(fifo/nodes.py) and delivery counts of 0 for messages they held, version 7 lease fences
+(fifo/leases.py); older snapshots still load (no limits, no gaps, no TTL, no single
+active consumer, nothing held, nobody suspected, no lease fenced).
 (Restore-and-replay equality is the property in test_machine.py.)"""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 from quorumqueue.broker.fifo import snapshot
 from quorumqueue.broker.fifo.commands import (Cancel, Checkout, Discard, DlxCheckout, Enqueue,
-                                                  Meta, NodeDown)
+                                                  LeaseGrow, LeaseRelease, Meta, NodeDown)
 from quorumqueue.broker.fifo.machine import apply
-from quorumqueue.broker.fifo.state import FifoConfig, FifoState
+from quorumqueue.broker.fifo.state import FifoConfig, FifoState, LeaseFence
 
 _head = struct.Struct(">4sHI")
 
@@ -43,6 +43,11 @@ def _as_version(data: bytes, version: int) -> bytes:
     here); version 1 neither limits, block nor gaps."""
     _magic, _version, length = _head.unpack_from(data)
     document = json.loads(data[_head.size:_head.size + length])
+    for lease in document["leases"]:
+        assert lease.pop("fence") is None
+    if version == 6:
+        header = json.dumps(document, separators=(",", ":")).encode()
+        return _head.pack(b"QQFS", version, len(header)) + header + data[_head.size + length:]
     for consumer in document["consumers"].values():
         assert consumer.pop("suspected") is False
     assert 0 not in dict(document["delivery_counts"]).values()
@@ -78,10 +83,10 @@ def _as_version_1(data: bytes) -> bytes:
     return _as_version(data, 1)
 
 
-def test_dump_writes_version_6_with_the_limits_and_gaps():
+def test_dump_writes_version_7_with_the_limits_and_gaps():
     state = _filled(FifoConfig(max_length=1, max_bytes=100, overflow="reject-publish"))
     data = snapshot.dump(state)
-    assert _head.unpack_from(data)[1] == 6
+    assert _head.unpack_from(data)[1] == 7
     restored = snapshot.load(data)
     assert restored.config == FifoConfig(max_length=1, max_bytes=100,
                                          overflow="reject-publish")
@@ -194,8 +199,33 @@ def test_version_5_snapshot_loads_with_no_consumer_suspected():
     assert restored.active == "a" and snapshot.dump(restored) == current
 
 
+def _leased(*commands) -> FifoState:
+    state = FifoState()
+    script = [Enqueue("", 0, 10, 0), Enqueue("", 0, 10, 0), LeaseGrow("fenced", 2, 0, 500),
+              LeaseGrow("kept", 0, 0, 0), *commands]
+    for index, command in enumerate(script, start=1):
+        state, _, _ = apply(Meta(index, 1, 1_000 * index), command, state)
+    return state
+
+
+def test_version_7_keeps_a_lease_fence():
+    state = _leased(LeaseRelease("fenced", fence=True))
+    assert state.leases["fenced"].fence == LeaseFence(1, 2, "released", 5_000, 500)
+    data = snapshot.dump(state)
+    restored = snapshot.load(data)
+    assert restored.leases == state.leases and snapshot.dump(restored) == data
+
+
+def test_version_6_snapshot_loads_with_no_lease_fenced():
+    state = _leased()
+    current = snapshot.dump(state)
+    restored = snapshot.load(_as_version(current, 6))
+    assert restored.leases == state.leases and restored.leases["fenced"].fence is None
+    assert snapshot.dump(restored) == current
+
+
 def test_unknown_version_is_refused():
     data = bytearray(snapshot.dump(FifoState()))
-    struct.pack_into(">H", data, 4, 7)
-    with pytest.raises(ValueError, match="unknown fifo snapshot version 7"):
+    struct.pack_into(">H", data, 4, 8)
+    with pytest.raises(ValueError, match="unknown fifo snapshot version 8"):
         snapshot.load(bytes(data))

@@ -2,7 +2,8 @@
 (Debian's `chromium` package, installed by .ci/install-chromium) driven by Playwright.
 
 A user logs in, reads a quorum queue's ready count and message rates on the queues
-page after publishing with pika, its publish and get counts on its page, purges the queue from its page and sees 0; the API agrees.
+page after publishing with pika, its publish and get counts on its page, purges the queue from its page and sees 0; the API agrees. An operator lists a lease on the Leases
+page and releases it there.
 Screenshots go to test-artifacts/web-ui/ at the repository root (ignored by git;
 tests/README.md). Without Chromium or Playwright the browser test is skipped with
 the reason (never passed silently); the plain-HTTP tests of the served files always
@@ -79,38 +80,55 @@ def _browser(playwright):
                                       args=["--no-sandbox"])
 
 
-def test_login_read_a_queue_purge_it_in_the_browser(broker):
+def _playwright():
+    """Playwright's sync API (expect, sync_playwright), or a skip naming what is missing."""
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
         pytest.skip("Playwright is not installed (pip install -e '.[dev]'): the web UI's "
                     "browser test did NOT run")
-    base = broker.management_url
-    queue = f"ui-{uuid.uuid4().hex[:8]}"
+    return expect, sync_playwright
+
+
+def _quorum_queue_with(broker, prefix: str, count: int) -> str:
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
     connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
     try:
         channel = connection.channel()
         channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
         channel.confirm_delivery()
-        for number in range(7):
+        for number in range(count):
             channel.basic_publish("", queue, f"message {number}".encode())
     finally:
         connection.close()
+    return queue
+
+
+def _page(browser, script_errors: list[str]):
+    """A page that accepts confirmations (purge, release) and records script errors,
+    the Content-Security-Policy's refusals among them (management/security.py: Chromium
+    reports them on the console)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(WAIT * 1000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.on("pageerror", lambda error: script_errors.append(str(error)))
+    page.on("console", lambda message: script_errors.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    return page
+
+
+def test_login_read_a_queue_purge_it_in_the_browser(broker):
+    expect, sync_playwright = _playwright()
+    base = broker.management_url
+    queue = _quorum_queue_with(broker, "ui", 7)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "failure.png").unlink(missing_ok=True)
     timeout_ms = WAIT * 1000
 
     with sync_playwright() as playwright:
         browser = _browser(playwright)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(timeout_ms)
-        page.on("dialog", lambda dialog: dialog.accept())  # the purge confirmation
         script_errors: list[str] = []
-        page.on("pageerror", lambda error: script_errors.append(str(error)))
-        # the UI works under its own Content-Security-Policy (management/security.py):
-        # Chromium reports what the policy refused on the console
-        page.on("console", lambda message: script_errors.append(message.text)
-                if "Content Security Policy" in message.text else None)
+        page = _page(browser, script_errors)
         try:
             page.goto(base + "/")
             # wrong password: refused, the form stays
@@ -182,3 +200,48 @@ def test_login_read_a_queue_purge_it_in_the_browser(broker):
     row = wait_for(lambda: call(base, "GET", f"/api/queues/%2F/{queue}")[1], "the queue")
     assert (row["messages_ready"], row["messages"]) == (0, 0)
     assert (ARTIFACTS / "queue-purged.png").stat().st_size > 0
+
+
+def test_an_operator_lists_and_releases_a_lease_in_the_browser(broker):
+    """The Leases page (docs/behaviour/leases.md): a lease left holding 4 messages by a
+    query that ended is listed with its state and messages; Release gives them back to
+    the queue and the row turns fenced; the API agrees."""
+    expect, sync_playwright = _playwright()
+    from quorumqueue.client.lease_client import LeaseClient
+
+    base = broker.management_url
+    queue, lease = _quorum_queue_with(broker, "ui-leases", 4), "spark-ui"
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, lease, max_messages=4)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timeout_ms = WAIT * 1000
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        script_errors: list[str] = []
+        page = _page(browser, script_errors)
+        try:
+            page.goto(base + "/#/leases")
+            page.fill("#username", "guest")
+            page.fill("#password", "guest")
+            page.click("#login")
+            expect(page.locator("h1")).to_have_text("Leases", timeout=timeout_ms)
+            row = page.locator(f"tr[data-queue='{queue}'][data-lease='{lease}']")
+            expect(row.locator("td.lease-state")).to_have_text("holding", timeout=timeout_ms)
+            expect(row.locator("td.lease-messages")).to_have_text("4")
+            expect(row).to_contain_text("1..4")
+            page.screenshot(path=str(ARTIFACTS / "leases.png"), full_page=True)
+            row.locator("button.release-lease").click()
+            expect(row.locator("td.lease-state")).to_have_text("fenced", timeout=timeout_ms)
+            expect(row).to_contain_text("1..4 (released)")
+            expect(row.locator("button.release-lease")).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "lease-released.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert script_errors == []
+    row = wait_for(lambda: call(base, "GET", f"/api/queues/%2F/{queue}")[1], "the queue")
+    assert row["messages_ready"] == 4
+    lease_row, = call(base, "GET", f"/api/leases/%2F/{queue}")[1]
+    assert (lease_row["state"], lease_row["fence"]["reason"]) == ("fenced", "released")

@@ -3,7 +3,9 @@
 A lease is grown by a logged command, so its ranges are fixed; reading a range any
 number of times, from any connection, before or after a crash, gives the same bytes
 in the same order; settling removes messages for good; releasing (or idling past the
-timeout) returns them to the queue for ordinary consumers, delivery count + 1.
+timeout) returns them to the queue for ordinary consumers, delivery count + 1. A
+release its holder did not ask for (an operator's, the timeout) fences the lease:
+its holder's later grows and settles are refused, naming what went back.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from quorumqueue.client.lease_records import PackedDecoder
 from quorumqueue.client.management import ManagementError
 from quorumqueue.client.range_reader import RangeReader
 
+from tests.support.broker import BrokerProcess
 from .pika_support import channel_error, connect, unique
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,7 +58,8 @@ def test_a_grown_range_reads_back_identically_any_number_of_times(broker):
         assert snapshot(client.read(queue, "q1", 5, 12)) == snapshot(first[5:12])
     with LeaseClient(broker.uri) as other:  # the lease outlives the connection
         assert snapshot(other.read(queue, "q1", 10, 20)) == snapshot(first[10:20])
-        assert other.info(queue, "q1") == {"first": 1, "end": 20, "timeout_ms": 0}
+        assert other.info(queue, "q1") == {"first": 1, "end": 20, "timeout_ms": 1_800_000,
+                                           "fence": None}  # the broker's lease_timeout
 
 
 def test_leased_messages_are_not_delivered_to_consumers_and_settle_removes_them(broker):
@@ -81,7 +85,7 @@ def test_release_returns_unsettled_messages_to_consumers_with_a_delivery_count(b
     with LeaseClient(broker.uri) as client:
         client.grow(queue, "q", max_messages=5)
         client.settle(queue, "q", 2)
-        assert client.release(queue, "q") == 3
+        assert client.release(queue, "q", fence=False) == 3  # as its holder releases it
         # offsets never go backwards: the next grow continues after the old end
         connection = connect(broker)
         channel = connection.channel()
@@ -115,7 +119,54 @@ def test_an_idle_lease_is_released_after_its_timeout(broker):
             assert time.monotonic() < deadline, "the idle lease was never released"
             time.sleep(0.1)
         connection.close()
-        assert client.grow(queue, "idle", max_messages=3, timeout_ms=0) == (4, 6)
+        # fenced: its holder is told what went back instead of growing past it
+        with pytest.raises(ManagementError, match=(
+                f"PRECONDITION_FAILED - lease 'idle' on queue '{queue}' in vhost '/' is "
+                r"fenced: it was released after 300 ms idle \(its lease timeout\) at .* "
+                "UTC, and its messages with sequences 1..3 went back to the queue")):
+            client.grow(queue, "idle", max_messages=3, timeout_ms=0)
+        with pytest.raises(ManagementError, match="is fenced"):
+            client.settle(queue, "idle", 3)
+        assert client.info(queue, "idle")["fence"] == {
+            "first": 1, "end": 3, "reason": "timeout",
+            "at_ms": client.info(queue, "idle")["fence"]["at_ms"], "timeout_ms": 300}
+        assert client.grow(queue, "another", max_messages=3) == (1, 3)
+
+
+def test_an_operator_release_fences_a_lease_that_held_messages(broker):
+    queue = quorum_queue_with(broker, 4)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "query", max_messages=3)
+        client.settle(queue, "query", 1)
+        assert client.release(queue, "query") == 2  # fence=True: an operator's release
+        with pytest.raises(ManagementError, match=(
+                "is fenced: it was released by an operator at .* UTC, and its messages "
+                "with sequences 2..3 went back to the queue")):
+            client.settle(queue, "query", 3)
+        with pytest.raises(ManagementError, match="is fenced"):
+            client.grow(queue, "query", max_messages=1)
+        # a lease that held nothing is not fenced by a release
+        client.grow(queue, "empty", max_messages=0)
+        assert client.release(queue, "empty") == 0
+        assert client.grow(queue, "empty", max_messages=1) == (1, 1)
+        rows = client.call("lease.list", vhost="/", queue=queue)
+        assert [(r["lease"], r["state"], r["messages"], r["first"], r["end"])
+                for r in rows] == [("empty", "holding", 1, 1, 1), ("query", "fenced", 0, 4, 3)]
+        assert rows[1]["fence"]["reason"] == "released"
+        assert rows[0]["timeout_ms"] == 1_800_000 and 0 < rows[0]["expires_in_ms"] <= 1_800_000
+
+
+def test_a_lease_grown_without_a_timeout_gets_the_brokers_lease_timeout(tmp_path):
+    with BrokerProcess(data_dir=str(tmp_path), extra_config="lease_timeout = 400\n") as node:
+        queue = quorum_queue_with(node, 2)
+        with LeaseClient(node.uri) as client:
+            client.grow(queue, "q", max_messages=2)
+            assert client.info(queue, "q")["timeout_ms"] == 400
+            deadline = time.monotonic() + 20
+            while client.info(queue, "q")["fence"] is None:
+                assert time.monotonic() < deadline, "the lease never timed out"
+                time.sleep(0.1)
+            assert client.grow(queue, "kept", max_messages=2, timeout_ms=0) == (1, 2)
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
@@ -127,7 +178,8 @@ def test_leases_and_their_ranges_survive_a_restart(fresh_broker, kill):
         before = snapshot(client.read(queue, "q", 3, 8))
     fresh_broker.restart(kill=kill)
     with LeaseClient(fresh_broker.uri) as client:
-        assert client.info(queue, "q") == {"first": 4, "end": 8, "timeout_ms": 0}
+        assert client.info(queue, "q") == {"first": 4, "end": 8, "timeout_ms": 1_800_000,
+                                           "fence": None}
         assert snapshot(client.read(queue, "q", 3, 8)) == before
         assert client.grow(queue, "q", max_messages=100) == (9, 12)
 
