@@ -442,9 +442,13 @@ _add_cluster()
 
 def _add_ctl() -> None:
     # `quorumqueue ctl add_user|add_vhost|set_permissions|set_policy|...` (ctl.py)
+    from . import ctl_clients  # noqa: F401 - list_connections... on the same group
     from .ctl import ctl
+    from .diagnostics import diagnostics
 
     main.add_command(ctl)
+    # `quorumqueue diagnostics check_running|check_local_alarms|...` (diagnostics.py)
+    main.add_command(diagnostics)
 
 
 _add_ctl()

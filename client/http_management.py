@@ -65,7 +65,8 @@ class HttpManagement:
 
     def request(self, method: str, segments: tuple | list, body: Any = None, *,
                 query: dict | None = None, missing: str | None = None,
-                allow_missing: bool = False, answers: tuple[int, ...] = ()) -> Any:
+                allow_missing: bool = False, answers: tuple[int, ...] = (),
+                headers: dict[str, str] | None = None) -> Any:
         """One request to /api/SEGMENTS...; its JSON answer (None for 204). A 404
         raises ManagementError(`missing`) when given, or answers None with
         `allow_missing` (what should go is gone already); an error status in `answers`
@@ -78,7 +79,8 @@ class HttpManagement:
         credentials = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         request = urllib.request.Request(url, data=data, method=method, headers={
             "Authorization": f"Basic {credentials}", "Accept": "application/json",
-            **({"Content-Type": "application/json"} if data is not None else {})})
+            **({"Content-Type": "application/json"} if data is not None else {}),
+            **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,
                                         context=self.context) as answer:
