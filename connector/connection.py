@@ -10,10 +10,17 @@ connection.start: the bundled broker says "quorumqueue" (lease mode), RabbitMQ s
 
 `open_connection` is the plain pika connection consume mode and batch reads use;
 `open_lease_client` the lease-mode client.
+
+A refused login (403 ACCESS_REFUSED in the handshake) is the broker's answer, not a
+lost broker: `first_reachable` raises LoginRefused at once, naming the user and the
+address, and nothing retries it (reconnect.py retries only what it counts as a
+lost connection).
 """
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -22,6 +29,7 @@ import pika.exceptions
 
 from ..client.lease_client import LeaseClient
 from ..client.management import ManagementError
+from .first_line import message_alone
 from .options import BatchReadOptions, BrokerAddress, Mode, OptionError, SourceOptions
 
 BUNDLED_PRODUCT = "quorumqueue"
@@ -33,6 +41,33 @@ class BrokerUnreachable(ConnectionError):
     """No address in `uri` completed an AMQP handshake."""
 
 
+class LoginRefused(RuntimeError):
+    """The broker refused the user of option `uri` (wrong user or password, or a user
+    that may not log in from here): never retried."""
+
+
+# what a refused AMQP login looks like: pika's exceptions, or their text inside a
+# LeaseClient's ManagementError
+_LOGIN_ERRORS = (pika.exceptions.ProbableAuthenticationError,
+                 pika.exceptions.AuthenticationError)
+_LOGIN_TEXTS = ("ProbableAuthenticationError", "AuthenticationError", "ACCESS_REFUSED - Login")
+
+
+def login_refused(address: BrokerAddress, error: BaseException) -> LoginRefused | None:
+    """LoginRefused naming the user and `address` if `error` is a refused login."""
+    text = str(error)
+    if not isinstance(error, _LOGIN_ERRORS) and not (
+            isinstance(error, ManagementError) and any(t in text for t in _LOGIN_TEXTS)):
+        return None
+    user = urllib.parse.unquote(urllib.parse.urlsplit(address.uri).username or "guest")
+    reason = re.search(r"ACCESS_REFUSED - [^'\".]*", text)  # up to the first sentence's end
+    why = reason.group(0).rstrip(". ") if reason else type(error).__name__
+    return LoginRefused(
+        f"the broker at {address.redacted} refused the login of user '{user}' ({why}): "
+        "check the user and password in option 'uri' (the broker's log says why: an "
+        "unknown user, a wrong password, or guest from another host)")
+
+
 def first_reachable(addresses: Sequence[BrokerAddress],
                     open_one: Callable[[BrokerAddress], T]) -> T:
     failures = []
@@ -40,6 +75,10 @@ def first_reachable(addresses: Sequence[BrokerAddress],
         try:
             return open_one(address)
         except (pika.exceptions.AMQPError, ManagementError, OSError) as error:
+            refused = login_refused(address, error)
+            if refused is not None:
+                message_alone()  # in a PySpark worker: the message is what Spark shows
+                raise refused from None
             failures.append(f"{address.redacted}: {_describe(error)}")
     raise BrokerUnreachable("cannot connect to the broker (option 'uri'): "
                             + "; ".join(failures))

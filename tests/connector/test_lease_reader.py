@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.client.management import ManagementError
-from quorumqueue.connector.connection import detect_mode
+from quorumqueue.connector.connection import LoginRefused, detect_mode
 from quorumqueue.connector.reconnect import BrokerLost
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
@@ -314,6 +314,23 @@ def test_the_driver_reconnects_after_losing_its_connection(fresh_broker):
 
 
 # ------------------------------------------------------------------ mode and source
+
+
+def test_a_refused_login_fails_at_once_naming_the_user_and_the_uri(broker):
+    """A 403 in the handshake is the broker's answer, not a lost broker: no retrying
+    for reconnectTimeout (60 s by default; before, 86 s and then 'start the broker')."""
+    uri = broker.uri.replace("guest:guest", "guest:not-its-password")
+    options = parse_source_options({"uri": uri, "queue": "orders"})
+    redacted = uri.replace("guest:not-its-password", "guest:***")
+    expected = (f"the broker at {redacted} refused the login of user 'guest' "
+                "(ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN)")
+    with pytest.raises(LoginRefused) as refused:
+        detect_mode(options)
+    assert str(refused.value).startswith(expected)
+    assert "not-its-password" not in str(refused.value)
+    reader = make_reader(uri, "orders", mode="lease")
+    with pytest.raises(LoginRefused, match="refused the login of user 'guest'"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
 
 
 def test_mode_is_detected_from_the_broker_product(broker):
