@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the PYSPARK_PYTHON .pth (below)
+PTH_STAMP := $(VENV)/.pyspark-python-pth
 
 # Delta Lake's JVM jars, for the main job, the restart tests and the source benchmark.
 # Delta publishes one build per Spark minor version (delta-spark_<spark>_2.13); its
@@ -37,7 +39,7 @@ DELTA_PY_STAMP := $(VENV)/.delta-spark-$(DELTA_VERSION)
 
 .PHONY: setup main test oracle browser bench bench-setup bench-kafka-setup bench-kafka bench-memory bench-curves bench-profiles faults clean
 
-setup: $(STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
+setup: $(STAMP) $(PTH_STAMP) $(DELTA_STAMP) $(DELTA_PY_STAMP)
 
 $(DELTA_PY_STAMP): $(STAMP)
 	@$(PY) -m pip install --quiet --no-deps 'delta-spark==$(DELTA_VERSION)'
@@ -71,6 +73,21 @@ $(STAMP_NEWEST): pyproject.toml
 	@echo "$(CURDIR)/connector/discovery" > "$$($(VENV_NEWEST)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/quorumqueue-spark-discovery.pth"
 	@touch $@
 	@echo "==> $(VENV_NEWEST) ready"
+
+# Spark's Python workers run PYSPARK_PYTHON, else the `python3` on PATH, which is not
+# the venv's when a job runs as `.venv/bin/python job.py`: PySpark then cannot find the
+# source (DATA_SOURCE_NOT_FOUND). A .pth line, run by the venv's Python at start,
+# defaults PYSPARK_PYTHON to that interpreter (an explicit setting wins).
+export PYSPARK_PYTHON_PTH := import os, sys; os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+PTH_STAMP_NEWEST := $(VENV_NEWEST)/.pyspark-python-pth
+
+$(PTH_STAMP): Makefile $(STAMP)
+	@echo "$$PYSPARK_PYTHON_PTH" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/quorumqueue-pyspark-python.pth"
+	@touch $@
+
+$(PTH_STAMP_NEWEST): Makefile $(STAMP_NEWEST)
+	@echo "$$PYSPARK_PYTHON_PTH" > "$$($(VENV_NEWEST)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/quorumqueue-pyspark-python.pth"
+	@touch $@
 
 # Maven puts the jars in ~/.m2 too, so a fresh jars/ after `make clean` is quick.
 $(DELTA_STAMP):
@@ -107,7 +124,7 @@ main: setup
 # The suite runs in one pytest-xdist worker per CPU, a test file per worker at a time
 # (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process.
 XDIST := -n auto --dist loadfile
-test: setup oracle browser $(STAMP_NEWEST)
+test: setup oracle browser $(STAMP_NEWEST) $(PTH_STAMP_NEWEST)
 	@$(PY) -m pytest -q $(XDIST)
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
 	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \

@@ -73,3 +73,34 @@ def test_outside_a_spark_worker_the_environment_is_left_alone(monkeypatch):
     with pytest.raises(OptionError, match="option 'maxMessagesPerTrigger'"):
         source.schema()
     assert "SPARK_HIDE_TRACEBACK" not in os.environ
+
+
+JOB = """
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .getOrCreate())
+frame = (spark.read.format("quorumqueue").option("uri", "%s").option("queue", "orders")
+         .option("maxMessages", "1").load())
+print("columns:", ",".join(frame.columns[:3]))
+spark.stop()
+""" % NO_BROKER
+
+
+def test_a_job_run_by_the_venvs_python_without_pyspark_python_finds_the_source(tmp_path):
+    """`.venv/bin/python job.py` with no PYSPARK_PYTHON and a PATH whose python3 is not
+    the venv's: Spark's workers would run that python3, which has no quorumqueue
+    (DATA_SOURCE_NOT_FOUND). The venv's .pth (Makefile, PYSPARK_PYTHON_PTH) defaults
+    PYSPARK_PYTHON to the venv's interpreter, so the job finds the source."""
+    import subprocess
+    import sys
+
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run([sys.executable, str(job)], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "columns: body,queue,routing_key" in result.stdout
