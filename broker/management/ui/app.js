@@ -161,15 +161,15 @@ async function overviewView(first) {
 
 // ---------------------------------------------------------------- queues
 
-async function queuesView() {
+async function queuesView(first) {
   const queues = await get("/queues");
-  show(el("h1", {}, "Queues"),
+  const listing = el("div", {id: "queues-table"},
     table(["vhost", "name", "type", "leader", "members", "ready", "unacked", "total",
            "consumers", "length rate", "incoming", "deliver / get", "ack", "policy"],
       queues.map(q => el("tr", {"data-queue": q.name, "data-vhost": q.vhost},
         el("td", {}, q.vhost),
         el("td", {}, el("a", {href: "#/queue/" + enc(q.vhost) + "/" + enc(q.name)}, q.name)),
-        el("td", {}, q.type),
+        el("td", {class: "type"}, q.type),
         el("td", {}, q.leader || q.node || ""),
         el("td", {}, (q.members || [q.node]).join(", ")),
         num(q.messages_ready, {class: "num ready"}),
@@ -182,6 +182,100 @@ async function queuesView() {
         num(rate((q.message_stats || {}).deliver_get_details), {class: "num deliver-get"}),
         num(rate((q.message_stats || {}).ack_details), {class: "num ack"}),
         el("td", {}, [q.policy, q.operator_policy].filter(Boolean).join(" + "))))));
+  const shown = document.getElementById("queues-table");
+  if (!first && shown) {
+    shown.replaceWith(listing);  // a refresh keeps the form below as the user left it
+    return;
+  }
+  const vhosts = (await get("/vhosts")).map(v => v.name);
+  show(el("h1", {}, "Queues"), listing, el("h2", {}, "Add a new queue"), addQueueForm(vhosts));
+}
+
+// RabbitMQ's "Add a new queue" form: virtual host, type, name, durability, auto
+// delete and typed arguments, sent as PUT /api/queues/VHOST/NAME with x-queue-type
+// among the arguments (a quorum queue is always durable: the durability choice goes).
+function argumentRow() {
+  return el("div", {class: "argument"},
+    el("input", {class: "arg-key", placeholder: "x-max-length", size: 24}), " = ",
+    el("input", {class: "arg-value", size: 16}), " ",
+    el("select", {class: "arg-type"},
+      el("option", {value: "string"}, "String"),
+      el("option", {value: "number"}, "Number"),
+      el("option", {value: "boolean"}, "Boolean")));
+}
+
+function argumentValue(row) {
+  const key = row.querySelector(".arg-key").value.trim();
+  const text = row.querySelector(".arg-value").value.trim();
+  const type = row.querySelector(".arg-type").value;
+  if (type === "number") {
+    if (text === "" || !Number.isFinite(Number(text))) {
+      throw new Error("argument " + key + ": '" + text + "' is not a number");
+    }
+    return [key, Number(text)];
+  }
+  if (type === "boolean") {
+    if (text !== "true" && text !== "false") {
+      throw new Error("argument " + key + ": expected true or false, got '" + text + "'");
+    }
+    return [key, text === "true"];
+  }
+  return [key, text];
+}
+
+function addQueueForm(vhosts) {
+  const durability = el("label", {id: "new-queue-durability"}, "Durability ",
+    el("select", {name: "durable", id: "new-queue-durable"},
+      el("option", {value: "true"}, "Durable"),
+      el("option", {value: "false"}, "Transient")));
+  const type = el("select", {name: "type", id: "new-queue-type"},
+    el("option", {value: "classic"}, "Classic"),
+    el("option", {value: "quorum"}, "Quorum"));
+  type.addEventListener("change", () => { durability.hidden = type.value === "quorum"; });
+  const argumentsBox = el("div", {id: "new-queue-arguments"}, argumentRow());
+  const status = el("p", {id: "new-queue-status", class: "muted"});
+  const form = el("form", {id: "add-queue", class: "add-queue"},
+    el("label", {}, "Virtual host ", el("select", {name: "vhost", id: "new-queue-vhost"},
+      vhosts.map(name => el("option", {value: name}, name)))),
+    el("label", {}, "Type ", type),
+    el("label", {}, "Name ", el("input", {name: "name", id: "new-queue-name", size: 40})),
+    durability,
+    el("label", {}, "Auto delete ", el("select", {name: "auto_delete", id: "new-queue-auto-delete"},
+      el("option", {value: "false"}, "No"),
+      el("option", {value: "true"}, "Yes"))),
+    el("fieldset", {}, el("legend", {}, "Arguments"), argumentsBox,
+      el("button", {type: "button", id: "new-queue-add-argument",
+                    onclick: () => argumentsBox.append(argumentRow())}, "Add argument")),
+    el("button", {type: "submit", id: "new-queue-declare"}, "Add queue"),
+    status);
+  form.addEventListener("submit", async event => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const name = data.get("name").trim();
+    status.textContent = "";
+    try {
+      if (!name) throw new Error("Name: a queue needs a name");
+      const args = {};
+      for (const row of argumentsBox.querySelectorAll(".argument")) {
+        if (!row.querySelector(".arg-key").value.trim()) continue;  // an empty row
+        const [key, value] = argumentValue(row);
+        args[key] = value;
+      }
+      args["x-queue-type"] = type.value;
+      const quorum = type.value === "quorum";
+      await api("PUT", "/queues/" + enc(data.get("vhost")) + "/" + enc(name), {
+        durable: quorum || data.get("durable") === "true",
+        auto_delete: data.get("auto_delete") === "true", arguments: args});
+      showError("");
+      status.textContent = "Queue '" + name + "' declared in vhost '" + data.get("vhost") + "'.";
+      form.querySelector("#new-queue-name").value = "";
+      argumentsBox.replaceChildren(argumentRow());
+      refresh(false);
+    } catch (error) {
+      showError(error.message);
+    }
+  });
+  return form;
 }
 
 async function queueView(first, vhost, name) {
@@ -426,7 +520,9 @@ async function refresh(first) {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const view = VIEWS[parts[0]] || overviewView;
   try {
-    if (view === overviewView || view === queueView) await view(first, ...parts.slice(1));
+    if (view === overviewView || view === queueView || view === queuesView) {
+      await view(first, ...parts.slice(1));
+    }
     else await view(...parts.slice(1));
     if (!first) return;
     showError("");
