@@ -66,8 +66,10 @@ Not here
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
+from functools import wraps
 from typing import TypeVar
 
 import pika.exceptions
@@ -87,7 +89,7 @@ from .connection import BrokerUnreachable, first_reachable, open_lease_client
 from .first_line import message_alone
 from .lag import QueueFigures, latest_report
 from .offsets import Cut, LeaseOffset, LeaseRange
-from .options import MAX_GROW, QUEUE_PATTERN, SourceOptions
+from .options import MAX_GROW, QUEUE_PATTERN, OptionError, SourceOptions
 from .reconnect import DriverConnection, Reconnect, is_connection_loss
 from .schema import to_record_batch
 
@@ -126,6 +128,32 @@ class LeaseLostError(RuntimeError):
 class LeaseFencedError(RuntimeError):
     """The broker released the query's lease (an operator, or its idle timeout): its
     messages went back to the queue, so the checkpoint cannot go on exactly once."""
+
+
+class MissingQueue(OptionError):
+    """A queue named by option `queue` is not on the broker."""
+
+
+_NO_QUEUE = re.compile(r"NOT_FOUND - no queue '((?:[^']|'(?! in vhost))*)' in vhost '([^']*)'")
+
+
+def _queue_named(method):
+    """`method`, a missing queue named by option `queue` raised as MissingQueue (its
+    message the first line Spark shows), not as the broker's bare 404."""
+    @wraps(method)
+    def checked(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (ManagementError, pika.exceptions.ChannelClosedByBroker) as error:
+            found = _NO_QUEUE.search(str(error))
+            if found is None or self.options.queue_pattern is not None:
+                raise
+            message_alone()
+            raise MissingQueue(
+                f"option 'queue': no queue '{found.group(1)}' in vhost '{found.group(2)}' "
+                f"at {self.options.addresses[0].redacted}: declare it first (lease mode "
+                "reads quorum queues: x-queue-type quorum), or correct the name") from None
+    return checked
 
 
 # The broker's refusal of a fenced lease's grow or settle (broker/node/leases.py).
@@ -187,6 +215,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.options.min_messages_per_trigger)
         return ReadAllAvailable()
 
+    @_queue_named
     def prepareForTriggerAvailableNow(self) -> None:
         # The lease name is not known before the first latestOffset; the ready counts
         # are taken now, the lease ends then.
@@ -194,6 +223,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ready_at_start = {queue: self._call(lambda c, q=queue: _ready(c, q))
                                 for queue in self._current_queues()}
 
+    @_queue_named
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = LeaseOffset.from_json(start)
         lease = begin.lease

@@ -24,7 +24,7 @@ from quorumqueue.connector.reconnect import BrokerLost
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
                                                 LeaseFencedError, LeaseLostError,
-                                                LeaseStreamReader)
+                                                LeaseStreamReader, MissingQueue)
 from quorumqueue.connector.offsets import LeaseRange
 from quorumqueue.connector.options import Mode, OptionError, parse_source_options
 from quorumqueue.connector.schema import ARROW_SCHEMA, SCHEMA
@@ -291,10 +291,14 @@ def test_a_new_lease_stays_short_lived_until_a_checkpoint_names_it(broker, confi
 
 def test_queue_errors_name_the_queue(broker):
     missing = make_reader(broker.uri, "no-such-queue")
-    with pytest.raises(ManagementError, match="no queue 'no-such-queue'"):
+    named = (f"option 'queue': no queue 'no-such-queue' in vhost '/' at "
+             f"{broker.uri.replace('guest:guest', 'guest:***')}: declare it first")
+    with pytest.raises(MissingQueue) as refused:  # not the broker's bare 404
         missing.latestOffset(missing.initialOffset(), ReadAllAvailable())
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="no-such-queue"):
+    assert str(refused.value).startswith(named)
+    with pytest.raises(MissingQueue) as refused:
         missing.prepareForTriggerAvailableNow()
+    assert str(refused.value).startswith(named)
     classic = unique("classic")
     connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
     connection.channel().queue_declare(classic, durable=True)

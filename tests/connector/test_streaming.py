@@ -114,3 +114,18 @@ def test_with_its_own_schema_the_query_fails_when_it_starts(spark, broker, tmp_p
               .option("queue", "orders").option("leaseTimeout", "soon").load())
     with pytest.raises(Exception, match="option 'leaseTimeout' must be a duration"):
         run_available_now(stream, str(tmp_path / "checkpoint"), queryName="invalid")
+
+
+def test_a_missing_queue_fails_the_query_naming_the_queue_option_on_the_first_line(
+        spark, broker, tmp_path):
+    from pyspark.errors import StreamingQueryException
+
+    query = (source(spark, broker.uri, "no-such-orders").writeStream.format("memory")
+             .queryName("missing_queue").option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException) as failure:
+        query.awaitTermination(120)
+    first_line = str(failure.value).splitlines()[0]
+    assert "option 'queue': no queue 'no-such-orders' in vhost '/' at amqp://guest:***@" \
+        in first_line, first_line
+    assert "declare it first" in first_line
