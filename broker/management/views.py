@@ -574,7 +574,7 @@ async def health_quorum_critical(request: Request):
             members = queue.metadata_record().get("members")
             if not members or node.name not in members:
                 continue
-            online = [m for m in members if m != node.name and cluster.reachable(m)]
+            online = [m for m in members if m != node.name and cluster.seen_up(m)]
             if len(online) < len(members) // 2 + 1:
                 critical.append({"name": queue.name, "virtual_host": vhost.name,
                                  "readable_name": f"queue '{queue.name}' in vhost "
@@ -600,7 +600,7 @@ async def health_mirror_sync_critical(request: Request):
         for queue in vhost.queues.values():
             if queue.mirrors is None or queue.metadata_record().get("host") != node.name:
                 continue
-            if not any(m != node.name and cluster.reachable(m) for m in queue.synced):
+            if not any(m != node.name and cluster.seen_up(m) for m in queue.synced):
                 critical.append({"name": queue.name, "virtual_host": vhost.name,
                                  "readable_name": f"queue '{queue.name}' in vhost "
                                                   f"'{vhost.name}'", "type": "classic"})

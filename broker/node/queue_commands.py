@@ -132,7 +132,7 @@ def _peek(node, session, request):
     if leader is not None:
         candidates = [leader]
     elif queue.raft is None:
-        candidates = [m for m in _members(queue) if cluster.reachable(m)]
+        candidates = [m for m in _members(queue) if cluster.seen_up(m)]
     else:
         candidates = []  # this member knows of no leader: none is elected
 
@@ -177,7 +177,7 @@ def _quorum_critical(node, session, request) -> dict:
                 continue  # RabbitMQ checks the node's local quorum queues
             local = node.quorum.queues.get(queue.group)
             here = local is not None and local.raft is not None and not local.deleted
-            running = [m for m in members if (here if m == me else cluster.reachable(m))]
+            running = [m for m in members if (here if m == me else cluster.seen_up(m))]
             if len(running) <= len(members) // 2 + 1:
                 critical.append({"vhost": vhost.name, "name": queue.name,
                                  "readable_name": f"queue '{queue.name}' in vhost "
