@@ -599,9 +599,11 @@ class Cluster:
                 pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
 
     def seen_up(self, name: str) -> bool:
-        """What the API and `cluster status` show as running/online: reachable, and
-        the link to it not lost since it was last heard from (a killed node shows
-        down at once, not REACHABLE_WITHIN later)."""
+        """What the management API shows as running/online (and the health checks,
+        quorum_status and check_if_node_is_quorum_critical count): reachable, and the
+        link to it not lost since it was last heard from (a killed node shows down at
+        once, not REACHABLE_WITHIN later). `cluster status`, placement and the
+        membership refusals keep `reachable`, the cluster's own liveness."""
         return self.reachable(name) and name not in self.links_lost
 
     def reachable(self, name: str) -> bool:
@@ -669,7 +671,7 @@ class Cluster:
         nodes = []
         for name in self.nodes:
             host, port = self.addresses[name]
-            reachable = self.seen_up(name)
+            reachable = self.reachable(name)  # the liveness placement and refusals use
             uri = self.amqp_uri if name == self.name else self.amqp_uris.get(name)
             nodes.append({"name": name, "reachable": reachable, "amqp_uri": uri,
                           # a node of its own has no inter-node listener
@@ -683,7 +685,7 @@ class Cluster:
                     continue  # a queue with no replicas (classic): not the cluster's
                 queues.append({"vhost": vhost.name, "name": queue.name,
                                "leader": queue.leader_id, "members": list(members),
-                               "online": [n for n in members if self.seen_up(n)]})
+                               "online": [n for n in members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "metadata_members": sorted(self.meta.raft.members) if self.meta else [],

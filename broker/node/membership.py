@@ -62,8 +62,8 @@ def _cluster(node: "Node"):
 
 
 def _online(node: "Node", name: str) -> bool:
-    """Running as `cluster status` shows it (reachable, its link not lost since)."""
-    return node.cluster.seen_up(name)
+    """Running as `cluster status` shows it (the cluster's liveness)."""
+    return node.cluster.reachable(name)
 
 
 def _check_node(node: "Node", name: str) -> None:
