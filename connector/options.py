@@ -371,16 +371,49 @@ def _case_insensitive(options: Mapping[str, str], known: tuple[str, ...],
     for key, value in options.items():
         lower = key.lower()
         if lower not in by_lower:
-            close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
-            hint = f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
-            raise OptionError(f"unknown option '{key}' for the quorumqueue {role}{hint}; "
-                              f"known options: {', '.join(known)}")
+            raise OptionError(_unknown_option(key, known, by_lower, role))
         if lower in given and given[lower][1] != value:
             raise OptionError(f"option '{by_lower[lower]}' is given twice with different "
                               f"values ('{given[lower][0]}' and '{key}'; option names "
                               "are case-insensitive)")
         given[lower] = (by_lower[lower], value)
     return given
+
+
+# Options of Spark's Kafka source and sink (the Structured Streaming + Kafka
+# Integration Guide) by lower-cased name: their name as Kafka spells it, and the
+# quorumqueue option that does that job (None: none, a queue is not a log). Spark hands
+# a data source its option names lower-cased, so these are how a user typed them.
+KAFKA_OPTIONS: dict[str, tuple[str, str | None]] = {
+    name.lower(): (name, ours) for name, ours in (
+    ("kafka.bootstrap.servers", "uri"), ("subscribe", "queue"), ("assign", "queue"),
+    ("subscribePattern", "queuePattern"), ("maxOffsetsPerTrigger", "maxMessagesPerTrigger"),
+    ("minOffsetsPerTrigger", "minMessagesPerTrigger"), ("topic", "routingKey"),
+    ("startingOffsets", None), ("endingOffsets", None), ("startingTimestamp", None),
+    ("endingTimestamp", None), ("startingOffsetsByTimestamp", None),
+    ("endingOffsetsByTimestamp", None), ("kafkaConsumer.pollTimeoutMs", None),
+    ("fetchOffset.numRetries", None))}
+
+
+def _unknown_option(key: str, known: tuple[str, ...], by_lower: dict[str, str],
+                    role: str) -> str:
+    """The refusal of option `key`: a Kafka option's quorumqueue counterpart, else the
+    closest known name."""
+    lower = key.lower()
+    kafka = KAFKA_OPTIONS.get(lower)
+    if kafka is not None:
+        name, ours = kafka
+        if ours is not None and ours.lower() in by_lower:
+            hint = f" (Kafka's '{name}'; here: '{by_lower[ours.lower()]}')"
+        else:
+            hint = (f" (Kafka's '{name}' has no counterpart: connector/README.md, \"Coming "
+                    "from Kafka\")")
+        key = name
+    else:
+        close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
+        hint = f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
+    return (f"unknown option '{key}' for the quorumqueue {role}{hint}; known options: "
+            f"{', '.join(known)}")
 
 
 def _refuse_other_kind(options: Mapping[str, str], names: tuple[str, ...], why: str) -> None:

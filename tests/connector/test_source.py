@@ -104,3 +104,20 @@ def test_a_job_run_by_the_venvs_python_without_pyspark_python_finds_the_source(t
                             env=env, cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "columns: body,queue,routing_key" in result.stdout
+
+
+@pytest.mark.parametrize("kafka, hint", [
+    ("maxOffsetsPerTrigger", "(Kafka's 'maxOffsetsPerTrigger'; here: 'maxMessagesPerTrigger')"),
+    ("subscribe", "(Kafka's 'subscribe'; here: 'queue')"),
+    ("startingOffsets", "(Kafka's 'startingOffsets' has no counterpart")])
+def test_a_kafka_option_is_named_as_typed_with_its_quorumqueue_counterpart(spark, kafka, hint):
+    """Spark hands the source its option names lower-cased; a Kafka option's refusal
+    names it as Kafka spells it and the option doing its job here (difflib alone
+    offered maxBytesPerTrigger for maxOffsetsPerTrigger)."""
+    with pytest.raises(Exception) as error:
+        (spark.readStream.format("quorumqueue").option("uri", NO_BROKER)
+         .option("queue", "orders").option(kafka, "10").load())
+    assert first_line(error).startswith(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
+        f"quorumqueue.connector.options.OptionError: unknown option '{kafka}' for the "
+        f"quorumqueue source {hint}")
