@@ -2,7 +2,9 @@
 
 Responsibilities
     Start `quorumqueue broker start` on a free 127.0.0.1 port with a data directory
-    and, optionally, configuration keys of `conf/broker.toml`, wait until it completes
+    (its management API and Prometheus endpoint on free ports too, never RabbitMQ's
+    15672 and 15692, which a local RabbitMQ may hold: FREE_PORTS) and, optionally,
+    configuration keys of `conf/broker.toml`, wait until it completes
     an AMQP handshake, and stop it (SIGTERM, then SIGKILL if it does not exit), so the
     job leaves no process behind.
 
@@ -30,6 +32,8 @@ from pathlib import Path
 from types import TracebackType
 
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+# the broker's HTTP listeners, each on a port the system picks (0); a caller's config wins
+FREE_PORTS = {"management.tcp.port": 0, "prometheus.tcp.port": 0}
 
 
 def free_port() -> int:
@@ -55,7 +59,7 @@ class EmbeddedBroker:
                  config: Mapping[str, str | int | bool] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
-        self.config = dict(config or {})
+        self.config = {**FREE_PORTS, **(config or {})}
         self.log_path = data_dir / "broker.log"
         self._process: subprocess.Popen | None = None
 
@@ -67,7 +71,7 @@ class EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "quorumqueue.cli", "broker", "start",
                    "--port", str(self.port), "--data-dir", str(self.data_dir)]
-        if self.config:
+        if self.config:  # always: FREE_PORTS
             config_path = self.data_dir / "broker.toml"
             config_path.write_text("\n".join(toml_lines(self.config)) + "\n", encoding="utf-8")
             command += ["--config", str(config_path)]
