@@ -30,8 +30,9 @@ Phases, each printed as it happens:
    Python API, `DeltaTable.forPath(...).history()`) and the queue.
 
 Exits 1 if any order is missing or duplicated. Every process it starts is stopped;
-the working directory is a temporary one, removed at the end unless `--workdir` is
-given.
+the working directory is a temporary one unless `--workdir` is given: at the end the
+broker's data and the checkpoint go, the Delta tables (the orders, the analytics) stay
+there for the user to open, and the job prints where (`clean_up`).
 """
 
 from __future__ import annotations
@@ -184,6 +185,21 @@ def analytics(spark, data_dir: Path, out: Path) -> None:
             say(f"    {line.strip()}")
 
 
+def clean_up(workdir: Path) -> Path:
+    """Remove what only the run needed from a temporary `workdir` (the broker's data,
+    the checkpoint, the drivers' files) and keep its Delta tables (orders_delta,
+    analytics): the path of the orders table."""
+    keep = {"orders_delta", "analytics"}
+    for entry in workdir.iterdir():
+        if entry.name in keep:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return workdir / "orders_delta"
+
+
 def main(argv: list[str] | None = None) -> None:
     arguments = parse_arguments(argv)
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="quorumqueue-main-"))
@@ -218,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
                 spark.stop()
     finally:
         if arguments.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            table = clean_up(workdir)
+            say(f"the Delta table stays at {table}: spark.read.format(\"delta\").load("
+                f"\"{table}\") (delta-spark in .venv); the analytics tables beside it")
     say("RESULT: " + ("every order is in Delta exactly once, and the queue is empty" if ok
                       else "MISMATCH: see the counts above"))
     if not ok:

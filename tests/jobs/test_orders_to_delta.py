@@ -49,3 +49,17 @@ def test_the_main_job_lands_every_order_in_delta_exactly_once(tmp_path):
     assert "1 quorum queues, 20 messages" in out, out
     assert (tmp_path / "analytics" / "memory_footprint" / "queues" / "_delta_log").is_dir()
     assert processes_naming(tmp_path) == []
+
+
+def test_a_temporary_working_directory_keeps_the_delta_tables_for_the_user(tmp_path):
+    """make main without --workdir: the broker's data and the checkpoint go, the Delta
+    tables stay where the job says (before, the whole directory was removed)."""
+    from quorumqueue.jobs.orders_to_delta import clean_up
+
+    for name in ("broker/wal", "checkpoint/offsets", "orders_delta/_delta_log",
+                 "analytics/memory_footprint/queues/_delta_log", "driver"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "driver.log").write_text("x")
+    assert clean_up(tmp_path) == tmp_path / "orders_delta"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["analytics", "orders_delta"]
+    assert (tmp_path / "orders_delta" / "_delta_log").is_dir()
