@@ -115,7 +115,9 @@ def publish(uri: str, count: int) -> None:
 
 
 def first_run(uri: str, paths: QueryPaths, per_batch: int, stop: StopPoint,
-              workdir: Path) -> None:
+              workdir: Path) -> dict[int, bool]:
+    """Run the driver that gets killed; {batch Spark will replay: whether Delta already
+    holds it} (logged, not committed)."""
     run_killed_driver(uri, QUEUE, paths, per_batch, stop, workdir,
                       progress=lambda text: say(f"  first driver: {text}"))
     logged, committed = ckpt.logged_batches(paths.checkpoint), ckpt.committed_batches(
@@ -123,18 +125,41 @@ def first_run(uri: str, paths: QueryPaths, per_batch: int, stop: StopPoint,
     delta_versions = len(list((paths.table / "_delta_log").glob("*.json")))
     say(f"  SIGKILLed the driver at {stop}: offset log {logged}, commit log {committed}, "
         f"{delta_versions} Delta commit(s); queue: {queue_state(uri)}")
+    return replayed_batches(logged, committed, delta_versions)
 
 
-def restart(spark, uri: str, paths: QueryPaths, per_batch: int):
+def replayed_batches(logged: list[int], committed: list[int],
+                     delta_versions: int) -> dict[int, bool]:
+    """The batches a restart runs again (in the offset log, not in the commit log), each
+    with whether Delta already holds it: batch b is Delta version b (one append a batch,
+    from version 0), so it does if there are more than b versions."""
+    return {batch: batch < delta_versions for batch in logged if batch not in committed}
+
+
+def replay_note(batch: int, in_delta: bool) -> str:
+    """What the restart's line for a replayed batch adds: the exactly-once moment."""
+    if in_delta:
+        return (f" <- batch {batch} again: the killed driver's last batch, replayed with the "
+                "same offsets; Delta already had it (txnAppId/txnVersion) and skipped it, "
+                "reading nothing")
+    return (f" <- batch {batch} again: the killed driver's last batch, replayed with the "
+            "same offsets; Delta writes it now, once (the killed driver had not)")
+
+
+def restart(spark, uri: str, paths: QueryPaths, per_batch: int,
+            replayed: dict[int, bool] | None = None):
     query = start_query(spark, uri, QUEUE, paths, per_batch, available_now=True)
     seen = -1
     while query.isActive:
         query.awaitTermination(1)
         for progress in query.recentProgress:
-            if progress["batchId"] > seen and progress["numInputRows"]:
+            # a replayed batch Delta skips reads nothing: shown too, it is the moment
+            again = bool(replayed) and progress["batchId"] in replayed
+            if progress["batchId"] > seen and (progress["numInputRows"] or again):
                 seen = progress["batchId"]
+                note = replay_note(seen, replayed[seen]) if again else ""
                 say(f"  batch {seen}: {progress['numInputRows']} orders, "
-                    f"{progress.get('processedRowsPerSecond', 0):,.0f} rows/s")
+                    f"{progress.get('processedRowsPerSecond', 0):,.0f} rows/s{note}")
     if query.exception() is not None:
         raise SystemExit(f"the restarted query failed: {query.exception()}")
     return query
@@ -214,14 +239,15 @@ def main(argv: list[str] | None = None) -> None:
             publish(broker.uri, arguments.orders)
             say(f"3/7 streaming into Delta ({paths.table}), {arguments.per_batch} orders a "
                 f"batch, in a driver process that gets killed at {arguments.kill_at}")
-            first_run(broker.uri, paths, arguments.per_batch, arguments.kill_at, workdir)
+            replayed = first_run(broker.uri, paths, arguments.per_batch, arguments.kill_at,
+                                 workdir)
             spark = local_spark("orders-to-delta")
             try:
                 say("4/7 analytics over the broker's own log (quorumqueue jobs run ...), "
                     f"mid-way: queue {queue_state(broker.uri)}")
                 analytics(spark, broker.data_dir, workdir / "analytics")
                 say("5/7 restarting the query from its checkpoint (AvailableNow)")
-                query = restart(spark, broker.uri, paths, arguments.per_batch)
+                query = restart(spark, broker.uri, paths, arguments.per_batch, replayed)
                 say(f"  done; queue: {queue_state(broker.uri)} (the last batch is still "
                     "in the query's lease: Spark settles batch N-1 when it plans N)")
                 say("6/7 settling the last committed batch from the checkpoint")

@@ -38,6 +38,9 @@ def test_the_main_job_lands_every_order_in_delta_exactly_once(tmp_path):
                        r"commit log \[0\], 2 Delta commit\(s\)", out)
     assert killed, out
     assert "queue 'orders': 0 ready, 0 unacked" in out
+    # the exactly-once moment, said where it happens: batch 1 runs again, Delta skips it
+    assert re.search(r"batch 1: \d+ orders, .* <- batch 1 again: the killed driver's last "
+                     r"batch, replayed with the same offsets; Delta already had it", out), out
     assert re.search(r"Delta history: v0 WRITE \(\+10\), v1 WRITE \(\+10\), v2 WRITE \(\+10\)$",
                      out, re.MULTILINE), out
     # both analytics jobs ran once over the broker's log, into Delta, after the kill:
@@ -63,3 +66,13 @@ def test_a_temporary_working_directory_keeps_the_delta_tables_for_the_user(tmp_p
     assert clean_up(tmp_path) == tmp_path / "orders_delta"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["analytics", "orders_delta"]
     assert (tmp_path / "orders_delta" / "_delta_log").is_dir()
+
+
+def test_the_replayed_batch_is_named_with_what_delta_does_with_it():
+    from quorumqueue.jobs.orders_to_delta import replayed_batches
+
+    # killed after batch 1's Delta commit (versions 0 and 1), before its commit log
+    assert replayed_batches([0, 1], [0], delta_versions=2) == {1: True}
+    # killed before batch 1's Delta commit: the restart writes it
+    assert replayed_batches([0, 1], [0], delta_versions=1) == {1: False}
+    assert replayed_batches([0, 1], [0, 1], delta_versions=2) == {}
