@@ -13,8 +13,9 @@ Inputs (DataFrames; pure transforms, tested on hand-built rows):
               (the broker's own figure for its per-message metadata, computed by the
               broker's code on the state restored from these files), memtable_bytes
 Outputs:
-    queues    per queue: messages, the model's floor (32 B each), the measured figure,
-              bytes per message, and whether the queue stays within the floor
+    queues    per queue: messages, RabbitMQ's model (32 B each: an estimate, which a
+              measured figure may sit below), the measured figure, bytes per message,
+              and whether the queue stays within the model
     node      per node: memory-table bytes against the WAL limit, the node memory the
               guide implies (3x and 4x the limit), and the queues' metadata on top
 """
@@ -30,7 +31,7 @@ from .outputs import human_bytes as _size
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-MODEL_BYTES_PER_MESSAGE = 32        # RabbitMQ's documented floor
+MODEL_BYTES_PER_MESSAGE = 32        # RabbitMQ's documented estimate per message
 TABLES = ("queues", "node")
 # run()'s progress steps (`progress.advance(item)`, client/progress.py): each table
 # computed, then the tables and the report written
@@ -38,7 +39,7 @@ STAGES = len(TABLES) + 1
 
 
 def queues(groups: "DataFrame") -> "DataFrame":
-    """Per queue: the model's floor beside the measured metadata."""
+    """Per queue: RabbitMQ's model beside the measured metadata."""
     per_message = F.when(F.col("messages") > 0,
                          F.round(F.col("state_bytes") / F.col("messages"), 1))
     return (groups.select("node", "group", "vhost", "queue", "messages", "returned",
@@ -71,7 +72,8 @@ def report(queue_rows: list, node_rows: list) -> list[str]:
             f"messages; metadata {_size(row['state_bytes'])}; WAL memory tables "
             f"{_size(row['memtable_bytes'])} of the {_size(row['wal_max_size_bytes'])} "
             f"limit ({100 * row['memtable_share_of_limit']:.1f}%). Allocate at least "
-            f"{_size(row['recommended_min_bytes'])} (4x the limit under high throughput: "
+            f"{_size(row['recommended_min_bytes'])} (3x the limit plus the metadata; under "
+            f"high throughput 4x the limit plus the metadata: "
             f"{_size(row['recommended_high_throughput_bytes'])}).")
     for row in sorted(queue_rows, key=lambda r: -(r["state_bytes"] or 0)):
         per = row["bytes_per_message"]
@@ -79,7 +81,8 @@ def report(queue_rows: list, node_rows: list) -> list[str]:
             f"  queue '{row['queue']}' (vhost '{row['vhost']}'): {row['messages']:,} "
             f"messages, metadata {_size(row['state_bytes'])}"
             + (f" = {per} B/message" if per is not None else "")
-            + f" (model floor {MODEL_BYTES_PER_MESSAGE} B/message"
+            + f" (RabbitMQ's model: {MODEL_BYTES_PER_MESSAGE} B/message, "
+            + ("within it" if row["within_model"] else "above it")
             + (f", {row['returned']:,} returned" if row["returned"] else "") + ")")
     return lines or ["no quorum queues found."]
 

@@ -165,7 +165,11 @@ def recommend(segment_rows: list, what_if_rows: list, current: int) -> list[str]
         if not mine:
             # entries still in the WAL never reach segments once settled: no what-if
             lines.append("  its log is all in the WAL so far (no segment files): "
-                         "nothing on disk to reclaim yet.")
+                         "nothing on disk to reclaim yet. Entries reach segment files "
+                         "when the WAL rolls over, at raft.wal_max_size_bytes (512 MiB by "
+                         "default: tens of thousands of small messages fit), and settled "
+                         "ones never do; to look at segments with less data, lower "
+                         "raft.wal_max_size_bytes (make main uses 8 KiB).")
         elif options:
             best = max(options, key=lambda r: (r["reclaimable_bytes"], -r["files"]))
             now = next((r for r in options if r["segment_max_entries"] == current), None)
@@ -176,6 +180,15 @@ def recommend(segment_rows: list, what_if_rows: list, current: int) -> list[str]
                     f"{_size(best['reclaimable_bytes'])} instead of "
                     f"{_size(now['reclaimable_bytes'])}, in {best['files']} files instead "
                     f"of {now['files']}.")
+            elif now is None:
+                # the current size is not among those tried: no comparison to make
+                sizes = ", ".join(str(r["segment_max_entries"]) for r in
+                                  sorted(options, key=lambda r: r["segment_max_entries"]))
+                lines.append(
+                    f"  raft.segment_max_entries = {current} is not among the sizes tried "
+                    f"({sizes}); of those, {best['segment_max_entries']} would let the "
+                    f"release cursor reclaim the most: {_size(best['reclaimable_bytes'])} "
+                    f"in {best['files']} files.")
             else:
                 lines.append(f"  raft.segment_max_entries = {current} suits this workload "
                              "(no candidate size reclaims more).")

@@ -85,6 +85,12 @@ def test_the_report_names_the_pinning_message_and_the_best_size(spark, inputs):
     assert "frees 1 of them" in text
     assert "(raft indexes 6): consume or reject those messages" in text
     assert "compaction (RabbitMQ 4.3 behaviour) deletes 1 more (400 B)" in text
+    # a current size that was not tried is not called suitable (before: '64 suits this
+    # workload' when every candidate was 128 or more, true by construction)
+    text = "\n".join(job.recommend(segments, options, current=64))
+    assert "suits this workload" not in text
+    assert ("raft.segment_max_entries = 64 is not among the sizes tried (2, 4, 8); of "
+            "those, 4 would let the release cursor reclaim the most: 400 B in") in text
     text = "\n".join(job.recommend(segments, options, current=8))
     assert ("with raft.segment_max_entries = 4 (now 8) the release cursor alone would "
             "reclaim 400 B instead of 0 B, in 5 files instead of 3") in text
@@ -98,4 +104,7 @@ def test_a_queue_whose_log_is_all_in_the_wal_gets_no_what_if():
     assert job.recommend([], options, current=4096) == [
         "queue 'q' (vhost '/'): 0 segment files, 0 B, of which 0 B (0%) is settled messages.",
         "  its log is all in the WAL so far (no segment files): nothing on disk to "
-        "reclaim yet."]
+        "reclaim yet. Entries reach segment files when the WAL rolls over, at "
+        "raft.wal_max_size_bytes (512 MiB by default: tens of thousands of small messages "
+        "fit), and settled ones never do; to look at segments with less data, lower "
+        "raft.wal_max_size_bytes (make main uses 8 KiB)."]
