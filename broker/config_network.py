@@ -12,7 +12,9 @@
   (nothing sent, part of the protocol header, stopped before start-ok, tune-ok or
   open) is closed; `management.tcp.request_timeout` and `prometheus.tcp.request_timeout`
   (ms, Cowboy's 5000): an HTTP connection that has not sent a whole request's
-  headers that long after it connected or after its last response is closed.
+  headers that long after it connected or after its last response is closed;
+  `ssl_handshake_timeout` (ms, 5000): a connection to the AMQP TLS listener that has
+  not finished its TLS handshake by then is closed (handshake_timeout starts after it).
 
 `parse_network(pairs)` reads them into a frozen `NetworkSettings`; an impossible
 value is a ConfigError naming the key. Not here: what enforces them (broker/net/,
@@ -51,6 +53,7 @@ class NetworkSettings:
     handshake_timeout_ms: int = 10_000       # 0: infinity (never)
     management_request_timeout_ms: int = 5_000
     prometheus_request_timeout_ms: int = 5_000
+    ssl_handshake_timeout_ms: int = 5_000    # the AMQP TLS listener's TLS handshake
 
 
 _HEADER_KEYS = {
@@ -65,6 +68,7 @@ _TIMEOUT_KEYS = {
     "handshake_timeout": "handshake_timeout_ms",
     "management.tcp.request_timeout": "management_request_timeout_ms",
     "prometheus.tcp.request_timeout": "prometheus_request_timeout_ms",
+    "ssl_handshake_timeout": "ssl_handshake_timeout_ms",
 }
 KEYS = frozenset({"management.cors.max_age", *_HEADER_KEYS, *_TIMEOUT_KEYS})
 

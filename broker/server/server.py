@@ -357,7 +357,8 @@ class BrokerServer:
             self._ssl_server = await self._loop.create_server(
                 self.sockets.guard(lambda: _Connection(self), "AMQP TLS"), host,
                 self.settings.ssl_port, ssl=context,
-                reuse_address=True, backlog=1024, ssl_handshake_timeout=30.0,
+                reuse_address=True, backlog=1024,
+                ssl_handshake_timeout=self.settings.network.ssl_handshake_timeout_ms / 1000,
                 start_serving=False)
             self.ssl_port = self._ssl_server.sockets[0].getsockname()[1]
             log.info("started TLS (SSL) listener on %s:%d", host, self.ssl_port)

@@ -246,3 +246,9 @@ def test_connection_timeouts_take_rabbitmq_s_keys_and_defaults(tmp_path):
                  "management.tcp.request_timeout = -1\n"):
         with pytest.raises(ConfigError, match=text.split(" =")[0]):
             load_settings(write(tmp_path, text))
+
+
+def test_ssl_handshake_timeout_is_rabbitmq_s_key(tmp_path):
+    assert load_settings().network.ssl_handshake_timeout_ms == 5000
+    assert load_settings(write(tmp_path, "ssl_handshake_timeout = 1500\n")
+                         ).network.ssl_handshake_timeout_ms == 1500

@@ -32,13 +32,13 @@ def pki(tmp_path_factory):
     return make_pki(str(tmp_path_factory.mktemp("pki")))
 
 
-def tls_broker(pki, **ssl_options) -> BrokerProcess:
+def tls_broker(pki, top: str = "", **ssl_options) -> BrokerProcess:
     port = free_port()
     lines = [f'certfile = "{pki.server_cert}"', f'keyfile = "{pki.server_key}"',
              f'cacertfile = "{pki.ca}"', 'verify = "verify_peer"']
     for key, value in ssl_options.items():
         lines.append(f"{key} = {value}")
-    broker = BrokerProcess(extra_config=f"listeners.ssl.default = {port}\n"
+    broker = BrokerProcess(extra_config=top + f"listeners.ssl.default = {port}\n"
                                         "[ssl_options]\n" + "\n".join(lines) + "\n")
     broker.ssl_port = port
     broker.start()
@@ -211,3 +211,24 @@ def test_a_tls_listener_without_a_certificate_stops_the_broker_at_start(tmp_path
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "ssl_options.certfile: a TLS listener needs a certificate" in result.stderr
+
+
+def test_a_connection_that_never_starts_tls_is_closed_after_ssl_handshake_timeout(pki):
+    """RabbitMQ's ssl_handshake_timeout (5000 ms by default; 1000 here): a client of
+    the TLS listener that sends nothing, or a ClientHello cut short, is closed (before:
+    after a hard-wired 30 s)."""
+    broker = tls_broker(pki, top="ssl_handshake_timeout = 1000\n")
+    try:
+        for data in (b"", b"\x16\x03\x01\x00\xa5\x01"):
+            # a recv still waiting after 20 s raises TimeoutError: not closed
+            with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=20) as sock:
+                began = time.monotonic()
+                sock.sendall(data)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except ConnectionResetError:
+                    pass
+                assert time.monotonic() - began >= 0.5
+    finally:
+        broker.cleanup()
