@@ -122,8 +122,9 @@ main: setup
 	@$(PY) -m quorumqueue.jobs.orders_to_delta
 
 # The suite runs in one pytest-xdist worker per CPU, a test file per worker at a time
-# (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process.
-XDIST := -n auto --dist loadfile
+# (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process. The 25
+# slowest tests are listed at the end, to keep the whole run under 20 minutes on 2 cores.
+XDIST := -n auto --dist loadfile --durations=25
 test: setup oracle browser $(STAMP_NEWEST) $(PTH_STAMP_NEWEST)
 	@$(PY) -m pytest -q $(XDIST)
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
