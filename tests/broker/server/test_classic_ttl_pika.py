@@ -68,7 +68,9 @@ def test_an_expired_message_is_dead_lettered_with_x_death_headers(channel):
         "count": 1, "reason": "expired", "queue": name, "exchange": "amq.direct",
         "routing-keys": ["rk", "other"], "original-expiration": "60000"}
     headers = properties.headers
-    assert headers["app"] == "kept" and headers["CC"] == ["other"]
+    # dead-lettered by x-dead-letter-routing-key, the copy loses its CC header (its
+    # keys stay in x-death), as RabbitMQ's dead lettering removes it
+    assert headers["app"] == "kept" and "CC" not in headers
     assert (headers["x-first-death-reason"], headers["x-first-death-queue"],
             headers["x-first-death-exchange"]) == ("expired", name, "amq.direct")
     assert (headers["x-last-death-reason"], headers["x-last-death-queue"],
