@@ -507,9 +507,9 @@ def _publish_taken(session, channel: Channel, taken: list[tuple],
 
 
 def _checked_properties(session, channel: Channel, properties):
-    """A message's user_id (the user's own), reply_to (direct reply-to: this
-    channel's name for it) and per-message TTL (expiration), as rabbit_channel
-    checks them."""
+    """A message's user_id (the user's own, any for a user tagged impersonator),
+    reply_to (direct reply-to: this channel's name for it) and per-message TTL
+    (expiration), as rabbit_channel checks them."""
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
         properties = _checked_names(session, channel, properties)
     if properties.flags & FLAG_EXPIRATION:
@@ -544,7 +544,8 @@ def _selected_keys(properties):
 def _checked_names(session, channel: Channel, properties):
     values = properties.decoded()
     user_id = values.get("user_id")
-    if user_id and _text(user_id) != session.user.name:
+    if (user_id is not None and _text(user_id) != session.user.name
+            and "impersonator" not in session.user.tags):
         raise precondition(f"user_id property set to '{_text(user_id)}' but authenticated "
                            f"user was '{session.user.name}'")
     if _text(values.get("reply_to") or "") == REPLY_TO:
