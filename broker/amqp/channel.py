@@ -8,7 +8,7 @@ How it works: the connection classifies every frame on a channel into a `Frame` 
 and looks it up: `TABLE[state][kind]`. A channel that is OPEN first asks `CONTENT`
 (is a content header or body due?), then `LIFECYCLE` (absent -> OPEN on channel.open,
 OPEN -> CLOSE_REQUESTED on channel.close, then absent once the node answers it with
-close-ok; CLOSING -> absent on close/close-ok). A kind missing
+close-ok; CLOSING -> absent on close-ok). A kind missing
 from a table is the protocol error RabbitMQ sends for it, built by `lifecycle_error`
 and `content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
 The tables are nested dicts (state, then kind) rather than keyed by pairs: no tuple
@@ -17,8 +17,12 @@ both tables folded once at import and keyed on what a frame starts with (its typ
 or its method's class and method ids as one number); a frame DISPATCH lacks takes
 the general path through the two tables, so both paths make the same transitions.
 
-Invariants: a channel in CLOSING (the server sent channel.close) receives nothing but
-channel.close and close-ok, everything else is discarded (spec 1.5.2.5); a channel in
+Invariants: a channel in CLOSING (the server sent channel.close) acts on nothing but
+channel.close, close-ok and open, everything else is discarded (spec 1.5.2.5); a client's
+channel.close there is answered with close-ok and the channel stays CLOSING until the
+client's close-ok for the server's close (both sides closed at once: rabbit_channel's
+closing state), so that close-ok is not taken for one on a free number, and a
+channel.open before it is the 504 RabbitMQ sends; a channel in
 CLOSE_REQUESTED discards every frame (the client may send nothing on it before its
 close-ok, and the number is not free until then); a message's
 body frames add up to exactly the header's body size; a new method arrives only
@@ -83,8 +87,8 @@ _ALL = tuple(Frame)
 _METHODS = (Frame.OPEN, Frame.CLOSE, Frame.CLOSE_OK, Frame.CONNECTION_METHOD, Frame.METHOD)
 
 # state -> frame -> state after it (None: the channel number is free). A CLOSING
-# channel discards what is not close or close-ok, a CLOSE_REQUESTED one everything,
-# so every kind has an entry there.
+# channel discards what is not open, close or close-ok, a CLOSE_REQUESTED one
+# everything, so every other kind has an entry there.
 LIFECYCLE: dict[ChannelState | None, dict[Frame, ChannelState | None]] = {
     None: {Frame.OPEN: ChannelState.OPEN},
     ChannelState.OPEN: {Frame.CLOSE: ChannelState.CLOSE_REQUESTED,
@@ -92,8 +96,11 @@ LIFECYCLE: dict[ChannelState | None, dict[Frame, ChannelState | None]] = {
                         Frame.PUBLISH: ChannelState.OPEN,
                         Frame.HEADER: ChannelState.OPEN,
                         Frame.BODY: ChannelState.OPEN},
-    ChannelState.CLOSING: {**{kind: ChannelState.CLOSING for kind in _ALL},
-                           Frame.CLOSE: None,      # close-ok is sent back
+    # a close crossing the server's is answered with close-ok (the connection sends
+    # it); the client's close-ok for the server's close, which follows, ends it; a
+    # channel.open before that is 504 "second 'channel.open' seen", as in rabbit_channel
+    ChannelState.CLOSING: {**{kind: ChannelState.CLOSING for kind in _ALL
+                              if kind is not Frame.OPEN},
                            Frame.CLOSE_OK: None},
     ChannelState.CLOSE_REQUESTED: {kind: ChannelState.CLOSE_REQUESTED for kind in _ALL},
 }

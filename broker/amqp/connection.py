@@ -482,10 +482,10 @@ class Connection:
             self._open_channels += 1
             self.write(codec.channel_open_ok(number))
             return ChannelOpened(number)
-        if after is None:  # close or close-ok ends a closing channel
+        if kind is Frame.CLOSE and state is _CHANNEL_CLOSING:  # closes crossed
+            self.write(codec.channel_close_ok(number))
+        elif after is None:  # the client's close-ok ends a closing channel
             del self.channels[number]
-            if kind is Frame.CLOSE:
-                self.write(codec.channel_close_ok(number))
         return None
 
     # ------------------------------------------------------------ the handshake

@@ -344,10 +344,14 @@ CHANNEL_TABLE = [
         "frame instead 0/0"], [ChannelClosed(1)], None),
     (ChannelState.CLOSING, "method", [], [], ChannelState.CLOSING),
     (ChannelState.CLOSING, "content header", [], [], ChannelState.CLOSING),
-    (ChannelState.CLOSING, "channel.open", [], [], ChannelState.CLOSING),
+    # still closing until the client's close-ok: rabbit_channel's 504 for a second open
+    (ChannelState.CLOSING, "channel.open", ["0:Connection.Close 504 CHANNEL_ERROR - second "
+                                            "'channel.open' seen 20/10"], [], None),
     (ChannelState.CLOSING, "connection method", [], [], ChannelState.CLOSING),
     (ChannelState.CLOSING, "channel.close-ok", [], [], None),
-    (ChannelState.CLOSING, "channel.close", ["1:Channel.CloseOk"], [], None),
+    # both sides closed at once: the client's close is answered, and the channel waits
+    # for the close-ok of the server's close (rabbit_channel's closing state)
+    (ChannelState.CLOSING, "channel.close", ["1:Channel.CloseOk"], [], ChannelState.CLOSING),
 ]
 
 FRAMES = {
