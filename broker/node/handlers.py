@@ -172,7 +172,7 @@ def _bind(session, channel: Channel, source: str, destination: Destination,
     if target is not None and (
             not unbind or vhost.has_binding(source, destination, routing_key, arguments)):
         _check_exclusive(session, target)
-    vhost.check_binding(source, destination, unbind)
+    vhost.check_binding(source, destination, unbind, arguments)
     if target is not None:  # its home node down: every operation fails (queues/base.py)
         target.check_available()
     _replicate(session, channel, method, meta.encode(

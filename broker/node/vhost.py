@@ -20,7 +20,7 @@ from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..queues.base import Queue
 from ..queues.types import field_type
 from ..routing.exchanges import (EXCHANGE, EXCHANGE_TYPES, QUEUE, Binding, Destination,
-                                 Exchange, freeze)
+                                 Exchange, freeze, x_match_refusal)
 
 PREDECLARED = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
                ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -33,6 +33,27 @@ def _show(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def erlang_term(value) -> str:
+    """A decoded field value as Erlang's ~p prints RabbitMQ's term for it, for short
+    values on one line: strings as binaries, arrays as [{type,value}], tables as
+    [{<<"key">>,type,value}]."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, bytes, bytearray)):
+        data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+        if data and all(32 <= octet <= 126 for octet in data):
+            escaped = bytes(data).decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+            return f'<<"{escaped}">>'
+        return "<<" + ",".join(str(octet) for octet in data) + ">>"
+    if isinstance(value, dict):
+        return "[" + ",".join(f"{{{erlang_term(key)},{field_type(item)},{erlang_term(item)}}}"
+                              for key, item in value.items()) + "]"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(f"{{{field_type(item)},{erlang_term(item)}}}"
+                              for item in value) + "]"
+    return "undefined" if value is None else str(value)
 
 
 class VHost:
@@ -115,9 +136,11 @@ class VHost:
         if exchange is not None and if_unused and exchange.bindings:
             raise precondition(f"exchange '{name}' in vhost '{self.name}' in use")
 
-    def check_binding(self, source: str, destination: Destination, unbind: bool) -> None:
-        """What bind refuses (unknown source or destination, the default exchange);
-        unbinding what is missing is fine, as in RabbitMQ."""
+    def check_binding(self, source: str, destination: Destination, unbind: bool,
+                      arguments: dict | None = None) -> None:
+        """What bind refuses (unknown source or destination, the default exchange,
+        arguments the source's type refuses: a headers exchange's x-match); unbinding
+        what is missing is fine, as in RabbitMQ."""
         if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)
         if unbind:
@@ -126,7 +149,15 @@ class VHost:
             self.queue(destination.name)
         else:
             self.exchange(destination.name)
-        self.exchange(source)
+        arguments = arguments or {}
+        refusal = x_match_refusal(self.exchange(source).type, arguments)
+        if refusal == "value":  # rabbit_exchange_type_headers:validate_binding's texts
+            raise precondition(f"Invalid x-match field value {erlang_term(arguments['x-match'])}"
+                               "; expected all, any, all-with-x, or any-with-x")
+        if refusal == "type":
+            x_match = arguments["x-match"]
+            raise precondition(f"Invalid x-match field type {field_type(x_match)} (value "
+                               f"{erlang_term(x_match)}); expected longstr")
 
     def delete_exchange(self, name: str, if_unused: bool) -> Exchange | None:
         if name == "":

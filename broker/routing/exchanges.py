@@ -158,6 +158,23 @@ def headers_match(binding_arguments: dict, headers: dict | None) -> bool:
     return True if want_all else matched_any
 
 
+X_MATCH_VALUES = ("all", "any", "all-with-x", "any-with-x")
+
+
+def x_match_refusal(exchange_type: str, arguments: dict) -> str | None:
+    """What is wrong with a new binding's x-match (rabbit_exchange_type_headers:
+    validate_binding): "value" (a long string not in X_MATCH_VALUES), "type" (not a
+    long string), or None (another exchange type, no x-match, or a valid one)."""
+    if exchange_type != "headers" or "x-match" not in arguments:
+        return None
+    x_match = arguments["x-match"]
+    if isinstance(x_match, bytearray) or not isinstance(x_match, (str, bytes)):
+        return "type"
+    if isinstance(x_match, bytes):
+        x_match = x_match.decode("utf-8", "surrogateescape")
+    return None if x_match in X_MATCH_VALUES else "value"
+
+
 def _field_equal(a, b) -> bool:
     if isinstance(a, bytes) and isinstance(b, str):
         return a == b.encode()

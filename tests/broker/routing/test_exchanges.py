@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumqueue.broker.routing.exchanges import (EXCHANGE, QUEUE, Binding, Destination,
-                                                   Exchange, freeze, headers_match)
+                                                   Exchange, freeze, headers_match,
+                                                   x_match_refusal)
 
 
 def queue(name: str) -> Destination:
@@ -305,3 +306,21 @@ def test_topic_trie_agrees_with_the_regex_reference(bound, messages, removed):
         assert routed(exchange, key) == {f"q{i}" for i, pattern in enumerate(bound)
                                          if i not in removed
                                          and reference_topic_match(pattern, key)}
+
+
+@pytest.mark.parametrize("exchange_type, arguments, refusal", [
+    ("headers", {}, None),
+    ("headers", {"x-match": "all"}, None),
+    ("headers", {"x-match": "any-with-x"}, None),
+    ("headers", {"x-match": b"any"}, None),       # a long string pamqp left undecoded
+    ("headers", {"x-match": "ALL"}, "value"),
+    ("headers", {"x-match": ""}, "value"),
+    ("headers", {"x-match": 1}, "type"),
+    ("headers", {"x-match": bytearray(b"all")}, "type"),  # 'x', not a long string
+    ("headers", {"x-match": ["all"]}, "type"),
+    ("direct", {"x-match": "none"}, None),         # only the headers type checks
+])
+def test_x_match_is_validated_on_headers_bindings(exchange_type, arguments, refusal):
+    """rabbit_exchange_type_headers:validate_binding: x-match is absent or the long
+    string all, any, all-with-x or any-with-x."""
+    assert x_match_refusal(exchange_type, arguments) == refusal
