@@ -174,7 +174,9 @@ class Connection:
         self.channel_max = channel_max
         self.heartbeat = 0
         self.max_message_size = max_message_size
-        self.reader = codec.FrameReader(frame_max)
+        # until tune-ok agrees a frame_max, a frame holds at most the minimum frame
+        # size (spec 4.2.3; RabbitMQ's initial_frame_max): a larger start-ok is refused
+        self.reader = codec.FrameReader(spec.FRAME_MIN_SIZE)
         self.outbound: list[bytes] = []  # frames to send, in order (the node appends too)
         # channel-0 frames that answer for no write of the node (the handshake's
         # start, tune and open-ok, heartbeats, connection.blocked and unblocked): sent
@@ -264,6 +266,10 @@ class Connection:
             try:
                 found = next_frame()
             except AMQPError as error:  # framing error: the stream cannot be trusted
+                if state in _EARLY:  # before tune-ok: rabbit_reader drops the socket
+                    self.linger = SILENT_CLOSE_DELAY  # unanswered, after its delay
+                    self._terminate(error.reply_text)
+                    continue
                 self.fail(error)
                 if self.state is not ConnectionState.CLOSED:
                     # RabbitMQ (fatal_frame_error): the close is sent, then the socket dropped

@@ -28,7 +28,7 @@ import pytest
 from pamqp import commands as amqp
 from pamqp import header as pamqp_header
 
-from tests.differential.probe import Probe, frame, marshal
+from tests.differential.probe import PROTOCOL_HEADER, Probe, frame, marshal
 
 # (scenario, dotted path into the transcript) -> why quorumqueue differs on purpose
 DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
@@ -38,6 +38,10 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
     ("tune_ok_frame_max_4096", "0.open"):
         "RabbitMQ 3.10.8 accepts frame_max >= 4096; quorumqueue requires 8192 and "
         "refuses less with 530, as RabbitMQ 3.13+ and 4.x do",
+    ("start_ok_larger_than_the_minimum_frame", "1.received"):
+        "the minimum frame size (what a frame may hold before tune-ok) is quorumqueue's "
+        "frame_min, 8192 as in RabbitMQ 3.13+ and 4.x; RabbitMQ 3.10.8's is 4096, so a "
+        "start-ok of 6 KB is refused there and logs in here",
     ("quorum_queue_delivery_limit_type", "1.reply"):
         "quorumqueue type-checks x-delivery-limit (406 unacceptable_type) where "
         "RabbitMQ 3.10.8 accepts any value and ignores what is not an integer",
@@ -229,6 +233,30 @@ def tune_ok_frame_max_4096(uri: str) -> list:
     with Probe(uri) as c:
         c.record({"open": c.handshake(frame_max=4096, record_failure=False)["open"]})
         return c.transcript
+
+
+@raw_scenario
+def start_ok_larger_than_the_minimum_frame(uri: str) -> list:
+    """Before tune-ok the peers have agreed no frame_max, so a frame may hold at most
+    the minimum frame size (spec 4.2.3 frame-min-size; RabbitMQ's initial_frame_max):
+    a larger connection.start-ok (client properties of some kilobytes) is refused
+    during negotiation, the socket closed without a connection.close after a delay
+    (rabbit_reader's fatal_frame_error in the starting state). A smaller one logs in."""
+    transcript = []
+    for padding in (3000, 6000, 10000):
+        c = Probe(uri)
+        try:
+            c.send_bytes(PROTOCOL_HEADER)
+            c.next_event()
+            c.send_bytes(marshal(amqp.Connection.StartOk(
+                client_properties={"product": "dt", "padding": "x" * padding},
+                mechanism="PLAIN", response=f"\0{c.username}\0{c.password}",
+                locale="en_US"), 0))
+            transcript.append({"padding": padding,
+                               "received": c.next_event(timeout=6.0)["method"]})
+        finally:
+            c.sock.close()
+    return transcript
 
 
 # ================================================================ channel (§1.5)
