@@ -54,7 +54,6 @@ from ..config import Settings
 from ..groups.metadata import META_GROUP, MetaGroup
 from ..groups.metadata import encode as encode_meta
 from ..groups.replicated import ReplicatedGroup, Waiter
-from ..raft import RaftNode
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..storage.node_list import NodeListFile
@@ -275,8 +274,7 @@ class Cluster:
         fresh = META_GROUP not in store.groups()
         if fresh and not self.joining:  # a joining node learns the group from its leader
             store.set_initial_members(META_GROUP, list(self.nodes))
-        raft = RaftNode(self.name, quorum.raft_config, store.group_log(META_GROUP),
-                        quorum._random)
+        raft = quorum.new_core(META_GROUP)
         if raft.members == (self.name,) or (fresh and not self.joining
                                             and self.name == self.nodes[0]):
             # a group of one elects itself at once; a new cluster: the first node asks

@@ -12,7 +12,12 @@ caller collects them with `ready()`, persists, sends, applies, then calls
 timeout) comes from the injected `random.Random`, so a run is a pure function of its
 inputs. Each role has a step function (`_step_follower`, `_step_candidate`, and the
 leader's in leader.py); term rules common to all roles run first in `step`.
-Restart is construction: a new RaftNode over the recovered storage.
+Restart is construction: a new RaftNode over the recovered storage. A caller that
+drives many groups gives each core the same `awake` dict (an ordered set of group
+keys): every input that may leave something to hand out — a step, a proposal, a
+campaign, a tick that sent heartbeats or started an election, an advance — adds the
+core's `group` to it, so the caller asks those groups for a Ready and not every group
+it has (etcd-io/raft's HasReady without the scan; an idle group costs nothing).
 
 Invariants (Raft paper §5, thesis §3, §4, §9.6):
 - the term only grows, and only on seeing a higher term — never on a pre-vote;
@@ -53,8 +58,14 @@ _SCAN_CHUNK = 256   # entries read at a time when looking for membership entries
 
 class RaftNode:
     def __init__(self, id: str, config: RaftConfig, storage: LogReader,
-                 random: _random.Random) -> None:
+                 random: _random.Random, awake: dict[str, None] | None = None,
+                 group: str = "") -> None:
         self.id = id
+        # the caller's groups that had input since it last asked them for a Ready, an
+        # ordered set (a dict) shared by every group it drives: each input adds `group`,
+        # so the caller asks those, not every group (None: nobody keeps count)
+        self._awake = awake
+        self._group = group
         self.config = config
         self._random = random
         self._log = RaftLog(storage)
@@ -74,6 +85,7 @@ class RaftNode:
         self._outstanding: Ready | None = None     # handed out, not yet advanced
         self._persisted_hard_state = hard_state
         self._reported = (self._term, self._role, self._leader_id)
+        self._woken()  # a recovered log may have something to apply or to say
 
     # --- what the node is ------------------------------------------------------------
 
@@ -127,17 +139,25 @@ class RaftNode:
     # --- inputs ----------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One logical tick of the election timer, or of the leader's clocks."""
-        if self._leader is not None:
-            if not self._leader.tick():              # check-quorum failed
+        """One logical tick of the election timer, or of the leader's clocks. Wakes
+        the group only if the tick did something (a heartbeat, an election): an idle
+        follower's or a single member's tick leaves nothing to ask for."""
+        leader = self._leader
+        if leader is not None:
+            if not leader.tick():                    # check-quorum failed
                 self._become_follower(self._term, None)
+                self._woken()
+            elif self._outbox:                       # heartbeats (to peers, if any)
+                self._woken()
             return
         self._election_elapsed += 1
         if self._election_elapsed >= self._election_timeout and self._promotable():
             self._campaign(pre=self.config.pre_vote, transfer=False)
+            self._woken()
         elif self._role in (Role.PRE_CANDIDATE, Role.CANDIDATE) \
                 and self._election_elapsed % self.config.heartbeat_ticks == 0:
             self._ask_for_votes(again=True)
+            self._woken()
 
     def campaign(self) -> None:
         """Start an election now (e.g. on the member that created the group)."""
@@ -146,6 +166,7 @@ class RaftNode:
         if not self._promotable():
             raise ProposalRejected(f"campaign - {self.id} is not a member")
         self._campaign(pre=self.config.pre_vote, transfer=False)
+        self._woken()
 
     def propose(self, data: bytes, kind: int = COMMAND) -> int:
         """Append a command to the leader's log; returns its index."""
@@ -159,6 +180,7 @@ class RaftNode:
         if leader.transferee is not None:
             raise ProposalRejected(f"proposal - leadership transfer to {leader.transferee} "
                                    "in progress")
+        self._woken()
         return self._append(kind, data)
 
     def propose_run(self, datas: Sequence[bytes]) -> int:
@@ -173,6 +195,9 @@ class RaftNode:
                                    f"{leader.transferee} in progress")
         index = self._log.append_run(self._term, COMMAND, datas)
         leader.mark_all_due(False)
+        awake = self._awake  # `_woken`, inlined: once per publish run
+        if awake is not None:
+            awake[self._group] = None
         return index
 
     def propose_membership(self, *, add: str | None = None, remove: str | None = None) -> int:
@@ -199,6 +224,7 @@ class RaftNode:
             new = tuple(m for m in members if m != remove)
             if not new:
                 raise ProposalRejected("membership change - cannot remove the last member")
+        self._woken()
         return self._append(MEMBERSHIP, encode_members(new))
 
     def transfer_leadership(self, to: str) -> None:
@@ -209,11 +235,13 @@ class RaftNode:
         if to not in self._membership.current:
             raise ProposalRejected(f"leadership transfer - {to} is not a member")
         leader.transfer(to)
+        self._woken()
 
     def report_snapshot(self, peer: str, success: bool) -> None:
         """The shell could (not) deliver the InstallSnapshot the core asked for."""
         if self._leader is not None:
             self._leader.report_snapshot(peer, success)
+            self._woken()
 
     def compact(self, index: int) -> SnapshotMeta:
         """The state machine took a snapshot after applying `index`.
@@ -239,6 +267,9 @@ class RaftNode:
         """Digest one message from a peer."""
         if m.to != self.id:
             raise ValueError(f"step - message for {m.to} given to {self.id}")
+        awake = self._awake  # `_woken`, inlined: once per message
+        if awake is not None:
+            awake[self._group] = None
         if m.term > self._term:
             match m:
                 case RequestVote(pre_vote=True):
@@ -343,6 +374,14 @@ class RaftNode:
         self._reported = (ready.term, ready.role, ready.leader_id)
         if self._leader is not None and self._leader.maybe_commit():
             self._on_leader_commit(self._leader)   # our own persistence completed a quorum
+        # what became durable may be applied now, a commit may have followed: asked
+        # once more (nothing to hand out then costs one `ready()`)
+        self._woken()
+
+    def _woken(self) -> None:
+        """Input arrived: the caller is to ask this group for a Ready (`awake`)."""
+        if self._awake is not None:
+            self._awake[self._group] = None
 
     # --- elections -------------------------------------------------------------------
 

@@ -124,6 +124,9 @@ class QuorumGroups:
         # group uid -> the Ready a full disk stopped (a snapshot install that found no
         # room): that group waits, the others go on; tried again each round (driver.py)
         self.held_readies: dict = {}
+        # the groups that had input since they were last asked for a Ready (an ordered
+        # set: their cores add themselves, raft/core.py): a round asks only these
+        self.awake: dict[str, None] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -161,7 +164,7 @@ class QuorumGroups:
 
     def _start(self, vhost: str, name: str, arguments: dict, uid: str,
                state: FifoState, members: tuple[str, ...], campaign: bool) -> QuorumQueue:
-        raft = RaftNode(self.member, self.raft_config, self.store.group_log(uid), self._random)
+        raft = self.new_core(uid)
         if campaign:
             raft.campaign()  # a group of one elects itself at once
         queue = QuorumQueue(vhost, name, arguments, uid, raft, state, members)
@@ -169,6 +172,12 @@ class QuorumGroups:
         queue.groups = self
         self.queues[uid] = queue
         return queue
+
+    def new_core(self, uid: str) -> RaftNode:
+        """This node's Raft core of group `uid`, over the log store, woken with the
+        others (`awake`)."""
+        return RaftNode(self.member, self.raft_config, self.store.group_log(uid),
+                        self._random, self.awake, uid)
 
     def _remote(self, vhost: str, name: str, arguments: dict, uid: str,
                 members: tuple[str, ...]) -> QuorumQueue:
@@ -185,8 +194,7 @@ class QuorumGroups:
         the leader adds to the group and fills (entries or a snapshot)."""
         if queue.group in self.store.groups():
             self.store.delete_group(queue.group)  # a stale replica from an earlier time
-        queue.raft = RaftNode(self.member, self.raft_config, self.store.group_log(queue.group),
-                              self._random)
+        queue.raft = self.new_core(queue.group)
         queue.router = self.cluster
         queue.state = FifoState(config=fifo_config(queue.arguments))
         queue.applied = AppliedIds()
@@ -237,7 +245,7 @@ class QuorumGroups:
         group has a Ready; `Node.flush` does this with the other stores."""
         for _round in range(driver.MAX_ROUNDS):
             self._propose_held()
-            readies = driver.persist_round(self.store, self.queues.values())
+            readies = driver.persist_round(self.store, self._take_awake())
             self._time_appends(readies)
             self.store.flush()
             driver.finish_round(readies, self)
@@ -251,7 +259,7 @@ class QuorumGroups:
         thread); `end_round` once that returned."""
         self._propose_held()
         waiting = len(self.held_readies)
-        readies = driver.persist_round(self.store, self.queues.values(), self.held_readies)
+        readies = driver.persist_round(self.store, self._take_awake(), self.held_readies)
         if len(self.held_readies) > waiting:
             log.warning("no room on disk for the snapshot of %s: %s waits (its other "
                         "members go on); tried again each round",
@@ -260,6 +268,20 @@ class QuorumGroups:
         self._time_appends(readies)
         driver.send_early(readies, self)  # leaders' appends: while the fsync runs
         return readies, self.store.seal()
+
+    def _take_awake(self) -> list[ReplicatedGroup]:
+        """The members to ask for a Ready this round: those woken since the last one,
+        and those whose Ready a full disk holds; the set starts empty again. A round
+        costs what its groups did, not what the node holds (an idle group: nothing)."""
+        awake = self.awake
+        keys = [*awake, *(g for g in self.held_readies if g not in awake)]
+        awake.clear()
+        return self._members(keys)
+
+    def _members(self, keys) -> list[ReplicatedGroup]:
+        queues = self.queues
+        return [member for key in keys
+                if (member := queues.get(key)) is not None and member.raft is not None]
 
     def _propose_held(self) -> None:
         """What the queues settled since the last round, one command per consumer
@@ -283,7 +305,8 @@ class QuorumGroups:
         what that made committed and durable (and what peers committed meanwhile)."""
         self.store.synced(batch)
         driver.finish_round(readies, self, sent_early=True)
-        driver.apply_round(self.queues.values(), self, self.held_readies)
+        # the round's groups (each woke at its advance) and those stepped meanwhile
+        driver.apply_round(self._members(list(self.awake)), self, self.held_readies)
         self.release_confirms()
 
     def release_confirms(self) -> None:

@@ -355,3 +355,38 @@ def test_a_snapshot_the_disk_has_no_room_for_holds_its_group_only_until_a_later_
         "install a 9", "append a [10]", "append b [2]",
         "send a ['a->n1 SnapResp']", "apply a []", "advance a", "advanced a",
         "apply b []", "advance b", "advanced b"]
+
+
+def test_a_round_asks_only_the_groups_that_had_input_however_many_the_node_holds():
+    """Issue 31, "Costs that follow the work": a node's round asks for a Ready only
+    the groups whose cores had input since their last round (raft/core.py `awake`:
+    a proposal, a message, an election, an advance), not each of its groups. With 400
+    idle quorum queues, one confirmed publish to one of them asks a few groups, where
+    the old scan asked every group in every round (>= 800 for two rounds)."""
+    from pamqp import commands
+
+    from tests.broker.node.harness import Client, new_node
+
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    for number in range(400):
+        client.declare_queue(1, f"q{number}", durable=True,
+                             arguments={"x-queue-type": "quorum"})
+    client.call(1, commands.Confirm.Select(), "Confirm.SelectOk")
+    asked = []
+    original = RaftNode.ready
+
+    def counted(raft):
+        asked.append(raft)
+        return original(raft)
+
+    RaftNode.ready = counted
+    try:
+        client.publish(1, "", "q123", b"m", props=commands.Basic.Properties(delivery_mode=2))
+        assert client.read_names() == ["Basic.Ack"]
+    finally:
+        RaftNode.ready = original
+    assert 0 < len(asked) <= 8, len(asked)
+    queue = client.node.vhosts["/"].queues["q123"]
+    assert queue.ready_count == 1
