@@ -49,17 +49,19 @@ def _vhost(node: "Node", name: str):
 
 
 def _exchange_declare(node: "Node", c: dict):
-    _exchange, created = _vhost(node, c["vhost"]).declare_exchange(
+    """Exchanges and bindings do not mark the metadata file to be saved: the
+    metadata log holds the command (durable before it is applied), a restart applies
+    the log after the last snapshot on top of the file, and a snapshot saves the file
+    (groups/metadata.py). Only queue records must be in the file before the replay:
+    a restart drops the messages and groups of queues the file does not name."""
+    _vhost(node, c["vhost"]).declare_exchange(
         c["name"], c["type"], False, c["durable"], c["auto_delete"], c["internal"],
         c["arguments"])
-    if created:
-        node.metadata_dirty = True
     return None
 
 
 def _exchange_delete(node: "Node", c: dict):
-    if _vhost(node, c["vhost"]).delete_exchange(c["name"], c["if_unused"]) is not None:
-        node.metadata_dirty = True
+    _vhost(node, c["vhost"]).delete_exchange(c["name"], c["if_unused"])  # (the log has it)
     return None
 
 
@@ -188,8 +190,7 @@ def _bind(node: "Node", c: dict):
         vhost.unbind(c["source"], destination, c["routing_key"], c["arguments"])
     else:
         vhost.bind(c["source"], destination, c["routing_key"], c["arguments"])
-    node.metadata_dirty = True
-    return None
+    return None  # the file is not marked: the log has it (`_exchange_declare`)
 
 
 def _add_node(node: "Node", c: dict):
