@@ -130,13 +130,14 @@ main: setup
 
 # The suite runs in one pytest-xdist worker per CPU, a test file per worker at a time
 # (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process. The 25
-# slowest tests are listed at the end, to keep the whole run under 20 minutes on 2 cores.
+# slowest tests are listed at the end, to keep the whole run under 20 minutes on 2 cores;
+# every test's time is in test-artifacts/junit*.xml.
 XDIST := -n auto --dist loadfile --durations=25
 test: setup oracle browser $(STAMP_NEWEST) $(PTH_STAMP_NEWEST)
-	@$(PY) -m pytest -q $(XDIST)
+	@$(PY) -m pytest -q $(XDIST) --junitxml=test-artifacts/junit.xml
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
 	@QUORUMQUEUE_TESTS_WITHOUT_DELTA="Delta Lake has no build for PySpark $(SPARK_NEWEST); this test runs on .venv's PySpark" \
-	  $(VENV_NEWEST)/bin/python -m pytest -q $(XDIST) $(NEWEST_TESTS)
+	  $(VENV_NEWEST)/bin/python -m pytest -q $(XDIST) --junitxml=test-artifacts/junit-pyspark$(SPARK_NEWEST).xml $(NEWEST_TESTS)
 
 # Throughput (classic, then quorum queues), quorum-queue bytes per message and RSS
 # per idle connection and idle quorum queue, quorumqueue next to RabbitMQ 3.10.8 in each; then the Spark source into Delta
