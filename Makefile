@@ -63,13 +63,14 @@ $(STAMP): pyproject.toml
 # the listener, option errors through load(), the analytics jobs' log source), those
 # needing Delta excepted (they run on .venv's Spark). What does not change with the
 # PySpark version runs once, on .venv: the broker side of the connector (reconnects
-# over a cluster, TLS, lease timeouts, consume mode against RabbitMQ, which reads
-# through the same reader API as the lease mode) and its option and offset units.
+# over a cluster, TLS, lease timeouts, the reader driven without Spark, consume mode
+# against RabbitMQ and the Kafka-style limits and patterns, which read through the
+# same reader API as the tests above).
 SPARK_NEWEST := 4.3.0
 VENV_NEWEST := .venv-spark$(SPARK_NEWEST)
 STAMP_NEWEST := $(VENV_NEWEST)/.installed
 NEWEST_TESTS := $(addprefix tests/connector/test_,source.py streaming.py batch_read.py \
-                  sink.py schema.py kafka_options.py lag.py spark_connect.py lease_reader.py) \
+                  sink.py schema.py options.py lag.py spark_connect.py) \
                 tests/jobs/test_log_source.py tests/jobs/test_segment_compaction.py \
                 tests/jobs/test_memory_footprint.py
 
