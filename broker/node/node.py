@@ -32,6 +32,7 @@ from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
 from ..queues.base import Confirm, Queue
 from ..queues import registry
+from ..queues.deadlines import Deadlines
 from ..queues.message import Message
 from ..queues.types import QueueSpec
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
@@ -104,6 +105,9 @@ class Node:
         # time, as the shell last told it (`set_clock`): the node reads no clock
         self.now = 0.0        # monotonic seconds (timeouts)
         self.clock_ms = 0     # wall-clock milliseconds (the leader time of timed commands)
+        # when classic queues next expire something (`wake_at`): the shell wakes the
+        # node then (`next_deadline_ms`, `run_deadlines`)
+        self.deadlines = Deadlines()
 
     def set_clock(self, now: float, clock_ms: int) -> None:
         """The server shell passes time in (tests drive it themselves)."""
@@ -207,6 +211,30 @@ class Node:
             "classic queue '%s' in vhost '%s': unused for its x-expires period: deleting it",
             queue.name, queue.vhost)
         self.propose_delete(vhost, queue)
+
+    def wake_at(self, queue: Queue, ms: int) -> None:
+        """A classic queue expires something at `ms` (queues/classic.py ClassicHost)."""
+        self.deadlines.add(ms, queue, queue.tick)
+
+    def next_deadline_ms(self) -> int | None:
+        """When a queue next expires a message or itself (wall-clock ms; None: no
+        queue waits for the clock): the shell runs `run_deadlines` then."""
+        deadlines = [self.deadlines.next_ms()]
+        if self.quorum is not None:
+            deadlines.append(self.quorum.deadlines.next_ms())
+        deadlines = [ms for ms in deadlines if ms is not None]
+        return min(deadlines) if deadlines else None
+
+    def run_deadlines(self) -> None:
+        """The queues whose deadline the clock (as the shell last passed it) reached
+        expire what is due: classic queues at once, quorum queues' leaders propose
+        the Tick that does it (queues/deadlines.py)."""
+        now = self.clock_ms
+        for callback in self.deadlines.due(now):
+            callback(now)
+        if self.quorum is not None:
+            for callback in self.quorum.deadlines.due(now):
+                callback(now)
 
     def tick_queues(self) -> None:
         """The timer (about twice a second, with the clock the shell passed in):

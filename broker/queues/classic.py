@@ -27,8 +27,10 @@ when published, `now + ttl`, ttl the lower of the queue's (x-message-ttl or the
 policy's message-ttl, the lower) and the message's `expiration` property; a later
 TTL change leaves queued messages' expiries alone. Expired messages leave from the
 heads of the ready levels, before anything is handed out (deliver, basic.get), after
-every publish and on the node's tick (`tick`, about twice a second), so an expired
-message is never delivered and does not wait for a consumer. As in RabbitMQ only
+every publish and on the node's timer (`tick`): at the moment a ready message
+expires (`ClassicHost.wake_at`, queues/deadlines.py), as RabbitMQ's ttl timer, and
+about twice a second besides, so an expired message is never delivered and does not
+wait for a consumer. As in RabbitMQ only
 heads expire: a message behind a longer-lived one leaves when it reaches the head.
 TTL 0: a message is delivered if a consumer can take it at once, else it expires at
 once. An unacked message does not expire; requeued, it keeps its expiry. Expiry is
@@ -44,7 +46,7 @@ deliveries are not deaths.
 Queue TTL (x-expires or the policy's expires, the lower): the queue is unused while
 it has no consumer (remote ones included) and no basic.get or declare (redeclare,
 passive too) renewed it, as RabbitMQ's classic queues count; once unused for the
-period, `tick` asks the host to delete it (`ClassicHost.expire_queue`: through the
+period (the host wakes it then), `tick` asks the host to delete it (`ClassicHost.expire_queue`: through the
 metadata log, as every delete). The period starts at the declaration, again when
 the last consumer leaves, and after a restart.
 
@@ -107,6 +109,9 @@ class ClassicHost(Protocol):
 
     def expire_queue(self, queue: "ClassicQueue") -> None:
         """The queue was unused for its x-expires period: delete it."""
+
+    def wake_at(self, queue: "ClassicQueue", ms: int) -> None:
+        """Run `queue.tick` once the clock reaches `ms` (something of it expires)."""
 
     @property
     def mirror_link(self) -> Any:
@@ -249,6 +254,8 @@ class ClassicQueue(Queue):
     def touch(self, now: int | None = None) -> None:
         """The queue was used (x-expires): a consumer, a basic.get, a declare."""
         self.last_used_ms = self.now_ms if now is None else now
+        if self.expires is not None and self.node is not None and self.last_used_ms:
+            self.node.wake_at(self, self.last_used_ms + self.expires)
 
     def tick(self, now_ms: int) -> None:
         """The node's timer: expired heads leave; an unused queue past its x-expires
@@ -257,6 +264,13 @@ class ClassicQueue(Queue):
         if self.deleted:
             return
         self.expire_heads(now_ms)
+        self._expire_unused(now_ms)
+        if self.node is not None and not self.deleted:
+            wake = self.next_deadline()
+            if wake:
+                self.node.wake_at(self, wake)
+
+    def _expire_unused(self, now_ms: int) -> None:
         if (self.expires is None or self.consumers or not now_ms
                 or (self.expiry_asked_ms and now_ms - self.expiry_asked_ms < EXPIRY_RETRY_MS)):
             return
@@ -266,6 +280,16 @@ class ClassicQueue(Queue):
         if now_ms - self.last_used_ms >= self.expires and self.node is not None:
             self.expiry_asked_ms = now_ms
             self.node.expire_queue(self)
+
+    def next_deadline(self) -> int:
+        """When `tick` next has something to do (0: nothing timed): the earliest
+        expiry among the ready heads, the end of the x-expires period while unused."""
+        deadlines = [level[0].expires for level in self.levels
+                     if level and level[0].expires] if self.expiring else []
+        if self.expires is not None and not self.consumers and self.last_used_ms:
+            deadlines.append(self.expiry_asked_ms + EXPIRY_RETRY_MS if self.expiry_asked_ms
+                             else self.last_used_ms + self.expires)
+        return min(deadlines) if deadlines else 0
 
     def _died(self, message: Message, reason: str) -> None:
         if self.node is not None and not self.deleted:
@@ -288,6 +312,8 @@ class ClassicQueue(Queue):
         self.levels[level].append(entry)
         self.ready_count += 1
         self.ready_bytes += entry.message.size
+        if entry.expires and self.node is not None:
+            self.node.wake_at(self, entry.expires)
         dropped = []
         while self.ready_count and self._over_limit():
             dropped.append(self.pop())
@@ -333,6 +359,8 @@ class ClassicQueue(Queue):
         level.insert(position, entry)
         self.ready_count += 1
         self.ready_bytes += entry.message.size
+        if entry.expires and self.node is not None:
+            self.node.wake_at(self, entry.expires)
 
     def ready_entries(self) -> Iterator[Entry]:
         for level in reversed(self.levels):

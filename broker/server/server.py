@@ -317,6 +317,8 @@ class BrokerServer:
         # the data directory's file system: full disks, the reserve (disk.py)
         self.disk = DiskWatch(settings.data_dir, settings.disk_reserve_bytes)
         self._retry: asyncio.TimerHandle | None = None   # a held Sync's next run (`_stall`)
+        # (wall-clock ms, its timer): the node's next queue deadline (`_arm_deadline`)
+        self._deadline: tuple[int, asyncio.TimerHandle] | None = None
         # the descriptors client sockets may hold, of RLIMIT_NOFILE (sockets.py): every
         # listener's accepted sockets count; the rest is the node's own
         self.sockets = SocketLimit()
@@ -531,6 +533,9 @@ class BrokerServer:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
+        if self._deadline is not None:
+            self._deadline[1].cancel()
+            self._deadline = None
         try:
             self.node.flush()
         except OSError as error:
@@ -623,8 +628,12 @@ class BrokerServer:
         (node/group_commit.py) and every session's output so far, fsync on the writer
         thread, and send that output once the Sync is durable. Meanwhile input is read
         and applied; its output waits for the next Sync. A step with nothing to write
-        finishes (and sends) at once."""
+        finishes (and sends) at once. Then the node's next deadline gets its timer."""
         self._flush_scheduled = False
+        self._flush()
+        self._arm_deadline()
+
+    def _flush(self) -> None:
         self._send_cluster_output()  # whether or not a Sync runs: peers wait on it
         if self._sync is not None or self._stopped:
             return  # the running Sync flushes again when it ends
@@ -811,6 +820,27 @@ class BrokerServer:
             await asyncio.sleep(0.005)
 
     # ------------------------------------------------------------ timers
+
+    def _arm_deadline(self) -> None:
+        """A timer for the moment a queue next expires a message or itself
+        (Node.next_deadline_ms), unless one as early is set."""
+        due = self.node.next_deadline_ms()
+        if due is None or self._stopped or self._loop is None or (
+                self._deadline is not None and self._deadline[0] <= due):
+            return
+        if self._deadline is not None:
+            self._deadline[1].cancel()
+        delay = max(0.0, (due - now_ms() + 1) / 1000)
+        self._deadline = (due, self._loop.call_later(delay, self._deadline_reached))
+
+    def _deadline_reached(self) -> None:
+        self._deadline = None
+        pass_time(self.node)
+        try:
+            self.node.run_deadlines()
+        except Exception:  # a bug must not stop expiry: the ticker still runs it
+            log.exception("queue deadlines failed")
+        self.schedule_flush()  # which arms the next one
 
     async def _tick_forever(self) -> None:
         """Twice a second: heartbeats and handshake timeouts, queue expiry, metadata

@@ -62,6 +62,7 @@ from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
 from ...raft.storage.wal import WalBatch
 from ..base import Channel
+from ..deadlines import Deadlines
 from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
 from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
@@ -127,6 +128,9 @@ class QuorumGroups:
         # the groups that had input since they were last asked for a Ready (an ordered
         # set: their cores add themselves, raft/core.py): a round asks only these
         self.awake: dict[str, None] = {}
+        # when a queue this node leads next has a message or itself to expire: the
+        # node wakes then and the leader proposes the Tick at once (`tick_queue`)
+        self.deadlines = Deadlines()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -543,6 +547,8 @@ class QuorumGroups:
 
     def _after_apply(self, queue: QuorumQueue) -> None:
         self._ensure_worker(queue)
+        if queue.is_leader and not queue.deleted:
+            self._wake_for_expiry(queue)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
             # as the leader: first suspect the consumers of the nodes not heard from
@@ -686,27 +692,50 @@ class QuorumGroups:
             queue.raft.tick()
 
     def tick(self, now: int) -> None:
-        """Called by the server about every second: leases idle past their timeout are
-        released, and expired messages at the heads of the ready queues removed (or
-        dead-lettered), by a Tick command (through the log, so every replica agrees;
-        the leader's `now` is in the entry)."""
+        """Called by the server about twice a second: leases idle past their timeout
+        are released, and expired messages at the heads of the ready queues removed
+        (or dead-lettered), by a Tick command (through the log, so every replica
+        agrees; the leader's `now` is in the entry)."""
         for worker in list(self.dlx_workers.values()):
             worker.tick(now)
         for queue in list(self.queues.values()):
-            if not isinstance(queue, QuorumQueue) or not queue.is_leader:
-                continue  # the leader proposes time; the others apply it
-            if not queue.deleted:
-                self._ensure_worker(queue)
-            if now - queue.last_tick_ms < self.tick_interval_ms:
-                continue
-            expiry = next_expiry(queue.state)
-            unused_until = queue_expiry(queue.state)
-            if (expiry is not None and expiry <= now) or (
-                    unused_until is not None and unused_until <= now
-                    and not queue.expiry_proposed) or any(
-                    lease.timeout_ms and len(lease.indexes)
-                    for lease in queue.state.leases.values()):
-                queue.last_tick_ms = now
-                queue.propose(commands.Tick(), now)
+            if isinstance(queue, QuorumQueue):
+                self.tick_queue(queue, now)
 
+    def tick_queue(self, queue: QuorumQueue, now: int) -> None:
+        """The leader proposes a Tick when a head's message expired or the queue
+        has been unused for its x-expires period, at once when no Tick proposed
+        since covers that moment (RabbitMQ's expire_msgs timer), else at most once
+        per `tick_interval_ms` (a Tick lost to a leader change); and while leases
+        with a timeout hold messages."""
+        if not queue.is_leader:
+            return  # the leader proposes time; the others apply it
+        if not queue.deleted:
+            self._ensure_worker(queue)
+        expiry = next_expiry(queue.state)
+        unused_until = queue_expiry(queue.state)
+        if unused_until is not None and queue.expiry_proposed:
+            unused_until = None
+        last = queue.last_tick_ms
+        uncovered = any(moment is not None and last < moment <= now
+                        for moment in (expiry, unused_until))
+        if not uncovered and now - last < self.tick_interval_ms:
+            self._wake_for_expiry(queue)
+            return
+        if (expiry is not None and expiry <= now) or (
+                unused_until is not None and unused_until <= now) or any(
+                lease.timeout_ms and len(lease.indexes)
+                for lease in queue.state.leases.values()):
+            queue.last_tick_ms = now
+            queue.propose(commands.Tick(), now)
+        else:
+            self._wake_for_expiry(queue)
 
+    def _wake_for_expiry(self, queue: QuorumQueue) -> None:
+        """Have the node wake this leader when its next message or the queue itself
+        expires (queues/deadlines.py)."""
+        moments = [moment for moment in (next_expiry(queue.state), queue_expiry(queue.state))
+                   if moment]
+        if moments:
+            self.deadlines.add(min(moments), queue,
+                               lambda now, queue=queue: self.tick_queue(queue, now))

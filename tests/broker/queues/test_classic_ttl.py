@@ -33,12 +33,16 @@ class FakeNode:
     clock_ms: int = START
     deaths: list = field(default_factory=list)    # (body, reason)
     expired_queues: list = field(default_factory=list)
+    wakes: list = field(default_factory=list)  # ms the queue asked to be woken at
 
     def dead_letter(self, queue, message, reason) -> None:
         self.deaths.append((message.body, reason))
 
     def expire_queue(self, queue) -> None:
         self.expired_queues.append(queue.name)
+
+    def wake_at(self, queue, ms) -> None:
+        self.wakes.append(ms)
 
 
 @dataclass
@@ -323,5 +327,34 @@ def test_consumers_gets_and_declares_keep_a_queue_alive_publishes_do_not():
     queue.tick(node.clock_ms)
     assert node.expired_queues == []
     node.clock_ms += 100
+    queue.tick(node.clock_ms)
+    assert node.expired_queues == ["q"]
+
+
+# ---------------------------------------------------------------- on time
+
+
+def test_a_queue_asks_to_be_woken_when_a_ready_message_or_the_queue_expires():
+    """RabbitMQ's classic queue sets its ttl timer for the head's expiry and its
+    expiry timer for the end of the x-expires period: the queue names those moments
+    (ClassicHost.wake_at), so that the node runs its tick then, not at the next
+    half-second sweep. A message behind a longer-lived head asks too; its moment
+    finds only the head, which then names its own."""
+    node = FakeNode()
+    queue = new_queue(node, **{"x-message-ttl": 1000, "x-expires": 5000})
+    publish(queue, b"a")
+    publish(queue, b"b", expiration="50")
+    assert node.wakes == [START + 1000, START + 50]
+    node.clock_ms = START + 50
+    queue.tick(node.clock_ms)
+    assert ready_bodies(queue) == [b"a", b"b"] and node.wakes[-1] == START + 1000
+    node.clock_ms = START + 1000
+    queue.tick(node.clock_ms)
+    assert ready_bodies(queue) == [] and node.deaths == [(b"a", "expired"),
+                                                         (b"b", "expired")]
+    assert node.wakes[-1] == START + 5000  # the declaration started the period
+    queue.touch(START + 2000)               # a basic.get: the period starts again
+    assert node.wakes[-1] == START + 7000
+    node.clock_ms = START + 7000
     queue.tick(node.clock_ms)
     assert node.expired_queues == ["q"]
