@@ -36,3 +36,20 @@ def fresh_broker() -> Iterator[BrokerProcess]:
     """A broker of the test's own, with its own data directory (restart tests)."""
     with BrokerProcess() as process:
         yield process
+
+
+# The test files that take longest (Spark jobs, clusters of node processes, RabbitMQ
+# nodes of their own, fault runs) are handed out first. pytest-xdist gives a worker a
+# whole file at a time (--dist loadfile), so a long file started last kept the suite
+# running while the other worker sat idle; the thousands of quick unit tests that come
+# after them fill the gaps. Stable: a file's tests keep their order.
+LONGEST_FIRST = ("tests/jobs/", "tests/connector/", "tests/broker/cluster/",
+                 "tests/differential/", "tests/faults/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((n for n, prefix in enumerate(LONGEST_FIRST)
+                     if path.startswith(prefix)), len(LONGEST_FIRST))
+    items.sort(key=rank)
