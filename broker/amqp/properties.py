@@ -26,8 +26,10 @@ from dataclasses import dataclass
 
 from pamqp import decode as pamqp_decode
 
-from . import spec
+from . import spec, timestamps
 from .errors import AMQPError
+
+timestamps.install()  # pamqp reads 'T' as the 64-bit integer it is (timestamps.py)
 
 _header_fixed = struct.Struct(">HHQH")
 _u8 = struct.Struct(">B")

@@ -30,6 +30,7 @@ from urllib.parse import quote
 from pamqp import commands
 
 from ..amqp.errors import AMQPError
+from ..field_values import Timestamp
 from ..node import management
 from . import rows
 from .access import require, require_vhost
@@ -264,11 +265,10 @@ def _properties(given) -> commands.Basic.Properties:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise bad_request(f"properties: {key} must be an integer")
         elif key == "timestamp":
-            import datetime
-
-            if not isinstance(value, int):
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value < 2 ** 64:
                 raise bad_request("properties: timestamp must be an integer")
-            value = datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
+            value = Timestamp(value)
         elif key == "headers":
             if not isinstance(value, dict):
                 raise bad_request("properties: headers must be a JSON object")

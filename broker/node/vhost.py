@@ -21,39 +21,13 @@ from ..queues.base import Queue
 from ..queues.types import field_type
 from ..routing.exchanges import (EXCHANGE, EXCHANGE_TYPES, QUEUE, Binding, Destination,
                                  Exchange, freeze, x_match_refusal)
+from .field_terms import erlang_term, same_argument, shown
 
 PREDECLARED = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
                ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
 # the only exchange argument RabbitMQ compares on redeclare
 EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
-
-
-def _show(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def erlang_term(value) -> str:
-    """A decoded field value as Erlang's ~p prints RabbitMQ's term for it, for short
-    values on one line: strings as binaries, arrays as [{type,value}], tables as
-    [{<<"key">>,type,value}]."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (str, bytes, bytearray)):
-        data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
-        if data and all(32 <= octet <= 126 for octet in data):
-            escaped = bytes(data).decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
-            return f'<<"{escaped}">>'
-        return "<<" + ",".join(str(octet) for octet in data) + ">>"
-    if isinstance(value, dict):
-        return "[" + ",".join(f"{{{erlang_term(key)},{field_type(item)},{erlang_term(item)}}}"
-                              for key, item in value.items()) + "]"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(f"{{{field_type(item)},{erlang_term(item)}}}"
-                              for item in value) + "]"
-    return "undefined" if value is None else str(value)
 
 
 class VHost:
@@ -106,8 +80,8 @@ class VHost:
                     ("internal", internal, existing.internal)):
                 if received != current:
                     raise precondition(f"inequivalent arg '{field_name}' for {where}: "
-                                       f"received '{_show(received)}' but current is "
-                                       f"'{_show(current)}'")
+                                       f"received '{shown(received)}' but current is "
+                                       f"'{shown(current)}'")
             _check_arguments_equivalent(arguments, existing.arguments, where,
                                         EXCHANGE_EQUIVALENCE_KEYS)
             return existing, False
@@ -277,26 +251,23 @@ class VHost:
 def _check_arguments_equivalent(received: dict, current: dict, where: str,
                                 keys: tuple[str, ...]) -> None:
     """RabbitMQ's rabbit_misc:assert_args_equivalent: only `keys` are compared (other
-    arguments may differ freely); two present values must match in type class and
-    value, and are then shown bare, while a missing side shows value and type."""
+    arguments may differ freely); two present values must be the same term
+    (field_terms.same_argument), and are then shown bare, while a missing side shows
+    value and type."""
     for key in keys:
         if key in received and key in current:
-            if not _same_field(received[key], current[key]):
+            if not same_argument(received[key], current[key]):
                 raise precondition(
                     f"inequivalent arg '{key}' for {where}: received "
-                    f"'{_show(received[key])}' but current is '{_show(current[key])}'")
+                    f"'{shown(received[key])}' but current is '{shown(current[key])}'")
         elif key in received:
             raise precondition(f"inequivalent arg '{key}' for {where}: received the value "
-                               f"'{_show(received[key])}' of type "
+                               f"'{shown(received[key])}' of type "
                                f"'{field_type(received[key])}' but current is none")
         elif key in current:
             raise precondition(f"inequivalent arg '{key}' for {where}: received none but "
-                               f"current is the value '{_show(current[key])}' of type "
+                               f"current is the value '{shown(current[key])}' of type "
                                f"'{field_type(current[key])}'")
-
-
-def _same_field(a, b) -> bool:
-    return isinstance(a, bool) == isinstance(b, bool) and freeze(a) == freeze(b)
 
 
 check_arguments_equivalent = _check_arguments_equivalent

@@ -35,10 +35,10 @@ routing and publishing (node/dead_letters.py).
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from ..amqp import codec
+from ..field_values import Timestamp
 
 FIRST = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
 LAST = ("x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")
@@ -77,8 +77,7 @@ def dead_lettered(header: bytes, exchange: str, routing_key: str, queue: str, re
             break
     else:
         death = {"count": 1, "reason": reason, "queue": queue,
-                 "time": datetime.datetime.fromtimestamp(time_ms // 1000,
-                                                         tz=datetime.timezone.utc),
+                 "time": Timestamp(time_ms // 1000),
                  "exchange": exchange, "routing-keys": keys}
         if expiration is not None:
             death["original-expiration"] = _text(expiration)

@@ -13,12 +13,12 @@ checks against an existing queue (node).
 
 from __future__ import annotations
 
-import datetime
 import decimal
 from dataclasses import dataclass
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, precondition
+from ..field_values import Timestamp
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
@@ -112,10 +112,12 @@ def field_type(value) -> str:
     """The AMQP field type RabbitMQ names in errors for a decoded table value."""
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, Timestamp):
+        return "timestamp"
     if isinstance(value, int):
         return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
     for kinds, name in ((bytearray, "binary"), ((str, bytes), "longstr"), (float, "double"), (dict, "table"),
-                        (list, "array"), (datetime.datetime, "timestamp"),
+                        (list, "array"),
                         (decimal.Decimal, "decimal")):
         if isinstance(value, kinds):
             return name
@@ -124,7 +126,7 @@ def field_type(value) -> str:
 
 def check_int_argument(key: str, value, where: str) -> None:
     """RabbitMQ's check_int_arg (queue and consumer arguments)."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not isinstance(value, int) or isinstance(value, (bool, Timestamp)):
         raise precondition(f"invalid arg '{key}' for {where}: "
                            f"\"expected integer, got {field_type(value)}\"")
 

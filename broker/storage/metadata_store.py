@@ -17,7 +17,8 @@ record without `durable` is durable; a classic record without `host` is this
 node's, as written before classic queues were in the metadata).
 AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
 objects: {"$bytes": base64} (a long string that is not UTF-8), {"$bytearray":
-base64} (field type 'x'), {"$decimal": "1.5"}, {"$timestamp": epoch seconds},
+base64} (field type 'x'), {"$decimal": "1.5"}, {"$timestamp": epoch seconds} (an
+integer; files written before 2026-12 hold a float, read as its integer part),
 {"$table": {...}} (a nested table).
 
 Beside it, `metadata_group_applied` ({"index": i}) records that the file holds every
@@ -37,6 +38,8 @@ import datetime
 import decimal
 import json
 import os
+
+from ..field_values import Timestamp
 
 VERSION = 1
 FILE_NAME = "metadata.json"
@@ -72,8 +75,10 @@ def _to_json(value):
         return {"$bytes": base64.b64encode(value).decode("ascii")}
     if isinstance(value, decimal.Decimal):
         return {"$decimal": str(value)}
+    if isinstance(value, Timestamp):
+        return {"$timestamp": int(value)}
     if isinstance(value, datetime.datetime):
-        return {"$timestamp": value.timestamp()}
+        return {"$timestamp": int(value.timestamp())}
     if isinstance(value, dict):
         return {"$table": {k: _to_json(v) for k, v in value.items()}}
     if isinstance(value, (list, tuple)):
@@ -90,7 +95,7 @@ def _from_json(value):
         if "$decimal" in value:
             return decimal.Decimal(value["$decimal"])
         if "$timestamp" in value:
-            return datetime.datetime.fromtimestamp(value["$timestamp"], datetime.timezone.utc)
+            return Timestamp(int(value["$timestamp"]))
         if "$table" in value:
             return {k: _from_json(v) for k, v in value["$table"].items()}
     if isinstance(value, list):

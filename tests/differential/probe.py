@@ -26,6 +26,11 @@ How it works
       clients send them: signed 32-bit ('I'), or signed 64-bit ('l') when larger.
       pamqp's own choice, the smallest type (RabbitMQ then names it 'byte' or
       'short' in inequivalence texts), is `integer_encoding = "smallest"`.
+    - Timestamps (field type 'T', the timestamp property) are read and written as
+      the 64-bit integers on the wire, as the Go and Java clients hold them
+      (`AMQPTimestamp`, recorded as {"timestamp": seconds}), not as pamqp's
+      datetime, which ends at the year 9999 and takes values above 2**32 for
+      milliseconds. A datetime given to pamqp is still written as its seconds.
     - Server-generated names (amq.gen-*, amq.ctag-*, direct reply-to names) are
       normalized in everything recorded.
 
@@ -45,6 +50,7 @@ from urllib.parse import unquote, urlparse
 
 from pamqp import body as pamqp_body
 from pamqp import commands
+from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
@@ -62,8 +68,16 @@ _GENERATED = ((re.compile(r"amq\.gen-[A-Za-z0-9_\-]+"), "amq.gen-*"),
                "amq.rabbitmq.reply-to.*"))
 
 
+class AMQPTimestamp(int):
+    """A timestamp field value or property: seconds since the epoch, as sent."""
+
+    __slots__ = ()
+
+
 def normalize(value: Any) -> Any:
     """JSON-able copy of `value` with server-generated names replaced by patterns."""
+    if isinstance(value, AMQPTimestamp):
+        return {"timestamp": int(value)}
     if isinstance(value, bytes):
         value = value.decode("utf-8", "backslashreplace")
     if isinstance(value, str):
@@ -95,9 +109,46 @@ def _client_integer_encoding() -> Iterator[None]:
         pamqp_encode.table_integer = original
 
 
+_U64 = struct.Struct(">Q")
+
+
+def _decode_timestamp(data: bytes) -> tuple[int, AMQPTimestamp]:
+    if len(data) < 8:
+        raise ValueError("Could not unpack timestamp value")
+    return 8, AMQPTimestamp(_U64.unpack_from(data)[0])
+
+
+@contextlib.contextmanager
+def _timestamps_as_integers() -> Iterator[None]:
+    """pamqp's codec with 'T' read and written as the 64-bit integer (restored after:
+    the tables are pamqp's module state, which other code in this process may use)."""
+    saved = (pamqp_decode.TABLE_MAPPING.get(b"T"), pamqp_decode.METHODS.get("timestamp"),
+             pamqp_encode.METHODS.get("timestamp"), pamqp_encode.encode_table_value)
+    table_value, timestamp = saved[3], saved[2]
+
+    def encode_table_value(value):
+        if isinstance(value, AMQPTimestamp):
+            return b"T" + _U64.pack(value)
+        return table_value(value)
+
+    def encode_timestamp(value):
+        if isinstance(value, int):
+            return _U64.pack(value)
+        return timestamp(value)
+
+    pamqp_decode.TABLE_MAPPING[b"T"] = pamqp_decode.METHODS["timestamp"] = _decode_timestamp
+    pamqp_encode.METHODS["timestamp"] = encode_timestamp
+    pamqp_encode.encode_table_value = encode_table_value
+    try:
+        yield
+    finally:
+        (pamqp_decode.TABLE_MAPPING[b"T"], pamqp_decode.METHODS["timestamp"],
+         pamqp_encode.METHODS["timestamp"], pamqp_encode.encode_table_value) = saved
+
+
 def marshal(value, channel: int) -> bytes:
     """pamqp's frame marshalling, with client-style integer encoding in tables."""
-    with _client_integer_encoding():
+    with _client_integer_encoding(), _timestamps_as_integers():
         return pamqp_frame.marshal(value, channel)
 
 
@@ -183,7 +234,8 @@ class Probe:
 
     def send(self, channel: int, method) -> None:
         if self.integer_encoding == "smallest":
-            self.send_bytes(pamqp_frame.marshal(method, channel))
+            with _timestamps_as_integers():
+                self.send_bytes(pamqp_frame.marshal(method, channel))
         else:
             self.send_bytes(marshal(method, channel))
 
@@ -373,7 +425,8 @@ class Probe:
                     del self.buffer[:size + 8]
                     if frame_type == 8:
                         return channel, pamqp_heartbeat.Heartbeat()
-                    return channel, pamqp_frame.unmarshal(data)[2]
+                    with _timestamps_as_integers():
+                        return channel, pamqp_frame.unmarshal(data)[2]
             chunk = self._recv(deadline)
             if chunk is None:
                 return None

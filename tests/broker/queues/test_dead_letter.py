@@ -6,9 +6,8 @@ RabbitMQ 3.10.8 live in tests/differential/test_dead_letter_against_rabbitmq.py.
 
 from __future__ import annotations
 
-import datetime
-
 from quorumqueue.broker.amqp import codec
+from quorumqueue.broker.field_values import Timestamp
 from quorumqueue.broker.queues.dead_letter import dead_lettered, is_cycle, routing_keys
 
 
@@ -31,7 +30,7 @@ def test_first_death_writes_x_death_first_and_last_and_drops_expiration_and_bcc(
     assert [(d["queue"], d["reason"]) for d in deaths] == [("work", "rejected")]
     assert headers["x-death"] == [{
         "count": 1, "reason": "rejected", "queue": "work",
-        "time": datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc),
+        "time": Timestamp(1_700_000_000),  # 2023-11-14 22:13:20 UTC, whole seconds
         "exchange": "orders", "routing-keys": ["rk", "cc-key"],
         "original-expiration": "5000"}]
     assert [headers[f"x-first-death-{k}"] for k in ("reason", "queue", "exchange")] == \
@@ -50,7 +49,7 @@ def test_dying_again_counts_per_queue_and_reason_and_moves_the_table_first():
     assert headers["x-first-death-queue"] == "work" and headers["x-last-death-queue"] == "work"
     assert headers["x-last-death-reason"] == "rejected"
     # the table keeps its first death's time (RabbitMQ 3.10 and 4.x)
-    assert deaths[0]["time"] == datetime.datetime(1970, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc)
+    assert deaths[0]["time"] == Timestamp(1) and isinstance(deaths[0]["time"], Timestamp)
 
 
 def test_routing_keys_are_the_dead_letter_key_or_the_message_keys_with_cc():
