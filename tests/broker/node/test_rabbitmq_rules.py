@@ -185,16 +185,31 @@ def test_deep_headers_a_headers_exchange_must_read_are_a_frame_error():
         "than 100 levels", 60, 40)
 
 
+def _deep_start_ok(depth: int) -> bytes:
+    response = b"\x00guest\x00guest"
+    return raw_frame(1, 0, struct.pack(">HH", 10, 11) + nested_table(depth) + b"\x05PLAIN"
+                     + struct.pack(">I", len(response)) + response + b"\x05en_US")
+
+
 def test_deep_client_properties_end_the_handshake_with_a_frame_error():
+    """1,000 levels (7 KB: within the minimum frame size a start-ok may fill)."""
     client = Client(new_node())
     client.send_bytes(b"AMQP\x00\x00\x09\x01")
     client.expect_one("Connection.Start")
-    response = b"\x00guest\x00guest"
-    start_ok = (struct.pack(">HH", 10, 11) + nested_table(5000) + b"\x05PLAIN"
-                + struct.pack(">I", len(response)) + response + b"\x05en_US")
-    client.send_bytes(raw_frame(1, 0, start_ok))
+    client.send_bytes(_deep_start_ok(1000))
     close = client.expect_one("Connection.Close", channel=0)
     assert (close.reply_code, close.class_id, close.method_id) == (501, 10, 11)
+    assert client.session.closed
+
+
+def test_a_start_ok_larger_than_the_minimum_frame_ends_the_handshake_unanswered():
+    """5,000 levels (35 KB): over frame_min before tune-ok, the socket is closed
+    without a connection.close, as rabbit_reader closes it (spec 4.2.3)."""
+    client = Client(new_node())
+    client.send_bytes(b"AMQP\x00\x00\x09\x01")
+    client.expect_one("Connection.Start")
+    client.send_bytes(_deep_start_ok(5000))
+    assert client.read() == []
     assert client.session.closed
 
 
