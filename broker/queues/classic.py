@@ -10,7 +10,8 @@ How it works: an enqueued message becomes an `Entry` (message + per-queue sequen
 number). Delivery pops the head of the highest non-empty priority level and hands it
 to the next consumer that has capacity; the channel that owns the consumer tracks it
 as unacked. A returned (requeued) entry goes back to its original position: entries
-are ordered by sequence number within a level.
+are ordered by sequence number within a level; if that takes the queue past a
+drop-head limit, the head is dropped back to it at once, as after a publish.
 
 As a queue type (queues/base.py): the queue object lives on its host node (its record
 is in the metadata on every node; other nodes hold a remote.py RemoteClassicQueue and
@@ -529,6 +530,11 @@ class ClassicQueue(Queue):
                 if requeue is False:  # reject / nack without requeue
                     self._died(entry.message, "rejected")
         if requeue and not self.deleted:
+            # what came back may take the queue past its limit: drop-head drops from
+            # the head back to it at once (rabbit_amqqueue_process:requeue_and_run)
+            for dropped in self.enforce_limits():
+                self._forget(dropped)
+                self._died(dropped.message, "maxlen")
             self.deliver()
 
     def channel_closed(self, channel: "Channel", tokens: list) -> None:

@@ -678,6 +678,51 @@ def queue_max_length_overflow(c: Probe) -> None:
 
 
 @scenario
+def classic_queue_max_length_after_requeue(c: Probe) -> None:
+    """A requeue (nack, reject, recover, a closed channel) that takes a classic queue
+    past x-max-length drops (dead-letters, maxlen) from the head back to the limit at
+    once, as rabbit_amqqueue_process's requeue_and_run drops the head; reject-publish
+    keeps what came back (it refuses publishes only)."""
+    for settle in ("nack", "reject", "recover", "close", "reject-publish"):
+        queue = f"dt-q-requeue-{settle}"
+        with c.another(settle) as d:  # a connection each: its own confirm numbers
+            channel(d)
+            declare(d, f"{queue}-dead")
+            arguments = {"x-max-length": 2, "x-dead-letter-exchange": "",
+                         "x-dead-letter-routing-key": f"{queue}-dead"}
+            if settle == "reject-publish":
+                arguments["x-overflow"] = "reject-publish"
+            declare(d, queue, arguments=arguments)
+            channel(d, 2)
+            d.call(2, amqp.Confirm.Select())
+            for body in ("m1", "m2"):
+                d.publish(2, "", queue, body)
+            d.collect(2)
+            get(d, queue, number=2)  # m1, unacked
+            d.publish(2, "", queue, "m3")
+            d.collect(1)
+            if settle == "nack":
+                d.send(2, amqp.Basic.Nack(delivery_tag=1, requeue=True))
+            elif settle in ("reject", "reject-publish"):
+                d.send(2, amqp.Basic.Reject(delivery_tag=1, requeue=True))
+            elif settle == "recover":
+                d.call(2, amqp.Basic.Recover(requeue=True))
+            if settle != "close":
+                d.barrier(2)
+            d.call(2, amqp.Channel.Close(200, "done", 0, 0))
+            declare(d, queue, passive=True)
+            for name in (queue, queue, queue):
+                get(d, name, no_ack=True)
+            for _ in range(2):  # the dead-lettered: body and death, not its time
+                got = d.call(1, amqp.Basic.Get(queue=f"{queue}-dead", no_ack=True),
+                             record=False)
+                deaths = got.get("properties", {}).get("headers", {}).get("x-death", [])
+                d.record({"dead-lettered": got.get("body", got["method"]),
+                          "deaths": [(death["reason"], death["queue"], death["count"])
+                                     for death in deaths]})
+
+
+@scenario
 def queue_priorities(c: Probe) -> None:
     channel(c)
     declare(c, "dt-q-prio", arguments={"x-max-priority": 5})
