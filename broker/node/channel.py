@@ -10,7 +10,13 @@ How it works:
   it, until ack/nack/reject/recover or close, when the queue gets its tokens back
   (queues/base.py: the channel never asks which type a queue is).
 - Capacity: a consumer takes a message while its own prefetch (basic.qos global=false,
-  fixed at consume time) and the channel's shared prefetch (global=true) allow.
+  fixed at consume time) and the channel's shared prefetch (global=true) allow, as
+  rabbit_limiter decides: a no-ack consumer has no prefetch of its own and its
+  deliveries do not count, but it waits too while the channel's unacked deliveries
+  are at the shared limit. Capacity freed under the shared limit goes first to the
+  queues of the consumers served longest ago (`_refill`), so consumers and queues
+  share the channel's deliveries (RabbitMQ resumes its blocked queues in a random
+  order; this is the deterministic form of the same fairness).
 - Confirms: each publish in confirm mode gets the next sequence number and a
   `Confirm` (queues/base.py); its outcome (ack, or nack when a queue refused it) waits
   in `pending_confirms` until the store batch holding it is fsynced and every queue
@@ -60,7 +66,7 @@ _OPEN = ChannelState.OPEN  # (a global: an enum member off its class is slow on 
 
 class Consumer:
     __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch",
-                 "unacked", "arguments", "reply_to")
+                 "unacked", "arguments", "reply_to", "served")
 
     def __init__(self, channel: "Channel", queue: Queue | None, tag: str, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int, arguments: dict) -> None:
@@ -74,17 +80,19 @@ class Consumer:
         self.unacked = 0
         self.arguments = arguments
         self.reply_to = False  # a direct reply-to pseudo consumer
+        self.served = 0  # the delivery tag of its latest delivery (0: none yet)
 
     def has_capacity(self) -> bool:
         channel = self.channel
         if not channel.flow_active or channel.state is not _OPEN:
             return False
-        if self.no_ack:
-            return True
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        return not (channel.global_prefetch
-                    and channel.unacked_count >= channel.global_prefetch)
+        if channel.global_prefetch and channel.unacked_count >= channel.global_prefetch:
+            return False  # the channel's shared limit holds no-ack consumers too
+        return self.no_ack or not (self.prefetch and self.unacked >= self.prefetch)
+
+
+def _served(consumer: Consumer) -> int:
+    return consumer.served
 
 
 class Channel:
@@ -166,6 +174,7 @@ class Channel:
         until the client settles the delivery (the queue gets it back)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
+        consumer.served = tag
         session = self.session
         session.write(codec.delivery(self.number, consumer.tag, tag, redelivered, exchange,
                                      routing_key, header, body, session.frame_max))
@@ -194,6 +203,7 @@ class Channel:
         count = len(messages)
         first = self.next_delivery_tag
         self.next_delivery_tag = first + count
+        consumer.served = first + count - 1
         session = self.session
         parts: list = []
         codec.deliveries(self.number, consumer.tag, first, messages, session.frame_max, parts)
@@ -320,9 +330,10 @@ class Channel:
         self._refill(consumers)
 
     def _refill(self, consumers) -> None:
-        """Capacity was freed on this channel: let its consumers' queues deliver."""
+        """Capacity was freed on this channel: let its consumers' queues deliver
+        (under the shared prefetch, every consumer's, served longest ago first)."""
         if self.global_prefetch:
-            consumers = list(self.consumers.values())
+            consumers = sorted(self.consumers.values(), key=_served)
         seen = set()
         for consumer in consumers:
             queue = consumer.queue
