@@ -12,12 +12,19 @@
   (nothing sent, part of the protocol header, stopped before start-ok, tune-ok or
   open) is closed; `management.tcp.request_timeout` and `prometheus.tcp.request_timeout`
   (ms, Cowboy's 5000): an HTTP connection that has not sent a whole request's
-  headers that long after it connected or after its last response is closed;
+  headers that long after it connected is closed (408 if it stopped inside them);
+  `management.tcp.idle_timeout` and `prometheus.tcp.idle_timeout` (ms, Cowboy's
+  60000): once a request's headers are whole, a connection that sends nothing more
+  that long (inside a body, not reading an answer, or before its next request on a
+  keep-alive connection) is closed; `management.tcp.inactivity_timeout` and
+  `prometheus.tcp.inactivity_timeout` (ms, Cowboy's 300000): nothing received and no
+  request begun or answered that long: closed (broker/net/http_timeouts.py);
   `ssl_handshake_timeout` (ms, 5000): a connection to the AMQP TLS listener that has
   not finished its TLS handshake by then is closed (handshake_timeout starts after it).
 
 `parse_network(pairs)` reads them into a frozen `NetworkSettings`; an impossible
-value is a ConfigError naming the key. Not here: what enforces them (broker/net/,
+value is a ConfigError naming the key; `http_timeouts(settings, listener)` gives a
+listener's three HTTP timers. Not here: what enforces them (broker/net/,
 broker/management/security.py).
 """
 
@@ -53,6 +60,10 @@ class NetworkSettings:
     handshake_timeout_ms: int = 10_000       # 0: infinity (never)
     management_request_timeout_ms: int = 5_000
     prometheus_request_timeout_ms: int = 5_000
+    management_idle_timeout_ms: int = 60_000         # Cowboy's idle_timeout
+    prometheus_idle_timeout_ms: int = 60_000
+    management_inactivity_timeout_ms: int = 300_000  # Cowboy's inactivity_timeout
+    prometheus_inactivity_timeout_ms: int = 300_000
     ssl_handshake_timeout_ms: int = 5_000    # the AMQP TLS listener's TLS handshake
 
 
@@ -68,6 +79,10 @@ _TIMEOUT_KEYS = {
     "handshake_timeout": "handshake_timeout_ms",
     "management.tcp.request_timeout": "management_request_timeout_ms",
     "prometheus.tcp.request_timeout": "prometheus_request_timeout_ms",
+    "management.tcp.idle_timeout": "management_idle_timeout_ms",
+    "prometheus.tcp.idle_timeout": "prometheus_idle_timeout_ms",
+    "management.tcp.inactivity_timeout": "management_inactivity_timeout_ms",
+    "prometheus.tcp.inactivity_timeout": "prometheus_inactivity_timeout_ms",
     "ssl_handshake_timeout": "ssl_handshake_timeout_ms",
 }
 KEYS = frozenset({"management.cors.max_age", *_HEADER_KEYS, *_TIMEOUT_KEYS})
@@ -130,3 +145,13 @@ def parse_network(pairs) -> NetworkSettings:
     if headers:
         values["management_headers"] = ResponseHeaders(**headers)
     return NetworkSettings(**values)
+
+
+def http_timeouts(network: NetworkSettings, listener: str):
+    """The HTTP timers (seconds) of `listener`, "management" or "prometheus"."""
+    from .net.http_timeouts import HttpTimeouts
+
+    return HttpTimeouts(
+        request=getattr(network, f"{listener}_request_timeout_ms") / 1000,
+        idle=getattr(network, f"{listener}_idle_timeout_ms") / 1000,
+        inactivity=getattr(network, f"{listener}_inactivity_timeout_ms") / 1000)

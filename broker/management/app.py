@@ -36,7 +36,9 @@ from aiohttp import web
 from ..amqp import spec
 from ..amqp.errors import AMQPError
 from ..amqp.properties import MAX_TABLE_DEPTH, too_deep
+from ..config_network import http_timeouts
 from ..net.http_log import ServerLog
+from ..net.http_timeouts import TimedServer, backstop, middleware
 from . import listing, security
 from .access import Refused, authenticate
 from .direct import DirectError
@@ -164,6 +166,16 @@ def _static(path: str) -> web.StreamResponse:
                         headers={"Cache-Control": "no-cache"})
 
 
+def _idle_exempt(request: web.Request) -> bool:
+    """Served without idle_timeout: a definitions import (RabbitMQ's
+    rabbit_mgmt_wm_definitions turns it off for its request) and the membership
+    commands, whose wait has a bound of its own (operations.py, the body's timeout)."""
+    path = request.path
+    return request.method in ("POST", "DELETE") and (
+        path.startswith("/api/definitions") or "/replicas/" in path
+        or path == "/api/quorumqueue/definitions/import")
+
+
 def _json_response(status: int, body: Any, headers: dict | None = None) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), headers=headers,
                         content_type="application/json")
@@ -189,19 +201,23 @@ class ManagementAPI:
         self.security_headers = security.headers_for(self.headers_config)
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=settings_max_body(self.shell.settings))
+        # management.tcp.request_timeout, idle_timeout, inactivity_timeout: Cowboy's
+        # three timers on every connection (net/http_timeouts.py); aiohttp's own
+        # keep-alive timer is only a backstop behind them
+        timeouts = http_timeouts(self.shell.settings.network, "management")
+        timed = TimedServer(None, timeouts)
+        app = web.Application(client_max_size=settings_max_body(self.shell.settings),
+                              middlewares=[middleware(timed, _idle_exempt)])
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_response_prepare.append(self._add_headers)
         # shutdown_timeout: requests still running when the broker stops get 5 s
-        # management.tcp.request_timeout: a connection that has not sent a request's
-        # headers that long after it connected or after its last response is closed
-        # (aiohttp's keep-alive timer runs from the accept and each response, as
-        # Cowboy's request_timeout; partial headers do not restart it)
-        request_timeout = self.shell.settings.network.management_request_timeout_ms / 1000
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=5.0, keepalive_timeout=request_timeout,
+                                     shutdown_timeout=5.0,
+                                     keepalive_timeout=backstop(timeouts),
                                      logger=ServerLog(log, "management"))
         await self._runner.setup()
+        timed.wrap(self._runner._server)
+        self._runner._server = timed
         sockets = getattr(self.shell, "sockets", None)
         if sockets is not None:   # its connections count against the node's sockets_limit
             self._runner._server = sockets.guard(self._runner._server, "management")

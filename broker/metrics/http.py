@@ -30,8 +30,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from ..config_network import http_timeouts
 from ..config_values import ConfigError
 from ..net.http_log import ServerLog
+from ..net.http_timeouts import TimedServer, backstop, middleware
 from .collector import Broker, NodeCollector
 
 log = logging.getLogger("quorumqueue.broker")
@@ -63,7 +65,7 @@ def collect(server: Broker, view: str, families=(), vhosts=()) -> CollectorRegis
     return registry
 
 
-def application(server: Broker) -> web.Application:
+def application(server: Broker, timed: TimedServer | None = None) -> web.Application:
     async def scrape(request: web.Request, view: str, families=(), vhosts=()):
         registry = collect(server, view, families, vhosts)
         encoder, content_type = choose_encoder(request.headers.get("Accept"))
@@ -86,7 +88,7 @@ def application(server: Broker) -> web.Application:
         return await scrape(request, "detailed", request.query.getall("family", []),
                             request.query.getall("vhost", []))
 
-    app = web.Application()
+    app = web.Application(middlewares=[middleware(timed)] if timed is not None else [])
     app.router.add_get("/metrics", aggregated)
     app.router.add_get("/metrics/per-object", per_object)
     app.router.add_get("/metrics/detailed", detailed)
@@ -104,13 +106,16 @@ class MetricsListener:
 
     async def start(self) -> None:
         settings = self.server.settings
-        # prometheus.tcp.request_timeout, as management.tcp.request_timeout
-        # (management/app.py)
-        runner = web.AppRunner(application(self.server), access_log=None,
+        # prometheus.tcp.request_timeout, idle_timeout, inactivity_timeout: Cowboy's
+        # three timers, as the management API's (net/http_timeouts.py)
+        timeouts = http_timeouts(settings.network, "prometheus")
+        timed = TimedServer(None, timeouts)
+        runner = web.AppRunner(application(self.server, timed), access_log=None,
                                handle_signals=False, logger=ServerLog(log, "Prometheus"),
-                               keepalive_timeout=settings.network.prometheus_request_timeout_ms
-                               / 1000)
+                               keepalive_timeout=backstop(timeouts))
         await runner.setup()
+        timed.wrap(runner._server)
+        runner._server = timed
         sockets = getattr(self.server, "sockets", None)
         if sockets is not None:   # its connections count against the node's sockets_limit
             runner._server = sockets.guard(runner._server, "Prometheus")

@@ -248,6 +248,31 @@ def test_connection_timeouts_take_rabbitmq_s_keys_and_defaults(tmp_path):
             load_settings(write(tmp_path, text))
 
 
+def test_http_idle_and_inactivity_timeouts_take_rabbitmq_s_keys_and_cowboy_s_defaults(tmp_path):
+    """management.tcp.idle_timeout / inactivity_timeout and Prometheus's (Cowboy 2.8's
+    60000 and 300000 ms: RabbitMQ 3.10.8 sets none of its own)."""
+    from quorumqueue.broker.config_network import http_timeouts
+
+    network = load_settings().network
+    assert http_timeouts(network, "management") == http_timeouts(network, "prometheus")
+    assert (http_timeouts(network, "management").request,
+            http_timeouts(network, "management").idle,
+            http_timeouts(network, "management").inactivity) == (5.0, 60.0, 300.0)
+    network = load_settings(write(tmp_path, "management.tcp.idle_timeout = 700\n"
+                                            "management.tcp.inactivity_timeout = 900\n"
+                                            "prometheus.tcp.idle_timeout = 800\n"
+                                            "prometheus.tcp.inactivity_timeout = 1000\n")
+                            ).network
+    assert (http_timeouts(network, "management").idle,
+            http_timeouts(network, "management").inactivity,
+            http_timeouts(network, "prometheus").idle,
+            http_timeouts(network, "prometheus").inactivity) == (0.7, 0.9, 0.8, 1.0)
+    for text in ("management.tcp.idle_timeout = 0\n",
+                 'prometheus.tcp.inactivity_timeout = "5m"\n'):
+        with pytest.raises(ConfigError, match=text.split(" =")[0]):
+            load_settings(write(tmp_path, text))
+
+
 def test_ssl_handshake_timeout_is_rabbitmq_s_key(tmp_path):
     assert load_settings().network.ssl_handshake_timeout_ms == 5000
     assert load_settings(write(tmp_path, "ssl_handshake_timeout = 1500\n")

@@ -5,7 +5,9 @@ closes them after its timeout, RabbitMQ's keys, while other clients are served.
   tests/differential/test_handshake_against_rabbitmq.py against RabbitMQ);
 - the management API and the Prometheus endpoint: management.tcp.request_timeout and
   prometheus.tcp.request_timeout (Cowboy's request_timeout: RabbitMQ 3.10.8 closes a
-  silent connection, and one stopped inside its headers, after 5 s).
+  silent connection, and one stopped inside its headers with a 408, after 5 s), and
+  their idle_timeout (a body never finished, a keep-alive connection idle after an
+  answer); tests/differential/test_http_timeouts_against_rabbitmq.py compares them.
 
 Timeouts are lowered so the tests take seconds; waits are for the socket's close, with
 bounds far above the timeouts (a busy machine makes them later, never sooner).
@@ -25,18 +27,22 @@ from tests.support.broker import BrokerProcess, free_port
 pytestmark = pytest.mark.timeout(240)
 
 TIMEOUT_MS = 1000
+IDLE_MS = 2000
 BOUND = 30.0   # seconds a close may take on a loaded machine; on the old code: never
 
 
-def closed_after(port: int, data: bytes, bound: float = BOUND) -> float | None:
+def closed_after(port: int, data: bytes, bound: float = BOUND,
+                 received: list | None = None) -> float | None:
     """Connect, send `data`, read until the peer closes: the seconds it took, or None
-    if it was still open after `bound`."""
+    if it was still open after `bound` (what it sent in `received`)."""
     with socket.create_connection(("127.0.0.1", port), timeout=bound) as sock:
         began = time.monotonic()
         if data:
             sock.sendall(data)
         try:
-            while sock.recv(65536):
+            while chunk := sock.recv(65536):
+                if received is not None:
+                    received.append(chunk)
                 if time.monotonic() - began > bound:
                     return None
         except ConnectionResetError:
@@ -51,6 +57,8 @@ def broker():
     prometheus = free_port()
     with BrokerProcess(extra_config=f"management.tcp.request_timeout = {TIMEOUT_MS}\n"
                                     f"prometheus.tcp.request_timeout = {TIMEOUT_MS}\n"
+                                    f"management.tcp.idle_timeout = {IDLE_MS}\n"
+                                    f"prometheus.tcp.idle_timeout = {IDLE_MS}\n"
                                     f"prometheus.tcp.port = {prometheus}\n") as process:
         process.prometheus_port = prometheus
         yield process
@@ -76,6 +84,48 @@ def test_http_connections_that_never_finish_their_headers_are_closed(broker):
         thread.join()
     assert all(results[i] is not None for i in range(len(cases))), results
     assert min(results.values()) >= TIMEOUT_MS / 1000 - 0.3
+
+
+def test_a_request_stopped_inside_its_headers_gets_a_408_as_cowboy_answers(broker):
+    """RabbitMQ 3.10.8 (Cowboy) answers 408 Request Timeout before it closes a
+    connection stopped inside its headers; one stopped inside its request line is
+    closed without a word (before, both without a word)."""
+    for port in (broker.management_port, broker.prometheus_port):
+        inside_headers: list = []
+        assert closed_after(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n",
+                            received=inside_headers) is not None
+        assert b"".join(inside_headers).startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        inside_line: list = []
+        assert closed_after(port, b"GET /metr", received=inside_line) is not None
+        assert inside_line == []
+
+
+AUTH = b"Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n"
+
+
+def test_a_request_whose_body_never_ends_and_an_idle_keep_alive_are_closed(broker):
+    """idle_timeout (Cowboy's, RabbitMQ's management.tcp.idle_timeout): a body
+    announced and stopped part-way, and a keep-alive connection silent after an
+    answer, closed once nothing came for IDLE_MS (before: the body kept its connection
+    for good, the keep-alive one was closed after request_timeout, where RabbitMQ
+    waits for idle_timeout)."""
+    cases = [
+        (broker.management_port,
+         b"PUT /api/vhosts/v HTTP/1.1\r\nHost: x\r\n" + AUTH
+         + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":"),
+        (broker.management_port, b"GET /api/overview HTTP/1.1\r\nHost: x\r\n" + AUTH
+         + b"\r\n"),
+        (broker.prometheus_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ]
+    results: dict[int, float | None] = {}
+    threads = [threading.Thread(target=lambda i=i, c=c: results.__setitem__(
+        i, closed_after(*c))) for i, c in enumerate(cases)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(results[i] is not None for i in range(len(cases))), results
+    assert min(results.values()) >= IDLE_MS / 1000 - 0.3, results
 
 
 def test_a_keep_alive_connection_gets_a_whole_request_time_after_each_response(broker):
