@@ -25,9 +25,12 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 
 
 def call(uri: str, op: str, timeout: float = 10.0, tls: ClientTls | None = None,
-         **arguments) -> object:
+         fields: dict | None = None, **arguments) -> object:
     """Send one request and return its result; raises ManagementError on refusal.
-    An amqps:// URI connects over TLS (tls.py: `tls`, or the URI's cacertfile...)."""
+    An amqps:// URI connects over TLS (tls.py: `tls`, or the URI's cacertfile...).
+    `timeout` is this call's wait for the answer; `fields` holds arguments whose
+    names this function takes itself (a membership command's own `timeout`)."""
+    arguments = {**(fields or {}), **arguments}
     try:
         connection = pika.BlockingConnection(connection_parameters(uri, tls))
     except (ValueError, ssl.SSLError) as error:  # TLS settings or a refused certificate

@@ -34,7 +34,7 @@ from ..field_values import Timestamp
 from ..node import management
 from . import rows
 from .access import require, require_vhost
-from .app import Answer, Request, bad_request, not_found, refusal_of, route
+from .app import Answer, Refused, Request, bad_request, not_found, refusal_of, route
 from .direct import DirectConnection, method
 
 TRUE, FALSE = ("true", True), ("false", False)
@@ -347,13 +347,17 @@ async def delete_binding(request: Request):
 
 async def operation(request: Request, op: str, **fields):
     """One management operation (node/management.py) as the requesting user; its
-    result, or the refusal as an HTTP answer."""
+    result, or the refusal as an HTTP answer (a membership change not shown within
+    its `timeout`: 503)."""
     document = json.dumps({"op": op, **fields}).encode()
     caller = SimpleNamespace(user=request.user)
     outcome = await request.api.later(
-        lambda done: management.handle(request.node, caller, document, done))
+        lambda done: management.handle(request.node, caller, document, done),
+        timeout=max(60.0, fields.get("timeout", 0) + 30.0))
     if not outcome["ok"]:
         name, _separator, _detail = outcome["error"].partition(" - ")
+        if name == "TIMEOUT":
+            raise Refused("timeout", _detail, 503, amqp_text=outcome["error"])
         code = {"NOT_FOUND": 404, "ACCESS_REFUSED": 403}.get(name, 406)
         refusal = refusal_of(AMQPError(code, _detail or outcome["error"]))
         refusal.amqp_text = outcome["error"]

@@ -32,8 +32,9 @@ user: the same checks, texts and answers as before, answered once applied):
   node's name); `POST .../definitions/import` `{"definitions", "vhost"?, "check"?}`
   -> `{commands, notes}` (RabbitMQ's `POST /api/definitions` answers 204 with
   neither; `check` builds the plan and applies nothing).
-Membership commands (add, delete, grow, shrink) answer once the change is visible:
-the queue's members as this node's API lists them (its Raft member's configuration
+Membership commands (add, delete, grow, shrink) answer once the change is visible
+(node/membership.py `Visible`, the same wait as the AMQP management RPC's): the
+queue's members as this node's API lists them (its Raft member's configuration
 where it holds a replica) include the added node or no longer the removed one, as
 rabbitmq-queues returns once ra applied the change; a body's `timeout` (seconds,
 default MEMBERSHIP_TIMEOUT) bounds the wait, after which the answer is 503 naming
@@ -49,15 +50,12 @@ node/membership.py, node/definitions_json.py).
 
 from __future__ import annotations
 
-import asyncio
-
 from .access import require
-from .app import Answer, Refused, Request, bad_request, not_found, route
+from .app import Answer, Request, bad_request, not_found, route
 from .changes import operation
 
 SYNC_HEADER = "X-Quorumqueue-Sync"  # a queue action's answer from the leader
 MEMBERSHIP_TIMEOUT = 30.0  # seconds a membership change has to show (body "timeout")
-VISIBLE_POLL = 0.05  # seconds between two looks at the queue's members
 
 
 def _timeout(body: dict) -> float:
@@ -65,50 +63,6 @@ def _timeout(body: dict) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise bad_request("timeout: expected a number of seconds >= 0")
     return float(value)
-
-
-async def _members_shown(request: Request, vhost: str, name: str):
-    """(the queue's members as this node's /api/queues shows them, as its record
-    asks for them), or None once the queue is gone."""
-    queue = getattr(request.node.vhosts.get(vhost), "queues", {}).get(name)
-    if queue is None:
-        return None
-    [stats] = await request.api.later(lambda done: queue.stats_later(
-        request.node.name, lambda row: done([row])))
-    return sorted(stats["members"]), sorted(queue.members)
-
-
-async def _visible(request: Request, changes: list[tuple[str, str]], member: str,
-                   added: bool, timeout: float) -> dict[tuple[str, str], list[str]]:
-    """Wait until each (vhost, name) shows `member` added (or removed), and its
-    members as its record asks; the members shown, per queue. A queue deleted
-    meanwhile is done; past `timeout`, a 503."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    shown: dict[tuple[str, str], list[str]] = {}
-    waiting = list(changes)
-    while True:
-        for key in list(waiting):
-            found = await _members_shown(request, *key)
-            if found is None:
-                waiting.remove(key)
-                continue
-            # shown as asked: a replica started here knows no members until the
-            # leader sends it the configuration, which must then hold the change
-            shown[key], asked = found
-            if shown[key] == asked and (member in asked) == added:
-                waiting.remove(key)
-        if not waiting:
-            return shown
-        if loop.time() >= deadline:
-            vhost, name = waiting[0]
-            did = "added to" if added else "removed from"
-            detail = (f"{member} was not {did} quorum queue '{name}' in vhost '{vhost}' "
-                      f"within {timeout:g}s (members: {', '.join(shown[waiting[0]])}); "
-                      "the change is committed and may still come: see quorumqueue "
-                      "cluster status")
-            raise Refused("timeout", detail, 503, amqp_text=f"TIMEOUT - {detail}")
-        await asyncio.sleep(VISIBLE_POLL)
 
 
 async def _body(request: Request, *required: str) -> dict:
@@ -128,24 +82,18 @@ def _patterns(body: dict) -> dict:
 async def grow(request: Request):
     require(request.user, "administrator")
     body = await _body(request)
-    timeout, node = _timeout(body), request.captures["node"]
-    rows = await operation(request, "queues.grow", node=node,
-                           strategy=body.get("strategy", "all"), **_patterns(body))
-    await _visible(request, [(r["vhost"], r["name"]) for r in rows if r["result"] == "ok"],
-                   node, True, timeout)
-    return rows
+    return await operation(request, "queues.grow", node=request.captures["node"],
+                           strategy=body.get("strategy", "all"), timeout=_timeout(body),
+                           **_patterns(body))
 
 
 @route("DELETE", "/api/queues/quorum/replicas/on/{node}/shrink")
 async def shrink(request: Request):
     require(request.user, "administrator")
     body = await _body(request)
-    timeout, node = _timeout(body), request.captures["node"]
-    rows = await operation(request, "queues.shrink", node=node,
-                           errors_only=bool(body.get("errors_only")), **_patterns(body))
-    await _visible(request, [(r["vhost"], r["name"]) for r in rows if r["result"] == "ok"],
-                   node, False, timeout)
-    return rows
+    return await operation(request, "queues.shrink", node=request.captures["node"],
+                           errors_only=bool(body.get("errors_only")),
+                           timeout=_timeout(body), **_patterns(body))
 
 
 @route("POST", "/api/rebalance/queues")
@@ -161,22 +109,18 @@ async def rebalance(request: Request):
 async def add_member(request: Request):
     require(request.user, "administrator")
     body = await _body(request, "node")
-    timeout, vhost, name = _timeout(body), request.captures["vhost"], request.captures["name"]
-    result = await operation(request, "queues.add_member", vhost=vhost, name=name,
-                             node=body["node"])
-    shown = await _visible(request, [(vhost, name)], body["node"], True, timeout)
-    return {**result, "members": shown.get((vhost, name), result["members"])}
+    return await operation(request, "queues.add_member", vhost=request.captures["vhost"],
+                           name=request.captures["name"], node=body["node"],
+                           timeout=_timeout(body))
 
 
 @route("DELETE", "/api/queues/quorum/{vhost}/{name}/replicas/delete")
 async def delete_member(request: Request):
     require(request.user, "administrator")
     body = await _body(request, "node")
-    timeout, vhost, name = _timeout(body), request.captures["vhost"], request.captures["name"]
-    result = await operation(request, "queues.delete_member", vhost=vhost, name=name,
-                             node=body["node"])
-    shown = await _visible(request, [(vhost, name)], body["node"], False, timeout)
-    return {**result, "members": shown.get((vhost, name), result["members"])}
+    return await operation(request, "queues.delete_member",
+                           vhost=request.captures["vhost"], name=request.captures["name"],
+                           node=body["node"], timeout=_timeout(body))
 
 
 @route("GET", "/api/queues/quorum/{vhost}/{name}/status")

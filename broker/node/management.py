@@ -21,9 +21,12 @@ Operations:
                   single_active_consumer_tag: None unless the queue has one)
   queues.purge   {vhost, name}         -> {"purged": n}
   queues.delete  {vhost, name, if_unused?, if_empty?} -> {"deleted": n}
-  queues.add_member | queues.delete_member {vhost, name, node}
-  queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?}
-  queues.shrink  {node, errors_only?, vhost_pattern?, queue_pattern?}
+  queues.add_member | queues.delete_member {vhost, name, node, timeout?}
+  queues.grow    {node, strategy: all|even, vhost_pattern?, queue_pattern?, timeout?}
+  queues.shrink  {node, errors_only?, vhost_pattern?, queue_pattern?, timeout?}
+                 (answered once this node shows the change, as rabbitmq-queues
+                  returns once it is applied; past `timeout` seconds, 30 by default:
+                  "TIMEOUT - NODE was not added to ...", the change still committed)
   queues.rebalance {vhost_pattern?, queue_pattern?}   (broker/node/membership.py)
   queues.quorum_status | quorum_critical | peek | reclaim_quorum_memory |
                  consumer_state: see node/queue_commands.py
@@ -244,19 +247,39 @@ def _members_op(name: str):
             "rebalance": lambda done: membership.rebalance(node, vhost_pattern,
                                                            queue_pattern, done),
         }
+        timeout = request.get("timeout", membership.MEMBERSHIP_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError("timeout: expected a number of seconds >= 0")
         answered: dict = {}
         waiting: list = []
 
-        def done(result) -> None:
+        def answer(result) -> None:
             if waiting:
                 waiting[0](result)
             else:
                 answered["result"] = result
 
-        calls[name](done)  # refusals raise now; a membership change answers once applied
+        visible = membership.Visible(node, request.get("node"),
+                                     name in ("add_member", "grow"), timeout,
+                                     _timed_out(node, request), answer)
+
+        def done(result) -> None:
+            # committed (add, delete) or proposed (grow, shrink): answered once this
+            # node shows the change, as rabbitmq-queues returns once it is applied
+            if name == "rebalance" or isinstance(result, AMQPError):
+                visible.done(result)
+            elif name in ("add_member", "delete_member"):
+                visible.committed([(vhost, queue)], result)
+            else:
+                visible.committed([(row["vhost"], row["name"]) for row in result
+                                   if row["result"] == "ok"], result)
+
+        calls[name](done)  # refusals raise now
         if "result" in answered:
             return answered["result"]
-        return Later(waiting.append, metadata=True)
+        if name != "rebalance":
+            visible.watch()   # its commit, bounded by the timeout
+        return Later(waiting.append, metadata=name == "rebalance")
 
     return operation
 

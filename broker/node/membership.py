@@ -329,3 +329,117 @@ def continuous_reconciliation(node: "Node", target_default: int | None,
                      "'%s' members %s -> %s", queue.name, queue.vhost,
                      ",".join(queue.members), ",".join(sorted(members)))
             _set_members(node, queue, members, lambda _reply: None)
+
+
+# ---------------------------------------------------------------- answered once visible
+
+MEMBERSHIP_TIMEOUT = 30.0   # seconds a membership change has to show (request "timeout")
+
+
+class NotVisible(AMQPError):
+    """A membership change committed but not shown within its timeout."""
+
+    @property
+    def reply_text(self) -> str:
+        return f"TIMEOUT - {self.detail}"
+
+
+_PENDING = object()   # a membership change not committed yet
+
+
+class Visible:
+    """A membership command's answer, held until this node shows the change: made
+    before the command runs, `watch`ed once it proposed without a refusal,
+    `committed` with the command's result. The commit has metadata_store's
+    operation_timeout (then `done(timed_out)`), the change `timeout` seconds from the
+    commit to show (then `done(NotVisible)`), as the HTTP API waited before."""
+
+    __slots__ = ("node", "member", "added", "deadline", "timeout", "timed_out", "_done",
+                 "queues", "result", "watched", "answered")
+
+    def __init__(self, node: "Node", member: str, added: bool, timeout: float,
+                 timed_out: AMQPError, done) -> None:
+        self.node = node
+        self.member = member
+        self.added = added
+        self.timeout = timeout
+        self.deadline = node.now + node.settings.metadata_timeout_ms / 1000  # the commit
+        self.timed_out = timed_out
+        self._done = done
+        self.queues: list = []      # (vhost, name) still to show the change
+        self.result = _PENDING
+        self.watched = False
+        self.answered = False       # done was called: it never is again
+
+    def done(self, value) -> None:
+        if not self.answered:
+            self.answered = True
+            self._done(value)
+
+    def watch(self) -> None:
+        if not self.watched:
+            self.watched = True
+            self.node.membership_waits.append(self)
+
+    def committed(self, queues, result) -> None:
+        self.queues, self.result = list(queues), result
+        self.deadline = self.node.now + self.timeout
+        self.watch()
+        check_visible(self.node, self.node.now)
+
+
+def shown_members(node: "Node", vhost: str, name: str):
+    """(the queue's members as this node's API lists them, as its record asks for
+    them), or None once the queue is gone. Where this node holds a replica, its Raft
+    member's configuration: a replica just started knows no members until the
+    leader sends it the configuration, which must then hold the change."""
+    space = node.vhosts.get(vhost)
+    queue = space.queues.get(name) if space is not None else None
+    if queue is None:
+        return None
+    asked = sorted(queue.members)
+    if node.settings.node_name in asked and getattr(queue, "raft", None) is None:
+        return [], asked   # its replica here is not started yet: it shows none
+    return sorted(queue.stats(node.settings.node_name)["members"]), asked
+
+
+def check_visible(node: "Node", now: float) -> None:
+    """Answer the membership commands whose change shows, or whose time ran out."""
+    waits = node.membership_waits
+    if not waits:
+        return
+    node.membership_waits = []
+    for wait in waits:
+        if wait.answered:
+            continue
+        if wait.result is _PENDING:
+            if now >= wait.deadline:
+                wait.done(wait.timed_out)
+            else:
+                node.membership_waits.append(wait)
+            continue
+        shown: dict = {}
+        for key in list(wait.queues):
+            found = shown_members(node, *key)
+            if found is None:
+                wait.queues.remove(key)   # deleted meanwhile: nothing left to show
+                continue
+            shown[key], asked = found
+            if shown[key] == asked and (wait.member in asked) == wait.added:
+                wait.queues.remove(key)
+        if not wait.queues:
+            result = wait.result
+            if isinstance(result, dict) and "members" in result:
+                key = (result["vhost"], result["name"])
+                result = {**result, "members": shown.get(key, result["members"])}
+            wait.done(result)
+        elif now >= wait.deadline:
+            vhost, name = wait.queues[0]
+            did = "added to" if wait.added else "removed from"
+            wait.done(NotVisible(spec.INTERNAL_ERROR, (
+                f"{wait.member} was not {did} quorum queue '{name}' in vhost '{vhost}' "
+                f"within {wait.timeout:g}s (members: {', '.join(shown[vhost, name])}); "
+                "the change is committed and may still come: see quorumqueue cluster "
+                "status")))
+        else:
+            node.membership_waits.append(wait)

@@ -100,6 +100,8 @@ class Node:
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
         # guide's CMR); the server runs CMR a trigger_interval after a new one
         self.membership_events = 0
+        # membership commands answered once their change shows (membership.py)
+        self.membership_waits: list = []
         self._reply_to: dict[str, "Channel"] = {}
         self._connection_counter = 0
         # time, as the shell last told it (`set_clock`): the node reads no clock

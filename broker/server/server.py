@@ -49,7 +49,7 @@ from ..config import Settings, cluster_tls_contexts, ssl_listener_context
 from ..groups.driver import MAX_ROUNDS
 from ..metrics.http import MetricsListener
 from ..metrics.loop_lag import LoopLag
-from ..node import group_commit
+from ..node import group_commit, membership
 from ..node.node import Node
 from ..node.session import Session
 from ..queues.quorum.groups import QuorumGroups
@@ -859,6 +859,7 @@ class BrokerServer:
             steps.run("queue expiry", self.node.tick_queues)
             # metadata changes waited on for too long
             steps.run("metadata timeouts", self.node.cluster.meta.expire, now)
+            steps.run("membership answers", membership.check_visible, self.node, now)
             steps.run("policies", self.node.tick_policies)
             steps.run("shovels", self.run_shovels)
             if now >= next_alarm_check:

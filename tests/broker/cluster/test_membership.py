@@ -201,6 +201,53 @@ def test_a_membership_change_that_does_not_show_in_time_is_an_error(cluster):
         result.output
 
 
+def test_the_management_rpc_answers_membership_commands_once_the_change_shows(cluster):
+    """The AMQP management RPC (client/management.py call) waits as the HTTP API and
+    the command line wait: right after queues.add_member, grow, shrink and
+    delete_member answer, the node that answered lists the members changed (before,
+    the RPC answered at the metadata commit, ahead of the member)."""
+    one, two, three = cluster.names
+    declare(cluster.uri(one), "rpc-shows", size=1)
+    [member] = queue_status(cluster.uri(one), "rpc-shows")["members"]
+    other, third = [name for name in cluster.names if name != member][:2]
+    uri = cluster.uri(other)
+    result = call(uri, "queues.add_member", timeout=120, vhost="/", name="rpc-shows",
+                  node=other)
+    assert result["members"] == sorted([member, other])
+    assert api_members(cluster, other, "rpc-shows") == sorted([member, other])
+    rows = call(uri, "queues.grow", timeout=120, node=third, strategy="all",
+                queue_pattern="^rpc-shows$")
+    assert [(r["name"], r["result"]) for r in rows] == [("rpc-shows", "ok")]
+    assert api_members(cluster, other, "rpc-shows") == sorted(cluster.names)
+    rows = call(uri, "queues.shrink", timeout=120, node=third, queue_pattern="^rpc-shows$")
+    assert [(r["name"], r["result"]) for r in rows] == [("rpc-shows", "ok")]
+    assert api_members(cluster, other, "rpc-shows") == sorted([member, other])
+    result = call(uri, "queues.delete_member", timeout=120, vhost="/", name="rpc-shows",
+                  node=member)
+    assert result["members"] == [other]
+    assert api_members(cluster, other, "rpc-shows") == [other]
+
+
+def test_a_membership_rpc_whose_change_does_not_show_in_time_is_an_error(cluster):
+    """The RPC's `timeout` as the API's: 0 s, and the change not yet in the follower's
+    configuration, is RabbitMQ-style 'TIMEOUT - ...' naming queue, node and members."""
+    declare(cluster.uri(cluster.names[0]), "rpc-late", size=2)
+    members = queue_status(cluster.uri(cluster.names[0]), "rpc-late")["members"]
+    leader = wait_for("a leader", lambda: leader_of(cluster.uri(cluster.names[0]),
+                                                    "rpc-late"))
+    follower = next(name for name in members if name != leader)
+    added = next(name for name in cluster.names if name not in members)
+    with pytest.raises(ManagementError) as refused:
+        call(cluster.uri(follower), "queues.add_member", timeout=120, vhost="/",
+             name="rpc-late", node=added, fields={"timeout": 0})
+    assert str(refused.value) == (
+        f"TIMEOUT - {added} was not added to quorum queue 'rpc-late' in vhost '/' "
+        f"within 0s (members: {', '.join(sorted(members))}); the change is committed and "
+        "may still come: see quorumqueue cluster status")
+    wait_for("the change shows later", lambda: api_members(cluster, follower, "rpc-late")
+             == sorted([*members, added]))
+
+
 def test_rebalance_moves_leaders_not_members(cluster):
     uri = cluster.uri(0)
     for n in range(6):
