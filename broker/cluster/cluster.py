@@ -359,10 +359,12 @@ class Cluster:
 
     def link_lost(self, name: str) -> None:
         """From the transport: the connection to `name` closed (a killed node's at
-        once). Only the management queries waiting on it learn it (replica_rpc);
+        once). Only the queries waiting on it learn it (replica_rpc's, and the counts of
+        proxy.py, asked of another member);
         liveness stays `reachable`'s (pings), so a dropped link alone moves nothing."""
         self.links_lost.add(name)
         replica_rpc.link_lost(self, name)
+        proxy.link_lost(self, name)   # the counts asked of it: another member
 
     def on_message(self, sender: str, envelope) -> None:
         """From the transport, in the event loop."""

@@ -8,8 +8,10 @@ consumers their deliveries with the bodies. The receiving node writes them to it
 channels, settles what no-ack consumers took, and returns what arrives for a consumer
 that is gone. Its counts (a passive queue.declare) come from a member too: an Rpc
 "stat" that member answers once it applied everything it had appended, so the
-publishes this node forwarded before are counted; all zeros if no member answers
-within STAT_TIMEOUT (a queue without a reachable majority), as RabbitMQ answers then.
+publishes this node forwarded before are counted; asked of the leader, or of another
+member whose link is up, and asked again of another when the link to the one asked
+closes (a killed node); all zeros if no member answers within STAT_TIMEOUT (a queue
+without a reachable majority), as RabbitMQ answers then.
 The counts are a dict: ready, unacked, consumers, bytes (message bodies in the queue).
 
 Not here: forwarding and retries (cluster.py), the queue record (queues/quorum/queue.py).
@@ -140,13 +142,32 @@ def counts(cluster: "Cluster", record, callback: Callable[[dict], None]) -> None
     messages_dlx, message_bytes_dlx; 0 from a node that does not send them), from a member (its leader if known), passed to `callback`."""
     cluster._next_request += 1
     request = cluster._next_request
-    target = (record.leader_hint if record.leader_hint in cluster.addresses
-              else cluster._some_member(record, None))
+    target = _live_member(cluster, record)
     if target is None:
         callback(dict(NO_COUNTS))
         return
-    cluster.stats[request] = (callback, cluster.now + STAT_TIMEOUT)
+    cluster.stats[request] = (callback, cluster.now + STAT_TIMEOUT, target, record)
     cluster._post(target, Rpc("stat", {"g": record.group, "r": request}))
+
+
+def _live_member(cluster: "Cluster", record) -> str | None:
+    """Whom to ask: the leader if known and its link is up, else a member whose link
+    is (Cluster.seen_up: a killed node's link is lost at once, while `reachable`
+    holds it up for REACHABLE_WITHIN); None when no member is."""
+    hint = record.leader_hint
+    if hint in cluster.addresses and hint != cluster.name and cluster.seen_up(hint):
+        return hint
+    members = [m for m in record.members if m != cluster.name and cluster.seen_up(m)]
+    return cluster._random.choice(members) if members else None
+
+
+def link_lost(cluster: "Cluster", node: str) -> None:
+    """The link to `node` closed: the counts asked of it are asked of another live
+    member now (or are all zeros at once when none is), not after STAT_TIMEOUT."""
+    for request, (callback, _deadline, asked, record) in list(cluster.stats.items()):
+        if asked == node:
+            del cluster.stats[request]
+            counts(cluster, record, callback)
 
 
 def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
@@ -179,7 +200,7 @@ def on_stat_reply(cluster: "Cluster", sender: str, body: dict) -> None:
 
 def expire_stats(cluster: "Cluster") -> None:
     now = cluster.now
-    for request, (callback, deadline) in list(cluster.stats.items()):
+    for request, (callback, deadline, _asked, _record) in list(cluster.stats.items()):
         if now >= deadline:
             del cluster.stats[request]
             callback(dict(NO_COUNTS))
