@@ -7,7 +7,8 @@ queue. Compared: exit codes, banners, the header line of the default and of the 
 columns (list_consumers reorders what it is given), -q/--silent, the JSON formatter's
 keys, the rows' values where they do not name a process or an ephemeral port, an
 unknown column (64), a connection not there (69), a memory alarm (69, its text and
-JSON), the status sections and JSON keys (ours a subset).
+JSON), the status sections and JSON keys (ours a subset); check_port_connectivity's
+failure: test_port_connectivity_against_rabbitmq.py.
 
 Deliberate differences, not compared: a `pid` is the connection's or channel's name in
 angle brackets (no Erlang processes), which close_connection takes where rabbitmqctl
@@ -15,6 +16,8 @@ takes a pid; RabbitMQ's table lists exchanges in hash order (compared as sets);
 RabbitMQ's AMQP listener's purpose says "AMQP 0-9-1 and AMQP 1.0" (quorumqueue
 speaks 0-9-1 only) and a lone node has no clustering listener; check_running's
 failure text names the API's URL (the node's name is not known without it);
+check_port_connectivity connects at each listener's interface, RabbitMQ's at the
+node's host name (docs/behaviour/command-line.md says why);
 rabbitmqctl's -s is --silent only here (-s is rabbitmqadmin's --ssl).
 """
 
