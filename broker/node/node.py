@@ -221,6 +221,9 @@ class Node:
     def next_deadline_ms(self) -> int | None:
         """When a queue next expires a message or itself (wall-clock ms; None: no
         queue waits for the clock): the shell runs `run_deadlines` then."""
+        quorum = self.quorum
+        if not self.deadlines.pending and (quorum is None or not quorum.deadlines.pending):
+            return None  # the usual case, after every flush: no call
         deadlines = [self.deadlines.next_ms()]
         if self.quorum is not None:
             deadlines.append(self.quorum.deadlines.next_ms())

@@ -16,7 +16,7 @@ dropped. An owner whose callback ran registers its next deadline itself. Deadlin
 are hints: the periodic tick still runs every queue's timers, so one missed here
 is late, not lost.
 
-Invariants: `_pending[id(owner)]` is the ms of an entry of that owner in the heap;
+Invariants: `pending[id(owner)]` is the ms of an entry of that owner in the heap;
 an owner is referenced by the heap until its entries pop (so its id is not reused
 meanwhile).
 
@@ -34,28 +34,30 @@ from itertools import count
 class Deadlines:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, object, Callable[[int], None]]] = []
-        self._pending: dict[int, int] = {}  # id(owner) -> its earliest deadline
+        # id(owner) -> its earliest deadline; empty: nothing waits (read by the node
+        # on every flush, so that the usual case costs no call)
+        self.pending: dict[int, int] = {}
         self._order = count()
 
     def add(self, ms: int, owner: object, callback: Callable[[int], None]) -> None:
         """`callback(now_ms)` once the clock reaches `ms`, unless `owner` waits for
         an earlier deadline already (its callback registers the next one)."""
-        pending = self._pending.get(id(owner))
+        pending = self.pending.get(id(owner))
         if pending is not None and pending <= ms:
             return
-        self._pending[id(owner)] = ms
+        self.pending[id(owner)] = ms
         heapq.heappush(self._heap, (ms, next(self._order), owner, callback))
 
     def next_ms(self) -> int | None:
         """The earliest deadline (None: none)."""
         heap = self._heap
-        while heap and self._pending.get(id(heap[0][2])) != heap[0][0]:
+        while heap and self.pending.get(id(heap[0][2])) != heap[0][0]:
             heapq.heappop(heap)  # stale: its owner has an earlier one, or ran
         return heap[0][0] if heap else None
 
     def due(self, now_ms: int) -> list[Callable[[int], None]]:
         """The callbacks whose deadline is at or before `now_ms`, forgotten here."""
-        heap, pending = self._heap, self._pending
+        heap, pending = self._heap, self.pending
         callbacks = []
         while heap and heap[0][0] <= now_ms:
             ms, _order, owner, callback = heapq.heappop(heap)
@@ -65,4 +67,4 @@ class Deadlines:
         return callbacks
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)

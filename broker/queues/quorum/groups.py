@@ -547,8 +547,11 @@ class QuorumGroups:
 
     def _after_apply(self, queue: QuorumQueue) -> None:
         self._ensure_worker(queue)
-        if queue.is_leader and not queue.deleted:
-            self._wake_for_expiry(queue)
+        state = queue.state
+        if (state.config.expires is not None or state.normal.expiries is not None
+                or state.high.expiries is not None or state.returns.expiries is not None
+                ) and queue.is_leader and not queue.deleted:
+            self._wake_for_expiry(queue)  # something of it is timed (checked first: no call)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
             # as the leader: first suspect the consumers of the nodes not heard from
