@@ -24,7 +24,6 @@ Not here: the raw rows (log_files.py), Spark, the analyses.
 
 from __future__ import annotations
 
-import json
 import os
 from array import array
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from ..broker.raft.storage.recovery import recover
 from ..broker.raft.storage.segments import SegmentReader, SegmentRef, parse_segment
 from ..broker.raft.storage.snapshots import read_snapshot_file
 from ..broker.raft.types import COMMAND, LogEntry
-from ..broker.storage.metadata_store import decode_arguments
+from ..broker.storage.metadata_store import decode_arguments, load_document
 from .log_files import LogReadError, queue_of
 
 
@@ -133,13 +132,9 @@ def _entries(state: GroupState, lo: int, readers: "_Readers"):
 
 
 def _queue_arguments(data_dir: str) -> dict[str, dict]:
-    """Queue arguments by group uid, from the node's metadata.json (a group without a
-    snapshot restarts from them)."""
-    try:
-        with open(os.path.join(data_dir, "metadata.json")) as handle:
-            metadata = json.load(handle)
-    except FileNotFoundError:
-        return {}
+    """Queue arguments by group uid, from the node's metadata.json and its queue journal
+    (a group without a snapshot restarts from them)."""
+    metadata = load_document(data_dir) or {}
     return {queue["group"]: decode_arguments(queue.get("arguments", {}))
             for queue in metadata.get("queues", []) if queue.get("group")}
 

@@ -2,7 +2,8 @@
 
 Responsibilities: what `Node.flush()` does, in halves a shell can run apart, so that
 the fsyncs happen off its event loop: `begin_sync` takes everything pending — the
-metadata document, the message store's batch, one Raft round (every group's Ready
+metadata document (or, when only queue records changed, their lines of the file's
+journal: storage/metadata_journal.py), the message store's batch, one Raft round (every group's Ready
 persisted into the log store's batch) — as a `Sync` and writes the two batches into
 their files (the page cache: quick); `Sync.run()`, on any thread, replaces the
 metadata file and fdatasyncs; `end_sync` then releases what it made durable —
@@ -10,7 +11,8 @@ confirms waiting on the message store, the Raft round's sends, applies and
 advances (and the replies and confirms they produce).
 
 How it works: a Sync makes things durable in the order of the synchronous flush it
-replaces: the metadata file (tmp, fsync, rename), then the message store's batch
+replaces: the metadata file (tmp, fsync, rename) or its journal's lines (one
+fdatasync), then the message store's batch
 (one fdatasync), then the Raft log's batch (one fdatasync for every group). Records
 that reach the disk before the metadata naming their queue are harmless: recovery
 drops messages and groups of queues the metadata does not know. `end_sync` also
@@ -66,6 +68,7 @@ class Sync:
     messages: SealedBatch | None       # the message store's batch (None: no store)
     readies: driver.Batch              # the Raft round waiting for `log`
     log: WalBatch | None               # the log store's batch (None: no quorum queues)
+    journal: list[bytes] | None = None  # else the queue records changed: journal lines
     attempts: int = 0                  # runs that failed on a full disk
     unwritten: OSError | None = None   # `write` found the disk full: `run` writes again
 
@@ -73,7 +76,8 @@ class Sync:
     def writes(self) -> bool:
         """False: nothing for `run` to do (no metadata, nothing to fdatasync) —
         `end_sync` may follow at once."""
-        return (self.document is not None or self.node_list is not None
+        return (self.document is not None or self.journal is not None
+                or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)
                 or (self.log is not None and bool(self.log.records) and self.log.fsync)
@@ -108,6 +112,8 @@ class Sync:
                 self.metadata.save(self.document)
                 if self.applied is not None:
                     self.metadata.save_applied(self.applied)
+            elif self.journal is not None:
+                self.metadata.append(self.journal)  # cut back itself on a full disk
             if self.node_list is not None:
                 self.node_file.save(*self.node_list)
             if self.messages is not None:
@@ -131,17 +137,36 @@ class Sync:
 
 def take_metadata(node: "Node") -> tuple[dict | None, int | None]:
     """(the metadata file's contents, the metadata group's entry it holds) when the
-    file is to be saved, else (None, None); the node's flags are reset."""
+    file is to be saved whole, else (None, None); the node's flag is reset. Saved
+    whole: when what changed is not only queue records, or the journal outgrew the
+    file (`MetadataStore.can_journal`); the queue changes are then in the document."""
     document = applied = None
-    if node.metadata_dirty and node.metadata is not None:
+    store = node.metadata
+    if store is not None and (node.metadata_dirty or (
+            node.metadata_queue_changes and not store.can_journal)):
         document = node.metadata_document()
         applied, node.metadata_applied_index = node.metadata_applied_index, None
+        node.metadata_queue_changes.clear()
     node.metadata_dirty = False
     return document, applied
 
 
+def take_journal(node: "Node") -> list[bytes] | None:
+    """The journal lines of the queue records changed since the last take (None:
+    none); after `take_metadata`, which takes them into a document it saves whole."""
+    changes = node.metadata_queue_changes
+    if not changes:
+        return None
+    keys = list(changes)
+    changes.clear()
+    if node.metadata is None:
+        return None
+    return node.metadata.encode_changes([(key, node.queue_document(*key)) for key in keys])
+
+
 def begin_sync(node: "Node") -> Sync:
     document, applied = take_metadata(node)
+    journal = take_journal(node)
     cluster = node.cluster
     node_list = cluster.take_node_list()
     messages = None
@@ -149,7 +174,7 @@ def begin_sync(node: "Node") -> Sync:
         messages = node.store.seal()
     readies, batch = node.quorum.begin_round() if node.quorum is not None else ([], None)
     sync = Sync(node.metadata, document, applied, node_list, cluster.node_file, messages,
-                readies, batch)
+                readies, batch, journal)
     sync.write()
     return sync
 
@@ -167,7 +192,7 @@ def pending_writes(node: "Node") -> tuple[int, int] | None:
     """A mark of what waits for the next Sync: two marks are equal only if nothing was
     written between them. None (equal to no mark) while metadata waits to be saved:
     that is a flag, which a second change would not move."""
-    if node.metadata_dirty:
+    if node.metadata_dirty or node.metadata_queue_changes:
         return None
     return (node.store.pending_records if node.store is not None else 0,
             node.quorum.store.pending_records if node.quorum is not None else 0)

@@ -112,7 +112,7 @@ def _queue_members(node: "Node", c: dict):
     if queue is None or queue.group != c["group"]:
         return None
     queue.members = tuple(c["members"])
-    node.metadata_dirty = True
+    node.queue_changed(vhost.name, queue.name)
     return None
 
 
@@ -143,7 +143,7 @@ def record_changed(node: "Node", vhost, queue, record: dict) -> None:
 
     before = queue.metadata_record()
     full = {**before, **record}
-    node.metadata_dirty = True
+    node.queue_changed(vhost.name, queue.name)
     if full.get("host") == node.name:
         # the guide's "How to Check if a Queue is Mirrored?": "When a new queue mirror
         # is added, the event is logged" (by the leader's node, in RabbitMQ's words)
@@ -211,7 +211,7 @@ def _forget_node(node: "Node", c: dict):
         for queue in list(vhost.queues.values()):
             if queue.REPLICATED and name in queue.members and len(queue.members) > 1:
                 queue.members = tuple(m for m in queue.members if m != name)
-                node.metadata_dirty = True
+                node.queue_changed(vhost.name, queue.name)
             elif queue.mirrors is not None:
                 settings = ha_settings(node.policy_for(vhost.name, "classic", queue.name))
                 rule = settings.promote_on_failure if settings is not None else "always"

@@ -77,6 +77,9 @@ class Node:
         self.awaiting_sync: set["Channel"] = set()
         self.synced_batch_id = 0
         self.metadata_dirty = False
+        # (vhost, name) of the queues whose records changed since the file's last save:
+        # lines of the file's journal at the next group commit (node/group_commit.py)
+        self.metadata_queue_changes: dict[tuple[str, str], None] = {}
         # saved with the metadata file: the metadata group's last entry it holds
         # (groups/metadata.py `_save_metadata`; None: not recorded this time)
         self.metadata_applied_index: int | None = None
@@ -171,7 +174,7 @@ class Node:
         queue = registry.create_recorded(self, vhost.name, name, queue_spec, record, recover)
         vhost.queues[name] = queue
         if queue.durable:  # a non-durable one reaches the file with the next save (a
-            self.metadata_dirty = True  # snapshot's at the latest); the log has it
+            self.queue_changed(vhost.name, name)  # snapshot's at the latest); the log has it
         # classic queues take a policy's settings at once; a quorum queue's leader, once
         # elected, proposes them on a tick
         queue.policy_changed(self.policy_for(vhost.name, queue.type_name, name))
@@ -360,8 +363,23 @@ class Node:
         self.cluster.classic.hosted_deleted(queue)
         removed = vhost.remove_bindings_to(Destination(QUEUE, queue.name))
         if queue.durable or any(e.durable for e in removed):
-            self.metadata_dirty = True
+            self.queue_changed(vhost.name, queue.name)
         return count
+
+    def queue_changed(self, vhost: str, name: str) -> None:
+        """The queue's record changed (declared, deleted, its members or host): saved
+        at the next group commit, as a line of the file's journal."""
+        self.metadata_queue_changes[(vhost, name)] = None
+
+    def queue_document(self, vhost: str, name: str) -> dict | None:
+        """The queue's record as the metadata file holds it (None: no such queue)."""
+        found = self.vhosts.get(vhost)
+        queue = found.queues.get(name) if found is not None else None
+        if queue is None:
+            return None
+        return {"vhost": vhost, "name": queue.name, "type": queue.type_name,
+                "durable": queue.durable, "auto_delete": queue.auto_delete,
+                "arguments": encode_arguments(queue.arguments), **queue.metadata_record()}
 
     def cancel_consumers(self, queue) -> None:
         """Cancel the queue's consumers on this node (basic.cancel to clients that
@@ -612,14 +630,10 @@ class Node:
                                       "type": exchange.type, "auto_delete": exchange.auto_delete,
                                       "internal": exchange.internal,
                                       "arguments": encode_arguments(exchange.arguments)})
-            for queue in vhost.queues.values():
+            for name in vhost.queues:
                 # every queue in the metadata (non-durable ones too: other nodes' and
                 # this node's, which a restart of this node deletes through the log)
-                queues.append({"vhost": vhost.name, "name": queue.name,
-                               "type": queue.type_name, "durable": queue.durable,
-                               "auto_delete": queue.auto_delete,
-                               "arguments": encode_arguments(queue.arguments),
-                               **queue.metadata_record()})
+                queues.append(self.queue_document(vhost.name, name))
             for binding in vhost.bindings():
                 if self._durable_binding(vhost, binding):
                     bindings.append({"vhost": vhost.name, "source": binding.source,
@@ -736,6 +750,7 @@ class Node:
         for name in list(self.vhosts):
             self.apply_policies(name)
         self.metadata_dirty = False
+        self.metadata_queue_changes.clear()  # what was just read
         # saved with the metadata file: the metadata group's last entry it holds
         # (groups/metadata.py `_save_metadata`; None: not recorded this time)
         self.metadata_applied_index: int | None = None

@@ -18,6 +18,7 @@ import pytest
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.node import group_commit
 from quorumqueue.broker.server.server import BrokerServer
+from quorumqueue.broker.storage.metadata_store import load_document
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,9 +189,9 @@ def test_a_confirm_waits_for_its_fsync_while_the_loop_reads_other_clients(server
 def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server, gate):
     """broker/README.md "Ordering rules": nothing is acknowledged before it is durable.
     A classic queue is declared through the metadata log and recorded in the node's
-    metadata file (replaced atomically); its declare-ok, read while another client's
-    fsync runs, leaves only after the later Syncs that made the log entry durable
-    and replaced the file with one naming the queue."""
+    metadata file (its journal: a line fdatasynced); its declare-ok, read while
+    another client's fsync runs, leaves only after the later Syncs that made the log
+    entry durable and saved the queue's record."""
     setup = connect(server)
     setup.channel().queue_declare("busy", durable=True, arguments={"x-queue-type": "quorum"})
     publisher = Publisher(server, "busy", b"m")
@@ -200,8 +201,8 @@ def test_a_declare_ok_read_during_a_sync_waits_for_the_sync_that_saves_it(server
 
     def declare():
         channel.queue_declare("declared-meanwhile", durable=True)
-        with open(server.node.metadata.path, encoding="utf-8") as handle:
-            answered["saved"] = "declared-meanwhile" in handle.read()
+        saved = load_document(server.node.metadata.directory)  # the file and its journal
+        answered["saved"] = "declared-meanwhile" in {q["name"] for q in saved["queues"]}
 
     gate.close()
     publisher.start()
