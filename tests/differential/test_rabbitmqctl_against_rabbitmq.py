@@ -59,7 +59,9 @@ def quorumqueue():
 
 
 def make_clients(uri: str) -> pika.BlockingConnection:
-    connection = pika.BlockingConnection(pika.URLParameters(uri))
+    # heartbeat 0: the connection sits idle for the whole module (a BlockingConnection
+    # sends heartbeats only while called), and a broker closes one that misses two
+    connection = pika.BlockingConnection(pika.URLParameters(uri + "?heartbeat=0"))
     channel = connection.channel()
     channel.queue_declare("ctl-q", durable=True)
     channel.exchange_declare("ctl-x", "topic", durable=True)
