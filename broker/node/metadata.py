@@ -54,9 +54,11 @@ def _exchange_declare(node: "Node", c: dict):
     the log after the last snapshot on top of the file, and a snapshot saves the file
     (groups/metadata.py). Only queue records must be in the file before the replay:
     a restart drops the messages and groups of queues the file does not name."""
-    _vhost(node, c["vhost"]).declare_exchange(
+    exchange, created = _vhost(node, c["vhost"]).declare_exchange(
         c["name"], c["type"], False, c["durable"], c["auto_delete"], c["internal"],
         c["arguments"])
+    if created:  # a policy set before the exchange applies to it (its alternate-exchange)
+        node.apply_exchange_policy(c["vhost"], exchange)
     return None
 
 

@@ -284,11 +284,16 @@ class Node:
         if vhost is None:
             return
         for exchange in vhost.exchanges.values():
-            policy = self.policy_for(vhost_name, "exchange", exchange.name)
-            exchange.policy_alternate = (policy.definition.get("alternate-exchange")
-                                         if policy is not None else None)
+            self.apply_exchange_policy(vhost_name, exchange)
         for queue in list(vhost.queues.values()):
             queue.policy_changed(self.policy_for(vhost_name, queue.type_name, queue.name))
+
+    def apply_exchange_policy(self, vhost_name: str, exchange) -> None:
+        """The exchange takes the alternate-exchange of the policy that applies to it
+        (its own argument still wins: Exchange.alternate_exchange)."""
+        policy = self.policy_for(vhost_name, "exchange", exchange.name)
+        exchange.policy_alternate = (policy.definition.get("alternate-exchange")
+                                     if policy is not None else None)
 
     def tick_policies(self) -> None:
         """On every tick: a queue whose settings are applied through a log (a new

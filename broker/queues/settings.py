@@ -2,7 +2,10 @@
 
 The rules are RabbitMQ's queue types' (rabbit_quorum_queue's `gather_policy_config`,
 rabbit_amqqueue_process's for classic queues, and the max-length guide): max-length,
-max-length-bytes, message-ttl and expires take the lower of argument and policy; overflow takes the policy's; delivery-limit the lower, unless
+max-length-bytes, message-ttl and expires take the lower of argument and policy (a
+quorum queue's expires as RabbitMQ 4.x takes it; 3.10.8's quorum queues take the
+policy's); overflow takes the policy's on a quorum queue, the argument's on a classic
+one; delivery-limit the lower, unless
 either is negative (unlimited), then the higher. queue-leader-locator: policy, then
 argument, then the node's configuration (the 4.2 quorum queues guide's order).
 target-group-size: the highest of the argument x-quorum-target-group-size, the
@@ -81,11 +84,13 @@ def quorum_config(arguments: Mapping[str, Any], policy,
 
 def classic_limits(arguments: Mapping[str, Any],
                    policy) -> tuple[int | None, int | None, str]:
-    """(max length, max length bytes, overflow) of a classic queue."""
+    """(max length, max length bytes, overflow) of a classic queue: the lower limits;
+    x-overflow wins over the policy's overflow (rabbit_amqqueue_process's res_arg),
+    where a quorum queue takes the policy's."""
     definition = _definition(policy)
     return (_lower(arguments.get("x-max-length"), definition.get("max-length")),
             _lower(arguments.get("x-max-length-bytes"), definition.get("max-length-bytes")),
-            definition.get("overflow") or _text(arguments.get("x-overflow")) or "drop-head")
+            _text(arguments.get("x-overflow")) or definition.get("overflow") or "drop-head")
 
 
 def consumer_timeout(arguments: Mapping[str, Any], policy) -> int | None:

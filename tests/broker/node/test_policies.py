@@ -165,11 +165,15 @@ def test_a_dead_letter_argument_wins_over_the_policy_key_by_key():
     assert dead_letter_target({"x-dead-letter-exchange": "a-dlx"}, None) == ("a-dlx", None)
 
 
-def test_a_classic_queues_limits_combine_the_same_way():
+def test_a_classic_queues_limits_combine_the_same_way_but_its_overflow_is_the_arguments():
+    """rabbit_amqqueue_process:process_args_policy: res_min for the limits, res_arg
+    for overflow (a quorum queue takes the policy's overflow)."""
     assert classic_limits(ARGS, None) == (100, 5000, "drop-head")
     assert classic_limits(ARGS, policy(definition={"max-length": 3, "overflow":
                                                    "reject-publish"})) == (
-        3, 5000, "reject-publish")
+        3, 5000, "drop-head")
+    assert classic_limits({}, policy(definition={"overflow": "reject-publish"})) == (
+        None, None, "reject-publish")
     assert classic_limits({}, None) == (None, None, "drop-head")
 
 
