@@ -154,17 +154,22 @@ def _pika_basic_publish():
 PikaBasicPublish = _pika_basic_publish()
 
 
-def keyed_messages(options, body: bytes, count: int):
-    """What one sink task publishes for `count` rows of `body` (keys included)."""
+def keyed_messages(options, body: bytes, count: int, batch_rows: int = 10_000):
+    """What one sink task publishes for `count` rows of `body` (keys included), in
+    Arrow batches of `batch_rows` (Spark's spark.sql.execution.arrow.maxRecordsPerBatch
+    default): what the sink's `write` hands its publisher (`to_outgoing`; a connector
+    without it, the rows one by one)."""
     import pyarrow as pa
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from quorumqueue.connector.sink_rows import IdempotencyKey, input_plan, to_messages
+    from quorumqueue.connector import sink_rows
 
-    batch = pa.record_batch([pa.array([body] * count, pa.binary())], names=["body"])
-    plan = input_plan(StructType([StructField("body", BinaryType())]), options)
-    key = IdempotencyKey(f"spark-query/{os.urandom(16).hex()}/0", 1 << 32)
-    return to_messages([batch], plan, options, key)
+    convert = getattr(sink_rows, "to_outgoing", sink_rows.to_messages)
+    batches = [pa.record_batch([pa.array([body] * min(batch_rows, count - start), pa.binary())],
+                               names=["body"]) for start in range(0, count, batch_rows)]
+    plan = sink_rows.input_plan(StructType([StructField("body", BinaryType())]), options)
+    key = sink_rows.IdempotencyKey(f"spark-query/{os.urandom(16).hex()}/0", 1 << 32)
+    return convert(batches, plan, options, key)
 
 
 def measure_sink(spark, broker: BrokerProcess, arguments: argparse.Namespace) -> float:

@@ -27,9 +27,16 @@ How it works
     each frame with a `send()` of its own; that was two thirds of a sink task's
     client CPU (bench/README.md, `connector_sink.py`).
 
+    The iterator may also yield an `OutgoingRun`: consecutive rows sharing exchange,
+    routing key and all properties but their seq (sink_rows.py, `BodyRun`), which
+    encodes its frames for all its rows at once, column-wise; a fill then writes a
+    slice of that buffer, with no Python work per message. A run that cannot be
+    encoded at once (a body above the frame size) is published row by row.
+
     Delivery tags are 1, 2, 3... in publish order on a fresh channel, so the
-    unconfirmed messages are a dict keyed by tag, cleared from its lowest key up on
-    a multiple ack. A basic.return carries no tag; `returned_row` (given by the
+    unconfirmed messages are spans of consecutive tags (`_Span`: a message, or rows
+    of a run), oldest first: a multiple ack drops whole spans and trims one, a single
+    ack or nack splits the span holding its tag. A basic.return carries no tag; `returned_row` (given by the
     caller) finds the row from the returned properties. The broker acks a returned
     message right after returning it, so a return is recorded as that row's failure.
 
@@ -55,8 +62,10 @@ Not here
 
 from __future__ import annotations
 
+import itertools
 import struct
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -91,6 +100,51 @@ class Outgoing(NamedTuple):
     properties: pika.BasicProperties
 
 
+class OutgoingRun:
+    """Messages of rows `first_row`, `first_row + 1`, ... (`count` of them) to one
+    exchange and routing key, which encode their frames together."""
+
+    first_row: int
+    count: int
+    exchange: str
+    routing_key: str
+
+    def frames(self, method: bytes, channel: int, body_max: int
+               ) -> tuple[memoryview, Sequence[int]] | None:
+        """The frames of every row (each row's: `method`, its content header, its
+        body frame) in one buffer and the `count + 1` offsets where each row's
+        frames start (and the last ends); None if a body exceeds `body_max`. Called
+        for every slice sent: the run keeps what it encoded for the same arguments."""
+        raise NotImplementedError
+
+    def messages(self, start: int, stop: int) -> Iterator[Outgoing]:
+        """Rows `start` to `stop` (indices in the run) one by one."""
+        raise NotImplementedError
+
+
+class _Span(NamedTuple):
+    """Unconfirmed tags `first_tag` .. `first_tag + stop - start - 1`: messages
+    `start` to `stop` of a list, or rows `start` to `stop` of a run."""
+
+    first_tag: int
+    source: list[Outgoing] | OutgoingRun
+    start: int
+    stop: int
+
+    def first_row(self) -> int:
+        source = self.source
+        return (source[self.start].row if isinstance(source, list)
+                else source.first_row + self.start)
+
+    def failed(self, reason: str) -> Iterator[_Failed]:
+        source = self.source
+        if isinstance(source, list):
+            return (_Failed(message.row, message.exchange, message.routing_key, reason)
+                    for message in source[self.start:self.stop])
+        return (_Failed(source.first_row + index, source.exchange, source.routing_key, reason)
+                for index in range(self.start, self.stop))
+
+
 class PublishError(RuntimeError):
     """The broker did not confirm every message; the message says what and why."""
 
@@ -119,15 +173,18 @@ class ConfirmedPublisher:
         self._ioloop: IOLoop | None = None
         self._connection: pika.SelectConnection | None = None
         self._channel = None
-        self._messages: Iterator[Outgoing] = iter(())
+        self._messages: Iterator[Outgoing | OutgoingRun] = iter(())
+        self._run: OutgoingRun | None = None         # taken from the iterator, not all sent
+        self._run_next = 0                           # its first row not yet sent
+        self._peeked: OutgoingRun | None = None      # taken from the iterator, not yet used
         self._exhausted = False
         self._published = 0                          # messages taken from the iterator
         self._tag = 0                                # the channel's last delivery tag
-        self._unconfirmed: dict[int, Outgoing] = {}  # delivery tag -> message
+        self._unconfirmed: deque[_Span] = deque()    # by tag; spans never overlap
+        self._in_flight = 0                          # tags in _unconfirmed
         self._method_frames: dict[tuple[str, str], bytes] = {}  # (exchange, key) -> frame
         self._body_max = 0                           # body bytes per frame, once connected
-        self._lowest = 1                             # no unconfirmed tag below it
-        self._resend: list[Outgoing] = []            # unconfirmed on a lost connection
+        self._resend: list[_Span] = []               # unconfirmed on a lost connection
         self._checking = False                       # the confirm-timeout timer runs
         self._gave_up = ""                           # why retrying stopped, for the error
         self._last_progress = 0.0
@@ -174,8 +231,8 @@ class ConfirmedPublisher:
         if self._retry(f"cannot connect to any node: {failures}"):
             return
         self._fatal = f"cannot connect to the broker (option 'uri'): {failures}"
-        if self._unconfirmed:
-            self._fatal += (f", with {len(self._unconfirmed)} of {self._published} published "
+        if self._in_flight:
+            self._fatal += (f", with {self._in_flight} of {self._published} published "
                             "messages unconfirmed")
         self._fatal += self._gave_up
         self._ioloop.stop()
@@ -185,7 +242,7 @@ class ConfirmedPublisher:
 
     def _on_channel(self, channel) -> None:
         self._channel = channel
-        self._tag, self._lowest = 0, 1   # delivery tags start again on a new channel
+        self._tag = 0                    # delivery tags start again on a new channel
         self._method_frames = {}         # frames carry the channel number
         self._body_max = self._connection._body_max_length   # pika's: frame_max - 8
         channel.add_on_close_callback(self._guard(self._on_channel_closed))
@@ -222,13 +279,13 @@ class ConfirmedPublisher:
         broker drops). False when the budget is spent or retrying is off."""
         if self._reconnect is None or self._failed:
             return False
-        self._resend = sorted([*self._resend, *self._unconfirmed.values()],
-                              key=lambda message: message.row)
+        self._resend = sorted([*self._resend, *self._unconfirmed], key=_Span.first_row)
         self._unconfirmed.clear()
         self._channel = None
         pause = self._reconnect.next_pause()
         if pause is None:
-            self._unconfirmed = {n: m for n, m in enumerate(self._resend, 1)}  # to report
+            self._unconfirmed = deque(self._resend)  # to report
+            self._in_flight = sum(span.stop - span.start for span in self._resend)
             self._resend = []
             self._gave_up = (f" (retried every node for {self._reconnect.timeout_s:g}s, "
                              "option 'reconnectTimeout': start the broker, then let Spark "
@@ -237,60 +294,134 @@ class ConfirmedPublisher:
         reconnect_log.warning("%s: lost the broker at %s (%s); retrying every node of option 'uri' "
                     "in %.2fs (attempt %d), then publishing its %d unconfirmed messages "
                     "again", self._reconnect.what, self._node, why, pause,
-                    self._reconnect.attempts, len(self._resend))
+                    self._reconnect.attempts, self._in_flight)
+        self._in_flight = 0
         self._ioloop.call_later(pause, self._guard(lambda: self._connect(0)))
         return True
 
     def _lost(self, what: str) -> None:
         self._done = True
-        self._fatal = (f"{what}, with {len(self._unconfirmed)} of {self._published} "
+        self._fatal = (f"{what}, with {self._in_flight} of {self._published} "
                        f"published messages unconfirmed{self._gave_up}")
 
     # ------------------------------------------------------------ publishing
 
     def _fill(self) -> None:
-        frames: list[bytes] = []     # this fill's messages, written to the socket at once
+        frames: list = []     # this fill's messages, written to the socket at once
         sent = 0
         try:
-            while ((self._resend or not self._exhausted) and not self._failed
-                   and len(self._unconfirmed) < MAX_IN_FLIGHT):
-                if self._resend:
-                    message = self._resend.pop(0)
-                else:
-                    message = next(self._messages, None)
-                    if message is None:
-                        self._exhausted = True
-                        break
-                    self._published += 1
-                try:
-                    self._encode(message, frames)
-                except (pika.exceptions.ShortStringTooLong,
-                        pika.exceptions.UnsupportedAMQPFieldException) as error:
-                    raise ValueError(f"row {message.row} of this task cannot be sent as an "
-                                     f"AMQP message: {error!r} (exchange names, routing keys "
-                                     "and string properties are at most 255 bytes)") from None
-                self._tag += 1
-                self._unconfirmed[self._tag] = message
-                sent += 1
+            while not self._failed and self._in_flight < MAX_IN_FLIGHT:
+                span = self._next_span(MAX_IN_FLIGHT - self._in_flight, frames)
+                if span is None:
+                    break
+                count = span.stop - span.start
+                self._unconfirmed.append(span)
+                self._tag += count
+                self._in_flight += count
+                sent += count
         finally:
             if sent:
                 self._write(frames, sent)
-        if (self._exhausted or self._failed) and not self._unconfirmed and not self._resend:
+        if ((self._exhausted or self._failed) and not self._in_flight
+                and not self._resend):
             self._finish()
+
+    def _next_span(self, room: int, frames: list) -> _Span | None:
+        """Append the frames of the next messages to send (at most `room`, at least
+        one): what a lost connection left unconfirmed first, then the rest of the
+        current run, then the iterator's next. None when there is nothing left."""
+        tag = self._tag + 1
+        while self._resend:
+            span = self._resend[0]
+            if not isinstance(span.source, list) and self._frames(span.source) is None:
+                # frames of another frame size: send those rows one by one
+                self._resend[0] = _Span(0, list(span.source.messages(span.start, span.stop)),
+                                        0, span.stop - span.start)
+                continue
+            stop = min(span.stop, span.start + room)
+            if stop == span.stop:
+                del self._resend[0]
+            else:
+                self._resend[0] = span._replace(start=stop)
+            self._encode_span(span.source, span.start, stop, frames)
+            return _Span(tag, span.source, span.start, stop)
+        while self._run is None:
+            source = self._peeked or next(self._messages, None)
+            self._peeked = None
+            if source is None:
+                self._exhausted = True
+                return None
+            if isinstance(source, Outgoing):
+                return self._next_messages(tag, source, room, frames)
+            if self._frames(source) is not None:
+                self._run, self._run_next = source, 0
+            else:   # a body above the frame size: the run's rows one by one
+                self._messages = itertools.chain(source.messages(0, source.count),
+                                                 self._messages)
+        run, start = self._run, self._run_next
+        stop = min(run.count, start + room)
+        self._run_next = stop
+        if stop == run.count:
+            self._run = None
+        self._published += stop - start
+        self._encode_span(run, start, stop, frames)
+        return _Span(tag, run, start, stop)
+
+    def _next_messages(self, tag: int, first: Outgoing, room: int, frames: list) -> _Span:
+        """`first` and the messages after it, up to `room` or a run: one span."""
+        chunk = [first]
+        self._encode(first, frames)
+        try:
+            while len(chunk) < room:
+                message = next(self._messages, None)
+                if message is None:
+                    self._exhausted = True
+                    break
+                if not isinstance(message, Outgoing):
+                    self._peeked = message
+                    break
+                self._encode(message, frames)
+                chunk.append(message)
+        finally:
+            self._published += len(chunk)
+        return _Span(tag, chunk, 0, len(chunk))
+
+    def _encode_span(self, source: list[Outgoing] | OutgoingRun, start: int, stop: int,
+                     frames: list) -> None:
+        if isinstance(source, list):
+            for message in source[start:stop]:
+                self._encode(message, frames)
+        else:
+            buffer, offsets = self._frames(source)
+            frames.append(buffer[offsets[start]:offsets[stop]])
+
+    def _frames(self, run: OutgoingRun) -> tuple[memoryview, Sequence[int]] | None:
+        return run.frames(self._method_frame(run.exchange, run.routing_key),
+                          self._channel.channel_number, self._body_max)
+
+    def _method_frame(self, exchange: str, routing_key: str) -> bytes:
+        key = (exchange, routing_key)
+        method = self._method_frames.get(key)
+        if method is None:
+            method = pika.frame.Method(self._channel.channel_number, pika.spec.Basic.Publish(
+                exchange=exchange, routing_key=routing_key,
+                mandatory=self._mandatory)).marshal()
+            if len(self._method_frames) < METHOD_FRAMES_KEPT:
+                self._method_frames[key] = method
+        return method
 
     def _encode(self, message: Outgoing, frames: list[bytes]) -> None:
         """Append the basic.publish, content header and body frames of `message`: the
         bytes pika's `basic_publish` would send (tests/connector/test_sink.py holds them
         equal), without its three frame objects and three socket writes per message."""
-        key = (message.exchange, message.routing_key)
-        method = self._method_frames.get(key)
-        if method is None:
-            method = pika.frame.Method(self._channel.channel_number, pika.spec.Basic.Publish(
-                exchange=message.exchange, routing_key=message.routing_key,
-                mandatory=self._mandatory)).marshal()
-            if len(self._method_frames) < METHOD_FRAMES_KEPT:
-                self._method_frames[key] = method
-        properties = message.properties.encode()
+        try:
+            method = self._method_frame(message.exchange, message.routing_key)
+            properties = message.properties.encode()
+        except (pika.exceptions.ShortStringTooLong,
+                pika.exceptions.UnsupportedAMQPFieldException) as error:
+            raise ValueError(f"row {message.row} of this task cannot be sent as an AMQP "
+                             f"message: {error!r} (exchange names, routing keys and string "
+                             "properties are at most 255 bytes)") from None
         body = message.body
         size = len(body)
         frames.append(method)
@@ -323,18 +454,45 @@ class ConfirmedPublisher:
 
     def _on_confirm(self, frame) -> None:
         method = frame.method
-        nacked = isinstance(method, pika.spec.Basic.Nack)
-        tags = (range(self._lowest, method.delivery_tag + 1) if method.multiple
-                else (method.delivery_tag,))
-        for tag in tags:
-            message = self._unconfirmed.pop(tag, None)
-            if message is not None and nacked:
-                self._failed.append(_Failed(message.row, message.exchange,
-                                            message.routing_key, "nack"))
-        while self._lowest <= self._tag and self._lowest not in self._unconfirmed:
-            self._lowest += 1
+        settled = (self._settle_through(method.delivery_tag) if method.multiple
+                   else self._settle_one(method.delivery_tag))
+        if isinstance(method, pika.spec.Basic.Nack):
+            for span in settled:
+                self._failed.extend(span.failed("nack"))
         self._last_progress = time.monotonic()
         self._fill()
+
+    def _settle_through(self, tag: int) -> list[_Span]:
+        """Take every unconfirmed tag up to `tag` (a multiple ack or nack)."""
+        settled = []
+        spans = self._unconfirmed
+        while spans and spans[0].first_tag <= tag:
+            span = spans[0]
+            last = span.first_tag + span.stop - span.start - 1
+            if last <= tag:
+                spans.popleft()
+                settled.append(span)
+            else:   # the span goes on past the tag: keep its rest
+                split = span.start + tag - span.first_tag + 1
+                settled.append(span._replace(stop=split))
+                spans[0] = _Span(tag + 1, span.source, split, span.stop)
+        self._in_flight -= sum(span.stop - span.start for span in settled)
+        return settled
+
+    def _settle_one(self, tag: int) -> list[_Span]:
+        """Take `tag` alone (a single ack or nack), splitting the span holding it."""
+        spans = self._unconfirmed
+        for at, span in enumerate(spans):
+            if span.first_tag <= tag < span.first_tag + span.stop - span.start:
+                index = span.start + tag - span.first_tag
+                del spans[at]
+                if index + 1 < span.stop:
+                    spans.insert(at, _Span(tag + 1, span.source, index + 1, span.stop))
+                if span.start < index:
+                    spans.insert(at, span._replace(stop=index))
+                self._in_flight -= 1
+                return [_Span(tag, span.source, index, index + 1)]
+        return []
 
     def _on_return(self, _channel, method, properties, _body) -> None:
         self._failed.append(_Failed(self._returned_row(properties), method.exchange,
@@ -348,10 +506,10 @@ class ConfirmedPublisher:
         if self._done:
             return
         waited = time.monotonic() - self._last_progress
-        if self._unconfirmed and waited > self._timeout:
+        if self._in_flight and waited > self._timeout:
             self._fatal = (f"no publisher confirm arrived for {waited:.0f}s (option "
                            f"'confirmTimeout' is {self._timeout:g}s) with "
-                           f"{len(self._unconfirmed)} messages unconfirmed")
+                           f"{self._in_flight} messages unconfirmed")
             self._finish()
             return
         self._schedule_check()

@@ -59,7 +59,7 @@ from pyspark.sql.types import StructType
 from .options import EXCHANGE, OptionError, SinkOptions, parse_sink_options
 from .publisher import ConfirmedPublisher
 from .sink_rows import (ROWS_PER_BATCH_ID, IdempotencyKey, InputPlan, input_plan,
-                        returned_row, to_messages)
+                        returned_row, to_outgoing)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"   # StreamExecution.QUERY_ID_KEY
 BATCH_ID_PROPERTY = "streaming.sql.batchId"   # MicroBatchExecution.BATCH_ID_KEY
@@ -135,7 +135,7 @@ def _prepare(raw_options, schema: StructType) -> tuple[SinkOptions, InputPlan]:
 
 def _publish(options: SinkOptions, plan: InputPlan, key: IdempotencyKey, partition: int,
              batches: Iterator[pa.RecordBatch]) -> PublishedCount:
-    messages = to_messages(batches, plan, options, key)
+    messages = to_outgoing(batches, plan, options, key)
     first = next(messages, None)
     if first is None:  # an empty partition (shuffles make many): no connection at all
         return PublishedCount(partition, 0)

@@ -5,7 +5,8 @@ Responsibilities
     has a `body` and only columns the sink understands, with the types it accepts,
     and fails naming the column and what is accepted otherwise. `to_messages` turns
     a task's Arrow record batches into `Outgoing` messages, numbering rows from 0 and
-    stamping each with the task's idempotency key (`IdempotencyKey`).
+    stamping each with the task's idempotency key (`IdempotencyKey`); `to_outgoing`
+    does the same with a batch of bodies alone as one `BodyRun`.
 
 How it works
     The accepted columns are the source's own (schema.py), so a source-to-sink
@@ -32,8 +33,17 @@ How it works
     set per row. Encoding a header table per message was the biggest cost of a sink
     task (bench/README.md, `connector_sink.py`).
 
+    `to_outgoing` (what the sink publishes) goes further for a batch of bodies alone
+    (no other column, no null or empty body): one `BodyRun`, whose `frames` builds
+    every row's basic.publish, content header (the template, the row's body size and
+    seq) and body frame in one `pyarrow.compute.binary_join_element_wise` over the
+    batch's columns: no Python object per row. A body above the frame size sends the
+    run row by row (`messages`), as `to_messages` would.
+
 Invariants
     - The same rows in the same order give the same messages and sequence numbers.
+    - A `BodyRun`'s frames are byte for byte those of its rows from `to_messages`
+      (tests/connector/test_sink_frames.py).
     - A value AMQP cannot carry (null body, delivery_mode not 1 or 2, priority or
       timestamp out of range) raises `RowError` naming the row and the column.
 
@@ -47,13 +57,15 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pika
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (BinaryType, ByteType, DataType, IntegerType, LongType, MapType,
                                ShortType, StringType, StructType, TimestampType)
 
 from .options import ROUTING_KEY, OptionError, SinkOptions
-from .publisher import Outgoing
+from .publisher import FRAME_BODY, FRAME_END, FRAME_HEADER, Outgoing, OutgoingRun
 
 PUBLISHER_HEADER = "x-quorumqueue-publisher"
 SEQ_HEADER = "x-quorumqueue-seq"
@@ -139,12 +151,36 @@ def _map_of_strings(name: str, data_type: DataType) -> bool:
 
 def to_messages(batches: Iterable[pa.RecordBatch], plan: InputPlan, options: SinkOptions,
                 key: IdempotencyKey) -> Iterator[Outgoing]:
+    """The task's rows as messages, one by one."""
+    for batch, row in _numbered(batches):
+        yield from _batch_messages(batch, plan, options, key, row)
+
+
+def to_outgoing(batches: Iterable[pa.RecordBatch], plan: InputPlan, options: SinkOptions,
+                key: IdempotencyKey) -> Iterator[Outgoing | OutgoingRun]:
+    """`to_messages`, with a batch of bodies alone (no other column, no null or empty
+    body) as one `BodyRun`: the same messages, encoded column-wise by the publisher."""
+    bulk = plan.columns.keys() == {"body"}
+    template = _template(pika.BasicProperties(
+        delivery_mode=2, headers=_headers(None, key.publisher, _SEQ_SENTINEL)))
+    for batch, row in _numbered(batches):
+        bodies = batch.column(batch.schema.get_field_index(plan.columns["body"]))
+        if (bulk and template is not None and batch.num_rows and not bodies.null_count
+                and pc.min(pc.binary_length(bodies)).as_py() > 0):
+            yield BodyRun(row, batch.num_rows, options.exchange, options.routing_key or "",
+                          bodies.cast(pa.large_binary()), template, key.base + row + 1)
+        else:
+            yield from _batch_messages(batch, plan, options, key, row)
+
+
+def _numbered(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """Each batch with the task's number of its first row."""
     row = 0
     for batch in batches:
         if row + batch.num_rows >= ROWS_PER_BATCH_ID:
             raise RowError(f"a task of the quorumqueue sink writes at most "
                            f"{ROWS_PER_BATCH_ID - 1} rows per batch; repartition the input")
-        yield from _batch_messages(batch, plan, options, key, row)
+        yield batch, row
         row += batch.num_rows
 
 
@@ -255,6 +291,58 @@ class _Stamped(pika.BasicProperties):
     def encode(self) -> list[bytes]:
         template = self._template
         return [template.before, _SEQ_FIELD.pack(self._seq), template.after]
+
+
+class BodyRun(OutgoingRun):
+    """A batch's rows when they are bodies alone: every message has the template's
+    properties with its own seq (`seq` for row `first_row`, then one more each)."""
+
+    def __init__(self, first_row: int, count: int, exchange: str, routing_key: str,
+                 bodies: pa.LargeBinaryArray, template: _Template, seq: int) -> None:
+        self.first_row, self.count = first_row, count
+        self.exchange, self.routing_key = exchange, routing_key
+        self.bodies, self.template, self.seq = bodies, template, seq
+        self._encoded: tuple | None = None   # (arguments, frames) of the last frames()
+
+    def frames(self, method: bytes, channel: int, body_max: int):
+        arguments = (method, channel, body_max)
+        if self._encoded is not None and self._encoded[0] == arguments:
+            return self._encoded[1]
+        sizes = pc.binary_length(self.bodies).to_numpy()
+        if sizes.max() > body_max:
+            return None
+        template = self.template
+        properties_size = 12 + len(template.before) + 8 + len(template.after)
+        # each row: method | header frame (its body size, its seq) | body frame
+        joined = pc.binary_join_element_wise(
+            _same(method + struct.pack(">BHIHH", FRAME_HEADER, channel, properties_size,
+                                       pika.spec.BasicProperties.INDEX, 0)),
+            _fixed(sizes.astype(">u8")), _same(template.before),
+            _fixed(np.arange(self.seq, self.seq + self.count, dtype=">i8")),
+            _same(template.after + FRAME_END + struct.pack(">BH", FRAME_BODY, channel)),
+            _fixed(sizes.astype(">u4")), self.bodies, _same(FRAME_END), _same(b""))
+        data_buffer, offset_buffer = joined.buffers()[2], joined.buffers()[1]
+        offsets = np.frombuffer(offset_buffer, np.int64)[joined.offset:
+                                                         joined.offset + self.count + 1]
+        self._encoded = (arguments, (memoryview(data_buffer), offsets.tolist()))
+        return self._encoded[1]
+
+    def messages(self, start: int, stop: int) -> Iterator[Outgoing]:
+        for index, body in enumerate(self.bodies[start:stop].to_pylist(), start):
+            yield Outgoing(self.first_row + index, self.exchange, self.routing_key, body,
+                           _Stamped(self.template, self.seq + index))
+
+
+def _same(value: bytes) -> pa.Scalar:
+    """The same bytes in every row."""
+    return pa.scalar(value, pa.large_binary())
+
+
+def _fixed(values: np.ndarray) -> pa.Array:
+    """Each element's bytes (numpy's, in its byte order) as a binary column."""
+    width = values.dtype.itemsize
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(values), [
+        None, pa.py_buffer(np.ascontiguousarray(values))]).cast(pa.large_binary())
 
 
 def _column(batch: pa.RecordBatch, column: str, name: str) -> list:
