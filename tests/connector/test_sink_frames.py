@@ -152,3 +152,33 @@ def test_a_nack_inside_a_run_names_that_row_and_stops_publishing():
     assert publisher._published == 1005 and publisher._in_flight == 6   # nothing more sent
     assert "the broker nacked 994 message(s) (rows 5, 6, 7, 8, 9 and 989 more" in (
         publisher._describe_failure())
+
+
+def test_a_lost_connection_sends_a_runs_unconfirmed_rows_again_in_row_order_first():
+    # publisher.py's invariant: after a reconnect the unconfirmed messages go again in
+    # row order before the rest; for runs, as slices of their frames on the new channel
+    written: list[bytes] = []
+    publisher = publisher_on(1, 1000, written=written)
+    publisher._reconnect = SimpleNamespace(next_pause=lambda: 0.0, what="test", attempts=1)
+    publisher._ioloop = SimpleNamespace(stop=lambda: None, call_later=lambda *_: None)
+    runs = body_runs(300, 1200)
+    publisher._messages = iter(runs)
+    publisher._fill()                        # rows 0-999
+    confirm(publisher, 100, multiple=True)   # rows 1,000-1,099 sent too
+    confirm(publisher, 150, multiple=False)  # row 149 confirmed; row 1,100 sent
+    publisher._on_close(None, ConnectionError("lost"))
+    assert publisher._in_flight == 0 and publisher._published == 1101
+    written.clear()
+    publisher._channel = SimpleNamespace(channel_number=2, is_open=True)   # a new channel
+    publisher._method_frames, publisher._tag = {}, 0
+    publisher._fill()
+    fresh = publisher_on(2, 1000)
+    rows = [*range(100, 149), *range(150, 1101)]
+    by_row = {n: m for run in runs for n, m in enumerate(run.messages(0, run.count),
+                                                          run.first_row)}
+    assert b"".join(written) == row_by_row(fresh, [by_row[row] for row in rows])
+    assert publisher._in_flight == 1000 and publisher._published == 1101
+    confirm(publisher, 1000, multiple=True)  # then rows 1,101-1,499
+    assert publisher._tag == 1399 and publisher._exhausted
+    confirm(publisher, 1399, multiple=True)
+    assert publisher._done and not publisher._failed and publisher._published == 1500
