@@ -341,8 +341,9 @@ def _same(value: bytes) -> pa.Scalar:
 def _fixed(values: np.ndarray) -> pa.Array:
     """Each element's bytes (numpy's, in its byte order) as a binary column."""
     width = values.dtype.itemsize
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(values), [
-        None, pa.py_buffer(np.ascontiguousarray(values))]).cast(pa.large_binary())
+    offsets = np.arange(0, width * (len(values) + 1), width, dtype=np.int64)
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(values), [
+        None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(values))])
 
 
 def _column(batch: pa.RecordBatch, column: str, name: str) -> list:
