@@ -296,11 +296,12 @@ class Node:
                                      if policy is not None else None)
 
     def tick_policies(self) -> None:
-        """On every tick: a queue whose settings are applied through a log (a new
-        leader, a restart) catches up."""
+        """On every tick: a queue whose settings are applied through a log catches up
+        once it leads in a new term (a new leader, a restart: `policy_due`); a leader
+        that checked in its term costs no policy match per tick."""
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
-                if queue.POLICY_ON_TICK:
+                if queue.POLICY_ON_TICK and queue.policy_due():
                     queue.policy_changed(self.policy_for(vhost.name, queue.type_name,
                                                          queue.name))
 

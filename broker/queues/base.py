@@ -31,8 +31,9 @@ The operations, and what each owes its caller:
   `refresh(done)` made current (a queue hosted elsewhere asks its host).
 - `declare_ok(send)`: `send(ready, consumers)` once the counts a client that
   already sent its publishes and acks expects are known.
-- `policy_changed(policy)`: settings from policies (again on every tick for types
-  whose settings go through a log, `POLICY_ON_TICK`: a new leader catches up).
+- `policy_changed(policy)`: settings from policies (again from the tick for types
+  whose settings go through a log, `POLICY_ON_TICK`, when `policy_due()`: a new
+  leader catches up).
 - `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
   messages and themselves here; quorum queues through their log, queues/quorum/groups.py).
 - `check_leases(detail)`, `lease_entries(lease, start, end)`, `lease_slice(lease, start,
@@ -242,8 +243,8 @@ class Queue:
     # has replicas on several nodes (`members`, a Raft group): replica management
     # (add_member, grow, shrink, rebalance, continuous reconciliation) applies
     REPLICATED: ClassVar[bool]
-    # policy_changed is called on every tick too (settings applied through a log,
-    # which a new leader or a restart must catch up with)
+    # policy_changed is called from the tick too, when the queue's `policy_due()`
+    # (settings applied through a log, which a new leader or a restart catches up with)
     POLICY_ON_TICK: ClassVar[bool]
 
     vhost: str

@@ -149,6 +149,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.last_tick_ms = 0
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
         self.config_proposed = None   # settings proposed for the machine, not yet applied
+        self.policy_term = 0          # the term whose leader compared them (policy_due)
         self.groups = None            # the node's QuorumGroups (reads bodies from the log)
         # settlements (Settle/Return/Discard: kind, consumer key, msg ids) not proposed
         # yet: coalesced until the queue's next command or the node's next round
@@ -531,6 +532,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                                    self.declare_ok_consumer_count))
         else:
             send(self.ready_count, self.declare_ok_consumer_count)
+
+    def policy_due(self) -> bool:
+        """Whether the node's tick is to compare the machine's settings with the
+        policy's: once per term this node leads, after a restart's replay (a policy
+        change compares them at once: `Node.apply_policies`)."""
+        raft = self.raft
+        if raft is None or self.deleted or self.replay_until or not self.is_leader \
+                or self.policy_term == raft.term:
+            return False
+        self.policy_term = raft.term
+        return True
 
     def policy_changed(self, policy) -> list:
         """If this node leads the queue and its machine's settings differ from what its

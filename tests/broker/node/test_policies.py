@@ -216,3 +216,32 @@ def test_a_single_active_consumer_queue_keeps_it_whatever_the_policy():
     limited = quorum_config(arguments, policy(definition={"max-length": 3}), base)
     assert limited.single_active and limited.max_length == 3
     assert not fifo_config({"x-queue-type": "quorum"}).single_active
+
+
+def test_the_tick_matches_a_quorum_queues_policy_once_per_term_it_leads_not_every_tick():
+    """Issue 31, "an idle queue costs nothing per tick": the tick's catch-up for
+    settings applied through a log (a new leader, a restart) compares them once per
+    term a node leads; before, every idle quorum queue matched every policy on every
+    tick. A policy change still reaches each queue at once."""
+    from tests.broker.node.harness import Client, new_node
+
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    for number in range(20):
+        client.declare_queue(1, f"q{number}", durable=True,
+                             arguments={"x-queue-type": "quorum"})
+    node = client.node
+    matched = []
+    original = node.policy_for
+    node.policy_for = lambda vhost, kind, name: matched.append(name) or original(vhost, kind,
+                                                                                 name)
+    node.tick_policies()
+    first = len(matched)
+    for _ in range(5):
+        node.tick_policies()
+    assert first <= 20 and len(matched) == first
+    queue = node.vhosts["/"].queues["q3"]
+    queue.policy_term = queue.raft.term - 1  # as if it had been elected since
+    node.tick_policies()
+    assert matched[first:] == ["q3"]
