@@ -23,7 +23,9 @@ heartbeat off channel 0, 501
 FRAME_ERROR for an oversize frame, a bad end octet or a body over the declared size,
 406 PRECONDITION_FAILED for an unknown delivery tag or a message over
 max_message_size, nothing for frames on a closing channel or connection (spec
-1.4.2.9, 1.5.2.5), a confirm for each published message in confirm mode. It also
+1.4.2.9, 1.5.2.5) but a close-ok for a channel.close that crossed the server's
+(the channel stays closing until the client's close-ok) and 504 for a channel.open
+before that close-ok, a confirm for each published message in confirm mode. It also
 follows the queue, which outlives connections: declare-ok's message count is the
 messages published and not got, plus those got but not acked when their channel or
 connection ended (RabbitMQ requeues them); get-ok or get-empty accordingly, and
@@ -194,8 +196,10 @@ class ProtocolMachine(RuleBasedStateMachine):
     def channel_open(self, number, cuts):
         frames = self.send(marshal(commands.Channel.Open(), number), cuts)
         state = self.model.state(number)
-        if self.silent() or state == CLOSING:
+        if self.silent():
             self.expect(frames)
+        elif state == CLOSING:  # before the client's close-ok: rabbit_channel's 504
+            self.connection_error(frames, spec.CHANNEL_ERROR)  # second 'channel.open'
         elif state == FREE:   # also a number closed before: it can be reopened
             self.expect(frames, (number, "Channel.OpenOk"))
             self.model.channels[number] = OPEN
@@ -217,7 +221,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.connection_error(frames, spec.CHANNEL_ERROR)   # expected 'channel.open'
         elif state == OPEN and self.model.content[number] is not None:
             self.connection_error(frames, spec.UNEXPECTED_FRAME)
-        else:  # open, or closing by the server: both end with close-ok
+        elif state == CLOSING:  # both sides closed at once: close-ok, and the channel
+            # stays closing until the client's close-ok for the server's close
+            self.expect(frames, (number, "Channel.CloseOk"))
+        else:
             self.expect(frames, (number, "Channel.CloseOk"))
             self.forget(number)
 
