@@ -190,8 +190,14 @@ class ReplicatedGroup:
         return self.raft.log.last_index() > self.raft.applied_index
 
     def after_applied(self, waiter: Waiter) -> None:
-        """Call `waiter` once everything appended here so far is applied (a barrier)."""
-        self.waiters.setdefault(self.raft.log.last_index(), []).append((None, b"", waiter))
+        """Call `waiter` once everything appended here so far is applied (a barrier);
+        now if that is already so. A follower that has just forwarded what it held
+        appended nothing: a wait at its last index, applied already, would never end."""
+        last = self.raft.log.last_index()
+        if last <= self.raft.applied_index:
+            waiter(None)
+            return
+        self.waiters.setdefault(last, []).append((None, b"", waiter))
 
     def when_led(self, callback: Callable[[], None]) -> None:
         """Call `callback` once the group has a known leader (now if it has one)."""

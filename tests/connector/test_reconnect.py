@@ -11,10 +11,12 @@ broker that stays down past reconnectTimeout fails the query saying what to do.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 import pika
 import pytest
@@ -73,11 +75,19 @@ def copy_query(spark, uri: str, source: str, target: str, checkpoint: str,
             .option("checkpointLocation", checkpoint).start())
 
 
-def wait_copied(query, count, uri_of, target: str, at_least: int) -> None:
+def wait_copied(query, count, uri_of, target: str, at_least: int,
+                explain: Callable[[], str] | None = None) -> None:
+    """Until `target` holds `at_least` messages; on a stall the error carries
+    `explain()` (the query's progress, the queues and leases of every node...)."""
     def copied() -> bool:
         assert query.exception() is None, query.exception()
         return count(uri_of(), target) >= at_least
-    wait_for(f"{at_least} messages in {target}", copied, timeout=180)
+    try:
+        wait_for(f"{at_least} messages in {target}", copied, timeout=180)
+    except AssertionError as stalled:
+        if explain is None:
+            raise
+        raise AssertionError(f"{stalled}\n{explain()}") from None
 
 
 # ------------------------------------------------------------------ options (pure)
@@ -266,6 +276,39 @@ def leader_of(cluster, queue: str) -> str | None:
     return None
 
 
+def stall_report(query, cluster, queues: tuple[str, ...]) -> str:
+    """What a stalled cluster query's failure shows: the query's progress, then per
+    node the queues' counts and leaders, its leases and the tail of its log."""
+    lines = [f"query: active={query.isActive} status={query.status}"]
+    for progress in (query.recentProgress or [])[-3:]:
+        lines.append(f"progress: {json.dumps(progress, default=str)[:1500]}")
+    for name in cluster.names:
+        lines.append(f"--- {name}: {'running' if cluster.running(name) else 'down'}")
+        if not cluster.running(name):
+            continue
+        uri = cluster.uri(name)
+        for op, arguments in (("queues.list", {"vhost": "/"}), ("lease.list", {}),
+                              ("cluster.status", {})):
+            try:
+                answer = call(uri, op, **arguments)
+            except Exception as error:  # noqa: BLE001 - a report, whatever the node says
+                answer = f"{type(error).__name__}: {error}"
+            if op == "cluster.status" and isinstance(answer, dict):
+                answer = {**answer, "queues": [row for row in answer.get("queues", [])
+                                               if row.get("name") in queues]}
+            elif isinstance(answer, list):
+                answer = [row for row in answer if row.get("name", row.get("queue")) in queues]
+            lines.append(f"{op}: {json.dumps(answer, default=str)[:3000]}")
+        lines.append(f"log tail:\n{cluster.log(name, tail=6000)}")
+    try:  # the query is stuck: taking the target's messages changes nothing
+        ids = set(message_ids(cluster.live_uris()[0], queues[1]))
+        lines.append(f"target {queues[1]}: {len(ids)} distinct messages, missing: "
+                     f"{sorted(n for n in range(600) if f'order-{n}' not in ids)[:200]}")
+    except Exception as error:  # noqa: BLE001
+        lines.append(f"target not read: {error!r}")
+    return "\n".join(lines)
+
+
 def test_a_query_over_a_cluster_rides_out_kill_9_of_its_node_and_of_the_leader(
         spark, tmp_path):
     with LocalCluster(3, proxied=False) as cluster:
@@ -283,17 +326,18 @@ def test_a_query_over_a_cluster_rides_out_kill_9_of_its_node_and_of_the_leader(
         publish_orders(cluster.uri(leader), source, range(200), declare=False)
         count = queue_ready_on_any_node(cluster)
         live = lambda: cluster.live_uris()[0]  # noqa: E731
+        explain = lambda: stall_report(query, cluster, (source, target))  # noqa: E731
         query = copy_query(spark, uri, source, target, str(tmp_path / "checkpoint"))
         try:
-            wait_copied(query, count, live, target, 40)
+            wait_copied(query, count, live, target, 40, explain)
             cluster.kill(connected)           # the node the driver and tasks talk to
             publish_orders(cluster.uri(leader), source, range(200, 400), declare=False)
-            wait_copied(query, count, live, target, 240)
+            wait_copied(query, count, live, target, 240, explain)
             cluster.restart(connected)
             leader = leader_of(cluster, source)
             cluster.kill(leader)              # the queue's leader, now also connected
             publish_orders(live(), source, range(400, 600), declare=False)
-            wait_copied(query, count, live, target, 600)
+            wait_copied(query, count, live, target, 600, explain)
             assert query.isActive and query.exception() is None
         finally:
             query.stop()
