@@ -100,6 +100,27 @@ class LeaseClient:
     def info(self, queue: str, lease: str) -> dict:
         return self.call("lease.info", queue=queue, lease=lease)
 
+    def ready(self, queue: str) -> int:
+        """Ready messages in `queue` (a passive queue.declare), the answer awaited at
+        most `timeout` like every request here (ManagementError "no reply ..."); a
+        refusal (404: no such queue) raises pika's ChannelClosedByBroker, as
+        `channel.queue_declare` does. That one waits for ever: a broker that never
+        answers would hold its caller (the connector's driver) for good."""
+        answers: list = []
+        # the callback form of the method pika's blocking queue_declare wraps
+        self.channel._impl.queue_declare(queue, passive=True, callback=answers.append)
+        deadline = time.monotonic() + self.timeout
+        while not answers:
+            if self.channel.is_closed:
+                reason = self.channel._closing_reason  # what the blocking form raises
+                if isinstance(reason, pika.exceptions.ChannelClosedByBroker):
+                    raise reason
+                raise pika.exceptions.ChannelWrongStateError(f"channel closed: {reason!r}")
+            if time.monotonic() >= deadline:
+                raise ManagementError(f"no reply to 'queue.declare' within {self.timeout}s")
+            self.connection.process_data_events(time_limit=0.05)
+        return answers[0].method.message_count
+
     def read(self, queue: str, lease: str, start: int, end: int) -> list[Delivery]:
         """The messages with lease sequences start+1..end, in order; settles nothing."""
         arguments = {"x-lease": lease, "x-lease-start": start, "x-lease-end": end}

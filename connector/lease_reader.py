@@ -744,8 +744,9 @@ def _close_quietly(client: LeaseClient | RangeReader) -> None:
 
 
 def _ready(client: LeaseClient, queue: str) -> int:
-    """Ready messages in `queue` (AMQP queue.declare, passive)."""
-    return client.channel.queue_declare(queue, passive=True).method.message_count
+    """Ready messages in `queue` (AMQP queue.declare, passive; no answer within the
+    client's timeout is a lost broker to reconnect.py)."""
+    return client.ready(queue)
 
 
 def matching_queues(rows: list[dict], pattern) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.client.management import ManagementError
 from quorumqueue.connector.connection import LoginRefused, detect_mode
-from quorumqueue.connector.reconnect import BrokerLost
+from quorumqueue.connector.reconnect import BrokerLost, is_connection_loss
 from quorumqueue.connector.consume_reader import ConsumeStreamReader
 from quorumqueue.connector.lease_reader import (PROVISIONAL_LEASE_TIMEOUT_MS, DataLossError,
                                                 LeaseFencedError, LeaseLostError,
@@ -315,6 +315,25 @@ def test_the_driver_reconnects_after_losing_its_connection(fresh_broker):
     fresh_broker.restart()
     end2, numbers2 = run_batch(reader, end1, previous=reader.initialOffset())
     assert numbers1 + numbers2 == list(range(6))
+
+
+def test_a_count_the_broker_never_answers_ends_as_a_lost_broker_not_a_hang(broker,
+                                                                         monkeypatch):
+    # The driver counts a queue's ready messages with a passive queue.declare (lag
+    # figures every second, AvailableNow's targets, minMessagesPerTrigger). pika's
+    # blocking queue_declare waits for ever: a declare-ok that never came (a follower's
+    # stranded barrier, groups/replicated.py) held the driver and its query for good.
+    # It ends like every other request: after the client's timeout, as a lost broker
+    # that reconnect.py retries across the nodes of `uri`.
+    queue = quorum_queue(broker.uri, 3)
+    with LeaseClient(broker.uri, timeout=1.0) as client:
+        assert client.ready(queue) == 3
+        # a declare the broker never answers: here, one never sent
+        monkeypatch.setattr(client.channel._impl, "queue_declare", lambda *a, **k: None)
+        with pytest.raises(ManagementError,
+                           match=r"no reply to 'queue.declare' within 1.0s") as silent:
+            client.ready(queue)
+    assert is_connection_loss(silent.value)
 
 
 # ------------------------------------------------------------------ mode and source
