@@ -51,9 +51,11 @@ Invariants
       last batch of a run), and must never be read twice. It then stays in the lease
       until the next run settles it, or the lease's timeout gives it back.
     - The lease's idle timeout (option leaseTimeout, else the broker's lease_timeout)
-      runs only while nobody grows or settles it: `latestOffset` touches the lease
-      (a grow by 0) at least every KEEPALIVE_SECONDS, or a quarter of the timeout, so
-      a query that idles between messages keeps its lease.
+      runs only while nobody grows, settles or reads it: `latestOffset` touches the
+      lease (a grow by 0) at least every KEEPALIVE_SECONDS, or a quarter of the
+      timeout, so a query that idles between messages keeps its lease; the broker
+      counts each executor's range read (broker/node/leases.py `_Touch`), so a batch
+      that takes longer than the timeout keeps it too.
     - A lease the broker has fenced (released by an operator, or by its timeout while
       the query was away) fails the query with LeaseFencedError, whose first line
       says which messages went back to the queue and what to do; never a batch read

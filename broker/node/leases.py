@@ -35,7 +35,8 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
   the reader finds each field of every entry with column operations.
   A range is streamed (Session.stream): its messages are read from the log as the
   client takes them, so the first arrive while the broker reads the rest, and a long
-  range never sits whole in memory.
+  range never sits whole in memory. Reading a range counts as the lease's activity
+  (its idle timeout starts again, `_Touch`), as a grow or a settle does.
 
 Permissions: a lease is its reader's state in the queue, so reading a range (a
 basic.consume, checked in handlers.py) and every control operation need the user's
@@ -123,11 +124,34 @@ def consume_lease_range(session, channel, queue, args, tag: str, arguments: dict
         raise precondition(f"{error} ({where})") from None
     channel.send(codec.basic_consume_ok(channel.number, tag))
     channel.lease_ranges.add(tag)
+    touch = _Touch(session, queue, name)
+    touch()
     if form == ENTRIES_FORMAT:
         steps = _entries_steps(session, channel, queue, tag, start + 1, *items)
     else:
         steps = (_packed_steps if form else _each_steps)(session, channel, queue, tag, items)
-    session.stream(_while_open(session, channel, queue, name, tag, steps))
+    session.stream(_while_open(session, channel, queue, name, tag, steps, touch))
+
+
+class _Touch:
+    """A range read is its lease's activity: a settle of nothing (fifo/leases.py `settle`
+    up to 0) restarts the lease's idle timeout on every member, as a grow or a settle
+    does, when the read starts and again each quarter of the timeout while it streams.
+    So a batch whose reads outlast the timeout keeps its lease (before, only the
+    driver's grows and settles counted, and such a batch was fenced mid-batch)."""
+
+    def __init__(self, session, queue, lease: str) -> None:
+        self.session, self.queue, self.lease = session, queue, lease
+        self.at_ms: int | None = None  # node clock of the last touch
+
+    def __call__(self) -> None:
+        state = self.queue.lease_info(self.lease)
+        timeout = state.timeout_ms if state is not None else 0
+        now = self.session.node.clock_ms
+        if not timeout or (self.at_ms is not None and now - self.at_ms < timeout // 4):
+            return  # a lease that never times out needs no touch
+        self.at_ms = now
+        self.queue.propose(fifo.LeaseSettle(self.lease, 0), now)
 
 
 def _format(arguments: dict, where: str) -> str | None:
@@ -152,10 +176,11 @@ class _Unreadable(Exception):
 
 
 def _while_open(session, channel, queue, lease: str, tag: str,
-                steps: Iterator[tuple[int, list[bytes]]]) -> Iterator[list[bytes]]:
+                steps: Iterator[tuple[int, list[bytes]]],
+                touch: Callable[[], None]) -> Iterator[list[bytes]]:
     """The frames of `steps` while `channel` stays open and the client has not
     cancelled `tag`, then the server's basic.cancel; a message that cannot be read any
-    more closes the channel instead."""
+    more closes the channel instead. `touch` keeps the lease active meanwhile."""
     sent = None
     while True:
         if (channel.state != ChannelState.OPEN or session.channels.get(channel.number) is not channel
@@ -174,6 +199,7 @@ def _while_open(session, channel, queue, lease: str, tag: str,
         if step is None:
             break
         sent, parts = step
+        touch()
         yield parts
     channel.lease_ranges.discard(tag)
     if session.capabilities.get("consumer_cancel_notify"):
@@ -409,7 +435,7 @@ def lease_row(queue, name: str, lease, now_ms: int) -> dict:
     """One lease as operators see it (lease.list, /api/leases, `queues list_leases`).
     state: "holding" (messages first..end are the holder's), "empty" (it holds none:
     everything settled or released by its holder) or "fenced"; idle_ms: since its
-    last grow or settle; expires_in_ms: until its timeout gives its messages back
+    last grow, settle or range read; expires_in_ms: until its timeout gives its messages back
     (null: it holds none, or never times out)."""
     held = len(lease.indexes)
     idle = max(0, now_ms - lease.last_active)

@@ -133,6 +133,27 @@ def test_an_idle_lease_is_released_after_its_timeout(broker):
         assert client.grow(queue, "another", max_messages=3) == (1, 3)
 
 
+def test_reading_a_range_keeps_its_lease_from_timing_out(broker):
+    # A batch's lease is grown once, then read by the batch's tasks for as long as
+    # they take: each range read counts as the lease's activity, as a grow or a
+    # settle does, so a batch read for longer than the timeout is not given back
+    # mid-batch (before, only grows and settles counted: the read after 3 s was
+    # refused, the lease fenced).
+    queue = quorum_queue_with(broker, 3)
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        client.grow(queue, "batch", max_messages=3, timeout_ms=3000)
+        deadline = time.monotonic() + 7.5      # 2.5 timeouts of nothing but reads
+        reads = 0
+        while time.monotonic() < deadline:
+            assert len(list(reader.read(queue, "batch", 0, 3))) == 1  # one "entries" body
+            reads += 1
+            time.sleep(0.2)
+        assert client.info(queue, "batch") == {"first": 1, "end": 3, "timeout_ms": 3000,
+                                               "fence": None}
+        assert client.settle(queue, "batch", 3) == 3
+    assert reads > 10
+
+
 def test_an_operator_release_fences_a_lease_that_held_messages(broker):
     queue = quorum_queue_with(broker, 4)
     with LeaseClient(broker.uri) as client:
