@@ -36,6 +36,7 @@ import pytest
 
 from quorumqueue.broker.config import Settings
 from tests.broker.server.inprocess import running_server
+from tests.broker.server.test_classic_ttl_pika import _exists
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -179,18 +180,6 @@ def test_messages_expire_and_die_on_time_as_in_rabbitmq(name, queue_type, rabbit
     if name == "deleted_dlx":
         assert [body for body, _deaths in expected] == [f"late {n}" for n in range(COUNT)]
     assert _with_channel(broker_without_sweep, SCENARIOS[name], kind) == expected
-
-
-def _exists(connection, queue: str) -> bool:
-    """queue.bind does not count as use (a declare would renew x-expires)."""
-    channel = connection.channel()
-    try:
-        channel.queue_bind(queue, "amq.direct", f"probe-{queue}")
-    except pika.exceptions.ChannelClosedByBroker as error:
-        assert error.reply_code == 404
-        return False
-    channel.close()
-    return True
 
 
 def _unused_queue_deleted(uri: str) -> str:
