@@ -22,7 +22,7 @@ removing a node from its cluster, with rabbitmqctl's command names and arguments
     quorumqueue ctl export_definitions [-p VHOST] [--transformations NAMES] FILE|-
     quorumqueue ctl import_definitions [-p VHOST] FILE|-
     quorumqueue ctl transform_definitions --transformations NAMES IN|- OUT|-   (offline:
-        a file exported from RabbitMQ; broker/definitions_transform.py)
+        a file exported from RabbitMQ; cli/definitions_transform.py)
     quorumqueue ctl forget_cluster_node NODE        (a stopped node, removed for good)
     quorumqueue ctl set_parameter [-p VHOST] shovel NAME '{"src-uri": ..., ...}'
     quorumqueue ctl clear_parameter [-p VHOST] shovel NAME
@@ -44,7 +44,7 @@ does, as an administrator: RabbitMQ's endpoints (/api/users, /api/vhosts,
 quorumqueue's (/api/quorumqueue/definitions/import, /api/quorumqueue/cluster-nodes/
 NODE: broker/management/operations.py) where RabbitMQ's API has none. Behind them
 are the management operations of node/definition_ops.py, node/definitions_json.py
-and cluster/membership.py: in a cluster any node will do, and every node has the
+and node/membership.py: in a cluster any node will do, and every node has the
 change once the command returns. rabbitmqctl's semantics are kept where the HTTP
 API's differ: add_user and add_vhost refuse an existing name (a PUT would update
 it), change_password and set_user_tags keep the rest of the user, and add_vhost

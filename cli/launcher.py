@@ -36,7 +36,7 @@ Invariants:
   running. A requested stop returns 0.
 
 Not here: cluster formation, the inter-node protocol and the cookie check (those are
-the nodes' business, broker/cluster/transport.py and broker/node/); nodes on other
+the nodes' business, broker/server/cluster_transport.py and broker/node/); nodes on other
 hosts (`quorumqueue broker start --cluster-nodes ...` on each host).
 """
 

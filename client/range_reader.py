@@ -5,13 +5,13 @@
             ...                                                    # lease_entries.decode
 
 Responsibilities
-    One AMQP 0-9-1 connection (plain or TLS) and one channel that reads lease ranges:
-    a no-ack basic.consume with the lease arguments (broker/README.md, "Leases (wire
-    form)"), then the delivery bodies as they arrive, until the broker's basic.cancel
-    ends the range. A reader decodes thousands of messages per body; what pika would
-    do per frame (4 KiB socket reads, an object per frame, a copy per append) is what
-    this module avoids: the socket is read 1 MiB at a time, frames are found with
-    struct, and a body's frames are copied once, into the body.
+    One AMQP 0-9-1 connection (plain or TLS) and one channel that reads lease ranges: a
+    no-ack basic.consume with the lease arguments (docs/behaviour/leases.md, "Leases
+    (wire form)"), then the delivery bodies as they arrive, until the broker's
+    basic.cancel ends the range. A reader decodes thousands of messages per body; what
+    pika would do per frame (4 KiB socket reads, an object per frame, a copy per append)
+    is what this module avoids: the socket is read 1 MiB at a time, frames are found
+    with struct, and a body's frames are copied once, into the body.
 
 How it works
     The handshake (PLAIN, the broker's frame_max, no heartbeats, the capability

@@ -36,3 +36,71 @@ def test_every_behaviour_topic_cites_its_seed_sections_and_is_listed():
         assert f"`{path.name}`" in index, f"{path.name} is not in docs/behaviour/README.md"
         assert f"`{path.name}`" in README.read_text(encoding="utf-8"), \
             f"{path.name} is not in broker/README.md's table"
+
+
+# A citation of a document's section, as the code and the docs write it:
+# `broker/cluster/README.md, "TLS between nodes"` (the comma is optional).
+CITATION = re.compile(r'((?:[\w.-]+/)*[\w.-]+\.md),?\s+"([^"]+?)"')
+SOURCES = ("broker", "cli", "client", "connector", "jobs", "tests", "bench", "docs", "conf")
+
+
+def _texts():
+    for path in sorted(ROOT.glob("*.md")):
+        yield path
+    for top in SOURCES:
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix in (".py", ".md") and path.is_file():
+                yield path
+
+
+def _document(cited: str, by: Path) -> Path | None:
+    for candidate in (ROOT / cited, by.parent / cited):
+        if candidate.is_file():
+            return candidate
+    named = [path for path in _texts() if path.as_posix().endswith("/" + cited)]
+    return named[0] if len(named) == 1 else None
+
+
+def _sections(document: Path) -> list[str]:
+    """Its headings and the bold lead-ins of its paragraphs and items."""
+    text = document.read_text(encoding="utf-8")
+    heads = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    return [" ".join(h.replace("`", "").split()) for h in
+            heads + re.findall(r"\*\*([^*]+)\*\*", text)]
+
+
+def test_every_cited_section_exists():
+    """A moved section leaves no citation behind. Every citation in the code and
+    docs (a .md file, then a section's name in quotes) names a file here. A heading
+    (or a bold lead-in) of that file starts with the section's name."""
+    stale = []
+    for path in _texts():
+        text = path.read_text(encoding="utf-8")
+        for found in CITATION.finditer(text):
+            cited, section = found.group(1), found.group(2)
+            # a citation wrapped across comment lines: drop the `#`s between
+            section = " ".join(re.sub(r"\n\s*#", " ", section).replace("`", "").split())
+            where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, found.start()) + 1}"
+            document = _document(cited, path)
+            if document is None:
+                stale.append(f"{where}: no file {cited}")
+            elif not any(name.startswith(section) for name in _sections(document)):
+                stale.append(f"{where}: no section {section!r} in {cited}")
+    assert not stale, stale
+
+
+def test_every_repository_path_named_in_the_docs_exists():
+    """A path the code or the docs name (broker/..., docs/..., cli/..., a .py, .md
+    or .toml file) is a file of the repository, from its root or the naming file's
+    directory."""
+    tops = "|".join(SOURCES)
+    named = re.compile(rf"(?<![\w./-])((?:{tops})/(?:[\w-]+/)*[\w-]+\.(?:py|md|toml))\b")
+    missing = []
+    for path in _texts():
+        text = path.read_text(encoding="utf-8")
+        for found in named.finditer(text):
+            cited = found.group(1)
+            if not ((ROOT / cited).is_file() or (path.parent / cited).is_file()):
+                line = text.count("\n", 0, found.start()) + 1
+                missing.append(f"{path.relative_to(ROOT)}:{line}: {cited}")
+    assert not missing, missing

@@ -121,6 +121,34 @@ def test_only_the_shells_write_files_or_open_sockets():
     assert not found_io, found_io
 
 
+def test_only_the_shells_and_the_start_read_files_or_set_socket_options():
+    """broker/README.md: files are read by the shells (server/, storage/,
+    raft/storage/; management/ its web UI; metrics/ and management/ the free disk),
+    and at start by config.py and tls.py (the configuration file, the certificates);
+    socket options are set only by the shells and net/ (the HTTP listeners' timers).
+    No other module opens, lists or stats a file, or touches a socket."""
+    import ast
+
+    shells = ("server", "storage", "raft/storage", "management", "metrics", "shovel", "net")
+    at_start = ("config.py", "tls.py")
+    readers = {"open", "read_text", "read_bytes", "listdir", "scandir", "disk_usage",
+               "stat", "exists", "isfile", "isdir", "setsockopt", "getsockopt",
+               "get_extra_info"}
+    found_io = []
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        where = path.relative_to(ROOT / "broker").as_posix()
+        if where.startswith(shells) or where in at_start:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if name.split(".")[-1] in readers and (
+                        "." not in name or name.split(".")[0] in ("os", "shutil", "Path")
+                        or "sock" in name or "transport" in name or "path" in name):
+                    found_io.append(f"{where}:{node.lineno} {name}")
+    assert not found_io, found_io
+
+
 def test_every_import_inside_the_broker_resolves():
     """Every `from ... import name` in broker/, function-level ones too (which only a
     call would run), names a module or an attribute that exists: a module moved

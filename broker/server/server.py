@@ -901,7 +901,8 @@ class BrokerServer:
         self.schedule_flush()
 
     async def _raft_tick_forever(self) -> None:
-        """Raft's clock in a cluster: elections and heartbeats every raft tick."""
+        """Raft's clock, on every node: elections and heartbeats every raft tick
+        (`raft.tick_interval_ms`, 100 ms by default)."""
         from ..node import membership
 
         settings = self.settings

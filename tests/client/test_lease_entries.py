@@ -1,4 +1,4 @@
-"""The "entries" form of lease reads (broker/README.md, "Leases (wire form)"): the
+"""The "entries" form of lease reads (docs/behaviour/leases.md, "Leases (wire form)"): the
 broker sends the messages' log entries as stored (broker/amqp/lease_records.pack_entries),
 the client finds their fields column by column (client/lease_entries.py) and must get
 what the broker's own decoder of the log format gets (broker/fifo/commands)."""

@@ -309,7 +309,7 @@ def test_load_checks_the_options_of_whichever_read_they_belong_to():
 
 
 # ------------------------------------------------------------------ Kafka-like options
-# connector/README.md, "Options a Kafka-source user reaches for".
+# connector/README.md, "Coming from Kafka: options and columns".
 
 
 def test_the_kafka_like_options_default_to_off():

@@ -1,4 +1,4 @@
-"""The connector over amqps:// (connector/README.md "TLS"): the tls.* options, checked
+"""The connector over amqps:// (connector/README.md, "Options"): the tls.* options, checked
 at start, and a batch read of a quorum queue from a broker that requires a client
 certificate (so the options reach the executors' connections). Real local Spark."""
 

@@ -3,8 +3,8 @@ bodies only as JSON (415), security headers on every answer, CORS only for the o
 configured, JSON nested too deep refused with a 400, failed logins logged with the
 user and the peer, a malformed request logged in one line (broker/management/
 security.py, app.py, access.py; broker/net/http_log.py). The cross-origin attack
-itself, in a real browser, is in test_csrf_browser.py; the answers shared with
-RabbitMQ 3.10.8 are compared in tests/differential/test_http_security_against_rabbitmq.py."""
+itself, in a real browser, is in test_csrf_browser.py. No differential test compares
+these answers with RabbitMQ 3.10.8's yet."""
 
 from __future__ import annotations
 
