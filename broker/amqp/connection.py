@@ -1,19 +1,24 @@
 """One AMQP 0-9-1 client connection as a state machine: bytes in, events and bytes out.
 
-Responsibilities: the protocol header, the connection handshake (start/start-ok,
-tune/tune-ok, open/open-ok), heartbeats and the close-ok timeout, channel lifecycles
-and content assembly (channel.py), and turning protocol errors into channel.close or
-connection.close with RabbitMQ's reply codes and texts. No sockets and no clocks:
-time comes in as `now` arguments (python-hyper/h11 is the model).
+Responsibilities:
+- the protocol header;
+- the connection handshake (start/start-ok, tune/tune-ok, open/open-ok);
+- heartbeats and the close-ok timeout;
+- channel lifecycles and content assembly (channel.py);
+- protocol errors turned into channel.close or connection.close, with RabbitMQ's
+  reply codes and texts.
+No sockets and no clocks: time comes in as `now` arguments. The model is
+python-hyper/h11.
 
-How it works: `receive_data(data, now)` buffers bytes; `next_event()` reads frames
-one at a time until one means something to the node and returns it (events.py), or
-None when it needs more bytes. The node acts on each event before it asks for the
-next, so an error it reports with `fail(error, channel)` already holds for the very
-next frame. `next_content(channel)` reads ahead only what cannot fail: the next whole
-message on the same channel, already received and read without error (a run of
-publishes), else nothing. `data_to_send()` returns what to write: the connection's own frames and
-the frames the node appended to `outbound`, in the one order they were produced.
+How it works: `receive_data(data, now)` buffers bytes. `next_event()` reads frames
+one at a time until one means something to the node, and returns it (events.py).
+It returns None when it needs more bytes. The node acts on each event before it
+asks for the next. So an error it reports with `fail(error, channel)` already holds
+for the very next frame. `next_content(channel)` reads ahead only what cannot fail.
+That is the next whole message on the same channel, already received and read
+without error (a run of publishes); else nothing. `data_to_send()` returns what to
+write. That is the connection's own frames and the frames the node appended to
+`outbound`, in the one order they were produced.
 
 States (ConnectionState); a frame a state has no transition for is a protocol error:
 
@@ -27,17 +32,22 @@ States (ConnectionState); a frame a state has no transition for is a protocol er
     any -client close during the handshake, close-ok, refused login, handshake
       error, framing error, missed heartbeats, lost socket-> CLOSED
 
-Channels follow channel.py's LIFECYCLE and CONTENT tables (per frame through DISPATCH,
-the two folded into one lookup for an OPEN channel). `channel_max` bounds how
-many channels are OPEN at once (530 NOT_ALLOWED, as rabbit_reader), not their numbers:
-RabbitMQ 3.10 opens channel 65535 under channel_max 2047, and so does this.
+Channels follow channel.py's LIFECYCLE and CONTENT tables. Each frame goes through
+DISPATCH: the two folded into one lookup for an OPEN channel. `channel_max` bounds
+how many channels are OPEN at once (530 NOT_ALLOWED, as rabbit_reader). It does not
+bound their numbers. RabbitMQ 3.10 opens channel 65535 under channel_max 2047, and
+so does this.
 
-Invariants: after connection.close is sent only close and close-ok are processed
-(spec 1.4.2.9); every OPEN channel, and every channel whose close the node has not
-answered yet, gets ChannelClosed before ConnectionClosed, which is the last event;
-a client's channel.close is answered by the node (`channel_closed`), after the
-channel's earlier methods, as rabbit_channel answers it in its turn; a handshake
-error sends connection.close and drops the connection, as RabbitMQ does.
+Invariants:
+- After connection.close is sent, only close and close-ok are processed (spec
+  1.4.2.9).
+- Every OPEN channel gets ChannelClosed before ConnectionClosed. So does every
+  channel whose close the node has not answered yet. ConnectionClosed is the last
+  event.
+- The node answers a client's channel.close (`channel_closed`). It does so after
+  the channel's earlier methods, as rabbit_channel answers it in its turn.
+- A handshake error sends connection.close and drops the connection, as RabbitMQ
+  does.
 
 Not here: SASL parsing, users, vhosts and what methods do (broker/node/session.py,
 broker/node/handlers.py).
@@ -123,11 +133,11 @@ decode_method, decode_publish = codec.decode_method, codec.decode_publish
 
 
 class ChannelQuota:
-    """The channels one user has open, against its `max-channels` user limit (-1:
-    none). The user's connections on this node share one quota: each counts the
-    channels it opens and those that end; `elsewhere` is what the user has open on
-    the other nodes of the cluster, as the node last learned it (RabbitMQ's
-    is_over_channel_limit, at channel.open, counts cluster-wide)."""
+    """The channels one user has open, against its `max-channels` user limit.
+    A limit of -1 is none. The user's connections on this node share one quota.
+    Each counts the channels it opens and those that end. `elsewhere` is what the
+    user has open on the other nodes, as the node last learned it. (RabbitMQ's
+    is_over_channel_limit, at channel.open, counts cluster-wide.)"""
 
     __slots__ = ("user", "limit", "open", "elsewhere")
 
@@ -146,8 +156,9 @@ class ChannelQuota:
 
 
 def _unexpected_method(state: str, class_id: int, method_id: int) -> AMQPError:
-    """A method channel 0 has no use for, once the connection is tuned: rabbit_reader's
-    504 naming its own connection state ("opening" until open-ok, then "running")."""
+    """A method channel 0 has no use for, once the connection is tuned. It is
+    rabbit_reader's 504, naming its own connection state. That is "opening" until
+    open-ok, then "running"."""
     return AMQPError(spec.CHANNEL_ERROR, f"unexpected method in connection state {state}",
                      class_id, method_id)
 
@@ -157,11 +168,12 @@ def _ids(method_class: type) -> tuple[int, int]:
 
 
 class Connection:
-    """The server side of one connection. Input: `receive_data(data, now)`,
-    `tick(now)`, `sent(now)`, the answers `accept_login`/`refuse_login` and
-    `accept_open`, the node's `fail(error, channel)`, `server_close`,
-    `connection_lost`, `block`/`unblock`. Output: `next_event()` and
-    `data_to_send()`."""
+    """The server side of one connection.
+
+    Input: `receive_data(data, now)`, `tick(now)`, `sent(now)`. The answers
+    `accept_login`/`refuse_login` and `accept_open`. The node's `fail(error,
+    channel)`, `server_close`, `connection_lost`, `block`/`unblock`.
+    Output: `next_event()` and `data_to_send()`."""
 
     def __init__(self, server_properties: dict, *, frame_max: int, channel_max: int,
                  heartbeat: int, max_message_size: int, now: float,
@@ -224,8 +236,8 @@ class Connection:
         return data
 
     def urgent_to_send(self) -> bytes:
-        """The urgent frames alone (whole frames, so they may go out between any
-        others); nothing once the connection is closing."""
+        """The urgent frames alone. They are whole frames, so they may go out
+        between any others. Nothing once the connection is closing."""
         if not self.urgent or self.state in _ENDING:
             return b""
         data = b"".join(self.urgent)
@@ -316,11 +328,11 @@ class Connection:
         return events.popleft()
 
     def next_content(self, number: int) -> ContentReceived | None:
-        """The next event when it is a whole message on channel `number` (a
-        basic.publish, its header and body frames, already received, that read
-        without error): a run of publishes the node takes together. Else None and
-        nothing is read: the next `next_event` reads those frames, errors included,
-        in their order."""
+        """The next event when it is a whole message on channel `number`. That is a
+        basic.publish, its header and body frames, already received, read without
+        error. A run of publishes the node takes together. Else None, and nothing is
+        read. The next `next_event` reads those frames, errors included, in their
+        order."""
         channel = self.channels.get(number)
         if (self._events or self.state is not _OPEN or channel is None
                 or channel.state is not _CHANNEL_OPEN or channel.content is not _IDLE):
@@ -337,8 +349,9 @@ class Connection:
         return event
 
     def _whole_content(self, channel: ChannelMachine) -> ContentReceived | None:
-        """`next_content`'s reading: the frames of one message on `channel`, in the
-        order CONTENT allows (method, header, bodies), or None at the first other."""
+        """`next_content`'s reading: the frames of one message on `channel`. They
+        come in the order CONTENT allows (method, header, bodies). None at the
+        first other."""
         next_frame, number = self.reader.next_frame, channel.number
         found = next_frame()
         if (found is None or found[0] != _METHOD or found[1] != number
@@ -528,10 +541,11 @@ class Connection:
         self._terminate(text)
 
     def refuse_response(self, reason: str) -> None:
-        """The answer to LoginRequested: a response that cannot be read (a malformed
-        PLAIN or AMQPLAIN response, a foreign authorization identity). RabbitMQ's
-        syntax_error in the starting state: no connection.close, even for clients that
-        ask for one, and the socket stays open, unread, SILENT_CLOSE_DELAY first."""
+        """The answer to LoginRequested: a response that cannot be read. That is a
+        malformed PLAIN or AMQPLAIN response, or a foreign authorization identity.
+        This is RabbitMQ's syntax_error in the starting state. No connection.close,
+        even for clients that ask for one. The socket stays open, unread,
+        SILENT_CLOSE_DELAY first."""
         self._expect(ConnectionState.AUTHENTICATING)
         self.linger = SILENT_CLOSE_DELAY
         self._terminate(f"SYNTAX_ERROR - {reason}")
@@ -555,8 +569,9 @@ class Connection:
         self.heartbeat = tune_ok.heartbeat
 
     def accept_open(self) -> None:
-        """The answer to VhostRequested: the vhost may be used; open-ok follows. (A
-        refusal is `fail(error)`: during the handshake it closes the connection.)"""
+        """The answer to VhostRequested: the vhost may be used; open-ok follows.
+        (A refusal is `fail(error)`: during the handshake it closes the
+        connection.)"""
         self._expect(ConnectionState.OPENING)
         self.urgent.append(codec.connection_open_ok())
         self.state = ConnectionState.OPEN
@@ -568,10 +583,12 @@ class Connection:
     # ------------------------------------------------------------ time
 
     def tick(self, now: float) -> None:
-        """Heartbeats (spec 4.2.7: one after half the interval without sending, none
-        received for two intervals is a dead peer), the close-ok timeout and
-        handshake_timeout (rabbit_reader: a client not open by then is dropped without
-        a word, whatever step it stopped at)."""
+        """Heartbeats, the close-ok timeout and handshake_timeout.
+
+        Heartbeats, spec 4.2.7: one goes out after half the interval without
+        sending. None received for two intervals is a dead peer. The handshake
+        timeout, as rabbit_reader's: a client not open by then is dropped without a
+        word. That holds whatever step it stopped at."""
         state = self.state
         if state is ConnectionState.CLOSED:
             return
@@ -607,9 +624,10 @@ class Connection:
 
     def channel_closed(self, number: int) -> None:
         """The node has ended channel `number` the client asked to close
-        (ChannelCloseRequested): close-ok goes out and the number is free again
-        (also while the client's connection.close waits: RabbitMQ's channel answers
-        before its reader does). Nothing when the channel or the connection is gone."""
+        (ChannelCloseRequested). Close-ok goes out and the number is free again. This
+        holds while the client's connection.close waits too: RabbitMQ's channel
+        answers before its reader does. Nothing when the channel or the connection
+        is gone."""
         machine = self.channels.get(number)
         if (machine is None or machine.state is not _CHANNEL_CLOSE_REQUESTED
                 or (self.state is not _OPEN
@@ -619,12 +637,15 @@ class Connection:
         self.write(codec.channel_close_ok(number))
 
     def fail(self, error: AMQPError, channel: int = 0) -> None:
-        """Report `error` for `channel`: channel.close for a soft error on an open
-        channel of an open connection, else connection.close (and, during the
-        handshake, the end of the connection). Nothing once connection.close is out.
-        On a channel whose close the client requested (a method it sent before the
-        close failed), channel.close then the close-ok it waits for, as RabbitMQ's
-        closing channel answers a client's close; the client's close-ok ends it."""
+        """Report `error` for `channel`.
+
+        A soft error on an open channel of an open connection: channel.close. Else
+        connection.close, and during the handshake the end of the connection.
+        Nothing once connection.close is out. A channel whose close the client
+        requested may fail too: a method it sent before the close failed. Then
+        channel.close goes out, then the close-ok the client waits for. RabbitMQ's
+        closing channel answers a client's close the same way. The client's close-ok
+        ends it."""
         state = self.state
         if (state is ConnectionState.CLOSED or state is ConnectionState.CLOSING
                 or state is ConnectionState.CLOSE_REQUESTED):

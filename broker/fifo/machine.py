@@ -1,132 +1,135 @@
 """The quorum-queue state machine: `apply(meta, command, state) -> (state, reply, effects)`.
 
-Deterministic: the result depends only on the arguments (time arrives as
-`meta.system_time`, failures as Down commands); no I/O, clocks or randomness. For
-speed the state is updated in place and returned: `apply` owns the state it is given.
-After the command itself `apply` runs the aftercare every command may need (the
-single active consumer, expiries, serving consumers, limits, dead letters, the
-release cursor); an Enqueue none of it can concern (no consumers, no settings that
-act on it, no key) skips it, with the same result (tests/broker/fifo/test_machine.py
-checks the two ways against each other).
+Deterministic: the result depends only on the arguments. Time arrives as
+`meta.system_time`, failures as Down commands. No I/O, clocks or randomness. For
+speed the state is updated in place and returned: `apply` owns the state it is
+given. After the command itself, `apply` runs the aftercare every command may need.
+That is the single active consumer, expiries, serving consumers, limits, dead
+letters and the release cursor. An Enqueue none of it can concern skips it, with
+the same result. (Such an Enqueue meets no consumers, no settings that act on it,
+no key.) tests/broker/fifo/test_machine.py checks the two ways against each other.
 
 Semantics (RabbitMQ's quorum queues, 4.2 guide):
-- enqueue, with per-publisher sequence de-duplication;
-- consumers check out messages within their prefetch, by consumer priority
-  (x-priority), round-robin within a priority;
-- two message priority levels: AMQP priority > 4 is high, served 2:1 against normal,
-  but a high message older than the normal head always goes first;
-- settle removes; return requeues with delivery count + 1 — near the head (served
-  before ready messages) when a delivery limit is set, at the tail when it is -1;
-  over the limit (count > limit) the message is dropped (dead-lettered later);
-- discard (reject/nack without requeue) drops; purge drops what is ready;
-- a consumer's connection going down returns its messages, delivery count + 1 (a
-  node restarted after a crash cancels its old consumers before their Downs:
-  `stale_downs`);
-- a node the leader no longer hears from has its consumers *suspected* (NodeDown):
-  their messages return uncounted, they get nothing until the node is back (NodeUp),
-  and consumers of a node's earlier runs are removed when it is (nodes.py);
-- leases: named consumers that survive disconnects, grown, read, settled and
-  released by sequence numbers, released when idle past their timeout (Tick).
-- single active consumer (config.single_active, x-single-active-consumer): only
-  one consumer at a time is served, the others wait and take over in priority,
-  then registration order (single_active.py).
-- length limits (x-max-length, x-max-length-bytes, x-overflow; below), and the
-  limits changed while the queue runs (UpdateConfig, from a policy; below);
-- the release cursor (lowest live raft index) is emitted periodically so storage can
-  drop the log below it once a snapshot at that point exists.
-- message TTL and dead lettering (below);
-- queue TTL (x-expires, as rabbit_fifo's `is_expired`): `last_active` is the leader
-  time of the last command that had a consumer (before or after it), a basic.get or
-  a config change (commands with a consumer count only while the queue has an
-  expiry); the first Tick starts it for a new queue. A Tick finding no
-  consumer and `now - last_active > expires` emits QueueExpired (on every Tick
-  while so); the leader's node deletes the queue. Publishing does not count as use,
-  nor does a redeclare (the 4.2 guide's feature matrix: "Partial (queue
-  redeclaration does not renew the lease)").
+- Enqueue, with per-publisher sequence de-duplication.
+- Consumers check out messages within their prefetch. They are served by consumer
+  priority (x-priority), round-robin within a priority.
+- Two message priority levels. AMQP priority > 4 is high, served 2:1 against
+  normal. But a high message older than the normal head always goes first.
+- Settle removes. Return requeues with delivery count + 1. With a delivery limit
+  set, it goes near the head (served before ready messages). With -1, at the tail.
+  Over the limit (count > limit) the message is dropped (dead-lettered later).
+- Discard (reject/nack without requeue) drops. Purge drops what is ready.
+- A consumer's connection going down returns its messages, delivery count + 1.
+  A node restarted after a crash cancels its old consumers before their Downs
+  (`stale_downs`).
+- A node the leader no longer hears from has its consumers *suspected* (NodeDown).
+  Their messages return uncounted. They get nothing until the node is back
+  (NodeUp). Consumers of a node's earlier runs are removed when it is (nodes.py).
+- Leases: named consumers that survive disconnects. They are grown, read, settled
+  and released by sequence numbers. They are released when idle past their
+  timeout (Tick).
+- Single active consumer (config.single_active, x-single-active-consumer). Only one
+  consumer at a time is served. The others wait and take over in priority, then
+  registration order (single_active.py).
+- Length limits (x-max-length, x-max-length-bytes, x-overflow; below). And the
+  limits changed while the queue runs (UpdateConfig, from a policy; below).
+- The release cursor (lowest live raft index) is emitted periodically. So storage
+  can drop the log below it once a snapshot at that point exists.
+- Message TTL and dead lettering (below).
+- Queue TTL (x-expires, as rabbit_fifo's `is_expired`). `last_active` is the leader
+  time of the last use. A use is a command that had a consumer (before or after
+  it), a basic.get or a config change. Commands with a consumer count only while
+  the queue has an expiry. The first Tick starts it for a new queue. A Tick may
+  find no consumer and `now - last_active > expires`. It then emits QueueExpired
+  (on every Tick while so), and the leader's node deletes the queue. Publishing
+  does not count as use. Nor does a redeclare: the 4.2 guide's feature matrix says
+  "Partial (queue redeclaration does not renew the lease)".
 
 Message TTL, as rabbit_fifo (the quorum queues guide, "Queue and Per-Message TTL";
-the TTL guide): an Enqueue gets the expiry `now + ttl`, where now is the leader
-time in its entry and ttl the lower of the queue's (`config.msg_ttl`, from
-x-message-ttl or a policy's message-ttl) and the message's `expiration` property.
-A later change of the queue's TTL does not change queued messages' expiries.
-Expired messages are removed from the head of the ready queues (returns, high,
-normal) after every command and before every message is handed out (serving.py
-`take_next`), so an expired message is never delivered, given or leased; the leader
-proposes a Tick when a head has expired (queues/quorum/groups.py), so expiry does not wait
-for a consumer. As in RabbitMQ only heads expire: a message behind a longer-lived one
-leaves when it reaches a head (and is never delivered: it is checked there). A TTL
-of 0 lets a message be handed to a waiting consumer in the command that enqueues
-it; otherwise it expires at once. Checked-out and leased messages do not expire;
-returned to the queue, they keep their expiry. Expiry is `expiry <= now`.
+the TTL guide). An Enqueue gets the expiry `now + ttl`. Now is the leader time in
+its entry. The ttl is the lower of the queue's and the message's `expiration`
+property. (The queue's is `config.msg_ttl`, from x-message-ttl or a policy's
+message-ttl.) A later change of the queue's TTL does not change queued messages'
+expiries. Expired messages are removed from the heads of the ready queues
+(returns, high, normal). That happens after every command, and before every message
+is handed out (serving.py `take_next`). So an expired message is never delivered,
+given or leased. The leader proposes a Tick when a head has expired
+(queues/quorum/groups.py). So expiry does not wait for a consumer. As in RabbitMQ
+only heads expire. A message behind a longer-lived one leaves when it reaches a
+head. It is never delivered: it is checked there. A TTL of 0 lets a message be
+handed to a waiting consumer in the command that enqueues it. Otherwise it expires
+at once. Checked-out and leased messages do not expire. Returned to the queue,
+they keep their expiry. Expiry is `expiry <= now`.
 
 Dead lettering: every message that leaves without being settled is a
-`Dropped(index, reason)` effect, reason "rejected" (Discard), "expired",
+`Dropped(index, reason)` effect. The reason is "rejected" (Discard), "expired",
 "maxlen" (drop-head) or "delivery_limit" (returned more often than the limit).
-Purge and queue deletion are not dead lettering (RabbitMQ's neither). What
-happens to a dropped message (discarded, or published to the dead-letter
-exchange by the leader, at most once) is the node's business: queues/quorum/groups.py.
-With at-least-once dead lettering in force (`config.dead_letter_at_least_once`:
-a dead-letter exchange, strategy at-least-once, overflow reject-publish) a dying
-message is not a Dropped effect: it is held in the state (dlx.py) and checked out
-to the leader's dead-letter worker (DlxCheckout, DlxDeliver effects) until the worker
-settles it (DlxSettle); held messages count towards the length limits. Purge
-leaves them (rabbit_fifo's purge takes ready messages only).
+Purge and queue deletion are not dead lettering (RabbitMQ's neither). What happens
+to a dropped message is the node's business (queues/quorum/groups.py). It is
+discarded, or published to the dead-letter exchange by the leader, at most once.
+At-least-once dead lettering may be in force (`config.dead_letter_at_least_once`).
+That needs a dead-letter exchange, strategy at-least-once, overflow reject-publish.
+Then a dying message is not a Dropped effect. It is held in the state (dlx.py).
+It is checked out to the leader's dead-letter worker (DlxCheckout, DlxDeliver
+effects) until the worker settles it (DlxSettle). Held messages count towards the
+length limits. Purge leaves them: rabbit_fifo's purge takes ready messages only.
 
 Length limits, as rabbit_fifo's `evaluate_limit` applies them after every command:
-- What counts: *ready* messages (queued and returned) and their body bytes; messages
-  checked out by consumers or held by leases do not. The queue-length guide: "In all
-  cases the number of ready messages is used; unacknowledged messages do not count
-  towards the limit" (what `messages_ready` / `message_bytes_ready` show); rabbit_fifo's
-  `is_over_limit` reads `messages_ready` and `msg_bytes_enqueue`, not `messages_total`.
-  Over a limit means `ready > max_length` or `ready bytes > max_bytes`.
-- The check runs after consumers are served, whatever the command: a message handed
-  straight to a waiting consumer never counts, and returns, Down and lease releases
-  that push ready messages over a limit trigger it too.
-- drop-head (default): while over a limit, the message that would be delivered next is
-  dropped (`Dropped(index, "maxlen")`), so after each command the queue is within its
-  limits; a message larger than max_bytes drops itself.
-- reject-publish: the 4.2 guide (seeds 002/003, "Length Limit") says the queue
-  "allows a quorum queue to overshoot its limit by at least one message": rabbit_fifo
-  accepts the enqueue that crosses the limit, then blocks its publishers, and
-  unblocks them only when ready messages are at or below 80% (rounded down) of every
-  set limit (`is_below_soft_limit`, ?LOW_LIMIT = 0.8). Here the reply is the
-  notification, so the overshoot is exactly the one crossing message: while
-  `publishers_blocked`, an Enqueue replies "rejected" and is not stored (the node
-  nacks the confirm). Deliberate differences: the block is queue-wide (rabbit_fifo
-  lets a channel that registers while the queue is between 80% and the limit
-  publish until the next crossing), and there are no in-flight extras.
+- What counts: *ready* messages (queued and returned) and their body bytes.
+  Messages checked out by consumers or held by leases do not. The queue-length
+  guide: "In all cases the number of ready messages is used; unacknowledged
+  messages do not count towards the limit". That is what `messages_ready` /
+  `message_bytes_ready` show. rabbit_fifo's `is_over_limit` reads `messages_ready`
+  and `msg_bytes_enqueue`, not `messages_total`. Over a limit means
+  `ready > max_length` or `ready bytes > max_bytes`.
+- The check runs after consumers are served, whatever the command. A message
+  handed straight to a waiting consumer never counts. Returns, Down and lease
+  releases that push ready messages over a limit trigger it too.
+- drop-head (default): while over a limit, the message that would be delivered
+  next is dropped (`Dropped(index, "maxlen")`). So after each command the queue is
+  within its limits. A message larger than max_bytes drops itself.
+- reject-publish: the 4.2 guide (seeds 002/003, "Length Limit") says it "allows a
+  quorum queue to overshoot its limit by at least one message". rabbit_fifo accepts
+  the enqueue that crosses the limit, then blocks its publishers. It unblocks them
+  only when ready messages are at or below 80% (rounded down) of every set limit
+  (`is_below_soft_limit`, ?LOW_LIMIT = 0.8). Here the reply is the notification.
+  So the overshoot is exactly the one crossing message. While `publishers_blocked`,
+  an Enqueue replies "rejected" and is not stored (the node nacks the confirm).
+  Deliberate differences: the block is queue-wide, and there are no in-flight
+  extras. (rabbit_fifo lets a channel that registers while the queue is between
+  80% and the limit publish until the next crossing.)
 - An Enqueue replies "duplicate" before "rejected": a re-sent message that was
   stored is confirmed. De-duplication is by "seq at or below the publisher's last
-  stored one", so a publisher whose seq s was rejected must not get a later seq
-  stored before s: a retry would then take s for a duplicate, confirm it, and lose
-  it. So the first rejected seq of a publisher is remembered (`enqueuer_gaps`), and
-  that publisher's higher seqs are rejected too until s itself is stored (a retry
-  re-sends from s: lower seqs are duplicates or fill in, s closes the gap).
+  stored one". So a publisher whose seq s was rejected must not get a later seq
+  stored before s. A retry would then take s for a duplicate, confirm it, and lose
+  it. So the first rejected seq of a publisher is remembered (`enqueuer_gaps`).
+  That publisher's higher seqs are rejected too until s itself is stored. A retry
+  re-sends from s: lower seqs are duplicates or fill in, and s closes the gap.
 
 Changing the limits of a running queue (UpdateConfig: a policy's max-length,
-max-length-bytes, overflow, delivery-limit; seed 002 "Policy Support"), as
-rabbit_fifo's `apply(#update_config{})`, which swaps the config and runs `checkout`
-(serve consumers, then `evaluate_limit`):
-- the four settings replace the config's, the rest (release_cursor_interval) stays;
-  consumers are served, then the limits hold at once, exactly as after any command:
-  drop-head drops from the head down to the new limits (`Dropped(..., "maxlen")`);
-  reject-publish blocks if ready messages are over a new limit, and lifts a block
-  only at or below 80% of every new limit (so raising a limit does not unblock
-  publishers still above 80% of it).
-- a delivery limit applies from the next return on: nothing is dropped at the
-  update (rabbit_fifo checks it in `return`), a checked-out message over a lowered
-  limit is dropped when it comes back, a ready one over it is delivered once more.
-  Messages stay where they are: a limit switched between -1 and >= 0 changes where
+max-length-bytes, overflow, delivery-limit; seed 002 "Policy Support"). It works
+as rabbit_fifo's `apply(#update_config{})`, which swaps the config and runs
+`checkout` (serve consumers, then `evaluate_limit`):
+- The four settings replace the config's. The rest (release_cursor_interval)
+  stays. Consumers are served, then the limits hold at once, as after any command.
+  Drop-head drops from the head down to the new limits (`Dropped(..., "maxlen")`).
+  Reject-publish blocks if ready messages are over a new limit. It lifts a block
+  only at or below 80% of every new limit. So raising a limit does not unblock
+  publishers still above 80% of it.
+- A delivery limit applies from the next return on. Nothing is dropped at the
+  update (rabbit_fifo checks it in `return`). A checked-out message over a lowered
+  limit is dropped when it comes back. A ready one over it is delivered once more.
+  Messages stay where they are. A limit switched between -1 and >= 0 changes where
   later returns go (tail / near the head), not where earlier ones went.
-- the block exists only under reject-publish with a limit, so an update to
+- The block exists only under reject-publish with a limit. So an update to
   drop-head or to no limit lifts it. rabbit_fifo lifts it when the limits are
-  removed (`unblock_enqueuers`) but not on a switch to drop_head, which leaves its
-  enqueuers blocked; here drop-head never blocks (deliberate difference).
-- publishers' rejected-seq gaps stay whatever the config: they guard
+  removed (`unblock_enqueuers`). It does not on a switch to drop_head, which leaves
+  its enqueuers blocked. Here drop-head never blocks (deliberate difference).
+- Publishers' rejected-seq gaps stay whatever the config. They guard
   de-duplication, not the limit.
-- an update to the settings the queue already has changes no message: proposing it
-  twice is harmless. Which settings a queue should have (arguments combined with a
-  policy) is the node's business, not the machine's.
+- An update to the settings the queue already has changes no message. So
+  proposing it twice is harmless. Which settings a queue should have is the node's
+  business, not the machine's. (Those are arguments combined with a policy.)
 """
 
 from __future__ import annotations
@@ -270,8 +273,9 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
 
 
 def _has_consumers(state: FifoState) -> bool:
-    """A consumer that uses the queue (queue TTL): not a basic.get holder, not
-    cancelled, not suspected (rabbit_fifo's is_expired leaves suspected ones out)."""
+    """A consumer that uses the queue (queue TTL). It is not a basic.get holder,
+    not cancelled, not suspected. (rabbit_fifo's is_expired leaves suspected ones
+    out.)"""
     return any(not c.pull_only and not c.cancelled and not c.suspected
                for c in state.consumers.values())
 
@@ -289,17 +293,17 @@ def _check_queue_expiry(meta: Meta, state: FifoState, effects: list[Effect]) -> 
 
 
 def queue_expiry(state: FifoState) -> int | None:
-    """The leader time after which the queue counts as expired if still unused (None:
-    no expiry or a consumer): when the leader should propose a Tick."""
+    """The leader time after which the queue counts as expired if still unused.
+    None: no expiry, or a consumer. That is when the leader should propose a Tick."""
     if state.config.expires is None or _has_consumers(state):
         return None
     return state.last_active + state.config.expires + 1 if state.last_active else 0
 
 
 def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> None:
-    """A TTL-0 message that no consumer took in its own command expires now (the
-    TTL guide: it expires on reaching the queue unless it can be delivered at once).
-    It is the last entry of its ready queue, if still there."""
+    """A TTL-0 message that no consumer took in its own command expires now.
+    (The TTL guide: it expires on reaching the queue unless it can be delivered at
+    once.) It is the last entry of its ready queue, if still there."""
     for queue in (state.high, state.normal):
         if len(queue) and queue.indexes[-1] == index:
             _index, packed = queue.pop()
@@ -308,8 +312,9 @@ def _expire_unserved(index: int, state: FifoState, effects: list[Effect]) -> Non
 
 
 def next_expiry(state: FifoState) -> int | None:
-    """The earliest expiry among the ready queues' heads (None: none): when the
-    leader should propose a Tick so that expired messages leave without a consumer."""
+    """The earliest expiry among the ready queues' heads (None: none). That is
+    when the leader should propose a Tick. So expired messages leave without a
+    consumer."""
     heads = [queue.head_expiry() for queue in (state.returns, state.high, state.normal)
              if queue.expiries is not None and len(queue)]
     heads = [expiry for expiry in heads if expiry]
@@ -325,9 +330,9 @@ def forget(index: int, state: FifoState) -> None:
 def requeue(index: int, packed: int, count: int, state: FifoState,
             effects: list[Effect], reason_if_dropped: str = "delivery_limit",
             counted: bool = True) -> None:
-    """Put a message back after an unsuccessful delivery (count already incremented),
-    or, not `counted`, from a suspected consumer (count unchanged, still redelivered:
-    nodes.py)."""
+    """Put a message back after an unsuccessful delivery (count already
+    incremented). Not `counted`: it comes from a suspected consumer. Then the count
+    is unchanged, and it is still redelivered (nodes.py)."""
     limit = state.config.delivery_limit
     expiry = state.expiries_out.pop(index, 0) if state.expiries_out else 0
     if limit >= 0 and count > limit:
@@ -354,8 +359,8 @@ def _purge(state: FifoState) -> int:
 
 def _limited(state: FifoState) -> tuple[int, int]:
     """(messages, bytes) the length limits count: ready messages, plus held dead
-    letters (rabbit_fifo's is_over_limit adds rabbit_fifo_dlx:stat; the guide: they
-    "contribute to the queue resource limits")."""
+    letters. rabbit_fifo's is_over_limit adds rabbit_fifo_dlx:stat. The guide says
+    they "contribute to the queue resource limits"."""
     return (state.ready_count + state.dlx.count, state.ready_bytes + state.dlx.bytes)
 
 
@@ -477,15 +482,18 @@ def _down(connection: str, state: FifoState, effects: list[Effect]) -> None:
 
 
 def stale_downs(state: FifoState, stale: set[str] | frozenset[str]) -> list[Command]:
-    """The commands a node restarted after a crash proposes for the consumers of its
-    earlier run's connections (`stale`), which died with it: first a Cancel of each such
-    consumer, so that none of them is served or made the single active consumer while
-    the others are removed (a waiting consumer before the active one, which goes last so
-    that no stale consumer takes over from it), then a Down per connection, which returns
-    each consumer's unacked messages, delivery count + 1 for the delivery made before the
-    crash. Downs alone, one command each, handed every returned message to another dead
-    consumer whose Down then counted it again: after a few restarts a message no client
-    received reached the delivery limit."""
+    """The commands a node restarted after a crash proposes for the consumers of
+    its earlier run's connections (`stale`). Those died with it.
+
+    First a Cancel of each such consumer. So none of them is served, or made the
+    single active consumer, while the others are removed. A waiting consumer goes
+    before the active one. The active one goes last, so no stale consumer takes
+    over from it. Then a Down per connection. It returns each consumer's unacked
+    messages, delivery count + 1 for the delivery made before the crash.
+
+    Why not Downs alone, one command each: they handed every returned message to
+    another dead consumer. Its Down then counted it again. After a few restarts a
+    message no client received reached the delivery limit."""
     keys = sorted((key for key, consumer in state.consumers.items()
                    if consumer.connection in stale and not consumer.cancelled),
                   key=lambda key: (key == state.active, key))
@@ -540,8 +548,8 @@ def lowest_live_index(state: FifoState) -> int | None:
 
 
 def live_indexes(state: FifoState) -> array:
-    """Every raft index whose message is still in the queue (ready, returned, checked
-    out or leased), ascending: what segment compaction must keep."""
+    """Every raft index whose message is still in the queue, ascending. That is
+    ready, returned, checked out or leased. Segment compaction must keep these."""
     live = array("Q")
     for queue in (state.high, state.normal, state.returns):
         live.extend(queue.indexes[queue.head:])

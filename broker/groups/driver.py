@@ -1,42 +1,47 @@
 """The Ready loop: many Raft groups of one node driven over one LogStore in group commit.
 
-Responsibilities: the order a `Ready` demands (ready.py), for every group at once:
-collect a Ready from each group, persist them all, make them durable with one
-`LogStore.flush()` (one fdatasync for every group), then send each group's messages,
-then apply each group's committed entries, then advance it. What sending and
-applying mean is the caller's (`ReadyHandler`: the node's quorum queues and metadata
-group, broker/queues/quorum/groups.py); this module only guarantees when they are called.
+Responsibilities: the order a `Ready` demands (ready.py), for every group at once.
+1. Collect a Ready from each group.
+2. Persist them all, and make them durable with one `LogStore.flush()` (one
+   fdatasync for every group).
+3. Send each group's messages.
+4. Apply each group's committed entries, then advance it.
+What sending and applying mean is the caller's. That is `ReadyHandler`: the node's
+quorum queues and metadata group (broker/queues/quorum/groups.py). This module only
+guarantees when they are called.
 
-How it works: one *round* is `persist_round` (collect and persist, buffered in the
-store), the store's flush, and `finish_round` (send, apply, advance). The flush is the
-caller's, so that it can run wherever the caller likes (the server runs it on a
-writer thread), as long as `finish_round` runs only once it completed; a caller that
-runs the flush apart may hand the leaders' appends to the transport before it
-(`send_early`). Applying may propose new entries (a no-ack delivery is settled at
-once, a restart's Down...) and a single-member group commits its own entries only
-after they are durable, so callers repeat rounds until `persist_round` finds no
-Ready (at most `MAX_ROUNDS`).
+How it works: one *round* is three steps. `persist_round` collects and persists,
+buffered in the store. Then the store's flush. Then `finish_round` sends, applies
+and advances. The flush is the caller's, so it can run wherever the caller likes.
+The server runs it on a writer thread. `finish_round` runs only once it completed.
+A caller that runs the flush apart may hand the leaders' appends to the transport
+before it (`send_early`). Applying may propose new entries: a no-ack delivery is
+settled at once, a restart's Down... And a single-member group commits its own
+entries only after they are durable. So callers repeat rounds until `persist_round`
+finds no Ready (at most `MAX_ROUNDS`).
 
-`apply_round` is a round without a persist step: every group's `ready_to_apply`
-(committed entries that are already durable here), applied and advanced at once. The
-node calls it right after `finish_round`: entries a single-member group committed
-when the fsync completed, and those a leader's peers acknowledged while it ran, are
-applied then, not after the next round's fsync of entries proposed meanwhile.
+`apply_round` is a round without a persist step. Each group's `ready_to_apply` is
+applied and advanced at once: committed entries already durable here. The node
+calls it right after `finish_round`. Some entries become committed while the fsync
+runs: those a single-member group committed when it completed, and those a
+leader's peers acknowledged meanwhile. They are applied then, not after the next
+round's fsync.
 
-A full disk (raft/storage/errors.py `is_disk_full`) stops one group, not the node: the
-one persist step that writes at once, a follower's snapshot install, fails with
-nothing written, and `persist_round` keeps that group's Ready aside (`held`, the
+A full disk (raft/storage/errors.py `is_disk_full`) stops one group, not the node.
+One persist step writes straight to disk: a follower's snapshot install. It fails with
+nothing written. `persist_round` keeps that group's Ready aside (`held`, the
 caller's dict) and leaves the group out of the round. The next round tries its
-persist again before anything else of it; until then the group hands out no Ready
-(its core waits for `advance`) and is left out of `apply_round`, while its core goes
-on hearing its leader.
+persist again before anything else of it. Until then the group hands out no Ready:
+its core waits for `advance`. It is left out of `apply_round` too. Its core goes on
+hearing its leader.
 
-Invariants: `finish_round(batch)` is called only after everything `persist_round`
-returned `batch` for is durable; no message leaves before that but what
-`leaves_early` allows; every group's Ready is advanced exactly once, after
-its messages were handed to `send` and its committed entries to `apply`; one Ready is
-outstanding per group at a time (no `ready()` between `persist_round` and
-`finish_round` of the same round).
+Invariants:
+- `finish_round(batch)` is called only once everything in `batch` is durable.
+- No message leaves before that but what `leaves_early` allows.
+- Every group's Ready is advanced exactly once. That is after its messages went to
+  `send` and its committed entries to `apply`.
+- One Ready is outstanding per group at a time. No `ready()` comes between
+  `persist_round` and `finish_round` of the same round.
 
 Not here: consensus (core.py), the on-disk format (storage/), what an entry means
 (the state machines), the transport.
@@ -78,8 +83,8 @@ Batch = list[tuple[Member, RaftNode, Ready]]
 
 
 def persist(store: LogStore, group: str, ready: Ready) -> None:
-    """Step 1 of a Ready, buffered in the store: snapshot, truncation, entries, hard
-    state, in that order. Durable after the store's next flush."""
+    """Step 1 of a Ready, buffered in the store. The order: snapshot, truncation,
+    entries, hard state. Durable after the store's next flush."""
     if ready.snapshot is not None:
         store.install_snapshot(group, ready.snapshot.meta, ready.snapshot.data)
     if ready.truncate_from is not None:
@@ -92,9 +97,9 @@ def persist(store: LogStore, group: str, ready: Ready) -> None:
 
 def persist_round(store: LogStore, members: Iterable[Member],
                   held: dict[str, tuple[Member, RaftNode, Ready]] | None = None) -> Batch:
-    """Collect every group's Ready and persist it (not yet flushed). With `held`, a
-    Ready the disk had no room for is kept there by group, and tried again first
-    in the next round (a core replaced meanwhile drops it)."""
+    """Collect every group's Ready and persist it (not yet flushed). With `held`,
+    a Ready the disk had no room for is kept there by group. The next round tries
+    it again first. A core replaced meanwhile drops it."""
     collected = []
     for member in list(members):
         waiting = held.pop(member.group, None) if held else None
@@ -120,24 +125,27 @@ def persist_round(store: LogStore, members: Iterable[Member],
 
 
 def leaves_early(ready: Ready, message: Message) -> bool:
-    """May `message` be sent before `ready`'s persisting is durable? A leader's
-    AppendEntries may (the Raft paper, section 10.2.1: the leader writes its log in
-    parallel with replicating it; etcd-io/raft sends a leader's appends while the
-    same Ready's entries are persisted): it promises nothing about this node's disk,
-    and the leader counts itself towards a commit only with what it made durable
-    (`Leader.maybe_commit` takes the log's persisted index), so an entry commits on
-    a majority's disks either way. Not when the Ready changes the hard state (a new
-    term or vote must be durable before anything depending on it leaves), nor with a
-    snapshot; votes, responses, InstallSnapshot and TimeoutNow always wait."""
+    """May `message` be sent before `ready`'s persisting is durable?
+
+    A leader's AppendEntries may. The Raft paper (section 10.2.1) lets the leader
+    write its log in parallel with replicating it. etcd-io/raft sends a leader's
+    appends while the same Ready's entries are persisted. An append promises
+    nothing about this node's disk. The leader counts itself towards a commit only
+    with what it made durable (`Leader.maybe_commit` takes the log's persisted
+    index). So an entry commits on a majority's disks either way.
+
+    Not when the Ready changes the hard state: a new term or vote must be durable
+    before anything depending on it leaves. Not with a snapshot either. Votes,
+    responses, InstallSnapshot and TimeoutNow always wait."""
     return (type(message) is AppendEntries and ready.hard_state is None
             and ready.snapshot is None)
 
 
 def send_early(batch: Batch, handler: ReadyHandler) -> None:
     """Step 2 ahead of the flush, for the messages that may leave before it
-    (`leaves_early`): a leader's appends reach its followers while its own fsync runs,
-    so a commit waits for the slower of the two fsyncs, not for both in turn. The
-    caller then passes `sent_early=True` to `finish_round`."""
+    (`leaves_early`). A leader's appends reach its followers while its own fsync
+    runs. So a commit waits for the slower of the two fsyncs, not for both in turn.
+    The caller then passes `sent_early=True` to `finish_round`."""
     for member, _raft, ready in batch:
         early = tuple(m for m in ready.messages if leaves_early(ready, m))
         if early:
@@ -145,11 +153,11 @@ def send_early(batch: Batch, handler: ReadyHandler) -> None:
 
 
 def finish_round(batch: Batch, handler: ReadyHandler, sent_early: bool = False) -> None:
-    """Steps 2-4 of every Ready in `batch`, whose persisting is now durable: first
-    every group's messages (those `send_early` did not send, if it ran: `sent_early`),
-    then per group apply, advance, `advanced`. A member whose core was dropped or
-    replaced since `persist_round` (this node left the group while the store flushed)
-    is skipped: nobody drives that core any more."""
+    """Steps 2-4 of every Ready in `batch`, whose persisting is now durable.
+    First every group's messages: those `send_early` did not send, if it ran
+    (`sent_early`). Then per group: apply, advance, `advanced`. A member whose core
+    was dropped or replaced since `persist_round` is skipped. (This node left the
+    group while the store flushed.) Nobody drives that core any more."""
     batch = [(member, raft, ready) for member, raft, ready in batch if member.raft is raft]
     for member, _raft, ready in batch:
         messages = ready.messages
@@ -167,9 +175,10 @@ def finish_round(batch: Batch, handler: ReadyHandler, sent_early: bool = False) 
 
 def apply_round(members: Iterable[Member], handler: ReadyHandler,
                 held: dict | None = None) -> None:
-    """Apply, then advance, what every group has committed and already made durable
-    (`RaftNode.ready_to_apply`), without a persist step. Only between rounds: no
-    group may have a Ready outstanding but those `held` for want of space (skipped)."""
+    """Apply, then advance, what every group committed and already made durable
+    (`RaftNode.ready_to_apply`). There is no persist step. Call it only between
+    rounds. No group may have a Ready outstanding, but those `held` for want of
+    space. Those are skipped."""
     for member in list(members):
         if held and member.group in held:
             continue

@@ -1,41 +1,47 @@
 """Group commit for the whole node: one step writes and fsyncs everything pending.
 
-Responsibilities: what `Node.flush()` does, in halves a shell can run apart, so that
-the fsyncs happen off its event loop: `begin_sync` takes everything pending — the
-metadata document (or, when only queue records changed, their lines of the file's
-journal: storage/metadata_journal.py), the message store's batch, one Raft round (every group's Ready
-persisted into the log store's batch) — as a `Sync` and writes the two batches into
-their files (the page cache: quick); `Sync.run()`, on any thread, replaces the
-metadata file and fdatasyncs; `end_sync` then releases what it made durable —
-confirms waiting on the message store, the Raft round's sends, applies and
-advances (and the replies and confirms they produce).
+Responsibilities: what `Node.flush()` does, cut in halves a shell can run apart.
+So the fsyncs happen off its event loop. `begin_sync` takes everything pending as a
+`Sync`:
+- the metadata document, or only its journal's lines when only queue records
+  changed (storage/metadata_journal.py);
+- the message store's batch;
+- one Raft round: every group's Ready persisted into the log store's batch.
+It writes the two batches into their files (the page cache: quick).
+`Sync.run()`, on any thread, replaces the metadata file and fdatasyncs.
+`end_sync` then releases what it made durable. That is the confirms waiting on the
+message store, and the Raft round's sends, applies and advances. Their replies and
+confirms follow.
 
-How it works: a Sync makes things durable in the order of the synchronous flush it
-replaces: the metadata file (tmp, fsync, rename) or its journal's lines (one
-fdatasync), then the message store's batch
-(one fdatasync), then the Raft log's batch (one fdatasync for every group). Records
-that reach the disk before the metadata naming their queue are harmless: recovery
+How it works: a Sync keeps the order of the synchronous flush it replaces.
+1. The metadata file (tmp, fsync, rename), or its journal's lines (one fdatasync).
+2. The message store's batch (one fdatasync).
+3. The Raft log's batch (one fdatasync for every group).
+Records on disk before the metadata naming their queue are harmless. Recovery
 drops messages and groups of queues the metadata does not know. `end_sync` also
-applies what the fsync made committed (a single-member group commits its entries only
-once they are durable: `QuorumGroups.end_round`). Applying may propose (settling a
-no-ack delivery...), so `flush` repeats begin/run/end until a round has no Ready.
+applies what the fsync made committed. A single-member group commits its entries
+only once they are durable (`QuorumGroups.end_round`). Applying may propose (say,
+settling a no-ack delivery). So `flush` repeats begin, run and end until a round
+has no Ready.
 
-A full disk (ENOSPC, EDQUOT) fails a Sync without harm: `write` keeps the error for
-`run`, and `run` raises it after cutting each batch's file back to where the batch
-began; running the same Sync again writes everything again, then syncs
-(`Sync.attempts` counts the runs). Nothing it covers was released, so the shell
-holds it, with its output, and runs it again once there may be room
-(broker/server/server.py); no other Sync begins meanwhile.
+A full disk (ENOSPC, EDQUOT) fails a Sync without harm. `write` keeps the error for
+`run`. `run` cuts each batch's file back to where the batch began, then raises it.
+Running the same Sync again writes everything again, then syncs. `Sync.attempts`
+counts the runs. Nothing it covers was released. So the shell holds it, with its
+output, and runs it again once there may be room (broker/server/server.py). No
+other Sync begins meanwhile.
 
-Invariants: between `begin_sync` and `end_sync` of one Sync, no other Sync begins
-(the log store refuses a second sealed batch); what `end_sync` releases — confirms
-by batch id, replies to applied entries, Raft messages — depends only on that Sync
-and earlier ones, unless applying wrote something itself (`pending_writes` moves).
-Output written to sessions before `begin_sync` may depend on anything that Sync
-writes: the shell sends it only once the Sync is durable (broker/server/server.py).
+Invariants:
+- Between `begin_sync` and `end_sync` of one Sync, no other Sync begins. The log
+  store refuses a second sealed batch.
+- What `end_sync` releases depends only on that Sync and earlier ones. That is
+  confirms by batch id, replies to applied entries, Raft messages. The exception:
+  applying wrote something itself (`pending_writes` moves).
+- Output written to sessions before `begin_sync` may depend on anything that Sync
+  writes. The shell sends it only once the Sync is durable (broker/server/server.py).
 
-Not here: what is written (the stores' formats), when to flush and where the I/O
-runs (the server shell), the Ready order itself (broker/groups/driver.py).
+Not here: what is written (the stores' formats). When to flush, and where the I/O
+runs (the server shell). The Ready order itself (broker/groups/driver.py).
 """
 
 from __future__ import annotations
@@ -74,8 +80,8 @@ class Sync:
 
     @property
     def writes(self) -> bool:
-        """False: nothing for `run` to do (no metadata, nothing to fdatasync) —
-        `end_sync` may follow at once."""
+        """False: nothing for `run` to do (no metadata, nothing to fdatasync).
+        Then `end_sync` may follow at once."""
         return (self.document is not None or self.journal is not None
                 or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
@@ -84,8 +90,8 @@ class Sync:
                 or (self.log is not None and bool(self.log.after)))  # a rollover's steps
 
     def write(self) -> None:
-        """The batches into their files, unsynced (quick: the event loop does it). A
-        full disk is kept for `run` to raise, once it tried again."""
+        """The batches into their files, unsynced (quick: the event loop does it).
+        A full disk is kept for `run` to raise, once it tried again."""
         try:
             self._write_batches()
         except OSError as error:
@@ -100,9 +106,10 @@ class Sync:
             self.log.write_records()
 
     def run(self) -> None:
-        """The metadata file, then the fdatasyncs, in order; on any thread (touches
-        only the files). After `write`. On a full disk it cuts the batches back and
-        raises; a later `run` of the same Sync writes them again first."""
+        """The metadata file, then the fdatasyncs, in order. After `write`.
+        Any thread may run it: it touches only the files. On a full disk it cuts
+        the batches back and raises. A later `run` of this Sync writes them again
+        first."""
         try:
             if self.unwritten is not None or self.attempts:
                 self.unwritten = None
@@ -136,10 +143,11 @@ class Sync:
 
 
 def take_metadata(node: "Node") -> tuple[dict | None, int | None]:
-    """(the metadata file's contents, the metadata group's entry it holds) when the
-    file is to be saved whole, else (None, None); the node's flag is reset. Saved
-    whole: when what changed is not only queue records, or the journal outgrew the
-    file (`MetadataStore.can_journal`); the queue changes are then in the document."""
+    """The metadata file's contents and the metadata group's entry it holds.
+    They are (None, None) unless the file is to be saved whole. The node's flag is
+    reset. The file is saved whole when more than queue records changed. It is also
+    saved whole once the journal outgrew it (`MetadataStore.can_journal`). The
+    queue changes are then in the document."""
     document = applied = None
     store = node.metadata
     if store is not None and (node.metadata_dirty or (
@@ -152,8 +160,9 @@ def take_metadata(node: "Node") -> tuple[dict | None, int | None]:
 
 
 def take_journal(node: "Node") -> list[bytes] | None:
-    """The journal lines of the queue records changed since the last take (None:
-    none); after `take_metadata`, which takes them into a document it saves whole."""
+    """The journal lines of the queue records changed since the last take.
+    None: none changed. Call it after `take_metadata`. That one takes them into a
+    document it saves whole."""
     changes = node.metadata_queue_changes
     if not changes:
         return None
@@ -189,9 +198,9 @@ def end_sync(node: "Node", sync: Sync) -> None:
 
 
 def pending_writes(node: "Node") -> tuple[int, int] | None:
-    """A mark of what waits for the next Sync: two marks are equal only if nothing was
-    written between them. None (equal to no mark) while metadata waits to be saved:
-    that is a flag, which a second change would not move."""
+    """A mark of what waits for the next Sync. Two marks are equal only if
+    nothing was written between them. It is None (equal to no mark) while metadata
+    waits to be saved. That is a flag, which a second change would not move."""
     if node.metadata_dirty or node.metadata_queue_changes:
         return None
     return (node.store.pending_records if node.store is not None else 0,

@@ -1,31 +1,37 @@
 """One client connection on the node: the AMQP connection's events, acted on.
 
-Responsibilities: the glue between a sans-I/O `amqp.connection.Connection` (the
-protocol: handshake, heartbeats, channels, content, protocol errors) and the node:
-logging users in (PLAIN, AMQPLAIN), opening vhosts, keeping a node `Channel` per open
-channel, calling `handlers` for methods and published messages, turning their
-AMQPErrors into the connection's `fail`, resource alarms (connection.blocked), and
-long outputs (streams).
+Responsibilities: the glue between a sans-I/O `amqp.connection.Connection` and the
+node. The connection is the protocol: handshake, heartbeats, channels, content,
+protocol errors. The session does the rest:
+- logging users in (PLAIN, AMQPLAIN) and opening vhosts;
+- keeping a node `Channel` per open channel;
+- calling `handlers` for methods and published messages;
+- turning their AMQPErrors into the connection's `fail`;
+- resource alarms (connection.blocked);
+- long outputs (streams).
 
-How it works: `receive_data` feeds the connection, then takes its events one at a time
-(`_handle_events`), so a channel closed by one event's error is closed for the next
-frame. A published message takes with it the whole messages that follow it on its
-channel in what was received (`Connection.next_content`, which reads nothing it
-would fail on): `handlers.publish` gets them as one run, checks each in order and
-hands the node those before the first that fails; that one fails the channel (or
-waits for a metadata barrier, the rest held behind it), the rest are discarded as
-the connection discards what follows an error. Everything the node writes (deliveries, replies) goes to the connection's
-`outbound` list, so protocol frames and node frames leave in one order. Time enters
-as `now` arguments (monotonic seconds); the server shell owns sockets.
+How it works: `receive_data` feeds the connection. Then it takes its events one at
+a time (`_handle_events`). So a channel closed by one event's error is closed for
+the next frame. A published message takes with it the whole messages that follow
+it on its channel in what was received. (`Connection.next_content` reads nothing
+it would fail on.) `handlers.publish` gets them as one run and checks each in
+order. It hands the node those before the first that fails. That one fails the
+channel, or waits for a metadata barrier with the rest held behind it. When it
+fails the channel, the rest are discarded, as the connection discards what follows
+an error.
+Everything the node writes (deliveries, replies) goes to the connection's
+`outbound` list. So protocol frames and node frames leave in one order. Time
+enters as `now` arguments (monotonic seconds). The server shell owns sockets.
 
-Long outputs (a lease range of thousands of messages) are streams: a producer the
-session pulls from in `data_to_send`, about STREAM_CHUNK_BYTES a call, while the shell
-finds the client keeping up (`streaming` says more is waiting). Everything written
-before a stream goes out before it; a stream's own frames keep their order, and a
-producer checks its channel is still open before each step.
+Long outputs (a lease range of thousands of messages) are streams. A stream is a
+producer the session pulls from in `data_to_send`, about STREAM_CHUNK_BYTES a call.
+It is pulled while the shell finds the client keeping up (`streaming` says more is
+waiting). Everything written before a stream goes out before it. A stream's own
+frames keep their order. A producer checks its channel is still open before each
+step.
 
-Invariants: a node Channel exists exactly while its channel is OPEN on the wire;
-once `closed` is True the node no longer knows this session, and the shell sends
+Invariants: a node Channel exists exactly while its channel is OPEN on the wire.
+Once `closed` is True, the node no longer knows this session. The shell then sends
 `data_to_send()` and drops the socket.
 
 Not here: protocol states and framing (broker/amqp/connection.py), what each method
@@ -123,8 +129,9 @@ class Session:
 
     @property
     def identity(self) -> str:
-        """This connection across the cluster (`<node>:<boot>.<connection>`): what an
-        exclusive queue records as its owner, so every node can tell the owner."""
+        """This connection across the cluster (`<node>:<boot>.<connection>`).
+        An exclusive queue records it as its owner, so every node can tell the
+        owner."""
         return f"{self.node.boot_id}.{self.connection_id}"
 
     @property
@@ -147,8 +154,8 @@ class Session:
         self.node.dirty.add(self)
 
     def stream(self, producer: Iterator[list[bytes]]) -> None:
-        """Send what `producer` yields (frames, a list per step) after everything
-        written so far, pulled by `data_to_send` as the client takes it."""
+        """Send what `producer` yields (frames, a list per step). It follows
+        everything written so far. `data_to_send` pulls it as the client takes it."""
         self._streams.append(producer)
         self.node.dirty.add(self)
 
@@ -176,18 +183,18 @@ class Session:
             taken += sum(map(len, parts))
 
     def receive_data(self, data: bytes, now: float, budget: int | None = None) -> int:
-        """Take `data` from the client and handle at most `budget` events of it (None:
-        all); returns how many were handled (`take_input`)."""
+        """Take `data` from the client and handle at most `budget` events of it.
+        None: all. Returns how many were handled (`take_input`)."""
         if self.closed:
             return 0
         self.connection.receive_data(data, now)
         return self.take_input(budget)
 
     def take_input(self, budget: int | None = None) -> int:
-        """Handle the input received so far, at most `budget` events (a method, a
-        publish with its content counting once; None: every one). Returns how many
-        were handled; `input_held` says the budget ran out first (what is left is
-        handled by the next call, in order)."""
+        """Handle the input received so far, at most `budget` events. A method
+        counts once, and so does a publish with its content. None: every one.
+        Returns how many were handled. `input_held` says the budget ran out first.
+        The next call handles what is left, in order."""
         if self.closed:
             self.input_held = False
             return 0
@@ -212,9 +219,9 @@ class Session:
         self._handle_events()
 
     def _check_consumer_timeouts(self, now: float) -> None:
-        """A channel whose oldest unacked delivery is older than its consumer timeout
-        is closed with 406 (class and method 0, as RabbitMQ's); closing it returns its
-        unacked deliveries to their queues."""
+        """Close with 406 a channel whose oldest unacked delivery is older than its
+        consumer timeout. Class and method are 0, as RabbitMQ's. Closing it returns
+        its unacked deliveries to their queues."""
         for channel in list(self.channels.values()):
             error = channel.consumer_timed_out(now)
             if error is None:
@@ -233,8 +240,9 @@ class Session:
         self.connection.sent(now)
 
     def urgent_to_send(self) -> bytes:
-        """Heartbeats and connection.blocked/unblocked alone, for the shell to send
-        while the rest of the output waits for an fsync (amqp Connection.urgent)."""
+        """Heartbeats and connection.blocked/unblocked alone (amqp
+        Connection.urgent). The shell sends them while the rest of the output waits
+        for an fsync."""
         return self.connection.urgent_to_send()
 
     def server_close(self, code: int, detail: str, now: float) -> None:
@@ -258,8 +266,8 @@ class Session:
     # ------------------------------------------------------------ events
 
     def _handle_events(self, budget: int | None = None) -> int:
-        """Act on the connection's events, at most `budget` of them (None: all);
-        returns how many. While input is held (`input_held`), only `take_input`
+        """Act on the connection's events, at most `budget` of them (None: all).
+        Returns how many. While input is held (`input_held`), only `take_input`
         handles events."""
         if self._handling:
             return 0  # the loop running further up the stack takes them
@@ -362,11 +370,11 @@ class Session:
 
     def _run_failed(self, channel: Channel, run: list[ContentReceived], position: int,
                     error: AMQPError) -> None:
-        """The checks failed `run[position]` (those before it are published):
-        retried once after a metadata barrier (an exchange this node may not have
-        applied yet), the rest of the run held behind it; else the channel's (or
-        the connection's) error, which discards the rest as the connection discards
-        what follows an error."""
+        """The checks failed `run[position]`; those before it are published.
+        It is retried once after a metadata barrier: an exchange this node may not
+        have applied yet. The rest of the run is held behind it. Else it is the
+        channel's (or the connection's) error. That discards the rest, as the
+        connection discards what follows an error."""
         event = run[position]
         if ordering.may_be_unapplied(self, error):
             ordering.after_barrier(self, channel, lambda: self._publish_one(channel, event),
@@ -377,19 +385,19 @@ class Session:
         self.connection.fail(error.at(*spec.BASIC_PUBLISH), event.channel)
 
     def _close_requested(self, number: int) -> None:
-        """The client's channel.close, in its turn after the channel's earlier methods
-        (those held behind a metadata change included): the channel ends, close-ok
-        goes out."""
+        """The client's channel.close, in its turn after the channel's earlier
+        methods. Those held behind a metadata change are included. The channel ends;
+        close-ok goes out."""
         self._release(number)
         self.connection.channel_closed(number)
         if self._out:
             self.node.dirty.add(self)
 
     def _connection_close_requested(self) -> None:
-        """The client's connection.close: close-ok once every channel has done the
-        methods it holds behind a metadata change, as RabbitMQ's reader stops its
-        channels after the methods it handed them; then the channels and the
-        connection end."""
+        """The client's connection.close. Close-ok waits until every channel has
+        done the methods it holds behind a metadata change. RabbitMQ's reader too
+        stops its channels after the methods it handed them. Then the channels and
+        the connection end."""
         waiting = {number for number, channel in self.channels.items()
                    if channel.held is not None}
         if not waiting:
@@ -403,7 +411,7 @@ class Session:
 
     def _channel_done(self, number: int) -> None:
         """Channel `number` has done what it held before the client's
-        connection.close (or failed doing it); the last one lets the close finish."""
+        connection.close, or failed doing it. The last one lets the close finish."""
         waits = self._close_waits
         if waits is None:
             return
@@ -420,9 +428,9 @@ class Session:
             channel.close()
 
     def _login(self, event: LoginRequested) -> None:
-        """Log the user in, or refuse: logged as rabbit_reader logs a refusal ("Error
-        on AMQP connection ... PLAIN login refused: user 'NAME' - invalid
-        credentials"), on one line, with the peer."""
+        """Log the user in, or refuse. A refusal is logged as rabbit_reader logs
+        it, on one line, with the peer: "Error on AMQP connection ... PLAIN login
+        refused: user 'NAME' - invalid credentials"."""
         try:
             username, password = parse_sasl_response(event.mechanism, event.response)
         except SaslError as error:
@@ -469,16 +477,17 @@ class Session:
     # ------------------------------------------------------------ errors
 
     def close_channel(self, channel: Channel, error: AMQPError) -> None:
-        """Close `channel` with a channel error found outside a method (a lease range
-        that can no longer be read)."""
+        """Close `channel` with a channel error found outside a method. An example
+        is a lease range that can no longer be read."""
         self.connection.fail(error, channel.number)
         self._handle_events()
 
     def fail_later(self, error: AMQPError, channel: Channel) -> None:
-        """A method's error known only once a log entry is applied (cluster metadata):
-        closes the channel (or the connection) as if the method had failed at once.
-        After the client's connection.close the channel just stops (what it held
-        after the failed method is dropped, as a channel error drops it)."""
+        """A method's error known only once a log entry is applied (cluster
+        metadata). It closes the channel (or the connection) as if the method had
+        failed at once. After the client's connection.close the channel just stops.
+        What it held after the failed method is dropped, as a channel error drops
+        it."""
         if self._close_waits is not None:
             self._channel_done(channel.number)
             return

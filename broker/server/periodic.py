@@ -1,15 +1,17 @@
 """Periodic work that outlives a failing round.
 
-The server's ticker runs the same steps twice a second: heartbeats, queue expiry,
-metadata timeouts, policies, shovels, the resource alarms. `Steps.run` runs one step
-on its own: a step that raises is logged and skipped for that round, and the other
-steps, and the next rounds, run as usual. One bug, or one exhausted resource (EMFILE
-while reading /proc), never stops the heartbeats and the alarms for good, as it did
-when an exception ended the ticker's task without a word.
+The server's ticker runs the same steps twice a second. They are heartbeats, queue
+expiry, metadata timeouts, policies, shovels and the resource alarms. `Steps.run`
+runs one step on its own. A step that raises is logged and skipped for that round.
+The other steps, and the next rounds, run as usual. So one bug never stops the
+heartbeats and the alarms for good. Nor does one exhausted resource (EMFILE while
+reading /proc). Before, an exception ended the ticker's task without a word.
 
-Logging, so that a step failing every round does not flood the log: its first
-failure logs the traceback; while it keeps failing, one line every REPEAT_LOG_SECONDS
-says how often and the latest error; its first success after failures says so.
+Logging, so that a step failing every round does not flood the log:
+- its first failure logs the traceback;
+- while it keeps failing, one line every REPEAT_LOG_SECONDS says how often, and
+  the latest error;
+- its first success after failures says so.
 
 Not here: what the steps do (server.py).
 """

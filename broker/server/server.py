@@ -1,36 +1,46 @@
 """The asyncio shell around the pure node: sockets, timers, group commit, alarms.
 
-How it works: each TCP connection is an asyncio.Protocol feeding its Session. Input
-handling only schedules a flush for the end of the event-loop iteration, so all the
-data that arrived together is applied first and then persisted with one fsync (group
-commit) before any reply or confirm leaves. The fsyncs run on one writer thread
-(`flush`: a Sync of node/group_commit.py at a time), so while the disk syncs the
-loop goes on reading and applying input; the output of that input waits for the
-next Sync. A ticker, twice a second, drives heartbeats and the memory and disk alarm
-checks; a sampler notes how late the loop runs its timers (loop_lag.py: the
-Prometheus endpoint's lag histogram). Flow control: the input read while a Sync runs
-is the next round, and a round handles at most `flow_control.round_methods` client methods (`receive`); past
-that a client's bytes wait in its session and its socket is not read until a new
-round begins (`_new_round`, when `flush` takes the round into a Sync); and handling
-client input takes at most half a Raft tick of wall time before the loop runs its
-timers and other callbacks (`_spent`, `_refill_slice`), so one loop iteration never
-holds more than a round's work nor runs long on a machine short of CPU, and the
-Raft ticks and heartbeats keep their pace.
+How it works: each TCP connection is an asyncio.Protocol feeding its Session.
+Input handling only schedules a flush for the end of the event-loop iteration. So
+all the data that arrived together is applied first. Then it is persisted with one
+fsync (group commit), before any reply or confirm leaves. The fsyncs run on one
+writer thread (`flush`: one Sync of node/group_commit.py at a time). While the disk
+syncs, the loop goes on reading and applying input. The output of that input waits
+for the next Sync.
 
-A full disk is an alarm, not an exit (`_stall`): a Sync that finds no room (ENOSPC,
-EDQUOT) has undone its writes; the shell keeps it, with the output waiting for it,
-raises the disk alarm (publishers blocked, as RabbitMQ's), gives back the disk
-reserve and runs the same Sync again, at once if the reserve freed space, else every
-half second, until it succeeds (disk.py). Nothing it covers was confirmed; nothing
-else is written meanwhile (no other Sync begins), while input is still read and
-applied, and heartbeats, connection.blocked and handshakes go out (`_send_urgent`).
+Timers: a ticker, twice a second, drives heartbeats, queue expiry and the memory
+and disk alarm checks (`_tick_forever`). A Raft ticker, every
+`raft.tick_interval_ms` (100 ms), drives elections and heartbeats
+(`_raft_tick_forever`). A sampler notes how late the loop runs its timers
+(loop_lag.py: the Prometheus endpoint's lag histogram).
 
-Invariants: session output is sent only after the Sync that began after it was
-written has ended (or at once when nothing was pending to write), so nothing leaves
-before the fsync that persists what it acknowledges; Raft messages go to peers from
-`end_sync`, after the fsync of their Ready; at most one Sync runs; the shell holds no
-protocol state of its own; a session with held input (`Session.input_held`) is
-not read until its input is handled.
+Flow control: the input read while a Sync runs is the next round. A round handles
+at most `flow_control.round_methods` client methods (`receive`). Past that, a
+client's bytes wait in its session. Its socket is not read until a new round
+begins (`_new_round`, when `flush` takes the round into a Sync). Handling client
+input takes at most half a Raft tick of wall time (`_spent`, `_refill_slice`). Then
+the loop runs its timers and other callbacks. So one loop iteration never holds more
+than a round's work. Nor does it run long on a machine short of CPU. The Raft ticks
+and heartbeats keep their pace.
+
+A full disk is an alarm, not an exit (`_stall`). A Sync that finds no room (ENOSPC,
+EDQUOT) has undone its writes. The shell keeps it, with the output waiting for it.
+It raises the disk alarm: publishers are blocked, as RabbitMQ's. It gives back the
+disk reserve and runs the same Sync again. That is at once if the reserve freed
+space, else every half second, until it succeeds (disk.py). Nothing it covers was
+confirmed. Nothing else is written meanwhile: no other Sync begins. Input is still
+read and applied. Heartbeats, connection.blocked and handshakes go out
+(`_send_urgent`).
+
+Invariants:
+- Session output is sent only after the Sync that began after it was written has
+  ended. (Or at once, when nothing was pending to write.) So nothing leaves before
+  the fsync that persists what it acknowledges.
+- Raft messages go to peers from `end_sync`, after the fsync of their Ready.
+- At most one Sync runs.
+- The shell holds no protocol state of its own.
+- A session with held input (`Session.input_held`) is not read until its input is
+  handled.
 """
 
 from __future__ import annotations
@@ -129,14 +139,15 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
 
 
 def cluster_cookie(settings: Settings) -> str:
-    """The secret nodes of one cluster share: `cluster.cookie`, else the contents of
-    ~/.quorumqueue.cookie (created with a random secret if missing, like Erlang's
-    ~/.erlang.cookie), so nodes of one user on one host agree without configuration.
+    """The secret nodes of one cluster share. It is `cluster.cookie`, else the
+    contents of ~/.quorumqueue.cookie. That file is created with a random secret if
+    missing, like Erlang's ~/.erlang.cookie. So nodes of one user on one host agree
+    without configuration.
 
-    Nodes started at once race to create the file: each writes its secret to a file
-    of its own and links it into place (atomic, refused if the file exists), so there
-    is one winner and every node reads the winner's whole secret, never a partly
-    written or empty file."""
+    Nodes started at once race to create the file. Each writes its secret to a file
+    of its own and links it into place. The link is atomic, and refused if the file
+    exists. So there is one winner. Every node reads the winner's whole secret, never
+    a partly written or empty file."""
     if settings.cluster_cookie:
         return settings.cluster_cookie
     path = os.path.expanduser("~/.quorumqueue.cookie")
@@ -196,8 +207,9 @@ def _fault_delay(path: str) -> float:
 
 
 class SyncWriter:
-    """The thread that runs Syncs (the fsyncs), one at a time, off the event loop; each
-    Sync's outcome (None or the exception) comes back on the loop through `done`."""
+    """The thread that runs Syncs (the fsyncs), one at a time, off the event loop.
+    Each Sync's outcome (None or the exception) comes back on the loop through
+    `done`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -554,9 +566,9 @@ class BrokerServer:
     # ------------------------------------------------------------ client input
 
     def receive(self, connection: _Connection, data: bytes) -> None:
-        """A client's bytes: handled while this round's budget lasts
-        (`flow_control.round_methods`); past it they wait in the session, and the
-        socket is not read, until a round is taken into a Sync (`flush`)."""
+        """A client's bytes, handled while this round's budget lasts
+        (`flow_control.round_methods`). Past it they wait in the session. The socket
+        is not read until a round is taken into a Sync (`flush`)."""
         session = connection.session
         began = pass_time(self.node)
         budget = self._round_left if self._slice_left > 0 else 0
@@ -624,11 +636,12 @@ class BrokerServer:
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Group commit without blocking the loop: take everything pending as one Sync
-        (node/group_commit.py) and every session's output so far, fsync on the writer
-        thread, and send that output once the Sync is durable. Meanwhile input is read
-        and applied; its output waits for the next Sync. A step with nothing to write
-        finishes (and sends) at once. Then the node's next deadline gets its timer."""
+        """Group commit without blocking the loop. Take everything pending as one
+        Sync (node/group_commit.py), and every session's output so far. Fsync on the
+        writer thread. Send that output once the Sync is durable. Meanwhile input is
+        read and applied; its output waits for the next Sync. A step with nothing to
+        write finishes (and sends) at once. Then the node's next deadline gets its
+        timer."""
         self._flush_scheduled = False
         self._flush()
         self._arm_deadline()
@@ -664,13 +677,14 @@ class BrokerServer:
         self._writer.submit(sync, lambda error: self._synced(sync, output, error))
 
     def _synced(self, sync, output, error: BaseException | None) -> None:
-        """The writer thread finished `sync`: send the output that waited for it, then
-        release what it covers (`end_sync`) and flush again. Output written while it
-        ran may depend on writes it did not cover: held for the next Sync. What
-        `end_sync` releases (confirms by batch id, replies to applied entries) depends
-        only on this Sync and earlier ones: it leaves now, unless its session has held
-        output (bytes keep their order) or applying wrote something new. A Sync the
-        disk had no room for is held and run again (`_stall`)."""
+        """The writer thread finished `sync`. Send the output that waited for it.
+        Then release what it covers (`end_sync`) and flush again. Output written while
+        it ran may depend on writes it did not cover: it is held for the next Sync.
+        What `end_sync` releases depends only on this Sync and earlier ones. That is
+        confirms by batch id, replies to applied entries. So it leaves now, with two
+        exceptions. Its session has held output (bytes keep their order). Or applying
+        wrote something new. A Sync the disk had no room for is held and run again
+        (`_stall`)."""
         if error is not None and is_disk_full(error) and not self._stopped:
             self._stall(sync, output, error)
             return
@@ -701,9 +715,10 @@ class BrokerServer:
         self.flush()
 
     def _stall(self, sync, output, error: OSError) -> None:
-        """`sync` found the disk full and undid its writes: keep it (no other Sync
-        begins; its output waits with it), set the disk alarm, give the reserve back
-        and run it again: at once if that freed space, else a little later."""
+        """`sync` found the disk full and undid its writes. Keep it: no other Sync
+        begins, and its output waits with it. Set the disk alarm. Give the reserve
+        back and run it again. That is at once if that freed space, else a little
+        later."""
         delay = self.disk.failed(error)
         self.check_alarms()
         self._send_urgent(time.monotonic())   # connection.blocked, before the retry
@@ -777,15 +792,20 @@ class BrokerServer:
 
     def _close_after_output(self, transport) -> None:
         """Close a connection the broker is done with without losing its last frames.
-        A socket closed while the client's input is still unread (the broker stopped
-        reading at a framing error, the client sent on without reading) goes out as a
-        TCP reset, and a reset throws away what the client has not received yet: the
-        tail of a delivery, the connection.close that says why. So on plain TCP: the
-        write side is shut once what is buffered is sent (a FIN after the last frame),
-        what still arrives is read and dropped (the session is closed), and the socket
-        closes when the client closes its side, CLOSE_DRAIN_SECONDS at most. Over TLS
-        (no half-close) and for the management API's in-process connections it closes
-        at once, as before."""
+
+        A socket closed while the client's input is still unread goes out as a TCP
+        reset. (The broker stopped reading at a framing error; the client sent on
+        without reading.) A reset throws away what the client has not received yet:
+        the tail of a delivery, the connection.close that says why.
+
+        So on plain TCP:
+        - the write side is shut once what is buffered is sent (a FIN after the last
+          frame);
+        - what still arrives is read and dropped (the session is closed);
+        - the socket closes when the client closes its side, CLOSE_DRAIN_SECONDS at
+          most.
+        Over TLS (no half-close) it closes at once, as before. So do the management
+        API's in-process connections."""
         can_write_eof = getattr(transport, "can_write_eof", None)
         if can_write_eof is None or not can_write_eof():
             transport.close()
@@ -796,9 +816,9 @@ class BrokerServer:
         self._loop.call_later(CLOSE_DRAIN_SECONDS, self._close_lingering, transport)
 
     def _send_urgent(self, now: float) -> None:
-        """While output waits for a Sync: each open client's heartbeats and
-        connection.blocked/unblocked go out now (whole frames, ahead of what waits),
-        and a blocked client is read no more, as RabbitMQ's reader stops."""
+        """While output waits for a Sync, some frames go out now. They are each open
+        client's heartbeats and connection.blocked/unblocked: whole frames, ahead of
+        what waits. A blocked client is read no more, as RabbitMQ's reader stops."""
         for session, connection in list(self.connections.items()):
             if not isinstance(connection, _Connection):
                 continue
@@ -884,10 +904,11 @@ class BrokerServer:
                 self.node.dirty.add(session)
 
     def run_shovels(self) -> None:
-        """The dynamic shovels run on the node that leads the metadata group: one
-        node of the cluster, known to every node, and another one as soon as that
-        node goes away (a new leader is elected); a node that stops leading stops
-        its shovels. RabbitMQ too runs a dynamic shovel on one node of the cluster."""
+        """The dynamic shovels run on the node that leads the metadata group. That
+        is one node of the cluster, known to every node. Another takes over as soon
+        as that node goes away (a new leader is elected). A node that stops leading
+        stops its shovels. RabbitMQ too runs a dynamic shovel on one node of the
+        cluster."""
         meta = self.node.cluster.meta
         leading = meta is not None and meta.is_leader
         self.shovels.reconcile(self.node.shovel_parameters() if leading else {})
@@ -959,13 +980,15 @@ class BrokerServer:
         return self.settings.disk_free_limit(self.settings.total_memory(total_memory_bytes()))
 
     def check_alarms(self) -> None:
-        """RabbitMQ's resource monitors: the memory alarm compares the process's
-        resident set size (RabbitMQ's default `rss` strategy, read from
-        /proc/self/statm as vm_memory_monitor does) with the high watermark; the disk
-        alarm the free bytes of the data directory's file system with the limit. The
-        disk alarm also holds while a write finds the disk full and while the disk
-        reserve is given back: it is taken again, and the alarm cleared, once the file
-        system has room for it and the limit."""
+        """RabbitMQ's resource monitors.
+
+        The memory alarm compares the process's resident set size with the high
+        watermark. That is RabbitMQ's default `rss` strategy, read from
+        /proc/self/statm as vm_memory_monitor does. The disk alarm compares the free
+        bytes of the data directory's file system with the limit. The disk alarm also
+        holds while a write finds the disk full. It holds too while the disk reserve
+        is given back. The reserve is taken again, and the alarm cleared, once the
+        file system has room for it and the limit."""
         memory = resident_memory_bytes()
         limit = self.memory_limit()
         self._alarm("memory", memory > limit, "vm_memory_high_watermark %s. Memory used:%d "
