@@ -1,48 +1,50 @@
 """One AMQP channel: consumers, deliveries, acks, publisher confirms and transactions.
 
-Responsibilities: the basic.* and confirm/tx semantics of a single channel. Frames go
-out through the owning session's buffer; shared state (queues, routing, storage)
-through the node.
+Responsibilities: the basic.* and confirm/tx semantics of a single channel. Frames
+go out through the owning session's buffer. Shared state (queues, routing, storage)
+is reached through the node.
 
 How it works:
-- Every delivery gets the next delivery tag; unless no-ack it is remembered in
-  `unacked` (insertion order = tag order) with its queue and the queue's token for
-  it, until ack/nack/reject/recover or close, when the queue gets its tokens back
-  (queues/base.py: the channel never asks which type a queue is).
-- Capacity: a consumer takes a message while its own prefetch (basic.qos global=false,
-  fixed at consume time) and the channel's shared prefetch (global=true) allow, as
-  rabbit_limiter decides: a no-ack consumer has no prefetch of its own and its
-  deliveries do not count, but it waits too while the channel's unacked deliveries
-  are at the shared limit. Capacity freed under the shared limit goes first to the
-  queues of the consumers served longest ago (`_refill`), so consumers and queues
-  share the channel's deliveries (RabbitMQ resumes its blocked queues in a random
-  order; this is the deterministic form of the same fairness).
+- Every delivery gets the next delivery tag. Unless no-ack, it is remembered in
+  `unacked` (insertion order = tag order), with its queue and the queue's token for
+  it. That lasts until ack/nack/reject/recover or close. Then the queue gets its
+  tokens back (queues/base.py: the channel never asks which type a queue is).
+- Capacity, as rabbit_limiter decides. A consumer takes a message while two limits
+  allow: its own prefetch (basic.qos global=false, fixed at consume time) and the
+  channel's shared prefetch (global=true). A no-ack consumer has no prefetch of its
+  own, and its deliveries do not count. But it waits too while the channel's unacked
+  deliveries are at the shared limit. Capacity freed under the shared limit goes
+  first to the queues of the consumers served longest ago (`_refill`). So consumers
+  and queues share the channel's deliveries. (RabbitMQ resumes its blocked queues in
+  a random order. This is the deterministic form of the same fairness.)
 - Confirms: each publish in confirm mode gets the next sequence number and a
-  `Confirm` (queues/base.py); its outcome (ack, or nack when a queue refused it) waits
-  in `pending_confirms` until the store batch holding it is fsynced and every queue
-  that answers later has answered; confirms go out in order, runs of acks as one
-  `multiple` ack.
-- Transactions: publishes and acks are buffered until tx.commit (only then do acks
-  free prefetch, as in RabbitMQ), dropped on rollback. tx.commit-ok waits for what a
-  publisher confirm of each committed publish would wait for (the fsync of a durable
-  classic queue's batch, a quorum queue's majority): the publishes get silent
-  confirms (seq 0) and the commit-ok queues behind them (queues/base.py Confirm); a
-  publish a queue refused fails the commit ("partial tx completion", as RabbitMQ).
-- Consumer timeout (the consumers guide's "Delivery Acknowledgement Timeout", as
-  RabbitMQ 4.2's rabbit_channel): each unacked delivery, basic.get's included,
-  remembers when it left (`delivered_at`, the node's clock: time is passed in).
-  On the session's channel tick, `consumer_timed_out(now)` looks at the oldest
-  unacked delivery only and returns the 406 that closes the channel if it has been
-  unacked for longer than its queue's timeout: the lower of x-consumer-timeout and
-  a consumer-timeout policy, else the node's consumer_timeout (None: no timeout).
-  Closing the channel returns every unacked delivery to its queue (`close`).
-- Permissions: `check_access` asks auth/users.py and remembers the last
+  `Confirm` (queues/base.py). Its outcome waits in `pending_confirms`: ack, or nack
+  when a queue refused it. It waits until the store batch holding it is fsynced,
+  and every queue that answers later has answered. Confirms go out in order. A run
+  of acks goes as one `multiple` ack.
+- Transactions: publishes and acks are buffered until tx.commit, dropped on
+  rollback. Only then do acks free prefetch, as in RabbitMQ. tx.commit-ok waits for
+  what a publisher confirm of each committed publish would wait for. That is the
+  fsync of a durable classic queue's batch, or a quorum queue's majority. The
+  publishes get silent confirms (seq 0), and the commit-ok queues behind them
+  (queues/base.py Confirm). A publish a queue refused fails the commit ("partial tx
+  completion", as RabbitMQ).
+- Consumer timeout, as RabbitMQ 4.2's rabbit_channel (the consumers guide's
+  "Delivery Acknowledgement Timeout"). Each unacked delivery, basic.get's included,
+  remembers when it left (`delivered_at`, the node's clock: time is passed in). On
+  the session's channel tick, `consumer_timed_out(now)` looks at the oldest unacked
+  delivery only. It returns the 406 that closes the channel if that one has been
+  unacked for longer than its queue's timeout. The timeout is the lower of
+  x-consumer-timeout and a consumer-timeout policy. Else it is the node's
+  consumer_timeout (None: no timeout). Closing the channel returns every unacked
+  delivery to its queue (`close`).
+- Permissions: `check_access` asks auth/users.py. It remembers the last
   PERMISSION_CACHE_SIZE checks that passed, with the user's rights they passed
-  under (RabbitMQ's per-channel permission cache; rights that changed miss it).
+  under. (RabbitMQ's per-channel permission cache; rights that changed miss it.)
 
-Invariants: delivery tags start at 1 and only grow; an unacked token belongs to
-exactly one channel; a nacked or rejected message without requeue is dropped (no
-dead-lettering yet).
+Invariants: delivery tags start at 1 and only grow. An unacked token belongs to
+exactly one channel. A message nacked or rejected without requeue goes back to its
+queue as such (`settle(..., requeue=False)`): the queue dead-letters or drops it.
 """
 
 from __future__ import annotations
@@ -147,8 +149,9 @@ class Channel:
     # ------------------------------------------------------------ permissions
 
     def check_access(self, permission: str, kind: str, name: str) -> None:
-        """403 ACCESS_REFUSED unless this channel's user may `permission` (configure,
-        write, read) the `kind` (queue, exchange) `name` in the session's vhost."""
+        """403 ACCESS_REFUSED unless this channel's user has `permission` on `name`.
+        The permission is configure, write or read. `kind` is queue or exchange, in
+        the session's vhost."""
         session = self.session
         vhost = session.vhost.name
         rights = session.user.permissions.get(vhost)
@@ -170,8 +173,8 @@ class Channel:
 
     def deliver(self, consumer: Consumer, queue: Queue, token, redelivered: bool,
                 exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
-        """basic.deliver of one message to `consumer`; unless no-ack, `token` is kept
-        until the client settles the delivery (the queue gets it back)."""
+        """basic.deliver of one message to `consumer`. Unless no-ack, `token` is
+        kept until the client settles the delivery. Then the queue gets it back."""
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
         consumer.served = tag
@@ -196,10 +199,10 @@ class Channel:
 
     def deliver_batch(self, consumer: Consumer, queue: Queue, tokens: list,
                       messages: list) -> None:
-        """`deliver` of each of `messages` in order, as one run of frames: a message is
-        (redelivered, names, content header, body) as `codec.deliveries` takes it;
-        `tokens[i]` is kept for message i until settled (unless no-ack: then `tokens`
-        is not read)."""
+        """`deliver` of each of `messages` in order, as one run of frames.
+        A message is (redelivered, names, content header, body), as
+        `codec.deliveries` takes it. `tokens[i]` is kept for message i until
+        settled. With no-ack, `tokens` is not read."""
         count = len(messages)
         first = self.next_delivery_tag
         self.next_delivery_tag = first + count
@@ -310,8 +313,8 @@ class Channel:
         self._apply_settlements(taken, requeue)
 
     def _apply_settlements(self, taken: list, requeue: bool | None) -> None:
-        """Hand each queue its settled tokens (in tag order), then let the consumers
-        whose prefetch this freed take more."""
+        """Hand each queue its settled tokens (in tag order). Then the consumers
+        whose prefetch this freed may take more."""
         by_queue: dict[int, tuple[Queue, list]] = {}
         consumers = []
         delivered_at = self.delivered_at
@@ -330,8 +333,9 @@ class Channel:
         self._refill(consumers)
 
     def _refill(self, consumers) -> None:
-        """Capacity was freed on this channel: let its consumers' queues deliver
-        (under the shared prefetch, every consumer's, served longest ago first)."""
+        """Capacity was freed on this channel: let its consumers' queues deliver.
+        Under the shared prefetch, every consumer's queue may, served longest ago
+        first."""
         if self.global_prefetch:
             consumers = sorted(self.consumers.values(), key=_served)
         seen = set()
@@ -342,9 +346,9 @@ class Channel:
                 queue.capacity_freed()
 
     def consumer_timed_out(self, now: float) -> AMQPError | None:
-        """The channel error that closes this channel when its oldest unacked
-        delivery has waited longer than its queue's consumer timeout, else None
-        (rabbit_channel's evaluate_consumer_timeout: only the oldest is looked at).
+        """The channel error that closes this channel, else None. It is due when
+        the oldest unacked delivery waited longer than its queue's consumer timeout.
+        Only the oldest is looked at (rabbit_channel's evaluate_consumer_timeout).
         The timeout is read now, so a policy set since the delivery counts."""
         if not self.unacked:
             return None
@@ -376,15 +380,16 @@ class Channel:
         return seq
 
     def open_confirm(self, seq: int) -> Confirm:
-        """The confirm of publish `seq`, queued in order; the queues the message is
-        routed to say what it waits for (queues/base.py), then `close_confirm`."""
+        """The confirm of publish `seq`, queued in order. The queues the message is
+        routed to say what it waits for (queues/base.py). Then `close_confirm`."""
         confirm = Confirm(self, seq)
         self.pending_confirms.append(confirm)
         return confirm
 
     def close_confirm(self, confirm: Confirm) -> None:
-        """Every queue has taken the message: send the confirm now if it waits for
-        nothing, else once the node's fsync (`synced`) or the queues' answers allow."""
+        """Every queue has taken the message. Send the confirm now if it waits for
+        nothing. Else send it once the node's fsync (`synced`) or the queues'
+        answers allow."""
         if confirm.batch_id or confirm.outstanding:
             self.node.awaiting_sync.add(self)
         else:
@@ -433,10 +438,10 @@ class Channel:
         return not pending
 
     def commit(self) -> None:
-        """tx.commit: apply the buffered publishes and settlements; commit-ok leaves
-        once every publish is where its confirm would have waited for it to be. If a
-        queue refused one (reject-publish: the nack of a confirm), the commit fails
-        with 406 "partial tx completion", as rabbit_channel's does."""
+        """tx.commit: apply the buffered publishes and settlements. Commit-ok leaves
+        once every publish is where its confirm would have waited for it to be.
+        A queue may refuse one (reject-publish: the nack of a confirm). Then the
+        commit fails with 406 "partial tx completion", as rabbit_channel's does."""
         publishes, self.tx_publishes = self.tx_publishes, []
         settlements, self.tx_settlements = self.tx_settlements, []
         for taken, requeue in settlements:
@@ -450,8 +455,9 @@ class Channel:
         self.close_confirm(done)
 
     def rollback(self) -> None:
-        """tx.rollback: drop buffered publishes; buffered acks are undone, so those
-        deliveries are unacked again (they never stopped counting against prefetch)."""
+        """tx.rollback: drop buffered publishes. Buffered acks are undone, so those
+        deliveries are unacked again. They never stopped counting against
+        prefetch."""
         self.tx_publishes.clear()
         settlements, self.tx_settlements = self.tx_settlements, []
         restored = dict(self.unacked)

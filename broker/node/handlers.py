@@ -1,20 +1,21 @@
 """Channel-method handlers: one function per AMQP method a client may send.
 
-Each handler validates its arguments the way RabbitMQ does, changes node state, and
-writes the reply (unless nowait). `dispatch` finds the handler by the decoded method's
-class (`HANDLERS`); a method no handler takes (one only a server sends) is 503
-COMMAND_INVALID. Channel open/close and content assembly are the protocol's
-(broker/amqp/); whole messages arrive at `publish`, a run of them (what one read
-carried on one channel) at a time.
+Each handler validates its arguments the way RabbitMQ does. It changes node state
+and writes the reply (unless nowait). `dispatch` finds the handler by the decoded
+method's class (`HANDLERS`). A method no handler takes (one only a server sends) is
+503 COMMAND_INVALID. Channel open/close and content assembly are the protocol's
+(broker/amqp/). Whole messages arrive at `publish`, a run at a time: what one read
+carried on one channel.
 
-Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control), each
-checked (`Channel.check_access`, 403) where rabbit_channel checks it, so before any
-state changes or any proposal to the cluster's metadata group. configure: exchange
-and queue declare (not passive) and delete; write: publish (on the exchange, "" as
-amq.default; not a management request, whose operation checks its own rights), a
-binding's destination, a new exchange's alternate or queue's
-dead-letter exchange (with read on the new one); read: get, consume (lease reads
-too), purge, a binding's source exchange.
+Permissions: RabbitMQ's table (https://www.rabbitmq.com/docs/access-control).
+Each is checked (`Channel.check_access`, 403) where rabbit_channel checks it. So it
+comes before any state changes, and before any proposal to the metadata group.
+- configure: exchange and queue declare (not passive) and delete.
+- write: publish, on the exchange ("" as amq.default). A management request is
+  not checked here: its operation checks its own rights. Also a binding's
+  destination, and a new exchange's alternate or queue's dead-letter exchange
+  (with read on the new one).
+- read: get, consume (lease reads too), purge, a binding's source exchange.
 
 Not here: connection-level methods, framing and channel lifecycles (broker/amqp/),
 routing (vhost), delivery (node, channel).
@@ -72,8 +73,9 @@ def _queue_name(session, channel: Channel, name: str) -> str:
 
 
 def _check_exclusive(session, queue) -> None:
-    """405 unless the queue is not exclusive or this connection owns it (owners are
-    connection identities, so every node can tell: node/session.py `identity`)."""
+    """405 unless the queue is not exclusive, or this connection owns it. Owners
+    are connection identities, so every node can tell (node/session.py
+    `identity`)."""
     owner = queue.exclusive_owner
     if owner is not None and owner != session.identity:
         raise AMQPError(spec.RESOURCE_LOCKED,
@@ -81,8 +83,8 @@ def _check_exclusive(session, queue) -> None:
 
 
 def _lookup_queue(session, channel: Channel, name: str):
-    """The queue a basic.get, basic.consume or queue.purge reads (the user's read
-    permission is checked before the lookup, as in RabbitMQ)."""
+    """The queue a basic.get, basic.consume or queue.purge reads. The user's read
+    permission is checked before the lookup, as in RabbitMQ."""
     name = _queue_name(session, channel, name)
     channel.check_access("read", QUEUE, name)
     queue = session.vhost.queue(name)
@@ -158,9 +160,9 @@ def exchange_delete(session, channel: Channel, args) -> None:
 def _bind(session, channel: Channel, source: str, destination: Destination,
           routing_key: str, arguments: dict, unbind: bool, method: tuple[int, int],
           ok: Callable[[], bytes] | None) -> None:
-    """Bind or unbind; `ok()` builds the answer (None: nowait). Bindings go through
-    the metadata group (every queue type is recorded there), after the checks this
-    node can make at once (permissions, exclusivity, what exists)."""
+    """Bind or unbind; `ok()` builds the answer (None: nowait). Bindings go
+    through the metadata group: every queue type is recorded there. First come the
+    checks this node can make at once: permissions, exclusivity, what exists."""
     vhost = session.vhost
     channel.check_access("write", destination.kind, destination.name)
     if source == "" or (destination.kind == EXCHANGE and destination.name == ""):
@@ -260,10 +262,10 @@ def queue_declare(session, channel: Channel, args) -> None:
 
 
 def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) -> None:
-    """A new queue recorded in the metadata: placed by its type (a quorum queue's
-    members and intended leader, a classic queue's host), declared through the
-    metadata group with its flags (an exclusive queue's owner is this connection's
-    identity); declare-ok once this node applied it and the queue can answer."""
+    """A new queue recorded in the metadata. Its type places it: a quorum queue's
+    members and intended leader, a classic queue's host. It is declared through the
+    metadata group with its flags. An exclusive queue's owner is this connection's
+    identity. Declare-ok goes once this node applied it and the queue can answer."""
     node, vhost = session.node, session.vhost
     arguments = dict(queue_spec.arguments)
     queue_type = registry.type_of(queue_spec.type)
@@ -448,14 +450,15 @@ def basic_cancel(session, channel: Channel, args) -> None:
 
 
 def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] | None:
-    """Complete messages arrived on `channel` (amqp.events.ContentReceived: method,
-    header, body), in order: a run of what one read carried, usually one. Each is
-    checked as rabbit_channel checks a basic.publish (an exchange's write permission
-    and existence once per run of it) and takes its confirm number; the run goes
-    to the node (or the transaction) in one call. A management request (which may
-    change what the checks found) goes on its own. On the first message that fails,
-    those before it are published and (its position, its error) returned; None
-    when all were."""
+    """Complete messages arrived on `channel`, in order.
+
+    Each is an amqp.events.ContentReceived: method, header, body. A run is what one
+    read carried, usually one. Each is checked as rabbit_channel checks a
+    basic.publish. An exchange's write permission and existence are checked once
+    per run of it. Each takes its confirm number. The run goes to the node (or the
+    transaction) in one call. A management request goes on its own: it may change
+    what the checks found. On the first message that fails, those before it are
+    published. Then (its position, its error) is returned. None when all were."""
     vhost = session.vhost
     permitted = found = None  # the exchange whose permission, whose existence was checked
     taken: list[tuple] = []   # checked, from messages[first] on, not yet published
@@ -495,8 +498,8 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
 
 def _publish_taken(session, channel: Channel, taken: list[tuple],
                    first: int) -> tuple[int, AMQPError] | None:
-    """The checked messages to the node (or the transaction); the node's failure
-    at the position of `messages` (`taken` starts at `first`)."""
+    """The checked messages to the node (or the transaction). Returns the node's
+    failure at the position of `messages` (`taken` starts at `first`)."""
     if not taken:
         return None
     if channel.tx_mode:
@@ -507,9 +510,10 @@ def _publish_taken(session, channel: Channel, taken: list[tuple],
 
 
 def _checked_properties(session, channel: Channel, properties):
-    """A message's user_id (the user's own, any for a user tagged impersonator),
-    reply_to (direct reply-to: this channel's name for it) and per-message TTL
-    (expiration), as rabbit_channel checks them."""
+    """A message's user_id, reply_to and per-message TTL (expiration), as
+    rabbit_channel checks them. The user_id is the user's own; any, for a user
+    tagged impersonator. reply_to may be direct reply-to: this channel's name for
+    it."""
     if properties.flags & (_FLAG_REPLY_TO | _FLAG_USER_ID):
         properties = _checked_names(session, channel, properties)
     if properties.flags & FLAG_EXPIRATION:
@@ -521,10 +525,10 @@ def _checked_properties(session, channel: Channel, properties):
 
 
 def _selected_keys(properties):
-    """Sender-selected distribution (RabbitMQ's CC and BCC headers): their string
-    entries are routing keys besides the routing key (`selected_keys`; others are
-    ignored), BCC is removed before the message goes on; a CC or BCC that is not an
-    array is refused as rabbit_basic refuses it."""
+    """Sender-selected distribution (RabbitMQ's CC and BCC headers). Their string
+    entries are routing keys besides the routing key (`selected_keys`). Other
+    entries are ignored. BCC is removed before the message goes on. A CC or BCC
+    that is not an array is refused, as rabbit_basic refuses it."""
     headers = properties.decoded().get("headers") or {}
     keys: list[str] = []
     for name in ("CC", "BCC"):
@@ -666,8 +670,8 @@ def _strip_cr_lf(method, fields: tuple[str, ...]) -> None:
 
 
 def dispatch(session, channel: Channel, method) -> None:
-    """Run the handler of `method` (a decoded method: codec's hot-path classes or
-    pamqp's). The caller attaches the method's ids to errors."""
+    """Run the handler of `method`: a decoded method, of codec's hot-path classes
+    or pamqp's. The caller attaches the method's ids to errors."""
     handler = HANDLERS.get(type(method))
     stripped = STRIPPED_NAMES.get(type(method))
     if stripped is not None:

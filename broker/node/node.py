@@ -1,21 +1,23 @@
 """The broker node: vhosts, users, sessions, the publish and delivery pipeline.
 
-Responsibilities: what crosses channels and connections — routing a published
-message into queues, handing ready messages to consumers, settling and requeueing,
-deleting queues (with consumer-cancel notifications), exclusive and auto-delete
-lifecycles, direct reply-to, resource alarms (connection.blocked), and what must be
-made durable (metadata, persistent messages).
+Responsibilities: what crosses channels and connections.
+- Routing a published message into queues.
+- Handing ready messages to consumers; settling and requeueing.
+- Deleting queues, with consumer-cancel notifications.
+- Exclusive and auto-delete lifecycles; direct reply-to.
+- Resource alarms (connection.blocked).
+- What must be made durable (metadata, persistent messages).
 
-How it works: the node is synchronous and does no I/O itself. Sessions call into it;
-it writes frames into sessions' buffers and records in the stores' pending batches.
-The server shell then calls `flush()` (one write + fsync for everything pending:
-group commit) and afterwards sends every session's buffered bytes. Confirms that
-wait on a store batch are released by `synced()`.
+How it works: the node is synchronous and does no I/O itself. Sessions call into
+it. It writes frames into sessions' buffers, and records into the stores' pending
+batches. The server shell then calls `flush()`: one write and fsync for everything
+pending (group commit). Afterwards it sends every session's buffered bytes.
+`synced()` releases the confirms that wait on a store batch.
 
-Invariants: a publisher confirm for a persistent message in a durable queue is sent
-only after the store batch holding it is fsynced; metadata is saved before the
-declare-ok of a durable entity is sent (both happen in the same flush, metadata
-first).
+Invariants: a publisher confirm for a persistent message in a durable queue is
+sent only after the store batch holding it is fsynced. Metadata is saved before the
+declare-ok of a durable entity is sent. Both happen in the same flush, metadata
+first.
 """
 
 from __future__ import annotations
@@ -129,8 +131,8 @@ class Node:
         self.sessions.add(session)
 
     def unregister(self, session: "Session") -> None:
-        """A connection closed: its exclusive queues are deleted (through the
-        metadata log, as every deletion; they live on this node)."""
+        """A connection closed: its exclusive queues are deleted. They live on this
+        node. The deletion goes through the metadata log, as every deletion."""
         self.sessions.discard(session)
         self.dirty.discard(session)
         identity = session.identity
@@ -167,10 +169,10 @@ class Node:
 
     def create_recorded_queue(self, vhost: VHost, name: str, queue_spec: QueueSpec,
                                 record: dict, recover: bool = False) -> Queue:
-        """A queue the metadata group declared (node/metadata.py, a snapshot, the
-        metadata file): every node records it (registry.create_recorded: a quorum
-        queue's replica or proxy, a classic queue on its host, a remote one
-        elsewhere)."""
+        """A queue the metadata group declared: by node/metadata.py, a snapshot or
+        the metadata file. Every node records it (registry.create_recorded). That is
+        a quorum queue's replica or proxy, a classic queue on its host, or a remote
+        one elsewhere."""
         queue = registry.create_recorded(self, vhost.name, name, queue_spec, record, recover)
         vhost.queues[name] = queue
         if queue.durable:  # a non-durable one reaches the file with the next save (a
@@ -200,15 +202,15 @@ class Node:
 
     def dead_letter_copy(self, queue: Queue, exchange: str, routing_key: str, header: bytes,
                          body: bytes, reason: str, time_ms: int) -> None:
-        """A quorum queue's leader dropped a message (read back from its log): its
-        dead-lettered copy goes out through node/dead_letters.py."""
+        """A quorum queue's leader dropped a message (read back from its log).
+        Its dead-lettered copy goes out through node/dead_letters.py."""
         dead_letters.publish(self, queue, exchange, routing_key, header, body, reason,
                              time_ms)
 
     def expire_queue(self, queue: Queue) -> None:
-        """A classic queue unused for its x-expires period: deleted through the
-        metadata log, as a client's queue.delete (RabbitMQ's classic queue deletes
-        itself the same way)."""
+        """A classic queue unused for its x-expires period. It is deleted through
+        the metadata log, as a client's queue.delete. RabbitMQ's classic queue
+        deletes itself the same way."""
         vhost = self.vhosts.get(queue.vhost)
         if vhost is None or vhost.queues.get(queue.name) is not queue:
             return
@@ -222,8 +224,8 @@ class Node:
         self.deadlines.add(ms, queue, queue.tick)
 
     def next_deadline_ms(self) -> int | None:
-        """When a queue next expires a message or itself (wall-clock ms; None: no
-        queue waits for the clock): the shell runs `run_deadlines` then."""
+        """When a queue next expires a message or itself (wall-clock ms). None: no
+        queue waits for the clock. The shell runs `run_deadlines` then."""
         quorum = self.quorum
         if not self.deadlines.pending and (quorum is None or not quorum.deadlines.pending):
             return None  # the usual case, after every flush: no call
@@ -234,9 +236,9 @@ class Node:
         return min(deadlines) if deadlines else None
 
     def run_deadlines(self) -> None:
-        """The queues whose deadline the clock (as the shell last passed it) reached
-        expire what is due: classic queues at once, quorum queues' leaders propose
-        the Tick that does it (queues/deadlines.py)."""
+        """The queues whose deadline the clock reached expire what is due. (The
+        clock as the shell last passed it.) Classic queues do it at once. Quorum
+        queues' leaders propose the Tick that does it (queues/deadlines.py)."""
         now = self.clock_ms
         for callback in self.deadlines.due(now):
             callback(now)
@@ -245,8 +247,9 @@ class Node:
                 callback(now)
 
     def tick_queues(self) -> None:
-        """The timer (about twice a second, with the clock the shell passed in):
-        every queue's `tick` (classic queues expire messages and themselves)."""
+        """The timer, about twice a second, with the clock the shell passed in.
+        It runs every queue's `tick`. Classic queues expire messages and themselves
+        there."""
         for vhost in list(self.vhosts.values()):
             for queue in list(vhost.queues.values()):
                 queue.tick(self.clock_ms)
@@ -262,9 +265,10 @@ class Node:
     # ------------------------------------------------------------ policies
 
     def policy_for(self, vhost: str, kind: str, name: str):
-        """What applies to a `kind` ("classic", "quorum", "exchange") named `name` in
-        `vhost`: its policy (policies.py) combined with its operator policy, if one
-        applies (operator_policies.py `effective`); None when neither does."""
+        """What applies to a `kind` named `name` in `vhost`. The kind is "classic",
+        "quorum" or "exchange". Its policy (policies.py) is combined with its
+        operator policy, if one applies (operator_policies.py `effective`). None
+        when neither does."""
         return effective(*self.policies_for(vhost, kind, name))
 
     def policies_for(self, vhost: str, kind: str,
@@ -277,9 +281,9 @@ class Node:
         return policy, matching(self.operator_policies.get(vhost, {}).values(), kind, name)
 
     def apply_policies(self, vhost_name: str) -> None:
-        """After a policy change: every queue takes its settings (classic queues at
-        once, drop-head dropping what is over; quorum queues through their log, by
-        their leader), exchanges their alternate exchange."""
+        """After a policy change, every queue takes its settings. Classic queues do
+        so at once, drop-head dropping what is over. Quorum queues do so through
+        their log, by their leader. Exchanges take their alternate exchange."""
         vhost = self.vhosts.get(vhost_name)
         if vhost is None:
             return
@@ -296,9 +300,10 @@ class Node:
                                      if policy is not None else None)
 
     def tick_policies(self) -> None:
-        """On every tick: a queue whose settings are applied through a log catches up
-        once it leads in a new term (a new leader, a restart: `policy_due`); a leader
-        that checked in its term costs no policy match per tick."""
+        """On every tick, a queue whose settings are applied through a log catches
+        up. It does so once it leads in a new term: a new leader, a restart
+        (`policy_due`). A leader that checked in its term costs no policy match per
+        tick."""
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 if queue.POLICY_ON_TICK and queue.policy_due():
@@ -323,8 +328,8 @@ class Node:
         return metadata_snapshot.encode(self)
 
     def restore_metadata(self, data: bytes, transient_only: bool = False) -> None:
-        """Make this node's metadata equal to a snapshot (`transient_only`: add only
-        what the metadata file cannot hold, over a file at least as new)."""
+        """Make this node's metadata equal to a snapshot. With `transient_only`, add
+        only what the metadata file cannot hold, over a file at least as new."""
         from . import metadata_snapshot
 
         document = metadata_snapshot.decode(data)
@@ -334,12 +339,13 @@ class Node:
             metadata_snapshot.restore(self, document)
 
     def metadata_replayed(self) -> None:
-        """The metadata log was replayed after a restart. The classic queues this node
-        hosts that cannot outlive it — non-durable ones, and exclusive ones of an
-        earlier run's connections — are deleted, as RabbitMQ deletes them when their
-        node restarts. A node of its own restarted its whole cluster: non-durable
-        exchanges are gone too, as RabbitMQ's transient exchanges are after a full
-        restart. Both deletions go through the log, so the next replay agrees."""
+        """The metadata log was replayed after a restart. Some classic queues this
+        node hosts cannot outlive it. They are the non-durable ones, and the
+        exclusive ones of an earlier run's connections. They are deleted, as RabbitMQ
+        deletes them when their node restarts. A node of its own restarted its whole
+        cluster. So non-durable exchanges are gone too, as RabbitMQ's transient
+        exchanges are after a full restart. Both deletions go through the log, so
+        the next replay agrees."""
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 if queue.gone_after_restart(self.name, self.boot_id):
@@ -357,8 +363,8 @@ class Node:
                         if_unused=False))
 
     def delete_queue(self, vhost: VHost, queue: Queue) -> int:
-        """Delete a queue: cancel its consumers (notifying clients that asked),
-        drop its messages. Returns the number of ready messages it held."""
+        """Delete a queue: cancel its consumers, notifying clients that asked.
+        Drop its messages. Returns the number of ready messages it held."""
         if vhost.queues.get(queue.name) is not queue:
             return 0
         count = queue.ready_count
@@ -373,8 +379,8 @@ class Node:
         return count
 
     def queue_changed(self, vhost: str, name: str) -> None:
-        """The queue's record changed (declared, deleted, its members or host): saved
-        at the next group commit, as a line of the file's journal."""
+        """The queue's record changed: declared, deleted, its members or host.
+        It is saved at the next group commit, as a line of the file's journal."""
         self.metadata_queue_changes[(vhost, name)] = None
 
     def queue_document(self, vhost: str, name: str) -> dict | None:
@@ -388,10 +394,10 @@ class Node:
                 "arguments": encode_arguments(queue.arguments), **queue.metadata_record()}
 
     def cancel_consumers(self, queue) -> None:
-        """Cancel the queue's consumers on this node (basic.cancel to clients that
-        asked for consumer_cancel_notify); the consumers of other nodes on a queue
-        held here are dropped (their nodes cancel them when they apply the same
-        deletion)."""
+        """Cancel the queue's consumers on this node. Clients that asked for
+        consumer_cancel_notify get basic.cancel. The consumers of other nodes on a
+        queue held here are dropped. Their nodes cancel them when they apply the
+        same deletion."""
         for consumer in list(queue.consumers):
             self.cancel_consumer(queue, consumer)
 
@@ -417,14 +423,16 @@ class Node:
         self.quorum.leave(queue)
 
     def purge_queue(self, queue: Queue, respond) -> None:
-        """Drop the queue's ready messages; `respond(count)` is called once that is
-        done (at once for classic queues, once the purge is applied for quorum ones)."""
+        """Drop the queue's ready messages. `respond(count)` is called once that is
+        done. That is at once for classic queues, once the purge is applied for
+        quorum ones."""
         queue.purge(respond)
 
     def consumer_removed(self, queue: Queue) -> None:
-        """A consumer (of this node, or a remote one on a queue hosted here) went:
-        an auto-delete queue that had consumers and has none left is deleted, through
-        the metadata log (its host decides: it sees every node's consumers)."""
+        """A consumer went: of this node, or a remote one on a queue hosted here.
+        An auto-delete queue that had consumers and has none left is deleted. That
+        goes through the metadata log. Its host decides: it sees every node's
+        consumers."""
         if queue.is_unused_for_auto_delete() and not queue.deleted:
             vhost = self.vhosts.get(queue.vhost)
             if vhost is not None and vhost.queues.get(queue.name) is queue:
@@ -434,18 +442,21 @@ class Node:
 
     def publish(self, channel: "Channel", messages: list[tuple], tx: bool = False,
                 routed_again: bool = False) -> tuple[int, AMQPError] | None:
-        """Route and enqueue complete messages, in order: a run of what one read
-        carried on `channel` (usually one), each (basic.publish, properties, body,
-        confirm seq), already checked (`handlers.publish`). A run of one exchange
-        and routing key is routed once (unless a headers exchange reads each
-        message's headers). Handles mandatory returns and publisher confirms (`tx`:
-        a committed transaction's publishes, whose silent confirms the tx.commit-ok
-        waits behind). In a cluster a mandatory message that routes nowhere is
-        routed once more after a metadata barrier (`routed_again`) before it is
-        returned; the messages after it wait behind the barrier too. On the first
-        message that fails (a headers exchange that cannot read its headers, a
-        queue that refuses its properties), those before it are published and (its
-        position, its error) returned."""
+        """Route and enqueue complete messages, in order.
+
+        A run is what one read carried on `channel`, usually one. Each is
+        (basic.publish, properties, body, confirm seq), already checked
+        (`handlers.publish`). A run of one exchange and routing key is routed once.
+        (Not when a headers exchange reads each message's headers.) Handles
+        mandatory returns and publisher confirms. `tx`: a committed transaction's
+        publishes, whose silent confirms the tx.commit-ok waits behind.
+
+        In a cluster, a mandatory message that routes nowhere is routed once more
+        after a metadata barrier (`routed_again`). Only then is it returned. The
+        messages after it wait behind the barrier too. A message may fail: a headers
+        exchange cannot read its headers, or a queue refuses its properties. On the
+        first that fails, those before it are published. Then (its position, its
+        error) is returned."""
         vhost = channel.session.vhost
         counters = self.counters
         routed: tuple[str, str] | None = None  # (exchange, routing key) of `queues`
@@ -513,9 +524,9 @@ class Node:
 
     def _route(self, vhost, exchange_name: str, routing_key: str,
                properties: codec.Properties) -> tuple[list, tuple[str, str] | None]:
-        """The queues a message reaches, and the (exchange, routing key) any message
-        with the same two reaches the same queues by (None: a headers exchange read
-        this message's headers)."""
+        """The queues a message reaches, and its (exchange, routing key). Any
+        message with the same two reaches the same queues. The key is None when a
+        headers exchange read this message's headers."""
         if properties.selected_keys:  # CC and BCC: routed by every key, never cached
             return vhost.route(vhost.exchange(exchange_name), routing_key,
                                lambda: properties.decoded().get("headers"),
@@ -621,10 +632,10 @@ class Node:
                 self.awaiting_sync.discard(channel)
 
     def flush(self) -> None:
-        """Persist what is pending (metadata first, then messages with one fsync, then
-        the quorum queues' Raft rounds) and release what waited for it, all on this
-        thread (node/group_commit.py; the server runs the same steps with the fsyncs
-        off its event loop)."""
+        """Persist what is pending, and release what waited for it. Metadata comes
+        first, then messages with one fsync, then the quorum queues' Raft rounds.
+        All of it runs on this thread (node/group_commit.py). The server runs the
+        same steps with the fsyncs off its event loop."""
         group_commit.flush(self)
 
     def metadata_document(self) -> dict:
@@ -671,8 +682,8 @@ class Node:
                 for (component, vhost, name), value in sorted(self.parameters.items())]
 
     def shovel_parameters(self) -> dict[tuple[str, str], dict]:
-        """{(vhost, name): value} of the shovel parameters (the server shell runs
-        them on the node that leads the metadata group: broker/shovel/)."""
+        """{(vhost, name): value} of the shovel parameters. The server shell runs
+        them on the node that leads the metadata group (broker/shovel/)."""
         return {(vhost, name): value for (component, vhost, name), value
                 in self.parameters.items() if component == "shovel"}
 

@@ -1,65 +1,74 @@
 """What every queue type implements: the one interface the node and the channels call.
 
 RabbitMQ's `rabbit_queue_type` behaviour is the model. A queue type is a class in
-this package (`classic.py`, `quorum.py`) registered in `registry.py`; the channel,
-the method handlers and the node hold a `Queue` and call these methods, never asking
-which type it is. A new type (mirrored classic queues come next) is a new module
-here, not edits across the node.
+this package, built by `registry.py`. The types are `classic.py`, `remote.py`
+(a classic queue hosted on another node) and `quorum/`. `mirroring.py` gives a
+classic queue its mirrors. The channel, the method handlers and the node hold a
+`Queue` and call these methods. They never ask which type it is. A new type is a
+new module here, not edits across the node.
 
 The operations, and what each owes its caller:
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
-  (publisher confirms), the queue says what the confirm waits for: a message-store
-  batch (`confirm.after_batch`), an answer later (`confirm.hold()` returns the
-  callback to call with True/False; `confirm.hold_reply(refused)` one to call with
-  a reply, a nack when it equals `refused`), or a refusal now (`confirm.refuse()`).
+  (publisher confirms), the queue says what the confirm waits for. That is one of:
+  a message-store batch (`confirm.after_batch`); an answer later (`confirm.hold()`
+  returns the callback to call with True/False; `confirm.hold_reply(refused)`
+  returns one to call with a reply, a nack when it equals `refused`); a refusal
+  now (`confirm.refuse()`).
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
-  this node starts or stops; deliveries go out through `channel.deliver`.
+  this node starts or stops. Deliveries go out through `channel.deliver` (or
+  `channel.deliver_batch`).
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
-  (global QoS on quorum queues), and whether the consumer is exclusive.
+  (global QoS on quorum queues). Also whether the consumer is exclusive.
 - `basic_get(channel, no_ack)`: answer a basic.get with `channel.get_ok` or
-  `channel.get_empty` (now, or once the queue's log applied it).
-- `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this queue
-  (the tokens the queue handed to `channel.deliver`) are acked (requeue None), or
-  nacked/rejected (requeue True/False).
-- `channel_closed(channel, tokens)`: the channel is gone; its unacked deliveries
+  `channel.get_empty`. That is now, or once the queue's log applied it.
+- `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this
+  queue are acked (requeue None), or nacked/rejected (requeue True/False). The
+  tokens are those the queue handed to `channel.deliver`.
+- `channel_closed(channel, tokens)`: the channel is gone. Its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: `respond(count)` once purged (or `respond(error)`,
-  an AMQPError, when the queue's host could not be asked); delete drops the queue's
-  messages and resources (the node has cancelled its consumers).
-- `check_delete(if_unused, if_empty)`: what queue.delete refuses, with the counts
-  `refresh(done)` made current (a queue hosted elsewhere asks its host).
-- `declare_ok(send)`: `send(ready, consumers)` once the counts a client that
-  already sent its publishes and acks expects are known.
-- `policy_changed(policy)`: settings from policies (again from the tick for types
-  whose settings go through a log, `POLICY_ON_TICK`, when `policy_due()`: a new
-  leader catches up).
-- `tick(now_ms)`: the node's timer, with the wall clock (classic queues expire
-  messages and themselves here; quorum queues through their log, queues/quorum/groups.py).
-- `check_leases(detail)`, `lease_entries(lease, start, end)`, `lease_slice(lease, start,
-  end)`, `read_message(index)`, `read_message_spans(indexes)`, `read_entries(indexes)`:
-  lease ranges (quorum queues only; the others refuse with 406 and `detail`).
+- `purge(respond)`, `delete()`: `respond(count)` once purged. Or `respond(error)`,
+  an AMQPError, when the queue's host could not be asked. Delete drops the queue's
+  messages and resources. (The node has cancelled its consumers.)
+- `check_delete(if_unused, if_empty)`: what queue.delete refuses. It uses the
+  counts `refresh(done)` made current: a queue hosted elsewhere asks its host.
+- `declare_ok(send)`: `send(ready, consumers)` once the counts are known. Those
+  are the counts a client that already sent its publishes and acks expects.
+- `policy_changed(policy)`: settings from policies. Some types' settings go
+  through a log (`POLICY_ON_TICK`). They are applied again from the tick when
+  `policy_due()`: a new leader catches up.
+- `tick(now_ms)`: the node's timer, with the wall clock. Classic queues expire
+  messages and themselves here. Quorum queues do it through their log
+  (queues/quorum/groups.py).
+- Lease ranges: `check_leases(detail)`, `lease_entries(lease, start, end)`,
+  `lease_slice(lease, start, end)`, `read_message(index)`,
+  `read_message_spans(indexes)`, `read_entries(indexes)`. Quorum queues only; the
+  others refuse with 406 and `detail`.
 - `recover_stored(items)`: messages the node's message store kept (classic queues).
-- `stats()`, `stats_later(done)`: the queue's line in `queues list` (later: with the
-  counts of the node that serves the queue), the active consumer's tag of a
-  single-active-consumer queue included (`single_active_consumer_tag`);
-  `metadata_record()`: what the metadata file keeps beyond name, type and arguments.
-- `message_counts`, `message_stats()`: what this node's clients did with the queue
-  (messages published to it, delivered and got from it, redelivered, acked), as
-  RabbitMQ's per-queue `message_stats`; the node's channels and publish path add to
-  them (counts since the queue was declared or the node started). The management
-  API sums every node's (management/rates.py), as RabbitMQ's plugin does.
+- `stats()`, `stats_later(done)`: the queue's line in `queues list`. Later: with
+  the counts of the node that serves the queue. The active consumer's tag of a
+  single-active-consumer queue is included (`single_active_consumer_tag`).
+- `metadata_record()`: what the metadata file keeps beyond name, type and
+  arguments.
+- `message_counts`, `message_stats()`: what this node's clients did with the
+  queue, as RabbitMQ's per-queue `message_stats`. That is messages published to it,
+  delivered and got from it, redelivered, acked. The node's channels and publish
+  path add to them. They count since the queue was declared or the node started.
+  The management API sums every node's (management/rates.py), as RabbitMQ's plugin
+  does.
 - `record_changed(record)`, `take_over(previous)`: the queue's metadata record
-  changed (a mirrored classic queue's mirrors or leader: mirroring.py); False when
-  the node must build the queue anew from the record (another node serves it now),
-  and then the new queue takes over from the old one (a promoted mirror's copy).
-- `served_here`: this node serves the queue (a classic queue's host, a quorum queue's
-  leader), so its counts here are the queue's own: the node that reports them in the
-  Prometheus metrics, as RabbitMQ's queue metrics come from the queue's process.
+  changed. An example is a mirrored classic queue's mirrors or leader
+  (mirroring.py). False when the node must build the queue anew from the record:
+  another node serves it now. Then the new queue takes over from the old one (a
+  promoted mirror's copy).
+- `served_here`: this node serves the queue: a classic queue's host, a quorum
+  queue's leader. So its counts here are the queue's own. This node reports them
+  in the Prometheus metrics, as RabbitMQ's queue metrics come from the queue's
+  process.
 
 Counts (`ready_count`, `unacked_count`, `consumer_count`, `ready_bytes`,
-`message_bytes`) are properties or fields of every type; `unacked_bytes` of the types
-that count it (None elsewhere).
+`message_bytes`) are properties or fields of every type. `unacked_bytes` is one of
+the types that count it (None elsewhere).
 
 Not here: routing (routing/, node/vhost.py), AMQP framing (amqp/, channel).
 """

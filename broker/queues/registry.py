@@ -8,9 +8,9 @@ nodes for classic queues held elsewhere, its quorum groups for quorum queues): a
 quorum queue's replica or proxy, a classic queue on its host and a remote one
 (remote.py) elsewhere; a mirrored classic queue (record fields `mirrors`, `synced`:
 mirroring.py) is a classic queue on its leader replicating to its mirrors, and a
-remote one elsewhere, with a copy on each mirror. `type_of` names the class (its `place` gives the record). Adding a
-type (mirrored classic queues come next) means a module in this package and a line
-here: the node, the channel and the method handlers only ever see `base.Queue`.
+remote one elsewhere, with a copy on each mirror. `type_of` names the class (its `place` gives the record).
+Adding a type means a module in this package and a line here. The node, the channel
+and the method handlers only ever see `base.Queue`.
 
 Not here: validation (types.py), replication of the queue record (groups/metadata.py).
 """

@@ -1,27 +1,32 @@
 """Quorum queue: a Raft group whose log holds the messages, plus the fifo machine's
-compact state. Pure: no I/O (broker/queues/quorum/groups.py drives it against the log store).
+compact state. Pure: no I/O. broker/queues/quorum/groups.py drives it against the
+log store.
 
-Responsibilities: what a queue object must answer for the node and the AMQP layer
-(name, arguments, counts, the consumers attached on this node), proposing fifo
-commands to the log (encoded by `broker/fifo/envelope.py`: a command, stamped with the
-leader's clock when its effect depends on time), and the bookkeeping that ties a log
-index to whoever waits for it to be applied (a publisher confirm, a basic.get, a
-purge, a lease operation).
+Responsibilities:
+- What a queue object must answer for the node and the AMQP layer: name,
+  arguments, counts, the consumers attached on this node.
+- Proposing fifo commands to the log. `broker/fifo/envelope.py` encodes them: a
+  command, stamped with the leader's clock when its effect depends on time.
+- The bookkeeping that ties a log index to whoever waits for it to be applied: a
+  publisher confirm, a basic.get, a purge, a lease operation.
 
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
-queue's log (here, or at the leader through the cluster's router); replies come from
-this member's own apply (queues/quorum/groups.py drives the groups; queues/quorum/deliveries.py turns
-Deliver effects into `channel.deliver_batch` calls). Settlements and publishes are
-held until the queue's next command or the node's next round, then proposed
-together: a run of publishes is one log append. An unacked delivery's token is a
-`QuorumToken` (the fifo consumer key and the machine's message id); settling goes
-through the log by id. The envelope's TIMED_COMMANDS carry the proposer's clock
-(`now_ms`, or the node's when a caller has none: 0); the others carry no time.
+queue's log. That is here, or at the leader through the cluster's router. Replies
+come from this member's own apply. (queues/quorum/groups.py drives the groups.
+queues/quorum/deliveries.py turns Deliver effects into `channel.deliver_batch`
+calls.) Settlements and publishes are held until the queue's next command or the
+node's next round. Then they are proposed together: a run of publishes is one log
+append. An unacked delivery's token is a `QuorumToken`: the fifo consumer key and
+the machine's message id. Settling goes through the log by id. The envelope's
+TIMED_COMMANDS carry the proposer's clock. That is `now_ms`, or the node's when a
+caller has none (0). The others carry no time.
 
-Invariants: every live message is in the log at its raft index (bodies are read
-from there, never copied into the state); `waiters[i]` is called exactly once, with
-the machine's reply, when entry i is applied (or with None if the queue is deleted
-first); `by_key` maps the fifo consumer keys of this node's AMQP consumers.
+Invariants:
+- Every live message is in the log at its raft index. Bodies are read from there,
+  never copied into the state.
+- `waiters[i]` is called exactly once, with the machine's reply, when entry i is
+  applied. Or with None, if the queue is deleted first.
+- `by_key` maps the fifo consumer keys of this node's AMQP consumers.
 """
 
 from __future__ import annotations
@@ -55,25 +60,27 @@ RAFT_STATES = {"leader": "leader", "follower": "follower", "candidate": "candida
 
 
 def must_land(_reply) -> None:
-    """The waiter of a command that needs no answer but must reach the log: a
-    consumer's Checkout, Cancel and its channel's Down. A proposal without a waiter is
-    forgotten once appended, so one appended by a leader that was deposed before it
-    committed (a leader paused longer than an election closes its clients' connections
-    for missed heartbeats when it resumes, before it learns of the new term) was lost
-    with that leader's tail: the consumer stayed in the queue with no channel behind
-    it, and once it was the single active consumer every message went to it, came back
-    from its node counted, and went to it again, until the delivery limit dropped it.
-    With a waiter, groups/replicated.py proposes a lost append again."""
+    """The waiter of a command that needs no answer but must reach the log.
+    That is a consumer's Checkout, Cancel and its channel's Down.
+
+    A proposal without a waiter is forgotten once appended. So one appended by a
+    leader deposed before it committed was lost with that leader's tail. (A leader
+    paused longer than an election does that. When it resumes, it closes its
+    clients' connections for missed heartbeats before it learns of the new term.)
+    The consumer stayed in the queue with no channel behind it. Once it was the
+    single active consumer, every message went to it. Each came back from its node
+    counted, and went to it again, until the delivery limit dropped it. With a
+    waiter, groups/replicated.py proposes a lost append again."""
 
 
 class MessageGone(RuntimeError):
-    """A message's entry is no longer in the log: the log was released past it (only a
-    settled message's can be: a live one's never is)."""
+    """A message's entry is no longer in the log: the log was released past it.
+    Only a settled message's can be; a live one's never is."""
 
 
 class QuorumToken:
-    """An unacked delivery from a quorum queue: which fifo consumer holds it, and the
-    machine's message id (settled through the log, by id)."""
+    """An unacked delivery from a quorum queue. It names the fifo consumer that
+    holds it, and the machine's message id. It is settled through the log, by id."""
 
     __slots__ = ("key", "msg_id")
 
@@ -84,7 +91,7 @@ class QuorumToken:
 
 def with_delivery_count(header: bytes, count: int, extra: dict | None = None) -> bytes:
     """The content header with `x-delivery-count` (when count > 0) and any `extra`
-    integer headers set; everything else stays byte for byte as published."""
+    integer headers set. Everything else stays byte for byte as published."""
     values = dict(extra or {})
     if count:
         values["x-delivery-count"] = count
@@ -92,8 +99,8 @@ def with_delivery_count(header: bytes, count: int, extra: dict | None = None) ->
 
 
 def group_uid(vhost: str, name: str) -> str:
-    """A new group uid: vhost and name (readable in `ls`), plus a random suffix so a
-    queue declared again after a delete never meets its predecessor's files."""
+    """A new group uid: vhost and name (readable in `ls`), plus a random suffix.
+    So a queue declared again after a delete never meets its predecessor's files."""
     from urllib.parse import quote
 
     return f"{quote(vhost, safe='')}/{name}/{os.urandom(6).hex()}"
@@ -108,10 +115,13 @@ class QuorumQueue(ReplicatedGroup, Queue):
     @staticmethod
     def place(vhost: str, name: str, arguments: dict, policy, settings, cluster,
               exclusive: bool = False) -> dict:
-        """The record of a new queue (queue.declare's fields beyond name and
-        arguments): its group uid, its members (x-quorum-initial-group-size, else
-        quorum_queue.initial_cluster_size, capped at the cluster's size) and intended
-        leader (queue-leader-locator: the policy's, the argument, the configuration)."""
+        """The record of a new queue: queue.declare's fields beyond name and
+        arguments.
+        - Its group uid.
+        - Its members: x-quorum-initial-group-size, else
+          quorum_queue.initial_cluster_size, capped at the cluster's size.
+        - Its intended leader, by queue-leader-locator: the policy's, the argument,
+          the configuration."""
         size = arguments.get("x-quorum-initial-group-size") or settings.quorum_initial_cluster_size
         locator = leader_locator(arguments, policy, settings.queue_leader_locator)
         members, leader = cluster.place(size, locator)
@@ -182,19 +192,20 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     @property
     def consumer_count(self) -> int:
-        """Consumers the machine knows, as RabbitMQ counts them: a cancelled consumer
-        still holding unacked messages, or a channel holding an unacked basic.get,
-        counts too."""
+        """Consumers the machine knows, as RabbitMQ counts them. A cancelled consumer
+        still holding unacked messages counts too. So does a channel holding an
+        unacked basic.get."""
         return sum(1 for c in self.state.consumers.values() if not c.pull_only or c.checked)
 
     @property
     def declare_ok_consumer_count(self) -> int:
-        """queue.declare-ok's consumer count: rabbit_fifo's query_stat counts its
-        consumers map, which on a single-active-consumer queue holds the active
-        consumer (and cancelled ones still holding messages), not the waiting ones
-        (RabbitMQ 3.10.8 answers so: tests/differential/
-        test_single_active_consumer_against_rabbitmq.py); `queues list` counts
-        those too (rabbit_fifo's query_consumer_count), as `consumer_count` does."""
+        """queue.declare-ok's consumer count. rabbit_fifo's query_stat counts its
+        consumers map. On a single-active-consumer queue that holds the active
+        consumer, and cancelled ones still holding messages. It does not hold the
+        waiting ones. RabbitMQ 3.10.8 answers so (tests/differential/
+        test_single_active_consumer_against_rabbitmq.py). `queues list` counts the
+        waiting ones too (rabbit_fifo's query_consumer_count), as `consumer_count`
+        does."""
         if not self.state.config.single_active:
             return self.consumer_count
         waiting = set(waiting_order(self.state))
@@ -214,9 +225,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     @property
     def message_bytes(self) -> int:
-        """Body bytes of every message still in the queue (ready, unacked, leased, and
-        dead letters held by at-least-once dead lettering, as RabbitMQ's
-        message_bytes includes message_bytes_dlx)."""
+        """Body bytes of every message still in the queue. That is ready, unacked,
+        leased, and dead letters held by at-least-once dead lettering. (RabbitMQ's
+        message_bytes includes message_bytes_dlx.)"""
         from ...fifo.state import size_of
 
         total = self.state.ready_bytes + self.state.dlx.bytes
@@ -252,8 +263,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def check_out_again(self, connection: str) -> None:
         """A leader took this node for down and returned the messages of this node's
-        `connection` (a Down), but its channels are alive (the node was cut off, or
-        paused): their consumers consume again."""
+        `connection` (a Down). But its channels are alive: the node was cut off, or
+        paused. Their consumers consume again."""
         from ...amqp.channel import ChannelState
 
         for key, consumer in list(self.by_key.items()):
@@ -266,7 +277,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def propose(self, command: commands.Command | bytes, now_ms: int,
                 waiter: Waiter | None = None) -> None:
-        """Append a command to the log (here, or at the group's leader); `waiter` gets
+        """Append a command to the log, here or at the group's leader. `waiter` gets
         the machine's reply once the entry is committed and applied here. A timed
         command carries `now_ms`, or the node's clock when it is 0."""
         if self.settling or self.publishing:  # what was held before this goes first
@@ -280,17 +291,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
             self.settling or self.publishing))
 
     def after_applied(self, waiter: Waiter) -> None:
-        """A barrier: also after the settlements and publishes not proposed yet (a
-        count asked right after an ack includes it)."""
+        """A barrier, also after the settlements and publishes not proposed yet.
+        So a count asked right after an ack includes it."""
         if self.settling or self.publishing:
             self.flush_held()
         super().after_applied(waiter)
 
     def flush_held(self) -> None:
-        """Propose what the queue holds (QuorumGroups' round, or the queue's next
-        command): its settlements or its publishes (never both, see `publishing`). A
-        deleted queue proposes nothing; its publishes' waiters get None, as the
-        waiters of what it proposed did (`fail_waiters`)."""
+        """Propose what the queue holds: its settlements or its publishes. Never
+        both: see `publishing`. QuorumGroups' round calls it, or the queue's next
+        command. A deleted queue proposes nothing. Its publishes' waiters get None,
+        as the waiters of what it proposed did (`fail_waiters`)."""
         if self.settling:
             self.flush_settlements()
         if self.publishing:
@@ -303,8 +314,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
             self.propose_run(run)
 
     def flush_settlements(self) -> None:
-        """Propose the settlements coalesced since the queue's last command, in order
-        (a run of one kind for one consumer is one command)."""
+        """Propose the settlements coalesced since the queue's last command, in
+        order. A run of one kind for one consumer is one command."""
         settling, self.settling = self.settling, []
         if self.deleted:
             return
@@ -314,7 +325,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def restore(self, data: bytes) -> None:
         """The state machine, and the identities of the forwarded commands applied,
-        from a snapshot the leader sent (replaces both)."""
+        from a snapshot the leader sent. It replaces both."""
         from ...fifo import snapshot
 
         self.applied, machine = load_snapshot(data, commands.decode_reply)
@@ -334,8 +345,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return self.groups.read_message(self, index)
 
     def read_message_spans(self, indexes: list[int]) -> list[tuple]:
-        """The messages at `indexes` (increasing) as views into their log entries:
-        (exchange, routing key, content header length, content header + body)."""
+        """The messages at `indexes` (increasing) as views into their log entries.
+        Each is (exchange, routing key, content header length, content header +
+        body)."""
         return self.groups.read_message_spans(self, indexes)
 
     def read_entries(self, indexes) -> list[bytes]:
@@ -343,9 +355,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return self.groups.read_entries(self, indexes)
 
     def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
-        """Propose the message to the log; the confirm waits for the entry to be
+        """Propose the message to the log. The confirm waits for the entry to be
         fsynced and applied. A client's publish may carry an idempotency key
-        (publisher_sequence); messages the broker moves itself (channel None) never
+        (publisher_sequence). Messages the broker moves itself (channel None) never
         do, as their keys are out of order."""
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
@@ -387,12 +399,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                        channel.quorum_identity), 0, must_land)
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
-        """basic.cancel: a Cancel (its unacked messages stay settleable). A channel that
-        is closing proposes none: its Down (`channel_closed`, proposed right after)
-        removes the consumer and returns its messages in one command, as rabbit_fifo's
-        handling of a channel's down does. With a single active consumer this keeps
-        the order: the next consumer takes over with the returned messages first,
-        not with what was queued behind them."""
+        """basic.cancel: a Cancel. Its unacked messages stay settleable. A channel
+        that is closing proposes none. Its Down (`channel_closed`, proposed right
+        after) removes the consumer and returns its messages in one command. That is
+        how rabbit_fifo handles a channel's down. With a single active consumer this
+        keeps the order. The next consumer takes over with the returned messages
+        first, not with what was queued behind them."""
         self.remove_consumer(consumer)
         if not self.deleted and channel.is_open:
             self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0,
@@ -442,8 +454,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                  delivery.redelivered, exchange, routing_key, header, body)
 
     def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
-        """ack (requeue None) -> Settle, nack/reject requeue -> Return (delivery count
-        + 1), without requeue -> Discard; one command per fifo consumer."""
+        """One command per fifo consumer:
+        - ack (requeue None) -> Settle;
+        - nack/reject with requeue -> Return (delivery count + 1);
+        - without requeue -> Discard."""
         if self.deleted:
             return
         kind = (commands.Settle if requeue is None
@@ -477,15 +491,17 @@ class QuorumQueue(ReplicatedGroup, Queue):
         groups.holding.add(self)
 
     def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...], sessions) -> None:
-        """The machine handed `msg_ids` to a consumer of this node's current run that
-        this node does not have: cancelled, or its channel closed, and that Cancel or
-        Down never reached the log (`must_land`), or is on its way (then this is a
-        harmless repeat). Propose it (again): a Down when the channel is gone (it
-        returns these and whatever the consumer held, delivery count + 1, and removes
-        it), else a Cancel (it gets nothing more; what the client received before
-        stays settleable), then a Return of these. Returning them alone, as before,
-        handed them straight back to the same consumer: as the single active consumer
-        it took every message and gave it back counted until the delivery limit
+        """The machine handed `msg_ids` to a consumer this node does not have.
+        The consumer is of this node's current run. It was cancelled, or its channel
+        closed. That Cancel or Down never reached the log (`must_land`). Or it is on
+        its way: then this is a harmless repeat.
+
+        Propose it (again). A Down when the channel is gone: it returns these and
+        whatever the consumer held, delivery count + 1, and removes it. Else a
+        Cancel: it gets nothing more, and what the client received before stays
+        settleable. Then a Return of these. Returning them alone, as before, handed
+        them straight back to the same consumer. As the single active consumer it
+        took every message and gave it back counted, until the delivery limit
         dropped it. `sessions`: the node's AMQP sessions (their open channels)."""
         identity = key.partition("/")[0]
         open_channel = any(channel.quorum_identity == identity
@@ -520,9 +536,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                 "flag set are not supported by quorum queues", 50, 40)
 
     def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        """Once what was proposed before (acks, publishes of this burst) is applied,
-        so the counts are those a client that already sent them expects; with no
-        replica here, a member counts (cluster/proxy.py)."""
+        """Answer once what was proposed before is applied: acks, publishes of this
+        burst. So the counts are those a client that already sent them expects. With
+        no replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
             self.router.counts(self, lambda counts: send(counts["ready"], counts["declared"]
                                                          if counts.get("declared") is not None
@@ -535,8 +551,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
 
     def policy_due(self) -> bool:
         """Whether the node's tick is to compare the machine's settings with the
-        policy's: once per term this node leads, after a restart's replay (a policy
-        change compares them at once: `Node.apply_policies`)."""
+        policy's. That is once per term this node leads, after a restart's replay.
+        A policy change compares them at once (`Node.apply_policies`)."""
         raft = self.raft
         if raft is None or self.deleted or self.replay_until or not self.is_leader \
                 or self.policy_term == raft.term:
@@ -545,10 +561,11 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return True
 
     def policy_changed(self, policy) -> list:
-        """If this node leads the queue and its machine's settings differ from what its
-        arguments and `policy` give, propose the change (rabbit_fifo's update_config):
-        every member applies it at the same log index. Called on policy changes and on
-        every tick (a new leader, a restart)."""
+        """Propose a change of the machine's settings (rabbit_fifo's update_config).
+        That is when this node leads the queue, and the settings differ from what
+        its arguments and `policy` give. Every member applies it at the same log
+        index. Called on policy changes and on every tick (a new leader, a
+        restart)."""
         if self.raft is None or not self.is_leader or self.deleted:
             return []
         wanted = quorum_config(self.arguments, policy, fifo_config(self.arguments))
@@ -607,8 +624,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
                 "Snapshot Index": snapshot.index if snapshot else 0, "Term": raft.term}
 
     def peek(self, position: int) -> list | None:
-        """The ready message at `position` (1 = next delivered) as `rabbitmq-queues
-        peek` shows it (queues/quorum/peeked.py), or None when fewer are ready."""
+        """The ready message at `position` (1 = next delivered), as
+        `rabbitmq-queues peek` shows it (queues/quorum/peeked.py). None when fewer
+        are ready."""
         from ...fifo.peek import peek
         from . import peeked
 
@@ -625,9 +643,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return self.state.leases
 
     def replaying(self) -> bool:
-        """This replica is still applying the log its node had when it started: its
-        state (a lease, a lease's end) may be behind what was committed before the
-        restart until a leader's commit index lets it apply the rest."""
+        """This replica is still applying the log its node had when it started.
+        Its state (a lease, a lease's end) may be behind what was committed before
+        the restart. That lasts until a leader's commit index lets it apply the
+        rest."""
         return bool(self.replay_until)
 
     def stats(self, node_name: str) -> dict[str, Any]:
