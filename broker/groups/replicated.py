@@ -31,7 +31,8 @@ Invariants: every waiter is called exactly once — with the reply of its own co
 entry (for a skipped duplicate: the reply of the entry applied first, or None when
 that one was not kept), or None when the group is deleted first; an entry with an
 identity is applied at most once per member within the window
-(forwarded.WINDOW later forwards of the same origin to the group).
+(forwarded.WINDOW later forwards of the same origin to the group), and at least
+once: an identity below the window is applied again, never skipped.
 
 Not here: consensus (broker/raft), the transport and forwarding (broker/cluster),
 applying entries (broker/queues/quorum/groups.py).

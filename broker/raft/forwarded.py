@@ -34,8 +34,11 @@ How it works:
   after retries, so a seq below `high` may still come.
   A seq is *seen* when floor < seq <= high and it is not missing. `replies` keeps,
   for seen seqs above the floor, the first reply of each entry that awaited one and
-  was not None. A seq at or below the floor is applied (it is older than WINDOW
-  later forwards of the same origin to the same group: at least once, never lost).
+  was not None. A seq at or below the floor is not seen: the machine applies it
+  (again, if it was applied before it fell below the floor: at least once, never
+  lost). Nothing is ever skipped that the window does not show applied, however
+  long a forward stayed unacknowledged (a resend after a leader change, after
+  thousands of later forwards of its node were applied: its publish is stored).
 - At most MAX_ORIGINS origins per group: a new one evicts the origin applied least
   recently (by log index), deterministically on every member. So a group keeps at
   most MAX_ORIGINS x (WINDOW missing seqs + WINDOW replies); in practice a handful

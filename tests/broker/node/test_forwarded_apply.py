@@ -23,7 +23,7 @@ from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
 from quorumqueue.broker.node.node import Node
 from quorumqueue.broker.queues.quorum.queue import MessageGone
-from quorumqueue.broker.raft.forwarded import Identity, wrap
+from quorumqueue.broker.raft.forwarded import WINDOW, Identity, wrap
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.server.server import assemble_node
 from quorumqueue.broker.storage.metadata_store import MetadataStore
@@ -151,6 +151,28 @@ def test_identities_appended_out_of_order_are_each_applied_once(tmp_path):
         append(queue, forwarded(seq, message(b"%d" % seq)))
     node.quorum.flush()
     assert bodies(node, queue) == [b"1", b"3", b"2", b"4"]
+
+
+def test_a_publish_resent_after_window_later_forwards_is_stored_and_confirmed(tmp_path):
+    """A follower publishing fast while its queue's leader changes: its forward of
+    "late" was lost with the old leader and is resent after WINDOW later forwards of
+    the same node were appended and applied (forwarded.py's floor passed it). The
+    resend is applied: "late" is stored and its confirm is an ack of a stored message,
+    never an ack for a message the queue does not hold. A forward applied before and
+    appended again that late is stored twice (at least once, never lost)."""
+    node = start(tmp_path)
+    queue = declare(node)
+    for seq in range(2, WINDOW + 50):
+        append(queue, forwarded(seq, message(b"m")))
+    node.quorum.flush()
+    replies: list = []
+    append(queue, forwarded(1, message(b"late")), replies)      # the resend
+    append(queue, forwarded(2, message(b"m")), replies)         # a very late duplicate
+    node.quorum.flush()
+    stored = bodies(node, queue)
+    assert stored.count(b"late") == 1
+    assert stored.count(b"m") == len(range(2, WINDOW + 50)) + 1   # seq 2 twice
+    assert replies == ["ok", "ok"]
 
 
 def test_a_duplicate_after_a_restored_snapshot_is_skipped_with_its_reply(tmp_path):

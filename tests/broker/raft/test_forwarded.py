@@ -172,3 +172,21 @@ def test_admit_and_keep_reply_are_seen_and_record_in_one_call(seed):
         assert admitted is not skipped, (index, identity)
     assert by_admit == by_two_calls
     assert list(by_admit.origins) == list(by_two_calls.origins)  # the eviction order
+
+
+def test_a_seq_resent_after_window_later_forwards_were_applied_is_applied_not_skipped():
+    """The resend of a forward lost with its leader, appended after WINDOW later
+    forwards of its node were applied (a follower publishing fast while the leader
+    changes): the apply loop's `admit` lets it through, whether it was never applied
+    (it is stored: nothing confirmed is lost) or was applied already (stored twice:
+    at least once). Nothing below the floor is ever taken for applied."""
+    applied = AppliedIds()
+    for seq in range(2, WINDOW + 100):             # seq 1 lost with the old leader
+        assert applied.admit(Identity(ORIGIN, seq, True), seq)
+    assert applied.origins[ORIGIN].floor > 1
+    assert not applied.seen(Identity(ORIGIN, 1, True))
+    assert applied.admit(Identity(ORIGIN, 1, True), WINDOW + 100)   # the resend: applied
+    # one applied before, then WINDOW later ones: applied again (a duplicate, not a loss)
+    assert applied.admit(Identity(ORIGIN, 2, True), WINDOW + 101)
+    # inside the window a repeat is still skipped
+    assert not applied.admit(Identity(ORIGIN, WINDOW + 99, True), WINDOW + 102)
