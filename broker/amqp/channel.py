@@ -1,32 +1,36 @@
 """One channel's protocol state: its lifecycle and the assembly of content frames.
 
-Responsibilities: which frame a channel may receive in which state (spec 1.5.2 channel
-class, 4.2.6 content framing), as two transition tables, and putting basic.publish,
-its content header and its body frames together into one message.
+Responsibilities: which frame a channel may receive in which state, as two
+transition tables (spec 1.5.2 channel class, 4.2.6 content framing). And putting
+basic.publish, its content header and its body frames together into one message.
 
-How it works: the connection classifies every frame on a channel into a `Frame` kind
-and looks it up: `TABLE[state][kind]`. A channel that is OPEN first asks `CONTENT`
-(is a content header or body due?), then `LIFECYCLE` (absent -> OPEN on channel.open,
-OPEN -> CLOSE_REQUESTED on channel.close, then absent once the node answers it with
-close-ok; CLOSING -> absent on close-ok). A kind missing
-from a table is the protocol error RabbitMQ sends for it, built by `lifecycle_error`
-and `content_error` (their wording is rabbit_reader's and rabbit_command_assembler's).
-The tables are nested dicts (state, then kind) rather than keyed by pairs: no tuple
-is built per frame. For an OPEN channel the connection looks frames up in DISPATCH,
-both tables folded once at import and keyed on what a frame starts with (its type,
-or its method's class and method ids as one number); a frame DISPATCH lacks takes
-the general path through the two tables, so both paths make the same transitions.
+How it works: the connection classifies every frame on a channel into a `Frame`
+kind, and looks it up: `TABLE[state][kind]`. A channel that is OPEN first asks
+`CONTENT`: is a content header or body due? Then `LIFECYCLE`:
+- absent -> OPEN on channel.open;
+- OPEN -> CLOSE_REQUESTED on channel.close, then absent once the node answers it
+  with close-ok;
+- CLOSING -> absent on close-ok.
+A kind missing from a table is the protocol error RabbitMQ sends for it.
+`lifecycle_error` and `content_error` build it. Their wording is rabbit_reader's
+and rabbit_command_assembler's. The tables are nested dicts (state, then kind),
+not keyed by pairs: no tuple is built per frame. For an OPEN channel the connection
+looks frames up in DISPATCH. That is both tables folded once at import. It is keyed
+on what a frame starts with: its type, or its method's class and method ids as one
+number. A frame DISPATCH lacks takes the general path through the two tables. So
+both paths make the same transitions.
 
-Invariants: a channel in CLOSING (the server sent channel.close) acts on nothing but
-channel.close, close-ok and open, everything else is discarded (spec 1.5.2.5); a client's
-channel.close there is answered with close-ok and the channel stays CLOSING until the
-client's close-ok for the server's close (both sides closed at once: rabbit_channel's
-closing state), so that close-ok is not taken for one on a free number, and a
-channel.open before it is the 504 RabbitMQ sends; a channel in
-CLOSE_REQUESTED discards every frame (the client may send nothing on it before its
-close-ok, and the number is not free until then); a message's
-body frames add up to exactly the header's body size; a new method arrives only
-between messages.
+Invariants:
+- A channel in CLOSING (the server sent channel.close) acts only on channel.close,
+  close-ok and open. Everything else is discarded (spec 1.5.2.5).
+- A client's channel.close there is answered with close-ok. The channel stays
+  CLOSING until the client's close-ok for the server's close. (Both sides closed at
+  once: rabbit_channel's closing state.) So that close-ok is not taken for one on a
+  free number. A channel.open before it is the 504 RabbitMQ sends.
+- A channel in CLOSE_REQUESTED discards every frame. The client may send nothing on
+  it before its close-ok, and the number is not free until then.
+- A message's body frames add up to exactly the header's body size.
+- A new method arrives only between messages.
 
 Not here: the channel-max count and the connection's own states (connection.py),
 what a method does (broker/node/handlers.py).
@@ -116,10 +120,11 @@ CONTENT: dict[ContentState, dict[Frame, ContentState]] = {
 
 
 def _frame_keys() -> dict[int, Frame]:
-    """The kind of every frame an OPEN channel's dispatch can key on: content frames
-    by their frame type (2, 3), methods by their index `class_id << 16 | method_id`
-    (the first four octets of a method payload, pamqp's INDEX_MAPPING keys; no index
-    is below 10 << 16, so the two never collide)."""
+    """The kind of every frame an OPEN channel's dispatch can key on.
+    Content frames key by their frame type (2, 3). Methods key by their index
+    `class_id << 16 | method_id`: the first four octets of a method payload, and
+    pamqp's INDEX_MAPPING keys. No index is below 10 << 16, so the two never
+    collide."""
     keys: dict[int, Frame] = {spec.FRAME_HEADER: Frame.HEADER, spec.FRAME_BODY: Frame.BODY}
     for index, method_class in pamqp_commands.INDEX_MAPPING.items():
         keys[index] = (Frame.CONNECTION_METHOD if index >> 16 == spec.CONNECTION
@@ -162,8 +167,8 @@ def lifecycle_error(state: ChannelState | None, kind: Frame, number: int, class_
 
 
 def content_error(content: ContentState) -> AMQPError:
-    """505 for a frame out of the method -> header -> body order, worded as RabbitMQ's
-    rabbit_command_assembler states what it was waiting for."""
+    """505 for a frame out of the method -> header -> body order. It is worded as
+    RabbitMQ's rabbit_command_assembler states what it was waiting for."""
     if content is ContentState.IDLE:
         return AMQPError(spec.UNEXPECTED_FRAME, "expected method frame, got non method "
                          "frame instead", connection_level=True)

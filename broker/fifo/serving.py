@@ -1,26 +1,30 @@
 """Handing ready messages out: which message is next, and which consumers get them.
 
-Responsibilities: `take_next`, the one order in which ready messages leave the queue
-(to a consumer, a basic.get, a lease or a length limit's drop-head): the returns
-first, then high and normal priority 2:1 (a high message older than the normal
-head first), expired heads dropped on the way; `serve_consumers`, run after every
-command (machine.py `apply`): the consumers with capacity take ready messages, the
-highest consumer priority first, round-robin among equals, with a single active
-consumer (single_active.py) that one alone; `die`, a message leaving unconsumed (a
-Dropped effect, or held for at-least-once dead lettering: dlx.py).
+Responsibilities:
+- `take_next`: the one order in which ready messages leave the queue. They go to a
+  consumer, a basic.get, a lease or a length limit's drop-head. The returns go
+  first. Then high and normal priority 2:1; a high message older than the normal
+  head goes first. Expired heads are dropped on the way.
+- `serve_consumers`, run after every command (machine.py `apply`). The consumers
+  with capacity take ready messages. The highest consumer priority goes first,
+  round-robin among equals. With a single active consumer (single_active.py), that
+  one alone.
+- `die`: a message leaving unconsumed. It is a Dropped effect, or held for
+  at-least-once dead lettering (dlx.py).
 
-How it works: the usual case (one consumer with capacity, every ready message in the
-normal queue, no TTL anywhere) is served in one pass (`_serve_one_from_normal`: the
-messages taken as one slice, a Delivery each); everything else one message at a
-time (`_serve_in_turn`). Both give the same deliveries, message ids, rotation and
-queue contents (test_machine.py holds them equal on random command sequences): a
-member replaying the log must reach the same state whichever path it takes.
+How it works: the usual case is served in one pass (`_serve_one_from_normal`).
+That case is one consumer with capacity, every ready message in the normal queue,
+no TTL anywhere. The messages are taken as one slice, a Delivery each. Everything
+else goes one message at a time (`_serve_in_turn`). Both give the same deliveries,
+message ids, rotation and queue contents. test_machine.py holds them equal on
+random command sequences. A member replaying the log must reach the same state
+whichever path it takes.
 
-Invariants: deterministic (the state and the command alone decide); a message is
-handed out at most once per take; nothing expired is handed out.
+Invariants: deterministic (the state and the command alone decide). A message is
+handed out at most once per take. Nothing expired is handed out.
 
-Not here: the commands' semantics (machine.py), leases (leases.py), peeking at what
-would be next without taking it (peek.py, which replays take_next's order).
+Not here: the commands' semantics (machine.py), leases (leases.py). Peeking at
+what would be next without taking it (peek.py, which replays take_next's order).
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ def expire_heads(state: FifoState, effects: list[Effect]) -> None:
 def take_next(state: FifoState,
               effects: list[Effect]) -> tuple[int, int, int, bool] | None:
     """(raft index, packed size, delivery count, returned uncounted) of the next
-    message to hand out; expired heads are dropped first (Dropped "expired" into
-    `effects`), so what is handed out has not expired. Its expiry moves to
-    `expiries_out`. "Returned uncounted": handed out before, back from a suspected
-    consumer with delivery count 0 (Delivery.returned)."""
+    message to hand out. Expired heads are dropped first (Dropped "expired" into
+    `effects`). So what is handed out has not expired. Its expiry moves to
+    `expiries_out`. "Returned uncounted": handed out before, and back from a
+    suspected consumer with delivery count 0 (Delivery.returned)."""
     if (state.returns.expiries is not None or state.high.expiries is not None
             or state.normal.expiries is not None):  # (as in apply)
         expire_heads(state, effects)
@@ -89,9 +93,9 @@ def take_next(state: FifoState,
 
 def die(state: FifoState, effects: list[Effect], index: int, packed: int,
         reason: str) -> None:
-    """A message leaves without being consumed: a Dropped effect (the node discards
-    it or dead-letters it at most once), or, with at-least-once dead lettering, held
-    for the dead-letter worker (dlx.py)."""
+    """A message leaves without being consumed. It is a Dropped effect: the node
+    discards it, or dead-letters it at most once. With at-least-once dead lettering
+    it is held for the dead-letter worker instead (dlx.py)."""
     if state.config.dead_letter_at_least_once:
         dlx.hold(state, index, size_of(packed), reason)
     else:
@@ -99,8 +103,9 @@ def die(state: FifoState, effects: list[Effect], index: int, packed: int,
 
 
 def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
-    """Hand ready messages to consumers with capacity: highest priority first,
-    round-robin among equal priorities; with a single active consumer, to it alone."""
+    """Hand ready messages to consumers with capacity. The highest priority goes
+    first, round-robin among equal priorities. With a single active consumer, to it
+    alone."""
     if not state.consumers or not state.ready_count:
         return
     consumers = state.consumers
@@ -123,8 +128,9 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
 
 def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
                    effects: list[Effect]) -> None:
-    """Hand ready messages one at a time to `ordered` (the consumers with capacity,
-    highest priority first), round-robin among the highest priority."""
+    """Hand ready messages one at a time to `ordered`, round-robin among the
+    highest priority. `ordered` is the consumers with capacity, highest priority
+    first."""
     batches: dict[str, list[Delivery]] = {}
     while state.ready_count and ordered:
         top = ordered[0][1].priority
@@ -147,10 +153,11 @@ def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
 
 def _serve_one_from_normal(state: FifoState, key: str, consumer: ConsumerState,
                            effects: list[Effect]) -> None:
-    """`serve_consumers` for the usual case, in one pass: one consumer with capacity,
-    every ready message in the normal queue, no TTL anywhere (nothing expires while
-    taking). The same deliveries, message ids, rotation and queue contents as taking
-    the messages one at a time (take_next), which a replay must reproduce."""
+    """`serve_consumers` for the usual case, in one pass. That case is one consumer
+    with capacity, every ready message in the normal queue, no TTL anywhere. So
+    nothing expires while taking. It gives the same deliveries, message ids, rotation
+    and queue contents as taking the messages one at a time (take_next). A replay
+    must reproduce them."""
     room = len(state.normal)
     if consumer.prefetch:
         room = min(room, consumer.prefetch - len(consumer.checked))

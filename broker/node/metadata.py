@@ -1,15 +1,18 @@
 """What each metadata command does to a node (the commands: groups/metadata.py).
 
-Every node applies the same commands in the same order, so every node routes the
-same way and knows every queue in the metadata (a quorum queue's group uid and
-members, a classic queue's uid and host: the host holds it, the others reach it
-through queues/remote.py). `apply(node, command)` returns the command's result (a message count for
-queue.delete, None otherwise) or `("error", reply_code, reply_text)` when it cannot
-be applied (another node declared the same name differently first): the proposing
-node raises that as the channel error RabbitMQ would have sent.
+Every node applies the same commands in the same order. So every node routes the
+same way, and knows every queue in the metadata. For a quorum queue that is its
+group uid and members. For a classic queue, its uid and host: the host holds it,
+the others reach it through queues/remote.py.
 
-Application is idempotent where a retry can repeat a command: declaring what exists
-with the same definition, deleting what is gone, binding twice.
+`apply(node, command)` returns the command's result: a message count for
+queue.delete, None otherwise. It returns `("error", reply_code, reply_text)` when
+the command cannot be applied: another node declared the same name differently
+first. The proposing node raises that as the channel error RabbitMQ would have
+sent.
+
+Application is idempotent where a retry can repeat a command. That is declaring
+what exists with the same definition, deleting what is gone, binding twice.
 
 Not here: the group and its log (groups/metadata.py), checks made before proposing
 (handlers.py, definitions.py), snapshots (metadata_snapshot.py).
@@ -49,11 +52,12 @@ def _vhost(node: "Node", name: str):
 
 
 def _exchange_declare(node: "Node", c: dict):
-    """Exchanges and bindings do not mark the metadata file to be saved: the
-    metadata log holds the command (durable before it is applied), a restart applies
-    the log after the last snapshot on top of the file, and a snapshot saves the file
-    (groups/metadata.py). Only queue records must be in the file before the replay:
-    a restart drops the messages and groups of queues the file does not name."""
+    """Exchanges and bindings do not mark the metadata file to be saved.
+    The metadata log holds the command, durable before it is applied. A restart
+    applies the log after the last snapshot on top of the file. A snapshot saves
+    the file (groups/metadata.py). Only queue records must be in the file before the
+    replay. A restart drops the messages and groups of queues the file does not
+    name."""
     exchange, created = _vhost(node, c["vhost"]).declare_exchange(
         c["name"], c["type"], False, c["durable"], c["auto_delete"], c["internal"],
         c["arguments"])
@@ -119,8 +123,8 @@ def _queue_members(node: "Node", c: dict):
 
 
 def _queue_record(node: "Node", c: dict):
-    """A queue record's fields changed (a mirrored classic queue's leader, mirrors
-    and synchronised mirrors: queues/mirroring.py), unless the record no longer has
+    """A queue record's fields changed: a mirrored classic queue's leader, mirrors
+    and synchronised mirrors (queues/mirroring.py). Not if the record no longer has
     the leader the proposer saw (`expect_host`: two promotions, one wins)."""
     vhost = node.vhosts.get(c["vhost"])
     queue = vhost.queues.get(c["name"]) if vhost is not None else None
@@ -133,12 +137,12 @@ def _queue_record(node: "Node", c: dict):
 
 
 def record_changed(node: "Node", vhost, queue, record: dict) -> None:
-    """A queue's metadata record changed (`queue.record`: a mirrored classic
-    queue's mirrors, or its leader). The queue takes it in place, or, served by
-    another node now, is built anew from it and takes over from the old one
-    (queues/base.py): this node's consumers follow it, except those that asked
-    to be told of a failover (x-cancel-on-ha-failover: basic.cancel, the mirroring
-    guide's "Leader Failures and Consumer Cancellation")."""
+    """A queue's metadata record changed (`queue.record`): a mirrored classic
+    queue's mirrors, or its leader. The queue takes it in place. Or, served by
+    another node now, it is built anew from it and takes over from the old one
+    (queues/base.py). This node's consumers follow it. Not those that asked to be
+    told of a failover (x-cancel-on-ha-failover). They get basic.cancel, as the
+    mirroring guide's "Leader Failures and Consumer Cancellation" says."""
     from ..queues import registry
     from ..queues.types import validate_declaration
     from .channel import Consumer
@@ -201,12 +205,13 @@ def _add_node(node: "Node", c: dict):
 
 
 def _forget_node(node: "Node", c: dict):
-    """The node leaves the cluster's list and every quorum queue's members (their
-    leaders then remove it from their Raft groups: membership.reconcile); a queue
-    whose only member it was keeps it (it can only be deleted). A mirrored classic
-    queue it led gets one of its mirrors as leader (mirroring.forget_leader: the
-    guide's "Loss of a Leader While All Mirrors are Stopped"; only a synchronised one
-    under ha-promote-on-failure when-synced), on every node alike."""
+    """The node leaves the cluster's list and every quorum queue's members.
+    Their leaders then remove it from their Raft groups (membership.reconcile). A
+    queue whose only member it was keeps it: it can only be deleted. A mirrored
+    classic queue it led gets one of its mirrors as leader, on every node alike
+    (mirroring.forget_leader). That is the guide's "Loss of a Leader While All
+    Mirrors are Stopped". Under ha-promote-on-failure when-synced, only a
+    synchronised one."""
     name = c["name"]
     node.cluster.forget_node(name)
     for vhost in node.vhosts.values():

@@ -1,30 +1,37 @@
 """Quorum queue messages read back from the log, and Deliver effects handed to consumers.
 
-Responsibilities: a quorum queue keeps no message bodies in its state (broker/fifo):
-every live message is its Enqueue entry in the group's log. This module reads them
-back for whoever needs the message: one message decoded (`read_message`: a basic.get,
-dead lettering, a remote consumer's delivery), a lease range's messages as views
-(`read_message_spans`), and a Deliver effect's messages written to this node's
-consumer (`deliver`), or sent to a node without a replica, or returned.
+Responsibilities: a quorum queue keeps no message bodies in its state
+(broker/fifo). Every live message is its Enqueue entry in the group's log. This
+module reads them back for whoever needs the message:
+- one message decoded (`read_message`): a basic.get, dead lettering, a remote
+  consumer's delivery;
+- a lease range's messages as views (`read_message_spans`);
+- a Deliver effect's messages written to this node's consumer (`deliver`). Or sent
+  to a node without a replica, or returned.
 
 How it works: the messages of one Deliver effect (or one lease range) lie close
-together in the log (consecutive Enqueues, between them the Settles that made room;
-a returned message further back), so their entries are read in runs (`_entries`:
-indexes at most _GAP apart are one `LogStore.entries` call, one read per segment or
-one slice of the memtable, with the few entries between them). An entry's message
-is cut out without decoding (`commands.delivery_spans`: views of the exchange and
-routing key as stored — AMQP short strings, what basic.deliver carries as they are —
-the content header and the body), and the channel writes the whole effect as one
-run of frames (`Channel.deliver_batch`: one pass over the messages, the delivery
-tags and unacked bookkeeping in bulk). A message delivered before (its
-delivery count above 0) gets `x-delivery-count` in its header (queues/quorum/queue.py
-`with_delivery_count`); everything else is sent byte for byte as published.
+together in the log. They are consecutive Enqueues, with the Settles that made room
+between them; a returned message lies further back. So their entries are read in
+runs (`_entries`). Indexes at most _GAP apart are one `LogStore.entries` call. That
+is one read per segment or one slice of the memtable, with the few entries between
+them. An entry's message is cut out without decoding (`commands.delivery_spans`).
+The spans are views of the exchange and routing key as stored, the content header
+and the body. (AMQP short strings: what basic.deliver carries, as they are.) The
+channel writes the whole effect as one run of frames (`Channel.deliver_batch`).
+That is one pass over the messages, with the delivery tags and unacked
+bookkeeping in bulk. A message delivered before (its delivery count above 0) gets
+`x-delivery-count` in its header (queues/quorum/queue.py `with_delivery_count`).
+Everything else is sent byte for byte as published.
 
-Invariants: a Deliver effect's messages are written in the machine's order (their
-delivery tags follow it); a live message's entry is always in the log (the release
-cursor never passes it), so a missing one raises MessageGone; nothing is written to
-a channel that is not open (its messages go back to the queue, a Return); a no-ack
-consumer's deliveries are settled (one Settle) as soon as they are written.
+Invariants:
+- A Deliver effect's messages are written in the machine's order. Their delivery
+  tags follow it.
+- A live message's entry is always in the log: the release cursor never passes it.
+  So a missing one raises MessageGone.
+- Nothing is written to a channel that is not open. Its messages go back to the
+  queue (a Return).
+- A no-ack consumer's deliveries are settled (one Settle) as soon as they are
+  written.
 
 Not here: which messages a consumer gets (broker/fifo/machine.py), the frames' bytes
 (broker/amqp/codec.py `deliveries`), the channel's bookkeeping (channel.py), remote
@@ -53,8 +60,8 @@ _TIMED_SIZE = TIMED_HEAD.size
 
 
 def _command_start(data: bytes) -> int:
-    """Where the Enqueue begins in an entry: after a forwarded command's identity and
-    the time envelope (envelope.py), when present."""
+    """Where the Enqueue begins in an entry. That is after a forwarded command's
+    identity and the time envelope (envelope.py), when present."""
     start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
     if data[start] == TIMED:  # the proposer's clock (message TTL)
         start += _TIMED_SIZE
@@ -70,11 +77,11 @@ def _entry_data(store: LogStore, queue: QuorumQueue, index: int) -> bytes:
 
 
 def _entries(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[bytes]:
-    """The data of the entries at `indexes` (any order), in that order. The indexes
-    are taken in runs whose neighbours lie at most _GAP entries apart, and each run's
-    entries are read with one call (a segment read, or a slice of the memtable, with
-    the few entries between them); what that did not find (outside the log now), one
-    by one (MessageGone for a missing one)."""
+    """The data of the entries at `indexes` (any order), in that order.
+    The indexes are taken in runs whose neighbours lie at most _GAP entries apart.
+    Each run's entries are read with one call: a segment read, or a slice of the
+    memtable, with the few entries between them. What that did not find (outside
+    the log now) is read one by one. A missing one raises MessageGone."""
     group = queue.group
     ordered = sorted(indexes)  # (a Deliver effect's are in order but for returns)
     found: dict[int, bytes] = {}
@@ -100,8 +107,9 @@ def read_message(store: LogStore, queue: QuorumQueue, index: int) -> tuple[str, 
 
 
 def read_message_spans(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[tuple]:
-    """`commands.message_spans` of the messages at `indexes` (increasing), in order:
-    views into their log entries, nothing decoded (a lease range's messages)."""
+    """`commands.message_spans` of the messages at `indexes` (increasing), in
+    order. They are views into their log entries, nothing decoded (a lease range's
+    messages)."""
     if not indexes:
         return []
     return [commands.message_spans(data, _command_start(data))
@@ -109,10 +117,11 @@ def read_message_spans(store: LogStore, queue: QuorumQueue, indexes: list[int]) 
 
 
 def read_entries(store: LogStore, queue: QuorumQueue, indexes: Sequence[int]) -> list[bytes]:
-    """The whole log entries of the messages at `indexes` (a lease range's, in its
-    order), as stored: an "entries" lease read sends them as they are. Indexes that lie
-    close together (a range mostly is consecutive Enqueues) are read as one span of
-    the log, one call, and picked from it; else as `_entries` reads them."""
+    """The whole log entries of the messages at `indexes`, as stored. They are a
+    lease range's, in its order. An "entries" lease read sends them as they are.
+    Indexes that lie close together are read as one span of the log, one call, and
+    picked from it. (A range mostly is consecutive Enqueues.) Else they are read as
+    `_entries` reads them."""
     if not indexes:
         return []
     lo, hi = min(indexes), max(indexes)
@@ -129,8 +138,9 @@ def read_entries(store: LogStore, queue: QuorumQueue, indexes: Sequence[int]) ->
 
 
 def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
-    """A Deliver effect: `deliveries` (fifo Delivery, in the machine's order) for the
-    consumer whose fifo key is `key`. `groups`: the node's QuorumGroups."""
+    """A Deliver effect: `deliveries` for the consumer whose fifo key is `key`.
+    They are fifo Deliveries, in the machine's order. `groups`: the node's
+    QuorumGroups."""
     consumer: "Consumer | None" = queue.by_key.get(key)
     cluster = groups.cluster
     if consumer is None and not cluster.is_local_key(key):

@@ -1,43 +1,53 @@
 """The node's quorum queues: Raft groups over one log store, driven in group commit.
 
-Responsibilities: create, recover and delete the Raft groups behind quorum queues;
-be the Ready loop's handler (broker/groups/driver.py) for every group on the node —
-cluster sends (`send`), committed entries through the fifo machine (`apply`), and
-what follows (`advanced`: leader news, snapshots); turn the machine's effects into
-AMQP work — deliveries to this node's consumers (queues/quorum/deliveries.py: bodies read
-back from the log), replies to whoever waited for an entry, snapshots and log release
-at the machine's release cursor (when one is due: `_snapshot_due`, Ra's rule); dead lettering (`_dead_letter`: a message the
-machine dropped, published by the leader to the queue's dead-letter exchange, at most
-once, through node/dead_letters.py as for classic queues; with at-least-once dead
-lettering, the leader's dead-letter worker instead: `_ensure_worker`,
-queues/quorum/dead_letter_worker.py);
-queue TTL (`_delete_expired`: the leader deletes an expired queue through the
-metadata); and time (Tick commands for lease, message and queue expiry).
+Responsibilities:
+- Create, recover and delete the Raft groups behind quorum queues.
+- Be the Ready loop's handler (broker/groups/driver.py) for every group on the
+  node: cluster sends (`send`), committed entries through the fifo machine
+  (`apply`), and what follows (`advanced`: leader news, snapshots).
+- Turn the machine's effects into AMQP work:
+  - deliveries to this node's consumers (queues/quorum/deliveries.py: bodies read
+    back from the log);
+  - replies to whoever waited for an entry;
+  - snapshots and log release at the machine's release cursor, when one is due
+    (`_snapshot_due`, Ra's rule);
+  - dead lettering (`_dead_letter`). The leader publishes a message the machine
+    dropped to the queue's dead-letter exchange, at most once. That goes through
+    node/dead_letters.py, as for classic queues. With at-least-once dead
+    lettering, the leader's dead-letter worker does it instead (`_ensure_worker`,
+    queues/quorum/dead_letter_worker.py);
+  - queue TTL (`_delete_expired`): the leader deletes an expired queue through the
+    metadata.
+- Time: Tick commands for lease, message and queue expiry.
 
 How it works: the node's group commit (node/group_commit.py) runs one round at a
-time: `begin_round` collects a Ready from every group and appends their entries and
-hard states to the log store (`driver.persist_round`), hands the leaders' appends to
-the transport (`driver.send_early`: followers write them while this node's fsync
-runs), then seals the store's batch; once that batch is written and fdatasynced (one
-for all groups, on the server's writer thread), `end_round` sends the rest, applies
-what is committed and advances (`driver.finish_round`), then applies at once whatever
-is committed and already durable (`driver.apply_round`): a single-member group
-commits its own entries when the fsync completes, and a leader may have heard its
-peers' acknowledgements while it ran; neither waits for the next round's fsync of
-entries proposed meanwhile. Proposals made while applying (settling a no-ack
-delivery...) get one more round. A round begins with what the queues held back
-(`_propose_held`): a queue's settlements, one command per consumer and kind, and its
-publishes since the last round, one run of entries (one append). Confirms and replies are written to the sessions'
-buffers, which the server sends only after the fsync that covers them.
+time.
+1. `begin_round` collects a Ready from every group. It appends their entries and
+   hard states to the log store (`driver.persist_round`).
+2. It hands the leaders' appends to the transport (`driver.send_early`). Followers
+   write them while this node's fsync runs.
+3. It seals the store's batch. The batch is written and fdatasynced: one fsync
+   for all groups, on the server's writer thread.
+4. Then `end_round` sends the rest, applies what is committed and advances
+   (`driver.finish_round`).
+5. It then applies at once whatever is committed and already durable
+   (`driver.apply_round`). A single-member group commits its own entries when the
+   fsync completes. A leader may have heard its peers' acknowledgements while it
+   ran. Neither waits for the next round's fsync of entries proposed meanwhile.
+Proposals made while applying (settling a no-ack delivery...) get one more round.
+A round begins with what the queues held back (`_propose_held`). That is a queue's
+settlements, one command per consumer and kind. And its publishes since the last
+round, one run of entries (one append). Confirms and replies are written to the
+sessions' buffers. The server sends them only after the fsync that covers them.
 
-After a restart, every entry in the log is replayed into a fresh machine (from the
-latest snapshot on). Consumers recorded in it belonged to connections that are gone:
-their deliveries during the replay are not sent, and once the replay is applied
-the commands of fifo/machine.py `stale_downs` remove them: a Cancel per old
-consumer (so that none of them is handed the others' messages or made the single
-active consumer meanwhile), then a Down per old connection, which returns their
-messages (delivery count + 1, for the delivery made before the crash), as RabbitMQ
-does when a consumer's process is down.
+After a restart, every entry in the log is replayed into a fresh machine, from the
+latest snapshot on. Consumers recorded in it belonged to connections that are gone.
+Their deliveries during the replay are not sent. Once the replay is applied, the
+commands of fifo/machine.py `stale_downs` remove them. First a Cancel per old
+consumer: so none of them is handed the others' messages, or made the single active
+consumer, meanwhile. Then a Down per old connection. It returns their messages,
+delivery count + 1 for the delivery made before the crash. RabbitMQ does the same
+when a consumer's process is down.
 
 Not here: the fifo semantics (broker/fifo), consensus (broker/raft), the on-disk
 format (broker/raft/storage), AMQP framing (channel, session).
@@ -77,12 +87,13 @@ log = logging.getLogger("quorumqueue.broker")
 
 
 def replay_bound(replay_until: int, ready: Ready) -> int:
-    """Entries up to `replay_until` were in the log when this node started: applying
-    them again is a replay (their deliveries went to connections that are gone). A
-    Ready that replaces part of that log — a leader's entries over an uncommitted tail
-    (`truncate_from`), or a snapshot — lowers the bound: what is applied there now is
-    new, and its deliveries must be written (else a consumer that joined after the
-    restart waits forever for messages the machine handed it)."""
+    """Entries up to `replay_until` were in the log when this node started.
+    Applying them again is a replay: their deliveries went to connections that are
+    gone. A Ready may replace part of that log: a leader's entries over an
+    uncommitted tail (`truncate_from`), or a snapshot. That lowers the bound. What
+    is applied there now is new, and its deliveries must be written. Else a consumer
+    that joined after the restart waits forever for messages the machine handed
+    it."""
     if ready.truncate_from is not None:
         replay_until = min(replay_until, ready.truncate_from - 1)
     if ready.snapshot is not None:
@@ -136,9 +147,10 @@ class QuorumGroups:
 
     def create(self, vhost: str, name: str, arguments: dict, uid: str | None = None,
                members: tuple[str, ...] = (), campaign: bool = True) -> QuorumQueue:
-        """A new group; `members` (default: this node alone) all start it from the same
-        configuration. A member of several campaigns if `campaign` (the leader's
-        intended place); the others wait for it (or time out and elect another)."""
+        """A new group. `members` (default: this node alone) all start it from the
+        same configuration. With several members, this one campaigns if `campaign`:
+        it is the leader's intended place. The others wait for it, or time out and
+        elect another."""
         uid = uid or group_uid(vhost, name)
         members = tuple(members) or (self.member,)
         if self.member not in members:  # a replica elsewhere: only the record is here
@@ -185,8 +197,8 @@ class QuorumGroups:
 
     def _remote(self, vhost: str, name: str, arguments: dict, uid: str,
                 members: tuple[str, ...]) -> QuorumQueue:
-        """The record of a queue with no replica on this node (no Raft member here):
-        its commands go to the leader through the cluster (proxying)."""
+        """The record of a queue with no replica on this node (no Raft member here).
+        Its commands go to the leader through the cluster (proxying)."""
         queue = QuorumQueue(vhost, name, arguments, uid, None,
                             FifoState(config=fifo_config(arguments)), members)
         queue.router = self.cluster
@@ -194,8 +206,9 @@ class QuorumGroups:
         return queue
 
     def join(self, queue: QuorumQueue) -> None:
-        """This node was named a member of an existing queue: an empty replica, which
-        the leader adds to the group and fills (entries or a snapshot)."""
+        """This node was named a member of an existing queue. It gets an empty
+        replica, which the leader adds to the group and fills (entries or a
+        snapshot)."""
         if queue.group in self.store.groups():
             self.store.delete_group(queue.group)  # a stale replica from an earlier time
         queue.raft = self.new_core(queue.group)
@@ -245,8 +258,9 @@ class QuorumGroups:
     # ------------------------------------------------------------ the Ready cycle
 
     def flush(self) -> None:
-        """The groups' rounds alone, here and now (the fsyncs on this thread), until no
-        group has a Ready; `Node.flush` does this with the other stores."""
+        """The groups' rounds alone, here and now, until no group has a Ready.
+        The fsyncs run on this thread. `Node.flush` does this with the other
+        stores."""
         for _round in range(driver.MAX_ROUNDS):
             self._propose_held()
             readies = driver.persist_round(self.store, self._take_awake())
@@ -258,9 +272,9 @@ class QuorumGroups:
                 return
 
     def begin_round(self) -> tuple[driver.Batch, WalBatch]:
-        """One round in halves, for a shell that fsyncs off its event loop: every
-        group's Ready persisted and sealed (`batch.write()` makes it durable, on any
-        thread); `end_round` once that returned."""
+        """One round in halves, for a shell that fsyncs off its event loop.
+        Every group's Ready is persisted and sealed. `batch.write()` makes it durable,
+        on any thread. Call `end_round` once that returned."""
         self._propose_held()
         waiting = len(self.held_readies)
         readies = driver.persist_round(self.store, self._take_awake(), self.held_readies)
@@ -274,9 +288,10 @@ class QuorumGroups:
         return readies, self.store.seal()
 
     def _take_awake(self) -> list[ReplicatedGroup]:
-        """The members to ask for a Ready this round: those woken since the last one,
-        and those whose Ready a full disk holds; the set starts empty again. A round
-        costs what its groups did, not what the node holds (an idle group: nothing)."""
+        """The members to ask for a Ready this round. They are those woken since
+        the last one, and those whose Ready a full disk holds. The set starts empty
+        again. A round costs what its groups did, not what the node holds. An idle
+        group costs nothing."""
         awake = self.awake
         keys = [*awake, *(g for g in self.held_readies if g not in awake)]
         awake.clear()
@@ -288,25 +303,26 @@ class QuorumGroups:
                 if (member := queues.get(key)) is not None and member.raft is not None]
 
     def _propose_held(self) -> None:
-        """What the queues settled since the last round, one command per consumer
-        and kind (QuorumQueue.settle), and what was published to them, one run per
-        queue (QuorumQueue.publish), into this round."""
+        """Into this round: what the queues settled since the last round, and what
+        was published to them. Settlements are one command per consumer and kind
+        (QuorumQueue.settle). Publishes are one run per queue (QuorumQueue.publish)."""
         if self.holding:
             holding, self.holding = self.holding, set()
             for queue in holding:
                 queue.flush_held()
 
     def _time_appends(self, readies: driver.Batch) -> None:
-        """Start timing the last entry a group hands to storage, unless one of the
-        group's entries is timed already (one at a time: a cost per round, not per
-        entry)."""
+        """Start timing the last entry a group hands to storage. Not if one of the
+        group's entries is timed already. One at a time: a cost per round, not per
+        entry."""
         for member, _raft, ready in readies:
             if ready.entries and member.commit_probe is None:
                 member.commit_probe = (ready.entries[-1].index, self.now)
 
     def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
-        """`batch` is written: send, apply and advance the round's Readies, then apply
-        what that made committed and durable (and what peers committed meanwhile)."""
+        """`batch` is written. Send, apply and advance the round's Readies. Then
+        apply what that made committed and durable, and what peers committed
+        meanwhile."""
         self.store.synced(batch)
         driver.finish_round(readies, self, sent_early=True)
         # the round's groups (each woke at its advance) and those stepped meanwhile
@@ -314,7 +330,7 @@ class QuorumGroups:
         self.release_confirms()
 
     def release_confirms(self) -> None:
-        """Confirms waiting for quorum replies that came in while applying; and the
+        """Confirms waiting for quorum replies that came in while applying. Also the
         dead-letter workers' settles of what their targets confirmed meanwhile."""
         for worker in self.dlx_workers.values():
             if worker.settled:
@@ -326,16 +342,16 @@ class QuorumGroups:
     # the driver's ReadyHandler: send, apply, advanced
 
     def send(self, queue: ReplicatedGroup, messages) -> None:
-        """Raft messages to the group's peers (the driver calls this only once what
-        they promise is durable: a leader's appends promise nothing of this node's
-        disk and leave while the round's fsync runs, driver.leaves_early)."""
+        """Raft messages to the group's peers. The driver calls this only once what
+        they promise is durable. A leader's appends promise nothing of this node's
+        disk. They leave while the round's fsync runs (driver.leaves_early)."""
         self.cluster.send_raft(queue.group, messages)
 
     def apply(self, queue: ReplicatedGroup, ready: Ready) -> None:
-        """A snapshot from the leader, then the committed entries: commands to the
-        group's machine, replies to whoever waited for them. A forwarded command
-        whose identity was applied before is skipped (groups/replicated.py `admit`);
-        the others' identities are recorded as they are applied."""
+        """A snapshot from the leader, then the committed entries. Commands go to
+        the group's machine, replies to whoever waited for them. A forwarded command
+        whose identity was applied before is skipped (groups/replicated.py `admit`).
+        The others' identities are recorded as they are applied."""
         if queue.replay_until:
             queue.replay_until = replay_bound(queue.replay_until, ready)
         probe = queue.commit_probe
@@ -369,8 +385,8 @@ class QuorumGroups:
                 callback(reply)
 
     def advanced(self, queue: ReplicatedGroup, ready: Ready) -> None:
-        """After the group advanced: news of its leader, then the work that follows
-        applying (snapshots and log release, a restart's Down commands)."""
+        """After the group advanced: news of its leader. Then the work that follows
+        applying: snapshots and log release, a restart's Down commands."""
         if ready.leader_changed:
             if ready.leader_id == self.member:  # operators (and the fault suite) read it
                 log.info("group %s: %s is the leader in term %d", queue.group,
@@ -388,22 +404,24 @@ class QuorumGroups:
     # ------------------------------------------------------------ the fifo machine
 
     def _apply_entries(self, queue: QuorumQueue, entries) -> None:
-        """A Ready's committed entries through the fifo machine, one loop for the run
-        (per entry: the calls of `ReplicatedGroup.entry_committed` and
-        `take_waiters` inlined where they would do nothing): each command (at
-        `start` in its data) applied, its identity recorded (a forwarded one), the
-        reply to its waiters, then its effects (a snapshot taken there includes the
-        identity).
+        """A Ready's committed entries through the fifo machine, one loop for the run.
+
+        Per entry, the calls of `ReplicatedGroup.entry_committed` and `take_waiters`
+        are inlined where they would do nothing. Each command (at `start` in its
+        data) is applied. Its identity is recorded (a forwarded one). The reply goes
+        to its waiters. Then come its effects. A snapshot taken there includes the
+        identity.
 
         One merge: consecutive Enqueues whose only effect is a Deliver to the same
-        consumer (a consumer with room while messages arrive) hand it their messages
-        as one batch, after the last of them: one log read, one run of frames, where
-        one Deliver per message cost a call of each. Nothing else is let past a held
-        batch: it goes out before any other entry is applied and before any other
-        effect, so a consumer sees its deliveries in the machine's order and before
-        what follows them (a cancel-ok, a get-ok, a Return); only the publishes'
-        confirms, on their publishers' channels, may go out before the deliveries of
-        the same messages (RabbitMQ orders neither before the other)."""
+        consumer. (A consumer with room while messages arrive.) They hand it their
+        messages as one batch, after the last of them. That is one log read and one
+        run of frames, where one Deliver per message cost a call of each. Nothing
+        else is let past a held batch. It goes out before any other entry is applied
+        and before any other effect. So a consumer sees its deliveries in the
+        machine's order, before what follows them: a cancel-ok, a get-ok, a Return.
+        Only the publishes' confirms, on their publishers' channels, may go out
+        before the deliveries of the same messages. RabbitMQ orders neither before
+        the other."""
         decode = commands.decode
         unpack_time = TIMED_HEAD.unpack_from
         timed_size = TIMED_HEAD.size
@@ -474,9 +492,11 @@ class QuorumGroups:
             deliveries.deliver(self, queue, held_key, held)
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
-        """Deliveries to consumers (none while replaying a restart's log: those
-        connections are gone), dead letters (the leader's, not while replaying) and
-        release cursors (snapshots, once applied)."""
+        """Deliveries to consumers, dead letters and release cursors.
+        - Deliveries: none while replaying a restart's log (those connections are
+          gone).
+        - Dead letters: the leader's, not while replaying.
+        - Release cursors: snapshots, once applied."""
         for effect in effects:
             match effect:
                 case Deliver(consumer, messages):
@@ -507,14 +527,16 @@ class QuorumGroups:
 
     def _snapshot_due(self, queue: QuorumQueue, cursor: int, index: int) -> bool:
         """Whether a release cursor takes a snapshot, as Ra's log decides it
-        (ra_log:update_release_cursor): when the cursor lets a segment file go, or
-        once MIN_SNAPSHOT_INTERVAL entries passed since the last snapshot; else the
-        cursor is let go (the next one carries on). A queue drained as fast as it is
-        filled reaches an empty state, so a release cursor, after nearly every round:
-        a snapshot each time (state encoded, a file written and renamed) cost about
-        a sixth of a broker's CPU under PerfTest's 1 producer + 1 consumer, for a log
-        only a few entries shorter. Entries below an untaken cursor stay in memory
-        until the next snapshot (at most the interval's worth per queue)."""
+        (ra_log:update_release_cursor). It does when the cursor lets a segment file
+        go. Or once MIN_SNAPSHOT_INTERVAL entries passed since the last snapshot.
+        Else the cursor is let go; the next one carries on.
+
+        Why: a queue drained as fast as it is filled reaches an empty state, so a
+        release cursor, after nearly every round. A snapshot each time cost about a
+        sixth of a broker's CPU under PerfTest's 1 producer + 1 consumer. (State
+        encoded, a file written and renamed.) The log was only a few entries shorter
+        for it. Entries below an untaken cursor stay in memory until the next
+        snapshot: at most the interval's worth per queue."""
         current = self.store.snapshot_meta(queue.group)
         if current is None or index >= current.index + MIN_SNAPSHOT_INTERVAL:
             return True
@@ -523,12 +545,12 @@ class QuorumGroups:
         return self.store.segment_below(queue.group, cursor)
 
     def _snapshot_below_live(self, queue: QuorumQueue, cursor: int, index: int) -> None:
-        """In a cluster a snapshot must not cover a live message: a follower that
-        installs it gets no entries below it, and the message body lives only in the
+        """In a cluster a snapshot must not cover a live message. A follower that
+        installs it gets no entries below it. And the message body lives only in the
         log. So the machine's state at `index` is kept as a candidate until every live
-        message is above it (the cursor passed it), as RabbitMQ 3's release-cursor
-        queue does; the newest candidate the cursor passed is then taken. At most
-        three candidates wait (a newer one replaces the last)."""
+        message is above it (the cursor passed it). RabbitMQ 3's release-cursor
+        queue does the same. The newest candidate the cursor passed is then taken.
+        At most three candidates wait; a newer one replaces the last."""
         candidates = queue.snapshot_candidates
         data = queue.snapshot()
         if len(candidates) < 3:
@@ -541,8 +563,9 @@ class QuorumGroups:
             queue.snapshot_candidates = [c for c in candidates if c[0] > usable[-1][0]]
 
     def _is_stale(self, identity: str) -> bool:
-        """A connection of an earlier run of this node (a group of one: every recorded
-        one). In a cluster, other nodes' connections are theirs to report."""
+        """A connection of an earlier run of this node. In a group of one, every
+        recorded one is. In a cluster, other nodes' connections are theirs to
+        report."""
         return self.cluster.is_stale_identity(identity)
 
     def _after_apply(self, queue: QuorumQueue) -> None:
@@ -588,10 +611,11 @@ class QuorumGroups:
                             "%s", queue.name, queue.vhost, index, error)
 
     def _maybe_compact(self, queue: QuorumQueue, cursor: int, index: int) -> None:
-        """One long-lived message pins the log from its index on (the release cursor
-        cannot pass it). Once two segments' worth of entries between the cursor and
-        the snapshot are dead beyond what the last compaction saw, rewrite the
-        segments below the snapshot to hold only live entries (RabbitMQ 4.3)."""
+        """One long-lived message pins the log from its index on: the release cursor
+        cannot pass it. So compact, as RabbitMQ 4.3 does. Once two segments' worth of
+        entries between the cursor and the snapshot are dead beyond what the last
+        compaction saw, rewrite the segments below the snapshot. They then hold only
+        live entries."""
         live = live_indexes(queue.state)
         below = bisect_right(live, index)
         dead = (index + 1 - cursor) - below
@@ -620,11 +644,11 @@ class QuorumGroups:
     # ------------------------------------------------------------ dead lettering
 
     def _dead_letter(self, queue: QuorumQueue, index: int, reason: str) -> None:
-        """At-most-once dead lettering (the quorum queues guide, "Dead Lettering"):
-        the leader that applied the drop publishes a copy with x-death headers
-        through the queue's dead-letter exchange (node/dead_letters.py, as classic
-        queues do), fire and forget: no confirm is awaited, a leader that dies first
-        loses it."""
+        """At-most-once dead lettering (the quorum queues guide, "Dead Lettering").
+        The leader that applied the drop publishes a copy with x-death headers. It
+        goes through the queue's dead-letter exchange (node/dead_letters.py, as
+        classic queues do). Fire and forget: no confirm is awaited. A leader that dies
+        first loses it."""
         node = self.cluster.node
         if not node.dead_letters_to(queue):
             return
@@ -638,10 +662,10 @@ class QuorumGroups:
                               queue.last_time_ms)
 
     def _ensure_worker(self, queue: QuorumQueue) -> None:
-        """At-least-once dead lettering: the leader runs the queue's dead-letter worker
-        (queues/quorum/dead_letter_worker.py), one per leader term and node run, registered in
-        the machine by a DlxCheckout; a member that no longer leads, or a queue that
-        left at-least-once, stops it."""
+        """At-least-once dead lettering: the leader runs the queue's dead-letter
+        worker (queues/quorum/dead_letter_worker.py). There is one per leader term and
+        node run. A DlxCheckout registers it in the machine. A member that no longer
+        leads stops it; so does a queue that left at-least-once."""
         worker = self.dlx_workers.get(queue.group)
         wanted = (queue.is_leader and not queue.replay_until
                   and queue.state.config.dead_letter_at_least_once)
@@ -674,8 +698,8 @@ class QuorumGroups:
 
     def _delete_expired(self, queue: QuorumQueue, unused_ms: int) -> None:
         """Queue TTL (x-expires): the leader asks the metadata group to delete the
-        queue, as a client's queue.delete would, so every node drops its record and
-        every member its replica (RabbitMQ's quorum queue leader does the same)."""
+        queue, as a client's queue.delete would. So every node drops its record, and
+        every member its replica. RabbitMQ's quorum queue leader does the same."""
         from ...groups import metadata as meta
 
         queue.expiry_proposed = True
@@ -695,10 +719,10 @@ class QuorumGroups:
             queue.raft.tick()
 
     def tick(self, now: int) -> None:
-        """Called by the server about twice a second: leases idle past their timeout
-        are released, and expired messages at the heads of the ready queues removed
-        (or dead-lettered), by a Tick command (through the log, so every replica
-        agrees; the leader's `now` is in the entry)."""
+        """Called by the server about twice a second. A Tick command releases
+        leases idle past their timeout. It also removes (or dead-letters) expired
+        messages at the heads of the ready queues. The Tick goes through the log, so
+        every replica agrees. The leader's `now` is in the entry."""
         for worker in list(self.dlx_workers.values()):
             worker.tick(now)
         for queue in list(self.queues.values()):
@@ -706,11 +730,11 @@ class QuorumGroups:
                 self.tick_queue(queue, now)
 
     def tick_queue(self, queue: QuorumQueue, now: int) -> None:
-        """The leader proposes a Tick when a head's message expired or the queue
-        has been unused for its x-expires period, at once when no Tick proposed
-        since covers that moment (RabbitMQ's expire_msgs timer), else at most once
-        per `tick_interval_ms` (a Tick lost to a leader change); and while leases
-        with a timeout hold messages."""
+        """The leader proposes a Tick in two cases. A head's message expired, or
+        the queue has been unused for its x-expires period. Or leases with a timeout
+        hold messages. It proposes at once when no Tick proposed since covers that
+        moment (RabbitMQ's expire_msgs timer). Else at most once per
+        `tick_interval_ms`: a Tick lost to a leader change."""
         if not queue.is_leader:
             return  # the leader proposes time; the others apply it
         if not queue.deleted:
