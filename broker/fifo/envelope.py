@@ -5,24 +5,27 @@ decode one back into (leader time, command). This is the documented format the
 broker writes and the analytics jobs read (broker/raft/storage/FORMAT.md,
 "Quorum-queue entries").
 
-How it works: the data is either a fifo command exactly as `commands.encode` writes
-it, or, for the commands whose effect depends on time (`TIMED_COMMANDS`: lease grow,
-settle and release, tick; every command that may hand a message out — checkout,
-cancel, settle, return, discard, down, get, node down and up — since a message whose
-TTL ran out must not be (rabbit_fifo gives every command the leader's time); and
-every Enqueue, whose message TTL counts from it: `stamp`), the envelope
-`u8 0xFF | u64 leader time in ms since the Unix epoch | command`. The leader stamps its clock when it proposes; every replica
-applies the entry with that time (`Meta.system_time`), and an entry without one
-reuses the latest time seen in the log, so a replay after a restart computes
-exactly what the first run did.
+How it works: the data is one of two forms.
+- A fifo command exactly as `commands.encode` writes it.
+- The envelope `u8 0xFF | u64 leader time in ms since the Unix epoch | command`,
+  for the commands whose effect depends on time (`TIMED_COMMANDS`, `stamp`).
+  Those are lease grow, settle and release, and tick. Also every command that may
+  hand a message out: checkout, cancel, settle, return, discard, down, get, node
+  down and up. A message whose TTL ran out must not be handed out. (rabbit_fifo
+  gives every command the leader's time.) And every Enqueue: its message TTL
+  counts from it.
+The leader stamps its clock when it proposes. Every replica applies the entry with
+that time (`Meta.system_time`). An entry without one reuses the latest time seen
+in the log. So a replay after a restart computes exactly what the first run did.
 
 A command forwarded by a node that does not lead the queue is wrapped once more,
-outermost, with its identity (u8 0xFE ...: broker/raft/forwarded.py); whoever reads
+outermost, with its identity (u8 0xFE ...: broker/raft/forwarded.py). Whoever reads
 an entry takes that off (`forwarded.unwrap`) before `decode_entry`.
 
-Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags (tags are
-1..18 and only grow by one at a time), so the first octet tells the forms apart; the
-envelope's layout is version 1 of the format and never changes in place.
+Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags. Tags
+are 1..18 and only grow by one at a time. So the first octet tells the forms
+apart. The envelope's layout is version 1 of the format, and never changes in
+place.
 
 Not here: the commands' own encodings (commands.py), applying them (machine.py),
 proposing them (broker/queues/quorum/queue.py).

@@ -3,13 +3,14 @@ queue records (every type), users, vhosts, permissions, policies and the cluster
 
 Responsibilities: the metadata commands (JSON objects, one per log entry), this
 node's member of the group, and when it snapshots. What a command does to a node is
-the node's own (node/metadata.py, `Node.apply_metadata`), as is the snapshot's
-content (node/metadata_snapshot.py): this package never imports the node. Every node applies the same
-commands in the same order, so every node routes the same way and knows every quorum
-queue (its group uid and members). The node a client talks to checks what it can at
-once (names, types, equivalence with what it already knows), proposes the command,
-and answers the client when its own replica has applied it (replicated.py): an answer
-leaves only once the change is committed and visible on that node.
+the node's own (node/metadata.py, `Node.apply_metadata`). So is the snapshot's
+content (node/metadata_snapshot.py). This package never imports the node. Every
+node applies the same commands in the same order. So every node routes the same
+way, and knows every quorum queue (its group uid and members). The node a client
+talks to checks what it can at once: names, types, equivalence with what it
+already knows. It proposes the command. It answers the client when its own replica
+has applied it (replicated.py). So an answer leaves only once the change is
+committed and visible on that node.
 
 Commands (field "op"):
   exchange.declare  vhost name type durable auto_delete internal arguments
@@ -43,31 +44,33 @@ Commands (field "op"):
   (node/metadata.py applies every command to a node; node/definitions.py checks
   the definitions on the proposing node)
 Arguments are encoded as in the metadata file (storage/metadata_store.py).
-Application is idempotent where a retry can repeat a command: declaring what exists
-with the same definition, deleting what is gone, binding twice.
+Application is idempotent where a retry can repeat a command. That is declaring
+what exists with the same definition, deleting what is gone, binding twice.
 
-A reply is the command's result (a message count for queue.delete, None otherwise) or
-`("error", reply_code, reply_text)` when it cannot be applied (another node declared
-the same name differently first): the proposing node raises that as the channel
-error RabbitMQ would have sent.
+A reply is the command's result: a message count for queue.delete, None otherwise.
+It is `("error", reply_code, reply_text)` when the command cannot be applied:
+another node declared the same name differently first. The proposing node raises
+that as the channel error RabbitMQ would have sent.
 
 A command forwarded by a node that does not lead the group carries its identity
-(broker/raft/forwarded.py) and is applied once on every member even when a leader
-crash made the next leader append it again (groups/replicated.py `admit`); the
-duplicate's waiter gets the first application's reply (an error tuple, a count).
+(broker/raft/forwarded.py). It is applied once on every member. That holds even
+when a leader crash made the next leader append it again (groups/replicated.py
+`admit`). The duplicate's waiter gets the first application's reply (an error
+tuple, a count).
 
 Snapshots: every `metadata_store.snapshot_interval` applied entries (4096, Khepri's
-default) a member snapshots the whole replicated state (node/metadata_snapshot.py,
-wrapped with the identities of the forwarded commands applied: forwarded.py) and
-releases its log below it, as a quorum queue's member does at its release cursor; a
-follower too far behind gets that snapshot (InstallSnapshot) and `restore`s it. The
-node's metadata file (metadata.json, written by the node) is what a restart starts
-from, and the log after the snapshot is applied again on top of it (application is
-idempotent). So a snapshot at index i asks the node to save the metadata file with
-everything applied up to i and the record of i (storage/metadata_store.py
-`save_applied`), in its next group commit, off the event loop. A restart whose
-metadata file is older than the snapshot (a crash before that commit) restores the
-snapshot first (`recover`).
+default), a member snapshots the whole replicated state (node/metadata_snapshot.py).
+It is wrapped with the identities of the forwarded commands applied
+(forwarded.py). The member then releases its log below it, as a quorum queue's
+member does at its release cursor. A follower too far behind gets that snapshot
+(InstallSnapshot) and `restore`s it. A restart starts from the node's metadata
+file (metadata.json, written by the node). The log after the snapshot is applied
+again on top of it; application is idempotent. So a snapshot at index i asks the
+node to save two things: the metadata file with everything applied up to i, and
+the record of i (storage/metadata_store.py `save_applied`). Its next group commit
+does so, off the event loop. A restart may find the metadata file older than the
+snapshot: a crash before that commit. It then restores the snapshot first
+(`recover`).
 
 Not here: how a classic queue is reached from the nodes that do not host it
 (classic_link.py).
@@ -93,8 +96,8 @@ META_GROUP = "_cluster/metadata"
 
 
 def encode_reply(reply):
-    """A command's reply as a JSON value (kept in snapshots for forwarded commands):
-    an error tuple as a list."""
+    """A command's reply as a JSON value: an error tuple as a list. It is kept in
+    snapshots for forwarded commands."""
     return list(reply) if isinstance(reply, tuple) else reply
 
 
@@ -103,11 +106,11 @@ def decode_reply(value):
 
 
 class MetadataTimeout:
-    """The reply a bounded wait gets when the metadata group did not apply its command
-    within `metadata_store.operation_timeout` (no majority online, say). The command
-    may still be applied later, once the group can commit it: a timeout says the
-    answer did not come, not that the change did not happen (as with RabbitMQ 4's
-    Khepri timeouts)."""
+    """The reply a bounded wait gets when the metadata group did not apply its
+    command within `metadata_store.operation_timeout`. (No majority online, say.)
+    The command may still be applied later, once the group can commit it. A timeout
+    says the answer did not come, not that the change did not happen. So do
+    RabbitMQ 4's Khepri timeouts."""
 
     __slots__ = ("data",)
 
@@ -120,10 +123,11 @@ class MetadataTimeout:
 
 
 def timed_out_text(command: dict, node: str) -> str:
-    """RabbitMQ 4's reply text (541 INTERNAL_ERROR) for a metadata change that timed
-    out, verbatim where RabbitMQ has one: queue declarations (rabbit_quorum_queue's
-    and rabbit_amqqueue_process's), exchange declarations and deletions
-    (rabbit_channel's); queue deletions and bindings in the exchange deletion's form."""
+    """RabbitMQ 4's reply text (541 INTERNAL_ERROR) for a metadata change that
+    timed out. It is verbatim where RabbitMQ has one:
+    - queue declarations (rabbit_quorum_queue's and rabbit_amqqueue_process's);
+    - exchange declarations and deletions (rabbit_channel's).
+    Queue deletions and bindings take the exchange deletion's form."""
     op, vhost = command.get("op", ""), command.get("vhost", "/")
     name = command.get("name", "")
     if op == "queue.declare":
@@ -145,8 +149,8 @@ def timed_out_text(command: dict, node: str) -> str:
 
 
 class _Bounded:
-    """A waiter answered at most once: with its command's reply, or with `timed_out`
-    once `deadline` passed (MetaGroup.expire), whichever comes first."""
+    """A waiter answered at most once, whichever comes first. That is its command's
+    reply, or `timed_out` once `deadline` passed (MetaGroup.expire)."""
 
     __slots__ = ("waiter", "deadline", "timed_out", "answered")
 
@@ -169,8 +173,8 @@ def encode(op: str, **fields) -> bytes:
 
 
 class MetadataHost(Protocol):
-    """What the metadata group asks of its node (node/node.py implements it): apply a
-    command, take and restore a snapshot, save the metadata file."""
+    """What the metadata group asks of its node (node/node.py implements it).
+    That is: apply a command, take and restore a snapshot, save the metadata file."""
 
     settings: Settings
     metadata: MetadataStore | None   # the metadata file (None: nothing is saved)
@@ -203,9 +207,9 @@ class MetaGroup(ReplicatedGroup):
         self._bounded: list[_Bounded] = []  # waiters with a deadline (bounded, expire)
 
     def bounded(self, waiter, now: float, timed_out):
-        """`waiter` answered within `metadata_store.operation_timeout` of `now`: with
-        the command's reply, else with `timed_out` (a client waiting on a change the
-        group cannot commit gets an error in bounded time, not silence)."""
+        """`waiter` answered within `metadata_store.operation_timeout` of `now`.
+        It gets the command's reply, else `timed_out`. So a client waiting on a change
+        the group cannot commit gets an error in bounded time, not silence."""
         call = _Bounded(waiter, now + self.node.settings.metadata_timeout_ms / 1000,
                         timed_out)
         self._bounded.append(call)
@@ -230,9 +234,9 @@ class MetaGroup(ReplicatedGroup):
         return self.node.apply_metadata(command)  # node/metadata.py
 
     def after_apply(self) -> None:
-        """After a restart's replay, the node's say on what did not survive it; then a
-        snapshot once `metadata_store.snapshot_interval` entries were applied since the
-        last one, and the log released below it."""
+        """After a restart's replay: the node's say on what did not survive it.
+        Then a snapshot, once `metadata_store.snapshot_interval` entries were applied
+        since the last one. The log is released below it."""
         if self.replay_until and self.raft.applied_index >= self.replay_until:
             self.replay_until = 0
             self.node.metadata_replayed()
@@ -273,10 +277,10 @@ class MetaGroup(ReplicatedGroup):
                  installed.index if installed else 0)
 
     def recover(self) -> None:
-        """At start, after the node loaded its metadata file: restore the group's
-        snapshot if that file is older than it, else add what the file does not hold
-        (non-durable exchanges and their bindings); the log after the snapshot is
-        then applied on top, as after any restart."""
+        """At start, after the node loaded its metadata file. Restore the group's
+        snapshot if that file is older than it. Else add what the file does not hold:
+        non-durable exchanges and their bindings. The log after the snapshot is then
+        applied on top, as after any restart."""
         stored = self.store.read_snapshot(META_GROUP)
         if stored is None:
             return
@@ -293,9 +297,9 @@ class MetaGroup(ReplicatedGroup):
         return self.node.metadata.applied_index() if self.node.metadata is not None else 0
 
     def _save_metadata(self, index: int) -> None:
-        """The node's metadata file, then the record that it holds entry `index`:
-        both written by the node's next group commit, off the event loop. A crash
-        before that finds the file older than the snapshot and restores it."""
+        """The node's metadata file, then the record that it holds entry `index`.
+        The node's next group commit writes both, off the event loop. A crash before
+        that finds the file older than the snapshot, and restores it."""
         if self.node.metadata is None:
             return
         self.node.metadata_dirty = True

@@ -1,33 +1,35 @@
 """The metadata group's snapshot: everything the group replicates, as one JSON document,
 and making a node's metadata equal to one.
 
-Responsibilities: `document(node)` builds the snapshot of what the metadata commands
-(groups/metadata.py) replicate — the cluster's nodes, vhosts, users with their permissions,
-policies, exchanges (all but the default and `amq.*` ones, which every vhost has),
-queue records (quorum: group and members; classic: uid and host) and the bindings whose
-destination is replicated (every exchange and queue: quorum queues and classic ones,
-with their host). `restore(node, document)` changes a node until `document(node)`
-equals the snapshot, as applying every command up to the snapshot's index would:
-
-- nodes the snapshot lacks are forgotten (`cluster.forget_node`), those this node
-  lacks added (`cluster.add_node`);
-- vhosts, users, permissions, policies and operator policies are replaced, with node/definitions.py's
-  `apply_*` (deleting a vhost deletes its queues and closes its connections,
-  deleting a user closes its connections, as the commands do);
-- a quorum queue the node has and the snapshot lacks (or holds under another group
-  uid: deleted and declared again) is deleted as `queue.delete` does; one it lacks
-  is recorded as `queue.declare` does (a replica started where this node is a
-  member, else a record that proxies to the leader), or reopened from this node's
-  log store when its group is already there (a node that restarted); a kept one
-  takes the snapshot's members (`queue.members`);
-- a classic queue is recorded the same way: on its host a queue (empty: a
-  snapshot restores records, not messages), elsewhere a remote one;
-- exchanges and bindings are replaced; an exchange whose definition did not change
+Responsibilities: `document(node)` builds the snapshot of what the metadata
+commands (groups/metadata.py) replicate:
+- the cluster's nodes, vhosts, users with their permissions, policies;
+- exchanges, all but the default and `amq.*` ones, which every vhost has;
+- queue records (quorum: group and members; classic: uid and host);
+- the bindings whose destination is replicated. That is every exchange and queue:
+  quorum queues and classic ones, with their host.
+`restore(node, document)` changes a node until `document(node)` equals the
+snapshot. It does what applying every command up to the snapshot's index would:
+- Nodes the snapshot lacks are forgotten (`cluster.forget_node`). Those this node
+  lacks are added (`cluster.add_node`).
+- Vhosts, users, permissions, policies and operator policies are replaced, with
+  node/definitions.py's `apply_*`. Deleting a vhost deletes its queues and closes
+  its connections. Deleting a user closes its connections. So do the commands.
+- A quorum queue the node has and the snapshot lacks is deleted, as `queue.delete`
+  does. (So is one the snapshot holds under another group uid: it is deleted and
+  declared again.) One it lacks is recorded as `queue.declare` does. That is a
+  replica started where this node is a member, else a record that proxies to the
+  leader. Or it is reopened from this node's log store when its group is already
+  there (a node that restarted). A kept one takes the snapshot's members
+  (`queue.members`).
+- A classic queue is recorded the same way. On its host it is a queue, empty: a
+  snapshot restores records, not messages. Elsewhere it is a remote one.
+- Exchanges and bindings are replaced. An exchange whose definition did not change
   stays the same object.
 
-`add_transient(node, document)` is the restart's half-way: over a metadata file at
-least as new as the snapshot it only adds what that file cannot hold (non-durable
-exchanges and their bindings).
+`add_transient(node, document)` is the restart's half-way. It works over a
+metadata file at least as new as the snapshot. It only adds what that file cannot
+hold: non-durable exchanges and their bindings.
 
 Format (version 2, JSON, keys sorted):
   {"version": 2, "nodes": {name: [host, port]}, "vhosts": [...],
@@ -47,10 +49,13 @@ Arguments are encoded as in the metadata file (storage/metadata_store.py).
 Version 1 (before operator policies and hashing algorithms) is still read: it has
 no operator policies and sha256 hashes only.
 
-Invariants: `restore` touches the disk only where the commands would (a deleted
-queue's group, cluster_nodes.json); the exchange and binding removals it makes do not
-auto-delete exchanges (the snapshot says which exist), and an auto-delete exchange a
-deleted queue took along is declared again when the snapshot has it.
+Invariants:
+- `restore` touches the disk only where the commands would: a deleted queue's
+  group, cluster_nodes.json.
+- The exchange and binding removals it makes do not auto-delete exchanges. The
+  snapshot says which exist.
+- An auto-delete exchange a deleted queue took along is declared again when the
+  snapshot has it.
 
 Not here: when snapshots are taken and restored (groups/metadata.py), the log
 (broker/raft).
@@ -183,9 +188,9 @@ def restore(node: "Node", snapshot: dict) -> None:
 
 
 def add_transient(node: "Node", snapshot: dict) -> None:
-    """At start, over a metadata file at least as new as the snapshot: add the
-    non-durable exchanges and the bindings the file does not hold (one end is not
-    durable) that the snapshot has and the node lacks. The log after the snapshot,
+    """At start, over a metadata file at least as new as the snapshot. Add what
+    the snapshot has, the node lacks and the file does not hold. That is non-durable
+    exchanges, and bindings with one end not durable. The log after the snapshot,
     applied next, deletes again what was deleted after it."""
     exchanges = {(item["vhost"], item["name"]): item for item in snapshot["exchanges"]}
     for (vhost_name, name), item in sorted(exchanges.items()):
@@ -212,8 +217,8 @@ def add_transient(node: "Node", snapshot: dict) -> None:
 
 
 def _restore_nodes(node: "Node", nodes: dict) -> None:
-    """Nodes this one knows keep the address it reaches them at (its configuration
-    may name a different route than the snapshot's author's)."""
+    """Nodes this one knows keep the address it reaches them at. Its configuration
+    may name a different route than the snapshot's author's."""
     cluster = node.cluster
     for name in [n for n in cluster.addresses if n not in nodes and n != cluster.name]:
         cluster.forget_node(name)
@@ -324,8 +329,8 @@ def _restore_exchanges(node: "Node", exchanges: list[dict]) -> None:
 
 
 def _remove_exchange(vhost: "VHost", name: str) -> None:
-    """Delete an exchange and the bindings to it, without auto-deleting the exchanges
-    that lose their last binding (the snapshot says which exchanges exist)."""
+    """Delete an exchange and the bindings to it. Exchanges that lose their last
+    binding are not auto-deleted: the snapshot says which exchanges exist."""
     del vhost.exchanges[name]
     gone = Destination(EXCHANGE, name)
     for exchange in vhost.exchanges.values():

@@ -1,28 +1,30 @@
 """A classic queue hosted on another node of the cluster: the queue type as a client.
 
-Responsibilities: on every node but a classic queue's host, the queue as the node's
-channels and handlers see it (queues/base.py). Every operation goes to the host
-through a `ClassicLink` the cluster layer provides (cluster/classic_link.py: Rpc
-messages over the inter-node transport); this package never imports the cluster,
-so the link is a Protocol here. RabbitMQ does the same: a classic queue lives on its
-home node, its record is in the metadata store on every node, and a channel on
-any node talks to the queue process on the home node.
+Responsibilities: on every node but a classic queue's host, the queue as the
+node's channels and handlers see it (queues/base.py). Every operation goes to the
+host through a `ClassicLink` the cluster layer provides. (cluster/classic_link.py:
+Rpc messages over the inter-node transport.) This package never imports the
+cluster, so the link is a Protocol here. RabbitMQ does the same. A classic queue
+lives on its home node, and its record is in the metadata store on every node. A
+channel on any node talks to the queue process on the home node.
 
-How it works: publishes are forwarded with the confirm's answer (`Confirm.hold`):
-the host answers once it holds the message (after the fsync of its message store
-for a persistent message in a durable queue), or it is a nack (the host refused it,
-or is unreachable). A consumer here becomes a proxy consumer on the host, which
-sends its deliveries with the bodies; an unacked delivery's token is the host's
-entry sequence number, and settling sends those numbers back (by this channel's
-identity). Counts (declare-ok, `queues list`, queue.delete's answer) are asked of
+How it works: publishes are forwarded with the confirm's answer (`Confirm.hold`).
+The host answers once it holds the message: for a persistent message in a durable
+queue, after the fsync of its message store. Or it is a nack: the host refused it,
+or is unreachable. A consumer here becomes a proxy consumer on the host. That one
+sends its deliveries with the bodies. An unacked delivery's token is the host's
+entry sequence number. Settling sends those numbers back, by this channel's
+identity. Counts (declare-ok, `queues list`, queue.delete's answer) are asked of
 the host and cached in `counts`.
 
-Invariants: `consumers` are this node's AMQP consumers of the queue only (the host
-counts everyone's); nothing here is stored, except a mirror's copy of a mirrored
-queue (`replica`: a durable queue's persistent messages in this node's store, under
-the queue's key, dropped when this node stops being a mirror or the queue goes); the
-host answers for what it holds, so a confirm is never an ack unless the host has the
-message.
+Invariants:
+- `consumers` are this node's AMQP consumers of the queue only. The host counts
+  everyone's.
+- Nothing here is stored, except a mirror's copy of a mirrored queue (`replica`).
+  That is a durable queue's persistent messages in this node's store, under the
+  queue's key. It is dropped when this node stops being a mirror, or the queue goes.
+- The host answers for what it holds. So a confirm is never an ack unless the host
+  has the message.
 
 Not here: the wire and the host's side (cluster/classic_link.py), the local queue
 (classic.py).
@@ -138,7 +140,8 @@ class RemoteClassicQueue(Queue):
 
     def _host_down(self) -> AMQPError:
         """RabbitMQ's answer when a classic queue's home node is not reachable
-        (rabbit_amqqueue: a durable queue's record stays; a transient one's is gone)."""
+        (rabbit_amqqueue). A durable queue's record stays; a transient one's is
+        gone."""
         if not self.durable:
             return not_found("queue", self.name, self.vhost)
         return AMQPError(spec.NOT_FOUND, f"home node '{self.host}' of durable queue "
@@ -149,9 +152,9 @@ class RemoteClassicQueue(Queue):
             raise self._host_down()
 
     def check_available(self, deleting: bool = False) -> None:
-        """queues/base.py: declare, bind, delete... fail while the host is down; a
-        mirrored queue may be deleted (the mirroring guide, "Promotion of
-        Unsynchronised Mirrors on Failure": deleted and redeclared)."""
+        """queues/base.py: declare, bind, delete... fail while the host is down.
+        A mirrored queue may be deleted: the mirroring guide's "Promotion of
+        Unsynchronised Mirrors on Failure" has it deleted and redeclared."""
         if not (deleting and self.mirrors):
             self.check_reachable()
 
@@ -237,8 +240,8 @@ class RemoteClassicQueue(Queue):
         self.link.forget(self)
 
     def recover_stored(self, items) -> int:
-        """A mirror's copy after its node restarted (mirroring.Replica.recover); not
-        a mirror here (any more): 0, the store forgets them."""
+        """A mirror's copy after its node restarted (mirroring.Replica.recover).
+        Not a mirror here (any more): 0, and the store forgets them."""
         return self.replica.recover(items) if self.replica is not None else 0
 
     # ------------------------------------------------------------ listing
@@ -273,8 +276,8 @@ class RemoteClassicQueue(Queue):
             replica.discard()
 
     def record_changed(self, record: dict) -> bool:
-        """A new record: the same leader, the mirrors change in place (a copy kept
-        here while this node is one, starting empty); another leader: False."""
+        """A new record. With the same leader, the mirrors change in place. (A copy
+        is kept here while this node is one, starting empty.) Another leader: False."""
         if record.get("host") != self.host:
             return False
         mirrors = record.get("mirrors")
