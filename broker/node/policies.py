@@ -26,7 +26,8 @@ How it works
 
 Invariants: a `Policy` is valid once built (parse_policy is the only way in from
 outside); definitions hold only the keys quorumqueue applies, so no policy is
-accepted that would silently do nothing.
+accepted that would silently do nothing, but alternate-exchange in a policy for
+queues only: RabbitMQ accepts it and it acts on no queue, so it is accepted here.
 
 Not here: storing policies and applying them to running queues (node.py,
 definitions.py), replicating them (groups/metadata.py).
@@ -174,8 +175,10 @@ def _check_key(what: str, apply_to: str, key: str, value: Any) -> None:
         raise PolicyError(f"{what}: '{key}' is not a recognised policy setting (known: "
                           f"{', '.join(KEYS)})")
     kinds, shown = KEYS[key]
-    if apply_to == "exchanges" and "exchange" not in kinds or (
-            apply_to.endswith("queues") and "exchange" in kinds):
+    # alternate-exchange in a policy for queues only is accepted and acts on nothing,
+    # as RabbitMQ 3.10.8 accepts it (rabbit_policy validates keys, not apply-to):
+    # definitions exported from RabbitMQ hold such policies
+    if apply_to == "exchanges" and "exchange" not in kinds:
         raise PolicyError(f"{what}: key '{key}' does not act on {apply_to}")
     if key in QUORUM_QUEUES_ONLY and apply_to != "quorum_queues":
         raise PolicyError(f"{what}: key '{key}' applies to quorum queues only (classic "

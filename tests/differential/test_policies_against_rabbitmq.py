@@ -45,9 +45,13 @@ def test_an_alternate_exchange_policy_applies_to_exchanges(rabbitmq_node):  # no
     """A policy applying to exchanges with alternate-exchange gives an exchange its
     alternate exchange (unroutable messages go there); an exchange's own argument
     wins over it (rabbit_policy:get_arg); an exchange the policy does not match has
-    none."""
+    none. An alternate-exchange in a policy for queues only is accepted (RabbitMQ
+    validates a policy's keys, not its apply-to) and acts on nothing: neither on the
+    exchange its pattern matches nor on the queue."""
     def run(uri: str, ctl) -> dict:
         ctl("set_policy", "--apply-to", "exchanges", "pol-ae", "^pol-ae-",
+            '{"alternate-exchange": "pol-alt"}')
+        ctl("set_policy", "--apply-to", "queues", "pol-qae", "^pol-qae-",
             '{"alternate-exchange": "pol-alt"}')
         connection = pika.BlockingConnection(pika.URLParameters(uri))
         channel = connection.channel()
@@ -59,15 +63,18 @@ def test_an_alternate_exchange_policy_applies_to_exchanges(rabbitmq_node):  # no
         channel.exchange_declare("pol-ae-arg", "direct",
                                  arguments={"alternate-exchange": "pol-alt2"})
         channel.exchange_declare("pol-qae-x", "direct")
+        channel.queue_declare("pol-qae-q")
         channel.confirm_delivery()
         for exchange in ("pol-ae-x", "pol-ae-x", "pol-ae-arg", "pol-qae-x"):
             channel.basic_publish(exchange, "nowhere", b"unroutable")
-        counts = {queue: count(channel, queue) for queue in ("pol-alt-q", "pol-alt2-q")}
+        channel.basic_publish("", "pol-qae-q", b"routed")
+        counts = {queue: count(channel, queue)
+                  for queue in ("pol-alt-q", "pol-alt2-q", "pol-qae-q")}
         connection.close()
         return counts
 
     theirs, ours = both(rabbitmq_node, run)
-    assert ours == theirs == {"pol-alt-q": 2, "pol-alt2-q": 1}
+    assert ours == theirs == {"pol-alt-q": 2, "pol-alt2-q": 1, "pol-qae-q": 1}
 
 
 def test_policy_and_argument_limits_merge_as_rabbitmq_merges_them(rabbitmq_node):  # noqa: F811

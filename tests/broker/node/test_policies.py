@@ -67,8 +67,6 @@ def policy(name="p", pattern=".*", definition=None, priority=0, apply_to="all") 
     (dict(priority="high"), "priority must be an integer"),
     (dict(apply_to="streams"), "apply-to must be one of all, queues, classic_queues"),
     (dict(apply_to="exchanges"), "key 'max-length' does not act on exchanges"),
-    (dict(apply_to="queues", definition={"alternate-exchange": "ae"}),
-     "key 'alternate-exchange' does not act on queues"),
 ])
 def test_an_invalid_policy_is_refused_naming_the_problem(arguments, message):
     with pytest.raises(PolicyError, match=message.replace("(", r"\(")):
@@ -203,6 +201,11 @@ def test_leader_locator_target_size_and_alternate_exchange_follow_the_documented
     routing = policy(definition={"alternate-exchange": "unrouted"}, apply_to="exchanges")
     assert alternate_exchange({"alternate-exchange": "mine"}, routing) == "mine"
     assert alternate_exchange({}, routing) == "unrouted"
+    # in a policy for queues only it is accepted, as RabbitMQ accepts it, and no
+    # exchange takes it
+    for queues in ("queues", "classic_queues", "quorum_queues"):
+        for_queues = policy(definition={"alternate-exchange": "unrouted"}, apply_to=queues)
+        assert matching([for_queues], "exchange", "any") is None
 
 
 def test_a_single_active_consumer_queue_keeps_it_whatever_the_policy():
