@@ -19,6 +19,8 @@ from pathlib import Path
 
 from quorumqueue.cli.launcher import pick_free_ports
 
+from tests.support.processes import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "quorumqueue.cli"]
 
@@ -93,7 +95,7 @@ class BrokerProcess:
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=ROOT,
                                         start_new_session=self.new_session,
-                                        preexec_fn=self._limits if self.nofile else None)
+                                        preexec_fn=die_with_parent(self._limits if self.nofile else None))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

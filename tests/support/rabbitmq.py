@@ -39,7 +39,9 @@ Not here
 from __future__ import annotations
 
 import atexit
-import ctypes
+import base64
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -48,8 +50,12 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, ClassVar
+
+from tests.support.processes import die_with_parent
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 TOOLS = Path("/usr/lib/rabbitmq/bin")  # rabbitmqctl, rabbitmq-diagnostics, rabbitmq-queues
@@ -67,15 +73,6 @@ log.file.level = info
 
 # Erlang's +sbwt values (rabbitmq-env passes one to +sbwt, +sbwtdcpu, +sbwtdio).
 BUSY_WAIT_THRESHOLDS = ("none", "very_short", "short", "medium", "long", "very_long")
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGTERM it when we die."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
 
 def _reserve_loopback_ports(count: int) -> list[int]:
     """Distinct free ports on 127.0.0.1 (held open together, then released)."""
@@ -338,7 +335,7 @@ class RabbitMQNode:
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(),
         )
 
     def _wait_for_epmd(self, began: float) -> None:
@@ -398,6 +395,39 @@ class RabbitMQNode:
             if time.monotonic() > reap_deadline:
                 break
             time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def management_node(extra_config: str = "", ip: str = "127.0.0.1",
+                    timeout: float = 90.0) -> Iterator[RabbitMQNode]:
+    """A started RabbitMQ node with the management plugin on a free port of `ip`, its
+    API answering guest's /api/overview; `management_url` and `management_port` are set
+    on it. `extra_config` adds rabbitmq.conf lines. Stopped on exit."""
+    port, = _reserve_loopback_ports(1)
+    node = RabbitMQNode(plugins=("rabbitmq_management",),
+                        extra_config=f"management.tcp.port = {port}\n"
+                                     f"management.tcp.ip = {ip}\n" + extra_config)
+    with node:
+        node.management_url = f"http://{ip}:{port}"
+        node.management_port = port
+        deadline = time.monotonic() + timeout
+        while not _api_answers(node.management_url):
+            if time.monotonic() > deadline:
+                raise RabbitMQNodeError(
+                    f"RabbitMQ's management API did not answer on {node.management_url} "
+                    f"within {timeout:.0f}s; its log: {node.log_path}")
+            time.sleep(0.5)
+        yield node
+
+
+def _api_answers(url: str) -> bool:
+    request = urllib.request.Request(url + "/api/overview", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return bool(json.loads(response.read()))
+    except (OSError, ValueError):
+        return False
 
 
 def _accepts_tcp(port: int) -> bool:
