@@ -36,6 +36,9 @@ from tests.differential.probe import AMQPTimestamp, Probe, normalize
 from tests.differential.test_definitions_against_rabbitmq import rabbitmqctl
 
 UTC = datetime.timezone.utc
+# every call here expects its answer: wait for it generously (the probe's default 2 s
+# is for "nothing more comes"; a declare waits for an fsync, slow on a busy CI disk)
+ANSWER_TIMEOUT = 30.0
 
 EVERY_TYPE = {
     "longstr": "text é",
@@ -121,7 +124,7 @@ def http(broker, method: str, path: str, body: dict | None = None):
 def test_every_field_type_as_rabbitmq_takes_it(rabbitmq, broker) -> None:
     transcripts = []
     for uri in (rabbitmq.uri, broker.uri):
-        with Probe.open(uri) as c:
+        with Probe.open(uri, timeout=ANSWER_TIMEOUT) as c:
             c.call(1, amqp.Channel.Open())
             declare_bind_publish(c, "ft-every", EVERY_TYPE)
             transcripts.append(c.transcript)
@@ -172,7 +175,7 @@ def test_random_tables_survive_declare_bind_publish_export_import(table, broker)
     prefix = f"ft-random-{next(NAMES)}"
     # a connection per example: one closed by the broker fails its own example, not
     # every later one (shrunk to a table that has nothing to do with it)
-    with Probe.open(broker.uri) as probe:
+    with Probe.open(broker.uri, timeout=ANSWER_TIMEOUT) as probe:
         probe.call(1, amqp.Channel.Open())
         probe.transcript.clear()
         declare_bind_publish(probe, prefix, table)

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import socket
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.support.broker import BrokerProcess
-from tests.support.rabbitmq import RabbitMQNode, _reserve_loopback_ports
+from tests.support.rabbitmq import RabbitMQNode, management_node
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,28 +59,11 @@ def probe(port: int, data: bytes) -> tuple[bytes, float | None]:
         return received.split(b"\r\n")[0], time.monotonic() - began
 
 
-def _up(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def rabbitmq_timers():
     if not RabbitMQNode.available():
         pytest.skip(RabbitMQNode.skip_reason)
-    port, = _reserve_loopback_ports(1)
-    node = RabbitMQNode(plugins=("rabbitmq_management",),
-                        extra_config=f"management.tcp.port = {port}\n"
-                                     "management.tcp.ip = 127.0.0.1\n" + TIMERS)
-    with node:
-        deadline = time.monotonic() + 90
-        while not _up(f"http://127.0.0.1:{port}/"):
-            assert time.monotonic() < deadline, "RabbitMQ's management listener"
-            time.sleep(0.5)
-        node.management_port = port
+    with management_node(TIMERS) as node:
         yield node
 
 

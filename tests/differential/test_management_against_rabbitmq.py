@@ -24,7 +24,7 @@ import pika
 import pytest
 
 from tests.support.broker import BrokerProcess
-from tests.support.rabbitmq import RabbitMQNode, _reserve_loopback_ports
+from tests.support.rabbitmq import RabbitMQNode, management_node
 
 WAIT = 90.0
 
@@ -52,13 +52,7 @@ OMITTED = {
 def rabbitmq_management():
     if not RabbitMQNode.available():
         pytest.skip(RabbitMQNode.skip_reason)
-    port, = _reserve_loopback_ports(1)
-    node = RabbitMQNode(plugins=("rabbitmq_management",),
-                        extra_config=f"management.tcp.port = {port}\n"
-                                     "management.tcp.ip = 127.0.0.1\n")
-    with node:
-        node.management_url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _get(node.management_url, "/api/overview"), "RabbitMQ's API")
+    with management_node() as node:
         yield node
 
 

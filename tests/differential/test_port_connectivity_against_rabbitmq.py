@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from tests.differential.test_management_against_rabbitmq import _get, wait_for
+from tests.differential.test_management_against_rabbitmq import _get
 from tests.differential.test_rabbitmqctl_against_rabbitmq import ours_node_name
 from tests.support.broker import BrokerProcess
-from tests.support.rabbitmq import RabbitMQNode, _reserve_loopback_ports
+from tests.support.rabbitmq import RabbitMQNode, _reserve_loopback_ports, management_node
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,13 +38,7 @@ def rabbitmq_unreachable_listener():
     reports its interface as [::])."""
     if not RabbitMQNode.available():
         pytest.skip(RabbitMQNode.skip_reason)
-    port, = _reserve_loopback_ports(1)
-    node = RabbitMQNode(plugins=("rabbitmq_management",),
-                        extra_config=f"management.tcp.port = {port}\n"
-                                     "management.tcp.ip = 127.0.0.2\n")
-    with node:
-        wait_for(lambda: _get(f"http://127.0.0.2:{port}", "/api/overview"), "RabbitMQ's API")
-        node.management_port = port
+    with management_node(ip="127.0.0.2") as node:
         yield node
 
 

@@ -33,7 +33,7 @@ import pytest
 
 from tests.differential.test_management_against_rabbitmq import _get, wait_for
 from tests.support.broker import BrokerProcess
-from tests.support.rabbitmq import RabbitMQNode, _reserve_loopback_ports
+from tests.support.rabbitmq import RabbitMQNode, management_node
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,13 +42,7 @@ pytestmark = pytest.mark.timeout(300)
 def rabbitmq():
     if not RabbitMQNode.available():
         pytest.skip(RabbitMQNode.skip_reason)
-    port, = _reserve_loopback_ports(1)
-    node = RabbitMQNode(plugins=("rabbitmq_management",),
-                        extra_config=f"management.tcp.port = {port}\n"
-                                     "management.tcp.ip = 127.0.0.1\n")
-    with node:
-        node.management_url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _get(node.management_url, "/api/overview"), "RabbitMQ's API")
+    with management_node() as node:
         yield node
 
 
