@@ -1,66 +1,77 @@
 """Classic queue: a FIFO with optional message priorities, on its host node. Pure, no I/O.
 
-Responsibilities: ready messages (per priority level when x-max-priority is set),
-consumers in priority groups served round-robin within their prefetch, counts for
-declare-ok/purge/delete, length limits (x-max-length / x-max-length-bytes with
-x-overflow drop-head, reject-publish or reject-publish-dlx), message TTL, queue TTL
-and which messages die for which reason (dead lettering).
+Responsibilities:
+- ready messages, per priority level when x-max-priority is set;
+- consumers in priority groups, served round-robin within their prefetch;
+- counts for declare-ok, purge and delete;
+- length limits: x-max-length / x-max-length-bytes, with x-overflow drop-head,
+  reject-publish or reject-publish-dlx;
+- message TTL and queue TTL;
+- which messages die for which reason (dead lettering).
 
-How it works: an enqueued message becomes an `Entry` (message + per-queue sequence
-number). Delivery pops the head of the highest non-empty priority level and hands it
-to the next consumer that has capacity; the channel that owns the consumer tracks it
-as unacked. A returned (requeued) entry goes back to its original position: entries
-are ordered by sequence number within a level; if that takes the queue past a
-drop-head limit, the head is dropped back to it at once, as after a publish.
+How it works: an enqueued message becomes an `Entry`: the message and a per-queue
+sequence number. Delivery pops the head of the highest non-empty priority level. It
+hands it to the next consumer that has capacity. The channel that owns the consumer
+tracks it as unacked. A returned (requeued) entry goes back to its original
+position: entries are ordered by sequence number within a level. That may take the
+queue past a drop-head limit. Then the head is dropped back to it at once, as after
+a publish.
 
-As a queue type (queues/base.py): the queue object lives on its host node (its record
-is in the metadata on every node; other nodes hold a remote.py RemoteClassicQueue and
-the cluster's link serves them through this one: their consumers are proxy consumers
-here). Publishes are appended to the node's message store
-when the queue is durable and the message persistent (the publisher's confirm waits
-for that batch's fsync); deliveries go to consumers' channels at once; an unacked
-delivery's token is its `Entry`, and settling one writes an ack record for a stored
-message. A stored message's first delivery that must be acked writes a delivered
-record, so after a restart it comes back redelivered, as RabbitMQ's classic queues do.
+As a queue type (queues/base.py): the queue object lives on its host node. Its
+record is in the metadata on every node. Other nodes hold a remote.py
+RemoteClassicQueue. The cluster's link serves them through this one: their
+consumers are proxy consumers here. A persistent message in a durable queue is
+appended to the node's message store. The publisher's confirm waits for that
+batch's fsync. Deliveries go to consumers' channels at once. An unacked delivery's
+token is its `Entry`. Settling one writes an ack record for a stored message. A
+stored message's first delivery that must be acked writes a delivered record. So
+after a restart it comes back redelivered, as RabbitMQ's classic queues do.
 
 Message TTL (the TTL guide, as rabbit_amqqueue_process): a message gets its expiry
-when published, `now + ttl`, ttl the lower of the queue's (x-message-ttl or the
-policy's message-ttl, the lower) and the message's `expiration` property; a later
-TTL change leaves queued messages' expiries alone. Expired messages leave from the
-heads of the ready levels, before anything is handed out (deliver, basic.get), after
-every publish and on the node's timer (`tick`): at the moment a ready message
-expires (`ClassicHost.wake_at`, queues/deadlines.py), as RabbitMQ's ttl timer, and
-about twice a second besides, so an expired message is never delivered and does not
-wait for a consumer. As in RabbitMQ only
-heads expire: a message behind a longer-lived one leaves when it reaches the head.
-TTL 0: a message is delivered if a consumer can take it at once, else it expires at
-once. An unacked message does not expire; requeued, it keeps its expiry. Expiry is
-`expiry <= now`; time comes from the node (`ClassicHost.clock_ms`), the shell sets it.
+when published, `now + ttl`. The ttl is the lower of the queue's and the message's
+`expiration` property. (The queue's is x-message-ttl or the policy's message-ttl,
+the lower.) A later TTL change leaves queued messages' expiries alone. Expired
+messages leave from the heads of the ready levels. That happens before anything is
+handed out (deliver, basic.get), and after every publish. It also happens on the
+node's timer (`tick`), at the moment a ready message expires
+(`ClassicHost.wake_at`, queues/deadlines.py), as RabbitMQ's ttl timer. And about
+twice a second besides. So an expired message is never delivered, and does not wait
+for a consumer. As in RabbitMQ only heads expire. A message behind a longer-lived
+one leaves when it reaches the head. TTL 0: a message is delivered if a consumer
+can take it at once, else it expires at once. An unacked message does not expire;
+requeued, it keeps its expiry. Expiry is `expiry <= now`. Time comes from the node
+(`ClassicHost.clock_ms`); the shell sets it.
 
-Dead lettering: a message dies for reason `rejected` (basic.reject/nack without
-requeue), `expired`, or `maxlen` (drop-head, or a publish refused by
-reject-publish-dlx, which is nacked and dead-lettered); the queue hands it to
-`ClassicHost.dead_letter`, which publishes the copy if the queue has a dead-letter
-exchange (node/dead_letters.py, shared with quorum queues). Purge, delete and no-ack
-deliveries are not deaths.
+Dead lettering: a message dies for one of three reasons.
+- `rejected`: basic.reject/nack without requeue.
+- `expired`.
+- `maxlen`: drop-head, or a publish refused by reject-publish-dlx (nacked and
+  dead-lettered).
+The queue hands it to `ClassicHost.dead_letter`. That publishes the copy if the
+queue has a dead-letter exchange (node/dead_letters.py, shared with quorum queues).
+Purge, delete and no-ack deliveries are not deaths.
 
-Queue TTL (x-expires or the policy's expires, the lower): the queue is unused while
-it has no consumer (remote ones included) and no basic.get or declare (redeclare,
-passive too) renewed it, as RabbitMQ's classic queues count; once unused for the
-period (the host wakes it then), `tick` asks the host to delete it (`ClassicHost.expire_queue`: through the
-metadata log, as every delete). The period starts at the declaration, again when
-the last consumer leaves, and after a restart.
+Queue TTL (x-expires or the policy's expires, the lower), as RabbitMQ's classic
+queues count it. The queue is unused while it has no consumer (remote ones
+included). And while no basic.get or declare (redeclare, passive too) renewed it.
+Once unused for the period, `tick` asks the host to delete it. (The host wakes it
+then.) That is `ClassicHost.expire_queue`: through the metadata log, as every
+delete. The period starts at the declaration, again when the last consumer leaves,
+and after a restart.
 
 Mirroring (behind its deprecated-feature switch): a mirrored queue's leader has a
-`mirroring` (mirroring.py) told of every publish (the confirm holds until every
-mirror has it), first delivery and removal; `take_over` turns a promoted mirror's
-copy into the queue. While the leader synchronises its mirrors, no message goes to
-a consumer and basic.gets wait (`held_gets`), until `sync_ended`.
+`mirroring` (mirroring.py). It is told of every publish, first delivery and
+removal. The confirm holds until every mirror has the message. `take_over` turns a
+promoted mirror's copy into the queue. While the leader synchronises its mirrors,
+no message goes to a consumer. basic.gets wait (`held_gets`) until `sync_ended`.
 
-Invariants: `ready_count == sum(len(level) for level in levels)`; an entry is either
-ready here, or unacked on exactly one channel, or settled; sequence numbers only grow;
-`unacked_count` counts the entries handed out and not yet settled or returned; a
-ready entry with `expires` at or below the clock is never handed out.
+Invariants:
+- `ready_count == sum(len(level) for level in levels)`.
+- An entry is either ready here, or unacked on exactly one channel, or settled.
+- Sequence numbers only grow.
+- `unacked_count` counts the entries handed out and not yet settled or returned.
+- A ready entry with `expires` at or below the clock is never handed out.
+
 Not here: routing, AMQP framing, the store's format (storage/message_store.py), the
 x-death headers and the dead-letter route (queues/dead_letter.py, node/dead_letters.py).
 """
@@ -170,17 +181,18 @@ class ClassicQueue(Queue):
     @staticmethod
     def place(vhost: str, name: str, arguments: dict, policy, settings, cluster,
               exclusive: bool = False) -> dict:
-        """The record of a new queue: its uid and its host, the declaring node
-        (client-local), or with queue-leader-locator "balanced" the node hosting the
-        fewest classic queues (RabbitMQ's guides, "Queue Leader Location"); with the
-        classic-queue-mirroring switch on, RabbitMQ 3.13's locators as its mirroring
-        guide gives them: "min-masters" the running node hosting the fewest, "random"
-        a running node at random (settings.leader_locator; the configuration's
-        `queue_master_locator` where `queue_leader_locator` is left at
-        client-local); exclusive
-        queues always live on the declaring connection's node (the queues guide,
-        "Exclusive Queues"). A queue an ha-* policy mirrors has its mirrors from the
-        start (mirroring.py; never an exclusive one)."""
+        """The record of a new queue: its uid and its host.
+
+        The host is the declaring node (client-local). With queue-leader-locator
+        "balanced", it is the node hosting the fewest classic queues (RabbitMQ's
+        guides, "Queue Leader Location"). With the classic-queue-mirroring switch on,
+        RabbitMQ 3.13's locators apply, as its mirroring guide gives them.
+        "min-masters" is the running node hosting the fewest. "random" is a running
+        node at random. (settings.leader_locator: the configuration's
+        `queue_master_locator`, where `queue_leader_locator` is left at
+        client-local.) Exclusive queues always live on the declaring connection's
+        node (the queues guide, "Exclusive Queues"). A queue an ha-* policy mirrors
+        has its mirrors from the start (mirroring.py). An exclusive one never does."""
         from .quorum.queue import group_uid
         from .settings import leader_locator
 
@@ -224,9 +236,9 @@ class ClassicQueue(Queue):
         return self.node.clock_ms if self.node is not None else 0
 
     def expiry_of(self, message: Message, now: int) -> int:
-        """When a message published at `now` expires (0: never): now + the lower of
-        the queue's message TTL and the message's expiration (at least 1, so that a
-        TTL of 0 at time 0 still expires)."""
+        """When a message published at `now` expires (0: never). It is now + the
+        lower of the queue's message TTL and the message's expiration. At least 1, so
+        a TTL of 0 at time 0 still expires."""
         ttl = self.message_ttl
         own = (expiration_ms(message.properties.raw)
                if message.properties.flags & _EXPIRATION_FLAG else None)
@@ -236,8 +248,8 @@ class ClassicQueue(Queue):
 
     def expire_heads(self, now: int, spare: Entry | None = None) -> int:
         """Remove expired entries from the heads of the ready levels (dead letters,
-        reason expired), all but `spare` (a message being published, which a
-        consumer may take at once even with a TTL of 0); returns how many."""
+        reason expired). All but `spare`: a message being published, which a consumer
+        may take at once even with a TTL of 0. Returns how many."""
         if not self.expiring or not self.ready_count or not now:
             return 0
         count = 0
@@ -259,9 +271,10 @@ class ClassicQueue(Queue):
             self.node.wake_at(self, self.last_used_ms + self.expires)
 
     def tick(self, now_ms: int) -> None:
-        """The node's timer: expired heads leave; an unused queue past its x-expires
-        period is handed to the host for deletion (again after EXPIRY_RETRY_MS if it
-        still exists: the metadata log could not delete it then)."""
+        """The node's timer: expired heads leave. An unused queue past its x-expires
+        period is handed to the host for deletion. That is tried again after
+        EXPIRY_RETRY_MS if it still exists: the metadata log could not delete it
+        then."""
         if self.deleted:
             return
         self.expire_heads(now_ms)
@@ -283,8 +296,9 @@ class ClassicQueue(Queue):
             self.node.expire_queue(self)
 
     def next_deadline(self) -> int:
-        """When `tick` next has something to do (0: nothing timed): the earliest
-        expiry among the ready heads, the end of the x-expires period while unused."""
+        """When `tick` next has something to do (0: nothing timed). That is the
+        earliest expiry among the ready heads, or the end of the x-expires period
+        while unused."""
         deadlines = [level[0].expires for level in self.levels
                      if level and level[0].expires] if self.expiring else []
         if self.expires is not None and not self.consumers and self.last_used_ms:
@@ -321,9 +335,9 @@ class ClassicQueue(Queue):
         return dropped
 
     def enforce_limits(self) -> list[Entry]:
-        """After the limits changed (a policy): drop-head drops ready entries from the
-        head until within them, and returns them; reject-publish keeps what it has and
-        refuses publishes until below."""
+        """After the limits changed (a policy). Drop-head drops ready entries from
+        the head until within them, and returns them. Reject-publish keeps what it has,
+        and refuses publishes until below."""
         dropped = []
         if self.overflow == "drop-head":
             while self.ready_count and self._over_limit():
@@ -454,8 +468,8 @@ class ClassicQueue(Queue):
             self.expire_heads(self.now_ms)
 
     def deliver(self, fresh: Entry | None = None) -> None:
-        """Hand ready messages to consumers with capacity (expired heads leave first;
-        `fresh`, the message being published, may go out whatever its TTL)."""
+        """Hand ready messages to consumers with capacity. Expired heads leave first.
+        `fresh`, the message being published, may go out whatever its TTL."""
         if self.mirroring is not None and self.mirroring.syncing is not None:
             return  # synchronising its mirrors: deliveries (and gets) wait (sync_ended)
         now = self.now_ms if self.expiring else 0
@@ -613,9 +627,9 @@ class ClassicQueue(Queue):
             self.store.append_delete(queue_key(self.vhost, self.name))
 
     def policy_changed(self, policy) -> list:
-        """New limits and TTLs; drop-head drops (dead letters, maxlen) what is over a
+        """New limits and TTLs. Drop-head drops (dead letters, maxlen) what is over a
         new limit at once. A new message TTL applies to messages published from now
-        on (RabbitMQ's classic queues keep each message's expiry)."""
+        on. (RabbitMQ's classic queues keep each message's expiry.)"""
         self.max_length, self.max_length_bytes, self.overflow = classic_limits(
             self.arguments, policy)
         self.message_ttl, self.expires = classic_ttls(self.arguments, policy)
@@ -650,16 +664,16 @@ class ClassicQueue(Queue):
         self._forget(entry)
 
     def _first_delivery(self, entry: Entry) -> None:
-        """An entry's first delivery that must be acked: recorded in the store (a
-        stored one) and on the mirrors (redelivered if a mirror takes over)."""
+        """An entry's first delivery that must be acked. It is recorded in the store
+        (a stored one), and on the mirrors (redelivered if a mirror takes over)."""
         if entry.stored:
             self._record_delivery(entry)
         if self.mirroring is not None:
             self.mirroring.delivered(entry)
 
     def _record_delivery(self, entry: Entry) -> None:
-        """A stored entry's first delivery that must be acked: the store records it
-        (once: a later delivery is of a redelivered entry)."""
+        """A stored entry's first delivery that must be acked: the store records it.
+        Once: a later delivery is of a redelivered entry."""
         if not self.deleted and self.store is not None:
             self.store.append_delivered(queue_key(self.vhost, self.name), entry.seq)
 
