@@ -14,50 +14,50 @@ Format (version 3), files `msgstore/NNNNNNNN.seg`:
                 message expires once the clock reaches it), then as ENQUEUE from
                 u8 elen on (a message with a TTL; version 3 only)
 The queue key is `vhost \\x00 name`. A mirror of a mirrored classic queue writes
-its copy with the same records under the same key (a node holds a queue either as
-its leader or as a mirror, never both), so a promoted mirror's records are the
-queue's. Version 1 is version 2 without DELIVERED, version
-2 is version 3 without ENQUEUE_EXPIRING: their segments are still read, and recovery
-starts a new version-3 segment rather than appending to an older one, so a file's
-header always tells which records it holds.
+its copy with the same records under the same key. (A node holds a queue either as
+its leader or as a mirror, never both.) So a promoted mirror's records are the
+queue's. Version 1 is version 2 without DELIVERED. Version 2 is version 3 without
+ENQUEUE_EXPIRING. Their segments are still read. Recovery starts a new version-3
+segment rather than appending to an older one. So a file's header always tells
+which records it holds.
 
-A message's expiry is absolute (publish time + the lower of its queue's message TTL
-and its `expiration`, as RabbitMQ's classic queues compute it on publish), so it
-keeps counting while the broker is down: a message whose expiry passed during a
+A message's expiry is absolute: publish time + the lower of its queue's message
+TTL and its `expiration`. RabbitMQ's classic queues compute it so, on publish. So
+it keeps counting while the broker is down. A message whose expiry passed during a
 restart expires as soon as the queue is back.
 
-How it works: records are appended to an in-memory batch (`append_*`, pure); the
-server shell seals it (`seal()`), writes it to the active segment
-(`SealedBatch.write_data()`) and fdatasyncs once for all of them on its writer
-thread (`SealedBatch.sync()`: group commit), then reports it (`synced()`) so
-publisher confirms waiting on its batch id can be sent; appends go on into the next
-batch meanwhile. `flush()` is all of it in one.
-Segments rotate at `segment_bytes`.
+How it works: records are appended to an in-memory batch (`append_*`, pure). The
+server shell seals it (`seal()`) and writes it to the active segment
+(`SealedBatch.write_data()`). It fdatasyncs once for all of them on its writer
+thread (`SealedBatch.sync()`: group commit). Then it reports it (`synced()`), so
+publisher confirms waiting on its batch id can be sent. Appends go on into the next
+batch meanwhile. `flush()` is all of it in one. Segments rotate at
+`segment_bytes`.
 
-DELIVERED is how a recovered message knows it was delivered before the restart and
-comes back with redelivered=true, as RabbitMQ's classic queues do (they record
-deliveries of persistent messages in their queue index). The node writes one for a
-stored message the first time it goes out to a consumer or basic.get that must ack
-it. A batch holding only DELIVERED records is written but not fdatasynced: it
-survives the broker process dying (the data is in the OS page cache), and rides
-with the next fsync against a machine crash; a lost one only means a redelivery is
-not flagged, never a lost or duplicated message.
+DELIVERED is how a recovered message knows it was delivered before the restart. It
+then comes back with redelivered=true, as RabbitMQ's classic queues do. (They
+record deliveries of persistent messages in their queue index.) The node writes one
+for a stored message the first time it goes out to a consumer or basic.get that
+must ack it. A batch holding only DELIVERED records is written but not
+fdatasynced. It survives the broker process dying: the data is in the OS page
+cache. Against a machine crash, it rides with the next fsync. A lost one only means
+a redelivery is not flagged, never a lost or duplicated message.
 
-A full disk (ENOSPC, EDQUOT: `is_disk_full`) loses nothing: a batch that finds no
-room is cut back to where it began (`SealedBatch.rewind`, or `flush()` keeps its
-records pending) and written again whole; a rotation or compaction that finds no
+A full disk (ENOSPC, EDQUOT: `is_disk_full`) loses nothing. A batch that finds no
+room is cut back to where it began, and written again whole. (`SealedBatch.rewind`;
+or `flush()` keeps its records pending.) A rotation or compaction that finds no
 room waits for the next batch, the segments as they were.
 
 Invariants:
-- a record is acknowledged to publishers only after the fsync that covers it;
-- a message's DELIVERED record follows its ENQUEUE record in log order (compaction
-  copies a delivered message forward with a DELIVERED record after the copy);
-- segments are deleted oldest-first and only while they hold no live message, so an
-  ACK record always outlives the ENQUEUE it cancels;
-- when the oldest segment is mostly dead its live messages are copied forward
-  (compaction), so one old message does not pin the whole log;
-- recovery tolerates a torn record only at the tail of the newest segment; any other
-  bad record stops the node with an error naming the file and offset.
+- A record is acknowledged to publishers only after the fsync that covers it.
+- A message's DELIVERED record follows its ENQUEUE record in log order. Compaction
+  copies a delivered message forward with a DELIVERED record after the copy.
+- Segments are deleted oldest-first, and only while they hold no live message. So
+  an ACK record always outlives the ENQUEUE it cancels.
+- When the oldest segment is mostly dead, its live messages are copied forward
+  (compaction). So one old message does not pin the whole log.
+- Recovery tolerates a torn record only at the tail of the newest segment. Any
+  other bad record stops the node with an error naming the file and offset.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def is_disk_full(error: BaseException) -> bool:
-    """No room on the file system (or in the quota): the failed write is undone and may
-    be tried again once space returns."""
+    """No room on the file system (or in the quota). The failed write is undone,
+    and may be tried again once space returns."""
     return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
 
 
@@ -127,11 +127,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 @dataclass(slots=True)
 class SealedBatch:
-    """Records taken by `MessageStore.seal()`: `write_data()` appends them to the
-    segment file, `sync()` fdatasyncs it (on any thread: nothing else writes the file
-    until `MessageStore.synced`). A batch that failed for want of space is written
-    again whole: `rewind()` cuts the file back to `start`, where the batch began (a
-    failed fdatasync may have dropped the pages it could not write)."""
+    """Records taken by `MessageStore.seal()`. `write_data()` appends them to the
+    segment file. `sync()` fdatasyncs it, on any thread: nothing else writes the file
+    until `MessageStore.synced`. A batch that failed for want of space is written
+    again whole. `rewind()` cuts the file back to `start`, where the batch began. (A
+    failed fdatasync may have dropped the pages it could not write.)"""
     batch_id: int
     data: bytes
     file: object
@@ -153,8 +153,8 @@ class SealedBatch:
             os.fdatasync(self.file.fileno())
 
     def rewind(self) -> None:
-        """Undo a failed attempt (needs no free space): the segment ends where it did
-        before the batch; the file appends, so the next write goes there."""
+        """Undo a failed attempt (needs no free space). The segment ends where it did
+        before the batch. The file appends, so the next write goes there."""
         if self.data:
             os.ftruncate(self.file.fileno(), self.start)
 
@@ -246,7 +246,7 @@ class MessageStore:
 
     @staticmethod
     def _is_tail(data: bytes, offset: int) -> bool:
-        """A torn write leaves one incomplete record at the end; a record that
+        """A torn write leaves one incomplete record at the end. A record that
         claims a length within the file but fails its checksum is corruption."""
         if len(data) - offset < _record_header.size:
             return True
@@ -341,9 +341,9 @@ class MessageStore:
         return self.batch_id
 
     def append_delivered(self, key: bytes, seq: int) -> None:
-        """The live message (key, seq) went out to a consumer that must ack it. The
-        caller writes this once per message (its first such delivery); a repeat, or
-        a message that is not live, is ignored."""
+        """The live message (key, seq) went out to a consumer that must ack it.
+        The caller writes this once per message: its first such delivery. A repeat,
+        or a message that is not live, is ignored."""
         if (key, seq) in self._delivered or (key, seq) not in self._live:
             return
         self._batch.append(_record(DELIVERED, _encode_key(key) + _u64.pack(seq)))
@@ -377,9 +377,9 @@ class MessageStore:
     # ------------------------------------------------------------ I/O
 
     def _open_segment(self, number: int, append: bool) -> None:
-        """Make segment `number` the one appended to (unbuffered: what a write call
-        returned is in the file). A new file that a full disk leaves without its
-        header is removed again, the current segment staying the active one."""
+        """Make segment `number` the one appended to. It is unbuffered: what a write
+        call returned is in the file. A new file that a full disk leaves without its
+        header is removed again. The current segment stays the active one."""
         path = self._path(number)
         if not append and os.path.exists(path):
             os.truncate(path, 0)
@@ -399,8 +399,8 @@ class MessageStore:
         self._file_size = handle.tell()
 
     def flush(self) -> int:
-        """Write and fsync the pending batch (only write it if it holds nothing but
-        DELIVERED records); returns the synced batch id. On a full disk it raises with
+        """Write and fsync the pending batch; returns the synced batch id. A batch of
+        nothing but DELIVERED records is only written. On a full disk it raises with
         nothing changed: the records wait, pending, for the next flush."""
         batch = self.seal()
         try:
@@ -415,10 +415,10 @@ class MessageStore:
         return self.synced(batch)
 
     def seal(self) -> "SealedBatch":
-        """The pending batch, for `batch.write()` (or `write_data()` here and `sync()`
-        on any thread) and then `synced(batch)` here: `flush()` in steps. Appends
-        meanwhile go to the next batch; until `synced`, nothing else writes the
-        segment file."""
+        """The pending batch, for `batch.write()` and then `synced(batch)` here.
+        (Or `write_data()` here and `sync()` on any thread.) That is `flush()` in
+        steps. Appends meanwhile go to the next batch. Until `synced`, nothing else
+        writes the segment file."""
         data = b"".join(self._batch)
         self._batch.clear()
         batch = SealedBatch(self.batch_id, data, self._file, self.fsync and self._needs_sync,
@@ -428,10 +428,11 @@ class MessageStore:
         return batch
 
     def synced(self, batch: "SealedBatch") -> int:
-        """`batch.write()` returned: every batch up to its id is on disk (its id is
-        returned). A full segment rotates here; records appended since the seal were
-        counted live in the active segment, so they are written to it first. On a full
-        disk the rotation (or the compaction after it) waits for the next batch."""
+        """`batch.write()` returned: every batch up to its id is on disk. Returns
+        its id. A full segment rotates here. Records appended since the seal were
+        counted live in the active segment, so they are written to it first. On a
+        full disk the rotation (or the compaction after it) waits for the next
+        batch."""
         self._file_size += len(batch.data)
         self.synced_batch_id = batch.batch_id
         if self._file_size >= self.segment_bytes:
@@ -447,8 +448,8 @@ class MessageStore:
         return self.synced_batch_id
 
     def _write_now(self, data: bytes) -> None:
-        """Append and fdatasync `data` now; on a full disk the segment is cut back to
-        where it ended (then it raises)."""
+        """Append and fdatasync `data` now. On a full disk the segment is cut back
+        to where it ended, then it raises."""
         try:
             _write_all(self._file.fileno(), data)
             if self.fsync:
@@ -481,9 +482,9 @@ class MessageStore:
             break
 
     def _copy_forward(self, number: int) -> None:
-        """Re-append the live messages of segment `number` to the active segment, and
-        count them there once they are on disk (a full disk leaves them where they
-        were, the segment kept)."""
+        """Re-append the live messages of segment `number` to the active segment.
+        Count them there once they are on disk. A full disk leaves them where they
+        were, the segment kept."""
         live: dict[tuple[bytes, int], tuple[int, bytes]] = {}
         for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
             if record_type not in (ENQUEUE, ENQUEUE_EXPIRING):
