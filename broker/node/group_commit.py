@@ -87,7 +87,8 @@ class Sync:
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)
                 or (self.log is not None and bool(self.log.records) and self.log.fsync)
-                or (self.log is not None and bool(self.log.after)))  # a rollover's steps
+                or (self.log is not None and bool(self.log.after)))  # file work (rollover,
+                # snapshots, segment deletions: raft/storage/rollover.py, deferred.py)
 
     def write(self) -> None:
         """The batches into their files, unsynced (quick: the event loop does it).

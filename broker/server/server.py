@@ -106,8 +106,9 @@ def build_node(settings: Settings) -> Node:
     users.loopback_users = frozenset(settings.loopback_users)
     store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
                          settings.msg_store_segment_bytes, settings.fsync)
-    node = assemble_node(settings, users, LogStore(settings.data_dir, settings.storage_config()),
-                         store, MetadataStore(settings.data_dir))
+    # snapshots and segment deletions go with the next Sync, off the event loop
+    log_store = LogStore(settings.data_dir, settings.storage_config(), background=True)
+    node = assemble_node(settings, users, log_store, store, MetadataStore(settings.data_dir))
     counts = node.recover()
     node.cluster.meta.recover()  # the metadata group's snapshot, if the file is older
     if settings.default_vhost not in node.vhosts:

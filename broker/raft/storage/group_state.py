@@ -13,7 +13,12 @@ Invariants:
 - mem is the tail of the log: when not empty, mem.last == last_index() (recovery can
   find entries stranded below a snapshot; the store moves them to segments at once);
 - above the snapshot index the log is contiguous up to last_index();
-- entries below `release_cursor` are dead; none of them is in mem.
+- entries below `release_cursor` are dead; none of them is in mem;
+- while `snapshot_write` is set (a store with background file work), `snapshot` is
+  its meta and the file on disk is older (at `snapshot_write.durable_index`): the
+  release cursor asked for since waits with it (`snapshot_write.release`), and
+  compaction stays below the file on disk, so the log still holds what a restart
+  from that file needs.
 
 Not here: reading segment files (log_store.py), replay rules (recovery.py).
 """
@@ -21,6 +26,7 @@ Not here: reading segment files (log_store.py), replay rules (recovery.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..types import HardState, SnapshotMeta
 from .layout import group_dir_name
@@ -40,6 +46,8 @@ class GroupState:
     shadow_from: int | None = None
     mem: MemTable = field(default_factory=MemTable)
     next_segment_number: int = 1
+    # the newest snapshot, not yet on disk (deferred.SnapshotWrite: its bytes)
+    snapshot_write: Any = None
 
     @classmethod
     def new(cls, uid: str) -> GroupState:
@@ -48,6 +56,13 @@ class GroupState:
     @property
     def snapshot_index(self) -> int:
         return self.snapshot.index if self.snapshot is not None else 0
+
+    @property
+    def durable_snapshot_index(self) -> int:
+        """The index of the snapshot on disk (0: none)."""
+        if self.snapshot_write is not None:
+            return self.snapshot_write.durable_index
+        return self.snapshot_index
 
     def segments_last(self) -> int:
         """Index of the last segment entry that is part of the log (0: none)."""

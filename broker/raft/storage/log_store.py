@@ -26,6 +26,14 @@ How it works (after rabbitmq/ra):
 - Snapshots are written tmp -> fsync -> rename -> fsync(dir). A snapshot that does
   not match the log (a leader's, installed on a follower) replaces the whole log: a
   RESET record is flushed first, then the snapshot file is written.
+- A store opened with `background=True` (the server's) does not write a local
+  snapshot or delete a segment file in the call that asks for it: the next sealed
+  batch carries the job (deferred.py) and its sync runs it after the fdatasync, on
+  the shell's writer thread. Until a snapshot's file is on disk the snapshot is the
+  group's for readers (read from memory), and the release cursor and compaction
+  asked for with it (the RELEASE record, the memory and segment files they free)
+  wait for that file: a restart from the snapshot on disk finds every entry its
+  state holds live.
 - `release(cursor)` deletes segment files wholly below the release cursor (the lowest
   index the state machine still needs); `compact(live)` rewrites mostly-dead segments
   below the snapshot to keep only live entries (RabbitMQ 4.3 / ra 3).
@@ -53,7 +61,8 @@ Any other I/O error still breaks the store until it is reopened.
 Invariants (the durability contract):
 - an index `flush()` reported for a group is recovered after any crash, unless a later
   `truncate_from`, `install_snapshot`, `release`, `compact` or `delete_group`
-  discarded it (and those discard only what Raft or the state machine declared dead);
+  discarded it (and those discard only what Raft or the state machine declared dead,
+  as of a snapshot that is on disk);
 - a WAL file is deleted only after every entry it holds is in fsynced segment files,
   and its metadata was carried into a newer, fsynced WAL file;
 - segment files change only by appending (during a rollover), by atomic rename of a
@@ -68,6 +77,7 @@ byte layouts (FORMAT.md); the I/O scheduling of the shell that calls `flush()`.
 
 from __future__ import annotations
 
+import logging
 import os
 from array import array
 from bisect import bisect_left, bisect_right
@@ -83,6 +93,7 @@ from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
                      SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX, check_uid, fsync_dir,
                      group_dir_name, numbered_name, remove_group_dirs)
 from .recovery import recover
+from .deferred import SnapshotWrite, Unlinks
 from .rollover import SlicedRollover, Steps
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
@@ -93,6 +104,8 @@ from .wal import (WAL_VERSION, WalBatch, WalFile, encode_delete_group, encode_en
                   encode_reset, encode_truncate)
 
 _U64 = 1 << 64
+
+log = logging.getLogger("quorumqueue.broker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +124,15 @@ class _Pending:
 
 class LogStore:
     def __init__(self, data_dir: str, config: StorageConfig | None = None, *,
-                 failpoint: Callable[[str], None] | None = None) -> None:
+                 failpoint: Callable[[str], None] | None = None,
+                 background: bool = False) -> None:
         """Open (creating if needed) DATA_DIR/quorum and recover every group.
         `failpoint(name)` is called at named steps of multi-file operations; tests
-        raise from it to simulate a crash there."""
+        raise from it to simulate a crash there. `background`: snapshot files and
+        segment deletions are written by the next batch's sync (deferred.py), not
+        by the call that asks for them (a shell that syncs off its event loop)."""
         self.config = config or StorageConfig()
+        self.background = background
         self.root = os.path.join(data_dir, QUORUM_DIR)
         self._failpoint = failpoint
         self._readers = ReaderCache(self.config.segment_reader_cache)
@@ -212,6 +229,7 @@ class LogStore:
         self._check_usable()
         assert self._wal.version >= 2, "DELETE_GROUP in an older-version WAL file"
         state = self._groups.pop(group, None)
+        self._drop_steps(lambda step: getattr(step, "uid", None) == group)
         self._pending.records.append(encode_delete_group(self._gid(group)))
         self._pending.touched.discard(group)
         if self._rolling is not None:
@@ -399,6 +417,22 @@ class LogStore:
             raise
         deleted.clear()
 
+    def _run_steps_now(self) -> None:
+        """The queued file work done here (a close): jobs, then the records their
+        completion wrote (a release), until nothing is left; a snapshot the disk has
+        no room for stays in the log, to be taken again after a restart."""
+        for _attempt in range(3):
+            steps, self._steps = self._steps, []
+            if not steps:
+                return
+            for step in steps:
+                step.run(self.config.fsync)
+            for step in steps:
+                if step.done is not None:
+                    step.done()
+            self._steps = [step for step in self._steps if not getattr(step, "error", None)]
+            self._write_pending()
+
     def _check_usable(self) -> None:
         """After a failed write or fsync the kernel's view of the files is unknown (a
         failed fsync may have dropped dirty pages): only a restart, which recovers
@@ -560,7 +594,55 @@ class LogStore:
         if self._term_at(group_state, meta.index) != meta.term:
             self.install_snapshot(group, meta, state)
             return
+        if self.background:
+            self._queue_snapshot(group_state, meta, state)
+            return
         self._write_snapshot_file(group_state, meta, state)
+
+    def _queue_snapshot(self, state: GroupState, meta: SnapshotMeta, data: bytes) -> None:
+        """The snapshot is the group's at once (reads, `snapshot_meta`, and
+        `read_snapshot` from these bytes); its file is written by the next batch's
+        sync. Until it is on disk the release cursor waits (`release`)."""
+        previous = state.snapshot_write
+        durable = state.durable_snapshot_index
+        job = SnapshotWrite(state.uid, os.path.join(self.root, SNAPSHOTS_DIR, state.dir_name),
+                            meta, data, durable, self._failpoint)
+        if previous is not None and any(step is previous for step in self._steps):
+            self._drop_steps(lambda step: step is previous)   # not sealed yet: replaced
+            job.release = previous.release
+        job.done = lambda: self._snapshot_written(state, job)
+        state.snapshot = meta
+        state.snapshot_write = job
+        self._steps.append(job)
+
+    def _snapshot_written(self, state: GroupState, job: SnapshotWrite) -> None:
+        """The batch carrying `job` is synced: the snapshot is on disk (or the disk
+        was full: tried again with the next batch), and the release cursor may move
+        up to it."""
+        if self._groups.get(state.uid) is not state:
+            return                          # deleted meanwhile
+        if job.error is not None:
+            if state.snapshot_write is job:
+                if not job.warned:
+                    job.warned = True
+                    log.warning("quorum log of %s: no room on disk for the snapshot at %d "
+                                "(%s); tried again with each write", state.uid,
+                                job.meta.index, job.error)
+                self._steps.append(job)
+            return
+        if state.snapshot_write is job:
+            state.snapshot_write = None
+        elif state.snapshot_write is not None:   # a newer one follows: this one is on disk
+            newer = state.snapshot_write
+            newer.durable_index = max(newer.durable_index, job.meta.index)
+        if job.release > state.release_cursor:
+            self._release_now(state, job.release)
+        if job.compact is not None:
+            self._compact(state, job.compact, job.meta.index)
+
+    def _drop_steps(self, dropped: Callable[[object], bool]) -> None:
+        """Forget jobs not sealed yet (a group deleted, a snapshot replaced)."""
+        self._steps = [step for step in self._steps if not dropped(step)]
 
     def install_snapshot(self, group: str, meta: SnapshotMeta, state: bytes) -> None:
         """Replace the group's whole log by a snapshot (Raft §7, Ready.snapshot). The
@@ -584,6 +666,10 @@ class LogStore:
         self._pending.touched.add(group)
         self._fail("install.reset_durable")
         commit_snapshot_file(directory, tmp, self._failpoint, self.config.fsync)
+        if group_state.snapshot_write is not None:   # older: it must not land after this
+            queued = group_state.snapshot_write
+            self._drop_steps(lambda step: step is queued)
+            group_state.snapshot_write = None
         group_state.snapshot = meta
         group_state.mem.clear()
         group_state.shadow_from = None
@@ -612,6 +698,8 @@ class LogStore:
         state = self._groups.get(group)
         if state is None or state.snapshot is None:
             return None
+        if state.snapshot_write is not None:      # not on disk yet: its bytes are here
+            return state.snapshot_write.meta, state.snapshot_write.data
         path = os.path.join(self.root, SNAPSHOTS_DIR, state.dir_name, SNAPSHOT_FILE)
         uid, meta, data = read_snapshot_file(path)
         if uid != group or meta != state.snapshot:
@@ -629,21 +717,38 @@ class LogStore:
                              f"[1, snapshot index + 1 = {state.snapshot_index + 1}]")
         if release_cursor <= state.release_cursor:
             return []
+        job = state.snapshot_write
+        if job is not None:
+            # the cursor is the pending snapshot's: it waits for that file (a restart
+            # from the snapshot on disk needs what that snapshot's state holds live)
+            job.release = max(job.release, release_cursor)
+            return []
+        return self._release_now(state, release_cursor)
+
+    def _release_now(self, state: GroupState, release_cursor: int) -> list[str]:
         state.release_cursor = release_cursor
-        self._pending.records.append(encode_release(self._gid(group), release_cursor))
+        self._pending.records.append(encode_release(self._gid(state.uid), release_cursor))
         state.mem.drop_below(release_cursor)
         return self._delete_segments(state, [r for r in state.segments if r.last < release_cursor])
 
     def _delete_segments(self, state: GroupState, refs: list[SegmentRef]) -> list[str]:
+        """The files go (in the background: with the next batch's sync, the store no
+        longer reading them from now on)."""
         if not refs:
             return []
+        paths = [ref.path for ref in refs]
         for ref in refs:
             self._readers.evict(ref.path)
-            os.remove(ref.path)
+            if not self.background:
+                os.remove(ref.path)
         gone = {id(ref) for ref in refs}
         state.segments = [ref for ref in state.segments if id(ref) not in gone]
-        fsync_dir(os.path.dirname(refs[0].path), self.config.fsync)
-        return [ref.path for ref in refs]
+        directory = os.path.dirname(refs[0].path)
+        if self.background:
+            self._steps.append(Unlinks(state.uid, directory, paths))
+        else:
+            fsync_dir(directory, self.config.fsync)
+        return paths
 
     def compact(self, group: str, live_indexes: Iterable[int]) -> CompactionResult:
         """Compact the segments wholly at or below the snapshot index: a segment with no
@@ -651,14 +756,25 @@ class LogStore:
         of its data bytes is rewritten with only those (tmp, fsync, rename). Reads of a
         compacted range then return only live entries; term_at(snapshot index) still
         answers from the snapshot. `live_indexes`: any iterable of ints, or an
-        `array.array` already sorted ascending (used as is, no copy)."""
+        `array.array` already sorted ascending (used as is, no copy). In the background
+        (while the snapshot's file is not on disk) it is done once the file is, with
+        this live set (what that snapshot's state holds): nothing is done now."""
         state = self._writable(group)
         if state.snapshot is None:
             raise ValueError(f"{group}: compaction needs a snapshot")
         live = live_indexes if isinstance(live_indexes, array) else sorted(set(live_indexes))
+        job = state.snapshot_write
+        if job is not None:
+            if job.compact is None:   # the first: taken with the snapshot, its live set
+                job.compact = live
+            return CompactionResult()
+        return self._compact(state, live, state.snapshot_index)
+
+    def _compact(self, state: GroupState, live, below: int) -> CompactionResult:
+        """`compact` of the segments wholly at or below `below` (a snapshot on disk)."""
         deleted, rewritten, kept = [], [], []
         for position, ref in enumerate(list(state.segments)):
-            if ref.last > state.snapshot_index:
+            if ref.last > below:
                 break
             reader = self._readers.get(ref)
             slots = reader.slots
@@ -774,6 +890,7 @@ class LogStore:
             self._write_pending()
             if self._rolling is not None:
                 self._rolling.finish_now()
+            self._run_steps_now()
         for steps in self._steps:
             steps.close()
         self._wal.close()
