@@ -10,11 +10,18 @@ configuration follow the queue record.
 
 How it works: a queue record's `members` (replicated by the metadata group,
 `queue.members`) is the membership asked for. Every node applies it: a node newly
-named starts an empty replica that learns the log (or a snapshot) from the leader; a
-node no longer named drops its replica once it does not lead. The queue's leader
+named starts an empty replica as it applies the record (`named`), which learns the
+log (or a snapshot) from the leader; a node no longer named drops its replica once
+it does not lead and its group cannot need it (`_still_needed`: the leader no longer
+replicates to it, or it never heard from one within JOIN_GRACE). The queue's leader
 `reconcile`s about twice a second: one Raft configuration change at a time (thesis
 §4.1), adds before removals, so a replacement never passes through a smaller group.
 `rebalance` moves leaders only (Raft leadership transfer), never membership.
+
+Invariant: a replica named in its group's Raft configuration is not dropped while
+the leader replicates to it, so a change 'add X' the leader proposed is always
+acknowledged by X (an 'add' followed at once by a 'remove' completes both), and X's
+log and vote are not forgotten while they may count.
 
 Not here: the Raft membership mechanics (broker/raft/membership.py), placement of new
 queues (cluster.py `place`).
@@ -242,6 +249,38 @@ def forget_node(node: "Node", name: str, done) -> None:
 # ---------------------------------------------------------------- reconciliation
 
 
+# a replica that joined and has heard from no leader is kept this long although the
+# record no longer names its node: the leader may be about to propose adding it
+JOIN_GRACE = 30.0
+
+
+def named(node: "Node", queue) -> None:
+    """The queue's record was applied naming this node a member (`queue.members`):
+    its replica starts now, before any later record can be applied, not at the next
+    `reconcile` (the record may no longer name it by then, while the leader, at its
+    own tick, proposes adding it: a change no one would ever acknowledge). Not during
+    a restart's replay, and never over a group this node still stores (`reconcile`
+    decides those, as before)."""
+    meta_group = node.cluster.meta
+    if (queue.REPLICATED and not queue.deleted and queue.raft is None
+            and node.settings.node_name in queue.members
+            and meta_group is not None and not meta_group.replay_until
+            and queue.group not in node.quorum.store.groups()):
+        node.quorum.join(queue)
+
+
+def _still_needed(queue, me: str, now: float) -> bool:
+    """Whether a replica the record no longer names may still be needed by its group:
+    while its Raft configuration names it and the leader replicates to it (its
+    acknowledgements may count until the leader's removal is appended, and its log
+    and vote must not be forgotten while they may), and, for a replica that has heard
+    from no leader yet, for JOIN_GRACE after it joined (an 'add' may be coming)."""
+    raft = queue.raft
+    if me in raft.members:
+        return raft.hears_leader
+    return not raft.members and now - queue.joined_at < JOIN_GRACE
+
+
 def reconcile(node: "Node") -> None:
     """On every node, about twice a second: leaders step their group's Raft
     configuration toward the record's members (one change at a time, adds first);
@@ -259,7 +298,8 @@ def reconcile(node: "Node") -> None:
                     quorum.join(queue)
                 continue
             if me not in wanted and not queue.is_leader:
-                node.drop_replica(queue)
+                if not _still_needed(queue, me, quorum.now):
+                    node.drop_replica(queue)
                 continue
             if not queue.is_leader:
                 continue

@@ -27,6 +27,7 @@ from ..amqp.errors import AMQPError, precondition
 from ..amqp.spec import RESOURCE_LOCKED
 from ..queues.mirroring import forget_leader, ha_settings
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
+from . import membership
 from .definitions import COMMANDS as DEFINITION_COMMANDS, apply_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,6 +120,7 @@ def _queue_members(node: "Node", c: dict):
         return None
     queue.members = tuple(c["members"])
     node.queue_changed(vhost.name, queue.name)
+    membership.named(node, queue)
     return None
 
 

@@ -397,6 +397,12 @@ class RaftNode:
             return previous is not None and self.id in previous
         return False
 
+    @property
+    def hears_leader(self) -> bool:
+        """A leader, or a follower that heard from a live leader within the minimum
+        election timeout (the leader still replicates to it)."""
+        return self._in_lease()
+
     def _in_lease(self) -> bool:
         """Heard from a live leader within the minimum election timeout."""
         return self._role is Role.LEADER or (

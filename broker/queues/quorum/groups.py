@@ -215,6 +215,7 @@ class QuorumGroups:
         queue.router = self.cluster
         queue.state = FifoState(config=fifo_config(queue.arguments))
         queue.applied = AppliedIds()
+        queue.joined_at = self.now
         self.queues[queue.group] = queue
         log.info("quorum queue '%s' in vhost '%s': replica started on %s", queue.name,
                  queue.vhost, self.member)

@@ -266,6 +266,42 @@ def test_a_membership_rpc_whose_change_does_not_show_in_time_is_an_error(cluster
     pytest.fail(f"the change showed at its commit {ATTEMPTS} times of {ATTEMPTS}")
 
 
+def test_a_member_deleted_right_after_it_was_added_leaves_the_queue_working(cluster):
+    """add_member, then delete_member of the same node before that node started its
+    replica (as grow then shrink under load): the member goes, and the queue still
+    confirms publishes. The added node is paused meanwhile, so that it applies the
+    addition and the removal together, before its next reconciliation would start a
+    replica. Before, the leader's Raft change 'add X' then waited for X for ever: X
+    started no replica (the record no longer named it) and dropped the leader's
+    messages; the removal was refused ('a change in flight') and the one-member queue
+    needed X for every commit (issue 30, 7c: 'qq2 was not removed from g-one')."""
+    one = cluster.names[0]
+    declare(cluster.uri(one), "added-removed", size=1)
+    [member] = queue_status(cluster.uri(one), "added-removed")["members"]
+    added = next(node for node in cluster.names if node != member)
+    uri = cluster.uri(member)
+    cluster.pause(added)   # reachable for REACHABLE_WITHIN still: the add is allowed
+    try:
+        # answered once the leader's configuration names `added` (appended)
+        call(uri, "queues.add_member", timeout=120, vhost="/", name="added-removed",
+             node=added)
+        try:
+            call(uri, "queues.delete_member", timeout=120, vhost="/",
+                 name="added-removed", node=added, fields={"timeout": 0})
+        except ManagementError as late:
+            assert str(late).startswith("TIMEOUT - "), late   # committed, not shown yet
+    finally:
+        cluster.resume(added)
+    wait_for(f"{added} removed from the queue's Raft members",
+             lambda: raft_members(uri, "added-removed") == [member], timeout=60)
+    with connect(cluster.uri(added)) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()   # an unconfirmed publish raises
+        channel.basic_publish("", "added-removed", b"after",
+                              pika.BasicProperties(delivery_mode=2))
+    assert drain(uri, "added-removed", 6)[-1] == b"after"
+
+
 def test_rebalance_moves_leaders_not_members(cluster):
     uri = cluster.uri(0)
     for n in range(6):
