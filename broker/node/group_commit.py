@@ -13,12 +13,18 @@ It writes the two batches into their files (the page cache: quick).
 message store, and the Raft round's sends, applies and advances. Their replies and
 confirms follow.
 
-How it works: a Sync keeps the order of the synchronous flush it replaces.
+How it works: a Sync makes three kinds of file durable.
 1. The metadata file (tmp, fsync, rename), or its journal's lines (one fdatasync).
 2. The message store's batch (one fdatasync).
 3. The Raft log's batch (one fdatasync for every group).
-Records on disk before the metadata naming their queue are harmless. Recovery
-drops messages and groups of queues the metadata does not know. `end_sync` also
+When 1 comes with 2 or 3 (a queue declared or deleted: its record, and its
+group's first entry or its deletion), 1 runs on a second thread while 2 and 3 run,
+so the Sync waits for the longer, not for the sum; `run` returns once all are
+durable, and nothing the Sync covers is released before. The order between them
+does not matter: records on disk before the metadata naming their queue are
+harmless (recovery drops messages and groups of queues the metadata does not
+know), and metadata naming a queue whose records are not yet durable names what
+no one was told of. A Sync without metadata (every publish) runs 2 and 3 as before. `end_sync` also
 applies what the fsync made committed. A single-member group commits its entries
 only once they are durable (`QuorumGroups.end_round`). Applying may propose (say,
 settling a no-ack delivery). So `flush` repeats begin, run and end until a round
@@ -47,6 +53,7 @@ runs (the server shell). The Ready order itself (broker/groups/driver.py).
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,7 +114,8 @@ class Sync:
             self.log.write_records()
 
     def run(self) -> None:
-        """The metadata file, then the fdatasyncs, in order. After `write`.
+        """The metadata files and the fdatasyncs (at once when both: see the module
+        header). After `write`.
         Any thread may run it: it touches only the files. On a full disk it cuts
         the batches back and raises. A later `run` of this Sync writes them again
         first."""
@@ -116,18 +124,19 @@ class Sync:
                 self.unwritten = None
                 self.rewind()     # what the failed attempt left half written
                 self._write_batches()
-            if self.document is not None:
-                self.metadata.save(self.document)
-                if self.applied is not None:
-                    self.metadata.save_applied(self.applied)
-            elif self.journal is not None:
-                self.metadata.append(self.journal)  # cut back itself on a full disk
-            if self.node_list is not None:
-                self.node_file.save(*self.node_list)
-            if self.messages is not None:
-                self.messages.sync()
-            if self.log is not None:
-                self.log.sync()
+            beside = None
+            if self._has_files() and self._has_batches():  # both: their fsyncs at once
+                beside = _metadata_thread().submit(self._save_files)
+            elif self._has_files():
+                self._save_files()
+            try:
+                if self.messages is not None:
+                    self.messages.sync()
+                if self.log is not None:
+                    self.log.sync()
+            finally:
+                if beside is not None:
+                    beside.result()  # its error (a full disk) raised here, after both
         except OSError as error:
             if not is_disk_full(error):
                 raise
@@ -135,12 +144,44 @@ class Sync:
             self.rewind()
             raise
 
+    def _has_files(self) -> bool:
+        return (self.document is not None or self.journal is not None
+                or self.node_list is not None)
+
+    def _has_batches(self) -> bool:
+        return ((self.messages is not None and bool(self.messages.data)
+                 and self.messages.fsync)
+                or (self.log is not None and (bool(self.log.records) or bool(self.log.after))))
+
+    def _save_files(self) -> None:
+        """The metadata file (or its journal's lines) and the node list."""
+        if self.document is not None:
+            self.metadata.save(self.document)
+            if self.applied is not None:
+                self.metadata.save_applied(self.applied)
+        elif self.journal is not None:
+            self.metadata.append(self.journal)  # cut back itself on a full disk
+        if self.node_list is not None:
+            self.node_file.save(*self.node_list)
+
     def rewind(self) -> None:
         """Both batches' files as they were before this Sync (no space needed)."""
         if self.messages is not None:
             self.messages.rewind()
         if self.log is not None:
             self.log.rewind()
+
+
+_METADATA_THREAD: list = []
+
+
+def _metadata_thread():
+    """The thread that saves a Sync's metadata files while its runner fdatasyncs the
+    batches (one, made when first needed; it lives as long as the process)."""
+    if not _METADATA_THREAD:
+        _METADATA_THREAD.append(ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="quorumqueue-metadata-sync"))
+    return _METADATA_THREAD[0]
 
 
 def take_metadata(node: "Node") -> tuple[dict | None, int | None]:

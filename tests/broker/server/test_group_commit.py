@@ -245,3 +245,49 @@ def test_a_confirm_does_not_wait_for_the_fsync_of_publishes_read_after_it(server
     first.join(WAIT)
     second.join(WAIT)
     setup.close()
+
+
+class _Meeting:
+    """Two fsyncs that each wait for the other to have begun: they finish only if
+    they run at the same time (a Sync running them one after the other waits WAIT,
+    then the first raises)."""
+
+    def __init__(self) -> None:
+        self.journal_began = threading.Event()
+        self.log_began = threading.Event()
+        self.journal_lines = []
+
+    def append(self, lines) -> None:  # MetadataStore.append: the journal's fdatasync
+        self.journal_began.set()
+        assert self.log_began.wait(WAIT), "the journal's fsync ran alone, before the log's"
+        self.journal_lines += lines
+
+
+class _MeetingLog:
+    def __init__(self, meeting: _Meeting) -> None:
+        self.meeting = meeting
+        self.records, self.after, self.fsync = [b"a record"], [], True
+
+    def write_records(self) -> None:
+        pass
+
+    def rewind(self) -> None:
+        pass
+
+    def sync(self) -> None:  # WalBatch.sync: the log's fdatasync
+        self.meeting.log_began.set()
+        assert self.meeting.journal_began.wait(WAIT), "the log's fsync ran alone"
+
+
+def test_a_queue_records_fsync_and_its_groups_fsync_run_at_once():
+    """A queue declared or deleted makes one Sync hold both its journal line and its
+    group's log record: the Sync waits for the longer of the two fsyncs, not their
+    sum (each fake fsync here waits for the other to have begun; run in series, the
+    first waits in vain)."""
+    meeting = _Meeting()
+    sync = group_commit.Sync(meeting, None, None, None, None, None, [], _MeetingLog(meeting),
+                             [b"a journal line"])
+    began = time.monotonic()
+    sync.run()
+    assert meeting.journal_lines == [b"a journal line"]
+    assert time.monotonic() - began < WAIT
