@@ -1,0 +1,89 @@
+"""The fifo package's hand-inlined copies ("twins") agree with their originals.
+
+Each test runs the twin and the function it copies on random inputs and compares
+what a user or a replaying member would see: bytes, state, effects."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorumqueue.broker.fifo import commands as fifo_commands, serving, snapshot
+from quorumqueue.broker.fifo.commands import Enqueue, Meta
+from quorumqueue.broker.fifo.machine import _maybe_release_cursor, apply
+from quorumqueue.broker.fifo.state import FifoState, is_high, pack
+
+from .test_machine import commands, concrete, quiet_or_not
+
+texts = st.text(st.characters(codec="utf-8") | st.sampled_from(["\udc80", "\udcff"]),
+                max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.integers(0, 2**63 - 1), st.integers(0, 255), texts.map(lambda t: t[:60]),
+       texts.map(lambda t: t[:60]), st.binary(max_size=30), st.binary(max_size=30),
+       st.binary(max_size=12))
+def test_encode_enqueue_writes_the_publisher_as__s_does(publisher, seq, priority, exchange,
+                                                        key, header, body, head):
+    """encode_enqueue's publisher field (`_s`, inlined) is `_s(publisher)`, and the
+    entry decodes back to what was encoded."""
+    data = fifo_commands.encode_enqueue(publisher, seq, priority, exchange, key, header,
+                                        body, head)
+    start = len(head) + fifo_commands._enqueue_head.size
+    written = fifo_commands._s(publisher)
+    assert data[start:start + len(written)] == written
+    assert fifo_commands.decode_message(data, len(head)) == (exchange, key, header, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(commands, min_size=5, max_size=60), quiet_or_not)
+def test_ready_count_is_the_three_queues_lengths(steps, config):
+    """FifoState.ready_count (len() of the queues, inlined) is len(high) + len(normal)
+    + len(returns) after every command."""
+    state, seq = FifoState(config=config), [0]
+    for position, step in enumerate(steps, start=1):
+        state, _, _ = apply(Meta(position, 1, position * 20), concrete(step, state, seq), state)
+        assert state.ready_count == len(state.high) + len(state.normal) + len(state.returns)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**33), st.integers(0, 255), st.integers(0, 1000))
+def test_an_enqueue_is_packed_as_pack_and_is_high_pack_it(size, priority, ttl_base):
+    """_enqueue's packed size and queue choice (state.pack and state.is_high, inlined)
+    are pack(size, priority) and the queue is_high names."""
+    state = FifoState()
+    state, reply, _ = apply(Meta(1, 1, ttl_base), Enqueue("", 0, size, priority), state)
+    assert reply == "ok"
+    queue = state.high if is_high(pack(size, priority)) else state.normal
+    other = state.normal if queue is state.high else state.high
+    assert list(queue.items()) == [(1, pack(size, priority))] and not len(other)
+
+
+def _copy(state: FifoState) -> FifoState:
+    copied = snapshot.load(snapshot.dump(state))
+    copied.high_run = state.high_run
+    copied.applied_since_cursor = state.applied_since_cursor
+    return copied
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(commands, min_size=5, max_size=60), quiet_or_not)
+def test_the_inlined_first_tests_of_serve_consumers_and_release_cursor_are_theirs(
+        steps, config):
+    """Where `apply` skips serve_consumers (no consumer) or takes the release cursor's
+    early return inline (not yet due, not empty), calling the original changes
+    nothing but what the inline copy changes: no effect, the same state."""
+    state, seq = FifoState(config=config), [0]
+    for position, step in enumerate(steps, start=1):
+        meta = Meta(position, 1, position * 20)
+        state, _, _ = apply(meta, concrete(step, state, seq), state)
+        if not state.consumers:  # `if state.consumers: serve_consumers(...)`
+            copy, effects = _copy(state), []
+            serving.serve_consumers(copy, effects)
+            assert effects == [] and snapshot.dump(copy) == snapshot.dump(state)
+        if (state.applied_since_cursor + 1 < state.config.release_cursor_interval
+                and state.ready_count):  # the inline branch
+            copy, effects = _copy(state), []
+            _maybe_release_cursor(meta, copy, effects)
+            inline = _copy(state)
+            inline.applied_since_cursor += 1
+            assert effects == [] and snapshot.dump(copy) == snapshot.dump(inline)
