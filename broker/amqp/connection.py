@@ -293,6 +293,7 @@ class Connection:
             try:
                 if number and state is _OPEN and 0 < frame_type < 4:
                     # an OPEN channel's frame: its DISPATCH entry, else the general path
+                    # (twin of _channel_frame's OPEN case: keep in step)
                     channel = channels.get(number)
                     step = None
                     if channel is not None and channel.state is _CHANNEL_OPEN:

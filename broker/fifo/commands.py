@@ -417,7 +417,7 @@ def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routi
                    header: bytes, body: bytes, head: bytes = b"") -> bytes:
     """An Enqueue's data, after `head` (an envelope's, written in the same join: the
     message is copied once)."""
-    publisher_bytes = publisher.encode("utf-8", "surrogateescape")  # _s, inlined
+    publisher_bytes = publisher.encode("utf-8", "surrogateescape")  # twin of _s
     exchange_bytes = exchange.encode("utf-8", "surrogateescape")
     key_bytes = routing_key.encode("utf-8", "surrogateescape")
     return b"".join((head, _enqueue_head.pack(1, priority, len(body), seq),

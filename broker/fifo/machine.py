@@ -223,7 +223,7 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     if (state.returns.expiries is not None or state.high.expiries is not None
             or state.normal.expiries is not None):  # a queue that ever held an expiry
         expire_heads(state, effects)
-    if state.consumers:  # serve_consumers' first test, inlined (once per command)
+    if state.consumers:  # twin of serve_consumers' first test (once per command)
         serve_consumers(state, effects)
     if isinstance(command, Enqueue) and reply == "ok" and (
             command.ttl == 0 or state.config.msg_ttl == 0):  # TTL 0 (the lower is 0)
@@ -232,7 +232,7 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
         _apply_limits(state, effects)
     if state.config.dead_letter_at_least_once:
         dlx.serve(state, effects)
-    # _maybe_release_cursor's usual early return, inlined: not yet due, not empty
+    # twin of _maybe_release_cursor's usual early return: not yet due, not empty
     if (state.applied_since_cursor + 1 < state.config.release_cursor_interval
             and state.ready_count):
         state.applied_since_cursor += 1
@@ -258,7 +258,7 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
         state.enqueuers[publisher] = seq
         if gap is not None and seq == gap:
             del state.enqueuer_gaps[publisher]
-    # state.pack and state.is_high, inlined (once per message)
+    # twin of state.pack and state.is_high: keep in step (once per message)
     packed = min(command.size, SIZE_MASK) | (HIGH_BIT if command.priority > HIGH_PRIORITY_ABOVE
                                              else 0)
     ttl, msg_ttl = command.ttl, state.config.msg_ttl  # the lower of the queue's and the message's TTL

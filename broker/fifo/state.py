@@ -370,7 +370,7 @@ class FifoState:
 
     @property
     def ready_count(self) -> int:
-        # len() of the three queues, inlined: read after every command applied
+        # twin of len() of the three queues: keep in step; read after every command
         high, normal, returns = self.high, self.normal, self.returns
         return (len(high.indexes) - high.head + len(normal.indexes) - normal.head
                 + len(returns.indexes) - returns.head)

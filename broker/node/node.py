@@ -531,7 +531,7 @@ class Node:
             return vhost.route(vhost.exchange(exchange_name), routing_key,
                                lambda: properties.decoded().get("headers"),
                                properties.selected_keys), None
-        if exchange_name == "":  # `vhost.route`'s default exchange, inlined (no closure)
+        if exchange_name == "":  # twin of VHost.route's default exchange: keep in step
             queue = vhost.queues.get(routing_key)
             return [queue] if queue is not None else [], (exchange_name, routing_key)
         read_headers = False

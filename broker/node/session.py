@@ -293,7 +293,7 @@ class Session:
                     if channel.held is not None:
                         self._content(event)
                         continue
-                    self.has_published = True  # `_content`'s usual path, inlined
+                    self.has_published = True  # twin of Session._content (below): keep in step
                     # the messages on this channel that the read holds whole: one run
                     run = [event]
                     while handled != budget and (more := next_content(event.channel)) is not None:

@@ -186,7 +186,7 @@ class Confirm:
         return self._reply
 
     def _reply(self, reply: object) -> None:
-        # `_answer(reply != self.refused)` with the body inlined; a subclass that
+        # twin of `_answer(reply != self.refused)`: keep in step; a subclass that
         # overrides `_answer` gets `_reply_through_answer` instead (below)
         self.outstanding -= 1
         if reply == self.refused:

@@ -195,7 +195,7 @@ class RaftNode:
                                    f"{leader.transferee} in progress")
         index = self._log.append_run(self._term, COMMAND, datas)
         leader.mark_all_due(False)
-        awake = self._awake  # `_woken`, inlined: once per publish run
+        awake = self._awake  # twin of `_woken`: once per publish run
         if awake is not None:
             awake[self._group] = None
         return index
@@ -267,7 +267,7 @@ class RaftNode:
         """Digest one message from a peer."""
         if m.to != self.id:
             raise ValueError(f"step - message for {m.to} given to {self.id}")
-        awake = self._awake  # `_woken`, inlined: once per message
+        awake = self._awake  # twin of `_woken`: once per message
         if awake is not None:
             awake[self._group] = None
         if m.term > self._term:

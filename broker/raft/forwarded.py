@@ -191,7 +191,7 @@ class AppliedIds:
             if window.floor < seq <= window.high and seq not in window.missing:
                 return False  # seen
             del origins[origin]
-        if seq == window.high + 1:  # the usual next seq: `record` inlined
+        if seq == window.high + 1:  # twin of _Origin.record's usual next seq
             window.high = seq
             if seq - WINDOW > window.floor:  # past WINDOW forwards, on every one
                 window.floor = seq - WINDOW

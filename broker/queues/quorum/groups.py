@@ -433,7 +433,7 @@ class QuorumGroups:
                 break
             index, term, data = entry.index, entry.term, entry.data
             waiters = queue.waiters  # (fail_waiters replaces the dict)
-            if waiters and term > queue.applied_term:  # entry_committed's early return
+            if waiters and term > queue.applied_term:  # twin: entry_committed's early return
                 queue.entry_committed(index, term)
             if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
                 if held:
@@ -447,7 +447,7 @@ class QuorumGroups:
                 identity, start = queue.admit(index, term, data)
                 if start is None:
                     continue  # applied before: its waiters have the first reply
-            if data[start] == TIMED:  # envelope.decode_entry, inlined (once per entry)
+            if data[start] == TIMED:  # twin of fifo/envelope.py decode_entry, in place
                 queue.last_time_ms = unpack_time(data, start)[1]
                 command = decode(data, start + timed_size)
             else:
@@ -465,7 +465,7 @@ class QuorumGroups:
                 waiting = waiters.pop(index, None)
                 if waiting:
                     if len(waiting) == 1 and waiting[0][0] in (term, None):
-                        waiting[0][2](reply)  # take_waiters' usual case, inlined
+                        waiting[0][2](reply)  # twin of take_waiters' usual case
                     else:
                         waiters[index] = waiting
                         for callback in queue.take_waiters(index, term):
