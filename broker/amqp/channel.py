@@ -233,11 +233,7 @@ class ChannelMachine:
             parts.append(payload)
             payload = b"".join(parts)
         event = ContentReceived(self.number, self._publish, self._properties, payload)
-        self.content = _IDLE  # reset(), inlined: this is every message's last frame
-        self._publish = self._properties = None
-        if parts:
-            self._parts = []
-        self._received = 0
+        self.reset()
         return event
 
     def _complete(self) -> ContentReceived:  # an empty body
