@@ -32,3 +32,78 @@ def test_a_messages_last_body_frame_leaves_the_channel_as_reset_does(messages):
         reset._parts, reset._received = [b"x"], 1
         reset.reset()
         assert _fields(channel) == _fields(reset)
+
+
+# frames of an OPEN connection's channels 1 and 2, in any order: publishes, headers
+# and bodies (some out of turn, one over max_message_size), other methods, a close
+_frames = st.tuples(st.sampled_from(["publish", "header", "body", "qos", "ack", "close"]),
+                    st.sampled_from([1, 2, 3]), st.sampled_from([0, 3, 7, 1001]))
+
+
+# whole messages (basic.publish, header, bodies of up to 7 octets) among them
+_steps = st.one_of(st.tuples(st.just("message"), st.sampled_from([1, 2]),
+                             st.sampled_from([0, 3, 7, 20])), _frames)
+
+
+def _raw_frames(kind: str, number: int, size: int) -> bytes:
+    if kind != "message":
+        return _raw_frame(kind, number, size)
+    bodies = b"".join(_raw_frame("body", number, min(7, size - at)) for at in range(0, size, 7))
+    return _raw_frame("publish", number, 0) + _raw_frame("header", number, size) + bodies
+
+
+def _raw_frame(kind: str, number: int, size: int) -> bytes:
+    from pamqp import body as pamqp_body, commands, frame, header as pamqp_header
+    value = {"publish": lambda: commands.Basic.Publish(exchange="", routing_key="q"),
+             "header": lambda: pamqp_header.ContentHeader(0, size, commands.Basic.Properties()),
+             "body": lambda: pamqp_body.ContentBody(b"b" * min(size, 7) or b"x"),
+             "qos": lambda: commands.Basic.Qos(prefetch_count=size),
+             "ack": lambda: commands.Basic.Ack(delivery_tag=size + 1),
+             "close": lambda: commands.Channel.Close(200, "", 0, 0)}[kind]()
+    return frame.marshal(value, number)
+
+
+def _method_fields(method) -> dict:
+    slots = getattr(type(method), "__slots__", None)
+    if slots is not None and not hasattr(method, "__dict__"):
+        return {name: getattr(method, name) for name in slots}
+    return vars(method)
+
+
+def _plain(events: list) -> list:
+    """Events as comparable values (a decoded method's fields, not its identity)."""
+    import re
+    plain = []
+    for event in events:
+        method = getattr(event, "method", None)
+        fields = None if method is None else (type(method).__name__, _method_fields(method))
+        plain.append((re.sub(r" at 0x[0-9a-f]+", "", repr(event)), fields))
+    return plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_steps, max_size=30), st.booleans())
+def test_the_receive_loops_dispatch_fast_path_does_what_channel_frame_does(frames, bytewise):
+    """Connection.receive_data's DISPATCH fast path for an OPEN channel's frames (a
+    twin of `_channel_frame`'s OPEN case) gives the same events, errors and bytes
+    out as the general path, forced here by emptying the DISPATCH table."""
+    from collections import defaultdict
+
+    from quorumqueue.broker.amqp import connection as connection_module
+
+    from .test_connection import Driver
+    data = b"".join(_raw_frames(*f) for f in frames)
+    fast, slow = Driver(bytewise).open(1, 2), Driver(bytewise).open(1, 2)
+    fast_events = fast.feed(data)
+    saved = connection_module._DISPATCH
+    connection_module._DISPATCH = defaultdict(dict)
+    try:
+        slow_events = slow.feed(data)
+    finally:
+        connection_module._DISPATCH = saved
+    assert _plain(fast_events) == _plain(slow_events)
+    assert fast.connection.data_to_send() == slow.connection.data_to_send()
+    assert fast.connection.state == slow.connection.state
+    for number in (1, 2):
+        one, other = fast.connection.channels.get(number), slow.connection.channels.get(number)
+        assert (one and (one.state, one.content)) == (other and (other.state, other.content))

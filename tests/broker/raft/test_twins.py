@@ -9,8 +9,8 @@ from quorumqueue.broker.raft.forwarded import MAX_ORIGINS, WINDOW, AppliedIds, I
 
 
 def _window_state(applied: AppliedIds) -> list:
-    return [(origin, w.floor, w.high, w.last_index, sorted(w.missing), sorted(w.replies.items()))
-            for origin, w in applied.origins.items()]
+    return [(origin, w.floor, w.high, w.last_index, sorted(w.missing),
+             sorted(w.replies.items())) for origin, w in applied.origins.items()]
 
 
 # mostly the next seq of a few origins, with jumps past WINDOW, repeats and reorderings
