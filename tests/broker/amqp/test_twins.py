@@ -1,11 +1,20 @@
 """broker/amqp's hand-inlined copies ("twins") agree with their originals."""
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pamqp import body as pamqp_body
+from pamqp import commands, frame
+from pamqp import header as pamqp_header
 
 from quorumqueue.broker.amqp import codec
+from quorumqueue.broker.amqp import connection as connection_module
 from quorumqueue.broker.amqp.channel import ChannelMachine, ContentState
+
+from .test_connection import Driver
 
 
 def _fields(channel: ChannelMachine) -> dict:
@@ -53,7 +62,6 @@ def _raw_frames(kind: str, number: int, size: int) -> bytes:
 
 
 def _raw_frame(kind: str, number: int, size: int) -> bytes:
-    from pamqp import body as pamqp_body, commands, frame, header as pamqp_header
     value = {"publish": lambda: commands.Basic.Publish(exchange="", routing_key="q"),
              "header": lambda: pamqp_header.ContentHeader(0, size, commands.Basic.Properties()),
              "body": lambda: pamqp_body.ContentBody(b"b" * min(size, 7) or b"x"),
@@ -72,7 +80,6 @@ def _method_fields(method) -> dict:
 
 def _plain(events: list) -> list:
     """Events as comparable values (a decoded method's fields, not its identity)."""
-    import re
     plain = []
     for event in events:
         method = getattr(event, "method", None)
@@ -87,11 +94,6 @@ def test_the_receive_loops_dispatch_fast_path_does_what_channel_frame_does(frame
     """Connection.receive_data's DISPATCH fast path for an OPEN channel's frames (a
     twin of `_channel_frame`'s OPEN case) gives the same events, errors and bytes
     out as the general path, forced here by emptying the DISPATCH table."""
-    from collections import defaultdict
-
-    from quorumqueue.broker.amqp import connection as connection_module
-
-    from .test_connection import Driver
     data = b"".join(_raw_frames(*f) for f in frames)
     fast, slow = Driver(bytewise).open(1, 2), Driver(bytewise).open(1, 2)
     fast_events = fast.feed(data)
