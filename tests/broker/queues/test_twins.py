@@ -6,8 +6,16 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quorumqueue.broker.fifo import snapshot
+from quorumqueue.broker.fifo.commands import Meta, encode_enqueue
+from quorumqueue.broker.fifo.envelope import decode_entry, stamp
+from quorumqueue.broker.fifo.machine import apply
+from quorumqueue.broker.fifo.state import FifoState
 from quorumqueue.broker.groups.replicated import ReplicatedGroup
 from quorumqueue.broker.queues.base import Confirm
+from quorumqueue.broker.queues.quorum.groups import QuorumGroups
+from quorumqueue.broker.raft import COMMAND
+from quorumqueue.broker.raft.forwarded import AppliedIds, Identity, wrap
 
 
 class Channel:
@@ -58,3 +66,35 @@ def test_the_apply_loops_lone_waiter_case_is_take_waiters_answer(waiting, term):
     if len(waiters) == 1 and waiters[0][0] in (term, None):  # the loop's own case
         assert answered == [waiters[0][2]] and proposed == [] and group.waiters == {}
     assert sorted(map(id, answered + proposed)) == sorted(id(w[2]) for w in waiters)
+
+
+entries = st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(0, 10**6),
+                             st.sampled_from(["", "p1"]), st.integers(0, 9)),
+                   min_size=1, max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries)
+def test_the_apply_loop_decodes_an_entry_in_place_as_decode_entry_does(steps):
+    """QuorumGroups._apply_entries reads an entry's leader time and command in place,
+    after a forwarded entry's head (twin of fifo/envelope.py decode_entry): the
+    machine state and the queue's leader time are those of decode_entry on the
+    command's bytes, applied in turn."""
+    queue = SimpleNamespace(deleted=False, waiters={}, applied_term=0, applied=AppliedIds(),
+                            last_time_ms=0, state=FifoState(), replay_until=0,
+                            is_leader=True)
+    queue.admit = lambda index, term, data: ReplicatedGroup.admit(queue, index, term, data)
+    group = SimpleNamespace(_apply_effects=lambda queue, effects, replaying: None)
+    expected, now_ms, logged = FifoState(), 0, []
+    for index, (timed, wrapped, time_ms, publisher, priority) in enumerate(steps, start=1):
+        command = encode_enqueue(publisher, index, priority, "", "q", b"", b"body")
+        if timed:
+            command = stamp(command, time_ms)
+        data = wrap(Identity(9, index, False), command) if wrapped else command
+        logged.append(SimpleNamespace(index=index, term=1, data=data, kind=COMMAND))
+        stamped, decoded = decode_entry(command)
+        now_ms = now_ms if stamped is None else stamped
+        expected, _, _ = apply(Meta(index, 1, now_ms), decoded, expected)
+    QuorumGroups._apply_entries(group, queue, logged)
+    assert snapshot.dump(queue.state) == snapshot.dump(expected)
+    assert queue.last_time_ms == now_ms
