@@ -7,8 +7,9 @@ So the fsyncs happen off its event loop. `begin_sync` takes everything pending a
   changed (storage/metadata_journal.py);
 - the message store's batch;
 - one Raft round: every group's Ready persisted into the log store's batch.
-It writes the two batches into their files (the page cache: quick).
-`Sync.run()`, on any thread, replaces the metadata file and fdatasyncs.
+It writes the message store's batch into its file (the page cache: quick).
+`Sync.run()`, on any thread, writes the Raft log's batch, replaces the metadata
+file and fdatasyncs.
 `end_sync` then releases what it made durable. That is the confirms waiting on the
 message store, and the Raft round's sends, applies and advances. Their replies and
 confirms follow.
@@ -84,6 +85,7 @@ class Sync:
     journal: list[bytes] | None = None  # else the queue records changed: journal lines
     attempts: int = 0                  # runs that failed on a full disk
     unwritten: OSError | None = None   # `write` found the disk full: `run` writes again
+    log_written: bool = False          # the log's batch is in its file (else `run` writes it)
 
     @property
     def writes(self) -> bool:
@@ -98,10 +100,18 @@ class Sync:
                 # snapshots, segment deletions: raft/storage/rollover.py, deferred.py)
 
     def write(self) -> None:
-        """The batches into their files, unsynced (quick: the event loop does it).
+        """The message store's batch into its file, unsynced (quick: the event loop
+        does it; its reads may need it). The Raft log's batch is written by `run`,
+        on the writer thread: at 256 KB a round's WAL records are tens of MB, whose
+        copy into the page cache held the loop for 100 ms and more. (Nothing reads
+        the WAL file but recovery.) Unless `run` will not run (nothing to sync).
         A full disk is kept for `run` to raise, once it tried again."""
         try:
-            self._write_batches()
+            if self.messages is not None:
+                self.messages.write_data()
+            if self.log is not None and not self.writes:
+                self.log.write_records()
+                self.log_written = True
         except OSError as error:
             if not is_disk_full(error):
                 raise
@@ -124,12 +134,16 @@ class Sync:
                 self.unwritten = None
                 self.rewind()     # what the failed attempt left half written
                 self._write_batches()
+                self.log_written = True
             beside = None
             if self._has_files() and self._has_batches():  # both: their fsyncs at once
                 beside = _metadata_thread().submit(self._save_files)
             elif self._has_files():
                 self._save_files()
             try:
+                if self.log is not None and not self.log_written:
+                    self.log.write_records()   # the page cache, here: not on the loop
+                    self.log_written = True
                 if self.messages is not None:
                     self.messages.sync()
                 if self.log is not None:

@@ -125,6 +125,28 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
+def writev_all(fd: int, buffers: list[bytes]) -> int:
+    """All of `buffers`, in order, at the descriptor's position (as `write_all`);
+    returns the bytes written. At most IOV_MAX buffers per call; a short write is
+    continued from where it stopped."""
+    total = position = offset = 0      # buffers[position][offset:] is next
+    count = len(buffers)
+    while position < count:
+        batch = buffers[position:position + _IOV_MAX]
+        if offset:
+            batch[0] = memoryview(buffers[position])[offset:]
+        written = os.writev(fd, batch)
+        total += written
+        while position < count and written >= len(buffers[position]) - offset:
+            written -= len(buffers[position]) - offset
+            position, offset = position + 1, 0
+        offset += written
+    return total
+
+
 def pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """All of `data` at `offset` (as `write_all`)."""
     view = memoryview(data)

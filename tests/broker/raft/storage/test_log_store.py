@@ -79,10 +79,10 @@ def test_group_commit_is_one_fdatasync_for_many_groups(tmp_path, monkeypatch):
     for group in groups:
         store.append(group, make_entries(group, 1, 101, size=1024))
     syncs, writes = [], []
-    real_sync, real_write = os.fdatasync, os.write
+    real_sync, real_write = os.fdatasync, os.writev
     monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real_sync(fd))[1])
-    monkeypatch.setattr(os, "write", lambda fd, data: (writes.append(len(data)),
-                                                       real_write(fd, data))[1])
+    monkeypatch.setattr(os, "writev", lambda fd, data: (writes.append(len(data)),
+                                                        real_write(fd, data))[1])
     assert store.flush() == {group: 100 for group in groups}
     assert len(syncs) == 1
     assert len(writes) == -(-(10 + 1000) // 64)     # 10 GROUP + 1000 ENTRY records
