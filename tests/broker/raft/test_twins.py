@@ -10,44 +10,13 @@ from hypothesis import strategies as st
 
 from quorumqueue.broker.raft.config import RaftConfig
 from quorumqueue.broker.raft.core import RaftNode
-from quorumqueue.broker.raft.forwarded import MAX_ORIGINS, WINDOW, AppliedIds, Identity
 from quorumqueue.broker.raft.types import NOOP
 
 from .harness import MemoryStorage
 
 
-def _window_state(applied: AppliedIds) -> list:
-    return [(origin, w.floor, w.high, w.last_index, sorted(w.missing),
-             sorted(w.replies.items())) for origin, w in applied.origins.items()]
-
-
-# mostly the next seq of a few origins, with jumps past WINDOW, repeats and reorderings
-steps = st.lists(st.tuples(st.integers(0, MAX_ORIGINS + 2),
-                           st.sampled_from([1, 1, 1, 1, 0, -1, -3, 2, 5, WINDOW, WINDOW + 7]),
-                           st.booleans(), st.sampled_from([None, "ok", "rejected", 3])),
-                 min_size=1, max_size=120)
-
-
-@settings(max_examples=300, deadline=None)
-@given(steps)
-def test_admit_then_keep_reply_records_what_seen_then_record_records(steps):
-    """AppliedIds.admit (`seen` and `record` in one call, the usual next seq's
-    `_Origin.record` inlined) then keep_reply: the same answer to "applied before?"
-    and the same windows (floor, high, missing seqs, kept replies, last index and
-    the eviction order) as `seen`, then `record`, after every entry."""
-    fast, slow, highs = AppliedIds(), AppliedIds(), {}
-    for index, (origin, delta, awaited, reply) in enumerate(steps, start=1):
-        seq = max(1, highs.get(origin, 0) + delta)
-        highs[origin] = max(highs.get(origin, 0), seq)
-        identity = Identity(origin, seq, awaited)
-        seen = slow.seen(identity)
-        if not seen:
-            slow.record(identity, index, reply)
-        admitted = fast.admit(identity, index)
-        if admitted:
-            fast.keep_reply(identity, reply)
-        assert admitted == (not seen)
-        assert _window_state(fast) == _window_state(slow)
+# AppliedIds.admit, the twin of `seen` then `record`: its test is
+# tests/broker/raft/test_forwarded.py test_admit_and_keep_reply_are_seen_and_record_in_one_call.
 
 
 @settings(max_examples=100, deadline=None)
