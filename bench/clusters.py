@@ -30,9 +30,10 @@ Invariants
     - Everything binds 127.0.0.1; nothing touches a system epmd or /etc/rabbitmq.
     - ``stop()`` (and leaving the ``with`` block, also on a failed start) stops
       every node and, for RabbitMQ, then the shared epmd; it is idempotent.
-    - RabbitMQ nodes are spawned from the thread that calls ``start()``:
-      RabbitMQNode's children get SIGTERM when the thread that forked them ends
-      (PR_SET_PDEATHSIG), so that thread must outlive them.
+    - RabbitMQ nodes are spawned from the thread that calls ``start()``. From the
+      main thread, RabbitMQNode's children get SIGTERM when this process dies
+      (PR_SET_PDEATHSIG); from any other thread that guard is not armed, since the
+      kernel would fire it when that thread ends.
 
 Not here
     The load (``bench.amqp_loadgen``), the reports (``bench/cluster_throughput.py``,

@@ -25,7 +25,8 @@ Invariants:
 - All children are started before the launcher opens anything else, and each runs in
   a session of its own: a terminal's Ctrl-C reaches only the launcher, which then
   stops the nodes itself. On Linux each child also gets SIGTERM if the launcher dies
-  (PR_SET_PDEATHSIG), so even a SIGKILLed launcher leaves no node behind.
+  (PR_SET_PDEATHSIG, `die_with_parent`), so even a SIGKILLed launcher leaves no node
+  behind when the launcher runs on its main thread, as `cluster start` does.
 - `run` returns only once every child has been reaped: stopping sends SIGTERM to
   all, waits `stop_timeout` seconds (a second SIGINT/SIGTERM cuts the wait short),
   then sends SIGKILL to the rest.
@@ -51,11 +52,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
+
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal sent when the parent thread ends
 
 NODE_HOST = "localhost"  # the host part of every local node's name (qq1@localhost)
 CLUSTER_PORT_OFFSET = 20000  # inter-node port = AMQP port + 20000, as RabbitMQ's distribution port
@@ -285,34 +289,45 @@ def describe_exit(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to SIGTERM the child when its parent dies."""
-    if not sys.platform.startswith("linux"):
-        return None
+def die_with_parent(then: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """A `preexec_fn`: Linux sends the child SIGTERM when its parent dies; then runs `then`.
+
+    The kernel sends that signal when the *thread* that forked the child ends, not
+    the process. A child forked from a short-lived thread would be stopped with
+    that thread. So the signal is armed only when called on the main thread, which
+    lives as long as the process. Elsewhere, and off Linux, it returns `then`
+    unchanged (None when there is nothing to run): such children rely on their
+    starter's own cleanup.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return then
     import ctypes
 
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return None
+        return then
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
+        if then is not None:
+            then()
 
     return preexec
 
 
-def spawn(command: list[str], *, stdout, die_with_parent: bool = True,
+def spawn(command: list[str], *, stdout, tie_to_parent: bool = True,
           cwd: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start one node process in a session of its own, output to `stdout`; `env`
-    adds to the environment it inherits."""
+    adds to the environment it inherits. With `tie_to_parent` the node gets SIGTERM
+    when this process dies (`die_with_parent`: only when spawned from the main thread)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                            cwd=cwd, preexec_fn=_die_with_parent() if die_with_parent else None)
+                            cwd=cwd, preexec_fn=die_with_parent() if tie_to_parent else None)
 
 
 class Launcher:

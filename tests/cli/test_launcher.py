@@ -166,6 +166,63 @@ def test_exits_are_described(code, said):
     assert launcher.describe_exit(code) == said
 
 
+# -- a child that ends with its parent (die_with_parent) --------------------------------
+
+# The child prints the signal its parent's death sends it (prctl PR_GET_PDEATHSIG)
+# and its open-files limit (which `then` below lowers).
+_REPORT_CHILD = [sys.executable, "-c",
+                 "import ctypes, resource\n"
+                 "signal = ctypes.c_int()\n"
+                 "ctypes.CDLL(None).prctl(2, ctypes.byref(signal), 0, 0, 0)\n"
+                 "print(signal.value, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"]
+
+
+def _lower_open_files() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (99, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def _spawned_report(*, then=None, tie_to_parent=True) -> tuple[int, int]:
+    if then is None:
+        process = launcher.spawn(_REPORT_CHILD, stdout=subprocess.PIPE, tie_to_parent=tie_to_parent)
+    else:
+        process = subprocess.Popen(_REPORT_CHILD, stdout=subprocess.PIPE,
+                                   preexec_fn=launcher.die_with_parent(then))
+    out, _ = process.communicate(timeout=60)
+    signal_number, open_files = out.split()
+    return int(signal_number), int(open_files)
+
+
+def _from_a_thread(function):
+    box = []
+    thread = threading.Thread(target=lambda: box.append(function()))
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    return box[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_spawn_from_the_main_thread_arms_sigterm_on_the_parents_death():
+    assert _spawned_report()[0] == signal.SIGTERM
+    assert _spawned_report(tie_to_parent=False)[0] == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_spawn_from_another_thread_does_not_tie_the_child_to_that_thread():
+    # the kernel would send the signal when that thread ends, not the process
+    assert _from_a_thread(_spawned_report)[0] == 0
+    assert launcher.die_with_parent() is not None
+    assert _from_a_thread(launcher.die_with_parent) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_die_with_parent_runs_then_in_the_child_on_any_thread():
+    assert _spawned_report(then=_lower_open_files) == (signal.SIGTERM, 99)
+    assert _from_a_thread(lambda: _spawned_report(then=_lower_open_files)) == (0, 99)
+    assert _from_a_thread(lambda: launcher.die_with_parent(_lower_open_files)) is _lower_open_files
+
+
 def test_cluster_start_refuses_bad_options_before_starting_anything(tmp_path):
     result = CliRunner().invoke(main, ["cluster", "start", "--nodes", "2", "--base-port",
                                        "65000", "--data-dir", str(tmp_path)])

@@ -17,9 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from quorumqueue.cli.launcher import pick_free_ports
-
-from tests.support.processes import die_with_parent
+from quorumqueue.cli.launcher import die_with_parent, pick_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "quorumqueue.cli"]

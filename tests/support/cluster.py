@@ -638,7 +638,7 @@ class LocalCluster:
         # no PR_SET_PDEATHSIG: it fires when the *thread* that started the node ends,
         # and fault tests restart nodes from threads of their own
         self._processes[plan.name] = launcher.spawn(
-            command, stdout=log, die_with_parent=False, cwd=str(ROOT),
+            command, stdout=log, tie_to_parent=False, cwd=str(ROOT),
             env={FAULT_FSYNC_DELAY_FILE: self._slow_disk_file(plan)})
         self._paused.discard(plan.name)
 

@@ -27,8 +27,10 @@ Invariants
       their own -- carries ``QQ_ORACLE_NODE=<node_name>`` in its environment;
       ``stop()`` kills whatever still carries it and checks that none remains.
     - The default user is guest/guest and, as in any RabbitMQ, loopback-only.
-    - If the thread that started the node dies, the kernel sends the launcher
-      script and epmd SIGTERM (PR_SET_PDEATHSIG); the launcher stops beam.
+    - If the process that started the node dies, the kernel sends the launcher
+      script and epmd SIGTERM (PR_SET_PDEATHSIG, armed only when they were started
+      from the main thread: quorumqueue.cli.launcher.die_with_parent); the launcher
+      stops beam.
 
 Not here
     Forming a cluster (rabbitmq_cluster.py joins nodes started here with a shared
@@ -55,7 +57,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, ClassVar
 
-from tests.support.processes import die_with_parent
+from quorumqueue.cli.launcher import die_with_parent
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 TOOLS = Path("/usr/lib/rabbitmq/bin")  # rabbitmqctl, rabbitmq-diagnostics, rabbitmq-queues
