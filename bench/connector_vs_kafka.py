@@ -5,7 +5,7 @@
         [--per-trigger 100000] [--per-trigger-4k 25000] [--kafka-partitions 2]
         [--latency-rate 2000] [--latency-seconds 20] [--triggers 0,500]
         [--eo-messages 60000] [--eo-per-trigger 5000] [--eo-kills 2]
-        [--out bench/results]
+        [--sides kafka,quorumqueue] [--out bench/results]
 
 What a data engineer would pick instead of this connector: one Kafka 4.x broker in
 KRaft mode (bench/kafka_broker.py; `make bench-kafka-setup` fetches its jars and Spark's
@@ -15,7 +15,9 @@ and the quorumqueue source and sink, both read and written from one Spark sessio
 its own (setsid: Linux shares the CPU between sessions, so an A/B where one side is in
 its own session and the other not is biased whatever `nice` says). Workloads
 (`--workloads`, comma-separated, default all), Kafka then quorumqueue, the order
-swapped every round, `--rounds` rounds after an untimed warm-up round:
+swapped every round, `--rounds` rounds after an untimed warm-up round
+(`--sides quorumqueue` or `--sides kafka` runs one side alone: no other broker is
+started, and the report gives that side's figures without ratios):
 
 - `source-noop`, `source-delta`: `--messages` x 256 B filled by a loader, then an
   AvailableNow query with `--per-trigger` messages per batch (maxOffsetsPerTrigger /
@@ -43,6 +45,7 @@ better). Prints a Markdown summary and how to reproduce it; writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -87,6 +90,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eo-per-trigger", type=int, default=5_000)
     parser.add_argument("--eo-kills", type=int, default=2)
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed round")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="comma-separated: kafka, quorumqueue or both (the default)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="after the warm-up, run each throughput workload once per side "
@@ -98,6 +103,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     arguments.chosen = chosen
+    sides = tuple(side.strip() for side in arguments.sides.split(",") if side.strip())
+    if not sides or set(sides) - set(SIDES):
+        parser.error(f"--sides: {arguments.sides!r}; choose from {', '.join(SIDES)}")
+    arguments.side_list = tuple(side for side in SIDES if side in sides)
     arguments.trigger_list = tuple(int(t) for t in arguments.triggers.split(","))
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -114,8 +123,8 @@ def run_throughput(bench: Bench, workload: str, kind: str, arguments, frame) -> 
                         workload.rsplit("-", 1)[1])
 
 
-def order(round_number: int) -> tuple[str, str]:
-    return SIDES if round_number % 2 else SIDES[::-1]
+def order(round_number: int, sides: tuple[str, ...] = SIDES) -> tuple[str, ...]:
+    return sides if round_number % 2 else sides[::-1]
 
 
 def load() -> str:
@@ -132,17 +141,17 @@ def measure(bench: Bench, arguments) -> dict:
         frame = bodies(bench.spark, arguments.sink_messages, 256, 2)
     if throughput and not arguments.no_warmup:
         for workload in throughput:
-            for kind in SIDES:
+            for kind in arguments.side_list:
                 run = run_throughput(bench, workload, kind, arguments, frame)
                 log(f"[warm-up] {workload} {kind}: {run.rate:,.0f} msg/s (untimed)")
     if throughput and arguments.profile:
         for workload in throughput:
-            for kind in SIDES:
+            for kind in arguments.side_list:
                 profiled(bench, workload, kind, arguments, frame)
     for round_number in range(1, arguments.rounds + 1):
         results["load"].append(load())
         for workload in throughput:
-            for kind in order(round_number):
+            for kind in order(round_number, arguments.side_list):
                 run = run_throughput(bench, workload, kind, arguments, frame)
                 results["throughput"].setdefault(workload, {}).setdefault(kind, []).append(run)
                 log(f"[round {round_number}] {workload} {kind}: {run.messages:,} in "
@@ -150,7 +159,7 @@ def measure(bench: Bench, arguments) -> dict:
     if "latency" in arguments.chosen:
         for trigger in arguments.trigger_list:
             for round_number in range(1, arguments.rounds + 1):
-                for kind in order(round_number):
+                for kind in order(round_number, arguments.side_list):
                     run = bench.latency(kind, trigger, arguments.latency_rate,
                                         arguments.latency_seconds)
                     results["latency"].setdefault(trigger, {}).setdefault(kind, []).append(run)
@@ -159,7 +168,7 @@ def measure(bench: Bench, arguments) -> dict:
                         f"{run.commit_ms[0]:.0f} p99 {run.commit_ms[1]:.0f} ms "
                         f"({run.batches} batches; load {load()})")
     if "exactly-once" in arguments.chosen:
-        for kind in SIDES:
+        for kind in arguments.side_list:
             run = bench.exactly_once(kind, arguments.eo_messages, arguments.eo_per_trigger,
                                      arguments.eo_kills)
             results["exactly_once"][kind] = run
@@ -218,6 +227,9 @@ def report(results: dict, arguments) -> list[str]:
              "|---|---|---|---|---|"]
     summary: dict = {}
     for workload, sides in results["throughput"].items():
+        if len(sides) < 2:
+            lines.append(_one_side(workload, sides))
+            continue
         kafka, qq = sides["kafka"], sides["quorumqueue"]
         ratios = [q.rate / k.rate for k, q in zip(kafka, qq)]
         median = statistics.median(ratios)
@@ -227,6 +239,13 @@ def report(results: dict, arguments) -> list[str]:
                      f"{spread([r.rate for r in qq])} | **{median:.2f}x** "
                      f"({min(ratios):.2f}-{max(ratios):.2f}) | >= {TARGET[workload]}x: {held} |")
     for trigger, sides in results["latency"].items():
+        if len(sides) < 2:
+            for what, index in (("p50", 0), ("p99", 1)):
+                for stage, label in (("arrival_ms", "foreachBatch"), ("commit_ms", "Delta commit")):
+                    lines.append(_one_side(
+                        f"latency {what} -> {label}, trigger {trigger} ms (ms)", sides,
+                        lambda run, stage=stage, index=index: getattr(run, stage)[index]))
+            continue
         kafka, qq = sides["kafka"], sides["quorumqueue"]
         for what, index in (("p50", 0), ("p99", 1)):
             for stage in ("arrival_ms", "commit_ms"):
@@ -253,12 +272,19 @@ def report(results: dict, arguments) -> list[str]:
     groups = {**results["throughput"],
               **{f"latency {t} ms": s for t, s in results["latency"].items()}}
     for workload, sides in groups.items():
-        for kind in SIDES:
+        for kind in (side for side in SIDES if side in sides):
             runs = sides[kind]
             lines.append(f"| {workload} | {kind} | " + " | ".join(
                 f"{per_message(runs, group):.2f}" for group in CPU_GROUPS) + " |")
     results["summary"] = summary
     return lines
+
+
+def _one_side(label: str, sides: dict, figure=lambda run: run.rate) -> str:
+    """A report row for a run of one side alone: its figures, no ratio to a baseline."""
+    cells = [spread([figure(run) for run in sides[kind]]) if kind in sides else "not run"
+             for kind in SIDES]
+    return f"| {label} | {cells[0]} | {cells[1]} | no ratio: one side run | |"
 
 
 def to_json(results: dict, arguments) -> dict:
@@ -318,16 +344,23 @@ def main(argv: list[str] | None = None) -> int:
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     log(f"workloads {', '.join(arguments.chosen)}; {arguments.rounds} round(s); load {load()}")
     began = time.monotonic()
-    with quorumqueue_broker(new_session=True) as qq, KafkaBroker() as kafka, \
+    sides = arguments.side_list
+    with (quorumqueue_broker(new_session=True) if "quorumqueue" in sides
+          else contextlib.nullcontext()) as qq, \
+            (KafkaBroker() if "kafka" in sides else contextlib.nullcontext()) as kafka, \
             tempfile.TemporaryDirectory(prefix="qq-vs-kafka-") as tmp:
         from bench.vs_kafka_spark import session
 
-        log(f"[brokers] quorumqueue 127.0.0.1:{qq.port} (pid {qq.pid}), Kafka "
-            f"{kafka.bootstrap} (pid {kafka.pid}); starting Spark")
-        spark = session("bench-connector-vs-kafka")
+        log("[brokers] " + "; ".join(
+            ([f"quorumqueue 127.0.0.1:{qq.port} (pid {qq.pid})"] if qq else [])
+            + ([f"Kafka {kafka.bootstrap} (pid {kafka.pid})"] if kafka else []))
+            + "; starting Spark")
+        spark = session("bench-connector-vs-kafka", kafka=kafka is not None)
         try:
-            bench = Bench(spark, kafka, f"amqp://guest:guest@127.0.0.1:{qq.port}/%2F",
-                          qq.port, qq.pid, Path(tmp), arguments.kafka_partitions)
+            bench = Bench(spark, kafka,
+                          f"amqp://guest:guest@127.0.0.1:{qq.port}/%2F" if qq else "",
+                          qq.port if qq else 0, qq.pid if qq else 0, Path(tmp),
+                          arguments.kafka_partitions)
             results = measure(bench, arguments)
         finally:
             spark.stop()

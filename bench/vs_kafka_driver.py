@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-trigger", type=int, default=5000)
     parser.add_argument("--available-now", action="store_true")
     arguments = parser.parse_args(argv)
-    spark = session(f"vs-kafka-driver-{arguments.kind}")
+    spark = session(f"vs-kafka-driver-{arguments.kind}", kafka=arguments.kind == "kafka")
     try:
         side = Side(arguments.kind, arguments.address, arguments.name)
         writer = (side.stream(spark, arguments.per_trigger).writeStream.format("delta")

@@ -31,19 +31,22 @@ from bench.kafka_broker import spark_kafka_jars
 SPARK_DRIVER_MEMORY = "4g"   # 100,000 x 4 KB per run; local mode's executors live in it
 
 
-def session_conf(app_name: str) -> dict[str, str]:
+def session_conf(app_name: str, kafka: bool = True) -> dict[str, str]:
+    """Spark's settings; `kafka=False` leaves Spark's Kafka connector out (a run of the
+    quorumqueue side alone, which needs no `make bench-kafka-setup`)."""
     from quorumqueue.jobs.delta import local_spark_conf
 
     conf = local_spark_conf(app_name)
-    conf["spark.jars"] = ",".join([conf["spark.jars"], *spark_kafka_jars()])
+    if kafka:
+        conf["spark.jars"] = ",".join([conf["spark.jars"], *spark_kafka_jars()])
     conf["spark.driver.memory"] = SPARK_DRIVER_MEMORY
     return conf
 
 
-def session(app_name: str):
+def session(app_name: str, kafka: bool = True):
     from quorumqueue.jobs.delta import local_spark
 
-    return local_spark(app_name, session_conf(app_name))
+    return local_spark(app_name, session_conf(app_name, kafka))
 
 
 def spark_jvm_pid(spark) -> int:

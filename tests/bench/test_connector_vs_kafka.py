@@ -52,3 +52,28 @@ def test_a_ratio_is_the_median_of_the_rounds_ratios_and_latency_is_lower_is_bett
     assert "**2.00x** (2.00-2.00) | <= 1.5x: NOT held" in lines  # p99 400 against 200
     assert "exactly-once, quorumqueue, 2 driver SIGKILLs | | | 11 rows" in lines
     assert "100%: NOT held" in lines
+
+
+def test_a_run_of_the_quorumqueue_side_alone_is_reported_without_ratios():
+    arguments = parse_arguments(["--sides", "quorumqueue", "--workloads", "sink,latency"])
+    assert arguments.side_list == ("quorumqueue",)
+    cpu = {"broker": 3.0, "JVM tasks": 1.0, "Python workers": 0.5, "driver": 0.1}
+    results = {
+        "throughput": {"sink": {"quorumqueue": [Run(5.0, 100, cpu), Run(4.0, 100, cpu)]}},
+        "latency": {0: {"quorumqueue": [LatencyRun((90.0, 400.0), (250.0, 800.0), 10, 2, cpu)]}},
+        "exactly_once": {"quorumqueue": ExactlyOnceRun(10, 10, 10, 2)},
+        "load": [],
+    }
+    lines = "\n".join(report(results, arguments))
+    assert "| sink | not run | 22.50 (20.00-25.00) | no ratio: one side run |" in lines
+    assert "| latency p99 -> Delta commit, trigger 0 ms (ms) | not run | 800.00" in lines
+    assert "| sink | quorumqueue | 30000.00 |" in lines          # 3 s of broker CPU / 100
+    assert "| sink | kafka |" not in lines
+    assert results["summary"] == {}
+
+
+def test_sides_are_checked_and_kept_in_one_order():
+    with pytest.raises(SystemExit):
+        parse_arguments(["--sides", "quorumqueue,pulsar"])
+    assert parse_arguments(["--sides", "quorumqueue, kafka"]).side_list == ("kafka",
+                                                                           "quorumqueue")
