@@ -12,8 +12,9 @@ on disk — and yields each group's segments, memory table and snapshot. The que
 fifo state is restored from the snapshot (or, without one, from the queue's
 arguments in metadata.json) and the COMMAND entries above the snapshot are applied
 with the broker's pure state machine (`broker/fifo/machine.py`), skipping a forwarded
-command whose identity was applied before, as every member does (the identities
-applied come from the snapshot too: `broker/raft/forwarded.py`). `live_indexes` and
+command whose identity was applied before and holding one that came before a lower
+seq of its node until its turn, as every member does (the identities applied and
+held come from the snapshot too: `broker/raft/forwarded.py`). `live_indexes` and
 `lowest_live_index` of that state are the answer.
 
 Invariants: nothing is written; the result equals the state a broker restarted on
@@ -33,7 +34,7 @@ from ..broker.fifo.commands import Meta, decode_reply
 from ..broker.fifo.envelope import decode_entry
 from ..broker.fifo.machine import apply, live_indexes, lowest_live_index
 from ..broker.fifo.state import FifoState, fifo_config
-from ..broker.raft.forwarded import AppliedIds, load_snapshot, unwrap
+from ..broker.raft.forwarded import HELD, SEEN, AppliedIds, load_snapshot, unwrap
 from ..broker.raft.storage.errors import CorruptLogError
 from ..broker.raft.storage.group_state import GroupState
 from ..broker.raft.storage.layout import QUORUM_DIR, SNAPSHOT_FILE, SNAPSHOTS_DIR
@@ -54,7 +55,7 @@ class GroupLiveness:
     release_cursor: int        # what the store has released (RELEASE records): below it, gone
     lowest_live: int | None    # the lowest index the queue still needs (None: none)
     last_index: int
-    live: array                # live raft indexes, ascending ("Q")
+    live: array                # live raft indexes, ascending ("Q"), held forwards too
     messages: int = 0          # in the queue: ready, returned, checked out or leased
     returned: int = 0          # of those, returned at least once (a delivery count kept)
     state_bytes: int = 0       # the machine's own figure for its per-message metadata
@@ -86,26 +87,74 @@ def liveness(data_dir: str) -> dict[str, GroupLiveness]:
 def _group(root: str, uid: str, state: GroupState, arguments: dict,
            readers: "_Readers") -> GroupLiveness:
     applied, fifo = _restored(root, state, arguments)
-    index = state.snapshot_index
-    time_ms = 0
-    for entry in _entries(state, index + 1, readers):
-        if entry.kind != COMMAND:
-            continue
-        identity, data = unwrap(entry.data)
-        if identity is not None and applied.seen(identity):
-            continue  # a forwarded command appended again after a leader crash
-        stamp, command = decode_entry(data)
-        if stamp is not None:
-            time_ms = stamp
-        fifo, reply, _effects = apply(Meta(entry.index, entry.term, time_ms), command, fifo)
-        if identity is not None:
-            applied.record(identity, entry.index, reply)
+    replay = _Replay(state, readers, applied, fifo)
+    for entry in _entries(state, state.snapshot_index + 1, readers):
+        replay.entry(entry)
+    replay.released()
+    fifo = replay.fifo
     vhost, queue = queue_of(uid)
     live = live_indexes(fifo)
+    messages = len(live)
+    lowest = lowest_live_index(fifo)
+    pending = replay.applied.pending_indexes()
+    if pending:  # held forwards: the log keeps them as it keeps messages
+        live = array("Q", sorted([*live, *pending]))
+        lowest = pending[0] if lowest is None else min(lowest, pending[0])
     return GroupLiveness(uid, vhost, queue, state.snapshot_index, state.release_cursor,
-                         lowest_live_index(fifo), state.last_index(), live,
-                         messages=len(live), returned=len(fifo.delivery_counts),
+                         lowest, state.last_index(), live,
+                         messages=messages, returned=len(fifo.delivery_counts),
                          state_bytes=fifo.metadata_bytes(), memtable_bytes=state.mem.nbytes)
+
+
+class _Replay:
+    """The broker's apply loop over a group's log (queues/quorum/groups.py), machine
+    effects aside: a forwarded command applied before is skipped, one that comes
+    before a lower seq of its node is held and applied, read back from the log, when
+    its turn comes (raft/forwarded.py `admit_in_order`, `take_released`)."""
+
+    def __init__(self, state: GroupState, readers: "_Readers", applied: AppliedIds,
+                 fifo: FifoState) -> None:
+        self.state, self.readers = state, readers
+        self.applied, self.fifo = applied, fifo
+        self.time_ms = 0
+        self.held: dict[int, bytes] = {}   # held entries' data met in this replay
+
+    def entry(self, entry) -> None:
+        applied = self.applied
+        if entry.index >= applied.give_up_at:
+            applied.give_up(entry.index)
+        self.released()
+        if entry.kind != COMMAND:
+            return
+        identity, data = unwrap(entry.data)
+        if identity is not None:
+            verdict = applied.admit_in_order(identity, entry.index, entry.term)
+            if verdict == SEEN:
+                return  # a forwarded command appended again after a leader crash
+            if verdict == HELD:
+                self.held[entry.index] = entry.data
+                return
+        stamp, command = decode_entry(data)
+        if stamp is not None:
+            self.time_ms = stamp
+        self._apply(entry.index, entry.term, identity, command)
+
+    def released(self) -> None:
+        while (released := self.applied.take_released()) is not None:
+            _identity, ((index, term), *_repeats) = released
+            data = self.held.pop(index, None)
+            if data is None:  # held before the snapshot: read back from the log
+                data = next(iter(_entries(self.state, index, self.readers))).data
+            identity, data = unwrap(data)
+            stamp, command = decode_entry(data)
+            if stamp is not None and stamp > self.time_ms:
+                self.time_ms = stamp
+            self._apply(index, term, identity, command)
+
+    def _apply(self, index: int, term: int, identity, command) -> None:
+        self.fifo, reply, _effects = apply(Meta(index, term, self.time_ms), command, self.fifo)
+        if identity is not None and reply != "ok":
+            self.applied.keep_reply(identity, reply)
 
 
 def _restored(root: str, state: GroupState, arguments: dict) -> tuple[AppliedIds, FifoState]:

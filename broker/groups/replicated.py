@@ -23,7 +23,9 @@ forwarding node's run and a sequence number); `admit` skips an entry whose ident
 this member applied before — a leader that appended a forwarded command and crashed
 before acknowledging it leaves it in the log, and the resend is appended again by
 the next leader — and answers that entry's waiters with the first application's
-reply (`applied` is part of the replicated state and of every snapshot). A forwarded
+reply (`applied` is part of the replicated state and of every snapshot). A quorum
+queue's loop uses `admit_in_order` instead: an entry that comes before a lower seq of
+its node is held (its waiters wait) and applied when its turn comes. A forwarded
 command proposed again by this module keeps its data, identity included, so it is
 skipped as well if its first append did make it into the log.
 
@@ -44,7 +46,7 @@ from typing import Any, Callable, Protocol
 
 from ..raft import RaftNode
 from ..raft.errors import NotLeader, ProposalRejected
-from ..raft.forwarded import HEAD_SIZE, AppliedIds, Identity, identity_of
+from ..raft.forwarded import APPLY, HEAD_SIZE, SEEN, AppliedIds, Identity, identity_of
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
@@ -169,6 +171,34 @@ class ReplicatedGroup:
         reply = self.applied.reply(identity)
         for waiter in self.take_waiters(index, term):
             waiter(reply)
+        return identity, None
+
+    def admit_in_order(self, index: int, term: int,
+                       data: bytes) -> tuple[Identity | None, int | None]:
+        """`admit`, keeping each origin's order (`AppliedIds.admit_in_order`): also
+        (identity, None) for an entry held pending behind a lower seq of its origin.
+        Its waiters stay, to be answered when it is applied (`take_released`); a
+        waiter at its index whose append another leader's overwrote is proposed
+        again now, as `take_waiters` does."""
+        identity = identity_of(data)
+        if identity is None:
+            return None, 0
+        verdict = self.applied.admit_in_order(identity, index, term)
+        if verdict == APPLY:
+            return identity, HEAD_SIZE
+        if verdict == SEEN:
+            reply = self.applied.reply(identity)
+            for waiter in self.take_waiters(index, term):
+                waiter(reply)
+        elif index in self.waiters:  # HELD: only its own append's waiters wait on
+            keep = []
+            for expected, command, waiter in self.waiters.pop(index):
+                if expected is None or expected == term:
+                    keep.append((expected, command, waiter))
+                else:
+                    self.propose_data(command, waiter)
+            if keep:
+                self.waiters.setdefault(index, []).extend(keep)
         return identity, None
 
     def take_waiters(self, index: int, term: int) -> list[Waiter]:

@@ -5,8 +5,10 @@ Responsibilities: wrap a command's data with its identity (`wrap`) and take it o
 again (`unwrap`; or `identity_of`, the command then read in place at HEAD_SIZE);
 remember, per group, which identities were applied and the reply their first
 application produced (`AppliedIds`: `seen`, `reply`, `record`, and for
-the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); carry
-that memory in the group's snapshots (`dump_snapshot` / `load_snapshot`). Pure: no
+the apply loop `admit` -- seen, else recorded, in one call -- and `keep_reply`); for
+a quorum queue, keep each forwarding node's order (`admit_in_order`, `take_released`,
+`give_up`); carry that memory in the group's snapshots (`dump_snapshot` /
+`load_snapshot`). Pure: no
 I/O, no clock. Used alike by every replicated group (a quorum queue, the metadata
 group: broker/groups/replicated.py) and by the analytics jobs' replay.
 
@@ -39,22 +41,44 @@ How it works:
   lost). Nothing is ever skipped that the window does not show applied, however
   long a forward stayed unacknowledged (a resend after a leader change, after
   thousands of later forwards of its node were applied: its publish is stored).
+- Order (quorum queues: `admit_in_order`): an origin's commands are applied in
+  its seq order, as rabbit_fifo keeps each enqueuer's order with its next expected
+  sequence number. An entry whose seq is above `high` + 1 (a lower one was lost with
+  a leader and is being resent) is *pending*: kept by (index, term) in the window,
+  not applied, its waiters left waiting. Once the missing seq is applied, the pending
+  ones follow in seq order (`take_released`; the apply loop reads them back from the
+  log at their own index, so the group's release cursor stays at or below the
+  lowest pending index: `lowest_pending`). The same seq appended again while pending
+  is kept beside it and answered with its reply. A seq that is missing and not
+  pending any more, or at or below the floor, is applied when it comes (as before).
+- A gap that never fills (the forwarding node died before resending, or gave up) is
+  given up, in log terms only, never by a clock: when a pending seq is more than
+  WINDOW above `high` (the window could not tell the seqs between apart), or once
+  HOLD_ENTRIES log entries were applied past the origin's oldest pending entry
+  (`give_up_at`). Its pending entries are then released in seq order and the seqs
+  skipped become missing: a late arrival is still applied, once, out of order
+  (rabbit_fifo v1 enqueues an enqueuer's pending messages when its process is down).
+  An origin first seen with a seq above 1 waits for the seqs below it likewise.
 - At most MAX_ORIGINS origins per group: a new one evicts the origin applied least
-  recently (by log index), deterministically on every member. So a group keeps at
-  most MAX_ORIGINS x (WINDOW missing seqs + WINDOW replies); in practice a handful
-  of origins with nothing missing and only the replies of basic.gets and purges.
-- Snapshot wrapper: `b"QQAI" | u16 version (1) | u32 JSON length | JSON | the
+  recently (by log index), deterministically on every member; an origin with pending
+  entries is not evicted. So a group keeps at most MAX_ORIGINS x (WINDOW missing seqs +
+  WINDOW replies) beside the pending entries; in practice a handful of origins with
+  nothing missing and only the replies of basic.gets and purges.
+- Snapshot wrapper: `b"QQAI" | u16 version (2) | u32 JSON length | JSON | the
   machine's own snapshot`. The JSON is {"origins": [[origin as 16 hex digits, floor,
-  high, last index, [missing seqs], [[seq, reply], ...]], ...]}, in eviction order;
-  each machine encodes its replies as JSON values (`encode_reply`). A snapshot
-  without the magic (written before identities existed) is the machine's snapshot
-  alone, with nothing applied.
+  high, last index, [missing seqs], [[seq, reply], ...], [[seq, [[index, term], ...]],
+  ...]], ...]}, in eviction order; the last list, the pending entries, is what
+  version 2 added (a version-1 snapshot loads with nothing pending). Each machine
+  encodes its replies as JSON values (`encode_reply`). A snapshot without the magic
+  (written before identities existed) is the machine's snapshot alone, with nothing
+  applied.
 
 Invariants: every member applies the same entries in the same order, so `record`
 and eviction leave the same AppliedIds on every member, and a snapshot taken after
 entry i restored and followed by entries i+1.. equals applying every entry. An
 identity is recorded in the same apply as its command, before the snapshot that
-could cover it is taken.
+could cover it is taken; a pending entry is recorded only when it is handed out to
+be applied. Pending seqs are above `high`, at most WINDOW above it.
 
 Not here: where the identity is given (broker/cluster/cluster.py `forward`), applying
 (broker/queues/quorum/groups.py, broker/groups/metadata.py), what the commands mean.
@@ -74,7 +98,12 @@ HEAD_SIZE = _head.size              # 18
 WINDOW = 4096                       # seqs per origin the window tells apart
 MAX_ORIGINS = 32                    # origins a group remembers
 SNAPSHOT_MAGIC = b"QQAI"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2                # 2: pending entries per origin; 1 still loads
+HOLD_ENTRIES = 65_536               # log entries a gap may hold an origin's later ones
+NEVER = 1 << 63                     # give_up_at with nothing pending
+
+# admit_in_order's answers
+APPLY, SEEN, HELD = 0, 1, 2
 _snapshot_head = struct.Struct(">4sHI")
 
 
@@ -119,7 +148,8 @@ def identity_of(data: bytes) -> Identity | None:
 class _Origin:
     """One origin's window (see the module header)."""
 
-    __slots__ = ("floor", "high", "last_index", "missing", "replies")
+    __slots__ = ("floor", "high", "last_index", "missing", "replies", "pending",
+                 "flush_to")
 
     def __init__(self, floor: int, high: int, last_index: int) -> None:
         self.floor = floor
@@ -127,6 +157,10 @@ class _Origin:
         self.last_index = last_index      # log index of its latest recorded entry
         self.missing: set[int] = set()    # seqs in (floor, high) not applied
         self.replies: dict[int, Any] = {}  # seq -> first reply (awaited, not None)
+        # seq (> high + 1) -> the (index, term) of each append of it, first first: in
+        # the log, committed, waiting for a lower seq
+        self.pending: dict[int, list[tuple[int, int]]] = {}
+        self.flush_to = 0                 # pending seqs up to this go, gaps given up
 
     def seen(self, seq: int) -> bool:
         return self.floor < seq <= self.high and seq not in self.missing
@@ -143,6 +177,22 @@ class _Origin:
         else:
             self.missing.discard(seq)
 
+    def raise_high(self, seq: int) -> None:
+        """`seq` = high + 1 was applied (the usual next seq)."""
+        self.high = seq
+        if seq - WINDOW > self.floor:  # past WINDOW forwards, on every one
+            self.floor = seq - WINDOW
+            if self.missing or self.replies:
+                self.drop_below_floor()
+
+    def next_released(self) -> int | None:
+        """The lowest pending seq if its turn came: it is the next one, or its gap
+        was given up."""
+        if not self.pending:
+            return None
+        seq = min(self.pending)
+        return seq if seq == self.high + 1 or seq <= self.flush_to else None
+
     def drop_below_floor(self) -> None:
         """The floor moved: forget the missing seqs and replies it passed. Past
         WINDOW forwards it moves with every one, so this rebuilds only what holds a
@@ -157,11 +207,26 @@ class _Origin:
 class AppliedIds:
     """The identities a group applied, per origin, as a bounded window."""
 
-    __slots__ = ("origins",)
+    __slots__ = ("origins", "released", "give_up_at")
 
     def __init__(self) -> None:
         # origin -> window, least recently recorded first (the eviction order)
         self.origins: dict[int, _Origin] = {}
+        # origins whose lowest pending entry may be due (take_released empties it)
+        self.released: dict[int, None] = {}
+        # the log index at which the oldest pending entry's gap is given up
+        # (HOLD_ENTRIES after it); NEVER with nothing pending
+        self.give_up_at = NEVER
+
+    def _evict(self) -> None:
+        """Room for a new origin: the least recent one with nothing pending goes."""
+        origins = self.origins
+        if len(origins) < MAX_ORIGINS:
+            return
+        for origin, window in origins.items():
+            if not window.pending:
+                del origins[origin]
+                return
 
     def seen(self, identity: Identity) -> bool:
         """Whether an entry with this identity was applied (within the window)."""
@@ -186,7 +251,7 @@ class AppliedIds:
         if window is None:
             window = _Origin(0, 0, index)
             if len(origins) >= MAX_ORIGINS:
-                del origins[next(iter(origins))]
+                self._evict()
         else:
             if window.floor < seq <= window.high and seq not in window.missing:
                 return False  # seen
@@ -203,6 +268,96 @@ class AppliedIds:
         origins[origin] = window  # the most recent, last
         return True
 
+    def admit_in_order(self, identity: Identity, index: int, term: int) -> int:
+        """`admit` keeping the origin's order (see the module header): APPLY (recorded
+        now; its reply goes to `keep_reply`, then what `take_released` hands out),
+        SEEN (applied before: skip it), or HELD (kept pending: apply nothing now, its
+        waiters wait)."""
+        origin, seq = identity.origin, identity.seq
+        window = self.origins.get(origin)
+        if window is None:
+            if seq > 1:
+                window = _Origin(0, 0, index)
+                self._evict()
+                self.origins[origin] = window
+                return self._hold(origin, window, seq, index, term)
+        elif seq > window.high + 1:
+            return self._hold(origin, window, seq, index, term)
+        elif window.floor < seq <= window.high and seq not in window.missing:
+            return SEEN
+        self.admit(identity, index)
+        if window is not None and window.pending and min(window.pending) == seq + 1:
+            self.released[origin] = None
+        return APPLY
+
+    def _hold(self, origin: int, window: _Origin, seq: int, index: int, term: int) -> int:
+        appends = window.pending.get(seq)
+        if appends is None:
+            window.pending[seq] = [(index, term)]
+            self.give_up_at = min(self.give_up_at, index + HOLD_ENTRIES)
+        else:
+            appends.append((index, term))  # appended again while pending
+        if seq - window.high > WINDOW:  # the window cannot wait that far: give up
+            window.flush_to = max(window.pending)
+            self.released[origin] = None
+        return HELD
+
+    def give_up(self, index: int) -> None:
+        """The apply loop is at log `index` >= `give_up_at`: the gaps of the origins
+        whose oldest pending entry is HOLD_ENTRIES behind are given up."""
+        self.give_up_at = NEVER
+        for origin, window in self.origins.items():
+            if not window.pending:
+                continue
+            oldest = min(appends[0][0] for appends in window.pending.values())
+            if oldest + HOLD_ENTRIES <= index:
+                window.flush_to = max(window.pending)
+                self.released[origin] = None
+            else:
+                self.give_up_at = min(self.give_up_at, oldest + HOLD_ENTRIES)
+
+    def take_released(self) -> tuple[Identity, list[tuple[int, int]]] | None:
+        """The next pending entry whose turn came, recorded as applied now: its
+        origin and seq (as an Identity: the entry itself tells whether a reply is
+        awaited) and the (index, term) of each append of it; the first is applied,
+        the others are its duplicates. None when nothing is due."""
+        released = self.released
+        while released:
+            origin = next(iter(released))
+            window = self.origins.get(origin)
+            seq = None if window is None else window.next_released()
+            if seq is None:
+                del released[origin]
+                if window is not None:
+                    window.flush_to = 0
+                continue
+            appends = window.pending.pop(seq)
+            if seq > window.high + 1:  # a gap given up: its seqs may still come
+                window.missing.update(range(max(window.high, seq - WINDOW) + 1, seq))
+                window.high = seq - 1
+            window.raise_high(seq)
+            if window.missing and min(window.missing) <= window.floor:
+                window.drop_below_floor()
+            if not window.pending:
+                window.flush_to = 0
+                del released[origin]
+            window.last_index = appends[0][0]
+            del self.origins[origin]
+            self.origins[origin] = window  # the most recent, last
+            return Identity(origin, seq, True), appends
+        return None
+
+    def lowest_pending(self) -> int | None:
+        """The lowest log index a pending entry was appended at (the log must keep it)."""
+        indexes = [appends[0][0] for window in self.origins.values()
+                   for appends in window.pending.values()]
+        return min(indexes) if indexes else None
+
+    def pending_indexes(self) -> list[int]:
+        """Every log index that holds a pending entry or one of its repeats."""
+        return sorted(index for window in self.origins.values()
+                      for appends in window.pending.values() for index, _term in appends)
+
     def keep_reply(self, identity: Identity, reply: Any) -> None:
         """The reply of an entry `admit` recorded: kept if awaited and not None."""
         if identity.reply_awaited and reply is not None:
@@ -215,8 +370,7 @@ class AppliedIds:
         window = self.origins.pop(identity.origin, None)
         if window is None:
             window = _Origin(0, 0, index)
-            if len(self.origins) >= MAX_ORIGINS:
-                del self.origins[next(iter(self.origins))]
+            self._evict()
         window.record(identity.seq)
         window.last_index = index
         self.origins[identity.origin] = window  # the most recent, last
@@ -227,17 +381,27 @@ class AppliedIds:
         return {"origins": [[f"{origin:016x}", w.floor, w.high, w.last_index,
                              sorted(w.missing),
                              [[seq, encode_reply(reply)]
-                              for seq, reply in sorted(w.replies.items())]]
+                              for seq, reply in sorted(w.replies.items())],
+                             [[seq, [list(append) for append in appends]]
+                              for seq, appends in sorted(w.pending.items())]]
                             for origin, w in self.origins.items()]}
 
     @classmethod
     def from_json(cls, document: dict, decode_reply: Callable[[Any], Any]) -> "AppliedIds":
         applied = cls()
-        for origin, floor, high, last_index, missing, replies in document["origins"]:
+        for origin, floor, high, last_index, missing, replies, *rest in document["origins"]:
             window = _Origin(floor, high, last_index)
             window.missing = set(missing)
             window.replies = {seq: decode_reply(reply) for seq, reply in replies}
+            if rest:  # version 2: the pending entries
+                window.pending = {seq: [(index, term) for index, term in appends]
+                                  for seq, appends in rest[0]}
             applied.origins[int(origin, 16)] = window
+        applied.give_up(0)  # give_up_at from the pending entries (nothing is due at 0)
+        # a snapshot taken in the apply after a gap filled, before what that let through
+        # was applied: those are due before the next entry, as on a member that went on
+        applied.released = {origin: None for origin, window in applied.origins.items()
+                            if window.next_released() is not None}
         return applied
 
     def __eq__(self, other: object) -> bool:
@@ -261,7 +425,7 @@ def load_snapshot(data: bytes,
     if data[:len(SNAPSHOT_MAGIC)] != SNAPSHOT_MAGIC:
         return AppliedIds(), data
     _magic, version, length = _snapshot_head.unpack_from(data)
-    if version != SNAPSHOT_VERSION:
+    if version not in (1, SNAPSHOT_VERSION):
         raise ValueError(f"unknown applied-identities snapshot version {version}")
     start = _snapshot_head.size
     document = json.loads(data[start:start + length])

@@ -1,7 +1,9 @@
 """jobs/log_state.py `liveness`: the live messages of a queue's log as a restarted broker
 would hold them, with a forwarded command appended twice (a leader crash between
 append and answer) counted once, from the entries alone or over a snapshot that holds
-the identity, and over a snapshot written before identities existed.
+the identity, and over a snapshot written before identities existed; a forward that
+came before a lower seq of its node is held (live: the log keeps it) and applied in
+its turn, also when the snapshot holds it.
 """
 
 from __future__ import annotations
@@ -66,3 +68,32 @@ def test_a_snapshot_of_the_previous_version_still_reads(tmp_path):
     write(str(tmp_path), [message(b"b")], snapshot=(1, snapshot_after_one(AppliedIds(),
                                                                          wrapped=False)))
     assert live(str(tmp_path)) == [1, 2]
+
+
+def test_a_forward_held_for_its_turn_is_live_and_applied_after_its_gap(tmp_path):
+    c = wrap(Identity(0xFEED, 3, True), message(b"c"))
+    write(str(tmp_path / "held"), [wrap(FIRST, message(b"a")), c, message(b"d")])
+    held = liveness(str(tmp_path / "held"))[GROUP]
+    assert list(held.live) == [1, 2, 3] and held.messages == 2   # c waits for seq 2
+    write(str(tmp_path / "filled"), [wrap(FIRST, message(b"a")), c,
+                                     wrap(Identity(0xFEED, 2, True), message(b"b"))])
+    filled = liveness(str(tmp_path / "filled"))[GROUP]
+    assert list(filled.live) == [1, 2, 3] and filled.messages == 3
+
+
+def test_a_forward_held_in_the_snapshot_is_read_back_from_the_log_below_it(tmp_path):
+    applied = AppliedIds()
+    assert applied.admit_in_order(FIRST, 1, 1) == 0
+    assert applied.admit_in_order(Identity(0xFEED, 3, True), 2, 1) == 2   # HELD
+    store = LogStore(str(tmp_path), StorageConfig(fsync=False))
+    store.set_initial_members(GROUP, ["n1"])
+    store.append(GROUP, [LogEntry(1, 1, COMMAND, wrap(FIRST, message(b"a"))),
+                         LogEntry(2, 1, COMMAND, wrap(Identity(0xFEED, 3, True), message(b"c"))),
+                         LogEntry(3, 1, COMMAND, wrap(Identity(0xFEED, 2, True), message(b"b")))])
+    store.flush()
+    store.write_snapshot(GROUP, SnapshotMeta(2, 1, ("n1",)), snapshot_after_one(applied, True))
+    store.flush()
+    store.close()
+    group = liveness(str(tmp_path))[GROUP]
+    assert group.snapshot_index == 2 and list(group.live) == [1, 2, 3]
+    assert group.messages == 3

@@ -57,17 +57,18 @@ from __future__ import annotations
 
 import logging
 import random
+from array import array
 from bisect import bisect_right
 
 from ...fifo import commands, snapshot
 from ...fifo.commands import Deliver, Down, Enqueue, Meta
-from ...fifo.envelope import TIMED, TIMED_HEAD
+from ...fifo.envelope import TIMED, TIMED_HEAD, decode_entry
 from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ...fifo.state import FifoState, fifo_config
 from ...groups import driver
 from ...groups.replicated import ReplicatedGroup
 from ...raft import COMMAND, RaftConfig, RaftNode, Ready
-from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot
+from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot, unwrap
 from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
 from ...raft.storage.wal import WalBatch
@@ -411,7 +412,8 @@ class QuorumGroups:
         are inlined where they would do nothing. Each command (at `start` in its
         data) is applied. Its identity is recorded (a forwarded one). The reply goes
         to its waiters. Then come its effects. A snapshot taken there includes the
-        identity.
+        identity. A forwarded command that came before a lower seq of its node is
+        held, and applied after the entry that lets it through (`_apply_released`).
 
         One merge: consecutive Enqueues whose only effect is a Deliver to the same
         consumer. (A consumer with room while messages arrive.) They hand it their
@@ -428,9 +430,17 @@ class QuorumGroups:
         timed_size = TIMED_HEAD.size
         held_key = None  # the consumer of the held deliveries
         held: list = []
+        index = 0
         for entry in entries:
             if queue.deleted:
                 break
+            if entry.index >= queue.applied.give_up_at:  # a gap held too long
+                queue.applied.give_up(entry.index)      # (raft/forwarded.py)
+            if queue.applied.released:  # what the previous entry let through, in order
+                if held:
+                    deliveries.deliver(self, queue, held_key, held)
+                    held_key, held = None, []
+                self._apply_released(queue, index)
             index, term, data = entry.index, entry.term, entry.data
             waiters = queue.waiters  # (fail_waiters replaces the dict)
             if waiters and term > queue.applied_term:  # twin: entry_committed's early return
@@ -444,9 +454,9 @@ class QuorumGroups:
                 continue
             start, identity = 0, None
             if data[0] == FORWARDED:  # the command starts after its identity
-                identity, start = queue.admit(index, term, data)
+                identity, start = queue.admit_in_order(index, term, data)
                 if start is None:
-                    continue  # applied before: its waiters have the first reply
+                    continue  # applied before (its waiters have the first reply), or held
             if data[start] == TIMED:  # twin of fifo/envelope.py decode_entry, in place
                 queue.last_time_ms = unpack_time(data, start)[1]
                 command = decode(data, start + timed_size)
@@ -491,6 +501,44 @@ class QuorumGroups:
                 self._apply_effects(queue, effects, replaying)
         if held:
             deliveries.deliver(self, queue, held_key, held)
+        if queue.applied.released and not queue.deleted:
+            self._apply_released(queue, index)
+
+    def _apply_released(self, queue: QuorumQueue, at: int) -> None:
+        """The pending forwarded entries whose turn came while entry `at` was applied
+        (raft/forwarded.py `take_released`), in their origin's order. Each is read back
+        from the log at its own index (the release cursor stayed at or below it) and
+        applied there: an Enqueue's body is found at its index. Its waiters, and those
+        of its repeats, get its reply, so a publisher's confirms follow its order. A
+        release cursor it yields is not taken: the snapshot would be labelled with its
+        index, not the log's position (the next entry's cursor comes instead)."""
+        applied = queue.applied
+        replaying = at <= queue.replay_until
+        while not queue.deleted and (released := applied.take_released()) is not None:
+            _identity, ((index, term), *repeats) = released
+            entry = self.store.entry(queue.group, index)
+            if entry is None or entry.term != term:
+                raise RuntimeError(f"quorum queue '{queue.name}': pending entry {index} "
+                                   f"(term {term}) is missing from the log")
+            identity, data = unwrap(entry.data)
+            time_ms, command = decode_entry(data)
+            if time_ms is not None and time_ms > queue.last_time_ms:
+                queue.last_time_ms = time_ms  # (the queue's time never goes back)
+            queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
+                                                command, queue.state)
+            if reply != "ok":
+                applied.keep_reply(identity, reply)
+            for waiter_index, waiter_term in ((index, term), *repeats):
+                for callback in queue.take_waiters(waiter_index, waiter_term):
+                    callback(reply)
+            if isinstance(command, Down) and not replaying:
+                if command.connection.startswith(self.cluster.node.boot_id + "."):
+                    queue.check_out_again(command.connection)
+                elif queue.is_leader:
+                    self.cluster.tell_downed(queue, command.connection)
+            effects = [e for e in effects if type(e) is not commands.ReleaseCursor]
+            if effects:
+                self._apply_effects(queue, effects, replaying)
 
     def _apply_effects(self, queue: QuorumQueue, effects, replaying: bool) -> None:
         """Deliveries to consumers, dead letters and release cursors.
@@ -519,6 +567,9 @@ class QuorumGroups:
                     if not replaying and queue.is_leader and not queue.expiry_proposed:
                         self._delete_expired(queue, unused_ms)
                 case commands.ReleaseCursor(cursor, snapshot_index):
+                    pending = queue.applied.lowest_pending()
+                    if pending is not None and pending < cursor:
+                        cursor = pending  # a pending entry is read back from the log
                     if not self._snapshot_due(queue, cursor, snapshot_index):
                         continue
                     if self.snapshot_over_live:
@@ -618,6 +669,9 @@ class QuorumGroups:
         compaction saw, rewrite the segments below the snapshot. They then hold only
         live entries."""
         live = live_indexes(queue.state)
+        pending = queue.applied.pending_indexes()
+        if pending:  # kept as a message is: read back when its turn comes
+            live = array("Q", sorted([*live, *pending]))
         below = bisect_right(live, index)
         dead = (index + 1 - cursor) - below
         queue.compacted_dead = min(queue.compacted_dead, dead)  # the cursor moved on

@@ -1,7 +1,10 @@
 """A forwarded command appended twice is applied once (broker/raft/forwarded.py,
 groups/replicated.py `admit`, queues/quorum/groups.py `apply`): a leader that appended and
 replicated a command a follower forwarded, then crashed before answering, leaves it
-in the log, and the follower's resend is appended again by the next leader.
+in the log, and the follower's resend is appended again by the next leader. And a
+node's forwards to a quorum queue are applied in the order it sent them, however
+they were appended (`admit_in_order`): one lost and resent after later ones waits for
+nothing, the later ones wait for it.
 
 The entries are appended here as those two leaders would have, into a node's real
 groups (a quorum queue, the metadata group), and applied by the node's own Ready loop:
@@ -22,7 +25,9 @@ from quorumqueue.broker.config import Settings
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
 from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.queues.quorum import groups as quorum_groups
 from quorumqueue.broker.queues.quorum.queue import MessageGone
+from quorumqueue.broker.raft import forwarded as forwarded_module
 from quorumqueue.broker.raft.forwarded import WINDOW, Identity, wrap
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.server.server import assemble_node
@@ -144,13 +149,81 @@ def test_a_no_ack_get_applied_twice_after_its_message_was_released_answers_empty
     assert channel.sent == [("get-ok", b"a", 0), "get-empty"]
 
 
-def test_identities_appended_out_of_order_are_each_applied_once(tmp_path):
+def test_identities_appended_out_of_order_are_applied_once_in_their_order(tmp_path):
+    """A follower's forward of 2 was lost with a leader and resent after 3 was appended
+    (and repeats of 1, 2, 3 appended again): the queue keeps the publisher's order (the
+    queues guide, "Message Ordering": messages published on one channel are enqueued in
+    publishing order; the quorum queues guide, "Queue Leader Location": every operation
+    goes through the leader to keep FIFO order). Each is stored once, and the confirms
+    come in the same order: 3's after 2's."""
     node = start(tmp_path)
     queue = declare(node)
+    confirmed: list = []
     for seq in (1, 3, 2, 3, 1, 4, 2):
-        append(queue, forwarded(seq, message(b"%d" % seq)))
+        append(queue, forwarded(seq, message(b"%d" % seq)),
+               waiter=lambda reply, seq=seq: confirmed.append((seq, reply)))
     node.quorum.flush()
-    assert bodies(node, queue) == [b"1", b"3", b"2", b"4"]
+    assert bodies(node, queue) == [b"1", b"2", b"3", b"4"]
+    # repeats are answered None ("stored"), as any duplicate; 3 waits for 2
+    assert confirmed == [(1, "ok"), (2, "ok"), (3, "ok"), (3, None), (1, None), (4, "ok"),
+                         (2, None)]
+
+
+def test_a_held_forward_survives_a_snapshot_and_a_restart_and_follows_its_gap(
+        tmp_path, monkeypatch):
+    """A publish (seq 3) is held behind a basic.get (seq 2) lost with a leader, while the
+    messages after it are snapshotted: the snapshot keeps 3 pending and the log keeps
+    its entry (the release cursor stays at it, though no message below it is live), so
+    after a restart the resent get is applied, then 3, read back from the log."""
+    node = start(tmp_path)
+    queue = declare(node)
+    get = commands.encode(Dequeue("k/get", True, "k"))
+    append(queue, forwarded(1, get))
+    held_at = append(queue, forwarded(3, message(b"3")))
+    node.quorum.flush()
+    # a snapshot at every release cursor (each command's)
+    queue.state.config = replace(queue.state.config, release_cursor_interval=1)
+    monkeypatch.setattr(quorum_groups, "MIN_SNAPSHOT_INTERVAL", 1)
+    for _ in range(3):
+        append(queue, message(b"local"))
+    node.quorum.flush()
+    assert node.quorum.store.snapshot_meta(queue.group).index > held_at
+    assert node.quorum.store.release_cursor(queue.group) <= held_at
+    node.quorum.store.close()
+    again = start(tmp_path)
+    again.flush()
+    recovered = again.vhosts["/"].queues["q"]
+    assert recovered.applied == queue.applied and recovered.applied.lowest_pending() == held_at
+    replies: list = []
+    append(recovered, forwarded(2, get), replies)
+    again.flush()
+    assert bodies(again, recovered) == [b"local", b"local", b"3"]  # the get took one
+    assert [reply[1] for reply in replies] == [2]  # two left when it was applied, then 3
+
+
+def test_a_gap_that_never_fills_is_given_up_after_hold_entries(tmp_path, monkeypatch):
+    """The forwarding node died before it resent 2 (nobody waits for 3 and 4 any more):
+    once HOLD_ENTRIES entries were applied past 3, the gap is given up and 3, 4 are
+    stored in their order; a 2 that still comes is stored then, once."""
+    monkeypatch.setattr(forwarded_module, "HOLD_ENTRIES", 5)
+    node = start(tmp_path)
+    queue = declare(node)
+    append(queue, forwarded(1, message(b"1")))
+    append(queue, forwarded(3, message(b"3")))
+    append(queue, forwarded(4, message(b"4")))
+    for _ in range(2):
+        append(queue, message(b"local"))
+    node.quorum.flush()
+    assert bodies(node, queue) == [b"1", b"local", b"local"]   # 3 and 4 wait
+    for _ in range(2):
+        append(queue, message(b"later"))
+    node.quorum.flush()
+    # given up before the entry HOLD_ENTRIES after 3's is applied
+    assert bodies(node, queue) == [b"1", b"local", b"local", b"later", b"3", b"4", b"later"]
+    append(queue, forwarded(2, message(b"2")))
+    append(queue, forwarded(3, message(b"3")))                  # a repeat: still skipped
+    node.quorum.flush()
+    assert bodies(node, queue)[-1:] == [b"2"] and bodies(node, queue).count(b"3") == 1
 
 
 def test_a_publish_resent_after_window_later_forwards_is_stored_and_confirmed(tmp_path):
@@ -180,7 +253,7 @@ def test_a_duplicate_after_a_restored_snapshot_is_skipped_with_its_reply(tmp_pat
     queue = declare(node)
     index_a = append(queue, message(b"a"))
     replies: list = []
-    get = forwarded(7, commands.encode(Dequeue("k/get", True, "k")))
+    get = forwarded(1, commands.encode(Dequeue("k/get", True, "k")))
     append(queue, get, replies)
     node.quorum.flush()
     snapshot = queue.snapshot()
@@ -289,7 +362,8 @@ def test_message_spans_read_in_bulk_equal_the_messages_read_one_by_one(tmp_path)
     queue = declare(node)
     for number in range(6):
         data = message(b"m%d" % number)
-        append(queue, forwarded(number, data) if number % 2 else data)
+        # every other one forwarded, with its node's next seq (1, 2, 3)
+        append(queue, forwarded(number // 2 + 1, data) if number % 2 else data)
     node.flush()
     indexes = [index for index, _size in queue.state.normal.items()]
     spans = node.quorum.read_message_spans(queue, indexes[1:])
@@ -316,7 +390,7 @@ def test_a_consumer_gets_forwarded_and_stamped_entries_as_published(tmp_path):
     for number in range(8):
         data = (stamped_enqueue(1_700_000_000_000, "", 0, 0, "", "q", HEADER, b"m%d" % number)
                 if number % 4 >= 2 else message(b"m%d" % number))
-        append(queue, forwarded(number, data) if number % 2 else data)
+        append(queue, forwarded(number // 2 + 1, data) if number % 2 else data)
     node.flush()
     client = Client(node)
     client.handshake()

@@ -83,14 +83,16 @@ def test_the_apply_loop_decodes_an_entry_in_place_as_decode_entry_does(steps):
     queue = SimpleNamespace(deleted=False, waiters={}, applied_term=0, applied=AppliedIds(),
                             last_time_ms=0, state=FifoState(), replay_until=0,
                             is_leader=True)
-    queue.admit = lambda index, term, data: ReplicatedGroup.admit(queue, index, term, data)
+    queue.admit_in_order = lambda index, term, data: ReplicatedGroup.admit_in_order(
+        queue, index, term, data)
     group = SimpleNamespace(_apply_effects=lambda queue, effects, replaying: None)
-    expected, now_ms, logged = FifoState(), 0, []
+    expected, now_ms, logged, seq = FifoState(), 0, [], 0
     for index, (timed, wrapped, time_ms, publisher, priority) in enumerate(steps, start=1):
         command = encode_enqueue(publisher, index, priority, "", "q", b"", b"body")
         if timed:
             command = stamp(command, time_ms)
-        data = wrap(Identity(9, index, False), command) if wrapped else command
+        seq += wrapped  # the forwarding node's next seq: its forwards, in order
+        data = wrap(Identity(9, seq, False), command) if wrapped else command
         logged.append(SimpleNamespace(index=index, term=1, data=data, kind=COMMAND))
         stamped, decoded = decode_entry(command)
         now_ms = now_ms if stamped is None else stamped

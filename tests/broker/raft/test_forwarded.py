@@ -10,8 +10,9 @@ import random
 import pytest
 
 from quorumqueue.broker.raft import forwarded
-from quorumqueue.broker.raft.forwarded import (MAX_ORIGINS, WINDOW, AppliedIds, Identity,
-                                                dump_snapshot, load_snapshot, unwrap, wrap)
+from quorumqueue.broker.raft.forwarded import (APPLY, HELD, MAX_ORIGINS, SEEN, WINDOW,
+                                                AppliedIds, Identity, dump_snapshot,
+                                                load_snapshot, unwrap, wrap)
 
 ORIGIN = 0x0123456789ABCDEF
 
@@ -114,7 +115,7 @@ def test_a_snapshot_holds_the_identities_and_the_machines_bytes():
     applied.record(ident(4), 5, None)
     applied.record(ident(1, origin=9), 6, None)
     data = dump_snapshot(applied, b"QQFS machine", list)
-    assert data.startswith(b"QQAI\x00\x01")
+    assert data.startswith(b"QQAI\x00\x02")
     restored, machine = load_snapshot(data, tuple)
     assert machine == b"QQFS machine" and restored == applied
     assert restored.reply(ident(1)) == ("error", 404, "NOT_FOUND - gone")
@@ -132,8 +133,8 @@ def test_a_snapshot_written_before_identities_is_the_machines_alone():
 
 def test_a_snapshot_of_an_unknown_version_is_refused():
     data = bytearray(dump_snapshot(AppliedIds(), b"", list))
-    data[5] = 2
-    with pytest.raises(ValueError, match="unknown applied-identities snapshot version 2"):
+    data[5] = 3
+    with pytest.raises(ValueError, match="unknown applied-identities snapshot version 3"):
         load_snapshot(bytes(data), tuple)
 
 
@@ -190,3 +191,136 @@ def test_a_seq_resent_after_window_later_forwards_were_applied_is_applied_not_sk
     assert applied.admit(Identity(ORIGIN, 2, True), WINDOW + 101)
     # inside the window a repeat is still skipped
     assert not applied.admit(Identity(ORIGIN, WINDOW + 99, True), WINDOW + 102)
+
+
+# -- order: admit_in_order, take_released ------------------------------------------------
+
+
+def apply_in_order(applied: AppliedIds, appends, start: int = 1) -> list[tuple[int, int]]:
+    """What a member applies, as (origin, seq), for identities appended at indexes
+    start, start + 1, ...: before each entry what the one before let through (as
+    queues/quorum/groups.py does), then the entry if admitted; at the end what is due."""
+    out = []
+    for index, identity in enumerate(appends, start):
+        if index >= applied.give_up_at:
+            applied.give_up(index)
+        while (released := applied.take_released()) is not None:
+            out.append((released[0].origin, released[0].seq))
+        if applied.admit_in_order(identity, index, 1) == APPLY:
+            out.append((identity.origin, identity.seq))
+    while (released := applied.take_released()) is not None:
+        out.append((released[0].origin, released[0].seq))
+    return out
+
+
+def apply_until(applied: AppliedIds, appends, cut: int) -> list[tuple[int, int]]:
+    """apply_in_order of appends[:cut] but for what the last entry let through: the
+    point where the apply loop takes a snapshot (the entry's effects)."""
+    out = apply_in_order(applied, appends[:cut - 1]) if cut > 1 else []
+    index, identity = cut, appends[cut - 1]
+    if index >= applied.give_up_at:
+        applied.give_up(index)
+    while (released := applied.take_released()) is not None:
+        out.append((released[0].origin, released[0].seq))
+    if applied.admit_in_order(identity, index, 1) == APPLY:
+        out.append((identity.origin, identity.seq))
+    return out
+
+
+def shuffled_with_repeats(rng: random.Random, origins, count: int) -> list[Identity]:
+    """Each origin's seqs 1..count, each appended 1-3 times, in an order where an
+    append comes at most a few dozen places early (retries after a leader change)."""
+    appends = [(seq + rng.random() * 30, Identity(origin, seq, True))
+               for origin in origins for seq in range(1, count + 1)
+               for _ in range(rng.choice((1, 1, 1, 2, 3)))]
+    return [identity for _key, identity in sorted(appends, key=lambda item: item[0])]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_origins_forwards_are_applied_once_in_their_seq_order(seed):
+    """However a node's forwards are reordered and repeated in the log (within the
+    window), each is applied once, in the order its node sent it."""
+    rng = random.Random(seed)
+    origins = [rng.getrandbits(64) for _ in range(3)]
+    applied = AppliedIds()
+    out = apply_in_order(applied, shuffled_with_repeats(rng, origins, 200))
+    for origin in origins:
+        assert [seq for o, seq in out if o == origin] == list(range(1, 201))
+    assert applied.lowest_pending() is None and not applied.released
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_snapshot_at_any_point_restored_then_the_rest_applies_as_a_full_run(seed):
+    rng = random.Random(seed)
+    appends = shuffled_with_repeats(rng, [1, 2], 80)
+    whole = AppliedIds()
+    expected = apply_in_order(whole, appends)
+    for cut in rng.sample(range(1, len(appends)), 8):
+        first = AppliedIds()
+        before = apply_until(first, appends, cut)
+        restored, machine = load_snapshot(dump_snapshot(first, b"m", list), tuple)
+        assert restored == first and machine == b"m"
+        assert before + apply_in_order(restored, appends[cut:], cut + 1) == expected
+        assert restored == whole
+
+
+def test_a_repeat_of_a_held_forward_waits_beside_it_and_is_handed_out_with_it():
+    applied = AppliedIds()
+    assert applied.admit_in_order(ident(1), 1, 1) == APPLY
+    assert applied.admit_in_order(ident(3), 2, 1) == HELD
+    assert applied.admit_in_order(ident(3), 3, 2) == HELD     # appended again
+    assert applied.lowest_pending() == 2 and applied.pending_indexes() == [2, 3]
+    assert applied.take_released() is None
+    assert applied.admit_in_order(ident(2), 4, 2) == APPLY
+    assert applied.take_released() == (ident(3), [(2, 1), (3, 2)])
+    assert applied.take_released() is None and applied.lowest_pending() is None
+    assert applied.admit_in_order(ident(3), 5, 2) == SEEN
+
+
+def test_a_forward_more_than_window_above_the_highest_applied_gives_the_gap_up():
+    """The window tells apart only WINDOW seqs: a held forward that far ahead means the
+    gap will not fill (its node gave up or died); what is held goes, in order, and the
+    seqs skipped are applied if they still come."""
+    applied = AppliedIds()
+    applied.admit_in_order(ident(1), 1, 1)
+    assert applied.admit_in_order(ident(3), 2, 1) == HELD
+    assert applied.admit_in_order(ident(WINDOW + 2), 3, 1) == HELD
+    assert [applied.take_released()[0].seq for _ in range(2)] == [3, WINDOW + 2]
+    assert applied.take_released() is None
+    assert applied.admit_in_order(ident(2), 4, 1) == APPLY   # late (at the floor now)
+    assert applied.admit_in_order(ident(3), 5, 1) == SEEN    # a repeat inside the window
+
+
+def test_a_held_gap_is_given_up_hold_entries_after_its_oldest_entry():
+    applied = AppliedIds()
+    applied.admit_in_order(ident(1), 1, 1)
+    applied.admit_in_order(ident(3), 2, 1)
+    assert applied.give_up_at == 2 + forwarded.HOLD_ENTRIES
+    applied.give_up(applied.give_up_at - 1)
+    assert applied.take_released() is None
+    applied.give_up(applied.give_up_at)
+    assert applied.take_released()[0].seq == 3 and applied.give_up_at == forwarded.NEVER
+
+
+def test_an_origin_holding_forwards_is_not_evicted():
+    applied = AppliedIds()
+    applied.admit_in_order(ident(2, origin=0), 1, 1)            # waits for 1
+    for origin in range(1, MAX_ORIGINS + 5):
+        applied.admit_in_order(ident(1, origin=origin), origin + 1, 1)
+    assert 0 in applied.origins and len(applied.origins) == MAX_ORIGINS
+    applied.admit_in_order(ident(1, origin=0), 100, 1)
+    assert applied.take_released()[0] == ident(2, origin=0)
+
+
+def test_a_version_1_snapshot_loads_with_nothing_pending_and_keeps_order_after():
+    """A snapshot written before pending entries existed (version 1, origins of six
+    fields) restores its windows; forwards after it are held and ordered."""
+    document = (b'{"origins":[["0123456789abcdef",0,4,5,[2],[[1,["error",404,"NOT_FOUND - '
+                b'gone"]]]]]}')
+    data = b"QQAI\x00\x01" + len(document).to_bytes(4, "big") + document + b"QQFS m"
+    applied, machine = load_snapshot(data, tuple)
+    assert machine == b"QQFS m" and applied.lowest_pending() is None
+    assert applied.reply(ident(1)) == ("error", 404, "NOT_FOUND - gone")
+    assert applied.seen(ident(3)) and not applied.seen(ident(2))
+    assert apply_in_order(applied, [ident(6), ident(2), ident(5), ident(4)], 6) == [
+        (ORIGIN, 2), (ORIGIN, 5), (ORIGIN, 6)]   # 6 waited for 5; 4 was applied before
