@@ -399,6 +399,11 @@ class Cluster:
         self.pending.add(request, _Pending(member, data, waiter))
         self._send(request)
 
+    def forwarded_to(self, group: str) -> bool:
+        """Whether this run forwarded a command to `group` (then it numbers every
+        later one too, also while this node leads the group: ReplicatedGroup.propose_run)."""
+        return group in self._forwarded
+
     def _send(self, request: int) -> None:
         pending = self.pending[request]
         member = pending.member

@@ -46,7 +46,8 @@ from typing import Any, Callable, Protocol
 
 from ..raft import RaftNode
 from ..raft.errors import NotLeader, ProposalRejected
-from ..raft.forwarded import APPLY, HEAD_SIZE, SEEN, AppliedIds, Identity, identity_of
+from ..raft.forwarded import (APPLY, FORWARDED, HEAD_SIZE, SEEN, AppliedIds, Identity,
+                              identity_of)
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
@@ -55,6 +56,10 @@ _LEADER = Role.LEADER  # read per publish: an enum member off its class costs ~4
 
 class Router(Protocol):
     def forward(self, member: "ReplicatedGroup", data: bytes, waiter: Waiter | None) -> None:
+        ...
+
+    def forwarded_to(self, group: str) -> bool:
+        """Whether this run of the node forwarded a command to `group`."""
         ...
 
 
@@ -96,9 +101,18 @@ class ReplicatedGroup:
     def propose_run(self, run: list[tuple[bytes, Waiter | None]]) -> None:
         """Append the commands of `run` to the group's log in order: as one append
         when this member leads, else each forwarded to the leader. Each waiter gets
-        its own command's reply once this member applied it."""
+        its own command's reply once this member applied it.
+
+        A leader that forwarded to its group before (another member led) sends its
+        commands through the router too, which numbers them after those forwards:
+        one still to be proposed again (lost with the old leader) then comes first
+        (raft/forwarded.py keeps a node's order by its seqs; a bare command would
+        be applied ahead of it)."""
         raft = self.raft
-        if self.router is None or (raft is not None and raft.role is _LEADER):  # is_leader
+        router = self.router
+        if router is None or (raft is not None and raft.role is _LEADER  # is_leader
+                              and not (router.forwarded_to(self.group)
+                                       and any(data[0] != FORWARDED for data, _ in run))):
             try:
                 index = raft.propose_run([data for data, _waiter in run])
             except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it

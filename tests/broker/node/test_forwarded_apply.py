@@ -201,6 +201,25 @@ def test_a_held_forward_survives_a_snapshot_and_a_restart_and_follows_its_gap(
     assert [reply[1] for reply in replies] == [2]  # two left when it was applied, then 3
 
 
+def test_a_node_that_forwarded_to_a_queue_keeps_its_order_once_it_leads_it(tmp_path):
+    """This node forwarded 1 and 2 to the queue's leader elsewhere; 2 was lost with that
+    leader and this node leads the queue now. A publish made here before 2 is proposed
+    again (by its waiter's term check, or a resend) goes after 2: it carries the node's
+    next seq, 3, and waits for 2, instead of being appended bare ahead of it."""
+    node = start(tmp_path)
+    queue = declare(node)
+    own = node.cluster.origin
+    node.cluster._forwarded[queue.group] = 2          # the seqs it gave as a follower
+    append(queue, wrap(Identity(own, 1, True), message(b"1")))
+    confirmed: list = []
+    queue.propose_data(message(b"3"), lambda reply: confirmed.append(("3", reply)))
+    append(queue, wrap(Identity(own, 2, True), message(b"2")),
+           waiter=lambda reply: confirmed.append(("2", reply)))
+    node.quorum.flush()
+    assert bodies(node, queue) == [b"1", b"2", b"3"]
+    assert confirmed == [("2", "ok"), ("3", "ok")]
+
+
 def test_a_gap_that_never_fills_is_given_up_after_hold_entries(tmp_path, monkeypatch):
     """The forwarding node died before it resent 2 (nobody waits for 3 and 4 any more):
     once HOLD_ENTRIES entries were applied past 3, the gap is given up and 3, 4 are
