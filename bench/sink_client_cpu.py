@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true", help="plain messages, no sink rows")
     arguments = parser.parse_args(argv)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
-    with BrokerProcess() as broker:
-        broker.start(timeout=60)
+    with BrokerProcess() as broker:  # started by `with`
         for pair in range(1, arguments.pairs + 1):
             for side, path in (("A", arguments.a_path), ("B", None)):
                 run = run_child(broker.uri, arguments, path)

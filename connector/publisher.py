@@ -33,15 +33,23 @@ How it works
     slice of that buffer, with no Python work per message. A run that cannot be
     encoded at once (a body above the frame size) is published row by row.
 
+    To the bundled broker (its `product` server property is "quorumqueue") a run
+    that can (`OutgoingRun.batched`: sink_rows.py's `BatchedBodyRun`) goes as batch
+    publishes: each unit is one basic.publish of many rows, which the broker cuts
+    into their messages (docs/behaviour/idempotent-publishing.md, "Batch publish"),
+    with one delivery tag; the window is then `MAX_IN_FLIGHT_BATCHED` rows. Any
+    other broker gets every row as a message of its own.
+
     Delivery tags are 1, 2, 3... in publish order on a fresh channel, so the
     unconfirmed messages are spans of consecutive tags (`_Span`: a message, or rows
-    of a run), oldest first: a multiple ack drops whole spans and trims one, a single
-    ack or nack splits the span holding its tag. A basic.return carries no tag; `returned_row` (given by the
+    of a run, or batch publishes of a run), oldest first: a multiple ack drops whole
+    spans and trims one, a single ack or nack splits the span holding its tag. A basic.return carries no tag; `returned_row` (given by the
     caller) finds the row from the returned properties. The broker acks a returned
     message right after returning it, so a return is recorded as that row's failure.
 
 Invariants
-    - At most `MAX_IN_FLIGHT` messages are unconfirmed at any time.
+    - At most `MAX_IN_FLIGHT` rows are unconfirmed at any time (`MAX_IN_FLIGHT_BATCHED`
+      plus one batch when they go as batch publishes).
     - `run` returns only once every published message was acked and none was
       returned. After the first failure nothing more is published; the run waits
       (at most `confirm_timeout_s`) for the confirms already due, so the error lists
@@ -80,6 +88,9 @@ from .reconnect import Reconnect
 from .reconnect import log as reconnect_log
 
 MAX_IN_FLIGHT = 1000        # unconfirmed messages per task
+# unconfirmed rows per task when they go as batch publishes (the bundled broker): a few
+# batches' worth, so the broker always has the next batch while it confirms one
+MAX_IN_FLIGHT_BATCHED = 4000
 SHOWN_ROWS = 5              # rows listed in an error message
 CLOSE_GRACE_S = 5.0         # how long closing the connection may take
 METHOD_FRAMES_KEPT = 1024   # encoded basic.publish frames kept, one per (exchange, key)
@@ -105,9 +116,10 @@ class OutgoingRun:
     exchange and routing key, which encode their frames together."""
 
     first_row: int
-    count: int
+    count: int          # units: rows, or batch publishes (`is_batch`)
     exchange: str
     routing_key: str
+    is_batch = False    # each unit is a batch publish of many rows (`row_range`)
 
     def frames(self, method: bytes, channel: int, body_max: int
                ) -> tuple[memoryview, Sequence[int]] | None:
@@ -118,13 +130,24 @@ class OutgoingRun:
         raise NotImplementedError
 
     def messages(self, start: int, stop: int) -> Iterator[Outgoing]:
-        """Rows `start` to `stop` (indices in the run) one by one."""
+        """The rows of units `start` to `stop` one by one."""
         raise NotImplementedError
+
+    def row_range(self, start: int, stop: int) -> tuple[int, int]:
+        """The rows (indices in the run) that units `start` to `stop` carry: the same
+        numbers, unless a unit is a batch publish of many rows."""
+        return start, stop
+
+    def batched(self) -> "OutgoingRun | None":
+        """The same rows as batch publishes (one basic.publish of many rows each, the
+        bundled broker's own form), or None when this run cannot be sent so."""
+        return None
 
 
 class _Span(NamedTuple):
     """Unconfirmed tags `first_tag` .. `first_tag + stop - start - 1`: messages
-    `start` to `stop` of a list, or rows `start` to `stop` of a run."""
+    `start` to `stop` of a list, or units `start` to `stop` of a run (a row each, or
+    a batch publish of many: `OutgoingRun.row_range`)."""
 
     first_tag: int
     source: list[Outgoing] | OutgoingRun
@@ -134,7 +157,13 @@ class _Span(NamedTuple):
     def first_row(self) -> int:
         source = self.source
         return (source[self.start].row if isinstance(source, list)
-                else source.first_row + self.start)
+                else source.first_row + source.row_range(self.start, self.stop)[0])
+
+    def rows(self) -> int:
+        if isinstance(self.source, list):
+            return self.stop - self.start
+        first, last = self.source.row_range(self.start, self.stop)
+        return last - first
 
     def failed(self, reason: str) -> Iterator[_Failed]:
         source = self.source
@@ -142,7 +171,7 @@ class _Span(NamedTuple):
             return (_Failed(message.row, message.exchange, message.routing_key, reason)
                     for message in source[self.start:self.stop])
         return (_Failed(source.first_row + index, source.exchange, source.routing_key, reason)
-                for index in range(self.start, self.stop))
+                for index in range(*source.row_range(self.start, self.stop)))
 
 
 class PublishError(RuntimeError):
@@ -176,12 +205,13 @@ class ConfirmedPublisher:
         self._messages: Iterator[Outgoing | OutgoingRun] = iter(())
         self._run: OutgoingRun | None = None         # taken from the iterator, not all sent
         self._run_next = 0                           # its first row not yet sent
-        self._peeked: OutgoingRun | None = None      # taken from the iterator, not yet used
+        self._peeked: Outgoing | OutgoingRun | None = None  # taken from the iterator, not used yet
         self._exhausted = False
         self._published = 0                          # messages taken from the iterator
         self._tag = 0                                # the channel's last delivery tag
         self._unconfirmed: deque[_Span] = deque()    # by tag; spans never overlap
-        self._in_flight = 0                          # tags in _unconfirmed
+        self._in_flight = 0                          # rows in _unconfirmed
+        self._batching = False                       # the broker takes batch publishes
         self._method_frames: dict[tuple[str, str], bytes] = {}  # (exchange, key) -> frame
         self._body_max = 0                           # body bytes per frame, once connected
         self._resend: list[_Span] = []               # unconfirmed on a lost connection
@@ -245,6 +275,8 @@ class ConfirmedPublisher:
         self._tag = 0                    # delivery tags start again on a new channel
         self._method_frames = {}         # frames carry the channel number
         self._body_max = self._connection._body_max_length   # pika's: frame_max - 8
+        product = (self._connection.server_properties or {}).get("product")
+        self._batching = product in ("quorumqueue", b"quorumqueue")  # the bundled broker
         channel.add_on_close_callback(self._guard(self._on_channel_closed))
         channel.add_on_return_callback(self._guard(self._on_return))
         channel.confirm_delivery(ack_nack_callback=self._guard(self._on_confirm),
@@ -285,7 +317,7 @@ class ConfirmedPublisher:
         pause = self._reconnect.next_pause()
         if pause is None:
             self._unconfirmed = deque(self._resend)  # to report
-            self._in_flight = sum(span.stop - span.start for span in self._resend)
+            self._in_flight = sum(span.rows() for span in self._resend)
             self._resend = []
             self._gave_up = (f" (retried every node for {self._reconnect.timeout_s:g}s, "
                              "option 'reconnectTimeout': start the broker, then let Spark "
@@ -310,15 +342,16 @@ class ConfirmedPublisher:
         frames: list = []     # this fill's messages, written to the socket at once
         sent = 0
         try:
-            while not self._failed and self._in_flight < MAX_IN_FLIGHT:
-                span = self._next_span(MAX_IN_FLIGHT - self._in_flight, frames)
+            window = MAX_IN_FLIGHT_BATCHED if self._batching else MAX_IN_FLIGHT
+            while not self._failed and self._in_flight < window:
+                span = self._next_span(window - self._in_flight, frames)
                 if span is None:
                     break
-                count = span.stop - span.start
+                rows = span.rows()
                 self._unconfirmed.append(span)
-                self._tag += count
-                self._in_flight += count
-                sent += count
+                self._tag += span.stop - span.start
+                self._in_flight += rows
+                sent += rows
         finally:
             if sent:
                 self._write(frames, sent)
@@ -327,18 +360,26 @@ class ConfirmedPublisher:
             self._finish()
 
     def _next_span(self, room: int, frames: list) -> _Span | None:
-        """Append the frames of the next messages to send (at most `room`, at least
-        one): what a lost connection left unconfirmed first, then the rest of the
-        current run, then the iterator's next. None when there is nothing left."""
+        """Append the frames of the next messages to send (at most `room` rows, at
+        least one unit: a row, or a batch publish): what a lost connection left
+        unconfirmed first, then the rest of the current run, then the iterator's
+        next. None when there is nothing left."""
         tag = self._tag + 1
         while self._resend:
             span = self._resend[0]
-            if not isinstance(span.source, list) and self._frames(span.source) is None:
-                # frames of another frame size: send those rows one by one
-                self._resend[0] = _Span(0, list(span.source.messages(span.start, span.stop)),
-                                        0, span.stop - span.start)
+            if not isinstance(span.source, list) and (
+                    (span.source.is_batch and not self._batching)
+                    or self._frames(span.source) is None):
+                # frames of another frame size, or batches for a broker that takes
+                # none: send those rows one by one
+                rows = list(span.source.messages(span.start, span.stop))
+                self._resend[0] = _Span(0, rows, 0, len(rows))
                 continue
-            stop = min(span.stop, span.start + room)
+            if isinstance(span.source, list):  # rows alone: MAX_IN_FLIGHT of them at most
+                room = min(room, MAX_IN_FLIGHT - self._in_flight)
+                if room < 1:
+                    return None
+            stop = min(span.stop, span.start + _units(span.source, span.start, room))
             if stop == span.stop:
                 del self._resend[0]
             else:
@@ -351,19 +392,27 @@ class ConfirmedPublisher:
             if source is None:
                 self._exhausted = True
                 return None
-            if isinstance(source, Outgoing):
+            if isinstance(source, Outgoing):  # rows alone: MAX_IN_FLIGHT of them at most
+                room = min(room, MAX_IN_FLIGHT - self._in_flight)
+                if room < 1:
+                    self._peeked = source
+                    return None
                 return self._next_messages(tag, source, room, frames)
+            batched = source.batched() if self._batching else None
+            if batched is not None:
+                source = batched
             if self._frames(source) is not None:
                 self._run, self._run_next = source, 0
             else:   # a body above the frame size: the run's rows one by one
                 self._messages = itertools.chain(source.messages(0, source.count),
                                                  self._messages)
         run, start = self._run, self._run_next
-        stop = min(run.count, start + room)
+        stop = min(run.count, start + _units(run, start, room))
         self._run_next = stop
         if stop == run.count:
             self._run = None
-        self._published += stop - start
+        first, last = run.row_range(start, stop)
+        self._published += last - first
         self._encode_span(run, start, stop, frames)
         return _Span(tag, run, start, stop)
 
@@ -476,7 +525,7 @@ class ConfirmedPublisher:
                 split = span.start + tag - span.first_tag + 1
                 settled.append(span._replace(stop=split))
                 spans[0] = _Span(tag + 1, span.source, split, span.stop)
-        self._in_flight -= sum(span.stop - span.start for span in settled)
+        self._in_flight -= sum(span.rows() for span in settled)
         return settled
 
     def _settle_one(self, tag: int) -> list[_Span]:
@@ -490,8 +539,9 @@ class ConfirmedPublisher:
                     spans.insert(at, _Span(tag + 1, span.source, index + 1, span.stop))
                 if span.start < index:
                     spans.insert(at, span._replace(stop=index))
-                self._in_flight -= 1
-                return [_Span(tag, span.source, index, index + 1)]
+                settled = _Span(tag, span.source, index, index + 1)
+                self._in_flight -= settled.rows()
+                return [settled]
         return []
 
     def _on_return(self, _channel, method, properties, _body) -> None:
@@ -561,6 +611,14 @@ class ConfirmedPublisher:
                 "this task were published; Spark fails the task (and retries it, if "
                 "allowed): the bundled broker drops messages an earlier attempt stored, "
                 "other brokers may receive them twice")
+
+
+def _units(source: list[Outgoing] | OutgoingRun, start: int, rows: int) -> int:
+    """How many units of `source` from `start` carry at most `rows` rows (at least 1)."""
+    if isinstance(source, list):
+        return max(1, rows)
+    first, last = source.row_range(start, start + 1)
+    return max(1, rows // max(1, last - first))
 
 
 def _rows(failed: list[_Failed]) -> str:

@@ -38,7 +38,13 @@ How it works
     every row's basic.publish, content header (the template, the row's body size and
     seq) and body frame in one `pyarrow.compute.binary_join_element_wise` over the
     batch's columns: no Python object per row. A body above the frame size sends the
-    run row by row (`messages`), as `to_messages` would.
+    run row by row (`messages`), as `to_messages` would. For the bundled broker the
+    publisher asks the run for its `batched()` form, `BatchedBodyRun`: the same rows
+    as batch publishes of up to `BATCH_ROWS` rows (and about `BATCH_BYTES` of bodies)
+    each, one basic.publish with immediate=true and the batch header after the two
+    idempotency headers, the bodies as `u32 length | body` records
+    (docs/behaviour/idempotent-publishing.md, "Batch publish"), which the broker cuts
+    back into exactly the rows' messages.
 
 Invariants
     - The same rows in the same order give the same messages and sequence numbers.
@@ -331,6 +337,95 @@ class BodyRun(OutgoingRun):
         for index, body in enumerate(self.bodies[start:stop].to_pylist(), start):
             yield Outgoing(self.first_row + index, self.exchange, self.routing_key, body,
                            _Stamped(self.template, self.seq + index))
+
+    def batched(self, batch_rows: int = 0) -> OutgoingRun | None:
+        """The same rows as batch publishes (`BatchedBodyRun`, at most `batch_rows`
+        rows each, 0: BATCH_ROWS), or None if the template's header table is not the
+        two idempotency headers alone."""
+        head = _batch_head(self.template)
+        return None if head is None else BatchedBodyRun(self, head, batch_rows or BATCH_ROWS)
+
+
+# a batch publish carries at most this many rows and about this many body bytes
+# (docs/behaviour/idempotent-publishing.md, "Batch publish")
+BATCH_ROWS = 1000
+BATCH_BYTES = 1 << 20
+_BATCH_KEY = b"x-quorumqueue-batch"
+_PUBLISHER_ENTRY = bytes([len(PUBLISHER_HEADER)]) + PUBLISHER_HEADER.encode() + b"S"
+
+
+def _batch_head(template: _Template) -> tuple[bytes, bytes] | None:
+    """A batch's properties around its first seq: the template's, with the table
+    made longer by the batch entry, which follows the seq. None unless the table is
+    the publisher's entry then the seq's (so the seq ends the table)."""
+    before = template.before
+    at = before.find(_PUBLISHER_ENTRY)
+    if at < 4:
+        return None
+    (length,) = struct.unpack_from(">I", before, at - 4)
+    if at + length != len(before) + _SEQ_FIELD.size:  # the seq must end the table
+        return None
+    entry_size = 1 + len(_BATCH_KEY) + 1 + 8  # key, 'l', the count
+    return (before[:at - 4] + struct.pack(">I", length + entry_size) + before[at:],
+            template.after)
+
+
+class BatchedBodyRun(OutgoingRun):
+    """A `BodyRun` sent as batch publishes: unit u is one basic.publish (immediate=true,
+    the batch form the bundled broker splits into the rows' messages) of rows
+    u * `per_unit` up to `per_unit` more. `count` is the number of units; the rows a
+    unit covers come from `row_range`."""
+
+    is_batch = True
+
+    def __init__(self, run: BodyRun, head: tuple[bytes, bytes], batch_rows: int) -> None:
+        self.run, self.head = run, head
+        self.first_row = run.first_row
+        self.exchange, self.routing_key = run.exchange, run.routing_key
+        mean = max(1, pc.sum(pc.binary_length(run.bodies)).as_py() // run.count)
+        self.per_unit = max(1, min(batch_rows, BATCH_BYTES // mean))
+        self.count = -(-run.count // self.per_unit)
+        self._encoded: tuple | None = None
+
+    def row_range(self, start: int, stop: int) -> tuple[int, int]:
+        """Rows (indices in the run) of units `start` to `stop`."""
+        return start * self.per_unit, min(stop * self.per_unit, self.run.count)
+
+    def messages(self, start: int, stop: int) -> Iterator[Outgoing]:
+        return self.run.messages(*self.row_range(start, stop))
+
+    def frames(self, method: bytes, channel: int, body_max: int):
+        arguments = (method, channel, body_max)
+        if self._encoded is not None and self._encoded[0] == arguments:
+            return self._encoded[1]
+        run, (before, after) = self.run, self.head
+        # basic.publish's last octet before the frame end holds its bits: immediate is 2
+        method = method[:-2] + bytes([method[-2] | 2]) + method[-1:]
+        sizes = pc.binary_length(run.bodies).to_numpy()
+        joined = pc.binary_join_element_wise(_fixed(sizes.astype(">u4")), run.bodies,
+                                             _same(b""))
+        records = memoryview(joined.buffers()[2])
+        ends = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset:
+                                                             joined.offset + run.count + 1]
+        properties_size = 12 + len(before) + 8 + len(after) + 1 + len(_BATCH_KEY) + 1 + 8
+        parts, offsets, size = [], [0], 0
+        for unit in range(self.count):
+            first, last = self.row_range(unit, unit + 1)
+            body = records[int(ends[first]):int(ends[last])]
+            unit_parts = [method, struct.pack(">BHIHHQ", FRAME_HEADER, channel, properties_size,
+                                              pika.spec.BasicProperties.INDEX, 0, len(body)),
+                          before, _SEQ_FIELD.pack(run.seq + first),
+                          bytes([len(_BATCH_KEY)]), _BATCH_KEY, b"l",
+                          _SEQ_FIELD.pack(last - first), after, FRAME_END]
+            for at in range(0, len(body), body_max):
+                chunk = body[at:at + body_max]
+                unit_parts += [struct.pack(">BHI", FRAME_BODY, channel, len(chunk)), chunk,
+                               FRAME_END]
+            parts += unit_parts
+            size += sum(map(len, unit_parts))
+            offsets.append(size)
+        self._encoded = (arguments, (memoryview(b"".join(parts)), offsets))
+        return self._encoded[1]
 
 
 def _same(value: bytes) -> pa.Scalar:

@@ -84,6 +84,9 @@ class Properties:
     # the routing keys the publisher selected besides the routing key: its CC and BCC
     # headers' strings (RabbitMQ's sender-selected distribution; node/handlers.py)
     selected_keys: tuple = ()
+    # the idempotency key (publisher, seq) when already known: a batch publish's
+    # messages carry theirs (amqp/batch_publish.py), so `publisher_sequence` reads none
+    key: tuple | None = None
     # offsets are resolved lazily for the rarely needed fields
     _decoded: dict | None = None
 
@@ -322,6 +325,8 @@ def publisher_sequence(properties: Properties) -> tuple[str, int]:
     the walk cannot read is decoded by pamqp. Both must be given: a publisher string
     of 1 to 255 bytes and an integer seq in 1..2^64-1; anything else is a client bug
     (PRECONDITION_FAILED)."""
+    if properties.key is not None:  # a batch publish's message: checked when cut out
+        return properties.key
     at = properties.headers_at
     if at and properties.raw.startswith(_SINK_PUBLISHER, at + 4):
         key = _sink_key(properties.raw, at)

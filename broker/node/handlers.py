@@ -30,6 +30,7 @@ from typing import Callable
 from pamqp import commands as methods
 
 from ..amqp import codec, spec
+from ..amqp.batch_publish import is_batch, split as split_batch
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..amqp.properties import (FLAG_EXPIRATION, expiration_error, may_select_keys,
@@ -458,7 +459,9 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
     per run of it. Each takes its confirm number. The run goes to the node (or the
     transaction) in one call. A management request goes on its own: it may change
     what the checks found. On the first message that fails, those before it are
-    published. Then (its position, its error) is returned. None when all were."""
+    published. Then (its position, its error) is returned. None when all were.
+    A batch publish (immediate=true, amqp/batch_publish.py) goes on as one message
+    whose body is its `Batch`: one confirm number for all its messages."""
     vhost = session.vhost
     permitted = found = None  # the exchange whose permission, whose existence was checked
     taken: list[tuple] = []   # checked, from messages[first] on, not yet published
@@ -468,9 +471,13 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
         publish, properties = message.method, message.properties
         name = publish.exchange
         request = not name and publish.routing_key == management.ROUTING_KEY
+        body = message.body
         try:
-            if publish.immediate:  # refused once the content is in, as rabbit_channel does
-                raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            if publish.immediate:
+                # refused once the content is in, as rabbit_channel does; but a batch
+                # publish (quorumqueue's own, amqp/batch_publish.py) says immediate too
+                if not is_batch(properties) or request:
+                    raise AMQPError(spec.NOT_IMPLEMENTED, "immediate=true", 60, 40)
             if name != permitted and not request:
                 channel.check_access("write", EXCHANGE, name)
                 permitted = name
@@ -483,11 +490,13 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
                 properties = _checked_properties(session, channel, properties)
             if may_select_keys(properties):
                 properties = _selected_keys(properties)
+            if publish.immediate:  # a batch: its messages, checked (406 if malformed)
+                body = split_batch(properties, body)
         except AMQPError as error:
             failed = (position, error)
             break
         confirm_seq = channel.next_confirm() if channel.confirm_mode else 0
-        taken.append((publish, properties, message.body, confirm_seq))
+        taken.append((publish, properties, body, confirm_seq))
         if request:
             stopped = _publish_taken(session, channel, taken, first)
             if stopped is not None:

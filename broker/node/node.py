@@ -467,6 +467,10 @@ class Node:
                 exchange_name, routing_key = publish.exchange, publish.routing_key
                 message = Message(exchange_name, routing_key, properties, body)
                 delivered = False
+                if publish.immediate and exchange_name == "" and routing_key.startswith(
+                        REPLY_TO_PREFIX):
+                    raise AMQPError(spec.PRECONDITION_FAILED, "a batch publish cannot be "
+                                    "sent to direct reply-to", spec.BASIC, 40)
                 if exchange_name == "" and routing_key == management.ROUTING_KEY:
                     delivered = self._management_request(channel, properties, body)
                     queues, routed = [], None
@@ -501,14 +505,23 @@ class Node:
                     counters.unroutable_returned += 1
                     channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
                                                     exchange_name, routing_key))
-                    channel.session.write_parts(codec.content(
-                        channel.number, properties.raw, body, channel.session.frame_max))
+                    channel.session.write_parts(codec.content(  # a batch: as published
+                        channel.number, properties.raw, body.body if publish.immediate
+                        else body, channel.session.frame_max))
                 else:
                     counters.unroutable_dropped += 1
                 confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
-                for queue in queues:
-                    queue.message_counts.publish += 1
-                    queue.publish(message, channel, confirm)
+                if publish.immediate:  # a batch (handlers.publish lets no other through)
+                    for record_properties, record_body in body.records:
+                        record = Message(exchange_name, routing_key, record_properties,
+                                         record_body)
+                        for queue in queues:
+                            queue.message_counts.publish += 1
+                            queue.publish(record, channel, confirm)
+                else:
+                    for queue in queues:
+                        queue.message_counts.publish += 1
+                        queue.publish(message, channel, confirm)
                 if confirm is not None:
                     channel.close_confirm(confirm)
         except AMQPError as error:  # a queue refused it, or its headers cannot be read

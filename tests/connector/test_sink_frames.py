@@ -11,6 +11,8 @@ RabbitMQ's publisher confirms (seeds: confirms.md, multiple acks).
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from types import SimpleNamespace
 
 import pika
@@ -19,10 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
+from quorumqueue.broker.amqp.batch_publish import is_batch, split
+from quorumqueue.broker.amqp.properties import decode_properties, publisher_sequence
 from quorumqueue.connector.options import parse_sink_options
-from quorumqueue.connector.publisher import MAX_IN_FLIGHT, ConfirmedPublisher, Outgoing
-from quorumqueue.connector.sink_rows import (BodyRun, IdempotencyKey, input_plan, returned_row,
-                                             to_messages, to_outgoing)
+from quorumqueue.connector.publisher import (MAX_IN_FLIGHT, MAX_IN_FLIGHT_BATCHED,
+                                             ConfirmedPublisher, Outgoing)
+from quorumqueue.connector.sink_rows import (BATCH_BYTES, BATCH_ROWS, BodyRun, IdempotencyKey,
+                                             input_plan, returned_row, to_messages, to_outgoing)
 
 
 def publisher_on(channel: int, body_max: int, mandatory: bool = False,
@@ -181,4 +186,119 @@ def test_a_lost_connection_sends_a_runs_unconfirmed_rows_again_in_row_order_firs
     confirm(publisher, 1000, multiple=True)  # then rows 1,101-1,499
     assert publisher._tag == 1399 and publisher._exhausted
     confirm(publisher, 1399, multiple=True)
+    assert publisher._done and not publisher._failed and publisher._published == 1500
+
+
+# ------------------------------------------------------------ batch publishes
+
+def frames_of(data: bytes) -> list[tuple[int, bytes]]:
+    """(frame type, payload) of every frame in `data`."""
+    out, at = [], 0
+    while at < len(data):
+        kind, _channel, size = struct.unpack_from(">BHI", data, at)
+        assert data[at + 7 + size] == 0xCE
+        out.append((kind, data[at + 7:at + 7 + size]))
+        at += 8 + size
+    return out
+
+
+def published(data: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """(basic.publish payload, content header payload, body) of each publish."""
+    messages = []
+    for kind, payload in frames_of(data):
+        if kind == 1:
+            messages.append([payload, b"", b""])
+        elif kind == 2:
+            messages[-1][1] = payload
+        else:
+            messages[-1][2] += payload
+    return [tuple(message) for message in messages]
+
+
+@settings(max_examples=60, deadline=None)
+@given(bodies=st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=40),
+       body_max=st.integers(50, 400), channel=st.integers(1, 3), mandatory=st.booleans(),
+       base=st.sampled_from([0, 7 << 32, (1 << 62)]), batch_rows=st.integers(1, 12),
+       exchange=st.sampled_from(["", "events"]))
+def test_a_batched_runs_publishes_carry_the_row_by_row_messages(bodies, body_max, channel,
+                                                                mandatory, base, batch_rows,
+                                                                exchange):
+    """Each unit of a batched run is one basic.publish (immediate set, the batch form
+    of docs/behaviour/idempotent-publishing.md) that the bundled broker's reader of
+    that form (broker/amqp/batch_publish.py) cuts into exactly the header and body
+    each row sends alone; bodies of any size (a batch's body spans frames)."""
+    plan, options = plan_for(False, exchange=exchange)
+    key = IdempotencyKey("spark-query/q/4", base)
+    batches = [pa.record_batch([pa.array(bodies)], names=["body"])]
+    [run] = to_outgoing(batches, plan, options, key)
+    batched = run.batched(batch_rows)
+    assert batched.count == -(-len(bodies) // batch_rows)
+    publisher = publisher_on(channel, body_max, mandatory)
+    buffer, offsets = publisher._frames(batched)
+    alone = published(row_by_row(publisher, to_messages(batches, plan, options, key)))
+    rows = []
+    for unit in range(batched.count):
+        [(method, header, body)] = published(bytes(buffer[offsets[unit]:offsets[unit + 1]]))
+        alone_method = alone[batched.row_range(unit, unit + 1)[0]][0]
+        assert method[:-1] == alone_method[:-1] and method[-1] == alone_method[-1] | 2
+        assert method[-1] == (2 | mandatory)            # immediate, and mandatory if asked
+        _class_id, properties = decode_properties(header)
+        assert is_batch(properties)
+        for record, record_body in split(properties, body).records:
+            # the key the broker keeps for it is the one its header table holds
+            assert publisher_sequence(dataclasses.replace(record, key=None)) == record.key
+            rows.append((record.raw, record_body))
+    assert rows == [(header, body) for _method, header, body in alone]
+
+
+def test_a_batch_too_large_for_its_row_count_is_cut_by_bytes():
+    plan, options = plan_for(False)
+    body = b"x" * 100_000
+    [run] = to_outgoing([pa.record_batch([pa.array([body] * 30)], names=["body"])], plan,
+                        options, IdempotencyKey("p", 0))
+    batched = run.batched()
+    assert batched.per_unit * len(body) <= BATCH_BYTES and batched.count > 1
+
+
+def test_batched_rows_take_one_tag_per_batch_and_a_nack_names_its_rows():
+    written: list[bytes] = []
+    publisher = publisher_on(1, 1000, written=written)
+    publisher._batching = True
+    plan, options = plan_for(False)
+    batches = [pa.record_batch([pa.array([b"%d" % n for n in range(size)])], names=["body"])
+               for size in (2500, 3000)]
+    publisher._messages = iter(to_outgoing(batches, plan, options, IdempotencyKey("p", 0)))
+    publisher._fill()
+    # the window is in rows, filled a batch at a time: 1,000 + 1,000 + 500 (the first
+    # run's end) + 1,000 + 1,000: one batch past 4,000 at most
+    assert BATCH_ROWS == 1000 and MAX_IN_FLIGHT_BATCHED == 4000
+    assert publisher._tag == 5
+    assert publisher._in_flight == publisher._published == 4500
+    assert all(method[-1] & 2 for method, _header, _body in published(b"".join(written)))
+    confirm(publisher, 1, multiple=False)               # rows 0-999; one more batch goes
+    assert (publisher._tag, publisher._in_flight, publisher._published) == (6, 4500, 5500)
+    confirm(publisher, 3, multiple=False, nack=True)    # rows 2,000-2,499, the first run's end
+    assert [failed.row for failed in publisher._failed] == list(range(2000, 2500))
+    assert "rows 2000, 2001, 2002, 2003, 2004 and 495 more" in publisher._describe_failure()
+
+
+def test_batches_unconfirmed_on_a_lost_connection_go_row_by_row_to_a_broker_without_them():
+    written: list[bytes] = []
+    publisher = publisher_on(1, 1000, written=written)
+    publisher._batching = True
+    publisher._reconnect = SimpleNamespace(next_pause=lambda: 0.0, what="test", attempts=1)
+    publisher._ioloop = SimpleNamespace(stop=lambda: None, call_later=lambda *_: None)
+    runs = body_runs(1500)
+    publisher._messages = iter(runs)
+    publisher._fill()
+    confirm(publisher, 1, multiple=False)               # rows 0-999 confirmed
+    publisher._on_close(None, ConnectionError("lost"))
+    written.clear()
+    publisher._batching = False                         # the new node is not the bundled broker
+    publisher._channel = SimpleNamespace(channel_number=1, is_open=True)
+    publisher._method_frames, publisher._tag = {}, 0
+    publisher._fill()
+    fresh = publisher_on(1, 1000)
+    assert b"".join(written) == row_by_row(fresh, runs[0].messages(1000, 1500))
+    confirm(publisher, 500, multiple=True)
     assert publisher._done and not publisher._failed and publisher._published == 1500
