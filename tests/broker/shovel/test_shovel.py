@@ -1,7 +1,9 @@
 """Dynamic shovels between two quorumqueue brokers (real processes): set with
 `quorumqueue ctl set_parameter shovel`, run inside the broker, status in
 `ctl shovel_status`; the definition checks; at-least-once across a kill -9 of the
-destination; src-delete-after queue-length clears the parameter."""
+destination; src-delete-after queue-length clears the parameter. Most tests share
+the module's source and destination brokers (`brokers`), emptied after each test;
+restarts into other data directories and clusters have their own."""
 
 from __future__ import annotations
 
@@ -90,10 +92,51 @@ def shovel(broker, name: str, value: dict, vhost: str = "/") -> str:
     return ctl(broker, "set_parameter", "-p", vhost, "shovel", name, json.dumps(value))
 
 
-@pytest.fixture
-def brokers():
+@pytest.fixture(scope="module")
+def broker_pair():
     with BrokerProcess() as source, BrokerProcess() as destination:
         yield source, destination
+
+
+@pytest.fixture
+def brokers(broker_pair):
+    """The module's two brokers (source, destination), handed to each test as it
+    would find brokers of its own: running, with no shovel and no queue (one start
+    of the pair for the module instead of one per test)."""
+    yield broker_pair
+    for broker in broker_pair:
+        _empty(broker)
+
+
+def _empty(broker) -> None:
+    """Run `broker` again if a test left it stopped, clear every shovel (and wait
+    until none runs), delete every queue."""
+    from urllib.parse import quote
+
+    from quorumqueue.client.management import call
+
+    if broker.process is None or broker.process.poll() is not None:
+        broker.stop()
+        broker.start()
+    for row in _http(broker, "GET", "/api/parameters/shovel")[1]:
+        _http(broker, "DELETE", f"/api/parameters/shovel/{quote(row['vhost'], safe='')}/"
+                                f"{quote(row['name'], safe='')}")
+    wait_for(lambda: _http(broker, "GET", "/api/shovels")[1] == [], what="every shovel gone")
+
+    def deleted() -> bool:
+        names = [row["name"] for row in call(broker.uri, "queues.list", vhost="/")]
+        connection, channel = channel_of(broker)
+        try:
+            for name in names:
+                channel.queue_delete(name)
+        except pika.exceptions.ChannelClosedByBroker:
+            return False  # e.g. an exclusive queue whose connection is closing
+        finally:
+            if connection.is_open:
+                connection.close()
+        return not names
+
+    wait_for(deleted, what="every queue deleted")
 
 
 def test_a_shovel_moves_every_message_once_and_deletes_itself(brokers):
@@ -153,7 +196,7 @@ def test_a_side_killed_mid_transfer_loses_nothing(brokers, killed):
     (the shovel runs on the destination), then a restart: every message is at the
     destination at least once."""
     source, destination = brokers
-    total = 30_000
+    total = 10_000
     publish(source, "big", range(total))  # confirmed: on the source's disk
     connection, channel = channel_of(destination)
     channel.queue_declare("big", durable=True, arguments={"x-queue-type": "quorum"})
@@ -216,19 +259,19 @@ BAD = [
 ]
 
 
-def test_bad_definitions_are_refused_with_the_reason():
-    with BrokerProcess() as broker:
-        for value, text in BAD:
-            output = ctl(broker, "set_parameter", "shovel", "bad", value, ok=False)
-            assert text in output, (value, output)
-        output = ctl(broker, "set_parameter", "federation-upstream", "up",
-                     '{"uri": "amqp://"}', ok=False)
-        assert "component 'federation-upstream' not found" in output
-        output = ctl(broker, "set_parameter", "-p", "nowhere", "shovel", "s",
-                     '{"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://"}',
-                     ok=False)
-        assert "no vhost 'nowhere'" in output
-        assert "bad" not in ctl(broker, "list_parameters")
+def test_bad_definitions_are_refused_with_the_reason(brokers):
+    broker, _ = brokers
+    for value, text in BAD:
+        output = ctl(broker, "set_parameter", "shovel", "bad", value, ok=False)
+        assert text in output, (value, output)
+    output = ctl(broker, "set_parameter", "federation-upstream", "up",
+                 '{"uri": "amqp://"}', ok=False)
+    assert "component 'federation-upstream' not found" in output
+    output = ctl(broker, "set_parameter", "-p", "nowhere", "shovel", "s",
+                 '{"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://"}',
+                 ok=False)
+    assert "no vhost 'nowhere'" in output
+    assert "bad" not in ctl(broker, "list_parameters")
 
 
 def test_shovel_parameters_survive_a_restart_and_travel_in_definitions(tmp_path):
@@ -256,7 +299,7 @@ def test_in_a_cluster_the_shovel_moves_to_another_node_when_its_node_dies():
     another node leads and runs it; nothing is lost."""
     from tests.support.cluster import LocalCluster
 
-    total = 20_000
+    total = 10_000
     with BrokerProcess() as source, LocalCluster(3, proxied=False) as cluster:
         publish(source, "q", range(total))
 
@@ -467,7 +510,7 @@ def test_an_integer_src_delete_after_counts_again_on_the_node_the_shovel_moves_t
     from quorumqueue.client.management import call
     from tests.support.cluster import LocalCluster
 
-    total = 10_000
+    total = 5_000
     with BrokerProcess() as source, LocalCluster(3, proxied=False) as cluster:
         publish(source, "q", range(total))
 
