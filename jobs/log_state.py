@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..broker.fifo import snapshot as fifo_snapshot
 from ..broker.fifo.commands import Meta, decode_reply
-from ..broker.fifo.envelope import decode_entry
+from ..broker.fifo.envelope import TIMED, TIMED_HEAD, decode_entry
 from ..broker.fifo.machine import apply, live_indexes, lowest_live_index
 from ..broker.fifo.state import FifoState, fifo_config
 from ..broker.raft.forwarded import HELD, SEEN, AppliedIds, load_snapshot, unwrap
@@ -121,14 +121,18 @@ class _Replay:
 
     def entry(self, entry) -> None:
         applied = self.applied
-        if entry.index >= applied.give_up_at:
-            applied.give_up(entry.index)
+        if entry.kind != COMMAND:
+            stamp, identity, data = 0, None, b""
+        else:
+            identity, data = unwrap(entry.data)
+            stamp = TIMED_HEAD.unpack_from(data)[1] if data and data[0] == TIMED else 0
+        if entry.index >= applied.give_up_at or stamp >= applied.give_up_ms:
+            applied.give_up(entry.index, stamp)  # a gap held too long
         self.released()
         if entry.kind != COMMAND:
             return
-        identity, data = unwrap(entry.data)
         if identity is not None:
-            verdict = applied.admit_in_order(identity, entry.index, entry.term)
+            verdict = applied.admit_in_order(identity, entry.index, entry.term, stamp)
             if verdict == SEEN:
                 return  # a forwarded command appended again after a leader crash
             if verdict == HELD:
@@ -141,7 +145,7 @@ class _Replay:
 
     def released(self) -> None:
         while (released := self.applied.take_released()) is not None:
-            _identity, ((index, term), *_repeats) = released
+            _identity, ((index, term, _ms), *_repeats) = released
             data = self.held.pop(index, None)
             if data is None:  # held before the snapshot: read back from the log
                 data = next(iter(_entries(self.state, index, self.readers))).data

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
+from ..fifo.envelope import TIMED, TIMED_HEAD
 from ..raft import RaftNode
 from ..raft.errors import NotLeader, ProposalRejected
 from ..raft.forwarded import (APPLY, FORWARDED, HEAD_SIZE, SEEN, AppliedIds, Identity,
@@ -51,6 +52,7 @@ from ..raft.forwarded import (APPLY, FORWARDED, HEAD_SIZE, SEEN, AppliedIds, Ide
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
+_TIME = TIMED_HEAD  # a quorum queue's entry: leader time after the identity
 _LEADER = Role.LEADER  # read per publish: an enum member off its class costs ~4x a global
 
 
@@ -197,7 +199,8 @@ class ReplicatedGroup:
         identity = identity_of(data)
         if identity is None:
             return None, 0
-        verdict = self.applied.admit_in_order(identity, index, term)
+        time_ms = _TIME.unpack_from(data, HEAD_SIZE)[1] if data[HEAD_SIZE] == TIMED else 0
+        verdict = self.applied.admit_in_order(identity, index, term, time_ms)
         if verdict == APPLY:
             return identity, HEAD_SIZE
         if verdict == SEEN:

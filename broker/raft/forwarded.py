@@ -52,12 +52,14 @@ How it works:
   is kept beside it and answered with its reply. A seq that is missing and not
   pending any more, or at or below the floor, is applied when it comes (as before).
 - A gap that never fills (the forwarding node died before resending, or gave up) is
-  given up, in log terms only, never by a clock: when a pending seq is more than
-  WINDOW above `high` (the window could not tell the seqs between apart), or once
-  HOLD_ENTRIES log entries were applied past the origin's oldest pending entry
-  (`give_up_at`). Its pending entries are then released in seq order and the seqs
-  skipped become missing: a late arrival is still applied, once, out of order
-  (rabbit_fifo v1 enqueues an enqueuer's pending messages when its process is down).
+  given up, in log terms only, never by this member's clock: when a pending seq is
+  more than WINDOW above `high` (the window could not tell the seqs between apart),
+  once HOLD_ENTRIES log entries were applied past the origin's oldest pending entry
+  (`give_up_at`), or once an entry stamped HOLD_MS after that entry's own stamp is
+  applied (`give_up_ms`; the leader proposes a Tick then, so an idle queue gets one).
+  Its pending entries are then released in seq order and the seqs skipped become
+  missing: a late arrival is still applied, once, out of order (rabbit_fifo v1
+  enqueues an enqueuer's pending messages when its process is down).
   An origin first seen with a seq above 1 waits for the seqs below it likewise.
 - At most MAX_ORIGINS origins per group: a new one evicts the origin applied least
   recently (by log index), deterministically on every member; an origin with pending
@@ -66,8 +68,9 @@ How it works:
   nothing missing and only the replies of basic.gets and purges.
 - Snapshot wrapper: `b"QQAI" | u16 version (2) | u32 JSON length | JSON | the
   machine's own snapshot`. The JSON is {"origins": [[origin as 16 hex digits, floor,
-  high, last index, [missing seqs], [[seq, reply], ...], [[seq, [[index, term], ...]],
-  ...]], ...]}, in eviction order; the last list, the pending entries, is what
+  high, last index, [missing seqs], [[seq, reply], ...], [[seq, [[index, term, ms],
+  ...]], ...]], ...]}, in eviction order (ms: the entry's leader time, 0 if it has
+  none); the last list, the pending entries, is what
   version 2 added (a version-1 snapshot loads with nothing pending). Each machine
   encodes its replies as JSON values (`encode_reply`). A snapshot without the magic
   (written before identities existed) is the machine's snapshot alone, with nothing
@@ -100,7 +103,9 @@ MAX_ORIGINS = 32                    # origins a group remembers
 SNAPSHOT_MAGIC = b"QQAI"
 SNAPSHOT_VERSION = 2                # 2: pending entries per origin; 1 still loads
 HOLD_ENTRIES = 65_536               # log entries a gap may hold an origin's later ones
-NEVER = 1 << 63                     # give_up_at with nothing pending
+HOLD_MS = 60_000                    # leader time a gap may hold them (a live node resends
+                                    # within seconds: cluster.py RESEND_AFTER)
+NEVER = 1 << 63                     # give_up_at / give_up_ms with nothing pending
 
 # admit_in_order's answers
 APPLY, SEEN, HELD = 0, 1, 2
@@ -157,9 +162,9 @@ class _Origin:
         self.last_index = last_index      # log index of its latest recorded entry
         self.missing: set[int] = set()    # seqs in (floor, high) not applied
         self.replies: dict[int, Any] = {}  # seq -> first reply (awaited, not None)
-        # seq (> high + 1) -> the (index, term) of each append of it, first first: in
-        # the log, committed, waiting for a lower seq
-        self.pending: dict[int, list[tuple[int, int]]] = {}
+        # seq (> high + 1) -> the (index, term, leader ms or 0) of each append of it,
+        # first first: in the log, committed, waiting for a lower seq
+        self.pending: dict[int, list[tuple[int, int, int]]] = {}
         self.flush_to = 0                 # pending seqs up to this go, gaps given up
 
     def seen(self, seq: int) -> bool:
@@ -207,7 +212,7 @@ class _Origin:
 class AppliedIds:
     """The identities a group applied, per origin, as a bounded window."""
 
-    __slots__ = ("origins", "released", "give_up_at")
+    __slots__ = ("origins", "released", "give_up_at", "give_up_ms")
 
     def __init__(self) -> None:
         # origin -> window, least recently recorded first (the eviction order)
@@ -217,6 +222,8 @@ class AppliedIds:
         # the log index at which the oldest pending entry's gap is given up
         # (HOLD_ENTRIES after it); NEVER with nothing pending
         self.give_up_at = NEVER
+        # the leader time from which an entry given up: its stamp + HOLD_MS
+        self.give_up_ms = NEVER
 
     def _evict(self) -> None:
         """Room for a new origin: the least recent one with nothing pending goes."""
@@ -268,11 +275,12 @@ class AppliedIds:
         origins[origin] = window  # the most recent, last
         return True
 
-    def admit_in_order(self, identity: Identity, index: int, term: int) -> int:
+    def admit_in_order(self, identity: Identity, index: int, term: int,
+                       time_ms: int = 0) -> int:
         """`admit` keeping the origin's order (see the module header): APPLY (recorded
         now; its reply goes to `keep_reply`, then what `take_released` hands out),
         SEEN (applied before: skip it), or HELD (kept pending: apply nothing now, its
-        waiters wait)."""
+        waiters wait). `time_ms`: the entry's own leader time (0: it has none)."""
         origin, seq = identity.origin, identity.seq
         window = self.origins.get(origin)
         if window is None:
@@ -280,9 +288,9 @@ class AppliedIds:
                 window = _Origin(0, 0, index)
                 self._evict()
                 self.origins[origin] = window
-                return self._hold(origin, window, seq, index, term)
+                return self._hold(origin, window, seq, index, term, time_ms)
         elif seq > window.high + 1:
-            return self._hold(origin, window, seq, index, term)
+            return self._hold(origin, window, seq, index, term, time_ms)
         elif window.floor < seq <= window.high and seq not in window.missing:
             return SEEN
         self.admit(identity, index)
@@ -290,36 +298,47 @@ class AppliedIds:
             self.released[origin] = None
         return APPLY
 
-    def _hold(self, origin: int, window: _Origin, seq: int, index: int, term: int) -> int:
+    def _hold(self, origin: int, window: _Origin, seq: int, index: int, term: int,
+              time_ms: int) -> int:
         appends = window.pending.get(seq)
         if appends is None:
-            window.pending[seq] = [(index, term)]
+            window.pending[seq] = [(index, term, time_ms)]
             self.give_up_at = min(self.give_up_at, index + HOLD_ENTRIES)
+            if time_ms:
+                self.give_up_ms = min(self.give_up_ms, time_ms + HOLD_MS)
         else:
-            appends.append((index, term))  # appended again while pending
+            appends.append((index, term, time_ms))  # appended again while pending
         if seq - window.high > WINDOW:  # the window cannot wait that far: give up
             window.flush_to = max(window.pending)
             self.released[origin] = None
         return HELD
 
-    def give_up(self, index: int) -> None:
-        """The apply loop is at log `index` >= `give_up_at`: the gaps of the origins
-        whose oldest pending entry is HOLD_ENTRIES behind are given up."""
-        self.give_up_at = NEVER
+    def give_up(self, index: int, time_ms: int = 0) -> None:
+        """The apply loop is at log `index`, the entry there stamped `time_ms` (0:
+        none), and `index` >= `give_up_at` or `time_ms` >= `give_up_ms`: the gaps of
+        the origins whose oldest pending entry is HOLD_ENTRIES or HOLD_MS behind are
+        given up. Decided before that entry is applied, from it and this state alone,
+        so a member restored from a snapshot decides as one that applied every entry."""
+        self.give_up_at = self.give_up_ms = NEVER
         for origin, window in self.origins.items():
             if not window.pending:
                 continue
-            oldest = min(appends[0][0] for appends in window.pending.values())
-            if oldest + HOLD_ENTRIES <= index:
+            firsts = [appends[0] for appends in window.pending.values()]
+            oldest = min(first[0] for first in firsts)
+            stamped = min((first[2] for first in firsts if first[2]), default=0)
+            if oldest + HOLD_ENTRIES <= index or (
+                    stamped and time_ms and stamped + HOLD_MS <= time_ms):
                 window.flush_to = max(window.pending)
                 self.released[origin] = None
             else:
                 self.give_up_at = min(self.give_up_at, oldest + HOLD_ENTRIES)
+                if stamped:
+                    self.give_up_ms = min(self.give_up_ms, stamped + HOLD_MS)
 
-    def take_released(self) -> tuple[Identity, list[tuple[int, int]]] | None:
+    def take_released(self) -> tuple[Identity, list[tuple[int, int, int]]] | None:
         """The next pending entry whose turn came, recorded as applied now: its
         origin and seq (as an Identity: the entry itself tells whether a reply is
-        awaited) and the (index, term) of each append of it; the first is applied,
+        awaited) and the (index, term, ms) of each append of it; the first is applied,
         the others are its duplicates. None when nothing is due."""
         released = self.released
         while released:
@@ -355,8 +374,8 @@ class AppliedIds:
 
     def pending_indexes(self) -> list[int]:
         """Every log index that holds a pending entry or one of its repeats."""
-        return sorted(index for window in self.origins.values()
-                      for appends in window.pending.values() for index, _term in appends)
+        return sorted(append[0] for window in self.origins.values()
+                      for appends in window.pending.values() for append in appends)
 
     def keep_reply(self, identity: Identity, reply: Any) -> None:
         """The reply of an entry `admit` recorded: kept if awaited and not None."""
@@ -394,10 +413,11 @@ class AppliedIds:
             window.missing = set(missing)
             window.replies = {seq: decode_reply(reply) for seq, reply in replies}
             if rest:  # version 2: the pending entries
-                window.pending = {seq: [(index, term) for index, term in appends]
+                window.pending = {seq: [(index, term, ms[0] if ms else 0)
+                                        for index, term, *ms in appends]
                                   for seq, appends in rest[0]}
             applied.origins[int(origin, 16)] = window
-        applied.give_up(0)  # give_up_at from the pending entries (nothing is due at 0)
+        applied.give_up(0)  # give_up_at and _ms from the pending (nothing is due at 0)
         # a snapshot taken in the apply after a gap filled, before what that let through
         # was applied: those are due before the next entry, as on a member that went on
         applied.released = {origin: None for origin, window in applied.origins.items()

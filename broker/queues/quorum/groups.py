@@ -68,7 +68,7 @@ from ...fifo.state import FifoState, fifo_config
 from ...groups import driver
 from ...groups.replicated import ReplicatedGroup
 from ...raft import COMMAND, RaftConfig, RaftNode, Ready
-from ...raft.forwarded import FORWARDED, AppliedIds, load_snapshot, unwrap
+from ...raft.forwarded import FORWARDED, HEAD_SIZE, NEVER, AppliedIds, load_snapshot, unwrap
 from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
 from ...raft.storage.wal import WalBatch
@@ -434,8 +434,9 @@ class QuorumGroups:
         for entry in entries:
             if queue.deleted:
                 break
-            if entry.index >= queue.applied.give_up_at:  # a gap held too long
-                queue.applied.give_up(entry.index)      # (raft/forwarded.py)
+            applied = queue.applied
+            if entry.index >= applied.give_up_at or applied.give_up_ms != NEVER:
+                self._maybe_give_up(applied, entry)  # a gap held too long (forwarded.py)
             if queue.applied.released:  # what the previous entry let through, in order
                 if held:
                     deliveries.deliver(self, queue, held_key, held)
@@ -504,6 +505,18 @@ class QuorumGroups:
         if queue.applied.released and not queue.deleted:
             self._apply_released(queue, index)
 
+    @staticmethod
+    def _maybe_give_up(applied: AppliedIds, entry) -> None:
+        """Give up the gaps held HOLD_ENTRIES entries or HOLD_MS of leader time, by the
+        entry about to be applied: its index, its own stamp (raft/forwarded.py)."""
+        time_ms, data = 0, entry.data
+        if entry.kind == COMMAND and data:
+            start = HEAD_SIZE if data[0] == FORWARDED else 0
+            if len(data) > start and data[start] == TIMED:
+                time_ms = TIMED_HEAD.unpack_from(data, start)[1]
+        if entry.index >= applied.give_up_at or time_ms >= applied.give_up_ms:
+            applied.give_up(entry.index, time_ms)
+
     def _apply_released(self, queue: QuorumQueue, at: int) -> None:
         """The pending forwarded entries whose turn came while entry `at` was applied
         (raft/forwarded.py `take_released`), in their origin's order. Each is read back
@@ -515,7 +528,7 @@ class QuorumGroups:
         applied = queue.applied
         replaying = at <= queue.replay_until
         while not queue.deleted and (released := applied.take_released()) is not None:
-            _identity, ((index, term), *repeats) = released
+            _identity, ((index, term, _ms), *repeats) = released
             entry = self.store.entry(queue.group, index)
             if entry is None or entry.term != term:
                 raise RuntimeError(f"quorum queue '{queue.name}': pending entry {index} "
@@ -528,7 +541,7 @@ class QuorumGroups:
                                                 command, queue.state)
             if reply != "ok":
                 applied.keep_reply(identity, reply)
-            for waiter_index, waiter_term in ((index, term), *repeats):
+            for waiter_index, waiter_term, _ms in ((index, term, _ms), *repeats):
                 for callback in queue.take_waiters(waiter_index, waiter_term):
                     callback(reply)
             if isinstance(command, Down) and not replaying:
@@ -785,9 +798,10 @@ class QuorumGroups:
                 self.tick_queue(queue, now)
 
     def tick_queue(self, queue: QuorumQueue, now: int) -> None:
-        """The leader proposes a Tick in two cases. A head's message expired, or
+        """The leader proposes a Tick in these cases. A head's message expired, or
         the queue has been unused for its x-expires period. Or leases with a timeout
-        hold messages. It proposes at once when no Tick proposed since covers that
+        hold messages. Or forwards have waited HOLD_MS for a gap of their node
+        (raft/forwarded.py): the Tick's time gives it up on every member. It proposes at once when no Tick proposed since covers that
         moment (RabbitMQ's expire_msgs timer). Else at most once per
         `tick_interval_ms`: a Tick lost to a leader change."""
         if not queue.is_leader:
@@ -798,14 +812,18 @@ class QuorumGroups:
         unused_until = queue_expiry(queue.state)
         if unused_until is not None and queue.expiry_proposed:
             unused_until = None
+        # forwards held for a gap since HOLD_MS ago: a Tick stamped now gives it up
+        held = queue.applied.give_up_ms
+        held_until = None if held == NEVER else held
         last = queue.last_tick_ms
         uncovered = any(moment is not None and last < moment <= now
-                        for moment in (expiry, unused_until))
+                        for moment in (expiry, unused_until, held_until))
         if not uncovered and now - last < self.tick_interval_ms:
             self._wake_for_expiry(queue)
             return
         if (expiry is not None and expiry <= now) or (
-                unused_until is not None and unused_until <= now) or any(
+                unused_until is not None and unused_until <= now) or (
+                held_until is not None and held_until <= now) or any(
                 lease.timeout_ms and len(lease.indexes)
                 for lease in queue.state.leases.values()):
             queue.last_tick_ms = now

@@ -24,6 +24,7 @@ from quorumqueue.broker.groups.metadata import encode as encode_meta
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
+from quorumqueue.broker.fifo.envelope import stamp
 from quorumqueue.broker.node.node import Node
 from quorumqueue.broker.queues.quorum import groups as quorum_groups
 from quorumqueue.broker.queues.quorum.queue import MessageGone
@@ -199,6 +200,24 @@ def test_a_held_forward_survives_a_snapshot_and_a_restart_and_follows_its_gap(
     again.flush()
     assert bodies(again, recovered) == [b"local", b"local", b"3"]  # the get took one
     assert [reply[1] for reply in replies] == [2]  # two left when it was applied, then 3
+
+
+def test_on_an_idle_queue_the_leader_gives_a_gap_up_with_a_tick_after_hold_ms(tmp_path):
+    """The forwarding node died before resending 2, and nothing else comes to the
+    queue: HOLD_MS after 3 was stamped, the leader's tick proposes a Tick, whose time
+    gives the gap up on every member; 3 is stored (never confirmed: nobody waits)."""
+    node = start(tmp_path)
+    queue = declare(node)
+    at = 1_700_000_000_000
+    append(queue, forwarded(1, stamp(message(b"1"), at)))
+    append(queue, forwarded(3, stamp(message(b"3"), at + 1)))
+    node.quorum.flush()
+    node.quorum.tick(at + forwarded_module.HOLD_MS)             # not yet
+    node.flush()
+    assert bodies(node, queue) == [b"1"]
+    node.quorum.tick(at + 1 + forwarded_module.HOLD_MS)
+    node.flush()
+    assert bodies(node, queue) == [b"1", b"3"]
 
 
 def test_a_node_that_forwarded_to_a_queue_keeps_its_order_once_it_leads_it(tmp_path):

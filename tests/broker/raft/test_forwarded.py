@@ -272,7 +272,7 @@ def test_a_repeat_of_a_held_forward_waits_beside_it_and_is_handed_out_with_it():
     assert applied.lowest_pending() == 2 and applied.pending_indexes() == [2, 3]
     assert applied.take_released() is None
     assert applied.admit_in_order(ident(2), 4, 2) == APPLY
-    assert applied.take_released() == (ident(3), [(2, 1), (3, 2)])
+    assert applied.take_released() == (ident(3), [(2, 1, 0), (3, 2, 0)])
     assert applied.take_released() is None and applied.lowest_pending() is None
     assert applied.admit_in_order(ident(3), 5, 2) == SEEN
 
@@ -300,6 +300,23 @@ def test_a_held_gap_is_given_up_hold_entries_after_its_oldest_entry():
     assert applied.take_released() is None
     applied.give_up(applied.give_up_at)
     assert applied.take_released()[0].seq == 3 and applied.give_up_at == forwarded.NEVER
+
+
+def test_a_held_gap_is_given_up_by_an_entry_stamped_hold_ms_after_it():
+    """By leader time too: the entry HOLD_MS after the held one's own stamp (an idle
+    queue's leader proposes a Tick then), not this member's clock."""
+    applied = AppliedIds()
+    applied.admit_in_order(ident(1), 1, 1, 5_000)
+    applied.admit_in_order(ident(3), 2, 1, 6_000)
+    applied.admit_in_order(ident(4), 3, 1, 7_000)
+    assert applied.give_up_ms == 6_000 + forwarded.HOLD_MS
+    applied.give_up(4, 5_999 + forwarded.HOLD_MS)
+    assert applied.take_released() is None
+    restored, _machine = load_snapshot(dump_snapshot(applied, b"", list), tuple)
+    assert restored == applied and restored.give_up_ms == applied.give_up_ms
+    restored.give_up(5, 6_000 + forwarded.HOLD_MS)
+    assert [restored.take_released()[0].seq for _ in range(2)] == [3, 4]
+    assert restored.give_up_ms == forwarded.NEVER
 
 
 def test_an_origin_holding_forwards_is_not_evicted():
