@@ -15,7 +15,8 @@ How it works
     follows from the previous field's length read at once for all entries (numpy
     gathers): the optional forwarded identity and time envelope, the Enqueue head
     (tag, priority, body size, publisher seq), the publisher, the exchange, the
-    routing key, the content header, the body to the entry's end. The names and the
+    routing key, the content header, the body to the entry's end (tag 1) or of its
+    body size (tag 21, whose BCC keys follow the body: they are never read). The names and the
     property block are compared across all entries in one array operation: when they
     are the same (one publisher's messages) they are decoded once; else each distinct
     value once (a Python step per message only then, to find them).
@@ -42,7 +43,8 @@ from typing import overload
 import numpy as np
 import pika
 
-from ..broker.amqp.lease_records import (ENQUEUE_HEAD, ENQUEUE_TAG, ENTRIES_COUNTED,
+from ..broker.amqp.lease_records import (ENQUEUE_BCC_TAG, ENQUEUE_HEAD, ENQUEUE_TAG,
+                                         ENTRIES_COUNTED,
                                          ENTRIES_HEAD, ENTRIES_VERSION, ENTRY_FORWARDED,
                                          ENTRY_FORWARDED_SIZE, ENTRY_TIMED,
                                          ENTRY_TIMED_SIZE, PROPERTIES_AT)
@@ -162,7 +164,9 @@ class EntriesDecoder:
                 ends: np.ndarray) -> None:
         at = starts + (octets[starts] == ENTRY_FORWARDED) * ENTRY_FORWARDED_SIZE
         at = at + (octets[at] == ENTRY_TIMED) * ENTRY_TIMED_SIZE
-        not_enqueue = np.flatnonzero(octets[at] != ENQUEUE_TAG)
+        tags = octets[at]
+        with_bcc = tags == ENQUEUE_BCC_TAG
+        not_enqueue = np.flatnonzero((tags != ENQUEUE_TAG) & ~with_bcc)
         if not_enqueue.size:
             raise ValueError(f"lease entries: the entry of sequence "
                              f"{columns.first_seq + int(not_enqueue[0])} is not an Enqueue "
@@ -179,14 +183,17 @@ class EntriesDecoder:
         header_lengths = _u32(octets, header_length_at)
         header_at = header_length_at + 4
         body_at = header_at + header_lengths
-        wrong = np.flatnonzero((ends - body_at != body_sizes) | (header_lengths < PROPERTIES_AT + 2))
+        body_ends = body_at + body_sizes
+        # tag 1: the body ends the entry; tag 21: the BCC keys' count (u32) at least follows
+        wrong = np.flatnonzero(np.where(with_bcc, ends - body_ends < 4, ends != body_ends)
+                               | (header_lengths < PROPERTIES_AT + 2))
         if wrong.size:
             culprit = int(wrong[0])
             raise ValueError(f"lease entries: the entry of sequence "
                              f"{columns.first_seq + culprit} does not parse (its body of "
                              f"{int(body_sizes[culprit])} octets does not end the entry, or "
                              "it has no content header)")
-        columns.body_starts, columns.body_ends = body_at, ends
+        columns.body_starts, columns.body_ends = body_at, body_ends
         buffer = columns.buffer
         # both names with their length octets: equal octets, equal names
         names = PackedDecoder._uniform(octets, exchange_at - 1, header_length_at - exchange_at + 1)

@@ -89,8 +89,9 @@ COMMANDS = {1: "ENQUEUE", 2: "CHECKOUT", 3: "CANCEL", 4: "SETTLE", 5: "RETURN",
             6: "DISCARD", 7: "PURGE", 8: "DOWN", 9: "DEQUEUE", 10: "LEASE_GROW",
             11: "LEASE_SETTLE", 12: "LEASE_RELEASE", 13: "TICK", 14: "UPDATE_CONFIG",
             15: "UPDATE_CONFIG", 16: "DLX_CHECKOUT", 17: "DLX_SETTLE", 18: "UPDATE_CONFIG",
-            19: "NODE_DOWN", 20: "NODE_UP"}
+            19: "NODE_DOWN", 20: "NODE_UP", 21: "ENQUEUE"}
 _ENQUEUE = 1
+_BCC_ENQUEUE = 21                  # an Enqueue keeping its BCC keys after the body
 _ENVELOPE = TIMED_HEAD.size        # u8 0xFF + u64 leader time
 _body_size = struct.Struct(">I")    # after the Enqueue's tag and priority octets
 # what command_of looks at: an identity, a time envelope, a tag, a priority, a body size
@@ -201,7 +202,7 @@ def command_of(data: bytes) -> tuple[str | None, int | None]:
         return None, None
     tag = data[start]
     body = None
-    if tag == _ENQUEUE and len(data) >= start + 2 + _body_size.size:
+    if tag in (_ENQUEUE, _BCC_ENQUEUE) and len(data) >= start + 2 + _body_size.size:
         body = _body_size.unpack_from(data, start + 2)[0]
     return COMMANDS.get(tag, f"UNKNOWN_{tag}"), body
 
@@ -317,7 +318,8 @@ def _commands_of(content: bytes, offsets: np.ndarray, lengths: np.ndarray,
     tagged = is_command & (lengths > skip)
     tags = np.zeros(len(starts), dtype=np.int64)
     tags[tagged] = buf[(starts + skip)[tagged]]
-    enqueue = tagged & (tags == _ENQUEUE) & (lengths >= skip + 2 + _body_size.size)
+    enqueue = (tagged & ((tags == _ENQUEUE) | (tags == _BCC_ENQUEUE))
+               & (lengths >= skip + 2 + _body_size.size))
     bodies = np.zeros(len(starts), dtype=np.int64)
     at = (starts + skip + 2)[enqueue]
     for k in range(_body_size.size):        # big-endian u32 after tag and priority

@@ -78,6 +78,9 @@ ENTRY_TIMED = 0xFF              # first octet of the time envelope ...
 ENTRY_TIMED_SIZE = 9            # ... of this many octets
 ENQUEUE_TAG = 1                 # the Enqueue command's tag, then
 ENQUEUE_HEAD = struct.Struct(">BBIQ")  # tag, priority, body size, publisher seq
+# An Enqueue with the message's BCC keys after its body (body size octets of body,
+# then the keys): the same fields up to the body, which its size ends
+ENQUEUE_BCC_TAG = 21
 
 Packable = tuple[int, int, str, str, bytes, bytes]
 # (seq, delivery count, raw exchange, raw routing key, content header length, the

@@ -87,6 +87,10 @@ class Properties:
     # the idempotency key (publisher, seq) when already known: a batch publish's
     # messages carry theirs (amqp/batch_publish.py), so `publisher_sequence` reads none
     key: tuple | None = None
+    # the BCC header's strings among them: the header is removed from `raw`, and a
+    # queue stores them with the message, for its dead-lettered copy is routed by them
+    # too (queues/dead_letter.py); never delivered
+    blind_keys: tuple = ()
     # offsets are resolved lazily for the rarely needed fields
     _decoded: dict | None = None
 

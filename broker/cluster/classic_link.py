@@ -8,7 +8,8 @@ classic queue's process on its home node. Nothing here runs for a queue this nod
 holds: a local classic queue pays no RPC cost.
 
 How it works (kinds, body fields: q = the queue's uid, v/n = vhost and name):
-- publish "cq.pub" {r (0: no confirm), e, k, h (content header), b}: the host
+- publish "cq.pub" {r (0: no confirm), e, k, h (content header), b, and bcc (the
+  message's BCC keys) when it has some}: the host
   enqueues it; with r, it answers "cq.pub_ok" {r, ok} once it holds the message:
   after its message store's fsync for a persistent message in a durable queue
   (a pseudo channel in `Node.awaiting_sync`), ok false if it refused it
@@ -226,6 +227,8 @@ class ClassicLink:
             return
         fields = {"e": message.exchange, "k": message.routing_key,
                   "h": message.properties.raw, "b": message.body}
+        if message.properties.blind_keys:  # its BCC keys, for a dead-lettered copy
+            fields["bcc"] = list(message.properties.blind_keys)
         if publish_id is not None:
             fields["pid"] = publish_id
         if answer is None:
@@ -449,6 +452,7 @@ class ClassicLink:
                 self.post(sender, Rpc("cq.pub_ok", {"r": request, "ok": False}))
             return
         _class_id, properties = decode_properties(body["h"])
+        properties.blind_keys = tuple(body.get("bcc", ()))
         message = Message(body["e"], body["k"], properties, body["b"])
         self.publish_here(queue, message, body.get("pid"), lambda ok: self.post(
             sender, Rpc("cq.pub_ok", {"r": request, "ok": ok})) if request else None)

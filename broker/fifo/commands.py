@@ -33,6 +33,9 @@ Format (version 1, all big-endian), first octet = command tag:
                   queue switched to at-least-once dead lettering)
   NodeDown     19 | u16 n | n x node
   NodeUp       20 | node | boot
+  Enqueue      21 | as 1, but the body is `body size` octets, followed by u32 n |
+                  n x (u32 length + UTF-8): the message's BCC keys (written only for
+                  a message published with a BCC header that held a string)
   where consumer/lease/connection/publisher/worker = u16 length + UTF-8.
 
 Tags are only ever added, and 0xFE and 0xFF never are tags (the forwarded-command
@@ -43,7 +46,15 @@ its replica diverge. UpdateConfig (14) came after 1-13, 15 (with a message TTL)
 after 14: every member of a queue's group must run a build that knows it before
 one is proposed (15 only ever is for a queue given a message TTL; 16-18 only for a
 queue with at-least-once dead lettering; 19-20, in any cluster of more than one node,
-by the leader when a node with consumers goes silent or comes back: fifo/nodes.py).
+by the leader when a node with consumers goes silent or comes back: fifo/nodes.py; 21
+only for a message published with BCC keys).
+
+The BCC keys (tag 21): a message is routed by its routing key, CC and BCC keys, and
+its BCC header is removed before it is stored (handlers.py, sender-selected
+distribution). A dead-lettered copy is routed by all of them again (rabbit_dead_letter),
+so the keys are kept in the entry, after the body, where no reader of the message
+looks: the machine never reads them (`decode` gives the same Enqueue for 1 and 21),
+deliveries cut the body at its size, and dead lettering reads them (`blind_keys`).
 
 An Enqueue's per-message TTL is the `expiration` property of the content header in
 its entry: `decode` reads it from there (one flag test when absent), so the entry
@@ -68,6 +79,7 @@ _grow_args = struct.Struct(">IQQ")
 _update_args = struct.Struct(">Bqqq")
 _i64 = struct.Struct(">q")
 _I64_LIMIT = 1 << 63
+BLIND_ENQUEUE = 21  # an Enqueue that keeps the message's BCC keys after its body
 # UpdateConfig's overflow octet: the position here (append only, never reorder)
 _OVERFLOW_CODES = ("drop-head", "reject-publish")
 
@@ -414,16 +426,33 @@ def _read_ids(data: bytes, offset: int) -> tuple[int, ...]:
 
 
 def encode_enqueue(publisher: str, seq: int, priority: int, exchange: str, routing_key: str,
-                   header: bytes, body: bytes, head: bytes = b"") -> bytes:
+                   header: bytes, body: bytes, head: bytes = b"",
+                   blind_keys: tuple[str, ...] = ()) -> bytes:
     """An Enqueue's data, after `head` (an envelope's, written in the same join: the
-    message is copied once)."""
+    message is copied once). With `blind_keys` (the message's BCC keys) it is tag 21,
+    the keys after the body; else tag 1."""
     publisher_bytes = publisher.encode("utf-8", "surrogateescape")  # twin of _s
     exchange_bytes = exchange.encode("utf-8", "surrogateescape")
     key_bytes = routing_key.encode("utf-8", "surrogateescape")
-    return b"".join((head, _enqueue_head.pack(1, priority, len(body), seq),
-                     _u16.pack(len(publisher_bytes)), publisher_bytes,
-                     _u8.pack(len(exchange_bytes)), exchange_bytes, _u8.pack(len(key_bytes)),
-                     key_bytes, _u32.pack(len(header)), header, body))
+    parts = [head, _enqueue_head.pack(BLIND_ENQUEUE if blind_keys else 1, priority,
+                                      len(body), seq),
+             _u16.pack(len(publisher_bytes)), publisher_bytes,
+             _u8.pack(len(exchange_bytes)), exchange_bytes, _u8.pack(len(key_bytes)),
+             key_bytes, _u32.pack(len(header)), header, body]
+    if blind_keys:
+        parts.append(_u32.pack(len(blind_keys)))
+        for key in blind_keys:
+            encoded = key.encode("utf-8", "surrogateescape")
+            parts += (_u32.pack(len(encoded)), encoded)
+    return b"".join(parts)
+
+
+def _body_end(data: bytes, start: int, body_start: int) -> int | None:
+    """Where the body of the Enqueue at `start` ends: None (the entry's end) for tag 1,
+    before the BCC keys for tag 21."""
+    if data[start] == BLIND_ENQUEUE:
+        return body_start + _u32.unpack_from(data, start + 2)[0]
+    return None
 
 
 def decode_message(data: bytes, start: int = 0) -> tuple[str, str, bytes, bytes]:
@@ -439,7 +468,27 @@ def decode_message(data: bytes, start: int = 0) -> tuple[str, str, bytes, bytes]
     offset += 1 + key_length
     (header_length,) = _u32.unpack_from(data, offset)
     header = data[offset + 4:offset + 4 + header_length]
-    return exchange, routing_key, header, data[offset + 4 + header_length:]
+    body_start = offset + 4 + header_length
+    return exchange, routing_key, header, data[body_start:_body_end(data, start, body_start)]
+
+
+def blind_keys(data: bytes, start: int = 0) -> tuple[str, ...]:
+    """The BCC keys kept in the Enqueue entry at `start` (tag 21); () for tag 1."""
+    if data[start] != BLIND_ENQUEUE:
+        return ()
+    offset = start + _enqueue_head.size  # the publisher, the names, the header
+    offset += 2 + _u16.unpack_from(data, offset)[0]
+    offset += 1 + data[offset]
+    offset += 1 + data[offset]
+    offset += 4 + _u32.unpack_from(data, offset)[0] + _u32.unpack_from(data, start + 2)[0]
+    (count,) = _u32.unpack_from(data, offset)
+    offset += 4
+    keys = []
+    for _ in range(count):
+        (length,) = _u32.unpack_from(data, offset)
+        keys.append(data[offset + 4:offset + 4 + length].decode("utf-8", "surrogateescape"))
+        offset += 4 + length
+    return tuple(keys)
 
 
 def message_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview, int, memoryview]:
@@ -453,7 +502,7 @@ def message_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview, 
     key_end = exchange_end + 1 + data[exchange_end]
     (header_length,) = _u32.unpack_from(data, key_end)
     return (view[offset + 1:exchange_end], view[exchange_end + 1:key_end], header_length,
-            view[key_end + 4:])
+            view[key_end + 4:_body_end(data, start, key_end + 4 + header_length)])
 
 
 def delivery_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview, memoryview]:
@@ -467,6 +516,9 @@ def delivery_spans(data: bytes, start: int = 0) -> tuple[memoryview, memoryview,
     key_end = offset + 2 + data[offset] + data[offset + 1 + data[offset]]
     header_start = key_end + 4
     body_start = header_start + _u32.unpack_from(data, key_end)[0]
+    if data[start] == BLIND_ENQUEUE:  # (twin of _body_end, inline: one per delivery)
+        return (view[offset:key_end], view[header_start:body_start],
+                view[body_start:body_start + _u32.unpack_from(data, start + 2)[0]])
     return view[offset:key_end], view[header_start:body_start], view[body_start:]
 
 
@@ -524,7 +576,7 @@ def encode(command: Command) -> bytes:
 def decode(data: bytes, start: int = 0) -> Command:
     """The command encoded at `start` in `data` (after an envelope)."""
     tag = data[start]
-    if tag == 1:  # read in place: an Enqueue carries the message
+    if tag == 1 or tag == BLIND_ENQUEUE:  # read in place: an Enqueue carries the message
         _tag, priority, size, seq = _enqueue_head.unpack_from(data, start)
         publisher, offset = _read_s(data, start + _enqueue_head.size)
         offset += 1 + data[offset]           # exchange

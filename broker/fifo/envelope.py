@@ -23,7 +23,7 @@ outermost, with its identity (u8 0xFE ...: broker/raft/forwarded.py). Whoever re
 an entry takes that off (`forwarded.unwrap`) before `decode_entry`.
 
 Invariants: 0xFF (`TIMED`) and 0xFE (the identity) are never command tags. Tags
-are 1..18 and only grow by one at a time. So the first octet tells the forms
+are 1..21 and only grow by one at a time. So the first octet tells the forms
 apart. The envelope's layout is version 1 of the format, and never changes in
 place.
 
@@ -60,10 +60,11 @@ def stamp(data: bytes, now_ms: int) -> bytes:
 
 
 def stamped_enqueue(now_ms: int, publisher: str, seq: int, priority: int, exchange: str,
-                    routing_key: str, header: bytes, body: bytes) -> bytes:
+                    routing_key: str, header: bytes, body: bytes,
+                    blind_keys: tuple[str, ...] = ()) -> bytes:
     """`stamp(commands.encode_enqueue(...), now_ms)` built in one piece."""
     return commands.encode_enqueue(publisher, seq, priority, exchange, routing_key, header,
-                                   body, TIMED_HEAD.pack(TIMED, now_ms))
+                                   body, TIMED_HEAD.pack(TIMED, now_ms), blind_keys)
 
 
 def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:

@@ -14,7 +14,9 @@ guide's default strategy): the copy is published with no confirm awaited; a
 missing dead-letter exchange, no route, or a content header that cannot be read
 drops it (logged). The copy is published to the dead-letter exchange with the first
 of its routing keys, so dying again records that exchange in x-death, as RabbitMQ
-does. A queue with no dead-letter exchange drops the message silently.
+does; routed by its own keys, it keeps its BCC keys too (not in its headers), so
+that dying again routes it by them once more. A queue with no dead-letter exchange
+drops the message silently.
 
 Not here: when a message dies (broker/fifo/machine.py for quorum queues,
 queues/classic.py for classic ones), the header rules (queues/dead_letter.py).
@@ -25,7 +27,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..amqp import codec
 from ..amqp.errors import AMQPError
 from ..queues import dead_letter
 from ..queues.message import Message
@@ -44,10 +45,10 @@ def has_target(node: "Node", queue) -> bool:
 
 
 def publish(node: "Node", queue, exchange: str, routing_key: str, header: bytes,
-            body: bytes, reason: str, time_ms: int) -> None:
+            body: bytes, reason: str, time_ms: int, blind_keys: tuple[str, ...] = ()) -> None:
     """`queue` dropped a message (published to `exchange` with `routing_key`, with
-    the content header `header`) for `reason` at `time_ms`: publish its dead-lettered
-    copy (see the module header)."""
+    the content header `header` and the BCC keys `blind_keys`) for `reason` at
+    `time_ms`: publish its dead-lettered copy (see the module header)."""
     target = dead_letter_target(queue.arguments,
                                 node.policy_for(queue.vhost, queue.type_name, queue.name))
     vhost = node.vhosts.get(queue.vhost)
@@ -61,13 +62,13 @@ def publish(node: "Node", queue, exchange: str, routing_key: str, header: bytes,
                     "dropped", what, exchange_name, reason)
         return
     try:
-        keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
+        keys = dead_letter.routing_keys(routing_key, header, dead_letter_key, blind_keys)
         header, deaths = dead_letter.dead_lettered(header, exchange, routing_key, queue.name,
                                                    reason, time_ms, dead_letter_key)
     except (AMQPError, ValueError) as error:
         log.warning("%s: a message (%s) not dead-lettered: %s", what, reason, error)
         return
-    properties = codec.decode_properties(header)[1]
+    properties = dead_letter.copy_properties(header, dead_letter_key, blind_keys)
     targets: dict[str, object] = {}
     for key in keys:
         for found in vhost.route(dlx, key, lambda: properties.decoded().get("headers")):

@@ -536,10 +536,11 @@ def _checked_properties(session, channel: Channel, properties):
 def _selected_keys(properties):
     """Sender-selected distribution (RabbitMQ's CC and BCC headers). Their string
     entries are routing keys besides the routing key (`selected_keys`). Other
-    entries are ignored. BCC is removed before the message goes on. A CC or BCC
+    entries are ignored. BCC is removed before the message goes on; its keys go on
+    beside it (`blind_keys`: a queue keeps them for dead lettering). A CC or BCC
     that is not an array is refused, as rabbit_basic refuses it."""
     headers = properties.decoded().get("headers") or {}
-    keys: list[str] = []
+    keys: dict[str, list[str]] = {"CC": [], "BCC": []}
     for name in ("CC", "BCC"):
         if name in headers:
             routes = headers[name]
@@ -547,10 +548,11 @@ def _selected_keys(properties):
                 raise AMQPError(spec.PRECONDITION_FAILED, "invalid message: "
                                 f'{{unacceptable_type_in_header,"{name}",'
                                 f"{field_type(routes)}}}", 60, 40)
-            keys += [_text(key) for key in routes if isinstance(key, (str, bytes))]
+            keys[name] = [_text(key) for key in routes if isinstance(key, (str, bytes))]
     if "BCC" in headers:
         _, properties = codec.decode_properties(without_headers(properties.raw, ("BCC",)))
-    properties.selected_keys = tuple(keys)
+        properties.blind_keys = tuple(keys["BCC"])
+    properties.selected_keys = tuple(keys["CC"] + keys["BCC"])
     return properties
 
 

@@ -194,18 +194,20 @@ class Node:
         dead-lettered copy goes out through node/dead_letters.py, as quorum
         queues' do."""
         dead_letters.publish(self, queue, message.exchange, message.routing_key,
-                             message.properties.raw, message.body, reason, self.clock_ms)
+                             message.properties.raw, message.body, reason, self.clock_ms,
+                             message.properties.blind_keys)
 
     def dead_letters_to(self, queue: Queue) -> bool:
         """Whether `queue` has a dead-letter exchange (its arguments or its policy)."""
         return dead_letters.has_target(self, queue)
 
     def dead_letter_copy(self, queue: Queue, exchange: str, routing_key: str, header: bytes,
-                         body: bytes, reason: str, time_ms: int) -> None:
-        """A quorum queue's leader dropped a message (read back from its log).
-        Its dead-lettered copy goes out through node/dead_letters.py."""
+                         body: bytes, reason: str, time_ms: int,
+                         blind_keys: tuple[str, ...] = ()) -> None:
+        """A quorum queue's leader dropped a message (read back from its log, with
+        its BCC keys). Its dead-lettered copy goes out through node/dead_letters.py."""
         dead_letters.publish(self, queue, exchange, routing_key, header, body, reason,
-                             time_ms)
+                             time_ms, blind_keys)
 
     def expire_queue(self, queue: Queue) -> None:
         """A classic queue unused for its x-expires period. It is deleted through

@@ -454,7 +454,8 @@ class ClassicQueue(Queue):
         if stored:
             batch_id = self.store.append_enqueue(
                 queue_key(self.vhost, self.name), entry.seq, message.exchange,
-                message.routing_key, message.properties.raw, message.body, expires)
+                message.routing_key, message.properties.raw, message.body, expires,
+                message.properties.blind_keys)
             if confirm is not None:
                 confirm.after_batch(batch_id)
         if self.mirroring is not None:  # every mirror gets it; the confirm waits for all
@@ -647,6 +648,7 @@ class ClassicQueue(Queue):
 
         for item in items:
             _class_id, properties = decode_properties(item.header)
+            properties.blind_keys = item.blind_keys
             message = Message(item.exchange, item.routing_key, properties, item.body)
             self.next_seq = max(self.next_seq, item.seq + 1)
             if item.expires:

@@ -20,7 +20,12 @@ dead letter exchanges guide, "Dead-Lettered Messages"):
   the `BCC` header with it (CC stays, unless a dead-letter routing key replaces the
   message's keys: then CC goes too), as RabbitMQ 3.10.8 does.
 - routing: with a dead-letter routing key, that key alone; else the message's own
-  routing key and its CC keys.
+  routing key, its CC keys and its BCC keys (rabbit_dead_letter routes by the
+  message's routing keys, which rabbit_basic took from all three; the BCC header
+  was removed at publish, so the queue keeps its keys beside the message). x-death's
+  `routing-keys` lists the routing key and CC only (read from the headers). The copy
+  routed by its own keys keeps its BCC keys beside it (`copy_properties`), as
+  RabbitMQ's copy keeps its routing keys: dying again routes it by them too.
 - a cycle (rabbit_dead_letter's `is_cycle`): a message that would reach a queue it
   already died in, where every death since then (that one included) was automatic
   (no `rejected`), is not delivered to that queue; a rejection breaks a cycle,
@@ -91,12 +96,25 @@ def dead_lettered(header: bytes, exchange: str, routing_key: str, queue: str, re
     return codec.encode_properties(properties.body_size, values), deaths
 
 
-def routing_keys(routing_key: str, header: bytes, dead_letter_key: str | None) -> list[str]:
-    """The keys a dead-lettered copy is routed with (see the module header)."""
+def routing_keys(routing_key: str, header: bytes, dead_letter_key: str | None,
+                 blind_keys: tuple[str, ...] = ()) -> list[str]:
+    """The keys a dead-lettered copy is routed with (see the module header): the
+    message's BCC keys are `blind_keys`."""
     if dead_letter_key is not None:
         return [dead_letter_key]
     _class_id, properties = codec.decode_properties(header)
-    return _keys_of(routing_key, properties.decoded().get("headers") or {})
+    return _keys_of(routing_key, properties.decoded().get("headers") or {}) + list(blind_keys)
+
+
+def copy_properties(header: bytes, dead_letter_key: str | None,
+                    blind_keys: tuple[str, ...]) -> codec.Properties:
+    """The properties of the copy whose content header `dead_lettered` made: with
+    the message's BCC keys beside them unless a dead-letter routing key replaced its
+    keys."""
+    properties = codec.decode_properties(header)[1]
+    if dead_letter_key is None:
+        properties.blind_keys = tuple(blind_keys)
+    return properties
 
 
 def is_cycle(target: str, reason: str, deaths: list[dict]) -> bool:

@@ -37,7 +37,9 @@ How it works: the replication operations go through a `MirrorLink` (the cluster
 layer's cluster/mirror_link.py: Rpc messages over the ordered inter-node transport),
 as lists: ["p", seq, exchange, routing key, header, body, expires, publish id, ack
 request] (the publish id: a publish forwarded from another node, re-sent to a new
-leader after a failover, is recognised and confirmed, not enqueued twice),
+leader after a failover, is recognised and confirmed, not enqueued twice; a message
+with BCC keys has them, a list, before the ack request, and as an eighth item of
+a synchronisation batch's message: its dead-lettered copy is routed by them),
 ["v", [seq...]] first deliveries, ["d", [seq...]] removals, ["x"] start empty,
 ["s", [[seq, exchange, key, header, body, expires, delivered]...], ack request]
 a synchronisation batch (up to ha-sync-batch-size messages the mirror lacks; the
@@ -336,7 +338,8 @@ class Mirroring:
             sent = 0
             for target, first_seq in run.targets.items():
                 items = [[e.seq, e.message.exchange, e.message.routing_key,
-                          e.message.properties.raw, e.message.body, e.expires, e.redelivered]
+                          e.message.properties.raw, e.message.body, e.expires, e.redelivered,
+                          *_bcc(e.message)]
                          for e in entries if e.seq < first_seq]
                 if items and target in self.mirrors:
                     run.waiting += 1
@@ -376,7 +379,8 @@ class Mirroring:
             remember(self.seen, publish_id)
         for node in self.mirrors:
             op = ["p", entry.seq, message.exchange, message.routing_key,
-                  message.properties.raw, message.body, entry.expires, publish_id, 0]
+                  message.properties.raw, message.body, entry.expires, publish_id,
+                  *_bcc(message), 0]
             if hold is None:
                 self.link.send(node, self.queue, op)
             else:
@@ -408,6 +412,13 @@ class Mirroring:
 SEEN_IDS = 65536  # forwarded publishes remembered per queue (re-sent after a failover)
 
 
+def _bcc(message) -> list:
+    """What a replication operation carries of a message's BCC keys: nothing for a
+    message without any, else [the keys]."""
+    keys = message.properties.blind_keys
+    return [list(keys)] if keys else []
+
+
 def remember(seen: dict, publish_id: str) -> None:
     seen[publish_id] = None
     if len(seen) > SEEN_IDS:
@@ -422,7 +433,7 @@ class Replica:
     `apply` returns the store batch a publish's acknowledgement must wait for."""
 
     def __init__(self, store: Any = None, key: bytes = b"", durable: bool = False) -> None:
-        # seq -> [exchange, routing key, header, body, expires, delivered]
+        # seq -> [exchange, routing key, header, body, expires, delivered, BCC keys]
         self.entries: dict[int, list] = {}
         self.seen: dict[str, None] = {}  # forwarded publishes' ids (Mirroring.seen)
         # the leader reset it ("x") in this run of the node: a copy made (or recovered
@@ -434,17 +445,17 @@ class Replica:
         self.stored: set[int] = set()  # seqs whose ENQUEUE is in the store (live)
 
     def _store(self, seq: int, item: list) -> int:
-        """The message (exchange, key, header, body, expires, delivered) into the
-        store if it is persistent; returns the batch holding it (0: not stored)."""
+        """The message (exchange, key, header, body, expires, delivered, BCC keys) into
+        the store if it is persistent; returns the batch holding it (0: not stored)."""
         from ..amqp.codec import decode_properties
 
         if self.store is None or seq in self.stored:
             return 0
-        exchange, key, header, body, expires, delivered = item
+        exchange, key, header, body, expires, delivered, blind_keys = item
         if decode_properties(header)[1].delivery_mode != 2:
             return 0
         batch = self.store.append_enqueue(self.key, seq, exchange, key, header, body,
-                                          expires)
+                                          expires, blind_keys)
         self.stored.add(seq)
         if delivered:
             self.store.append_delivered(self.key, seq)
@@ -462,8 +473,9 @@ class Replica:
         batch = 0
         match op[0]:
             case "p":
-                _kind, seq, exchange, key, header, body, expires, publish_id, _ask = op
-                item = self.entries[seq] = [exchange, key, header, body, expires, False]
+                _kind, seq, exchange, key, header, body, expires, publish_id, *bcc, _ask = op
+                item = self.entries[seq] = [exchange, key, header, body, expires, False,
+                                            tuple(bcc[0]) if bcc else ()]
                 batch = self._store(seq, item)
                 if publish_id is not None:
                     remember(self.seen, publish_id)
@@ -483,9 +495,9 @@ class Replica:
                 self.discard()
                 self.complete = True
             case "s":
-                for seq, exchange, key, header, body, expires, delivered in op[1]:
+                for seq, exchange, key, header, body, expires, delivered, *bcc in op[1]:
                     item = self.entries[seq] = [exchange, key, header, body, expires,
-                                                delivered]
+                                                delivered, tuple(bcc[0]) if bcc else ()]
                     batch = max(batch, self._store(seq, item))
                 # (older than what the mirror held: promote() takes them in seq order)
             case "k":
@@ -502,7 +514,8 @@ class Replica:
         not `complete` (the leader may have received more since)."""
         for item in items:
             self.entries[item.seq] = [item.exchange, item.routing_key, item.header,
-                                      item.body, item.expires, item.delivered]
+                                      item.body, item.expires, item.delivered,
+                                      item.blind_keys]
             self.stored.add(item.seq)
         self.entries = dict(sorted(self.entries.items()))
         return len(items)
@@ -603,15 +616,16 @@ def promote(queue, previous) -> None:
 
     replica = getattr(previous, "replica", None)
     key_of_queue = queue_key(queue.vhost, queue.name)
-    for seq, (exchange, key, header, body, expires, delivered) in (
+    for seq, (exchange, key, header, body, expires, delivered, blind_keys) in (
             sorted(replica.entries.items()) if replica is not None else ()):
         _class_id, properties = decode_properties(header)
+        properties.blind_keys = blind_keys
         message = Message(exchange, key, properties, body)
         stored = queue.durable and message.persistent and queue.store is not None
         entry = Entry(message, seq, stored, redelivered=delivered, expires=expires)
         if stored and seq not in replica.stored:  # (a mirror's store holds its copy)
             queue.store.append_enqueue(key_of_queue, seq, exchange, key, header, body,
-                                       expires)
+                                       expires, blind_keys)
             if delivered:
                 queue.store.append_delivered(key_of_queue, seq)
         queue.next_seq = max(queue.next_seq, seq + 1)

@@ -1,6 +1,6 @@
 """Persistent messages of durable classic queues: an append-only, segmented log.
 
-Format (version 3), files `msgstore/NNNNNNNN.seg`:
+Format (version 4), files `msgstore/NNNNNNNN.seg`:
   file header: b"QQMS" + u16 version
   record:      u32 crc32(type..payload) | u32 payload length | u8 type | payload
   ENQUEUE   1:  u16 qlen, queue key, u64 seq, u8 elen, exchange, u8 rlen, routing key,
@@ -12,13 +12,18 @@ Format (version 3), files `msgstore/NNNNNNNN.seg`:
                 version 2 and later)
   ENQUEUE_EXPIRING 6: u16 qlen, queue key, u64 seq, u64 expiry (wall-clock ms: the
                 message expires once the clock reaches it), then as ENQUEUE from
-                u8 elen on (a message with a TTL; version 3 only)
+                u8 elen on (a message with a TTL; version 3 and later)
+  ENQUEUE_BCC 7: u16 qlen, queue key, u64 seq, u64 expiry (0: none), u32 n,
+                n x (u32 length + UTF-8): the message's BCC keys, then as ENQUEUE
+                from u8 elen on (a message published with BCC keys, which its
+                dead-lettered copy is routed by: queues/dead_letter.py; version 4 only)
 The queue key is `vhost \\x00 name`. A mirror of a mirrored classic queue writes
 its copy with the same records under the same key. (A node holds a queue either as
 its leader or as a mirror, never both.) So a promoted mirror's records are the
 queue's. Version 1 is version 2 without DELIVERED. Version 2 is version 3 without
-ENQUEUE_EXPIRING. Their segments are still read. Recovery starts a new version-3
-segment rather than appending to an older one. So a file's header always tells
+ENQUEUE_EXPIRING. Version 3 is version 4 without ENQUEUE_BCC. Their segments are
+still read. Recovery starts a new version-4 segment rather than appending to an
+older one. So a file's header always tells
 which records it holds.
 
 A message's expiry is absolute: publish time + the lower of its queue's message
@@ -70,8 +75,8 @@ from dataclasses import dataclass
 from zlib_ng.zlib_ng import crc32   # zlib's CRC-32, faster (pyproject.toml)
 
 FILE_MAGIC = b"QQMS"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 _file_header = struct.Struct(">4sH")
 _record_header = struct.Struct(">IIB")
 _u8 = struct.Struct(">B")
@@ -79,7 +84,8 @@ _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 
-ENQUEUE, ACK, PURGE, DELETE, DELIVERED, ENQUEUE_EXPIRING = 1, 2, 3, 4, 5, 6
+ENQUEUE, ACK, PURGE, DELETE, DELIVERED, ENQUEUE_EXPIRING, ENQUEUE_BCC = 1, 2, 3, 4, 5, 6, 7
+_ENQUEUES = (ENQUEUE, ENQUEUE_EXPIRING, ENQUEUE_BCC)
 
 
 class CorruptStoreError(RuntimeError):
@@ -99,10 +105,30 @@ class RecoveredMessage:
     body: bytes
     delivered: bool = False  # delivered before the restart and not acked since
     expires: int = 0         # wall-clock ms it expires at (0: no TTL)
+    blind_keys: tuple = ()   # its BCC keys (ENQUEUE_BCC)
 
 
 def _encode_key(key: bytes) -> bytes:
     return _u16.pack(len(key)) + key
+
+
+def _encode_keys(keys: tuple) -> bytes:
+    parts = [_u32.pack(len(keys))]
+    for routing_key in keys:
+        encoded = routing_key.encode("utf-8", "surrogateescape")
+        parts += (_u32.pack(len(encoded)), encoded)
+    return b"".join(parts)
+
+
+def _read_keys(payload: bytes, offset: int) -> tuple[tuple, int]:
+    (count,) = _u32.unpack_from(payload, offset)
+    offset += 4
+    keys = []
+    for _ in range(count):
+        (length,) = _u32.unpack_from(payload, offset)
+        keys.append(payload[offset + 4:offset + 4 + length].decode("utf-8", "surrogateescape"))
+        offset += 4 + length
+    return tuple(keys), offset
 
 
 def _record(record_type: int, payload: bytes) -> bytes:
@@ -264,13 +290,16 @@ class MessageStore:
         (key_length,) = _u16.unpack_from(payload)
         key = payload[2:2 + key_length]
         offset = 2 + key_length
-        if record_type in (ENQUEUE, ENQUEUE_EXPIRING):
+        if record_type in _ENQUEUES:
             (seq,) = _u64.unpack_from(payload, offset)
             offset += 8
             expires = 0
-            if record_type == ENQUEUE_EXPIRING:
+            blind_keys: tuple = ()
+            if record_type != ENQUEUE:
                 (expires,) = _u64.unpack_from(payload, offset)
                 offset += 8
+            if record_type == ENQUEUE_BCC:
+                blind_keys, offset = _read_keys(payload, offset)
             exchange_length = payload[offset]
             exchange = payload[offset + 1:offset + 1 + exchange_length]
             offset += 1 + exchange_length
@@ -283,7 +312,7 @@ class MessageStore:
             messages.setdefault(key, {})[seq] = RecoveredMessage(
                 seq, exchange.decode("utf-8", "surrogateescape"),
                 routing_key.decode("utf-8", "surrogateescape"), header, body,
-                expires=expires)
+                expires=expires, blind_keys=blind_keys)
             self._delivered.discard((key, seq))  # a compaction copy: DELIVERED follows it
             self._mark_live(key, seq, segment)
         elif record_type == DELIVERED:
@@ -326,16 +355,21 @@ class MessageStore:
                 self._delivered.discard((key, seq))
 
     def append_enqueue(self, key: bytes, seq: int, exchange: str, routing_key: str,
-                       header: bytes, body: bytes, expires: int = 0) -> int:
-        """A message (`expires`: the wall-clock ms it expires at, 0 for none)."""
+                       header: bytes, body: bytes, expires: int = 0,
+                       blind_keys: tuple = ()) -> int:
+        """A message (`expires`: the wall-clock ms it expires at, 0 for none;
+        `blind_keys`: its BCC keys)."""
         exchange_bytes = exchange.encode("utf-8", "surrogateescape")
         routing_bytes = routing_key.encode("utf-8", "surrogateescape")
         payload = b"".join((_encode_key(key), _u64.pack(seq),
-                            _u64.pack(expires) if expires else b"",
+                            _u64.pack(expires) if expires or blind_keys else b"",
+                            _encode_keys(blind_keys) if blind_keys else b"",
                             _u8.pack(len(exchange_bytes)),
                             exchange_bytes, _u8.pack(len(routing_bytes)), routing_bytes,
                             _u32.pack(len(header)), header, body))
-        self._batch.append(_record(ENQUEUE_EXPIRING if expires else ENQUEUE, payload))
+        record_type = (ENQUEUE_BCC if blind_keys else ENQUEUE_EXPIRING if expires
+                       else ENQUEUE)
+        self._batch.append(_record(record_type, payload))
         self._needs_sync = True
         self._mark_live(key, seq, self._segments[-1])
         return self.batch_id
@@ -487,7 +521,7 @@ class MessageStore:
         were, the segment kept."""
         live: dict[tuple[bytes, int], tuple[int, bytes]] = {}
         for record_type, payload in self._read_segment(number, tolerate_torn_tail=False):
-            if record_type not in (ENQUEUE, ENQUEUE_EXPIRING):
+            if record_type not in _ENQUEUES:
                 continue
             (key_length,) = _u16.unpack_from(payload)
             key = payload[2:2 + key_length]

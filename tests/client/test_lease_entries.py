@@ -21,9 +21,10 @@ from quorumqueue.client.lease_records import PackedDecoder
 
 def entry(seq: int, exchange: str = "", routing_key: str = "q", properties: dict | None = None,
           body: bytes = b"x", timed: bool = True, forwarded_from: int | None = None,
-          priority: int = 0, publisher: str = "") -> bytes:
+          priority: int = 0, publisher: str = "", bcc: tuple = ()) -> bytes:
     header = codec.encode_properties(len(body), properties or {})
-    data = commands.encode_enqueue(publisher, seq, priority, exchange, routing_key, header, body)
+    data = commands.encode_enqueue(publisher, seq, priority, exchange, routing_key, header, body,
+                                   blind_keys=bcc)
     if timed:
         data = envelope.stamp(data, 1_700_000_000_000 + seq)
     if forwarded_from is not None:
@@ -49,6 +50,27 @@ def test_the_readers_constants_are_the_log_formats():
     assert lease_records.ENTRY_TIMED_SIZE == envelope.TIMED_HEAD.size
     assert lease_records.ENQUEUE_HEAD.size == commands._enqueue_head.size
     assert commands.encode_enqueue("", 0, 0, "", "", b"", b"")[0] == lease_records.ENQUEUE_TAG
+    assert commands.BLIND_ENQUEUE == lease_records.ENQUEUE_BCC_TAG
+
+
+def test_an_enqueue_with_bcc_keys_decodes_to_its_message_without_them():
+    """Tag 21 (FORMAT.md): the message's BCC keys follow its body in the entry, which
+    an "entries" read sends as stored; the body ends at its size, the keys are never
+    read, and the message is the one the broker's decoder reads."""
+    entries = [entry(1, body=b"one", bcc=("secret",)), entry(2, body=b"two"),
+               entry(3, body=b"", bcc=("", "x" * 300), forwarded_from=7),
+               entry(4, body=b"four", bcc=("k",), timed=False)]
+    decoded = list(EntriesDecoder().decode(pack_entries(1, entries, {})))
+    assert [m.body for m in decoded] == [b"one", b"two", b"", b"four"]
+    for message, data in zip(decoded, entries):
+        exchange, routing_key, _header, body = expected(data)
+        assert (message.exchange, message.routing_key, message.body) == (exchange, routing_key,
+                                                                         body)
+    plain = entry(1, body=b"one")  # as tag 21, with less than the keys' count after it
+    cut = plain[:envelope.TIMED_HEAD.size] + b"\x15" + plain[envelope.TIMED_HEAD.size + 1:] \
+        + b"\x00\x00"
+    with pytest.raises(ValueError, match="sequence 1 does not parse"):
+        EntriesDecoder().decode(pack_entries(1, [cut], {}))
 
 
 def test_entries_decode_to_the_messages_the_log_holds_in_sequence_order():
@@ -128,10 +150,12 @@ properties = st.fixed_dictionaries({}, optional={
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(names, names, properties, st.binary(max_size=64), st.booleans(),
-                          st.booleans(), st.integers(0, 3)), min_size=1, max_size=30))
+                          st.booleans(), st.lists(names, max_size=2).map(tuple),
+                          st.integers(0, 3)), min_size=1, max_size=30))
 def test_any_entries_decode_as_the_log_format_says(messages):
-    entries = [entry(seq, exchange, key, props, body, timed, 5 if forwarded_ else None)
-               for seq, (exchange, key, props, body, timed, forwarded_, _count)
+    entries = [entry(seq, exchange, key, props, body, timed, 5 if forwarded_ else None,
+                     bcc=bcc)
+               for seq, (exchange, key, props, body, timed, forwarded_, bcc, _count)
                in enumerate(messages)]
     counts = {position: count for position, (*_, count) in enumerate(messages) if count}
     columns = EntriesDecoder().decode(pack_entries(100, entries, counts))

@@ -1,7 +1,7 @@
 """`read_batches` (what the Spark source reads) holds exactly the rows of the reference
 reader `read_rows`, on logs LogStore wrote without a broker: every shape of entry data
 `command_of` looks at (FORMAT.md, "Quorum-queue entries": a forwarded command's
-identity, time envelope, Enqueue body size, unknown tags, empty data), entries in segments and in the WAL, torn files; and
+identity, time envelope, Enqueue body size (tags 1 and 21), unknown tags, empty data), entries in segments and in the WAL, torn files; and
 that every fifo command tag has its name. The broker-written log is compared in
 test_log_source.py.
 """
@@ -21,6 +21,9 @@ from quorumqueue.jobs.log_files import (ARROW_SCHEMA, COLUMN_NAMES, COMMANDS, Lo
 
 GROUP = "%2F/orders/0123456789ab"
 ENQUEUE = encode_enqueue("", 0, 0, "", "orders", b"\x00\x3c", b"hello world")
+# tag 21: the message's BCC keys after the body (its body size is still 11)
+BCC_ENQUEUE = encode_enqueue("", 0, 0, "", "orders", b"\x00\x3c", b"hello world",
+                             blind_keys=("secret", "other"))
 TIME = b"\xff" + (1_700_000_000_000).to_bytes(8, "big")
 FORWARDED = wrap(Identity(0xFEED, 3, True), b"")   # the 18-byte identity alone
 DATA = [                                   # (kind, data, expected command, body bytes)
@@ -36,6 +39,8 @@ DATA = [                                   # (kind, data, expected command, body
     (COMMAND, encode(UpdateConfig(5, 1000, None, "reject-publish")), "UPDATE_CONFIG", None),
     (COMMAND, b"\xc8rest", "UNKNOWN_200", None),
     (COMMAND, FORWARDED + ENQUEUE, "ENQUEUE", 11),
+    (COMMAND, TIME + BCC_ENQUEUE, "ENQUEUE", 11),
+    (COMMAND, FORWARDED + TIME + BCC_ENQUEUE, "ENQUEUE", 11),
     (COMMAND, FORWARDED + TIME + b"\x0d", "TICK", None),
     (COMMAND, FORWARDED + encode(UpdateConfig(5, 1000, None, "reject-publish")),
      "UPDATE_CONFIG", None),

@@ -51,7 +51,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...amqp import codec
 from ...amqp.errors import AMQPError
 from ...fifo.commands import DlxDelivery, DlxSettle
 from .. import dead_letter
@@ -76,7 +75,8 @@ class _Letter:
     index: int                # raft index of the message in the source queue
     reason: str
     died_ms: int              # x-death's time
-    message: tuple[str, str, bytes, bytes] | None = None  # exchange, key, header, body
+    # exchange, key, header, body, BCC keys
+    message: tuple[str, str, bytes, bytes, tuple[str, ...]] | None = None
     unconfirmed: set[str] = field(default_factory=set)  # targets of the current attempt
     confirmed: set[str] = field(default_factory=set)    # targets that confirmed it
     attempt: int = 0
@@ -178,9 +178,9 @@ class DeadLetterWorker:
         exchange_name, dead_letter_key = target
         try:
             if letter.message is None:
-                letter.message = self.groups.read_message(queue, letter.index)
-            source, routing_key, header, body = letter.message
-            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key)
+                letter.message = self.groups.read_dead_letter(queue, letter.index)
+            source, routing_key, header, body, blind_keys = letter.message
+            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key, blind_keys)
             header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
                                                        letter.reason, letter.died_ms, dead_letter_key)
         except (MessageGone, AMQPError, ValueError) as error:
@@ -188,7 +188,7 @@ class DeadLetterWorker:
             # this is a bug; keep the message (never drop) and say so once
             self._warn(letter, "read", "it cannot be read: %s", error)
             return
-        properties = codec.decode_properties(header)[1]
+        properties = dead_letter.copy_properties(header, dead_letter_key, blind_keys)
         routed: dict[str, object] = {}
         for key in keys:
             for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):

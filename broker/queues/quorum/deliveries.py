@@ -3,8 +3,8 @@
 Responsibilities: a quorum queue keeps no message bodies in its state
 (broker/fifo). Every live message is its Enqueue entry in the group's log. This
 module reads them back for whoever needs the message:
-- one message decoded (`read_message`): a basic.get, dead lettering, a remote
-  consumer's delivery;
+- one message decoded (`read_message`): a basic.get, a remote consumer's delivery;
+  with its BCC keys (`read_dead_letter`): dead lettering;
 - a lease range's messages as views (`read_message_spans`);
 - a Deliver effect's messages written to this node's consumer (`deliver`). Or sent
   to a node without a replica, or returned.
@@ -104,6 +104,15 @@ def read_message(store: LogStore, queue: QuorumQueue, index: int) -> tuple[str, 
     """(exchange, routing key, content header, body) of the message at `index`."""
     data = _entry_data(store, queue, index)
     return commands.decode_message(data, _command_start(data))
+
+
+def read_dead_letter(store: LogStore, queue: QuorumQueue,
+                     index: int) -> tuple[str, str, bytes, bytes, tuple[str, ...]]:
+    """`read_message` and the message's BCC keys (commands.blind_keys): what its
+    dead-lettered copy is made of and routed by."""
+    data = _entry_data(store, queue, index)
+    start = _command_start(data)
+    return (*commands.decode_message(data, start), commands.blind_keys(data, start))
 
 
 def read_message_spans(store: LogStore, queue: QuorumQueue, indexes: list[int]) -> list[tuple]:

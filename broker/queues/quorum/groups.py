@@ -700,6 +700,10 @@ class QuorumGroups:
         """(exchange, routing key, content header, body) of the message at `index`."""
         return deliveries.read_message(self.store, queue, index)
 
+    def read_dead_letter(self, queue: QuorumQueue, index: int) -> tuple:
+        """`read_message` and the message's BCC keys (deliveries.py)."""
+        return deliveries.read_dead_letter(self.store, queue, index)
+
     def read_message_spans(self, queue: QuorumQueue, indexes: list[int]) -> list[tuple]:
         """The messages at `indexes` (increasing) as views into their log entries
         (deliveries.py)."""
@@ -721,13 +725,13 @@ class QuorumGroups:
         if not node.dead_letters_to(queue):
             return
         try:
-            source, routing_key, header, body = self.read_message(queue, index)
+            source, routing_key, header, body, blind_keys = self.read_dead_letter(queue, index)
         except MessageGone as error:
             log.warning("quorum queue '%s' in vhost '%s': message %s (%s) not dead-lettered: "
                         "%s", queue.name, queue.vhost, index, reason, error)
             return
         node.dead_letter_copy(queue, source, routing_key, header, body, reason,
-                              queue.last_time_ms)
+                              queue.last_time_ms, blind_keys)
 
     def _ensure_worker(self, queue: QuorumQueue) -> None:
         """At-least-once dead lettering: the leader runs the queue's dead-letter

@@ -366,7 +366,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         data = stamped_enqueue(self.groups.clock_ms, publisher, seq,
                                min(message.priority, 255),
                                message.exchange, message.routing_key,
-                               message.properties.raw, message.body)
+                               message.properties.raw, message.body,
+                               message.properties.blind_keys)
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
         waiter = None if confirm is None else confirm.hold_reply("rejected")
         groups = self.groups

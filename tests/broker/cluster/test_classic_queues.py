@@ -101,6 +101,34 @@ def test_a_queue_declared_on_node_one_is_used_from_node_three(cluster):
     gone_everywhere(cluster, "cq-orders")
 
 
+def test_a_publish_through_another_node_keeps_its_bcc_keys_for_dead_lettering(cluster):
+    """The forwarded publish ("cq.pub") carries the message's BCC keys to the host (the
+    BCC header itself is removed at publish): the copy it dead-letters reaches the
+    queue bound for the BCC key, as in RabbitMQ (the dead letter exchanges guide,
+    "Routing Dead-Lettered Messages"; compared live in
+    tests/differential/test_bcc_dead_letter_against_rabbitmq.py)."""
+    one, _two, three = cluster.uris()
+    with connect(one) as connection:
+        channel = connection.channel()
+        channel.exchange_declare("cq-bcc-dlx", "direct")
+        for key in ("rk", "cc", "bcc"):
+            channel.queue_declare(f"cq-bcc-to-{key}")
+            channel.queue_bind(f"cq-bcc-to-{key}", "cq-bcc-dlx", key)
+        channel.queue_declare("cq-bcc-src", arguments={"x-dead-letter-exchange": "cq-bcc-dlx"})
+        channel.queue_bind("cq-bcc-src", "amq.direct", "rk")
+    counts_everywhere(cluster, "cq-bcc-src", 0, 0)
+    with connect(three) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("amq.direct", "rk", b"selected", pika.BasicProperties(
+            headers={"CC": ["cc"], "BCC": ["bcc"]}))
+        method, properties, _body = channel.basic_get("cq-bcc-src")
+        assert "BCC" not in properties.headers
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    for key in ("rk", "cc", "bcc"):
+        counts_everywhere(cluster, f"cq-bcc-to-{key}", 1, 0)
+
+
 def test_unacked_deliveries_return_when_the_consuming_channel_closes(cluster):
     one, two, _three = cluster.uris()
     with connect(one) as connection:

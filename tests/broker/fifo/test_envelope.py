@@ -115,3 +115,52 @@ def test_the_envelope_marker_is_no_command_tag():
     # an envelope around an unknown tag is refused, not skipped (FORMAT.md)
     with pytest.raises(ValueError, match="unknown fifo command tag 99"):
         decode_entry(b"\xff" + NOW_BYTES + b"\x63\x00\x00")
+
+
+# ------------------------------------------------------------------ BCC keys (tag 21)
+
+VERSION_7_ENQUEUE = (  # an Enqueue as entry data version 7 wrote it, byte for byte
+    b"\xff" + NOW_BYTES + b"\x01\x09" + (4).to_bytes(4, "big") + (7).to_bytes(8, "big")
+    + b"\x00\x03pub" + b"\x02ex" + b"\x02rk" + (6).to_bytes(4, "big") + b"header" + b"body")
+
+
+def test_an_enqueue_without_bcc_keys_is_the_version_7_entry_and_decodes_as_ever():
+    """Only a message with BCC keys is written as tag 21: every other entry keeps the
+    layout (and size) it had, and a log written before tag 21 existed replays as before."""
+    assert stamped_enqueue(NOW, "pub", 7, 9, "ex", "rk", b"header", b"body") == VERSION_7_ENQUEUE
+    assert decode_entry(VERSION_7_ENQUEUE) == (NOW, commands.Enqueue("pub", 7, 4, 9))
+    start = TIMED_HEAD.size
+    assert commands.decode_message(VERSION_7_ENQUEUE, start) == ("ex", "rk", b"header", b"body")
+    assert commands.blind_keys(VERSION_7_ENQUEUE, start) == ()
+
+
+@pytest.mark.parametrize("keys", [("bcc",), ("", "k\u00e9", "\udcff", "x" * 70000)])
+def test_an_enqueue_with_bcc_keys_keeps_them_after_the_body_where_no_reader_of_it_looks(keys):
+    """Tag 21 (FORMAT.md, "Quorum-queue entries"): the tag-1 layout, the body cut at its
+    size, then the keys. The machine gets the same Enqueue; the message, its spans and
+    delivery spans are those of the tag-1 entry; `blind_keys` reads the keys back."""
+    data = stamped_enqueue(NOW, "pub", 7, 9, "ex", "rk", b"header", b"body", keys)
+    start = TIMED_HEAD.size
+    assert data[start] == commands.BLIND_ENQUEUE == 21
+    assert data.startswith(VERSION_7_ENQUEUE[:start] + b"\x15" + VERSION_7_ENQUEUE[start + 1:])
+    assert decode_entry(data) == decode_entry(VERSION_7_ENQUEUE)
+    assert commands.decode_message(data, start) == ("ex", "rk", b"header", b"body")
+    assert commands.blind_keys(data, start) == keys
+    spans = commands.message_spans(data, start)
+    plain = commands.message_spans(VERSION_7_ENQUEUE, start)
+    assert [bytes(s) if isinstance(s, memoryview) else s for s in spans] == \
+        [bytes(s) if isinstance(s, memoryview) else s for s in plain]
+    assert [bytes(s) for s in commands.delivery_spans(data, start)] == \
+        [bytes(s) for s in commands.delivery_spans(VERSION_7_ENQUEUE, start)]
+    # the time envelope is optional around it, as around every Enqueue
+    bare = commands.encode_enqueue("pub", 7, 9, "ex", "rk", b"header", b"body", blind_keys=keys)
+    assert data == stamp(bare, NOW) and commands.blind_keys(bare) == keys
+    assert commands.decode(bare) == commands.Enqueue("pub", 7, 4, 9)
+
+
+def test_an_enqueue_with_bcc_keys_reads_its_ttl_from_its_header_as_tag_1_does():
+    from quorumqueue.broker.amqp import codec
+
+    header = codec.encode_properties(4, {"expiration": "1500"})
+    data = stamped_enqueue(NOW, "", 0, 0, "", "q", header, b"body", ("k",))
+    assert decode_entry(data) == (NOW, commands.Enqueue("", 0, 4, 0, 1500))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.field_values import Timestamp
-from quorumqueue.broker.queues.dead_letter import dead_lettered, is_cycle, routing_keys
+from quorumqueue.broker.queues.dead_letter import (copy_properties, dead_lettered, is_cycle,
+                                                    routing_keys)
 
 
 def _header(**values) -> bytes:
@@ -56,6 +57,20 @@ def test_routing_keys_are_the_dead_letter_key_or_the_message_keys_with_cc():
     header = _header(headers={"CC": ["b"]})
     assert routing_keys("a", header, None) == ["a", "b"]
     assert routing_keys("a", header, "dl") == ["dl"]
+
+
+def test_the_message_bcc_keys_route_its_copy_unless_a_dead_letter_key_replaces_them():
+    """rabbit_dead_letter routes the copy by the message's routing keys (routing key,
+    CC, BCC: the BCC header itself was removed at publish), and a dead-letter routing
+    key replaces them all; x-death's routing-keys still list the routing key and CC."""
+    header = _header(headers={"CC": ["b"]})
+    assert routing_keys("a", header, None, ("c", "d")) == ["a", "b", "c", "d"]
+    assert routing_keys("a", header, "dl", ("c", "d")) == ["dl"]
+    copy, deaths = dead_lettered(header, "ex", "a", "work", "rejected", 1_000)
+    assert deaths[0]["routing-keys"] == ["a", "b"]
+    assert copy_properties(copy, None, ("c", "d")).blind_keys == ("c", "d")
+    assert copy_properties(copy, "dl", ("c", "d")).blind_keys == ()
+    assert copy_properties(copy, None, ("c",)).raw == copy  # beside the header, not in it
 
 
 def test_cycle_only_when_every_death_back_to_the_target_was_automatic():

@@ -480,3 +480,45 @@ def test_a_mirrors_stop_is_kept_in_the_record_while_it_is_a_mirror():
                                   "stopped": ["b"]})
     assert forget_leader(queue.metadata_record(), "a") == {"host": "b", "mirrors": [],
                                                            "synced": []}
+
+
+def test_a_message_bcc_keys_reach_every_copy_and_the_promoted_leader(tmp_path):
+    """A message published with BCC keys (they route its dead-lettered copy:
+    queues/dead_letter.py) is replicated with them: by the publish (the "p" op), by a
+    synchronisation batch, into a durable mirror's store, and back into the message
+    of the mirror promoted to leader; a message without keys carries none."""
+    def selected(body: bytes, keys: tuple) -> Message:
+        properties = decode_properties(encode_properties(len(body), {"delivery_mode": 2}))[1]
+        properties.blind_keys = keys
+        return Message("", "q", properties, body)
+
+    link = Link()
+    leader = mirrored_queue(link, "b")
+    leader.publish(selected(b"early", ("e1", "e2")), None, None)
+    leader.publish(selected(b"plain", ()), None, None)
+    leader.mirroring.attach("c", "boot")   # it gets the two by a synchronisation batch
+    leader.mirroring.sync()
+    link.ack_all("c")
+    store = MessageStore(str(tmp_path))
+    store.recover()
+    durable = Replica(store, KEY, durable=True)
+    durable.apply(["x"])
+    link.replicas["d"] = durable
+    leader.mirroring.attach("d", "boot")
+    leader.publish(selected(b"late", ("l",)), None, None)
+    for node in ("b", "c"):
+        assert {item[3]: item[6] for item in link.replicas[node].entries.values()} == {
+            b"early": ("e1", "e2"), b"plain": (), b"late": ("l",)}, node
+    store.flush()
+    again = MessageStore(str(tmp_path))
+    assert [(m.body, m.blind_keys) for m in again.recover()[KEY]] == [(b"late", ("l",))]
+    again.close()
+
+    class Previous:  # the RemoteClassicQueue on b, with its copy
+        replica = link.replicas["b"]
+
+    promoted = ClassicQueue("/", "q", False, None, False, {}, host="b")
+    promoted.take_over(Previous())
+    assert [(entry.message.body, entry.message.properties.blind_keys)
+            for level in promoted.levels for entry in level] == [
+        (b"early", ("e1", "e2")), (b"plain", ()), (b"late", ("l",))]

@@ -33,6 +33,18 @@ def channel_error(action) -> pe.ChannelClosedByBroker:
     return info.value
 
 
+def wait_get(channel, queue: str, timeout: float = 60.0, auto_ack: bool = True):
+    """basic.get until a message arrives: (method, properties, body); fail after
+    `timeout` seconds (a generous bound on the condition)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
+        if method is not None:
+            return method, properties, body
+        assert time.monotonic() < deadline, f"nothing reached '{queue}'"
+        time.sleep(0.05)
+
+
 def pump(connection, until, timeout: float = 60.0) -> None:
     """Process I/O until `until()` holds (or fail after `timeout` seconds: a generous
     bound, the condition is what the test waits for; a loaded machine is slow)."""

@@ -19,20 +19,10 @@ import time
 import pika
 import pytest
 
-from .pika_support import channel_error, idle, unique
+from .pika_support import channel_error, idle, unique, wait_get
 
 WAIT_S = 30.0
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
-
-def wait_get(channel, queue: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return method, properties, body
-        assert time.monotonic() < deadline, f"nothing reached '{queue}'"
-        time.sleep(0.05)
 
 
 def wait_count(channel, queue: str, count: int, timeout: float = WAIT_S) -> None:

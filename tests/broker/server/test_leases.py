@@ -410,6 +410,42 @@ def test_an_entries_read_gives_what_a_per_message_read_gives(broker):
     connection.close()
 
 
+def test_every_read_of_a_message_published_with_bcc_gives_its_body_and_no_bcc(broker):
+    """A message's BCC keys are kept in its log entry after the body (tag 21, for its
+    dead-lettered copy: FORMAT.md, "Quorum-queue entries"); no read hands them out:
+    per message, packed, "entries" (the entry as stored, the client cuts the body at
+    its size) and a consumer's delivery give the body alone and headers without BCC,
+    as for a message published without one."""
+    queue = unique("bcc-reads")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    for number in range(6):
+        headers = {"n": number, **({"BCC": ["elsewhere", "x" * 300]} if number % 2 else {})}
+        channel.basic_publish("", queue, b"body %d" % number,
+                              pika.BasicProperties(headers=headers))
+    with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:
+        assert client.grow(queue, "q", max_messages=100) == (1, 6)
+        each = client.read(queue, "q", 0, 6)
+        packed = [m for chunk in client.read_packed(queue, "q", 0, 6) for m in chunk]
+        entries = [m for chunk in reader.read_columns(queue, "q", 0, 6) for m in chunk]
+        assert comparable(entries) == comparable(each) == comparable(packed)
+        assert [(m.body, m.properties.headers) for m in packed] == [
+            (b"body %d" % number, {"n": number}) for number in range(6)]
+        client.release(queue, "q")
+    delivered = []
+    for method, properties, body in channel.consume(queue, auto_ack=True,
+                                                    inactivity_timeout=30):
+        assert method is not None, "the released messages were not delivered"
+        delivered.append((body, properties.headers))
+        if len(delivered) == 6:
+            break
+    assert delivered == [(b"body %d" % number, {"n": number, "x-delivery-count": 1})
+                         for number in range(6)]
+    connection.close()
+
+
 def test_an_entries_read_of_many_messages_comes_in_order_in_a_few_deliveries(broker):
     queue = fill_fast(broker, 3_000, 16)
     with LeaseClient(broker.uri) as client, RangeReader(broker.uri) as reader:

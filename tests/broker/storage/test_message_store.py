@@ -184,14 +184,10 @@ def test_compaction_carries_the_delivered_flag_forward(tmp_path):
     assert recovered(tmp_path, 2000) == {Q2: [record(1, b"long-lived", delivered=True)]}
 
 
-def test_a_message_expiry_is_recovered_and_carried_forward_by_compaction(tmp_path):
-    """A message with a TTL is written with its expiry (ENQUEUE_EXPIRING, version 3):
-    recovery gives it back, also after compaction copied it out of a dead segment, so
-    a durable classic queue's TTL keeps counting across a restart; a message
-    without one recovers with none."""
-    store = opened(tmp_path, segment_bytes=2000)
-    store.append_enqueue(Q2, 1, "ex", "rk", b"\x00\x3c-header", b"ttl", expires=1_234_567)
-    enqueue(store, Q2, 2, b"plain")
+def compacted_out_of_segment_1(store: MessageStore, directory) -> dict:
+    """Fill `store` (segment_bytes 2000) with Q1 messages acked at once, until its
+    first segment is compacted away, close it and recover: what Q2 had in segment 1
+    was copied forward."""
     for seq in range(1, 30):
         enqueue(store, Q1, seq, b"w" * 40)
     store.flush()  # rotates to segment 2
@@ -201,18 +197,30 @@ def test_a_message_expiry_is_recovered_and_carried_forward_by_compaction(tmp_pat
         enqueue(store, Q1, seq, b"w" * 40)
         store.append_ack(Q1, seq)
     store.flush()
-    assert "00000001.seg" not in segments(tmp_path)
+    assert "00000001.seg" not in segments(directory)
     store.close()
-    again = MessageStore(str(tmp_path), segment_bytes=2000, fsync=False)
-    messages = again.recover()[Q2]
+    again = MessageStore(str(directory), segment_bytes=2000, fsync=False)
+    messages = again.recover()
     again.close()
+    return messages
+
+
+def test_a_message_expiry_is_recovered_and_carried_forward_by_compaction(tmp_path):
+    """A message with a TTL is written with its expiry (ENQUEUE_EXPIRING, version 3):
+    recovery gives it back, also after compaction copied it out of a dead segment, so
+    a durable classic queue's TTL keeps counting across a restart; a message
+    without one recovers with none."""
+    store = opened(tmp_path, segment_bytes=2000)
+    store.append_enqueue(Q2, 1, "ex", "rk", b"\x00\x3c-header", b"ttl", expires=1_234_567)
+    enqueue(store, Q2, 2, b"plain")
+    messages = compacted_out_of_segment_1(store, tmp_path)[Q2]
     assert [(m.seq, m.exchange, m.routing_key, m.body, m.expires) for m in messages] == [
         (1, "ex", "rk", b"ttl", 1_234_567), (2, "amq.direct", "rk-2", b"plain", 0)]
 
 
 def test_a_version_1_store_is_read_and_left_as_it_is(tmp_path):
     """A store written before DELIVERED existed (format version 1, the same records
-    without type 5) recovers; new records go to a new version-3 segment, so the old
+    without type 5) recovers; new records go to a new version-4 segment, so the old
     file's header stays true. An unknown version stops recovery, naming it."""
     store = opened(tmp_path)
     enqueue(store, Q1, 1)
@@ -231,12 +239,55 @@ def test_a_version_1_store_is_read_and_left_as_it_is(tmp_path):
     store.close()
     assert path.read_bytes() == bytes(data)
     assert segments(tmp_path) == ["00000001.seg", "00000002.seg"]
-    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x03"
+    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x04"
     assert recovered(tmp_path) == {Q1: [record(1, delivered=True)]}
-    data[4:6] = (4).to_bytes(2, "big")
+    data[4:6] = (5).to_bytes(2, "big")
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptStoreError, match="unknown format version 4"):
+    with pytest.raises(CorruptStoreError, match="unknown format version 5"):
         MessageStore(str(tmp_path), fsync=False).recover()
+
+
+def test_a_version_3_store_is_read_and_a_new_segment_takes_the_bcc_records(tmp_path):
+    """A store written before ENQUEUE_BCC existed (version 3: ENQUEUE, ENQUEUE_EXPIRING
+    and the rest, byte for byte as this build writes them for a message without BCC
+    keys) recovers unchanged; new records go to a new version-4 segment."""
+    store = opened(tmp_path)
+    enqueue(store, Q1, 1)
+    store.append_enqueue(Q1, 2, "ex", "rk", b"\x00\x3c-header", b"ttl", expires=99)
+    store.flush()
+    store.close()
+    path = tmp_path / "00000001.seg"
+    data = bytearray(path.read_bytes())
+    data[4:6] = (3).to_bytes(2, "big")
+    path.write_bytes(bytes(data))
+    store = MessageStore(str(tmp_path), fsync=False)
+    assert [(m.seq, m.expires, m.blind_keys) for m in store.recover()[Q1]] == [
+        (1, 0, ()), (2, 99, ())]
+    store.append_enqueue(Q1, 3, "ex", "rk", b"\x00\x3c-header", b"bcc", blind_keys=("k",))
+    store.flush()
+    store.close()
+    assert path.read_bytes() == bytes(data)
+    assert (tmp_path / "00000002.seg").read_bytes()[:6] == b"QQMS\x00\x04"
+    store = MessageStore(str(tmp_path), fsync=False)
+    assert [m.blind_keys for m in store.recover()[Q1]] == [(), (), ("k",)]
+    store.close()
+
+
+def test_a_message_bcc_keys_are_recovered_and_carried_forward_by_compaction(tmp_path):
+    """A message published with BCC keys is written with them (ENQUEUE_BCC, with its
+    expiry or 0): recovery gives them back, also after compaction copied the message
+    out of a dead segment, so its dead-lettered copy is routed by them after a
+    restart (queues/dead_letter.py)."""
+    keys = ("", "k\u00e9", "\udcff", "x" * 70000)
+    store = opened(tmp_path, segment_bytes=2000)
+    store.append_enqueue(Q2, 1, "ex", "rk", b"\x00\x3c-header", b"bcc", blind_keys=keys)
+    store.append_enqueue(Q2, 2, "ex", "rk", b"\x00\x3c-header", b"both", expires=77,
+                         blind_keys=("one",))
+    enqueue(store, Q2, 3, b"plain")
+    messages = compacted_out_of_segment_1(store, tmp_path)[Q2]
+    assert [(m.seq, m.body, m.header, m.expires, m.blind_keys) for m in messages] == [
+        (1, b"bcc", b"\x00\x3c-header", 0, keys), (2, b"both", b"\x00\x3c-header", 77, ("one",)),
+        (3, b"plain", messages[2].header, 0, ())]
 
 
 # ---------------------------------------------------------------- torn tails and corruption
