@@ -51,6 +51,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, M
 
 from ..client.delivery import header_delivery_count
 from ..client.lease_entries import EntryColumns
+from . import arrays as arrays_
 
 SCHEMA = StructType([
     StructField("body", BinaryType(), nullable=False),
@@ -176,11 +177,12 @@ def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns | 
 
 def _entries_batch(queue: str, columns: EntryColumns, include_headers: bool) -> pa.RecordBatch:
     """The rows of an "entries" read's columns: every column a whole-array operation;
-    Python works per distinct property set only."""
+    Python works per distinct property set only. Built without `pa.array` or
+    `pa.scalar`, which import pandas (arrays.py says why that matters)."""
     count = columns.count
     distinct = columns.properties
-    positions = (None if columns.property_positions is None
-                 else pa.array(columns.property_positions, pa.int32()))
+    positions = (np.zeros(count, np.int32) if columns.property_positions is None
+                 else columns.property_positions)
     values = [_property_values(properties, include_headers) for properties in distinct]
     per_message = [_spread(column, field.type, positions, count)
                    for column, field in zip(zip(*values), _PROPERTY_FIELDS)]
@@ -188,27 +190,22 @@ def _entries_batch(queue: str, columns: EntryColumns, include_headers: bool) -> 
                               pa.int32(), positions, count)
     buffer = columns.buffer
     arrays = [_binary_from_spans([(buffer, columns.body_starts, columns.body_ends)]),
-              pa.repeat(pa.scalar(queue, pa.string()), count),
+              arrays_.repeated(arrays_.small([queue], pa.string()), count),
               _names(columns.routing_key, columns.key_spans, buffer, count),
               _names(columns.exchange, columns.exchange_spans, buffer, count),
-              pa.array(columns.seqs, pa.int64()),
+              arrays_.numeric(columns.seqs, pa.int64()),
               delivery_counts,
-              pa.array(columns.delivery_counts > 0, pa.bool_()),
+              arrays_.numeric(columns.delivery_counts > 0, pa.bool_()),
               *per_message]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def _spread(values: Sequence[Any], type_: pa.DataType, positions: pa.Array | None,
+def _spread(values: Sequence[Any], type_: pa.DataType, positions: np.ndarray,
             count: int) -> pa.Array:
-    """`values` (one per distinct properties object) at each message's position (None:
-    every message has the first)."""
-    if positions is not None:
-        return _taken(values, type_, positions)
-    if values[0] is None:
+    """`values` (one per distinct properties object) at each message's position."""
+    if all(value is None for value in values):
         return pa.nulls(count, type_)
-    if pa.types.is_map(type_):  # pa.repeat builds a map item by item (~13 us each)
-        return pa.array(values[:1], type_).take(pa.array(np.zeros(count, np.int32)))
-    return pa.repeat(pa.scalar(values[0], type_), count)
+    return arrays_.taken(arrays_.small(values, type_), positions)
 
 
 def _names(same: str | None, spans: tuple[np.ndarray, np.ndarray] | None, buffer,
@@ -216,7 +213,7 @@ def _names(same: str | None, spans: tuple[np.ndarray, np.ndarray] | None, buffer
     """A name column: one string repeated, or the UTF-8 strings at `spans` of `buffer`
     (invalid UTF-8 replaced, as the property columns' text is)."""
     if same is not None:
-        return pa.repeat(pa.scalar(same, pa.string()), count)
+        return arrays_.repeated(arrays_.small([same], pa.string()), count)
     raw = _binary_from_spans([(buffer, *spans)])
     try:
         return raw.cast(pa.string())
@@ -241,10 +238,10 @@ def _binary_from_spans(spans: Sequence[tuple[bytes, np.ndarray, np.ndarray]]) ->
         kind = pa.large_binary() if large else pa.binary()
         whole = pa.Array.from_buffers(kind, 2 * count,
                                       [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
-        bodies = whole.take(pa.array(np.arange(1, 2 * count, 2)))
+        bodies = arrays_.taken(whole, np.arange(1, 2 * count, 2, dtype=np.int32))
         pieces.append(bodies.cast(pa.binary()) if large else bodies)
     if not pieces:
-        return pa.array([], pa.binary())
+        return pa.nulls(0, pa.binary())
     return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
 
 
