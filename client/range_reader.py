@@ -10,8 +10,10 @@ Responsibilities
     (wire form)"), then the delivery bodies as they arrive, until the broker's
     basic.cancel ends the range. A reader decodes thousands of messages per body; what
     pika would do per frame (4 KiB socket reads, an object per frame, a copy per append)
-    is what this module avoids: the socket is read 1 MiB at a time, frames are found
-    with struct, and a body's frames are copied once, into the body.
+    is what this module avoids: frames are found with struct, and a body frame's
+    payload is received from the socket straight into the delivery's body (the
+    kernel's copy is the only one; the buffer holds only frame heads, methods and
+    content headers, read HEAD_BYTES at a time between bodies).
 
 How it works
     The handshake (PLAIN, the broker's frame_max, no heartbeats, the capability
@@ -54,6 +56,9 @@ from .management import ManagementError, redact_uri
 from .tls import ClientTls, connection_parameters
 
 RECV_BYTES = 1 << 20
+# Between bodies a range read's socket is read this much at a time: a delivery's
+# method and content header, so that its body's payload is received into the body.
+HEAD_BYTES = 1024
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">HH")
 _BODY_SIZE = struct.Struct(">Q")
@@ -153,13 +158,23 @@ class RangeReader:
 
     # ------------------------------------------------------------------ frames
 
-    def _fill(self) -> None:
+    def _fill(self, limit: int = RECV_BYTES) -> None:
+        """Reads what the socket has, at most `limit` octets, onto the buffer."""
         buffer = self._buffer
         if self._position:  # drop what was read (no view of the buffer is kept)
             del buffer[:self._position]
             self._position = 0
+        received = self._recv_into(self._chunk[:limit])
+        buffer += self._chunk[:received]
+
+    def _fill_to(self, wanted: int) -> None:
+        """Reads until `wanted` unread octets are buffered, and no more."""
+        while len(self._buffer) - self._position < wanted:
+            self._fill(wanted - (len(self._buffer) - self._position))
+
+    def _recv_into(self, view: memoryview) -> int:
         try:
-            received = self._socket.recv_into(self._chunk)
+            received = self._socket.recv_into(view)
         except socket.timeout:
             raise TimeoutError from None
         except OSError as error:
@@ -168,11 +183,11 @@ class RangeReader:
         if not received:
             self.usable = False
             raise pika.exceptions.StreamLostError("Stream connection lost: the broker closed it")
-        buffer += self._chunk[:received]
+        return received
 
-    def _next_frame(self) -> tuple[int, int, int, int]:
+    def _next_frame(self, limit: int = RECV_BYTES) -> tuple[int, int, int, int]:
         """(type, channel, payload start, payload size) of the next frame, in
-        self._buffer until the next call."""
+        self._buffer until the next call; the socket read `limit` octets at a time."""
         buffer = self._buffer
         while True:
             position = self._position
@@ -184,7 +199,7 @@ class RangeReader:
                         raise pika.exceptions.StreamLostError("a frame without its end octet")
                     self._position = position + size + 8
                     return frame_type, channel, position + 7, size
-            self._fill()
+            self._fill(limit)
 
     def _method(self, frame_type: int, channel: int, at: int, size: int):
         """A method frame decoded by pamqp (the rare ones)."""
@@ -221,7 +236,16 @@ class RangeReader:
         filled = 0
         while True:
             try:
-                frame_type, channel, at, size = self._next_frame()
+                if body is not None:
+                    filled = self._body_frame(body, filled)
+                    if filled == len(body):
+                        yield body
+                        body = None
+                        continue
+                    if filled >= 0:
+                        continue
+                    filled = ~filled  # the next frame is not a body frame
+                frame_type, channel, at, size = self._next_frame(HEAD_BYTES)
             except TimeoutError:
                 self.usable = False
                 raise ManagementError(f"{what} stalled for {self.timeout}s") from None
@@ -250,6 +274,34 @@ class RangeReader:
                 self._closed_by_broker(method)
                 raise pika.exceptions.StreamLostError(
                     f"{what}: unexpected {type(method).__name__}")
+
+    def _body_frame(self, body: bytearray, filled: int) -> int:
+        """Reads the next frame into `body` from `filled` on, if it is a body frame, and
+        returns the new fill; else ~filled (negative), the frame left unread. What of
+        its payload is not buffered yet is received straight into `body`: the kernel's
+        copy is the only one (the buffer is filled only up to the frame's payload, then
+        up to its end octet and the next frame's head)."""
+        self._fill_to(7)
+        buffer, position = self._buffer, self._position
+        frame_type, _channel, size = _FRAME_HEAD.unpack_from(buffer, position)
+        if frame_type != _FRAME_BODY:
+            return ~filled
+        if filled + size > len(body):
+            self.usable = False
+            raise pika.exceptions.StreamLostError("a body frame outside a delivery")
+        have = min(len(buffer) - position - 7, size)
+        with memoryview(body) as into, memoryview(buffer) as view:
+            into[filled:filled + have] = view[position + 7:position + 7 + have]
+            self._position = position + 7 + have
+            at, end = filled + have, filled + size
+            while at < end:
+                at += self._recv_into(into[at:end])
+        self._fill_to(1)
+        if buffer[self._position] != _FRAME_END:
+            self.usable = False
+            raise pika.exceptions.StreamLostError("a frame without its end octet")
+        self._position += 1
+        return end
 
     def read_columns(self, queue: str, lease: str, start: int,
                      end: int) -> Iterator[EntryColumns]:
