@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 
@@ -25,6 +24,7 @@ import pytest
 
 from tests.support.broker import BrokerProcess
 from tests.support.rabbitmq import RabbitMQNode, management_node
+from tests.support.waiting import wait_until
 
 WAIT = 90.0
 
@@ -74,14 +74,7 @@ def _get(base: str, path: str):
 
 
 def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    return wait_until(condition, what, WAIT, interval=0.5)
 
 
 def make_state(uri: str) -> None:

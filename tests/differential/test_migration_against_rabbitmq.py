@@ -45,6 +45,7 @@ from tests.support.broker import BrokerProcess
 from tests.support.cluster import LocalCluster, TcpProxy
 
 from tests.support.rabbitmq import MARKER_VARIABLE, RabbitMQNode
+from tests.support.waiting import wait_until
 
 from .test_definitions_against_rabbitmq import RABBITMQCTL, qqctl, rabbitmqctl
 
@@ -160,11 +161,7 @@ def _message_count(uri: str, queue: str) -> int:
 
 
 def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    wait_until(condition, what, timeout, interval=0.5)
 
 
 def _consume_ids(uri: str, queue: str, expected: int) -> tuple[list[int], list[int]]:

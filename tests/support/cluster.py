@@ -59,6 +59,7 @@ from quorumqueue.cli.launcher import NodePlan
 from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
 
 from .small_fs import SmallFileSystem
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # how long a test waits for a cluster to agree on something (an election, a failover,
@@ -287,19 +288,8 @@ def wait_for(what: str, predicate, timeout: float = CONVERGE_TIMEOUT,
              interval: float = 0.05):
     """predicate()'s first true value, polled until `timeout`; an exception counts as
     not yet (a node may be starting or stopping). Raises naming `what` and the last
-    value or error."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as error:  # noqa: BLE001 - a node may be starting or stopping
-            last = error
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+    value or error (waiting.wait_until)."""
+    return wait_until(predicate, what, timeout, interval, retry_errors=True)
 
 
 def _listens(host: str, port: int) -> bool:

@@ -8,6 +8,8 @@ import time
 import urllib.error
 import urllib.request
 
+from tests.support.waiting import wait_until
+
 WAIT = 60.0  # seconds: generous, the machine is shared
 
 
@@ -43,12 +45,6 @@ def wait_until_serving(base_url: str) -> None:
 
 
 def wait_for(condition, what: str, timeout: float = WAIT):
-    """condition()'s first true value, polled until `timeout`; raises naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    """condition()'s first true value, polled until `timeout`; raises naming `what`
+    (tests/support/waiting.py)."""
+    return wait_until(condition, what, timeout, interval=0.1)

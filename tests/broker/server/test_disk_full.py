@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.broker import BrokerProcess
 from tests.support.history import ID_HEADER, Workload, check
+from tests.support import waiting
 from tests.support.small_fs import small_disk
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,10 +39,7 @@ def disk(tmp_path):
 
 
 def wait_until(what: str, condition, timeout: float = 60.0, log=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not within {timeout:g}s\n{log()}"
-        time.sleep(0.1)
+    waiting.wait_until(condition, what, timeout, interval=0.1, log=log)
 
 
 def publish_confirmed(uri: str, queue: str, ids: list[str]) -> None:
