@@ -121,3 +121,13 @@ def test_a_kafka_option_is_named_as_typed_with_its_quorumqueue_counterpart(spark
         "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
         f"quorumqueue.connector.options.OptionError: unknown option '{kafka}' for the "
         f"quorumqueue source {hint}")
+
+
+def test_the_suites_spark_jvms_run_with_the_options_for_short_runs(spark):
+    # tests/connector/conftest.py, TEST_JVM_OPTIONS: a JVM without them takes about
+    # twice the CPU, which is what made the suite miss its budget on a busy machine
+    from tests.connector.conftest import TEST_JVM_OPTIONS
+
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    assert set(TEST_JVM_OPTIONS.split()) <= set(arguments), arguments
