@@ -158,21 +158,28 @@ def test_queue_pattern_reads_every_matching_quorum_queue_new_ones_too(spark, bro
     declare(broker.uri, f"{prefix}.classic", "classic")   # matches, not a quorum queue
     publish_orders(broker.uri, f"other.{prefix}.eu", range(4))      # does not match
     df = stream(spark, broker.uri, queuePattern=f"{prefix}\\..*")
+    eu, us, asia = f"{prefix}.eu", f"{prefix}.us", f"{prefix}.asia"
     with running(df, "pattern", str(tmp_path / "cp")) as query:
         def counts():
             rows = spark.table("pattern").groupBy("queue").count().collect()
             return {row.queue: row["count"] for row in rows}
-        wait_for(lambda: counts() == {f"{prefix}.eu": 5, f"{prefix}.us": 3},
-                 "the two matching quorum queues")
-        publish_orders(broker.uri, f"{prefix}.asia", range(6))   # created while running
-        wait_for(lambda: counts() == {f"{prefix}.eu": 5, f"{prefix}.us": 3,
-                                      f"{prefix}.asia": 6}, "the new queue's messages")
-        end = json.loads(query.lastProgress["sources"][0]["endOffset"])
-        assert end["queues"] == {f"{prefix}.eu": 5, f"{prefix}.us": 3, f"{prefix}.asia": 6}
+
+        def committed():
+            """Each queue's end offset in the last progress (reported once the batch
+            is in the sink): waiting on it runs no Spark job (test_lag.py, rows_read)."""
+            progress = query.lastProgress
+            return progress and json.loads(progress["sources"][0]["endOffset"])["queues"]
+
+        wait_for(lambda: committed() == {eu: 5, us: 3}, "the two matching quorum queues")
+        assert counts() == {eu: 5, us: 3}
+        publish_orders(broker.uri, asia, range(6))   # created while running
+        wait_for(lambda: committed() == {eu: 5, us: 3, asia: 6}, "the new queue's messages")
+        assert counts() == {eu: 5, us: 3, asia: 6}
         # a matching queue deleted while the query runs leaves it; the others go on
-        call(broker.uri, "queues.delete", vhost="/", name=f"{prefix}.us")
-        publish_orders(broker.uri, f"{prefix}.eu", range(5, 8), declare=False)
-        wait_for(lambda: counts()[f"{prefix}.eu"] == 8, "the next messages of the rest")
+        call(broker.uri, "queues.delete", vhost="/", name=us)
+        publish_orders(broker.uri, eu, range(5, 8), declare=False)
+        wait_for(lambda: (committed() or {}).get(eu) == 8, "the next messages of the rest")
+        assert counts() == {eu: 8, us: 3, asia: 6}
         assert query.isActive and query.exception() is None
 
 
