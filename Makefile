@@ -133,7 +133,10 @@ main: setup
 # (pyproject.toml says why); `$(PY) -m pytest -q` alone runs it in one process. The 25
 # slowest tests are listed at the end, to keep the whole run under 20 minutes on 2 cores;
 # every test's time is in test-artifacts/junit*.xml.
-XDIST := -n auto --dist loadfile --durations=25
+# --no-loadscope-reorder: files go to the workers in the order tests/conftest.py sorts
+# them (longest first); by default pytest-xdist sorts them by how many tests they hold,
+# which handed the few-test, minutes-long Spark files out last.
+XDIST := -n auto --dist loadfile --no-loadscope-reorder --durations=25
 test: setup oracle browser $(STAMP_NEWEST) $(PTH_STAMP_NEWEST)
 	@$(PY) -m pytest -q $(XDIST) --junitxml=test-artifacts/junit.xml
 	@echo "==> the connector on PySpark $(SPARK_NEWEST) (no Delta Lake build for it yet)"
