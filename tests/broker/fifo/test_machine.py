@@ -368,7 +368,7 @@ def at_or_below_80_percent(state: FifoState) -> bool:
             and (config.max_bytes is None or 5 * state.ready_bytes <= 4 * config.max_bytes))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(commands, min_size=10, max_size=60), configs, st.integers(0, 60))
 def test_snapshot_at_any_point_then_replay_equals_full_replay(steps, config, cut):
     """rabbit_fifo's property: restore from a snapshot and replay the rest == replay all;
@@ -471,7 +471,7 @@ grow_configs = st.builds(FifoConfig, delivery_limit=st.sampled_from([-1, -1, 2])
                          release_cursor_interval=st.just(3))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(grow_commands, min_size=5, max_size=40), grow_configs, st.integers(0, 6))
 def test_a_bulk_lease_grow_assigns_what_one_by_one_assigns(steps, config, count):
     """leases.grow takes the next messages in one slice when all ready ones are in the
@@ -500,7 +500,7 @@ def test_a_bulk_lease_grow_assigns_what_one_by_one_assigns(steps, config, count)
         assert reply == (1, min(count, len(state.normal)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(grow_commands, min_size=5, max_size=60), grow_configs)
 def test_serving_one_consumer_in_one_pass_hands_out_what_one_by_one_does(steps, config):
     """serving.py serves a lone consumer from the normal queue in one pass
@@ -537,7 +537,7 @@ quiet_or_not = st.one_of(st.builds(FifoConfig, delivery_limit=st.sampled_from([-
                          configs)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(commands, min_size=10, max_size=80), quiet_or_not)
 def test_a_quiet_enqueue_taken_the_short_way_is_what_the_full_way_gives(steps, config):
     """`apply` stores an Enqueue nothing watches (no consumers, no limits or TTLs, no

@@ -33,7 +33,7 @@ sac_configs = st.builds(FifoConfig, delivery_limit=st.sampled_from([-1, 2, 20]),
                         max_length=st.none() | st.integers(0, 4), single_active=st.just(True))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(commands, min_size=10, max_size=80), sac_configs)
 def test_only_the_active_consumer_gets_deliveries_and_takeovers_follow_the_rules(steps, config):
     """After every command: every Deliver goes to the one active consumer, and a

@@ -123,7 +123,7 @@ def check(store: LogStore, model: Model) -> None:
         assert store.memtable_bytes(uid) >= 0
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_operations_match_the_model(data):
     directory = scratch_dir()
