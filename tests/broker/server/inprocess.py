@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.server.server import BrokerServer
+
+from tests.support import waiting
 
 WAIT = 30.0  # generous: the suite runs beside other CPU-heavy work
 
@@ -60,7 +61,4 @@ async def _call(function, args):
 
 
 def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    waiting.wait_until(condition, what, timeout, interval=0.02)

@@ -20,6 +20,8 @@ from quorumqueue.broker.node import group_commit
 from quorumqueue.broker.server.server import BrokerServer
 from quorumqueue.broker.storage.metadata_store import load_document
 
+from tests.support import waiting
+
 pytestmark = pytest.mark.timeout(120)
 
 WAIT = 30.0  # generous: the suite runs beside other CPU-heavy work
@@ -113,10 +115,7 @@ def connect(server):
 
 
 def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    waiting.wait_until(condition, what, WAIT, interval=0.01)
 
 
 class Publisher(threading.Thread):
