@@ -112,6 +112,15 @@ def run_loader(port: int, broker_pid: int, cycles: int, queues: int, block: int)
 
 def measure(target: str, arguments) -> dict:
     """One fresh broker of `target` and one loader against it, each in its own session."""
+    return measure_with(target, __file__, [
+        "--cycles", str(arguments.cycles), "--queues", str(arguments.queues),
+        "--block", str(arguments.block)])
+
+
+def measure_with(target: str, script: str, options: list[str], timeout: float = 3600) -> dict:
+    """One fresh broker of `target`, and `script --loader --port P --broker-pid PID
+    *options` against it, each in a process session of its own; the JSON the loader
+    printed (bench/queue_count.py uses it too)."""
     from contextlib import ExitStack
 
     with ExitStack() as stack:
@@ -126,11 +135,10 @@ def measure(target: str, arguments) -> dict:
 
             node = stack.enter_context(RabbitMQNode())
             port, pid = node.port, beam_pid(node)
-        command = [sys.executable, __file__, "--loader", "--port", str(port),
-                   "--broker-pid", str(pid), "--cycles", str(arguments.cycles),
-                   "--queues", str(arguments.queues), "--block", str(arguments.block)]
+        command = [sys.executable, script, "--loader", "--port", str(port),
+                   "--broker-pid", str(pid), *options]
         done = subprocess.run(command, stdout=subprocess.PIPE, start_new_session=True,
-                              timeout=3600, check=False)
+                              timeout=timeout, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{target}: the loader failed (exit {done.returncode})")
         return json.loads(done.stdout)

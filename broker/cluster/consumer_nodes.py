@@ -11,7 +11,8 @@ id) came within NODE_DOWN_AFTER (5 s); this node is always live, in its own run.
 `fifo.nodes.node_commands` compares that with the consumers in the leader's state: a
 suspected consumer or one of an earlier run of a live node asks for a NodeUp, a
 consumer of a node not live and not yet suspected for a NodeDown (one for all such
-nodes, after the NodeUps). Checked on every ping tick, when
+nodes, after the NodeUps). Checked on every ping tick for the led queues with
+consumers or proposals (the groups' `watched` set), when
 this node becomes a queue's leader, and when a restarted leader has applied its old
 log (queues/quorum/groups.py, before the restart's own `stale_downs`): a node not heard from
 since this node started is not live, so after every node was killed (kill-all) the
@@ -60,8 +61,10 @@ def live_boots(cluster: "Cluster", now: float | None = None) -> dict[str, str]:
     return live
 
 
-def check(cluster: "Cluster", member, now: float | None = None) -> None:
-    """Propose what `member`'s consumers' nodes call for, if this node leads it."""
+def check(cluster: "Cluster", member, now: float | None = None,
+          live: dict[str, str] | None = None) -> None:
+    """Propose what `member`'s consumers' nodes call for, if this node leads it
+    (`live`: live_boots(cluster, now) unless given)."""
     if not member.is_leader or member.deleted:
         return
     now = cluster.now if now is None else now
@@ -74,7 +77,7 @@ def check(cluster: "Cluster", member, now: float | None = None) -> None:
     for consumer in state.consumers.values():
         if node_of(consumer.connection) in cluster.forgotten:
             commands.append(Down(consumer.connection))
-    commands += node_commands(state, live_boots(cluster, now))
+    commands += node_commands(state, live_boots(cluster, now) if live is None else live)
     for command in commands:
         if command in proposed:
             continue
@@ -96,10 +99,16 @@ def check(cluster: "Cluster", member, now: float | None = None) -> None:
 
 
 def tick(cluster: "Cluster") -> None:
-    """Every queue this node leads (a ping tick)."""
-    from ..queues.quorum.queue import QuorumQueue
-
+    """Every queue this node leads that has consumers or proposed commands (a ping
+    tick): the groups' `watched` set, which a queue enters after a Ready
+    (queues/quorum/groups.py `_watch`) and leaves here. A queue without consumers
+    calls for no command, so an idle one costs nothing here."""
     now = cluster.now
-    for member in list(cluster.node.quorum.queues.values()):
-        if isinstance(member, QuorumQueue) and member.is_leader:
-            check(cluster, member, now)
+    live = live_boots(cluster, now)
+    for member in cluster.node.quorum.members_of(cluster.node.quorum.watched, _watched):
+        check(cluster, member, now, live)
+
+
+def _watched(member) -> bool:
+    return (member.is_leader and not member.deleted
+            and bool(member.state.consumers or member.node_proposals))

@@ -284,38 +284,54 @@ def _still_needed(queue, me: str, now: float) -> bool:
 def reconcile(node: "Node") -> None:
     """On every node, about twice a second: leaders step their group's Raft
     configuration toward the record's members (one change at a time, adds first);
-    replicas on nodes the record no longer names go away once they do not lead."""
+    replicas on nodes the record no longer names go away once they do not lead.
+    Only the quorum queues in the groups' `membership_due` are looked at: a queue
+    enters it when its record is applied or changes (Node.create_recorded_queue,
+    Node.queue_changed) and after a Ready of its group as leader or as a member the
+    record does not name (queues/quorum/groups.py `_watch`), and leaves it here once
+    nothing is left to do; so an idle queue costs nothing per tick."""
+    quorum = node.quorum
+    _reconcile_metadata(node)
+    due = quorum.membership_due
+    for key in list(due):
+        vhost = node.vhosts.get(key[0])
+        queue = vhost.queues.get(key[1]) if vhost is not None else None
+        if queue is None or not queue.REPLICATED or queue.deleted \
+                or not _reconcile_queue(node, queue):
+            due.pop(key, None)
+
+
+def _reconcile_queue(node: "Node", queue) -> bool:
+    """One step of `reconcile` for one queue; whether a later tick is to look again
+    (a change to propose or in flight, a replica waiting to be dropped)."""
     quorum = node.quorum
     me = quorum.member
-    _reconcile_metadata(node)
-    for vhost in list(node.vhosts.values()):
-        for queue in list(vhost.queues.values()):
-            if not queue.REPLICATED or queue.deleted:
-                continue
-            wanted = set(queue.members)
-            if queue.raft is None:
-                if me in wanted:
-                    quorum.join(queue)
-                continue
-            if me not in wanted and not queue.is_leader:
-                if not _still_needed(queue, me, quorum.now):
-                    node.drop_replica(queue)
-                continue
-            if not queue.is_leader:
-                continue
-            current = set(queue.raft.members)
-            change = ({"add": sorted(wanted - current)[0]} if wanted - current
-                      else {"remove": sorted(current - wanted)[0]} if current - wanted
-                      else None)
-            if change is None:
-                continue
-            try:
-                queue.raft.propose_membership(**change)
-            except (NotLeader, ProposalRejected):
-                continue  # a change in flight, or no entry of this term committed yet
-            log.info("quorum queue '%s' in vhost '%s': %s member %s", queue.name,
-                     queue.vhost, "adding" if "add" in change else "removing",
-                     change.get("add") or change.get("remove"))
+    wanted = set(queue.members)
+    if queue.raft is None:
+        if me in wanted:
+            quorum.join(queue)
+        return False  # a replica started here: its Readies bring it back
+    if me not in wanted and not queue.is_leader:
+        if not _still_needed(queue, me, quorum.now):
+            node.drop_replica(queue)
+            return False
+        return True
+    if not queue.is_leader:
+        return False  # a leadership of its own comes with a Ready
+    current = set(queue.raft.members)
+    change = ({"add": sorted(wanted - current)[0]} if wanted - current
+              else {"remove": sorted(current - wanted)[0]} if current - wanted
+              else None)
+    if change is None:
+        return False
+    try:
+        queue.raft.propose_membership(**change)
+    except (NotLeader, ProposalRejected):
+        return True  # a change in flight, or no entry of this term committed yet
+    log.info("quorum queue '%s' in vhost '%s': %s member %s", queue.name,
+             queue.vhost, "adding" if "add" in change else "removing",
+             change.get("add") or change.get("remove"))
+    return True
 
 
 def _reconcile_metadata(node: "Node") -> None:

@@ -172,6 +172,8 @@ def record_changed(node: "Node", vhost, queue, record: dict) -> None:
     for consumer in list(queue.consumers):
         queue.remove_consumer(consumer)
     vhost.queues[queue.name] = fresh
+    if fresh.TICKS:
+        node.ticked_queues[fresh] = None
     queue.deleted = True
     queue.replaced()
     node.cluster.classic.hosted_deleted(queue)

@@ -112,6 +112,8 @@ class Node:
         # time, as the shell last told it (`set_clock`): the node reads no clock
         self.now = 0.0        # monotonic seconds (timeouts)
         self.clock_ms = 0     # wall-clock milliseconds (the leader time of timed commands)
+        # the queues with a `tick` of their own (Queue.TICKS), an ordered set: tick_queues
+        self.ticked_queues: dict = {}
         # when classic queues next expire something (`wake_at`): the shell wakes the
         # node then (`next_deadline_ms`, `run_deadlines`)
         self.deadlines = Deadlines()
@@ -175,6 +177,10 @@ class Node:
         one elsewhere."""
         queue = registry.create_recorded(self, vhost.name, name, queue_spec, record, recover)
         vhost.queues[name] = queue
+        if queue.REPLICATED:  # its group follows the record (membership.reconcile)
+            self.quorum.membership_due[(vhost.name, name)] = None
+        if queue.TICKS:
+            self.ticked_queues[queue] = None
         if queue.durable:  # a non-durable one reaches the file with the next save (a
             self.queue_changed(vhost.name, name)  # snapshot's at the latest); the log has it
         # classic queues take a policy's settings at once; a quorum queue's leader, once
@@ -250,11 +256,17 @@ class Node:
 
     def tick_queues(self) -> None:
         """The timer, about twice a second, with the clock the shell passed in.
-        It runs every queue's `tick`. Classic queues expire messages and themselves
-        there."""
-        for vhost in list(self.vhosts.values()):
-            for queue in list(vhost.queues.values()):
-                queue.tick(self.clock_ms)
+        It runs the `tick` of every queue whose type has one (`Queue.TICKS`: classic
+        queues expire messages and themselves there), from `ticked_queues`
+        (create_recorded_queue fills it; a deleted queue leaves it here). A quorum
+        queue's timers are its leader's (queues/quorum/groups.py `tick`)."""
+        now = self.clock_ms
+        ticked = self.ticked_queues
+        for queue in list(ticked):
+            if queue.deleted:
+                del ticked[queue]
+            else:
+                queue.tick(now)
 
     def propose_delete(self, vhost: VHost, queue: Queue, then=None) -> None:
         """Delete a queue through the metadata log (auto-delete, an exclusive owner
@@ -304,13 +316,17 @@ class Node:
     def tick_policies(self) -> None:
         """On every tick, a queue whose settings are applied through a log catches
         up. It does so once it leads in a new term: a new leader, a restart
-        (`policy_due`). A leader that checked in its term costs no policy match per
-        tick."""
-        for vhost in self.vhosts.values():
-            for queue in vhost.queues.values():
-                if queue.POLICY_ON_TICK and queue.policy_due():
-                    queue.policy_changed(self.policy_for(vhost.name, queue.type_name,
-                                                         queue.name))
+        (`policy_due`). Only the quorum queues that had a Ready as leaders of a term
+        they have not checked in are visited (the groups' `policy_due` set,
+        queues/quorum/groups.py `_watch`): a leader that checked in its term costs
+        nothing per tick."""
+        quorum = self.quorum
+        if quorum is None:
+            return
+        for queue in quorum.members_of(quorum.policy_due, _policy_unchecked):
+            if queue.POLICY_ON_TICK and queue.policy_due():
+                queue.policy_changed(self.policy_for(queue.vhost, queue.type_name,
+                                                     queue.name))
 
     # ------------------------------------------------------------ the metadata group
 
@@ -382,8 +398,12 @@ class Node:
 
     def queue_changed(self, vhost: str, name: str) -> None:
         """The queue's record changed: declared, deleted, its members or host.
-        It is saved at the next group commit, as a line of the file's journal."""
+        It is saved at the next group commit, as a line of the file's journal. A
+        quorum queue's group follows its record at the next tick
+        (membership.reconcile)."""
         self.metadata_queue_changes[(vhost, name)] = None
+        if self.quorum is not None:
+            self.quorum.membership_due[(vhost, name)] = None
 
     def queue_document(self, vhost: str, name: str) -> dict | None:
         """The queue's record as the metadata file holds it (None: no such queue)."""
@@ -791,3 +811,11 @@ class Node:
     def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
+
+
+def _policy_unchecked(member) -> bool:
+    """A quorum queue that leads in a term it has not compared its settings in
+    (kept while a restart's replay makes it wait: QuorumQueue.policy_due)."""
+    raft = member.raft
+    return (getattr(member, "POLICY_ON_TICK", False) and raft is not None
+            and not member.deleted and member.is_leader and member.policy_term != raft.term)

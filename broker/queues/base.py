@@ -255,6 +255,8 @@ class Queue:
     # policy_changed is called from the tick too, when the queue's `policy_due()`
     # (settings applied through a log, which a new leader or a restart catches up with)
     POLICY_ON_TICK: ClassVar[bool]
+    # does `tick` do anything (Node.tick_queues visits only those that do)?
+    TICKS: ClassVar[bool] = False
 
     vhost: str
     name: str

@@ -177,6 +177,7 @@ class ClassicQueue(Queue):
     EQUIVALENCE_KEYS = EQUIVALENCE_KEYS_BY_TYPE["classic"]
     REPLICATED = False
     POLICY_ON_TICK = False  # its limits change at once, on the policy change
+    TICKS = True            # expiry of heads and of the queue itself (`tick`)
 
     @staticmethod
     def place(vhost: str, name: str, arguments: dict, policy, settings, cluster,

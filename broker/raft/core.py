@@ -159,6 +159,17 @@ class RaftNode:
             self._ask_for_votes(again=True)
             self._woken()
 
+    @property
+    def needs_tick(self) -> bool:
+        """Whether `tick()` can do anything: False for a leader with no peers and no
+        leadership transfer (its tick only counts; its check-quorum of one always
+        passes; it has nobody to send heartbeats to). A caller driving many groups
+        may leave such a group unticked until its next input (every input that can
+        change role or members wakes the group: `awake`), so an idle group of one
+        costs no tick."""
+        leader = self._leader
+        return leader is None or leader.transferee is not None or bool(leader.peers())
+
     def campaign(self) -> None:
         """Start an election now (e.g. on the member that created the group)."""
         if self._role is Role.LEADER:

@@ -143,6 +143,24 @@ class QuorumGroups:
         # when a queue this node leads next has a message or itself to expire: the
         # node wakes then and the leader proposes the Tick at once (`tick_queue`)
         self.deadlines = Deadlines()
+        # The periodic timers visit only the groups that need them, never every group
+        # (an idle queue costs nothing per tick). Each set (ordered, a dict) gains a
+        # group when something happens to it: `ticking` when its core wakes
+        # (`_take_awake`), the others after each of its Readies (`_watch`). A timer
+        # drops a group it finds needing nothing.
+        # groups whose Raft core needs ticks (RaftNode.needs_tick): `raft_tick`
+        self.ticking: dict[str, None] = {}
+        # quorum queues whose leader has something timed (`_timed`): `tick`
+        self.timed: dict[str, None] = {}
+        # quorum queues this node leads with consumers, or NodeDown/NodeUp commands
+        # proposed (cluster/consumer_nodes.py `tick`)
+        self.watched: dict[str, None] = {}
+        # quorum queues whose leader may not have compared its settings with the
+        # policy in its term yet (QuorumQueue.policy_due): Node.tick_policies
+        self.policy_due: dict[str, None] = {}
+        # (vhost, name) of the quorum queues whose Raft members may have to follow
+        # their record (node/membership.py `reconcile`)
+        self.membership_due: dict[tuple[str, str], None] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -193,6 +211,7 @@ class QuorumGroups:
     def new_core(self, uid: str) -> RaftNode:
         """This node's Raft core of group `uid`, over the log store, woken with the
         others (`awake`)."""
+        self.ticking[uid] = None  # until its first tick finds it needs none
         return RaftNode(self.member, self.raft_config, self.store.group_log(uid),
                         self._random, self.awake, uid)
 
@@ -297,7 +316,12 @@ class QuorumGroups:
         awake = self.awake
         keys = [*awake, *(g for g in self.held_readies if g not in awake)]
         awake.clear()
-        return self._members(keys)
+        members = self._members(keys)
+        ticking = self.ticking
+        for member in members:  # an input may have given it peers, or a new role
+            if member.raft.needs_tick:
+                ticking[member.group] = None
+        return members
 
     def _members(self, keys) -> list[ReplicatedGroup]:
         queues = self.queues
@@ -400,6 +424,7 @@ class QuorumGroups:
             return
         if isinstance(queue, QuorumQueue):
             self._after_apply(queue)
+            self._watch(queue)
         else:
             queue.after_apply()
 
@@ -784,22 +809,70 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ time
 
+    def _watch(self, queue: QuorumQueue) -> None:
+        """After one of its Readies: put the queue in the timers' sets it now needs
+        (the timers drop it once it needs them no more)."""
+        group = queue.group
+        if self._timed(queue):
+            self.timed[group] = None
+        if queue.is_leader:
+            if queue.state.consumers or queue.node_proposals:
+                self.watched[group] = None
+            if queue.policy_term != queue.raft.term:
+                self.policy_due[group] = None
+            self.membership_due[(queue.vhost, queue.name)] = None
+        elif self.member not in queue.members:
+            self.membership_due[(queue.vhost, queue.name)] = None
+
+    def _timed(self, queue: QuorumQueue) -> bool:
+        """Whether `tick_queue` has anything to do for it: it runs a dead-letter
+        worker, or it leads and has x-expires, messages that expire, leases with
+        timeouts holding messages, or at-least-once dead lettering."""
+        if queue.group in self.dlx_workers:
+            return True
+        if queue.deleted or not queue.is_leader:
+            return False
+        state = queue.state
+        config = state.config
+        return (config.expires is not None or config.dead_letter_at_least_once
+                or state.normal.expiries is not None or state.high.expiries is not None
+                or state.returns.expiries is not None
+                or any(lease.timeout_ms and lease.indexes
+                       for lease in state.leases.values()))
+
+    def members_of(self, keys: dict[str, None], wanted) -> list[ReplicatedGroup]:
+        """The groups of `keys` (one of the timers' sets) for which `wanted(group)`
+        holds; the others leave `keys` (unknown ones too)."""
+        queues = self.queues
+        found = []
+        for key in list(keys):
+            member = queues.get(key)
+            if member is not None and wanted(member):
+                found.append(member)
+            else:
+                del keys[key]
+        return found
+
     def raft_tick(self) -> None:
-        """One Raft tick for every group (elections, heartbeats): the server calls it
-        every `raft.tick_interval_ms`."""
-        for queue in list(self.queues.values()):
-            queue.raft.tick()
+        """One Raft tick for the groups whose core needs one (elections, heartbeats):
+        the server calls it every `raft.tick_interval_ms`. A group of one that leads
+        is not ticked (RaftNode.needs_tick) until an input wakes it."""
+        for member in self.members_of(self.ticking, _needs_tick):
+            member.raft.tick()
 
     def tick(self, now: int) -> None:
         """Called by the server about twice a second. A Tick command releases
         leases idle past their timeout. It also removes (or dead-letters) expired
         messages at the heads of the ready queues. The Tick goes through the log, so
-        every replica agrees. The leader's `now` is in the entry."""
+        every replica agrees. The leader's `now` is in the entry. Only the queues
+        with something timed (`timed`) are visited."""
         for worker in list(self.dlx_workers.values()):
             worker.tick(now)
-        for queue in list(self.queues.values()):
-            if isinstance(queue, QuorumQueue):
-                self.tick_queue(queue, now)
+        for queue in self.members_of(self.timed, self._timed_queue):
+            self.tick_queue(queue, now)
+
+    def _timed_queue(self, member) -> bool:
+        return isinstance(member, QuorumQueue) and self._timed(member)
 
     def tick_queue(self, queue: QuorumQueue, now: int) -> None:
         """The leader proposes a Tick in these cases. A head's message expired, or
@@ -843,3 +916,8 @@ class QuorumGroups:
         if moments:
             self.deadlines.add(min(moments), queue,
                                lambda now, queue=queue: self.tick_queue(queue, now))
+
+
+def _needs_tick(member) -> bool:
+    raft = member.raft
+    return raft is not None and raft.needs_tick

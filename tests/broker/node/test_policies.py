@@ -246,5 +246,7 @@ def test_the_tick_matches_a_quorum_queues_policy_once_per_term_it_leads_not_ever
     assert first <= 20 and len(matched) == first
     queue = node.vhosts["/"].queues["q3"]
     queue.policy_term = queue.raft.term - 1  # as if it had been elected since
+    client.publish(1, "", "q3", b"a Ready of q3")  # (an election comes with a Ready)
+    node.flush()
     node.tick_policies()
     assert matched[first:] == ["q3"]

@@ -176,3 +176,21 @@ def test_ready_to_apply_holds_back_committed_entries_not_yet_durable_here():
     assert b.ready_to_apply() is None
     b.step(AppendEntries(1, "a", "b", 2, 1, (), leader_commit=2))
     assert texts(b.ready_to_apply().committed) == ["2@1:y"]
+
+
+def test_a_leader_alone_needs_no_tick_until_it_has_a_peer():
+    """Issue 31, "an idle queue costs nothing per tick": a group of one that leads
+    says its ticks do nothing (no heartbeat, check-quorum of one), so its caller may
+    leave it unticked; a follower, and a leader once it has a peer, need them."""
+    storage = MemoryStorage(("a",))
+    a = RaftNode("a", CONFIG, storage, random.Random(1))
+    assert a.needs_tick                        # a follower counts to its election
+    a.campaign()
+    drain(a, storage)
+    assert a.role is Role.LEADER and not a.needs_tick
+    for _ in range(3 * CONFIG.election_ticks):
+        a.tick()
+        assert a.ready() is None and a.role is Role.LEADER
+    a.propose_membership(add="b")
+    drain(a, storage)
+    assert a.needs_tick                        # heartbeats to b are due now
