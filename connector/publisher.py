@@ -138,6 +138,10 @@ class OutgoingRun:
         numbers, unless a unit is a batch publish of many rows."""
         return start, stop
 
+    def units_within(self, start: int, rows: int) -> int:
+        """How many units from `start` carry at most `rows` rows (at least one)."""
+        return max(1, min(rows, self.count - start))
+
     def batched(self) -> "OutgoingRun | None":
         """The same rows as batch publishes (one basic.publish of many rows each, the
         bundled broker's own form), or None when this run cannot be sent so."""
@@ -617,8 +621,7 @@ def _units(source: list[Outgoing] | OutgoingRun, start: int, rows: int) -> int:
     """How many units of `source` from `start` carry at most `rows` rows (at least 1)."""
     if isinstance(source, list):
         return max(1, rows)
-    first, last = source.row_range(start, start + 1)
-    return max(1, rows // max(1, last - first))
+    return source.units_within(start, rows)
 
 
 def _rows(failed: list[_Failed]) -> str:

@@ -370,11 +370,30 @@ def _batch_head(template: _Template) -> tuple[bytes, bytes] | None:
             template.after)
 
 
+def unit_bounds(sizes: np.ndarray, batch_rows: int, batch_bytes: int) -> np.ndarray:
+    """Where each batch starts, for rows of `sizes` bytes: consecutive rows, at most
+    `batch_rows` of them and `batch_bytes` of records (body + 4-byte length) in each
+    unit, or one row alone when it is larger. The last bound is len(sizes).
+
+    By bytes, not by a mean size: one large row among small ones would otherwise
+    make its unit many times `batch_bytes`, and the broker holds a batch's body to
+    max(4 MiB, its max_message_size + 4) (broker/amqp/batch_publish.py)."""
+    ends = np.cumsum(sizes.astype(np.int64) + 4)
+    ends = np.concatenate(([0], ends))
+    bounds, start, count = [0], 0, len(sizes)
+    while start < count:
+        fits = int(np.searchsorted(ends, ends[start] + batch_bytes, side="right")) - 1
+        stop = max(start + 1, min(start + batch_rows, fits))
+        bounds.append(stop)
+        start = stop
+    return np.array(bounds, dtype=np.int64)
+
+
 class BatchedBodyRun(OutgoingRun):
     """A `BodyRun` sent as batch publishes: unit u is one basic.publish (immediate=true,
     the batch form the bundled broker splits into the rows' messages) of rows
-    u * `per_unit` up to `per_unit` more. `count` is the number of units; the rows a
-    unit covers come from `row_range`."""
+    `bounds[u]` up to `bounds[u + 1]` (`unit_bounds`). `count` is the number of units;
+    the rows a unit covers come from `row_range`."""
 
     is_batch = True
 
@@ -382,14 +401,18 @@ class BatchedBodyRun(OutgoingRun):
         self.run, self.head = run, head
         self.first_row = run.first_row
         self.exchange, self.routing_key = run.exchange, run.routing_key
-        mean = max(1, pc.sum(pc.binary_length(run.bodies)).as_py() // run.count)
-        self.per_unit = max(1, min(batch_rows, BATCH_BYTES // mean))
-        self.count = -(-run.count // self.per_unit)
+        sizes = pc.binary_length(run.bodies).to_numpy(zero_copy_only=False)
+        self.bounds = unit_bounds(sizes, batch_rows, BATCH_BYTES)
+        self.count = len(self.bounds) - 1
         self._encoded: tuple | None = None
 
     def row_range(self, start: int, stop: int) -> tuple[int, int]:
         """Rows (indices in the run) of units `start` to `stop`."""
-        return start * self.per_unit, min(stop * self.per_unit, self.run.count)
+        return int(self.bounds[start]), int(self.bounds[min(stop, self.count)])
+
+    def units_within(self, start: int, rows: int) -> int:
+        last = int(np.searchsorted(self.bounds, self.bounds[start] + rows, side="right")) - 1
+        return max(1, min(last, self.count) - start)
 
     def messages(self, start: int, stop: int) -> Iterator[Outgoing]:
         return self.run.messages(*self.row_range(start, stop))

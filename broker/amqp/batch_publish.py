@@ -18,6 +18,13 @@ own. Every broker since RabbitMQ 3.0 refuses `immediate=true` (540
 NOT_IMPLEMENTED), so a broker that does not know this form can never store a batch
 as one message: it closes the connection instead.
 
+Size: each message of a batch is held to the node's `max_message_size` as a
+publish of its own would be (`split`: 406 with RabbitMQ's text), and the batch as a
+whole to `batch_body_limit`: at least BATCH_BODY_MAX, so a node configured with a
+small `max_message_size` still takes the sink's batches (about 1 MiB), and at least
+the limit plus one record's length prefix, so a batch of one message of the largest
+allowed size fits.
+
 Invariants: `split` returns at least one message; each message's header table is
 the sink's two entries, and its `Properties.key` is the (publisher, seq) that table
 holds (so `properties.publisher_sequence` reads nothing); a batch
@@ -32,7 +39,7 @@ from __future__ import annotations
 import struct
 
 from . import spec
-from .errors import AMQPError
+from .errors import AMQPError, message_too_large
 from .properties import (_INTEGER, _SINK_PUBLISHER, _SINK_SEQ, PUBLISHER_HEADER, SEQ_HEADER,
                          Properties)
 
@@ -40,6 +47,7 @@ BATCH_HEADER = "x-quorumqueue-batch"
 _BATCH_KEY = BATCH_HEADER.encode()
 _BATCH_ENTRY_KEY = bytes([len(_BATCH_KEY)]) + _BATCH_KEY
 _MAX_SEQ = (1 << 63) - 1          # the seq is patched in as a signed 64-bit 'l'
+BATCH_BODY_MAX = 4 * 1024 * 1024  # a batch's body may be this big whatever the message limit
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _i64 = struct.Struct(">q")
@@ -64,12 +72,19 @@ def is_batch(properties: Properties) -> bool:
     return bool(properties.headers_at) and _BATCH_ENTRY_KEY in properties.raw
 
 
+def batch_body_limit(max_message_size: int) -> int:
+    """The largest body a batch publish may have on a node whose messages may be
+    `max_message_size` bytes (each of its messages is still held to that)."""
+    return max(BATCH_BODY_MAX, max_message_size + _u32.size)
+
+
 def _refuse(detail: str) -> AMQPError:
     return AMQPError(spec.PRECONDITION_FAILED, detail, spec.BASIC, 40)
 
 
-def split(properties: Properties, body: bytes) -> Batch:
-    """The messages of a batch publish, or AMQPError 406 if it breaks the form."""
+def split(properties: Properties, body: bytes, max_message_size: int) -> Batch:
+    """The messages of a batch publish, or AMQPError 406 if it breaks the form or a
+    message is larger than `max_message_size` (RabbitMQ's text for a publish)."""
     raw, at = properties.raw, properties.headers_at
     if not at:
         raise _refuse(_FORM)
@@ -126,6 +141,8 @@ def split(properties: Properties, body: bytes) -> Batch:
         end = offset + 4 + length
         if end > size:
             raise _refuse(f"message {k + 1} of a batch publish runs past its body")
+        if length > max_message_size:  # as channel.header refuses a publish of its own
+            raise message_too_large(length, max_message_size)
         record = bytes(view[offset + 4:end])
         header = b"".join((head, pack_u64(length), middle, pack_i64(first + k), tail))
         records.append((Properties(header, length, delivery_mode, priority, flags, at,

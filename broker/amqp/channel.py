@@ -43,14 +43,12 @@ import enum
 from pamqp import commands as pamqp_commands
 
 from . import spec
+from .batch_publish import batch_body_limit, is_batch
 from .codec import Publish
 from .properties import Properties, decode_properties
-from .errors import AMQPError
+from .errors import MAX_MESSAGE_SIZE, AMQPError, message_too_large  # noqa: F401 (tests import it here)
 from .events import ContentReceived
 
-
-# RabbitMQ's hard limit on max_message_size (rabbit.hrl ?MAX_MSG_SIZE, 512 MiB)
-MAX_MESSAGE_SIZE = 512 * 1024 * 1024
 
 class ChannelState(enum.StrEnum):
     OPEN = "open"          # channel.open answered: methods and content flow
@@ -206,13 +204,12 @@ class ChannelMachine:
             raise AMQPError(spec.UNEXPECTED_FRAME, "expected content header for class 60, "
                             f"got one for class {class_id} instead", *spec.BASIC_PUBLISH,
                             connection_level=True)
-        if properties.body_size > max_message_size:
+        limit = max_message_size
+        if self._publish is not None and self._publish.immediate and is_batch(properties):
+            limit = batch_body_limit(max_message_size)  # each message: `split`
+        if properties.body_size > limit:
             self.reset()
-            # rabbit_channel:check_msg_size: "configured" unless the limit is the hard one
-            configured = "" if max_message_size == MAX_MESSAGE_SIZE else "configured "
-            raise AMQPError(spec.PRECONDITION_FAILED,
-                            f"message size {properties.body_size} is larger than {configured}"
-                            f"max size {max_message_size}", *spec.BASIC_PUBLISH)
+            raise message_too_large(properties.body_size, limit)
         self._properties = properties
         if properties.body_size == 0:
             return self._complete()

@@ -54,3 +54,15 @@ def resource_refused(kind: str, name: str, vhost: str, user: str) -> AMQPError:
     "queue" or "exchange"."""
     return access_refused(f"access to {kind} '{name}' in vhost '{vhost}' refused for "
                           f"user '{user}'")
+
+
+# RabbitMQ's hard limit on max_message_size (rabbit.hrl ?MAX_MSG_SIZE, 512 MiB)
+MAX_MESSAGE_SIZE = 512 * 1024 * 1024
+
+
+def message_too_large(size: int, limit: int) -> AMQPError:
+    """A basic.publish whose body is over `limit` (rabbit_channel:check_msg_size:
+    "configured" unless the limit is the hard one)."""
+    configured = "" if limit == MAX_MESSAGE_SIZE else "configured "
+    return AMQPError(spec.PRECONDITION_FAILED, f"message size {size} is larger than "
+                     f"{configured}max size {limit}", *spec.BASIC_PUBLISH)

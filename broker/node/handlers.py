@@ -491,7 +491,7 @@ def publish(session, channel: Channel, messages: list) -> tuple[int, AMQPError] 
             if may_select_keys(properties):
                 properties = _selected_keys(properties)
             if publish.immediate:  # a batch: its messages, checked (406 if malformed)
-                body = split_batch(properties, body)
+                body = split_batch(properties, body, session.settings.max_message_size)
         except AMQPError as error:
             failed = (position, error)
             break

@@ -15,6 +15,7 @@ import dataclasses
 import struct
 from types import SimpleNamespace
 
+import numpy as np
 import pika
 import pyarrow as pa
 from hypothesis import given, settings
@@ -27,7 +28,8 @@ from quorumqueue.connector.options import parse_sink_options
 from quorumqueue.connector.publisher import (MAX_IN_FLIGHT, MAX_IN_FLIGHT_BATCHED,
                                              ConfirmedPublisher, Outgoing)
 from quorumqueue.connector.sink_rows import (BATCH_BYTES, BATCH_ROWS, BodyRun, IdempotencyKey,
-                                             input_plan, returned_row, to_messages, to_outgoing)
+                                             input_plan, returned_row, to_messages, to_outgoing,
+                                             unit_bounds)
 
 
 def publisher_on(channel: int, body_max: int, mandatory: bool = False,
@@ -244,7 +246,7 @@ def test_a_batched_runs_publishes_carry_the_row_by_row_messages(bodies, body_max
         assert method[-1] == (2 | mandatory)            # immediate, and mandatory if asked
         _class_id, properties = decode_properties(header)
         assert is_batch(properties)
-        for record, record_body in split(properties, body).records:
+        for record, record_body in split(properties, body, 16 * 1024 * 1024).records:
             # the key the broker keeps for it is the one its header table holds
             assert publisher_sequence(dataclasses.replace(record, key=None)) == record.key
             rows.append((record.raw, record_body))
@@ -257,7 +259,33 @@ def test_a_batch_too_large_for_its_row_count_is_cut_by_bytes():
     [run] = to_outgoing([pa.record_batch([pa.array([body] * 30)], names=["body"])], plan,
                         options, IdempotencyKey("p", 0))
     batched = run.batched()
-    assert batched.per_unit * len(body) <= BATCH_BYTES and batched.count > 1
+    units = [batched.row_range(unit, unit + 1) for unit in range(batched.count)]
+    assert batched.count > 1 and units[-1][1] == 30
+    assert all((last - first) * (len(body) + 4) <= BATCH_BYTES for first, last in units)
+
+
+def test_one_large_row_among_small_ones_gets_a_batch_of_its_own():
+    """Units are cut by bytes, not by a mean size: a 3 MB row among 999 rows of 10 B
+    would have made a unit of 1,000 rows and 3 MB with a mean-sized cut (the broker
+    takes a batch body up to 4 MiB, or the message limit plus 4 bytes)."""
+    plan, options = plan_for(False)
+    bodies = [b"s" * 10] * 500 + [b"L" * 3_000_000] + [b"s" * 10] * 499
+    [run] = to_outgoing([pa.record_batch([pa.array(bodies)], names=["body"])], plan,
+                        options, IdempotencyKey("p", 0))
+    batched = run.batched()
+    units = [batched.row_range(unit, unit + 1) for unit in range(batched.count)]
+    assert units == [(0, 500), (500, 501), (501, 1000)]
+    assert [batched.units_within(0, rows) for rows in (1, 499, 500, 501, 1000)] == \
+        [1, 1, 1, 2, 3]
+
+
+def test_unit_bounds_hold_rows_and_bytes():
+    sizes = np.array([100] * 7 + [5000] + [1] * 3)
+    bounds = unit_bounds(sizes, batch_rows=4, batch_bytes=420)
+    assert bounds.tolist() == [0, 4, 7, 8, 11]
+    # a unit is never empty, and every row is in exactly one
+    assert unit_bounds(np.array([10_000]), 1000, 100).tolist() == [0, 1]
+    assert unit_bounds(np.array([], dtype=np.int64), 1000, 100).tolist() == [0]
 
 
 def test_batched_rows_take_one_tag_per_batch_and_a_nack_names_its_rows():

@@ -17,6 +17,9 @@ from quorumqueue.broker.amqp.channel import ChannelMachine, ContentState
 from .test_connection import Driver
 
 
+PUBLISH = codec.Publish("", "q", False, False)
+
+
 def _fields(channel: ChannelMachine) -> dict:
     return {name: getattr(channel, name) for name in ChannelMachine.__slots__}
 
@@ -31,13 +34,13 @@ def test_a_messages_last_body_frame_leaves_the_channel_as_reset_does(messages):
     channel = ChannelMachine(1)
     for frames in messages:
         body = b"".join(frames)
-        channel.begin(object())
+        channel.begin(PUBLISH)
         channel.content = ContentState.AWAITING_BODY
         assert channel.header(codec.encode_properties(len(body), {}), 1 << 20) is None
         events = [channel.body(frame) for frame in frames]
         assert events[:-1] == [None] * (len(frames) - 1) and events[-1].body == body
         reset = ChannelMachine(1)
-        reset.begin(object())
+        reset.begin(PUBLISH)
         reset._parts, reset._received = [b"x"], 1
         reset.reset()
         assert _fields(channel) == _fields(reset)

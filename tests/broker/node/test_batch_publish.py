@@ -9,6 +9,7 @@ import struct
 import pytest
 from pamqp import commands
 
+from quorumqueue.broker.config import Settings
 from tests.broker.node.harness import Client, marshal, method, new_node, raw_frame
 
 PUBLISHER = b"spark-query/3f2a/0"
@@ -92,8 +93,9 @@ def confirms(client: Client) -> list[tuple[str, int]]:
             if type(value).__name__ in ("Ack", "Nack")]
 
 
-def fresh(queue_arguments: dict | None = None, queue_type: str = "quorum") -> Client:
-    client = Client(new_node())
+def fresh(queue_arguments: dict | None = None, queue_type: str = "quorum",
+          settings: Settings | None = None) -> Client:
+    client = Client(new_node(settings))
     client.handshake()
     client.open_channel(1)
     arguments = {"x-queue-type": queue_type, **(queue_arguments or {})}
@@ -198,6 +200,52 @@ def test_a_malformed_batch_closes_the_channel_naming_what_is_wrong(seq, count, b
     publish_raw(client, "q", header(seq, len(body), batch_entry(count), **options), body)
     text = _closed_with(client)
     assert text.startswith("PRECONDITION_FAILED - ") and says in text, text
+
+
+def test_a_node_with_a_small_message_limit_takes_a_batch_of_small_messages():
+    """max_message_size holds each message of a batch, as it holds a publish of its
+    own; the batch as a whole may be larger (up to 4 MiB, or the limit plus one
+    record's length prefix): the Spark sink's batches of about 1 MiB reach a node
+    configured with max_message_size 64 KiB."""
+    client = fresh(settings=Settings(max_message_size=64 * 1024))
+    bodies = [b"r%04d" % k + b"x" * 1000 for k in range(1000)]  # ~1 MiB in all
+    publish_batch(client, "q", 1, bodies)
+    assert confirms(client) == [("Ack", 1)]
+    assert [body for _header, body in drain(client, "q")] == bodies
+
+
+def test_a_batch_holding_a_message_over_the_limit_is_refused_as_that_publish_would_be():
+    limit = 64 * 1024
+    client = fresh(settings=Settings(max_message_size=limit))
+    publish_raw(client, "q", header(1, limit + 1), b"y" * (limit + 1), immediate=False)
+    alone = _closed_with(client)
+    assert alone == f"PRECONDITION_FAILED - message size {limit + 1} is larger than " \
+                    f"configured max size {limit}"
+    client = fresh(settings=Settings(max_message_size=limit))
+    publish_batch(client, "q", 1, [b"small", b"y" * (limit + 1), b"after"])
+    assert _closed_with(client) == alone
+    reader = Client(client.node)  # nothing of it was routed
+    reader.handshake()
+    reader.open_channel(1)
+    assert drain(reader, "q") == []
+
+
+def test_a_batch_of_one_message_of_the_largest_size_is_taken():
+    limit = 5 * 1024 * 1024  # above the batch allowance: the prefix must still fit
+    client = fresh(settings=Settings(max_message_size=limit))
+    publish_batch(client, "q", 1, [b"z" * limit])
+    assert confirms(client) == [("Ack", 1)]
+    assert [len(body) for _header, body in drain(client, "q")] == [limit]
+
+
+def test_a_batch_body_over_its_allowance_is_refused_before_it_is_read():
+    client = fresh(settings=Settings(max_message_size=64 * 1024))
+    size = 4 * 1024 * 1024 + 1
+    client.send_bytes(marshal(method(commands.Basic.Publish, exchange="", routing_key="q",
+                                     immediate=True), 1)
+                      + raw_frame(2, 1, header(1, size, batch_entry(2))))
+    assert _closed_with(client) == (f"PRECONDITION_FAILED - message size {size} is larger "
+                                    f"than configured max size {4 * 1024 * 1024}")
 
 
 def test_a_batch_of_other_headers_is_refused():
