@@ -827,7 +827,8 @@ class QuorumGroups:
     def _timed(self, queue: QuorumQueue) -> bool:
         """Whether `tick_queue` has anything to do for it: it runs a dead-letter
         worker, or it leads and has x-expires, messages that expire, leases with
-        timeouts holding messages, or at-least-once dead lettering."""
+        timeouts holding messages, at-least-once dead lettering, or forwards held
+        for a gap (given up by a Tick's time: raft/forwarded.py HOLD_MS)."""
         if queue.group in self.dlx_workers:
             return True
         if queue.deleted or not queue.is_leader:
@@ -835,6 +836,7 @@ class QuorumGroups:
         state = queue.state
         config = state.config
         return (config.expires is not None or config.dead_letter_at_least_once
+                or queue.applied.give_up_ms != NEVER
                 or state.normal.expiries is not None or state.high.expiries is not None
                 or state.returns.expiries is not None
                 or any(lease.timeout_ms and lease.indexes
