@@ -455,6 +455,20 @@ def _body_end(data: bytes, start: int, body_start: int) -> int | None:
     return None
 
 
+def cut_blind_keys(data: bytes, start: int) -> bytes:
+    """The Enqueue entry `data` (its command at `start`) with no BCC keys: a tag 21
+    entry becomes the tag 1 entry of the same message (the layouts are the same up
+    to the body's end); any other entry is returned as it is."""
+    if data[start] != BLIND_ENQUEUE:
+        return data
+    offset = start + _enqueue_head.size  # the publisher, then the exchange
+    offset += 2 + _u16.unpack_from(data, offset)[0]
+    key_end = offset + 2 + data[offset] + data[offset + 1 + data[offset]]
+    body_start = key_end + 4 + _u32.unpack_from(data, key_end)[0]
+    body_end = body_start + _u32.unpack_from(data, start + 2)[0]
+    return b"".join((data[:start], b"\x01", data[start + 1:body_end]))
+
+
 def decode_message(data: bytes, start: int = 0) -> tuple[str, str, bytes, bytes]:
     """(exchange, routing key, raw content header, body) of an Enqueue entry that
     begins at `start` in `data` (after an envelope: nothing is copied to skip it)."""

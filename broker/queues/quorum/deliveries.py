@@ -126,14 +126,16 @@ def read_message_spans(store: LogStore, queue: QuorumQueue, indexes: list[int]) 
 
 
 def read_entries(store: LogStore, queue: QuorumQueue, indexes: Sequence[int]) -> list[bytes]:
-    """The whole log entries of the messages at `indexes`, as stored. They are a
-    lease range's, in its order. An "entries" lease read sends them as they are.
+    """The whole log entries of the messages at `indexes`, as stored (but for the
+    BCC keys: `_without_blind_keys`, for entries at or below `queue.blind_upto`).
+    They are a lease range's, in its order. An "entries" lease read sends them so.
     Indexes that lie close together are read as one span of the log, one call, and
     picked from it. (A range mostly is consecutive Enqueues.) Else they are read as
     `_entries` reads them."""
     if not indexes:
         return []
     lo, hi = min(indexes), max(indexes)
+    found = None
     if hi - lo < 2 * len(indexes) + _GAP:
         try:
             block = store.entries(queue.group, lo, hi + 1)
@@ -141,9 +143,24 @@ def read_entries(store: LogStore, queue: QuorumQueue, indexes: Sequence[int]) ->
             block = []
         if len(block) == hi - lo + 1 and block[0].index == lo and block[-1].index == hi:
             if len(block) == len(indexes) and indexes[0] == lo and indexes[-1] == hi:
-                return [entry.data for entry in block]  # consecutive, in order
-            return [block[index - lo].data for index in indexes]
-    return _entries(store, queue, list(indexes))
+                found = [entry.data for entry in block]  # consecutive, in order
+            else:
+                found = [block[index - lo].data for index in indexes]
+    if found is None:
+        found = _entries(store, queue, list(indexes))
+    if lo <= queue.blind_upto:  # a message with BCC keys may be among them
+        found = [_without_blind_keys(data) for data in found]
+    return found
+
+
+def _without_blind_keys(data: bytes) -> bytes:
+    """A stored entry as an "entries" read may send it: the BCC keys a tag 21 Enqueue
+    keeps for its dead-lettered copy are cut (no consumer gets them, whatever form
+    it reads in)."""
+    start = HEAD_SIZE if data[0] == FORWARDED else 0
+    if data[start] == TIMED:
+        start += TIMED_HEAD.size
+    return commands.cut_blind_keys(data, start)
 
 
 def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:

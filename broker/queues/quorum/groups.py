@@ -61,7 +61,7 @@ from array import array
 from bisect import bisect_right
 
 from ...fifo import commands, snapshot
-from ...fifo.commands import Deliver, Down, Enqueue, Meta
+from ...fifo.commands import BLIND_ENQUEUE, Deliver, Down, Enqueue, Meta
 from ...fifo.envelope import TIMED, TIMED_HEAD, decode_entry
 from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ...fifo.state import FifoState, fifo_config
@@ -195,6 +195,8 @@ class QuorumGroups:
         queue = self._start(vhost, name, arguments, uid, state, members, len(members) == 1)
         queue.applied = applied
         queue.replay_until = self.store.last_index(uid)
+        if stored:  # the snapshot's messages' entries were not applied here
+            queue.blind_upto = stored[0].index
         return queue
 
     def _start(self, vhost: str, name: str, arguments: dict, uid: str,
@@ -386,6 +388,7 @@ class QuorumGroups:
             queue.commit_probe = None
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
+            queue.blind_upto = max(queue.blind_upto, ready.snapshot.meta.index)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
         if isinstance(queue, QuorumQueue):
             self._apply_entries(queue, ready.committed)
@@ -485,9 +488,10 @@ class QuorumGroups:
                     continue  # applied before (its waiters have the first reply), or held
             if data[start] == TIMED:  # twin of fifo/envelope.py decode_entry, in place
                 queue.last_time_ms = unpack_time(data, start)[1]
-                command = decode(data, start + timed_size)
-            else:
-                command = decode(data, start)
+                start += timed_size
+            command = decode(data, start)
+            if data[start] == BLIND_ENQUEUE:  # its BCC keys: no read may send them
+                queue.blind_upto = index
             if held and type(command) is not Enqueue:
                 deliveries.deliver(self, queue, held_key, held)
                 held_key, held = None, []
@@ -560,6 +564,8 @@ class QuorumGroups:
                                    f"(term {term}) is missing from the log")
             identity, data = unwrap(entry.data)
             time_ms, command = decode_entry(data)
+            if data[TIMED_HEAD.size if data[0] == TIMED else 0] == BLIND_ENQUEUE:
+                queue.blind_upto = max(queue.blind_upto, index)
             if time_ms is not None and time_ms > queue.last_time_ms:
                 queue.last_time_ms = time_ms  # (the queue's time never goes back)
             queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),

@@ -154,6 +154,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.node_proposals: dict = {}
         self.last_time_ms = 0         # the last leader time applied (see module doc)
         self.replay_until = 0         # entries up to here were applied before a restart
+        # no entry above this index keeps BCC keys (tag 21): the last such Enqueue
+        # applied here, or a snapshot's index (what it holds was not seen here)
+        self.blind_upto = 0
         self.joined_at = 0.0          # when this node's replica joined (`QuorumGroups.join`)
         self.pending_snapshot: tuple[int, int, bytes] | None = None  # cursor, index, data
         self.snapshot_candidates: list[tuple[int, bytes]] = []  # cluster: (index, data)

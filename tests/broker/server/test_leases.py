@@ -413,8 +413,9 @@ def test_an_entries_read_gives_what_a_per_message_read_gives(broker):
 def test_every_read_of_a_message_published_with_bcc_gives_its_body_and_no_bcc(broker):
     """A message's BCC keys are kept in its log entry after the body (tag 21, for its
     dead-lettered copy: FORMAT.md, "Quorum-queue entries"); no read hands them out:
-    per message, packed, "entries" (the entry as stored, the client cuts the body at
-    its size) and a consumer's delivery give the body alone and headers without BCC,
+    per message, packed, "entries" (the entry as the tag 1 Enqueue of the same
+    message: tests/broker/node/test_blind_keys_reads.py) and a consumer's delivery
+    give the body alone and headers without BCC,
     as for a message published without one."""
     queue = unique("bcc-reads")
     connection = connect(broker)
