@@ -625,10 +625,12 @@ class LocalCluster:
             self._logs.pop(plan.name).close()
         log = self._logs[plan.name] = open(self._log_path(plan), "ab")
         command = launcher.node_command(plan, self._cluster_nodes(plan), self.config_path)
-        # no PR_SET_PDEATHSIG: it fires when the *thread* that started the node ends,
-        # and fault tests restart nodes from threads of their own
+        # tied to the test process (PR_SET_PDEATHSIG), so a worker killed by a timeout
+        # leaves no node behind; spawn arms it only on the main thread (the kernel
+        # fires it when the starting *thread* ends, and fault tests restart nodes
+        # from threads of their own: those rely on stop())
         self._processes[plan.name] = launcher.spawn(
-            command, stdout=log, tie_to_parent=False, cwd=str(ROOT),
+            command, stdout=log, tie_to_parent=True, cwd=str(ROOT),
             env={FAULT_FSYNC_DELAY_FILE: self._slow_disk_file(plan)})
         self._paused.discard(plan.name)
 
