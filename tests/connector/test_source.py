@@ -106,6 +106,35 @@ def test_a_job_run_by_the_venvs_python_without_pyspark_python_finds_the_source(t
     assert "columns: body,queue,routing_key" in result.stdout
 
 
+def test_spark_workers_import_pyspark_with_its_bytecode_not_from_pyspark_zip():
+    """Spark puts its pyspark.zip and py4j's zip first on a Python worker's PYTHONPATH;
+    zipimport keeps no bytecode, so each worker compiled PySpark again (1.8 s CPU
+    against 0.5 s to import the streaming source's runner here) and on a busy machine
+    Spark stopped waiting for it ("Python worker failed to connect back"). The venv's
+    .pth (Makefile, PYSPARK_ZIPS_PTH) drops this venv's own zips, so the same PySpark
+    comes from site-packages; a zip elsewhere stays."""
+    import subprocess
+    import sys
+
+    import pyspark
+
+    lib = os.path.join(os.path.dirname(pyspark.__file__), "python", "lib")
+    zips = sorted(os.path.join(lib, name) for name in os.listdir(lib) if name.endswith(".zip"))
+    assert any(name.endswith("pyspark.zip") for name in zips), zips
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*zips, "/elsewhere/pyspark.zip"]))
+    probe = ("import sys, pyspark.sql.streaming.python_streaming_source_runner as m, py4j;"
+             "print(m.__file__); print(py4j.__file__);"
+             "print([p for p in sys.path if p.endswith(('pyspark.zip', '-src.zip'))])")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runner, py4j, left = result.stdout.splitlines()
+    assert runner == os.path.join(os.path.dirname(pyspark.__file__), "sql", "streaming",
+                                  "python_streaming_source_runner.py")
+    assert ".zip" not in py4j
+    assert left == "['/elsewhere/pyspark.zip']"
+
+
 @pytest.mark.parametrize("kafka, hint", [
     ("maxOffsetsPerTrigger", "(Kafka's 'maxOffsetsPerTrigger'; here: 'maxMessagesPerTrigger')"),
     ("subscribe", "(Kafka's 'subscribe'; here: 'queue')"),
