@@ -517,21 +517,23 @@ class Node:
                                           lambda: self.publish_all(channel, rest),
                                           spec.BASIC_PUBLISH)
                         return None
-                counters.received += 1
+                # messages, as RabbitMQ counts them: a batch publish carries many
+                count = len(body.records) if publish.immediate else 1
+                counters.received += count
                 channel.published = True
                 if confirm_seq:
-                    counters.received_confirm += 1
+                    counters.received_confirm += count
                 if queues or delivered:
-                    counters.routed += 1
+                    counters.routed += count
                 elif publish.mandatory:
-                    counters.unroutable_returned += 1
+                    counters.unroutable_returned += count
                     channel.send(codec.basic_return(channel.number, spec.NO_ROUTE, "NO_ROUTE",
                                                     exchange_name, routing_key))
                     channel.session.write_parts(codec.content(  # a batch: as published
                         channel.number, properties.raw, body.body if publish.immediate
                         else body, channel.session.frame_max))
                 else:
-                    counters.unroutable_dropped += 1
+                    counters.unroutable_dropped += count
                 confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
                 if publish.immediate:  # a batch (handlers.publish lets no other through)
                     for record_properties, record_body in body.records:

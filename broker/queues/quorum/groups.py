@@ -388,7 +388,8 @@ class QuorumGroups:
             queue.commit_probe = None
         if ready.snapshot is not None:
             queue.restore(ready.snapshot.data)
-            queue.blind_upto = max(queue.blind_upto, ready.snapshot.meta.index)
+            if isinstance(queue, QuorumQueue):  # (the metadata group comes here too)
+                queue.blind_upto = max(queue.blind_upto, ready.snapshot.meta.index)
             queue.snapshot_installed(ready.snapshot.meta.index, ready.snapshot.meta.term)
         if isinstance(queue, QuorumQueue):
             self._apply_entries(queue, ready.committed)

@@ -114,6 +114,18 @@ def test_each_message_of_a_batch_is_stored_as_the_row_published_alone(queue_type
                                   for k, body in enumerate(bodies)]
 
 
+def test_the_nodes_message_counters_count_each_message_of_a_batch():
+    """What /api/overview's message_stats and the Prometheus rabbitmq_global_messages_*
+    counters read: messages, as RabbitMQ counts them, a batch publish's one by one."""
+    client = fresh()
+    counters = client.node.counters
+    publish_batch(client, "q", 1, [b"a", b"b", b"c"])
+    publish_batch(client, "nowhere", 4, [b"d", b"e"])
+    confirms(client)
+    assert (counters.received, counters.received_confirm, counters.routed,
+            counters.unroutable_dropped) == (5, 5, 3, 2)
+
+
 def test_a_batch_takes_one_confirm_number_between_single_publishes():
     client = fresh()
     publish_raw(client, "q", header(1, 3), b"one", immediate=False)
