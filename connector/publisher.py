@@ -148,6 +148,11 @@ class OutgoingRun:
         return None
 
 
+# the header of a batch publish holding its row count (sink_rows.py, the bundled broker's
+# form: docs/behaviour/idempotent-publishing.md, "Batch publish")
+BATCH_HEADER = "x-quorumqueue-batch"
+
+
 class _Span(NamedTuple):
     """Unconfirmed tags `first_tag` .. `first_tag + stop - start - 1`: messages
     `start` to `stop` of a list, or units `start` to `stop` of a run (a row each, or
@@ -186,7 +191,7 @@ class _Failed(NamedTuple):
     row: int | None
     exchange: str
     routing_key: str
-    reason: str     # "nack" or the return's reply text
+    reason: str     # "nack", "nack in a batch" or the return's reply text
 
 
 class ConfirmedPublisher:
@@ -511,7 +516,10 @@ class ConfirmedPublisher:
                    else self._settle_one(method.delivery_tag))
         if isinstance(method, pika.spec.Basic.Nack):
             for span in settled:
-                self._failed.extend(span.failed("nack"))
+                # a batch publish is nacked whole: its rows before the refused one are
+                # stored (docs/behaviour/idempotent-publishing.md, "Batch publish")
+                self._failed.extend(span.failed("nack in a batch" if getattr(
+                    span.source, "is_batch", False) else "nack"))
         self._last_progress = time.monotonic()
         self._fill()
 
@@ -549,9 +557,15 @@ class ConfirmedPublisher:
         return []
 
     def _on_return(self, _channel, method, properties, _body) -> None:
-        self._failed.append(_Failed(self._returned_row(properties), method.exchange,
-                                    method.routing_key,
-                                    f"{method.reply_code} {method.reply_text}"))
+        """A returned message, or a returned batch publish (its header counts its
+        rows, from the row its seq names): each row is named in the error."""
+        row = self._returned_row(properties)
+        count = (properties.headers or {}).get(BATCH_HEADER)
+        rows = ([row + k for k in range(count)]
+                if row is not None and isinstance(count, int) and count > 0 else [row])
+        reason = f"{method.reply_code} {method.reply_text}"
+        self._failed.extend(_Failed(each, method.exchange, method.routing_key, reason)
+                            for each in rows)
 
     def _schedule_check(self) -> None:
         self._ioloop.call_later(min(1.0, self._timeout / 4), self._guard(self._check))
@@ -596,11 +610,15 @@ class ConfirmedPublisher:
 
     def _describe_failure(self) -> str:
         parts = []
-        nacked = [f for f in self._failed if f.reason == "nack"]
-        returned = [f for f in self._failed if f.reason != "nack"]
+        nacked = [f for f in self._failed if f.reason.startswith("nack")]
+        returned = [f for f in self._failed if not f.reason.startswith("nack")]
         if nacked:
-            parts.append(f"the broker nacked {len(nacked)} message(s) ({_rows(nacked)}); a "
-                         "queue refused them (for example x-overflow reject-publish at its "
+            batched = any(f.reason == "nack in a batch" for f in nacked)
+            refused = ("a queue refused them, or in a batch publish at least one of them "
+                       "(the broker nacks a batch whole; its rows before the first refused "
+                       "one are stored)" if batched else "a queue refused them")
+            parts.append(f"the broker nacked {len(nacked)} message(s) ({_rows(nacked)}); "
+                         f"{refused} (for example x-overflow reject-publish at its "
                          "length limit): make room in the queue or raise its limit")
         if returned:
             first = returned[0]

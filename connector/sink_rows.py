@@ -71,7 +71,7 @@ from pyspark.sql.types import (BinaryType, ByteType, DataType, IntegerType, Long
                                ShortType, StringType, StructType, TimestampType)
 
 from .options import ROUTING_KEY, OptionError, SinkOptions
-from .publisher import FRAME_BODY, FRAME_END, FRAME_HEADER, Outgoing, OutgoingRun
+from .publisher import BATCH_HEADER, FRAME_BODY, FRAME_END, FRAME_HEADER, Outgoing, OutgoingRun
 
 PUBLISHER_HEADER = "x-quorumqueue-publisher"
 SEQ_HEADER = "x-quorumqueue-seq"
@@ -350,7 +350,7 @@ class BodyRun(OutgoingRun):
 # (docs/behaviour/idempotent-publishing.md, "Batch publish")
 BATCH_ROWS = 1000
 BATCH_BYTES = 1 << 20
-_BATCH_KEY = b"x-quorumqueue-batch"
+_BATCH_KEY = BATCH_HEADER.encode()
 _PUBLISHER_ENTRY = bytes([len(PUBLISHER_HEADER)]) + PUBLISHER_HEADER.encode() + b"S"
 
 
