@@ -465,8 +465,7 @@ def cut_blind_keys(data: bytes, start: int) -> bytes:
     offset += 2 + _u16.unpack_from(data, offset)[0]
     key_end = offset + 2 + data[offset] + data[offset + 1 + data[offset]]
     body_start = key_end + 4 + _u32.unpack_from(data, key_end)[0]
-    body_end = body_start + _u32.unpack_from(data, start + 2)[0]
-    return b"".join((data[:start], b"\x01", data[start + 1:body_end]))
+    return b"".join((data[:start], b"\x01", data[start + 1:_body_end(data, start, body_start)]))
 
 
 def decode_message(data: bytes, start: int = 0) -> tuple[str, str, bytes, bytes]:
