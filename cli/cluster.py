@@ -31,7 +31,8 @@ def cluster() -> None:
 @click.option("--base-port", type=int, default=5672, show_default=True,
               help="AMQP port of qq1 (the others follow; inter-node ports are these "
                    "+ 20000, Prometheus ports + 10020); 0 picks free ports for every "
-                   "listener.")
+                   "listener, below the kernel's ephemeral range or within "
+                   "QUORUMQUEUE_PICK_PORTS=low-high if set.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default="data/cluster",
               show_default=True, help="Parent of the nodes' data directories (DIR/qq1...).")
 @click.option("--host", default="127.0.0.1", show_default=True,

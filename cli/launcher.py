@@ -112,8 +112,14 @@ class NodePlan:
 # /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): the kernel never
 # gives those to an outgoing connection or a bind to port 0, so a node restarted on its
 # ports (clients and peers come back to them) finds them free again, where a port the
-# kernel picked may meanwhile be some client socket's local port.
+# kernel picked may meanwhile be some client socket's local port. For the same reason a
+# process never picks a port it picked before (a node it killed may be restarted there),
+# and PICK_RANGE_ENV ("low-high", both included) narrows the range: processes that each
+# restart nodes on their ports (the test suite's workers) are given ranges of their own,
+# so one never picks a port another's node was killed on and is about to take again.
 PICK_LOW = 10000
+PICK_RANGE_ENV = "QUORUMQUEUE_PICK_PORTS"
+_picked: set[int] = set()  # by this process, never handed out again
 
 
 def _ephemeral_low() -> int:
@@ -124,14 +130,32 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default, and the IANA dynamic range's start is higher
 
 
+def pick_range() -> range:
+    """The ports pick_free_ports draws from: PICK_RANGE_ENV's if set, else PICK_LOW up
+    to the ephemeral range."""
+    value = os.environ.get(PICK_RANGE_ENV, "").strip()
+    if not value:
+        return range(PICK_LOW, _ephemeral_low())
+    low, dash, high = value.partition("-")
+    try:
+        chosen = range(int(low), int(high) + 1)
+    except ValueError:
+        chosen = range(0)
+    if not dash or not chosen or chosen.start < 1 or chosen.stop > 65536:
+        raise ValueError(f"{PICK_RANGE_ENV}={value!r}: expected two ports low-high, e.g. "
+                         "10000-20999; unset it to pick below the kernel's ephemeral range")
+    return chosen
+
+
 def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports free now on `host` (all bound at once, then released;
-    another process may still take one before a node binds it), drawn at random below
-    the ephemeral range (above), or from the kernel when that range leaves no room."""
+    another process may still take one before a node binds it), drawn at random from
+    pick_range() (above) and never picked before by this process, or from the kernel
+    when that range leaves no room."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     probes: list[socket.socket] = []
-    low = _ephemeral_low()
-    candidates = secrets.SystemRandom().sample(range(PICK_LOW, low), max(0, low - PICK_LOW))
+    candidates = [port for port in pick_range() if port not in _picked]
+    candidates = secrets.SystemRandom().sample(candidates, len(candidates))
     try:
         for port in candidates[:64 * count]:
             if len(probes) == count:
@@ -143,11 +167,13 @@ def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
                 probe.close()
                 continue
             probes.append(probe)
-        while len(probes) < count:  # no room below the range: the kernel's choice
+        while len(probes) < count:  # no room in the range: the kernel's choice
             probe = socket.socket(family)
             probes.append(probe)
             probe.bind((host, 0))
-        return [probe.getsockname()[1] for probe in probes]
+        ports = [probe.getsockname()[1] for probe in probes]
+        _picked.update(ports)
+        return ports
     finally:
         for probe in probes:
             probe.close()

@@ -6,11 +6,30 @@ RabbitMQ is not installed. Started lazily: only tests that ask for it pay its
 ~4 s boot.
 """
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from quorumqueue.cli import launcher
 from tests.support.rabbitmq import RabbitMQNode
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker picks free ports from a range of its own
+    (launcher.PICK_RANGE_ENV, inherited by the brokers and clusters its tests start):
+    a fault test restarts a killed node on its ports, and another worker picking them
+    while the node was down took them first (CI, 2026-12-03: a node of
+    test_reconciliation.py failed to bind, "address already in use", while
+    test_fault_suite.py's kill-majority run restarted nodes)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), \
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or launcher.PICK_RANGE_ENV in os.environ:
+        return
+    ports = launcher.pick_range()
+    share = len(ports) // int(count)
+    low = ports.start + int(worker.removeprefix("gw")) * share
+    os.environ[launcher.PICK_RANGE_ENV] = f"{low}-{low + share - 1}"
 
 
 @pytest.fixture(scope="session")

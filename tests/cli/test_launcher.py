@@ -530,3 +530,24 @@ def test_cluster_status_of_a_local_cluster_lists_its_nodes():
     assert lines[0].endswith("as seen by qq2@localhost")
     assert lines[3].split() == ["node", "address", "reachable", "amqp"]
     assert [line.split()[0] for line in lines[4:7]] == cluster.names
+
+
+def test_a_process_never_picks_a_port_it_picked_before(monkeypatch):
+    # a node killed by this process is restarted on its ports: no other node of the
+    # same process may be planned on them meanwhile
+    monkeypatch.setenv(launcher.PICK_RANGE_ENV, "20000-20011")
+    monkeypatch.setattr(launcher, "_picked", set())
+    first = launcher.pick_free_ports(6)
+    second = launcher.pick_free_ports(6)
+    assert not set(first) & set(second)
+    assert set(first) | set(second) == set(range(20000, 20012))
+
+
+def test_the_pick_range_is_narrowed_by_its_variable_and_a_bad_one_is_named(monkeypatch):
+    monkeypatch.setenv(launcher.PICK_RANGE_ENV, "21000-21099")
+    monkeypatch.setattr(launcher, "_picked", set())
+    assert all(21000 <= port <= 21099 for port in launcher.pick_free_ports(20))
+    monkeypatch.setenv(launcher.PICK_RANGE_ENV, "21000")
+    with pytest.raises(ValueError, match="QUORUMQUEUE_PICK_PORTS='21000': expected two "
+                                         "ports low-high"):
+        launcher.pick_free_ports(1)

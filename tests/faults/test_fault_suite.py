@@ -42,7 +42,9 @@ def test_a_short_run_under_the_nemesis_loses_nothing(name, seed):
     result = run_one(3, NEMESES[name], seed, SHORT)
     assert not result.error, result.error
     assert result.faults and len(result.recoveries) == len(result.faults)
-    assert not result.violations, result.violations
+    # a failed run's diagnosis: each live node's view of the queue, its warnings,
+    # the clients' last events
+    assert not result.violations, result.violations + result.diagnosis + result.events
     assert not result.split_brain, result.split_brain
     assert result.elections >= 2  # the metadata group and the queue, at least
     assert result.counts.confirmed >= 25
@@ -52,7 +54,7 @@ def test_a_short_run_under_leader_kills_keeps_one_single_active_consumer():
     result = run_one(3, NEMESES["kill-leader"], 16, SHORT, extras=("sac",))
     assert not result.error, result.error
     assert result.faults and len(result.recoveries) == len(result.faults)
-    assert not result.violations, result.violations + result.events
+    assert not result.violations, result.violations + result.diagnosis + result.events
     assert not result.split_brain, result.split_brain
     assert result.sac["confirmed"] >= 25 and result.sac["lost"] == 0
     assert result.sac["sessions"] >= 1 and result.sac["fresh"] >= 25
@@ -62,7 +64,7 @@ def test_a_short_run_under_partitions_dead_letters_every_rejected_message():
     result = run_one(3, NEMESES["isolate-leader"], 17, SHORT, extras=("dlx",))
     assert not result.error, result.error
     assert result.faults and len(result.recoveries) == len(result.faults)
-    assert not result.violations, result.violations + result.events
+    assert not result.violations, result.violations + result.diagnosis + result.events
     assert not result.split_brain, result.split_brain
     assert result.dlx["confirmed"] >= 25
     assert result.dlx["rejected"] >= 8 and result.dlx["in_target"] == result.dlx["rejected"]
