@@ -61,7 +61,8 @@ _TIMED_SIZE = TIMED_HEAD.size
 
 def _command_start(data: bytes) -> int:
     """Where the Enqueue begins in an entry. That is after a forwarded command's
-    identity and the time envelope (envelope.py), when present."""
+    identity and the time envelope (envelope.py), when present.
+    A twin of QuorumGroups._apply_entries' inline decode: keep in step."""
     start = HEAD_SIZE if data[0] == FORWARDED else 0  # published on another node
     if data[start] == TIMED:  # the proposer's clock (message TTL)
         start += _TIMED_SIZE
@@ -157,10 +158,7 @@ def _without_blind_keys(data: bytes) -> bytes:
     """A stored entry as an "entries" read may send it: the BCC keys a tag 21 Enqueue
     keeps for its dead-lettered copy are cut (no consumer gets them, whatever form
     it reads in)."""
-    start = HEAD_SIZE if data[0] == FORWARDED else 0
-    if data[start] == TIMED:
-        start += TIMED_HEAD.size
-    return commands.cut_blind_keys(data, start)
+    return commands.cut_blind_keys(data, _command_start(data))
 
 
 def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:

@@ -7,15 +7,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumqueue.broker.fifo import snapshot
-from quorumqueue.broker.fifo.commands import Meta, encode_enqueue
+from quorumqueue.broker.fifo.commands import Meta, Settle, encode, encode_enqueue
 from quorumqueue.broker.fifo.envelope import decode_entry, stamp
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoState
 from quorumqueue.broker.groups.replicated import ReplicatedGroup
 from quorumqueue.broker.queues.base import Confirm
+from quorumqueue.broker.queues.quorum import deliveries
 from quorumqueue.broker.queues.quorum.groups import QuorumGroups
 from quorumqueue.broker.raft import COMMAND
 from quorumqueue.broker.raft.forwarded import AppliedIds, Identity, wrap
+from quorumqueue.broker.raft.types import NOOP
 
 
 class Channel:
@@ -100,3 +102,112 @@ def test_the_apply_loop_decodes_an_entry_in_place_as_decode_entry_does(steps):
     QuorumGroups._apply_entries(group, queue, logged)
     assert snapshot.dump(queue.state) == snapshot.dump(expected)
     assert queue.last_time_ms == now_ms
+
+
+class Waiter:
+    """A proposal's waiter: its answer (or its command proposed again) is logged."""
+
+    def __init__(self, name: int, log: list) -> None:
+        self.name, self.log = name, log
+
+    def __call__(self, reply) -> None:
+        self.log.append(("answered", self.name, reply))
+
+
+def _waiting(waiters: dict) -> list:
+    return [(index, [(expected, data, waiter.name) for expected, data, waiter in waiting])
+            for index, waiting in waiters.items()]
+
+
+# rounds: the member's term moves on (or not); proposals (or barriers) at the next
+# index + offset, in the member's term; then runs of entries, NOOP or COMMAND, of
+# the last term applied or of the member's term
+member_rounds = st.lists(st.tuples(
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=2),
+    st.lists(st.tuples(st.lists(st.booleans(), min_size=1, max_size=3), st.booleans()),
+             max_size=2)), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(member_rounds)
+def test_the_apply_loop_skips_entry_committed_only_where_it_would_do_nothing(rounds):
+    """QuorumGroups._apply_entries calls entry_committed only when the entry is of a
+    newer term than `applied_term` and waiters are there (twin of its early return).
+    So with no waiters `applied_term` stays behind: that differs on purpose. What
+    must agree with entry_committed and take_waiters called for every entry: the
+    waiters answered (with their replies) and proposed again, in order, and the
+    waiters left. A member proposes in its own term, never older than what it
+    applied, so a stale `applied_term` dooms nothing that should stay."""
+    fast_log: list = []
+    slow_log: list = []
+    queue = SimpleNamespace(deleted=False, waiters={}, applied_term=0, applied=AppliedIds(),
+                            last_time_ms=0, state=FifoState(), replay_until=0,
+                            is_leader=True)
+    queue.propose_data = lambda data, waiter: fast_log.append(("proposed", waiter.name))
+    queue.entry_committed = lambda index, term: ReplicatedGroup.entry_committed(
+        queue, index, term)
+    queue.take_waiters = lambda index, term: ReplicatedGroup.take_waiters(queue, index, term)
+    group = SimpleNamespace(_apply_effects=lambda queue, effects, replaying: None)
+    model = SimpleNamespace(waiters={}, applied_term=0, state=FifoState())
+    model.propose_data = lambda data, waiter: slow_log.append(("proposed", waiter.name))
+    term = last_term = 1
+    index = name = 0
+    for moves_on, waits, runs in rounds:
+        term += moves_on
+        for offset, barrier in waits:
+            name += 1
+            expected = None if barrier else term
+            for waiters, log in ((queue.waiters, fast_log), (model.waiters, slow_log)):
+                waiters.setdefault(index + 1 + offset, []).append(
+                    (expected, b"d%d" % name, Waiter(name, log)))
+        for kinds, newer in runs:
+            last_term = term if newer else last_term
+            logged = []
+            for command in kinds:
+                index += 1
+                data = encode_enqueue("", index, 0, "", "q", b"", b"body") if command else b""
+                logged.append(SimpleNamespace(index=index, term=last_term, data=data,
+                                              kind=COMMAND if command else NOOP))
+                ReplicatedGroup.entry_committed(model, index, last_term)
+                reply = None
+                if command:
+                    model.state, reply, _ = apply(Meta(index, last_term, 0),
+                                                  decode_entry(data)[1], model.state)
+                for waiter in ReplicatedGroup.take_waiters(model, index, last_term):
+                    waiter(reply)
+            QuorumGroups._apply_entries(group, queue, logged)
+            assert fast_log == slow_log
+            assert _waiting(queue.waiters) == _waiting(model.waiters)
+            assert queue.applied_term <= model.applied_term
+
+
+stored_entries = st.tuples(st.booleans(), st.booleans(),
+                           st.sampled_from(["enqueue", "settle"]),
+                           st.lists(st.sampled_from(["k", "bcc-é", ""]), max_size=3),
+                           st.sampled_from(["", "p1"]), st.binary(max_size=6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored_entries)
+def test_a_lease_read_finds_the_command_as_the_apply_loop_does(entry):
+    """deliveries.py `_command_start` skips a forwarded entry's identity, then the
+    leader's time (twin of the apply loop's inline decode, whose own test is
+    test_the_apply_loop_decodes_an_entry_in_place_as_decode_entry_does). For an
+    entry built from those heads and a command, it is where the command begins.
+    `_without_blind_keys` keeps both heads and gives the tag 1 Enqueue of the same
+    message, or any other command as it is."""
+    wrapped, timed, kind, keys, publisher, body = entry
+    if kind == "enqueue":
+        command = encode_enqueue(publisher, 3, 0, "x", "q", b"", body, blind_keys=tuple(keys))
+        plain = encode_enqueue(publisher, 3, 0, "x", "q", b"", body)
+    else:
+        command = plain = encode(Settle("c", (1, 2)))
+    head = b""
+    if timed:
+        head = stamp(b"", 12345)
+    if wrapped:
+        head = wrap(Identity(9, 4, True), head)
+    data = head + command
+    assert deliveries._command_start(data) == len(head)
+    assert deliveries._without_blind_keys(data) == head + plain
