@@ -53,7 +53,7 @@ from collections import OrderedDict
 from ..config import Settings
 from ..groups.metadata import META_GROUP, MetaGroup
 from ..groups.metadata import encode as encode_meta
-from ..groups.replicated import ReplicatedGroup, Waiter
+from ..groups.replicated import UNANSWERED, ReplicatedGroup, Waiter
 from ..raft.forwarded import FORWARDED, Identity, wrap
 from ..raft.messages import InstallSnapshot
 from ..storage.node_list import NodeListFile
@@ -572,17 +572,18 @@ class Cluster:
                 pending.sent_to = sender
                 continue
             del pendings[request]
-            if pending.waiter is None:
-                continue
+            # watched until applied even when no one waits for its reply: an append
+            # lost with this leader would leave a gap of seqs (groups/replicated.py)
+            waiter = pending.waiter or UNANSWERED
             if member.deleted:
-                pending.waiter(None)
+                waiter(None)
             elif member.raft.applied_index >= index:
                 # applied here already (from a snapshot): its reply is gone; proposed
                 # again, the entry is known by its identity and answered with the
                 # reply kept for it
-                member.propose_data(pending.data, pending.waiter)
+                member.propose_data(pending.data, waiter)
             else:
-                member.wait_at(index, term, pending.data, pending.waiter)
+                member.wait_at(index, term, pending.data, waiter)
 
     def _on_redirect(self, sender: str, body: dict) -> None:
         for request, hint in zip(body["r"], body["l"]):

@@ -27,7 +27,11 @@ reply (`applied` is part of the replicated state and of every snapshot). A quoru
 queue's loop uses `admit_in_order` instead: an entry that comes before a lower seq of
 its node is held (its waiters wait) and applied when its turn comes. A forwarded
 command proposed again by this module keeps its data, identity included, so it is
-skipped as well if its first append did make it into the log.
+skipped as well if its first append did make it into the log. Every numbered command
+is watched until applied, a command no one waits for too (an ack, a publish without
+confirms: `UNANSWERED` stands in for its waiter): a seq lost with a leader's log tail
+would otherwise be a gap its node never fills, and the queue would hold every later
+command of that node behind it until the gap is given up (forwarded.HOLD_MS).
 
 Invariants: every waiter is called exactly once — with the reply of its own command's
 entry (for a skipped duplicate: the reply of the entry applied first, or None when
@@ -52,6 +56,11 @@ from ..raft.forwarded import (APPLY, FORWARDED, HEAD_SIZE, SEEN, AppliedIds, Ide
 from ..raft.ready import Role
 
 Waiter = Callable[[Any], None]
+
+
+def UNANSWERED(_reply: Any) -> None:
+    """The waiter of a numbered command no one waits for: it keeps the command watched
+    (proposed again if its append is lost), and its reply goes nowhere."""
 _TIME = TIMED_HEAD  # a quorum queue's entry: leader time after the identity
 _LEADER = Role.LEADER  # read per publish: an enum member off its class costs ~4x a global
 
@@ -123,6 +132,8 @@ class ReplicatedGroup:
             else:
                 term, waiters = raft.term, self.waiters
                 for data, waiter in run:
+                    if waiter is None and data[0] == FORWARDED:
+                        waiter = UNANSWERED  # its seq must land (module header)
                     if waiter is not None:
                         waiters.setdefault(index, []).append((term, data, waiter))
                     index += 1

@@ -21,6 +21,7 @@ import pytest
 
 from quorumqueue.broker.auth.users import UserStore
 from quorumqueue.broker.groups.metadata import encode as encode_meta
+from quorumqueue.broker.cluster.cluster import _Pending
 from quorumqueue.broker.config import Settings
 from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
@@ -30,6 +31,8 @@ from quorumqueue.broker.queues.quorum import groups as quorum_groups
 from quorumqueue.broker.queues.quorum.queue import MessageGone
 from quorumqueue.broker.raft import forwarded as forwarded_module
 from quorumqueue.broker.raft.forwarded import WINDOW, Identity, wrap
+from quorumqueue.broker.raft.messages import AppendEntries, RequestVoteResponse
+from quorumqueue.broker.raft.types import NOOP, LogEntry
 from quorumqueue.broker.raft.storage import LogStore, StorageConfig
 from quorumqueue.broker.server.server import assemble_node
 from quorumqueue.broker.storage.metadata_store import MetadataStore
@@ -237,6 +240,59 @@ def test_a_node_that_forwarded_to_a_queue_keeps_its_order_once_it_leads_it(tmp_p
     node.quorum.flush()
     assert bodies(node, queue) == [b"1", b"2", b"3"]
     assert confirmed == [("2", "ok"), ("3", "ok")]
+
+
+def test_a_forward_no_one_waits_for_lost_with_its_leader_is_proposed_again(tmp_path):
+    """This node forwarded seq 1, a publish without confirms (no waiter), to the queue's
+    leader elsewhere, which appended it at index i in its term, said so, and died before
+    replicating it; the next leader's entry at i is of a newer term. This node's next
+    forward, seq 2, a confirmed publish, must not wait behind a gap no one fills (held
+    until forwarded.HOLD_MS): seq 1 is proposed again, and both are stored in order.
+    (Fault suite, kill-majority: a follower's acks lost that way held its confirms
+    back for 50 s.)"""
+    node = start(tmp_path)
+    queue = declare(node)
+    cluster = node.cluster
+    own, old_term = cluster.origin, queue.raft.term
+    cluster._forwarded[queue.group] = 1                # seq 1 went to another leader
+    lost_at = queue.raft.log.last_index() + 1
+    cluster.pending.add(99, _Pending(queue, wrap(Identity(own, 1, False), message(b"1")),
+                                     None))
+    cluster._on_accepted("qq2@localhost", {"r": [99], "i": [lost_at], "t": [old_term]})
+    # a newer term: this member steps down (a peer's higher term) and is elected
+    # again; the new term's first entry lands at i
+    queue.raft.step(RequestVoteResponse(old_term + 1, "qq2@localhost", ME, False))
+    queue.raft.campaign()
+    node.quorum.flush()
+    assert queue.raft.term > old_term
+    confirmed: list = []
+    queue.propose_data(message(b"2"), confirmed.append)  # seq 2, after seq 1
+    node.quorum.flush()
+    node.quorum.flush()
+    assert bodies(node, queue) == [b"1", b"2"]
+    assert confirmed == ["ok"]
+
+
+def test_a_numbered_command_this_leader_lost_with_its_term_is_forwarded_again(tmp_path):
+    """This node forwarded to the queue before, so it numbers what it proposes while it
+    leads (ReplicatedGroup.propose_run). It proposes seq 2, an ack-like command no one
+    waits for, and loses the append: a leader of a newer term overwrites index i before
+    it commits. Applying that leader's entry at i, this member sends seq 2 to the new
+    leader, so the seq is not a gap that holds its later commands back."""
+    node = start(tmp_path)
+    queue = declare(node)
+    cluster = node.cluster
+    cluster._forwarded[queue.group] = 1
+    queue.propose_data(message(b"lost"), None)         # seq 2, appended here, unsynced
+    lost_at, term = queue.raft.log.last_index(), queue.raft.term
+    assert not cluster.pending
+    queue.raft.step(AppendEntries(term + 1, "qq2@localhost", ME, lost_at - 1,
+                                  queue.raft.log.term_at(lost_at - 1),
+                                  (LogEntry(lost_at, term + 1, NOOP, b""),), lost_at))
+    node.quorum.flush()
+    node.quorum.flush()
+    resent = [pending.data for pending in cluster.pending.values()]
+    assert resent == [wrap(Identity(cluster.origin, 2, False), message(b"lost"))]
 
 
 def test_a_gap_that_never_fills_is_given_up_after_hold_entries(tmp_path, monkeypatch):
