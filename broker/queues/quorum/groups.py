@@ -464,13 +464,19 @@ class QuorumGroups:
             if queue.deleted:
                 break
             applied = queue.applied
+            # what the previous entry let through, in order; or a gap held too long,
+            # given up by this entry (forwarded.py): then released at this entry's
+            # index, also when it is a round's first (`index` is still 0 then)
+            released_at = index
             if entry.index >= applied.give_up_at or applied.give_up_ms != NEVER:
-                self._maybe_give_up(applied, entry)  # a gap held too long (forwarded.py)
-            if queue.applied.released:  # what the previous entry let through, in order
+                if not applied.released:
+                    released_at = entry.index
+                self._maybe_give_up(applied, entry)
+            if applied.released:
                 if held:
                     deliveries.deliver(self, queue, held_key, held)
                     held_key, held = None, []
-                self._apply_released(queue, index)
+                self._apply_released(queue, released_at)
             index, term, data = entry.index, entry.term, entry.data
             waiters = queue.waiters  # (fail_waiters replaces the dict)
             if waiters and term > queue.applied_term:  # twin: entry_committed's early return
@@ -554,7 +560,9 @@ class QuorumGroups:
         applied there: an Enqueue's body is found at its index. Its waiters, and those
         of its repeats, get its reply, so a publisher's confirms follow its order. A
         release cursor it yields is not taken: the snapshot would be labelled with its
-        index, not the log's position (the next entry's cursor comes instead)."""
+        index, not the log's position (the next entry's cursor comes instead). `at` is
+        the log index applied last: its effects are a restart's replay (not carried
+        out) only when `at` was in the log at the start."""
         applied = queue.applied
         replaying = at <= queue.replay_until
         while not queue.deleted and (released := applied.take_released()) is not None:
