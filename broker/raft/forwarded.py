@@ -51,7 +51,8 @@ How it works:
   lowest pending index: `lowest_pending`). The same seq appended again while pending
   is kept beside it and answered with its reply. A seq that is missing and not
   pending any more, or at or below the floor, is applied when it comes (as before).
-- A gap that never fills (the forwarding node died before resending, or gave up) is
+- A gap that never fills (the forwarding node died before resending: a live one
+  watches every numbered command until applied, groups/replicated.py) is
   given up, in log terms only, never by this member's clock: when a pending seq is
   more than WINDOW above `high` (the window could not tell the seqs between apart),
   once HOLD_ENTRIES log entries were applied past the origin's oldest pending entry
