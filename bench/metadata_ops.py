@@ -180,19 +180,29 @@ def report(pairs: list[dict], loads: list[float]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--cycles", type=int, default=200,
-                        help="exchange declare/bind/unbind/delete cycles")
-    parser.add_argument("--queues", type=int, default=500, help="quorum queues declared")
-    parser.add_argument("--block", type=int, default=100, help="declares per row")
+def pair_parser(doc: str, pairs: int, queues: int, block: int) -> argparse.ArgumentParser:
+    """The options of a bench that measures pairs of fresh brokers with `measure_with`
+    (bench/queue_count.py uses it too). They are how many pairs, queues and declares
+    per row, which brokers, and where the JSON goes. The loader's own options
+    (--loader, --port, --broker-pid) are hidden. The description is `doc`'s first
+    paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=pairs)
+    parser.add_argument("--queues", type=int, default=queues, help="quorum queues declared")
+    parser.add_argument("--block", type=int, default=block, help="declares per row")
     parser.add_argument("--target", choices=TARGETS, action="append",
                         help="measure only this broker (repeatable; default both)")
     parser.add_argument("--json", help="write every pair's figures here")
     parser.add_argument("--loader", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = pair_parser(__doc__, pairs=3, queues=500, block=100)
+    parser.add_argument("--cycles", type=int, default=200,
+                        help="exchange declare/bind/unbind/delete cycles")
     arguments = parser.parse_args(argv)
     if arguments.loader:
         print(json.dumps(run_loader(arguments.port, arguments.broker_pid, arguments.cycles,

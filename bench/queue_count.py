@@ -29,7 +29,6 @@ to stderr, the table to stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -40,7 +39,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.metadata_ops import measure_with  # noqa: E402
+from bench.metadata_ops import measure_with, pair_parser  # noqa: E402
 from bench.process_cpu import process_cpu  # noqa: E402
 
 TARGETS = ("quorumqueue", "rabbitmq")
@@ -188,19 +187,10 @@ def report(pairs: list[dict], loads: list[float], targets: tuple[str, ...]) -> s
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=1)
-    parser.add_argument("--queues", type=int, default=10000, help="quorum queues declared")
-    parser.add_argument("--block", type=int, default=1000, help="declares per row")
+    parser = pair_parser(__doc__, pairs=1, queues=10000, block=1000)
     parser.add_argument("--idle", type=float, default=30.0,
                         help="seconds of idle CPU measured with the queues declared")
     parser.add_argument("--probes", type=int, default=5, help="publish+get round trips")
-    parser.add_argument("--target", choices=TARGETS, action="append",
-                        help="measure only this broker (repeatable; default both)")
-    parser.add_argument("--json", help="write every pair's figures here")
-    parser.add_argument("--loader", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     if arguments.loader:
         print(json.dumps(run_loader(arguments.port, arguments.broker_pid, arguments.queues,
