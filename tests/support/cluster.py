@@ -54,9 +54,12 @@ import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
+import pika
+
 from quorumqueue.cli import launcher
 from quorumqueue.cli.launcher import NodePlan
 from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
+from quorumqueue.client.management import call
 
 from .small_fs import SmallFileSystem
 from .waiting import wait_until
@@ -290,6 +293,30 @@ def wait_for(what: str, predicate, timeout: float = CONVERGE_TIMEOUT,
     not yet (a node may be starting or stopping). Raises naming `what` and the last
     value or error (waiting.wait_until)."""
     return wait_until(predicate, what, timeout, interval, retry_errors=True)
+
+
+def quorum_queue_with_followers(cluster: "LocalCluster", queue: str) -> tuple[str, list[str]]:
+    """Declare the durable quorum queue `queue` on the cluster's first node, once every
+    node has a metadata leader. Then wait for its leader, and for every other node to
+    follow it with all replicas online (cluster.status). Returns (leader, followers)."""
+    def replica(uri: str) -> dict | None:
+        return next((found for found in call(uri, "cluster.status")["queues"]
+                     if found["name"] == queue), None)
+
+    uris = cluster.uris()
+    wait_for("a metadata leader on every node", lambda: all(
+        call(uri, "cluster.status")["metadata_leader"] for uri in uris))
+    with pika.BlockingConnection(pika.URLParameters(uris[0])) as connection:
+        connection.channel().queue_declare(queue, durable=True,
+                                           arguments={"x-queue-type": "quorum"})
+    leader = wait_for("a leader", lambda: (replica(uris[0]) or {}).get("leader"))
+    followers = [name for name in cluster.names if name != leader]
+    for name in followers:
+        uri = cluster.uri(name)
+        wait_for(f"{name} to follow {leader}", lambda uri=uri: (
+            (found := replica(uri)) is not None and found["leader"] == leader
+            and sorted(found["online"]) == sorted(cluster.names)))
+    return leader, followers
 
 
 def _listens(host: str, port: int) -> bool:

@@ -19,8 +19,9 @@ import pika
 import pytest
 
 from quorumqueue.client.management import call
-from tests.broker.cluster.test_cluster import connect, drain, leader_of, queue_status, status
-from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
+from tests.broker.cluster.test_cluster import connect, drain, leader_of
+from tests.support.cluster import (CONVERGE_TIMEOUT, LocalCluster, quorum_queue_with_followers,
+                                   wait_for)
 
 pytestmark = pytest.mark.timeout(400)  # the waits inside have their own bounds
 
@@ -46,18 +47,7 @@ def publish_confirmed(uri: str, body: bytes, outcome: list) -> None:
 
 def test_a_publish_whose_leader_died_before_answering_is_stored_once():
     with LocalCluster(3) as cluster:
-        first = cluster.uris()[0]
-        wait_for("a metadata leader on every node", lambda: all(
-            status(uri)["metadata_leader"] for uri in cluster.uris()))
-        with connect(first) as connection:
-            connection.channel().queue_declare(QUEUE, durable=True,
-                                               arguments={"x-queue-type": "quorum"})
-        leader = wait_for("a leader", lambda: leader_of(first, QUEUE))
-        follower, third = [name for name in cluster.names if name != leader]
-        for name in (follower, third):
-            uri = cluster.uri(name)
-            wait_for(f"{name} to follow {leader}", lambda: leader_of(uri, QUEUE) == leader
-                     and sorted(queue_status(uri, QUEUE)["online"]) == sorted(cluster.names))
+        leader, (follower, third) = quorum_queue_with_followers(cluster, QUEUE)
         # from now on nothing the leader sends reaches the follower
         cluster.proxy(leader, follower).cut("stall", "forward")
         outcome: list = []

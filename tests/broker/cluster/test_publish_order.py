@@ -27,8 +27,9 @@ import pytest
 from aio_pika.abc import DeliveryMode
 from pamqp import commands
 
-from tests.broker.cluster.test_cluster import connect, drain, leader_of, queue_status, status
-from tests.support.cluster import CONVERGE_TIMEOUT, LocalCluster, wait_for
+from tests.broker.cluster.test_cluster import drain, leader_of
+from tests.support.cluster import (CONVERGE_TIMEOUT, LocalCluster, quorum_queue_with_followers,
+                                   wait_for)
 
 pytestmark = pytest.mark.timeout(400)  # the waits inside have their own bounds
 
@@ -77,17 +78,8 @@ class Publisher(threading.Thread):
 
 def test_a_publishers_messages_through_a_follower_keep_their_order_across_a_leader_kill():
     with LocalCluster(3) as cluster:
-        first = cluster.uris()[0]
-        wait_for("a metadata leader on every node", lambda: all(
-            status(uri)["metadata_leader"] for uri in cluster.uris()))
-        with connect(first) as connection:
-            connection.channel().queue_declare(QUEUE, durable=True,
-                                               arguments={"x-queue-type": "quorum"})
-        leader = wait_for("a leader", lambda: leader_of(first, QUEUE))
-        follower = next(name for name in cluster.names if name != leader)
+        leader, (follower, _third) = quorum_queue_with_followers(cluster, QUEUE)
         uri = cluster.uri(follower)
-        wait_for(f"{follower} to follow {leader}", lambda: leader_of(uri, QUEUE) == leader
-                 and sorted(queue_status(uri, QUEUE)["online"]) == sorted(cluster.names))
         publisher = Publisher(uri)
         publisher.start()
         try:
