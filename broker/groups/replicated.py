@@ -61,6 +61,8 @@ Waiter = Callable[[Any], None]
 def UNANSWERED(_reply: Any) -> None:
     """The waiter of a numbered command no one waits for: it keeps the command watched
     (proposed again if its append is lost), and its reply goes nowhere."""
+
+
 _TIME = TIMED_HEAD  # a quorum queue's entry: leader time after the identity
 _LEADER = Role.LEADER  # read per publish: an enum member off its class costs ~4x a global
 
