@@ -8,8 +8,17 @@ RabbitMQ's headers exchange and argument equivalence compare them (Erlang's ==),
 keeps its own type where RabbitMQ names it ("timestamp" in errors, the type class of
 argument equivalence, the metadata file's {"$timestamp": seconds}).
 
-Beside config_values.py below every layer: the codec (amqp) reads and writes it, the
-metadata file (storage) keeps it, and neither may import the other.
+The other classes keep the wire type of a declare's argument where Python's int and
+float lose it: RabbitMQ holds every field as {Type, Value} and names the type in its
+errors ("received none but current is the value '10' of type 'byte'"), and aio-pika
+(pamqp) sends 10 as a byte where pika and the Java client send a signedint. A
+queue.declare's or exchange.declare's arguments decoded from the wire carry them
+(amqp/codec.py), the metadata file keeps them ({"$byte": 10}), and `field_type`
+(queues/types.py) names them. Type 'I' (signedint) and 'd' (double) stay plain: a
+plain int or float is named from its value, as pika and the Java client encode it.
+
+Beside config_values.py below every layer: the codec (amqp) reads and writes them,
+the metadata file (storage) keeps them, and neither may import the other.
 """
 
 from __future__ import annotations
@@ -22,3 +31,66 @@ class Timestamp(int):
 
     def __repr__(self) -> str:
         return f"Timestamp({int(self)})"
+
+
+class FieldInt(int):
+    """An integer that keeps the AMQP field type it arrived as (`code`, `name`:
+    RabbitMQ's name for it)."""
+
+    __slots__ = ()
+    code = b""
+    name = ""
+
+    __str__ = int.__repr__  # f"{value}" is the number, as for a plain int
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({int(self)})"
+
+
+class Byte(FieldInt):
+    __slots__ = ()
+    code, name = b"b", "byte"
+
+
+class UnsignedByte(FieldInt):
+    __slots__ = ()
+    code, name = b"B", "unsignedbyte"
+
+
+class Short(FieldInt):
+    __slots__ = ()
+    code, name = b"s", "short"
+
+
+class UnsignedShort(FieldInt):
+    __slots__ = ()
+    code, name = b"u", "unsignedshort"
+
+
+class UnsignedInt(FieldInt):
+    __slots__ = ()
+    code, name = b"i", "unsignedint"
+
+
+class Long(FieldInt):
+    __slots__ = ()
+    code, name = b"l", "long"
+
+
+class Float(float):
+    """A 32-bit float field ('f'), which RabbitMQ names 'float' (a 'd' is 'double')."""
+
+    __slots__ = ()
+    code, name = b"f", "float"
+
+    __str__ = float.__repr__
+
+    def __repr__(self) -> str:
+        return f"Float({float(self)!r})"
+
+
+# the field types kept, by their code octet
+TYPED = {ord(kind.code): kind for kind in (Byte, UnsignedByte, Short, UnsignedShort,
+                                           UnsignedInt, Long, Float)}
+# by RabbitMQ's name, for the metadata file's {"$name": value}
+BY_NAME = {kind.name: kind for kind in TYPED.values()}

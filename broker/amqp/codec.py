@@ -30,7 +30,8 @@ from pamqp import exceptions as pamqp_exceptions
 from . import spec
 from .errors import AMQPError
 from .properties import (MAX_TABLE_DEPTH, TOO_DEEP, Properties, decode_properties,  # noqa: F401
-                         decode_table, encode_properties, too_deep, with_long_headers)
+                         decode_table, encode_properties, too_deep, with_field_types,
+                         with_long_headers)
 
 _frame_header = struct.Struct(">BHI")
 _method_ids = struct.Struct(">HH")
@@ -248,6 +249,11 @@ def decode_publish(payload: bytes) -> Publish:
                         f"{error}", *spec.BASIC_PUBLISH) from None
 
 
+# queue.declare and exchange.declare keep their arguments' wire types (field_values.py):
+# how many short strings precede the bits octet and the arguments table
+_TYPED_ARGUMENTS = {(50, 10): 1, (40, 10): 2}
+
+
 def decode_method(payload: bytes) -> tuple[int, int, Any]:
     """(class_id, method_id, arguments) of a method frame payload.
 
@@ -270,6 +276,12 @@ def decode_method(payload: bytes) -> tuple[int, int, Any]:
         method.unmarshal(payload[4:])
         if any(isinstance(value, dict) and too_deep(value) for _name, value in method):
             raise RecursionError(TOO_DEEP)
+        strings = _TYPED_ARGUMENTS.get(ids)
+        if strings is not None:  # the arguments RabbitMQ names the types of
+            offset = 6  # class and method ids, the reserved short
+            for _ in range(strings):
+                offset += 1 + payload[offset]
+            method.arguments = with_field_types(method.arguments, payload, offset + 1)
         return class_id, method_id, method
     except RecursionError:
         raise AMQPError(spec.FRAME_ERROR,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from pamqp import decode as pamqp_decode
 
+from ..field_values import TYPED
 from . import spec, timestamps
 from .errors import AMQPError
 
@@ -219,6 +220,27 @@ def _skip_field_value(data: bytes, offset: int) -> int:
     if kind in _LENGTH_FIRST:
         return offset + 4 + _u32.unpack_from(data, offset)[0]
     raise ValueError(f"unknown field value type {chr(kind)!r}")
+
+
+def with_field_types(table: dict, data: bytes, offset: int) -> dict:
+    """`table`, pamqp's decoding of the field table at `offset` of `data` (its u32
+    length first), with each top-level integer or float whose wire type a plain
+    Python value would not name (field_values.TYPED: 'b', 'B', 's', 'u', 'i', 'l',
+    'f') as that type's class. Nested tables and arrays are left as pamqp made them."""
+    end = offset + 4 + _u32.unpack_from(data, offset)[0]
+    position, kept = offset + 4, None
+    while position < end:
+        key_end = position + 1 + data[position]
+        kind = data[key_end]
+        typed = TYPED.get(kind)
+        if typed is not None:
+            key = data[position + 1:key_end].decode("utf-8", "surrogateescape")
+            value = table.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                kept = kept or dict(table)
+                kept[key] = typed(value)
+        position = _skip_field_value(data, key_end)
+    return table if kept is None else kept
 
 
 def _short_string(value: str) -> bytes:

@@ -6,7 +6,8 @@ above 2**32 for milliseconds (it divides by 1000, so 2**40 seconds came back as 
 year 2004). RabbitMQ keeps the integer. `install()` puts a decoder and an encoder of
 `Timestamp` into pamqp's type tables, which pamqp's method, property and table codecs
 look up by name on every call: decoded timestamps are `Timestamp`s, and a `Timestamp`
-(or a `datetime`, or a plain int for the property) is written as 8 octets.
+(or a `datetime`, or a plain int for the property) is written as 8 octets. A value
+that kept its wire type (field_values.py: a declare's argument) is written as that type.
 
 Installed once, when the codec is first imported (properties.py). The tables are
 pamqp's own module state, so everything decoded by pamqp in this process agrees,
@@ -20,7 +21,8 @@ import struct
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
-from ..field_values import Timestamp
+from ..field_values import (Byte, Float, Long, Short, Timestamp, UnsignedByte, UnsignedInt,
+                            UnsignedShort)
 
 _u64 = struct.Struct(">Q")
 _pamqp_table_value = pamqp_encode.encode_table_value
@@ -40,9 +42,17 @@ def encode_timestamp(value) -> bytes:
     return _pamqp_timestamp(value)  # a datetime or time.struct_time
 
 
+_TYPED_FORMATS = {kind: struct.Struct(">" + form) for kind, form in (
+    (Byte, "b"), (UnsignedByte, "B"), (Short, "h"), (UnsignedShort, "H"),
+    (UnsignedInt, "I"), (Long, "q"), (Float, "f"))}
+
+
 def encode_table_value(value) -> bytes:
     if isinstance(value, Timestamp):
         return b"T" + _u64.pack(value)
+    form = _TYPED_FORMATS.get(type(value))
+    if form is not None:  # a value that kept its wire type goes out as it came
+        return value.code + form.pack(value)
     return _pamqp_table_value(value)
 
 

@@ -15,7 +15,8 @@ values are the same Erlang term. So 1000 as an int and as a timestamp are
 equivalent, and 1000.0 (a double), "1000", true or [1000] are not 1000.
 
 Not here: which arguments are compared (vhost.py, queues/types.py), the type names
-(queues/types.py field_type, which names integers by their size, not their wire type).
+(queues/types.py field_type: a declare's arguments keep their wire types,
+field_values.py; a nested table's integers are named by their size).
 """
 
 from __future__ import annotations

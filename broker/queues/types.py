@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, precondition
-from ..field_values import Timestamp
+from ..field_values import FieldInt, Float, Timestamp
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
@@ -114,6 +114,8 @@ def field_type(value) -> str:
         return "bool"
     if isinstance(value, Timestamp):
         return "timestamp"
+    if isinstance(value, (FieldInt, Float)):  # a declare's argument keeps its wire type
+        return value.name
     if isinstance(value, int):
         return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
     for kinds, name in ((bytearray, "binary"), ((str, bytes), "longstr"), (float, "double"), (dict, "table"),

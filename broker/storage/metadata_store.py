@@ -19,7 +19,9 @@ AMQP field values that JSON cannot hold (bytes, Decimal, datetime) are tagged
 objects: {"$bytes": base64} (a long string that is not UTF-8), {"$bytearray":
 base64} (field type 'x'), {"$decimal": "1.5"}, {"$timestamp": epoch seconds} (an
 integer; files written before 2026-12 hold a float, read as its integer part),
-{"$table": {...}} (a nested table).
+{"$table": {...}} (a nested table); a declare's integer or float argument that keeps
+its wire type (field_values.py) is {"$<RabbitMQ's type name>": value}, e.g. {"$byte":
+10}, {"$unsignedint": 7}, {"$float": 1.5}.
 
 Beside it, `metadata_group_applied` ({"index": i}) records that the file holds every
 entry of the metadata group's log up to i: a restart whose file is older than the
@@ -47,7 +49,7 @@ import decimal
 import json
 import os
 
-from ..field_values import Timestamp
+from ..field_values import BY_NAME, FieldInt, Float, Timestamp
 from . import metadata_journal
 
 VERSION = 1
@@ -89,6 +91,8 @@ def _to_json(value):
         return {"$decimal": str(value)}
     if isinstance(value, Timestamp):
         return {"$timestamp": int(value)}
+    if isinstance(value, (FieldInt, Float)):
+        return {f"${value.name}": (float if isinstance(value, Float) else int)(value)}
     if isinstance(value, datetime.datetime):
         return {"$timestamp": int(value.timestamp())}
     if isinstance(value, dict):
@@ -110,6 +114,11 @@ def _from_json(value):
             return Timestamp(int(value["$timestamp"]))
         if "$table" in value:
             return {k: _from_json(v) for k, v in value["$table"].items()}
+        if len(value) == 1:
+            (tag, kept), = value.items()
+            typed = BY_NAME.get(tag[1:]) if tag.startswith("$") else None
+            if typed is not None:
+                return typed(kept)
     if isinstance(value, list):
         return [_from_json(v) for v in value]
     return value

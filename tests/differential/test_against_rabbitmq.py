@@ -71,12 +71,7 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
 
 # scenario -> why quorumqueue still differs from RabbitMQ although it should not
 # (strict xfail: the test fails loudly once the gap is closed)
-KNOWN_GAPS: dict[str, str] = {
-    "queue_inequivalent_small_integer_types":
-        "quorumqueue names an integer argument's type from its value (signedint/long, "
-        "as pika and the Java client encode it), not from the wire: pamqp-based "
-        "clients send 10 as a byte, which RabbitMQ calls 'byte'",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 SCENARIOS: dict = {}
 
@@ -838,6 +833,19 @@ def quorum_queue_locator_and_dead_letter_strategy(c: Probe) -> None:
                                        {"x-dead-letter-strategy": 7},
                                        {"x-dead-letter-strategy": "at-most-once"})):
         declare(c, f"dt-quorum-locator-{index}", durable=True, arguments={**quorum, **arguments})
+        reopen(c)
+
+
+@scenario
+def queue_argument_types_named_as_sent(c: Probe) -> None:
+    """An argument of the wrong kind is named by its wire type: pamqp (aio-pika) sends
+    5 as a byte, 1000 as a short, 70000 as a signedint, 1.5 as a float."""
+    channel(c)
+    c.integer_encoding = "smallest"
+    quorum = {"x-queue-type": "quorum"}
+    for index, value in enumerate((5, 1000, 70000, 2 ** 40, 1.5)):
+        declare(c, f"dt-arg-type-{index}", durable=True,
+                arguments={**quorum, "x-queue-leader-locator": value})
         reopen(c)
 
 

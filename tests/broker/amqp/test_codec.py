@@ -9,7 +9,9 @@ short strings are at most 255 octets of UTF-8).
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +24,8 @@ from pamqp import heartbeat as pamqp_heartbeat
 
 from quorumqueue.broker.amqp import codec, spec
 from quorumqueue.broker.amqp.errors import AMQPError
-from quorumqueue.broker.field_values import Timestamp
+from quorumqueue.broker.field_values import (Byte, Float, Long, Short, Timestamp, UnsignedByte,
+                                              UnsignedInt, UnsignedShort)
 from tests.broker.node.harness import marshal, method, raw_frame
 
 EXAMPLES = settings(max_examples=60, deadline=None)
@@ -622,3 +625,53 @@ def published_ratio(raw):
     from quorumqueue.broker.amqp.codec import decode_properties
 
     return decode_properties(raw)[1].decoded()["headers"]["ratio"]
+
+
+# ------------------------------------------------- declare arguments keep their types
+
+_RANGES = {Byte: (-2 ** 7, 2 ** 7 - 1), UnsignedByte: (0, 2 ** 8 - 1),
+           Short: (-2 ** 15, 2 ** 15 - 1), UnsignedShort: (0, 2 ** 16 - 1),
+           UnsignedInt: (0, 2 ** 32 - 1), Long: (-2 ** 63, 2 ** 63 - 1)}
+typed_values = st.one_of(
+    *(st.integers(low, high).map(kind) for kind, (low, high) in _RANGES.items()),
+    st.floats(width=32, allow_nan=False).map(Float), st.text(max_size=5), st.booleans())
+
+
+@settings(max_examples=50, deadline=None)
+@given(arguments=st.dictionaries(st.text(min_size=1, max_size=8), typed_values, max_size=6),
+       kind=st.sampled_from(["queue", "exchange"]))
+def test_declare_arguments_decode_as_the_field_types_they_were_sent_as(arguments, kind):
+    """What RabbitMQ names in its errors ('byte', 'short', 'float', ...): a declare's
+    top-level arguments come back as field_values' typed classes, and are written back
+    as the same octets (encode_table_value)."""
+    declare = (commands.Queue.Declare(queue="q", arguments=arguments) if kind == "queue"
+               else commands.Exchange.Declare(exchange="x", arguments=arguments))
+    payload = struct.pack(">I", declare.index) + declare.marshal()
+    _class_id, _method_id, decoded = codec.decode_method(payload)
+    assert decoded.arguments == arguments
+    assert ({key: type(value) for key, value in decoded.arguments.items()}
+            == {key: type(value) for key, value in arguments.items()})
+    assert codec.field_table(decoded.arguments) == codec.field_table(arguments)
+
+
+def test_a_signedint_and_a_double_stay_plain():
+    """'I' and 'd' are what a plain int or float is named from (signedint, double)."""
+    table = b"\x01aI" + (7).to_bytes(4, "big") + b"\x01dd" + struct.pack(">d", 0.5)
+    payload = (struct.pack(">HHH", 50, 10, 0) + b"\x01q\x00"
+               + len(table).to_bytes(4, "big") + table)
+    _class_id, _method_id, decoded = codec.decode_method(payload)
+    assert decoded.arguments == {"a": 7, "d": 0.5}
+    assert (type(decoded.arguments["a"]), type(decoded.arguments["d"])) == (int, float)
+
+
+def test_the_metadata_file_keeps_the_field_types():
+    from quorumqueue.broker.storage.metadata_store import decode_arguments, encode_arguments
+
+    arguments = {"b": Byte(10), "s": Short(1000), "i": UnsignedInt(7), "l": Long(3),
+                 "f": Float(1.5), "plain": 12, "t": Timestamp(5), "nested": {"b": 1}}
+    encoded = encode_arguments(arguments)
+    assert encoded["b"] == {"$byte": 10} and encoded["f"] == {"$float": 1.5}
+    back = decode_arguments(json.loads(json.dumps(encoded)))
+    assert back == arguments
+    assert {key: type(value) for key, value in back.items()} == {
+        key: type(value) for key, value in arguments.items()}
