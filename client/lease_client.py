@@ -107,8 +107,15 @@ class LeaseClient:
         `channel.queue_declare` does. That one waits for ever: a broker that never
         answers would hold its caller (the connector's driver) for good."""
         answers: list = []
+
+        def answered(frame) -> None:
+            answers.append(frame)
+            # a due timer ends process_data_events at once; the answer alone would
+            # leave it waiting for its whole time limit (50 ms a count, before)
+            self.connection.call_later(0, _nothing)
+
         # the callback form of the method pika's blocking queue_declare wraps
-        self.channel._impl.queue_declare(queue, passive=True, callback=answers.append)
+        self.channel._impl.queue_declare(queue, passive=True, callback=answered)
         deadline = time.monotonic() + self.timeout
         while not answers:
             if self.channel.is_closed:
@@ -166,3 +173,6 @@ class LeaseClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+def _nothing() -> None:
+    pass

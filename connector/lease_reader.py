@@ -291,23 +291,30 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest_report({"lease": self._lease}, "queues", figures, self._batch_end)
 
     def _broker_figures(self, lease: str) -> dict[str, QueueFigures]:
-        unacked = self._unacked_counts()
-        figures = {}
+        """Each queue's figures from one lease.info, which carries the queue's ready
+        (and, for an administrator, unacked) counts on a node with a replica of it;
+        elsewhere a passive declare counts ready and queues.list unacked."""
+        answers = {}
         for queue in self._queues:
             if queue not in self._held:
                 continue
             try:
-                ready = self._call(lambda c, q=queue: _ready(c, q))
                 info = self._call(lambda c, q=queue: c.info(q, lease))
+                ready = info.get("ready")
+                if ready is None:  # no replica on the node this driver talks to
+                    ready = self._call(lambda c, q=queue: _ready(c, q))
             except (ManagementError, pika.exceptions.ChannelClosedByBroker) as error:
                 # a figure for the progress is not worth failing the query over; a queue
                 # that is really gone fails (or leaves) it at the next latestOffset
                 log.warning("no latest offset for queue '%s': %r", queue, error)
                 continue
-            figures[queue] = QueueFigures(tail=self._held[queue] + ready, ready=ready,
-                                          held=max(0, info["end"] - info["first"] + 1),
-                                          unacked=unacked.get(queue))
-        return figures
+            answers[queue] = info, ready
+        listed = ({} if all("unacked" in info for info, _ready in answers.values())
+                  else self._unacked_counts())
+        return {queue: QueueFigures(tail=self._held[queue] + ready, ready=ready,
+                                    held=max(0, info["end"] - info["first"] + 1),
+                                    unacked=info.get("unacked", listed.get(queue)))
+                for queue, (info, ready) in answers.items()}
 
     def partitions(self, start: dict, end: dict) -> list[LeaseRange]:
         first, last = LeaseOffset.from_json(start), LeaseOffset.from_json(end)

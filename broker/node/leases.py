@@ -14,8 +14,12 @@ connector uses one per query to get replayable, exactly-once offsets. The wire f
                   (fence, true unless false: an operator's release, which fences
                   a lease that held messages; the holder's own release passes false)
     lease.info    {vhost, queue, lease}         -> {"first": f, "end": e, "timeout_ms": t,
-                                                    "fence": null or {...}}
-                  (a local read: sequences first..end are assigned and unsettled)
+                                                    "fence": null or {...},
+                                                    "ready": r, "unacked": u}
+                  (a local read: sequences first..end are assigned and unsettled; ready
+                  and unacked are the queue's counts as queues.list gives them, absent
+                  on a node without a replica of the queue; unacked only for a user
+                  tagged administrator, as queues.list)
     lease.list    {vhost?, queue?}              -> one row per lease (lease_row), for
                   operators (administrator tag), as this node's replicas hold them
   A fenced lease (fifo/leases.py: released by an operator or by its idle timeout
@@ -403,8 +407,13 @@ def info(node, session, request) -> dict:
     if lease is None:
         raise AMQPError(spec.NOT_FOUND, f"no lease '{name}' on queue '{queue.name}' in "
                         f"vhost '{queue.vhost}'")
-    return {"first": lease.first_seq, "end": lease.end_seq, "timeout_ms": lease.timeout_ms,
-            "fence": _fence_fields(lease.fence)}
+    row = {"first": lease.first_seq, "end": lease.end_seq, "timeout_ms": lease.timeout_ms,
+           "fence": _fence_fields(lease.fence)}
+    if queue.raft is not None:  # this node's replica: its counts, read here too
+        row["ready"] = queue.ready_count
+        if "administrator" in session.user.tags:  # as queues.list shows it
+            row["unacked"] = queue.unacked_count
+    return row
 
 
 def fence_text(name: str, queue, fence: LeaseFence) -> str:

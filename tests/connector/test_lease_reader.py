@@ -404,7 +404,8 @@ def test_stop_keeps_the_lease_by_default(broker):
     reader.stop()
     # a restart replays from the checkpoint: the lease still holds batches 1 and 2
     assert lease_info(broker.uri, queue, start["lease"]) == {
-        "first": 1, "end": 20, "timeout_ms": 1_800_000, "fence": None}
+        "first": 1, "end": 20, "timeout_ms": 1_800_000, "fence": None, "ready": 5,
+        "unacked": 20}
     assert ready(broker.uri, queue) == 5
 
 
@@ -446,3 +447,27 @@ def test_release_lease_on_stop_gives_back_what_no_batch_took(broker):
     assert ready(broker.uri, queue) == 2  # the grown, never logged ones
     info = lease_info(broker.uri, queue, start["lease"])
     assert info["first"] > info["end"] == 12 and info["fence"] is None  # not fenced
+
+
+def test_the_lag_after_a_batch_comes_from_one_lease_info_per_queue(broker, monkeypatch):
+    """reportLatestOffset, which Spark calls after every trigger, asks the broker once
+    per queue: lease.info carries the queue's ready and unacked counts (before, a
+    passive declare and a queues.list came with it, three requests per trigger)."""
+    queue = quorum_queue(broker.uri, 25)
+    reader = make_reader(broker.uri, queue, maxMessagesPerTrigger="10")
+    end = reader.latestOffset(reader.initialOffset(), ReadMaxRows(10))
+    asked: list[str] = []
+    call, ready = LeaseClient.call, LeaseClient.ready
+    monkeypatch.setattr(LeaseClient, "call",
+                        lambda self, op, **arguments: asked.append(op) or call(self, op,
+                                                                             **arguments))
+    monkeypatch.setattr(LeaseClient, "ready",
+                        lambda self, name: asked.append("queue.declare") or ready(self, name))
+    report = reader.reportLatestOffset()
+    assert asked == ["lease.info"]
+    assert positions(end) == {queue: 10}
+    assert report["queues"] == {queue: 25}
+    assert report["metrics"] == {"minMessagesBehindLatest": 15, "avgMessagesBehindLatest": 15.0,
+                                 "maxMessagesBehindLatest": 15, "readyMessages": 15,
+                                 "heldMessages": 10, "unackedMessages": 10}
+    reader.stop()

@@ -97,7 +97,7 @@ def test_a_restarted_query_continues_from_its_checkpoint_exactly_once(spark, bro
         # batch 3 is not committed to the source until a next batch is planned; the
         # run came back well inside the broker's lease_timeout (30 minutes)
         assert client.info(queue, lease) == {"first": 31, "end": 35, "timeout_ms": 1_800_000,
-                                             "fence": None}
+                                             "fence": None, "ready": 0, "unacked": 5}
 
 
 def test_an_invalid_option_fails_at_load_naming_it(spark, broker):

@@ -17,7 +17,7 @@ import pytest
 
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.client.lease_records import PackedDecoder
-from quorumqueue.client.management import ManagementError
+from quorumqueue.client.management import ManagementError, call
 from quorumqueue.client.range_reader import RangeReader
 
 from tests.support.broker import BrokerProcess
@@ -59,7 +59,8 @@ def test_a_grown_range_reads_back_identically_any_number_of_times(broker):
     with LeaseClient(broker.uri) as other:  # the lease outlives the connection
         assert snapshot(other.read(queue, "q1", 10, 20)) == snapshot(first[10:20])
         assert other.info(queue, "q1") == {"first": 1, "end": 20, "timeout_ms": 1_800_000,
-                                           "fence": None}  # the broker's lease_timeout
+                                           "fence": None,  # the broker's lease_timeout
+                                           "ready": 10, "unacked": 20}
 
 
 def test_leased_messages_are_not_delivered_to_consumers_and_settle_removes_them(broker):
@@ -78,6 +79,26 @@ def test_leased_messages_are_not_delivered_to_consumers_and_settle_removes_them(
             client.read(queue, "q", 0, 4)
         assert info.value.reply_code == 406 and "settled" in info.value.reply_text
         connection.close()
+
+
+def test_lease_info_gives_the_queues_counts_with_the_lease(broker):
+    """The connector's lag report asks one lease.info per queue and trigger: the
+    queue's ready count comes with it, and its unacked count for an administrator
+    (queues.list shows that only to administrators too)."""
+    queue = quorum_queue_with(broker, 6)
+    with LeaseClient(broker.uri) as client:
+        client.grow(queue, "q", max_messages=4)
+        info = client.info(queue, "q")
+        assert (info["first"], info["end"], info["ready"], info["unacked"]) == (1, 4, 2, 4)
+        client.settle(queue, "q", 1)
+        assert (client.info(queue, "q")["ready"], client.info(queue, "q")["unacked"]) == (2, 3)
+    name = unique("lease-reader")
+    call(broker.uri, "users.add", name=name, password="pw", tags=[])
+    call(broker.uri, "permissions.set", user=name, vhost="/", configure=".*", write=".*",
+         read=".*")
+    with LeaseClient(f"amqp://{name}:pw@127.0.0.1:{broker.port}/%2F") as client:
+        info = client.info(queue, "q")
+    assert info["ready"] == 2 and "unacked" not in info
 
 
 def test_release_returns_unsettled_messages_to_consumers_with_a_delivery_count(broker):
@@ -149,7 +170,7 @@ def test_reading_a_range_keeps_its_lease_from_timing_out(broker):
             reads += 1
             time.sleep(0.2)
         assert client.info(queue, "batch") == {"first": 1, "end": 3, "timeout_ms": 3000,
-                                               "fence": None}
+                                               "fence": None, "ready": 0, "unacked": 3}
         assert client.settle(queue, "batch", 3) == 3
     assert reads > 10
 
@@ -200,7 +221,7 @@ def test_leases_and_their_ranges_survive_a_restart(fresh_broker, kill):
     fresh_broker.restart(kill=kill)
     with LeaseClient(fresh_broker.uri) as client:
         assert client.info(queue, "q") == {"first": 4, "end": 8, "timeout_ms": 1_800_000,
-                                           "fence": None}
+                                           "fence": None, "ready": 4, "unacked": 5}
         assert snapshot(client.read(queue, "q", 3, 8)) == before
         assert client.grow(queue, "q", max_messages=100) == (9, 12)
 
