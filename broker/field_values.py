@@ -94,3 +94,11 @@ TYPED = {ord(kind.code): kind for kind in (Byte, UnsignedByte, Short, UnsignedSh
                                            UnsignedInt, Long, Float)}
 # by RabbitMQ's name, for the metadata file's {"$name": value}
 BY_NAME = {kind.name: kind for kind in TYPED.values()}
+
+
+def plain(value):
+    """`value` as the plain int or float it equals when it kept a wire type (what a
+    JSON view shows: 10, not {"$byte": 10}); anything else unchanged."""
+    if isinstance(value, FieldInt):
+        return int(value)
+    return float(value) if isinstance(value, Float) else value

@@ -141,6 +141,7 @@ def queue_row(node, queue) -> dict[str, Any]:
 def policy_columns(node, queue) -> dict[str, Any]:
     """rabbitmqctl list_queues' policy, operator_policy and effective_policy_definition
     of a queue (node/operator_policies.py), and its arguments as JSON values."""
+    from ..field_values import plain
     from ..storage.metadata_store import encode_arguments
     from .operator_policies import merged_definition
 
@@ -148,7 +149,10 @@ def policy_columns(node, queue) -> dict[str, Any]:
     return {"policy": policy.name if policy is not None else "",
             "operator_policy": operator.name if operator is not None else "",
             "effective_policy_definition": merged_definition(policy, operator) or {},
-            "auto_delete": queue.auto_delete, "arguments": encode_arguments(queue.arguments)}
+            "auto_delete": queue.auto_delete,
+            # as numbers: the file's {"$byte": 10} is how metadata.json keeps a type
+            "arguments": encode_arguments({key: plain(value)
+                                           for key, value in queue.arguments.items()})}
 
 
 def _queues(node, session, request) -> list:

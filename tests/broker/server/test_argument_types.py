@@ -17,6 +17,8 @@ import aio_pika
 import pika
 import pytest
 
+from quorumqueue.client.management import call
+
 from .pika_support import connect, unique
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,3 +61,7 @@ def test_a_small_integer_argument_is_named_by_its_wire_type_after_a_restart(
     with connect(fresh_broker) as connection:
         connection.channel().queue_declare(name, durable=True, arguments={
             "x-queue-type": kind, "x-max-length": 10, "x-message-ttl": 1000})
+    # listed as numbers (rabbitmqctl list_queues arguments), not as the file keeps them
+    row, = [row for row in call(fresh_broker.uri, "queues.list") if row["name"] == name]
+    assert row["arguments"] == {"x-queue-type": kind, "x-max-length": 10,
+                                "x-message-ttl": 1000}
