@@ -34,12 +34,12 @@ class Timestamp(int):
 
 
 class FieldInt(int):
-    """An integer that keeps the AMQP field type it arrived as (`code`, `name`:
-    RabbitMQ's name for it)."""
+    """An integer that keeps the AMQP field type it arrived as."""
 
     __slots__ = ()
-    code = b""
-    name = ""
+    code = b""   # the field type octet
+    name = ""    # RabbitMQ's name for the type
+    form = ""    # its struct format
 
     __str__ = int.__repr__  # f"{value}" is the number, as for a plain int
 
@@ -49,39 +49,39 @@ class FieldInt(int):
 
 class Byte(FieldInt):
     __slots__ = ()
-    code, name = b"b", "byte"
+    code, name, form = b"b", "byte", "b"
 
 
 class UnsignedByte(FieldInt):
     __slots__ = ()
-    code, name = b"B", "unsignedbyte"
+    code, name, form = b"B", "unsignedbyte", "B"
 
 
 class Short(FieldInt):
     __slots__ = ()
-    code, name = b"s", "short"
+    code, name, form = b"s", "short", "h"
 
 
 class UnsignedShort(FieldInt):
     __slots__ = ()
-    code, name = b"u", "unsignedshort"
+    code, name, form = b"u", "unsignedshort", "H"
 
 
 class UnsignedInt(FieldInt):
     __slots__ = ()
-    code, name = b"i", "unsignedint"
+    code, name, form = b"i", "unsignedint", "I"
 
 
 class Long(FieldInt):
     __slots__ = ()
-    code, name = b"l", "long"
+    code, name, form = b"l", "long", "q"
 
 
 class Float(float):
     """A 32-bit float field ('f'), which RabbitMQ names 'float' (a 'd' is 'double')."""
 
     __slots__ = ()
-    code, name = b"f", "float"
+    code, name, form = b"f", "float", "f"
 
     __str__ = float.__repr__
 
@@ -94,6 +94,8 @@ TYPED = {ord(kind.code): kind for kind in (Byte, UnsignedByte, Short, UnsignedSh
                                            UnsignedInt, Long, Float)}
 # by RabbitMQ's name, for the metadata file's {"$name": value}
 BY_NAME = {kind.name: kind for kind in TYPED.values()}
+# what keeps a wire type
+KEPT = (FieldInt, Float)
 
 
 def plain(value):

@@ -21,8 +21,7 @@ import struct
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
-from ..field_values import (Byte, Float, Long, Short, Timestamp, UnsignedByte, UnsignedInt,
-                            UnsignedShort)
+from ..field_values import TYPED, Timestamp
 
 _u64 = struct.Struct(">Q")
 _pamqp_table_value = pamqp_encode.encode_table_value
@@ -42,9 +41,7 @@ def encode_timestamp(value) -> bytes:
     return _pamqp_timestamp(value)  # a datetime or time.struct_time
 
 
-_TYPED_FORMATS = {kind: struct.Struct(">" + form) for kind, form in (
-    (Byte, "b"), (UnsignedByte, "B"), (Short, "h"), (UnsignedShort, "H"),
-    (UnsignedInt, "I"), (Long, "q"), (Float, "f"))}
+_TYPED_FORMATS = {kind: struct.Struct(">" + kind.form) for kind in TYPED.values()}
 
 
 def encode_table_value(value) -> bytes:

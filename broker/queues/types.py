@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..amqp import spec
 from ..amqp.errors import AMQPError, precondition
-from ..field_values import FieldInt, Float, Timestamp
+from ..field_values import KEPT, Timestamp
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
@@ -114,7 +114,7 @@ def field_type(value) -> str:
         return "bool"
     if isinstance(value, Timestamp):
         return "timestamp"
-    if isinstance(value, (FieldInt, Float)):  # a declare's argument keeps its wire type
+    if isinstance(value, KEPT):  # a declare's argument keeps its wire type
         return value.name
     if isinstance(value, int):
         return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"

@@ -49,7 +49,7 @@ import decimal
 import json
 import os
 
-from ..field_values import BY_NAME, FieldInt, Float, Timestamp
+from ..field_values import BY_NAME, KEPT, Timestamp, plain
 from . import metadata_journal
 
 VERSION = 1
@@ -91,8 +91,8 @@ def _to_json(value):
         return {"$decimal": str(value)}
     if isinstance(value, Timestamp):
         return {"$timestamp": int(value)}
-    if isinstance(value, (FieldInt, Float)):
-        return {f"${value.name}": (float if isinstance(value, Float) else int)(value)}
+    if isinstance(value, KEPT):
+        return {f"${value.name}": plain(value)}
     if isinstance(value, datetime.datetime):
         return {"$timestamp": int(value.timestamp())}
     if isinstance(value, dict):
