@@ -147,6 +147,24 @@ def writev_all(fd: int, buffers: list[bytes]) -> int:
     return total
 
 
+def pwritev_all(fd: int, buffers: list[bytes], offset: int) -> int:
+    """All of `buffers`, in order, from `offset` (as `writev_all`, positioned: no
+    joined copy is made); returns the bytes written."""
+    total = position = skip = 0        # buffers[position][skip:] is next
+    count = len(buffers)
+    while position < count:
+        batch = buffers[position:position + _IOV_MAX]
+        if skip:
+            batch[0] = memoryview(buffers[position])[skip:]
+        written = os.pwritev(fd, batch, offset + total)
+        total += written
+        while position < count and written >= len(buffers[position]) - skip:
+            written -= len(buffers[position]) - skip
+            position, skip = position + 1, 0
+        skip += written
+    return total
+
+
 def pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """All of `data` at `offset` (as `write_all`)."""
     view = memoryview(data)

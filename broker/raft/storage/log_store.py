@@ -20,9 +20,9 @@ How it works (after rabbitmq/ra):
   cursor), every memory table is appended to its group's segment files (fsynced), and
   only then are the old WAL files deleted and the memory released. Through `seal()`
   and `synced()` (the shell's path) the same steps run in slices (rollover.py): each
-  `synced()` writes at most a slice of segment data, and the file syncs and the old
-  WAL's deletion ride on the following batches (`WalBatch.after`), off the caller's
-  thread; `flush()` and `roll_over()` still do it all in one call.
+  `synced()` takes at most a slice of segment data, whose writes, the file syncs and
+  the old WAL's deletion ride on the following batches (`WalBatch.after`), off the
+  caller's thread; `flush()` and `roll_over()` still do it all in one call.
 - Snapshots are written tmp -> fsync -> rename -> fsync(dir). A snapshot that does
   not match the log (a leader's, installed on a follower) replaces the whole log: a
   RESET record is flushed first, then the snapshot file is written.
@@ -287,8 +287,8 @@ class LogStore:
     def synced(self, batch: WalBatch) -> dict[str, int]:
         """`batch.write()` returned (or raised): what it made durable, {group: last
         index}; then the groups it deleted lose their files, and a full WAL rolls over
-        in slices (rollover.py): one slice after each batch, its file syncs in the
-        next batch (`WalBatch.after`), so no call here writes more than a slice."""
+        in slices (rollover.py): one slice after each batch, its writes and file
+        syncs in the next batch (`WalBatch.after`), so no call here writes entry data."""
         return self._after_batch(batch, sliced=True)
 
     @property

@@ -8,10 +8,13 @@ in one call; this one is the same steps, cut up.
 How it works: `start` opens the new WAL file and writes the metadata carried into it
 (the page cache); the next batch's sync (on the shell's writer thread) fdatasyncs it
 and fsyncs the WAL directory (a `Steps` attached to the batch: `WalBatch.after`).
-Once that batch is synced, each later `synced()` writes one slice: at most
-`SLICE_BYTES` of entries (or `SLICE_ENTRIES`), taken from the memory tables in uid
-order, appended to the groups' segment files without a sync; the next batch's sync
-fdatasyncs those files and fsyncs the directories created. When that batch is
+Once that batch is synced, each later `synced()` takes one slice: at most
+`SLICE_BYTES` of entries (or `SLICE_ENTRIES`), from the memory tables in uid
+order, counted into the groups' segment files with their blocks allocated; the
+next batch's sync writes them (segments.PendingAppend: the page-cache copy, which
+waits behind the WAL's own writes and fdatasyncs, is not the event loop's), then
+fdatasyncs those files and fsyncs the directories created. A read of a segment
+before then writes its pending appends first (segments.ReaderCache.get). When that batch is
 synced the slice's entries leave the memory tables. After the last slice, the same
 batch deletes the old WAL files and fsyncs the WAL directory.
 
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING
 from .errors import is_disk_full
 from .group_state import GroupState
 from .layout import SEGMENT_SUFFIX, SEGMENTS_DIR, fsync_dir, numbered_name, sync_file
-from .segments import append_entries, create_segment
+from .segments import PendingAppend, append_entries, create_segment
 
 if TYPE_CHECKING:  # pragma: no cover
     from .log_store import LogStore
@@ -56,6 +59,8 @@ class Steps:
     (`run`), then `done` on the store's thread once the batch is synced. `run` may
     run again (a batch retried after a full disk): every step is idempotent."""
     wal: WalFile | None = None                    # fdatasync this WAL file
+    # write these segment appends, then fdatasync them
+    appends: list[PendingAppend] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)  # fdatasync these segment files
     dirs: list[str] = field(default_factory=list)  # then fsync these directories
     remove: list[str] = field(default_factory=list)  # then delete these WAL files
@@ -65,6 +70,10 @@ class Steps:
     def run(self, fsync: bool) -> None:
         if self.wal is not None:
             self.wal.sync(fsync)
+        for append in self.appends:
+            append.run()
+        for append in self.appends:
+            sync_file(append.fd, fsync)
         for fd in self.fds:
             sync_file(fd, fsync)
         for directory in dict.fromkeys(self.dirs):
@@ -78,9 +87,12 @@ class Steps:
             fsync_dir(self.wal_dir, fsync)
 
     def close(self) -> None:
+        for append in self.appends:
+            append.forget()
+            os.close(append.fd)
         for fd in self.fds:
             os.close(fd)
-        self.fds = []
+        self.appends, self.fds = [], []
 
 
 class SlicedRollover:
@@ -138,7 +150,7 @@ class SlicedRollover:
         self._queue(steps, moved)
 
     def _queue(self, steps: Steps, moved: list) -> None:
-        if moved or steps.fds or steps.dirs or steps.remove:
+        if moved or steps.appends or steps.fds or steps.dirs or steps.remove:
             steps.done = lambda: self._written(steps, moved)
             self.store._steps.append(steps)
 
@@ -200,12 +212,11 @@ class SlicedRollover:
             store._readers.evict(ref.path)
             try:
                 taken = append_entries(ref, entries, position, config.segment_max_size_bytes,
-                                       fsync=False)
+                                       fsync=False, later=steps.appends)
             except OSError:
                 if ref.count == 0 and segments and segments[-1] is ref:
                     os.remove(segments.pop().path)
                 raise
-            steps.fds.append(os.open(ref.path, os.O_RDONLY))
             size += sum(len(e.data) for e in entries[position:position + taken])
             position += taken
             written = entries[position - 1].index

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zlib_ng.zlib_ng import crc32
 
 from ..types import LogEntry
 from .errors import CorruptLogError
-from .layout import TMP_SUFFIX, fsync_dir, pwrite_all, reserve, sync_file
+from .layout import TMP_SUFFIX, fsync_dir, pwrite_all, pwritev_all, reserve, sync_file
 
 SEGMENT_MAGIC = b"QQSG"
 SEGMENT_VERSION = 1
@@ -66,6 +67,9 @@ class SegmentRef:
     data_end: int            # file offset just past the last entry's data
     compacted: bool
     last_term: int = 0       # term of the last used slot (0 while empty)
+    # appends counted above but maybe not in the file yet (append_entries `later`):
+    # whoever reads the file runs them first (ReaderCache.get)
+    unwritten: list[PendingAppend] = field(default_factory=list)
 
     @property
     def data_start(self) -> int:
@@ -92,6 +96,39 @@ def _encode_slots(entries: list[LogEntry], offset: int) -> bytes:
         out.append(body + _crc32(body).to_bytes(4, "big"))
         offset += length
     return b"".join(out)
+
+
+@dataclass(slots=True, eq=False)
+class PendingAppend:
+    """An append's two writes (data, then index slots), made later on any thread:
+    a sliced rollover's, so the shell's event loop does not wait for the page
+    cache. Its blocks are allocated already, so it finds no full disk. `run` writes
+    once; a second call (the reader that got there first, or a retried batch after
+    a failed one) does nothing."""
+    ref: SegmentRef
+    fd: int                  # open for writing, closed by whoever holds the append
+    data: list[bytes]        # the entries' data, written back to back (no join)
+    data_at: int
+    slots: bytes
+    slots_at: int
+    written: bool = False
+
+    def run(self) -> None:
+        with _APPEND_LOCK:
+            if self.written:
+                return
+            pwritev_all(self.fd, self.data, self.data_at)
+            pwrite_all(self.fd, self.slots, self.slots_at)
+            self.written = True
+            self.data = []
+
+    def forget(self) -> None:
+        """Written and synced: the segment no longer waits for it (the store's thread)."""
+        if self in self.ref.unwritten:
+            self.ref.unwritten.remove(self)
+
+
+_APPEND_LOCK = threading.Lock()   # one PendingAppend runs at a time: loop or writer
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -256,6 +293,8 @@ class ReaderCache:
             self._readers.move_to_end(ref.path)
             return reader
         self.evict(ref.path)
+        for append in list(ref.unwritten):   # a file read before its writer got there
+            append.run()
         parsed = parse_segment(ref.path, ref.number, tolerate_torn=False)
         assert parsed is not None
         if parsed.ref.count != ref.count or parsed.ref.last != ref.last:
@@ -302,11 +341,15 @@ def create_segment(path: str, number: int, uid: str, slot_count: int) -> Segment
 
 
 def append_entries(ref: SegmentRef, entries: list[LogEntry], start: int,
-                   max_size_bytes: int, fsync: bool) -> int:
+                   max_size_bytes: int, fsync: bool,
+                   later: list[PendingAppend] | None = None) -> int:
     """Append the longest run of entries[start:] that fits; returns how many. Data
     first, then the index slots, then one fdatasync. The blocks for both are
     allocated first (layout.reserve): on a full disk the call fails before writing
-    anything, the index beyond the used slots stays zeros, and `ref` is unchanged."""
+    anything, the index beyond the used slots stays zeros, and `ref` is unchanged.
+    With `later`, only the blocks are allocated here and `ref` counts the entries:
+    the writes become a PendingAppend added to `later` (and to `ref.unwritten`),
+    whose holder runs it, fdatasyncs its fd and closes it."""
     stop = start
     data_size = ref.data_end - ref.data_start
     room = ref.slot_count - ref.count
@@ -316,27 +359,36 @@ def append_entries(ref: SegmentRef, entries: list[LogEntry], start: int,
     if stop == start:
         return 0
     batch = entries[start:stop]
-    data = b"".join(entry.data for entry in batch)
     slots = _encode_slots(batch, ref.data_end)
     slots_at = ref.header_size + ref.count * SLOT_SIZE
+    size = data_size - (ref.data_end - ref.data_start)
     fd = os.open(ref.path, os.O_WRONLY)
+    kept = False                             # the fd is the PendingAppend's
     try:
         reserve(fd, slots_at, len(slots))
-        reserve(fd, ref.data_end, len(data))
-        if data:
-            pwrite_all(fd, data, ref.data_end)
-        elif os.fstat(fd).st_size < ref.data_end:
+        reserve(fd, ref.data_end, size)
+        if not size and os.fstat(fd).st_size < ref.data_end:
             os.ftruncate(fd, ref.data_end)   # empty entries: the file still reaches them
-        pwrite_all(fd, slots, slots_at)
-        sync_file(fd, fsync)
+        if later is not None:
+            append = PendingAppend(ref, fd, [entry.data for entry in batch], ref.data_end,
+                                   slots, slots_at)
+            later.append(append)
+            ref.unwritten.append(append)
+            kept = True
+        else:
+            if size:
+                pwritev_all(fd, [entry.data for entry in batch], ref.data_end)
+            pwrite_all(fd, slots, slots_at)
+            sync_file(fd, fsync)
     finally:
-        os.close(fd)
+        if not kept:
+            os.close(fd)
     if not ref.count:
         ref.first = batch[0].index
     ref.count += len(batch)
     ref.last = batch[-1].index
     ref.last_term = batch[-1].term
-    ref.data_end += len(data)
+    ref.data_end += size
     return len(batch)
 
 

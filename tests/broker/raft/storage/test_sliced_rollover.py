@@ -13,6 +13,7 @@ import random
 import pytest
 
 from quorumqueue.broker.raft.storage import LogStore, rollover
+from quorumqueue.broker.raft.storage.segments import parse_segment
 from quorumqueue.broker.raft.types import LogEntry
 
 from .support import config, crash_image, reopen
@@ -77,6 +78,70 @@ def test_a_full_wal_rolls_over_a_slice_per_batch(tmp_path, small_slices):
     again = reopen(tmp_path)
     for group in GROUPS:
         assert [e.data for e in again.entries(group, 1, 21)] == expected[group]
+    again.close()
+
+
+def entries_in_segment_files(data_dir) -> int:
+    """Entries the segment files hold, as recovery would read them now."""
+    total = 0
+    for root, _dirs, files in os.walk(os.path.join(str(data_dir), "quorum", "segments")):
+        for name in files:
+            parsed = parse_segment(os.path.join(root, name), 0, tolerate_torn=True)
+            total += parsed.ref.count if parsed is not None else 0
+    return total
+
+
+def test_synced_leaves_a_slices_writes_to_the_next_batch(tmp_path, small_slices):
+    """synced() (the shell's event loop) only counts a slice into the segments; the
+    next batch's write (the shell's writer thread) writes it, before its fdatasync,
+    and only then do its entries leave memory. Issue 31 (Build 3): the page-cache
+    copy of a slice held the loop for hundreds of milliseconds while the writer
+    thread wrote the WAL."""
+    group = GROUPS[0]
+    store = LogStore(str(tmp_path), config(wal_max_size_bytes=16 * 1024,
+                                           segment_max_entries=64))
+    store.append(group, entries(group, 1, 41, 0))
+    expected = [e.data for e in entries(group, 1, 41, 0)]
+    cycle(store)                                   # the WAL is full: the new one opens
+    cycle(store)                                   # it is durable: the first slice
+    assert store.rolling_over
+    assert entries_in_segment_files(tmp_path) == 0
+    batch = store.seal()
+    batch.write()
+    assert entries_in_segment_files(tmp_path) > 0
+    store.synced(batch)
+    while store.rolling_over:
+        cycle(store)
+    assert entries_in_segment_files(tmp_path) == 40
+    assert [e.data for e in store.entries(group, 1, 41)] == expected
+    store.close()
+    again = reopen(tmp_path)
+    assert [e.data for e in again.entries(group, 1, 41)] == expected
+    again.close()
+
+
+def test_a_segment_read_while_its_next_slice_waits_returns_every_entry(tmp_path, small_slices):
+    """A read of entries already moved out of memory, from a segment whose next
+    slice is counted but not yet written (its batch not run), writes that slice
+    first and reads the file as the store counts it, then and after a restart."""
+    group = GROUPS[0]
+    store = LogStore(str(tmp_path), config(wal_max_size_bytes=16 * 1024,
+                                           segment_max_entries=64))
+    store.append(group, entries(group, 1, 41, 0))
+    expected = [e.data for e in entries(group, 1, 41, 0)]
+    cycle(store)
+    cycle(store)                                   # slice 1 counted
+    cycle(store)                                   # slice 1 written and synced, slice 2 counted
+    assert store.rolling_over
+    on_disk = entries_in_segment_files(tmp_path)
+    assert 0 < on_disk < 40
+    assert [e.data for e in store.entries(group, 1, 41)] == expected   # 1.. from the file
+    assert entries_in_segment_files(tmp_path) > on_disk     # the read wrote slice 2 first
+    while store.rolling_over:
+        cycle(store)
+    store.close()
+    again = reopen(tmp_path)
+    assert [e.data for e in again.entries(group, 1, 41)] == expected
     again.close()
 
 
