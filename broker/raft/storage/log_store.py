@@ -99,9 +99,9 @@ from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
 from .snapshots import (commit_snapshot_file, prepare_snapshot_file, read_snapshot_file,
                         write_snapshot_file)
-from .wal import (WAL_VERSION, WalBatch, WalFile, encode_delete_group, encode_entries,
-                  encode_group, encode_hard_state, encode_members, encode_release,
-                  encode_reset, encode_truncate)
+from .wal import (WAL_VERSION, Record, WalBatch, WalFile, encode_delete_group,
+                  encode_entries, encode_group, encode_hard_state, encode_members,
+                  encode_release, encode_reset, encode_truncate)
 
 _U64 = 1 << 64
 
@@ -117,7 +117,7 @@ class CompactionResult:
 
 @dataclass(slots=True)
 class _Pending:
-    records: list[bytes] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)  # one item per WAL record
     touched: set[str] = field(default_factory=set)
     deleted: dict[str, list[str]] = field(default_factory=dict)   # uid: its segment paths
 

@@ -60,6 +60,13 @@ _reset = struct.Struct(">IQQ")             # gid, snapshot index, snapshot term
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _crc32 = crc32   # zlib's CRC-32, computed by zlib-ng (pyproject.toml says why)
+# an ENTRY record with at least this much data is (its head, its data): the data is
+# written as a buffer of its own (WalFile.write), not copied into a joined record
+OWN_BUFFER_BYTES = 16 * 1024
+
+# A record as the store keeps it until written: its bytes, or a big entry's head
+# and data (still one item: batches count and retry records, not buffers)
+Record: TypeAlias = bytes | tuple[bytes, bytes]
 
 
 # --- encoding (pure) -------------------------------------------------------------------
@@ -80,20 +87,29 @@ def encode_group(gid: int, uid: str) -> bytes:
 
 
 def encode_entry(gid: int, entry: LogEntry) -> bytes:
-    return encode_entries(gid, [entry])[0]
+    return record_bytes(encode_entries(gid, [entry])[0])
 
 
-def encode_entries(gid: int, entries: list[LogEntry]) -> list[bytes]:
-    """One ENTRY record per entry (the hot path: locals only, three C calls each)."""
+def record_bytes(record: Record) -> bytes:
+    """A record's bytes, as written."""
+    return record if type(record) is bytes else b"".join(record)
+
+
+def encode_entries(gid: int, entries: list[LogEntry]) -> list[Record]:
+    """One ENTRY record per entry (the hot path: locals only, three C calls each).
+    An entry of OWN_BUFFER_BYTES or more is (head, data): its data is not copied."""
     pack_fixed, pack_head, pack_u32, crc, join = (_entry.pack, RECORD_HEADER.pack,
                                                  _u32.pack, _crc32, b"".join)
-    fixed_size = _entry.size
-    out = []
+    fixed_size, big = _entry.size, OWN_BUFFER_BYTES
+    out: list[Record] = []
     for entry in entries:
         data = entry.data
         fixed = pack_fixed(gid, entry.index, entry.term, entry.kind)
         head = pack_head(fixed_size + len(data), ENTRY, crc(data, crc(fixed)))
-        out.append(join((head, pack_u32(crc(head)), fixed, data)))
+        if len(data) < big:
+            out.append(join((head, pack_u32(crc(head)), fixed, data)))
+        else:
+            out.append((join((head, pack_u32(crc(head)), fixed)), data))
     return out
 
 
@@ -338,10 +354,16 @@ class WalFile:
                 wal.gids[record.uid] = record.gid
         return wal
 
-    def write(self, chunks: list[bytes]) -> None:
+    def write(self, records: list[Record]) -> None:
         """The records at the end of the file, by writev: the kernel copies them
         (without the GIL), no joined copy is made."""
-        self.size += writev_all(self._fd, chunks)
+        buffers: list[bytes] = []
+        for record in records:
+            if type(record) is bytes:
+                buffers.append(record)
+            else:
+                buffers += record
+        self.size += writev_all(self._fd, buffers)
 
     def rewind(self, size: int) -> None:
         """Cut the file back to `size` bytes (a batch that failed part way: its
@@ -372,7 +394,7 @@ class WalBatch:
     `write_records()` and `sync()` again. A failed fdatasync may have dropped the
     pages it could not write, so the records are rewritten, never only resynced."""
     wal: WalFile
-    records: list[bytes]
+    records: list[Record]
     step: int                           # records per write() call
     fsync: bool
     durable: dict[str, int]             # group: last index, durable once written
