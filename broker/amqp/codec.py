@@ -569,7 +569,16 @@ def deliveries(channel: int, consumer_tag: str, first_tag: int, messages, frame_
                                  tag, redelivered),
                     names, end_then(end, header_type, channel, len(header)), header,
                     end_then(end, body_type, channel, size), body, b"\xce"))
-        else:  # no body, or one split over several frames
+        elif size:  # split over several frames: views of the body, not copies
+            extend((method_start(method_type, channel, fixed_size + len(names), ids_and_tag,
+                                 tag, redelivered),
+                    names, end_then(end, header_type, channel, len(header)), header))
+            view = memoryview(body)
+            for at in range(0, size, chunk):
+                piece = view[at:at + chunk]
+                extend((end_then(end, body_type, channel, len(piece)), piece))
+            parts.append(b"\xce")
+        else:  # no body: no body frame
             extend((method_start(method_type, channel, fixed_size + len(names), ids_and_tag,
                                  tag, redelivered), names, b"\xce"))
             extend(content(channel, header, body, frame_max))

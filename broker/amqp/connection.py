@@ -226,14 +226,25 @@ class Connection:
         self.outbound.append(data)
 
     def data_to_send(self) -> bytes:
+        return b"".join(self.chunks_to_send())
+
+    def chunks_to_send(self) -> list:
+        """What `data_to_send` joins, not joined: for a transport that writes a list
+        as it is (writelines), so a delivery's body is not copied on the way out.
+        The caller may keep the buffers until the socket takes them, so each is
+        bytes or a view of bytes; a view of anything else is copied here."""
         if self.urgent:
             self.outbound[:0] = self.urgent
             self.urgent.clear()
         if not self.outbound:
-            return b""
-        data = b"".join(self.outbound)
+            return []
+        chunks = self.outbound[:]
         self.outbound.clear()
-        return data
+        for position, chunk in enumerate(chunks):
+            if type(chunk) is not bytes and not (type(chunk) is memoryview
+                                                 and type(chunk.obj) is bytes):
+                chunks[position] = bytes(chunk)
+        return chunks
 
     def urgent_to_send(self) -> bytes:
         """The urgent frames alone. They are whole frames, so they may go out

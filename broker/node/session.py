@@ -168,9 +168,13 @@ class Session:
     def data_to_send(self, pull: bool = True) -> bytes:
         """The bytes to send now; with `pull`, up to about STREAM_CHUNK_BYTES more
         from the streams."""
+        return b"".join(self.chunks_to_send(pull))
+
+    def chunks_to_send(self, pull: bool = True) -> list:
+        """`data_to_send` not joined (Connection.chunks_to_send)."""
         if pull and self._streams:
             self._pull(STREAM_CHUNK_BYTES)
-        return self.connection.data_to_send()
+        return self.connection.chunks_to_send()
 
     def _pull(self, budget: int) -> None:
         taken = 0

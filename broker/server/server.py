@@ -307,7 +307,7 @@ class BrokerServer:
         self._writer: SyncWriter | None = None  # the thread that runs Syncs (`flush`)
         self._sync: group_commit.Sync | None = None  # running on the writer thread
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)
-        self._held: list[tuple[Session, bytes, bool]] = []
+        self._held: list[tuple[Session, list, bool]] = []
         self._stopped = False
         # the cluster's transport (`_cluster_transport`), once `start` started it
         self.cluster_transport = None
@@ -742,8 +742,10 @@ class BrokerServer:
                      exc_info=True)
         self.on_fatal()
 
-    def _take_output(self) -> list[tuple[Session, bytes, bool]]:
-        """Every session's pending bytes, and whether it closed after them."""
+    def _take_output(self) -> list[tuple[Session, list, bool]]:
+        """Every session's pending buffers (not joined: `_send` hands the list to the
+        transport, whose writelines sends it without a copy), and whether it closed
+        after them."""
         node = self.node
         dirty = list(node.dirty)
         node.dirty.clear()
@@ -752,7 +754,7 @@ class BrokerServer:
             connection = self.connections.get(session)
             if connection is None:
                 continue
-            data = session.data_to_send(pull=not connection.write_paused)
+            data = session.chunks_to_send(pull=not connection.write_paused)
             output.append((session, data, session.closed))
             if session.streaming and not connection.write_paused:
                 # more of a stream: the next chunk on the loop's next turn, after other
@@ -761,7 +763,7 @@ class BrokerServer:
                 self.schedule_flush()
         return output
 
-    def _send(self, output: list[tuple[Session, bytes, bool]]) -> None:
+    def _send(self, output: list[tuple[Session, list, bool]]) -> None:
         now = time.monotonic()
         for session, data, closed in output:
             connection = self.connections.get(session)
@@ -769,7 +771,11 @@ class BrokerServer:
                 continue
             transport = connection.transport
             if data:
-                transport.write(data)
+                writelines = getattr(transport, "writelines", None)
+                if writelines is not None:
+                    writelines(data)
+                else:  # a direct connection's (management/direct.py)
+                    transport.write(b"".join(data))
                 session.sent(now)
             if closed:
                 timed_out = session.connection.handshake_timed_out  # logged by the session

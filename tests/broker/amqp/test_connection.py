@@ -710,3 +710,24 @@ def test_a_client_connection_close_is_answered_when_the_node_says():
     assert driver.output() == ["0:Connection.CloseOk"]
     assert driver.drain() == [ChannelClosed(1), ConnectionClosed("client closed the connection")]
     assert driver.connection.state is ConnectionState.CLOSED
+
+
+def test_chunks_to_send_are_the_bytes_data_to_send_joins_and_keep_no_mutable_view():
+    """The shell hands chunks_to_send to the transport as they are (writelines) and
+    the socket may take them later: views of bytes (a delivery's body) stay views,
+    not copies; anything else is copied, so a buffer changed after the call does not
+    change what goes out. Joined, they are what data_to_send returns."""
+    connection = Connection({"product": "test"}, frame_max=131072, channel_max=10,
+                            heartbeat=0, max_message_size=1000, now=0.0)
+    connection.urgent.clear()      # connection.start, not what this is about
+    body = bytes(range(256)) * 4
+    scratch = bytearray(b"scratch")
+    view = memoryview(body)[10:500]
+    connection.outbound += [b"head", view, memoryview(scratch)[1:4], scratch]
+    chunks = connection.chunks_to_send()
+    assert chunks[1] is view
+    scratch[:] = b"changed"
+    assert b"".join(chunks) == b"head" + body[10:500] + b"cra" + b"scratch"
+    assert connection.chunks_to_send() == [] and connection.data_to_send() == b""
+    connection.outbound += [b"a", memoryview(b"bc")]
+    assert connection.data_to_send() == b"abc"
