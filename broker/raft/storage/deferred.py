@@ -1,4 +1,5 @@
-"""File work a batch does after its fdatasync: snapshots written, segment files deleted.
+"""File work a batch does after its fdatasync: snapshots written, segment files
+deleted or compacted.
 
 Responsibilities: the slow file operations of a store opened with `background=True`
 (log_store.py), as jobs that the next sealed batch carries (`WalBatch.after`, like
@@ -11,7 +12,10 @@ How it works: `SnapshotWrite` writes `snapshot.dat.tmp`, fsyncs it, renames it o
 of the batch: the job notes it (`error`), removes its tmp file and the store tries
 again with a later batch (the snapshot's bytes stay in memory, and reads of the
 snapshot are answered from them). `Unlinks` deletes segment files the store no longer
-reads and fsyncs their directory.
+reads and fsyncs their directory. `SegmentRewrite` writes a compaction's copy of a
+segment (its live entries) to `<name>.tmp` and fsyncs it; `done` renames it over the
+segment (the store reads the old file until then) and the next batch fsyncs the
+directory; a full disk leaves the segment as it was.
 
 Invariants: `run` may run again (a batch written again after a full disk): every job
 is idempotent. A job touches only the files it names; the store keeps it from files
@@ -28,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..types import SnapshotMeta
-from . import snapshots
+from ..types import LogEntry, SnapshotMeta
+from . import segments, snapshots
 from .errors import is_disk_full
 from .layout import SNAPSHOT_FILE, TMP_SUFFIX, fsync_dir
 
@@ -88,6 +92,35 @@ class Unlinks:
             fsync_dir(self.directory, fsync)
         except FileNotFoundError:
             pass                  # the group was deleted: its directory went with it
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(slots=True, eq=False)
+class SegmentRewrite:
+    """A compaction's copy of one segment: its live entries in `<name>.tmp`, fsynced.
+    The store renames it over the segment in `done`, if that segment is still the
+    group's."""
+    uid: str
+    ref: segments.SegmentRef
+    entries: list[LogEntry]
+    count: int                               # the segment as it was when copied
+    data_end: int
+    done: Callable[[], None] | None = None
+    new: segments.SegmentRef | None = None   # the copy's ref, once written
+    error: OSError | None = None             # the disk was full: not written
+
+    def run(self, fsync: bool) -> None:
+        if self.new is not None:
+            return                # a retried batch: written the first time
+        try:
+            self.new = segments.write_rewritten(self.ref, self.uid, self.entries, True,
+                                                fsync)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            self.error = error    # write_rewritten removed its tmp file
 
     def close(self) -> None:
         pass

@@ -36,7 +36,9 @@ How it works (after rabbitmq/ra):
   state holds live.
 - `release(cursor)` deletes segment files wholly below the release cursor (the lowest
   index the state machine still needs); `compact(live)` rewrites mostly-dead segments
-  below the snapshot to keep only live entries (RabbitMQ 4.3 / ra 3).
+  below the snapshot to keep only live entries (RabbitMQ 4.3 / ra 3); in the
+  background a rewrite's copy is written and fsynced by the next batch's sync
+  (deferred.SegmentRewrite) and renamed over the segment in its `synced()`.
 - Deleting a group: `delete_group` drops it from memory and queues a DELETE_GROUP
   record; once that record is fsynced (in `flush()`, or whatever else writes the
   batch) the group's segment and snapshot directories are removed; recovery removes
@@ -91,9 +93,9 @@ from .group_log import GroupLog
 from .group_state import GroupState
 from .layout import (QUORUM_DIR, SEGMENT_SUFFIX, SEGMENTS_DIR, SNAPSHOT_FILE,
                      SNAPSHOTS_DIR, WAL_DIR, WAL_SUFFIX, check_uid, fsync_dir,
-                     group_dir_name, numbered_name, remove_group_dirs)
+                     TMP_SUFFIX, group_dir_name, numbered_name, remove_group_dirs)
 from .recovery import recover
-from .deferred import SnapshotWrite, Unlinks
+from .deferred import SegmentRewrite, SnapshotWrite, Unlinks
 from .rollover import SlicedRollover, Steps
 from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
@@ -146,6 +148,8 @@ class LogStore:
         # for the next sealed batch (WalBatch.after)
         self._rolling: SlicedRollover | None = None
         self._steps: list[Steps] = []
+        # segments whose compaction copy is being written (SegmentRewrite): id: ref
+        self._rewriting: dict[int, SegmentRef] = {}
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
@@ -788,8 +792,14 @@ class LogStore:
             if len(keep) * 2 >= ref.count and live_bytes * 2 >= total_bytes:
                 kept.append(ref.path)
                 continue
+            if id(ref) in self._rewriting:
+                continue              # its copy is being written: compacted again later
             wanted = set(keep)
             entries = [e for e in reader.read(ref.first, ref.last + 1) if e.index in wanted]
+            if self.background:       # the copy written on the writer thread
+                self._queue_rewrite(state, ref, entries)
+                rewritten.append(ref.path)
+                continue
             self._readers.evict(ref.path)
             self._fail("compact.before_rewrite")
             new = rewrite_segment(ref, state.uid, entries, True, self.config.fsync)
@@ -797,6 +807,38 @@ class LogStore:
             state.segments[state.segments.index(ref)] = new
             rewritten.append(new.path)
         return CompactionResult(tuple(deleted), tuple(rewritten), tuple(kept))
+
+    def _queue_rewrite(self, state: GroupState, ref: SegmentRef,
+                       entries: list[LogEntry]) -> None:
+        job = SegmentRewrite(state.uid, ref, entries, ref.count, ref.data_end)
+        job.done = lambda: self._rewritten(state, job)
+        self._rewriting[id(ref)] = ref
+        self._steps.append(job)
+
+    def _rewritten(self, state: GroupState, job: SegmentRewrite) -> None:
+        """The batch carrying `job` is synced: its copy replaces the segment (a rename),
+        unless the segment is no longer the group's (released, cut, the group
+        deleted) or grew meanwhile (a rollover appended to it). The next batch fsyncs the directory: until then a crash may find
+        the old file, which holds every live entry the copy does."""
+        ref = job.ref
+        self._rewriting.pop(id(ref), None)
+        tmp = ref.path + TMP_SUFFIX
+        current = (self._groups.get(state.uid) is state
+                   and any(segment is ref for segment in state.segments)
+                   and (ref.count, ref.data_end) == (job.count, job.data_end))
+        if job.new is None or not current:
+            if job.new is not None:
+                try:
+                    os.remove(tmp)
+                except FileNotFoundError:
+                    pass          # the group's directory went with it
+            return
+        self._readers.evict(ref.path)
+        self._fail("compact.before_rewrite")
+        os.replace(tmp, ref.path)
+        position = next(i for i, segment in enumerate(state.segments) if segment is ref)
+        state.segments[position] = job.new
+        self._steps.append(Unlinks(state.uid, os.path.dirname(ref.path), []))
 
     # --- reads -------------------------------------------------------------------------
 

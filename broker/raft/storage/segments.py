@@ -401,6 +401,16 @@ def rewrite_segment(ref: SegmentRef, uid: str, entries: list[LogEntry], compacte
         os.remove(ref.path)
         fsync_dir(os.path.dirname(ref.path), fsync)
         return None
+    new = write_rewritten(ref, uid, entries, compacted, fsync)
+    os.replace(ref.path + TMP_SUFFIX, ref.path)
+    fsync_dir(os.path.dirname(ref.path), fsync)
+    return new
+
+
+def write_rewritten(ref: SegmentRef, uid: str, entries: list[LogEntry], compacted: bool,
+                    fsync: bool) -> SegmentRef:
+    """`rewrite_segment`'s first half: `<name>.tmp` holding only `entries` (at least
+    one), fsynced; the ref it will be once renamed over the segment."""
     slot_count = len(entries) if compacted else ref.slot_count
     header = _encode_header(uid, slot_count, compacted)
     data_start = len(header) + slot_count * SLOT_SIZE
@@ -418,8 +428,6 @@ def rewrite_segment(ref: SegmentRef, uid: str, entries: list[LogEntry], compacte
         raise
     finally:
         os.close(fd)
-    os.replace(tmp, ref.path)
-    fsync_dir(os.path.dirname(ref.path), fsync)
     return SegmentRef(ref.number, ref.path, entries[0].index, entries[-1].index,
                       len(entries), slot_count, len(header), data_start + len(data), compacted,
                       entries[-1].term)

@@ -209,3 +209,41 @@ def test_crash_at_every_step_of_background_snapshots_loses_nothing_a_snapshot_ne
                 entry = recovered.entry(group, index)
                 assert entry is not None and entry.data == log[index], (path, group, index)
         recovered.close()
+
+
+def segment_sizes(store: LogStore, group: str) -> dict[str, int]:
+    return {path: os.path.getsize(path) for path in store.segment_paths(group)}
+
+
+def test_a_compactions_rewrite_waits_for_the_next_batch_and_keeps_every_live_entry(
+        tmp_path):
+    """compact() around live entries rewrites no file in the call that asks for it,
+    nor in the synced() that writes the snapshot it waits for: the next batch's sync
+    writes the copy (the writer thread), its synced() renames it over the segment,
+    and reads answer the live entries all along (and only those once compacted),
+    also after a restart."""
+    store = LogStore(str(tmp_path), config(segment_max_entries=8), background=True)
+    store.append(G1, entries(G1, 1, 41))
+    store.flush()
+    store.roll_over()                                  # 1..40 into 5 segments of 8
+    live = [3, 12, 20, 28, 33]                         # one per segment
+    expected = {i: e.data for i, e in enumerate(entries(G1, 1, 41), start=1) if i in live}
+    store.write_snapshot(G1, SnapshotMeta(40, 1, ()), b"state@40")
+    store.compact(G1, live)
+    before = segment_sizes(store, G1)
+    cycle(store)                                       # the snapshot file; copies asked for
+    assert segment_sizes(store, G1) == before          # no segment rewritten on this call
+    assert {i: e.data for i, e in ((e.index, e) for e in store.entries(G1, 1, 41))
+            if i in live} == expected                  # from the old files still
+    batch = store.seal()
+    batch.write()                                      # the copies written, not renamed
+    assert segment_sizes(store, G1) == before
+    store.synced(batch)                                # renamed: the segments shrink
+    after = segment_sizes(store, G1)
+    assert sum(after.values()) < sum(before.values()) / 2
+    assert {e.index: e.data for e in store.entries(G1, 1, 41)} == expected
+    cycle(store)
+    store.close()
+    again = LogStore(str(tmp_path), config(segment_max_entries=8), background=True)
+    assert {e.index: e.data for e in again.entries(G1, 1, 41)} == expected
+    again.close()
