@@ -50,6 +50,7 @@ from ..client.management import ManagementError
 from .connection import open_connection, open_lease_client
 from .options import BatchReadOptions, Mode
 from .schema import to_record_batch
+from .worker_gc import freeze_once
 
 # Messages per Arrow record batch handed to Spark.
 READ_CHUNK = 2_000
@@ -77,6 +78,7 @@ class QueueBatchReader(DataSourceReader):
         return [QueueRead(queue) for queue in self.options.queues]
 
     def read(self, partition: QueueRead) -> Iterator[pa.RecordBatch]:
+        freeze_once()
         if self.mode is Mode.LEASE:
             return self._read_lease(partition.queue)
         return self._read_consume(partition.queue)

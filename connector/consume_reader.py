@@ -83,6 +83,7 @@ from .ledger import Ledger
 from .offsets import ConsumeOffset, Cut, OffsetError
 from .options import ConsumeLimits, SourceOptions, consume_limits
 from .schema import to_record_batch
+from .worker_gc import freeze_once
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +331,7 @@ class ConsumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ executors
 
     def read(self, partition: ConsumedRows) -> Iterator:
+        freeze_once()
         if partition.batch.num_rows:
             yield partition.batch
 

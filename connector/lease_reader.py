@@ -94,6 +94,7 @@ from .offsets import Cut, LeaseOffset, LeaseRange
 from .options import MAX_GROW, QUEUE_PATTERN, OptionError, SourceOptions
 from .reconnect import DriverConnection, Reconnect, is_connection_loss
 from .schema import to_record_batch
+from .worker_gc import freeze_once
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +383,7 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The partition's messages; a lost broker is retried for option
         reconnectTimeout, the read going on after the last message handed to Spark (a
         range read settles nothing, so it can be read again)."""
+        freeze_once()
         retry = Reconnect(self.options.reconnect_timeout_ms,
                           f"quorumqueue source (executor, queue '{partition.queue}', "
                           f"sequences {partition.start + 1}..{partition.end})")

@@ -60,6 +60,7 @@ from .options import EXCHANGE, OptionError, SinkOptions, parse_sink_options
 from .publisher import ConfirmedPublisher
 from .sink_rows import (ROWS_PER_BATCH_ID, IdempotencyKey, InputPlan, input_plan,
                         returned_row, to_outgoing)
+from .worker_gc import freeze_once
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"   # StreamExecution.QUERY_ID_KEY
 BATCH_ID_PROPERTY = "streaming.sql.batchId"   # MicroBatchExecution.BATCH_ID_KEY
@@ -77,6 +78,7 @@ class QuorumQueueStreamWriter(DataSourceStreamArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedCount:
+        freeze_once()
         context = TaskContext.get()
         query = context.getLocalProperty(QUERY_ID_PROPERTY)
         batch = context.getLocalProperty(BATCH_ID_PROPERTY)
@@ -102,6 +104,7 @@ class QuorumQueueBatchWriter(DataSourceArrowWriter):
         self.write_id = uuid.uuid4().hex  # chosen on the driver: every task attempt shares it
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedCount:
+        freeze_once()
         partition = TaskContext.get().partitionId()
         key = IdempotencyKey(f"spark-write/{self.write_id}/{partition}", 0)
         return _publish(self.options, self.plan, key, partition, iterator)
