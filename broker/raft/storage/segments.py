@@ -101,15 +101,14 @@ def _encode_slots(entries: list[LogEntry], offset: int) -> bytes:
 @dataclass(slots=True, eq=False)
 class PendingAppend:
     """An append's two writes (data, then index slots), made later on any thread:
-    a sliced rollover's, so the shell's event loop does not wait for the page
-    cache. Its blocks are allocated already, so it finds no full disk. `run` writes
-    once; a second call (the reader that got there first, or a retried batch after
-    a failed one) does nothing."""
+    a sliced rollover's, so the shell's event loop neither waits for the page cache
+    nor encodes the slots (a CRC of each entry's data). Its blocks are allocated
+    already, so it finds no full disk. `run` writes once; a second call (the reader
+    that got there first, or a retried batch after a failed one) does nothing."""
     ref: SegmentRef
     fd: int                  # open for writing, closed by whoever holds the append
-    data: list[bytes]        # the entries' data, written back to back (no join)
+    entries: list[LogEntry]  # their data written back to back (no join), then slots
     data_at: int
-    slots: bytes
     slots_at: int
     written: bool = False
 
@@ -117,10 +116,11 @@ class PendingAppend:
         with _APPEND_LOCK:
             if self.written:
                 return
-            pwritev_all(self.fd, self.data, self.data_at)
-            pwrite_all(self.fd, self.slots, self.slots_at)
+            entries = self.entries
+            pwritev_all(self.fd, [entry.data for entry in entries], self.data_at)
+            pwrite_all(self.fd, _encode_slots(entries, self.data_at), self.slots_at)
             self.written = True
-            self.data = []
+            self.entries = []
 
     def forget(self) -> None:
         """Written and synced: the segment no longer waits for it (the store's thread)."""
@@ -359,26 +359,24 @@ def append_entries(ref: SegmentRef, entries: list[LogEntry], start: int,
     if stop == start:
         return 0
     batch = entries[start:stop]
-    slots = _encode_slots(batch, ref.data_end)
     slots_at = ref.header_size + ref.count * SLOT_SIZE
     size = data_size - (ref.data_end - ref.data_start)
     fd = os.open(ref.path, os.O_WRONLY)
     kept = False                             # the fd is the PendingAppend's
     try:
-        reserve(fd, slots_at, len(slots))
+        reserve(fd, slots_at, len(batch) * SLOT_SIZE)
         reserve(fd, ref.data_end, size)
         if not size and os.fstat(fd).st_size < ref.data_end:
             os.ftruncate(fd, ref.data_end)   # empty entries: the file still reaches them
         if later is not None:
-            append = PendingAppend(ref, fd, [entry.data for entry in batch], ref.data_end,
-                                   slots, slots_at)
+            append = PendingAppend(ref, fd, batch, ref.data_end, slots_at)
             later.append(append)
             ref.unwritten.append(append)
             kept = True
         else:
             if size:
                 pwritev_all(fd, [entry.data for entry in batch], ref.data_end)
-            pwrite_all(fd, slots, slots_at)
+            pwrite_all(fd, _encode_slots(batch, ref.data_end), slots_at)
             sync_file(fd, fsync)
     finally:
         if not kept:
