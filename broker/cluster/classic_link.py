@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..amqp.channel import ChannelState
 from ..amqp.codec import decode_properties
 from ..groups.metadata import encode as encode_meta
+from ..queues.actions import carry_out
 from ..queues.base import Confirm
 from ..queues.classic import ClassicQueue
 from ..queues.message import Message
@@ -83,7 +84,7 @@ class _Request:
 
 class _Proxy:
     """Host side: a consumer on another node, served by the queue like a local one
-    (it is its own `channel` for ClassicQueue.deliver)."""
+    (it is its own `channel` for the queue's Deliver actions)."""
 
     __slots__ = ("link", "key", "identity", "owner", "no_ack", "exclusive", "priority",
                  "prefetch", "window", "credit", "unacked", "channel")
@@ -101,12 +102,17 @@ class _Proxy:
     def has_capacity(self) -> bool:
         return self.credit > 0 if self.window else self.unacked < self.prefetch
 
-    def deliver(self, consumer, queue: ClassicQueue, entry, redelivered: bool, exchange: str,
-                routing_key: str, header: bytes, body: bytes) -> None:
+    def charge(self) -> None:
+        """The queue decided a delivery to it: counted now (its Deliver follows)."""
         if self.window:
             self.credit -= 1
         if not self.no_ack:
             self.unacked += 1
+
+    def deliver(self, consumer, queue: ClassicQueue, entry, redelivered: bool, exchange: str,
+                routing_key: str, header: bytes, body: bytes, charged: bool = True) -> None:
+        """A classic queue's Deliver action (always charged: only they come here)."""
+        if not self.no_ack:
             self.link.held.setdefault((queue.group, self.identity), {})[entry.seq] = (entry, self)
         self.link.post(self.owner, Rpc("cq.deliver", {
             "q": queue.group, "c": self.key,
@@ -473,7 +479,7 @@ class ClassicLink:
         if mirroring is not None:
             mirroring.publish_id = publish_id
         try:
-            queue.publish(message, None, confirm)
+            carry_out(queue.publish(message, None, confirm))
         finally:
             if mirroring is not None:
                 mirroring.publish_id = None
@@ -491,7 +497,7 @@ class ClassicLink:
         if queue is None or queue.deleted:
             return
         proxy = self.proxies[(queue.group, body["c"])] = _Proxy(self, sender, body)
-        queue.consume(proxy, proxy)
+        carry_out(queue.consume(proxy, proxy))
 
     def _host_cancel(self, sender: str, queue, body: dict) -> None:
         proxy = self.proxies.pop((body["q"], body["c"]), None)
@@ -503,7 +509,7 @@ class ClassicLink:
         proxy = self.proxies.get((body["q"], body["c"]))
         if proxy is not None and queue is not None and not queue.deleted:
             proxy.credit += body["n"]
-            queue.deliver()
+            carry_out(queue.deliver())
 
     def _host_settle(self, sender: str, queue, body: dict) -> None:
         held = self.held.get((body["q"], body["ch"]), {})
@@ -516,8 +522,8 @@ class ClassicLink:
                     item[1].unacked -= 1
         if queue is None or not entries:
             return
-        queue.settle(None, entries, body["rq"])
-        queue.capacity_freed()
+        carry_out(queue.settle(None, entries, body["rq"]))
+        carry_out(queue.capacity_freed())
 
     def _host_closed(self, sender: str, queue, body: dict) -> None:
         self._close(body["q"], body["ch"], queue)
@@ -534,7 +540,7 @@ class ClassicLink:
         if queue is None:
             return
         if held:
-            queue.settle(None, [entry for entry, _proxy in held.values()], True)
+            carry_out(queue.settle(None, [entry for entry, _proxy in held.values()], True))
         if removed:
             self.node.consumer_removed(queue)
 
@@ -543,7 +549,7 @@ class ClassicLink:
         if queue is None or queue.deleted:
             reply.get_empty()
             return
-        queue.basic_get(reply, bool(body["na"]))
+        carry_out(queue.basic_get(reply, bool(body["na"])))
 
     def _host_purge(self, sender: str, queue, body: dict) -> None:
         def respond(count: int) -> None:
@@ -552,7 +558,7 @@ class ClassicLink:
         if queue is None or queue.deleted:
             respond(0)
         else:
-            queue.purge(respond)
+            carry_out(queue.purge(respond), respond)
 
     def _host_stat(self, sender: str, queue, body: dict) -> None:
         if queue is not None and body.get("u"):  # a declare on another node

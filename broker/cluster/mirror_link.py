@@ -69,6 +69,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
+from ..queues.actions import carry_out
 from ..queues.classic import ClassicQueue
 from ..queues.mirroring import (desired_mirrors, ha_settings, leader_must_move,
                                 promotion_candidate)
@@ -127,6 +128,10 @@ class MirrorLink:
 
     def send(self, node: str, queue, op: list) -> None:
         self._post(node, queue, op)
+
+    def carry_out(self, actions: list) -> None:
+        """What the queue returned when its synchronisation ended."""
+        carry_out(actions)
 
     def ask(self, node: str, queue, op: list, answer: Callable[[bool], None]) -> None:
         cluster = self.cluster

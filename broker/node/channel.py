@@ -56,6 +56,7 @@ from ..amqp import codec, spec
 from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError, precondition
 from ..auth.users import Permissions, check_access
+from ..queues.actions import carry_out
 from ..queues.base import Confirm, Queue
 from ..queues.settings import consumer_timeout
 
@@ -91,6 +92,12 @@ class Consumer:
         if channel.global_prefetch and channel.unacked_count >= channel.global_prefetch:
             return False  # the channel's shared limit holds no-ack consumers too
         return self.no_ack or not (self.prefetch and self.unacked >= self.prefetch)
+
+    def charge(self) -> None:
+        """A queue decided a delivery to it (a Deliver action): counted now."""
+        if not self.no_ack:
+            self.unacked += 1
+            self.channel.unacked_count += 1
 
 
 def _served(consumer: Consumer) -> int:
@@ -172,9 +179,11 @@ class Channel:
     # ------------------------------------------------------------ deliveries
 
     def deliver(self, consumer: Consumer, queue: Queue, token, redelivered: bool,
-                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
+                exchange: str, routing_key: str, header: bytes, body: bytes,
+                charged: bool = False) -> None:
         """basic.deliver of one message to `consumer`. Unless no-ack, `token` is
-        kept until the client settles the delivery. Then the queue gets it back."""
+        kept until the client settles the delivery. Then the queue gets it back.
+        `charged`: `consumer.charge()` counted it already (a Deliver action)."""
         tag = self.next_delivery_tag
         self.next_delivery_tag += 1
         consumer.served = tag
@@ -191,8 +200,9 @@ class Channel:
             counts.deliver += 1
             self.unacked[tag] = (queue, token, consumer)
             self.delivered_at[tag] = self.node.now
-            consumer.unacked += 1
-            self.unacked_count += 1
+            if not charged:
+                consumer.unacked += 1
+                self.unacked_count += 1
         else:
             counters.consume_auto_ack += 1
             counts.deliver_no_ack += 1
@@ -299,11 +309,15 @@ class Channel:
             if requeue is None:
                 self.node.counters.by_type[queue.type_name].acknowledged += 1
                 queue.message_counts.ack += 1
-            queue.settle(self, [token], requeue)
+            actions = queue.settle(self, [token], requeue)
+            if actions:
+                carry_out(actions)
             if self.global_prefetch:
                 self._refill(())
             elif consumer is not None and consumer.queue is not None:
-                consumer.queue.capacity_freed()  # `_refill` of one consumer
+                actions = consumer.queue.capacity_freed()  # `_refill` of one consumer
+                if actions:
+                    carry_out(actions)
             return
         taken = self._take(delivery_tag, multiple, method)
         if self.tx_mode:
@@ -329,7 +343,7 @@ class Channel:
             if requeue is None:
                 self.node.counters.by_type[queue.type_name].acknowledged += len(tokens)
                 queue.message_counts.ack += len(tokens)
-            queue.settle(self, tokens, requeue)
+            carry_out(queue.settle(self, tokens, requeue))
         self._refill(consumers)
 
     def _refill(self, consumers) -> None:
@@ -343,7 +357,7 @@ class Channel:
             queue = consumer.queue
             if queue is not None and id(queue) not in seen:
                 seen.add(id(queue))
-                queue.capacity_freed()
+                carry_out(queue.capacity_freed())
 
     def consumer_timed_out(self, now: float) -> AMQPError | None:
         """The channel error that closes this channel, else None. It is due when
@@ -507,6 +521,6 @@ class Channel:
         self.tx_settlements.clear()
         self.tx_publishes.clear()
         for queue, tokens in returned.values():
-            queue.channel_closed(self, tokens)
+            carry_out(queue.channel_closed(self, tokens))
         self.pending_confirms.clear()
         self.node.awaiting_sync.discard(self)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError
 from ..queues import dead_letter
+from ..queues.actions import carry_out
 from ..queues.message import Message
 from ..queues.settings import dead_letter_target
 
@@ -78,4 +79,5 @@ def publish(node: "Node", queue, exchange: str, routing_key: str, header: bytes,
             log.warning("%s: dead-letter cycle to queue '%s' (%s): message dropped for it",
                         what, name, reason)
             continue
-        found.publish(Message(exchange_name, keys[0], properties, body), None, None)
+        carry_out(found.publish(Message(exchange_name, keys[0], properties, body), None,
+                                None))

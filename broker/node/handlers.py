@@ -36,6 +36,7 @@ from ..amqp.errors import AMQPError, access_refused, not_found, precondition
 from ..amqp.properties import (FLAG_EXPIRATION, expiration_error, may_select_keys,
                                without_headers)
 from ..queues import registry
+from ..queues.actions import carry_out
 from ..queues.types import (check_int_argument, check_server_named, field_type,
                             validate_declaration)
 from ..routing.exchanges import EXCHANGE, EXCHANGE_TYPES, QUEUE, Destination
@@ -297,7 +298,7 @@ def _send_declare_ok(channel: Channel, queue) -> None:
         if channel.is_open:
             channel.send(codec.queue_declare_ok(channel.number, queue.name, ready, consumers))
 
-    queue.declare_ok(send)
+    carry_out(queue.declare_ok(send), send)
 
 
 def queue_bind(session, channel: Channel, args) -> None:
@@ -427,7 +428,7 @@ def basic_consume(session, channel: Channel, args) -> None:
     channel.queues_used[id(queue)] = queue
     if not args.nowait:
         channel.send(codec.basic_consume_ok(channel.number, tag))
-    queue.consume(channel, consumer)
+    carry_out(queue.consume(channel, consumer))
 
 
 def _consume_reply_to(session, channel: Channel, args, tag: str) -> None:
@@ -576,7 +577,7 @@ def _checked_names(session, channel: Channel, properties):
 def basic_get(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
     channel.queues_used[id(queue)] = queue
-    queue.basic_get(channel, bool(args.no_ack))
+    carry_out(queue.basic_get(channel, bool(args.no_ack)))
 
 
 def basic_ack(session, channel: Channel, args: codec.Ack) -> None:

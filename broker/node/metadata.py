@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.errors import AMQPError, precondition
 from ..amqp.spec import RESOURCE_LOCKED
+from ..queues.actions import carry_out
 from ..queues.mirroring import forget_leader, ha_settings
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from . import membership
@@ -186,7 +187,7 @@ def record_changed(node: "Node", vhost, queue, record: dict) -> None:
         elif channel.consumers.get(consumer.tag) is consumer:
             consumer.queue = fresh
             channel.queues_used[id(fresh)] = fresh
-            fresh.consume(channel, consumer)
+            carry_out(fresh.consume(channel, consumer))
 
 
 def _truthy(value) -> bool:

@@ -32,6 +32,7 @@ from ..amqp import codec, spec
 from ..amqp.errors import AMQPError
 from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
+from ..queues.actions import carry_out
 from ..queues.base import Confirm, Queue
 from ..queues import registry
 from ..queues.deadlines import Deadlines
@@ -448,7 +449,7 @@ class Node:
         """Drop the queue's ready messages. `respond(count)` is called once that is
         done. That is at once for classic queues, once the purge is applied for
         quorum ones."""
-        queue.purge(respond)
+        carry_out(queue.purge(respond), respond)
 
     def consumer_removed(self, queue: Queue) -> None:
         """A consumer went: of this node, or a remote one on a queue hosted here.
@@ -541,11 +542,15 @@ class Node:
                                          record_body)
                         for queue in queues:
                             queue.message_counts.publish += 1
-                            queue.publish(record, channel, confirm)
+                            actions = queue.publish(record, channel, confirm)
+                            if actions:
+                                carry_out(actions)
                 else:
                     for queue in queues:
                         queue.message_counts.publish += 1
-                        queue.publish(message, channel, confirm)
+                        actions = queue.publish(message, channel, confirm)
+                        if actions:
+                            carry_out(actions)
                 if confirm is not None:
                     channel.close_confirm(confirm)
         except AMQPError as error:  # a queue refused it, or its headers cannot be read
@@ -601,7 +606,7 @@ class Node:
             else:
                 queue = vhost.queues.get(reply_to)
                 if queue is not None:
-                    queue.publish(reply, None, None)
+                    carry_out(queue.publish(reply, None, None))
 
         management.handle(self, channel.session, body, respond)
         return True

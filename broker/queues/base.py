@@ -7,33 +7,40 @@ classic queue its mirrors. The channel, the method handlers and the node hold a
 `Queue` and call these methods. They never ask which type it is. A new type is a
 new module here, not edits across the node.
 
-The operations, and what each owes its caller:
+The operations, and what each owes its caller. An operation may return a list of
+actions (queues/actions.py: deliver, get-ok, get-empty, declare-ok, purge-ok), which
+the caller carries out at once, in order (`actions.carry_out`). The classic type
+returns them and calls no channel. The quorum and remote types still call the
+channel themselves and return None (issue 29, Build 1: not converted yet).
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for. That is one of:
   a message-store batch (`confirm.after_batch`); an answer later (`confirm.hold()`
   returns the callback to call with True/False; `confirm.hold_reply(refused)`
   returns one to call with a reply, a nack when it equals `refused`); a refusal
-  now (`confirm.refuse()`).
+  now (`confirm.refuse()`). Returns the deliveries it made, if any.
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
-  this node starts or stops. Deliveries go out through `channel.deliver` (or
-  `channel.deliver_batch`).
+  this node starts or stops. Deliveries are `Deliver` actions (classic), or go
+  out through `channel.deliver` / `channel.deliver_batch` (quorum).
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
   (global QoS on quorum queues). Also whether the consumer is exclusive.
-- `basic_get(channel, no_ack)`: answer a basic.get with `channel.get_ok` or
-  `channel.get_empty`. That is now, or once the queue's log applied it.
+- `basic_get(channel, no_ack)`: answer a basic.get: a `GetOk` or `GetEmpty`
+  action to `channel` (classic; it may be returned by a later operation), or
+  `channel.get_ok` / `channel.get_empty` once the queue's log applied it.
 - `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this
   queue are acked (requeue None), or nacked/rejected (requeue True/False). The
-  tokens are those the queue handed to `channel.deliver`.
+  tokens are those of the queue's deliveries.
 - `channel_closed(channel, tokens)`: the channel is gone. Its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: `respond(count)` once purged. Or `respond(error)`,
-  an AMQPError, when the queue's host could not be asked. Delete drops the queue's
+- `purge(respond)`, `delete()`: a `PurgeOk` (classic), or `respond(count)` once
+  purged. Or `respond(error)`, an AMQPError, when the queue's host could not be
+  asked. Delete drops the queue's
   messages and resources. (The node has cancelled its consumers.)
 - `check_delete(if_unused, if_empty)`: what queue.delete refuses. It uses the
   counts `refresh(done)` made current: a queue hosted elsewhere asks its host.
-- `declare_ok(send)`: `send(ready, consumers)` once the counts are known. Those
-  are the counts a client that already sent its publishes and acks expects.
+- `declare_ok(send)`: a `DeclareOk` (classic), or `send(ready, consumers)` once
+  the counts are known. Those are the counts a client that already sent its
+  publishes and acks expects.
 - `policy_changed(policy)`: settings from policies. Some types' settings go
   through a log (`POLICY_ON_TICK`). They are applied again from the tick when
   `policy_due()`: a new leader catches up.
@@ -95,10 +102,16 @@ class Consumer(Protocol):
     def has_capacity(self) -> bool:
         """It may take another delivery now (prefetch, flow, channel open)."""
 
+    def charge(self) -> None:
+        """A delivery to it is decided (a `Deliver` action): count it against its
+        limits now, before the next `has_capacity` (as rabbit_limiter counts a
+        delivery it allows)."""
+
 
 class Channel(Protocol):
-    """What a queue type asks of the AMQP channel it serves (node/channel.py
-    implements it): deliveries, basic.get's answers, and news of confirms."""
+    """The AMQP channel a queue serves (node/channel.py implements it):
+    deliveries, basic.get's answers, and news of confirms. `actions.carry_out`
+    calls the first three; the quorum type still calls them itself."""
 
     state: ChannelState
     global_prefetch: int
@@ -112,8 +125,10 @@ class Channel(Protocol):
         """Who the channel is to a fifo machine (its Down returns its messages)."""
 
     def deliver(self, consumer: Consumer, queue: "Queue", token, redelivered: bool,
-                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
-        """basic.deliver of one message; `token` comes back when it is settled."""
+                exchange: str, routing_key: str, header: bytes, body: bytes,
+                charged: bool = False) -> None:
+        """basic.deliver of one message; `token` comes back when it is settled.
+        `charged`: `consumer.charge()` already counted it (a `Deliver` action)."""
 
     def deliver_batch(self, consumer: Consumer, queue: "Queue", tokens: list,
                       messages: list) -> None:

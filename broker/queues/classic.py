@@ -22,10 +22,14 @@ record is in the metadata on every node. Other nodes hold a remote.py
 RemoteClassicQueue. The cluster's link serves them through this one: their
 consumers are proxy consumers here. A persistent message in a durable queue is
 appended to the node's message store. The publisher's confirm waits for that
-batch's fsync. Deliveries go to consumers' channels at once. An unacked delivery's
-token is its `Entry`. Settling one writes an ack record for a stored message. A
-stored message's first delivery that must be acked writes a delivered record. So
-after a restart it comes back redelivered, as RabbitMQ's classic queues do.
+batch's fsync. The queue calls no channel: each command returns its actions
+(queues/actions.py): deliveries to consumers, basic.get's answer, the counts of
+declare-ok and purge-ok. The caller carries them out at once. A delivery is charged
+to its consumer when decided (`consumer.charge()`), so prefetch holds. An unacked
+delivery's token is its `Entry`. Settling one writes an ack record for a stored
+message. A stored message's first delivery that must be acked writes a delivered
+record. So after a restart it comes back redelivered, as RabbitMQ's classic queues
+do.
 
 Message TTL (the TTL guide, as rabbit_amqqueue_process): a message gets its expiry
 when published, `now + ttl`. The ttl is the lower of the queue's and the message's
@@ -84,6 +88,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
+from .actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk
 from .base import Channel, Confirm, Consumer, MessageCounts, Queue
 from .message import Message
 from .mirroring import desired_mirrors, ha_settings, leader_record_changed, promote
@@ -441,13 +446,13 @@ class ClassicQueue(Queue):
         return _without_default_type(arguments), _without_default_type(self.arguments)
 
     def publish(self, message: Message, channel: "Channel | None",
-                confirm: Confirm | None) -> None:
+                confirm: Confirm | None) -> list[Action]:
         if self.would_overflow(message):  # reject-publish(-dlx): nacked
             if confirm is not None:
                 confirm.refuse()
             if self.overflow == "reject-publish-dlx":
                 self._died(message, "maxlen")
-            return
+            return []
         expires = (self.expiry_of(message, self.now_ms) if self.message_ttl is not None
                    or message.properties.flags & _EXPIRATION_FLAG else 0)
         stored = self.durable and message.persistent and self.store is not None
@@ -464,37 +469,42 @@ class ClassicQueue(Queue):
         for dropped in self.push(entry):
             self._forget(dropped)
             self._died(dropped.message, "maxlen")
-        if self.consumers:
-            self.deliver(entry)
+        actions = self.deliver(entry) if self.consumers else []
         if expires:  # TTL 0: not taken at once, it expires now
             self.expire_heads(self.now_ms)
+        return actions
 
-    def deliver(self, fresh: Entry | None = None) -> None:
-        """Hand ready messages to consumers with capacity. Expired heads leave first.
-        `fresh`, the message being published, may go out whatever its TTL."""
+    def deliver(self, fresh: Entry | None = None) -> list[Action]:
+        """Hand ready messages to consumers with capacity: the `Deliver` actions.
+        Expired heads leave first. `fresh`, the message being published, may go
+        out whatever its TTL. Each delivery is charged to its consumer at once, so
+        the next `has_capacity` counts it."""
+        actions: list[Action] = []
         if self.mirroring is not None and self.mirroring.syncing is not None:
-            return  # synchronising its mirrors: deliveries (and gets) wait (sync_ended)
+            return actions  # synchronising its mirrors: deliveries wait (sync_ended)
         now = self.now_ms if self.expiring else 0
         while self.ready_count:
             if self.expiring and self.expire_heads(now, fresh) and not self.ready_count:
-                return
+                break
             consumer = self.next_consumer()
             if consumer is None:
-                return
+                break
             entry = self.pop()
             self.unacked_count += 1
             message = entry.message
-            consumer.channel.deliver(consumer, self, entry, entry.redelivered,
-                                     message.exchange, message.routing_key,
-                                     message.properties.raw, message.body)
+            consumer.charge()
+            actions.append(Deliver(consumer, self, entry, entry.redelivered,
+                                   message.exchange, message.routing_key,
+                                   message.properties.raw, message.body))
             if consumer.no_ack:
                 self._settled(entry)
             elif not entry.redelivered:
                 self._first_delivery(entry)
+        return actions
 
-    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+    def consume(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
         self.add_consumer(consumer)
-        self.deliver()
+        return self.deliver()
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
         self.remove_consumer(consumer)
@@ -508,34 +518,37 @@ class ClassicQueue(Queue):
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        """A declare (or redeclare, passive too) renews x-expires, as in RabbitMQ."""
+    def declare_ok(self, send: Callable[[int, int], None] | None = None) -> list[Action]:
+        """The declare-ok's counts. A declare (or redeclare, passive too) renews
+        x-expires, as in RabbitMQ. (`send`: the interface's, unused here.)"""
         self.touch()
         self.expire_heads(self.now_ms)
-        send(self.ready_count, self.consumer_count)
+        return [DeclareOk(self.ready_count, self.consumer_count)]
 
-    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+    def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
+        """A `GetOk` or `GetEmpty` to `channel`. None yet while the mirrors
+        synchronise: `sync_ended` returns it."""
         if self.mirroring is not None and self.mirroring.syncing is not None:
             self.held_gets.append((channel, no_ack))  # answered when the sync ends
-            return
+            return []
         now = self.now_ms
         self.touch(now)
         self.expire_heads(now)
         entry = self.pop()
         if entry is None:
-            channel.get_empty()
-            return
+            return [GetEmpty(channel)]
         self.unacked_count += 1
         message = entry.message
-        channel.get_ok(self, entry, no_ack, entry.redelivered, message.exchange,
+        answer = GetOk(channel, self, entry, no_ack, entry.redelivered, message.exchange,
                        message.routing_key, self.ready_count, message.properties.raw,
                        message.body)
         if no_ack:
             self._settled(entry)
         elif not entry.redelivered:
             self._first_delivery(entry)
+        return [answer]
 
-    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> list[Action]:
         for entry in tokens:
             if requeue:
                 self.unacked_count -= 1
@@ -551,15 +564,14 @@ class ClassicQueue(Queue):
             for dropped in self.enforce_limits():
                 self._forget(dropped)
                 self._died(dropped.message, "maxlen")
-            self.deliver()
+            return self.deliver()
+        return []
 
-    def channel_closed(self, channel: "Channel", tokens: list) -> None:
-        if tokens:
-            self.settle(channel, tokens, True)
+    def channel_closed(self, channel: "Channel", tokens: list) -> list[Action]:
+        return self.settle(channel, tokens, True) if tokens else []
 
-    def capacity_freed(self) -> None:
-        if not self.deleted:
-            self.deliver()
+    def capacity_freed(self) -> list[Action]:
+        return [] if self.deleted else self.deliver()
 
     def take_ready(self) -> list[Entry]:
         """Remove and return every ready entry (the pure FIFO operation)."""
@@ -570,12 +582,13 @@ class ClassicQueue(Queue):
         self.ready_bytes = 0
         return purged
 
-    def purge(self, respond: Callable[[int], None]) -> None:
-        """Drop the ready messages (unacked ones survive a purge); answer their count."""
+    def purge(self, respond: Callable[[int], None] | None = None) -> list[Action]:
+        """Drop the ready messages (unacked ones survive a purge): a `PurgeOk` with
+        their count. (`respond`: the interface's, unused here.)"""
         purged = self.take_ready()
         for entry in purged:
             self._forget(entry)
-        respond(len(purged))
+        return [PurgeOk(len(purged))]
 
     def gone_after_restart(self, node_name: str, boot_id: str) -> bool:
         return not self.durable or (self.exclusive_owner is not None
@@ -597,18 +610,21 @@ class ClassicQueue(Queue):
         (mirroring.leader_record_changed); another leader: False (rebuilt)."""
         return leader_record_changed(self, record)
 
-    def sync_ended(self) -> None:
+    def sync_ended(self) -> list[Action]:
         """The mirrors' synchronisation finished or was cancelled: the gets that
-        waited are answered, deliveries resume."""
+        waited are answered, deliveries resume (the actions, for the mirror link to
+        carry out)."""
         held, self.held_gets = self.held_gets, []
+        actions: list[Action] = []
         for channel, no_ack in held:
             if getattr(channel, "is_open", True):  # (a remote one's reply: always)
                 if self.deleted:
-                    channel.get_empty()
+                    actions.append(GetEmpty(channel))
                 else:
-                    self.basic_get(channel, no_ack)
+                    actions += self.basic_get(channel, no_ack)
         if not self.deleted:
-            self.deliver()
+            actions += self.deliver()
+        return actions
 
     @property
     def sync_progress(self) -> int | None:

@@ -210,6 +210,10 @@ class MirrorLink(Protocol):
     def settings(self, queue: Any) -> HaSettings | None:
         """The mirroring settings of `queue`'s policy now."""
 
+    def carry_out(self, actions: list) -> None:
+        """Do what the queue returned when a synchronisation ended (the gets it held,
+        the deliveries it held back: queues/actions.py's `carry_out`)."""
+
     @property
     def sync_batch_size(self) -> int:
         """The configuration's mirroring_sync_batch_size: the batch size of a queue
@@ -279,7 +283,7 @@ class Mirroring:
         (a synchronisation in progress ends: what it held back is served)."""
         if self.syncing is not None:
             self.syncing = None
-            self.queue.sync_ended()
+            self.link.carry_out(self.queue.sync_ended())
         for node in list(self.mirrors):
             self.detach(node)
 
@@ -321,7 +325,7 @@ class Mirroring:
             return False
         self.syncing = None
         self.sync_again = False
-        self.queue.sync_ended()
+        self.link.carry_out(self.queue.sync_ended())
         return True
 
     @property
@@ -364,7 +368,7 @@ class Mirroring:
             if mirror is not None and mirror.first_seq == first_seq:  # not reset since
                 mirror.first_seq = 0
         self.syncing = None
-        self.queue.sync_ended()
+        self.link.carry_out(self.queue.sync_ended())
         if self.sync_again:
             self.sync_again = False
             self.sync()

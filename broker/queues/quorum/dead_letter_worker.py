@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 from ...amqp.errors import AMQPError
 from ...fifo.commands import DlxDelivery, DlxSettle
 from .. import dead_letter
+from ..actions import carry_out
 from ..base import Confirm
 from ..message import Message
 from ..settings import dead_letter_target
@@ -210,7 +211,7 @@ class DeadLetterWorker:
         message = Message(exchange_name, keys[0], properties, body)
         for name in sending:
             confirm = _Confirm(self, letter, name)
-            routed[name].publish(message, None, confirm)
+            carry_out(routed[name].publish(message, None, confirm))  # a classic target's
             if not confirm.outstanding:  # answered at once (a classic queue, a refusal)
                 confirm.settled()
 

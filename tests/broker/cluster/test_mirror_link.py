@@ -158,6 +158,9 @@ class Link:
     def boot(self, node):
         return self.boots.get(node)
 
+    def carry_out(self, actions) -> None:
+        assert not actions
+
 
 def leader():
     queue = ClassicQueue("/", "q", False, None, False, {})

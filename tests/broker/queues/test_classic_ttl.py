@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from quorumqueue.broker.amqp import codec
+from quorumqueue.broker.queues.actions import carry_out
 from quorumqueue.broker.queues.base import Confirm
 from quorumqueue.broker.queues.classic import ClassicQueue
 from quorumqueue.broker.queues.message import Message
@@ -55,12 +56,14 @@ class FakeChannel:
         self.delivered: list[bytes] = []
         self.unacked: list = []
         self.got: list = []
+        self.charged = 0  # deliveries decided (consumer.charge) and not yet carried out
 
     def deliver(self, consumer, queue, entry, redelivered, exchange, routing_key, header,
-                body) -> None:
+                body, charged=False) -> None:
         self.delivered.append(body)
         if not consumer.no_ack:
             self.unacked.append(entry)
+            self.charged -= charged
 
     def get_ok(self, queue, entry, no_ack, redelivered, exchange, routing_key, remaining,
                header, body) -> None:
@@ -82,7 +85,11 @@ class FakeConsumer:
     exclusive: bool = False
 
     def has_capacity(self) -> bool:
-        return len(self.channel.unacked) < self.prefetch
+        return len(self.channel.unacked) + self.channel.charged < self.prefetch
+
+    def charge(self) -> None:
+        if not self.no_ack:
+            self.channel.charged += 1
 
 
 def message(body: bytes, expiration: str | None = None) -> Message:
@@ -100,7 +107,7 @@ def new_queue(node: FakeNode, policy=None, **arguments) -> ClassicQueue:
 def publish(queue: ClassicQueue, *bodies: bytes, expiration: str | None = None,
             confirm: Confirm | None = None) -> None:
     for body in bodies:
-        queue.publish(message(body, expiration), None, confirm)
+        carry_out(queue.publish(message(body, expiration), None, confirm))
 
 
 def ready_bodies(queue: ClassicQueue) -> list[bytes]:
@@ -169,7 +176,7 @@ def test_only_heads_expire_a_short_ttl_behind_a_long_one_waits_but_is_never_deli
     queue.tick(node.clock_ms)
     assert ready_bodies(queue) == [b"long", b"short"]
     channel = FakeChannel()
-    queue.consume(channel, FakeConsumer(channel))
+    carry_out(queue.consume(channel, FakeConsumer(channel)))
     assert channel.delivered == [b"long"]
     assert node.deaths == [(b"short", "expired")]
 
@@ -180,11 +187,11 @@ def test_an_expired_head_is_never_delivered_or_got_even_before_the_timer_runs():
     publish(queue, b"old")
     node.clock_ms += 100  # no tick
     channel = FakeChannel()
-    queue.basic_get(channel, no_ack=True)
+    carry_out(queue.basic_get(channel, no_ack=True))
     assert channel.got == [None]
     publish(queue, b"fresh")
     node.clock_ms += 100
-    queue.consume(channel, FakeConsumer(channel))
+    carry_out(queue.consume(channel, FakeConsumer(channel)))
     assert channel.delivered == []
     assert node.deaths == [(b"old", "expired"), (b"fresh", "expired")]
 
@@ -195,7 +202,7 @@ def test_ttl_zero_delivers_only_to_a_consumer_that_can_take_it_at_once():
     node = FakeNode()
     queue = new_queue(node, **{"x-message-ttl": 0})
     channel = FakeChannel()
-    queue.consume(channel, FakeConsumer(channel, prefetch=1))
+    carry_out(queue.consume(channel, FakeConsumer(channel, prefetch=1)))
     publish(queue, b"taken", b"no-room")
     assert channel.delivered == [b"taken"]
     assert queue.ready_count == 0 and node.deaths == [(b"no-room", "expired")]
@@ -209,11 +216,11 @@ def test_unacked_messages_do_not_expire_and_requeued_ones_keep_their_expiry():
     queue = new_queue(node, **{"x-message-ttl": 1000})
     publish(queue, b"m")
     channel = FakeChannel()
-    queue.basic_get(channel, no_ack=False)
+    carry_out(queue.basic_get(channel, no_ack=False))
     node.clock_ms += 5000
     queue.tick(node.clock_ms)
     assert queue.unacked_count == 1 and node.deaths == []
-    queue.settle(channel, channel.unacked, True)  # requeued: its expiry passed
+    carry_out(queue.settle(channel, channel.unacked, True))  # requeued: its expiry passed
     queue.tick(node.clock_ms)
     assert queue.ready_count == 0 and queue.unacked_count == 0
     assert node.deaths == [(b"m", "expired")]
@@ -246,11 +253,11 @@ def test_reject_without_requeue_dies_rejected_acks_and_requeues_do_not():
     publish(queue, b"acked", b"requeued", b"rejected")
     channel = FakeChannel()
     for _ in range(3):
-        queue.basic_get(channel, no_ack=False)
+        carry_out(queue.basic_get(channel, no_ack=False))
     acked, requeued, rejected = channel.unacked
-    queue.settle(channel, [acked], None)
-    queue.settle(channel, [requeued], True)
-    queue.settle(channel, [rejected], False)
+    carry_out(queue.settle(channel, [acked], None))
+    carry_out(queue.settle(channel, [requeued], True))
+    carry_out(queue.settle(channel, [rejected], False))
     assert node.deaths == [(b"rejected", "rejected")]
     assert ready_bodies(queue) == [b"requeued"]
     queue.purge(lambda count: None)
@@ -314,12 +321,12 @@ def test_consumers_gets_and_declares_keep_a_queue_alive_publishes_do_not():
     queue.tick(node.clock_ms)
     channel = FakeChannel()
     consumer = FakeConsumer(channel)
-    queue.consume(channel, consumer)
+    carry_out(queue.consume(channel, consumer))
     node.clock_ms += 10_000
     queue.tick(node.clock_ms)
     queue.cancel(channel, consumer)  # the period starts again
     node.clock_ms += 900
-    queue.basic_get(channel, no_ack=True)
+    carry_out(queue.basic_get(channel, no_ack=True))
     node.clock_ms += 900
     queue.declare_ok(lambda ready, consumers: None)
     node.clock_ms += 900

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from quorumqueue.broker.amqp.properties import decode_properties, encode_properties
+from quorumqueue.broker.queues.actions import carry_out
 from quorumqueue.broker.queues.base import Confirm
 from quorumqueue.broker.queues.classic import ClassicQueue
 from quorumqueue.broker.queues.message import Message
@@ -110,6 +111,9 @@ class Link:
     def boot(self, node):
         return "boot"
 
+    def carry_out(self, actions) -> None:
+        carry_out(actions)
+
 
 class Channel:
     def __init__(self) -> None:
@@ -183,8 +187,8 @@ def test_acks_and_first_deliveries_reach_the_mirrors():
     for body in (b"1", b"2", b"3"):
         queue.publish(message(body), None, None)
     channel = Channel()
-    queue.basic_get(channel, no_ack=False)   # 1: delivered, unacked
-    queue.basic_get(channel, no_ack=False)   # 2: delivered, then acked
+    carry_out(queue.basic_get(channel, no_ack=False))   # 1: delivered, unacked
+    carry_out(queue.basic_get(channel, no_ack=False))   # 2: delivered, then acked
     queue.settle(channel, [channel.got[1][0]], None)
     replica = link.replicas["b"]
     assert bodies(replica) == [b"1", b"3"]
@@ -202,7 +206,7 @@ def test_a_new_mirror_starts_empty_and_is_synchronised_once_old_messages_drain()
     assert bodies(link.replicas["c"]) == [b"new"]
     assert queue.mirroring.synchronised() == ["b"]
     channel = Channel()
-    queue.basic_get(channel, no_ack=True)    # "old" leaves the queue
+    carry_out(queue.basic_get(channel, no_ack=True))    # "old" leaves the queue
     assert queue.mirroring.synchronised() == ["b", "c"]
 
 
@@ -269,7 +273,7 @@ def test_a_cancelled_sync_leaves_the_mirror_unsynchronised_and_holding_what_it_g
     assert queue.mirroring.sync() == 1
     assert queue.mirroring.sync() == 1               # already running: goes on
     waiting = Channel()
-    queue.basic_get(waiting, no_ack=True)            # held while the sync runs
+    carry_out(queue.basic_get(waiting, no_ack=True))  # held while the sync runs
     assert waiting.got == []
     assert queue.mirroring.cancel_sync() is True
     assert queue.sync_progress is None
@@ -280,7 +284,7 @@ def test_a_cancelled_sync_leaves_the_mirror_unsynchronised_and_holding_what_it_g
     queue.publish(message(b"4"), None, None)
     assert bodies(link.replicas["b"]) == [b"4"]      # it got 1, which the get took
     for _ in range(2):
-        queue.basic_get(Channel(), no_ack=True)      # 2, 3 drain (1 went above)
+        carry_out(queue.basic_get(Channel(), no_ack=True))  # 2, 3 drain (1 went above)
     assert queue.mirroring.synchronised() == ["b"]
 
 
@@ -293,8 +297,8 @@ def test_a_promoted_mirror_serves_its_copy_with_unacked_messages_redelivered():
     # "0" handed out in automatic acknowledgement mode: "messages that are in-flight
     # on their way to consumers in automatic acknowledgement mode ... will not be
     # requeued by the new leader"
-    leader.basic_get(channel, no_ack=True)
-    leader.basic_get(channel, no_ack=False)  # "1" unacked when the leader dies
+    carry_out(leader.basic_get(channel, no_ack=True))
+    carry_out(leader.basic_get(channel, no_ack=False))  # "1" unacked when the leader dies
 
     class Previous:  # the RemoteClassicQueue on b, with its copy
         replica = link.replicas["b"]
@@ -305,7 +309,7 @@ def test_a_promoted_mirror_serves_its_copy_with_unacked_messages_redelivered():
     promoted.take_over(Previous())
     got = Channel()
     for _ in range(4):
-        promoted.basic_get(got, no_ack=True)
+        carry_out(promoted.basic_get(got, no_ack=True))
     assert [(body, again) for _token, body, again in got.got[:3]] == [
         (b"1", True), (b"2", False), (b"3", False)]
     assert got.got[3] is None
@@ -391,7 +395,7 @@ def test_a_mirror_promoted_from_its_stored_copy_does_not_write_it_again(tmp_path
     assert not store.has_pending   # its records are the mirror's, under the same key
     got = Channel()
     for _ in range(4):
-        promoted.basic_get(got, no_ack=False)
+        carry_out(promoted.basic_get(got, no_ack=False))
     assert [(body, again) for _token, body, again in got.got] == [
         (b"1", False), (b"2", True), (b"3", False), (b"4", False)]
     promoted.settle(got, [got.got[0][0]], None)   # acked through the new leader

@@ -1,0 +1,117 @@
+"""What a queue type asks its callers to do: actions, as data.
+
+RabbitMQ's `rabbit_queue_type` returns `{State, Actions}`; a queue type here does
+the same. A command changes the queue and returns a list of actions. The caller
+(node/channel.py, node/handlers.py, cluster/classic_link.py) carries them out with
+`carry_out`, in order, before anything else happens. So a queue never calls a
+channel.
+
+The actions:
+- `Deliver`: basic.deliver of one message to `consumer`, on its channel.
+- `GetOk`, `GetEmpty`: basic.get's answer, to the channel that asked (`to`).
+- `DeclareOk`: queue.declare-ok's counts. `PurgeOk`: how many were purged.
+  These two answer the caller alone: `carry_out` hands them to `reply`.
+
+Capacity: a queue hands a message to a consumer that `has_capacity()`. It then
+calls `consumer.charge()`, which counts the delivery against the prefetch limits at
+once, as rabbit_limiter counts a delivery when it allows it. The `Deliver` is
+carried out later with `charged=True`, so it is not counted twice.
+
+Invariants: an action names everything it needs; none holds a callback. The
+actions of one command are carried out in the order returned.
+
+Not here: the frames themselves (node/channel.py), the quorum queue type's effects
+(queues/quorum/deliveries.py), which still call the channel (issue 29, Build 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, assert_never
+
+from .base import Channel, Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """basic.deliver of one message to `consumer`; `token` comes back when settled."""
+
+    consumer: Consumer
+    queue: Any          # the Queue delivering (its counts, its settle)
+    token: Any
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    header: bytes       # the content header, as published
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GetOk:
+    """basic.get-ok with one message, to the channel `to` that asked."""
+
+    to: Channel
+    queue: Any
+    token: Any
+    no_ack: bool
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    remaining: int      # ready messages left in the queue
+    header: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GetEmpty:
+    """basic.get-empty, to the channel `to` that asked."""
+
+    to: Channel
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareOk:
+    """queue.declare-ok's counts: ready messages and consumers."""
+
+    ready: int
+    consumers: int
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeOk:
+    """queue.purge-ok's count: the ready messages dropped."""
+
+    count: int
+
+
+Action = Deliver | GetOk | GetEmpty | DeclareOk | PurgeOk
+
+
+def carry_out(actions: Iterable[Action] | None,
+              reply: Callable[..., None] | None = None) -> None:
+    """Do what a queue's command returned, in order. `reply` takes a `DeclareOk`'s
+    counts or a `PurgeOk`'s count. None (a queue type that still calls its channel
+    itself): nothing to do."""
+    if not actions:
+        return
+    for action in actions:
+        match action:
+            case Deliver():
+                action.consumer.channel.deliver(
+                    action.consumer, action.queue, action.token, action.redelivered,
+                    action.exchange, action.routing_key, action.header, action.body,
+                    charged=True)
+            case GetOk():
+                action.to.get_ok(action.queue, action.token, action.no_ack,
+                                 action.redelivered, action.exchange, action.routing_key,
+                                 action.remaining, action.header, action.body)
+            case GetEmpty():
+                action.to.get_empty()
+            case DeclareOk():
+                assert reply is not None, "a DeclareOk answers a reply"
+                reply(action.ready, action.consumers)
+            case PurgeOk():
+                assert reply is not None, "a PurgeOk answers a reply"
+                reply(action.count)
+            case _:
+                assert_never(action)
