@@ -6,8 +6,9 @@ speed the state is updated in place and returned: `apply` owns the state it is
 given. After the command itself, `apply` runs the aftercare every command may need.
 That is the single active consumer, expiries, serving consumers, limits, dead
 letters and the release cursor. An Enqueue none of it can concern skips it, with
-the same result. (Such an Enqueue meets no consumers, no settings that act on it,
-no key.) tests/broker/fifo/test_machine.py checks the two ways against each other.
+the same result. (Such an Enqueue meets no consumers and no settings that act on
+it; a key only adds the de-duplication, which `_enqueue` does either way.)
+tests/broker/fifo/test_machine.py checks the two ways against each other.
 
 Semantics (RabbitMQ's quorum queues, 4.2 guide):
 - Enqueue, with per-publisher sequence de-duplication.
@@ -150,21 +151,26 @@ from .state import (HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, SOFT_LIMIT_PERCENT
 
 def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, Any, list[Effect]]:
     config = state.config
-    if (type(command) is Enqueue and config.quiet_enqueue and not command.publisher
-            and command.ttl is None and not state.consumers
+    if (type(command) is Enqueue and config.quiet_enqueue and command.ttl is None
+            and not state.consumers
             and state.applied_since_cursor + 1 < config.release_cursor_interval
             and state.normal.expiries is None and state.high.expiries is None
             and state.returns.expiries is None):
         # The usual publish: an Enqueue nothing watches (no consumers, settings that
-        # act on it, messages with expiries, idempotency key) is stored ("ok": not
-        # blocked without a limit, no duplicate without a key) and counted towards a
-        # release cursor not yet due. Each step below would do nothing more for it.
+        # act on it, messages with expiries) is stored, or found a duplicate by its
+        # key, and counted towards a release cursor not yet due. Each step below
+        # would do nothing more for it. (Not blocked: no limit. A rejected re-send
+        # behind its publisher's gap stores nothing either.)
         state.now_ms = meta.system_time
         reply = _enqueue(meta, command, state)
         state.last_index = meta.index
-        state.applied_since_cursor += 1
-        return state, reply, []
-    effects: list[Effect] = []
+        if reply == "ok" or state.ready_count:  # twin of the cursor's inline branch
+            state.applied_since_cursor += 1
+            return state, reply, []
+        effects: list[Effect] = []  # nothing stored, nothing ready: the cursor is due
+        _maybe_release_cursor(meta, state, effects)
+        return state, reply, effects
+    effects = []
     reply: Any = None
     state.now_ms = meta.system_time
     active = state.active

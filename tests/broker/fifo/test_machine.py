@@ -537,17 +537,27 @@ quiet_or_not = st.one_of(st.builds(FifoConfig, delivery_limit=st.sampled_from([-
                          configs)
 
 
+# a keyed publisher's re-send: seq `back` below the latest one given out, so a
+# duplicate, a gap filled, or a seq stored late (the idempotent-replay case)
+resends = st.builds(lambda p, back: ("resend", p, back), st.sampled_from(["p1", "p2"]),
+                    st.integers(0, 3))
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(commands, min_size=10, max_size=80), quiet_or_not)
+@given(st.lists(commands | resends, min_size=10, max_size=80), quiet_or_not)
 def test_a_quiet_enqueue_taken_the_short_way_is_what_the_full_way_gives(steps, config):
-    """`apply` stores an Enqueue nothing watches (no consumers, no limits or TTLs, no
-    idempotency key, the release cursor not due) without its aftercare: the same
-    reply, effects and state (its snapshot and counters) as the full way, forced
-    here by clearing the config's quiet_enqueue before every command."""
+    """`apply` stores an Enqueue nothing watches (no consumers, no limits or TTLs, the
+    release cursor not due), keyed or not, without its aftercare: the same reply,
+    effects and state (its snapshot and counters) as the full way, forced here by
+    clearing the config's quiet_enqueue before every command. Re-sent keyed seqs
+    give duplicates, also into an empty queue (a release cursor then)."""
     short, full = FifoState(config=replace(config)), FifoState(config=replace(config))
     seq = [0]
     for position, step in enumerate(steps, start=1):
-        command = concrete(step, short, seq)
+        if isinstance(step, tuple) and step[0] == "resend":
+            command = Enqueue(step[1], max(1, seq[0] - step[2]), 10, 0)
+        else:
+            command = concrete(step, short, seq)
         meta = Meta(position, 1, position * 20)
         full.config.quiet_enqueue = False
         short, reply, effects = apply(meta, command, short)
