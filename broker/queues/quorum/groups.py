@@ -63,6 +63,7 @@ from bisect import bisect_right
 from ...fifo import commands, snapshot
 from ...fifo.commands import BLIND_ENQUEUE, Deliver, Down, Enqueue, Meta
 from ...fifo.envelope import TIMED, TIMED_HEAD, decode_entry
+from ...fifo.in_place import enqueue_in_place
 from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ...fifo.state import FifoState, fifo_config
 from ...groups import driver
@@ -444,6 +445,10 @@ class QuorumGroups:
         identity. A forwarded command that came before a lower seq of its node is
         held, and applied after the entry that lets it through (`_apply_released`).
 
+        The usual entry, a publish into a queue nothing watches, is stored by
+        fifo/in_place.py straight from its bytes (no Enqueue, Meta or effects are
+        made); what it declines goes through `decode` and `apply`.
+
         One merge: consecutive Enqueues whose only effect is a Deliver to the same
         consumer. (A consumer with room while messages arrive.) They hand it their
         messages as one batch, after the last of them. That is one log read and one
@@ -496,14 +501,18 @@ class QuorumGroups:
             if data[start] == TIMED:  # twin of fifo/envelope.py decode_entry, in place
                 queue.last_time_ms = unpack_time(data, start)[1]
                 start += timed_size
-            command = decode(data, start)
-            if data[start] == BLIND_ENQUEUE:  # its BCC keys: no read may send them
-                queue.blind_upto = index
-            if held and type(command) is not Enqueue:
-                deliveries.deliver(self, queue, held_key, held)
-                held_key, held = None, []
-            queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
-                                                command, queue.state)
+            reply = enqueue_in_place(queue.state, index, queue.last_time_ms, data, start)
+            if reply is None:  # not an Enqueue stored the short way (fifo/in_place.py)
+                command = decode(data, start)
+                if data[start] == BLIND_ENQUEUE:  # its BCC keys: no read may send them
+                    queue.blind_upto = index
+                if held and type(command) is not Enqueue:
+                    deliveries.deliver(self, queue, held_key, held)
+                    held_key, held = None, []
+                queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
+                                                    command, queue.state)
+            else:  # a tag 1 Enqueue: no BCC keys, no held batch let out, no effects
+                command = None
             if identity is not None and reply != "ok":
                 # a publish's "ok" is not kept: a duplicate's waiter takes None as
                 # stored too
@@ -517,6 +526,8 @@ class QuorumGroups:
                         waiters[index] = waiting
                         for callback in queue.take_waiters(index, term):
                             callback(reply)
+            if command is None:  # stored in place: nothing follows
+                continue
             replaying = index <= queue.replay_until
             if isinstance(command, Down) and not replaying:
                 if command.connection.startswith(self.cluster.node.boot_id + "."):

@@ -4,11 +4,16 @@ Each test runs the twin and the function it copies on random inputs and compares
 what a user or a replaying member would see: bytes, state, effects."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from dataclasses import replace
+
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from quorumqueue.broker.amqp.properties import encode_properties
 from quorumqueue.broker.fifo import commands as fifo_commands, serving, snapshot
 from quorumqueue.broker.fifo.commands import Enqueue, Meta
+from quorumqueue.broker.fifo.envelope import stamp
+from quorumqueue.broker.fifo.in_place import enqueue_in_place
 from quorumqueue.broker.fifo.machine import _maybe_release_cursor, apply
 from quorumqueue.broker.fifo.state import FifoState, is_high, pack
 
@@ -87,3 +92,70 @@ def test_the_inlined_first_tests_of_serve_consumers_and_release_cursor_are_their
             inline = _copy(state)
             inline.applied_since_cursor += 1
             assert effects == [] and snapshot.dump(copy) == snapshot.dump(inline)
+
+
+# a publish's entry: publisher, its seq's offset from the latest given out (below 0:
+# a re-send; None: the seq of the publisher's gap, if any, closing it), priority, the head's body size, header (none, plain, an expiration,
+# a bad one, the sink's headers), tag 1 or 21 (BCC keys), an envelope (TIMED) or not
+entry_steps = st.tuples(
+    st.just("entry"), st.sampled_from(["", "p1", "p2", "\u00e9"]), st.integers(-3, 1) | st.none(),
+    st.sampled_from([0, 4, 5, 255]),
+    st.sampled_from([0, 7, 2**31 - 1, 2**31, 2**32 - 1]),
+    st.sampled_from([b"", encode_properties(7, {}),
+                     encode_properties(7, {"expiration": "1500", "delivery_mode": 2}),
+                     encode_properties(7, {"expiration": "soon"}),
+                     encode_properties(7, {"delivery_mode": 2,
+                                           "headers": {"x-publisher": "p1", "x-seq": 3}})]),
+    st.sampled_from([1, 1, 21]), st.booleans())
+
+
+def _entry(step, seq: list[int], time_ms: int, state: FifoState) -> tuple[bytes, int]:
+    """(data, start): the Enqueue's bytes at `start`, after an envelope or not."""
+    _kind, publisher, offset, priority, size, header, tag, timed = step
+    seq[0] += 1
+    at = (max(0, seq[0] + offset) if offset is not None
+          else state.enqueuer_gaps.get(publisher, seq[0]))
+    command = fifo_commands.encode_enqueue(publisher, at, priority, "",
+                                           "q", header, b"body",
+                                           blind_keys=("k",) if tag == 21 else ())
+    command = fifo_commands._enqueue_head.pack(tag, priority, size, at) + \
+        command[fifo_commands._enqueue_head.size:]  # any size the head can hold
+    data = stamp(command, time_ms) if timed else command
+    return data, len(data) - len(command)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands | entry_steps, min_size=5, max_size=80), quiet_or_not,
+       st.sampled_from([{}, {"p1": 2}, {"p2": 4, "\u00e9": 1}]))
+def test_an_enqueue_stored_in_place_is_what_decode_and_apply_give(steps, config, gaps):
+    """fifo/in_place.py enqueue_in_place (apply's short way, decode and _enqueue
+    inlined): where it answers, its reply is that of apply(Meta, decode(data, start))
+    with no effects, and the state (snapshot, counters, time) is the same; where it
+    declines (None) it left the state as it was. The queue passes through consumers,
+    limits, re-sends, gaps left by rejected seqs (`gaps`, as after a reject-publish
+    limit was lifted) and due release cursors on the way."""
+    state, usual = FifoState(config=replace(config)), FifoState(config=replace(config))
+    state.enqueuer_gaps, usual.enqueuer_gaps = dict(gaps), dict(gaps)
+    seq, taken = [0], 0
+    for position, step in enumerate(steps, start=1):
+        meta = Meta(position, 1, position * 20)
+        if not (isinstance(step, tuple) and step[0] == "entry"):
+            command = concrete(step, state, seq)
+            state, _, _ = apply(meta, command, state)
+            usual, _, _ = apply(meta, command, usual)
+            continue
+        data, start = _entry(step, seq, meta.system_time, state)
+        before = snapshot.dump(state), state.now_ms, state.applied_since_cursor
+        reply = enqueue_in_place(state, meta.index, meta.system_time, data, start)
+        usual, usual_reply, usual_effects = apply(meta, fifo_commands.decode(data, start),
+                                                  usual)
+        if reply is None:
+            assert (snapshot.dump(state), state.now_ms, state.applied_since_cursor) == before
+            state, _, _ = apply(meta, fifo_commands.decode(data, start), state)
+        else:
+            taken += 1
+            assert (reply, []) == (usual_reply, usual_effects)
+        assert snapshot.dump(state) == snapshot.dump(usual)
+        assert (state.now_ms, state.applied_since_cursor) == (usual.now_ms,
+                                                               usual.applied_since_cursor)
+    assume(taken > 0)

@@ -1,13 +1,15 @@
 """broker/queues' hand-inlined copies ("twins") agree with their originals."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumqueue.broker.fifo import snapshot
-from quorumqueue.broker.fifo.commands import Meta, Settle, encode, encode_enqueue
+from quorumqueue.broker.fifo.commands import (Enqueue, Meta, Settle, UpdateConfig, encode,
+                                              encode_enqueue)
 from quorumqueue.broker.fifo.envelope import decode_entry, stamp
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoState
@@ -18,6 +20,8 @@ from quorumqueue.broker.queues.quorum.groups import QuorumGroups
 from quorumqueue.broker.raft import COMMAND
 from quorumqueue.broker.raft.forwarded import AppliedIds, Identity, wrap
 from quorumqueue.broker.raft.types import NOOP
+
+from ..fifo.test_machine import commands as machine_commands, concrete, quiet_or_not
 
 
 class Channel:
@@ -211,3 +215,84 @@ def test_a_lease_read_finds_the_command_as_the_apply_loop_does(entry):
     data = head + command
     assert deliveries._command_start(data) == len(head)
     assert deliveries._without_blind_keys(data) == head + plain
+
+
+def _apply_loop_queue(config, log: list) -> SimpleNamespace:
+    """What QuorumGroups._apply_entries reads and calls of a quorum queue."""
+    queue = SimpleNamespace(deleted=False, waiters={}, applied_term=0, applied=AppliedIds(),
+                            last_time_ms=0, state=FifoState(config=replace(config)),
+                            replay_until=0, is_leader=True, blind_upto=0)
+    queue.admit_in_order = lambda index, term, data: ReplicatedGroup.admit_in_order(
+        queue, index, term, data)
+    queue.entry_committed = lambda index, term: ReplicatedGroup.entry_committed(
+        queue, index, term)
+    queue.take_waiters = lambda index, term: ReplicatedGroup.take_waiters(queue, index, term)
+    queue.check_out_again = lambda connection: log.append(("check out again", connection))
+    return queue
+
+
+# a round: entries, each a command of the machine's property tests (no UpdateConfig:
+# the per-entry side's config stays as cleared) or a publish (publisher, seq offset:
+# below 0 a re-send; timed; forwarded; a waiter or not)
+publishes = st.tuples(st.just("publish"), st.sampled_from(["", "p1", "p2"]),
+                      st.integers(-2, 1), st.booleans(), st.booleans(), st.booleans())
+apply_rounds = st.lists(st.lists(
+    machine_commands.filter(lambda step: not isinstance(step, UpdateConfig)) | publishes,
+    min_size=1, max_size=6), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(apply_rounds, quiet_or_not)
+def test_the_apply_loops_in_place_enqueue_is_its_per_entry_path(rounds, config):
+    """QuorumGroups._apply_entries stores a publish into a quiet queue in place
+    (fifo/in_place.py, where `decode` and `apply` did it before). Against the same
+    loop with the queue's quiet_enqueue cleared (every entry decoded and applied, the
+    machine's full way): the same waiters' replies, deliveries, effects, machine
+    state and leader time, round by round; consumers come and go in between."""
+    logs: tuple[list, list] = ([], [])
+    queues = [_apply_loop_queue(config, log) for log in logs]
+    groups = [SimpleNamespace(
+        _apply_effects=lambda queue, effects, replaying, log=log: log.append(
+            ("effects", list(effects), replaying)),
+        cluster=SimpleNamespace(node=SimpleNamespace(boot_id="n1:r1"),
+                                tell_downed=lambda queue, c, log=log: log.append(("down", c))))
+        for log in logs]
+    delivered = deliveries.deliver
+    index, seq, forwarded = 0, [0], 0
+    try:
+        for round_steps in rounds:
+            queues[1].state.config.quiet_enqueue = False
+            entries = []
+            for step in round_steps:
+                index += 1
+                waits = False
+                if isinstance(step, tuple) and step[0] == "publish":
+                    _kind, publisher, offset, timed, wrapped, waits = step
+                    seq[0] += 1
+                    data = encode_enqueue(publisher, max(0, seq[0] + offset), 0, "", "q",
+                                          b"", b"body")
+                    data = stamp(data, index * 10) if timed else data
+                    if wrapped:
+                        forwarded += 1
+                        data = wrap(Identity(9, forwarded, False), data)
+                else:
+                    command = concrete(step, queues[0].state, seq)
+                    data = (encode_enqueue(command.publisher, command.seq, command.priority,
+                                           "", "q", b"", b"x" * command.size)
+                            if isinstance(command, Enqueue) else encode(command))
+                entries.append(SimpleNamespace(index=index, term=1, data=data, kind=COMMAND))
+                if waits:
+                    for queue, log in zip(queues, logs):
+                        queue.waiters[index] = [(1, data, Waiter(index, log))]
+            for queue, group, log in zip(queues, groups, logs):
+                deliveries.deliver = lambda group, queue, key, held, log=log: log.append(
+                    ("deliver", key, list(held)))
+                QuorumGroups._apply_entries(group, queue, entries)
+            fast, slow = queues
+            assert logs[0] == logs[1]
+            assert snapshot.dump(fast.state) == snapshot.dump(slow.state)
+            assert (fast.state.now_ms, fast.state.applied_since_cursor, fast.last_time_ms,
+                    fast.blind_upto) == (slow.state.now_ms, slow.state.applied_since_cursor,
+                                         slow.last_time_ms, slow.blind_upto)
+    finally:
+        deliveries.deliver = delivered
