@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..amqp.channel import ChannelState
 from ..fifo.commands import Delivery, Return, Settle
+from ..queues.actions import carry_out
 from ..queues.quorum.queue import MessageGone
 from .wire import Rpc
 
@@ -104,8 +105,8 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         return
     settled = []
     for msg_id, count, exchange, routing_key, header, message, *returned in body["m"]:
-        record.deliver(consumer, key, Delivery(msg_id, 0, count, bool(returned)), exchange,
-                       routing_key, header, message)
+        carry_out(record.deliver(consumer, key, Delivery(msg_id, 0, count, bool(returned)),
+                                 exchange, routing_key, header, message))
         if consumer.no_ack:
             settled.append(msg_id)
     if settled:

@@ -6,11 +6,20 @@ the same. A command changes the queue and returns a list of actions. The caller
 `carry_out`, in order, before anything else happens. So a queue never calls a
 channel.
 
+A quorum queue answers most commands later, once its log applied them (as
+rabbit_quorum_queue answers in `handle_event`). Its driver (queues/quorum/groups.py)
+carries out what the applied entries return. A waiter the queue left in the log
+carries out its own answer, with the caller's `reply` (a declare-ok, a purge-ok).
+
 The actions:
 - `Deliver`: basic.deliver of one message to `consumer`, on its channel.
+- `DeliverBatch`: basic.deliver of several messages to `consumer`, as one run of
+  frames (a quorum queue's Deliver effect).
 - `GetOk`, `GetEmpty`: basic.get's answer, to the channel that asked (`to`).
 - `DeclareOk`: queue.declare-ok's counts. `PurgeOk`: how many were purged.
   These two answer the caller alone: `carry_out` hands them to `reply`.
+- `ConfirmsDue`: queues answered for confirms of channel `to` (`Confirm.hold`);
+  those now due go out.
 
 Capacity: a queue hands a message to a consumer that `has_capacity()`. It then
 calls `consumer.charge()`, which counts the delivery against the prefetch limits at
@@ -20,8 +29,9 @@ carried out later with `charged=True`, so it is not counted twice.
 Invariants: an action names everything it needs; none holds a callback. The
 actions of one command are carried out in the order returned.
 
-Not here: the frames themselves (node/channel.py), the quorum queue type's effects
-(queues/quorum/deliveries.py), which still call the channel (issue 29, Build 1).
+Not here: the frames themselves (node/channel.py); which messages a quorum
+consumer gets (broker/fifo) and how they are read from the log
+(queues/quorum/deliveries.py).
 """
 
 from __future__ import annotations
@@ -44,6 +54,19 @@ class Deliver:
     routing_key: str
     header: bytes       # the content header, as published
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverBatch:
+    """basic.deliver of each of `messages` to `consumer`, in order, as one run of
+    frames. A message is (redelivered, names, content header, body), as
+    `codec.deliveries` takes it. `tokens[i]` comes back when message i is settled
+    (none for a no-ack consumer). The channel counts them (no `charge()`)."""
+
+    consumer: Consumer
+    queue: Any
+    tokens: list
+    messages: list
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +107,21 @@ class PurgeOk:
     count: int
 
 
-Action = Deliver | GetOk | GetEmpty | DeclareOk | PurgeOk
+@dataclass(frozen=True, slots=True)
+class ConfirmsDue:
+    """Queues answered for publisher confirms of the channel `to`: send those due."""
+
+    to: Channel
+
+
+Action = Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | ConfirmsDue
 
 
 def carry_out(actions: Iterable[Action] | None,
               reply: Callable[..., None] | None = None) -> None:
     """Do what a queue's command returned, in order. `reply` takes a `DeclareOk`'s
-    counts or a `PurgeOk`'s count. None (a queue type that still calls its channel
-    itself): nothing to do."""
+    counts or a `PurgeOk`'s count. None (the remote type, whose link still answers
+    the channel itself): nothing to do."""
     if not actions:
         return
     for action in actions:
@@ -101,6 +131,9 @@ def carry_out(actions: Iterable[Action] | None,
                     action.consumer, action.queue, action.token, action.redelivered,
                     action.exchange, action.routing_key, action.header, action.body,
                     charged=True)
+            case DeliverBatch():
+                action.consumer.channel.deliver_batch(action.consumer, action.queue,
+                                                      action.tokens, action.messages)
             case GetOk():
                 action.to.get_ok(action.queue, action.token, action.no_ack,
                                  action.redelivered, action.exchange, action.routing_key,
@@ -113,5 +146,7 @@ def carry_out(actions: Iterable[Action] | None,
             case PurgeOk():
                 assert reply is not None, "a PurgeOk answers a reply"
                 reply(action.count)
+            case ConfirmsDue():
+                action.to.release_answered_confirms()
             case _:
                 assert_never(action)

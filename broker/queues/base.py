@@ -9,9 +9,12 @@ new module here, not edits across the node.
 
 The operations, and what each owes its caller. An operation may return a list of
 actions (queues/actions.py: deliver, get-ok, get-empty, declare-ok, purge-ok), which
-the caller carries out at once, in order (`actions.carry_out`). The classic type
-returns them and calls no channel. The quorum and remote types still call the
-channel themselves and return None (issue 29, Build 1: not converted yet).
+the caller carries out at once, in order (`actions.carry_out`). The classic and
+quorum types return them and call no channel. A quorum queue answers most
+commands once its log applied them: its driver (quorum/groups.py) carries out what
+applied entries return, and a command's waiter carries out its own answer. The
+remote type still returns None: its link (cluster/classic_link.py) answers the
+channel itself (issue 29, Build 1: not converted yet).
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for. That is one of:
   a message-store batch (`confirm.after_batch`); an answer later (`confirm.hold()`
@@ -19,28 +22,30 @@ channel themselves and return None (issue 29, Build 1: not converted yet).
   returns one to call with a reply, a nack when it equals `refused`); a refusal
   now (`confirm.refuse()`). Returns the deliveries it made, if any.
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
-  this node starts or stops. Deliveries are `Deliver` actions (classic), or go
-  out through `channel.deliver` / `channel.deliver_batch` (quorum).
+  this node starts or stops. Deliveries are `Deliver` actions (classic), or
+  `DeliverBatch` actions once the log applied them (quorum).
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
   (global QoS on quorum queues). Also whether the consumer is exclusive.
 - `basic_get(channel, no_ack)`: answer a basic.get: a `GetOk` or `GetEmpty`
   action to `channel` (classic; it may be returned by a later operation), or
-  `channel.get_ok` / `channel.get_empty` once the queue's log applied it.
+  carried out by the waiter once the queue's log applied it (quorum).
 - `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this
   queue are acked (requeue None), or nacked/rejected (requeue True/False). The
   tokens are those of the queue's deliveries.
 - `channel_closed(channel, tokens)`: the channel is gone. Its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: a `PurgeOk` (classic), or `respond(count)` once
-  purged. Or `respond(error)`, an AMQPError, when the queue's host could not be
-  asked. Delete drops the queue's
-  messages and resources. (The node has cancelled its consumers.)
+- `purge(respond)`, `delete()`: a `PurgeOk` (classic; quorum: carried out with
+  `respond` once applied), or `respond(count)` once purged (remote). Or
+  `respond(error)`, an AMQPError, when the queue's host could not be asked.
+  Delete drops the queue's messages and resources. (The node has cancelled its
+  consumers.)
 - `check_delete(if_unused, if_empty)`: what queue.delete refuses. It uses the
   counts `refresh(done)` made current: a queue hosted elsewhere asks its host.
-- `declare_ok(send)`: a `DeclareOk` (classic), or `send(ready, consumers)` once
-  the counts are known. Those are the counts a client that already sent its
-  publishes and acks expects.
+- `declare_ok(send)`: a `DeclareOk` (classic; quorum, when nothing waits to be
+  applied, else carried out with `send` once it is), or `send(ready, consumers)`
+  once the counts are known (remote). Those are the counts a client that already
+  sent its publishes and acks expects.
 - `policy_changed(policy)`: settings from policies. Some types' settings go
   through a log (`POLICY_ON_TICK`). They are applied again from the tick when
   `policy_due()`: a new leader catches up.
@@ -111,7 +116,8 @@ class Consumer(Protocol):
 class Channel(Protocol):
     """The AMQP channel a queue serves (node/channel.py implements it):
     deliveries, basic.get's answers, and news of confirms. `actions.carry_out`
-    calls the first three; the quorum type still calls them itself."""
+    calls them (but `confirm_answered`, which `Confirm` calls); no queue type
+    does."""
 
     state: ChannelState
     global_prefetch: int

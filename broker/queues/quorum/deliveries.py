@@ -6,8 +6,9 @@ module reads them back for whoever needs the message:
 - one message decoded (`read_message`): a basic.get, a remote consumer's delivery;
   with its BCC keys (`read_dead_letter`): dead lettering;
 - a lease range's messages as views (`read_message_spans`);
-- a Deliver effect's messages written to this node's consumer (`deliver`). Or sent
-  to a node without a replica, or returned.
+- a Deliver effect's messages for this node's consumer (`deliver`): a
+  `DeliverBatch` action, which groups.py carries out. Or sent to a node without a
+  replica, or returned.
 
 How it works: the messages of one Deliver effect (or one lease range) lie close
 together in the log. They are consecutive Enqueues, with the Settles that made room
@@ -17,7 +18,8 @@ is one read per segment or one slice of the memtable, with the few entries betwe
 them. An entry's message is cut out without decoding (`commands.delivery_spans`).
 The spans are views of the exchange and routing key as stored, the content header
 and the body. (AMQP short strings: what basic.deliver carries, as they are.) The
-channel writes the whole effect as one run of frames (`Channel.deliver_batch`).
+channel writes the whole effect as one run of frames (the `DeliverBatch`, carried
+out as `Channel.deliver_batch`).
 That is one pass over the messages, with the delivery tags and unacked
 bookkeeping in bulk. A message delivered before (its delivery count above 0) gets
 `x-delivery-count` in its header (queues/quorum/queue.py `with_delivery_count`).
@@ -30,8 +32,9 @@ Invariants:
   So a missing one raises MessageGone.
 - Nothing is written to a channel that is not open. Its messages go back to the
   queue (a Return).
-- A no-ack consumer's deliveries are settled (one Settle) as soon as they are
-  written.
+- A no-ack consumer's deliveries are settled (one Settle) when they are handed
+  out. The Settle is only proposed: the batch is written before any entry is
+  applied.
 
 Not here: which messages a consumer gets (broker/fifo/machine.py), the frames' bytes
 (broker/amqp/codec.py `deliveries`), the channel's bookkeeping (channel.py), remote
@@ -48,6 +51,7 @@ from ...fifo.commands import Return, Settle
 from ...fifo.envelope import TIMED, TIMED_HEAD
 from ...raft.forwarded import FORWARDED, HEAD_SIZE
 from ...raft.storage import LogStore
+from ..actions import Action, DeliverBatch
 from ..base import Consumer
 from .queue import MessageGone, QuorumQueue, QuorumToken, with_delivery_count
 
@@ -161,10 +165,11 @@ def _without_blind_keys(data: bytes) -> bytes:
     return commands.cut_blind_keys(data, _command_start(data))
 
 
-def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
+def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> list[Action]:
     """A Deliver effect: `deliveries` for the consumer whose fifo key is `key`.
     They are fifo Deliveries, in the machine's order. `groups`: the node's
-    QuorumGroups."""
+    QuorumGroups. Returns the `DeliverBatch` for a consumer of this node whose
+    channel is open; else nothing (the messages went elsewhere, or back)."""
     consumer: "Consumer | None" = queue.by_key.get(key)
     cluster = groups.cluster
     if consumer is None and not cluster.is_local_key(key):
@@ -172,20 +177,19 @@ def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
         if queue.is_leader and owner not in queue.raft.members:
             # a node with no replica: the leader sends it the messages
             cluster.deliver_remote(queue, owner, key, deliveries)
-        return  # else that node's replica delivers
+        return []  # else that node's replica delivers
     if consumer is None and cluster.is_stale_identity(key):
         # an earlier run's consumer, not removed yet: what it is handed comes back
         # when it is (stale_downs, NodeUp); a Return here would count, and the
         # message could come straight back to it while it is still active
-        return
+        return []
     if consumer is None:  # its Cancel or Down lost, or on its way
         queue.remove_unknown_consumer(key, tuple(d.msg_id for d in deliveries),
                                       cluster.node.sessions)
-        return
-    channel = consumer.channel
-    if channel.state is not _CHANNEL_OPEN:  # closing: the messages go back (a Return)
+        return []
+    if consumer.channel.state is not _CHANNEL_OPEN:  # closing: the messages go back
         queue.propose(Return(key, tuple(d.msg_id for d in deliveries)), 0)
-        return
+        return []
     no_ack = consumer.no_ack
     tokens: list[QuorumToken] = []  # what the channel keeps until settled (not no-ack)
     messages = []
@@ -201,6 +205,6 @@ def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> None:
             add_message((delivery.returned, names, header, body))
         if not no_ack:
             add_token(QuorumToken(key, delivery.msg_id))
-    channel.deliver_batch(consumer, queue, tokens, messages)
-    if consumer.no_ack:
+    if no_ack:
         queue.propose(Settle(key, tuple(d.msg_id for d in deliveries)), 0)
+    return [DeliverBatch(consumer, queue, tokens, messages)]

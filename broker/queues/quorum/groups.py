@@ -73,6 +73,7 @@ from ...raft.forwarded import FORWARDED, HEAD_SIZE, NEVER, AppliedIds, load_snap
 from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
 from ...raft.storage.wal import WalBatch
+from ..actions import ConfirmsDue, carry_out
 from ..base import Channel
 from ..deadlines import Deadlines
 from . import deliveries
@@ -364,9 +365,9 @@ class QuorumGroups:
         for worker in self.dlx_workers.values():
             if worker.settled:
                 worker.flush()
-        touched, self.touched_channels = self.touched_channels, set()
-        for channel in touched:
-            channel.release_answered_confirms()
+        if self.touched_channels:
+            touched, self.touched_channels = self.touched_channels, set()
+            carry_out([ConfirmsDue(channel) for channel in touched])
 
     # the driver's ReadyHandler: send, apply, advanced
 
@@ -479,7 +480,7 @@ class QuorumGroups:
                 self._maybe_give_up(applied, entry)
             if applied.released:
                 if held:
-                    deliveries.deliver(self, queue, held_key, held)
+                    carry_out(deliveries.deliver(self, queue, held_key, held))
                     held_key, held = None, []
                 self._apply_released(queue, released_at)
             index, term, data = entry.index, entry.term, entry.data
@@ -488,7 +489,7 @@ class QuorumGroups:
                 queue.entry_committed(index, term)
             if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
                 if held:
-                    deliveries.deliver(self, queue, held_key, held)
+                    carry_out(deliveries.deliver(self, queue, held_key, held))
                     held_key, held = None, []
                 for callback in queue.take_waiters(index, term):  # barriers
                     callback(None)
@@ -507,7 +508,7 @@ class QuorumGroups:
                 if data[start] == BLIND_ENQUEUE:  # its BCC keys: no read may send them
                     queue.blind_upto = index
                 if held and type(command) is not Enqueue:
-                    deliveries.deliver(self, queue, held_key, held)
+                    carry_out(deliveries.deliver(self, queue, held_key, held))
                     held_key, held = None, []
                 queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
                                                     command, queue.state)
@@ -539,16 +540,16 @@ class QuorumGroups:
                         and type(command) is Enqueue and not replaying):
                     if effect.consumer != held_key:
                         if held:
-                            deliveries.deliver(self, queue, held_key, held)
+                            carry_out(deliveries.deliver(self, queue, held_key, held))
                         held_key, held = effect.consumer, []
                     held += effect.deliveries
                     continue
                 if held:
-                    deliveries.deliver(self, queue, held_key, held)
+                    carry_out(deliveries.deliver(self, queue, held_key, held))
                     held_key, held = None, []
                 self._apply_effects(queue, effects, replaying)
         if held:
-            deliveries.deliver(self, queue, held_key, held)
+            carry_out(deliveries.deliver(self, queue, held_key, held))
         if queue.applied.released and not queue.deleted:
             self._apply_released(queue, index)
 
@@ -614,7 +615,7 @@ class QuorumGroups:
             match effect:
                 case Deliver(consumer, messages):
                     if not replaying:
-                        deliveries.deliver(self, queue, consumer, messages)
+                        carry_out(deliveries.deliver(self, queue, consumer, messages))
                 case commands.Dropped(index, reason):
                     if not replaying and queue.is_leader:
                         self._dead_letter(queue, index, reason)

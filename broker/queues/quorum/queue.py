@@ -13,9 +13,14 @@ Responsibilities:
 As a queue type (queues/base.py): every operation is a fifo command proposed to the
 queue's log. That is here, or at the leader through the cluster's router. Replies
 come from this member's own apply. (queues/quorum/groups.py drives the groups.
-queues/quorum/deliveries.py turns Deliver effects into `channel.deliver_batch`
-calls.) Settlements and publishes are held until the queue's next command or the
-node's next round. Then they are proposed together: a run of publishes is one log
+queues/quorum/deliveries.py turns Deliver effects into `DeliverBatch` actions.)
+No channel is called here: what a channel is to do is an action
+(queues/actions.py). An answer known at once is returned. An answer the log gives
+later is carried out by the command's waiter (`carry_out`): a basic.get's `GetOk`
+or `GetEmpty`, a declare's `DeclareOk`, a purge's `PurgeOk`.
+
+Settlements and publishes are held until the queue's next command or the node's
+next round. Then they are proposed together: a run of publishes is one log
 append. An unacked delivery's token is a `QuorumToken`: the fifo consumer key and
 the machine's message id. Settling goes through the log by id. The envelope's
 TIMED_COMMANDS carry the proposer's clock. That is `now_ms`, or the node's when a
@@ -45,6 +50,7 @@ from ...fifo.state import FifoState, fifo_config
 from ...groups.replicated import ReplicatedGroup, Waiter
 from ...raft import RaftNode
 from ...raft.forwarded import dump_snapshot, load_snapshot
+from ..actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk, carry_out
 from ..base import Channel, Confirm, Consumer, MessageCounts, Queue
 from ..settings import leader_locator, quorum_config
 from ..types import EQUIVALENCE_KEYS_BY_TYPE
@@ -358,11 +364,13 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """The whole log entries of the messages at `indexes`, in that order."""
         return self.groups.read_entries(self, indexes)
 
-    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+    def publish(self, message, channel: "Channel | None",
+                confirm: Confirm | None) -> list[Action]:
         """Propose the message to the log. The confirm waits for the entry to be
         fsynced and applied. A client's publish may carry an idempotency key
         (publisher_sequence). Messages the broker moves itself (channel None) never
-        do, as their keys are out of order."""
+        do, as their keys are out of order. No actions: deliveries come from the
+        apply (groups.py)."""
         publisher, seq = (publisher_sequence(message.properties) if channel is not None
                           else ("", 0))
         # every Enqueue carries the proposer's clock: message TTLs count from it
@@ -376,7 +384,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         groups = self.groups
         if groups is None:
             self.propose_data(data, waiter)
-            return
+            return []
         if self.settling:  # settlements made before go first
             self.flush_settlements()
         # what one read publishes to the queue becomes one run: one append, one
@@ -385,6 +393,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         if not self.publishing:
             groups.holding.add(self)
         self.publishing.append((data, waiter))
+        return []
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:
@@ -396,12 +405,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
                             f"'{self.vhost}' does not support global qos", 60, 20)
         return False  # the exclusive flag is accepted and ignored (no consumer exclusivity)
 
-    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+    def consume(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
+        """A Checkout. No actions: its deliveries come from the apply (groups.py)."""
         key = f"{channel.quorum_identity}/{consumer.tag}"
         self.add_consumer(consumer, key)
         prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
         self.propose(commands.Checkout(key, prefetch, consumer.priority,
                                        channel.quorum_identity), 0, must_land)
+        return []
 
     def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
         """basic.cancel: a Cancel. Its unacked messages stay settleable. A channel
@@ -415,22 +426,23 @@ class QuorumQueue(ReplicatedGroup, Queue):
             self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0,
                          must_land)
 
-    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+    def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
+        """A Dequeue. No actions now: its waiter carries out `got`'s answer."""
         # the channel's basic.get messages are held under a key no consumer has: a
         # consumer's key ends in its tag, never empty (an empty tag is replaced by a
         # server-named one), where "/get" was also the key of a consumer tagged "get"
         key = f"{channel.quorum_identity}/"
         self.propose(commands.Dequeue(key, no_ack, channel.quorum_identity), 0,
-                     lambda reply: self._got(channel, key, no_ack, reply))
+                     lambda reply: carry_out(self.got(channel, key, no_ack, reply)))
+        return []
 
-    def _got(self, channel: "Channel", key: str, no_ack: bool, reply) -> None:
-        """The machine answered a basic.get (Dequeue): get-ok with the message, or
-        get-empty."""
+    def got(self, channel: "Channel", key: str, no_ack: bool, reply) -> list[Action]:
+        """The machine answered a basic.get (Dequeue): a `GetOk` with the message, or
+        a `GetEmpty`, to `channel`. Nothing to a channel that is gone."""
         if not channel.is_open:
-            return  # the channel is gone; its Down returns an unsettled message
+            return []  # the channel is gone; its Down returns an unsettled message
         if reply is None:
-            channel.get_empty()
-            return
+            return [GetEmpty(channel)]
         delivery, remaining, *message = reply
         try:
             exchange, routing_key, header, body = (
@@ -441,30 +453,32 @@ class QuorumQueue(ReplicatedGroup, Queue):
                 raise
             # a forwarded no-ack get applied twice: the first took and settled this
             # message, and the log below it was released before the second was applied
-            channel.get_empty()
-            return
+            return [GetEmpty(channel)]
         count = delivery.delivery_count
         if count:
             header = with_delivery_count(header, count)
-        channel.get_ok(self, QuorumToken(key, delivery.msg_id), no_ack, delivery.redelivered,
-                       exchange, routing_key, remaining, header, body)
+        return [GetOk(channel, self, QuorumToken(key, delivery.msg_id), no_ack,
+                      delivery.redelivered, exchange, routing_key, remaining, header, body)]
 
     def deliver(self, consumer: "Consumer", key: str, delivery: commands.Delivery,
-                exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
-        """One Deliver effect's message to this node's consumer."""
+                exchange: str, routing_key: str, header: bytes, body: bytes) -> list[Action]:
+        """One Deliver effect's message to this node's consumer: a `Deliver`,
+        counted against the consumer's limits now (`charge`)."""
         count = delivery.delivery_count
         if count:
             header = with_delivery_count(header, count)
-        consumer.channel.deliver(consumer, self, QuorumToken(key, delivery.msg_id),
-                                 delivery.redelivered, exchange, routing_key, header, body)
+        consumer.charge()
+        return [Deliver(consumer, self, QuorumToken(key, delivery.msg_id),
+                        delivery.redelivered, exchange, routing_key, header, body)]
 
-    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> list[Action]:
         """One command per fifo consumer:
         - ack (requeue None) -> Settle;
         - nack/reject with requeue -> Return (delivery count + 1);
-        - without requeue -> Discard."""
+        - without requeue -> Discard.
+        No actions: what the room lets through comes from the apply (groups.py)."""
         if self.deleted:
-            return
+            return []
         kind = (commands.Settle if requeue is None
                 else commands.Return if requeue else commands.Discard)
         if len(tokens) == 1:  # one ack (PerfTest acks each): no grouping
@@ -479,7 +493,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         if groups is None:
             for key, msg_ids in per_key:
                 self.propose(kind(key, tuple(msg_ids)), 0)
-            return
+            return []
         # A client acking every message would otherwise make a log entry (and an
         # append, a decode and an apply on every member) per ack: what one read
         # settles becomes one command per consumer, proposed before the queue's next
@@ -494,6 +508,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
             else:
                 settling.append((kind, key, msg_ids))
         groups.holding.add(self)
+        return []
 
     def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...], sessions) -> None:
         """The machine handed `msg_ids` to a consumer this node does not have.
@@ -519,14 +534,21 @@ class QuorumQueue(ReplicatedGroup, Queue):
         else:
             self.propose(commands.Down(identity), 0, must_land)
 
-    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+    def channel_closed(self, channel: "Channel", tokens: list) -> list[Action]:
         """One Down returns everything the channel held (delivery count + 1),
         tx-buffered settlements included."""
         if not self.deleted:
             self.propose(commands.Down(channel.quorum_identity), 0, must_land)
+        return []
 
-    def purge(self, respond: Callable[[int], None]) -> None:
-        self.propose(commands.Purge(), 0, lambda count: respond(count or 0))
+    def capacity_freed(self) -> list[Action]:
+        return []  # the machine's credit: a Settle through the log frees it
+
+    def purge(self, respond: Callable[[int], None]) -> list[Action]:
+        """A Purge. Its waiter carries out a `PurgeOk` with `respond` once applied."""
+        self.propose(commands.Purge(), 0,
+                     lambda count: carry_out([PurgeOk(count or 0)], respond))
+        return []
 
     def delete(self) -> None:
         self.groups.delete(self)
@@ -540,19 +562,21 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                 f"vhost '{self.vhost}'. queue.delete operations with {flag} "
                                 "flag set are not supported by quorum queues", 50, 40)
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        """Answer once what was proposed before is applied: acks, publishes of this
-        burst. So the counts are those a client that already sent them expects. With
-        no replica here, a member counts (cluster/proxy.py)."""
+    def declare_ok(self, send: Callable[[int, int], None]) -> list[Action]:
+        """A `DeclareOk` once what was proposed before is applied: acks, publishes of
+        this burst. So the counts are those a client that already sent them expects.
+        With nothing unapplied it is returned. Else the waiter carries it out with
+        `send`. With no replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
-            self.router.counts(self, lambda counts: send(counts["ready"], counts["declared"]
-                                                         if counts.get("declared") is not None
-                                                         else counts["consumers"]))
-        elif self.raft is not None and self.has_unapplied():
-            self.after_applied(lambda _reply: send(self.ready_count,
-                                                   self.declare_ok_consumer_count))
-        else:
-            send(self.ready_count, self.declare_ok_consumer_count)
+            self.router.counts(self, lambda counts: carry_out([DeclareOk(
+                counts["ready"], counts["declared"] if counts.get("declared") is not None
+                else counts["consumers"])], send))
+            return []
+        if self.raft is not None and self.has_unapplied():
+            self.after_applied(lambda _reply: carry_out(
+                [DeclareOk(self.ready_count, self.declare_ok_consumer_count)], send))
+            return []
+        return [DeclareOk(self.ready_count, self.declare_ok_consumer_count)]
 
     def policy_due(self) -> bool:
         """Whether the node's tick is to compare the machine's settings with the

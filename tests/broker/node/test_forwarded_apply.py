@@ -27,6 +27,7 @@ from quorumqueue.broker.fifo import commands
 from quorumqueue.broker.fifo.commands import Delivery, Dequeue, encode_enqueue
 from quorumqueue.broker.fifo.envelope import stamp
 from quorumqueue.broker.node.node import Node
+from quorumqueue.broker.queues.actions import GetEmpty, GetOk
 from quorumqueue.broker.queues.quorum import groups as quorum_groups
 from quorumqueue.broker.queues.quorum.queue import MessageGone
 from quorumqueue.broker.raft import forwarded as forwarded_module
@@ -119,19 +120,9 @@ def test_a_basic_get_appended_twice_takes_one_message_and_answers_both_with_it(t
 
 
 class Channel:
-    """What a basic.get's answer (QuorumQueue._got) is written to."""
+    """Who asked for a basic.get (QuorumQueue.got answers it with actions)."""
 
     is_open = True
-
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def get_empty(self) -> None:
-        self.sent.append("get-empty")
-
-    def get_ok(self, queue, token, no_ack, redelivered, exchange, routing_key, remaining,
-               header, body) -> None:
-        self.sent.append(("get-ok", body, remaining))
 
 
 def test_a_no_ack_get_applied_twice_after_its_message_was_released_answers_empty(tmp_path):
@@ -142,15 +133,18 @@ def test_a_no_ack_get_applied_twice_after_its_message_was_released_answers_empty
     queue = declare(node)
     append(queue, message(b"a"))
     channel = Channel()
-    answer = lambda reply: queue._got(channel, "k/get", True, reply)  # noqa: E731
+    answers: list = []
+    answer = lambda reply: answers.extend(queue.got(channel, "k/get", True, reply))  # noqa: E731
     get = forwarded(1, commands.encode(Dequeue("k/get", True, "k")))
     append(queue, get, waiter=answer)
     node.flush()
-    assert channel.sent == [("get-ok", b"a", 0)]
+    [got] = answers
+    assert type(got) is GetOk and got.to is channel
+    assert (got.body, got.remaining, got.no_ack) == (b"a", 0, True)
     node.quorum.store.release(queue.group, queue.raft.applied_index + 1)
     append(queue, get, waiter=answer)
     node.flush()
-    assert channel.sent == [("get-ok", b"a", 0), "get-empty"]
+    assert answers[1:] == [GetEmpty(channel)]
 
 
 def test_identities_appended_out_of_order_are_applied_once_in_their_order(tmp_path):

@@ -1,0 +1,224 @@
+"""The quorum queue type returns actions; carry_out makes them channel calls.
+
+Issue 29, Build 1 (RabbitMQ's rabbit_queue_type returns `{State, Actions}`, and
+rabbit_quorum_queue's `handle_event` returns the actions of what its Ra log
+applied): a quorum queue's commands return lists of actions, and its driver
+(queues/quorum/groups.py) hands what the applied entries give, a Deliver effect's
+`DeliverBatch` and the `ConfirmsDue` of its publishers' channels, to `carry_out`.
+Answers the log gives later (basic.get, declare-ok, purge-ok) are carried out by
+their waiters. So a channel with no methods at all serves: a call on it would fail.
+Through a session an AMQP client sees the same frames as before: deliveries in the
+machine's order with their tags, get-ok's message count, purge-ok's count,
+declare-ok's counts, publisher confirms (spec 1.8.3.9 basic.deliver, 1.8.3.11
+basic.get, 1.7.2.6 queue.purge-ok; RabbitMQ's confirms guide).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+from pamqp import commands
+
+from quorumqueue.broker.amqp.channel import ChannelState
+from quorumqueue.broker.amqp.codec import Properties
+from quorumqueue.broker.fifo.commands import Dequeue
+from quorumqueue.broker.queues import quorum
+from quorumqueue.broker.queues.actions import (ConfirmsDue, DeclareOk, DeliverBatch, GetEmpty,
+                                               GetOk, PurgeOk)
+from quorumqueue.broker.queues.base import Confirm
+from quorumqueue.broker.queues.message import Message
+from quorumqueue.broker.queues.quorum import groups as quorum_groups
+from quorumqueue.broker.queues.quorum.queue import QuorumToken
+from tests.broker.node.harness import Client, Delivery, method, name, new_node
+
+QUORUM = {"x-queue-type": "quorum"}
+# what a node's channels call on the channel for a queue type (node/channel.py)
+CHANNEL_METHODS = {"deliver_batch", "get_ok", "get_empty", "confirm_answered",
+                   "release_answered_confirms"}
+
+
+class Asker:
+    """A channel as the quorum type sees it: who it is to the fifo machine and
+    whether it is open. It has no methods: were the queue to call one, the test
+    would fail with an AttributeError."""
+
+    global_prefetch = 0
+
+    def __init__(self, identity: str) -> None:
+        self.quorum_identity = identity
+        self.state = ChannelState.OPEN
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is ChannelState.OPEN
+
+
+class Taker:
+    """A consumer as the quorum type sees it: its tag, prefetch and channel."""
+
+    def __init__(self, channel: Asker, tag: str, prefetch: int = 0,
+                 no_ack: bool = False) -> None:
+        self.channel, self.tag, self.prefetch, self.no_ack = channel, tag, prefetch, no_ack
+        self.priority, self.exclusive = 0, False
+
+
+def message(body: bytes) -> Message:
+    return Message("", "q", Properties(b"\x00\x00", len(body)), body)
+
+
+def quorum_queue():
+    """A node, and its quorum queue "q" (declared by a client)."""
+    node = new_node()
+    client = Client(node)
+    client.handshake()
+    client.open_channel(1)
+    client.declare_queue(1, "q", durable=True, arguments=QUORUM)
+    return node, node.vhosts["/"].queues["q"]
+
+
+def carried_out_by_the_driver(monkeypatch) -> list:
+    """What the quorum driver hands to `carry_out`, kept instead of carried out."""
+    handed: list = []
+    monkeypatch.setattr(quorum_groups, "carry_out", handed.extend)
+    return handed
+
+
+def test_a_deliver_effect_is_a_deliver_batch_in_the_machines_order(monkeypatch):
+    node, queue = quorum_queue()
+    handed = carried_out_by_the_driver(monkeypatch)
+    channel = Asker(f"{node.boot_id}.90.1")
+    taker = Taker(channel, "c", prefetch=2)
+    assert queue.consume(channel, taker) == []
+    assert [queue.publish(message(b"%d" % n), None, None) for n in range(3)] == [[], [], []]
+    node.flush()
+    batches = [action for action in handed if type(action) is DeliverBatch]
+    assert [(b.consumer, b.queue) for b in batches] == [(taker, queue)] * len(batches)
+    messages = [m for b in batches for m in b.messages]
+    assert [bytes(body) for _redelivered, _names, _header, body in messages] == [b"0", b"1"]
+    tokens = [t for b in batches for t in b.tokens]
+    assert all(type(t) is QuorumToken and t.key == f"{channel.quorum_identity}/c"
+               for t in tokens)
+    assert len(tokens) == 2 and queue.ready_count == 1 and queue.unacked_count == 2
+
+
+def test_a_closed_channels_deliveries_go_back_and_nothing_is_carried_out(monkeypatch):
+    node, queue = quorum_queue()
+    handed = carried_out_by_the_driver(monkeypatch)
+    channel = Asker(f"{node.boot_id}.90.1")
+    queue.consume(channel, Taker(channel, "c", prefetch=1))
+    node.flush()
+    channel.state = ChannelState.CLOSING
+    queue.publish(message(b"m"), None, None)
+    node.flush()
+    assert [a for a in handed if type(a) is DeliverBatch] == []
+    # returned each time (a Return through the log), until the delivery limit (20 by
+    # default, RabbitMQ 4's) dropped it; none of them was written
+    assert queue.ready_count + queue.unacked_count == 0
+    assert queue.state.config.delivery_limit == 20
+
+
+def test_basic_get_answers_later_with_get_ok_or_get_empty_as_data():
+    node, queue = quorum_queue()
+    asker = Asker(f"{node.boot_id}.90.1")
+    assert queue.got(asker, "k/", False, None) == [GetEmpty(asker)]
+    queue.publish(message(b"a"), None, None)
+    queue.publish(message(b"b"), None, None)
+    node.flush()
+    answers: list = []
+    queue.propose(Dequeue(f"{asker.quorum_identity}/", True, asker.quorum_identity), 0,
+                  lambda reply: answers.extend(queue.got(asker, "k/", True, reply)))
+    node.flush()
+    [got] = answers
+    assert type(got) is GetOk and got.to is asker and got.queue is queue
+    assert (bytes(got.body), got.remaining, got.no_ack, got.redelivered) == (b"a", 1, True,
+                                                                            False)
+    asker.state = ChannelState.CLOSING
+    assert queue.got(asker, "k/", True, None) == []  # gone: nothing to answer
+
+
+def test_declare_ok_is_returned_when_nothing_waits_and_purge_ok_once_applied():
+    node, queue = quorum_queue()
+    assert queue.declare_ok(None) == [DeclareOk(ready=0, consumers=0)]
+    queue.publish(message(b"a"), None, None)
+    counted: list = []
+    assert queue.declare_ok(lambda ready, consumers: counted.append((ready, consumers))) == []
+    node.flush()
+    assert counted == [(1, 0)]
+    purged: list = []
+    assert queue.purge(purged.append) == []
+    node.flush()
+    assert purged == [1] and queue.declare_ok(None) == [DeclareOk(0, 0)]
+
+
+def test_a_quorum_reply_makes_the_publishers_confirms_due_as_an_action(monkeypatch):
+    node, queue = quorum_queue()
+    handed = carried_out_by_the_driver(monkeypatch)
+    answered: list = []
+
+    class Publisher(Asker):
+        def confirm_answered(self) -> None:  # what node/channel.py does (Confirm.hold)
+            answered.append(self)
+            node.quorum.touched_channels.add(self)
+
+    channel = Publisher(f"{node.boot_id}.90.1")
+    confirm = Confirm(channel, 1)
+    assert queue.publish(message(b"m"), channel, confirm) == []
+    assert confirm.outstanding == 1
+    node.flush()
+    assert confirm.outstanding == 0 and confirm.ok and answered == [channel]
+    assert [a for a in handed if type(a) is ConfirmsDue] == [ConfirmsDue(channel)]
+
+
+def test_the_quorum_queue_type_calls_no_channel():
+    """No attribute of anything named `channel` is called in queues/quorum/, nor any
+    method a node's channel offers a queue type. It imports nothing of node/ (also a
+    contract in .importlinter)."""
+    for path in sorted(pathlib.Path(quorum.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        called = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+        on_channel = [ast.unparse(func) for func in called if isinstance(func, ast.Attribute)
+                      and ("channel" in ast.unparse(func.value).split(".")
+                           or func.attr in CHANNEL_METHODS)]
+        assert on_channel == [], path.name
+        imported = [node.module or "" for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)]
+        assert not [module for module in imported if "node" in module.split(".")], path.name
+
+
+# ---------------------------------------------------------------- through a session
+
+
+def test_a_client_sees_confirms_deliveries_get_ok_purge_ok_and_declare_ok_counts():
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    client.declare_queue(1, "q", durable=True, arguments=QUORUM)
+    client.call(1, commands.Confirm.Select(), "Confirm.SelectOk")
+    for body in (b"1", b"2", b"3", b"4"):
+        client.publish(1, "", "q", body)
+    acks = client.read_methods()
+    assert [name(ack) for _c, ack in acks][-1] == "Basic.Ack"
+    assert max(ack.delivery_tag for _c, ack in acks) == 4
+    got = client.get(1, "q", no_ack=False)
+    assert isinstance(got, Delivery) and got.body == b"1"
+    assert (got.method.delivery_tag, got.method.message_count) == (1, 3)
+    assert client.declare_queue(1, "q", passive=True).message_count == 3
+    client.open_channel(2)
+    client.call(2, commands.Basic.Qos(prefetch_count=2), "Basic.QosOk")
+    client.send(2, method(commands.Basic.Consume, queue="q", consumer_tag="c"))
+    replies = client.read_deliveries()
+    assert name(replies[0][1]) == "Basic.ConsumeOk"
+    assert [(r.method.delivery_tag, r.body) for r in replies[1:]] == [(1, b"2"), (2, b"3")]
+    client.send(2, method(commands.Basic.Nack, delivery_tag=1, requeue=True))
+    [again] = client.read_deliveries()  # returned first: redelivered, counted
+    assert (again.method.delivery_tag, again.body, again.method.redelivered) == (3, b"2", True)
+    assert again.header.properties.headers == {"x-delivery-count": 1}
+    client.send(2, method(commands.Basic.Cancel, consumer_tag="c"))
+    assert client.read_names() == ["Basic.CancelOk"]
+    client.send(2, commands.Channel.Close(reply_code=200, reply_text="ok",
+                                          class_id=0, method_id=0))
+    assert client.read_names() == ["Channel.CloseOk"]
+    assert client.call(1, method(commands.Queue.Purge, queue="q"),
+                       "Queue.PurgeOk").message_count == 3
+    assert client.get(1, "q") is None  # get-empty
