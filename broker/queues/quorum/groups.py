@@ -450,21 +450,25 @@ class QuorumGroups:
         fifo/in_place.py straight from its bytes (no Enqueue, Meta or effects are
         made); what it declines goes through `decode` and `apply`.
 
-        One merge: consecutive Enqueues whose only effect is a Deliver to the same
-        consumer. (A consumer with room while messages arrive.) They hand it their
-        messages as one batch, after the last of them. That is one log read and one
-        run of frames, where one Deliver per message cost a call of each. Nothing
-        else is let past a held batch. It goes out before any other entry is applied
-        and before any other effect. So a consumer sees its deliveries in the
-        machine's order, before what follows them: a cancel-ok, a get-ok, a Return.
-        Only the publishes' confirms, on their publishers' channels, may go out
-        before the deliveries of the same messages. RabbitMQ orders neither before
-        the other."""
+        One merge: consecutive Enqueues whose only effect is a Deliver. (Consumers
+        with room while messages arrive.) Each consumer's messages are held as one
+        batch, handed over after the last of the run, consumers in the order of
+        their first delivery. That is one log read and one run of frames per
+        consumer, where one Deliver per message cost a call of each: with several
+        consumers the machine's round-robin gives each Enqueue to the next one, so
+        a batch of one consumer alone held one message. (A consumer's messages stay
+        in the machine's order; two consumers on one channel may see theirs grouped,
+        as the machine's own Deliver effects of one command group them, and as
+        rabbit_fifo's checkout does.) Nothing else is let past the held batches.
+        They go out before any other entry is applied and before any other effect.
+        So a consumer sees its deliveries in the machine's order, before what
+        follows them: a cancel-ok, a get-ok, a Return. Only the publishes'
+        confirms, on their publishers' channels, may go out before the deliveries
+        of the same messages. RabbitMQ orders neither before the other."""
         decode = commands.decode
         unpack_time = TIMED_HEAD.unpack_from
         timed_size = TIMED_HEAD.size
-        held_key = None  # the consumer of the held deliveries
-        held: list = []
+        held: dict[str, list] = {}  # consumer key -> its held deliveries, in order
         index = 0
         for entry in entries:
             if queue.deleted:
@@ -480,8 +484,7 @@ class QuorumGroups:
                 self._maybe_give_up(applied, entry)
             if applied.released:
                 if held:
-                    carry_out(deliveries.deliver(self, queue, held_key, held))
-                    held_key, held = None, []
+                    _deliver_held(self, queue, held)
                 self._apply_released(queue, released_at)
             index, term, data = entry.index, entry.term, entry.data
             waiters = queue.waiters  # (fail_waiters replaces the dict)
@@ -489,8 +492,7 @@ class QuorumGroups:
                 queue.entry_committed(index, term)
             if entry.kind != COMMAND:  # NOOP, MEMBERSHIP: nothing for the machine;
                 if held:
-                    carry_out(deliveries.deliver(self, queue, held_key, held))
-                    held_key, held = None, []
+                    _deliver_held(self, queue, held)
                 for callback in queue.take_waiters(index, term):  # barriers
                     callback(None)
                 continue
@@ -508,8 +510,7 @@ class QuorumGroups:
                 if data[start] == BLIND_ENQUEUE:  # its BCC keys: no read may send them
                     queue.blind_upto = index
                 if held and type(command) is not Enqueue:
-                    carry_out(deliveries.deliver(self, queue, held_key, held))
-                    held_key, held = None, []
+                    _deliver_held(self, queue, held)
                 queue.state, reply, effects = apply(Meta(index, term, queue.last_time_ms),
                                                     command, queue.state)
             else:  # a tag 1 Enqueue: no BCC keys, no held batch let out, no effects
@@ -538,18 +539,17 @@ class QuorumGroups:
             if effects:  # often none (an enqueue with no consumer waiting): no call
                 if (len(effects) == 1 and type(effect := effects[0]) is Deliver
                         and type(command) is Enqueue and not replaying):
-                    if effect.consumer != held_key:
-                        if held:
-                            carry_out(deliveries.deliver(self, queue, held_key, held))
-                        held_key, held = effect.consumer, []
-                    held += effect.deliveries
+                    batch = held.get(effect.consumer)
+                    if batch is None:
+                        held[effect.consumer] = list(effect.deliveries)
+                    else:
+                        batch += effect.deliveries
                     continue
                 if held:
-                    carry_out(deliveries.deliver(self, queue, held_key, held))
-                    held_key, held = None, []
+                    _deliver_held(self, queue, held)
                 self._apply_effects(queue, effects, replaying)
         if held:
-            carry_out(deliveries.deliver(self, queue, held_key, held))
+            _deliver_held(self, queue, held)
         if queue.applied.released and not queue.deleted:
             self._apply_released(queue, index)
 
@@ -950,3 +950,12 @@ class QuorumGroups:
 def _needs_tick(member) -> bool:
     raft = member.raft
     return raft is not None and raft.needs_tick
+
+
+def _deliver_held(groups: QuorumGroups, queue: QuorumQueue, held: dict[str, list]) -> None:
+    """The held batches of `QuorumGroups._apply_entries` to their consumers, each in
+    the machine's order, consumers in the order of their first delivery; `held` is
+    emptied."""
+    for key, batch in held.items():
+        carry_out(deliveries.deliver(groups, queue, key, batch))
+    held.clear()
