@@ -115,8 +115,7 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         only = next(iter(consumers.items()))
         ordered = [only] if only[1].has_capacity() else []
     else:
-        ordered = sorted((c for c in consumers.items() if c[1].has_capacity()),
-                         key=lambda item: (-item[1].priority, item[1].order))
+        ordered = _ranked(consumers)
     if not ordered:
         return
     if (len(ordered) == 1 and state.normal.expiries is None and state.high.expiries is None
@@ -126,15 +125,46 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         _serve_in_turn(state, ordered, effects)
 
 
+def _rank(item: tuple[str, ConsumerState]) -> tuple[int, int]:
+    return -item[1].priority, item[1].order
+
+
+def _ranked(consumers: dict[str, ConsumerState]) -> list[tuple[str, ConsumerState]]:
+    """The consumers with capacity (`has_capacity`, inlined), highest priority first,
+    then in registration order: `sorted(..., key=_rank)` of them. Run after every
+    command, so in one pass over the consumers. The dict is mostly in that order
+    already (registration order, equal priorities); only when it is not, a sort."""
+    ordered = []
+    in_rank = True
+    last = None
+    for item in consumers.items():
+        consumer = item[1]
+        if (consumer.cancelled or consumer.pull_only or consumer.suspected
+                or (consumer.prefetch and len(consumer.checked) >= consumer.prefetch)):
+            continue
+        if last is not None and in_rank and (
+                consumer.priority > last.priority
+                or (consumer.priority == last.priority and consumer.order < last.order)):
+            in_rank = False
+        last = consumer
+        ordered.append(item)
+    if not in_rank:
+        ordered.sort(key=_rank)
+    return ordered
+
+
 def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
                    effects: list[Effect]) -> None:
     """Hand ready messages one at a time to `ordered`, round-robin among the
     highest priority. `ordered` is the consumers with capacity, highest priority
-    first."""
+    first. The highest priority's group is the same until a consumer runs out of
+    capacity (then it leaves `ordered`)."""
     batches: dict[str, list[Delivery]] = {}
+    group = None
     while state.ready_count and ordered:
-        top = ordered[0][1].priority
-        group = [item for item in ordered if item[1].priority == top]
+        if group is None:
+            top = ordered[0][1].priority
+            group = [item for item in ordered if item[1].priority == top]
         key, consumer = group[state.rotation % len(group)]
         taken = take_next(state, effects)
         if taken is None:  # what was ready had expired
@@ -147,6 +177,7 @@ def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
         batches.setdefault(key, []).append(Delivery(msg_id, index, count, returned))
         if not consumer.has_capacity():
             ordered = [item for item in ordered if item[0] != key]
+            group = None
     for key, deliveries in batches.items():
         effects.append(Deliver(key, tuple(deliveries)))
 
