@@ -25,7 +25,8 @@ small `max_message_size` still takes the sink's batches (about 1 MiB), and at le
 the limit plus one record's length prefix, so a batch of one message of the largest
 allowed size fits.
 
-Invariants: `split` returns at least one message; each message's header table is
+Invariants: `split` returns at least one message (it checks every length, and
+makes no message: `Batch.records` makes them); each message's header table is
 the sink's two entries, and its `Properties.key` is the (publisher, seq) that table
 holds (so `properties.publisher_sequence` reads nothing); a batch
 that breaks the form raises AMQPError 406 PRECONDITION_FAILED naming what is wrong,
@@ -57,13 +58,51 @@ _FORM = (f"a batch publish must have exactly the headers '{PUBLISHER_HEADER}' (S
 
 class Batch:
     """A checked batch publish: the body as published (what a basic.return sends
-    back) and its messages, (Properties, body) each, in seq order."""
+    back) and its messages, in seq order: `records`, (Properties, body) each, made
+    when first asked for. Or read in place (a quorum queue builds its log entries
+    from them, queues/quorum/queue.py `publish_batch`): message k's body is
+    `body[offsets[k] + 4:offsets[k] + 4 + its u32 length at offsets[k]]`; its header
+    `head + u64 body size + middle + i64 (first + k) + tail`; its key
+    (publisher, first + k); `properties` is the batch's own (its priority, delivery
+    mode and flags are each message's)."""
 
-    __slots__ = ("body", "records")
+    __slots__ = ("body", "offsets", "publisher", "first", "head", "middle", "tail",
+                 "properties", "_records")
 
-    def __init__(self, body: bytes, records: list[tuple[Properties, bytes]]) -> None:
+    def __init__(self, body: bytes, offsets: list[int], publisher: str, first: int,
+                 head: bytes, middle: bytes, tail: bytes, properties: Properties) -> None:
         self.body = body
-        self.records = records
+        self.offsets = offsets
+        self.publisher, self.first = publisher, first
+        self.head, self.middle, self.tail = head, middle, tail
+        self.properties = properties
+        self._records: list[tuple[Properties, bytes]] | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def records(self) -> list[tuple[Properties, bytes]]:
+        """(Properties, body) of each message, as a keyed publish of its own."""
+        if self._records is None:
+            body, publisher, first = self.body, self.publisher, self.first
+            head, middle, tail = self.head, self.middle, self.tail
+            properties = self.properties
+            delivery_mode, priority, flags, at = (properties.delivery_mode,
+                                                  properties.priority, properties.flags,
+                                                  properties.headers_at)
+            view = memoryview(body)
+            pack_u64, pack_i64, unpack_u32 = _u64.pack, _i64.pack, _u32.unpack_from
+            records = []
+            for k, offset in enumerate(self.offsets):
+                length = unpack_u32(body, offset)[0]
+                header = b"".join((head, pack_u64(length), middle, pack_i64(first + k), tail))
+                records.append((Properties(header, length, delivery_mode, priority, flags, at,
+                                           key=(publisher, first + k)),
+                                bytes(view[offset + 4:offset + 4 + length])))
+            self._records = records
+        return self._records
 
 
 def is_batch(properties: Properties) -> bool:
@@ -127,28 +166,22 @@ def split(properties: Properties, body: bytes, max_message_size: int) -> Batch:
     template = b"".join((raw[:at], _u32.pack(table_length), raw[at + 4:batch_entry],
                          raw[table_end:]))
     head, middle, tail = template[:4], template[12:seq_at], template[seq_at + 8:]
-    delivery_mode, priority, flags = (properties.delivery_mode, properties.priority,
-                                      properties.flags)
-    records: list[tuple[Properties, bytes]] = []
+    offsets: list[int] = []
     offset, size = 0, len(body)
-    view = memoryview(body)
-    pack_u64, pack_i64 = _u64.pack, _i64.pack
+    unpack_u32 = _u32.unpack_from
     for k in range(count):
         if offset + 4 > size:
             raise _refuse(f"the body of a batch publish holds fewer than the {count} "
                           f"messages its header '{BATCH_HEADER}' says")
-        length = _u32.unpack_from(body, offset)[0]
+        length = unpack_u32(body, offset)[0]
         end = offset + 4 + length
         if end > size:
             raise _refuse(f"message {k + 1} of a batch publish runs past its body")
         if length > max_message_size:  # as channel.header refuses a publish of its own
             raise message_too_large(length, max_message_size)
-        record = bytes(view[offset + 4:end])
-        header = b"".join((head, pack_u64(length), middle, pack_i64(first + k), tail))
-        records.append((Properties(header, length, delivery_mode, priority, flags, at,
-                                   key=(publisher, first + k)), record))
+        offsets.append(offset)
         offset = end
     if offset != size:
         raise _refuse(f"the body of a batch publish holds more than the {count} messages "
                       f"its header '{BATCH_HEADER}' says")
-    return Batch(body, records)
+    return Batch(body, offsets, publisher, first, head, middle, tail, properties)

@@ -67,6 +67,41 @@ def stamped_enqueue(now_ms: int, publisher: str, seq: int, priority: int, exchan
                                    body, TIMED_HEAD.pack(TIMED, now_ms), blind_keys)
 
 
+_u32_unpack = commands._u32.unpack_from
+_u64_pack = struct.Struct(">Q").pack
+_i64_pack = struct.Struct(">q").pack
+
+
+def stamped_enqueues(now_ms: int, publisher: str, first: int, priority: int, exchange: str,
+                     routing_key: str, head: bytes, middle: bytes, tail: bytes,
+                     records: bytes, offsets: list[int]) -> list[bytes]:
+    """The entries of a batch publish's messages (amqp/batch_publish.py `Batch`),
+    each in one join: twin of `stamped_enqueue(now_ms, publisher, first + k,
+    priority, exchange, routing_key, header_k, body_k)` for message k. Its body is
+    the record at `offsets[k]` in `records` (u32 length, bytes). Its header is
+    `head + u64 body size + middle + i64 (first + k) + tail`."""
+    publisher_bytes = publisher.encode("utf-8", "surrogateescape")  # twin of encode_enqueue
+    exchange_bytes = exchange.encode("utf-8", "surrogateescape")
+    key_bytes = routing_key.encode("utf-8", "surrogateescape")
+    header_size = len(head) + 8 + len(middle) + 8 + len(tail)
+    prefix = b"".join((commands._u16.pack(len(publisher_bytes)), publisher_bytes,
+                       commands._u8.pack(len(exchange_bytes)), exchange_bytes,
+                       commands._u8.pack(len(key_bytes)), key_bytes,
+                       commands._u32.pack(header_size), head))
+    timed = TIMED_HEAD.pack(TIMED, now_ms)
+    pack_head = commands._enqueue_head.pack
+    view = memoryview(records)
+    entries = []
+    seq = first
+    for offset in offsets:
+        length = _u32_unpack(records, offset)[0]
+        entries.append(b"".join((timed, pack_head(1, priority, length, seq), prefix,
+                                 _u64_pack(length), middle, _i64_pack(seq), tail,
+                                 view[offset + 4:offset + 4 + length])))
+        seq += 1
+    return entries
+
+
 def decode_entry(data: bytes) -> tuple[int | None, commands.Command]:
     """(leader time in ms or None, fifo command) of a COMMAND entry."""
     if data[0] == TIMED:

@@ -519,7 +519,7 @@ class Node:
                                           spec.BASIC_PUBLISH)
                         return None
                 # messages, as RabbitMQ counts them: a batch publish carries many
-                count = len(body.records) if publish.immediate else 1
+                count = body.count if publish.immediate else 1
                 counters.received += count
                 channel.published = True
                 if confirm_seq:
@@ -536,7 +536,12 @@ class Node:
                 else:
                     counters.unroutable_dropped += count
                 confirm = channel.open_confirm(confirm_seq) if confirm_seq or tx else None
-                if publish.immediate:  # a batch (handlers.publish lets no other through)
+                if publish.immediate and len(queues) == 1:  # a batch, to one queue
+                    queue = queues[0]
+                    queue.message_counts.publish += count
+                    carry_out(queue.publish_batch(body, exchange_name, routing_key, channel,
+                                                  confirm))
+                elif publish.immediate:  # (handlers.publish lets no other batch through)
                     for record_properties, record_body in body.records:
                         record = Message(exchange_name, routing_key, record_properties,
                                          record_body)

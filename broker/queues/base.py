@@ -91,6 +91,7 @@ from typing import Any, Callable, ClassVar, Iterable, Protocol
 
 from ..amqp.channel import ChannelState
 from ..amqp.errors import precondition
+from .message import Message
 
 
 class Consumer(Protocol):
@@ -347,6 +348,19 @@ class Queue:
 
     def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
         raise NotImplementedError
+
+    def publish_batch(self, batch, exchange: str, routing_key: str, channel: "Channel | None",
+                      confirm: Confirm | None) -> list | None:
+        """The messages of a batch publish (amqp/batch_publish.py `Batch`), in order,
+        each as `publish` takes it alone; what those return, in order. A type may
+        store them without making each message first (quorum queues)."""
+        actions: list = []
+        for properties, body in batch.records:
+            returned = self.publish(Message(exchange, routing_key, properties, body), channel,
+                                    confirm)
+            if returned:
+                actions += returned
+        return actions
 
     def consume(self, channel: "Channel", consumer: "Consumer") -> None:
         raise NotImplementedError

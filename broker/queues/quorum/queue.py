@@ -44,7 +44,7 @@ from ...amqp.channel import ChannelState
 from ...amqp.errors import AMQPError
 from ...amqp.properties import publisher_sequence
 from ...fifo import commands
-from ...fifo.envelope import encode_command, stamped_enqueue
+from ...fifo.envelope import encode_command, stamped_enqueue, stamped_enqueues
 from ...fifo.single_active import waiting_order
 from ...fifo.state import FifoState, fifo_config
 from ...groups.replicated import ReplicatedGroup, Waiter
@@ -394,6 +394,31 @@ class QuorumQueue(ReplicatedGroup, Queue):
             groups.holding.add(self)
         self.publishing.append((data, waiter))
         return []
+
+    def publish_batch(self, batch, exchange: str, routing_key: str, channel: "Channel | None",
+                      confirm: Confirm | None) -> None:
+        """The messages of a batch publish (amqp/batch_publish.py), each proposed as
+        `publish` proposes it alone: the same entry bytes, waiter and run. The
+        entries are built from the batch in place (fifo/envelope.py
+        `stamped_enqueues`); no message, header or body is made first."""
+        groups = self.groups
+        if channel is None or groups is None:  # (a batch comes from a client's channel)
+            return super().publish_batch(batch, exchange, routing_key, channel, confirm)
+        entries = stamped_enqueues(groups.clock_ms, batch.publisher, batch.first,
+                                   min(batch.properties.priority, 255), exchange,
+                                   routing_key, batch.head, batch.middle, batch.tail,
+                                   batch.body, batch.offsets)
+        if confirm is None:
+            run = [(data, None) for data in entries]
+        else:  # twin of publish's hold_reply per message
+            hold = confirm.hold_reply
+            run = [(data, hold("rejected")) for data in entries]
+        if self.settling:  # settlements made before go first
+            self.flush_settlements()
+        if not self.publishing:
+            groups.holding.add(self)
+        self.publishing += run
+        return None
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:

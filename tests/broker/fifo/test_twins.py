@@ -4,6 +4,7 @@ Each test runs the twin and the function it copies on random inputs and compares
 what a user or a replaying member would see: bytes, state, effects."""
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 
 from hypothesis import assume, given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from quorumqueue.broker.amqp.properties import encode_properties
 from quorumqueue.broker.fifo import commands as fifo_commands, serving, snapshot
 from quorumqueue.broker.fifo.commands import Enqueue, Meta
-from quorumqueue.broker.fifo.envelope import stamp
+from quorumqueue.broker.fifo.envelope import stamp, stamped_enqueue, stamped_enqueues
 from quorumqueue.broker.fifo.in_place import enqueue_in_place
 from quorumqueue.broker.fifo.machine import _maybe_release_cursor, apply
 from quorumqueue.broker.fifo.state import FifoState, is_high, pack
@@ -159,3 +160,25 @@ def test_an_enqueue_stored_in_place_is_what_decode_and_apply_give(steps, config,
         assert (state.now_ms, state.applied_since_cursor) == (usual.now_ms,
                                                                usual.applied_since_cursor)
     assume(taken > 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=6), texts.map(lambda t: t[:40]),
+       st.integers(1, 2**62), st.integers(0, 255), texts.map(lambda t: t[:60]),
+       texts.map(lambda t: t[:60]), st.binary(max_size=12), st.binary(max_size=12),
+       st.binary(max_size=12), st.integers(0, 2**63 - 1))
+def test_a_batchs_entries_are_each_stamped_enqueue_of_its_message(
+        bodies, publisher, first, priority, exchange, key, head, middle, tail, now_ms):
+    """envelope.stamped_enqueues (a batch publish's entries, each in one join) is
+    stamped_enqueue of each message: its seq first + k, its header head + u64 size +
+    middle + i64 seq + tail, its body the record's."""
+    records, offsets = b"", []
+    for body in bodies:
+        offsets.append(len(records))
+        records += struct.pack(">I", len(body)) + body
+    expected = [stamped_enqueue(now_ms, publisher, first + k, priority, exchange, key,
+                                head + struct.pack(">Q", len(body)) + middle
+                                + struct.pack(">q", first + k) + tail, body)
+                for k, body in enumerate(bodies)]
+    assert stamped_enqueues(now_ms, publisher, first, priority, exchange, key, head, middle,
+                            tail, records, offsets) == expected

@@ -1,6 +1,7 @@
 """broker/queues' hand-inlined copies ("twins") agree with their originals."""
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -296,3 +297,63 @@ def test_the_apply_loops_in_place_enqueue_is_its_per_entry_path(rounds, config):
                                          slow.last_time_ms, slow.blind_upto)
     finally:
         deliveries.deliver = delivered
+
+
+def _proposing_queue(clock_ms: int, settling: list) -> SimpleNamespace:
+    """What QuorumQueue.publish and publish_batch read and call of a queue."""
+    held: list = []  # the queues the node's round is to propose for: added each time
+    queue = SimpleNamespace(groups=SimpleNamespace(clock_ms=clock_ms,
+                                                   holding=SimpleNamespace(add=held.append)),
+                            settling=list(settling), publishing=[], flushed=0, held=held)
+
+    def flush_settlements():
+        queue.flushed += 1
+        queue.settling = []
+    queue.flush_settlements = flush_settlements
+    return queue
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=30), min_size=1, max_size=8), st.integers(1, 2**40),
+       st.sampled_from([b"p", b"spark-query/3f2a/0", "é".encode()]), st.integers(0, 9),
+       st.sampled_from(["", "amq.direct"]), st.sampled_from(["q", "rk.é"]),
+       st.booleans(), st.booleans(), st.integers(0, 2**40))
+def test_a_batch_proposed_in_place_is_its_messages_published_one_by_one(
+        bodies, first, publisher, priority, exchange, key, confirmed, settling, clock_ms):
+    """QuorumQueue.publish_batch (entries built from the batch in place,
+    fifo/envelope.py stamped_enqueues) proposes what QuorumQueue.publish of each of
+    split's messages proposes, in order: the same entry bytes, a waiter each held on
+    the confirm, the same run and holding, settlements flushed first."""
+    from quorumqueue.broker.amqp.batch_publish import split
+    from quorumqueue.broker.amqp.properties import decode_properties
+    from quorumqueue.broker.queues.message import Message
+    from quorumqueue.broker.queues.quorum.queue import QuorumQueue
+
+    from ..node.test_batch_publish import batch_entry, header, records
+
+    body = records(*bodies)
+    payload = header(first, len(body), batch_entry(len(bodies)), publisher=publisher)
+    payload = payload[:12] + struct.pack(">H", struct.unpack_from(">H", payload, 12)[0]
+                                         | 1 << 11) + payload[14:] + bytes([priority])
+    properties = decode_properties(payload)[1]
+    assert properties.priority == priority
+    batch = split(properties, body, 1 << 20)
+    fast, slow = _proposing_queue(clock_ms, [1] * settling), _proposing_queue(clock_ms,
+                                                                               [1] * settling)
+    channels = Channel(), Channel()
+    confirms = [Confirm(channel, 1) if confirmed else None for channel in channels]
+    QuorumQueue.publish_batch(fast, batch, exchange, key, channels[0], confirms[0])
+    for record_properties, record_body in batch.records:
+        QuorumQueue.publish(slow, Message(exchange, key, record_properties, record_body),
+                            channels[1], confirms[1])
+    assert [data for data, _ in fast.publishing] == [data for data, _ in slow.publishing]
+    assert [waiter is None for _, waiter in fast.publishing] == [not confirmed] * len(bodies)
+    assert len(fast.held) == len(slow.held) == 1 and fast.held[0] is fast
+    assert (fast.flushed, fast.settling) == (slow.flushed, slow.settling)
+    if confirmed:
+        assert confirms[0].outstanding == confirms[1].outstanding == len(bodies)
+        for (_, one), (_, other), reply in zip(fast.publishing, slow.publishing,
+                                               ["ok", "rejected", "duplicate"] * 3):
+            one(reply)
+            other(reply)
+        assert _seen(confirms[0]) == _seen(confirms[1])
