@@ -396,11 +396,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return []
 
     def publish_batch(self, batch, exchange: str, routing_key: str, channel: "Channel | None",
-                      confirm: Confirm | None) -> None:
+                      confirm: Confirm | None) -> list[Action]:
         """The messages of a batch publish (amqp/batch_publish.py), each proposed as
         `publish` proposes it alone: the same entry bytes, waiter and run. The
         entries are built from the batch in place (fifo/envelope.py
-        `stamped_enqueues`); no message, header or body is made first."""
+        `stamped_enqueues`); no message, header or body is made first. No actions,
+        as `publish`."""
         groups = self.groups
         if channel is None or groups is None:  # (a batch comes from a client's channel)
             return super().publish_batch(batch, exchange, routing_key, channel, confirm)
@@ -418,7 +419,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         if not self.publishing:
             groups.holding.add(self)
         self.publishing += run
-        return None
+        return []
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         if channel.global_prefetch:
