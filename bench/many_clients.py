@@ -16,9 +16,10 @@ system ticks of /proc/PID/stat from just before PerfTest starts to just after it
 divided by the messages consumed (PerfTest's receiving rate avg times SECONDS).
 
 With ``--tree NAME=PATH`` (repeatable) the node runs from that checkout (a directory
-holding the package, put first on PYTHONPATH as ``quorumqueue``); the runs of one pair
-alternate the trees, the order swapped every other pair, each shape in turn. Without
-it, the tree this file is in. Needs `make bench-setup` (PerfTest's jars) and Java 11+.
+holding the package, put first on PYTHONPATH as ``quorumqueue``), or with
+``NAME=rabbitmq`` is RabbitMQ 3.10.8 (a private node, its CPU that of its processes);
+the runs of one pair alternate the trees, the order swapped every other pair, each
+shape in turn. Without it, the tree this file is in. Needs `make bench-setup` (PerfTest's jars) and Java 11+.
 Progress to stderr, the table (medians and ranges per tree and shape) to stdout.
 """
 
@@ -43,6 +44,9 @@ from bench.perftest import JARS, PERFTEST_MAIN, check_jars  # noqa: E402
 from bench.process_cpu import process_cpu  # noqa: E402
 
 
+RABBITMQ = Path("rabbitmq")  # --tree NAME=rabbitmq: RabbitMQ 3.10.8 (tests/support/rabbitmq.py)
+
+
 def perftest_arguments(producers: int, consumers: int, seconds: int) -> list[str]:
     return ["--quorum-queue", "--queue", "q", "-s", "1000", "-z", str(seconds),
             "-x", str(producers), "-y", str(consumers), "-c", "1000", "-q", "1000"]
@@ -60,6 +64,14 @@ def python_path(tree: Path) -> str:
 
 
 def one_run(tree: Path, producers: int, consumers: int, seconds: int) -> dict:
+    """One PerfTest run against a fresh node of `tree` (RABBITMQ: RabbitMQ 3.10.8)."""
+    if tree == RABBITMQ:
+        from tests.support.rabbitmq import RabbitMQNode, processes_with_marker
+
+        with RabbitMQNode() as node:  # in a session of its own (its launcher's)
+            def cpu() -> float:  # beam.smp and its helpers, with what they reaped
+                return sum(process_cpu(pid) for pid in processes_with_marker(node.node_name))
+            return _measure(node.uri, cpu, producers, consumers, seconds)
     from tests.support.broker import BrokerProcess
 
     previous = os.environ.get("PYTHONPATH")
@@ -68,28 +80,32 @@ def one_run(tree: Path, producers: int, consumers: int, seconds: int) -> dict:
     try:
         broker.start(timeout=120)
         pid = broker.process.pid
-        load = os.getloadavg()[0]
-        command = ["java", "-cp", f"{JARS}/*", PERFTEST_MAIN, "--uri", broker.uri,
-                   *perftest_arguments(producers, consumers, seconds)]
-        cpu_before = process_cpu(pid)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300,
-                              start_new_session=True)
-        cpu = process_cpu(pid) - cpu_before
-        if "test stopped" not in done.stdout:
-            raise RuntimeError(f"PerfTest exited {done.returncode}:\n{done.stdout[-1500:]}\n"
-                               f"{done.stderr[-1500:]}")
-        got = rates(done.stdout)
-        messages = got["receiving"] * seconds
-        return {"producers": producers, "consumers": consumers, "seconds": seconds,
-                "sending": got["sending"], "receiving": got["receiving"],
-                "node_cpu_s": cpu, "cpu_us_per_message": cpu / messages * 1e6,
-                "load_1m": load}
+        return _measure(broker.uri, lambda: process_cpu(pid), producers, consumers, seconds)
     finally:
         broker.cleanup()
         if previous is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = previous
+
+
+def _measure(uri: str, cpu, producers: int, consumers: int, seconds: int) -> dict:
+    load = os.getloadavg()[0]
+    command = ["java", "-cp", f"{JARS}/*", PERFTEST_MAIN, "--uri", uri,
+               *perftest_arguments(producers, consumers, seconds)]
+    cpu_before = cpu()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300,
+                          start_new_session=True)
+    used = cpu() - cpu_before
+    if "test stopped" not in done.stdout:
+        raise RuntimeError(f"PerfTest exited {done.returncode}:\n{done.stdout[-1500:]}\n"
+                           f"{done.stderr[-1500:]}")
+    got = rates(done.stdout)
+    messages = got["receiving"] * seconds
+    return {"producers": producers, "consumers": consumers, "seconds": seconds,
+            "sending": got["sending"], "receiving": got["receiving"],
+            "node_cpu_s": used, "cpu_us_per_message": used / messages * 1e6,
+            "load_1m": load}
 
 
 def summary(rows: list[dict]) -> str:

@@ -1,5 +1,6 @@
 """bench/many_clients.py without Java or a broker: the PerfTest flags of a shape, the
-command line, and the table of medians and ranges per tree and shape."""
+command line (checkouts and RabbitMQ as trees), and the table of medians and ranges
+per tree and shape."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.many_clients import parse_arguments, perftest_arguments, python_path, summary
+from bench.many_clients import RABBITMQ, parse_arguments, perftest_arguments, python_path, summary
 
 
 def test_a_shape_is_perftest_on_one_quorum_queue_with_confirms_and_prefetch():
@@ -21,6 +22,7 @@ def test_shapes_and_trees_are_parsed_and_bad_ones_refused(tmp_path):
                                  "--tree", "B=/x"])
     assert arguments.shape_list == [(1, 1), (10, 10)]
     assert arguments.trees == [("A", tmp_path), ("B", Path("/x"))]
+    assert parse_arguments(["--tree", "R=rabbitmq"]).trees == [("R", RABBITMQ)]
     with pytest.raises(SystemExit):
         parse_arguments(["--shapes", "ten"])
 
