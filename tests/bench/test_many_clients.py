@@ -4,6 +4,7 @@ per tree and shape."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,11 @@ def test_shapes_and_trees_are_parsed_and_bad_ones_refused(tmp_path):
         parse_arguments(["--shapes", "ten"])
 
 
-def test_a_tree_is_imported_as_quorumqueue_from_a_directory_of_its_own(tmp_path):
+def test_a_tree_is_imported_as_quorumqueue_from_a_directory_of_its_own(tmp_path, monkeypatch):
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # nothing left in /tmp
     holder = Path(python_path(tmp_path))
+    assert holder.parent == tmp_path / "tmp"
     assert (holder / "quorumqueue").resolve() == tmp_path.resolve()
     assert python_path(tmp_path) == str(holder)  # the same link again
 
