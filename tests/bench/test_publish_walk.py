@@ -9,7 +9,9 @@ def test_the_walk_goes_from_bytes_through_the_fsync_to_the_confirm():
     calls = publish_walk.walk(64)
     names = [name for _depth, _package, name, _caller in calls]
     assert names[0] == "node/session.py:Session.receive_data"
-    assert "fifo/machine.py:apply" in names
+    # into a queue with nobody to deliver to, the apply loop stores the publish with
+    # the fifo machine's in-place twin (fifo/in_place.py), not machine.apply
+    assert "fifo/in_place.py:enqueue_in_place" in names
     assert "raft/storage/wal.py:WalFile.sync" in names
     assert "amqp/codec.py:basic_ack" in names
     summary = publish_walk.summary(calls)
