@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..amqp.channel import ChannelState
 from ..amqp.codec import decode_properties
 from ..groups.metadata import encode as encode_meta
-from ..queues.actions import carry_out
+from ..queues.actions import Deliver, GetEmpty, GetOk, PurgeOk, carry_out
 from ..queues.base import Confirm
 from ..queues.classic import ClassicQueue
 from ..queues.message import Message
@@ -259,15 +259,15 @@ class ClassicLink:
     def get(self, queue, channel, no_ack: bool) -> None:
         def answer(item) -> None:
             if item is None:
-                channel.get_empty() if channel.is_open else None
+                carry_out([GetEmpty(channel)] if channel.is_open else None)
                 return
             seq, redelivered, exchange, routing_key, header, body, remaining = item
             if not channel.is_open:
                 if not no_ack:  # the channel is gone: the host takes it back
                     self._settle(queue, channel.quorum_identity, [seq], True)
                 return
-            channel.get_ok(queue, seq, no_ack, redelivered, exchange, routing_key,
-                           remaining, header, body)
+            carry_out([GetOk(channel, queue, seq, no_ack, redelivered, exchange,
+                             routing_key, remaining, header, body)])
 
         def fail() -> None:
             if channel.is_open:
@@ -286,7 +286,8 @@ class ClassicLink:
         self._to_host(queue, "cq.closed", {"ch": channel.quorum_identity})
 
     def purge(self, queue, respond) -> None:
-        self._request(queue, "cq.purge", {}, respond, lambda: respond(queue._host_down()))
+        self._request(queue, "cq.purge", {}, lambda count: carry_out([PurgeOk(count)], respond),
+                      lambda: respond(queue._host_down()))
 
     def counts(self, queue, done: Callable[[dict], None], use: bool = False) -> None:
         def answer(counts: dict) -> None:
@@ -317,9 +318,12 @@ class ClassicLink:
                                                 "s": [item[0] for item in body["m"]]}))
             return
         queue = known[0]
+        delivered = []
         for seq, redelivered, exchange, routing_key, header, message in body["m"]:
-            consumer.channel.deliver(consumer, queue, seq, redelivered, exchange,
-                                     routing_key, header, message)
+            consumer.charge()  # (as a local queue counts what it decides)
+            delivered.append(Deliver(consumer, queue, seq, redelivered, exchange,
+                                     routing_key, header, message))
+        carry_out(delivered)
         if consumer.no_ack or not consumer.prefetch:  # written: more credit
             self.post(sender, Rpc("cq.credit", {"q": uid, "c": key, "n": len(body["m"])}))
 

@@ -10,6 +10,8 @@ A quorum queue answers most commands later, once its log applied them (as
 rabbit_quorum_queue answers in `handle_event`). Its driver (queues/quorum/groups.py)
 carries out what the applied entries return. A waiter the queue left in the log
 carries out its own answer, with the caller's `reply` (a declare-ok, a purge-ok).
+A remote classic queue's host answers later too: the link (cluster/classic_link.py)
+carries out what the host sent.
 
 The actions:
 - `Deliver`: basic.deliver of one message to `consumer`, on its channel.
@@ -120,8 +122,7 @@ Action = Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | Confi
 def carry_out(actions: Iterable[Action] | None,
               reply: Callable[..., None] | None = None) -> None:
     """Do what a queue's command returned, in order. `reply` takes a `DeclareOk`'s
-    counts or a `PurgeOk`'s count. None (the remote type, whose link still answers
-    the channel itself): nothing to do."""
+    counts or a `PurgeOk`'s count. None: nothing to do."""
     if not actions:
         return
     for action in actions:

@@ -9,12 +9,11 @@ new module here, not edits across the node.
 
 The operations, and what each owes its caller. An operation may return a list of
 actions (queues/actions.py: deliver, get-ok, get-empty, declare-ok, purge-ok), which
-the caller carries out at once, in order (`actions.carry_out`). The classic and
-quorum types return them and call no channel. A quorum queue answers most
-commands once its log applied them: its driver (quorum/groups.py) carries out what
-applied entries return, and a command's waiter carries out its own answer. The
-remote type still returns None: its link (cluster/classic_link.py) answers the
-channel itself (issue 29, Build 1: not converted yet).
+the caller carries out at once, in order (`actions.carry_out`). No type calls a
+channel. A quorum queue answers most commands once its log applied them: its
+driver (quorum/groups.py) carries out what applied entries return, and a command's
+waiter carries out its own answer. A remote queue's host answers later: its link
+(cluster/classic_link.py) carries out the answer's actions.
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for. That is one of:
   a message-store batch (`confirm.after_batch`); an answer later (`confirm.hold()`
@@ -35,17 +34,16 @@ channel itself (issue 29, Build 1: not converted yet).
 - `channel_closed(channel, tokens)`: the channel is gone. Its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: a `PurgeOk` (classic; quorum: carried out with
-  `respond` once applied), or `respond(count)` once purged (remote). Or
-  `respond(error)`, an AMQPError, when the queue's host could not be asked.
+- `purge(respond)`, `delete()`: a `PurgeOk` (classic; quorum and remote: carried
+  out with `respond` once applied or answered). Or `respond(error)`, an
+  AMQPError, when the queue's host could not be asked.
   Delete drops the queue's messages and resources. (The node has cancelled its
   consumers.)
 - `check_delete(if_unused, if_empty)`: what queue.delete refuses. It uses the
   counts `refresh(done)` made current: a queue hosted elsewhere asks its host.
 - `declare_ok(send)`: a `DeclareOk` (classic; quorum, when nothing waits to be
-  applied, else carried out with `send` once it is), or `send(ready, consumers)`
-  once the counts are known (remote). Those are the counts a client that already
-  sent its publishes and acks expects.
+  applied), else one carried out with `send` once the counts are known. Those
+  are the counts a client that already sent its publishes and acks expects.
 - `policy_changed(policy)`: settings from policies. Some types' settings go
   through a log (`POLICY_ON_TICK`). They are applied again from the tick when
   `policy_due()`: a new leader catches up.

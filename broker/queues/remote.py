@@ -8,6 +8,11 @@ cluster, so the link is a Protocol here. RabbitMQ does the same. A classic queue
 lives on its home node, and its record is in the metadata store on every node. A
 channel on any node talks to the queue process on the home node.
 
+As a queue type it calls no channel: every operation returns no actions now, and
+the link carries out the host's answers when they come (a `GetOk` or `GetEmpty`,
+the `Deliver` of each message sent, a `DeclareOk` and a `PurgeOk` with the
+caller's reply: queues/actions.py).
+
 How it works: publishes are forwarded with the confirm's answer (`Confirm.hold`).
 The host answers once it holds the message: for a persistent message in a durable
 queue, after the fsync of its message store. Or it is a nack: the host refused it,
@@ -37,6 +42,7 @@ from typing import Any, Callable, Protocol
 from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..storage.message_store import queue_key
+from .actions import Action, DeclareOk, carry_out
 from .base import Channel, Confirm, Consumer, MessageCounts, Queue
 from .classic import _without_default_type
 from .mirroring import Replica, stopped_of
@@ -175,26 +181,32 @@ class RemoteClassicQueue(Queue):
         """Ask the host's counts, then `done()`."""
         self.link.counts(self, lambda _counts: done())
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        """The host's counts; a declare renews the queue's x-expires (`use`)."""
-        self.link.counts(self, lambda counts: send(counts["ready"], counts["consumers"]),
-                         use=True)
+    def declare_ok(self, send: Callable[[int, int], None]) -> list[Action]:
+        """The host's counts, a `DeclareOk` carried out with `send` once they come;
+        a declare renews the queue's x-expires (`use`)."""
+        self.link.counts(self, lambda counts: carry_out(
+            [DeclareOk(counts["ready"], counts["consumers"])], send), use=True)
+        return []
 
     # ------------------------------------------------------------ messages
 
-    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+    def publish(self, message, channel: "Channel | None",
+                confirm: Confirm | None) -> list[Action]:
         self.link.publish(self, message, None if confirm is None else confirm.hold())
+        return []
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:
         self.check_reachable()
         return exclusive
 
-    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+    def consume(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
+        """A proxy consumer on the host; the link carries out its deliveries."""
         self.consumers.append(consumer)
         self.had_consumers = True
         if consumer.exclusive:
             self.exclusive_consumer = consumer
         self.link.consume(self, channel, consumer)
+        return []
 
     def remove_consumer(self, consumer: "Consumer") -> None:
         if consumer in self.consumers:
@@ -210,23 +222,28 @@ class RemoteClassicQueue(Queue):
     def is_unused_for_auto_delete(self) -> bool:
         return False  # the host decides: it sees every node's consumers
 
-    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+    def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
+        """Asked of the host; the link carries out its `GetOk` or `GetEmpty`."""
         self.check_reachable()
         self.link.get(self, channel, no_ack)
+        return []
 
-    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> list[Action]:
         if not self.deleted:
             self.link.settle(self, channel, list(tokens), requeue)
+        return []
 
-    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+    def channel_closed(self, channel: "Channel", tokens: list) -> list[Action]:
         if not self.deleted:
             self.link.channel_closed(self, channel)
+        return []
 
-    def purge(self, respond: Callable[[Any], None]) -> None:
-        """`respond(count)` once the host purged, or `respond(error)` if it could not
-        be asked (unreachable meanwhile)."""
+    def purge(self, respond: Callable[[Any], None]) -> list[Action]:
+        """A `PurgeOk` carried out with `respond` once the host purged, or
+        `respond(error)` if it could not be asked (unreachable meanwhile)."""
         self.check_reachable()
         self.link.purge(self, respond)
+        return []
 
     def delete(self) -> None:
         self.deleted = True
