@@ -190,6 +190,9 @@ class Cluster:
         # nodes whose link the transport reported lost and not heard from since:
         # replica_rpc answers what is asked of them at once (replica_rpc.link_lost)
         self.links_lost: set[str] = set()
+        # nodes the failure detector last found down (not `seen_up`), each reported to
+        # the quorum groups once (QuorumGroups.leader_lost) until heard from again
+        self.suspected: set[str] = set()
         # request ids: unique across this node's runs too (a leader remembers requests
         # by (node, id); a restarted node counting from 0 again would be "remembered")
         self._next_request = int.from_bytes(os.urandom(7), "big") << 8
@@ -373,6 +376,8 @@ class Cluster:
             return  # removed from the cluster: only a join (of a reset node) is heard
         self.last_heard[sender] = self.now
         self.links_lost.discard(sender)
+        if sender in self.suspected:
+            self.suspected.discard(sender)
         if isinstance(envelope, RaftEnvelope):
             member = self.node.quorum.queues.get(envelope.group)
             if member is None or member.raft is None:
@@ -495,6 +500,7 @@ class Cluster:
             silent = {n for n in self.nodes if n != self.name
                       and now - self.last_heard.get(n, now if self.started is None
                                                     else self.started) > NODE_DOWN_AFTER}
+            self._detect_failures()
             consumer_nodes.tick(self)
             self.classic.tick(silent)
             self.mirrors.tick(silent)
@@ -603,6 +609,17 @@ class Cluster:
                 self._propose_to(hint, pending.member.group, request, pending.data, False)
             else:
                 pending.sent_to = None  # wait for a leader change, or RESEND_AFTER
+
+    def _detect_failures(self) -> None:
+        """Once a second: a node newly found down (its link lost, or not heard from
+        within REACHABLE_WITHIN) is reported to the quorum groups: the quiet followers
+        of its leaders campaign, the quiet leaders counting it check their quorum
+        (idle groups send no heartbeats: raft/config.py `quiesce`). As Ra leaves
+        failure detection to aten, one detector per node, not one per group."""
+        down = {name for name in self.nodes if name != self.name and not self.seen_up(name)}
+        for name in sorted(down - self.suspected):
+            self.node.quorum.member_lost(name)
+        self.suspected = down
 
     def seen_up(self, name: str) -> bool:
         """What the management API shows as running/online (and the health checks,

@@ -65,8 +65,9 @@ HANDSHAKE_MAX_FRAME_SIZE = 65535
 MAGIC = "quorumqueue-cluster"        # first item of a handshake
 # the wire version this module speaks: 3 since forwarded commands travel in batches
 # (a "propose" Rpc carries lists: broker/cluster/cluster.py), 4 since the handshake
-# proves the cookie by challenge and response instead of sending it
-VERSION = 4
+# proves the cookie by challenge and response instead of sending it, 5 since an
+# AppendEntries carries `quiet` (raft/messages.py)
+VERSION = 5
 RPC_TAG = 16                         # tags 1..7 are the Raft messages (_LAYOUTS)
 ACK_TAG = 17
 RESUME_TAG = 18
@@ -156,7 +157,8 @@ _LAYOUTS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
                                 ("pre_vote", _BOOL), ("leadership_transfer", _BOOL))),
     RequestVoteResponse: (2, _COMMON + (("granted", _BOOL), ("pre_vote", _BOOL))),
     AppendEntries: (3, _COMMON + (("prev_index", _NAT), ("prev_term", _NAT),
-                                  ("entries", _ENTRIES), ("leader_commit", _NAT))),
+                                  ("entries", _ENTRIES), ("leader_commit", _NAT),
+                                  ("quiet", _BOOL))),
     AppendEntriesResponse: (4, _COMMON + (("success", _BOOL), ("match_index", _NAT),
                                           ("rejected_index", _NAT), ("hint_index", _NAT),
                                           ("hint_term", _NAT))),

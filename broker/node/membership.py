@@ -274,9 +274,15 @@ def _still_needed(queue, me: str, now: float) -> bool:
     while its Raft configuration names it and the leader replicates to it (its
     acknowledgements may count until the leader's removal is appended, and its log
     and vote must not be forgotten while they may), and, for a replica that has heard
-    from no leader yet, for JOIN_GRACE after it joined (an 'add' may be coming)."""
+    from no leader yet, for JOIN_GRACE after it joined (an 'add' may be coming). A
+    quiet follower (Raft quiescing: its group idle) hears nothing whether the leader
+    still counts it or not: its timer runs again (`listen`), so its lease ends an
+    election timeout later unless the leader replicates to it."""
     raft = queue.raft
     if me in raft.members:
+        if not raft.needs_tick and raft.leader_id != me:
+            raft.listen()
+            queue.groups.ticking[queue.group] = None
         return raft.hears_leader
     return not raft.members and now - queue.joined_at < JOIN_GRACE
 

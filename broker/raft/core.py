@@ -30,7 +30,14 @@ Invariants (Raft paper §5, thesis §3, §4, §9.6):
 - a node campaigns only while it is a member of its latest configuration, or was
   removed by a change it does not know to be committed (it may hold the only log
   that can finish that change); votes are counted in the latest configuration only;
-- a stale vote request is refused with our term, so a lagging candidate catches up.
+- a stale vote request is refused with our term, so a lagging candidate catches up;
+- quiescing (config.quiesce; leader.py): a follower that took a leader's quiet
+  heartbeat stops its election timer and stays in the leader's lease until a message
+  of another kind or term arrives, the leader itself asks for votes (it no longer
+  leads: restarted), or the caller's failure detector calls `leader_lost` (its node
+  is down; `member_lost` also wakes a quiet leader that counts a lost member, so its
+  check-quorum runs). Safety does not rest on it: terms and votes are unchanged; it
+  only decides when a follower starts to campaign.
 
 Not here: leader-side replication and commit (leader.py), the log's storage view
 (log.py), flow control (progress.py), configurations by index (membership.py).
@@ -81,6 +88,7 @@ class RaftNode:
         self._election_elapsed = 0
         self._election_timeout = 0
         self._reset_election_timer()
+        self._quiet = False                        # took a quiet heartbeat: no timer
         self._outbox: list[Message] = []
         self._outstanding: Ready | None = None     # handed out, not yet advanced
         self._persisted_hard_state = hard_state
@@ -150,6 +158,8 @@ class RaftNode:
             elif self._outbox:                       # heartbeats (to peers, if any)
                 self._woken()
             return
+        if self._quiet:
+            return
         self._election_elapsed += 1
         if self._election_elapsed >= self._election_timeout and self._promotable():
             self._campaign(pre=self.config.pre_vote, transfer=False)
@@ -166,9 +176,44 @@ class RaftNode:
         passes; it has nobody to send heartbeats to). A caller driving many groups
         may leave such a group unticked until its next input (every input that can
         change role or members wakes the group: `awake`), so an idle group of one
-        costs no tick."""
+        costs no tick. Nor for a quiet leader or follower (config.quiesce)."""
         leader = self._leader
-        return leader is None or leader.transferee is not None or bool(leader.peers())
+        if leader is None:
+            return not self._quiet
+        return not leader.quiet and (leader.transferee is not None or bool(leader.peers()))
+
+    def listen(self) -> None:
+        """Run a quiet follower's election timer again, from zero: its lease lasts one
+        more election timeout, unless its leader speaks. For a caller that must know
+        whether the leader still replicates to it (a quiet follower hears nothing
+        either way). Nothing for a member that is not a quiet follower."""
+        if self._quiet and self._role is Role.FOLLOWER:
+            self._quiet = False
+            self._election_elapsed = 0
+            self._woken()
+
+    def member_lost(self, member: str) -> None:
+        """The caller's failure detector says `member`'s node is down. A quiet follower
+        of it campaigns (`leader_lost`); a quiet leader counting it wakes, so its
+        heartbeats and check-quorum run again (it steps down within an election
+        timeout if no majority answers, and falls silent again if one does)."""
+        leader = self._leader
+        if leader is not None:
+            if leader.quiet and member in leader.progress:
+                leader.wake()
+                self._woken()
+        elif member == self._leader_id:
+            self.leader_lost()
+
+    def leader_lost(self) -> None:
+        """The caller's failure detector says the leader this quiet follower follows
+        is down (its node unreachable): the lease ends and the election timer runs
+        from its end, so the member campaigns within election_ticks (randomised).
+        Nothing for a member that is not a quiet follower (its timer runs)."""
+        if self._quiet and self._role is Role.FOLLOWER:
+            self._quiet = False
+            self._election_elapsed = self.config.election_ticks
+            self._woken()
 
     def campaign(self) -> None:
         """Start an election now (e.g. on the member that created the group)."""
@@ -281,6 +326,11 @@ class RaftNode:
         awake = self._awake  # twin of `_woken`: once per message
         if awake is not None:
             awake[self._group] = None
+        if type(m) is RequestVote:
+            if self._leader is not None:
+                self._leader.wake()               # a member that does not hear us
+            elif self._quiet and m.from_ == self._leader_id:
+                self.leader_lost()                # our leader campaigns: it restarted
         if m.term > self._term:
             match m:
                 case RequestVote(pre_vote=True):
@@ -433,12 +483,14 @@ class RaftNode:
         self._leader_id = leader
         self._leader = None
         self._votes = {}
+        self._quiet = False
         self._reset_election_timer()
 
     def _campaign(self, pre: bool, transfer: bool) -> None:
         self._leader = None
         self._leader_id = None
         self._votes = {}
+        self._quiet = False
         self._reset_election_timer()
         if pre:
             self._role = Role.PRE_CANDIDATE           # asks for term + 1, keeps its term
@@ -512,10 +564,11 @@ class RaftNode:
             case AppendEntries():
                 self._election_elapsed = 0
                 self._leader_id = m.from_
-                self._on_append(m)
+                self._quiet = self._on_append(m) and m.quiet
             case InstallSnapshot():
                 self._election_elapsed = 0
                 self._leader_id = m.from_
+                self._quiet = False
                 self._on_install_snapshot(m)
             case TimeoutNow():
                 if self._promotable():
@@ -567,12 +620,13 @@ class RaftNode:
 
     # --- follower side of replication ------------------------------------------------
 
-    def _on_append(self, m: AppendEntries) -> None:
+    def _on_append(self, m: AppendEntries) -> bool:
+        """Match and append; True if our log matches the leader's up to m's last."""
         log = self._log
         if m.prev_index < log.committed:              # we already have that prefix
             self._send(AppendEntriesResponse(self._term, self.id, m.from_, True,
                                              log.committed))
-            return
+            return True
         result = log.maybe_append(m.prev_index, m.prev_term, m.entries)
         if result is None:
             hint_index, hint_term = log.find_conflict_by_term(
@@ -580,13 +634,14 @@ class RaftNode:
             self._send(AppendEntriesResponse(self._term, self.id, m.from_, False, 0,
                                              rejected_index=m.prev_index,
                                              hint_index=hint_index, hint_term=hint_term))
-            return
+            return False
         last_new, appended, truncated_from = result
         if truncated_from is not None:
             self._membership.truncated_from(truncated_from)
         self._membership.appended(appended)
         log.commit_to(min(m.leader_commit, last_new))
         self._send(AppendEntriesResponse(self._term, self.id, m.from_, True, last_new))
+        return True
 
     def _on_install_snapshot(self, m: InstallSnapshot) -> None:
         if m.data is None:

@@ -19,6 +19,16 @@ unacknowledged at two consecutive heartbeats is put back in PROBE (which resends
 its match); a SNAPSHOT follower unanswered for SNAPSHOT_TIMEOUT_ELECTIONS election
 timeouts is probed again.
 
+Quiescing (config.quiesce): at a heartbeat, a leader whose answering followers all
+replicate with nothing in flight and match its last index, all of it committed,
+marks that heartbeat `quiet` (to those holding everything) and stops ticking
+(`quiet`): no heartbeats, no check-quorum. Any change wakes it (`wake`): a proposal
+or a commit (`mark_all_due`), a membership change, a transfer, an answer showing a
+follower without everything, a vote request or the caller's failure detector
+(core.py `member_lost`). A woken leader starts a fresh check-quorum window and goes
+quiet again only once a majority has answered in it, so a leader left alone steps
+down as check-quorum makes it.
+
 Invariants: the leader commits only entries of its own term by counting replicas
 (§5.4.2); it counts itself only for what it has persisted and only while it is a
 member; messages go only to current members other than itself.
@@ -55,11 +65,13 @@ class Leader:
         self._heartbeat_elapsed = 0
         self._quorum_elapsed = 0
         self._due: dict[str, bool] = {}      # follower -> send even if there is nothing new
+        self.quiet = False                   # quiesced: sent its quiet heartbeat, ticks idle
         self.set_members(members)
 
     # --- membership ------------------------------------------------------------------
 
     def set_members(self, members: tuple[str, ...]) -> None:
+        self.wake()
         self.members = members
         self._peers = tuple(p for p in members if p != self.id)
         last = self.log.last_index()
@@ -81,6 +93,8 @@ class Leader:
 
     def tick(self) -> bool:
         """One tick. False if check-quorum failed and the leader must step down."""
+        if self.quiet:
+            return True
         election = self.config.election_ticks
         if self.transferee is not None:
             self._transfer_elapsed += 1
@@ -101,8 +115,37 @@ class Leader:
         self._heartbeat_elapsed += 1
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
+            if self.config.quiesce and self._settled():
+                self.quiet = True            # this heartbeat is the last, marked so
             self.broadcast_heartbeat()
         return True
+
+    def _settled(self) -> bool:
+        """A majority answered in this check-quorum window, every follower that
+        answered holds the whole log, committed, and nothing is in flight or being
+        handed over: what a quiet heartbeat may tell them. A follower silent in the
+        window (down, cut off) does not hold the group awake: when it is back it
+        campaigns, and its vote request wakes us."""
+        last = self.log.last_index()
+        if (self.transferee is not None or self.log.committed != last
+                or not self._quorum_active()):
+            return False
+        for pr in self.progress.values():
+            if pr.recent_active and (pr.state is not ProgressState.REPLICATE
+                                     or pr.match != last or pr.inflights):
+                return False
+        return True
+
+    def wake(self) -> None:
+        """Leave the quiet state: tick, heartbeat and check the quorum again, in a
+        fresh window (the followers heard nothing while it was quiet; they have a
+        whole election timeout to answer, and it falls silent again only once a
+        majority has)."""
+        if self.quiet:
+            self.quiet = False
+            self._quorum_elapsed = 0
+            for pr in self.progress.values():
+                pr.recent_active = False
 
     def _quorum_active(self) -> bool:
         active = sum(1 for peer in self.members
@@ -110,6 +153,7 @@ class Leader:
         return active >= quorum(len(self.members))
 
     def broadcast_heartbeat(self) -> None:
+        last = self.log.last_index()
         for peer in self.peers():
             pr = self.progress[peer]
             if pr.state is ProgressState.REPLICATE:
@@ -124,12 +168,16 @@ class Leader:
                 prev_index, prev_term, commit = 0, 0, 0
             else:
                 prev_index, commit = pr.match, min(self.log.committed, pr.match)
+            # quiet only to a follower holding everything: one that lags (silent, so
+            # not holding the group awake) keeps its timer, and campaigns when back
             self.outbox.append(AppendEntries(self.term, self.id, peer, prev_index, prev_term,
-                                             (), commit))
+                                             (), commit, self.quiet and pr.match == last))
 
     # --- sending ---------------------------------------------------------------------
 
     def mark_all_due(self, send_if_empty: bool) -> None:
+        if self.quiet:   # a proposal or a commit
+            self.wake()
         due = self._due  # once per proposal: the cached peers, no list built
         for peer in self._peers:
             due[peer] = due.get(peer, False) or send_if_empty
@@ -185,7 +233,14 @@ class Leader:
     # --- answers ---------------------------------------------------------------------
 
     def on_append_response(self, m: AppendEntriesResponse) -> bool:
-        """Digest a follower's answer; True if the commit index advanced."""
+        """Digest a follower's answer; True if the commit index advanced. A quiet
+        leader wakes if the answer shows a follower that does not hold everything."""
+        committed = self._on_append_response(m)
+        if self.quiet and not self._settled():
+            self._woken_by(m.from_)
+        return committed
+
+    def _on_append_response(self, m: AppendEntriesResponse) -> bool:
         pr = self.progress.get(m.from_)
         if pr is None:
             return False
@@ -206,7 +261,16 @@ class Leader:
         if pr is None:
             return False
         pr.recent_active = True
-        return self._on_match(m.from_, pr, m.match_index)
+        committed = self._on_match(m.from_, pr, m.match_index)
+        if self.quiet and not self._settled():
+            self._woken_by(m.from_)
+        return committed
+
+    def _woken_by(self, peer: str) -> None:
+        """Wake for an answer: its sender counts in the fresh window (it answered;
+        leaving it out would keep a snapshot from it: `_send_snapshot`)."""
+        self.wake()
+        self.progress[peer].recent_active = True
 
     def _on_match(self, peer: str, pr: Progress, match_index: int) -> bool:
         last = self.log.last_index()
@@ -241,6 +305,7 @@ class Leader:
         return self.log.maybe_commit(quorum_index(matches), self.term)
 
     def transfer(self, to: str) -> None:
+        self.wake()
         if to == self.transferee:
             return
         self.transferee = to

@@ -11,7 +11,9 @@ How they are used (Raft paper section numbers, Ongaro's thesis for the extension
   interrupt a live leader's lease (thesis §3.10).
 - AppendEntries / AppendEntriesResponse: replication and heartbeats (§5.3). A
   heartbeat is an AppendEntries with no entries. A rejection carries a hint for fast
-  backtracking: the follower's largest index whose term is <= prev_term.
+  backtracking: the follower's largest index whose term is <= prev_term. A heartbeat
+  marked `quiet` is a quiescing leader's last (config.py `quiesce`): every member
+  holds its whole log, committed, and it sends nothing more until something changes.
 - InstallSnapshot / InstallSnapshotResponse: a follower needs entries the leader has
   compacted (§7). The core emits InstallSnapshot with `data=None`; the shell attaches
   the bytes of the snapshot `meta` names before sending (`with_data`).
@@ -60,6 +62,7 @@ class AppendEntries:
     prev_term: int
     entries: tuple[LogEntry, ...]
     leader_commit: int
+    quiet: bool = False        # the last heartbeat before the leader falls silent
 
 
 @dataclass(frozen=True, slots=True)

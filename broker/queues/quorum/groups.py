@@ -115,7 +115,10 @@ class QuorumGroups:
         # lowest live message (`_snapshot_below_live`)
         self.snapshot_over_live = snapshot_over_live
         self.member = member
-        self.raft_config = raft_config or RaftConfig()
+        # quiescing (raft/config.py): an idle group with peers sends no heartbeats and
+        # ticks nowhere; the cluster's failure detector wakes its followers
+        # (`leader_lost`), as RabbitMQ's Ra relies on a failure detector per node
+        self.raft_config = raft_config or RaftConfig(quiesce=True)
         # group uid -> queue (or the cluster's metadata group: broker/groups/metadata.py)
         self.queues: dict[str, QuorumQueue] = {}
         self.cluster = None  # the node's Cluster (broker/cluster/cluster.py), set at assembly
@@ -888,6 +891,18 @@ class QuorumGroups:
         is not ticked (RaftNode.needs_tick) until an input wakes it."""
         for member in self.members_of(self.ticking, _needs_tick):
             member.raft.tick()
+
+    def member_lost(self, node: str) -> None:
+        """The cluster's failure detector found `node` down: the quiet followers of
+        the leaders there start their election timers, and the quiet leaders counting
+        a member there check their quorum again (RaftNode.member_lost). Visits every
+        group once per such finding, never per tick."""
+        ticking = self.ticking
+        for uid, member in self.queues.items():
+            raft = member.raft
+            if raft is not None and not raft.needs_tick and node in raft.members:
+                raft.member_lost(node)
+                ticking[uid] = None
 
     def tick(self, now: int) -> None:
         """Called by the server about twice a second. A Tick command releases

@@ -48,6 +48,8 @@ EXAMPLES = [
     InstallSnapshot(4, "a", "c", SnapshotMeta(100, 3, ()), None),
     InstallSnapshotResponse(4, "c", "a", match_index=100),
     TimeoutNow(9, "a", "b"),
+    AppendEntries(3, "a", "b", prev_index=3, prev_term=2, entries=(), leader_commit=5,
+                  quiet=True),
 ]
 
 nats = st.integers(min_value=0, max_value=2**64 - 1)
@@ -57,7 +59,7 @@ entries = st.lists(st.builds(LogEntry, nats, nats, st.sampled_from([COMMAND, NOO
 messages = st.one_of(
     st.builds(RequestVote, nats, names, names, nats, nats, st.booleans(), st.booleans()),
     st.builds(RequestVoteResponse, nats, names, names, st.booleans(), st.booleans()),
-    st.builds(AppendEntries, nats, names, names, nats, nats, entries, nats),
+    st.builds(AppendEntries, nats, names, names, nats, nats, entries, nats, st.booleans()),
     st.builds(AppendEntriesResponse, nats, names, names, st.booleans(), nats, nats, nats,
               nats),
     st.builds(InstallSnapshot, nats, names, names,
@@ -142,7 +144,7 @@ def packed(*items):
 
 
 VOTE = (1, "g", 1, "a", "b", 0, 0, False, False)
-APPEND = (3, "g", 1, "a", "b", 0, 0, [[1, 1, 0, b"x"]], 0)
+APPEND = (3, "g", 1, "a", "b", 0, 0, [[1, 1, 0, b"x"]], 0, False)
 SNAPSHOT = (5, "g", 1, "a", "b", [1, 1, ["a"]], None)
 
 
@@ -165,11 +167,11 @@ SNAPSHOT = (5, "g", 1, "a", "b", [1, 1, ["a"]], None)
     (packed(1, "g", True, *VOTE[3:]), "RequestVote.term must be a non-negative int"),
     (packed(1, "g", 1, 7, *VOTE[4:]), "RequestVote.from_ must be a str"),
     (packed(*VOTE[:-1], 1), "RequestVote.leadership_transfer must be a bool"),
-    (packed(*APPEND[:7], {}, 0), "AppendEntries.entries must be an array"),
-    (packed(*APPEND[:7], [[1, 1, 0]], 0), r"AppendEntries.entries\[0\] must be \[index"),
-    (packed(*APPEND[:7], [[1, 1, 0, b"x"], [2, -1, 0, b"y"]], 0),
+    (packed(*APPEND[:7], {}, 0, False), "AppendEntries.entries must be an array"),
+    (packed(*APPEND[:7], [[1, 1, 0]], 0, False), r"AppendEntries.entries\[0\] must be \[index"),
+    (packed(*APPEND[:7], [[1, 1, 0, b"x"], [2, -1, 0, b"y"]], 0, False),
      r"entries\[1\] index, term and kind must be non-negative"),
-    (packed(*APPEND[:7], [[1, 1, 0, "x"]], 0), r"entries\[0\].data must be bytes"),
+    (packed(*APPEND[:7], [[1, 1, 0, "x"]], 0, False), r"entries\[0\].data must be bytes"),
     (packed(*SNAPSHOT[:5], [1, 1], None), r"InstallSnapshot.meta must be \[index, term, members\]"),
     (packed(*SNAPSHOT[:5], [1, 1, "a"], None), "InstallSnapshot.meta.members must be an array"),
     (packed(*SNAPSHOT[:5], [1, 1, [1]], None), "InstallSnapshot.meta.members must be an array"),

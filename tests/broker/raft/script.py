@@ -42,7 +42,7 @@ def message_text(m: Message) -> str:
         case AppendEntries():
             entries = " ".join(entry_text(e) for e in m.entries)
             return (f"{head} App term={m.term} prev={m.prev_index}@{m.prev_term} "
-                    f"commit={m.leader_commit} [{entries}]")
+                    f"commit={m.leader_commit} [{entries}]" + (" quiet" if m.quiet else ""))
         case AppendEntriesResponse():
             if m.success:
                 return f"{head} AppResp term={m.term} match={m.match_index}"

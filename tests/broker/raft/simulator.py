@@ -16,6 +16,9 @@ Checked continuously:
   compared against the contents of installed snapshots);
 - log matching (every `LOG_CHECK_EVERY` actions and at the end): two logs with an
   entry of the same index and term are identical up to it.
+With `quiesce`, every tick runs a failure detector that is right about what it sees
+(a member is told `member_lost` of each member down or on the other side of a
+partition), and `suspect` tells a member at random `leader_lost`, right or wrong.
 Liveness (`settle`): with the network healed and everyone up, a leader is recognised by
 every member of its configuration within a bounded number of ticks, and everything
 proposed to it is applied by all of them. Membership changes (`act_add`,
@@ -156,15 +159,28 @@ class Simulation:
         if (m := self._take(arg)) is not None:
             self.network.append(m)
 
+    def _tick(self, id: str) -> None:
+        node = self.members[id].node
+        for other in node.members:                            # the node's failure detector
+            if other != id and (other in self.down or not self.connected(id, other)):
+                node.member_lost(other)
+        node.tick()
+        self.flush(id)
+
     def act_tick(self, arg: int) -> None:
         id = self._pick_member(arg)
         if id not in self.down:
-            self.members[id].node.tick()
-            self.flush(id)
+            self._tick(id)
 
     def act_tick_all(self, arg: int) -> None:
         for id in self.up():
-            self.members[id].node.tick()
+            self._tick(id)
+
+    def act_suspect(self, arg: int) -> None:
+        """A failure detector's finding, right or wrong, at one member."""
+        id = self._pick_member(arg)
+        if id not in self.down:
+            self.members[id].node.leader_lost()
             self.flush(id)
 
     def act_propose(self, arg: int) -> None:

@@ -17,7 +17,7 @@ from .simulator import Simulation
 ACTIONS = (["deliver"] * 14 + ["deliver_any"] * 4 + ["deliver_mid_ready"] * 2
            + ["deliver_all"] * 14 + ["tick"] * 6 + ["tick_all"] * 6 + ["propose"] * 8
            + ["drop"] * 2 + ["duplicate", "delay", "transfer", "partition", "crash"]
-           + ["heal"] * 4 + ["restart"] * 4 + ["compact"] * 5)
+           + ["heal"] * 4 + ["restart"] * 4 + ["compact"] * 5 + ["suspect"])
 
 # Long schedules: Hypothesis favours short lists, and a run needs a few election
 # timeouts before anything is committed.
@@ -29,7 +29,8 @@ configs = st.builds(RaftConfig,
                     election_ticks=st.integers(3, 6), heartbeat_ticks=st.just(1),
                     max_entries_per_message=st.integers(1, 4),
                     max_inflight=st.integers(1, 4),
-                    check_quorum=st.booleans(), pre_vote=st.booleans())
+                    check_quorum=st.booleans(), pre_vote=st.booleans(),
+                    quiesce=st.booleans())
 
 # Election timeouts allowed, after healing, until a leader has been recognised by every
 # member for two timeouts in a row. Measured over ~2,800 random runs: median 2,
