@@ -195,7 +195,8 @@ def pair_parser(doc: str, pairs: int, queues: int, block: int) -> argparse.Argum
     parser.add_argument("--json", help="write every pair's figures here")
     parser.add_argument("--loader", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
+    # one pid, or a cluster's, comma-separated (queue_count.py --nodes 3)
+    parser.add_argument("--broker-pid", help=argparse.SUPPRESS)
     return parser
 
 
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="exchange declare/bind/unbind/delete cycles")
     arguments = parser.parse_args(argv)
     if arguments.loader:
-        print(json.dumps(run_loader(arguments.port, arguments.broker_pid, arguments.cycles,
+        print(json.dumps(run_loader(arguments.port, int(arguments.broker_pid), arguments.cycles,
                                     arguments.queues, arguments.block)))
         return
     targets = tuple(arguments.target or TARGETS)

@@ -1,7 +1,7 @@
 """Many quorum queues, quorumqueue beside RabbitMQ 3.10.8: declare cost, idle CPU, latency.
 
     python bench/queue_count.py [--queues 10000] [--block 1000] [--idle 30] [--pairs 1]
-        [--target quorumqueue] [--json PATH]
+        [--nodes 3] [--target quorumqueue] [--json PATH]
 
 What a node's cost does with the number of quorum queues it holds (issue 31 Build 2,
 "costs that follow the work"), one blocking pika channel in a loader process:
@@ -19,7 +19,11 @@ What a node's cost does with the number of quorum queues it holds (issue 31 Buil
   first and the last block.
 
 Broker CPU is its process's user + system time from /proc (with its reaped
-children's: beam.smp for RabbitMQ). Each broker and the loader run in a process
+children's: beam.smp for RabbitMQ). With `--nodes 3` each kind is a 3-node cluster on
+loopback (bench/clusters.py), the loader declares through the first node, the CPU
+figures are the sum over the nodes, and the idle phase also gives each node's share
+of a core (`idle node N %`). The cluster's nodes are started by bench/clusters.py,
+not in sessions of their own; the loader is. Each broker and the loader run in a process
 session of their own (setsid), as bench/metadata_ops.py does; a pair is one fresh
 broker of each kind, one after the other, the order alternating from pair to pair.
 The 1-minute load average before each broker is printed: on a loaded machine wall
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,11 +52,15 @@ TARGETS = ("quorumqueue", "rabbitmq")
 
 # ---------------------------------------------------------------- the loader
 
-def run_loader(port: int, broker_pid: int, queues: int, block: int, idle: float,
+def run_loader(port: int, broker_pids: list[int], queues: int, block: int, idle: float,
                probes: int) -> dict:
     """The phases against the broker at `port` (this process is the loader, in a
-    session of its own): seconds and broker CPU seconds of each."""
+    session of its own): seconds and broker CPU seconds of each, summed over
+    `broker_pids` (a cluster's nodes; the idle phase also per node)."""
     import pika
+
+    def broker_cpu() -> float:
+        return sum(process_cpu(pid) for pid in broker_pids)
 
     def connect():
         connection = pika.BlockingConnection(pika.ConnectionParameters(
@@ -61,9 +70,9 @@ def run_loader(port: int, broker_pid: int, queues: int, block: int, idle: float,
     connection, channel = connect()
 
     def timed(action) -> tuple[float, float]:
-        cpu, began = process_cpu(broker_pid), time.perf_counter()
+        cpu, began = broker_cpu(), time.perf_counter()
         action()
-        return time.perf_counter() - began, process_cpu(broker_pid) - cpu
+        return time.perf_counter() - began, broker_cpu() - cpu
 
     names = [f"bench-qc-{number}" for number in range(queues)]
     result: dict = {"declare": [], "delete": []}
@@ -92,10 +101,13 @@ def run_loader(port: int, broker_pid: int, queues: int, block: int, idle: float,
     result["queues"] = len(names)
     chunks = [names[start:start + block] for start in range(0, len(names), block)]
 
+    nodes_before = [process_cpu(pid) for pid in broker_pids]
     seconds, cpu = timed(lambda: time.sleep(idle))
-    result["idle"] = {"seconds": seconds, "cpu": cpu}
-    print(f"  idle with {len(names)}: {cpu / seconds * 100:.1f}% of a core", file=sys.stderr,
-          flush=True)
+    per_node = [process_cpu(pid) - before for pid, before in zip(broker_pids, nodes_before)]
+    result["idle"] = {"seconds": seconds, "cpu": cpu, "per_node": per_node}
+    print(f"  idle with {len(names)}: {cpu / seconds * 100:.1f}% of a core"
+          + (" (" + ", ".join(f"{node / seconds * 100:.1f}%" for node in per_node) + ")"
+             if len(per_node) > 1 else ""), file=sys.stderr, flush=True)
 
     channel.confirm_delivery()
     target = names[len(names) // 2]
@@ -128,10 +140,31 @@ def run_loader(port: int, broker_pid: int, queues: int, block: int, idle: float,
 # ---------------------------------------------------------------- the driver
 
 def measure(target: str, arguments) -> dict:
-    """One fresh broker of `target` and one loader against it, each in its own session."""
-    return measure_with(target, __file__, [
-        "--queues", str(arguments.queues), "--block", str(arguments.block),
-        "--idle", str(arguments.idle), "--probes", str(arguments.probes)], timeout=4 * 3600)
+    """One fresh broker (or cluster, `--nodes`) of `target` and one loader against it,
+    the loader in its own session (and a lone broker too)."""
+    options = ["--queues", str(arguments.queues), "--block", str(arguments.block),
+               "--idle", str(arguments.idle), "--probes", str(arguments.probes)]
+    if arguments.nodes == 1:
+        return measure_with(target, __file__, options, timeout=4 * 3600)
+    from urllib.parse import urlparse
+
+    from bench.broker_memory import beam_pid
+    from bench.clusters import QuorumQueueCluster, RabbitMQCluster
+
+    kind = QuorumQueueCluster if target == "quorumqueue" else RabbitMQCluster
+    with kind(arguments.nodes) as cluster:
+        if target == "quorumqueue":
+            pids = [cluster.local.pid(name) for name in cluster.names]
+        else:
+            pids = [beam_pid(member) for member in cluster.members]
+        port = urlparse(cluster.uris()[0]).port
+        command = [sys.executable, __file__, "--loader", "--port", str(port),
+                   "--broker-pid", ",".join(map(str, pids)), *options]
+        done = subprocess.run(command, stdout=subprocess.PIPE, start_new_session=True,
+                              timeout=4 * 3600, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{target}: the loader failed (exit {done.returncode})")
+        return json.loads(done.stdout)
 
 
 def rows(result: dict) -> dict[str, tuple[float, float]]:
@@ -143,6 +176,9 @@ def rows(result: dict) -> dict[str, tuple[float, float]]:
             block["cpu"] / block["operations"] * 1000)
     idle = result["idle"]
     found["idle CPU %"] = (idle["seconds"], idle["cpu"] / idle["seconds"] * 100)
+    if len(idle.get("per_node", ())) > 1:
+        for number, cpu in enumerate(idle["per_node"], 1):
+            found[f"idle node {number} %"] = (idle["seconds"], cpu / idle["seconds"] * 100)
     found["publish+confirm"] = (statistics.median(result["publish"]) * 1000, 0.0)
     found["basic.get"] = (statistics.median(result["get"]) * 1000, 0.0)
     for block in (result["delete"][0], result["delete"][-1]):
@@ -191,9 +227,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=float, default=30.0,
                         help="seconds of idle CPU measured with the queues declared")
     parser.add_argument("--probes", type=int, default=5, help="publish+get round trips")
+    parser.add_argument("--nodes", type=int, choices=(1, 3), default=1,
+                        help="1 (default) or 3: a cluster of each kind, declares through "
+                             "its first node, CPU summed over its nodes")
     arguments = parser.parse_args(argv)
     if arguments.loader:
-        print(json.dumps(run_loader(arguments.port, arguments.broker_pid, arguments.queues,
+        pids = [int(pid) for pid in str(arguments.broker_pid).split(",")]
+        print(json.dumps(run_loader(arguments.port, pids, arguments.queues,
                                     arguments.block, arguments.idle, arguments.probes)))
         return
     targets = tuple(arguments.target or TARGETS)

@@ -34,3 +34,12 @@ def test_a_refused_declare_leaves_its_rows_out_and_is_reported():
     assert line.rstrip().endswith("-")
     assert ("pair 1 rabbitmq: declare 14 failed (541 cluster_not_formed); the later "
             "phases ran with 13 queues") in table
+
+
+def test_a_cluster_s_idle_phase_gives_each_node_s_share_besides_the_sum():
+    found = result(1)
+    found["idle"]["per_node"] = [0.3, 0.15, 0.15]
+    assert rows(found)["idle CPU %"] == (30.0, 2.0)
+    assert [rows(found)[f"idle node {n} %"] for n in (1, 2, 3)] == [
+        (30.0, 1.0), (30.0, 0.5), (30.0, 0.5)]
+    assert "idle node 1 %" not in rows(result(1))       # one node: the sum alone
