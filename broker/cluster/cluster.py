@@ -191,7 +191,7 @@ class Cluster:
         # replica_rpc answers what is asked of them at once (replica_rpc.link_lost)
         self.links_lost: set[str] = set()
         # nodes the failure detector last found down (not `seen_up`), each reported to
-        # the quorum groups once (QuorumGroups.leader_lost) until heard from again
+        # the quorum groups once (QuorumGroups.member_lost) until heard from again
         self.suspected: set[str] = set()
         # request ids: unique across this node's runs too (a leader remembers requests
         # by (node, id); a restarted node counting from 0 again would be "remembered")

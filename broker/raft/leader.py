@@ -270,7 +270,9 @@ class Leader:
         """Wake for an answer: its sender counts in the fresh window (it answered;
         leaving it out would keep a snapshot from it: `_send_snapshot`)."""
         self.wake()
-        self.progress[peer].recent_active = True
+        pr = self.progress.get(peer)
+        if pr is not None:
+            pr.recent_active = True
 
     def _on_match(self, peer: str, pr: Progress, match_index: int) -> bool:
         last = self.log.last_index()

@@ -116,8 +116,8 @@ class QuorumGroups:
         self.snapshot_over_live = snapshot_over_live
         self.member = member
         # quiescing (raft/config.py): an idle group with peers sends no heartbeats and
-        # ticks nowhere; the cluster's failure detector wakes its followers
-        # (`leader_lost`), as RabbitMQ's Ra relies on a failure detector per node
+        # ticks nowhere; the cluster's failure detector wakes its members
+        # (`member_lost`), as RabbitMQ's Ra relies on a failure detector per node
         self.raft_config = raft_config or RaftConfig(quiesce=True)
         # group uid -> queue (or the cluster's metadata group: broker/groups/metadata.py)
         self.queues: dict[str, QuorumQueue] = {}
