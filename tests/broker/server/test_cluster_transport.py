@@ -23,7 +23,8 @@ import msgpack
 import pytest
 
 from quorumqueue.broker.server.cluster_transport import ClusterTransport
-from quorumqueue.broker.cluster.wire import (INITIATOR, NONCE_SIZE, RESPONDER, Challenge,
+from quorumqueue.broker.cluster.wire import (INITIATOR, NONCE_SIZE, RESPONDER, VERSION,
+                                             Challenge,
                                              FrameReader, Handshake, Proof, RaftEnvelope,
                                              Resume, Rpc, decode, decode_challenge,
                                              decode_handshake, decode_proof, encode,
@@ -386,8 +387,8 @@ async def prove(reader, writer, cookie: str, hello: Handshake | None = None,
     # a node of wire version 3 (its cookie in the handshake) gets nothing, and the log
     # says why in words an operator can act on
     (frame(msgpack.packb(["quorumqueue-cluster", 3, "test", "x", "b", "secret", 1])),
-     False, 0, "handshake version 3 is not supported (this node speaks version 4: run "
-     "the same quorumqueue version on every node)"),
+     False, 0, f"handshake version 3 is not supported (this node speaks version {VERSION}: "
+     "run the same quorumqueue version on every node)"),
 ], ids=["garbage-after-good-frames", "bad-envelope", "oversized", "http", "no-handshake",
         "version-3-peer"])
 def test_a_malformed_frame_closes_only_that_connection(data, proven, delivered, fault,
@@ -788,21 +789,31 @@ def test_a_busy_peer_keeps_every_frame_and_heartbeats_overtake_the_backlog():
             a.transport.send("b", Rpc("hello", {}))
             await until(lambda: len(b.got) == 1)
             proxy.cut("stall", "forward")       # b stops reading what a writes
-            appends = [RaftEnvelope("%2F/q1", AppendEntries(
-                1, "a", "b", i, 1, (LogEntry(i + 1, 1, COMMAND, os.urandom(64 * 1024)),), i))
-                for i in range(200)]            # 13 MB: past the kernel's buffers
-            for i, envelope in enumerate(appends):
+
+            def over_its_bound() -> bool:
+                stats = a.transport.stats("b")
+                return stats.queued_frames >= 20 or stats.frames_dropped > 0
+
+            # 64 KiB appends until the kernel's buffers are full and the transport queues: how
+            # many depends on the sockets' buffer autotuning (up to net.ipv4.tcp_rmem's
+            # maximum, 32 MiB on some machines); at most 1,024 (64 MiB)
+            appends = []
+            for i in range(1024):
+                if over_its_bound():
+                    break
+                envelope = RaftEnvelope("%2F/q1", AppendEntries(
+                    1, "a", "b", i, 1, (LogEntry(i + 1, 1, COMMAND, os.urandom(64 * 1024)),), i))
+                appends.append(envelope)
                 a.transport.send("b", envelope)
                 if i % 20 == 0:                 # b still talks to a: busy, not dead
                     b.transport.send("a", Rpc("alive", {"i": i}))
                     await asyncio.sleep(0.01)
-            await until(lambda: a.transport.stats("b").queued_frames >= 20
-                        or a.transport.stats("b").frames_dropped)   # over its bound
+            await until(over_its_bound)
             heartbeat = RaftEnvelope("%2F/q2", AppendEntries(1, "a", "b", 0, 0, (), 0))
             a.transport.send("b", heartbeat)
             assert a.transport.stats("b").frames_dropped == 0
             proxy.heal()
-            await until(lambda: len(b.got) == 202)
+            await until(lambda: len(b.got) == 1 + len(appends) + 1)
             got = b.sent_from("a")
             assert [e for e in got if e != heartbeat][1:] == appends
             assert got.index(heartbeat) < got.index(appends[-1])  # it overtook the queue
