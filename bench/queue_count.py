@@ -22,10 +22,11 @@ Broker CPU is its process's user + system time from /proc (with its reaped
 children's: beam.smp for RabbitMQ). With `--nodes 3` each kind is a 3-node cluster on
 loopback (bench/clusters.py), the loader declares through the first node, the CPU
 figures are the sum over the nodes, and the idle phase also gives each node's share
-of a core (`idle node N %`). The cluster's nodes are started by bench/clusters.py,
-not in sessions of their own; the loader is. Each broker and the loader run in a process
-session of their own (setsid), as bench/metadata_ops.py does; a pair is one fresh
-broker of each kind, one after the other, the order alternating from pair to pair.
+of a core (`idle node N %`); bench/clusters.py starts the nodes, not in sessions of
+their own. On one node each broker and the loader run in a process session of their
+own (setsid), as bench/metadata_ops.py does (the loader always does). A pair is one
+fresh broker (or cluster) of each kind, one after the other, the order alternating
+from pair to pair.
 The 1-minute load average before each broker is printed: on a loaded machine wall
 times say how the two compare there; broker CPU is the steadier figure. Progress goes
 to stderr, the table to stdout.
