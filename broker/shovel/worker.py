@@ -135,7 +135,7 @@ class Shovel:
         self.state = STARTING
         self.reason: str | None = None
         self.last_changed = time.time()
-        self.moved = 0  # messages published and acknowledged at the source
+        self.moved = 0  # messages the destination took (confirmed, under on-confirm)
         # on-confirm, across a source loss: digests of messages at the destination
         # whose source ack may not have landed (a multiset; see _source_lost)
         self.remembered: Counter = Counter()
@@ -277,12 +277,11 @@ class Shovel:
                 outcome.set_exception(error)
 
         def count_done(again: bool = False) -> None:
-            """One message more done; `again`: a message the last attempt moved
-            (counted then), whose redelivery was acknowledged without publishing it."""
+            """One message more done (acknowledged at the source; counted in `moved`
+            when it reached the destination); `again`: a message the last attempt
+            moved, whose redelivery was acknowledged without publishing it."""
             nonlocal done
-            if not again:
-                self.moved += 1
-            elif isinstance(d.delete_after, int):
+            if again and isinstance(d.delete_after, int):
                 return  # the count is over all attempts: counted once, when it moved
             done += 1
             if remaining is not None and done >= remaining and not outcome.done():
@@ -343,6 +342,10 @@ class Shovel:
                     if not isinstance(confirmation, spec.Basic.Ack):
                         raise RuntimeError(f"the destination did not confirm a message: "
                                            f"{type(confirmation).__name__}")
+                # moved once at the destination, whether or not its ack then reaches a
+                # source still there (on-confirm: if not, it is remembered, and its
+                # redelivery is acknowledged without counting it again)
+                self.moved += 1
                 if d.ack_mode != "no-ack":
                     await acknowledge(message, digest)
                 count_done()

@@ -644,6 +644,56 @@ def test_an_integer_src_delete_after_counts_a_message_acknowledged_again_once(br
     assert sorted(at_destination + at_source) == list(range(300))
 
 
+def test_a_message_confirmed_after_the_source_went_counts_once_for_src_delete_after(
+        brokers):
+    """The shovel's acks (to the source) and the destination's confirms (to the
+    shovel) are both held in proxies while the prefetch of 100 reaches the
+    destination; the source connection goes; then the confirms arrive. Those 100
+    are at the destination, their acks cannot reach the source, which redelivers
+    them to the next attempt: they count for `src-delete-after: 200` when the
+    destination took them, not again when their redeliveries are acknowledged, so
+    the shovel moves 100 more, not 200."""
+    source, destination = brokers
+    declare(source, "orders")
+    declare(destination, "orders")
+    with TcpProxy(source.port, name="shovel->source") as to_source, \
+            TcpProxy(destination.port, name="shovel->destination") as to_destination:
+        shovel(destination, "move", {
+            "src-uri": f"amqp://guest:guest@127.0.0.1:{to_source.port}/%2F",
+            "src-queue": "orders",
+            "dest-uri": f"amqp://guest:guest@127.0.0.1:{to_destination.port}/%2F",
+            "dest-queue": "orders", "ack-mode": "on-confirm", "src-prefetch-count": 100,
+            "reconnect-delay": 1, "src-delete-after": 200})
+        wait_for(lambda: "running" in ctl(destination, "shovel_status"), what="running")
+        to_source.cut("stall", "forward")  # no ack reaches the source
+        to_destination.cut("stall", "backward")  # no confirm reaches the shovel
+        publish(source, "orders", range(300))
+        wait_for(lambda: count(destination, "orders") == 100,
+                 what="the prefetch at the destination, unconfirmed")
+        to_source.cut("drop")  # the source connection goes, and the next attempt's too
+        wait_for(lambda: _source_consumers(source) == 0, what="the source's consumer gone")
+        to_destination.heal()  # the confirms arrive; the acks have nowhere to go
+        wait_for(lambda: "terminated" in ctl(destination, "shovel_status"),
+                 what="the first attempt settled")
+        to_source.heal()
+        wait_for(lambda: "move" not in ctl(destination, "list_parameters"), timeout=60,
+                 what="the shovel's end")
+        wait_for(lambda: _source_settled(source, ready=None), timeout=60,
+                 what="no message unacknowledged at the source")
+    at_destination = [int(m) for m, _b, _h in drain(destination, "orders")]
+    at_source = [int(m) for m, _b, _h in drain(source, "orders")]
+    assert len(at_destination) == 200 and len(at_source) == 100, (
+        len(at_destination), len(at_source))
+    assert sorted(at_destination + at_source) == list(range(300))
+
+
+def _source_consumers(broker) -> int:
+    """`orders`' consumers."""
+    name, consumers = ctl(broker, "list_queues", "name", "consumers").splitlines()[-1].split()
+    assert name == "orders"
+    return int(consumers)
+
+
 def test_a_shovel_stopped_with_publishes_unconfirmed_settles_them_before_it_closes(
         brokers):
     """The shovel runs on the source and reaches the destination through a TCP proxy
