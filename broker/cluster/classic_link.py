@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..amqp.channel import ChannelState
 from ..amqp.codec import decode_properties
 from ..groups.metadata import encode as encode_meta
-from ..queues.actions import Deliver, GetEmpty, GetOk, PurgeOk, carry_out
+from ..queues.actions import Deliver, GetEmpty, GetOk, PurgeOk, Refused, carry_out
 from ..queues.base import Confirm
 from ..queues.classic import ClassicQueue
 from ..queues.message import Message
@@ -134,6 +134,17 @@ class _GetReply:
 
     def get_empty(self) -> None:
         self.link.post(self.sender, Rpc("cq.got", {"r": self.request, "m": None}))
+
+
+class _PurgeReply:
+    """Host side: who asked a purge of another node (queues/base.py Asker): the
+    count goes back as "cq.purged"."""
+
+    def __init__(self, link: "ClassicLink", sender: str, request: int) -> None:
+        self.link, self.sender, self.request = link, sender, request
+
+    def purge_ok(self, count: int) -> None:
+        self.link.post(self.sender, Rpc("cq.purged", {"r": self.request, "count": count}))
 
 
 class _SyncedReplies:
@@ -285,9 +296,9 @@ class ClassicLink:
     def channel_closed(self, queue, channel) -> None:
         self._to_host(queue, "cq.closed", {"ch": channel.quorum_identity})
 
-    def purge(self, queue, respond) -> None:
-        self._request(queue, "cq.purge", {}, lambda count: carry_out([PurgeOk(count)], respond),
-                      lambda: respond(queue._host_down()))
+    def purge(self, queue, to) -> None:
+        self._request(queue, "cq.purge", {}, lambda count: carry_out([PurgeOk(to, count)]),
+                      lambda: carry_out([Refused(to, queue._host_down())]))
 
     def counts(self, queue, done: Callable[[dict], None], use: bool = False) -> None:
         def answer(counts: dict) -> None:
@@ -556,13 +567,11 @@ class ClassicLink:
         carry_out(queue.basic_get(reply, bool(body["na"])))
 
     def _host_purge(self, sender: str, queue, body: dict) -> None:
-        def respond(count: int) -> None:
-            self.post(sender, Rpc("cq.purged", {"r": body["r"], "count": count}))
-
+        asker = _PurgeReply(self, sender, body["r"])
         if queue is None or queue.deleted:
-            respond(0)
+            asker.purge_ok(0)
         else:
-            carry_out(queue.purge(respond), respond)
+            carry_out(queue.purge(asker))
 
     def _host_stat(self, sender: str, queue, body: dict) -> None:
         if queue is not None and body.get("u"):  # a declare on another node

@@ -294,11 +294,21 @@ def _declare_replicated(session, channel: Channel, args, name: str, queue_spec) 
 
 def _send_declare_ok(channel: Channel, queue) -> None:
     """declare-ok with the queue's counts, once the queue knows them (queues/base.py)."""
-    def send(ready: int, consumers: int) -> None:
-        if channel.is_open:
-            channel.send(codec.queue_declare_ok(channel.number, queue.name, ready, consumers))
+    carry_out(queue.declare_ok(_DeclareAsker(channel, queue.name)))
 
-    carry_out(queue.declare_ok(send), send)
+
+class _DeclareAsker:
+    """A queue.declare waiting for the queue's counts (queues/base.py Asker)."""
+
+    __slots__ = ("channel", "name")
+
+    def __init__(self, channel: Channel, name: str) -> None:
+        self.channel, self.name = channel, name
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        channel = self.channel
+        if channel.is_open:
+            channel.send(codec.queue_declare_ok(channel.number, self.name, ready, consumers))
 
 
 def queue_bind(session, channel: Channel, args) -> None:
@@ -318,16 +328,26 @@ def queue_unbind(session, channel: Channel, args) -> None:
 
 def queue_purge(session, channel: Channel, args) -> None:
     queue = _lookup_queue(session, channel, args.queue)
+    session.node.purge_queue(queue, _PurgeAsker(session, channel, bool(args.nowait)))
 
-    def respond(count) -> None:
-        if channel.state != ChannelState.OPEN:
-            return
-        if isinstance(count, AMQPError):  # the queue's host could not be asked
-            session.fail_later(count.at(*spec.QUEUE_PURGE), channel)
-        elif not args.nowait:
+
+class _PurgeAsker:
+    """A queue.purge waiting for its count (queues/base.py Asker)."""
+
+    __slots__ = ("session", "channel", "nowait")
+
+    def __init__(self, session, channel: Channel, nowait: bool) -> None:
+        self.session, self.channel, self.nowait = session, channel, nowait
+
+    def purge_ok(self, count: int) -> None:
+        channel = self.channel
+        if channel.state == ChannelState.OPEN and not self.nowait:
             channel.send(codec.queue_purge_ok(channel.number, count))
 
-    session.node.purge_queue(queue, respond)
+    def refused(self, error: AMQPError) -> None:
+        """The queue's host could not be asked."""
+        if self.channel.state == ChannelState.OPEN:
+            self.session.fail_later(error.at(*spec.QUEUE_PURGE), self.channel)
 
 
 def queue_delete(session, channel: Channel, args) -> None:

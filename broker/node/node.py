@@ -445,11 +445,11 @@ class Node:
         self.cancel_consumers(queue)
         self.quorum.leave(queue)
 
-    def purge_queue(self, queue: Queue, respond) -> None:
-        """Drop the queue's ready messages. `respond(count)` is called once that is
-        done. That is at once for classic queues, once the purge is applied for
-        quorum ones."""
-        carry_out(queue.purge(respond), respond)
+    def purge_queue(self, queue: Queue, to) -> None:
+        """Drop the queue's ready messages. `to` (queues/base.py Asker) gets the
+        count once that is done: at once for classic queues, once the purge is
+        applied for quorum ones, once the host answers for a remote one."""
+        carry_out(queue.purge(to))
 
     def consumer_removed(self, queue: Queue) -> None:
         """A consumer went: of this node, or a remote one on a queue hosted here.

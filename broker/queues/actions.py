@@ -9,17 +9,20 @@ channel.
 A quorum queue answers most commands later, once its log applied them (as
 rabbit_quorum_queue answers in `handle_event`). Its driver (queues/quorum/groups.py)
 carries out what the applied entries return. A waiter the queue left in the log
-carries out its own answer, with the caller's `reply` (a declare-ok, a purge-ok).
-A remote classic queue's host answers later too: the link (cluster/classic_link.py)
-carries out what the host sent.
+carries out its own answer (a get-ok, a declare-ok, a purge-ok). A remote classic
+queue's host answers later too: the link (cluster/classic_link.py) carries out what
+the host sent.
 
 The actions:
 - `Deliver`: basic.deliver of one message to `consumer`, on its channel.
 - `DeliverBatch`: basic.deliver of several messages to `consumer`, as one run of
   frames (a quorum queue's Deliver effect).
 - `GetOk`, `GetEmpty`: basic.get's answer, to the channel that asked (`to`).
-- `DeclareOk`: queue.declare-ok's counts. `PurgeOk`: how many were purged.
-  These two answer the caller alone: `carry_out` hands them to `reply`.
+- `DeclareOk`: queue.declare-ok's counts. `PurgeOk`: how many were purged. Both
+  go to who asked (`to`: queues/base.py `Asker`: a method handler, the management
+  API, another node's request), which the queue passes on and never calls.
+- `Refused`: what `to` asked failed with an AMQP error (the queue's host could not
+  be asked).
 - `ConfirmsDue`: queues answered for confirms of channel `to` (`Confirm.hold`);
   those now due go out.
 
@@ -28,8 +31,9 @@ calls `consumer.charge()`, which counts the delivery against the prefetch limits
 once, as rabbit_limiter counts a delivery when it allows it. The `Deliver` is
 carried out later with `charged=True`, so it is not counted twice.
 
-Invariants: an action names everything it needs; none holds a callback. The
-actions of one command are carried out in the order returned.
+Invariants: an action names everything it needs, its addressee included; none
+holds a callback. The actions of one command are carried out in the order
+returned.
 
 Not here: the frames themselves (node/channel.py); which messages a quorum
 consumer gets (broker/fifo) and how they are read from the log
@@ -39,9 +43,10 @@ consumer gets (broker/fifo) and how they are read from the log
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, assert_never
+from typing import Any, Iterable, assert_never
 
-from .base import Channel, Consumer
+from ..amqp.errors import AMQPError
+from .base import Asker, Channel, Consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +101,27 @@ class GetEmpty:
 
 @dataclass(frozen=True, slots=True)
 class DeclareOk:
-    """queue.declare-ok's counts: ready messages and consumers."""
+    """queue.declare-ok's counts, ready messages and consumers, to `to` that asked."""
 
+    to: Asker
     ready: int
     consumers: int
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeOk:
-    """queue.purge-ok's count: the ready messages dropped."""
+    """queue.purge-ok's count, the ready messages dropped, to `to` that asked."""
 
+    to: Asker
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """What `to` asked (a basic.get, a purge) failed with `error`."""
+
+    to: Asker
+    error: AMQPError
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +131,12 @@ class ConfirmsDue:
     to: Channel
 
 
-Action = Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | ConfirmsDue
+Action = (Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | Refused
+          | ConfirmsDue)
 
 
-def carry_out(actions: Iterable[Action] | None,
-              reply: Callable[..., None] | None = None) -> None:
-    """Do what a queue's command returned, in order. `reply` takes a `DeclareOk`'s
-    counts or a `PurgeOk`'s count. None: nothing to do."""
+def carry_out(actions: Iterable[Action] | None) -> None:
+    """Do what a queue's command returned, in order. None: nothing to do."""
     if not actions:
         return
     for action in actions:
@@ -142,11 +156,11 @@ def carry_out(actions: Iterable[Action] | None,
             case GetEmpty():
                 action.to.get_empty()
             case DeclareOk():
-                assert reply is not None, "a DeclareOk answers a reply"
-                reply(action.ready, action.consumers)
+                action.to.declare_ok(action.ready, action.consumers)
             case PurgeOk():
-                assert reply is not None, "a PurgeOk answers a reply"
-                reply(action.count)
+                action.to.purge_ok(action.count)
+            case Refused():
+                action.to.refused(action.error)
             case ConfirmsDue():
                 action.to.release_answered_confirms()
             case _:

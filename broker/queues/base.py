@@ -34,16 +34,16 @@ waiter carries out its own answer. A remote queue's host answers later: its link
 - `channel_closed(channel, tokens)`: the channel is gone. Its unacked deliveries
   (tokens, possibly none) come back.
 - `capacity_freed()`: a consumer of this queue may take more (acks freed prefetch).
-- `purge(respond)`, `delete()`: a `PurgeOk` (classic; quorum and remote: carried
-  out with `respond` once applied or answered). Or `respond(error)`, an
+- `purge(to)`, `delete()`: a `PurgeOk` to `to` (an `Asker`; classic at once;
+  quorum and remote: carried out once applied or answered). Or a `Refused` with an
   AMQPError, when the queue's host could not be asked.
   Delete drops the queue's messages and resources. (The node has cancelled its
   consumers.)
 - `check_delete(if_unused, if_empty)`: what queue.delete refuses. It uses the
   counts `refresh(done)` made current: a queue hosted elsewhere asks its host.
-- `declare_ok(send)`: a `DeclareOk` (classic; quorum, when nothing waits to be
-  applied), else one carried out with `send` once the counts are known. Those
-  are the counts a client that already sent its publishes and acks expects.
+- `declare_ok(to)`: a `DeclareOk` to `to` (classic; quorum, when nothing waits to
+  be applied), else one carried out once the counts are known. Those are the
+  counts a client that already sent its publishes and acks expects.
 - `policy_changed(policy)`: settings from policies. Some types' settings go
   through a log (`POLICY_ON_TICK`). They are applied again from the tick when
   `policy_due()`: a new leader catches up.
@@ -88,7 +88,7 @@ from __future__ import annotations
 from typing import Any, Callable, ClassVar, Iterable, Protocol
 
 from ..amqp.channel import ChannelState
-from ..amqp.errors import precondition
+from ..amqp.errors import AMQPError, precondition
 from .message import Message
 
 
@@ -110,6 +110,23 @@ class Consumer(Protocol):
         """A delivery to it is decided (a `Deliver` action): count it against its
         limits now, before the next `has_capacity` (as rabbit_limiter counts a
         delivery it allows)."""
+
+
+class Asker(Protocol):
+    """Who asked a queue for declare-ok's counts or a purge: a method handler
+    (node/handlers.py), the management API, another node's request
+    (cluster/classic_link.py). A queue names it in the answer's action
+    (`DeclareOk`, `PurgeOk`, `Refused`) and never calls it; `actions.carry_out`
+    does. An asker answers what it asks."""
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        """queue.declare-ok's counts."""
+
+    def purge_ok(self, count: int) -> None:
+        """The purge dropped `count` ready messages."""
+
+    def refused(self, error: AMQPError) -> None:
+        """What it asked failed: the queue's host could not be asked."""
 
 
 class Channel(Protocol):
@@ -329,8 +346,9 @@ class Queue:
         consumer is exclusive."""
         return exclusive
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> None:
-        send(self.ready_count, self.consumer_count)
+    def declare_ok(self, to: Asker) -> list:
+        """A `DeclareOk` to `to`, now or once the counts are known."""
+        raise NotImplementedError
 
     def when_led(self, callback: Callable[[], None]) -> None:
         """`callback()` once the queue can answer (a new quorum queue: once its group
@@ -378,7 +396,7 @@ class Queue:
     def capacity_freed(self) -> None:
         pass
 
-    def purge(self, respond: Callable[[int], None]) -> None:
+    def purge(self, to: Asker) -> list:
         raise NotImplementedError
 
     def delete(self) -> None:

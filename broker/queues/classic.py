@@ -84,12 +84,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from ..fifo.commands import expiration_ms
 from ..storage.message_store import queue_key
 from .actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk
-from .base import Channel, Confirm, Consumer, MessageCounts, Queue
+from .base import Asker, Channel, Confirm, Consumer, MessageCounts, Queue
 from .message import Message
 from .mirroring import desired_mirrors, ha_settings, leader_record_changed, promote
 from .settings import classic_limits, classic_ttls
@@ -518,12 +518,12 @@ class ClassicQueue(Queue):
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
 
-    def declare_ok(self, send: Callable[[int, int], None] | None = None) -> list[Action]:
-        """The declare-ok's counts. A declare (or redeclare, passive too) renews
-        x-expires, as in RabbitMQ. (`send`: the interface's, unused here.)"""
+    def declare_ok(self, to: "Asker") -> list[Action]:
+        """The declare-ok's counts, to `to`. A declare (or redeclare, passive too)
+        renews x-expires, as in RabbitMQ."""
         self.touch()
         self.expire_heads(self.now_ms)
-        return [DeclareOk(self.ready_count, self.consumer_count)]
+        return [DeclareOk(to, self.ready_count, self.consumer_count)]
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
         """A `GetOk` or `GetEmpty` to `channel`. None yet while the mirrors
@@ -582,13 +582,13 @@ class ClassicQueue(Queue):
         self.ready_bytes = 0
         return purged
 
-    def purge(self, respond: Callable[[int], None] | None = None) -> list[Action]:
+    def purge(self, to: "Asker") -> list[Action]:
         """Drop the ready messages (unacked ones survive a purge): a `PurgeOk` with
-        their count. (`respond`: the interface's, unused here.)"""
+        their count, to `to`."""
         purged = self.take_ready()
         for entry in purged:
             self._forget(entry)
-        return [PurgeOk(len(purged))]
+        return [PurgeOk(to, len(purged))]
 
     def gone_after_restart(self, node_name: str, boot_id: str) -> bool:
         return not self.durable or (self.exclusive_owner is not None

@@ -10,8 +10,8 @@ channel on any node talks to the queue process on the home node.
 
 As a queue type it calls no channel: every operation returns no actions now, and
 the link carries out the host's answers when they come (a `GetOk` or `GetEmpty`,
-the `Deliver` of each message sent, a `DeclareOk` and a `PurgeOk` with the
-caller's reply: queues/actions.py).
+the `Deliver` of each message sent, a `DeclareOk` and a `PurgeOk` to who asked:
+queues/actions.py).
 
 How it works: publishes are forwarded with the confirm's answer (`Confirm.hold`).
 The host answers once it holds the message: for a persistent message in a durable
@@ -43,7 +43,7 @@ from ..amqp import spec
 from ..amqp.errors import AMQPError, not_found, precondition
 from ..storage.message_store import queue_key
 from .actions import Action, DeclareOk, carry_out
-from .base import Channel, Confirm, Consumer, MessageCounts, Queue
+from .base import Asker, Channel, Confirm, Consumer, MessageCounts, Queue
 from .classic import _without_default_type
 from .mirroring import Replica, stopped_of
 from .types import EQUIVALENCE_KEYS_BY_TYPE
@@ -74,8 +74,9 @@ class ClassicLink(Protocol):
 
     def channel_closed(self, queue: "RemoteClassicQueue", channel: "Channel") -> None: ...
 
-    def purge(self, queue: "RemoteClassicQueue", respond: Callable[[int], None],
-              failed: Callable[[], None]) -> None: ...
+    def purge(self, queue: "RemoteClassicQueue", to: "Asker") -> None:
+        """Ask the host to purge; the answer, a `PurgeOk` or a `Refused`, goes to
+        `to` when it comes."""
 
     def counts(self, queue: "RemoteClassicQueue", done: Callable[[dict], None],
                use: bool = False) -> None: ...
@@ -181,11 +182,11 @@ class RemoteClassicQueue(Queue):
         """Ask the host's counts, then `done()`."""
         self.link.counts(self, lambda _counts: done())
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> list[Action]:
-        """The host's counts, a `DeclareOk` carried out with `send` once they come;
-        a declare renews the queue's x-expires (`use`)."""
+    def declare_ok(self, to: "Asker") -> list[Action]:
+        """The host's counts, a `DeclareOk` to `to` carried out once they come; a
+        declare renews the queue's x-expires (`use`)."""
         self.link.counts(self, lambda counts: carry_out(
-            [DeclareOk(counts["ready"], counts["consumers"])], send), use=True)
+            [DeclareOk(to, counts["ready"], counts["consumers"])]), use=True)
         return []
 
     # ------------------------------------------------------------ messages
@@ -238,11 +239,11 @@ class RemoteClassicQueue(Queue):
             self.link.channel_closed(self, channel)
         return []
 
-    def purge(self, respond: Callable[[Any], None]) -> list[Action]:
-        """A `PurgeOk` carried out with `respond` once the host purged, or
-        `respond(error)` if it could not be asked (unreachable meanwhile)."""
+    def purge(self, to: "Asker") -> list[Action]:
+        """Asked of the host; the link carries out its `PurgeOk` to `to`, or a
+        `Refused` if the host could not be asked (unreachable meanwhile)."""
         self.check_reachable()
-        self.link.purge(self, respond)
+        self.link.purge(self, to)
         return []
 
     def delete(self) -> None:

@@ -51,7 +51,7 @@ from ...groups.replicated import ReplicatedGroup, Waiter
 from ...raft import RaftNode
 from ...raft.forwarded import dump_snapshot, load_snapshot
 from ..actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk, carry_out
-from ..base import Channel, Confirm, Consumer, MessageCounts, Queue
+from ..base import Asker, Channel, Confirm, Consumer, MessageCounts, Queue
 from ..settings import leader_locator, quorum_config
 from ..types import EQUIVALENCE_KEYS_BY_TYPE
 
@@ -570,10 +570,10 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def capacity_freed(self) -> list[Action]:
         return []  # the machine's credit: a Settle through the log frees it
 
-    def purge(self, respond: Callable[[int], None]) -> list[Action]:
-        """A Purge. Its waiter carries out a `PurgeOk` with `respond` once applied."""
+    def purge(self, to: "Asker") -> list[Action]:
+        """A Purge. Its waiter carries out a `PurgeOk` to `to` once applied."""
         self.propose(commands.Purge(), 0,
-                     lambda count: carry_out([PurgeOk(count or 0)], respond))
+                     lambda count: carry_out([PurgeOk(to, count or 0)]))
         return []
 
     def delete(self) -> None:
@@ -588,21 +588,21 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                 f"vhost '{self.vhost}'. queue.delete operations with {flag} "
                                 "flag set are not supported by quorum queues", 50, 40)
 
-    def declare_ok(self, send: Callable[[int, int], None]) -> list[Action]:
-        """A `DeclareOk` once what was proposed before is applied: acks, publishes of
-        this burst. So the counts are those a client that already sent them expects.
-        With nothing unapplied it is returned. Else the waiter carries it out with
-        `send`. With no replica here, a member counts (cluster/proxy.py)."""
+    def declare_ok(self, to: "Asker") -> list[Action]:
+        """A `DeclareOk` to `to` once what was proposed before is applied: acks,
+        publishes of this burst. So the counts are those a client that already sent
+        them expects. With nothing unapplied it is returned. Else the waiter carries
+        it out. With no replica here, a member counts (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
             self.router.counts(self, lambda counts: carry_out([DeclareOk(
-                counts["ready"], counts["declared"] if counts.get("declared") is not None
-                else counts["consumers"])], send))
+                to, counts["ready"], counts["declared"]
+                if counts.get("declared") is not None else counts["consumers"])]))
             return []
         if self.raft is not None and self.has_unapplied():
             self.after_applied(lambda _reply: carry_out(
-                [DeclareOk(self.ready_count, self.declare_ok_consumer_count)], send))
+                [DeclareOk(to, self.ready_count, self.declare_ok_consumer_count)]))
             return []
-        return [DeclareOk(self.ready_count, self.declare_ok_consumer_count)]
+        return [DeclareOk(to, self.ready_count, self.declare_ok_consumer_count)]
 
     def policy_due(self) -> bool:
         """Whether the node's tick is to compare the machine's settings with the

@@ -40,6 +40,16 @@ def publish(queue, body: bytes) -> None:
     queue.publish(Message("", "q", properties, body), None, None)
 
 
+class Asker:
+    """Who asked the declare-ok (queues/base.py): it keeps the counts."""
+
+    def __init__(self, answers: list) -> None:
+        self.answers = answers
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        self.answers.append((ready, consumers))
+
+
 def test_a_follower_holding_publishes_answers_a_passive_declare(tmp_path):
     node = start(tmp_path)
     queue = declare(node, [ME, OTHER], leader=OTHER)
@@ -47,7 +57,7 @@ def test_a_follower_holding_publishes_answers_a_passive_declare(tmp_path):
     publish(queue, b"m")
     assert queue.publishing  # held until the node's next round
     answers: list = []
-    queue.declare_ok(lambda ready, consumers: answers.append((ready, consumers)))
+    queue.declare_ok(Asker(answers))
     # forwarded to the leader; nothing is appended here, so nothing is left to apply
     assert not queue.publishing and not queue.has_unapplied()
     assert answers == [(0, 0)]
@@ -68,7 +78,7 @@ def test_a_leader_holding_publishes_answers_once_they_are_applied(tmp_path):
     assert queue.is_leader
     publish(queue, b"m")
     answers: list = []
-    queue.declare_ok(lambda ready, consumers: answers.append((ready, consumers)))
+    queue.declare_ok(Asker(answers))
     assert answers == []  # appended here: answered after the apply, which counts it
     node.flush()
     assert answers == [(1, 0)]

@@ -77,9 +77,9 @@ def test_purge_and_declare_answer_with_their_counts():
     for body in (b"a", b"b", b"c"):
         queue.publish(message(body), None, None)
     queue.basic_get(ASKER, no_ack=False)  # unacked: survives the purge
-    assert queue.declare_ok() == [DeclareOk(ready=2, consumers=0)]
-    assert queue.purge() == [PurgeOk(2)]
-    assert queue.declare_ok() == [DeclareOk(ready=0, consumers=0)]
+    assert queue.declare_ok(ASKER) == [DeclareOk(ASKER, ready=2, consumers=0)]
+    assert queue.purge(ASKER) == [PurgeOk(ASKER, 2)]
+    assert queue.declare_ok(ASKER) == [DeclareOk(ASKER, ready=0, consumers=0)]
 
 
 def test_deliveries_are_actions_within_each_consumers_prefetch_round_robin():

@@ -260,7 +260,7 @@ def test_reject_without_requeue_dies_rejected_acks_and_requeues_do_not():
     carry_out(queue.settle(channel, [rejected], False))
     assert node.deaths == [(b"rejected", "rejected")]
     assert ready_bodies(queue) == [b"requeued"]
-    queue.purge(lambda count: None)
+    queue.purge(None)
     assert node.deaths == [(b"rejected", "rejected")]  # purge is no death
 
 
@@ -328,7 +328,7 @@ def test_consumers_gets_and_declares_keep_a_queue_alive_publishes_do_not():
     node.clock_ms += 900
     carry_out(queue.basic_get(channel, no_ack=True))
     node.clock_ms += 900
-    queue.declare_ok(lambda ready, consumers: None)
+    queue.declare_ok(None)
     node.clock_ms += 900
     publish(queue, b"publishing is no use")
     queue.tick(node.clock_ms)

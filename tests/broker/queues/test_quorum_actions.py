@@ -137,18 +137,32 @@ def test_basic_get_answers_later_with_get_ok_or_get_empty_as_data():
     assert queue.got(asker, "k/", True, None) == []  # gone: nothing to answer
 
 
+class Caller:
+    """Who asked for declare-ok's counts or a purge (queues/base.py Asker): it keeps
+    what carry_out hands it."""
+
+    def __init__(self) -> None:
+        self.answers: list = []
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        self.answers.append(("declare-ok", ready, consumers))
+
+    def purge_ok(self, count: int) -> None:
+        self.answers.append(("purge-ok", count))
+
+
 def test_declare_ok_is_returned_when_nothing_waits_and_purge_ok_once_applied():
     node, queue = quorum_queue()
-    assert queue.declare_ok(None) == [DeclareOk(ready=0, consumers=0)]
+    caller = Caller()
+    assert queue.declare_ok(caller) == [DeclareOk(caller, ready=0, consumers=0)]
     queue.publish(message(b"a"), None, None)
-    counted: list = []
-    assert queue.declare_ok(lambda ready, consumers: counted.append((ready, consumers))) == []
+    assert queue.declare_ok(caller) == []
     node.flush()
-    assert counted == [(1, 0)]
-    purged: list = []
-    assert queue.purge(purged.append) == []
+    assert caller.answers == [("declare-ok", 1, 0)]
+    assert queue.purge(caller) == []
     node.flush()
-    assert purged == [1] and queue.declare_ok(None) == [DeclareOk(0, 0)]
+    assert caller.answers[1:] == [("purge-ok", 1)]
+    assert queue.declare_ok(caller) == [DeclareOk(caller, 0, 0)]
 
 
 def test_a_quorum_reply_makes_the_publishers_confirms_due_as_an_action(monkeypatch):

@@ -38,8 +38,8 @@ class Link:
     def get(self, queue, channel, no_ack: bool) -> None:
         self.asked.append(("get", channel, no_ack))
 
-    def purge(self, queue, respond) -> None:
-        self.asked.append(("purge",))
+    def purge(self, queue, to) -> None:
+        self.asked.append(("purge", to))
 
     def settle(self, queue, channel, seqs, requeue) -> None:
         self.asked.append(("settle", channel, seqs, requeue))
@@ -58,17 +58,27 @@ def test_commands_return_no_actions_and_go_to_the_host():
     assert queue.basic_get(ASKER, True) == []
     assert queue.settle(ASKER, [7], None) == []
     assert queue.channel_closed(ASKER, []) == []
-    assert queue.purge(lambda _count: None) == []
+    assert queue.purge(ASKER) == []
     assert link.asked == [("get", ASKER, True), ("settle", ASKER, [7], None),
-                          ("closed", ASKER), ("purge",)]
+                          ("closed", ASKER), ("purge", ASKER)]
 
 
-def test_declare_ok_carries_out_the_hosts_counts_with_send():
+class Caller:
+    """Who asked for declare-ok's counts (queues/base.py Asker)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        self.sent.append((ready, consumers))
+
+
+def test_declare_ok_carries_out_the_hosts_counts_to_who_asked():
     link = Link({**NO_COUNTS, "ready": 3, "consumers": 2})
     queue = new_queue(link)
-    sent: list = []
-    assert queue.declare_ok(lambda ready, consumers: sent.append((ready, consumers))) == []
-    assert sent == [(3, 2)] and link.asked == [("counts", True)]
+    caller = Caller()
+    assert queue.declare_ok(caller) == []
+    assert caller.sent == [(3, 2)] and link.asked == [("counts", True)]
 
 
 def test_the_remote_queue_type_calls_no_channel():

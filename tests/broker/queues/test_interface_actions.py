@@ -1,0 +1,124 @@
+"""A queue's declare-ok and purge-ok go to who asked, named in the action.
+
+Issue 29, Build 1 (RabbitMQ's rabbit_queue_type returns `{State, Actions}`): no
+queue type takes a callback for its answers. `declare_ok(to)` and `purge(to)` name
+who asked (queues/base.py `Asker`: a method handler, the management API, another
+node's request); the queue puts it in the `DeclareOk`, `PurgeOk` or `Refused` it
+returns (or its log or its host answers later) and never calls it;
+`actions.carry_out` does. Through a session the client sees the same frames:
+queue.declare-ok's counts, queue.purge-ok's count, nothing for a purge with
+no-wait (spec 1.7.2.2, 1.7.2.6).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from pamqp import commands
+
+from quorumqueue.broker.amqp.errors import not_found
+from quorumqueue.broker.cluster.classic_link import ClassicLink
+from quorumqueue.broker.queues import actions
+from quorumqueue.broker.queues.actions import DeclareOk, PurgeOk, Refused, carry_out
+from quorumqueue.broker.queues.classic import ClassicQueue
+from quorumqueue.broker.queues.quorum.queue import QuorumQueue
+from quorumqueue.broker.queues.remote import RemoteClassicQueue
+from tests.broker.node.harness import Client, method, new_node
+from tests.broker.queues.test_classic_actions import message
+
+
+class Caller:
+    """Who asked (queues/base.py Asker): it keeps what carry_out hands it."""
+
+    def __init__(self) -> None:
+        self.answers: list = []
+
+    def declare_ok(self, ready: int, consumers: int) -> None:
+        self.answers.append(("declare-ok", ready, consumers))
+
+    def purge_ok(self, count: int) -> None:
+        self.answers.append(("purge-ok", count))
+
+    def refused(self, error) -> None:
+        self.answers.append(("refused", error.code))
+
+
+def test_declare_ok_and_purge_ok_name_who_asked_and_carry_out_answers_it():
+    queue = ClassicQueue("/", "q", False, None, False, {})
+    queue.publish(message(b"a"), None, None)
+    queue.publish(message(b"b"), None, None)
+    caller = Caller()
+    declared = queue.declare_ok(caller)
+    purged = queue.purge(caller)
+    assert declared == [DeclareOk(caller, 2, 0)] and purged == [PurgeOk(caller, 2)]
+    assert caller.answers == []  # the queue returned them; it called no one
+    carry_out(declared + purged)
+    assert caller.answers == [("declare-ok", 2, 0), ("purge-ok", 2)]
+
+
+def test_no_queue_type_takes_a_callback_for_its_answers():
+    """declare_ok and purge take who asked, and carry_out takes the actions alone."""
+    for queue_type in (ClassicQueue, QuorumQueue, RemoteClassicQueue):
+        for operation in (queue_type.declare_ok, queue_type.purge):
+            parameters = list(inspect.signature(operation).parameters)
+            assert parameters == ["self", "to"], (queue_type.__name__, operation.__name__)
+    assert list(inspect.signature(actions.carry_out).parameters) == ["actions"]
+
+
+class Cluster:
+    """What a ClassicLink asks of its cluster, for one host that goes away."""
+
+    name = "here"
+    now = 0.0
+
+    def __init__(self) -> None:
+        self._next_request = 0
+        self.boots: dict = {}
+        self.up = True
+        self.posted: list = []
+
+    def reachable(self, host: str) -> bool:
+        return self.up
+
+    def _post(self, peer: str, rpc) -> None:
+        self.posted.append((peer, rpc.kind))
+
+
+def test_a_purge_whose_host_went_away_is_refused_to_who_asked():
+    cluster = Cluster()
+    link = ClassicLink(cluster)
+    queue = RemoteClassicQueue("/", "q", False, None, False, {}, "uid", "there", link)
+    caller = Caller()
+    assert queue.purge(caller) == []
+    assert cluster.posted == [("there", "cq.purge")] and caller.answers == []
+    cluster.up = False
+    link.tick(None)
+    assert caller.answers == [("refused", not_found("queue", "q", "/").code)]
+
+
+def test_refused_is_carried_out_to_who_asked():
+    caller = Caller()
+    carry_out([Refused(caller, not_found("queue", "q", "/"))])
+    assert caller.answers == [("refused", 404)]
+
+
+# ---------------------------------------------------------------- through a session
+
+
+def test_a_client_gets_declare_ok_and_purge_ok_counts_and_nothing_for_no_wait():
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    for arguments in ({}, {"x-queue-type": "quorum"}):
+        name = f"q-{len(arguments)}"
+        client.declare_queue(1, name, durable=True, arguments=arguments)
+        for body in (b"1", b"2", b"3"):
+            client.publish(1, "", name, body)
+        declared = client.call(1, method(commands.Queue.Declare, queue=name, passive=True),
+                               "Queue.DeclareOk")
+        assert (declared.message_count, declared.consumer_count) == (3, 0)
+        client.send(1, method(commands.Queue.Purge, queue=name, nowait=True))
+        assert client.read_methods() == []
+        client.publish(1, "", name, b"4")
+        purged = client.call(1, method(commands.Queue.Purge, queue=name), "Queue.PurgeOk")
+        assert purged.message_count == 1
