@@ -517,7 +517,7 @@ class ClassicLink:
     def _host_cancel(self, sender: str, queue, body: dict) -> None:
         proxy = self.proxies.pop((body["q"], body["c"]), None)
         if proxy is not None and queue is not None:
-            queue.remove_consumer(proxy)
+            carry_out(queue.cancel(None, proxy))
             self.node.consumer_removed(queue)
 
     def _host_credit(self, sender: str, queue, body: dict) -> None:
@@ -549,13 +549,13 @@ class ClassicLink:
         for key in [k for k, p in self.proxies.items() if k[0] == uid and p.identity == identity]:
             proxy = self.proxies.pop(key)
             if queue is not None:
-                queue.remove_consumer(proxy)
+                queue.remove_consumer(proxy)  # a closing channel's: delivers nothing
                 removed = True
         held = self.held.pop((uid, identity), {})
         if queue is None:
             return
-        if held:
-            carry_out(queue.settle(None, [entry for entry, _proxy in held.values()], True))
+        if held or removed:  # what it held comes back, the others take what is ready
+            carry_out(queue.channel_closed(None, [entry for entry, _proxy in held.values()]))
         if removed:
             self.node.consumer_removed(queue)
 

@@ -493,7 +493,7 @@ class Channel:
             self.node.unregister_reply_to(self)
             self.reply_to_consumer = None
         elif consumer.queue is not None:
-            consumer.queue.cancel(self, consumer)
+            carry_out(consumer.queue.cancel(self, consumer))
             self.node.consumer_removed(consumer.queue)
         return consumer
 

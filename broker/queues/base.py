@@ -21,8 +21,9 @@ waiter carries out its own answer. A remote queue's host answers later: its link
   returns one to call with a reply, a nack when it equals `refused`); a refusal
   now (`confirm.refuse()`). Returns the deliveries it made, if any.
 - `consume(channel, consumer)` / `cancel(channel, consumer)`: an AMQP consumer on
-  this node starts or stops. Deliveries are `Deliver` actions (classic), or
-  `DeliverBatch` actions once the log applied them (quorum).
+  this node starts or stops. Deliveries are `Deliver` actions (classic: to the
+  new consumer, or to the others once one went), or `DeliverBatch` actions once
+  the log applied them (quorum).
 - `check_consume(channel, exclusive)`: what the type refuses at basic.consume
   (global QoS on quorum queues). Also whether the consumer is exclusive.
 - `basic_get(channel, no_ack)`: answer a basic.get: a `GetOk` or `GetEmpty`
@@ -362,7 +363,7 @@ class Queue:
 
     # ------------------------------------------------------------ messages
 
-    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> None:
+    def publish(self, message, channel: "Channel | None", confirm: Confirm | None) -> list:
         raise NotImplementedError
 
     def publish_batch(self, batch, exchange: str, routing_key: str, channel: "Channel | None",
@@ -378,23 +379,24 @@ class Queue:
                 actions += returned
         return actions
 
-    def consume(self, channel: "Channel", consumer: "Consumer") -> None:
+    def consume(self, channel: "Channel", consumer: "Consumer") -> list:
         raise NotImplementedError
 
-    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> list:
         raise NotImplementedError
 
-    def basic_get(self, channel: "Channel", no_ack: bool) -> None:
+    def basic_get(self, channel: "Channel", no_ack: bool) -> list:
         raise NotImplementedError
 
-    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> None:
+    def settle(self, channel: "Channel", tokens: list, requeue: bool | None) -> list:
         raise NotImplementedError
 
-    def channel_closed(self, channel: "Channel", tokens: list) -> None:
+    def channel_closed(self, channel: "Channel", tokens: list) -> list:
         raise NotImplementedError
 
-    def capacity_freed(self) -> None:
-        pass
+    def capacity_freed(self) -> list:
+        """Nothing to deliver here (a type that holds deliveries back overrides it)."""
+        return []
 
     def purge(self, to: Asker) -> list:
         raise NotImplementedError

@@ -506,8 +506,17 @@ class ClassicQueue(Queue):
         self.add_consumer(consumer)
         return self.deliver()
 
-    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
+        """basic.cancel: the consumer goes. What it no longer takes goes to the others:
+        a single active consumer's successor takes the ready messages at once, as
+        rabbit_amqqueue_process runs the queue after a cancel. A channel closing
+        delivers nothing yet: `channel_closed` first returns what it held, which then
+        goes out in queue order. (`channel` None: another node's consumer,
+        cluster/classic_link.py.)"""
         self.remove_consumer(consumer)
+        if self.deleted or (channel is not None and not channel.is_open):
+            return []
+        return self.deliver()
 
     def remove_consumer(self, consumer: "Consumer") -> None:
         if consumer in self.consumers:
@@ -568,7 +577,11 @@ class ClassicQueue(Queue):
         return []
 
     def channel_closed(self, channel: "Channel", tokens: list) -> list[Action]:
-        return self.settle(channel, tokens, True) if tokens else []
+        """What the channel held comes back; its consumers went (`cancel`): the ready
+        messages go to those left."""
+        if tokens:
+            return self.settle(channel, tokens, True)
+        return [] if self.deleted else self.deliver()
 
     def capacity_freed(self) -> list[Action]:
         return [] if self.deleted else self.deliver()

@@ -215,10 +215,11 @@ class RemoteClassicQueue(Queue):
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
 
-    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
         self.remove_consumer(consumer)
         if not self.deleted:
             self.link.cancel(self, channel, consumer)
+        return []  # the host hands the others what this one no longer takes
 
     def is_unused_for_auto_delete(self) -> bool:
         return False  # the host decides: it sees every node's consumers

@@ -440,7 +440,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                        channel.quorum_identity), 0, must_land)
         return []
 
-    def cancel(self, channel: "Channel", consumer: "Consumer") -> None:
+    def cancel(self, channel: "Channel", consumer: "Consumer") -> list[Action]:
         """basic.cancel: a Cancel. Its unacked messages stay settleable. A channel
         that is closing proposes none. Its Down (`channel_closed`, proposed right
         after) removes the consumer and returns its messages in one command. That is
@@ -451,6 +451,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         if not self.deleted and channel.is_open:
             self.propose(commands.Cancel(f"{channel.quorum_identity}/{consumer.tag}"), 0,
                          must_land)
+        return []  # what the others take, the machine's effects deliver once applied
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
         """A Dequeue. No actions now: its waiter carries out `got`'s answer."""

@@ -52,6 +52,8 @@ class Policy:
 
 
 class FakeChannel:
+    is_open = True
+
     def __init__(self) -> None:
         self.delivered: list[bytes] = []
         self.unacked: list = []

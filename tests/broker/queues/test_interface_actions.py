@@ -23,7 +23,7 @@ from quorumqueue.broker.queues.actions import DeclareOk, PurgeOk, Refused, carry
 from quorumqueue.broker.queues.classic import ClassicQueue
 from quorumqueue.broker.queues.quorum.queue import QuorumQueue
 from quorumqueue.broker.queues.remote import RemoteClassicQueue
-from tests.broker.node.harness import Client, method, new_node
+from tests.broker.node.harness import Client, Delivery, method, name, new_node
 from tests.broker.queues.test_classic_actions import message
 
 
@@ -122,3 +122,87 @@ def test_a_client_gets_declare_ok_and_purge_ok_counts_and_nothing_for_no_wait():
         client.publish(1, "", name, b"4")
         purged = client.call(1, method(commands.Queue.Purge, queue=name), "Queue.PurgeOk")
         assert purged.message_count == 1
+
+
+# ---------------------------------------------------------------- every command returns actions
+
+COMMANDS = ("publish", "consume", "cancel", "basic_get", "settle", "channel_closed",
+            "capacity_freed", "purge", "declare_ok")
+
+
+def test_every_queue_command_returns_a_list_of_actions():
+    """The interface and each type: a command's result is a list (of actions), never
+    None, so a caller carries out whatever any type returns."""
+    from quorumqueue.broker.queues.base import Queue
+
+    for queue_type in (Queue, ClassicQueue, QuorumQueue, RemoteClassicQueue):
+        for command in COMMANDS:
+            returned = inspect.signature(getattr(queue_type, command)).return_annotation
+            assert str(returned).startswith("list"), (queue_type.__name__, command, returned)
+    assert Queue.capacity_freed(None) == []
+
+
+class Open:
+    """A channel that is open, as a classic queue sees it at basic.cancel."""
+
+    is_open = True
+
+
+def test_cancelling_the_single_active_consumer_hands_the_ready_messages_to_the_next():
+    """x-single-active-consumer: when the active consumer goes, the next one takes
+    over at once with what is ready, as rabbit_amqqueue_process runs the queue after a
+    basic.cancel (RabbitMQ's consumers guide, "Single Active Consumer")."""
+    from tests.broker.queues.test_classic_actions import Taker
+
+    queue = ClassicQueue("/", "q", False, None, False, {}, single_active_consumer=True)
+    first, second = Taker("first", prefetch=1), Taker("second", prefetch=5)
+    queue.consume(Open(), first)
+    queue.consume(Open(), second)
+    [to_first] = queue.publish(message(b"1"), None, None)
+    assert to_first.consumer is first
+    assert queue.publish(message(b"2"), None, None) == []  # the active one is full
+    assert queue.publish(message(b"3"), None, None) == []
+    handed = queue.cancel(Open(), first)
+    assert [(a.consumer, a.body) for a in handed] == [(second, b"2"), (second, b"3")]
+    assert queue.ready_count == 0
+
+
+def test_a_closing_channels_consumers_leave_what_they_held_to_go_out_first():
+    """A channel closing: its consumer's cancel delivers nothing; `channel_closed`
+    returns what it held, and the successor gets the messages in queue order."""
+    from tests.broker.queues.test_classic_actions import Taker
+
+    class Closing:
+        is_open = False
+
+    queue = ClassicQueue("/", "q", False, None, False, {}, single_active_consumer=True)
+    first, second = Taker("first", prefetch=1), Taker("second", prefetch=5)
+    queue.consume(Open(), first)
+    queue.consume(Open(), second)
+    [held] = queue.publish(message(b"1"), None, None)
+    queue.publish(message(b"2"), None, None)
+    channel = Closing()
+    assert queue.cancel(channel, first) == []
+    handed = queue.channel_closed(channel, [held.token])
+    assert [(a.consumer, a.body, a.redelivered) for a in handed] == [
+        (second, b"1", True), (second, b"2", False)]
+
+
+def test_a_client_sees_the_next_single_active_consumer_take_over_at_basic_cancel():
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    client.open_channel(2)
+    client.declare_queue(1, "sac", arguments={"x-single-active-consumer": True})
+    client.call(1, method(commands.Basic.Qos, prefetch_count=1), "Basic.QosOk")
+    client.call(1, method(commands.Basic.Consume, queue="sac", consumer_tag="a"),
+                "Basic.ConsumeOk")
+    client.call(2, method(commands.Basic.Consume, queue="sac", consumer_tag="b"),
+                "Basic.ConsumeOk")
+    for body in (b"1", b"2"):
+        client.publish(1, "", "sac", body)
+    assert [(d.channel, d.body) for d in client.read_deliveries()] == [(1, b"1")]
+    client.send(1, method(commands.Basic.Cancel, consumer_tag="a"))
+    frames = client.read_deliveries()
+    assert [name(f[1]) for f in frames if not isinstance(f, Delivery)] == ["Basic.CancelOk"]
+    assert [(f.channel, f.body) for f in frames if isinstance(f, Delivery)] == [(2, b"2")]
