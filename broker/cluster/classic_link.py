@@ -282,7 +282,7 @@ class ClassicLink:
 
         def fail() -> None:
             if channel.is_open:
-                channel.session.fail_later(queue._host_down().at(60, 70), channel)
+                carry_out([Refused(channel, queue._host_down().at(60, 70))])
 
         self._request(queue, "cq.get", {"ch": channel.quorum_identity, "na": no_ack},
                       answer, fail)

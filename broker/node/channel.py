@@ -267,6 +267,11 @@ class Channel:
     def get_empty(self) -> None:
         self.send(codec.basic_get_empty(self.number))
 
+    def refused(self, error: AMQPError) -> None:
+        """A basic.get that could not be asked of the queue's host (a `Refused`
+        action): the channel fails, once what it sent before is answered."""
+        self.session.fail_later(error, self)
+
     # ------------------------------------------------------------ settlement
 
     def _take(self, delivery_tag: int, multiple: bool, method: tuple[int, int]) -> list:

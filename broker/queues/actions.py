@@ -21,8 +21,8 @@ The actions:
 - `DeclareOk`: queue.declare-ok's counts. `PurgeOk`: how many were purged. Both
   go to who asked (`to`: queues/base.py `Asker`: a method handler, the management
   API, another node's request), which the queue passes on and never calls.
-- `Refused`: what `to` asked failed with an AMQP error (the queue's host could not
-  be asked).
+- `Refused`: what `to` asked (a purge, or a channel's basic.get) failed with an
+  AMQP error (the queue's host could not be asked).
 - `ConfirmsDue`: queues answered for confirms of channel `to` (`Confirm.hold`);
   those now due go out.
 
@@ -118,9 +118,9 @@ class PurgeOk:
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """What `to` asked (a basic.get, a purge) failed with `error`."""
+    """What `to` asked (a purge; a channel's basic.get) failed with `error`."""
 
-    to: Asker
+    to: Asker | Channel
     error: AMQPError
 
 

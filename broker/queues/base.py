@@ -165,6 +165,10 @@ class Channel(Protocol):
     def get_empty(self) -> None:
         """basic.get-empty."""
 
+    def refused(self, error: AMQPError) -> None:
+        """Its basic.get failed (the queue's host could not be asked): a channel
+        error, once what it sent before is answered."""
+
     def confirm_answered(self) -> None:
         """A queue answered for one of the channel's confirms (`Confirm.hold`)."""
 

@@ -206,3 +206,46 @@ def test_a_client_sees_the_next_single_active_consumer_take_over_at_basic_cancel
     frames = client.read_deliveries()
     assert [name(f[1]) for f in frames if not isinstance(f, Delivery)] == ["Basic.CancelOk"]
     assert [(f.channel, f.body) for f in frames if isinstance(f, Delivery)] == [(2, b"2")]
+
+
+# ---------------------------------------------------------------- the classic link's failures
+
+
+class Getter:
+    """A channel as the link sees it at basic.get: open, named, and told of a
+    refusal. It has no session: were the link to reach one, the test would fail."""
+
+    is_open = True
+    quorum_identity = "here.1.1"
+
+    def __init__(self) -> None:
+        self.refusals: list = []
+
+    def refused(self, error) -> None:
+        self.refusals.append((error.code, error.class_id, error.method_id))
+
+
+def test_a_basic_get_whose_host_went_away_is_a_refused_action_to_its_channel():
+    cluster = Cluster()
+    link = ClassicLink(cluster)
+    queue = RemoteClassicQueue("/", "q", True, None, False, {}, "uid", "there", link)
+    channel = Getter()
+    assert queue.basic_get(channel, True) == []
+    cluster.up = False
+    link.tick(None)
+    assert channel.refusals == [(404, 60, 70)]  # basic.get's class and method
+
+
+def test_the_classic_link_calls_nothing_on_a_channel_or_a_session():
+    """cluster/classic_link.py hands what it answers to carry_out as actions; it
+    reads a channel's identity and state, and calls none of its methods."""
+    import ast
+    import pathlib
+
+    from quorumqueue.broker.cluster import classic_link
+
+    tree = ast.parse(pathlib.Path(classic_link.__file__).read_text())
+    called = [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute)]
+    assert [call for call in called
+            if {"channel", "session"} & set(call.split(".")[:-1])] == []
