@@ -29,6 +29,7 @@ import os
 from typing import TYPE_CHECKING, Iterable
 
 from ..amqp import codec, spec
+from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
@@ -68,7 +69,9 @@ class Node:
                  metadata_store: MetadataStore | None = None,
                  quorum: QuorumGroups | None = None) -> None:
         self.settings = settings
-        self.quorum = quorum  # None: quorum queues are refused (no log store)
+        # None: quorum queues are refused (no log store); server.assemble_node builds
+        # it with this node as its host (queues/quorum/host.py)
+        self.quorum = quorum
         self.cluster = None   # the Cluster (broker/cluster/cluster.py): server.assemble_node
         self.boot_id = base64.b32encode(os.urandom(5)).decode("ascii").lower()
         self.users = users or UserStore.with_default_user()
@@ -203,6 +206,14 @@ class Node:
         dead_letters.publish(self, queue, message.exchange, message.routing_key,
                              message.properties.raw, message.body, reason, self.clock_ms,
                              message.properties.blind_keys)
+
+    def has_open_channel(self, identity: str) -> bool:
+        """An open channel of this node has the fifo identity `identity`
+        (queues/quorum/host.py: a quorum consumer the node no longer knows)."""
+        return any(channel.quorum_identity == identity
+                   for session in list(self.sessions)
+                   for channel in getattr(session, "channels", {}).values()
+                   if channel.state == ChannelState.OPEN)
 
     def dead_letters_to(self, queue: Queue) -> bool:
         """Whether `queue` has a dead-letter exchange (its arguments or its policy)."""

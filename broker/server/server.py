@@ -129,9 +129,11 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
     one until others join: every definition takes the same path)."""
     from ..cluster.cluster import Cluster
 
-    quorum = QuorumGroups(log_store, settings.node_name,
-                          snapshot_over_live=not settings.clustered)
-    node = Node(settings, users, message_store, metadata_store, quorum)
+    node = Node(settings, users, message_store, metadata_store)
+    node.quorum = quorum = QuorumGroups(
+        log_store, settings.node_name, node, snapshot_over_live=not settings.clustered,
+        dead_letter_prefetch=settings.dead_letter_worker_consumer_prefetch,
+        dead_letter_confirm_timeout_ms=settings.dead_letter_worker_publisher_confirm_timeout_ms)
     # fifo identities carry the node's name: every node tells its own from others'
     node.boot_id = f"{settings.node_name}:{node.boot_id}"
     node.cluster = quorum.cluster = Cluster(node, settings)

@@ -63,6 +63,7 @@ from .queue import MessageGone
 if TYPE_CHECKING:  # pragma: no cover
     from .queue import QuorumQueue
     from .groups import QuorumGroups
+    from .host import QuorumHost
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -104,7 +105,7 @@ class _Confirm(Confirm):
     def settled(self) -> None:
         """Every queue answered (or none had to): wait for the message-store fsync of a
         classic target, then tell the worker."""
-        node = self.worker.node
+        node = self.worker.host
         if self.ok and self.batch_id > node.synced_batch_id:
             node.awaiting_sync.add(_AfterSync(self))
             return
@@ -141,8 +142,8 @@ class DeadLetterWorker:
         self.stopped = False
 
     @property
-    def node(self):
-        return self.groups.cluster.node
+    def host(self) -> "QuorumHost":
+        return self.groups.host
 
     def stop(self) -> None:
         """No longer the leader's worker: forget everything (the next one resends)."""
@@ -154,7 +155,7 @@ class DeadLetterWorker:
 
     def take(self, deliveries: tuple[DlxDelivery, ...]) -> None:
         """Dead letters the machine checked out to this worker: publish each."""
-        now = self.node.clock_ms
+        now = self.groups.clock_ms
         for delivery in deliveries:
             letter = _Letter(delivery.msg_id, delivery.raft_index, delivery.reason,
                              self.queue.last_time_ms or now)
@@ -164,7 +165,7 @@ class DeadLetterWorker:
     def _send(self, letter: _Letter, now: int) -> None:
         """One attempt: route the message again and publish it to the routed queues
         that have not confirmed it (see the module header)."""
-        queue, node = self.queue, self.node
+        queue, node = self.queue, self.host
         letter.attempt += 1
         letter.unconfirmed = set()
         letter.sent_ms = now

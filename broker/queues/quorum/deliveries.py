@@ -185,7 +185,7 @@ def deliver(groups, queue: QuorumQueue, key: str, deliveries) -> list[Action]:
         return []
     if consumer is None:  # its Cancel or Down lost, or on its way
         queue.remove_unknown_consumer(key, tuple(d.msg_id for d in deliveries),
-                                      cluster.node.sessions)
+                                      groups.host.has_open_channel(key.partition("/")[0]))
         return []
     if consumer.channel.state is not _CHANNEL_OPEN:  # closing: the messages go back
         queue.propose(Return(key, tuple(d.msg_id for d in deliveries)), 0)

@@ -78,6 +78,7 @@ from ..base import Channel
 from ..deadlines import Deadlines
 from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
+from .host import QuorumHost
 from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 
 # Entries a release cursor may pass before it takes a snapshot without freeing a
@@ -105,9 +106,15 @@ def replay_bound(replay_until: int, ready: Ready) -> int:
 
 
 class QuorumGroups:
-    def __init__(self, store: LogStore, member: str, raft_config: RaftConfig | None = None,
-                 tick_interval_ms: int = 1000, snapshot_over_live: bool = True) -> None:
+    def __init__(self, store: LogStore, member: str, host: QuorumHost,
+                 raft_config: RaftConfig | None = None, tick_interval_ms: int = 1000,
+                 snapshot_over_live: bool = True, dead_letter_prefetch: int = 32,
+                 dead_letter_confirm_timeout_ms: int = 180_000) -> None:
         self.store = store
+        self.host = host  # the node (host.py): its run, channels, dead letters
+        # the at-least-once dead-letter workers' settings (dead_letter_worker_*)
+        self.dead_letter_prefetch = dead_letter_prefetch
+        self.dead_letter_confirm_timeout_ms = dead_letter_confirm_timeout_ms
         # may a snapshot cover live messages? Only where no other member can ever need
         # the entries below it (their bodies): on a node started without cluster
         # configuration, which no node can join. Then the log below a snapshot is
@@ -535,7 +542,7 @@ class QuorumGroups:
                 continue
             replaying = index <= queue.replay_until
             if isinstance(command, Down) and not replaying:
-                if command.connection.startswith(self.cluster.node.boot_id + "."):
+                if command.connection.startswith(self.host.boot_id + "."):
                     queue.check_out_again(command.connection)
                 elif queue.is_leader:  # a node with no replica learns it from the leader
                     self.cluster.tell_downed(queue, command.connection)
@@ -600,7 +607,7 @@ class QuorumGroups:
                 for callback in queue.take_waiters(waiter_index, waiter_term):
                     callback(reply)
             if isinstance(command, Down) and not replaying:
-                if command.connection.startswith(self.cluster.node.boot_id + "."):
+                if command.connection.startswith(self.host.boot_id + "."):
                     queue.check_out_again(command.connection)
                 elif queue.is_leader:
                     self.cluster.tell_downed(queue, command.connection)
@@ -776,7 +783,7 @@ class QuorumGroups:
         goes through the queue's dead-letter exchange (node/dead_letters.py, as
         classic queues do). Fire and forget: no confirm is awaited. A leader that dies
         first loses it."""
-        node = self.cluster.node
+        node = self.host
         if not node.dead_letters_to(queue):
             return
         try:
@@ -800,14 +807,12 @@ class QuorumGroups:
             if worker is not None:
                 self._stop_worker(queue)
             return
-        identity = f"{self.member}/{self.cluster.node.boot_id}/{queue.raft.term}"
+        identity = f"{self.member}/{self.host.boot_id}/{queue.raft.term}"
         if worker is None or worker.identity != identity:
             if worker is not None:
                 worker.stop()
-            settings = self.cluster.node.settings
-            worker = DeadLetterWorker(self, queue, identity,
-                                      settings.dead_letter_worker_consumer_prefetch,
-                                      settings.dead_letter_worker_publisher_confirm_timeout_ms)
+            worker = DeadLetterWorker(self, queue, identity, self.dead_letter_prefetch,
+                                      self.dead_letter_confirm_timeout_ms)
             self.dlx_workers[queue.group] = worker
         consumer = queue.state.dlx.consumer
         if (consumer is None or consumer.worker != identity) and not worker.checkout_proposed:

@@ -275,8 +275,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
         """A leader took this node for down and returned the messages of this node's
         `connection` (a Down). But its channels are alive: the node was cut off, or
         paused. Their consumers consume again."""
-        from ...amqp.channel import ChannelState
-
         for key, consumer in list(self.by_key.items()):
             if key.startswith(connection + "/") and consumer.channel.state == ChannelState.OPEN:
                 prefetch = NO_ACK_CREDIT if consumer.no_ack else consumer.prefetch
@@ -537,7 +535,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         groups.holding.add(self)
         return []
 
-    def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...], sessions) -> None:
+    def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...],
+                                open_channel: bool) -> None:
         """The machine handed `msg_ids` to a consumer this node does not have.
         The consumer is of this node's current run. It was cancelled, or its channel
         closed. That Cancel or Down never reached the log (`must_land`). Or it is on
@@ -549,12 +548,9 @@ class QuorumQueue(ReplicatedGroup, Queue):
         settleable. Then a Return of these. Returning them alone, as before, handed
         them straight back to the same consumer. As the single active consumer it
         took every message and gave it back counted, until the delivery limit
-        dropped it. `sessions`: the node's AMQP sessions (their open channels)."""
+        dropped it. `open_channel`: the consumer's channel is open on this node
+        (QuorumHost.has_open_channel)."""
         identity = key.partition("/")[0]
-        open_channel = any(channel.quorum_identity == identity
-                           for session in list(sessions)
-                           for channel in getattr(session, "channels", {}).values()
-                           if channel.state == ChannelState.OPEN)
         if open_channel:
             self.propose(commands.Cancel(key), 0, must_land)
             self.propose(commands.Return(key, msg_ids), 0)

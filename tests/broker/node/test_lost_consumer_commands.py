@@ -108,7 +108,7 @@ def test_messages_handed_to_a_consumer_this_node_does_not_have_stay_in_the_queue
 
 
 class OpenChannelSession:
-    """A session of this node with one open channel (what `remove_unknown_consumer`
+    """A session of this node with one open channel (what `Node.has_open_channel`
     reads of the node's sessions)."""
 
     def __init__(self, identity: str) -> None:

@@ -236,3 +236,26 @@ def test_a_client_sees_confirms_deliveries_get_ok_purge_ok_and_declare_ok_counts
     assert client.call(1, method(commands.Queue.Purge, queue="q"),
                        "Queue.PurgeOk").message_count == 3
     assert client.get(1, "q") is None  # get-empty
+
+
+def test_the_quorum_type_reaches_its_node_only_through_its_host():
+    """queues/quorum/ reads no `node` attribute (before: `groups.cluster.node` for the
+    node's boot id, sessions, settings, clock and dead letters): the node is the
+    QuorumHost (host.py) that QuorumGroups is built with."""
+    import inspect
+
+    for path in sorted(pathlib.Path(quorum.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        read = [ast.unparse(node) for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and node.attr == "node"]
+        assert read == [], path.name
+    assert "host" in inspect.signature(quorum_groups.QuorumGroups).parameters
+
+
+def test_the_node_is_its_quorum_groups_host():
+    node, _queue = quorum_queue()
+    assert node.quorum.host is node
+    assert not node.has_open_channel(f"{node.boot_id}.90.1")
+    assert [session for session in node.sessions if session.channels]  # the declaring client's
+    [channel] = [c for s in node.sessions for c in s.channels.values()]
+    assert node.has_open_channel(channel.quorum_identity)

@@ -255,8 +255,8 @@ def test_the_apply_loops_in_place_enqueue_is_its_per_entry_path(rounds, config):
     groups = [SimpleNamespace(
         _apply_effects=lambda queue, effects, replaying, log=log: log.append(
             ("effects", list(effects), replaying)),
-        cluster=SimpleNamespace(node=SimpleNamespace(boot_id="n1:r1"),
-                                tell_downed=lambda queue, c, log=log: log.append(("down", c))))
+        host=SimpleNamespace(boot_id="n1:r1"),
+        cluster=SimpleNamespace(tell_downed=lambda queue, c, log=log: log.append(("down", c))))
         for log in logs]
     delivered = deliveries.deliver
     index, seq, forwarded = 0, [0], 0
