@@ -82,6 +82,9 @@ class LatencyRun:
     messages: int
     batches: int
     cpu: dict[str, float]
+    # median ms per batch of each phase in Spark's progress reports (durationMs:
+    # latestOffset, queryPlanning, addBatch, walCommit, commitOffsets, triggerExecution...)
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,7 @@ class Bench:
             _wait(lambda: sum(len(b[0]) for b in batches) >= expected, ARRIVAL_TIMEOUT_S,
                   f"{kind}: all {expected} messages in foreachBatch")
             used = delta(before, cpu.snapshot()) | {"loader": report.get("cpu_s", 0.0)}
+            phases = _phase_medians(query.recentProgress)
         finally:
             query.stop()
         sequences = np.concatenate([b[0][:, 0] for b in batches])
@@ -257,7 +261,7 @@ class Bench:
         shutil.rmtree(table, ignore_errors=True)
         return LatencyRun(tuple(np.percentile(arrival_ms, (50, 99)).tolist()),
                           tuple(np.percentile(commit_ms, (50, 99)).tolist()),
-                          expected, len(batches), used)
+                          expected, len(batches), used, phases)
 
     def exactly_once(self, kind: str, messages: int, per_trigger: int, kills: int,
                      size: int = 256) -> ExactlyOnceRun:
@@ -350,3 +354,15 @@ def _reap(process: subprocess.Popen) -> None:
 def _delta_commits(table: Path) -> int:
     log_dir = table / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.is_dir() else 0
+
+
+def _phase_medians(progress: list) -> dict[str, float]:
+    """Median ms of each durationMs phase over the batches that read rows (the
+    progress reports of a trigger that found nothing new are left out)."""
+    phases: dict[str, list[int]] = {}
+    for report in progress:
+        if report.numInputRows > 0:
+            for phase, ms in report.durationMs.items():
+                phases.setdefault(phase, []).append(ms)
+    return {phase: float(np.median(values)) for phase, values in sorted(phases.items())}
+

@@ -77,3 +77,17 @@ def test_sides_are_checked_and_kept_in_one_order():
         parse_arguments(["--sides", "quorumqueue,pulsar"])
     assert parse_arguments(["--sides", "quorumqueue, kafka"]).side_list == ("kafka",
                                                                            "quorumqueue")
+
+
+def test_the_phases_of_a_latency_run_are_medians_over_the_batches_that_read_rows():
+    from types import SimpleNamespace
+
+    from bench.vs_kafka_workloads import _phase_medians
+
+    reports = [SimpleNamespace(numInputRows=rows, durationMs=phases) for rows, phases in [
+        (0, {"latestOffset": 900, "triggerExecution": 900}),  # found nothing: left out
+        (10, {"latestOffset": 30, "triggerExecution": 400}),
+        (20, {"latestOffset": 50, "triggerExecution": 600}),
+        (30, {"latestOffset": 40, "triggerExecution": 500, "addBatch": 300})]]
+    assert _phase_medians(reports) == {"addBatch": 300.0, "latestOffset": 40.0,
+                                       "triggerExecution": 500.0}
