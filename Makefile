@@ -259,9 +259,10 @@ bench-memory: setup oracle
 	@$(PY) bench/idle_memory.py
 
 # Issue 18's curves (bench/perftest_curves.py): PerfTest 1 producer/1 consumer per queue,
-# queue count 1/10/100 (1 KB) and body 16 B/1 KB/64 KB/1 MiB (1 queue), 1 and 3 nodes,
-# quorumqueue and RabbitMQ 3.10.8 up together, 3 A/B pairs of 10 s runs per point: JSON,
-# CSV and PNGs in bench/results/. About 25 minutes on 2 vCPUs, so not in `make bench`
+# queue count 1/10/100 (1 KB), body 16 B/1 KB/64 KB/1 MiB (1 queue) and 1/10/50 producers
+# and consumers (1 queue, 1 KB), 1 and 3 nodes, quorumqueue and RabbitMQ 3.10.8 up together,
+# 3 A/B pairs of 10 s runs per point: JSON, CSV and PNGs in bench/results/. About 33
+# minutes on 2 vCPUs, so not in `make bench`
 # (which runs perftest.py's quick set).
 bench-curves: setup oracle bench-setup
 	@$(PY) bench/perftest_curves.py

@@ -63,6 +63,7 @@ class Scenario:
     name: str
     queues: int
     size: int
+    clients: int = 1  # producers and consumers per queue (that many of each)
 
 
 SCENARIOS = {
@@ -130,8 +131,8 @@ def perftest_command(uri: str, scenario: Scenario, seconds: int, run_tag: str) -
         "--qos", "1000",
         "--size", str(scenario.size),
         "--time", str(seconds),
-        "--producers", str(scenario.queues),
-        "--consumers", str(scenario.queues),
+        "--producers", str(scenario.queues * scenario.clients),
+        "--consumers", str(scenario.queues * scenario.clients),
     ]
     if scenario.queues == 1:
         command += ["--queue", f"{run_tag}-1"]
@@ -260,18 +261,22 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest",
     latency_ratios = pair_ratios(rows, "latency_p99_us")
     for nodes in sorted({r["nodes"] for r in rows}):
         for axis, label, keep in (
-            ("queues", "queues (1 KB bodies)", lambda r: r["size"] == 1024),
-            ("size", "message size, bytes (1 queue)", lambda r: r["queues"] == 1),
+            ("queues", "queues (1 KB bodies)",
+             lambda r: r["size"] == 1024 and r.get("clients", 1) == 1),
+            ("size", "message size, bytes (1 queue)",
+             lambda r: r["queues"] == 1 and r.get("clients", 1) == 1),
+            ("clients", "producers and consumers of each (1 queue, 1 KB bodies)",
+             lambda r: r["queues"] == 1 and r["size"] == 1024),
         ):
             chosen = [r for r in rows if r["nodes"] == nodes and keep(r) and r["runs"]]
-            if len({r[axis] for r in chosen}) < 2:
+            if len({r.get(axis, 1) for r in chosen}) < 2:
                 continue
             figure, (rate_ax, latency_ax, ratio_ax) = plt.subplots(1, 3, figsize=(15, 4.4))
             for target in TARGETS:
-                mine = sorted((r for r in chosen if r["target"] == target), key=lambda r: r[axis])
+                mine = sorted((r for r in chosen if r["target"] == target), key=lambda r: r.get(axis, 1))
                 if not mine:
                     continue
-                xs = [r[axis] for r in mine]
+                xs = [r.get(axis, 1) for r in mine]
                 for ax, key, scale in ((rate_ax, "receiving", 1.0), (latency_ax, "latency_p99_us", 1000.0)):
                     values = [[_run_value(run, key) / scale for run in r["runs"]] for r in mine]
                     middle = [statistics.median(v) for v in values]
@@ -280,7 +285,7 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest",
                                 marker="o", capsize=3, label=target)
             for key, name in (("receiving", "received msg/s"), ("latency_p99_us", "p99 latency")):
                 ratios = rate_ratios if key == "receiving" else latency_ratios
-                points = sorted((r[axis], ratios.get((nodes, r["scenario"]), []))
+                points = sorted((r.get(axis, 1), ratios.get((nodes, r["scenario"]), []))
                                 for r in chosen if r["target"] == "quorumqueue")
                 points = [(x, v) for x, v in points if v]
                 if not points:
@@ -307,7 +312,9 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "perftest",
                 ax.legend(fontsize=8)
             rate_ax.set_yscale("log")
             latency_ax.set_yscale("log")
-            figure.suptitle(f"PerfTest 1P/1C per queue, quorum queues, {nodes} node{'s' if nodes > 1 else ''}: "
+            shape = "N producers and N consumers on 1 queue" if axis == "clients" \
+                else "PerfTest 1P/1C per queue"
+            figure.suptitle(f"{shape}, quorum queues, {nodes} node{'s' if nodes > 1 else ''}: "
                             f"persistent, confirm 1000, qos 1000; median, bars min-max"
                             + (f"\n{subtitle(nodes)}" if subtitle(nodes) else ""), fontsize=10)
             figure.tight_layout()

@@ -1,24 +1,28 @@
-"""How cost grows: PerfTest's msg/s and p99 latency against queue count and body size,
-quorumqueue beside RabbitMQ 3.10.8, on 1 and 3 nodes, in one run.
+"""How cost grows: PerfTest's msg/s and p99 latency against queue count, body size and
+clients per queue, quorumqueue beside RabbitMQ 3.10.8, on 1 and 3 nodes, in one run.
 
     python bench/perftest_curves.py [--nodes 1,3] [--queues 1,10,100]
-        [--sizes 16,1024,65536,1048576] [--time 10] [--repeats 3] [--out bench/results]
+        [--sizes 16,1024,65536,1048576] [--clients 1,10,50] [--time 10] [--repeats 3]
+        [--out bench/results]
     python bench/perftest_curves.py --replot RUN1.json [RUN2.json ...]
 
 The sweep of issue 18's item 1, built on ``bench/perftest.py`` (its PerfTest command,
 summary parser, broker start and plots): per node count, both brokers (or both
 clusters) are started once and stay up together; then for every point of the grid --
-body size on 1 queue (``--sizes``), then queue count at 1 KB bodies (``--queues``) --
+body size on 1 queue (``--sizes``), then producers and consumers on 1 queue at 1 KB
+(``--clients``), then queue count at 1 KB bodies (``--queues``) --
 ``--repeats`` A/B pairs run, one PerfTest run per broker each, the order swapped every
 other pair (A B, B A, A B ...) so neither broker always runs second. Each run is
-PerfTest's default shape per queue, 1 producer and 1 consumer publishing and consuming
-at once for ``--time`` seconds, with perftest.py's quorum-queue flags.
+PerfTest's default shape per queue, 1 producer and 1 consumer (N of each on the
+``--clients`` axis) publishing and consuming at once for ``--time`` seconds, with
+perftest.py's quorum-queue flags.
 
 Output, in ``--out``: ``perftest_curves.json`` (one row per node count, scenario and
 broker with the medians, and every run with its pair number and the 1-minute load
 average before it), ``perftest_curves.csv`` (one line per run, plus the pair's
-quorumqueue/RabbitMQ ratios on quorumqueue's lines), two PNGs per node count,
-``perftest_curves_<N>n_by_queues.png`` and ``..._by_size.png`` (perftest.plot: medians
+quorumqueue/RabbitMQ ratios on quorumqueue's lines), three PNGs per node count,
+``perftest_curves_<N>n_by_queues.png``, ``..._by_size.png`` and ``..._by_clients.png``
+(perftest.plot: medians
 with min-max bars, and the per-pair ratio), and ``perftest_curves_ratio_vs_load.png``:
 each pair's ratio against the machine's load average when it ran (with ``--replot``,
 the pairs of every file given, also the rows a later file replaced). A failed PerfTest run is reported and
@@ -55,13 +59,24 @@ def size_name(size: int) -> str:
     return SIZE_NAMES.get(size, f"{size}b")
 
 
-def grid(queue_counts: list[int], sizes: list[int]) -> list[Scenario]:
-    """Sizes on 1 queue, then queue counts at 1 KB, fewest first; a point on both axes
-    once. The most queues come last: a broker that a point overwhelms (3 nodes, 100
-    queues, 2026-11-27: node 1 stopped answering handshakes) then costs no other point."""
-    points = [(1, size) for size in sizes] + [(queues, 1024) for queues in sorted(queue_counts)]
+def grid(queue_counts: list[int], sizes: list[int],
+         client_counts: list[int] = (1,)) -> list[Scenario]:
+    """Sizes on 1 queue, then clients per queue on 1 queue at 1 KB, then queue counts at
+    1 KB, fewest first; a point on several axes once. The most queues come last: a
+    broker that a point overwhelms (3 nodes, 100 queues, 2026-11-27: node 1 stopped
+    answering handshakes) then costs no other point."""
+    points = ([(1, size, 1) for size in sizes]
+              + [(1, 1024, clients) for clients in sorted(client_counts)]
+              + [(queues, 1024, 1) for queues in sorted(queue_counts)])
     unique = list(dict.fromkeys(points))
-    return [Scenario(f"{queues}q-{size_name(size)}", queues, size) for queues, size in unique]
+    return [Scenario(scenario_name(queues, size, clients), queues, size, clients)
+            for queues, size, clients in unique]
+
+
+def scenario_name(queues: int, size: int, clients: int) -> str:
+    """"10q-1kb"; with more than one producer and consumer per queue, "1q-1kb-10c"."""
+    name = f"{queues}q-{size_name(size)}"
+    return name if clients == 1 else f"{name}-{clients}c"
 
 
 def pair_order(repeat: int, targets: list[str]) -> list[str]:
@@ -128,6 +143,7 @@ def summary_row(nodes: int, scenario: Scenario, target: str, seconds: int, repea
 
     return {
         "nodes": nodes, "scenario": scenario.name, "queues": scenario.queues, "size": scenario.size,
+        "clients": scenario.clients,
         "target": target, "seconds": seconds, "repeats": repeats,
         "sending": median([r["sending"] for r in runs]),
         "receiving": median([r["receiving"] for r in runs]),
@@ -137,7 +153,7 @@ def summary_row(nodes: int, scenario: Scenario, target: str, seconds: int, repea
     }
 
 
-CSV_FIELDS = ("nodes", "queues", "size", "target", "pair", "load1", "sending", "receiving",
+CSV_FIELDS = ("nodes", "queues", "size", "clients", "target", "pair", "load1", "sending", "receiving",
               "latency_p50_us", "latency_p99_us", "recv_ratio_pair", "p99_ratio_pair")
 
 
@@ -153,7 +169,7 @@ def csv_lines(rows: list[dict]) -> list[dict]:
                 if row["target"] == "quorumqueue" else None
             lines.append({
                 "nodes": row["nodes"], "queues": row["queues"], "size": row["size"],
-                "target": row["target"], "pair": pair, "load1": run.get("load1", ""),
+                "clients": row.get("clients", 1), "target": row["target"], "pair": pair, "load1": run.get("load1", ""),
                 "sending": run["sending"], "receiving": run["receiving"],
                 "latency_p50_us": run["latency_us"]["median"], "latency_p99_us": run["latency_us"]["99th"],
                 "recv_ratio_pair": round(run["receiving"] / other["receiving"], 3)
@@ -284,6 +300,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nodes", default="1,3", help="comma-separated node counts")
     parser.add_argument("--queues", default="1,10,100", help="queue counts (1 KB bodies)")
     parser.add_argument("--sizes", default="16,1024,65536,1048576", help="body sizes in bytes (1 queue)")
+    parser.add_argument("--clients", default="1,10,50",
+                        help="producers and consumers, that many of each, on 1 queue (1 KB bodies)")
     parser.add_argument("--time", type=int, default=10, help="seconds per PerfTest run")
     parser.add_argument("--repeats", type=int, default=3, help="A/B pairs per point")
     parser.add_argument("--target", choices=("both", *TARGETS), default="both")
@@ -296,6 +314,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     arguments.node_list = integers(arguments.nodes, "--nodes", parser)
     arguments.queue_list = integers(arguments.queues, "--queues", parser)
     arguments.size_list = integers(arguments.sizes, "--sizes", parser)
+    arguments.client_list = integers(arguments.clients, "--clients", parser)
     if arguments.time < 1 or arguments.repeats < 1:
         parser.error("--time and --repeats must be at least 1")
     return arguments
@@ -310,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         perftest.check_jars()
         targets = list(TARGETS) if arguments.target == "both" else [arguments.target]
-        scenarios = grid(arguments.queue_list, arguments.size_list)
+        scenarios = grid(arguments.queue_list, arguments.size_list, arguments.client_list)
         print(f"==> {len(arguments.node_list)} node count(s) x {len(scenarios)} points x "
               f"{arguments.repeats} pairs, {arguments.time} s per run", file=sys.stderr)
         rows = sweep(arguments.node_list, scenarios, targets, arguments.time, arguments.repeats)

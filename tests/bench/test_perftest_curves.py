@@ -99,3 +99,26 @@ def test_the_load_plot_pairs_runs_within_each_sweep(tmp_path, monkeypatch) -> No
     perftest_curves.plot_ratio_against_load([first, second], tmp_path / "load.png")
     assert sorted(seen) == [(1, "1q-16b", 2.0, 3.0), (1, "1q-16b", 20.0, 0.5)]
     assert (tmp_path / "load.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_clients_per_queue_are_an_axis_of_their_own_on_one_queue_at_1_kb() -> None:
+    scenarios = perftest_curves.grid([1, 10], [16, 1024], [1, 10, 50])
+    assert [s.name for s in scenarios] == ["1q-16b", "1q-1kb", "1q-1kb-10c", "1q-1kb-50c",
+                                           "10q-1kb"]
+    fifty = scenarios[3]
+    command = perftest.perftest_command("amqp://x", fifty, 10, "tag")
+    assert command[command.index("--producers") + 1] == "50"
+    assert command[command.index("--consumers") + 1] == "50"
+    assert command[command.index("--queue") + 1] == "tag-1"
+
+
+def test_the_clients_plot_is_drawn_from_the_one_queue_points(tmp_path) -> None:
+    rows = []
+    for clients in (1, 10, 50):
+        scenario = perftest.Scenario(perftest_curves.scenario_name(1, 1024, clients), 1, 1024,
+                                     clients)
+        rows += rows_of(scenario, [run(100 * clients, 10, 0)], [run(50 * clients, 20, 0)])
+    paths = perftest.plot(rows, tmp_path, prefix="curves")
+    assert [p.name for p in paths] == ["curves_1n_by_clients.png"]
+    line = perftest_curves.csv_lines(rows)[-2]
+    assert (line["clients"], line["recv_ratio_pair"]) == (50, 2.0)
