@@ -67,6 +67,43 @@ _TIME = TIMED_HEAD  # a quorum queue's entry: leader time after the identity
 _LEADER = Role.LEADER  # read per publish: an enum member off its class costs ~4x a global
 
 
+class RunWaiter:
+    """The one waiter of a run of commands proposed as one item (a batch publish's
+    messages, queues/quorum/queue.py `publish_batch`). It is called once: with
+    `refused` if any command of the run was refused, else with the last one's reply.
+
+    Where this member leads, it waits at the run's last entry alone: the run is one
+    append, so its commands are applied in order, the last one after every other.
+    So its reply stands for the run's only where a refused command refuses the rest
+    (the fifo machine's gap: tests/broker/fifo/test_machine.py). A run whose last
+    append another leader's overwrote is proposed again whole: its commands are
+    keyed, so those that did land are duplicates. Forwarded, each command gets a
+    waiter of its own (`split`), counted down to the one answer."""
+
+    __slots__ = ("waiter", "refused", "left", "answer")
+
+    def __init__(self, waiter: Waiter, refused: Any) -> None:
+        self.waiter, self.refused = waiter, refused
+        self.left = 0
+        self.answer: Any = None
+
+    def __call__(self, reply: Any) -> None:
+        self.waiter(reply)
+
+    def split(self, count: int) -> list[Waiter]:
+        """`count` waiters, one per command (in order), that answer this one once all
+        of them are answered."""
+        self.left, self.answer = count, None
+        return [self._one] * count
+
+    def _one(self, reply: Any) -> None:
+        if self.answer != self.refused:  # the first refused reply stays
+            self.answer = reply
+        self.left -= 1
+        if not self.left:
+            self.waiter(self.answer)
+
+
 class Router(Protocol):
     def forward(self, member: "ReplicatedGroup", data: bytes, waiter: Waiter | None) -> None:
         ...
@@ -84,7 +121,8 @@ class ReplicatedGroup:
         self.raft = raft
         self.router: Router | None = None  # None: a group of one (no cluster)
         self.deleted = False
-        # index -> [(term of the append or None for "any", command data, waiter)]
+        # index -> [(term of the append or None for "any", command data, waiter)]; the
+        # data of a run waited for at its last index is the run's list (RunWaiter)
         self.waiters: dict[int, list[tuple[int | None, bytes, Waiter]]] = {}
         self.on_leader: list[Callable[[], None]] = []  # waiting for a known leader
         self.applied_term = 0         # the term of the last entry applied here
@@ -111,10 +149,11 @@ class ReplicatedGroup:
         machine's reply once this member applied it (a run of one)."""
         self.propose_run([(data, waiter)])
 
-    def propose_run(self, run: list[tuple[bytes, Waiter | None]]) -> None:
+    def propose_run(self, run: list[tuple[bytes | list[bytes], Waiter | None]]) -> None:
         """Append the commands of `run` to the group's log in order: as one append
         when this member leads, else each forwarded to the leader. Each waiter gets
-        its own command's reply once this member applied it.
+        its own command's reply once this member applied it. An item whose data is a
+        list of commands has no waiter or a `RunWaiter`, which waits for them all.
 
         A leader that forwarded to its group before (another member led) sends its
         commands through the router too, which numbers them after those forwards:
@@ -126,14 +165,25 @@ class ReplicatedGroup:
         if router is None or (raft is not None and raft.role is _LEADER  # is_leader
                               and not (router.forwarded_to(self.group)
                                        and any(data[0] != FORWARDED for data, _ in run))):
+            datas: list[bytes] = []
+            for data, _waiter in run:
+                if type(data) is list:  # a run of its own: one waiter for all
+                    datas += data
+                else:
+                    datas.append(data)
             try:
-                index = raft.propose_run([data for data, _waiter in run])
+                index = raft.propose_run(datas)
             except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it
                 if self.router is None:
                     raise
             else:
                 term, waiters = raft.term, self.waiters
                 for data, waiter in run:
+                    if type(data) is list:  # waits at its last entry (RunWaiter)
+                        index += len(data)
+                        if waiter is not None:
+                            waiters.setdefault(index - 1, []).append((term, data, waiter))
+                        continue
                     if waiter is None and data[0] == FORWARDED:
                         waiter = UNANSWERED  # its seq must land (module header)
                     if waiter is not None:
@@ -141,7 +191,12 @@ class ReplicatedGroup:
                     index += 1
                 return
         for data, waiter in run:
-            self.router.forward(self, data, waiter)
+            if type(data) is list:
+                for command, one in zip(data, waiter.split(len(data)) if waiter is not None
+                                        else [None] * len(data)):
+                    self.router.forward(self, command, one)
+            else:
+                self.router.forward(self, data, waiter)
 
     def wait_at(self, index: int, term: int, data: bytes, waiter: Waiter) -> None:
         """A forwarded command was appended at (index, term) by the leader."""

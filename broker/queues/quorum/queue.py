@@ -47,7 +47,7 @@ from ...fifo import commands
 from ...fifo.envelope import encode_command, stamped_enqueue, stamped_enqueues
 from ...fifo.single_active import waiting_order
 from ...fifo.state import FifoState, fifo_config
-from ...groups.replicated import ReplicatedGroup, Waiter
+from ...groups.replicated import ReplicatedGroup, RunWaiter, Waiter
 from ...raft import RaftNode
 from ...raft.forwarded import dump_snapshot, load_snapshot
 from ..actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk, carry_out
@@ -174,11 +174,12 @@ class QuorumQueue(ReplicatedGroup, Queue):
         # settlements (Settle/Return/Discard: kind, consumer key, msg ids) not proposed
         # yet: coalesced until the queue's next command or the node's next round
         self.settling: list[tuple[type, str, list[int]]] = []
-        # publishes (an Enqueue's data, its confirm's waiter) not proposed yet: held
-        # until the queue's next command or the node's next round, then proposed as
-        # one run (one log append). At most one of `settling` and `publishing` holds
-        # anything: each proposes the other's before it takes more (client order)
-        self.publishing: list[tuple[bytes, Waiter | None]] = []
+        # publishes (an Enqueue's data, its confirm's waiter; a batch publish's
+        # entries as one list, its RunWaiter) not proposed yet: held until the queue's
+        # next command or the node's next round, then proposed as one run (one log
+        # append). At most one of `settling` and `publishing` holds anything: each
+        # proposes the other's before it takes more (client order)
+        self.publishing: list[tuple[bytes | list[bytes], Waiter | None]] = []
         self.expiry_proposed = False  # x-expires: this leader asked the metadata to delete it
 
     # ------------------------------------------------------------ counts
@@ -396,10 +397,13 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def publish_batch(self, batch, exchange: str, routing_key: str, channel: "Channel | None",
                       confirm: Confirm | None) -> list[Action]:
         """The messages of a batch publish (amqp/batch_publish.py), each proposed as
-        `publish` proposes it alone: the same entry bytes, waiter and run. The
+        `publish` proposes it alone: the same entry bytes in the same run. The
         entries are built from the batch in place (fifo/envelope.py
-        `stamped_enqueues`); no message, header or body is made first. No actions,
-        as `publish`."""
+        `stamped_enqueues`); no message, header or body is made first. The confirm
+        holds one reply for them all, a `RunWaiter` (groups/replicated.py): the
+        last message's, or "rejected" if any was, which is the same answer as one
+        per message, since the machine refuses every later seq of a publisher after
+        one it refused. No actions, as `publish`."""
         groups = self.groups
         if channel is None or groups is None:  # (a batch comes from a client's channel)
             return super().publish_batch(batch, exchange, routing_key, channel, confirm)
@@ -407,16 +411,14 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                    min(batch.properties.priority, 255), exchange,
                                    routing_key, batch.head, batch.middle, batch.tail,
                                    batch.body, batch.offsets)
-        if confirm is None:
-            run = [(data, None) for data in entries]
-        else:  # twin of publish's hold_reply per message
-            hold = confirm.hold_reply
-            run = [(data, hold("rejected")) for data in entries]
+        # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
+        waiter = (None if confirm is None
+                  else RunWaiter(confirm.hold_reply("rejected"), "rejected"))
         if self.settling:  # settlements made before go first
             self.flush_settlements()
         if not self.publishing:
             groups.holding.add(self)
-        self.publishing += run
+        self.publishing.append((entries, waiter))
         return []
 
     def check_consume(self, channel: "Channel", exclusive: bool) -> bool:

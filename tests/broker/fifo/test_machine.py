@@ -565,3 +565,37 @@ def test_a_quiet_enqueue_taken_the_short_way_is_what_the_full_way_gives(steps, c
         assert (reply, effects) == (full_reply, full_effects)
         assert snapshot.dump(short) == snapshot.dump(full)
         assert (short.now_ms, short.last_active) == (full.now_ms, full.last_active)
+
+
+# a batch publish's messages: a run of Enqueues of publisher "pb", seqs from `back`
+# below the next one (a re-send overlapping stored ones) on, applied one after another
+batches = st.builds(lambda back, count, size: ("batch", back, count, size),
+                    st.integers(0, 4), st.integers(1, 6), st.sampled_from([0, 7, 25]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(commands | batches, min_size=5, max_size=60), configs)
+def test_after_a_refused_seq_every_later_seq_of_a_batch_is_refused(steps, config):
+    """A run of one publisher's increasing seqs, applied in turn (what a batch publish
+    proposes): once one is refused ("rejected", reject-publish), so is every later
+    one (the publisher's gap, docs/behaviour/idempotent-publishing.md). So the last
+    message's reply is "rejected" exactly when any message's is: the one reply a
+    batch publish's confirm waits for (groups/replicated.py `RunWaiter`)."""
+    state, seq, next_seq, index = FifoState(config=replace(config)), [0], 1, 0
+    for step in steps:
+        if isinstance(step, tuple) and step[0] == "batch":
+            _kind, back, count, size = step
+            first = max(1, next_seq - back)
+            replies = []
+            for k in range(count):
+                index += 1
+                state, reply, _ = apply(Meta(index, 1, index * 10),
+                                        Enqueue("pb", first + k, size, 0), state)
+                replies.append(reply)
+            next_seq = max(next_seq, first + count)
+            refused = [reply == "rejected" for reply in replies]
+            assert refused == sorted(refused)  # never stored after a refusal
+            assert (replies[-1] == "rejected") == any(refused)
+        else:
+            index += 1
+            state, _, _ = apply(Meta(index, 1, index * 10), concrete(step, state, seq), state)

@@ -14,7 +14,7 @@ from quorumqueue.broker.fifo.commands import (Enqueue, Meta, Settle, UpdateConfi
 from quorumqueue.broker.fifo.envelope import decode_entry, stamp
 from quorumqueue.broker.fifo.machine import apply
 from quorumqueue.broker.fifo.state import FifoState
-from quorumqueue.broker.groups.replicated import ReplicatedGroup
+from quorumqueue.broker.groups.replicated import ReplicatedGroup, RunWaiter
 from quorumqueue.broker.queues.base import Confirm
 from quorumqueue.broker.queues.quorum import deliveries
 from quorumqueue.broker.queues.quorum.groups import QuorumGroups
@@ -322,8 +322,11 @@ def test_a_batch_proposed_in_place_is_its_messages_published_one_by_one(
         bodies, first, publisher, priority, exchange, key, confirmed, settling, clock_ms):
     """QuorumQueue.publish_batch (entries built from the batch in place,
     fifo/envelope.py stamped_enqueues) proposes what QuorumQueue.publish of each of
-    split's messages proposes, in order: the same entry bytes, a waiter each held on
-    the confirm, the same run and holding, settlements flushed first."""
+    split's messages proposes, in order: the same entry bytes, the same run and
+    holding, settlements flushed first. Its confirm holds one reply, a RunWaiter
+    (one list item in the run): answered with the last message's reply, it acks or
+    nacks as a waiter per message does for every run of replies the machine gives
+    (stored or duplicate, then refused: fifo's test_after_a_refused_seq_...)."""
     from quorumqueue.broker.amqp.batch_publish import split
     from quorumqueue.broker.amqp.properties import decode_properties
     from quorumqueue.broker.queues.message import Message
@@ -346,14 +349,42 @@ def test_a_batch_proposed_in_place_is_its_messages_published_one_by_one(
     for record_properties, record_body in batch.records:
         QuorumQueue.publish(slow, Message(exchange, key, record_properties, record_body),
                             channels[1], confirms[1])
-    assert [data for data, _ in fast.publishing] == [data for data, _ in slow.publishing]
-    assert [waiter is None for _, waiter in fast.publishing] == [not confirmed] * len(bodies)
+    [(datas, waiter)] = fast.publishing
+    assert datas == [data for data, _ in slow.publishing]
+    assert (waiter is None) == (not confirmed)
     assert len(fast.held) == len(slow.held) == 1 and fast.held[0] is fast
     assert (fast.flushed, fast.settling) == (slow.flushed, slow.settling)
     if confirmed:
-        assert confirms[0].outstanding == confirms[1].outstanding == len(bodies)
-        for (_, one), (_, other), reply in zip(fast.publishing, slow.publishing,
-                                               ["ok", "rejected", "duplicate"] * 3):
-            one(reply)
-            other(reply)
-        assert _seen(confirms[0]) == _seen(confirms[1])
+        assert isinstance(waiter, RunWaiter) and confirms[0].outstanding == 1
+        assert confirms[1].outstanding == len(bodies)
+        for stored in range(len(bodies) + 1):  # `stored` taken, the rest refused
+            replies = ["ok", "duplicate"] * stored
+            replies = replies[:stored] + ["rejected"] * (len(bodies) - stored)
+            ones, others = Confirm(Channel(), 1), Confirm(Channel(), 1)
+            RunWaiter(ones.hold_reply("rejected"), "rejected")(replies[-1])
+            for reply in replies:
+                others.hold_reply("rejected")(reply)
+            assert (ones.ok, ones.outstanding) == (others.ok, others.outstanding)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["ok", "rejected", "duplicate", None]), min_size=1,
+                max_size=8), st.randoms())
+def test_a_run_waiter_split_answers_once_as_a_waiter_per_command_would(replies, random):
+    """RunWaiter.split (a batch forwarded to the leader: a waiter per command): the
+    one waiter is answered once, after the last of them in whatever order they
+    come, and the confirm acks or nacks as one hold_reply per command would."""
+    answered: list = []
+    run = RunWaiter(answered.append, "rejected")
+    order = list(enumerate(run.split(len(replies))))
+    random.shuffle(order)
+    for position, (k, one) in enumerate(order):
+        one(replies[k])
+        assert len(answered) == (position == len(order) - 1)
+    assert (answered[0] == "rejected") == ("rejected" in replies)
+    ones, others = Confirm(Channel(), 1), Confirm(Channel(), 1)
+    ones.hold_reply("rejected")(answered[0])
+    for reply in replies:
+        others.hold_reply("rejected")(reply)
+    assert ones.ok == others.ok
+
