@@ -11,6 +11,14 @@ its short way and stores the message or finds it a duplicate (machine.py, the
 first branch; `_enqueue`, with no TTL; commands.py `decode` of a tag 1 Enqueue).
 It returns the reply ("ok" or "duplicate"). The effects are none.
 
+`enqueue_run_in_place(state, entries, position, stop, command_kind, term_limit)`
+goes on from there: the log entries after one stored "ok", as long as each is a
+timed tag 1 Enqueue that `enqueue_in_place` would store "ok". Per entry it reads
+the envelope's time and the command's head and appends the message; the guard, the
+publisher's name and its highest seq are read once per run (and once per change of
+publisher), not per message. It stops before a duplicate (the per-entry way gives
+that its reply) and before the release cursor is due.
+
 Invariant: it returns None, with the state untouched, for everything else. That is
 another command (a BCC Enqueue too), a message with an expiration, a queue
 something watches (consumers, settings, expiries), a release cursor due, a
@@ -18,12 +26,14 @@ rejection (publishers blocked, a publisher's gap), a duplicate into a queue with
 nothing ready (a cursor then). The caller applies those the usual way.
 tests/broker/fifo/test_twins.py holds the two ways equal.
 
-Not here: the entry's envelope and forwarding head (the caller skips them).
+Not here: the entry's envelope and forwarding head (the caller skips them; the run
+takes entries without a forwarding head alone).
 """
 
 from __future__ import annotations
 
 from .commands import _enqueue_head, _header_fixed, _u16, _u32
+from .envelope import TIMED, TIMED_HEAD
 from .state import HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, FifoState
 
 _unpack_head = _enqueue_head.unpack_from
@@ -31,6 +41,9 @@ _head_size = _enqueue_head.size
 _unpack_u16 = _u16.unpack_from
 _unpack_u32 = _u32.unpack_from
 _header_fixed_size = _header_fixed.size
+_unpack_time = TIMED_HEAD.unpack_from
+_timed_size = TIMED_HEAD.size
+_command_at = TIMED_HEAD.size + _enqueue_head.size  # a timed Enqueue's publisher field
 
 
 def enqueue_in_place(state: FifoState, index: int, time_ms: int, data: bytes,
@@ -78,3 +91,79 @@ def enqueue_in_place(state: FifoState, index: int, time_ms: int, data: bytes,
     state.last_index = index
     state.applied_since_cursor += 1
     return "ok"
+
+
+def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
+                         command_kind: int, term_limit: int) -> tuple[int, int]:
+    """Entries `position` up to `stop` (log entries: index, term, kind, data) stored
+    as `enqueue_in_place` stores each with the reply "ok", after one it stored so;
+    the first one it would not store so, of a term above `term_limit`, or that is
+    not a timed COMMAND (`command_kind`) ends the run. Returns (the position of the
+    first entry not taken, the leader time of the last one taken, or -1 if none)."""
+    config = state.config
+    if (not config.quiet_enqueue or state.consumers or state.publishers_blocked
+            or state.normal.expiries is not None or state.high.expiries is not None
+            or state.returns.expiries is not None):
+        return position, -1  # twin of enqueue_in_place's guard, once for the run
+    # the cursor is due once applied_since_cursor + 1 reaches the interval
+    stop = min(stop, position + config.release_cursor_interval - 1
+               - state.applied_since_cursor)
+    enqueuers, gaps = state.enqueuers, state.enqueuer_gaps
+    normal, high = state.normal, state.high
+    raw = b""       # the current publisher's name as it lies in the entries
+    publisher = ""  # ... decoded ("": an Enqueue without a key)
+    last = known = 0  # its highest seq stored; what `enqueuers` says of it
+    gap = None        # its first refused seq, if any
+    first, time_ms = position, -1
+    normal_bytes = high_bytes = 0
+    index = 0
+    while position < stop:
+        entry = entries[position]
+        data = entry.data
+        if (entry.kind != command_kind or entry.term > term_limit or data[0] != TIMED
+                or data[_timed_size] != 1):
+            break
+        _tag, priority, size, seq = _unpack_head(data, _timed_size)
+        offset = _command_at
+        (length,) = _unpack_u16(data, offset)
+        name = data[offset + 2:offset + 2 + length]
+        if name != raw:  # another publisher: its seq and gap (twin of the lookups)
+            if last != known:
+                enqueuers[publisher] = last
+            raw = name
+            publisher = name.decode("utf-8", "surrogateescape")
+            last = known = enqueuers.get(publisher, 0)
+            gap = gaps.get(publisher)
+        offset += 2 + length
+        offset += 1 + data[offset]
+        offset += 1 + data[offset]
+        (length,) = _unpack_u32(data, offset)
+        if length >= _header_fixed_size and data[offset + 16] & 1:
+            break  # an expiration property: a TTL
+        if publisher:
+            if seq <= last or (gap is not None and seq >= gap):
+                break  # a duplicate, or refused, or the gap closed: the usual way
+            last = seq
+        index = entry.index
+        packed = min(size, SIZE_MASK)  # twin of state.pack, as _enqueue's
+        if priority > HIGH_PRIORITY_ABOVE:  # twin of IndexQueue.append (ascending:
+            high.indexes.append(index)      # the log's index is above every queued one)
+            high.sizes.append(packed | HIGH_BIT)
+            high_bytes += packed
+        else:
+            normal.indexes.append(index)
+            normal.sizes.append(packed)
+            normal_bytes += packed
+        time_ms = _unpack_time(data)[1]
+        position += 1
+    if last != known:
+        enqueuers[publisher] = last
+    taken = position - first
+    if taken:
+        normal.bytes += normal_bytes
+        high.bytes += high_bytes
+        state.enqueue_count += taken
+        state.now_ms = time_ms
+        state.last_index = index
+        state.applied_since_cursor += taken
+    return position, time_ms

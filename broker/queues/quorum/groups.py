@@ -63,7 +63,7 @@ from bisect import bisect_right
 from ...fifo import commands, snapshot
 from ...fifo.commands import BLIND_ENQUEUE, Deliver, Down, Enqueue, Meta
 from ...fifo.envelope import TIMED, TIMED_HEAD, decode_entry
-from ...fifo.in_place import enqueue_in_place
+from ...fifo.in_place import enqueue_in_place, enqueue_run_in_place
 from ...fifo.machine import apply, live_indexes, next_expiry, queue_expiry, stale_downs
 from ...fifo.state import FifoState, fifo_config
 from ...groups import driver
@@ -84,6 +84,7 @@ from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable
 # Entries a release cursor may pass before it takes a snapshot without freeing a
 # segment file (Ra's MIN_SNAPSHOT_INTERVAL, the same 4,096).
 MIN_SNAPSHOT_INTERVAL = 4096
+_NO_TERM = 1 << 64  # above every term: no waiter to doom, no entry_committed due
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -458,7 +459,10 @@ class QuorumGroups:
 
         The usual entry, a publish into a queue nothing watches, is stored by
         fifo/in_place.py straight from its bytes (no Enqueue, Meta or effects are
-        made); what it declines goes through `decode` and `apply`.
+        made); what it declines goes through `decode` and `apply`. After one stored
+        so, the entries that follow are offered to its run (`_store_run`): a batch
+        publish's messages are stored there in one loop, their waiters answered
+        after it.
 
         One merge: consecutive Enqueues whose only effect is a Deliver. (Consumers
         with room while messages arrive.) Each consumer's messages are held as one
@@ -479,8 +483,11 @@ class QuorumGroups:
         unpack_time = TIMED_HEAD.unpack_from
         timed_size = TIMED_HEAD.size
         held: dict[str, list] = {}  # consumer key -> its held deliveries, in order
-        index = 0
-        for entry in entries:
+        index = position = 0
+        count = len(entries)
+        while position < count:
+            entry = entries[position]
+            position += 1
             if queue.deleted:
                 break
             applied = queue.applied
@@ -538,7 +545,9 @@ class QuorumGroups:
                         waiters[index] = waiting
                         for callback in queue.take_waiters(index, term):
                             callback(reply)
-            if command is None:  # stored in place: nothing follows
+            if command is None:  # stored in place: nothing follows; the entries
+                if reply == "ok" and position < count:  # after it may be a run of such
+                    position, index = _store_run(queue, entries, position, index)
                 continue
             replaying = index <= queue.replay_until
             if isinstance(command, Down) and not replaying:
@@ -970,6 +979,42 @@ class QuorumGroups:
 def _needs_tick(member) -> bool:
     raft = member.raft
     return raft is not None and raft.needs_tick
+
+
+def _store_run(queue: QuorumQueue, entries, position: int, index: int) -> tuple[int, int]:
+    """The entries from `position` on that fifo/in_place.py stores in one run
+    (`enqueue_run_in_place`), after the entry at `index` it stored "ok", with
+    their waiters answered "ok": what `_apply_entries` does for each in turn
+    (twin: tests/broker/queues/test_twins.py). The run stays below the entry
+    that gives up a forwarded gap, and, with waiters, below an entry of a newer
+    term (`entry_committed`). Returns (the next position, the index applied
+    last)."""
+    applied = queue.applied
+    if applied.give_up_ms != NEVER:
+        return position, index
+    stop = min(len(entries), position + applied.give_up_at - 1 - index)
+    waiters = queue.waiters
+    end, time_ms = enqueue_run_in_place(queue.state, entries, position, stop, COMMAND,
+                                        queue.applied_term if waiters else _NO_TERM)
+    if end == position:
+        return position, index
+    queue.last_time_ms = time_ms
+    last = entries[end - 1].index
+    if waiters:  # twin of the loop's answer to a lone waiter, else take_waiters
+        first = index + 1
+        due = (sorted(i for i in waiters if first <= i <= last)
+               if len(waiters) < end - position else range(first, last + 1))
+        for at in due:
+            waiting = waiters.pop(at, None)
+            if waiting:
+                term = entries[position + at - first].term
+                if len(waiting) == 1 and waiting[0][0] in (term, None):
+                    waiting[0][2]("ok")
+                else:
+                    waiters[at] = waiting
+                    for callback in queue.take_waiters(at, term):
+                        callback("ok")
+    return end, last
 
 
 def _deliver_held(groups: QuorumGroups, queue: QuorumQueue, held: dict[str, list]) -> None:

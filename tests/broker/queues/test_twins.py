@@ -388,3 +388,92 @@ def test_a_run_waiter_split_answers_once_as_a_waiter_per_command_would(replies, 
         others.hold_reply("rejected")(reply)
     assert ones.ok == others.ok
 
+
+_EXPIRING = struct.pack(">HHQH", 60, 0, 4, 0x0100) + bytes([4]) + b"1000"  # expiration 1000
+
+# a round's entries: a publish (publisher, seq offset: below 0 a re-send, timed,
+# forwarded, an expiration, a waiter, the term moves on first), a NOOP, or a command
+# of the machine's property tests; long runs of timed publishes come often
+run_steps = st.one_of(
+    st.tuples(st.just("publish"), st.sampled_from(["", "p1", "p1", "p2"]),
+              st.sampled_from([0, 0, 0, 1, -1, -3]), st.sampled_from([True] * 6 + [False]),
+              st.sampled_from([False] * 8 + [True]), st.sampled_from([False] * 8 + [True]),
+              st.booleans(), st.sampled_from([False] * 10 + [True])),
+    st.just("noop"),
+    machine_commands.filter(lambda step: not isinstance(step, UpdateConfig)))
+run_rounds = st.lists(st.tuples(st.lists(run_steps, min_size=1, max_size=25),
+                                st.none() | st.integers(1, 30)), min_size=1, max_size=8)
+
+
+@settings(max_examples=250, deadline=None)
+@given(run_rounds, quiet_or_not)
+def test_the_apply_loops_run_of_in_place_enqueues_is_one_in_place_enqueue_each(rounds, config):
+    """QuorumGroups._apply_entries hands the entries after one stored in place to
+    fifo/in_place.py `enqueue_run_in_place` (groups.py `_store_run`), where it
+    stored them one by one before. Against the same loop with the run switched off:
+    the same replies to the same waiters in the same order, waiters proposed again,
+    effects and deliveries, machine state and counters, leader time and applied
+    term, round by round. Terms move on between entries (with waiters: their
+    entry_committed), a forwarded gap's give-up may be due (`give_up_at`)."""
+    from quorumqueue.broker.queues.quorum import groups as groups_module
+
+    logs: tuple[list, list] = ([], [])
+    queues = [_apply_loop_queue(config, log) for log in logs]
+    for queue, log in zip(queues, logs):
+        queue.propose_data = lambda data, waiter, log=log: log.append(("proposed", waiter.name))
+    groups = [SimpleNamespace(
+        _apply_effects=lambda queue, effects, replaying, log=log: log.append(
+            ("effects", list(effects), replaying)),
+        _maybe_give_up=QuorumGroups._maybe_give_up,
+        host=SimpleNamespace(boot_id="n1:r1"),
+        cluster=SimpleNamespace(tell_downed=lambda queue, c, log=log: log.append(("down", c))))
+        for log in logs]
+    delivered, store_run = deliveries.deliver, groups_module._store_run
+    index, seq, forwarded, term = 0, [0], 0, 1
+    try:
+        for round_steps, give_up_in in rounds:
+            entries = []
+            for step in round_steps:
+                index += 1
+                waits = False
+                kind = COMMAND
+                if step == "noop":
+                    data, kind = b"", NOOP
+                elif isinstance(step, tuple) and step[0] == "publish":
+                    (_kind, publisher, offset, timed, wrapped, expiring, waits,
+                     newer) = step
+                    term += newer
+                    seq[0] += 1
+                    data = encode_enqueue(publisher, max(0, seq[0] + offset), 0, "", "q",
+                                          _EXPIRING if expiring else b"", b"body")
+                    data = stamp(data, index * 10) if timed else data
+                    if wrapped:
+                        forwarded += 1
+                        data = wrap(Identity(9, forwarded, False), data)
+                else:
+                    command = concrete(step, queues[0].state, seq)
+                    data = (encode_enqueue(command.publisher, command.seq, command.priority,
+                                           "", "q", b"", b"x" * command.size)
+                            if isinstance(command, Enqueue) else encode(command))
+                entries.append(SimpleNamespace(index=index, term=term, data=data, kind=kind))
+                if waits:
+                    for queue, log in zip(queues, logs):
+                        queue.waiters[index] = [(term, data, Waiter(index, log))]
+            for queue, group, log, runs in zip(queues, groups, logs, (True, False)):
+                if give_up_in is not None:  # as if a forwarded gap were held
+                    queue.applied.give_up_at = index - len(entries) + give_up_in
+                deliveries.deliver = lambda group, queue, key, held, log=log: log.append(
+                    ("deliver", key, list(held)))
+                groups_module._store_run = (store_run if runs else
+                                            lambda queue, entries, position, at: (position, at))
+                QuorumGroups._apply_entries(group, queue, entries)
+            fast, slow = queues
+            assert logs[0] == logs[1]
+            assert snapshot.dump(fast.state) == snapshot.dump(slow.state)
+            assert (fast.state.now_ms, fast.state.applied_since_cursor, fast.last_time_ms,
+                    fast.applied_term, fast.state.enqueue_count, fast.state.last_index) == (
+                slow.state.now_ms, slow.state.applied_since_cursor, slow.last_time_ms,
+                slow.applied_term, slow.state.enqueue_count, slow.state.last_index)
+            assert _waiting(fast.waiters) == _waiting(slow.waiters)
+    finally:
+        deliveries.deliver, groups_module._store_run = delivered, store_run
