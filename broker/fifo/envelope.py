@@ -68,8 +68,6 @@ def stamped_enqueue(now_ms: int, publisher: str, seq: int, priority: int, exchan
 
 
 _u32_unpack = commands._u32.unpack_from
-_u64_pack = struct.Struct(">Q").pack
-_i64_pack = struct.Struct(">q").pack
 
 
 def stamped_enqueues(now_ms: int, publisher: str, first: int, priority: int, exchange: str,
@@ -88,16 +86,17 @@ def stamped_enqueues(now_ms: int, publisher: str, first: int, priority: int, exc
                        commands._u8.pack(len(exchange_bytes)), exchange_bytes,
                        commands._u8.pack(len(key_bytes)), key_bytes,
                        commands._u32.pack(header_size), head))
-    timed = TIMED_HEAD.pack(TIMED, now_ms)
-    pack_head = commands._enqueue_head.pack
+    # everything before the body in one pack: TIMED_HEAD, _enqueue_head (tag 1), the
+    # prefix, the header's u64 body size, middle, its i64 seq, tail
+    pack = struct.Struct(f">BQBBIQ{len(prefix)}sQ{len(middle)}sq{len(tail)}s").pack
     view = memoryview(records)
+    join = b"".join
     entries = []
     seq = first
     for offset in offsets:
         length = _u32_unpack(records, offset)[0]
-        entries.append(b"".join((timed, pack_head(1, priority, length, seq), prefix,
-                                 _u64_pack(length), middle, _i64_pack(seq), tail,
-                                 view[offset + 4:offset + 4 + length])))
+        entries.append(join((pack(TIMED, now_ms, 1, priority, length, seq, prefix, length,
+                                  middle, seq, tail), view[offset + 4:offset + 4 + length])))
         seq += 1
     return entries
 

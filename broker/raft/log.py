@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Protocol
 
 from .errors import RaftInvariantError
@@ -184,8 +185,8 @@ class RaftLog:
             index = self._offset + len(unstable)
         else:
             index = self._offset = self.last_index() + 1
-        unstable.extend([LogEntry(at, term, kind, data)
-                         for at, data in enumerate(datas, index)])
+        unstable.extend(map(LogEntry, range(index, index + len(datas)), repeat(term),
+                            repeat(kind), datas))
         return index
 
     def maybe_append(self, prev_index: int, prev_term: int,

@@ -140,6 +140,9 @@ def writev_all(fd: int, buffers: list[bytes]) -> int:
             batch[0] = memoryview(buffers[position])[offset:]
         written = os.writev(fd, batch)
         total += written
+        if written == sum(map(len, batch)):  # the usual case: all of them
+            position, offset = position + len(batch), 0
+            continue
         while position < count and written >= len(buffers[position]) - offset:
             written -= len(buffers[position]) - offset
             position, offset = position + 1, 0
@@ -158,6 +161,9 @@ def pwritev_all(fd: int, buffers: list[bytes], offset: int) -> int:
             batch[0] = memoryview(buffers[position])[skip:]
         written = os.pwritev(fd, batch, offset + total)
         total += written
+        if written == sum(map(len, batch)):  # the usual case: all of them
+            position, skip = position + len(batch), 0
+            continue
         while position < count and written >= len(buffers[position]) - skip:
             written -= len(buffers[position]) - skip
             position, skip = position + 1, 0
