@@ -178,6 +178,8 @@ class SlicedRollover:
             return 0, 0, 0
         first = _next_index(state)
         last = min(upto, state.mem.last)
+        if entries_left is not None:  # a slice takes no more: copy no more of the table
+            last = min(last, first + entries_left - 1)
         if first > last:
             return 0, 0, 0
         entries = state.mem.slice(first, last + 1)
