@@ -8,8 +8,9 @@ channel.
 
 A quorum queue answers most commands later, once its log applied them (as
 rabbit_quorum_queue answers in `handle_event`). Its driver (queues/quorum/groups.py)
-carries out what the applied entries return. A waiter the queue left in the log
-carries out its own answer (a get-ok, a declare-ok, a purge-ok). A remote classic
+carries out what the applied entries return. A command's answer (a get-ok, a
+declare-ok, a purge-ok) is what the queue's `handle_event` returns for the data its
+waiter holds (queues/quorum/answers.py). A remote classic
 queue's host answers later too: the link (cluster/classic_link.py) carries out what
 the host sent.
 

@@ -12,7 +12,8 @@ actions (queues/actions.py: deliver, get-ok, get-empty, declare-ok, purge-ok), w
 the caller carries out at once, in order (`actions.carry_out`). No type calls a
 channel. A quorum queue answers most commands once its log applied them: its
 driver (quorum/groups.py) carries out what applied entries return, and a command's
-waiter carries out its own answer. A remote queue's host answers later: its link
+answer is what its `handle_event` returns for the data its waiter holds
+(quorum/answers.py). A remote queue's host answers later: its link
 (cluster/classic_link.py) carries out the answer's actions.
 - `publish(message, channel, confirm)`: take one routed message. With a `Confirm`
   (publisher confirms), the queue says what the confirm waits for. That is one of:
@@ -28,7 +29,7 @@ waiter carries out its own answer. A remote queue's host answers later: its link
   (global QoS on quorum queues). Also whether the consumer is exclusive.
 - `basic_get(channel, no_ack)`: answer a basic.get: a `GetOk` or `GetEmpty`
   action to `channel` (classic; it may be returned by a later operation), or
-  carried out by the waiter once the queue's log applied it (quorum).
+  returned by `handle_event` once the queue's log applied it (quorum).
 - `settle(channel, tokens, requeue)`: the channel's unacked deliveries of this
   queue are acked (requeue None), or nacked/rejected (requeue True/False). The
   tokens are those of the queue's deliveries.

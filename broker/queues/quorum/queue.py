@@ -16,8 +16,8 @@ come from this member's own apply. (queues/quorum/groups.py drives the groups.
 queues/quorum/deliveries.py turns Deliver effects into `DeliverBatch` actions.)
 No channel is called here: what a channel is to do is an action
 (queues/actions.py). An answer known at once is returned. An answer the log gives
-later is carried out by the command's waiter (`carry_out`): a basic.get's `GetOk`
-or `GetEmpty`, a declare's `DeclareOk`, a purge's `PurgeOk`.
+later is `handle_event`'s, from the data its waiter holds (answers.py): a
+basic.get's `GetOk` or `GetEmpty`, a declare's `DeclareOk`, a purge's `PurgeOk`.
 
 Settlements and publishes are held until the queue's next command or the node's
 next round. Then they are proposed together: a run of publishes is one log
@@ -37,7 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, assert_never
 
 from ...amqp import codec, spec
 from ...amqp.channel import ChannelState
@@ -54,6 +54,7 @@ from ..actions import Action, DeclareOk, Deliver, GetEmpty, GetOk, PurgeOk, carr
 from ..base import Asker, Channel, Confirm, Consumer, MessageCounts, Queue
 from ..settings import leader_locator, quorum_config
 from ..types import EQUIVALENCE_KEYS_BY_TYPE
+from .answers import Answer, DeclareAsked, Event, GetAsked, PurgeAsked
 
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
@@ -454,14 +455,29 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return []  # what the others take, the machine's effects deliver once applied
 
     def basic_get(self, channel: "Channel", no_ack: bool) -> list[Action]:
-        """A Dequeue. No actions now: its waiter carries out `got`'s answer."""
+        """A Dequeue. No actions now: its answer is `handle_event`'s, once applied."""
         # the channel's basic.get messages are held under a key no consumer has: a
         # consumer's key ends in its tag, never empty (an empty tag is replaced by a
         # server-named one), where "/get" was also the key of a consumer tagged "get"
         key = f"{channel.quorum_identity}/"
         self.propose(commands.Dequeue(key, no_ack, channel.quorum_identity), 0,
-                     lambda reply: carry_out(self.got(channel, key, no_ack, reply)))
+                     Answer(self, GetAsked(channel, key, no_ack)))
         return []
+
+    def handle_event(self, event: Event, reply) -> list[Action]:
+        """The actions a command's applied entry answers (answers.py), as
+        rabbit_quorum_queue:handle_event returns them: a basic.get's (`got`), a
+        purge's count, a declare-ok's counts once what came before is applied.
+        `reply`: the machine's (None for a barrier, or when the queue went)."""
+        match event:
+            case GetAsked():
+                return self.got(event.channel, event.key, event.no_ack, reply)
+            case PurgeAsked():
+                return [PurgeOk(event.to, reply or 0)]
+            case DeclareAsked():
+                return [DeclareOk(event.to, self.ready_count, self.declare_ok_consumer_count)]
+            case _:
+                assert_never(event)
 
     def got(self, channel: "Channel", key: str, no_ack: bool, reply) -> list[Action]:
         """The machine answered a basic.get (Dequeue): a `GetOk` with the message, or
@@ -570,9 +586,8 @@ class QuorumQueue(ReplicatedGroup, Queue):
         return []  # the machine's credit: a Settle through the log frees it
 
     def purge(self, to: "Asker") -> list[Action]:
-        """A Purge. Its waiter carries out a `PurgeOk` to `to` once applied."""
-        self.propose(commands.Purge(), 0,
-                     lambda count: carry_out([PurgeOk(to, count or 0)]))
+        """A Purge. Its `PurgeOk` to `to` is `handle_event`'s, once applied."""
+        self.propose(commands.Purge(), 0, Answer(self, PurgeAsked(to)))
         return []
 
     def delete(self) -> None:
@@ -590,16 +605,16 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def declare_ok(self, to: "Asker") -> list[Action]:
         """A `DeclareOk` to `to` once what was proposed before is applied: acks,
         publishes of this burst. So the counts are those a client that already sent
-        them expects. With nothing unapplied it is returned. Else the waiter carries
-        it out. With no replica here, a member counts (cluster/proxy.py)."""
+        them expects. With nothing unapplied it is returned. Else it is
+        `handle_event`'s once applied. With no replica here, a member counts
+        (cluster/proxy.py)."""
         if self.raft is None and self.router is not None:
             self.router.counts(self, lambda counts: carry_out([DeclareOk(
                 to, counts["ready"], counts["declared"]
                 if counts.get("declared") is not None else counts["consumers"])]))
             return []
         if self.raft is not None and self.has_unapplied():
-            self.after_applied(lambda _reply: carry_out(
-                [DeclareOk(to, self.ready_count, self.declare_ok_consumer_count)]))
+            self.after_applied(Answer(self, DeclareAsked(to)))
             return []
         return [DeclareOk(to, self.ready_count, self.declare_ok_consumer_count)]
 

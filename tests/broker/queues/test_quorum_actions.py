@@ -5,8 +5,8 @@ rabbit_quorum_queue's `handle_event` returns the actions of what its Ra log
 applied): a quorum queue's commands return lists of actions, and its driver
 (queues/quorum/groups.py) hands what the applied entries give, a Deliver effect's
 `DeliverBatch` and the `ConfirmsDue` of its publishers' channels, to `carry_out`.
-Answers the log gives later (basic.get, declare-ok, purge-ok) are carried out by
-their waiters. So a channel with no methods at all serves: a call on it would fail.
+Answers the log gives later (basic.get, declare-ok, purge-ok) wait as data and are
+the queue's handle_event's (answers.py). So a channel with no methods at all serves: a call on it would fail.
 Through a session an AMQP client sees the same frames as before: deliveries in the
 machine's order with their tags, get-ok's message count, purge-ok's count,
 declare-ok's counts, publisher confirms (spec 1.8.3.9 basic.deliver, 1.8.3.11
@@ -259,3 +259,52 @@ def test_the_node_is_its_quorum_groups_host():
     assert [session for session in node.sessions if session.channels]  # the declaring client's
     [channel] = [c for s in node.sessions for c in s.channels.values()]
     assert node.has_open_channel(channel.quorum_identity)
+
+
+def test_what_the_log_answers_later_waits_as_data_and_handle_event_makes_the_actions():
+    """A basic.get, a purge and a declare-ok behind unapplied entries leave data in the
+    log's waiters (answers.py: who asked, nothing callable over a channel); the queue's
+    handle_event turns an event and the machine's reply into the actions, as
+    rabbit_quorum_queue:handle_event does, and applying the entries carries them out."""
+    from quorumqueue.broker.queues.quorum.answers import (Answer, DeclareAsked, GetAsked,
+                                                          PurgeAsked)
+
+    class Getter(Asker):
+        got: list = []
+
+        def get_ok(self, queue, token, no_ack, redelivered, exchange, routing_key,
+                   remaining, header, body) -> None:
+            self.got.append((bytes(body), remaining))
+
+    node, queue = quorum_queue()
+    asker, caller = Getter(f"{node.boot_id}.90.1"), Caller()
+    key = f"{asker.quorum_identity}/"
+    queue.publish(message(b"a"), None, None)
+    queue.basic_get(asker, True)
+    queue.purge(caller)
+    queue.declare_ok(caller)
+    waiting = [waiter for index in sorted(queue.waiters)
+               for _term, _data, waiter in queue.waiters[index]]
+    assert all(type(waiter) is Answer and waiter.queue is queue for waiter in waiting)
+    assert [waiter.event for waiter in waiting] == [
+        GetAsked(asker, key, True), PurgeAsked(caller), DeclareAsked(caller)]
+    assert queue.handle_event(PurgeAsked(caller), 3) == [PurgeOk(caller, 3)]
+    assert queue.handle_event(DeclareAsked(caller), None) == [DeclareOk(caller, 0, 0)]
+    assert queue.handle_event(GetAsked(asker, key, True), None) == [GetEmpty(asker)]
+    assert caller.answers == []  # handle_event returned them; it called no one
+    node.flush()
+    assert asker.got == [(b"a", 0)]
+    assert caller.answers == [("purge-ok", 0), ("declare-ok", 0, 0)]
+
+
+def test_no_command_of_the_quorum_queue_waits_with_a_closure():
+    """What queue.py proposes waits with data or a named method, never a lambda over
+    the caller (before: basic.get's, purge's and declare-ok's)."""
+    from quorumqueue.broker.queues.quorum import queue as queue_module
+
+    tree = ast.parse(pathlib.Path(queue_module.__file__).read_text())
+    closures = [ast.unparse(call) for call in ast.walk(tree) if isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in ("propose", "propose_data", "after_applied")
+                and any(isinstance(argument, ast.Lambda) for argument in call.args)]
+    assert closures == []
