@@ -8,7 +8,10 @@ Responsibilities
     routing key, properties and body lie in the body, the delivery counts, and the
     distinct property blocks decoded once each. A reader builds its Arrow columns from
     them (connector/schema.py); `EntryColumns` is also a sequence of `Delivery`, built
-    on access, for everything else.
+    on access, for everything else. `decode_group(buffer, spans)` does the same for
+    several bodies received back to back into one buffer (range_reader.py
+    read_groups): one EntryColumns for all of them, their entries' fields found in one
+    pass.
 
 How it works
     The lengths give every entry's start (a cumulative sum); each field's offset
@@ -121,6 +124,38 @@ def _u32(octets: np.ndarray, at: np.ndarray) -> np.ndarray:
             | (octets[at + 2].astype(np.int64) << 8) | octets[at + 3])
 
 
+def _table(buffer, at: int, size: int):
+    """(first sequence, record count, the (position, delivery count) pairs or None, the
+    entries' starts and ends in `buffer`) of the body at buffer[at:at + size]."""
+    if size < ENTRIES_HEAD.size:
+        raise ValueError(f"lease entries: a body of {size} octets has no head")
+    version, count, first_seq, counted = ENTRIES_HEAD.unpack_from(buffer, at)
+    if version != ENTRIES_VERSION:
+        raise ValueError(f"lease entries: format version {version}, this reader "
+                         f"knows {ENTRIES_VERSION}")
+    empty = np.zeros(0, np.int64)
+    if not count:
+        return first_seq, 0, None, empty, empty
+    position = at + ENTRIES_HEAD.size
+    table_end = position + ENTRIES_COUNTED.size * counted + 4 * count
+    if table_end > at + size:
+        raise ValueError(f"lease entries: the table of {count} entries runs past the "
+                         f"body ({size} octets)")
+    pairs = None
+    if counted:
+        pairs = np.frombuffer(buffer, ">u4", 2 * counted, position).reshape(counted, 2)
+        if int(pairs[:, 0].max()) >= count:
+            raise ValueError("lease entries: a delivery count for a record past the end")
+        pairs = pairs.astype(np.int64)
+        position += ENTRIES_COUNTED.size * counted
+    lengths = np.frombuffer(buffer, ">u4", count, position).astype(np.int64)
+    ends = table_end + np.cumsum(lengths)
+    if int(ends[-1]) != at + size:
+        raise ValueError(f"lease entries: {count} entries of {int(ends[-1]) - table_end} "
+                         f"octets in a body of {at + size - table_end} after the table")
+    return first_seq, count, pairs, ends - lengths, ends
+
+
 class EntriesDecoder:
     """Columns from "entries" bodies; one per read (it caches decoded properties)."""
 
@@ -128,36 +163,40 @@ class EntriesDecoder:
         self._properties = PackedDecoder()
 
     def decode(self, body) -> EntryColumns:
-        if len(body) < ENTRIES_HEAD.size:
-            raise ValueError(f"lease entries: a body of {len(body)} octets has no head")
-        version, count, first_seq, counted = ENTRIES_HEAD.unpack_from(body)
-        if version != ENTRIES_VERSION:
-            raise ValueError(f"lease entries: format version {version}, this reader "
-                             f"knows {ENTRIES_VERSION}")
-        columns = EntryColumns(body, first_seq, count)
+        """The messages of one delivery body."""
+        return self.decode_group(body, [(0, len(body))])
+
+    def decode_group(self, buffer, spans: Sequence[tuple[int, int]]) -> EntryColumns:
+        """The messages of the delivery bodies at `spans` ((offset, length) pairs) of
+        `buffer`, received back to back, as one EntryColumns: each body's head and
+        tables are read on their own, then the fields of all their entries at once.
+        The bodies must hold consecutive sequences, in order."""
+        heads, starts, ends, counted_at = [], [], [], []
+        count = 0
+        for at, size in spans:
+            first_seq, body_count, pairs, entry_starts, entry_ends = _table(buffer, at, size)
+            if heads and first_seq != heads[0] + count:
+                raise ValueError(f"lease entries: a body starting at sequence {first_seq} "
+                                 f"follows one ending at {heads[0] + count - 1}")
+            heads.append(first_seq)
+            if pairs is not None:
+                counted_at.append((count, pairs))
+            starts.append(entry_starts)
+            ends.append(entry_ends)
+            count += body_count
+        columns = EntryColumns(buffer, heads[0] if heads else 0, count)
         if not count:
             return columns
-        at = ENTRIES_HEAD.size
-        table_end = at + ENTRIES_COUNTED.size * counted + 4 * count
-        if table_end > len(body):
-            raise ValueError(f"lease entries: the table of {count} entries runs past the "
-                             f"body ({len(body)} octets)")
-        if counted:
-            pairs = np.frombuffer(body, ">u4", 2 * counted, at).reshape(counted, 2)
-            if int(pairs[:, 0].max()) >= count:
-                raise ValueError("lease entries: a delivery count for a record past the end")
-            columns.delivery_counts[pairs[:, 0]] = pairs[:, 1]
-            at += ENTRIES_COUNTED.size * counted
-        lengths = np.frombuffer(body, ">u4", count, at).astype(np.int64)
-        ends = table_end + np.cumsum(lengths)
-        if int(ends[-1]) != len(body):
-            raise ValueError(f"lease entries: {count} entries of {int(ends[-1]) - table_end} "
-                             f"octets in a body of {len(body) - table_end} after the table")
-        octets = np.frombuffer(body, np.uint8)
+        for offset, pairs in counted_at:
+            columns.delivery_counts[offset + pairs[:, 0]] = pairs[:, 1]
+        starts_all = starts[0] if len(starts) == 1 else np.concatenate(starts)
+        ends_all = ends[0] if len(ends) == 1 else np.concatenate(ends)
+        octets = np.frombuffer(buffer, np.uint8)
         try:
-            self._fields(columns, octets, ends - lengths, ends)
+            self._fields(columns, octets, starts_all, ends_all)
         except IndexError:
-            raise ValueError(self._first_bad(octets, ends - lengths, ends, first_seq)) from None
+            raise ValueError(self._first_bad(octets, starts_all, ends_all,
+                                             columns.first_seq)) from None
         return columns
 
     def _fields(self, columns: EntryColumns, octets: np.ndarray, starts: np.ndarray,

@@ -93,7 +93,7 @@ from .lag import QueueFigures, latest_report
 from .offsets import Cut, LeaseOffset, LeaseRange
 from .options import MAX_GROW, QUEUE_PATTERN, OptionError, SourceOptions
 from .reconnect import DriverConnection, Reconnect, is_connection_loss
-from .schema import to_record_batch
+from .schema import EntryBatches, to_record_batch
 from .worker_gc import freeze_once
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,10 @@ log = logging.getLogger(__name__)
 # function of the batch's (start, end] and the options alone, so a replayed batch
 # gets the same partitions. A read is one "entries" consume of its whole range on a
 # connection of its own (client/range_reader.py, kept for the worker's next
-# partition); it hands Spark an Arrow record batch per delivery (up to 8,192 messages,
-# decoded column by column: client/lease_entries.py).
+# partition); its deliveries are received back to back into buffers of 4 MiB and
+# decoded column by column a run of at least 2,048 messages at a time
+# (RangeReader.read_groups, client/lease_entries.py), each run one Arrow record batch
+# (schema.py EntryBatches: the columns a run of messages shares are built once per read).
 PARTITION_MESSAGES = 20_000
 MIN_PARTITION_MESSAGES = 2_000
 TARGET_PARTITIONS = 4
@@ -434,15 +436,16 @@ class LeaseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read_range(self, client: RangeReader, partition: LeaseRange,
                     trusted: bool = True) -> Iterator[tuple[object, int]]:
         """(Arrow batch, its last sequence) for the messages of `partition`, a batch per
-        delivery of the "entries" read; a refusal raises _Refused unless `trusted`."""
+        group of deliveries of the "entries" read (RangeReader.read_groups); a refusal
+        raises _Refused unless `trusted`."""
         if partition.start >= partition.end:
             return
         try:
-            chunks = _contiguous(partition, client.read_columns(
+            chunks = _contiguous(partition, client.read_groups(
                 partition.queue, partition.lease, partition.start, partition.end))
+            batches = EntryBatches(partition.queue, self.options.include_headers)
             for columns in chunks:
-                yield (to_record_batch(partition.queue, columns, self.options.include_headers),
-                       columns.last_seq)
+                yield batches.batch(columns), columns.last_seq
                 partition = LeaseRange(partition.queue, partition.lease, columns.last_seq,
                                        partition.end)
         except pika.exceptions.ChannelClosedByBroker as refusal:

@@ -9,7 +9,9 @@ Responsibilities
     differs from the declared one, nullability included). It takes messages either
     one object each (`Received`) or field by field (`MessageColumns`, what a packed
     lease read decodes to, quorumqueue.client.lease_records), which saves an object
-    per message.
+    per message. `EntryBatches` builds the batches of one lease-mode read from its
+    `EntryColumns` (client.lease_entries), keeping what a run of messages shares
+    between batches.
 
 How it works
     Arrow types are PySpark's own Spark-to-Arrow conversion (timestamps in
@@ -175,37 +177,102 @@ def to_record_batch(queue: str, messages: Sequence[Received] | MessageColumns | 
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
+class EntryBatches:
+    """Arrow batches of one read's EntryColumns, all from `queue`.
+
+    A batch's body, offset and redelivered columns are built from its columns; every
+    other column is the same value for each message of a run that shares one property
+    set (what one publisher's messages are) and one exchange and routing key. Those
+    are built once per read, as a long enough array of the value repeated, and each
+    batch takes a slice of it (no copy); messages with several property sets take
+    each column from a small array of their distinct values (built once per set of
+    distinct values)."""
+
+    def __init__(self, queue: str, include_headers: bool) -> None:
+        self.queue, self.include_headers = queue, include_headers
+        self._repeated: dict[tuple, pa.Array] = {}
+        # id -> (the properties, kept alive so the id names them, their column values)
+        self._values: dict[int, tuple[Properties, tuple]] = {}
+        self._distinct: dict[tuple[int, ...], list[pa.Array | None]] = {}
+
+    def batch(self, columns: EntryColumns) -> pa.RecordBatch:
+        if len(self._values) > _MAX_KEPT or len(self._repeated) > _MAX_KEPT:
+            # the kept property sets are what keeps the ids in the keys unique
+            self._values.clear()
+            self._distinct.clear()
+            self._repeated.clear()
+        count = columns.count
+        distinct = columns.properties
+        if columns.property_positions is None:
+            values = self._values_of(distinct[0]) if distinct else None
+            per_message = [self._same(("p", id(distinct[0]), number), value, field.type, count)
+                           for number, (value, field) in enumerate(zip(values, _VALUE_FIELDS))
+                           ] if values is not None else [pa.nulls(0, f.type) for f in _VALUE_FIELDS]
+        else:
+            smalls = self._smalls(distinct)
+            positions = columns.property_positions
+            per_message = [pa.nulls(count, field.type) if small is None
+                           else arrays_.taken(small, positions)
+                           for small, field in zip(smalls, _VALUE_FIELDS)]
+        delivery_counts, *properties = per_message
+        buffer = columns.buffer
+        arrays = [_binary_from_spans([(buffer, columns.body_starts, columns.body_ends)]),
+                  self._same(("queue",), self.queue, pa.string(), count),
+                  self._name(columns.routing_key, columns.key_spans, buffer, count),
+                  self._name(columns.exchange, columns.exchange_spans, buffer, count),
+                  arrays_.numeric(columns.seqs, pa.int64()),
+                  delivery_counts,
+                  arrays_.numeric(columns.delivery_counts > 0, pa.bool_()),
+                  *properties]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def _values_of(self, properties: Properties) -> tuple:
+        """`delivery_count`, then the property columns' values, of `properties`."""
+        kept = self._values.get(id(properties))
+        if kept is None:
+            kept = self._values[id(properties)] = (
+                properties, (header_delivery_count(properties),
+                             *_property_values(properties, self.include_headers)))
+        return kept[1]
+
+    def _same(self, key: tuple, value: Any, type_: pa.DataType, count: int) -> pa.Array:
+        """`value` repeated `count` times: a slice of an array kept under `key`."""
+        if value is None:
+            return pa.nulls(count, type_)
+        kept = self._repeated.get(key)
+        if kept is None or len(kept) < count:
+            length = max(count, 2 * len(kept)) if kept is not None else count
+            kept = self._repeated[key] = arrays_.repeated(arrays_.small([value], type_), length)
+        return kept if len(kept) == count else kept.slice(0, count)
+
+    def _smalls(self, distinct: Sequence[Properties]) -> list[pa.Array | None]:
+        """Per column, the small array of the distinct property sets' values (None: all
+        null)."""
+        key = tuple(map(id, distinct))
+        smalls = self._distinct.get(key)
+        if smalls is None:
+            values = [self._values_of(properties) for properties in distinct]
+            smalls = self._distinct[key] = [
+                None if all(value is None for value in column)
+                else arrays_.small(column, field.type)
+                for column, field in zip(zip(*values), _VALUE_FIELDS)]
+        return smalls
+
+    def _name(self, same: str | None, spans, buffer, count: int) -> pa.Array:
+        if same is not None:
+            return self._same(("name", same), same, pa.string(), count)
+        return _names(None, spans, buffer, count)
+
+
+# The columns an EntryBatches takes from the properties: delivery_count, then the rest.
+_VALUE_FIELDS: tuple[pa.Field, ...] = (ARROW_SCHEMA.field("delivery_count"), *_PROPERTY_FIELDS)
+# Arrays and property values an EntryBatches keeps, at most (then it starts again).
+_MAX_KEPT = 10_000
+
+
 def _entries_batch(queue: str, columns: EntryColumns, include_headers: bool) -> pa.RecordBatch:
-    """The rows of an "entries" read's columns: every column a whole-array operation;
-    Python works per distinct property set only. Built without `pa.array` or
-    `pa.scalar`, which import pandas (arrays.py says why that matters)."""
-    count = columns.count
-    distinct = columns.properties
-    positions = (np.zeros(count, np.int32) if columns.property_positions is None
-                 else columns.property_positions)
-    values = [_property_values(properties, include_headers) for properties in distinct]
-    per_message = [_spread(column, field.type, positions, count)
-                   for column, field in zip(zip(*values), _PROPERTY_FIELDS)]
-    delivery_counts = _spread([header_delivery_count(properties) for properties in distinct],
-                              pa.int32(), positions, count)
-    buffer = columns.buffer
-    arrays = [_binary_from_spans([(buffer, columns.body_starts, columns.body_ends)]),
-              arrays_.repeated(arrays_.small([queue], pa.string()), count),
-              _names(columns.routing_key, columns.key_spans, buffer, count),
-              _names(columns.exchange, columns.exchange_spans, buffer, count),
-              arrays_.numeric(columns.seqs, pa.int64()),
-              delivery_counts,
-              arrays_.numeric(columns.delivery_counts > 0, pa.bool_()),
-              *per_message]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-def _spread(values: Sequence[Any], type_: pa.DataType, positions: np.ndarray,
-            count: int) -> pa.Array:
-    """`values` (one per distinct properties object) at each message's position."""
-    if all(value is None for value in values):
-        return pa.nulls(count, type_)
-    return arrays_.taken(arrays_.small(values, type_), positions)
+    """The rows of an "entries" read's columns (EntryBatches, for one batch)."""
+    return EntryBatches(queue, include_headers).batch(columns)
 
 
 def _names(same: str | None, spans: tuple[np.ndarray, np.ndarray] | None, buffer,

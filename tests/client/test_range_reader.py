@@ -129,3 +129,37 @@ def test_a_socket_timeout_inside_a_body_says_the_range_stalled():
     reader = reader_over(Stalling(range_stream([b"x" * 9000]), [1 << 20]))
     with pytest.raises(ManagementError, match="stalled"):
         list(reader.read("q", "lease", 0, 1))
+
+
+def _entries_body(first_seq: int, count: int, size: int) -> bytes:
+    """An "entries" delivery body of `count` messages of `size` octets."""
+    from quorumqueue.broker.amqp import codec
+    from quorumqueue.broker.amqp.lease_records import pack_entries
+    from quorumqueue.broker.fifo import commands
+
+    header = codec.encode_properties(size, {})
+    return pack_entries(first_seq, [commands.encode_enqueue("", seq, 0, "", "q", header,
+                                                            b"%08d" % seq + b"x" * (size - 8))
+                                    for seq in range(first_seq, first_seq + count)], {})
+
+
+def test_small_deliveries_are_decoded_together_until_a_group_is_full():
+    """read_groups: deliveries received back to back into one buffer make one
+    EntryColumns once they hold group_messages messages; a delivery that does not fit
+    the buffer starts another; a single large delivery is a group of its own. The
+    groups hold every message once, in order, whatever the socket hands out."""
+    counts = [3, 3, 2, 5, 1, 40, 2]
+    bodies, seq = [], 1
+    for count in counts:
+        bodies.append(_entries_body(seq, count, 100))
+        seq += count
+    for sizes in ([1 << 20], [7, 300, 5000]):
+        reader = reader_over(ScriptedSocket(range_stream(bodies), sizes))
+        groups = list(reader.read_groups("q", "lease", 0, seq - 1, group_bytes=2_500,
+                                         group_messages=6))
+        # 3+3; 2+5 (7 >= 6); 1 (the 40's 4,000+ octets do not fit after it); 40; 2
+        assert [len(group) for group in groups] == [6, 7, 1, 40, 2]
+        assert [m.seq for group in groups for m in group] == list(range(1, seq))
+        assert [m.body[:8] for group in groups for m in group] == [
+            b"%08d" % number for number in range(1, seq)]
+        assert reader.usable

@@ -20,7 +20,8 @@ from quorumqueue.broker.fifo import commands, envelope
 from quorumqueue.client.lease_entries import EntriesDecoder
 from quorumqueue.client.delivery import Delivery
 from quorumqueue.client.lease_records import PackedDecoder, PackedRecords
-from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, header_text,
+from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, EntryBatches,
+                                          header_text,
                                           headers_map, to_record_batch)
 
 UTC = dt.timezone.utc
@@ -177,3 +178,82 @@ def test_entries_columns_give_the_batch_their_messages_give(uniform):
     assert batch.column("offset").to_pylist() == list(range(1, 40))
     assert to_record_batch("q", columns, include_headers=False).column(
         "headers").null_count == 39
+
+
+def _grouped(bodies: list[bytes], group_bytes: int) -> list[tuple[object, list[tuple[int, int]]]]:
+    """`bodies` placed back to back into buffers of `group_bytes`, as
+    RangeReader.read_groups receives them: (buffer, spans) per buffer."""
+    import numpy as np
+
+    groups, buffer, spans, used = [], None, [], 0
+    for body in bodies:
+        if buffer is None or used + len(body) > len(buffer):
+            if spans:
+                groups.append((buffer, spans))
+            buffer, spans, used = np.empty(max(group_bytes, len(body)), np.uint8), [], 0
+        buffer[used:used + len(body)] = np.frombuffer(body, np.uint8)
+        spans.append((used, len(body)))
+        used += len(body)
+    if spans:
+        groups.append((buffer, spans))
+    return groups
+
+
+@pytest.mark.parametrize("group_bytes", [1, 3_000, 1 << 20])
+def test_deliveries_received_together_make_the_rows_of_their_messages(group_bytes):
+    """Several "entries" deliveries decoded as one group and built by one EntryBatches
+    (which keeps the columns a run of messages shares between batches) give, batch
+    after batch, the rows their messages give one object each: every column, nulls,
+    headers (and none with includeHeaders false), a redelivered message's count,
+    empty and large bodies, a property set that changes between groups."""
+    plain = codec.encode_properties(0, {})
+    rich = codec.encode_properties(0, {
+        "content_type": "application/json", "headers": {"tenant": "acme", "n": 7,
+                                                        "nested": {"k": [1, "x"]}},
+        "delivery_mode": 2, "priority": 1, "message_id": "m-1", "timestamp":
+        dt.datetime(2026, 12, 4, 21, 0, 0), "app_id": "shop"})
+    bodies, seq = [], 1
+    for shape in ("rich", "rich", "mixed", "plain", "big", "rich"):
+        entries = []
+        for number in range(5):
+            block = {"rich": rich, "plain": plain, "big": rich,
+                     "mixed": (rich, plain)[number % 2]}[shape]
+            body = (bytes([seq % 256]) * 70_000 if shape == "big"
+                    else b"" if number == 3 else b"%d" % seq)
+            entries.append(_entry(seq + number, "ex" if number == 4 else "", "orders",
+                                  block, body))
+        counts = {1: 2} if shape == "mixed" else {}
+        bodies.append(pack_entries(seq, entries, counts))
+        seq += 5
+    for include_headers in (True, False):
+        builder = EntryBatches("q", include_headers)
+        batches, decoder = [], EntriesDecoder()
+        for buffer, spans in _grouped(bodies, group_bytes):
+            columns = decoder.decode_group(buffer, spans)
+            batch = builder.batch(columns)
+            assert batch.schema.equals(ARROW_SCHEMA)
+            assert batch.equals(to_record_batch("q", list(columns), include_headers))
+            batches.append(batch)
+        rows = pa.Table.from_batches(batches)
+        assert rows.column("offset").to_pylist() == list(range(1, 31))
+        assert rows.column("body").to_pylist()[20] == bytes([21]) * 70_000
+        assert rows.column("redelivered").to_pylist()[11] is True
+        assert rows.column("delivery_count").to_pylist()[11] == 2
+        assert rows.column("message_id").to_pylist()[:2] == ["m-1", "m-1"]
+        assert rows.column("message_id").to_pylist()[15:17] == [None, None]
+        headers = rows.column("headers").to_pylist()
+        if include_headers:
+            assert dict(headers[0]) == {"tenant": "acme", "n": "7",
+                                        "nested": '{"k":[1,"x"]}'}
+            assert headers[15] == []
+        else:
+            assert headers == [None] * 30
+
+
+def test_a_group_whose_deliveries_do_not_follow_each_other_is_refused():
+    same = codec.encode_properties(0, {})
+    bodies = [pack_entries(first, [_entry(first, "", "q", same, b"x")], {})
+              for first in (1, 3)]
+    ((buffer, spans),) = _grouped(bodies, 1 << 20)
+    with pytest.raises(ValueError, match="starting at sequence 3 follows one ending at 1"):
+        EntriesDecoder().decode_group(buffer, spans)
