@@ -63,6 +63,11 @@ _HEAD_OCTETS = np.arange(PACKED_RECORD.size)
 _LENGTHS = struct.Struct(">12xBBII")
 
 
+def _words(octets: np.ndarray) -> np.ndarray:
+    """`octets` as a u64 starting at every octet (a view: item i is octets[i:i + 8])."""
+    return np.ndarray((max(len(octets) - 7, 0),), np.uint64, buffer=octets, strides=(1,))
+
+
 class PackedRecords(Sequence[Delivery]):
     """Decoded messages, one list per field, in sequence order. Items of equal value
     are shared objects (property sets, exchange and routing key strings). The bodies
@@ -200,11 +205,19 @@ class PackedDecoder:
             return None
         if length == 0:
             return b""
-        if len(at) > 1:
-            block = octets[at[:, None] + np.arange(length)]
-            if not bool((block == block[0]).all()):
-                return None
         start = int(at[0])
+        if len(at) > 1:
+            if length < 8:
+                block = octets[at[:, None] + np.arange(length)]
+                if not bool((block == block[0]).all()):
+                    return None
+            else:
+                # eight octets at a time (the last word may overlap the one before)
+                words = _words(octets)
+                for step in (*range(0, length - 8, 8), length - 8):
+                    column = words[at + step]
+                    if not bool((column == column[0]).all()):
+                        return None
         return octets[start:start + length].tobytes()
 
     def _names_each(self, body: bytes, records: PackedRecords, names_at: list[int],

@@ -108,6 +108,23 @@ def test_names_that_only_look_alike_are_told_apart():
     assert [(m.exchange, m.routing_key) for m in columns] == [("ab", "c"), ("a", "bc")]
 
 
+@pytest.mark.parametrize("length", [3, 8, 13, 40])
+def test_property_blocks_that_differ_in_any_one_octet_are_told_apart(length):
+    """The same-for-all check compares the property blocks eight octets at a time (the
+    last word overlapping): a block that differs from the first in any one octet,
+    wherever it lies, gives the messages their own properties."""
+    for position in range(length):
+        ids = ["a" * length] * 5
+        ids[3] = "a" * position + "b" + "a" * (length - position - 1)
+        entries = [entry(seq, properties={"message_id": ids[seq]}) for seq in range(5)]
+        columns = EntriesDecoder().decode(pack_entries(1, entries, {}))
+        assert [m.properties.message_id for m in columns] == ids
+        assert columns.property_positions is not None
+    same = EntriesDecoder().decode(pack_entries(1, [entry(seq, properties={
+        "message_id": "a" * length}) for seq in range(5)], {}))
+    assert same.property_positions is None
+
+
 def test_the_publishers_x_delivery_count_stays_unless_the_broker_counted():
     entries = [entry(1, properties={"headers": {"x-delivery-count": 7}}),
                entry(2, properties={"headers": {"x-delivery-count": 7}})]
