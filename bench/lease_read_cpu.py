@@ -8,10 +8,11 @@ One bundled broker; a durable quorum queue filled with `--messages` persistent
 messages of `--size` bytes (the load generator, publisher confirms), all granted to
 one lease. Then `LeaseStreamReader.read` (connector/lease_reader.py, what a Spark
 executor runs per partition) reads them as partitions of 20,000 (the source's
-PARTITION_MESSAGES) into Arrow record batches, once untimed (imports, first
-connections) and once timed. Prints the wall time, the reader's process CPU and the
-broker's (from /proc) per message: what the source's Python worker and the broker
-spend per message, without Spark's JVM, which the source's bench
+PARTITION_MESSAGES until it became 25,000; kept, so that figures compare) into Arrow
+record batches, once untimed (imports, first connections) and once timed. Prints the
+wall time, the reader's process CPU and the broker's (from /proc) per message: what
+the source's Python worker and the broker spend per message, without Spark's JVM,
+which the source's bench
 (connector_source.py) includes. With `--profile DIR`, py-spy (``pip install
 py-spy``) samples the broker during the timed read into DIR/broker.txt (collapsed
 stacks) and cProfile the reader into DIR/reader.txt.

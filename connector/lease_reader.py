@@ -99,7 +99,9 @@ from .worker_gc import freeze_once
 log = logging.getLogger(__name__)
 
 # A batch is cut into TARGET_PARTITIONS partitions per queue, each of at least
-# MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences (options
+# MIN_PARTITION_MESSAGES and at most PARTITION_MESSAGES sequences (or a multiple of
+# TARGET_PARTITIONS of them, when the cap makes more: whole waves on 1, 2 or 4 cores;
+# options
 # minPartitions and maxMessagesPerPartition change that: offsets.partition_sizes): a
 # function of the batch's (start, end] and the options alone, so a replayed batch
 # gets the same partitions. A read is one "entries" consume of its whole range on a
@@ -108,7 +110,7 @@ log = logging.getLogger(__name__)
 # decoded column by column a run of at least 2,048 messages at a time
 # (RangeReader.read_groups, client/lease_entries.py), each run one Arrow record batch
 # (schema.py EntryBatches: the columns a run of messages shares are built once per read).
-PARTITION_MESSAGES = 20_000
+PARTITION_MESSAGES = 25_000
 MIN_PARTITION_MESSAGES = 2_000
 TARGET_PARTITIONS = 4
 LEASE_CUT = Cut(per_queue=TARGET_PARTITIONS, floor=MIN_PARTITION_MESSAGES,

@@ -173,8 +173,10 @@ def partition_sizes(counts: Mapping[str, int], cut: Cut, min_partitions: int | N
     """Messages per partition, per queue, for a batch whose queues contribute `counts`.
 
     The mode's cut first: one size for every queue, a share of the largest queue
-    (`per_queue` partitions of it) between `floor` and `cap`; option
-    maxMessagesPerPartition replaces `cap` (and lowers `floor` to it). If that gives
+    (`per_queue` partitions of it) between `floor` and `cap`, and when `cap` cuts the
+    largest queue into more than `per_queue` partitions, into a multiple of
+    `per_queue` of them (the size evened out to it); option maxMessagesPerPartition
+    replaces `cap` (and lowers `floor` to it), and is then the size. If that gives
     fewer partitions than option minPartitions, the size shrinks to the largest that
     gives enough (or 1, when the batch has fewer messages than that), and each queue's
     partitions are then evened out (100 messages in 4 partitions: 25 each, not 33, 33,
@@ -187,6 +189,11 @@ def partition_sizes(counts: Mapping[str, int], cut: Cut, min_partitions: int | N
     largest = max(sizes, default=0)
     size = cap if cut.per_queue is None else -(-largest // cut.per_queue)
     size = max(1, min(cap, max(floor, size)))
+    if cut.per_queue is not None and max_per_partition is None and size == cap:
+        # more than per_queue partitions of the largest queue: a multiple of per_queue,
+        # so that they fill every core in whole waves (5 on 2 cores are 3 waves)
+        pieces = cut.per_queue * -(-largest // (cut.per_queue * cap))
+        size = -(-largest // pieces)
     if min_partitions is None or _pieces(sizes, size) >= min_partitions:
         return {queue: size for queue in counts}
     if sum(sizes) <= min_partitions:

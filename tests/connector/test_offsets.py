@@ -119,7 +119,7 @@ def test_a_partition_pickles_for_the_executors():
 # ------------------------------------------------------------------ partition sizes
 # Options minPartitions and maxMessagesPerPartition (connector/README.md, "Options").
 
-LEASE = Cut(per_queue=4, floor=2_000, cap=20_000)      # lease_reader.LEASE_CUT
+LEASE = Cut(per_queue=4, floor=2_000, cap=25_000)      # lease_reader.LEASE_CUT
 CONSUME = Cut(per_queue=None, floor=1, cap=5_000)       # consume_reader.CONSUME_CUT
 
 
@@ -130,9 +130,13 @@ def sizes(counts, cut, **options) -> list[int]:
 
 
 @pytest.mark.parametrize("cut, counts, options, expected", [
-    # the modes' own cuts: a quarter of the largest queue within 2,000..20,000; 5,000
+    # the modes' own cuts: a quarter of the largest queue within 2,000..25,000; 5,000
     (LEASE, [10], {}, [2_000]),
-    (LEASE, [100_000], {}, [20_000]),
+    (LEASE, [100_000], {}, [25_000]),
+    # past 4 x 25,000 a multiple of 4 partitions, evened out: whole waves of tasks
+    (LEASE, [100_001], {}, [12_501]),                          # 8, not 5
+    (LEASE, [300_000, 10], {}, [25_000, 25_000]),              # 12
+    (LEASE, [310_000], {}, [19_375]),                          # 16, not 13
     (LEASE, [40_000, 10], {}, [10_000, 10_000]),
     (CONSUME, [12_000], {}, [5_000]),
     # maxMessagesPerPartition caps a partition (and lowers the 2,000 floor to it)
@@ -146,7 +150,7 @@ def sizes(counts, cut, **options) -> list[int]:
     (CONSUME, [10, 10], {"min_partitions": 5}, [4, 4]),       # 4+4+2 twice: 6 partitions
     (CONSUME, [10, 10], {"min_partitions": 2}, [5_000, 5_000]),   # one per queue is two
     (CONSUME, [3], {"min_partitions": 8}, [1]),               # fewer messages than asked
-    (LEASE, [100_000], {"min_partitions": 2}, [20_000]),      # the cut already gives 5
+    (LEASE, [100_000], {"min_partitions": 2}, [25_000]),      # the cut already gives 4
     (LEASE, [900], {"min_partitions": 4, "max_per_partition": 100}, [100]),
     (LEASE, [0, 7], {"min_partitions": 2}, [6, 4]),   # 4+3; the empty queue has no pieces
 ])
