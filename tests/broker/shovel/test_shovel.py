@@ -633,15 +633,7 @@ def test_an_integer_src_delete_after_counts_a_message_acknowledged_again_once(br
                  what="the prefetch confirmed at the destination")
         proxy.cut("drop")  # the acks are lost with the connection: all 100 requeued
         proxy.heal()
-        wait_for(lambda: "move" not in ctl(destination, "list_parameters"), timeout=60,
-                 what="the shovel's end")
-        wait_for(lambda: _source_settled(source, ready=None), timeout=60,
-                 what="no message unacknowledged at the source")
-    at_destination = [int(m) for m, _b, _h in drain(destination, "orders")]
-    at_source = [int(m) for m, _b, _h in drain(source, "orders")]
-    assert len(at_destination) == 200 and len(at_source) == 100, (
-        len(at_destination), len(at_source))
-    assert sorted(at_destination + at_source) == list(range(300))
+        _ended_with_200_moved(source, destination)
 
 
 def test_a_message_confirmed_after_the_source_went_counts_once_for_src_delete_after(
@@ -676,10 +668,17 @@ def test_a_message_confirmed_after_the_source_went_counts_once_for_src_delete_af
         wait_for(lambda: "terminated" in ctl(destination, "shovel_status"),
                  what="the first attempt settled")
         to_source.heal()
-        wait_for(lambda: "move" not in ctl(destination, "list_parameters"), timeout=60,
-                 what="the shovel's end")
-        wait_for(lambda: _source_settled(source, ready=None), timeout=60,
-                 what="no message unacknowledged at the source")
+        _ended_with_200_moved(source, destination)
+
+
+def _ended_with_200_moved(source, destination) -> None:
+    """The shovel `move` cleared its own parameter with nothing unacknowledged at the
+    source, 200 of `orders`' 300 at the destination and the other 100 at the source,
+    each message once."""
+    wait_for(lambda: "move" not in ctl(destination, "list_parameters"), timeout=60,
+             what="the shovel's end")
+    wait_for(lambda: _source_settled(source, ready=None), timeout=60,
+             what="no message unacknowledged at the source")
     at_destination = [int(m) for m, _b, _h in drain(destination, "orders")]
     at_source = [int(m) for m, _b, _h in drain(source, "orders")]
     assert len(at_destination) == 200 and len(at_source) == 100, (
