@@ -7,7 +7,11 @@ into typed records on recovery, telling a torn tail from corruption.
 How it works: a WAL file is a 16-byte header then records. Each record carries its own
 header CRC and payload CRC, so a length can be trusted before the payload is read. A
 group is named once per file by a GROUP record mapping a small number (gid) to its
-uid; the other records carry the gid. Byte layout: FORMAT.md, "WAL file".
+uid; the other records carry the gid. A run of entries of one term and kind is one
+ENTRIES record (version 3 on): one header, one CRC and one buffer for the run, built by
+C calls alone (no Python step per entry); a single entry, or one of OWN_BUFFER_BYTES or
+more, is an ENTRY record. The scan hands both back as one EntryRecord per entry.
+Byte layout: FORMAT.md, "WAL file".
 
 Invariants:
 - a record is durable once the fdatasync that follows its write returned;
@@ -17,8 +21,8 @@ Invariants:
   appended to after a newer one exists); everything else that fails a check is
   corruption, reported with the file and byte offset;
 - a file holds only record types its header's version defines: this build reads
-  versions 1 and 2 and writes 2 (DELETE_GROUP is new in 2); it never appends to a
-  version-1 file (the store rolls over to a new file on open instead).
+  versions 1 to 3 and writes 3 (DELETE_GROUP is new in 2, ENTRIES in 3); it never
+  appends to an older-version file (the store rolls over to a new file on open instead).
 
 Not here: what the records mean for a group's log (log_store.py, recovery.py).
 """
@@ -28,6 +32,9 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from collections.abc import Sequence
 from typing import TypeAlias
 
 from zlib_ng.zlib_ng import crc32
@@ -37,8 +44,8 @@ from .errors import CorruptLogError
 from .layout import sync_file, write_all, writev_all
 
 WAL_MAGIC = b"QQWL"
-WAL_VERSION = 2                            # what this build writes (FORMAT.md, "Versioning")
-READABLE_VERSIONS = (1, 2)                 # 2 added DELETE_GROUP; nothing else changed
+WAL_VERSION = 3                            # what this build writes (FORMAT.md, "Versioning")
+READABLE_VERSIONS = (1, 2, 3)              # 2 added DELETE_GROUP, 3 ENTRIES; nothing else
 
 FILE_HEADER = struct.Struct(">4sHHI")      # magic, version, flags, file number
 FILE_HEADER_SIZE = FILE_HEADER.size + 4    # + crc32 of the 12 bytes above
@@ -47,13 +54,16 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size + 4  # + crc32 of the 9 bytes above
 
 GROUP, ENTRY, HARD_STATE, TRUNCATE, RESET, RELEASE, MEMBERS = 1, 2, 3, 4, 5, 6, 7
 DELETE_GROUP = 8                           # version 2 on
+ENTRIES = 9                                # version 3 on
 RECORD_NAMES = {GROUP: "GROUP", ENTRY: "ENTRY", HARD_STATE: "HARD_STATE",
                 TRUNCATE: "TRUNCATE", RESET: "RESET", RELEASE: "RELEASE", MEMBERS: "MEMBERS",
-                DELETE_GROUP: "DELETE_GROUP"}
-FIRST_VERSION = {DELETE_GROUP: 2}          # record types newer than version 1
+                DELETE_GROUP: "DELETE_GROUP", ENTRIES: "ENTRIES"}
+FIRST_VERSION = {DELETE_GROUP: 2, ENTRIES: 3}   # record types newer than version 1
 
 _gid = struct.Struct(">I")
 _entry = struct.Struct(">IQQB")            # gid, index, term, kind; then data
+_entries = struct.Struct(">IQQBI")         # gid, first index, term, kind, count; then
+                                           # count x (u32 length, data)
 _hard_state = struct.Struct(">IQB")        # gid, term, has_vote; then voted_for
 _gid_index = struct.Struct(">IQ")          # TRUNCATE (index), RELEASE (cursor)
 _reset = struct.Struct(">IQQ")             # gid, snapshot index, snapshot term
@@ -63,6 +73,10 @@ _crc32 = crc32   # zlib's CRC-32, computed by zlib-ng (pyproject.toml says why)
 # an ENTRY record with at least this much data is (its head, its data): the data is
 # written as a buffer of its own (WalFile.write), not copied into a joined record
 OWN_BUFFER_BYTES = 16 * 1024
+# at most this many entries in one ENTRIES record (so at most 16 MiB of data)
+ENTRIES_MAX = 1024
+_data_of, _term_of, _kind_of = (attrgetter("data"), attrgetter("term"),
+                                attrgetter("kind"))
 
 # A record as the store keeps it until written: its bytes, or a big entry's head
 # and data (still one item: batches count and retry records, not buffers)
@@ -87,7 +101,8 @@ def encode_group(gid: int, uid: str) -> bytes:
 
 
 def encode_entry(gid: int, entry: LogEntry) -> bytes:
-    return record_bytes(encode_entries(gid, [entry])[0])
+    """One entry's ENTRY record (whatever its size)."""
+    return record_bytes(_entry_records(gid, [entry])[0])
 
 
 def record_bytes(record: Record) -> bytes:
@@ -95,9 +110,64 @@ def record_bytes(record: Record) -> bytes:
     return record if type(record) is bytes else b"".join(record)
 
 
-def encode_entries(gid: int, entries: list[LogEntry]) -> list[Record]:
-    """One ENTRY record per entry (the hot path: locals only, three C calls each).
-    An entry of OWN_BUFFER_BYTES or more is (head, data): its data is not copied."""
+def encode_entries(gid: int, entries: Sequence[LogEntry]) -> list[Record]:
+    """The records of consecutive entries (the hot path). Entries of one term and kind,
+    each under OWN_BUFFER_BYTES, are ENTRIES records of up to ENTRIES_MAX (head, the
+    entries' lengths and data joined): no Python step per entry. Otherwise, and for a
+    single entry, one ENTRY record each (`_entry_records`)."""
+    count = len(entries)
+    if count < 2:
+        return _entry_records(gid, entries)
+    datas = list(map(_data_of, entries))
+    lengths = list(map(len, datas))
+    first = entries[0]
+    if (first.term != entries[-1].term or max(lengths) >= OWN_BUFFER_BYTES
+            or len(set(map(_kind_of, entries))) != 1):
+        return _mixed_records(gid, entries, lengths)
+    return _run_records(gid, first.index, first.term, first.kind, datas, lengths)
+
+
+def _run_records(gid: int, index: int, term: int, kind: int, datas: list[bytes],
+                 lengths: list[int]) -> list[Record]:
+    """ENTRIES records (or one ENTRY for a run of one) for entries index, index + 1, ...
+    of one term and kind, each under OWN_BUFFER_BYTES."""
+    if len(datas) == 1:
+        return _entry_records(gid, [LogEntry(index, term, kind, datas[0])])
+    out: list[Record] = []
+    pack_fixed, pack_head, pack_u32, crc = _entries.pack, RECORD_HEADER.pack, _u32.pack, _crc32
+    for start in range(0, len(datas), ENTRIES_MAX):
+        part, sizes = datas[start:start + ENTRIES_MAX], lengths[start:start + ENTRIES_MAX]
+        body = b"".join(chain.from_iterable(zip(map(pack_u32, sizes), part)))
+        fixed = pack_fixed(gid, index + start, term, kind, len(part))
+        head = pack_head(len(fixed) + len(body), ENTRIES, crc(body, crc(fixed)))
+        out.append((head + pack_u32(crc(head)) + fixed, body))
+    return out
+
+
+def _mixed_records(gid: int, entries: Sequence[LogEntry], lengths: list[int]) -> list[Record]:
+    """Entries whose terms or kinds change, or with big ones among them: each run of
+    small entries of one term and kind as `_run_records`, each big one alone."""
+    out: list[Record] = []
+    start, count = 0, len(entries)
+    while start < count:
+        first = entries[start]
+        if lengths[start] >= OWN_BUFFER_BYTES:
+            out += _entry_records(gid, [first])
+            start += 1
+            continue
+        end = start + 1
+        while (end < count and lengths[end] < OWN_BUFFER_BYTES
+               and entries[end].term == first.term and entries[end].kind == first.kind):
+            end += 1
+        out += _run_records(gid, first.index, first.term, first.kind,
+                            [entry.data for entry in entries[start:end]], lengths[start:end])
+        start = end
+    return out
+
+
+def _entry_records(gid: int, entries: Sequence[LogEntry]) -> list[Record]:
+    """One ENTRY record per entry. An entry of OWN_BUFFER_BYTES or more is (head,
+    data): its data is not copied."""
     pack_fixed, pack_head, pack_u32, crc, join = (_entry.pack, RECORD_HEADER.pack,
                                                  _u32.pack, _crc32, b"".join)
     fixed_size, big = _entry.size, OWN_BUFFER_BYTES
@@ -229,6 +299,33 @@ def _decode(record_type: int, payload: bytes) -> WalRecord:
     raise ValueError(f"unknown record type {record_type}")
 
 
+def _decode_entries(payload: bytes, offset: int) -> list[tuple[int, EntryRecord]]:
+    """An ENTRIES record's entries, each at the file offset of its length field (the
+    first at the record's `offset`): one EntryRecord per entry, as ENTRY records give."""
+    gid, index, term, kind, count = _entries.unpack_from(payload)
+    if count < 1:
+        raise ValueError("ENTRIES record of no entries")
+    if index < 1 or index + count > 1 << 64:
+        raise ValueError(f"ENTRIES record from index {index} of {count} entries")
+    out: list[tuple[int, EntryRecord]] = []
+    at, end, unpack_u32 = _entries.size, len(payload), _u32.unpack_from
+    base = offset + RECORD_HEADER_SIZE
+    for position in range(count):
+        if at + 4 > end:
+            raise ValueError(f"ENTRIES record ends inside entry {position + 1} of {count}")
+        length, = unpack_u32(payload, at)
+        if at + 4 + length > end:
+            raise ValueError(f"ENTRIES record's entry {position + 1} of {count} "
+                             f"({length} bytes) runs past its end")
+        out.append((base + at if position else offset,
+                    EntryRecord(gid, LogEntry(index + position, term, kind,
+                                              payload[at + 4:at + 4 + length]))))
+        at += 4 + length
+    if at != end:
+        raise ValueError(f"ENTRIES record has {end - at} bytes after its {count} entries")
+    return out
+
+
 # --- scanning (recovery) -----------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -236,7 +333,9 @@ class WalScan:
     number: int
     path: str
     version: int                           # from the file header (WAL_VERSION if none yet)
-    records: list[tuple[int, WalRecord]]   # (byte offset, record), in file order
+    # (byte offset, record), in file order; an ENTRIES record is one EntryRecord per
+    # entry, at the offset of its length field (the first at the record's own)
+    records: list[tuple[int, WalRecord]]
     valid_end: int                         # bytes up to here are whole records
     size: int                              # file size as found (> valid_end: torn tail)
 
@@ -300,7 +399,10 @@ def scan_wal(path: str, number: int, newest: bool) -> WalScan:
             raise corrupt(offset, f"record type {record_type} "
                                   f"({RECORD_NAMES[record_type]}) in a version {version} WAL file")
         try:
-            records.append((offset, _decode(record_type, payload)))
+            if record_type == ENTRIES:
+                records += _decode_entries(payload, offset)
+            else:
+                records.append((offset, _decode(record_type, payload)))
         except (ValueError, struct.error, UnicodeDecodeError) as error:
             raise corrupt(offset, f"undecodable record: {error}") from None
         offset = start + length

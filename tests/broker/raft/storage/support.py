@@ -23,6 +23,13 @@ def payload(group: str, index: int, term: int, size: int = 40) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+def append_singly(store: LogStore, group: str, entries: list[LogEntry]) -> None:
+    """Each entry an append of its own: one ENTRY record each (a run appended at once
+    is an ENTRIES record, WAL version 3 on), as a version-1 or -2 file holds them."""
+    for entry in entries:
+        store.append(group, [entry])
+
+
 def make_entries(group: str, lo: int, hi: int, term: int = 1, size: int = 40,
                  kind: int = COMMAND) -> list[LogEntry]:
     return [LogEntry(i, term, kind, payload(group, i, term, size)) for i in range(lo, hi)]

@@ -17,10 +17,12 @@ import pytest
 
 from quorumqueue.broker.raft.storage import CorruptLogError, LogStore
 from quorumqueue.broker.raft.storage.layout import group_dir_name
-from quorumqueue.broker.raft.storage.wal import DeleteGroupRecord, GroupRecord, scan_wal
+from quorumqueue.broker.raft.storage.wal import (WAL_VERSION, DeleteGroupRecord, GroupRecord,
+                                                  scan_wal)
 from quorumqueue.broker.raft.types import HardState, SnapshotMeta
 
-from .support import G1, G2, G3, config, crash_image, log_of, make_entries, reopen, wal_files
+from .support import (G1, G2, G3, append_singly, config, crash_image, log_of, make_entries,
+                      reopen, wal_files)
 
 NEVER = "%2F/never-written"
 SNAPSHOT = SnapshotMeta(6, 1, ("rabbit@a", "rabbit@b"))
@@ -372,12 +374,12 @@ def test_other_groups_keep_their_data(tmp_path):
             store = reopen(tmp_path, cfg)
         assert G2 not in store.groups() and _group_dirs(tmp_path, G2) == []
     assert len({os.path.basename(p) for p in wal_files(tmp_path)}) == 1
+    store.roll_over()      # before the view: it moves the memory tables into segments
     expected = {group: _view(store, group) for group in (G1, G3)}
     assert expected[G1]["snapshot"] == (SNAPSHOT, b"machine state")
     assert [e[0] for e in expected[G1]["log"]] == list(range(7, 57))
     assert [e[0] for e in expected[G3]["log"]] == list(range(1, 57))
     assert store.hard_state(G3) == HardState(1, "rabbit@a")
-    store.roll_over()
     store.close()
     again = reopen(tmp_path, cfg)
     assert {group: _view(again, group) for group in (G1, G3)} == expected
@@ -416,18 +418,19 @@ def _as_version_1(path: str) -> None:
 
 def test_a_version_1_wal_is_read_and_never_appended_to(tmp_path):
     """A data directory written before DELETE_GROUP existed opens; the store starts a
-    version-2 file instead of appending to the version-1 one, so a delete can follow."""
+    current-version file instead of appending to the version-1 one, so a delete can
+    follow. (Single appends: ENTRY records, as a version-1 file holds.)"""
     store = LogStore(str(tmp_path), config())
-    store.append(G1, make_entries(G1, 1, 6))
+    append_singly(store, G1, make_entries(G1, 1, 6))
     store.set_hard_state(G1, HardState(2, "rabbit@a"))
-    store.append(G2, make_entries(G2, 1, 3))
+    append_singly(store, G2, make_entries(G2, 1, 3))
     store.close()
     (old,) = wal_files(tmp_path)
     _as_version_1(old)
     assert scan_wal(old, 1, newest=True).version == 1
     again = reopen(tmp_path)
     (new,) = wal_files(tmp_path)
-    assert new != old and scan_wal(new, 2, newest=True).version == 2
+    assert new != old and scan_wal(new, 2, newest=True).version == WAL_VERSION
     assert [e.index for e in again.entries(G1, 1, 6)] == [1, 2, 3, 4, 5]
     assert again.hard_state(G1) == HardState(2, "rabbit@a")
     again.delete_group(G2)
@@ -438,7 +441,7 @@ def test_a_version_1_wal_is_read_and_never_appended_to(tmp_path):
 def test_delete_group_in_a_version_1_wal_is_corruption(tmp_path):
     """Record type 8 does not exist in version 1: refused with the file and offset."""
     store = LogStore(str(tmp_path), config())
-    store.append(G1, make_entries(G1, 1, 3))
+    append_singly(store, G1, make_entries(G1, 1, 3))
     store.delete_group(G1)
     store.close()
     (path,) = wal_files(tmp_path)

@@ -18,12 +18,12 @@ from quorumqueue.broker.raft.storage import LogStore
 from quorumqueue.broker.raft.storage.layout import group_dir_name
 from quorumqueue.broker.raft.types import HardState, LogEntry, SnapshotMeta
 
-from .support import G1, G2, G3, config, crash_image, make_entries
+from .support import G1, G2, G3, append_singly, config, crash_image, make_entries
 
 FORMAT_MD = Path(__file__).parents[4] / "broker" / "raft" / "storage" / "FORMAT.md"
 
 
-# --- the independent reader (FORMAT.md: WAL versions 1 and 2, segment and snapshot 1) ---
+# --- the independent reader (FORMAT.md: WAL versions 1 to 3, segment and snapshot 1) ---
 
 def crc(data: bytes) -> int:
     return zlib.crc32(data)
@@ -32,7 +32,7 @@ def crc(data: bytes) -> int:
 def read_wal(path: str) -> list[tuple]:
     data = open(path, "rb").read()
     magic, version, flags, number, header_crc = struct.unpack_from(">4sHHII", data)
-    assert magic == b"QQWL" and version in (1, 2) and flags == 0
+    assert magic == b"QQWL" and version in (1, 2, 3) and flags == 0
     assert header_crc == crc(data[:12])
     assert number == int(os.path.basename(path).split(".")[0])
     offset, records, uids = 16, [], {}
@@ -67,6 +67,15 @@ def read_wal(path: str) -> list[tuple]:
         elif kind == 8 and version >= 2:
             assert length == 4
             records.append(("DELETE_GROUP", uids[gid]))
+        elif kind == 9 and version >= 3:
+            _, index, term, entry_kind, count = struct.unpack_from(">IQQBI", payload)
+            at = 25
+            for k in range(count):
+                size = struct.unpack_from(">I", payload, at)[0]
+                records.append(("ENTRY", uids[gid],
+                                (index + k, term, entry_kind, payload[at + 4:at + 4 + size])))
+                at += 4 + size
+            assert count >= 1 and at == length
         else:
             raise AssertionError(f"unknown record type {kind}")
         offset += 13 + length
@@ -210,8 +219,9 @@ def _store_view(store: LogStore) -> dict:
 
 def test_an_independent_reader_reconstructs_every_group(tmp_path):
     """Rollover, a truncation into segments not yet applied to the files, a release,
-    a compaction, a snapshot install and hard states: the files say what the store says."""
-    store = LogStore(str(tmp_path), config(segment_max_entries=6, wal_max_size_bytes=6000))
+    a compaction, a snapshot install and hard states: the files say what the store says.
+    Runs appended at once are ENTRIES records, G3's last entries ENTRY records."""
+    store = LogStore(str(tmp_path), config(segment_max_entries=6, wal_max_size_bytes=3500))
     for lo in range(1, 40, 13):
         for group in (G1, G2, G3):
             store.append(group, make_entries(group, lo, lo + 13, term=1 + lo // 13, size=30))
@@ -225,7 +235,7 @@ def test_an_independent_reader_reconstructs_every_group(tmp_path):
     store.truncate_from(G2, 20)
     store.append(G2, make_entries(G2, 20, 24, term=9))
     store.install_snapshot(G3, SnapshotMeta(100, 9, ("rabbit@n2",)), b"from the leader")
-    store.append(G3, make_entries(G3, 101, 104, term=9))
+    append_singly(store, G3, make_entries(G3, 101, 104, term=9))
     store.flush()
     files = reconstruct(str(tmp_path))
     assert files == _store_view(store)
@@ -259,6 +269,7 @@ def _example(title: str) -> bytes:
 def test_wal_worked_example_in_format_md_is_exact(tmp_path):
     store = LogStore(str(tmp_path), config())
     store.append("%2F/q", [LogEntry(1, 1, 0, b"hi")])
+    store.append("%2F/q", [LogEntry(2, 1, 0, b"hi"), LogEntry(3, 1, 0, b"yo!")])
     store.set_hard_state("%2F/q", HardState(1, "n1"))
     store.delete_group("%2F/q")
     store.close()

@@ -13,10 +13,12 @@ import shutil
 import pytest
 
 from quorumqueue.broker.raft.storage import CorruptLogError, LogStore
+from quorumqueue.broker.raft.storage import wal
 from quorumqueue.broker.raft.storage.wal import FILE_HEADER_SIZE, scan_wal
-from quorumqueue.broker.raft.types import HardState, SnapshotMeta
+from quorumqueue.broker.raft.types import MEMBERSHIP, HardState, LogEntry, SnapshotMeta
 
-from .support import G1, G2, G3, config, crash_image, log_of, make_entries, reopen, wal_files
+from .support import (G1, G2, G3, append_singly, config, crash_image, log_of, make_entries,
+                      reopen, wal_files)
 
 
 def _state(store: LogStore) -> dict:
@@ -172,20 +174,25 @@ def test_torn_tail_in_an_older_wal_is_corruption(tmp_path):
     assert older in str(error.value) and "not the newest" in str(error.value)
 
 
+@pytest.mark.parametrize("run", [1, 4])
 @pytest.mark.parametrize("where, damage, message", [
     ("payload", lambda b, o: b[o + 13 + 4], "payload checksum mismatch"),
     ("header", lambda b, o: b[o + 1], "record header checksum mismatch"),
 ])
-def test_corrupt_record_in_the_middle_is_refused(tmp_path, where, damage, message):
+def test_corrupt_record_in_the_middle_is_refused(tmp_path, where, damage, message, run):
     """A complete record failing its checksum, anywhere, stops recovery with the file
-    and the record's byte offset."""
+    and the record's byte offset: an ENTRY record (appends of one entry) or an ENTRIES
+    record (appends of `run` entries, scanned as an entry each, the first at the
+    record's offset)."""
     store = LogStore(str(tmp_path), config())
-    store.append(G1, make_entries(G1, 1, 20))
+    entries = make_entries(G1, 1, 21)
+    for start in range(0, 20, run):
+        store.append(G1, entries[start:start + run])
     store.flush()
     store.close()
     path = wal_files(tmp_path)[0]
     records = scan_wal(path, 1, True).records
-    offset = records[len(records) // 2][0]
+    offset = records[1 + 10 // run * run][0]      # after the GROUP record, a run's first
     data = bytearray(open(path, "rb").read())
     data[offset + (13 + 4 if where == "payload" else 1)] ^= 0x40
     open(path, "wb").write(bytes(data))
@@ -348,3 +355,59 @@ def test_read_only_recovery_changes_nothing_and_sees_what_recovery_sees(tmp_path
         recovered = reopen(image)
         lasts = {uid: state.last_index() for uid, state in found.groups.items()}
         assert lasts == {uid: recovered.last_index(uid) for uid in recovered.groups()}, name
+
+
+def _record_types(path: str) -> list[int]:
+    """The record type of every record of a WAL file, from the record headers."""
+    data, offset, types = open(path, "rb").read(), FILE_HEADER_SIZE, []
+    while offset < len(data):
+        length, record_type, _crc = wal.RECORD_HEADER.unpack_from(data, offset)
+        types.append(record_type)
+        offset += wal.RECORD_HEADER_SIZE + length
+    return types
+
+
+def _as_version(path: str, version: int) -> None:
+    with open(path, "r+b") as handle:
+        head = bytearray(handle.read(12))
+        head[4:6] = version.to_bytes(2, "big")
+        handle.seek(0)
+        handle.write(bytes(head) + wal._crc32(bytes(head)).to_bytes(4, "big"))
+
+
+def test_entries_records_and_entry_records_recover_the_same_entries(tmp_path):
+    """The same log written as one ENTRY record per entry (appends of one, and as a
+    version-2 file, as the build before ENTRIES wrote it) and as ENTRIES records
+    (appends of runs whose term and kind change inside, with big entries among them:
+    ENTRY records for those) recovers entry for entry the same, after a restart and
+    after a rollover into segments."""
+    big = wal.OWN_BUFFER_BYTES
+    entries = (make_entries(G1, 1, 30, term=1, size=50)
+               + [LogEntry(30, 1, MEMBERSHIP, b"n1,n2,n3")]
+               + make_entries(G1, 31, 34, term=1, size=big + 5)
+               + make_entries(G1, 34, 40, term=2, size=7)
+               + make_entries(G1, 40, 41, term=2, size=big)
+               + make_entries(G1, 41, 2200, term=3, size=3))
+    expected = [(e.index, e.term, e.kind, e.data) for e in entries]
+    singly, runs = tmp_path / "singly", tmp_path / "runs"
+    store = LogStore(str(singly), config())
+    append_singly(store, G1, entries)
+    store.flush()
+    store.close()
+    store = LogStore(str(runs), config())
+    for start, end in ((0, 1), (1, 35), (35, 45), (45, 2199)):
+        store.append(G1, entries[start:end])
+    store.flush()
+    store.close()
+    (old,) = wal_files(singly)
+    (new,) = wal_files(runs)
+    assert set(_record_types(old)) == {wal.GROUP, wal.ENTRY}
+    assert wal.ENTRIES in _record_types(new) and wal.ENTRY in _record_types(new)
+    assert len(_record_types(new)) < len(entries) // 100
+    _as_version(old, 2)              # ENTRY records only: what version 2 wrote
+    for directory in (singly, runs):
+        again = reopen(directory)
+        assert log_of(again, G1) == expected
+        again.roll_over()
+        again.close()
+        assert log_of(reopen(directory), G1) == expected
