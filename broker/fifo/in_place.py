@@ -32,6 +32,8 @@ takes entries without a forwarding head alone).
 
 from __future__ import annotations
 
+import struct
+
 from .commands import _enqueue_head, _header_fixed, _u16, _u32
 from .envelope import TIMED, TIMED_HEAD
 from .state import HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, FifoState
@@ -44,6 +46,9 @@ _header_fixed_size = _header_fixed.size
 _unpack_time = TIMED_HEAD.unpack_from
 _timed_size = TIMED_HEAD.size
 _command_at = TIMED_HEAD.size + _enqueue_head.size  # a timed Enqueue's publisher field
+# a timed Enqueue's head and its publisher's u16 length, in one unpack
+_unpack_head_name = struct.Struct(_enqueue_head.format + _u16.format.lstrip(">")).unpack_from
+_name_at = _command_at + _u16.size                  # ... and its publisher's name
 
 
 def enqueue_in_place(state: FifoState, index: int, time_ms: int, data: bytes,
@@ -110,11 +115,14 @@ def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
                - state.applied_since_cursor)
     enqueuers, gaps = state.enqueuers, state.enqueuer_gaps
     normal, high = state.normal, state.high
+    normal_indexes, normal_sizes = normal.indexes.append, normal.sizes.append
+    high_indexes, high_sizes = high.indexes.append, high.sizes.append
     raw = b""       # the current publisher's name as it lies in the entries
+    raw_end = _name_at  # where a name of raw's length ends
     publisher = ""  # ... decoded ("": an Enqueue without a key)
     last = known = 0  # its highest seq stored; what `enqueuers` says of it
     gap = None        # its first refused seq, if any
-    first, time_ms = position, -1
+    first = position
     normal_bytes = high_bytes = 0
     index = 0
     while position < stop:
@@ -123,18 +131,17 @@ def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
         if (entry.kind != command_kind or entry.term > term_limit or data[0] != TIMED
                 or data[_timed_size] != 1):
             break
-        _tag, priority, size, seq = _unpack_head(data, _timed_size)
-        offset = _command_at
-        (length,) = _unpack_u16(data, offset)
-        name = data[offset + 2:offset + 2 + length]
-        if name != raw:  # another publisher: its seq and gap (twin of the lookups)
+        # the command's head and its publisher's length in one unpack
+        _tag, priority, size, seq, length = _unpack_head_name(data, _timed_size)
+        offset = _name_at + length
+        if offset != raw_end or not data.startswith(raw, _name_at):
+            # another publisher: its seq and gap (twin of the lookups)
             if last != known:
                 enqueuers[publisher] = last
-            raw = name
-            publisher = name.decode("utf-8", "surrogateescape")
+            raw, raw_end = data[_name_at:offset], offset
+            publisher = raw.decode("utf-8", "surrogateescape")
             last = known = enqueuers.get(publisher, 0)
             gap = gaps.get(publisher)
-        offset += 2 + length
         offset += 1 + data[offset]
         offset += 1 + data[offset]
         (length,) = _unpack_u32(data, offset)
@@ -145,25 +152,26 @@ def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
                 break  # a duplicate, or refused, or the gap closed: the usual way
             last = seq
         index = entry.index
-        packed = min(size, SIZE_MASK)  # twin of state.pack, as _enqueue's
+        packed = size if size < SIZE_MASK else SIZE_MASK  # twin of state.pack, as _enqueue's
         if priority > HIGH_PRIORITY_ABOVE:  # twin of IndexQueue.append (ascending:
-            high.indexes.append(index)      # the log's index is above every queued one)
-            high.sizes.append(packed | HIGH_BIT)
+            high_indexes(index)             # the log's index is above every queued one)
+            high_sizes(packed | HIGH_BIT)
             high_bytes += packed
         else:
-            normal.indexes.append(index)
-            normal.sizes.append(packed)
+            normal_indexes(index)
+            normal_sizes(packed)
             normal_bytes += packed
-        time_ms = _unpack_time(data)[1]
         position += 1
     if last != known:
         enqueuers[publisher] = last
     taken = position - first
-    if taken:
-        normal.bytes += normal_bytes
-        high.bytes += high_bytes
-        state.enqueue_count += taken
-        state.now_ms = time_ms
-        state.last_index = index
-        state.applied_since_cursor += taken
+    if not taken:
+        return position, -1
+    time_ms = _unpack_time(entries[position - 1].data)[1]  # the last one's, as per entry
+    normal.bytes += normal_bytes
+    high.bytes += high_bytes
+    state.enqueue_count += taken
+    state.now_ms = time_ms
+    state.last_index = index
+    state.applied_since_cursor += taken
     return position, time_ms

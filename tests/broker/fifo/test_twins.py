@@ -5,6 +5,7 @@ what a user or a replaying member would see: bytes, state, effects."""
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 from dataclasses import replace
 
 from hypothesis import assume, given, settings
@@ -14,7 +15,7 @@ from quorumqueue.broker.amqp.properties import encode_properties
 from quorumqueue.broker.fifo import commands as fifo_commands, serving, snapshot
 from quorumqueue.broker.fifo.commands import Enqueue, Meta
 from quorumqueue.broker.fifo.envelope import stamp, stamped_enqueue, stamped_enqueues
-from quorumqueue.broker.fifo.in_place import enqueue_in_place
+from quorumqueue.broker.fifo.in_place import enqueue_in_place, enqueue_run_in_place
 from quorumqueue.broker.fifo.machine import _maybe_release_cursor, apply
 from quorumqueue.broker.fifo.state import FifoState, is_high, pack
 
@@ -182,3 +183,27 @@ def test_a_batchs_entries_are_each_stamped_enqueue_of_its_message(
                 for k, body in enumerate(bodies)]
     assert stamped_enqueues(now_ms, publisher, first, priority, exchange, key, head, middle,
                             tail, records, offsets) == expected
+
+
+def test_a_run_across_publishers_of_one_name_length_is_an_in_place_enqueue_each():
+    """fifo/in_place.py enqueue_run_in_place tells publishers apart by their names'
+    bytes, not only their lengths: over a run whose publisher changes between names
+    of one UTF-8 length ("p1", "p2", "\u00e9") and none, it stores what
+    enqueue_in_place stores entry by entry (each publisher's highest seq, the
+    messages, the leader time), and it stops at the first duplicate of each."""
+    names = ["p1", "p2", "p1", "\u00e9", "", "p2", "\u00e9", "p1", "p2", "p2"]
+    seqs = [1, 1, 2, 1, 0, 2, 2, 3, 3, 4]
+    entries = [SimpleNamespace(index=position, term=1, kind=0, data=stamped_enqueue(
+                   position * 10, name, seq, 0, "", "q", b"", b"body %d" % position))
+               for position, (name, seq) in enumerate(zip(names, seqs), start=1)]
+    run, single = FifoState(), FifoState()
+    assert enqueue_in_place(run, 1, 10, entries[0].data, 9) == "ok"
+    assert enqueue_run_in_place(run, entries, 1, len(entries), 0, 1) == (len(entries), 100)
+    for entry in entries:
+        assert enqueue_in_place(single, entry.index, entry.index * 10, entry.data, 9) == "ok"
+    assert run.enqueuers == single.enqueuers == {"p1": 3, "p2": 4, "\u00e9": 2}
+    assert snapshot.dump(run) == snapshot.dump(single)
+    assert (run.now_ms, run.applied_since_cursor) == (single.now_ms, single.applied_since_cursor)
+    again = entries + [SimpleNamespace(index=11, term=1, kind=0, data=stamped_enqueue(
+        110, "p1", 3, 0, "", "q", b"", b"again"))]
+    assert enqueue_run_in_place(run, again, 10, 11, 0, 1) == (10, -1)   # p1's 3: a duplicate
