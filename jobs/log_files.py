@@ -1,8 +1,10 @@
 """The broker's quorum log on disk, as rows: what `quorumqueue.log` (log_source.py) reads.
 
 Responsibilities: find a node's WAL, segment and snapshot files in its data directory,
-and turn one file into rows — one per WAL record, per segment entry, per snapshot —
-with the columns of `COLUMNS`: as tuples (`read_rows`) or as Arrow record batches
+and turn one file into rows — one per WAL record (an ENTRIES record, WAL version 3:
+one per entry, at the offset of its length field, the first at the record's, each
+row's disk bytes its share of the record), per segment entry, per snapshot — with
+the columns of `COLUMNS`: as tuples (`read_rows`) or as Arrow record batches
 (`read_batches`, what Spark reads). Files are read as they are on disk (physical rows): which
 entries are shadowed, truncated or live is the jobs' business (FORMAT.md's replay
 rules), not this module's.
