@@ -121,8 +121,8 @@ def encode_entries(gid: int, entries: Sequence[LogEntry]) -> list[Record]:
     datas = list(map(_data_of, entries))
     lengths = list(map(len, datas))
     first = entries[0]
-    if (first.term != entries[-1].term or max(lengths) >= OWN_BUFFER_BYTES
-            or len(set(map(_kind_of, entries))) != 1):
+    if (list(map(_term_of, entries)).count(first.term) != count
+            or max(lengths) >= OWN_BUFFER_BYTES or len(set(map(_kind_of, entries))) != 1):
         return _mixed_records(gid, entries, lengths)
     return _run_records(gid, first.index, first.term, first.kind, datas, lengths)
 

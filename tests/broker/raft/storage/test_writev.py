@@ -108,3 +108,29 @@ def test_a_big_entrys_record_is_the_bytes_encode_entry_gives():
     assert wal.record_bytes(record) == wal.encode_entry(5, entry)
     scanned = wal._decode(wal.ENTRY, wal.record_bytes(record)[wal.RECORD_HEADER_SIZE:])
     assert scanned == wal.EntryRecord(5, entry)
+
+
+
+def _decoded(records: list) -> list[LogEntry]:
+    """The entries of encoded records, as a scan reads them."""
+    data = b"".join(wal.record_bytes(record) for record in records)
+    entries, offset = [], 0
+    while offset < len(data):
+        length, record_type, _crc = wal.RECORD_HEADER.unpack_from(data, offset)
+        payload = data[offset + wal.RECORD_HEADER_SIZE:offset + wal.RECORD_HEADER_SIZE + length]
+        if record_type == wal.ENTRIES:
+            entries += [record.entry for _o, record in wal._decode_entries(payload, offset)]
+        else:
+            entries.append(wal._decode(record_type, payload).entry)
+        offset += wal.RECORD_HEADER_SIZE + length
+    return entries
+
+
+def test_entries_records_keep_each_entrys_term_and_kind():
+    """encode_entries makes one ENTRIES record of a run only where every entry has
+    the run's term and kind: a term that comes back to the first one's (1, 2, 1: not
+    a log, but the encoder is not told so) or another kind in the middle splits it."""
+    terms = [LogEntry(1, 1, 0, b"a"), LogEntry(2, 2, 0, b"b"), LogEntry(3, 1, 0, b"c")]
+    kinds = [LogEntry(4, 1, 0, b"d"), LogEntry(5, 1, 2, b"e"), LogEntry(6, 1, 0, b"f")]
+    for entries in (terms, kinds, terms + kinds):
+        assert _decoded(wal.encode_entries(7, entries)) == entries
