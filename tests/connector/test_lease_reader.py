@@ -518,3 +518,35 @@ def test_the_lag_after_a_batch_comes_from_one_lease_info_per_queue(broker, monke
                                  "maxMessagesBehindLatest": 15, "readyMessages": 15,
                                  "heldMessages": 10, "unackedMessages": 10}
     reader.stop()
+
+
+def test_the_drivers_stream_reader_imports_no_range_reader(broker):
+    """Spark starts the streaming source's runner afresh for every query (bench/README.md,
+    2026-12-07): it creates the reader, grows, plans, settles and reports the lag, and
+    never reads a range, so the executors' range reader and pamqp, which only it uses,
+    are not imported there (a fresh interpreter, as the runner is)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    queue = quorum_queue(broker.uri, 30)
+    script = textwrap.dedent(f"""
+        import sys
+        import pyspark.sql.streaming.python_streaming_source_runner
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+        from quorumqueue.connector.source import SCHEMA, QuorumQueueDataSource
+        source = QuorumQueueDataSource({{"uri": {broker.uri!r}, "queue": {queue!r}}})
+        reader = source.streamReader(SCHEMA)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        reader.reportLatestOffset()
+        assert len(reader.partitions(start, end)) >= 1
+        reader.commit(start)
+        reader.stop()
+        print(sorted(name for name in sys.modules
+                     if name.split(".")[0] == "pamqp" or name.endswith(".range_reader")))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", f"imported on the driver: {done.stdout}"
