@@ -135,6 +135,37 @@ def test_spark_workers_import_pyspark_with_its_bytecode_not_from_pyspark_zip():
     assert left == "['/elsewhere/pyspark.zip']"
 
 
+def test_spark_workers_keep_no_importer_for_spark_s_own_zips_and_core_jar():
+    """Spark also puts its core jar on a Python worker's PYTHONPATH (it holds no Python),
+    and PySpark's setup_spark_files calls importlib.invalidate_caches() in every
+    worker: a zip importer left in sys.path_importer_cache then reads its archive's
+    directory again (pyspark.zip's 1,377 entries, the jar's 5,858), 67-143 ms of CPU in
+    each streaming source runner, which Spark starts for every query. The venv's .pth
+    (Makefile, PYSPARK_ZIPS_PTH) drops this venv's jar too and forgets the importers
+    of what it drops; an archive elsewhere stays."""
+    import subprocess
+    import sys
+
+    import pyspark
+
+    home = os.path.dirname(pyspark.__file__)
+    lib, jars = os.path.join(home, "python", "lib"), os.path.join(home, "jars")
+    archives = sorted(os.path.join(lib, name) for name in os.listdir(lib) if name.endswith(".zip"))
+    archives += sorted(os.path.join(jars, name) for name in os.listdir(jars)
+                       if name.startswith("spark-core_"))
+    assert any(name.endswith(".jar") for name in archives), archives
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*archives, "/elsewhere/pyspark.zip"]))
+    probe = ("import sys, importlib; importlib.invalidate_caches();"
+             f"print([p for p in sys.path if p.startswith({home!r})]);"
+             f"print(sorted(p for p in sys.path_importer_cache if p.startswith({home!r})))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    on_path, importers = result.stdout.splitlines()
+    assert on_path == "[]"
+    assert importers == "[]"
+
+
 @pytest.mark.parametrize("kafka, hint", [
     ("maxOffsetsPerTrigger", "(Kafka's 'maxOffsetsPerTrigger'; here: 'maxMessagesPerTrigger')"),
     ("subscribe", "(Kafka's 'subscribe'; here: 'queue')"),
