@@ -98,8 +98,9 @@ $(STAMP_NEWEST): pyproject.toml
 # no Python), and forgets the zip importers of what it drops: PySpark's
 # setup_spark_files calls importlib.invalidate_caches() in every worker, and a zip
 # importer left in sys.path_importer_cache re-reads its archive's directory then
-# (pyspark.zip's 1,377 entries, the jar's 5,858): 67-143 ms of CPU in each streaming
-# source runner, which Spark starts afresh for every query (bench/README.md, 2026-12-07).
+# (pyspark.zip's 1,377 entries, the jar's 5,858): 67-143 ms of CPU in a fresh
+# interpreter with a worker's PYTHONPATH, paid by each streaming source runner, which
+# Spark starts afresh for every query (bench/README.md, 2026-12-07).
 export PYSPARK_PYTHON_PTH := import os, sys; os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 PYSPARK_ZIPS_PTH = import sys; sys.path[:] = [p for p in sys.path if not p.startswith(("$(1)/pyspark/python/lib/", "$(1)/pyspark/jars/"))]; [sys.path_importer_cache.pop(p) for p in [*sys.path_importer_cache] if p.startswith(("$(1)/pyspark/python/lib/", "$(1)/pyspark/jars/"))]
 PTH_STAMP_NEWEST := $(VENV_NEWEST)/.pyspark-python-pth
