@@ -17,6 +17,7 @@ import pika
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
+from quorumqueue.client.http_management import HttpManagement
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.client.management import ManagementError
 from quorumqueue.connector.connection import LoginRefused, detect_mode
@@ -362,6 +363,28 @@ def test_the_driver_reconnects_after_losing_its_connection(fresh_broker):
     fresh_broker.restart()
     end2, numbers2 = run_batch(reader, end1, previous=reader.initialOffset())
     assert numbers1 + numbers2 == list(range(6))
+
+
+def range_reader_connections(broker) -> int:
+    """The broker's connections from executors' range reads (/api/connections)."""
+    rows = HttpManagement(broker.management_url).get("connections")
+    return sum(1 for row in rows if (row.get("client_properties") or {}).get("product")
+               == "quorumqueue range reader")
+
+
+def test_an_executor_keeps_one_connection_across_tasks_and_replaces_one_a_restart_killed(
+        fresh_broker):
+    # this process plays one Python worker running the batches' tasks one after another
+    queue = quorum_queue(fresh_broker.uri, 9)
+    reader = make_reader(fresh_broker.uri, queue, maxMessagesPerTrigger="3")
+    end1, numbers1 = run_batch(reader, reader.initialOffset())
+    end2, numbers2 = run_batch(reader, end1, previous=reader.initialOffset())
+    assert range_reader_connections(fresh_broker) == 1   # the second task reused it
+    fresh_broker.restart(kill=True)   # the kept connection dies with the broker
+    end3, numbers3 = run_batch(reader, end2, previous=end1)
+    assert numbers1 + numbers2 + numbers3 == list(range(9))   # no error, nothing twice
+    assert range_reader_connections(fresh_broker) == 1   # its replacement, kept in turn
+    reader.stop()
 
 
 def test_a_count_the_broker_never_answers_ends_as_a_lost_broker_not_a_hang(broker,
