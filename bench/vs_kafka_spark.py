@@ -40,6 +40,12 @@ def session_conf(app_name: str, kafka: bool = True) -> dict[str, str]:
     if kafka:
         conf["spark.jars"] = ",".join([conf["spark.jars"], *spark_kafka_jars()])
     conf["spark.driver.memory"] = SPARK_DRIVER_MEMORY
+    # Spark's sockets to its Python workers (and to the Python driver, for collect) are
+    # local TCP without TCP_NODELAY: the command of a task and then its input go out
+    # as two small writes, and the second waits for the worker's delayed ACK, 40 ms on
+    # Linux, in every task of a Python data source. Unix domain sockets have neither;
+    # both sides run with them (connector/README.md, "Latency"; bench/README.md).
+    conf["spark.python.unix.domain.socket.enabled"] = "true"
     return conf
 
 
