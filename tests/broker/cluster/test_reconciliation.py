@@ -21,8 +21,12 @@ from tests.support.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(400)  # the waits inside have their own bounds
 
+# trigger_interval: the first evaluation runs this long after each node starts, and the
+# test must declare its first queue before then. With 2 s it sometimes came first on a
+# loaded machine (2 runs in 7 at load 9-10: three nodes reachable only after it); 10 s
+# leaves room, at 8 s more per trigger the test waits for.
 CONFIG = ("[quorum_queue.continuous_membership_reconciliation]\n"
-          "enabled = true\nauto_remove = true\ninterval = 3600000\ntrigger_interval = 2000\n")
+          "enabled = true\nauto_remove = true\ninterval = 3600000\ntrigger_interval = 10000\n")
 
 
 def members(uri: str, name: str) -> list[str]:
