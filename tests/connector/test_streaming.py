@@ -17,8 +17,11 @@ import os
 import pytest
 from chispa import assert_df_equality
 
+from quorumqueue.client.http_management import HttpManagement
 from quorumqueue.client.lease_client import LeaseClient
 from quorumqueue.connector.schema import SCHEMA
+
+from tests.support.cluster import wait_for
 
 from .queues import order_body, order_properties, publish_orders, quorum_queue
 
@@ -64,6 +67,33 @@ def test_available_now_delivers_every_message_once_with_its_columns(spark, broke
     actual = spark.table("available_now").orderBy("offset")
     expected = spark.createDataFrame(expected_rows(queue, range(25)), SCHEMA)
     assert_df_equality(actual, expected, ignore_nullable=True)
+
+
+def broker_connections(broker) -> list[str]:
+    """The client product of every connection the broker holds (/api/connections)."""
+    return [(row.get("client_properties") or {}).get("product", "")
+            for row in HttpManagement(broker.management_url).get("connections")]
+
+
+@pytest.mark.timeout(300)
+def test_a_finished_query_leaves_no_connection_once_spark_ends_its_idle_workers(
+        spark, fresh_broker, tmp_path):
+    queue = quorum_queue(fresh_broker.uri, 30)
+    stream = source(spark, fresh_broker.uri, queue, maxMessagesPerTrigger="10")
+    run_available_now(stream, str(tmp_path / "checkpoint"), sink="noop")
+    # the driver's connection closes as the query stops (its runner's stop() may end
+    # just after awaitTermination returns); each Python worker (local[2]: at most 2)
+    # keeps its range-read connection for a next task, and no more
+    def only_range_readers() -> tuple[list[str]] | None:
+        products = broker_connections(fresh_broker)
+        return (products,) if set(products) <= {"quorumqueue range reader"} else None
+
+    (left,) = wait_for("only range readers left", only_range_readers, timeout=60,
+                       interval=0.5)
+    assert len(left) <= 2, left
+    # Spark ends a Python worker idle for a minute (70 s measured): its connection with it
+    wait_for("no connection left on the broker", lambda: not broker_connections(fresh_broker),
+             timeout=240, interval=1.0)
 
 
 @pytest.mark.parametrize("crash", [False, True],
