@@ -149,7 +149,7 @@ class _Timed(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.timer = HttpTimer(server.timeouts, self._loop.time())
         self.inner = server._factory()
-        self._transport = None
+        self._transport: asyncio.Transport | None = None  # until connection_made
         self._handle: asyncio.TimerHandle | None = None
         self._scheduled = 0.0
 
@@ -203,8 +203,8 @@ class _Timed(asyncio.Protocol):
         if when > self._loop.time():
             self._schedule()
             return
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        transport = self._transport  # set before the first `_schedule` (connection_made)
+        if transport.is_closing():
             return
         if transport.get_write_buffer_size():
             # a client that does not read: its answer is dropped, the kernel's copy
