@@ -98,7 +98,7 @@ def on_deliver(cluster: "Cluster", sender: str, body: dict) -> None:
         return  # an earlier run's consumer: removed with what it holds (stale_downs)
     if consumer is None:  # its Cancel or Down lost, or on its way
         record.remove_unknown_consumer(key, tuple(item[0] for item in body["m"]),
-                                       cluster.node.sessions)
+                                       cluster.node.has_open_channel(key.partition("/")[0]))
         return
     if consumer.channel.state != ChannelState.OPEN:
         record.propose(Return(key, tuple(item[0] for item in body["m"])), 0)  # node clock

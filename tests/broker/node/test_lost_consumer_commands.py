@@ -153,3 +153,25 @@ def test_a_node_without_a_replica_handed_messages_for_a_consumer_it_lacks_remove
     for _ in range(3):
         node.flush()
     assert queue.state.consumers == {}
+
+
+def test_a_node_without_a_replica_asks_whether_the_consumers_own_channel_is_open(tmp_path):
+    """`on_deliver` for a consumer the node lacks, while another channel of the node is
+    open: the consumer's channel is not, so the node proposes its Down (what it held
+    goes back), not a Cancel and a Return as for a consumer whose channel is open."""
+    from quorumqueue.broker.cluster import proxy
+    from quorumqueue.broker.fifo.commands import Down
+
+    node = start(tmp_path)
+    queue = declare(node)
+    identity = f"{node.boot_id}.9.1"
+    node.sessions.add(OpenChannelSession(f"{node.boot_id}.8.1"))  # another connection's
+    append(queue, commands.encode(Checkout(f"{identity}/ghost", 10, 0, identity)))
+    node.flush()
+    proposed = []
+    real = queue.propose
+    queue.propose = lambda command, *args: (proposed.append(command), real(command, *args))
+    proxy.on_deliver(node.cluster, "qq2@localhost", {
+        "g": queue.group, "k": f"{identity}/ghost",
+        "m": [[1, 0, "", "q", b"", b"m1"]]})
+    assert [type(command) for command in proposed] == [Down]
