@@ -55,7 +55,9 @@ from ..groups.metadata import META_GROUP, MetaGroup
 from ..groups.metadata import encode as encode_meta
 from ..groups.replicated import UNANSWERED, ReplicatedGroup, Waiter
 from ..raft.forwarded import FORWARDED, Identity, wrap
+from ..queues.quorum.groups import QuorumGroups
 from ..raft.messages import InstallSnapshot
+from ..raft.storage import LogStore
 from ..storage.node_list import NodeListFile
 from . import classic_link, consumer_nodes, mirror_link, proxy, replica_rpc, tracking
 from .host import ClusterHost
@@ -164,10 +166,18 @@ class _PendingRequests:
 
 
 class Cluster:
-    def __init__(self, node: ClusterHost, settings: Settings) -> None:
+    def __init__(self, node: ClusterHost, settings: Settings, log_store: LogStore) -> None:
         self.node = node
         self.name = settings.node_name
         self.settings = settings
+        # every Raft group of the node, the metadata group's too, over `log_store`:
+        # their messages go through this cluster, their node's part through `node`
+        self.groups = QuorumGroups(
+            log_store, settings.node_name, node, self,
+            snapshot_over_live=not settings.clustered,
+            dead_letter_prefetch=settings.dead_letter_worker_consumer_prefetch,
+            dead_letter_confirm_timeout_ms=(
+                settings.dead_letter_worker_publisher_confirm_timeout_ms))
         # every node of the cluster, this one included (a node of its own: just it)
         self.addresses = settings.cluster_peers() or {
             self.name: (settings.host, settings.cluster_port)}
@@ -272,7 +282,7 @@ class Cluster:
 
     def start_metadata(self) -> MetaGroup:
         """This node's member of the metadata group (every node is one)."""
-        quorum = self.node.quorum
+        quorum = self.groups
         store = quorum.store
         fresh = META_GROUP not in store.groups()
         if fresh and not self.joining:  # a joining node learns the group from its leader
@@ -311,7 +321,7 @@ class Cluster:
         if locator != "balanced":
             return members, self.name
         counts = {n: 0 for n in members}
-        for member in self.node.quorum.queues.values():
+        for member in self.groups.queues.values():
             if member.group != META_GROUP and member.leader_id in counts:
                 counts[member.leader_id] += 1
         return members, min(members, key=lambda n: (counts[n], n != self.name, n))
@@ -351,9 +361,9 @@ class Cluster:
     def send_raft(self, group: str, messages) -> None:
         for message in messages:
             if isinstance(message, InstallSnapshot) and message.data is None:
-                stored = self.node.quorum.store.read_snapshot(group)
+                stored = self.groups.store.read_snapshot(group)
                 if stored is None or stored[0].index != message.meta.index:
-                    member = self.node.quorum.queues.get(group)
+                    member = self.groups.queues.get(group)
                     if member is not None and member.raft is not None:
                         member.raft.report_snapshot(message.to, False)
                     continue
@@ -379,7 +389,7 @@ class Cluster:
         if sender in self.suspected:
             self.suspected.discard(sender)
         if isinstance(envelope, RaftEnvelope):
-            member = self.node.quorum.queues.get(envelope.group)
+            member = self.groups.queues.get(envelope.group)
             if member is None or member.raft is None:
                 return  # not (yet) a member here: the leader will retry
             member.raft.step(envelope.message)
@@ -526,7 +536,7 @@ class Cluster:
     def _on_propose(self, sender: str, body: dict) -> None:
         accepted: tuple[list, list, list] = ([], [], [])     # requests, indexes, terms
         redirected: tuple[list, list] = ([], [])              # requests, leaders
-        queues = self.node.quorum.queues
+        queues = self.groups.queues
         remembered = self._appended
         for group, request, data, reply in zip(body["g"], body["r"], body["d"],
                                                body["reply"]):
@@ -618,7 +628,7 @@ class Cluster:
         failure detection to aten, one detector per node, not one per group."""
         down = {name for name in self.nodes if name != self.name and not self.seen_up(name)}
         for name in sorted(down - self.suspected):
-            self.node.quorum.member_lost(name)
+            self.groups.member_lost(name)
         self.suspected = down
 
     def seen_up(self, name: str) -> bool:
@@ -673,7 +683,7 @@ class Cluster:
                 self.add_node(name, tuple(address))
 
     def _on_transfer(self, sender: str, body: dict) -> None:
-        member = self.node.quorum.queues.get(body["g"])
+        member = self.groups.queues.get(body["g"])
         if member is not None and member.raft is not None and member.is_leader:
             self.transfer_leadership(member, body["to"])
 

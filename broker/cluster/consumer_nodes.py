@@ -105,7 +105,7 @@ def tick(cluster: "Cluster") -> None:
     calls for no command, so an idle one costs nothing here."""
     now = cluster.now
     live = live_boots(cluster, now)
-    for member in cluster.node.quorum.members_of(cluster.node.quorum.watched, _watched):
+    for member in cluster.groups.members_of(cluster.groups.watched, _watched):
         check(cluster, member, now, live)
 
 

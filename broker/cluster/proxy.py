@@ -39,7 +39,7 @@ def encode_reply(cluster: "Cluster", member, reply):
     if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], Delivery):
         delivery, remaining = reply
         try:
-            exchange, routing_key, header, body = cluster.node.quorum.read_message(
+            exchange, routing_key, header, body = cluster.groups.read_message(
                 member, delivery.raft_index)
         except MessageGone:
             if delivery.msg_id:  # checked out: live, never released
@@ -72,7 +72,7 @@ def deliver_remote(cluster: "Cluster", queue, owner: str, key: str, deliveries) 
     that node, with the messages read from this log."""
     items = []
     for delivery in deliveries:
-        exchange, routing_key, header, body = cluster.node.quorum.read_message(
+        exchange, routing_key, header, body = cluster.groups.read_message(
             queue, delivery.raft_index)
         items.append([delivery.msg_id, delivery.delivery_count, exchange, routing_key,
                       header, body] + ([True] if delivery.returned else []))
@@ -172,7 +172,7 @@ def link_lost(cluster: "Cluster", node: str) -> None:
 
 
 def on_stat(cluster: "Cluster", sender: str, body: dict) -> None:
-    member = cluster.node.quorum.queues.get(body["g"])
+    member = cluster.groups.queues.get(body["g"])
     request = body["r"]
     if member is None or member.raft is None or member.deleted:
         cluster._post(sender, Rpc("stat_reply", {"r": request}))

@@ -102,7 +102,7 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
         close = cluster.node.close_client
         done({"closed": close is not None and close(str(args["name"]), str(args["reason"]))})
         return
-    member = cluster.node.quorum.queues.get(group)
+    member = cluster.groups.queues.get(group)
     if member is None or member.raft is None or member.deleted:
         done(None)
         return
@@ -121,7 +121,7 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
         else:
             peeked()
     elif op == "reclaim":
-        store = cluster.node.quorum.store
+        store = cluster.groups.store
         before = store.memtable_bytes(group)
         store.roll_over_soon(lambda: done({"node": cluster.name, "before": before,
                                            "after": store.memtable_bytes(group)}))

@@ -237,7 +237,7 @@ def begin_sync(node: "Node") -> Sync:
     messages = None
     if node.store is not None and (node.store.has_pending or node.awaiting_sync):
         messages = node.store.seal()
-    readies, batch = node.quorum.begin_round() if node.quorum is not None else ([], None)
+    readies, batch = node.quorum.begin_round()
     sync = Sync(node.metadata, document, applied, node_list, cluster.node_file, messages,
                 readies, batch, journal)
     sync.write()
@@ -260,7 +260,7 @@ def pending_writes(node: "Node") -> tuple[int, int] | None:
     if node.metadata_dirty or node.metadata_queue_changes:
         return None
     return (node.store.pending_records if node.store is not None else 0,
-            node.quorum.store.pending_records if node.quorum is not None else 0)
+            node.quorum.store.pending_records)
 
 
 def flush(node: "Node") -> None:

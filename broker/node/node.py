@@ -33,12 +33,14 @@ from ..amqp.channel import ChannelState
 from ..amqp.errors import AMQPError
 from ..amqp.properties import FLAG_EXPIRATION, expiration_error
 from ..auth.users import FULL, SHA256, Permissions, User, UserStore
+from ..cluster.cluster import Cluster
 from ..queues.actions import carry_out
 from ..queues.base import Confirm, Queue
 from ..queues import registry
 from ..queues.deadlines import Deadlines
 from ..queues.message import Message
 from ..queues.types import QueueSpec
+from ..raft.storage import LogStore
 from ..routing.exchanges import EXCHANGE, QUEUE, Destination
 from ..storage.message_store import MessageStore, queue_key
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
@@ -64,16 +66,14 @@ CMR_TRIGGERS = frozenset({"cluster.add_node", "cluster.forget_node", "policy.set
 
 
 class Node:
-    def __init__(self, settings, users: UserStore | None = None,
+    def __init__(self, settings, users: UserStore | None, log_store: LogStore,
                  message_store: MessageStore | None = None,
-                 metadata_store: MetadataStore | None = None,
-                 quorum: QuorumGroups | None = None) -> None:
+                 metadata_store: MetadataStore | None = None) -> None:
         self.settings = settings
-        # None: quorum queues are refused (no log store); server.assemble_node builds
-        # it with this node as its host (queues/quorum/host.py)
-        self.quorum = quorum
-        self.cluster = None   # the Cluster (broker/cluster/cluster.py): server.assemble_node
-        self.boot_id = base64.b32encode(os.urandom(5)).decode("ascii").lower()
+        # this run of the node; fifo identities start with it, and carry the node's
+        # name: every node tells its own from others'
+        self.boot_id = (f"{settings.node_name}:"
+                        + base64.b32encode(os.urandom(5)).decode("ascii").lower())
         self.users = users or UserStore.with_default_user()
         self.store = message_store
         self.metadata = metadata_store
@@ -121,14 +121,18 @@ class Node:
         # when classic queues next expire something (`wake_at`): the shell wakes the
         # node then (`next_deadline_ms`, `run_deadlines`)
         self.deadlines = Deadlines()
+        # the node's place in its cluster (a node alone: a cluster of one), with this
+        # node as its host (cluster/host.py); it builds the node's quorum groups over
+        # `log_store`, with this node as their host too (queues/quorum/host.py)
+        self.cluster = Cluster(self, settings, log_store)
+        self.quorum: QuorumGroups = self.cluster.groups
 
     def set_clock(self, now: float, clock_ms: int) -> None:
         """The server shell passes time in (tests drive it themselves)."""
         self.now = now
         self.clock_ms = clock_ms
-        if self.quorum is not None:
-            self.quorum.now = now  # (the commit-latency gauge's clock)
-            self.quorum.clock_ms = clock_ms  # (what a publish is stamped with)
+        self.quorum.now = now  # (the commit-latency gauge's clock)
+        self.quorum.clock_ms = clock_ms  # (what a publish is stamped with)
         self.cluster.set_clock(now)  # (the cluster's timeouts and liveness)
 
     # ------------------------------------------------------------ sessions
@@ -247,12 +251,10 @@ class Node:
         """When a queue next expires a message or itself (wall-clock ms). None: no
         queue waits for the clock. The shell runs `run_deadlines` then."""
         quorum = self.quorum
-        if not self.deadlines.pending and (quorum is None or not quorum.deadlines.pending):
+        if not self.deadlines.pending and not quorum.deadlines.pending:
             return None  # the usual case, after every flush: no call
-        deadlines = [self.deadlines.next_ms()]
-        if self.quorum is not None:
-            deadlines.append(self.quorum.deadlines.next_ms())
-        deadlines = [ms for ms in deadlines if ms is not None]
+        deadlines = [ms for ms in (self.deadlines.next_ms(), quorum.deadlines.next_ms())
+                     if ms is not None]
         return min(deadlines) if deadlines else None
 
     def run_deadlines(self) -> None:
@@ -262,9 +264,8 @@ class Node:
         now = self.clock_ms
         for callback in self.deadlines.due(now):
             callback(now)
-        if self.quorum is not None:
-            for callback in self.quorum.deadlines.due(now):
-                callback(now)
+        for callback in self.quorum.deadlines.due(now):
+            callback(now)
 
     def tick_queues(self) -> None:
         """The timer, about twice a second, with the clock the shell passed in.
@@ -333,8 +334,6 @@ class Node:
         queues/quorum/groups.py `_watch`): a leader that checked in its term costs
         nothing per tick."""
         quorum = self.quorum
-        if quorum is None:
-            return
         for queue in quorum.members_of(quorum.policy_due, _policy_unchecked):
             if queue.POLICY_ON_TICK and queue.policy_due():
                 queue.policy_changed(self.policy_for(queue.vhost, queue.type_name,
@@ -414,8 +413,7 @@ class Node:
         quorum queue's group follows its record at the next tick
         (membership.reconcile)."""
         self.metadata_queue_changes[(vhost, name)] = None
-        if self.quorum is not None:
-            self.quorum.membership_due[(vhost, name)] = None
+        self.quorum.membership_due[(vhost, name)] = None
 
     def queue_document(self, vhost: str, name: str) -> dict | None:
         """The queue's record as the metadata file holds it (None: no such queue)."""
@@ -807,8 +805,7 @@ class Node:
                 kind = QUEUE if item["destination_kind"] == QUEUE else EXCHANGE
                 vhost.bind(item["source"], Destination(kind, item["destination"]),
                            item["routing_key"], decode_arguments(item["arguments"]))
-        if self.quorum is not None:
-            self.quorum.orphans({q.metadata_record().get("group") for q in self.all_queues()} - {None})
+        self.quorum.orphans({q.metadata_record().get("group") for q in self.all_queues()} - {None})
         if self.store is not None:
             recovered = self.store.recover()
             for key, messages in recovered.items():

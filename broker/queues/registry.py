@@ -30,7 +30,7 @@ from .types import QueueSpec
 
 class QueueHost(Protocol):
     store: Any    # storage.message_store.MessageStore | None
-    quorum: Any   # node.quorum.QuorumGroups | None
+    quorum: Any   # queues/quorum/groups.py QuorumGroups
     name: str     # this node's name
     classic_link: Any  # remote.ClassicLink: classic queues hosted elsewhere
     mirror_link: Any   # mirroring.MirrorLink: a mirrored classic queue's mirrors

@@ -62,7 +62,6 @@ from ..metrics.loop_lag import LoopLag
 from ..node import group_commit, membership
 from ..node.node import Node
 from ..node.session import Session
-from ..queues.quorum.groups import QuorumGroups
 from ..raft.storage import LogStore
 from ..raft.storage.errors import is_disk_full
 from ..shovel.supervisor import Shovels
@@ -127,16 +126,7 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
     """A node and what it always runs, whatever the cluster's size: its quorum groups
     over `log_store` and its member of the metadata group (a node is a cluster of
     one until others join: every definition takes the same path)."""
-    from ..cluster.cluster import Cluster
-
-    node = Node(settings, users, message_store, metadata_store)
-    node.quorum = quorum = QuorumGroups(
-        log_store, settings.node_name, node, snapshot_over_live=not settings.clustered,
-        dead_letter_prefetch=settings.dead_letter_worker_consumer_prefetch,
-        dead_letter_confirm_timeout_ms=settings.dead_letter_worker_publisher_confirm_timeout_ms)
-    # fifo identities carry the node's name: every node tells its own from others'
-    node.boot_id = f"{settings.node_name}:{node.boot_id}"
-    node.cluster = quorum.cluster = Cluster(node, settings)
+    node = Node(settings, users, log_store, message_store, metadata_store)
     node.cluster.start_metadata()
     return node
 

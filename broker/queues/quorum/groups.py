@@ -78,7 +78,7 @@ from ..base import Channel
 from ..deadlines import Deadlines
 from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
-from .host import QuorumHost
+from .host import QuorumCluster, QuorumHost
 from .queue import MessageGone, QuorumQueue, group_uid  # noqa: F401 (importable here)
 
 # Entries a release cursor may pass before it takes a snapshot without freeing a
@@ -108,7 +108,7 @@ def replay_bound(replay_until: int, ready: Ready) -> int:
 
 class QuorumGroups:
     def __init__(self, store: LogStore, member: str, host: QuorumHost,
-                 raft_config: RaftConfig | None = None, tick_interval_ms: int = 1000,
+                 cluster: QuorumCluster, raft_config: RaftConfig | None = None, tick_interval_ms: int = 1000,
                  snapshot_over_live: bool = True, dead_letter_prefetch: int = 32,
                  dead_letter_confirm_timeout_ms: int = 180_000) -> None:
         self.store = store
@@ -129,7 +129,7 @@ class QuorumGroups:
         self.raft_config = raft_config or RaftConfig(quiesce=True)
         # group uid -> queue (or the cluster's metadata group: broker/groups/metadata.py)
         self.queues: dict[str, QuorumQueue] = {}
-        self.cluster = None  # the node's Cluster (broker/cluster/cluster.py), set at assembly
+        self.cluster = cluster  # the node's cluster (host.py): Raft traffic, forwarding
         self.tick_interval_ms = tick_interval_ms
         self._random = random.Random()
         # channels whose confirms a quorum reply may have released

@@ -124,8 +124,8 @@ HISTORY = [
 ]
 
 
-def new_node(tmp_path, name: str) -> Node:
-    settings = Settings(node_name=ME, data_dir=str(tmp_path / name))
+def new_node(tmp_path, name: str, **settings) -> Node:
+    settings = Settings(node_name=ME, data_dir=str(tmp_path / name), **settings)
     return assemble_node(settings, UserStore.with_default_user(),
                          LogStore(settings.data_dir, StorageConfig(fsync=False)),
                          metadata_store=MetadataStore(settings.data_dir))
@@ -321,11 +321,8 @@ def test_a_snapshot_of_another_version_is_refused():
 
 
 def clustered_node(tmp_path, name: str) -> Node:
-    node = new_node(tmp_path, name)
-    node.settings = Settings(node_name=ME, data_dir=node.settings.data_dir, cluster_nodes=(
+    return new_node(tmp_path, name, cluster_nodes=(
         f"{ME}:25672", "qq2@localhost:25673", "qq3@localhost:25674"))
-    node.cluster = Cluster(node, node.settings)
-    return node
 
 
 def test_forget_node_leaves_the_node_list_and_the_queues_members_and_a_restore_follows(
@@ -349,9 +346,9 @@ def test_forget_node_leaves_the_node_list_and_the_queues_members_and_a_restore_f
     assert snapshot_of(follower) == snapshot_of(leader)
     # forgotten for good: once the group commit saved the list, a restart over the
     # same data directory, configured as before
-    assert Cluster(follower, follower.settings).forgotten == set()  # not saved yet
+    assert Cluster(follower, follower.settings, follower.quorum.store).forgotten == set()  # not saved yet
     follower.flush()
-    again = Cluster(follower, follower.settings)
+    again = Cluster(follower, follower.settings, follower.quorum.store)
     assert again.nodes == (ME, "qq3@localhost", "qq4@localhost")
     assert again.forgotten == {"qq2@localhost"}
 
