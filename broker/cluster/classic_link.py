@@ -409,31 +409,28 @@ class ClassicLink:
         meta = self.cluster.meta
         if meta is None or not meta.is_leader:
             return
-        for vhost in list(self.node.vhosts.values()):
-            for queue in list(vhost.queues.values()):
-                host = getattr(queue, "host", None)
-                if (host not in silent or queue.durable or queue.mirrors
-                        or queue.group in self.deleting):
-                    continue
-                self.deleting.add(queue.group)
-                log.info("classic queue '%s' in vhost '%s': its home node %s is down and "
-                         "it is not durable: deleting it", queue.name, vhost.name, host)
-                meta.propose_data(
-                    encode_meta("queue.delete", vhost=vhost.name, name=queue.name,
-                                group=queue.group),
-                    lambda _reply, group=queue.group: self.deleting.discard(group))
+        for queue in list(self.node.all_queues()):
+            host = getattr(queue, "host", None)
+            if (host not in silent or queue.durable or queue.mirrors
+                    or queue.group in self.deleting):
+                continue
+            self.deleting.add(queue.group)
+            log.info("classic queue '%s' in vhost '%s': its home node %s is down and "
+                     "it is not durable: deleting it", queue.name, queue.vhost, host)
+            meta.propose_data(
+                encode_meta("queue.delete", vhost=queue.vhost, name=queue.name,
+                            group=queue.group),
+                lambda _reply, group=queue.group: self.deleting.discard(group))
 
     # ================================================= the host's side
 
     def _queue_by_uid(self, uid: str, body: dict | None = None):
         if body is not None and "v" in body:
-            vhost = self.node.vhosts.get(body["v"])
-            queue = vhost.queues.get(body["n"]) if vhost is not None else None
+            queue = self.node.queue(body["v"], body["n"])
             return queue if isinstance(queue, ClassicQueue) and queue.group == uid else None
-        for vhost in self.node.vhosts.values():
-            for queue in vhost.queues.values():
-                if isinstance(queue, ClassicQueue) and queue.group == uid:
-                    return queue
+        for queue in self.node.all_queues():
+            if isinstance(queue, ClassicQueue) and queue.group == uid:
+                return queue
         return None
 
     def on_request(self, sender: str, kind: str, body: dict) -> None:
@@ -502,11 +499,10 @@ class ClassicLink:
             self._answer_publish(answer, confirm)
 
     def _answer_publish(self, answer: Callable[[bool], None], confirm: Confirm) -> None:
-        if not confirm.ok or confirm.batch_id <= self.node.synced_batch_id:
+        if not confirm.ok or not self.node.after_sync(confirm.batch_id, self.synced):
             answer(confirm.ok)
             return
         self.synced.waiting.append((answer, confirm.batch_id))
-        self.node.awaiting_sync.add(self.synced)
 
     def _host_consume(self, sender: str, queue, body: dict) -> None:
         if queue is None or queue.deleted:

@@ -334,11 +334,10 @@ class Cluster:
         if running_only:
             nodes = [n for n in nodes if self.reachable(n)]
         counts = {n: 0 for n in nodes}
-        for vhost in self.node.vhosts.values():
-            for queue in vhost.queues.values():
-                host = queue.metadata_record().get("host")
-                if host in counts:
-                    counts[host] += 1
+        for queue in self.node.all_queues():
+            host = queue.metadata_record().get("host")
+            if host in counts:
+                counts[host] += 1
         return min(counts, key=lambda n: (counts[n], n != self.name, n))
 
     def random_running(self) -> str:
@@ -711,14 +710,13 @@ class Cluster:
                           "address": f"{host}:{port}" if self.settings.clustered
                           else None})
         queues = []
-        for vhost in self.node.vhosts.values():
-            for queue in vhost.queues.values():
-                members = queue.metadata_record().get("members")
-                if members is None:
-                    continue  # a queue with no replicas (classic): not the cluster's
-                queues.append({"vhost": vhost.name, "name": queue.name,
-                               "leader": queue.leader_id, "members": list(members),
-                               "online": [n for n in members if self.reachable(n)]})
+        for queue in self.node.all_queues():
+            members = queue.metadata_record().get("members")
+            if members is None:
+                continue  # a queue with no replicas (classic): not the cluster's
+            queues.append({"vhost": queue.vhost, "name": queue.name,
+                           "leader": queue.leader_id, "members": list(members),
+                           "online": [n for n in members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
                 "metadata_leader": self.meta.leader_id if self.meta else None,
                 "metadata_members": sorted(self.meta.raft.members) if self.meta else [],

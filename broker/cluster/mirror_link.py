@@ -155,7 +155,7 @@ class MirrorLink:
 
     @property
     def sync_batch_size(self) -> int:
-        return self.node.settings.mirroring_sync_batch_size
+        return self.cluster.settings.mirroring_sync_batch_size
 
     def _on_ack(self, sender: str, body: dict) -> None:
         for request in body["r"]:
@@ -178,8 +178,7 @@ class MirrorLink:
         """The queue `body` is for, if this node is its mirror and `sender` its leader
         in the record applied here (a leader restarted over an older record, whose
         promotion it has not replayed yet, is not heard)."""
-        vhost = self.node.vhosts.get(body["v"])
-        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        queue = self.node.queue(body["v"], body["n"])
         if isinstance(queue, RemoteClassicQueue) and queue.group == body["q"] \
                 and queue.host == sender and queue.mirrors is not None \
                 and self.cluster.name in queue.mirrors:
@@ -210,10 +209,9 @@ class MirrorLink:
             def ack(_ok: bool) -> None:
                 self.cluster._post(sender, Rpc("cm.ack", {"r": [request]}))
 
-            if batch > self.node.synced_batch_id:  # persistent messages: once on disk
-                synced = self.cluster.classic.synced
+            synced = self.cluster.classic.synced
+            if self.node.after_sync(batch, synced):  # persistent messages: once on disk
                 synced.waiting.append((ack, batch))
-                self.node.awaiting_sync.add(synced)
             else:
                 ack(True)
 
@@ -249,8 +247,7 @@ class MirrorLink:
         now = self.cluster.now
         for item in parked:
             vhost_name, name, group, old_host, message, answer, publish_id, deadline = item
-            vhost = self.node.vhosts.get(vhost_name)
-            queue = vhost.queues.get(name) if vhost is not None else None
+            queue = self.node.queue(vhost_name, name)
             if queue is None or queue.group != group or now >= deadline:
                 answer(False)
             elif queue.metadata_record().get("host") == old_host:
@@ -275,19 +272,18 @@ class MirrorLink:
         for uid in [u for u, (_key, when) in self.proposed.items()
                     if now - when >= PROPOSE_EVERY]:
             del self.proposed[uid]  # (deleted queues' too)
-        node = self.node
-        if not node.settings.permit_classic_queue_mirroring or self.cluster.meta is None:
+        if (not self.cluster.settings.permit_classic_queue_mirroring
+                or self.cluster.meta is None):
             return
         leaderless = set()
-        for vhost in list(node.vhosts.values()):
-            for queue in list(vhost.queues.values()):
-                if isinstance(queue, ClassicQueue) and not queue.deleted:
-                    self._place(vhost.name, queue, silent)
-                    self._watch_sync(queue, now)
-                elif isinstance(queue, RemoteClassicQueue) and queue.replica is not None \
-                        and queue.host in silent:
-                    leaderless.add(queue.group)
-                    self._promote(vhost.name, queue, silent)
+        for queue in list(self.node.all_queues()):
+            if isinstance(queue, ClassicQueue) and not queue.deleted:
+                self._place(queue.vhost, queue, silent)
+                self._watch_sync(queue, now)
+            elif isinstance(queue, RemoteClassicQueue) and queue.replica is not None \
+                    and queue.host in silent:
+                leaderless.add(queue.group)
+                self._promote(queue.vhost, queue, silent)
         for uid in [u for u in self.incomplete if u not in leaderless]:
             del self.incomplete[uid]   # (a mirror still waiting says so again)
 
@@ -377,8 +373,7 @@ class MirrorLink:
         across a promotion whose node restarted before it). Ignored when this leader
         attached it, resetting it, in the run it reports (the operations were sent
         to an earlier attachment of it, and crossed its reset)."""
-        vhost = self.node.vhosts.get(body["v"])
-        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        queue = self.node.queue(body["v"], body["n"])
         if not isinstance(queue, ClassicQueue) or queue.group != body["q"] \
                 or queue.mirroring is None:
             return
@@ -471,15 +466,14 @@ class MirrorLink:
         self.stopped[sender] = body["boot"]
         if self.cluster.meta is None:
             return
-        for vhost in self.node.vhosts.values():
-            for queue in list(vhost.queues.values()):
-                if not isinstance(queue, ClassicQueue) or queue.deleted \
-                        or sender not in (queue.mirrors or ()):
-                    continue
-                stopped = [m for m in queue.stopped if m != sender] + [sender]
-                self._propose(vhost.name, queue, queue.host, {
-                    "host": queue.host, "mirrors": list(queue.mirrors),
-                    "synced": list(queue.synced), "stopped": stopped})
+        for queue in list(self.node.all_queues()):
+            if not isinstance(queue, ClassicQueue) or queue.deleted \
+                    or sender not in (queue.mirrors or ()):
+                continue
+            stopped = [m for m in queue.stopped if m != sender] + [sender]
+            self._propose(queue.vhost, queue, queue.host, {
+                "host": queue.host, "mirrors": list(queue.mirrors),
+                "synced": list(queue.synced), "stopped": stopped})
 
     # ================================================= operations
 
@@ -506,8 +500,7 @@ class MirrorLink:
                                             "n": queue.name, "c": cancel}))
 
     def _on_sync(self, sender: str, body: dict) -> None:
-        vhost = self.node.vhosts.get(body["v"])
-        queue = vhost.queues.get(body["n"]) if vhost is not None else None
+        queue = self.node.queue(body["v"], body["n"])
         count = (_sync_here(queue, bool(body.get("c"))) if isinstance(queue, ClassicQueue)
                  else None)
         self.cluster._post(sender, Rpc("cm.synced", {"r": body["r"], "count": count}))

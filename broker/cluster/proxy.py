@@ -80,10 +80,9 @@ def deliver_remote(cluster: "Cluster", queue, owner: str, key: str, deliveries) 
 
 
 def _record(cluster: "Cluster", group: str):
-    for vhost in cluster.node.vhosts.values():
-        for queue in vhost.queues.values():
-            if getattr(queue, "group", None) == group:
-                return queue
+    for queue in cluster.node.all_queues():
+        if getattr(queue, "group", None) == group:
+            return queue
     return None
 
 

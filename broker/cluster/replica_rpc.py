@@ -87,20 +87,17 @@ def ask(cluster: "Cluster", node: str, group: str, op: str, args: dict,
 def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
                 done: Callable[[dict | None], None]) -> None:
     if op == "shovels":  # the dynamic shovels this node runs (not a group's: any group)
-        status = cluster.node.shovel_status
-        done({"rows": list(status()) if status is not None else []})
+        done({"rows": cluster.node.shovel_rows()})
         return
     if op == "message_stats":  # the node's counters (not a group's: any group)
-        done(message_stats_here(cluster.node))
+        done(cluster.node.message_stats())
         return
     if op == "clients":  # the node's AMQP clients' management rows (not a group's)
-        rows = cluster.node.client_rows
-        done(rows() if rows is not None else {"connections": [], "channels": [],
-                                              "consumers": []})
+        done(cluster.node.clients())
         return
     if op == "close_client":  # one of the node's AMQP client connections
-        close = cluster.node.close_client
-        done({"closed": close is not None and close(str(args["name"]), str(args["reason"]))})
+        done({"closed": cluster.node.close_connection(str(args["name"]),
+                                                      str(args["reason"]))})
         return
     member = cluster.groups.queues.get(group)
     if member is None or member.raft is None or member.deleted:
@@ -127,17 +124,6 @@ def answer_here(cluster: "Cluster", group: str, op: str, args: dict,
                                            "after": store.memtable_bytes(group)}))
     else:
         done(None)
-
-
-def message_stats_here(node) -> dict:
-    """This node's answer to "message_stats" (see the module header)."""
-    queues = {}
-    for vhost in list(node.vhosts.values()):
-        for queue in list(vhost.queues.values()):
-            row = queue.message_counts.as_row()
-            if any(row):
-                queues[queue.group] = row
-    return {"node": node.counters.message_stats(), "queues": queues}
 
 
 def on_replica(cluster: "Cluster", sender: str, body: dict) -> None:

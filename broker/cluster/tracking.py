@@ -1,12 +1,13 @@
 """Connections and channels counted across the cluster, for the vhost and user limits
 (node/limits.py), as RabbitMQ's rabbit_connection_tracking and rabbit_channel_tracking.
 
-Responsibilities: count this node's open connections per vhost and per user, and its
-users' open channels (`local_counts`); tell the other nodes when those counts change,
-and every PING_EVERY besides (`tick`, the Rpc "connections"); keep the last counts
-each node told (`on_counts`); answer how many connections of a vhost or user, and
-channels of a user, are open on the other nodes this node can reach (`elsewhere`),
-and keep every local ChannelQuota's `elsewhere` equal to that (channel.open is
+Responsibilities: take this node's open connections per vhost and per user, and its
+users' open channels (the node counts them: ClusterHost.connection_counts); tell the
+other nodes when those counts change, and every PING_EVERY besides (`tick`, the Rpc
+"connections"); keep the last counts each node told (`on_counts`); answer how many
+connections of a vhost or user, and channels of a user, are open on the other nodes
+this node can reach (`elsewhere`), and have the node keep every local ChannelQuota's
+`elsewhere` equal to that (ClusterHost.refresh_channel_quotas; channel.open is
 checked in the AMQP core, which knows no cluster).
 
 How it works: each node owns its own counts and is the only one that writes them
@@ -34,12 +35,9 @@ Not here: the limits and their reply texts (node/limits.py), reachability and pi
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from .wire import Rpc
-
-from .host import ClusterHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster import Cluster
@@ -64,19 +62,6 @@ class Counts:
         return isinstance(other, Counts) and self.body() == other.body()
 
 
-def local_counts(node: ClusterHost) -> Counts:
-    """This node's open connections (those past connection.open) and channels."""
-    vhosts: Counter[str] = Counter()
-    users: Counter[str] = Counter()
-    for session in node.sessions:
-        if session.vhost is not None and not session.closed:
-            vhosts[session.vhost.name] += 1
-            users[session.user.name] += 1
-    channels = {user: quota.open for user, quota in node.channel_quotas.items()
-                if quota.open > 0}
-    return Counts(dict(vhosts), dict(users), channels)
-
-
 class Tracking:
     """The counts of the other nodes, as they last told them, and ours as last sent."""
 
@@ -89,7 +74,7 @@ class Tracking:
         """Send this node's counts to every peer if they changed (or with the pings),
         and bring the local channel quotas' `elsewhere` up to date."""
         cluster = self.cluster
-        counts = local_counts(cluster.node)
+        counts = Counts(*cluster.node.connection_counts())
         if ping_due or counts != self.sent:
             self.sent = counts
             for name in cluster.nodes:
@@ -120,8 +105,7 @@ class Tracking:
         return total
 
     def refresh_quotas(self) -> None:
-        for user, quota in self.cluster.node.channel_quotas.items():
-            quota.elsewhere = self.elsewhere(channels_of=user)
+        self.cluster.node.refresh_channel_quotas()  # (each asks `elsewhere`)
 
 
 def _counts(value) -> dict[str, int]:

@@ -137,7 +137,7 @@ class Rates:
         for name in list(self.reported):
             if name not in cluster.nodes:
                 del self.reported[name]
-        return Totals([replica_rpc.message_stats_here(node), *self.reported.values()])
+        return Totals([node.message_stats(), *self.reported.values()])
 
     async def _run(self) -> None:
         while True:

@@ -295,7 +295,7 @@ def _shovels_status(node, session, request):
         return sorted(shown, key=lambda row: (row["vhost"], row["name"]))
 
     if runner is None or runner == node.cluster.name:
-        return rows(node.shovel_status() if node.shovel_status is not None else [])
+        return rows(node.shovel_rows())
     from ..cluster import replica_rpc
     from ..groups import metadata as meta_group
     from .management import Later

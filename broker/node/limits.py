@@ -37,6 +37,7 @@ metadata document, metadata_snapshot.py).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..amqp import spec
@@ -152,6 +153,28 @@ def _elsewhere(node: "Node", **which: str) -> int:
     """Connections (or channels) open on the other nodes of the cluster that this node
     can reach (cluster/tracking.py); 0 for a node of its own."""
     return node.cluster.tracking.elsewhere(**which)
+
+
+def connection_counts(node: "Node") -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """This node's open connections (those past connection.open) per vhost and per
+    user, and its users' open channels: what cluster/tracking.py tells the others."""
+    vhosts: Counter[str] = Counter()
+    users: Counter[str] = Counter()
+    for session in node.sessions:
+        if session.vhost is not None and not session.closed:
+            vhosts[session.vhost.name] += 1
+            users[session.user.name] += 1
+    channels = {user: quota.open for user, quota in node.channel_quotas.items()
+                if quota.open > 0}
+    return dict(vhosts), dict(users), channels
+
+
+def refresh_elsewhere(node: "Node") -> None:
+    """Every channel quota of this node takes its user's channels open on the other
+    nodes this node can reach (the cluster calls this when their counts may have
+    changed)."""
+    for user, quota in node.channel_quotas.items():
+        quota.elsewhere = _elsewhere(node, channels_of=user)
 
 
 def check_connection(node: "Node", session: "Session", vhost_name: str) -> None:

@@ -172,6 +172,11 @@ class Node:
     def vhost(self, name: str) -> VHost | None:
         return self.vhosts.get(name)
 
+    def queue(self, vhost: str, name: str) -> Queue | None:
+        """The queue `name` of vhost `vhost`, or None (cluster/host.py)."""
+        found = self.vhosts.get(vhost)
+        return found.queues.get(name) if found is not None else None
+
     def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
         return self.users.authenticate(username, password, peer_host)
 
@@ -681,6 +686,16 @@ class Node:
 
     # ------------------------------------------------------------ storage
 
+    def after_sync(self, batch_id: int, waiter) -> bool:
+        """Whether the message-store batch `batch_id` is still to be fsynced; if so,
+        `waiter.release_confirms(synced_batch_id)` is called after each fsync until
+        it returns True (`synced`). For what answers once a batch is durable and is
+        no channel: the cluster's links."""
+        if batch_id <= self.synced_batch_id:
+            return False
+        self.awaiting_sync.add(waiter)
+        return True
+
     def synced(self, batch_id: int) -> None:
         self.synced_batch_id = batch_id
         for channel in list(self.awaiting_sync):
@@ -831,6 +846,43 @@ class Node:
     def all_queues(self) -> Iterable[Queue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
+
+    # ------------------------------------------------------------ for other nodes
+    # (what cluster/replica_rpc.py and tracking.py ask of this node: cluster/host.py)
+
+    def message_stats(self) -> dict:
+        """This node's message counters and the counts of its queues that have any
+        (another node's management API sums them: management/rates.py)."""
+        queues = {}
+        for queue in list(self.all_queues()):
+            row = queue.message_counts.as_row()
+            if any(row):
+                queues[queue.group] = row
+        return {"node": self.counters.message_stats(), "queues": queues}
+
+    def connection_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """Open connections per vhost and per user, open channels per user (limits.py)."""
+        return limits.connection_counts(self)
+
+    def refresh_channel_quotas(self) -> None:
+        """The channel quotas take the channels open on other nodes (limits.py)."""
+        limits.refresh_elsewhere(self)
+
+    def shovel_rows(self) -> list:
+        """The status rows of the dynamic shovels this node runs (none before the
+        server shell starts them)."""
+        return list(self.shovel_status()) if self.shovel_status is not None else []
+
+    def clients(self) -> dict:
+        """This node's AMQP clients' management rows (the server shell's)."""
+        if self.client_rows is None:
+            return {"connections": [], "channels": [], "consumers": []}
+        return self.client_rows()
+
+    def close_connection(self, name: str, reason: str) -> bool:
+        """Close the client connection named `name` with 320 and `reason` (the server
+        shell's); False if there is none."""
+        return self.close_client is not None and self.close_client(name, reason)
 
 
 def _policy_unchecked(member) -> bool:

@@ -31,15 +31,40 @@ from quorumqueue.broker.queues.remote import RemoteClassicQueue
 from quorumqueue.broker.storage.message_store import MessageStore
 
 
+class Node:
+    """What MirrorLink uses of the node (cluster/host.py ClusterHost): its queue "q"
+    of vhost "/", its run, the policy, its fsync progress (as node/node.py keeps it)."""
+
+    def __init__(self, queue, boot_id: str | None = None, policy=None) -> None:
+        self.queues = {("/", "q"): queue}
+        self.boot_id = boot_id
+        self.policy = policy
+        self.synced_batch_id = 0
+        self.awaiting_sync: set = set()
+
+    def queue(self, vhost: str, name: str):
+        return self.queues.get((vhost, name))
+
+    def all_queues(self):
+        return list(self.queues.values())
+
+    def policy_for(self, vhost: str, kind: str, name: str):
+        return self.policy
+
+    def after_sync(self, batch_id: int, waiter) -> bool:  # as Node.after_sync
+        if batch_id <= self.synced_batch_id:
+            return False
+        self.awaiting_sync.add(waiter)
+        return True
+
+
 class Cluster:
     """What MirrorLink's mirror side uses of the cluster: its name, the node (its
-    vhosts, its fsync progress), the posts to other nodes."""
+    queue, its fsync progress), the posts to other nodes."""
 
     def __init__(self, queue) -> None:
         self.name = "b"
-        self.node = SimpleNamespace(vhosts={"/": SimpleNamespace(queues={"q": queue})},
-                                    synced_batch_id=0, awaiting_sync=set(),
-                                    boot_id="b-run-2")
+        self.node = Node(queue, boot_id="b-run-2")
         self.classic = SimpleNamespace(synced=_SyncedReplies())
         self.posted: list = []
         self.now = 0.0  # the clock, as Node.set_clock passes it to the cluster
@@ -126,9 +151,7 @@ class LeaderCluster:
         self.name = "a"
         self.nodes = ["a", "b", "c"]
         self.boots = {"b": "b-run-1", "c": "c-run-1"}
-        policy = SimpleNamespace(definition={"ha-mode": "all"})
-        self.node = SimpleNamespace(vhosts={"/": SimpleNamespace(queues={"q": queue})},
-                                    policy_for=lambda vhost, kind, name: policy)
+        self.node = Node(queue, policy=SimpleNamespace(definition={"ha-mode": "all"}))
         self.proposed: list[dict] = []
         self.meta = SimpleNamespace(
             propose_data=lambda data: self.proposed.append(json.loads(data)))
@@ -222,7 +245,7 @@ def test_a_policy_without_ha_sync_batch_size_syncs_in_the_configured_batches():
     """The mirroring guide's "Batch Synchronization": without ha-sync-batch-size
     the node's mirroring_sync_batch_size applies; the policy's key wins."""
     queue, cluster, link = leader()
-    cluster.node.settings = SimpleNamespace(mirroring_sync_batch_size=7)
+    cluster.settings = SimpleNamespace(mirroring_sync_batch_size=7)
     assert Mirroring(queue, link, link.settings(queue)).batch_size == 7
     queue.policy_changed(SimpleNamespace(definition={"ha-mode": "all",
                                                      "ha-sync-batch-size": 3}))
@@ -243,7 +266,7 @@ def test_a_mirror_whose_copy_predates_its_restart_is_passed_over_for_promotion(t
     cluster.name = "c"
     cluster.boots = {"b": "b-run-2"}
     cluster.node.boot_id = "c-run-1"
-    cluster.node.settings = SimpleNamespace(permit_classic_queue_mirroring=True)
+    cluster.settings = SimpleNamespace(permit_classic_queue_mirroring=True)
     cluster.posted = []
     cluster._post = lambda node, rpc: cluster.posted.append((node, rpc.kind, rpc.body))
     link = MirrorLink(cluster)

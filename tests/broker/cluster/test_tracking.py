@@ -7,13 +7,29 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from quorumqueue.broker.amqp.connection import ChannelQuota
-from quorumqueue.broker.cluster.tracking import Tracking, local_counts
+from quorumqueue.broker.cluster.tracking import Tracking
 from quorumqueue.broker.cluster.wire import Rpc
+from quorumqueue.broker.node import limits
 
 
 def session(vhost: str, user: str, closed: bool = False, opened: bool = True):
     return SimpleNamespace(vhost=SimpleNamespace(name=vhost) if opened else None,
                            user=SimpleNamespace(name=user), closed=closed)
+
+
+class FakeNode:
+    """What tracking.py asks of the node (cluster/host.py), as node/node.py answers it."""
+
+    def __init__(self, cluster: "FakeCluster") -> None:
+        self.cluster = cluster
+        self.sessions: list = []
+        self.channel_quotas: dict[str, ChannelQuota] = {}
+
+    def connection_counts(self):
+        return limits.connection_counts(self)
+
+    def refresh_channel_quotas(self) -> None:
+        limits.refresh_elsewhere(self)
 
 
 class FakeCluster:
@@ -23,7 +39,8 @@ class FakeCluster:
         self.nodes = tuple(sorted(self.addresses))
         self.sent: list[tuple[str, Rpc]] = []
         self.unreachable: set[str] = set()
-        self.node = SimpleNamespace(sessions=[], channel_quotas={})
+        self.node = FakeNode(self)
+        self.tracking: Tracking | None = None   # the Tracking under test (the quotas ask it)
 
     def _post(self, peer, envelope) -> None:
         self.sent.append((peer, envelope))
@@ -40,14 +57,13 @@ def test_local_counts_are_open_connections_per_vhost_and_user_and_open_channels(
                            channel_quotas={"alice": ChannelQuota("alice"),
                                            "guest": ChannelQuota("guest")})
     node.channel_quotas["alice"].open = 3
-    counts = local_counts(node)
-    assert counts.body() == {"vhosts": {"/": 2, "shop": 1},
-                             "users": {"guest": 1, "alice": 2}, "channels": {"alice": 3}}
+    assert limits.connection_counts(node) == ({"/": 2, "shop": 1}, {"guest": 1, "alice": 2},
+                                              {"alice": 3})
 
 
 def test_counts_go_to_every_peer_when_they_change_and_with_the_pings():
     cluster = FakeCluster()
-    tracking = Tracking(cluster)
+    tracking = cluster.tracking = Tracking(cluster)
     tracking.tick(ping_due=False)                     # nothing sent yet: the first counts
     assert [peer for peer, _ in cluster.sent] == ["b", "c"]
     assert cluster.sent[0][1] == Rpc("connections", {"vhosts": {}, "users": {},
@@ -66,7 +82,7 @@ def test_counts_go_to_every_peer_when_they_change_and_with_the_pings():
 def test_only_reachable_known_peers_count_and_channel_quotas_follow():
     cluster = FakeCluster()
     quota = cluster.node.channel_quotas["alice"] = ChannelQuota("alice", limit=4)
-    tracking = Tracking(cluster)
+    tracking = cluster.tracking = Tracking(cluster)
     tracking.on_counts("b", {"vhosts": {"/": 2, "shop": 1}, "users": {"alice": 2},
                              "channels": {"alice": 3}})
     tracking.on_counts("c", {"vhosts": {"/": 1, 7: 5, "bad": "x", "neg": -1},

@@ -33,7 +33,7 @@ class FakeCluster:
         self._random = random.Random(7)
         queues = {f"q{i}": SimpleNamespace(metadata_record=lambda h=host: {"host": h})
                   for i, host in enumerate(h for h, n in hosted.items() for _ in range(n))}
-        self.node = SimpleNamespace(vhosts={"/": SimpleNamespace(queues=queues)})
+        self.node = SimpleNamespace(all_queues=queues.values)   # cluster/host.py's
 
     def reachable(self, name: str) -> bool:
         return name not in self.down
