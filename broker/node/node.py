@@ -236,6 +236,15 @@ class Node:
         dead_letters.publish(self, queue, exchange, routing_key, header, body, reason,
                              time_ms, blind_keys)
 
+    def route_dead_letter(self, queue: Queue, exchange: str, routing_key: str, header: bytes,
+                          body: bytes, reason: str, time_ms: int,
+                          blind_keys: tuple[str, ...] = ()):
+        """Where the dead-lettered copy of a quorum queue's message goes, for its
+        at-least-once dead-letter worker, which publishes it with confirms
+        (node/dead_letters.py `route`: a Routed, or an Unrouted)."""
+        return dead_letters.route(self, queue, exchange, routing_key, header, body, reason,
+                                  time_ms, blind_keys)
+
     def expire_queue(self, queue: Queue) -> None:
         """A classic queue unused for its x-expires period. It is deleted through
         the metadata log, as a client's queue.delete. RabbitMQ's classic queue
@@ -690,7 +699,7 @@ class Node:
         """Whether the message-store batch `batch_id` is still to be fsynced; if so,
         `waiter.release_confirms(synced_batch_id)` is called after each fsync until
         it returns True (`synced`). For what answers once a batch is durable and is
-        no channel: the cluster's links."""
+        no channel: the cluster's links, a dead-letter worker's confirms."""
         if batch_id <= self.synced_batch_id:
             return False
         self.awaiting_sync.add(waiter)

@@ -3,7 +3,8 @@
 Responsibilities: the dead-lettered copy's content header (`dead_lettered`), the
 routing keys it is published with (`routing_keys`), and RabbitMQ's dead-letter cycle
 rule (`is_cycle`). The node (node/dead_letters.py, for classic and quorum queues)
-calls these and publishes the copy through the vhost's exchanges.
+calls these and routes the copy through the vhost's exchanges: `Routed` is where it
+goes, `Unrouted` why nowhere.
 
 How it works, as RabbitMQ 4.x writes an AMQP 0-9-1 message it dead-letters (the
 dead letter exchanges guide, "Dead-Lettered Messages"):
@@ -40,6 +41,7 @@ routing and publishing (node/dead_letters.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..amqp import codec
@@ -128,3 +130,28 @@ def is_cycle(target: str, reason: str, deaths: list[dict]) -> bool:
         if _text(death.get("queue")) == target:
             return True
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A dead letter routed through its queue's dead-letter exchange (node/dead_letters.py
+    `route`): `message`, the copy (x-death headers, published to `exchange` with the
+    first of `keys`), reaches `queues` (name -> queue), cycles included: the caller
+    skips those `is_cycle(name, reason, deaths)` names."""
+
+    exchange: str
+    keys: list[str]
+    message: Any        # queues/message.py Message
+    deaths: list[dict]  # the copy's x-death tables
+    queues: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Unrouted:
+    """Why a dead letter went nowhere: `why` "exchange", its queue names no
+    dead-letter exchange (`exchange` None) or one that does not exist; "header", its
+    content header cannot be read (`error`)."""
+
+    why: str
+    exchange: str | None = None
+    error: Exception | None = None

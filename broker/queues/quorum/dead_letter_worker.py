@@ -16,7 +16,8 @@ How it works, as the quorum queues guide ("Dead Lettering") describes it:
 - it takes at most `dead_letter_worker_consumer_prefetch` messages (default 32) at a
   time: the machine checks out no more until some are settled, which bounds the
   bodies this worker reads and holds;
-- each message is routed through the dead-letter exchange (its dead-letter routing
+- each message is routed through the dead-letter exchange by the node
+  (QuorumHost.route_dead_letter, node/dead_letters.py `route`: its dead-letter routing
   key, else its own keys), dead-letter cycles are skipped per target queue as the
   at-most-once path does, and each target queue is published to with a confirm
   (`_Confirm`: a quorum queue answers once its log applied the message, a classic
@@ -51,13 +52,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...amqp.errors import AMQPError
 from ...fifo.commands import DlxDelivery, DlxSettle
 from .. import dead_letter
 from ..actions import carry_out
 from ..base import Confirm
-from ..message import Message
-from ..settings import dead_letter_target
+from ..dead_letter import Unrouted
 from .queue import MessageGone
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,15 +104,14 @@ class _Confirm(Confirm):
     def settled(self) -> None:
         """Every queue answered (or none had to): wait for the message-store fsync of a
         classic target, then tell the worker."""
-        node = self.worker.host
-        if self.ok and self.batch_id > node.synced_batch_id:
-            node.awaiting_sync.add(_AfterSync(self))
+        if self.ok and self.worker.host.after_sync(self.batch_id, _AfterSync(self)):
             return
         self.worker.answer(self.letter, self.attempt, self.target, self.ok)
 
 
 class _AfterSync:
-    """In Node.awaiting_sync: a classic target's confirm once its batch is fsynced."""
+    """Waits with the node (QuorumHost.after_sync): a classic target's confirm once
+    its batch is fsynced."""
 
     __slots__ = ("confirm",)
 
@@ -165,54 +163,47 @@ class DeadLetterWorker:
     def _send(self, letter: _Letter, now: int) -> None:
         """One attempt: route the message again and publish it to the routed queues
         that have not confirmed it (see the module header)."""
-        queue, node = self.queue, self.host
+        queue = self.queue
         letter.attempt += 1
         letter.unconfirmed = set()
         letter.sent_ms = now
-        target = dead_letter_target(queue.arguments,
-                                    node.policy_for(queue.vhost, queue.type_name, queue.name))
-        vhost = node.vhosts.get(queue.vhost)
-        exchange = vhost.exchanges.get(target[0]) if target and vhost is not None else None
-        if exchange is None:
-            self._warn(letter, "exchange", "its dead-letter exchange '%s' does not exist",
-                       target[0] if target else None)
-            return
-        exchange_name, dead_letter_key = target
         try:
             if letter.message is None:
                 letter.message = self.groups.read_dead_letter(queue, letter.index)
-            source, routing_key, header, body, blind_keys = letter.message
-            keys = dead_letter.routing_keys(routing_key, header, dead_letter_key, blind_keys)
-            header, deaths = dead_letter.dead_lettered(header, source, routing_key, queue.name,
-                                                       letter.reason, letter.died_ms, dead_letter_key)
-        except (MessageGone, AMQPError, ValueError) as error:
-            # a held message's entry is live, and its header was accepted at publish:
-            # this is a bug; keep the message (never drop) and say so once
+        except MessageGone as error:
+            # a held message's entry is live: this is a bug; keep the message (never
+            # drop) and say so once
             self._warn(letter, "read", "it cannot be read: %s", error)
             return
-        properties = dead_letter.copy_properties(header, dead_letter_key, blind_keys)
-        routed: dict[str, object] = {}
-        for key in keys:
-            for found in vhost.route(exchange, key, lambda: properties.decoded().get("headers")):
-                routed.setdefault(found.name, found)
-        cycles = {name for name in routed if dead_letter.is_cycle(name, letter.reason, deaths)}
+        source, routing_key, header, body, blind_keys = letter.message
+        routed = self.host.route_dead_letter(queue, source, routing_key, header, body,
+                                             letter.reason, letter.died_ms, blind_keys)
+        if isinstance(routed, Unrouted):
+            if routed.why == "exchange":
+                self._warn(letter, "exchange", "its dead-letter exchange '%s' does not exist",
+                           routed.exchange)
+            else:  # its header was accepted at publish: a bug, kept as above
+                self._warn(letter, "read", "it cannot be read: %s", routed.error)
+            return
+        cycles = {name for name in routed.queues
+                  if dead_letter.is_cycle(name, letter.reason, routed.deaths)}
         if cycles:
             self._warn(letter, "cycle", "dead-letter cycle to %s: not delivered there",
                        ", ".join(sorted(cycles)))
-        sending = sorted(name for name in routed
+        sending = sorted(name for name in routed.queues
                          if name not in cycles and name not in letter.confirmed)
         if not sending:
             if letter.confirmed:  # every queue it still routes to confirmed it
                 self._settle(letter)
             else:
                 self._warn(letter, "route", "no queue is bound to dead-letter exchange '%s' "
-                           "with routing keys %s", exchange_name, keys)
+                           "with routing keys %s", routed.exchange, routed.keys)
             return
         letter.unconfirmed = set(sending)
-        message = Message(exchange_name, keys[0], properties, body)
         for name in sending:
             confirm = _Confirm(self, letter, name)
-            carry_out(routed[name].publish(message, None, confirm))  # a classic target's
+            # what a classic target returns (a quorum one answers through its log)
+            carry_out(routed.queues[name].publish(routed.message, None, confirm))
             if not confirm.outstanding:  # answered at once (a classic queue, a refusal)
                 confirm.settled()
 

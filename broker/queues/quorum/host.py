@@ -18,15 +18,9 @@ class QuorumHost(Protocol):
     """The node, as its quorum queues see it."""
 
     boot_id: str            # this run of the node: its connections' identities start with it
-    synced_batch_id: int    # the message-store batch last made durable
-    awaiting_sync: set      # what waits for the next batch: `release_confirms(batch)`
-    vhosts: dict[str, Any]  # name -> VHost: a dead letter's exchange and routing
 
     def has_open_channel(self, identity: str) -> bool:
         """A channel of this node whose fifo identity is `identity` is open."""
-
-    def policy_for(self, vhost: str, kind: str, name: str) -> Any:
-        """The (effective) policy of a queue, or None: its dead-letter target."""
 
     def dead_letters_to(self, queue: Any) -> bool:
         """Whether `queue` has a dead-letter exchange (its arguments or its policy)."""
@@ -35,6 +29,17 @@ class QuorumHost(Protocol):
                          body: bytes, reason: str, time_ms: int,
                          blind_keys: tuple[str, ...] = ()) -> None:
         """A message the leader dropped: publish its dead-lettered copy (at most once)."""
+
+    def route_dead_letter(self, queue: Any, exchange: str, routing_key: str, header: bytes,
+                          body: bytes, reason: str, time_ms: int,
+                          blind_keys: tuple[str, ...] = ()) -> Any:
+        """The same for at-least-once dead lettering: where the copy goes, which the
+        worker publishes with confirms (queues/dead_letter.py Routed, or Unrouted)."""
+
+    def after_sync(self, batch_id: int, waiter: Any) -> bool:
+        """Whether the message-store batch `batch_id` (a classic target's) is still to
+        be made durable; if so, `waiter.release_confirms(synced_batch_id)` is called
+        after each fsync until it returns True."""
 
 
 class QuorumCluster(Protocol):

@@ -252,9 +252,37 @@ def test_the_quorum_type_reaches_its_node_only_through_its_host():
     assert "host" in inspect.signature(quorum_groups.QuorumGroups).parameters
 
 
+def _declared(protocol: str) -> tuple[set[str], set[str]]:
+    """(attributes, methods) host.py's `protocol` class declares."""
+    tree = ast.parse((pathlib.Path(quorum.__file__).parent / "host.py").read_text())
+    (found,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == protocol]
+    return ({item.target.id for item in found.body if isinstance(item, ast.AnnAssign)},
+            {item.name for item in found.body if isinstance(item, ast.FunctionDef)})
+
+
+def test_the_quorum_type_asks_its_host_only_named_methods_and_its_run():
+    """QuorumHost has one attribute, the node's run (boot_id); a dead letter goes to
+    the node as a method call (route_dead_letter for the at-least-once worker, which
+    publishes with confirms and waits for a classic target's fsync through
+    after_sync; dead_letter_copy for at most once), where the worker read the node's
+    vhosts, policies, synced batch and awaiting set. Everything queues/quorum/ reads of
+    its host (`.host.X`) is declared there."""
+    attributes, methods = _declared("QuorumHost")
+    assert attributes == {"boot_id"}
+    assert {"route_dead_letter", "after_sync"} <= methods
+    read = {}
+    for path in sorted(pathlib.Path(quorum.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "host":
+                read.setdefault(node.attr, []).append(f"{path.name}:{node.lineno}")
+    assert set(read) <= attributes | methods, read
+
+
 def test_the_node_is_its_quorum_groups_host():
     node, _queue = quorum_queue()
     assert node.quorum.host is node
+    assert node.quorum.cluster is node.cluster and node.cluster.groups is node.quorum
     assert not node.has_open_channel(f"{node.boot_id}.90.1")
     assert [session for session in node.sessions if session.channels]  # the declaring client's
     [channel] = [c for s in node.sessions for c in s.channels.values()]
