@@ -75,15 +75,15 @@ def broker_connections(broker) -> list[str]:
             for row in HttpManagement(broker.management_url).get("connections")]
 
 
-@pytest.mark.timeout(300)
-def test_a_finished_query_leaves_no_connection_once_spark_ends_its_idle_workers(
+def test_a_finished_query_leaves_at_most_one_connection_per_python_worker(
         spark, fresh_broker, tmp_path):
     queue = quorum_queue(fresh_broker.uri, 30)
     stream = source(spark, fresh_broker.uri, queue, maxMessagesPerTrigger="10")
     run_available_now(stream, str(tmp_path / "checkpoint"), sink="noop")
     # the driver's connection closes as the query stops (its runner's stop() may end
     # just after awaitTermination returns); each Python worker (local[2]: at most 2)
-    # keeps its range-read connection for a next task, and no more
+    # keeps its range-read connection for a next task, and no more. Spark ends a worker
+    # idle for a minute, and its connection with it (70 s measured; not waited for here)
     def only_range_readers() -> tuple[list[str]] | None:
         products = broker_connections(fresh_broker)
         return (products,) if set(products) <= {"quorumqueue range reader"} else None
@@ -91,9 +91,6 @@ def test_a_finished_query_leaves_no_connection_once_spark_ends_its_idle_workers(
     (left,) = wait_for("only range readers left", only_range_readers, timeout=60,
                        interval=0.5)
     assert len(left) <= 2, left
-    # Spark ends a Python worker idle for a minute (70 s measured): its connection with it
-    wait_for("no connection left on the broker", lambda: not broker_connections(fresh_broker),
-             timeout=240, interval=1.0)
 
 
 @pytest.mark.parametrize("crash", [False, True],
