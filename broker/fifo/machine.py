@@ -177,6 +177,8 @@ def apply(meta: Meta, command: Command, state: FifoState) -> tuple[FifoState, An
     # last_active matters only to a queue with an expiry (an UpdateConfig that sets
     # one restarts the period below): the consumer scan is skipped on every other
     used = state.config.expires is not None and _has_consumers(state)
+    if type(command) not in _KEEP_ROSTER:  # may change who can be served
+        state.roster = None
     match command:
         case Enqueue():
             reply = _enqueue(meta, command, state)
@@ -276,6 +278,12 @@ def _enqueue(meta: Meta, command: Enqueue, state: FifoState) -> str:
     (state.high if packed & HIGH_BIT else state.normal).append(meta.index, packed, expiry)
     state.enqueue_count += 1
     return "ok"
+
+
+# the commands after which serving.py's roster (state.py ServingRoster) still holds:
+# an Enqueue changes no consumer, a settle, return or discard only makes room
+# (`_checked` keeps the roster's `full`)
+_KEEP_ROSTER = frozenset({Enqueue, Settle, Return, Discard})
 
 
 def _has_consumers(state: FifoState) -> bool:
@@ -453,6 +461,9 @@ def _checked(key: str, msg_ids, state: FifoState) -> list[tuple[int, int, int]]:
             taken.append(item)
     if consumer.cancelled and not consumer.checked:
         del state.consumers[key]
+        state.roster = None
+    elif state.roster is not None and len(consumer.checked) < consumer.prefetch:
+        state.roster.full.discard(key)  # it has room again
     return taken
 
 

@@ -18,7 +18,11 @@ no TTL anywhere. The messages are taken as one slice, a Delivery each. Everythin
 else goes one message at a time (`_serve_in_turn`). Both give the same deliveries,
 message ids, rotation and queue contents. test_machine.py holds them equal on
 random command sequences. A member replaying the log must reach the same state
-whichever path it takes.
+whichever path it takes. With two consumers or more (`_serve_many`), the roster
+kept between commands (state.py `ServingRoster`) says at once when nobody has room,
+or when everybody has, at one priority: then the round-robin indexes its list
+without a pass over the consumers. test_serving.py holds this equal to ranking
+the consumers after every command.
 
 Invariants: deterministic (the state and the command alone decide). A message is
 handed out at most once per take. Nothing expired is handed out.
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 from . import dlx, single_active
 from .commands import Deliver, Delivery, Dropped, Effect
-from .state import ConsumerState, FifoState, size_of
+from .state import ConsumerState, FifoState, ServingRoster, size_of
 
 
 def expire_heads(state: FifoState, effects: list[Effect]) -> None:
@@ -115,14 +119,59 @@ def serve_consumers(state: FifoState, effects: list[Effect]) -> None:
         only = next(iter(consumers.items()))
         ordered = [only] if only[1].has_capacity() else []
     else:
-        ordered = _ranked(consumers)
+        _serve_many(state, effects)
+        return
     if not ordered:
         return
-    if (len(ordered) == 1 and state.normal.expiries is None and state.high.expiries is None
-            and state.returns.expiries is None and len(state.normal) == state.ready_count):
+    if len(ordered) == 1 and _only_normal(state):
         _serve_one_from_normal(state, *ordered[0], effects)
     else:
         _serve_in_turn(state, ordered, effects)
+
+
+def _serve_many(state: FifoState, effects: list[Effect]) -> None:
+    """`serve_consumers` for two consumers or more, without single active consumer.
+    The roster (state.py `ServingRoster`) spares the pass over every consumer in
+    the two usual cases: every consumer at its prefetch (nothing to do), and every
+    one with room at one priority (the round-robin is over the roster's list as it
+    is). Otherwise the consumers with capacity are ranked (`_ranked`) as before.
+    The deliveries are the same either way (test_serving.py holds them equal)."""
+    roster = state.roster
+    if roster is None:
+        roster = state.roster = _roster(state.consumers)
+    ranked, full = roster.ranked, roster.full
+    if len(full) == len(ranked):  # nobody with capacity
+        return
+    if not full and roster.one_priority:
+        ordered = group = ranked  # every one has capacity: what _ranked would give
+    else:
+        ordered, group = _ranked(state.consumers), None
+    if len(ordered) == 1 and _only_normal(state):
+        key, consumer = ordered[0]
+        _serve_one_from_normal(state, key, consumer, effects)
+        if not consumer.has_capacity():
+            full.add(key)
+    else:
+        _serve_in_turn(state, ordered, effects, full, group)
+
+
+def _only_normal(state: FifoState) -> bool:
+    """`_serve_one_from_normal`'s case: every ready message in the normal queue, no
+    TTL anywhere."""
+    return (state.normal.expiries is None and state.high.expiries is None
+            and state.returns.expiries is None and len(state.normal) == state.ready_count)
+
+
+def _roster(consumers: dict[str, ConsumerState]) -> ServingRoster:
+    """The ServingRoster of `consumers` (one pass and a sort, after a command that
+    may change who can be served)."""
+    ranked = [item for item in consumers.items()
+              if not (item[1].cancelled or item[1].pull_only or item[1].suspected)]
+    ranked.sort(key=_rank)
+    full = {key for key, consumer in ranked
+            if consumer.prefetch and len(consumer.checked) >= consumer.prefetch}
+    one_priority = not ranked or ranked[0][1].priority == ranked[-1][1].priority
+    return ServingRoster(ranked, full, one_priority)
 
 
 def _rank(item: tuple[str, ConsumerState]) -> tuple[int, int]:
@@ -154,13 +203,14 @@ def _ranked(consumers: dict[str, ConsumerState]) -> list[tuple[str, ConsumerStat
 
 
 def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
-                   effects: list[Effect]) -> None:
+                   effects: list[Effect], full: set[str] | None = None,
+                   group: list[tuple[str, ConsumerState]] | None = None) -> None:
     """Hand ready messages one at a time to `ordered`, round-robin among the
     highest priority. `ordered` is the consumers with capacity, highest priority
     first. The highest priority's group is the same until a consumer runs out of
-    capacity (then it leaves `ordered`)."""
+    capacity (then it leaves `ordered`, and joins `full`, the roster's, if given).
+    `group`, if given, is that group already (`ordered` is not changed in place)."""
     batches: dict[str, list[Delivery]] = {}
-    group = None
     while state.ready_count and ordered:
         if group is None:
             top = ordered[0][1].priority
@@ -178,6 +228,8 @@ def _serve_in_turn(state: FifoState, ordered: list[tuple[str, ConsumerState]],
         if not consumer.has_capacity():
             ordered = [item for item in ordered if item[0] != key]
             group = None
+            if full is not None:
+                full.add(key)
     for key, deliveries in batches.items():
         effects.append(Deliver(key, tuple(deliveries)))
 

@@ -178,6 +178,25 @@ class ConsumerState:
         return not self.prefetch or len(self.checked) < self.prefetch
 
 
+@dataclass(slots=True)
+class ServingRoster:
+    """The consumers serving.py may push to, kept between commands so that serving
+    an Enqueue need not visit every consumer. Derived from `FifoState.consumers`:
+    never snapshotted, not compared, rebuilt when None (serving.py `_roster`).
+
+    `ranked`: the consumers neither cancelled, pull-only nor suspected, highest
+    priority first, then registration order. `full`: the keys of those at their
+    prefetch. `one_priority`: every ranked consumer has the same priority.
+
+    Invariant: while not None, it is what `_roster` would build from the consumers.
+    machine.py `apply` drops it (None) on every command but Enqueue, Settle, Return
+    and Discard; serving.py adds a consumer to `full` when it fills, machine.py
+    `_checked` removes it when a settle, return or discard makes room."""
+    ranked: list[tuple[str, ConsumerState]]
+    full: set[str]
+    one_priority: bool
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseFence:
     """Why a lease refuses its holder: its messages first_seq..end_seq went back to the
@@ -367,6 +386,9 @@ class FifoState:
     last_active: int = 0
     # the leader time of the command being applied (set by `apply`, not snapshotted)
     now_ms: int = 0
+    # who serving.py may push to (ServingRoster), None until built: derived from
+    # `consumers`, not snapshotted, not compared
+    roster: ServingRoster | None = field(default=None, compare=False, repr=False)
 
     @property
     def ready_count(self) -> int:
