@@ -9,6 +9,7 @@ entries sit in both); each test works on its own copy.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 from collections import Counter
@@ -16,6 +17,7 @@ from collections import Counter
 import pika
 import pytest
 
+from quorumqueue.broker.raft.storage.wal import RECORD_HEADER, RECORD_HEADER_SIZE
 from quorumqueue.jobs.log_files import (COLUMN_NAMES, LogReadError, list_files, queue_of,
                                         read_rows)
 from tests.support.broker import BrokerProcess
@@ -123,8 +125,16 @@ def test_a_corrupt_record_is_named_with_its_file_and_offset(data_dir):
     with pytest.raises(LogReadError) as caught:
         rows_of(data_dir)
     message = str(caught.value)
-    assert os.path.basename(path) in message and str(record["offset"]) in message
-    assert "checksum" in message
+    assert os.path.basename(path) in message and "checksum" in message
+    # the record named holds the byte changed: the entry's own record, or the ENTRIES
+    # record (WAL version 3) of the run it was appended in, whose rows are its entries
+    # at the offsets of their length fields (which entries share a record depends on
+    # how the broker's appends were batched)
+    named = int(re.search(r"at byte offset (\d+)", message).group(1))
+    with open(path, "rb") as handle:
+        handle.seek(named)
+        length, _, _ = RECORD_HEADER.unpack(handle.read(RECORD_HEADER.size))
+    assert named <= record["offset"] < record["offset"] + 13 + 30 < named + RECORD_HEADER_SIZE + length
 
 
 def test_an_unknown_segment_version_is_refused(data_dir):
