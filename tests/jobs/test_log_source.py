@@ -117,8 +117,9 @@ def test_a_corrupt_record_is_named_with_its_file_and_offset(data_dir):
     path = newest_wal(data_dir)
     record = [r for r in rows_of(data_dir) if r["command"] == "ENQUEUE"
               and r["file_kind"] == "wal"][0]
+    changed = record["offset"] + RECORD_HEADER_SIZE + 30   # inside the payload
     with open(path, "r+b") as handle:
-        handle.seek(record["offset"] + 13 + 30)        # inside the payload
+        handle.seek(changed)
         byte = handle.read(1)
         handle.seek(-1, os.SEEK_CUR)
         handle.write(bytes([byte[0] ^ 0xFF]))
@@ -134,7 +135,7 @@ def test_a_corrupt_record_is_named_with_its_file_and_offset(data_dir):
     with open(path, "rb") as handle:
         handle.seek(named)
         length, _, _ = RECORD_HEADER.unpack(handle.read(RECORD_HEADER.size))
-    assert named <= record["offset"] < record["offset"] + 13 + 30 < named + RECORD_HEADER_SIZE + length
+    assert named <= record["offset"] < changed < named + RECORD_HEADER_SIZE + length
 
 
 def test_an_unknown_segment_version_is_refused(data_dir):
