@@ -157,13 +157,15 @@ def test_spark_workers_keep_no_importer_for_spark_s_own_zips_and_core_jar():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*archives, "/elsewhere/pyspark.zip"]))
     probe = ("import sys, importlib; importlib.invalidate_caches();"
              f"print([p for p in sys.path if p.startswith({home!r})]);"
-             f"print(sorted(p for p in sys.path_importer_cache if p.startswith({home!r})))")
+             f"print(sorted(p for p in sys.path_importer_cache if p.startswith({home!r})));"
+             "print('/elsewhere/pyspark.zip' in sys.path)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    on_path, importers = result.stdout.splitlines()
+    on_path, importers, elsewhere_kept = result.stdout.splitlines()
     assert on_path == "[]"
     assert importers == "[]"
+    assert elsewhere_kept == "True"
 
 
 @pytest.mark.parametrize("kafka, hint", [
