@@ -4,6 +4,7 @@
         [--messages 500000] [--messages-4k 100000] [--sink-messages 300000]
         [--per-trigger 100000] [--per-trigger-4k 25000] [--kafka-partitions 2]
         [--latency-rate 2000] [--latency-seconds 20] [--triggers 0,500]
+        [--latency-write common|all|none]
         [--eo-messages 60000] [--eo-per-trigger 5000] [--eo-kills 2]
         [--sides kafka,quorumqueue] [--out bench/results]
 
@@ -30,7 +31,11 @@ started, and the report gives that side's figures without ratios):
 - `latency`: a running query (no batch limit) into foreachBatch (collect the send
   times, append to Delta) at processing-time triggers `--triggers` (ms), while a loader
   publishes `--latency-rate` msg/s for `--latency-seconds`: p50/p99 of publish -> rows
-  in foreachBatch and publish -> Delta commit;
+  in foreachBatch and publish -> Delta commit. foreachBatch appends, by default, the
+  columns both sources have under one set of names (the bytes, the queue or topic, the
+  offset: the same bytes on both sides); `--latency-write all` appends every column of
+  the source (quorumqueue's 20 against Kafka's 7), `none` nothing. The warm-up round
+  runs each side's latency query once for a few seconds, untimed;
 - `exactly-once`: `--eo-messages` into Delta in a driver process SIGKILLed `--eo-kills`
   times and restarted from its checkpoint: rows, distinct, published (once per run).
 
@@ -63,7 +68,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.brokers import quorumqueue_broker  # noqa: E402
 from bench.kafka_broker import KafkaBroker  # noqa: E402
 from bench.process_cpu import jvm_total  # noqa: E402
-from bench.vs_kafka_workloads import Bench, ExactlyOnceRun, LatencyRun, Run, log  # noqa: E402
+from bench.vs_kafka_workloads import (LATENCY_WRITES, Bench, ExactlyOnceRun,  # noqa: E402
+                                      LatencyRun, Run, log)
 
 THROUGHPUT = ("source-noop", "source-delta", "source-4k-noop", "source-4k-delta", "sink")
 WORKLOADS = THROUGHPUT + ("latency", "exactly-once")
@@ -71,6 +77,7 @@ SIDES = ("kafka", "quorumqueue")
 TARGET = {"source-noop": 1.0, "source-delta": 1.0, "source-4k-noop": 1.0,
           "source-4k-delta": 1.0, "sink": 1.0}
 LATENCY_TARGET = {"p50": 1.0, "p99": 1.5}   # quorumqueue / Kafka milliseconds, at most
+LATENCY_WARMUP_S = 6.0   # the untimed latency run per side (its first 2 s are left out)
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,6 +93,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-rate", type=int, default=2000)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--triggers", default="0,500", help="processing-time triggers, ms")
+    parser.add_argument("--latency-write", choices=LATENCY_WRITES, default="common",
+                        help="what foreachBatch appends to Delta: the columns both sources "
+                             "have (the default), every column of the source, or nothing")
     parser.add_argument("--eo-messages", type=int, default=60_000)
     parser.add_argument("--eo-per-trigger", type=int, default=5_000)
     parser.add_argument("--eo-kills", type=int, default=2)
@@ -148,7 +158,7 @@ def measure(bench: Bench, arguments) -> dict:
         for workload in throughput:
             for kind in arguments.side_list:
                 profiled(bench, workload, kind, arguments, frame)
-    for round_number in range(1, arguments.rounds + 1):
+    for round_number in range(1, arguments.rounds + 1 if throughput else 1):
         results["load"].append(load())
         for workload in throughput:
             for kind in order(round_number, arguments.side_list):
@@ -156,12 +166,18 @@ def measure(bench: Bench, arguments) -> dict:
                 results["throughput"].setdefault(workload, {}).setdefault(kind, []).append(run)
                 log(f"[round {round_number}] {workload} {kind}: {run.messages:,} in "
                     f"{run.seconds:.2f} s = {run.rate:,.0f} msg/s (load {load()})")
+    if "latency" in arguments.chosen and not arguments.no_warmup:
+        for kind in arguments.side_list:  # else a latency run alone starts on a cold JVM
+            run = bench.latency(kind, arguments.trigger_list[0], arguments.latency_rate,
+                                LATENCY_WARMUP_S, write=arguments.latency_write)
+            log(f"[warm-up] latency {kind}: arrival p50 {run.arrival_ms[0]:.0f} ms (untimed)")
     if "latency" in arguments.chosen:
         for trigger in arguments.trigger_list:
             for round_number in range(1, arguments.rounds + 1):
+                results["load"].append(load())
                 for kind in order(round_number, arguments.side_list):
                     run = bench.latency(kind, trigger, arguments.latency_rate,
-                                        arguments.latency_seconds)
+                                        arguments.latency_seconds, write=arguments.latency_write)
                     results["latency"].setdefault(trigger, {}).setdefault(kind, []).append(run)
                     log(f"[latency {trigger} ms, round {round_number}] {kind}: arrival p50 "
                         f"{run.arrival_ms[0]:.0f} p99 {run.arrival_ms[1]:.0f} ms, commit p50 "

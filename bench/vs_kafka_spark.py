@@ -5,7 +5,8 @@ Responsibilities
     (spark-sql-kafka-0-10) on `spark.jars`, so the quorumqueue source and sink and
     Kafka's run in one JVM with the same settings. `Side` names one system and how
     Spark reads and writes it (`stream`, `write`), and the column that holds a
-    message's bytes (`body` for quorumqueue, `value` for Kafka). `sequence(column)`:
+    message's bytes (`body` for quorumqueue, `value` for Kafka), and the columns both
+    sources have (`common_columns`, renamed alike). `sequence(column)`:
     the 8-byte sequence number every body starts with (bench/vs_kafka_loader.py),
     which the checks count distinct.
 
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 from bench.kafka_broker import spark_kafka_jars
 
+# The columns the latency workload appends to Delta on both sides (Side.common_columns).
+COMMON_COLUMNS = ("body", "source", "offset")
 SPARK_DRIVER_MEMORY = "4g"   # 100,000 x 4 KB per run; local mode's executors live in it
 
 
@@ -72,6 +75,14 @@ class Side:
     @property
     def body_column(self) -> str:
         return "value" if self.kind == "kafka" else "body"
+
+    def common_columns(self) -> list[tuple[str, str]]:
+        """(this source's column, its name on both sides) for the columns both sources
+        have (COMMON_COLUMNS): the message's bytes (`value` for Kafka), where it came
+        from (the topic, the queue) and its position (the partition's offset, the
+        lease sequence): binary, string and long on both sides."""
+        source = "topic" if self.kind == "kafka" else "queue"
+        return list(zip((self.body_column, source, "offset"), COMMON_COLUMNS))
 
     def stream(self, spark, per_trigger: int | None = None):
         reader = spark.readStream

@@ -13,11 +13,13 @@ Responsibilities
     - `sink(side, frame)`: a cached DataFrame written with `df.write` into a fresh
       topic or queue, timed around `save()`; checks the topic's end offsets or the
       queue's depth.
-    - `latency(side, trigger_ms, rate, seconds)`: a running query (no batch limit,
-      processing-time trigger `trigger_ms`) into `foreachBatch`, which collects each
-      batch's send times (cached batch), appends the batch to a Delta table, and
-      notes when the rows arrived and when the Delta commit returned, while a loader
-      publishes `rate` per second for `seconds`; every message must arrive once.
+    - `latency(side, trigger_ms, rate, seconds, write=...)`: a running query (no batch
+      limit, processing-time trigger `trigger_ms`) into `foreachBatch`, which collects
+      each batch's send times (cached batch), appends the batch to a Delta table
+      (`write`, LATENCY_WRITES: by default the columns both sources have, renamed
+      alike), and notes when the rows arrived and when the Delta commit returned,
+      while a loader publishes `rate` per second for `seconds`; every message must
+      arrive once.
     - `exactly_once(side, messages, per_trigger, kills)`: bench/vs_kafka_driver.py
       into Delta, SIGKILLed (its whole session) `kills` times at a random moment after
       a new Delta commit, restarted from its checkpoint each time, finally run with
@@ -56,6 +58,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOADER = [sys.executable, str(REPO_ROOT / "bench" / "vs_kafka_loader.py")]
 DRIVER = [sys.executable, str(REPO_ROOT / "bench" / "vs_kafka_driver.py")]
 ARRIVAL_TIMEOUT_S = 120.0
+# What the latency workload's foreachBatch does with a batch after collecting its send
+# times: "common" appends the columns both sources have (Side.common_columns: the
+# message's bytes, where it came from, its position) to Delta, the same bytes and the
+# same work on both sides; "all" appends every column of the source (quorumqueue's 20
+# against Kafka's 7, so not the same work); "none" appends nothing.
+LATENCY_WRITES = ("common", "all", "none")
 KILL_WAIT_S = 300.0
 
 
@@ -83,7 +91,9 @@ class LatencyRun:
     batches: int
     cpu: dict[str, float]
     # median ms per batch of each phase in Spark's progress reports (durationMs:
-    # latestOffset, queryPlanning, addBatch, walCommit, commitOffsets, triggerExecution...)
+    # latestOffset, queryPlanning, addBatch, walCommit, commitOffsets, triggerExecution...),
+    # and inside addBatch the foreachBatch's "fb.collect" (persist, collect the send
+    # times: the source's read) and "fb.write" (the Delta append)
     phases_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -210,24 +220,34 @@ class Bench:
         return Run(seconds, messages, used)
 
     def latency(self, kind: str, trigger_ms: int, rate: int, seconds: float,
-                size: int = 256) -> LatencyRun:
+                size: int = 256, write: str = "common") -> LatencyRun:
         from pyspark.sql import functions as F
 
+        if write not in LATENCY_WRITES:
+            raise ValueError(f"write {write!r}: one of {', '.join(LATENCY_WRITES)}")
         side = self.side(kind, f"latency-{trigger_ms}")
         self.create(side)
         table = str(self.workdir / f"table-{side.name}")
         batches: list[tuple[np.ndarray, int, int]] = []
+        inside: list[tuple[int, int]] = []   # ns per batch: the collect, the Delta append
 
         def on_batch(frame, _batch_id) -> None:
+            began = time.time_ns()
+            if write != "all":
+                frame = frame.select(*(F.col(column).alias(name)
+                                       for column, name in side.common_columns()))
             frame.persist()
-            stamps = frame.select(F.substring(side.body_column, 1, 16).alias("s")).collect()
+            stamps = frame.select(F.substring(side.body_column if write == "all" else "body",
+                                              1, 16).alias("s")).collect()
             arrived = time.time_ns()
-            frame.write.format("delta").mode("append").save(table)
+            if write != "none":
+                frame.write.format("delta").mode("append").save(table)
             committed = time.time_ns()
             frame.unpersist()
             if stamps:
                 raw = np.frombuffer(b"".join(row.s for row in stamps), ">u8").reshape(-1, 2)
                 batches.append((raw, arrived, committed))
+                inside.append((arrived - began, committed - arrived))
 
         query = (side.stream(self.spark).writeStream.foreachBatch(on_batch)
                  .option("checkpointLocation", str(self.workdir / f"checkpoint-{side.name}"))
@@ -244,6 +264,9 @@ class Bench:
                   f"{kind}: all {expected} messages in foreachBatch")
             used = delta(before, cpu.snapshot()) | {"loader": report.get("cpu_s", 0.0)}
             phases = _phase_medians(query.recentProgress)
+            if inside:  # addBatch's two jobs, medians over the batches that read rows
+                phases["fb.collect"] = float(np.median([c for c, _w in inside])) / 1e6
+                phases["fb.write"] = float(np.median([w for _c, w in inside])) / 1e6
         finally:
             query.stop()
         sequences = np.concatenate([b[0][:, 0] for b in batches])

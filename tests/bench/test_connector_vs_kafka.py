@@ -91,3 +91,27 @@ def test_the_phases_of_a_latency_run_are_medians_over_the_batches_that_read_rows
         (30, {"latestOffset": 40, "triggerExecution": 500, "addBatch": 300})]]
     assert _phase_medians(reports) == {"addBatch": 300.0, "latestOffset": 40.0,
                                        "triggerExecution": 500.0}
+
+
+def test_the_latency_workload_appends_the_same_columns_on_both_sides_by_default():
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
+
+    from bench.vs_kafka_spark import COMMON_COLUMNS, Side
+    from quorumqueue.connector.schema import SCHEMA
+
+    # Spark's Kafka source schema (without includeHeaders), as its documentation gives it
+    kafka = {"key": BinaryType(), "value": BinaryType(), "topic": StringType(),
+             "partition": IntegerType(), "offset": LongType(), "timestamp": TimestampType(),
+             "timestampType": IntegerType()}
+    quorumqueue = {field.name: field.dataType for field in SCHEMA.fields}
+    written = {}
+    for kind, schema in (("kafka", kafka), ("quorumqueue", quorumqueue)):
+        pairs = Side(kind, "address", "name").common_columns()
+        assert [name for _column, name in pairs] == list(COMMON_COLUMNS)
+        written[kind] = [(name, schema[column]) for column, name in pairs]
+    assert written["kafka"] == written["quorumqueue"]
+    assert [kind for _name, kind in written["kafka"]] == [BinaryType(), StringType(), LongType()]
+    assert parse_arguments([]).latency_write == "common"
+    assert parse_arguments(["--latency-write", "all"]).latency_write == "all"
+    with pytest.raises(SystemExit):
+        parse_arguments(["--latency-write", "some"])
