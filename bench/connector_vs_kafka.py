@@ -182,7 +182,8 @@ def measure(bench: Bench, arguments) -> dict:
                     log(f"[latency {trigger} ms, round {round_number}] {kind}: arrival p50 "
                         f"{run.arrival_ms[0]:.0f} p99 {run.arrival_ms[1]:.0f} ms, commit p50 "
                         f"{run.commit_ms[0]:.0f} p99 {run.commit_ms[1]:.0f} ms "
-                        f"({run.batches} batches; load {load()}); per batch, ms: "
+                        f"({run.batches} batches, {run.rows_per_batch:.0f} rows per batch; "
+                        f"load {load()}); per batch, ms: "
                         + ", ".join(f"{k} {v:.0f}" for k, v in run.phases_ms.items()))
     if "exactly-once" in arguments.chosen:
         for kind in arguments.side_list:

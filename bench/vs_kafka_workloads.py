@@ -58,6 +58,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOADER = [sys.executable, str(REPO_ROOT / "bench" / "vs_kafka_loader.py")]
 DRIVER = [sys.executable, str(REPO_ROOT / "bench" / "vs_kafka_driver.py")]
 ARRIVAL_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 180.0   # a latency query's first progress (60 s ran out at load 16)
 # What the latency workload's foreachBatch does with a batch after collecting its send
 # times: "common" appends the columns both sources have (Side.common_columns: the
 # message's bytes, where it came from, its position) to Delta, the same bytes and the
@@ -95,6 +96,7 @@ class LatencyRun:
     # and inside addBatch the foreachBatch's "fb.collect" (persist, collect the send
     # times: the source's read) and "fb.write" (the Delta append)
     phases_ms: dict[str, float] = field(default_factory=dict)
+    rows_per_batch: float = 0.0           # median over the batches that read rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +231,7 @@ class Bench:
         self.create(side)
         table = str(self.workdir / f"table-{side.name}")
         batches: list[tuple[np.ndarray, int, int]] = []
-        inside: list[tuple[int, int]] = []   # ns per batch: the collect, the Delta append
+        inside: list[tuple[int, int, int]] = []   # per batch: collect ns, append ns, rows
 
         def on_batch(frame, _batch_id) -> None:
             began = time.time_ns()
@@ -247,13 +249,14 @@ class Bench:
             if stamps:
                 raw = np.frombuffer(b"".join(row.s for row in stamps), ">u8").reshape(-1, 2)
                 batches.append((raw, arrived, committed))
-                inside.append((arrived - began, committed - arrived))
+                inside.append((arrived - began, committed - arrived, len(stamps)))
 
         query = (side.stream(self.spark).writeStream.foreachBatch(on_batch)
                  .option("checkpointLocation", str(self.workdir / f"checkpoint-{side.name}"))
                  .trigger(processingTime=f"{trigger_ms} milliseconds").start())
         try:
-            _wait(lambda: query.lastProgress is not None, 60, f"{kind} latency query's start")
+            _wait(lambda: query.lastProgress is not None, START_TIMEOUT_S,
+                  f"{kind} latency query's start")
             loader = self.loader(side, "steady", "--rate", str(rate), "--seconds", str(seconds),
                                  "--size", str(size))
             cpu = self.cpu(side)
@@ -265,8 +268,8 @@ class Bench:
             used = delta(before, cpu.snapshot()) | {"loader": report.get("cpu_s", 0.0)}
             phases = _phase_medians(query.recentProgress)
             if inside:  # addBatch's two jobs, medians over the batches that read rows
-                phases["fb.collect"] = float(np.median([c for c, _w in inside])) / 1e6
-                phases["fb.write"] = float(np.median([w for _c, w in inside])) / 1e6
+                phases["fb.collect"] = float(np.median([c for c, _w, _n in inside])) / 1e6
+                phases["fb.write"] = float(np.median([w for _c, w, _n in inside])) / 1e6
         finally:
             query.stop()
         sequences = np.concatenate([b[0][:, 0] for b in batches])
@@ -284,7 +287,8 @@ class Bench:
         shutil.rmtree(table, ignore_errors=True)
         return LatencyRun(tuple(np.percentile(arrival_ms, (50, 99)).tolist()),
                           tuple(np.percentile(commit_ms, (50, 99)).tolist()),
-                          expected, len(batches), used, phases)
+                          expected, len(batches), used, phases,
+                          float(np.median([n for _c, _w, n in inside])))
 
     def exactly_once(self, kind: str, messages: int, per_trigger: int, kills: int,
                      size: int = 256) -> ExactlyOnceRun:
