@@ -8,11 +8,13 @@ clients of a running node: quorumqueue.cli).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 
 import click
 
-from .config import ConfigError, _nodes, load_settings
+from .config import WORKER_COOKIE_ENV, ConfigError, _nodes, load_settings
 
 
 @click.group()
@@ -42,8 +44,10 @@ def main() -> None:
               help="Join the cluster of the running node NAME, whose inter-node port is "
                    "HOST:PORT (like rabbitmqctl join_cluster); this node then holds no "
                    "queue replicas until `queues grow` or `add_member`.")
+@click.option("--worker", type=int, hidden=True,
+              help="This process is worker K of a node of broker.workers (server/workers.py).")
 def start(config_path, port, host, management_port, prometheus_port, data_dir, node_name,
-          cluster_port, cluster_nodes, join) -> None:
+          cluster_port, cluster_nodes, join, worker) -> None:
     """Run one broker node in the foreground; logs to stderr; stops on SIGTERM/SIGINT."""
     from .server.run import run
 
@@ -55,9 +59,13 @@ def start(config_path, port, host, management_port, prometheus_port, data_dir, n
                                  node_name=node_name, distribution_port=cluster_port,
                                  cluster_nodes=nodes, cluster_join=join,
                                  prometheus_port=prometheus_port)
+        settings = _as_worker(settings, worker)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:
+        if settings.workers > 1 and settings.worker < 0:
+            from .server.workers import supervise
+            sys.exit(supervise(settings, config_path))
         run(settings)
     except ConfigError as error:  # found while starting (e.g. a damaged cookie file)
         click.echo(f"quorumqueue: cannot start the broker: {error}", err=True)
@@ -66,6 +74,21 @@ def start(config_path, port, host, management_port, prometheus_port, data_dir, n
         click.echo(f"quorumqueue: cannot start the broker: {error}. Is another broker "
                    f"using port {settings.port}? Pick another with --port.", err=True)
         sys.exit(1)
+
+
+def _as_worker(settings, worker: int | None):
+    """The settings of worker `worker` of a node (None: this process is the node or its
+    supervisor); a node of several workers is not a member of a bigger cluster yet."""
+    if worker is None:
+        if settings.workers > 1 and settings.clustered:
+            raise ConfigError("broker.workers > 1 on a node of a cluster (cluster_formation."
+                              "classic_config.nodes, --cluster-nodes, --join) is not built yet "
+                              "(docs/design/workers.md)")
+        return settings
+    cookie = os.environ.get(WORKER_COOKIE_ENV, "")
+    if worker < 0 or not cookie:
+        raise ConfigError("--worker is for the processes a node of broker.workers starts")
+    return dataclasses.replace(settings, worker=worker, cluster_cookie=cookie)
 
 
 if __name__ == "__main__":  # pragma: no cover

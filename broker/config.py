@@ -133,6 +133,12 @@ class Settings:
     # (RabbitMQ's channel_tick_interval, an advanced.config key: 60000 ms by default);
     # the server's ticker runs every 0.5 s, so shorter values act as 0.5 s
     channel_tick_interval_ms: int = 60_000
+    # a node on several cores (docs/design/workers.md): with broker.workers > 1, `broker
+    # start` runs a supervisor of that many worker processes (server/workers.py), each a
+    # member of a loopback cluster; `worker` is this process's index among them (-1: the
+    # node is one process), set by the supervisor's --worker, never by a file
+    workers: int = 1
+    worker: int = -1
     # the management HTTP API (broker/management/): RabbitMQ's management plugin keys
     # and defaults (loopback only, like the AMQP listener); 0 picks a free port
     management_port: int = 15672
@@ -221,6 +227,17 @@ class Settings:
 def _int(key, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    return value
+
+
+# where a node of broker.workers gives its workers their cookie (server/workers.py)
+WORKER_COOKIE_ENV = "QUORUMQUEUE_WORKER_COOKIE"
+
+
+def _workers(key, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}: expected a number of worker processes, at least 1, "
+                          f"got {value!r}")
     return value
 
 
@@ -392,6 +409,7 @@ KEYS = {
     "consumer_timeout": ("consumer_timeout_ms", _ms_or_undefined),
     "lease_timeout": ("lease_timeout_ms", _ms_or_undefined),
     "channel_tick_interval": ("channel_tick_interval_ms", _int),
+    "broker.workers": ("workers", _workers),
     "management.tcp.port": ("management_port", _int),
     "management.tcp.ip": ("management_ip", _str),
     "collect_statistics_interval": ("statistics_interval_ms", _int),

@@ -314,7 +314,17 @@ class Cluster:
     def place(self, size: int, locator: str) -> tuple[tuple[str, ...], str]:
         """(members, intended leader) of a new quorum queue: `size` nodes (capped at
         the cluster's size) including this one; the leader here (client-local) or on
-        the member leading the fewest groups (balanced)."""
+        the member leading the fewest groups (balanced). On a worker of a node of
+        broker.workers (server/workers.py) the cluster is one node: one member, on the
+        worker holding the fewest quorum queues (this one on a tie)."""
+        if self.settings.worker >= 0:
+            held = {n: 0 for n in self.nodes}
+            for queue in self.node.all_queues():
+                for member in queue.metadata_record().get("members", ()):
+                    if member in held:
+                        held[member] += 1
+            owner = min(held, key=lambda n: (held[n], n != self.name, n))
+            return (owner,), owner
         size = max(1, min(size, len(self.nodes)))
         others = [n for n in self.nodes if n != self.name]
         members = tuple(sorted([self.name] + self._random.sample(others, size - 1)))

@@ -96,3 +96,17 @@ class Collector:
 
     def __len__(self) -> int:
         return len(self.deliveries)
+
+
+def consume_bodies(channel, queue: str, count: int, timeout: float = 30.0) -> list[bytes]:
+    """`count` bodies consumed from `queue` with manual acks, in delivery order; fails
+    naming how many came if the queue falls silent for `timeout` seconds first."""
+    got = []
+    for method, _properties, data in channel.consume(queue, inactivity_timeout=timeout):
+        assert method is not None, f"only {len(got)} of {count} came back from '{queue}'"
+        got.append(data)
+        channel.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    channel.cancel()
+    return got

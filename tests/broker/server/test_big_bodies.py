@@ -15,7 +15,7 @@ import pika
 
 from tests.support.broker import BrokerProcess
 
-from .pika_support import connect
+from .pika_support import connect, consume_bodies
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,18 +30,6 @@ def body(number: int) -> bytes:
     return random.Random(number).randbytes(SIZES[number % len(SIZES)])
 
 
-def take(channel, queue: str, count: int) -> list[bytes]:
-    got = []
-    for method, _properties, data in channel.consume(queue, inactivity_timeout=30):
-        assert method is not None, f"only {len(got)} of {count} came back"
-        got.append(data)
-        channel.basic_ack(method.delivery_tag)
-        if len(got) == count:
-            break
-    channel.cancel()
-    return got
-
-
 def test_big_bodies_reach_consumers_whole_across_rollovers_and_a_restart():
     with BrokerProcess(extra_config=CONFIG) as broker:
         connection = connect(broker)
@@ -52,11 +40,11 @@ def test_big_bodies_reach_consumers_whole_across_rollovers_and_a_restart():
             channel.basic_publish("", "big", body(number),
                                   pika.BasicProperties(delivery_mode=2))
         small_frames = connect(broker, frame_max=8192)   # a body in up to 33 frames
-        assert take(small_frames.channel(), "big", 12) == [body(n) for n in range(12)]
+        assert consume_bodies(small_frames.channel(), "big", 12) == [body(n) for n in range(12)]
         small_frames.close()
-        assert take(channel, "big", 12) == [body(n) for n in range(12, 24)]
+        assert consume_bodies(channel, "big", 12) == [body(n) for n in range(12, 24)]
         connection.close()
         broker.restart(kill=True)
         connection = connect(broker)
-        assert take(connection.channel(), "big", 12) == [body(n) for n in range(24, 36)]
+        assert consume_bodies(connection.channel(), "big", 12) == [body(n) for n in range(24, 36)]
         connection.close()
