@@ -42,5 +42,11 @@ class Delivery:
 
 def header_delivery_count(properties: pika.BasicProperties) -> int:
     """Earlier deliveries of a message, from its `x-delivery-count` header (0 if none),
-    as quorum queues report it (the quorum queues guide, "Poison Message Handling")."""
-    return int((properties.headers or {}).get("x-delivery-count", 0))
+    as quorum queues report it (the quorum queues guide, "Poison Message Handling").
+
+    The broker writes the header as an integer, and only once it has counted a
+    delivery; before that the header is whatever the publisher put there. A value
+    that is not an integer is not the broker's count, so it counts as 0, and the
+    message still reads (with its headers as published)."""
+    count = (properties.headers or {}).get("x-delivery-count", 0)
+    return count if type(count) is int else 0
