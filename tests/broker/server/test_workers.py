@@ -3,7 +3,8 @@
 A client talks to the node's one AMQP port: it declares 4 quorum queues, publishes to
 each with confirms and consumes them all, in order per queue, while the queues are
 served by both worker processes. Killing a worker stops the node as a whole: the
-node's process exits 70 and the other worker is gone with it. A node of workers
+node's process exits 70 and the other worker is gone with it; started again on its
+data, the node has every confirmed message, in order. A node of workers
 refuses a data directory of a one-process node, a cluster configuration, and a name
 whose host is not loopback (its workers dial each other by it).
 """
@@ -71,7 +72,8 @@ def in_thread(action, timeout: float = CLIENT_TIMEOUT_S):
     return value
 
 
-def publish_and_consume(broker: BrokerProcess) -> dict[str, list[bytes]]:
+def publish(broker: BrokerProcess) -> None:
+    """MESSAGES confirmed publishes to each of QUEUES (declared here), interleaved."""
     connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
     try:
         channel = connection.channel()
@@ -82,6 +84,14 @@ def publish_and_consume(broker: BrokerProcess) -> dict[str, list[bytes]]:
             for queue in QUEUES:
                 channel.basic_publish("", queue, f"{queue}-{number}".encode(), PERSISTENT,
                                       mandatory=True)
+    finally:
+        connection.close()
+
+
+def consume(broker: BrokerProcess) -> dict[str, list[bytes]]:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.uri))
+    try:
+        channel = connection.channel()
         channel.basic_qos(prefetch_count=10)
         return {queue: consume_bodies(channel, queue, MESSAGES, timeout=60) for queue in QUEUES}
     finally:
@@ -90,7 +100,8 @@ def publish_and_consume(broker: BrokerProcess) -> dict[str, list[bytes]]:
 
 def test_one_port_serves_queues_of_both_workers_with_confirms_and_order(node):
     assert len(workers_of(node)) == 2
-    received = in_thread(lambda: publish_and_consume(node))
+    in_thread(lambda: publish(node))
+    received = in_thread(lambda: consume(node))
     for queue in QUEUES:
         assert received[queue] == [f"{queue}-{n}".encode() for n in range(MESSAGES)]
     status = in_thread(lambda: call(node.uri, "cluster.status"))
@@ -108,6 +119,17 @@ def test_a_killed_worker_stops_the_node_as_a_whole(node):
     assert "worker 1" in node.log() and "the node stops as a whole" in node.log()
     with pytest.raises(ProcessLookupError):
         os.kill(workers[0], 0)
+
+
+def test_what_was_confirmed_is_there_after_a_killed_worker_and_a_restart(node):
+    in_thread(lambda: publish(node))
+    os.kill(workers_of(node)[1], signal.SIGKILL)
+    assert wait_until(lambda: node.process.poll(), "the node's process to exit", 60) == 70
+    node.start(timeout=120)  # same data directory and port
+    assert len(workers_of(node)) == 2
+    received = in_thread(lambda: consume(node))
+    for queue in QUEUES:
+        assert received[queue] == [f"{queue}-{n}".encode() for n in range(MESSAGES)]
 
 
 def start_refused(tmp_path, workers: str = "2", *options: str) -> subprocess.CompletedProcess:
