@@ -4,7 +4,8 @@ A client talks to the node's one AMQP port: it declares 4 quorum queues, publish
 each with confirms and consumes them all, in order per queue, while the queues are
 served by both worker processes. Killing a worker stops the node as a whole: the
 node's process exits 70 and the other worker is gone with it; started again on its
-data, the node has every confirmed message, in order. A node of workers
+data, the node has every confirmed message, in order. Stopped (SIGTERM), it stops its
+workers and exits 0. A node of workers
 refuses a data directory of a one-process node, a cluster configuration, and a name
 whose host is not loopback (its workers dial each other by it).
 """
@@ -119,6 +120,17 @@ def test_a_killed_worker_stops_the_node_as_a_whole(node):
     assert "worker 1" in node.log() and "the node stops as a whole" in node.log()
     with pytest.raises(ProcessLookupError):
         os.kill(workers[0], 0)
+
+
+def test_a_stopped_node_stops_its_workers_and_exits_0(node):
+    workers = workers_of(node)
+    node.process.send_signal(signal.SIGTERM)
+    assert wait_until(lambda: node.process.poll() is not None, "the node's process to exit",
+                      60)
+    assert node.process.returncode == 0, node.log()
+    for pid in workers:  # reaped by the supervisor before it exited
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_what_was_confirmed_is_there_after_a_killed_worker_and_a_restart(node):
