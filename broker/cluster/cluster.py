@@ -293,7 +293,7 @@ class Cluster:
             # a group of one elects itself at once; a new cluster: the first node asks
             # first (the others time out)
             raft.campaign()
-        self.meta = MetaGroup(self.node, raft, store)
+        self.meta = MetaGroup(self.node, raft, store, self)
         quorum.add_group(self.meta)
         return self.meta
 

@@ -88,7 +88,7 @@ from ..raft.forwarded import dump_snapshot, load_snapshot
 from ..raft.storage import LogStore
 from ..raft.storage.errors import is_disk_full
 from ..storage.metadata_store import MetadataStore, decode_arguments, encode_arguments
-from .replicated import ReplicatedGroup
+from .replicated import ReplicatedGroup, Router
 
 log = logging.getLogger("quorumqueue.cluster")
 
@@ -198,8 +198,9 @@ class MetadataHost(Protocol):
 class MetaGroup(ReplicatedGroup):
     """This node's member of the metadata group."""
 
-    def __init__(self, node: MetadataHost, raft: RaftNode | None, store: LogStore) -> None:
-        super().__init__(META_GROUP, raft)
+    def __init__(self, node: MetadataHost, raft: RaftNode | None, store: LogStore,
+                 router: Router) -> None:
+        super().__init__(META_GROUP, raft, router)
         self.node = node
         self.store = store  # the node's log store: snapshots of this group
         # entries up to here were applied before a restart: replayed now

@@ -116,10 +116,11 @@ class Router(Protocol):
 class ReplicatedGroup:
     """Base of QuorumQueue and the metadata group: `raft`, `group`, the waiters."""
 
-    def __init__(self, group: str, raft: RaftNode | None) -> None:
+    def __init__(self, group: str, raft: RaftNode | None, router: Router) -> None:
         self.group = group            # the Raft group uid (log storage key)
         self.raft = raft
-        self.router: Router | None = None  # None: a group of one (no cluster)
+        # the node's cluster: forwards to the leader (a node alone is a cluster of one)
+        self.router = router
         self.deleted = False
         # index -> [(term of the append or None for "any", command data, waiter)]; the
         # data of a run waited for at its last index is the run's list (RunWaiter)
@@ -162,9 +163,9 @@ class ReplicatedGroup:
         be applied ahead of it)."""
         raft = self.raft
         router = self.router
-        if router is None or (raft is not None and raft.role is _LEADER  # is_leader
-                              and not (router.forwarded_to(self.group)
-                                       and any(data[0] != FORWARDED for data, _ in run))):
+        if (raft is not None and raft.role is _LEADER  # is_leader
+                and not (router.forwarded_to(self.group)
+                         and any(data[0] != FORWARDED for data, _ in run))):
             datas: list[bytes] = []
             for data, _waiter in run:
                 if type(data) is list:  # a run of its own: one waiter for all
@@ -174,8 +175,7 @@ class ReplicatedGroup:
             try:
                 index = raft.propose_run(datas)
             except (NotLeader, ProposalRejected):  # mid transfer: the next leader takes it
-                if self.router is None:
-                    raise
+                pass
             else:
                 term, waiters = raft.term, self.waiters
                 for data, waiter in run:
@@ -194,9 +194,9 @@ class ReplicatedGroup:
             if type(data) is list:
                 for command, one in zip(data, waiter.split(len(data)) if waiter is not None
                                         else [None] * len(data)):
-                    self.router.forward(self, command, one)
+                    router.forward(self, command, one)
             else:
-                self.router.forward(self, data, waiter)
+                router.forward(self, data, waiter)
 
     def wait_at(self, index: int, term: int, data: bytes, waiter: Waiter) -> None:
         """A forwarded command was appended at (index, term) by the leader."""

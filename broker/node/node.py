@@ -48,6 +48,7 @@ from . import dead_letters, group_commit, limits, management, ordering
 from .counters import Counters
 from .operator_policies import effective, parse_operator_policy
 from .policies import Policy, matching, parse_policy
+from .shell import NO_SHELL, Shell
 from ..queues.quorum.groups import QuorumGroups
 from .vhost import VHost
 
@@ -68,8 +69,10 @@ CMR_TRIGGERS = frozenset({"cluster.add_node", "cluster.forget_node", "policy.set
 class Node:
     def __init__(self, settings, users: UserStore | None, log_store: LogStore,
                  message_store: MessageStore | None = None,
-                 metadata_store: MetadataStore | None = None) -> None:
+                 metadata_store: MetadataStore | None = None, shell: Shell = NO_SHELL) -> None:
         self.settings = settings
+        # the server shell running the node (shell.py): its shovels' rows, its clients
+        self.shell = shell
         # this run of the node; fifo identities start with it, and carry the node's
         # name: every node tells its own from others'
         self.boot_id = (f"{settings.node_name}:"
@@ -99,12 +102,6 @@ class Node:
         # runtime parameters (rabbitmqctl set_parameter; component "shovel" only,
         # broker/shovel/): (component, vhost, name) -> value
         self.parameters: dict[tuple[str, str, str], object] = {}
-        # the shovels' status rows on this node, set by the server shell (shovels.status)
-        self.shovel_status = None
-        # this node's AMQP clients' management rows and closing one of them by name,
-        # set by the server shell (for another node's management API: replica_rpc)
-        self.client_rows = None
-        self.close_client = None
         # metadata commands applied that are continuous membership reconciliation's
         # trigger events (a node joined or was forgotten, a policy changed: the 4.2
         # guide's CMR); the server runs CMR a trigger_interval after a new one
@@ -878,20 +875,17 @@ class Node:
         limits.refresh_elsewhere(self)
 
     def shovel_rows(self) -> list:
-        """The status rows of the dynamic shovels this node runs (none before the
-        server shell starts them)."""
-        return list(self.shovel_status()) if self.shovel_status is not None else []
+        """The status rows of the dynamic shovels this node runs (the shell's)."""
+        return self.shell.shovel_rows()
 
     def clients(self) -> dict:
-        """This node's AMQP clients' management rows (the server shell's)."""
-        if self.client_rows is None:
-            return {"connections": [], "channels": [], "consumers": []}
-        return self.client_rows()
+        """This node's AMQP clients' management rows (the shell's)."""
+        return self.shell.client_rows()
 
     def close_connection(self, name: str, reason: str) -> bool:
-        """Close the client connection named `name` with 320 and `reason` (the server
+        """Close the client connection named `name` with 320 and `reason` (the
         shell's); False if there is none."""
-        return self.close_client is not None and self.close_client(name, reason)
+        return self.shell.close_client(name, reason)
 
 
 def _policy_unchecked(member) -> bool:

@@ -62,6 +62,7 @@ from ..metrics.loop_lag import LoopLag
 from ..node import group_commit, membership
 from ..node.node import Node
 from ..node.session import Session
+from ..node.shell import NO_SHELL, Shell
 from ..raft.storage import LogStore
 from ..raft.storage.errors import is_disk_full
 from ..shovel.supervisor import Shovels
@@ -95,8 +96,8 @@ def total_memory_bytes() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def build_node(settings: Settings) -> Node:
-    """A node over `settings.data_dir`, with durable state recovered."""
+def build_node(settings: Settings, shell: Shell) -> Node:
+    """A node over `settings.data_dir`, with durable state recovered, run by `shell`."""
     os.makedirs(settings.data_dir, exist_ok=True)
     users = UserStore.with_default_user() if settings.default_user == "guest" else UserStore()
     if settings.default_user != "guest":
@@ -107,7 +108,8 @@ def build_node(settings: Settings) -> Node:
                          settings.msg_store_segment_bytes, settings.fsync)
     # snapshots and segment deletions go with the next Sync, off the event loop
     log_store = LogStore(settings.data_dir, settings.storage_config(), background=True)
-    node = assemble_node(settings, users, log_store, store, MetadataStore(settings.data_dir))
+    node = assemble_node(settings, users, log_store, store, MetadataStore(settings.data_dir),
+                         shell)
     counts = node.recover()
     node.cluster.meta.recover()  # the metadata group's snapshot, if the file is older
     if settings.default_vhost not in node.vhosts:
@@ -122,11 +124,13 @@ def build_node(settings: Settings) -> Node:
 
 def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
                   message_store: MessageStore | None = None,
-                  metadata_store: MetadataStore | None = None) -> Node:
+                  metadata_store: MetadataStore | None = None,
+                  shell: Shell = NO_SHELL) -> Node:
     """A node and what it always runs, whatever the cluster's size: its quorum groups
     over `log_store` and its member of the metadata group (a node is a cluster of
-    one until others join: every definition takes the same path)."""
-    node = Node(settings, users, log_store, message_store, metadata_store)
+    one until others join: every definition takes the same path). `shell`: the
+    server running it (node/shell.py), none for a node driven directly."""
+    node = Node(settings, users, log_store, message_store, metadata_store, shell)
     node.cluster.start_metadata()
     return node
 
@@ -282,9 +286,9 @@ class _Connection(asyncio.Protocol):
 
 
 class BrokerServer:
-    def __init__(self, settings: Settings, node: Node | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.node = node if node is not None else build_node(settings)
+        self.node = build_node(settings, self)  # the node's shell (node/shell.py): this
         self.connections: dict[Session, _Connection] = {}
         self._lingering: set = set()  # early refusals and draining closes, closed later
         self._flush_scheduled = False
@@ -386,9 +390,6 @@ class BrokerServer:
         self.shovels = Shovels(local_uri(self.settings.default_user, self.settings.default_pass,
                                          self.settings.host, self.port),
                                self._shovel_finished, cluster.name)
-        self.node.shovel_status = self.shovels.status
-        self.node.client_rows = self.client_rows
-        self.node.close_client = self.close_client
         self.cluster_transport = self._cluster_transport()
         await self.cluster_transport.start()
         self._cluster_started = True
@@ -481,6 +482,10 @@ class BrokerServer:
             peer = connection.transport.get_extra_info("peername") or ("?", 0)
             local = connection.transport.get_extra_info("sockname") or ("?", 0)
             yield session, (peer[0], peer[1]), (local[0], local[1])
+
+    def shovel_rows(self) -> list:
+        """The status rows of the dynamic shovels run here (none before `start`)."""
+        return list(self.shovels.status()) if self.shovels is not None else []
 
     def client_rows(self) -> dict:
         """The management rows of this node's AMQP clients (management/rows.py)."""

@@ -217,9 +217,8 @@ class QuorumGroups:
         raft = self.new_core(uid)
         if campaign:
             raft.campaign()  # a group of one elects itself at once
-        queue = QuorumQueue(vhost, name, arguments, uid, raft, state, members)
-        queue.router = self.cluster
-        queue.groups = self
+        queue = QuorumQueue(vhost, name, arguments, uid, raft, state, members,
+                            self.cluster, self)
         self.queues[uid] = queue
         return queue
 
@@ -234,11 +233,8 @@ class QuorumGroups:
                 members: tuple[str, ...]) -> QuorumQueue:
         """The record of a queue with no replica on this node (no Raft member here).
         Its commands go to the leader through the cluster (proxying)."""
-        queue = QuorumQueue(vhost, name, arguments, uid, None,
-                            FifoState(config=fifo_config(arguments)), members)
-        queue.router = self.cluster
-        queue.groups = self
-        return queue
+        return QuorumQueue(vhost, name, arguments, uid, None,
+                           FifoState(config=fifo_config(arguments)), members, self.cluster, self)
 
     def join(self, queue: QuorumQueue) -> None:
         """This node was named a member of an existing queue. It gets an empty
@@ -247,7 +243,6 @@ class QuorumGroups:
         if queue.group in self.store.groups():
             self.store.delete_group(queue.group)  # a stale replica from an earlier time
         queue.raft = self.new_core(queue.group)
-        queue.router = self.cluster
         queue.state = FifoState(config=fifo_config(queue.arguments))
         queue.applied = AppliedIds()
         queue.joined_at = self.now
@@ -269,9 +264,8 @@ class QuorumGroups:
         log.info("quorum queue '%s' in vhost '%s': replica on %s removed", queue.name,
                  queue.vhost, self.member)
 
-    def add_group(self, member) -> None:
+    def add_group(self, member: ReplicatedGroup) -> None:
         """Drive another replicated thing (the metadata group) in the same cycle."""
-        member.router = self.cluster
         self.queues[member.group] = member
 
     def delete(self, queue: QuorumQueue) -> None:

@@ -37,7 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, assert_never
+from typing import TYPE_CHECKING, Any, Callable, Iterable, assert_never
 
 from ...amqp import codec, spec
 from ...amqp.channel import ChannelState
@@ -55,6 +55,10 @@ from ..base import Asker, Channel, Confirm, Consumer, MessageCounts, Queue
 from ..settings import leader_locator, quorum_config
 from ..types import EQUIVALENCE_KEYS_BY_TYPE
 from .answers import Answer, DeclareAsked, Event, GetAsked, PurgeAsked
+from .host import QuorumCluster
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .groups import QuorumGroups
 
 # a no-ack consumer gets this much credit in the machine: its deliveries are settled as
 # soon as they are written, which gives the credit back (flow control without acks)
@@ -141,11 +145,13 @@ class QuorumQueue(ReplicatedGroup, Queue):
     durable = True
     auto_delete = False
     exclusive_owner = None
+    router: QuorumCluster  # ReplicatedGroup's, as the quorum type uses it (counts too)
 
     def __init__(self, vhost: str, name: str, arguments: dict, group: str,
-                 raft: RaftNode | None, state: FifoState,
-                 members: tuple[str, ...] = ()) -> None:
-        super().__init__(group, raft)
+                 raft: RaftNode | None, state: FifoState, members: tuple[str, ...],
+                 router: QuorumCluster, groups: "QuorumGroups") -> None:
+        super().__init__(group, raft, router)  # the node's cluster: forwards, counts
+        self.groups = groups          # the node's QuorumGroups (reads bodies from the log)
         self.vhost = vhost
         self.name = name
         self.arguments = arguments
@@ -171,7 +177,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
         self.compacted_dead = 0       # dead entries below the snapshot at the last compaction
         self.config_proposed = None   # settings proposed for the machine, not yet applied
         self.policy_term = 0          # the term whose leader compared them (policy_due)
-        self.groups = None            # the node's QuorumGroups (reads bodies from the log)
         # settlements (Settle/Return/Discard: kind, consumer key, msg ids) not proposed
         # yet: coalesced until the queue's next command or the node's next round
         self.settling: list[tuple[type, str, list[int]]] = []
@@ -381,17 +386,13 @@ class QuorumQueue(ReplicatedGroup, Queue):
                                message.properties.blind_keys)
         # "ok" and "duplicate" (stored by an earlier publish) are both confirmed
         waiter = None if confirm is None else confirm.hold_reply("rejected")
-        groups = self.groups
-        if groups is None:
-            self.propose_data(data, waiter)
-            return []
         if self.settling:  # settlements made before go first
             self.flush_settlements()
         # what one read publishes to the queue becomes one run: one append, one
         # Ready entry list for the apply loop (proposed at the node's next round, or
         # before the queue's next command: nothing is reordered against them)
         if not self.publishing:
-            groups.holding.add(self)
+            self.groups.holding.add(self)
         self.publishing.append((data, waiter))
         return []
 
@@ -406,7 +407,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         per message, since the machine refuses every later seq of a publisher after
         one it refused. No actions, as `publish`."""
         groups = self.groups
-        if channel is None or groups is None:  # (a batch comes from a client's channel)
+        if channel is None:  # (a batch comes from a client's channel)
             return super().publish_batch(batch, exchange, routing_key, channel, confirm)
         entries = stamped_enqueues(groups.clock_ms, batch.publisher, batch.first,
                                    min(batch.properties.priority, 255), exchange,
@@ -532,11 +533,6 @@ class QuorumQueue(ReplicatedGroup, Queue):
             for token in tokens:
                 by_key.setdefault(token.key, []).append(token.msg_id)
             per_key = by_key.items()
-        groups = self.groups
-        if groups is None:
-            for key, msg_ids in per_key:
-                self.propose(kind(key, tuple(msg_ids)), 0)
-            return []
         # A client acking every message would otherwise make a log entry (and an
         # append, a decode and an apply on every member) per ack: what one read
         # settles becomes one command per consumer, proposed before the queue's next
@@ -550,7 +546,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
                 settling[-1][2].extend(msg_ids)
             else:
                 settling.append((kind, key, msg_ids))
-        groups.holding.add(self)
+        self.groups.holding.add(self)
         return []
 
     def remove_unknown_consumer(self, key: str, msg_ids: tuple[int, ...],
@@ -608,7 +604,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
         them expects. With nothing unapplied it is returned. Else it is
         `handle_event`'s once applied. With no replica here, a member counts
         (cluster/proxy.py)."""
-        if self.raft is None and self.router is not None:
+        if self.raft is None:
             self.router.counts(self, lambda counts: carry_out([DeclareOk(
                 to, counts["ready"], counts["declared"]
                 if counts.get("declared") is not None else counts["consumers"])]))
@@ -667,7 +663,7 @@ class QuorumQueue(ReplicatedGroup, Queue):
     def stats_later(self, node_name: str, done: Callable[[dict[str, Any]], None]) -> None:
         """With no replica here, the counts come from a member (as a passive declare's)."""
         row = self.stats(node_name)
-        if self.raft is not None or self.router is None:
+        if self.raft is not None:
             done(row)
             return
 

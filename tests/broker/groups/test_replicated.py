@@ -31,7 +31,7 @@ class Router:
 
 
 def test_a_run_waits_at_its_last_entry_and_is_appended_with_the_commands_around_it():
-    group = ReplicatedGroup("g", Raft(last=4))
+    group = ReplicatedGroup("g", Raft(last=4), Router())
     answered: list = []
     run = RunWaiter(answered.append, "rejected")
     single: list = []
@@ -48,7 +48,7 @@ def test_a_run_whose_last_append_is_lost_is_proposed_again_whole():
     """Another leader's entry of a newer term at or below the run's last index dooms
     it: every command of the run is appended again (keyed: those that did land are
     duplicates) and the same waiter waits at the new last index."""
-    group = ReplicatedGroup("g", Raft())
+    group = ReplicatedGroup("g", Raft(), Router())
     answered: list = []
     run = RunWaiter(answered.append, "rejected")
     group.propose_run([([b"b1", b"b2"], run)])
@@ -59,8 +59,7 @@ def test_a_run_whose_last_append_is_lost_is_proposed_again_whole():
 
 
 def test_a_forwarded_run_gives_each_command_a_waiter_and_answers_once():
-    group = ReplicatedGroup("g", None)
-    group.router = Router()
+    group = ReplicatedGroup("g", None, Router())
     answered: list = []
     group.propose_run([([b"b1", b"b2", b"b3"], RunWaiter(answered.append, "rejected")),
                        ([b"d1", b"d2"], None)])

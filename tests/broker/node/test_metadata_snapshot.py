@@ -274,7 +274,7 @@ def stored_snapshot(node: Node, snapshot: bytes, index: int) -> meta.MetaGroup:
     store = node.quorum.store
     store.set_initial_members(meta.META_GROUP, [ME])
     store.install_snapshot(meta.META_GROUP, SnapshotMeta(index, 1, (ME,)), snapshot)
-    return meta.MetaGroup(node, None, store)
+    return meta.MetaGroup(node, None, store, node.cluster)
 
 
 def test_a_start_over_an_older_metadata_file_restores_the_snapshot(tmp_path):

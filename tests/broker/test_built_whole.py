@@ -1,0 +1,67 @@
+"""Objects are built whole (issue 29, Build 4: "objects receive what they need when
+constructed; no attribute wiring after construction").
+
+Read from the source: nothing under broker/ assigns what a quorum queue or the
+metadata group member is given when built (its router, its quorum groups), nor the
+node's shell (what it asks of the server running it: shovel rows, client rows,
+closing a client), except the object's own `__init__` as `self.<name> = ...`.
+Then the objects as the broker assembles them hold what they were built with.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.broker.node.harness import Client, new_node
+
+BROKER = Path(__file__).resolve().parents[2] / "broker"
+# given at construction: QuorumQueue and MetaGroup (router, groups), Node (its shell and
+# the names the shell's three callables had when assigned to it later)
+GIVEN = {"router", "groups", "shell", "shovel_status", "client_rows", "close_client"}
+
+
+def wiring() -> list[str]:
+    """Where broker/ assigns one of GIVEN other than `self.<name> =` in an `__init__`."""
+    found = []
+    for path in sorted(BROKER.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inits = {id(node) for function in ast.walk(tree)
+                 if isinstance(function, ast.FunctionDef) and function.name == "__init__"
+                 for node in ast.walk(function)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            else:
+                continue
+            for target in targets:
+                # the assigned names themselves (a tuple's too), not what they index
+                parts = target.elts if isinstance(target, ast.Tuple) else [target]
+                for part in parts:
+                    if not (isinstance(part, ast.Attribute) and part.attr in GIVEN):
+                        continue
+                    own = (isinstance(part.value, ast.Name) and part.value.id == "self"
+                           and id(node) in inits)
+                    if not own:
+                        found.append(f"{path.relative_to(BROKER)}:{node.lineno}: "
+                                     f"{ast.unparse(part)} = ...")
+    return found
+
+
+def test_nothing_assigns_a_router_groups_or_shell_after_construction():
+    assert wiring() == []
+
+
+def test_the_assembled_node_hands_its_queues_and_metadata_member_the_cluster():
+    client = Client(new_node())
+    client.handshake()
+    client.open_channel(1)
+    client.declare_queue(1, "whole", durable=True, arguments={"x-queue-type": "quorum"})
+    node = client.node
+    (queue,) = [q for q in node.quorum.queues.values() if getattr(q, "name", None) == "whole"]
+    assert queue.router is node.cluster and queue.groups is node.quorum
+    assert node.cluster.meta.router is node.cluster
+    # a node no server runs: no shovels, no client connections over a socket
+    assert node.shovel_rows() == []
+    assert node.clients() == {"connections": [], "channels": [], "consumers": []}
+    assert node.close_connection("127.0.0.1:1 -> 127.0.0.1:2", "bye") is False
