@@ -50,6 +50,7 @@ Not here: consensus (core.py), the on-disk format (storage/), what an entry mean
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..raft.core import RaftNode
@@ -57,6 +58,7 @@ from ..raft.messages import AppendEntries, Message
 from ..raft.ready import Ready
 from ..raft.storage import LogStore
 from ..raft.storage.errors import is_disk_full
+from ..raft.storage.wal import WalBatch
 
 MAX_ROUNDS = 64  # rounds per flush: proposals made while applying are bounded
 
@@ -80,6 +82,57 @@ class ReadyHandler(Protocol):
 
 # (member, the core that produced the Ready, the Ready)
 Batch = list[tuple[Member, RaftNode, Ready]]
+
+
+@dataclass(slots=True)
+class Round:
+    """One round in halves, for a caller that fsyncs off its event loop
+    (queues/quorum/groups.py `begin_round`, `end_round`): the Readies persisted, and
+    the log store's batch they were sealed into (`LogStore.seal`). Between the two
+    halves the batch is made durable here, on any thread: `make_durable` touches
+    only the WAL file. The caller then hands the batch back to its store
+    (`LogStore.synced`) and calls `finish_round` with `readies`.
+
+    A full disk (errors.is_disk_full) fails `write` or `make_durable` without harm:
+    `rewind` cuts the file back to where the batch began, and the next
+    `make_durable` writes the whole batch again (a failed fdatasync may have dropped
+    its pages: never only synced again)."""
+    readies: Batch
+    log: WalBatch
+    written: bool = False              # the records are in the file (the page cache)
+
+    @property
+    def sync_due(self) -> bool:
+        """Whether `make_durable` has file work: records to fdatasync, or a sliced
+        rollover's steps (raft/storage/rollover.py `WalBatch.after`)."""
+        log = self.log
+        return (bool(log.records) and log.fsync) or bool(log.after)
+
+    @property
+    def has_file_work(self) -> bool:
+        """Records to write, synced or not, or a rollover's steps."""
+        log = self.log
+        return bool(log.records) or bool(log.after)
+
+    def write(self) -> None:
+        """The records into the file, without the fdatasync: for a round with none
+        due (`sync_due` False), written where the caller stands."""
+        self.log.write_records()
+        self.written = True
+
+    def make_durable(self) -> None:
+        """The records into the file unless `write` put them there, then the
+        fdatasync and the rollover's file syncs."""
+        if self.written:
+            self.log.sync()
+        else:
+            self.log.write()
+            self.written = True
+
+    def rewind(self) -> None:
+        """Undo a failed attempt: the file as before the batch."""
+        self.log.rewind()
+        self.written = False
 
 
 def persist(store: LogStore, group: str, ready: Ready) -> None:

@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING
 
 from ..groups import driver
 from ..raft.storage.errors import is_disk_full
-from ..raft.storage.wal import WalBatch
 from ..storage.message_store import SealedBatch
 from ..storage.metadata_store import MetadataStore
 from ..storage.node_list import NodeListFile
@@ -80,12 +79,10 @@ class Sync:
     node_list: tuple | None            # the cluster's node list, if changed
     node_file: NodeListFile | None     # where it goes
     messages: SealedBatch | None       # the message store's batch (None: no store)
-    readies: driver.Batch              # the Raft round waiting for `log`
-    log: WalBatch | None               # the log store's batch (None: no quorum queues)
+    round: driver.Round                # the Raft round, with the log store's batch
     journal: list[bytes] | None = None  # else the queue records changed: journal lines
     attempts: int = 0                  # runs that failed on a full disk
     unwritten: OSError | None = None   # `write` found the disk full: `run` writes again
-    log_written: bool = False          # the log's batch is in its file (else `run` writes it)
 
     @property
     def writes(self) -> bool:
@@ -95,9 +92,8 @@ class Sync:
                 or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)
-                or (self.log is not None and bool(self.log.records) and self.log.fsync)
-                or (self.log is not None and bool(self.log.after)))  # file work (rollover,
-                # snapshots, segment deletions: raft/storage/rollover.py, deferred.py)
+                or self.round.sync_due)  # records, or file work (rollover, snapshots,
+                # segment deletions: raft/storage/rollover.py, deferred.py)
 
     def write(self) -> None:
         """The message store's batch into its file, unsynced (quick: the event loop
@@ -109,19 +105,12 @@ class Sync:
         try:
             if self.messages is not None:
                 self.messages.write_data()
-            if self.log is not None and not self.writes:
-                self.log.write_records()
-                self.log_written = True
+            if not self.writes:
+                self.round.write()
         except OSError as error:
             if not is_disk_full(error):
                 raise
             self.unwritten = error
-
-    def _write_batches(self) -> None:
-        if self.messages is not None:
-            self.messages.write_data()
-        if self.log is not None:
-            self.log.write_records()
 
     def run(self) -> None:
         """The metadata files and the fdatasyncs (at once when both: see the module
@@ -133,21 +122,19 @@ class Sync:
             if self.unwritten is not None or self.attempts:
                 self.unwritten = None
                 self.rewind()     # what the failed attempt left half written
-                self._write_batches()
-                self.log_written = True
+                if self.messages is not None:
+                    self.messages.write_data()  # the log's: by make_durable, below
             beside = None
             if self._has_files() and self._has_batches():  # both: their fsyncs at once
                 beside = _metadata_thread().submit(self._save_files)
             elif self._has_files():
                 self._save_files()
             try:
-                if self.log is not None and not self.log_written:
-                    self.log.write_records()   # the page cache, here: not on the loop
-                    self.log_written = True
                 if self.messages is not None:
                     self.messages.sync()
-                if self.log is not None:
-                    self.log.sync()
+                # the log's records into the page cache, here (not on the loop), and
+                # its fdatasync: the Raft round does its own file's work
+                self.round.make_durable()
             finally:
                 if beside is not None:
                     beside.result()  # its error (a full disk) raised here, after both
@@ -165,7 +152,7 @@ class Sync:
     def _has_batches(self) -> bool:
         return ((self.messages is not None and bool(self.messages.data)
                  and self.messages.fsync)
-                or (self.log is not None and (bool(self.log.records) or bool(self.log.after))))
+                or self.round.has_file_work)
 
     def _save_files(self) -> None:
         """The metadata file (or its journal's lines) and the node list."""
@@ -182,8 +169,7 @@ class Sync:
         """Both batches' files as they were before this Sync (no space needed)."""
         if self.messages is not None:
             self.messages.rewind()
-        if self.log is not None:
-            self.log.rewind()
+        self.round.rewind()
 
 
 _METADATA_THREAD: list = []
@@ -237,9 +223,8 @@ def begin_sync(node: "Node") -> Sync:
     messages = None
     if node.store is not None and (node.store.has_pending or node.awaiting_sync):
         messages = node.store.seal()
-    readies, batch = node.quorum.begin_round()
     sync = Sync(node.metadata, document, applied, node_list, cluster.node_file, messages,
-                readies, batch, journal)
+                node.quorum.begin_round(), journal)
     sync.write()
     return sync
 
@@ -249,8 +234,7 @@ def end_sync(node: "Node", sync: Sync) -> None:
         node.synced(node.store.synced(sync.messages))
     elif node.store is None and node.awaiting_sync:
         node.synced(node.synced_batch_id + 1)
-    if sync.log is not None:
-        node.quorum.end_round(sync.readies, sync.log)
+    node.quorum.end_round(sync.round)
 
 
 def pending_writes(node: "Node") -> tuple[int, int] | None:
@@ -269,6 +253,6 @@ def flush(node: "Node") -> None:
         sync = begin_sync(node)
         sync.run()
         end_sync(node, sync)
-        if not sync.readies:
+        if not sync.round.readies:
             return
     log.warning("node flush: still busy after %d rounds", driver.MAX_ROUNDS)  # pragma: no cover

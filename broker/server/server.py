@@ -656,7 +656,7 @@ class BrokerServer:
                 if sync.writes:
                     break
                 group_commit.end_sync(node, sync)  # nothing to wait for
-                if not sync.readies:
+                if not sync.round.readies:
                     sync = None
                     break
             else:  # pragma: no cover - proposals while applying are bounded

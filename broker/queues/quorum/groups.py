@@ -72,7 +72,6 @@ from ...raft import COMMAND, RaftConfig, RaftNode, Ready
 from ...raft.forwarded import FORWARDED, HEAD_SIZE, NEVER, AppliedIds, load_snapshot, unwrap
 from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
-from ...raft.storage.wal import WalBatch
 from ..actions import ConfirmsDue, carry_out
 from ..base import Channel
 from ..deadlines import Deadlines
@@ -301,10 +300,10 @@ class QuorumGroups:
             if not readies:
                 return
 
-    def begin_round(self) -> tuple[driver.Batch, WalBatch]:
+    def begin_round(self) -> driver.Round:
         """One round in halves, for a shell that fsyncs off its event loop.
-        Every group's Ready is persisted and sealed. `batch.write()` makes it durable,
-        on any thread. Call `end_round` once that returned."""
+        Every group's Ready is persisted and sealed. The round's `make_durable()`
+        makes it durable, on any thread. Call `end_round` once that returned."""
         self._propose_held()
         waiting = len(self.held_readies)
         readies = driver.persist_round(self.store, self._take_awake(), self.held_readies)
@@ -315,7 +314,7 @@ class QuorumGroups:
                         "it" if len(self.held_readies) == 1 else "they")
         self._time_appends(readies)
         driver.send_early(readies, self)  # leaders' appends: while the fsync runs
-        return readies, self.store.seal()
+        return driver.Round(readies, self.store.seal())
 
     def _take_awake(self) -> list[ReplicatedGroup]:
         """The members to ask for a Ready this round. They are those woken since
@@ -354,12 +353,12 @@ class QuorumGroups:
             if ready.entries and member.commit_probe is None:
                 member.commit_probe = (ready.entries[-1].index, self.now)
 
-    def end_round(self, readies: driver.Batch, batch: WalBatch) -> None:
-        """`batch` is written. Send, apply and advance the round's Readies. Then
-        apply what that made committed and durable, and what peers committed
-        meanwhile."""
-        self.store.synced(batch)
-        driver.finish_round(readies, self, sent_early=True)
+    def end_round(self, round_: driver.Round) -> None:
+        """The round is durable (`make_durable` returned). Send, apply and advance
+        its Readies. Then apply what that made committed and durable, and what peers
+        committed meanwhile."""
+        self.store.synced(round_.log)
+        driver.finish_round(round_.readies, self, sent_early=True)
         # the round's groups (each woke at its advance) and those stepped meanwhile
         driver.apply_round(self._members(list(self.awake)), self, self.held_readies)
         self.release_confirms()

@@ -515,7 +515,8 @@ class WalBatch:
         self.sync()
 
     def write_records(self) -> None:
-        """Into the file (the page cache): on the writer thread (group_commit.Sync.run)."""
+        """Into the file (the page cache): on the writer thread (groups/driver.py
+        `Round.make_durable`, from node/group_commit.py `Sync.run`)."""
         try:
             for start in range(0, len(self.records), self.step):
                 self.wal.write(self.records[start:start + self.step])

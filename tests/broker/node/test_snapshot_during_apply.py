@@ -50,7 +50,7 @@ def test_the_leaders_snapshot_arriving_while_entries_apply_is_installed(tmp_path
     queue.raft.step(AppendEntries(1, LEADER, ME, 0, 0, (
         LogEntry(1, 1, COMMAND, message(b"a")), LogEntry(2, 1, COMMAND, get)), 2))
     sync = group_commit.begin_sync(node)
-    assert any(ready.committed for _member, _raft, ready in sync.readies)
+    assert any(ready.committed for _member, _raft, ready in sync.round.readies)
     # while that round's Sync runs, the leader's snapshot arrives (the follower was
     # cut off, and the leader released its log meanwhile)
     queue.raft.step(InstallSnapshot(1, LEADER, ME, SnapshotMeta(10, 1, (ME, LEADER)),

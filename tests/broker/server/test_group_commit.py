@@ -16,6 +16,7 @@ import pika
 import pytest
 
 from quorumqueue.broker.config import Settings
+from quorumqueue.broker.groups import driver
 from quorumqueue.broker.node import group_commit
 from quorumqueue.broker.server.server import BrokerServer
 from quorumqueue.broker.storage.metadata_store import load_document
@@ -270,6 +271,9 @@ class _MeetingLog:
     def write_records(self) -> None:
         pass
 
+    def write(self) -> None:  # WalBatch.write: the records, then the fdatasync
+        self.sync()
+
     def rewind(self) -> None:
         pass
 
@@ -284,8 +288,8 @@ def test_a_queue_records_fsync_and_its_groups_fsync_run_at_once():
     sum (each fake fsync here waits for the other to have begun; run in series, the
     first waits in vain)."""
     meeting = _Meeting()
-    sync = group_commit.Sync(meeting, None, None, None, None, None, [], _MeetingLog(meeting),
-                             [b"a journal line"])
+    sync = group_commit.Sync(meeting, None, None, None, None, None,
+                             driver.Round([], _MeetingLog(meeting)), [b"a journal line"])
     began = time.monotonic()
     sync.run()
     assert meeting.journal_lines == [b"a journal line"]
