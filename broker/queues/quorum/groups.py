@@ -433,8 +433,9 @@ class QuorumGroups:
         if queue.deleted:
             return
         if isinstance(queue, QuorumQueue):
-            self._after_apply(queue)
-            self._watch(queue)
+            leading = queue.is_leader  # nothing that follows changes it
+            self._after_apply(queue, leading)
+            self._watch(queue, leading)
         else:
             queue.after_apply()
 
@@ -697,12 +698,13 @@ class QuorumGroups:
         report."""
         return self.cluster.is_stale_identity(identity)
 
-    def _after_apply(self, queue: QuorumQueue) -> None:
-        self._ensure_worker(queue)
+    def _after_apply(self, queue: QuorumQueue, leading: bool) -> None:
+        """What follows applying a Ready of `queue` (`leading`: this member leads)."""
+        self._ensure_worker(queue, leading)
         state = queue.state
         if (state.config.expires is not None or state.normal.expiries is not None
                 or state.high.expiries is not None or state.returns.expiries is not None
-                ) and queue.is_leader and not queue.deleted:
+                ) and leading and not queue.deleted:
             self._wake_for_expiry(queue)  # something of it is timed (checked first: no call)
         if queue.replay_until and queue.raft.applied_index >= queue.replay_until:
             queue.replay_until = 0
@@ -797,13 +799,13 @@ class QuorumGroups:
         node.dead_letter_copy(queue, source, routing_key, header, body, reason,
                               queue.last_time_ms, blind_keys)
 
-    def _ensure_worker(self, queue: QuorumQueue) -> None:
+    def _ensure_worker(self, queue: QuorumQueue, leading: bool) -> None:
         """At-least-once dead lettering: the leader runs the queue's dead-letter
         worker (queues/quorum/dead_letter_worker.py). There is one per leader term and
         node run. A DlxCheckout registers it in the machine. A member that no longer
         leads stops it; so does a queue that left at-least-once."""
         worker = self.dlx_workers.get(queue.group)
-        wanted = (queue.is_leader and not queue.replay_until
+        wanted = (leading and not queue.replay_until
                   and queue.state.config.dead_letter_at_least_once)
         if not wanted:
             if worker is not None:
@@ -846,13 +848,13 @@ class QuorumGroups:
 
     # ------------------------------------------------------------ time
 
-    def _watch(self, queue: QuorumQueue) -> None:
+    def _watch(self, queue: QuorumQueue, leading: bool) -> None:
         """After one of its Readies: put the queue in the timers' sets it now needs
         (the timers drop it once it needs them no more)."""
         group = queue.group
-        if self._timed(queue):
+        if self._timed(queue, leading):
             self.timed[group] = None
-        if queue.is_leader:
+        if leading:
             if queue.state.consumers or queue.node_proposals:
                 self.watched[group] = None
             if queue.policy_term != queue.raft.term:
@@ -861,14 +863,14 @@ class QuorumGroups:
         elif self.member not in queue.members:
             self.membership_due[(queue.vhost, queue.name)] = None
 
-    def _timed(self, queue: QuorumQueue) -> bool:
+    def _timed(self, queue: QuorumQueue, leading: bool) -> bool:
         """Whether `tick_queue` has anything to do for it: it runs a dead-letter
         worker, or it leads and has x-expires, messages that expire, leases with
         timeouts holding messages, at-least-once dead lettering, or forwards held
         for a gap (given up by a Tick's time: raft/forwarded.py HOLD_MS)."""
         if queue.group in self.dlx_workers:
             return True
-        if queue.deleted or not queue.is_leader:
+        if queue.deleted or not leading:
             return False
         state = queue.state
         config = state.config
@@ -923,7 +925,7 @@ class QuorumGroups:
             self.tick_queue(queue, now)
 
     def _timed_queue(self, member) -> bool:
-        return isinstance(member, QuorumQueue) and self._timed(member)
+        return isinstance(member, QuorumQueue) and self._timed(member, member.is_leader)
 
     def tick_queue(self, queue: QuorumQueue, now: int) -> None:
         """The leader proposes a Tick in these cases. A head's message expired, or
@@ -935,7 +937,7 @@ class QuorumGroups:
         if not queue.is_leader:
             return  # the leader proposes time; the others apply it
         if not queue.deleted:
-            self._ensure_worker(queue)
+            self._ensure_worker(queue, True)
         expiry = next_expiry(queue.state)
         unused_until = queue_expiry(queue.state)
         if unused_until is not None and queue.expiry_proposed:
