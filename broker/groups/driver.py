@@ -13,7 +13,9 @@ guarantees when they are called.
 How it works: one *round* is three steps. `persist_round` collects and persists,
 buffered in the store. Then the store's flush. Then `finish_round` sends, applies
 and advances. The flush is the caller's, so it can run wherever the caller likes.
-The server runs it on a writer thread. `finish_round` runs only once it completed.
+The server runs it on a writer thread: the round, with the store's batch sealed
+for it, is a `Round`, whose `make_durable` writes and fdatasyncs that batch there.
+`finish_round` runs only once it completed.
 A caller that runs the flush apart may hand the leaders' appends to the transport
 before it (`send_early`). Applying may propose new entries: a no-ack delivery is
 settled at once, a restart's Down... And a single-member group commits its own
