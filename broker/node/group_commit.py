@@ -87,8 +87,10 @@ class Sync:
     @property
     def writes(self) -> bool:
         """False: nothing for `run` to do (no metadata, nothing to fdatasync).
-        Then `end_sync` may follow at once."""
-        return (self.document is not None or self.journal is not None
+        Then `end_sync` may follow at once. True once `write` found the disk full:
+        `run` cuts the files back and writes them again, or fails until there is
+        room (the shell stalls the Sync), so nothing half written is taken as done."""
+        return (self.unwritten is not None or self.document is not None or self.journal is not None
                 or self.node_list is not None
                 or (self.messages is not None and bool(self.messages.data)
                     and self.messages.fsync)

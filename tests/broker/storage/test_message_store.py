@@ -637,3 +637,47 @@ def test_a_rotation_the_disk_has_no_room_for_waits_for_the_next_batch(small_disk
     store.close()
     assert recovered(directory, 300) == {Q1: [record(1, b"a" * 200), record(2, b"b" * 100),
                                               record(3, b"c" * 10)]}
+
+
+def test_a_batch_with_nothing_to_fsync_that_found_the_disk_full_is_written_whole_later(
+        small_disk, tmp_path):
+    """A group-commit step whose only writes need no fdatasync (DELIVERED records)
+    writes them on the event loop (node/group_commit.py Sync.write). If the disk is
+    full there, the step is not over: it goes to the writer like any other, which
+    cuts the segment back and fails until there is room (the server stalls and runs
+    it again), and then writes it whole. It used to end at once, as if written: the
+    half-written record stayed in the segment, the next batch went after it, and
+    recovery refused the store as corrupt."""
+    from quorumqueue.broker.groups import driver
+    from quorumqueue.broker.node import group_commit
+    from quorumqueue.broker.raft.storage import LogStore, StorageConfig
+
+    directory = os.path.join(small_disk.path, "msgstore")
+    store = MessageStore(directory, segment_bytes=1 << 20, fsync=True)
+    store.recover()
+    for seq in range(1, 301):
+        enqueue(store, Q1, seq, b"z" * 1000)
+    store.flush()
+    for seq in range(1, 301):
+        store.append_delivered(Q1, seq)
+    log_store = LogStore(str(tmp_path / "log"), StorageConfig(fsync=False))
+    sync = group_commit.Sync(None, None, None, None, None, store.seal(),
+                             driver.Round([], log_store.seal()))
+    assert not sync.writes        # nothing to fsync: written on the loop
+    small_disk.fill()
+    sync.write()
+    if sync.writes:               # the server's steps: the writer's, stalled while full
+        with pytest.raises(OSError) as raised:
+            sync.run()
+        assert raised.value.errno == 28
+        small_disk.free()
+        sync.run()
+    else:                         # over at once
+        small_disk.free()
+    store.synced(sync.messages)
+    log_store.synced(sync.round.log)
+    enqueue(store, Q1, 301)
+    store.close()
+    log_store.close()
+    assert recovered(directory) == {Q1: [record(seq, b"z" * 1000, delivered=True)
+                                         for seq in range(1, 301)] + [record(301)]}
