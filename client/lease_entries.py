@@ -21,15 +21,23 @@ How it works
     routing key, the content header, the body to the entry's end (tag 1) or of its
     body size (tag 21, whose BCC keys follow the body: they are never read). The names and the
     property block are compared across all entries in one array operation: when they
-    are the same (one publisher's messages) they are decoded once; else each distinct
-    value once (a Python step per message only then, to find them).
+    are the same (one publisher's messages) they are decoded once. Property blocks that
+    differ but have the same property flags (a message id or a timestamp per message)
+    are read field by field in the same way, one gather per property for all entries
+    (`PropertyColumns`: spans of the short strings, the octets and timestamps as
+    numbers), and only their header tables are decoded by pika, each distinct one
+    once. Else (flags that differ, a timestamp beyond int64 microseconds) each distinct
+    block is decoded once (a Python step per message, to find them), as are distinct
+    header tables.
 
 Invariants
     - Decoded messages equal what a per-message lease read gives (same seq, body,
       exchange, routing key, redelivered, properties), with the packed read's
       documented differences (no x-lease-seq header, `{}` for no headers, the
       broker's delivery count replacing the publisher's x-delivery-count when above 0):
-      the property decoding is lease_records.PackedDecoder's.
+      the property decoding is lease_records.PackedDecoder's, and PropertyColumns hold
+      what it decodes (tests/connector/test_schema.py compares the rows on random
+      properties).
     - A body that does not parse raises ValueError naming the first bad record; it
       never becomes fewer messages.
 
@@ -60,11 +68,15 @@ class EntryColumns(Sequence[Delivery]):
     numpy int64 arrays into `buffer`; names are one string each when `exchange` /
     `routing_key` is set (every message has it), else spans. `properties` holds the
     distinct decoded property sets and `property_positions` each message's index in
-    it (None: all share properties[0]); do not mutate them."""
+    it (None: all share properties[0]); do not mutate them. When the messages'
+    properties differ but have one layout, `property_columns` holds them column by
+    column instead (PropertyColumns), `properties` is empty, and a message's
+    properties are decoded when it is looked up (from `property_spans`)."""
 
     __slots__ = ("buffer", "first_seq", "count", "delivery_counts", "body_starts",
                  "body_ends", "exchange", "routing_key", "exchange_spans", "key_spans",
-                 "properties", "property_positions")
+                 "properties", "property_positions", "property_columns", "property_spans",
+                 "decoder")
 
     def __init__(self, buffer, first_seq: int, count: int) -> None:
         self.buffer = buffer
@@ -77,6 +89,9 @@ class EntryColumns(Sequence[Delivery]):
         self.key_spans: tuple[np.ndarray, np.ndarray] | None = None
         self.properties: list[pika.BasicProperties] = []
         self.property_positions: np.ndarray | None = None
+        self.property_columns: PropertyColumns | None = None
+        self.property_spans: tuple[np.ndarray, np.ndarray] | None = None
+        self.decoder: PackedDecoder | None = None   # decodes property_spans on lookup
 
     @property
     def last_seq(self) -> int:
@@ -98,12 +113,19 @@ class EntryColumns(Sequence[Delivery]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self.count))]
         index = range(self.count)[index]
-        position = 0 if self.property_positions is None else int(self.property_positions[index])
         return Delivery(self.first_seq + index, bytes(self._span(
                             self.body_starts[index], self.body_ends[index])),
                         self._name(self.exchange, self.exchange_spans, index),
                         self._name(self.routing_key, self.key_spans, index),
-                        bool(self.delivery_counts[index] > 0), self.properties[position])
+                        bool(self.delivery_counts[index] > 0), self._properties_of(index))
+
+    def _properties_of(self, index: int) -> pika.BasicProperties:
+        if self.property_columns is not None:
+            starts, ends = self.property_spans
+            return self.decoder._remembered(
+                bytes(self._span(starts[index], ends[index])), int(self.delivery_counts[index]))
+        position = 0 if self.property_positions is None else int(self.property_positions[index])
+        return self.properties[position]
 
     def _span(self, start, end) -> bytes:
         return self.buffer[int(start):int(end)]
@@ -113,6 +135,53 @@ class EntryColumns(Sequence[Delivery]):
             return same
         starts, ends = spans
         return bytes(self._span(starts[index], ends[index])).decode("utf-8", "surrogateescape")
+
+
+class PropertyColumns:
+    """The basic properties of messages that share one property layout (the same
+    property flags), field by field: `texts` the (starts, ends) in the buffer of each
+    short-string property present (UTF-8 as sent), `numbers` each octet or timestamp
+    property present (int64 numpy; timestamps in seconds). A property in neither is
+    absent from every message. The headers, which only pika decodes, are decoded once
+    per distinct table and delivery count: `header_sets` holds them as properties
+    objects that carry only headers (as PackedDecoder gives them: no x-lease-seq, the
+    broker's x-delivery-count above 0, `{}` for none), `header_positions` each
+    message's index in it (None: all share header_sets[0]); do not mutate them."""
+
+    __slots__ = ("texts", "numbers", "header_sets", "header_positions")
+
+    def __init__(self) -> None:
+        self.texts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.numbers: dict[str, np.ndarray] = {}
+        self.header_sets: list[pika.BasicProperties] = []
+        self.header_positions: np.ndarray | None = None
+
+
+_SHORT, _TABLE, _OCTET, _STAMP = "shortstr", "table", "octet", "timestamp"
+_FLAGS = pika.spec.BasicProperties
+# The basic properties in the order of their flags and of the properties block
+# (AMQP 0-9-1, class basic): (flag, name, kind).
+BASIC_PROPERTIES: tuple[tuple[int, str, str], ...] = (
+    (_FLAGS.FLAG_CONTENT_TYPE, "content_type", _SHORT),
+    (_FLAGS.FLAG_CONTENT_ENCODING, "content_encoding", _SHORT),
+    (_FLAGS.FLAG_HEADERS, "headers", _TABLE),
+    (_FLAGS.FLAG_DELIVERY_MODE, "delivery_mode", _OCTET),
+    (_FLAGS.FLAG_PRIORITY, "priority", _OCTET),
+    (_FLAGS.FLAG_CORRELATION_ID, "correlation_id", _SHORT),
+    (_FLAGS.FLAG_REPLY_TO, "reply_to", _SHORT),
+    (_FLAGS.FLAG_EXPIRATION, "expiration", _SHORT),
+    (_FLAGS.FLAG_MESSAGE_ID, "message_id", _SHORT),
+    (_FLAGS.FLAG_TIMESTAMP, "timestamp", _STAMP),
+    (_FLAGS.FLAG_TYPE, "type", _SHORT),
+    (_FLAGS.FLAG_USER_ID, "user_id", _SHORT),
+    (_FLAGS.FLAG_APP_ID, "app_id", _SHORT),
+    (_FLAGS.FLAG_CLUSTER_ID, "cluster_id", _SHORT),
+)
+# A timestamp above this many seconds has no int64 count of microseconds (the Arrow
+# column's); messages with one are decoded one properties object each, as before.
+MAX_TIMESTAMP_SECONDS = (2**63 - 1) // 1_000_000
+_NO_FLAGS = b"\x00\x00"
+_HEADERS_FLAG = _FLAGS.FLAG_HEADERS.to_bytes(2, "big")
 
 
 def at_every_octet(octets: np.ndarray, dtype: str) -> np.ndarray:
@@ -257,18 +326,82 @@ class EntriesDecoder:
         if raw is not None and bool((counts == counts[0]).all()):
             columns.properties = [remembered(raw, int(counts[0]))]
             return
+        flags = _u16(octets, properties_at)
+        if bool((flags == flags[0]).all()) and not int(flags[0]) & 1:  # one layout
+            by_column = self._property_columns(octets, int(flags[0]), properties_at + 2,
+                                               body_at, counts)
+            if by_column is not None:
+                columns.property_columns, columns.decoder = by_column, self._properties
+                columns.property_spans = (properties_at, body_at)
+                return
+        columns.properties, columns.property_positions = self._distinct(
+            buffer, properties_at, body_at, counts)
+
+    def _distinct(self, buffer, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray,
+                  prefix: bytes = b"") -> tuple[list[pika.BasicProperties], np.ndarray]:
+        """The distinct decoded property blocks (prefix + buffer[start:end]) with their
+        delivery counts, and each message's index among them (a Python step per
+        message)."""
+        remembered = self._properties._remembered
         position_of: dict[tuple[bytes, int], int] = {}
         distinct: list[pika.BasicProperties] = []
-        positions = np.empty(columns.count, np.int32)
-        for number, (start, end, count) in enumerate(zip(properties_at.tolist(),
-                                                         body_at.tolist(), counts.tolist())):
-            key = (bytes(buffer[start:end]), count)
+        positions = np.empty(len(starts), np.int32)
+        for number, (start, end, count) in enumerate(zip(starts.tolist(), ends.tolist(),
+                                                         counts.tolist())):
+            key = (prefix + bytes(buffer[start:end]), count)
             position = position_of.get(key)
             if position is None:
                 position = position_of[key] = len(distinct)
                 distinct.append(remembered(*key))
             positions[number] = position
-        columns.properties, columns.property_positions = distinct, positions
+        return distinct, positions
+
+    def _property_columns(self, octets: np.ndarray, flags: int, at: np.ndarray,
+                          ends: np.ndarray, counts: np.ndarray) -> PropertyColumns | None:
+        """The properties of blocks that all have `flags`, from `at` (after the flags)
+        to `ends`, field by field in one pass of gathers; None if a block does not end
+        where its fields do (or runs past the buffer), or holds a timestamp beyond
+        MAX_TIMESTAMP_SECONDS: those are decoded one block at a time."""
+        by_column = PropertyColumns()
+        table: tuple[np.ndarray, np.ndarray] | None = None
+        try:
+            for flag, name, kind in BASIC_PROPERTIES:
+                if not flags & flag:
+                    continue
+                if kind == _SHORT:
+                    after = at + 1 + octets[at].astype(np.int64)
+                    by_column.texts[name] = (at + 1, after)
+                elif kind == _TABLE:
+                    after = at + 4 + _u32(octets, at)
+                    table = (at, after)
+                elif kind == _OCTET:
+                    by_column.numbers[name] = octets[at].astype(np.int64)
+                    after = at + 1
+                else:
+                    stamps = at_every_octet(octets, ">u8")[at]
+                    if int(stamps.max()) > MAX_TIMESTAMP_SECONDS:
+                        return None
+                    by_column.numbers[name] = stamps.astype(np.int64)
+                    after = at + 8
+                at = after
+        except IndexError:
+            return None
+        if not bool((at == ends).all()):
+            return None
+        by_column.texts.pop("cluster_id", None)   # not a column of the source
+        # the headers as a block of their own: flags, then the table (or no flags)
+        if table is None:   # no headers: {} (with the broker's count when above 0)
+            table = (np.zeros(len(counts), np.int64),) * 2
+        prefix = _NO_FLAGS if flags & _FLAGS.FLAG_HEADERS == 0 else _HEADERS_FLAG
+        table_at, table_end = table
+        raw = PackedDecoder._uniform(octets, table_at, table_end - table_at)
+        if raw is not None and bool((counts == counts[0]).all()):
+            by_column.header_sets = [self._properties._remembered(prefix + raw,
+                                                                  int(counts[0]))]
+        else:
+            by_column.header_sets, by_column.header_positions = self._distinct(
+                octets, table_at, table_end, counts, prefix)
+        return by_column
 
     @staticmethod
     def _first_bad(octets: np.ndarray, starts: np.ndarray, ends: np.ndarray,

@@ -20,7 +20,11 @@ How it works
     `x-delivery-count` header), are worked out once per distinct properties object
     (a packed lease read shares one between the messages that were published with
     the same properties) into a small array, and each column is that array taken
-    at every message's position in it.
+    at every message's position in it. An "entries" read whose properties differ
+    per message but share one layout comes field by field (EntryColumns'
+    `property_columns`): each text column is built over its spans in the buffer,
+    each number column from its values, and only the headers and `delivery_count`
+    per distinct header table.
     AMQP header tables are typed and nested; the `headers` column is a flat
     map<string,string>: strings stay as they are, bytes are decoded as UTF-8 (invalid
     bytes replaced), booleans are `true`/`false`, numbers and decimals their decimal
@@ -186,7 +190,8 @@ class EntryBatches:
     are built once per read, as a long enough array of the value repeated, and each
     batch takes a slice of it (no copy); messages with several property sets take
     each column from a small array of their distinct values (built once per set of
-    distinct values)."""
+    distinct values), or, when they came field by field, from their spans and values
+    (`_by_column`)."""
 
     def __init__(self, queue: str, include_headers: bool) -> None:
         self.queue, self.include_headers = queue, include_headers
@@ -203,7 +208,9 @@ class EntryBatches:
             self._repeated.clear()
         count = columns.count
         distinct = columns.properties
-        if columns.property_positions is None:
+        if columns.property_columns is not None:
+            per_message = self._by_column(columns)
+        elif columns.property_positions is None:
             values = self._values_of(distinct[0]) if distinct else None
             per_message = [self._same(("p", id(distinct[0]), number), value, field.type, count)
                            for number, (value, field) in enumerate(zip(values, _VALUE_FIELDS))
@@ -225,6 +232,35 @@ class EntryBatches:
                   arrays_.numeric(columns.delivery_counts > 0, pa.bool_()),
                   *properties]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def _by_column(self, columns: EntryColumns) -> list[pa.Array]:
+        """`delivery_count`, then the property columns, of messages whose properties
+        came field by field (EntryColumns.property_columns): each text a string array
+        over its spans, each number an array of its values, the headers and the
+        delivery count from their distinct sets."""
+        by_column, count, buffer = columns.property_columns, columns.count, columns.buffer
+        header_sets, positions = by_column.header_sets, by_column.header_positions
+        if positions is None:
+            values = self._values_of(header_sets[0])
+            counted = [self._same(("p", id(header_sets[0]), number), values[number],
+                                  _VALUE_FIELDS[number].type, count) for number in _COUNTED]
+        else:
+            smalls = self._smalls(header_sets)
+            counted = [pa.nulls(count, _VALUE_FIELDS[number].type) if smalls[number] is None
+                       else arrays_.taken(smalls[number], positions) for number in _COUNTED]
+        arrays = [counted[0]]
+        for name, field in zip(_PROPERTY_COLUMNS, _PROPERTY_FIELDS):
+            if name == "headers":
+                arrays.append(counted[1])
+            elif name in by_column.texts:
+                arrays.append(_names(None, by_column.texts[name], buffer, count))
+            elif name in by_column.numbers:
+                values = by_column.numbers[name]
+                arrays.append(arrays_.numeric(values * 1_000_000 if name == "timestamp"
+                                              else values, field.type))
+            else:
+                arrays.append(pa.nulls(count, field.type))
+        return arrays
 
     def _values_of(self, properties: Properties) -> tuple:
         """`delivery_count`, then the property columns' values, of `properties`."""
@@ -266,6 +302,8 @@ class EntryBatches:
 
 # The columns an EntryBatches takes from the properties: delivery_count, then the rest.
 _VALUE_FIELDS: tuple[pa.Field, ...] = (ARROW_SCHEMA.field("delivery_count"), *_PROPERTY_FIELDS)
+# In an EntryBatches' values: delivery_count's and headers' (what depends on the headers).
+_COUNTED = (0, 1 + _PROPERTY_COLUMNS.index("headers"))
 # Arrays and property values an EntryBatches keeps, at most (then it starts again).
 _MAX_KEPT = 10_000
 

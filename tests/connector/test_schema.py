@@ -13,11 +13,12 @@ import decimal
 import pika
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from quorumqueue.broker.amqp import codec
 from quorumqueue.broker.amqp.lease_records import pack_entries, pack_records
 from quorumqueue.broker.fifo import commands, envelope
-from quorumqueue.client.lease_entries import EntriesDecoder
+from quorumqueue.client.lease_entries import MAX_TIMESTAMP_SECONDS, EntriesDecoder
 from quorumqueue.client.delivery import Delivery
 from quorumqueue.client.lease_records import PackedDecoder, PackedRecords
 from quorumqueue.connector.schema import (ARROW_SCHEMA, COLUMNS, SCHEMA, EntryBatches,
@@ -257,3 +258,55 @@ def test_a_group_whose_deliveries_do_not_follow_each_other_is_refused():
     ((buffer, spans),) = _grouped(bodies, 1 << 20)
     with pytest.raises(ValueError, match="starting at sequence 3 follows one ending at 1"):
         EntriesDecoder().decode_group(buffer, spans)
+
+
+_TEXTS = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration",
+          "message_id", "type", "user_id", "app_id", "cluster_id")
+_short = st.one_of(st.text(max_size=6).filter(lambda s: len(s.encode()) < 256),
+                   st.binary(max_size=6))   # bytes: not always UTF-8
+_values = {**{name: _short for name in _TEXTS},
+           "delivery_mode": st.integers(0, 255), "priority": st.integers(0, 255),
+           "timestamp": st.one_of(st.integers(0, 2**34), st.integers(0, MAX_TIMESTAMP_SECONDS)),
+           "headers": st.tuples(
+               st.dictionaries(st.sampled_from(["a", "x-lease-seq", "tenant"]),
+                               st.one_of(st.integers(-3, 3), st.text(max_size=3),
+                                         st.binary(max_size=3)), max_size=3),
+               st.dictionaries(st.just("x-delivery-count"), st.integers(0, 9))).map(
+                   lambda parts: parts[0] | parts[1])}
+
+
+def _block(properties: dict) -> bytes:
+    """A content header (class basic, weight 0, body size 0) with `properties`, as
+    pika encodes them (short strings may be any octets)."""
+    return (b"\x00\x3c\x00\x00" + bytes(8)
+            + b"".join(pika.BasicProperties(**properties).encode()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_properties_decoded_field_by_field_give_the_rows_decoded_one_by_one(data):
+    """Messages whose properties differ but share one layout (the same properties
+    present) are decoded column by column (EntryColumns.property_columns); their rows
+    equal those of the same messages decoded one properties object each (pika), for any
+    values: short strings of any octets (invalid UTF-8 replaced), octets, any timestamp
+    an int64 of microseconds holds, headers with the broker's delivery counts; and a
+    message of another layout among them."""
+    present = data.draw(st.sets(st.sampled_from(sorted(_values)), min_size=1), "present")
+    count = data.draw(st.integers(2, 12), "count")
+    messages = [{name: data.draw(_values[name], name) for name in sorted(present)}
+                for _ in range(count)]
+    odd = data.draw(st.booleans(), "another layout")
+    if odd:
+        messages[-1] = {"priority": 1}
+    counts = data.draw(st.dictionaries(st.integers(0, count - 1), st.integers(1, 3)),
+                       "delivery counts")
+    entries = [_entry(seq, "", "q", _block(properties), b"%d" % seq)
+               for seq, properties in enumerate(messages, start=1)]
+    columns = EntriesDecoder().decode(pack_entries(1, entries, counts))
+    if not odd and len({_block(p) for p in messages}) > 1:
+        assert columns.property_columns is not None   # the path under test
+    for include_headers in (True, False):
+        batch = EntryBatches("q", include_headers).batch(columns)
+        assert batch.schema.equals(ARROW_SCHEMA)
+        one_by_one = to_record_batch("q", list(columns), include_headers)
+        assert batch.equals(one_by_one)
