@@ -85,6 +85,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..types import HardState, LogEntry, SnapshotMeta
 from .config import StorageConfig
@@ -101,11 +102,58 @@ from .segments import (ReaderCache, SegmentRef, append_entries, create_segment,
                        rewrite_segment)
 from .snapshots import (commit_snapshot_file, prepare_snapshot_file, read_snapshot_file,
                         write_snapshot_file)
-from .wal import (WAL_VERSION, Record, WalBatch, WalFile, encode_delete_group,
-                  encode_entries, encode_group, encode_hard_state, encode_members,
-                  encode_release, encode_reset, encode_truncate)
+from .wal import (OWN_BUFFER_BYTES, WAL_VERSION, Record, WalBatch, WalFile,
+                  encode_delete_group, encode_entries, encode_group, encode_hard_state,
+                  encode_members, encode_release, encode_reset, encode_run, encode_truncate)
 
 _U64 = 1 << 64
+_index_of, _term_of, _kind_of, _data_of = map(attrgetter, ("index", "term", "kind", "data"))
+_ONLY_BYTES = {bytes}
+
+
+def _one_run(entries: Sequence[LogEntry], expected: int,
+             last_term: int) -> tuple[int, int, list[bytes], list[int]] | None:
+    """(term, kind, datas, lengths) of two entries or more that pass `append`'s checks
+    as one run: indexes `expected` on, one int term (not below `last_term`), one int
+    kind, data of type bytes, each under OWN_BUFFER_BYTES (one ENTRIES record per
+    ENTRIES_MAX). Each check is a C pass over the run, no Python step per entry.
+    None for anything else: `_check_entries` then says what is wrong, if anything."""
+    count = len(entries)
+    if count < 2:
+        return None
+    first = entries[0]
+    term, kind = first.term, first.kind
+    if (type(term) is not int or type(kind) is not int or not last_term <= term < _U64
+            or not 0 <= kind <= 255
+            or list(map(_index_of, entries)) != list(range(expected, expected + count))
+            or list(map(_term_of, entries)).count(term) != count
+            or list(map(_kind_of, entries)).count(kind) != count):
+        return None
+    datas = list(map(_data_of, entries))
+    if set(map(type, datas)) != _ONLY_BYTES:
+        return None
+    lengths = list(map(len, datas))
+    if max(lengths) >= OWN_BUFFER_BYTES:
+        return None
+    return term, kind, datas, lengths
+
+
+def _check_entries(group: str, entries: Sequence[LogEntry], expected: int,
+                   term: int) -> None:
+    """`append`'s checks, entry by entry: indexes `expected` on, terms never below
+    `term` nor the one before, bytes data, a kind in 0..255. Raises on the first
+    entry that fails one."""
+    for position, entry in enumerate(entries):
+        if entry.index != expected + position:
+            raise ValueError(f"{group}: append of entry {entry.index}, expected "
+                             f"{expected + position} (last index {expected - 1})")
+        if entry.term < term or entry.term >= _U64:
+            raise ValueError(f"{group}: entry {entry.index} has term {entry.term} "
+                             f"after term {term}")
+        if not isinstance(entry.data, bytes) or not 0 <= entry.kind <= 255:
+            raise ValueError(f"{group}: entry {entry.index} needs bytes data and a kind "
+                             "in 0..255")
+        term = entry.term
 
 log = logging.getLogger("quorumqueue.broker")
 
@@ -174,20 +222,16 @@ class LogStore:
         state = self._writable(group)
         expected = state.last_index() + 1
         term = state.last_term_known() or 0     # no file read on the append path
-        for position, entry in enumerate(entries):
-            if entry.index != expected + position:
-                raise ValueError(f"{group}: append of entry {entry.index}, expected "
-                                 f"{expected + position} (last index {expected - 1})")
-            if entry.term < term or entry.term >= _U64:
-                raise ValueError(f"{group}: entry {entry.index} has term {entry.term} "
-                                 f"after term {term}")
-            if not isinstance(entry.data, bytes) or not 0 <= entry.kind <= 255:
-                raise ValueError(f"{group}: entry {entry.index} needs bytes data and a kind "
-                                 "in 0..255")
-            term = entry.term
-        gid = self._gid(group)
-        self._pending.records.extend(encode_entries(gid, entries))
-        state.mem.extend(list(entries))
+        run = _one_run(entries, expected, term)
+        if run is not None:  # a proposal run: checked and encoded in C passes
+            term, kind, datas, lengths = run
+            records = encode_run(self._gid(group), expected, term, kind, datas, lengths)
+            data_bytes = sum(lengths)
+        else:
+            _check_entries(group, entries, expected, term)
+            records, data_bytes = encode_entries(self._gid(group), entries), None
+        self._pending.records.extend(records)
+        state.mem.extend(entries, data_bytes)
         self._pending.touched.add(group)
 
     def set_hard_state(self, group: str, hard_state: HardState) -> None:

@@ -20,8 +20,12 @@ Not here: durability (the WAL), and entries that reached segments.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from operator import attrgetter
 
 from ..types import LogEntry
+
+_data_of = attrgetter("data")
 
 ENTRY_OVERHEAD = (sys.getsizeof(LogEntry(1 << 40, 1 << 20, 0, b"")) + sys.getsizeof(b"")
                   + sys.getsizeof(1 << 40) + 8)
@@ -50,13 +54,17 @@ class MemTable:
         """Index of the last entry; first - 1 while empty."""
         return self.first + len(self.entries) - 1
 
-    def extend(self, entries: list[LogEntry]) -> None:
+    def extend(self, entries: Sequence[LogEntry], data_bytes: int | None = None) -> None:
+        """Entries after the last; `data_bytes`, if given, is the sum of their data's
+        lengths (the caller's, already counted)."""
         if not entries:
             return
         if not self.entries:
             self.first = entries[0].index
         self.entries.extend(entries)
-        self.nbytes += sum(len(entry.data) for entry in entries) + ENTRY_OVERHEAD * len(entries)
+        if data_bytes is None:
+            data_bytes = sum(map(len, map(_data_of, entries)))
+        self.nbytes += data_bytes + ENTRY_OVERHEAD * len(entries)
 
     def get(self, index: int) -> LogEntry | None:
         position = index - self.first

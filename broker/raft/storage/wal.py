@@ -124,13 +124,14 @@ def encode_entries(gid: int, entries: Sequence[LogEntry]) -> list[Record]:
     if (list(map(_term_of, entries)).count(first.term) != count
             or max(lengths) >= OWN_BUFFER_BYTES or len(set(map(_kind_of, entries))) != 1):
         return _mixed_records(gid, entries, lengths)
-    return _run_records(gid, first.index, first.term, first.kind, datas, lengths)
+    return encode_run(gid, first.index, first.term, first.kind, datas, lengths)
 
 
-def _run_records(gid: int, index: int, term: int, kind: int, datas: list[bytes],
-                 lengths: list[int]) -> list[Record]:
+def encode_run(gid: int, index: int, term: int, kind: int, datas: list[bytes],
+               lengths: list[int]) -> list[Record]:
     """ENTRIES records (or one ENTRY for a run of one) for entries index, index + 1, ...
-    of one term and kind, each under OWN_BUFFER_BYTES."""
+    of one term and kind, each under OWN_BUFFER_BYTES: their data `datas`, of
+    `lengths` bytes. For a caller that checked the run already (LogStore.append)."""
     if len(datas) == 1:
         return _entry_records(gid, [LogEntry(index, term, kind, datas[0])])
     out: list[Record] = []
@@ -146,7 +147,7 @@ def _run_records(gid: int, index: int, term: int, kind: int, datas: list[bytes],
 
 def _mixed_records(gid: int, entries: Sequence[LogEntry], lengths: list[int]) -> list[Record]:
     """Entries whose terms or kinds change, or with big ones among them: each run of
-    small entries of one term and kind as `_run_records`, each big one alone."""
+    small entries of one term and kind as `encode_run`, each big one alone."""
     out: list[Record] = []
     start, count = 0, len(entries)
     while start < count:
@@ -159,8 +160,8 @@ def _mixed_records(gid: int, entries: Sequence[LogEntry], lengths: list[int]) ->
         while (end < count and lengths[end] < OWN_BUFFER_BYTES
                and entries[end].term == first.term and entries[end].kind == first.kind):
             end += 1
-        out += _run_records(gid, first.index, first.term, first.kind,
-                            [entry.data for entry in entries[start:end]], lengths[start:end])
+        out += encode_run(gid, first.index, first.term, first.kind,
+                          [entry.data for entry in entries[start:end]], lengths[start:end])
         start = end
     return out
 
