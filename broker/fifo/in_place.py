@@ -14,9 +14,11 @@ It returns the reply ("ok" or "duplicate"). The effects are none.
 `enqueue_run_in_place(state, entries, position, stop, command_kind, term_limit)`
 goes on from there: the log entries after one stored "ok", as long as each is a
 timed tag 1 Enqueue that `enqueue_in_place` would store "ok". Per entry it reads
-the envelope's time and the command's head and appends the message; the guard, the
-publisher's name and its highest seq are read once per run (and once per change of
-publisher), not per message. It stops before a duplicate (the per-entry way gives
+the command's head, checks that the bytes from the publisher to the header's length
+are the last entry's (one `startswith`), tests the header's expiration flag and
+appends the message. The guard is read once per run; the fields behind those bytes
+(publisher, exchange, routing key, header length) once per change of them, and the
+publisher's highest seq once per change of publisher, not per message. It stops before a duplicate (the per-entry way gives
 that its reply) and before the release cursor is due.
 
 Invariant: it returns None, with the state untouched, for everything else. That is
@@ -32,8 +34,6 @@ takes entries without a forwarding head alone).
 
 from __future__ import annotations
 
-import struct
-
 from .commands import _enqueue_head, _header_fixed, _u16, _u32
 from .envelope import TIMED, TIMED_HEAD
 from .state import HIGH_BIT, HIGH_PRIORITY_ABOVE, SIZE_MASK, FifoState
@@ -46,8 +46,6 @@ _header_fixed_size = _header_fixed.size
 _unpack_time = TIMED_HEAD.unpack_from
 _timed_size = TIMED_HEAD.size
 _command_at = TIMED_HEAD.size + _enqueue_head.size  # a timed Enqueue's publisher field
-# a timed Enqueue's head and its publisher's u16 length, in one unpack
-_unpack_head_name = struct.Struct(_enqueue_head.format + _u16.format.lstrip(">")).unpack_from
 _name_at = _command_at + _u16.size                  # ... and its publisher's name
 
 
@@ -118,10 +116,14 @@ def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
     normal_indexes, normal_sizes = normal.indexes.append, normal.sizes.append
     high_indexes, high_sizes = high.indexes.append, high.sizes.append
     raw = b""       # the current publisher's name as it lies in the entries
-    raw_end = _name_at  # where a name of raw's length ends
     publisher = ""  # ... decoded ("": an Enqueue without a key)
     last = known = 0  # its highest seq stored; what `enqueuers` says of it
     gap = None        # its first refused seq, if any
+    # the last entry's layout: its bytes from the publisher's length to the header's
+    # length (publisher, exchange, routing key); where its header's property flags
+    # lie (0: a header too short to hold them)
+    layout: bytes | None = None
+    flags_at = 0
     first = position
     normal_bytes = high_bytes = 0
     index = 0
@@ -131,21 +133,25 @@ def enqueue_run_in_place(state: FifoState, entries, position: int, stop: int,
         if (entry.kind != command_kind or entry.term > term_limit or data[0] != TIMED
                 or data[_timed_size] != 1):
             break
-        # the command's head and its publisher's length in one unpack
-        _tag, priority, size, seq, length = _unpack_head_name(data, _timed_size)
-        offset = _name_at + length
-        if offset != raw_end or not data.startswith(raw, _name_at):
-            # another publisher: its seq and gap (twin of the lookups)
-            if last != known:
-                enqueuers[publisher] = last
-            raw, raw_end = data[_name_at:offset], offset
-            publisher = raw.decode("utf-8", "surrogateescape")
-            last = known = enqueuers.get(publisher, 0)
-            gap = gaps.get(publisher)
-        offset += 1 + data[offset]
-        offset += 1 + data[offset]
-        (length,) = _unpack_u32(data, offset)
-        if length >= _header_fixed_size and data[offset + 16] & 1:
+        _tag, priority, size, seq = _unpack_head(data, _timed_size)
+        if layout is None or not data.startswith(layout, _command_at):
+            # another layout: read the fields (twin of decode's walk), and if the
+            # publisher changed, its seq and gap (twin of the lookups)
+            (length,) = _unpack_u16(data, _command_at)
+            offset = _name_at + length
+            if data[_name_at:offset] != raw:
+                if last != known:
+                    enqueuers[publisher] = last
+                raw = data[_name_at:offset]
+                publisher = raw.decode("utf-8", "surrogateescape")
+                last = known = enqueuers.get(publisher, 0)
+                gap = gaps.get(publisher)
+            offset += 1 + data[offset]
+            offset += 1 + data[offset]
+            (length,) = _unpack_u32(data, offset)
+            layout = data[_command_at:offset + 4]
+            flags_at = offset + 16 if length >= _header_fixed_size else 0
+        if flags_at and data[flags_at] & 1:
             break  # an expiration property: a TTL
         if publisher:
             if seq <= last or (gap is not None and seq >= gap):

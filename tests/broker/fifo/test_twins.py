@@ -207,3 +207,43 @@ def test_a_run_across_publishers_of_one_name_length_is_an_in_place_enqueue_each(
     again = entries + [SimpleNamespace(index=11, term=1, kind=0, data=stamped_enqueue(
         110, "p1", 3, 0, "", "q", b"", b"again"))]
     assert enqueue_run_in_place(run, again, 10, 11, 0, 1) == (10, -1)   # p1's 3: a duplicate
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["p1", "p1", "p2", ""]),
+                          st.sampled_from([("", "q"), ("", "q"), ("x", "q"), ("", "qq"),
+                                           ("", "p")]),
+                          st.sampled_from(["none", "none", "persistent", "expiring",
+                                           "expiring-other"])),
+                min_size=1, max_size=12))
+def test_a_run_reads_each_entrys_place_and_expiration_where_they_change(rows):
+    """fifo/in_place.py enqueue_run_in_place reads an entry's exchange, routing key
+    and header length only where its bytes differ from the entry before: over runs
+    whose publisher, place and header change from entry to entry, it takes exactly
+    the entries enqueue_in_place would store "ok" one by one, up to the first it
+    would not (an expiration, a duplicate), and leaves the same state."""
+    headers = {"none": b"",
+               "persistent": encode_properties(7, {"delivery_mode": 2}),
+               "expiring": encode_properties(7, {"expiration": "1500"}),
+               "expiring-other": encode_properties(7, {"expiration": "1500",
+                                                       "delivery_mode": 2})}
+    entries, seqs = [], {}
+    for position, (publisher, (exchange, key), header) in enumerate(rows, start=1):
+        seqs[publisher] = seqs.get(publisher, 0) + 1
+        entries.append(SimpleNamespace(index=position + 1, term=1, kind=0, data=stamped_enqueue(
+            position * 10, publisher, seqs[publisher], 0, exchange, key, headers[header],
+            b"body %d" % position)))
+    first = SimpleNamespace(index=1, term=1, kind=0,
+                            data=stamped_enqueue(5, "p0", 1, 0, "", "q", b"", b"first"))
+    run, single = FifoState(), FifoState()
+    assert enqueue_in_place(run, 1, 5, first.data, 9) == "ok"
+    assert enqueue_in_place(single, 1, 5, first.data, 9) == "ok"
+    taken = 0
+    for entry in entries:
+        if enqueue_in_place(single, entry.index, entry.index * 10 - 10, entry.data, 9) != "ok":
+            break
+        taken += 1
+    stop, _time = enqueue_run_in_place(run, [first] + entries, 1, len(entries) + 1, 0, 1)
+    assert stop - 1 == taken
+    assert snapshot.dump(run) == snapshot.dump(single)
+    assert run.enqueuers == single.enqueuers

@@ -390,15 +390,21 @@ def test_a_run_waiter_split_answers_once_as_a_waiter_per_command_would(replies, 
 
 
 _EXPIRING = struct.pack(">HHQH", 60, 0, 4, 0x0100) + bytes([4]) + b"1000"  # expiration 1000
+_PERSISTENT = struct.pack(">HHQH", 60, 0, 4, 0x1000) + bytes([2])  # delivery mode 2
+# where a publish goes and its header when it has no expiration: (exchange, routing
+# key, header); the run reads these fields again only where they change
+_PLACES = [("", "q", b"")] * 6 + [("x", "q", b""), ("", "qq", b""), ("", "q", _PERSISTENT),
+                                  ("", "p", b"")]
 
 # a round's entries: a publish (publisher, seq offset: below 0 a re-send, timed,
-# forwarded, an expiration, a waiter, the term moves on first), a NOOP, or a command
-# of the machine's property tests; long runs of timed publishes come often
+# forwarded, an expiration, a waiter, the term moves on first, its place), a NOOP, or
+# a command of the machine's property tests; long runs of timed publishes come often
 run_steps = st.one_of(
     st.tuples(st.just("publish"), st.sampled_from(["", "p1", "p1", "p2"]),
               st.sampled_from([0, 0, 0, 1, -1, -3]), st.sampled_from([True] * 6 + [False]),
               st.sampled_from([False] * 8 + [True]), st.sampled_from([False] * 8 + [True]),
-              st.booleans(), st.sampled_from([False] * 10 + [True])),
+              st.booleans(), st.sampled_from([False] * 10 + [True]),
+              st.sampled_from(_PLACES)),
     st.just("noop"),
     machine_commands.filter(lambda step: not isinstance(step, UpdateConfig)))
 run_rounds = st.lists(st.tuples(st.lists(run_steps, min_size=1, max_size=25),
@@ -441,11 +447,11 @@ def test_the_apply_loops_run_of_in_place_enqueues_is_one_in_place_enqueue_each(r
                     data, kind = b"", NOOP
                 elif isinstance(step, tuple) and step[0] == "publish":
                     (_kind, publisher, offset, timed, wrapped, expiring, waits,
-                     newer) = step
+                     newer, (exchange, key, header)) = step
                     term += newer
                     seq[0] += 1
-                    data = encode_enqueue(publisher, max(0, seq[0] + offset), 0, "", "q",
-                                          _EXPIRING if expiring else b"", b"body")
+                    data = encode_enqueue(publisher, max(0, seq[0] + offset), 0, exchange,
+                                          key, _EXPIRING if expiring else header, b"body")
                     data = stamp(data, index * 10) if timed else data
                     if wrapped:
                         forwarded += 1
