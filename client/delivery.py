@@ -49,4 +49,5 @@ def header_delivery_count(properties: pika.BasicProperties) -> int:
     that is not an integer is not the broker's count, so it counts as 0, and the
     message still reads (with its headers as published)."""
     count = (properties.headers or {}).get("x-delivery-count", 0)
-    return count if type(count) is int else 0
+    # pika decodes a long field as its int subclass `long`; a bool is no count
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0

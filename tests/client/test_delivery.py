@@ -12,7 +12,8 @@ def delivery(headers) -> Delivery:
 
 
 @pytest.mark.parametrize("headers,count", [
-    (None, 0), ({}, 0), ({"x-delivery-count": 0}, 0), ({"x-delivery-count": 3}, 3)])
+    (None, 0), ({}, 0), ({"x-delivery-count": 0}, 0), ({"x-delivery-count": 3}, 3),
+    ({"x-delivery-count": pika.compat.long(2)}, 2)])  # how pika decodes the broker's long
 def test_the_brokers_count_is_read_from_the_header(headers, count):
     assert delivery(headers).delivery_count == count
 
