@@ -7,6 +7,7 @@ RabbitMQ is not installed. Started lazily: only tests that ask for it pay its
 """
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -30,6 +31,14 @@ def pytest_configure(config: pytest.Config) -> None:
     share = len(ports) // int(count)
     low = ports.start + int(worker.removeprefix("gw")) * share
     os.environ[launcher.PICK_RANGE_ENV] = f"{low}-{low + share - 1}"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The temporary directories of the in-process nodes still alive go (a
+    pytest-xdist worker ends without running atexit; see harness.new_node)."""
+    harness = sys.modules.get("tests.broker.node.harness")
+    if harness is not None:
+        harness.remove_directories()
 
 
 @pytest.fixture(scope="session")

@@ -113,20 +113,36 @@ def new_node(settings: Settings | None = None, users: UserStore | None = None,
              message_store=None, metadata_store=None, log_store: LogStore | None = None) -> Node:
     """A node as the broker assembles it (its quorum groups and its one-member
     metadata group), over `log_store` or a fresh one in a temporary directory, without
-    fsync; nothing else touches the disk unless the test passes stores."""
+    fsync; nothing else touches the disk unless the test passes stores.
+
+    The temporary directory goes when the node does (a weakref finalizer on the
+    node), so a run holds only the directories of the nodes its live tests use, and a
+    killed run leaves only those; `remove_directories` (tests/conftest.py calls it at
+    the end of the session) takes those of nodes still alive. Not atexit alone: a
+    pytest-xdist worker ends without running it."""
+    directory = None
     if log_store is None:
         directory = tempfile.mkdtemp(prefix="qq-node-")
-        weakref.finalize(_LOG_DIRECTORIES, shutil.rmtree, directory, True)
         log_store = LogStore(directory, StorageConfig(fsync=False))
-    return assemble_node(settings or Settings(), users or UserStore.with_default_user(),
+    node = assemble_node(settings or Settings(), users or UserStore.with_default_user(),
                          log_store, message_store, metadata_store)
+    if directory is not None:
+        if len(_REMOVALS) >= 1024:
+            _REMOVALS[:] = [removal for removal in _REMOVALS if removal.alive]
+        _REMOVALS.append(weakref.finalize(node, shutil.rmtree, directory, True))
+    return node
 
 
-class _Directories:
-    """Temporary log directories live as long as the test process."""
+# the finalizers of new_node's temporary directories (those already run pruned)
+_REMOVALS: list[weakref.finalize] = []
 
 
-_LOG_DIRECTORIES = _Directories()
+def remove_directories() -> None:
+    """Remove the temporary directories of every node new_node made that is still
+    alive (their log stores are not used again)."""
+    for removal in _REMOVALS:
+        removal()
+    _REMOVALS.clear()
 
 
 class Client:
