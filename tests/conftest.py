@@ -74,19 +74,32 @@ def fresh_broker() -> Iterator[BrokerProcess]:
 # --no-loadscope-reorder: without it pytest-xdist (>= 3.8 has the option) reorders the
 # files by how many tests they hold, and this order is lost.
 #
-# LONGEST_FILES first, in this order (slowest first, seconds measured in a fresh-clone
-# `make test` beside two CPU hogs, 2026-12-02, before the cuts of 2026-12-03), then the
-# folders of LONGEST_FIRST. Add a file here when it is measured among the slowest.
+# LONGEST_FILES first, in this order (slowest first: each file's test times summed,
+# setup included, from the junit file of a fresh-clone `make test` beside two CPU hogs
+# at d25f438, 2026-12-07), then the folders of LONGEST_FIRST. Add a file here when it
+# is measured among the slowest.
 LONGEST_FILES = (
-    "tests/connector/test_delta_restart.py",      # 454 s
-    "tests/jobs/test_orders_to_delta.py",         # 322 s
-    "tests/jobs/test_notebooks.py",               # 205 s
-    "tests/connector/test_spark_connect.py",      # 179 s
-    "tests/connector/test_sink.py",               # 140 s
-    "tests/connector/test_consume_mode.py",       # 136 s
-    "tests/connector/test_delta_merge.py",        # 131 s
-    "tests/connector/test_reconnect.py",          # 113 s
-    "tests/connector/test_kafka_options.py",      # 100 s
+    "tests/connector/test_delta_restart.py",                    # 219 s
+    "tests/faults/test_fault_suite.py",                         # 194 s
+    "tests/broker/cluster/test_mirrored_queues.py",             # 191 s
+    "tests/broker/shovel/test_shovel.py",                       # 161 s
+    "tests/broker/server/test_restart.py",                      # 121 s
+    "tests/jobs/test_orders_to_delta.py",                       # 118 s
+    "tests/differential/test_migration_against_rabbitmq.py",    # 110 s
+    "tests/differential/test_rabbitmqctl_against_rabbitmq.py",  # 110 s
+    "tests/broker/cluster/test_mirrored_queues_on_disk.py",     # 94 s
+    "tests/connector/test_sink.py",                             # 91 s
+    "tests/broker/cluster/test_metadata_snapshots.py",          # 80 s
+    "tests/jobs/test_notebooks.py",                             # 80 s
+    "tests/broker/cluster/test_cluster.py",                     # 74 s
+    "tests/broker/cluster/test_faults.py",                      # 70 s
+    "tests/broker/cluster/test_reconciliation.py",              # 65 s
+    "tests/connector/test_reconnect.py",                        # 62 s
+    "tests/differential/test_dead_letter_against_rabbitmq.py",  # 60 s
+    "tests/connector/test_kafka_options.py",                    # 55 s
+    "tests/connector/test_consume_mode.py",                     # 48 s
+    "tests/connector/test_spark_connect.py",                    # 43 s
+    "tests/connector/test_delta_merge.py",                      # 34 s
 )
 LONGEST_FIRST = ("tests/jobs/", "tests/connector/", "tests/broker/cluster/",
                  "tests/differential/", "tests/faults/")
