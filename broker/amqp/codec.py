@@ -97,16 +97,25 @@ class FrameReader:
     at most one partial frame (bounded by frame_max) once the connection has taken
     every whole frame, so the concatenation in `feed` stays small."""
 
-    __slots__ = ("_buffer", "_position", "frame_max")
+    __slots__ = ("_buffer", "_position", "frame_max", "mark")
 
     def __init__(self, frame_max: int) -> None:
         self._buffer = b""
         self._position = 0  # where the next frame starts in _buffer
         self.frame_max = frame_max
+        # a position `feed` keeps the bytes from (None: only the unread ones), to read
+        # them again (`rewind(mark)`: a connection handed to another worker)
+        self.mark: int | None = None
 
     def feed(self, data: bytes) -> None:
         buffer = self._buffer
         position = self._position
+        mark = self.mark
+        if mark is not None:
+            self._buffer = buffer[mark:] + data
+            self._position = position - mark
+            self.mark = 0
+            return
         if position >= len(buffer):  # all taken: the new bytes are the buffer
             self._buffer = bytes(data)
         else:
@@ -129,6 +138,10 @@ class FrameReader:
 
     def rewind(self, position: int) -> None:
         self._position = position
+
+    def unread(self) -> bytes:
+        """The bytes from `position` on (not taken into frames yet)."""
+        return self._buffer[self._position:]
 
     def next_frame(self) -> tuple[int, int, bytes] | None:
         """(type, channel, payload) of the next whole frame, or None until more bytes

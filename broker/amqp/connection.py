@@ -588,6 +588,71 @@ class Connection:
         self.urgent.append(codec.connection_open_ok())
         self.state = ConnectionState.OPEN
 
+    # ------------------------------------------------------------ handover (workers)
+
+    def mark(self) -> None:
+        """Keep the input from here on, to be read again (`rewind_to_mark`), if its
+        next event can be: no event is queued and no channel is inside a message.
+        Else no mark."""
+        rewindable = not self._events and all(
+            machine.content is _IDLE for machine in self.channels.values())
+        self.reader.mark = self.reader.position if rewindable else None
+
+    def unmark(self) -> None:
+        self.reader.mark = None
+
+    def rewind_to_mark(self) -> bool:
+        """Read again from the mark, every channel between messages as it was there;
+        False if there is no mark."""
+        mark = self.reader.mark
+        if mark is None:
+            return False
+        self.reader.rewind(mark)
+        self.reader.mark = None
+        for machine in self.channels.values():
+            machine.reset()
+        return True
+
+    def unread(self) -> bytes:
+        """The bytes received and not read into frames yet (a handover takes them)."""
+        return self.reader.unread()
+
+    def resume_open(self, *, frame_max: int, channel_max: int, heartbeat: int,
+                    client_properties: dict, capabilities: dict, mechanism: str,
+                    channels: list[int], quota: ChannelQuota, unread: bytes) -> None:
+        """A connection another worker of this node negotiated, adopted OPEN
+        (node/handover.py): its tune values, the client's properties, its open
+        channels (counted against `quota`), and the bytes it received and did not
+        read, read next. Only before anything was received."""
+        self._expect(ConnectionState.AWAITING_HEADER)
+        self.frame_max = self.reader.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = heartbeat
+        self.client_properties = client_properties
+        self.capabilities = capabilities
+        self.mechanism = mechanism
+        self.quota = quota
+        for number in channels:
+            self.channels[number] = ChannelMachine(number)
+        self._open_channels = len(channels)
+        quota.open += len(channels)
+        self._handshake_deadline = 0.0
+        self.state = ConnectionState.OPEN
+        self.reader.feed(unread)
+
+    def handed_over(self) -> None:
+        """The connection went to another worker (node/handover.py): it ends here
+        without a frame or an event; its channels no longer count here."""
+        if self.quota is not None:
+            self.quota.open -= self._open_channels
+        self.channels.clear()
+        self._open_channels = 0
+        self._events.clear()
+        self.outbound.clear()
+        self.urgent.clear()
+        self.state = ConnectionState.CLOSED
+        self.close_reason = "handed over to another worker"
+
     def _expect(self, state: ConnectionState) -> None:
         if self.state is not state:
             raise RuntimeError(f"connection is {self.state}, not {state}")

@@ -105,7 +105,10 @@ def _served(consumer: Consumer) -> int:
 
 
 class Channel:
-    def __init__(self, session: "Session", number: int) -> None:
+    def __init__(self, session: "Session", number: int, adopted: dict | None = None) -> None:
+        """`adopted`: the modes of a channel opened on another worker of this node,
+        whose connection this one adopted (node/handover.py `capture`): not counted as
+        opened again."""
         self.session = session
         self.node = session.node
         self.number = number
@@ -141,7 +144,16 @@ class Channel:
         # (permission, kind, name) -> the user's Permissions it passed under
         self.permitted: dict[tuple[str, str, str], Permissions] = {}
         self.published = False  # a message was published here (rabbitmq_global_publishers)
-        self.node.counters.channels_opened += 1
+        if adopted is None:
+            self.node.counters.channels_opened += 1
+            return
+        self.confirm_mode = adopted["confirm"]
+        self.next_publish_seq = adopted["next_publish_seq"]
+        self.consumer_prefetch = adopted["consumer_prefetch"]
+        self.global_prefetch = adopted["global_prefetch"]
+        self.flow_active = adopted["flow_active"]
+        self.last_queue_name = adopted["last_queue_name"]
+        self.published = adopted["published"]
 
     @property
     def is_open(self) -> bool:

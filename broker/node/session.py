@@ -8,7 +8,10 @@ protocol errors. The session does the rest:
 - calling `handlers` for methods and published messages;
 - turning their AMQPErrors into the connection's `fail`;
 - resource alarms (connection.blocked);
-- long outputs (streams).
+- long outputs (streams);
+- on worker 0 of a node of workers, stopping at the first event that names another
+  worker's queue, to be handed to it (`_place`, node/handover.py); on that worker,
+  resuming open (`adopted`).
 
 How it works: `receive_data` feeds the connection. Then it takes its events one at
 a time (`_handle_events`). So a channel closed by one event's error is closed for
@@ -55,7 +58,7 @@ from ..amqp.events import (ChannelClosed, ChannelCloseRequested, ChannelOpened,
                            ConnectionClosed, ConnectionCloseRequested, ContentReceived,
                            LoginRequested, MethodReceived, VhostRequested)
 from ..auth.users import SaslError, parse_sasl_response
-from . import handlers, limits, ordering
+from . import handlers, handover, limits, ordering
 from .channel import Channel
 
 log = logging.getLogger("quorumqueue.broker")
@@ -80,7 +83,10 @@ def server_properties(cluster_name: str) -> dict:
 
 
 class Session:
-    def __init__(self, node, peer_host: str, now: float, peer: str = "") -> None:
+    def __init__(self, node, peer_host: str, now: float, peer: str = "",
+                 adopted: tuple | None = None) -> None:
+        """`adopted`: (state, user, vhost, unread bytes) of a connection another
+        worker of this node accepted and handed here open (`adopted`)."""
         settings = node.settings
         self.node = node
         self.settings = settings
@@ -119,7 +125,37 @@ class Session:
         self.input_held = False
         # when the channels next check their consumer timeout (RabbitMQ's channel tick)
         self._next_channel_tick = now + settings.channel_tick_interval_ms / 1000
+        # worker 0 of a node of workers: the connection is not placed yet; its first
+        # event naming a queue may hand it to the queue's worker (node/handover.py)
+        self._placing = handover.enabled(settings) and adopted is None
+        # the worker's name this session waits to be handed to, its input held
+        self.handing_over: str | None = None
+        self._mark_used = True  # the connection's input mark is to be set again
+        if adopted is not None:
+            self._resume(*adopted)
         node.register(self)
+
+    @classmethod
+    def adopted(cls, node, state: dict, user, vhost, unread: bytes, now: float) -> "Session":
+        """The session of a connection handed over open by another worker
+        (node/handover.py `adopt`)."""
+        return cls(node, state["peer_host"], now, state["peer"],
+                   adopted=(state, user, vhost, unread))
+
+    def _resume(self, state: dict, user, vhost, unread: bytes) -> None:
+        self.user = user
+        self.vhost = vhost
+        self.has_published = state["has_published"]
+        numbers = [modes["number"] for modes in state["channels"]]
+        self.connection.resume_open(
+            frame_max=state["frame_max"], channel_max=state["channel_max"],
+            heartbeat=state["heartbeat"], client_properties=state["client_properties"],
+            capabilities=state["capabilities"], mechanism=state["mechanism"],
+            channels=numbers, quota=limits.channel_quota(self.node, user.name),
+            unread=unread)
+        self.frame_max = state["frame_max"]
+        for modes in state["channels"]:
+            self.channels[modes["number"]] = Channel(self, modes["number"], adopted=modes)
 
     # ------------------------------------------------------------ the connection's view
 
@@ -202,6 +238,8 @@ class Session:
         if self.closed:
             self.input_held = False
             return 0
+        if self.handing_over is not None:
+            return 0  # the shell hands the connection over; its input waits for that
         self.input_held = False
         handled = self._handle_events(budget)
         if self.has_published and self.node.alarms:
@@ -258,6 +296,7 @@ class Session:
 
     def connection_lost(self) -> None:
         """The socket is gone: clean up without sending anything."""
+        self.handing_over = None  # what it received is handled here after all
         if not self.closed:
             if self.input_held:  # what was received before the socket went is acted on
                 self.take_input()
@@ -289,7 +328,16 @@ class Session:
                 if handled == budget:
                     self.input_held = True
                     break
-                if (event := next_event()) is None:
+                if self._placing:
+                    if self._mark_used:  # an event was handled since the mark: a new one
+                        connection.mark()
+                        self._mark_used = False
+                    if (event := next_event()) is None:
+                        break
+                    if self._place(event):
+                        break
+                    self._mark_used = True
+                elif (event := next_event()) is None:
                     break
                 handled += 1
                 if type(event) is ContentReceived:  # the per-message event first
@@ -353,6 +401,45 @@ class Session:
             if self._out or self.connection.urgent:
                 self.node.dirty.add(self)
         return handled
+
+    def _place(self, event) -> bool:
+        """At the connection's first event naming a queue: whether it goes to the
+        queue's worker (node/handover.py). Then the event's frames are to be read
+        again, there: the reader goes back to them (the connection's mark, set before
+        each event while placing) and input is held until the shell has handed the
+        connection over (`handing_over`)."""
+        target = handover.placing(self, event)
+        if target is handover.NOT_PLACING:
+            return False
+        self._placing = False
+        connection = self.connection
+        if (target is None or not handover.quiet(self)
+                or not connection.rewind_to_mark()):
+            connection.unmark()
+            return False
+        self.handing_over = target
+        self.input_held = True
+        return True
+
+    def stay(self) -> None:
+        """The handover did not happen: the connection stays here, placed; its held
+        input is taken next (`take_input`)."""
+        self.handing_over = None
+
+    def handed_over(self, worker: str) -> None:
+        """The shell gave the connection to `worker`: it ends here without a frame.
+        Its channels hold nothing (handover.quiet), so they just go."""
+        self.connection.handed_over()
+        self.closed = True
+        self.close_reason = f"handed over to {worker}"
+        self.handing_over = None
+        self.input_held = False
+        for channel in self.channels.values():
+            channel.state = ChannelState.CLOSING
+            self.node.awaiting_sync.discard(channel)
+        self.channels.clear()
+        self._out.clear()
+        self.node.unregister(self)
 
     def _content(self, event: ContentReceived) -> None:
         self.has_published = True

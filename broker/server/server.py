@@ -59,7 +59,7 @@ from ..config import Settings, cluster_tls_contexts, ssl_listener_context
 from ..groups.driver import MAX_ROUNDS
 from ..metrics.http import MetricsListener
 from ..metrics.loop_lag import LoopLag
-from ..node import group_commit, membership
+from ..node import group_commit, handover, membership
 from ..node.node import Node
 from ..node.session import Session
 from ..node.shell import NO_SHELL, Shell
@@ -69,6 +69,7 @@ from ..shovel.supervisor import Shovels
 from ..shovel.worker import local_uri
 from ..storage.message_store import MessageStore
 from ..storage.metadata_store import MetadataStore
+from . import handover_link
 from .boot import catch_up_metadata
 from .cluster_transport import ClusterTransport
 from .disk import DiskWatch
@@ -190,6 +191,9 @@ def pass_time(node: Node) -> float:
 # the fault suite's slow disk (tests/faults): when this environment variable names a
 # file, each Sync first waits the seconds written in it (none while it is missing)
 FAULT_FSYNC_DELAY_FILE = "QUORUMQUEUE_FAULT_FSYNC_DELAY_FILE"
+# seconds a connection to be handed to another worker may wait for its output to be
+# sent (a slow client); past it, and for a worker's metadata to catch up, it stays
+HANDOVER_WAIT_S = 10.0
 # seconds a closed connection's socket waits, its last frames sent and its write side
 # shut, for the client to close its side (`_close_after_output`)
 CLOSE_DRAIN_SECONDS = 5.0
@@ -237,18 +241,24 @@ class SyncWriter:
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("server", "transport", "session", "peer", "write_paused")
+    __slots__ = ("server", "transport", "session", "peer", "write_paused", "handed")
 
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: "BrokerServer", adopted: Session | None = None) -> None:
+        """`adopted`: the session of a connection another worker handed over."""
         self.server = server
         self.transport = None
-        self.session: Session | None = None
+        self.session: Session | None = adopted
         self.write_paused = False   # the socket's buffer is full: pull no stream output
+        self.handed = False   # handed over to another worker: it is that one's now
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
+        if self.session is not None:  # adopted: accepted, logged and counted by worker 0
+            self.server.connections[self.session] = self
+            log.info("adopted AMQP connection %s", self.peer)
+            return
         local = transport.get_extra_info("sockname") or ("?", 0)
         self.session = Session(self.server.node, peer[0], time.monotonic(),
                                peer=f"{self.peer} -> {local[0]}:{local[1]}")
@@ -275,6 +285,8 @@ class _Connection(asyncio.Protocol):
             self.server.schedule_flush()
 
     def connection_lost(self, exc) -> None:
+        if self.handed:
+            return
         session = self.session
         if not session.closed:
             log.warning("client unexpectedly closed TCP connection %s", self.peer)
@@ -320,6 +332,12 @@ class BrokerServer:
         self._slice_refill_scheduled = False
         self.held_input: dict[Session, _Connection] = {}
         self._held_scheduled = False
+        # output sent once the running Sync ends (`_flush`): a handover waits for it
+        self._sync_output: list[tuple[Session, list, bool]] = []
+        # workers (node/handover.py): worker 0's links to the others by name, the
+        # sessions being handed over; another worker's link from worker 0
+        self.handover_links = handover_link.links_from_env(os.environ)
+        self._handovers: set[Session] = set()
         self.management = None  # the management HTTP API, once started (start_management)
         self.metrics: MetricsListener | None = None  # the Prometheus endpoint
         self.shovels: Shovels | None = None  # the dynamic shovels run here (start)
@@ -397,6 +415,9 @@ class BrokerServer:
         # clients once this node applied what the metadata group committed while it was
         # down, as RabbitMQ 3.x serves once its tables are loaded (boot.py)
         await catch_up_metadata(self)
+        if not handover.enabled(self.settings):
+            for link in self.handover_links.values():
+                self._receive_handovers(link)
         await self._server.start_serving()
         if self._ssl_server is not None:
             await self._ssl_server.start_serving()
@@ -573,7 +594,9 @@ class BrokerServer:
         handled = session.receive_data(data, began, budget)
         self._round_left -= handled
         self._spent(began)
-        if session.input_held and not session.closed and session not in self.held_input:
+        if session.handing_over is not None:
+            self._begin_handover(connection)
+        elif session.input_held and not session.closed and session not in self.held_input:
             self.held_input[session] = connection
             connection.transport.pause_reading()
         self.node.dirty.add(session)
@@ -594,6 +617,9 @@ class BrokerServer:
             began = self._spent(began)
             self.node.dirty.add(session)
             if session.closed or session not in self.connections:
+                continue
+            if session.handing_over is not None:
+                self._begin_handover(connection)
                 continue
             if session.input_held:
                 self.held_input[session] = connection   # served again after the others
@@ -625,6 +651,101 @@ class BrokerServer:
         if self.held_input and not self._held_scheduled:
             self._held_scheduled = True
             self._loop.call_soon(self._take_held_input)
+
+    # ------------------------------------------------------------ handover (workers)
+
+    def _begin_handover(self, connection: _Connection) -> None:
+        """The session waits to be handed to another worker (node/handover.py): read
+        no more of it, and hand it over once its output is sent (`_hand_over`)."""
+        session = connection.session
+        if session in self._handovers:
+            return
+        self._handovers.add(session)
+        self.held_input.pop(session, None)
+        connection.transport.pause_reading()
+        self._loop.create_task(self._hand_over(connection))
+
+    def _output_pending(self, session: Session, connection: _Connection) -> bool:
+        if session.connection.outbound or session.connection.urgent or session.streaming:
+            return True
+        for waiting in (self._held, self._sync_output):
+            if any(item[0] is session and item[1] for item in waiting):
+                return True
+        return connection.transport.get_write_buffer_size() > 0
+
+    async def _hand_over(self, connection: _Connection) -> None:
+        """Once what the session wrote is sent: its socket, state and unread bytes to
+        its worker (handover_link.py); the session ends here. A worker with no link,
+        or output still unsent after HANDOVER_WAIT_S, keeps it here."""
+        session = connection.session
+        target = session.handing_over
+        link = self.handover_links.get(target)
+        deadline = time.monotonic() + HANDOVER_WAIT_S
+        try:
+            while link is not None and session.handing_over == target and (
+                    self._output_pending(session, connection)):
+                if time.monotonic() > deadline:
+                    link = None
+                    break
+                self.schedule_flush()
+                await asyncio.sleep(0.001)
+            if session.closed or session.handing_over != target:
+                return  # the client went meanwhile: its input was handled here
+            if link is None:
+                log.warning("AMQP connection %s stays on this worker: no handover to %s",
+                            connection.peer, target)
+                session.stay()
+                self.held_input[session] = connection
+                self._loop.call_soon(self._take_held_input)
+                return
+            state = handover.capture(session, self.node.cluster.meta.raft.applied_index)
+            sock = connection.transport.get_extra_info("socket")
+            try:
+                handover_link.send(link, state, session.connection.unread(), sock.fileno())
+            except OSError as error:
+                log.error("closing AMQP connection %s: its handover to %s failed: %s",
+                          connection.peer, target, error)
+                session.connection_lost()
+                connection.transport.abort()
+                return
+        finally:
+            self._handovers.discard(session)
+        session.handed_over(target)
+        connection.handed = True
+        self.connections.pop(session, None)
+        self.held_input.pop(session, None)
+        connection.transport.abort()  # this process's descriptor only: the socket lives on
+        log.info("AMQP connection %s handed over to %s", connection.peer, target)
+
+    def _receive_handovers(self, link) -> None:
+        receiver = handover_link.Receiver(link, self._adopt)
+
+        def readable() -> None:
+            if not receiver.readable():
+                self._loop.remove_reader(link.fileno())
+
+        self._loop.add_reader(link.fileno(), readable)
+
+    def _adopt(self, state: dict, unread: bytes, sock) -> None:
+        self._loop.create_task(self._adopt_when_applied(state, unread, sock))
+
+    async def _adopt_when_applied(self, state: dict, unread: bytes, sock) -> None:
+        """Serve a connection handed over, once this worker applied the metadata the
+        sender had (a queue it declared a moment ago), HANDOVER_WAIT_S at most."""
+        raft = self.node.cluster.meta.raft
+        deadline = time.monotonic() + HANDOVER_WAIT_S
+        while raft.applied_index < state["metadata_index"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        try:
+            session = handover.adopt(self.node, state, unread, pass_time(self.node))
+        except handover.AdoptError as error:
+            log.error("closing AMQP connection %s handed over: %s", state["peer"], error)
+            sock.close()
+            return
+        sock.setblocking(False)
+        _transport, connection = await self._loop.connect_accepted_socket(
+            lambda: _Connection(self, session), sock)
+        self.receive(connection, b"")
 
     # ------------------------------------------------------------ flushing
 
@@ -672,6 +793,7 @@ class BrokerServer:
             self._send(output)
             return
         self._sync = sync
+        self._sync_output = output
         self._writer.submit(sync, lambda error: self._synced(sync, output, error))
 
     def _synced(self, sync, output, error: BaseException | None) -> None:
@@ -687,6 +809,7 @@ class BrokerServer:
             self._stall(sync, output, error)
             return
         self._sync = None
+        self._sync_output = []
         node = self.node
         if error is None:
             self.disk.succeeded()
@@ -753,6 +876,8 @@ class BrokerServer:
                 continue
             data = session.chunks_to_send(pull=not connection.write_paused)
             output.append((session, data, session.closed))
+            if session.handing_over is not None and session not in self._handovers:
+                self._begin_handover(connection)  # placed on a path other than receive
             if session.streaming and not connection.write_paused:
                 # more of a stream: the next chunk on the loop's next turn, after other
                 # clients' events (resume_writing brings it back once paused)

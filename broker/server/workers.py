@@ -18,6 +18,9 @@ How it works
     msgstore/ in DATA_DIR), is refused. The
     workers share a cookie drawn at each start (in their environment, not on their
     command lines). Their output is the supervisor's (one log).
+    Worker 0 hands a client connection to the worker of the first queue it names
+    (node/handover.py) over a socket pair this supervisor makes for each other worker
+    (handover_link.py), passed at exec.
 
 Invariants
     - A worker's exit, whatever its cause, stops the node as a whole: the supervisor
@@ -28,10 +31,10 @@ Invariants
       STOP_TIMEOUT_S each, then kills what is left, and exits 0.
 
 Not here
-    The design and what is not built yet (docs/design/workers.md): connections are not
-    handed to their queues' worker, the workers' names are visible (cluster.status,
-    queue members), every worker is a voting member of the metadata group, and a node
-    with workers cannot be a member of a bigger cluster.
+    The design and what is not built yet (docs/design/workers.md): the workers' names
+    are visible (cluster.status, queue members, a connection's node), every worker is a
+    voting member of the metadata group, and a node with workers cannot be a member
+    of a bigger cluster.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import WORKER_COOKIE_ENV, ConfigError, Settings
+from . import handover_link
 from .run import configure_logging
 
 log = logging.getLogger("quorumqueue.broker")
@@ -163,11 +167,22 @@ def supervise(settings: Settings, config_path: str | None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: stopping.append(number))
     workers: dict[int, subprocess.Popen] = {}
+    links = {plan.index: handover_link.pair() for plan in plans[1:]}
     try:
         for plan in plans:
+            if plan.index == 0:
+                ends = {plans[k].name: pair[0] for k, pair in links.items()}
+            else:
+                ends = {plans[0].name: links[plan.index][1]}
+            own = dict(environment, **{handover_link.ENV: ",".join(
+                f"{name}={end.fileno()}" for name, end in ends.items())})
             workers[plan.index] = subprocess.Popen(
                 worker_command(plan, plans, config_path), stdin=subprocess.DEVNULL,
-                env=environment, preexec_fn=_killed_with_parent)
+                env=own, preexec_fn=_killed_with_parent,
+                pass_fds=[end.fileno() for end in ends.values()])
+        for pair in links.values():  # the workers hold them now
+            for end in pair:
+                end.close()
         log.info("node %s: %d workers (pids %s)", settings.node_name, len(workers),
                  ", ".join(str(process.pid) for process in workers.values()))
         while not stopping:

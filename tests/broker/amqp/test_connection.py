@@ -731,3 +731,61 @@ def test_chunks_to_send_are_the_bytes_data_to_send_joins_and_keep_no_mutable_vie
     assert connection.chunks_to_send() == [] and connection.data_to_send() == b""
     connection.outbound += [b"a", memoryview(b"bc")]
     assert connection.data_to_send() == b"abc"
+
+
+# ---------------------------------------------------------------- handover (workers)
+
+
+@bytewise
+def test_a_message_begun_in_an_earlier_read_is_read_again_whole_from_the_mark(bytewise):
+    """A connection handed to another worker (node/handover.py) gives it the bytes of
+    the event it stopped at: the mark, set before that event's first frame, keeps
+    them across reads, however the client's bytes were split; every channel is
+    between messages again."""
+    driver = Driver(bytewise).open(1, 2)
+    connection = driver.connection
+    message = publish(routing_key="q1") + header(size=4) + body(data=b"abcd")
+    rest = frame(commands.Basic.Qos(prefetch_count=5), 1)
+    connection.mark()
+    events = driver.feed(publish(2) + message + rest)
+    # channel 1's message and method (channel 2's publish has no content yet)
+    assert [(type(event), event.channel) for event in events] == [(ContentReceived, 1),
+                                                                  (MethodReceived, 1)]
+    assert connection.rewind_to_mark()
+    assert connection.unread() == publish(2) + message + rest
+    assert all(machine.content is ContentState.IDLE for machine in connection.channels.values())
+    assert not connection.rewind_to_mark()  # a mark is used once
+
+
+def test_no_mark_inside_a_message_or_with_events_queued():
+    driver = Driver().open(1)
+    connection = driver.connection
+    driver.feed(publish() + header(size=3))
+    connection.mark()
+    assert not connection.rewind_to_mark()  # channel 1 is inside a message
+    driver.feed(body())
+    connection.mark()
+    assert connection.rewind_to_mark()
+
+
+def test_a_connection_resumed_open_reads_on_where_its_first_worker_stopped():
+    """The adopting worker's connection: open, its channels open, the tune values the
+    first worker agreed, and the unread bytes read first."""
+    from quorumqueue.broker.amqp.connection import ChannelQuota
+
+    quota = ChannelQuota("guest")
+    connection = Connection({"product": "test"}, frame_max=131072, channel_max=2047,
+                            heartbeat=60, max_message_size=1000, now=0.0)
+    connection.resume_open(frame_max=8192, channel_max=16, heartbeat=10,
+                           client_properties={"product": "pika"}, capabilities={},
+                           mechanism="PLAIN", channels=[1, 3], quota=quota,
+                           unread=publish(3) + header(3) + body(3))
+    assert (connection.state, connection.frame_max, connection.reader.frame_max,
+            connection.channel_max, connection.heartbeat) == (ConnectionState.OPEN, 8192,
+                                                              8192, 16, 10)
+    assert quota.open == 2 and sorted(connection.channels) == [1, 3]
+    event = connection.next_event()
+    assert isinstance(event, ContentReceived) and (event.channel, event.body) == (3, b"abc")
+    connection.handed_over()
+    assert quota.open == 0 and connection.state is ConnectionState.CLOSED
+    assert connection.next_event() is None

@@ -75,6 +75,7 @@ def _session(events: list[ContentReceived]) -> Session:
     session.node = SimpleNamespace(dirty=set())
     session._out, session._handling, session.input_held = [], False, False
     session.has_published = False
+    session._placing = False  # a node of one process: no handover (node/handover.py)
     return session
 
 
