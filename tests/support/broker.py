@@ -19,6 +19,8 @@ from pathlib import Path
 
 from quorumqueue.cli.launcher import die_with_parent, pick_free_ports
 
+from .waiting import slow_stop
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "quorumqueue.cli"]
 
@@ -143,6 +145,8 @@ class BrokerProcess:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
+                if not kill:
+                    slow_stop(f"broker on port {self.port}", timeout)
                 self.process.kill()
                 self.process.wait()
         code = self.process.returncode

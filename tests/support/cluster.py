@@ -62,7 +62,7 @@ from quorumqueue.broker.server.server import FAULT_FSYNC_DELAY_FILE
 from quorumqueue.client.management import call
 
 from .small_fs import SmallFileSystem
-from .waiting import wait_until
+from .waiting import slow_stop, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # how long a test waits for a cluster to agree on something (an election, a failover,
@@ -416,7 +416,7 @@ class LocalCluster:
                 self._signal(name, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_timeout
             for name in list(self._processes):
-                self._reap(name, max(0.0, deadline - time.monotonic()))
+                self._reap(name, max(0.0, deadline - time.monotonic()), signal.SIGTERM)
         finally:
             for proxy in self.proxies.values():
                 proxy.stop()
@@ -501,7 +501,7 @@ class LocalCluster:
         if sig in (signal.SIGSTOP, signal.SIGCONT):
             raise ValueError("use pause() and resume() for SIGSTOP and SIGCONT")
         self._signal(name, sig)
-        return self._reap(name, self.stop_timeout if timeout is None else timeout)
+        return self._reap(name, self.stop_timeout if timeout is None else timeout, sig)
 
     def pause(self, node: NodeRef) -> None:
         """SIGSTOP; returns once the process is stopped."""
@@ -676,13 +676,17 @@ class LocalCluster:
             process.send_signal(signal.SIGCONT)
             self._paused.discard(name)
 
-    def _reap(self, name: str, timeout: float) -> int | None:
+    def _reap(self, name: str, timeout: float, sig: int) -> int | None:
+        """Wait `timeout` for the process `sig` was sent to, then SIGKILL it (a warning
+        when a SIGTERM was not enough: waiting.SlowStop)."""
         process = self._processes.pop(name, None)
         if process is None:
             return None
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
+            if sig == signal.SIGTERM:
+                slow_stop(f"node {name}", self.stop_timeout)
             process.kill()
             process.wait()
         return process.returncode

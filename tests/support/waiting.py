@@ -10,6 +10,10 @@ otherwise it propagates at once.
 The bound is the caller's and generous: the suite must pass on a loaded machine, so
 a test waits for what it needs and never asserts on how long that took.
 
+`SlowStop` is the warning the broker and cluster fixtures give when a node did not end
+within their bound after SIGTERM and was killed: a graceful stop that hangs is a bug
+of its own, and the bound it waits out is suite time (the warnings summary lists them).
+
 Not here: waits with more to say than "not yet" (a cluster's convergence keeps its
 own CONVERGE_TIMEOUT in cluster.py; Prometheus scrapes in prometheus.py).
 """
@@ -17,10 +21,20 @@ own CONVERGE_TIMEOUT in cluster.py; Prometheus scrapes in prometheus.py).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class SlowStop(UserWarning):
+    """A node did not end within the bound after SIGTERM; it was SIGKILLed."""
+
+
+def slow_stop(name: str, timeout: float) -> None:
+    warnings.warn(SlowStop(f"{name} did not end within {timeout:.0f} s of SIGTERM "
+                           "(a graceful stop that hangs): SIGKILLed"), stacklevel=3)
 
 
 def wait_until(condition: Callable[[], T], what: str, timeout: float,
