@@ -212,7 +212,6 @@ class Cluster:
         self.origin = int.from_bytes(os.urandom(8), "big")
         self._forwarded: dict[str, int] = {}
         self._random = random.Random()
-        self.meta: MetaGroup | None = None
         self.classic = classic_link.ClassicLink(self)  # classic queues on other nodes
         # every node's open connections and channels, for the limits (tracking.py)
         self.tracking = tracking.Tracking(self)
@@ -232,6 +231,10 @@ class Cluster:
         # forwarded commands not yet handed to the transport, per leader: parallel
         # lists (groups, request ids, data, reply awaited), sent as one "propose"
         self._proposals: dict[str, tuple[list, list, list, list]] = {}
+        # this node's member of the metadata group (every node is one), driven with
+        # the quorum queues' groups
+        self.meta = self._metadata_member()
+        self.groups.add_group(self.meta)
 
     def set_clock(self, now: float) -> None:
         """The time, passed in (Node.set_clock)."""
@@ -280,8 +283,10 @@ class Cluster:
         self.nodes_changed = True
         log.info("cluster %s: node %s forgotten", self.settings.cluster_name, name)
 
-    def start_metadata(self) -> MetaGroup:
-        """This node's member of the metadata group (every node is one)."""
+    def _metadata_member(self) -> MetaGroup:
+        """This node's member of the metadata group, over the log store: as recorded,
+        else a new group of the configured nodes (none for a joining node, which
+        learns the group from its leader)."""
         quorum = self.groups
         store = quorum.store
         fresh = META_GROUP not in store.groups()
@@ -293,9 +298,7 @@ class Cluster:
             # a group of one elects itself at once; a new cluster: the first node asks
             # first (the others time out)
             raft.campaign()
-        self.meta = MetaGroup(self.node, raft, store, self)
-        quorum.add_group(self.meta)
-        return self.meta
+        return MetaGroup(self.node, raft, store, self)
 
     # ------------------------------------------------------------ identities
 
@@ -507,7 +510,7 @@ class Cluster:
         self.tracking.tick(ping_due)
         if ping_due:
             self._next_ping = now + PING_EVERY
-            joined = self.meta is not None and self.name in self.meta.raft.members
+            joined = self.name in self.meta.raft.members
             for name in self.nodes:
                 if name != self.name:
                     self._post(name, Rpc("ping", {"amqp": self.amqp_uri,
@@ -728,8 +731,8 @@ class Cluster:
                            "leader": queue.leader_id, "members": list(members),
                            "online": [n for n in members if self.reachable(n)]})
         return {"cluster_name": self.settings.cluster_name, "node": self.name,
-                "metadata_leader": self.meta.leader_id if self.meta else None,
-                "metadata_members": sorted(self.meta.raft.members) if self.meta else [],
+                "metadata_leader": self.meta.leader_id,
+                "metadata_members": sorted(self.meta.raft.members),
                 "nodes": nodes, "queues": queues,
                 # commands waiting for a leader's answer (forwarded, not yet appended),
                 # and of those proxied ones a leader accepted: their reply to come

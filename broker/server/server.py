@@ -131,9 +131,7 @@ def assemble_node(settings: Settings, users: UserStore, log_store: LogStore,
     over `log_store` and its member of the metadata group (a node is a cluster of
     one until others join: every definition takes the same path). `shell`: the
     server running it (node/shell.py), none for a node driven directly."""
-    node = Node(settings, users, log_store, message_store, metadata_store, shell)
-    node.cluster.start_metadata()
-    return node
+    return Node(settings, users, log_store, message_store, metadata_store, shell)
 
 
 def cluster_cookie(settings: Settings) -> str:

@@ -4,7 +4,8 @@ constructed; no attribute wiring after construction").
 Read from the source: nothing under broker/ assigns what a quorum queue or the
 metadata group member is given when built (its router, its quorum groups), nor the
 node's shell (what it asks of the server running it: shovel rows, client rows,
-closing a client), except the object's own `__init__` as `self.<name> = ...`.
+closing a client), nor the cluster's member of the metadata group, except the
+object's own `__init__` as `self.<name> = ...`.
 Then the objects as the broker assembles them hold what they were built with.
 """
 
@@ -13,12 +14,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from quorumqueue.broker.groups.metadata import META_GROUP
 from tests.broker.node.harness import Client, new_node
 
 BROKER = Path(__file__).resolve().parents[2] / "broker"
 # given at construction: QuorumQueue and MetaGroup (router, groups), Node (its shell and
-# the names the shell's three callables had when assigned to it later)
-GIVEN = {"router", "groups", "shell", "shovel_status", "client_rows", "close_client"}
+# the names the shell's three callables had when assigned to it later), Cluster (its
+# metadata group member, `meta`)
+GIVEN = {"router", "groups", "shell", "shovel_status", "client_rows", "close_client",
+         "meta"}
 
 
 def wiring() -> list[str]:
@@ -48,7 +52,7 @@ def wiring() -> list[str]:
     return found
 
 
-def test_nothing_assigns_a_router_groups_or_shell_after_construction():
+def test_nothing_assigns_a_router_groups_shell_or_meta_after_construction():
     assert wiring() == []
 
 
@@ -61,6 +65,7 @@ def test_the_assembled_node_hands_its_queues_and_metadata_member_the_cluster():
     (queue,) = [q for q in node.quorum.queues.values() if getattr(q, "name", None) == "whole"]
     assert queue.router is node.cluster and queue.groups is node.quorum
     assert node.cluster.meta.router is node.cluster
+    assert node.quorum.queues[META_GROUP] is node.cluster.meta  # driven with the queues
     # a node no server runs: no shovels, no client connections over a socket
     assert node.shovel_rows() == []
     assert node.clients() == {"connections": [], "channels": [], "consumers": []}
