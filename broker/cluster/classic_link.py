@@ -162,18 +162,23 @@ class _SyncedReplies:
         return not self.waiting
 
 
-class _AfterHolds:
-    """Host side: stands for the channel of a forwarded publish's Confirm, whose holds
-    (a mirrored queue's mirrors) answer later: `then()` once the last one did."""
+class _ForwardedConfirm(Confirm):
+    """Host side: a forwarded publish's confirm, no channel's. Its holds (a mirrored
+    queue's mirrors) answer later: the link answers the publisher once the last one
+    did (`ClassicLink._answer_publish`)."""
 
-    __slots__ = ("confirm", "then")
+    __slots__ = ("link", "answer")
 
-    def __init__(self, confirm: Confirm, then: Callable[[], None]) -> None:
-        self.confirm, self.then = confirm, then
+    def __init__(self, link: "ClassicLink", answer: Callable[[bool], None]) -> None:
+        super().__init__(None, 0, None)
+        self.link, self.answer = link, answer
 
-    def confirm_answered(self) -> None:
-        if not self.confirm.outstanding:
-            self.then()
+    def _answer(self, accepted: bool) -> None:
+        self.outstanding -= 1
+        if not accepted:
+            self.ok = False
+        if not self.outstanding:
+            self.link._answer_publish(self.answer, self)
 
 
 class ClassicLink:
@@ -484,10 +489,8 @@ class ClassicLink:
         if publish_id is not None and mirroring is not None and publish_id in mirroring.seen:
             answer(True)
             return
-        confirm = Confirm(None, 0)  # type: ignore[arg-type]
         # a mirrored queue's confirm waits for every mirror (Confirm.hold): answered then
-        confirm.channel = _AfterHolds(confirm, lambda: self._answer_publish(
-            answer, confirm))  # type: ignore[assignment]
+        confirm = _ForwardedConfirm(self, answer)
         if mirroring is not None:
             mirroring.publish_id = publish_id
         try:

@@ -413,7 +413,7 @@ class Channel:
     def open_confirm(self, seq: int) -> Confirm:
         """The confirm of publish `seq`, queued in order. The queues the message is
         routed to say what it waits for (queues/base.py). Then `close_confirm`."""
-        confirm = Confirm(self, seq)
+        confirm = Confirm(self, seq, self.node.answered_confirms)
         self.pending_confirms.append(confirm)
         return confirm
 
@@ -426,12 +426,9 @@ class Channel:
         else:
             self.release_confirms(self.node.synced_batch_id)
 
-    def confirm_answered(self) -> None:
-        """A queue answered for a confirm (Confirm.hold): released after the flush."""
-        self.node.quorum.touched_channels.add(self)
-
     def release_answered_confirms(self) -> None:
-        """Send the confirms queues answered for meanwhile, those now due."""
+        """Send the confirms queues answered for meanwhile (`Confirm`: this channel in
+        the node's `answered_confirms`), those now due (Node.release_answered)."""
         if self.release_confirms(self.node.synced_batch_id):
             self.node.awaiting_sync.discard(self)
 
@@ -481,7 +478,7 @@ class Channel:
             self.node.publish_all(self, [(publish, properties, body, 0)
                                      for publish, properties, body, _seq in publishes],
                               tx=True)
-        done = Confirm(self, 0, codec.tx_commit_ok(self.number))
+        done = Confirm(self, 0, self.node.answered_confirms, codec.tx_commit_ok(self.number))
         self.pending_confirms.append(done)
         self.close_confirm(done)
 

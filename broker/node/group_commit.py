@@ -237,6 +237,7 @@ def end_sync(node: "Node", sync: Sync) -> None:
     elif node.store is None and node.awaiting_sync:
         node.synced(node.synced_batch_id + 1)
     node.quorum.end_round(sync.round)
+    node.release_answered()  # the confirms the round's replies answered
 
 
 def pending_writes(node: "Node") -> tuple[int, int] | None:

@@ -84,6 +84,10 @@ class Node:
         self.sessions: set["Session"] = set()
         self.dirty: set["Session"] = set()
         self.awaiting_sync: set["Channel"] = set()
+        # channels a queue answered a confirm of (queues/base.py Confirm: answers are
+        # data), released after each round (`release_answered`); one set for the node's
+        # life, which every Confirm of its channels holds
+        self.answered_confirms: set["Channel"] = set()
         self.synced_batch_id = 0
         self.metadata_dirty = False
         # (vhost, name) of the queues whose records changed since the file's last save:
@@ -701,6 +705,16 @@ class Node:
             return False
         self.awaiting_sync.add(waiter)
         return True
+
+    def release_answered(self) -> None:
+        """Send the confirms due on channels a queue answered a confirm of since the
+        last time (node/group_commit.py `end_sync`, after the quorum groups' round)."""
+        answered = self.answered_confirms
+        if answered:
+            channels = list(answered)
+            answered.clear()  # in place: the channels' Confirms hold this set
+            for channel in channels:
+                channel.release_answered_confirms()
 
     def synced(self, batch_id: int) -> None:
         self.synced_batch_id = batch_id

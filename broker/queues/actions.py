@@ -24,8 +24,6 @@ The actions:
   API, another node's request), which the queue passes on and never calls.
 - `Refused`: what `to` asked (a purge, or a channel's basic.get) failed with an
   AMQP error (the queue's host could not be asked).
-- `ConfirmsDue`: queues answered for confirms of channel `to` (`Confirm.hold`);
-  those now due go out.
 
 Capacity: a queue hands a message to a consumer that `has_capacity()`. It then
 calls `consumer.charge()`, which counts the delivery against the prefetch limits at
@@ -125,15 +123,7 @@ class Refused:
     error: AMQPError
 
 
-@dataclass(frozen=True, slots=True)
-class ConfirmsDue:
-    """Queues answered for publisher confirms of the channel `to`: send those due."""
-
-    to: Channel
-
-
-Action = (Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | Refused
-          | ConfirmsDue)
+Action = Deliver | DeliverBatch | GetOk | GetEmpty | DeclareOk | PurgeOk | Refused
 
 
 def carry_out(actions: Iterable[Action] | None) -> None:
@@ -162,7 +152,5 @@ def carry_out(actions: Iterable[Action] | None) -> None:
                 action.to.purge_ok(action.count)
             case Refused():
                 action.to.refused(action.error)
-            case ConfirmsDue():
-                action.to.release_answered_confirms()
             case _:
                 assert_never(action)

@@ -133,9 +133,8 @@ class Asker(Protocol):
 
 class Channel(Protocol):
     """The AMQP channel a queue serves (node/channel.py implements it):
-    deliveries, basic.get's answers, and news of confirms. `actions.carry_out`
-    calls them (but `confirm_answered`, which `Confirm` calls); no queue type
-    does."""
+    deliveries and basic.get's answers. `actions.carry_out` calls them; no queue
+    type does. (Its confirms' answers are data: `Confirm`.)"""
 
     state: ChannelState
     global_prefetch: int
@@ -170,12 +169,6 @@ class Channel(Protocol):
         """Its basic.get failed (the queue's host could not be asked): a channel
         error, once what it sent before is answered."""
 
-    def confirm_answered(self) -> None:
-        """A queue answered for one of the channel's confirms (`Confirm.hold`)."""
-
-    def release_answered_confirms(self) -> None:
-        """Send the confirms that are now due (after `confirm_answered`)."""
-
 
 class Confirm:
     """The publisher confirm one publish owes: it leaves once the message-store batch
@@ -186,14 +179,22 @@ class Confirm:
     have seq 0 (nothing is sent for them), and the tx.commit-ok that follows them in
     the channel's queue of confirms is `reply`, sent once everything before it left.
 
+    How it works: an answer is data. It counts down `outstanding` and puts the
+    confirm's channel in `answered`, the set its maker gave (node/channel.py: the
+    node's `answered_confirms`); the node sends what is due on those channels after
+    its round (node/group_commit.py `end_sync`). No answer calls the channel.
+
     Invariant: `outstanding` counts the holds not yet answered; each hold's callback
     is called exactly once. A subclass that answers differently overrides `_answer`
     alone: `hold_reply`'s callback then goes through it (`__init_subclass__`)."""
 
-    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "reply", "refused")
+    __slots__ = ("seq", "batch_id", "ok", "outstanding", "channel", "answered", "reply",
+                 "refused")
 
-    def __init__(self, channel: "Channel", seq: int, reply: bytes | None = None) -> None:
-        self.channel = channel
+    def __init__(self, channel: "Channel | None", seq: int, answered: "set[Channel] | None",
+                 reply: bytes | None = None) -> None:
+        self.channel = channel  # who sends it (an addressee, never called)
+        self.answered = answered  # where an answer puts `channel` (None: a subclass's)
         self.seq = seq          # 0: a transaction's publish, or the commit-ok (`reply`)
         self.reply = reply      # a frame to send when released (tx.commit-ok)
         self.batch_id = 0       # the message-store batch to wait for (0: none)
@@ -217,7 +218,7 @@ class Confirm:
         self.outstanding -= 1
         if not accepted:
             self.ok = False
-        self.channel.confirm_answered()
+        self.answered.add(self.channel)
 
     def hold_reply(self, refused: object) -> Callable[[object], None]:
         """`hold()` for a queue that answers with a reply (a quorum queue's machine
@@ -234,7 +235,7 @@ class Confirm:
         self.outstanding -= 1
         if reply == self.refused:
             self.ok = False
-        self.channel.confirm_answered()
+        self.answered.add(self.channel)
 
     def _reply_through_answer(self, reply: object) -> None:
         self._answer(reply != self.refused)

@@ -91,7 +91,7 @@ class _Confirm(Confirm):
     __slots__ = ("worker", "letter", "attempt", "target")
 
     def __init__(self, worker: "DeadLetterWorker", letter: _Letter, target: str) -> None:
-        super().__init__(None, 0)
+        super().__init__(None, 0, None)
         self.worker, self.letter, self.attempt, self.target = worker, letter, letter.attempt, target
 
     def _answer(self, accepted: bool) -> None:

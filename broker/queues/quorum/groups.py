@@ -37,8 +37,10 @@ time.
 Proposals made while applying (settling a no-ack delivery...) get one more round.
 A round begins with what the queues held back (`_propose_held`). That is a queue's
 settlements, one command per consumer and kind. And its publishes since the last
-round, one run of entries (one append). Confirms and replies are written to the
-sessions' buffers. The server sends them only after the fsync that covers them.
+round, one run of entries (one append). Replies are written to the sessions'
+buffers. Publisher confirms are answered as data (queues/base.py `Confirm`); the
+node writes the due ones after the round (node/group_commit.py `end_sync`). The
+server sends them only after the fsync that covers them.
 
 After a restart, every entry in the log is replayed into a fresh machine, from the
 latest snapshot on. Consumers recorded in it belonged to connections that are gone.
@@ -72,8 +74,7 @@ from ...raft import COMMAND, RaftConfig, RaftNode, Ready
 from ...raft.forwarded import FORWARDED, HEAD_SIZE, NEVER, AppliedIds, load_snapshot, unwrap
 from ...raft.storage import LogStore
 from ...raft.storage.errors import is_disk_full
-from ..actions import ConfirmsDue, carry_out
-from ..base import Channel
+from ..actions import carry_out
 from ..deadlines import Deadlines
 from . import deliveries
 from .dead_letter_worker import DeadLetterWorker
@@ -131,8 +132,6 @@ class QuorumGroups:
         self.cluster = cluster  # the node's cluster (host.py): Raft traffic, forwarding
         self.tick_interval_ms = tick_interval_ms
         self._random = random.Random()
-        # channels whose confirms a quorum reply may have released
-        self.touched_channels: set["Channel"] = set()
         # quorum queues holding settlements or publishes not proposed yet
         # (QuorumQueue.settle, QuorumQueue.publish): proposed at the next round
         self.holding: set[QuorumQueue] = set()
@@ -296,7 +295,7 @@ class QuorumGroups:
             self._time_appends(readies)
             self.store.flush()
             driver.finish_round(readies, self)
-            self.release_confirms()
+            self._settle_dead_letters()
             if not readies:
                 return
 
@@ -361,17 +360,15 @@ class QuorumGroups:
         driver.finish_round(round_.readies, self, sent_early=True)
         # the round's groups (each woke at its advance) and those stepped meanwhile
         driver.apply_round(self._members(list(self.awake)), self, self.held_readies)
-        self.release_confirms()
+        self._settle_dead_letters()
 
-    def release_confirms(self) -> None:
-        """Confirms waiting for quorum replies that came in while applying. Also the
-        dead-letter workers' settles of what their targets confirmed meanwhile."""
+    def _settle_dead_letters(self) -> None:
+        """The dead-letter workers' settles of what their targets confirmed meanwhile.
+        (The channels' confirms that quorum replies answered are the node's to send:
+        queues/base.py `Confirm`, node/group_commit.py `end_sync`.)"""
         for worker in self.dlx_workers.values():
             if worker.settled:
                 worker.flush()
-        if self.touched_channels:
-            touched, self.touched_channels = self.touched_channels, set()
-            carry_out([ConfirmsDue(channel) for channel in touched])
 
     # the driver's ReadyHandler: send, apply, advanced
 

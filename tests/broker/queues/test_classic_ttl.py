@@ -283,7 +283,7 @@ def test_reject_publish_dlx_nacks_and_dead_letters_reject_publish_only_nacks():
         node = FakeNode()
         queue = new_queue(node, **{"x-max-length": 1, "x-overflow": overflow})
         publish(queue, b"kept")
-        confirm = Confirm(None, 1)
+        confirm = Confirm(None, 1, None)
         publish(queue, b"over", confirm=confirm)
         assert confirm.ok is False
         assert ready_bodies(queue) == [b"kept"] and node.deaths == deaths

@@ -10,15 +10,23 @@ from quorumqueue.broker.queues.base import Confirm
 
 class Channel:
     def __init__(self) -> None:
-        self.answered = 0
+        self.answered = 0  # how often a Confirm put it in `ANSWERED`
 
-    def confirm_answered(self) -> None:
-        self.answered += 1
+
+class Answered:
+    """The node's set of channels with answered confirms, counting: a Confirm's
+    answer is `add(channel)`, nothing called on the channel."""
+
+    def add(self, channel: Channel) -> None:
+        channel.answered += 1
+
+
+ANSWERED = Answered()
 
 
 def test_a_reply_hold_confirms_unless_the_reply_is_the_refusal():
     channel = Channel()
-    confirm = Confirm(channel, 1)
+    confirm = Confirm(channel, 1, ANSWERED)
     accepted, refused = confirm.hold_reply("rejected"), confirm.hold_reply("rejected")
     assert confirm.outstanding == 2
     accepted("ok")
@@ -28,7 +36,7 @@ def test_a_reply_hold_confirms_unless_the_reply_is_the_refusal():
 
 
 def test_a_duplicate_is_confirmed_like_a_stored_message():
-    confirm = Confirm(Channel(), 1)
+    confirm = Confirm(Channel(), 1, ANSWERED)
     confirm.hold_reply("rejected")("duplicate")
     assert (confirm.outstanding, confirm.ok) == (0, True)
 
@@ -38,7 +46,7 @@ def test_a_subclass_answering_itself_gets_every_hold_through_its_answer():
         __slots__ = ("answers",)
 
         def __init__(self) -> None:
-            super().__init__(None, 0)
+            super().__init__(None, 0, None)
             self.answers = []
 
         def _answer(self, accepted: bool) -> None:  # no channel: its own bookkeeping

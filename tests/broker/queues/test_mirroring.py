@@ -117,11 +117,7 @@ class Link:
 
 class Channel:
     def __init__(self) -> None:
-        self.answered = 0
         self.got: list = []
-
-    def confirm_answered(self) -> None:
-        self.answered += 1
 
     def get_ok(self, queue, token, no_ack, redelivered, exchange, key, remaining, header,
                body) -> None:
@@ -151,21 +147,22 @@ def bodies(replica: Replica) -> list[bytes]:
 def test_a_confirm_leaves_only_when_every_mirror_has_the_message():
     link = Link()
     queue = mirrored_queue(link, "b", "c")
-    channel = Channel()
-    confirm = Confirm(channel, 1)
+    channel, answered = Channel(), set()
+    confirm = Confirm(channel, 1, answered)
     queue.publish(message(b"m1"), None, confirm)
     assert confirm.outstanding == 2
     link.ack_all("b")
     assert confirm.outstanding == 1
     link.ack_all("c")
     assert confirm.outstanding == 0 and confirm.ok
+    assert answered == {channel}  # the node sends it (nothing called on the channel)
     assert bodies(link.replicas["b"]) == bodies(link.replicas["c"]) == [b"m1"]
 
 
 def test_a_mirror_that_leaves_no_longer_holds_confirms_back():
     link = Link()
     queue = mirrored_queue(link, "b", "c")
-    confirm = Confirm(Channel(), 1)
+    confirm = Confirm(Channel(), 1, set())
     queue.publish(message(b"m1"), None, confirm)
     link.ack_all("b")
     queue.mirroring.detach("c")   # its node failed: the remaining mirrors hold it
@@ -175,7 +172,7 @@ def test_a_mirror_that_leaves_no_longer_holds_confirms_back():
 def test_deleting_the_queue_releases_the_confirms_waiting_for_mirrors():
     link = Link()
     queue = mirrored_queue(link, "b")
-    confirm = Confirm(Channel(), 1)
+    confirm = Confirm(Channel(), 1, set())
     queue.publish(message(b"m1"), None, confirm)
     queue.delete()
     assert confirm.outstanding == 0 and confirm.ok

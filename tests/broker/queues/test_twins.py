@@ -23,14 +23,7 @@ from quorumqueue.broker.raft.forwarded import AppliedIds, Identity, wrap
 from quorumqueue.broker.raft.types import NOOP
 
 from ..fifo.test_machine import commands as machine_commands, concrete, quiet_or_not
-
-
-class Channel:
-    def __init__(self) -> None:
-        self.answered = 0
-
-    def confirm_answered(self) -> None:
-        self.answered += 1
+from .test_confirm import ANSWERED, Channel
 
 
 def _seen(confirm: Confirm) -> tuple:
@@ -42,9 +35,9 @@ def _seen(confirm: Confirm) -> tuple:
        st.lists(st.sampled_from(["ok", "rejected", "duplicate", None, 0, 1]), max_size=8))
 def test_a_held_reply_answers_as_answer_of_reply_not_refused_does(refused, replies):
     """Confirm._reply (`_answer(reply != refused)` with the body inlined): the same
-    ack or nack, queues outstanding and confirm_answered calls as `_answer`, for
+    ack or nack, queues outstanding and answers (`ANSWERED.add`) as `_answer`, for
     every run of machine replies."""
-    fast, slow = Confirm(Channel(), 1), Confirm(Channel(), 1)
+    fast, slow = Confirm(Channel(), 1, ANSWERED), Confirm(Channel(), 1, ANSWERED)
     replying = [fast.hold_reply(refused) for _ in replies]
     answering = [slow.hold() for _ in replies]
     for reply, one, other in zip(replies, replying, answering):
@@ -344,7 +337,7 @@ def test_a_batch_proposed_in_place_is_its_messages_published_one_by_one(
     fast, slow = _proposing_queue(clock_ms, [1] * settling), _proposing_queue(clock_ms,
                                                                                [1] * settling)
     channels = Channel(), Channel()
-    confirms = [Confirm(channel, 1) if confirmed else None for channel in channels]
+    confirms = [Confirm(channel, 1, ANSWERED) if confirmed else None for channel in channels]
     QuorumQueue.publish_batch(fast, batch, exchange, key, channels[0], confirms[0])
     for record_properties, record_body in batch.records:
         QuorumQueue.publish(slow, Message(exchange, key, record_properties, record_body),
@@ -360,7 +353,7 @@ def test_a_batch_proposed_in_place_is_its_messages_published_one_by_one(
         for stored in range(len(bodies) + 1):  # `stored` taken, the rest refused
             replies = ["ok", "duplicate"] * stored
             replies = replies[:stored] + ["rejected"] * (len(bodies) - stored)
-            ones, others = Confirm(Channel(), 1), Confirm(Channel(), 1)
+            ones, others = Confirm(Channel(), 1, ANSWERED), Confirm(Channel(), 1, ANSWERED)
             RunWaiter(ones.hold_reply("rejected"), "rejected")(replies[-1])
             for reply in replies:
                 others.hold_reply("rejected")(reply)
@@ -382,7 +375,7 @@ def test_a_run_waiter_split_answers_once_as_a_waiter_per_command_would(replies, 
         one(replies[k])
         assert len(answered) == (position == len(order) - 1)
     assert (answered[0] == "rejected") == ("rejected" in replies)
-    ones, others = Confirm(Channel(), 1), Confirm(Channel(), 1)
+    ones, others = Confirm(Channel(), 1, ANSWERED), Confirm(Channel(), 1, ANSWERED)
     ones.hold_reply("rejected")(answered[0])
     for reply in replies:
         others.hold_reply("rejected")(reply)
