@@ -63,8 +63,7 @@ def create_recorded(host: QueueHost, vhost: str, name: str, spec: QueueSpec,
             if where != host.name:
                 remote = RemoteClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete,
                                             arguments, record["group"], where,
-                                            host.classic_link)
-                remote.store = host.store
+                                            host.classic_link, host.store)
                 remote.record_changed(record)  # a mirror here: its (empty) copy
                 return remote
             queue = ClassicQueue(vhost, name, spec.durable, owner, spec.auto_delete, arguments,

@@ -95,7 +95,7 @@ class RemoteClassicQueue(Queue):
 
     def __init__(self, vhost: str, name: str, durable: bool, exclusive_owner: str | None,
                  auto_delete: bool, arguments: dict, group: str, host: str,
-                 link: ClassicLink) -> None:
+                 link: ClassicLink, store: Any = None) -> None:
         self.vhost = vhost
         self.name = name
         self.durable = durable
@@ -117,7 +117,7 @@ class RemoteClassicQueue(Queue):
         self.synced: tuple = ()
         self.stopped: tuple = ()  # mirrors whose node announced its shutdown, in order
         self.replica: Replica | None = None
-        self.store: Any = None  # the node's message store (a durable queue's copy)
+        self.store = store  # the node's message store (a durable mirror's copy)
 
     # ------------------------------------------------------------ counts (the host's)
 

@@ -68,10 +68,9 @@ async def serve(settings: Settings, ready=None) -> None:
     if settings.ssl_options.configured and settings.ssl_port is None:
         log.warning("ssl_options.* are set but listeners.ssl.default is not: no TLS "
                     "listener is started")
-    server = BrokerServer(settings)
     stop = asyncio.Event()
     failed = []
-    server.on_fatal = lambda: (failed.append(True), stop.set())
+    server = BrokerServer(settings, on_fatal=lambda: (failed.append(True), stop.set()))
     await server.start()
     try:
         await server.start_management()

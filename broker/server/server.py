@@ -51,6 +51,7 @@ import os
 import queue
 import threading
 import time
+from typing import Callable
 
 from ..amqp import spec
 from ..auth.users import UserStore
@@ -296,7 +297,8 @@ class _Connection(asyncio.Protocol):
 
 
 class BrokerServer:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings,
+                 on_fatal: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.node = build_node(settings, self)  # the node's shell (node/shell.py): this
         self.connections: dict[Session, _Connection] = {}
@@ -309,7 +311,8 @@ class BrokerServer:
         self._ssl_server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._raft_ticker: asyncio.Task | None = None
-        self.on_fatal = None  # called instead of raising when a flush fails (run.py)
+        # called instead of raising when a flush fails (run.py); None: raise
+        self.on_fatal = on_fatal
         self._writer: SyncWriter | None = None  # the thread that runs Syncs (`flush`)
         self._sync: group_commit.Sync | None = None  # running on the writer thread
         # output written while a Sync ran: sent after the next Sync (session, bytes, closed)

@@ -5,7 +5,8 @@ Read from the source: nothing under broker/ assigns what a quorum queue or the
 metadata group member is given when built (its router, its quorum groups), nor the
 node's shell (what it asks of the server running it: shovel rows, client rows,
 closing a client), nor the cluster's member of the metadata group, nor the channel
-a publisher confirm answers, except the object's own `__init__` as `self.<name> = ...`.
+a publisher confirm answers, nor a remote classic queue's message store, nor the
+server's `on_fatal`, except the object's own `__init__` as `self.<name> = ...`.
 Then the objects as the broker assembles them hold what they were built with.
 """
 
@@ -20,9 +21,11 @@ from tests.broker.node.harness import Client, new_node
 BROKER = Path(__file__).resolve().parents[2] / "broker"
 # given at construction: QuorumQueue and MetaGroup (router, groups), Node (its shell and
 # the names the shell's three callables had when assigned to it later), Cluster (its
-# metadata group member, `meta`), Confirm (the channel it answers, `channel`)
+# metadata group member, `meta`), Confirm (the channel it answers, `channel`), a
+# remote classic queue (the node's message store, `store`), BrokerServer (what it
+# calls when a flush fails, `on_fatal`)
 GIVEN = {"router", "groups", "shell", "shovel_status", "client_rows", "close_client",
-         "meta", "channel"}
+         "meta", "channel", "store", "on_fatal"}
 
 
 def wiring() -> list[str]:
@@ -52,7 +55,7 @@ def wiring() -> list[str]:
     return found
 
 
-def test_nothing_assigns_a_router_groups_shell_meta_or_channel_after_construction():
+def test_nothing_assigns_what_an_object_is_built_with_after_construction():
     assert wiring() == []
 
 

@@ -80,10 +80,10 @@ class Cluster:
 
 
 def mirror(tmp_path, durable: bool = True):
+    store = MessageStore(str(tmp_path))
+    store.recover()
     queue = RemoteClassicQueue("/", "q", durable, None, False, {}, "uid", "a",
-                               SimpleNamespace(node_name="b"))
-    queue.store = MessageStore(str(tmp_path))
-    queue.store.recover()
+                               SimpleNamespace(node_name="b"), store)
     queue.record_changed({"host": "a", "mirrors": ["b"], "synced": ["b"]})
     cluster = Cluster(queue)
     return queue, cluster, MirrorLink(cluster)
