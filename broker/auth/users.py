@@ -136,8 +136,9 @@ class UserStore:
     loopback_users: frozenset[str] = frozenset({"guest"})
 
     @classmethod
-    def with_default_user(cls) -> "UserStore":
-        store = cls()
+    def with_default_user(cls, loopback_users: frozenset[str] = frozenset({"guest"})
+                          ) -> "UserStore":
+        store = cls(loopback_users=loopback_users)
         store.add("guest", "guest", tags=("administrator",), vhosts={"/"})
         return store
 

@@ -101,11 +101,13 @@ def total_memory_bytes() -> int:
 def build_node(settings: Settings, shell: Shell) -> Node:
     """A node over `settings.data_dir`, with durable state recovered, run by `shell`."""
     os.makedirs(settings.data_dir, exist_ok=True)
-    users = UserStore.with_default_user() if settings.default_user == "guest" else UserStore()
-    if settings.default_user != "guest":
+    loopback = frozenset(settings.loopback_users)
+    if settings.default_user == "guest":
+        users = UserStore.with_default_user(loopback)
+    else:
+        users = UserStore(loopback_users=loopback)
         users.add(settings.default_user, settings.default_pass, ("administrator",),
                   {settings.default_vhost})
-    users.loopback_users = frozenset(settings.loopback_users)
     store = MessageStore(os.path.join(settings.data_dir, "msgstore"),
                          settings.msg_store_segment_bytes, settings.fsync)
     # snapshots and segment deletions go with the next Sync, off the event loop

@@ -6,7 +6,8 @@ metadata group member is given when built (its router, its quorum groups), nor t
 node's shell (what it asks of the server running it: shovel rows, client rows,
 closing a client), nor the cluster's member of the metadata group, nor the channel
 a publisher confirm answers, nor a remote classic queue's message store, nor the
-server's `on_fatal`, except the object's own `__init__` as `self.<name> = ...`.
+server's `on_fatal`, nor the user store's loopback users, except the object's own
+`__init__` as `self.<name> = ...`.
 Then the objects as the broker assembles them hold what they were built with.
 """
 
@@ -16,6 +17,7 @@ import ast
 from pathlib import Path
 
 from quorumqueue.broker.groups.metadata import META_GROUP
+from quorumqueue.broker.node.shell import NO_SHELL
 from tests.broker.node.harness import Client, new_node
 
 BROKER = Path(__file__).resolve().parents[2] / "broker"
@@ -23,9 +25,9 @@ BROKER = Path(__file__).resolve().parents[2] / "broker"
 # the names the shell's three callables had when assigned to it later), Cluster (its
 # metadata group member, `meta`), Confirm (the channel it answers, `channel`), a
 # remote classic queue (the node's message store, `store`), BrokerServer (what it
-# calls when a flush fails, `on_fatal`)
+# calls when a flush fails, `on_fatal`), UserStore (who logs in from loopback only)
 GIVEN = {"router", "groups", "shell", "shovel_status", "client_rows", "close_client",
-         "meta", "channel", "store", "on_fatal"}
+         "meta", "channel", "store", "on_fatal", "loopback_users"}
 
 
 def wiring() -> list[str]:
@@ -73,3 +75,25 @@ def test_the_assembled_node_hands_its_queues_and_metadata_member_the_cluster():
     assert node.shovel_rows() == []
     assert node.clients() == {"connections": [], "channels": [], "consumers": []}
     assert node.close_connection("127.0.0.1:1 -> 127.0.0.1:2", "bye") is False
+
+
+def test_the_built_node_logs_in_the_configured_loopback_users_from_loopback_only(tmp_path):
+    """build_node gives its user store `loopback_users` when it makes it (RabbitMQ's
+    loopback_users: those users only from a loopback address), with the default
+    guest user or a configured one."""
+    from quorumqueue.broker.config import Settings
+    from quorumqueue.broker.server.server import build_node
+
+    for default_user, data in (("guest", "a"), ("alice", "b")):
+        settings = Settings(data_dir=str(tmp_path / data), default_user=default_user,
+                            default_pass="pw" if default_user == "alice" else "guest",
+                            loopback_users=("alice",), fsync=False)
+        node = build_node(settings, NO_SHELL)
+        try:
+            password = "pw" if default_user == "alice" else "guest"
+            assert node.users.loopback_users == {"alice"}
+            assert node.authenticate(default_user, password, "127.0.0.1") is not None
+            remote = node.authenticate(default_user, password, "10.0.0.7")
+            assert (remote is None) == (default_user == "alice")
+        finally:
+            node.quorum.store.close()
