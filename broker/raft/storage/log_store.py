@@ -15,7 +15,8 @@ How it works (after rabbitmq/ra):
   `write_records()` and `sync()`) and `synced()` are the same in steps, so a shell can
   run the fdatasync on another thread while the pure writes go on (nothing else
   writes the WAL meanwhile).
-- When the WAL file grows past `raft.wal_max_size_bytes`, `flush()` rolls over: a new
+- When the WAL file grows past `raft.wal_max_size_bytes` (not counting the records
+  it started with), `flush()` rolls over: a new
   WAL file starts (carrying each group's hard state, initial members and release
   cursor), every memory table is appended to its group's segment files (fsynced), and
   only then are the old WAL files deleted and the memory released. Through `seal()`
@@ -201,6 +202,9 @@ class LogStore:
         recovered = recover(self.root, self.config.fsync, self._segment_term)
         self._groups: dict[str, GroupState] = recovered.groups
         self._wal: WalFile = recovered.wal
+        # the WAL file's size once its carried records were written (`_wal_full`); a
+        # recovered file's is not known, so all of it counts
+        self._wal_carried = 0
         self._old_wals: list[str] = recovered.old_wal_paths
         # uids with a DELETE_GROUP in a WAL file still on disk: no snapshot may be
         # written for them until a rollover deleted those files ("Deleting a group")
@@ -358,14 +362,20 @@ class LogStore:
         if self._roll_over_waiters or self.rollover_postponed or not sliced:
             if self._rolling is not None:
                 self._rolling.finish_now()
-            if (self._wal.size > self.config.wal_max_size_bytes or self._roll_over_waiters
-                    or self.rollover_postponed):
+            if self._wal_full() or self._roll_over_waiters or self.rollover_postponed:
                 self._roll_over_now()
         elif self._rolling is not None:
             self._rolling.slice()
-        elif self._wal.size > self.config.wal_max_size_bytes:
+        elif self._wal_full():
             self._start_sliced()
         return batch.durable
+
+    def _wal_full(self) -> bool:
+        """The WAL file holds more than `raft.wal_max_size_bytes` past the records a
+        new file starts with. Those carried records alone never count: with many
+        groups and a small limit they can pass it, and a rollover that would move
+        nothing then began again after every batch, a Sync each, for ever."""
+        return self._wal.size - self._wal_carried > self.config.wal_max_size_bytes
 
     def _start_sliced(self) -> None:
         """A new WAL file with the carried metadata, written (synced by the next
@@ -391,6 +401,7 @@ class LogStore:
         old = [*self._old_wals, self._wal.path]
         self._wal.close()
         self._wal = new
+        self._wal_carried = new.size
         self._old_wals = old
         self._rolling = SlicedRollover(self, new, old, wal_dir)
 
@@ -532,6 +543,7 @@ class LogStore:
         old = [*self._old_wals, self._wal.path]
         self._wal.close()
         self._wal = new
+        self._wal_carried = new.size
         self._old_wals = old          # until they are deleted below
         for uid in sorted(self._groups):
             state = self._groups[uid]

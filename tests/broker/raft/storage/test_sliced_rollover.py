@@ -14,7 +14,7 @@ import pytest
 
 from quorumqueue.broker.raft.storage import LogStore, rollover
 from quorumqueue.broker.raft.storage.segments import parse_segment
-from quorumqueue.broker.raft.types import LogEntry
+from quorumqueue.broker.raft.types import HardState, LogEntry
 
 from .support import config, crash_image, reopen
 
@@ -240,3 +240,40 @@ def test_crash_at_every_step_of_sliced_rollovers_recovers_what_was_written(
             got = {e.index: e.data for e in recovered.entries(group, 1, last + 1)}
             assert got == log, (path, group)
         recovered.close()
+
+
+def test_records_a_new_wal_starts_with_do_not_fill_it(tmp_path, small_slices):
+    """With many groups and a small `raft.wal_max_size_bytes`, the records a new WAL
+    file carries (each group's hard state and members) can be larger than the limit
+    themselves. A rollover then moves nothing, so it must not begin again: once the
+    entries are in segments, batches with nothing new end the rollover and start no
+    other (before, each batch began one more, a Sync each, and a node that was asked
+    to stop waited for the last one for ever)."""
+    groups = [f"%2F/carried{n}" for n in range(40)]
+    store = LogStore(str(tmp_path), config(wal_max_size_bytes=2048))
+    for group in groups:
+        store.set_hard_state(group, HardState(7, "qq1@a-long-host-name.example"))
+        store.set_initial_members(group, [f"qq{n}@a-long-host-name.example" for n in (1, 2, 3)])
+        store.append(group, entries(group, 1, 3, 0))
+    cycle(store)
+    cycles = 0
+    while store.rolling_over:
+        cycle(store)
+        cycles += 1
+        assert cycles < 100
+    carried = store.wal_size()
+    assert carried > 2048           # the carried records alone pass the limit
+    wal = store.wal_paths()
+    for _ in range(5):              # batches with nothing in them, as an idle node's
+        cycle(store)
+        assert not store.rolling_over
+    assert store.wal_paths() == wal
+    store.append(groups[0], entries(groups[0], 3, 6, 0))   # 3 KiB past the carried
+    cycle(store)
+    assert store.rolling_over       # entries past the limit still roll it over
+    while store.rolling_over:
+        cycle(store)
+    for group in groups:
+        assert len(store.entries(group, 1, 3)) == 2
+    assert len(store.entries(groups[0], 1, 6)) == 5
+    store.close()
