@@ -6,7 +6,7 @@
         [--latency-rate 2000] [--latency-seconds 20] [--triggers 0,500]
         [--latency-write common|all|none]
         [--eo-messages 60000] [--eo-per-trigger 5000] [--eo-kills 2]
-        [--sides kafka,quorumqueue] [--out bench/results]
+        [--sides kafka,quorumqueue] [--qq-option KEY=VALUE ...] [--out bench/results]
 
 What a data engineer would pick instead of this connector: one Kafka 4.x broker in
 KRaft mode (bench/kafka_broker.py; `make bench-kafka-setup` fetches its jars and Spark's
@@ -38,6 +38,11 @@ started, and the report gives that side's figures without ratios):
   runs each side's latency query once for a few seconds, untimed;
 - `exactly-once`: `--eo-messages` into Delta in a driver process SIGKILLed `--eo-kills`
   times and restarted from its checkpoint: rows, distinct, published (once per run).
+
+`--qq-option KEY=VALUE` (repeated) adds an option to the quorumqueue source's reader in
+the source workloads (e.g. `maxMessagesPerPartition=50000`, an A/B of how a batch is cut
+into partitions); Kafka's reader is left as it is. A source -> Delta run also reports
+the table's data files (one per task that wrote rows).
 
 Each run's CPU is read from /proc per process (the broker, Spark's JVM by thread group,
 Spark's Python processes, this driver process, the loader) and printed per message.
@@ -102,6 +107,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed round")
     parser.add_argument("--sides", default=",".join(SIDES),
                         help="comma-separated: kafka, quorumqueue or both (the default)")
+    parser.add_argument("--qq-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the quorumqueue source in the source workloads "
+                             "(repeated; e.g. maxMessagesPerPartition=50000)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="after the warm-up, run each throughput workload once per side "
@@ -117,6 +125,13 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if not sides or set(sides) - set(SIDES):
         parser.error(f"--sides: {arguments.sides!r}; choose from {', '.join(SIDES)}")
     arguments.side_list = tuple(side for side in SIDES if side in sides)
+    qq_options = {}
+    for item in arguments.qq_option:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            parser.error(f"--qq-option: {item!r} is not KEY=VALUE")
+        qq_options[key.strip()] = value
+    arguments.qq_options = qq_options
     arguments.trigger_list = tuple(int(t) for t in arguments.triggers.split(","))
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -130,7 +145,7 @@ def run_throughput(bench: Bench, workload: str, kind: str, arguments, frame) -> 
     return bench.source(kind, arguments.messages_4k if four_k else arguments.messages,
                         4096 if four_k else 256,
                         arguments.per_trigger_4k if four_k else arguments.per_trigger,
-                        workload.rsplit("-", 1)[1])
+                        workload.rsplit("-", 1)[1], arguments.qq_options)
 
 
 def order(round_number: int, sides: tuple[str, ...] = SIDES) -> tuple[str, ...]:
@@ -165,7 +180,11 @@ def measure(bench: Bench, arguments) -> dict:
                 run = run_throughput(bench, workload, kind, arguments, frame)
                 results["throughput"].setdefault(workload, {}).setdefault(kind, []).append(run)
                 log(f"[round {round_number}] {workload} {kind}: {run.messages:,} in "
-                    f"{run.seconds:.2f} s = {run.rate:,.0f} msg/s (load {load()})")
+                    f"{run.seconds:.2f} s = {run.rate:,.0f} msg/s"
+                    + (f", {run.files} Delta files" if run.files else "")
+                    + f" (load {load()}); CPU us/msg: "
+                    + ", ".join(f"{group} {seconds / run.messages * 1e6:.2f}"
+                                for group, seconds in sorted(run.cpu.items())))
     if "latency" in arguments.chosen and not arguments.no_warmup:
         for kind in arguments.side_list:  # else a latency run alone starts on a cold JVM
             run = bench.latency(kind, arguments.trigger_list[0], arguments.latency_rate,

@@ -15,7 +15,7 @@ How it works
     `subscribe` and `startingOffsets=earliest`, `maxOffsetsPerTrigger` for a batch
     limit, the sink with `kafka.acks=all`; quorumqueue with `uri` and `queue`,
     `maxMessagesPerTrigger`, the sink with `routingKey` (the default exchange).
-    Nothing else is tuned on either side.
+    Nothing else is tuned on either side, unless a run passes `options` (`Side.stream`).
 
 Not here
     The brokers (bench/kafka_broker.py, bench/brokers.py), the loaders, the rounds and
@@ -84,7 +84,10 @@ class Side:
         source = "topic" if self.kind == "kafka" else "queue"
         return list(zip((self.body_column, source, "offset"), COMMON_COLUMNS))
 
-    def stream(self, spark, per_trigger: int | None = None):
+    def stream(self, spark, per_trigger: int | None = None,
+               options: dict[str, str] | None = None):
+        """The stream as its documented user reads it, plus `options` (for an A/B of one
+        option: bench/connector_vs_kafka.py --qq-option)."""
         reader = spark.readStream
         if self.kind == "kafka":
             reader = (reader.format("kafka").option("kafka.bootstrap.servers", self.address)
@@ -96,6 +99,8 @@ class Side:
                       .option("queue", self.name))
             if per_trigger:
                 reader = reader.option("maxMessagesPerTrigger", str(per_trigger))
+        for key, value in (options or {}).items():
+            reader = reader.option(key, value)
         return reader.load()
 
     def write(self, frame) -> None:

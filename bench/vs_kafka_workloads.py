@@ -78,6 +78,7 @@ class Run:
     messages: int
     cpu: dict[str, float]                 # CPU seconds per process group during the run
     batches: int = 0
+    files: int = 0                        # a Delta table's data files (0: not a Delta run)
 
     @property
     def rate(self) -> float:
@@ -173,7 +174,9 @@ class Bench:
 
     # ------------------------------------------------------------------- workloads
 
-    def source(self, kind: str, messages: int, size: int, per_trigger: int, sink: str) -> Run:
+    def source(self, kind: str, messages: int, size: int, per_trigger: int, sink: str,
+               qq_options: dict[str, str] | None = None) -> Run:
+        """`qq_options`: more options for the quorumqueue source (not Kafka's)."""
         side = self.side(kind, f"source-{sink}")
         self.fill(side, messages, size)
         table = self.workdir / f"table-{side.name}"
@@ -181,7 +184,8 @@ class Bench:
         cpu = self.cpu(side)
         before = cpu.snapshot()
         began = time.perf_counter()
-        writer = (side.stream(self.spark, per_trigger).writeStream.format(sink)
+        options = (qq_options or {}) if kind == "quorumqueue" else {}
+        writer = (side.stream(self.spark, per_trigger, options).writeStream.format(sink)
                   .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
         query = writer.start(str(table)) if sink == "delta" else writer.start()
         query.awaitTermination()
@@ -190,7 +194,9 @@ class Bench:
         if query.exception() is not None:
             raise RuntimeError(f"{kind} source -> {sink} failed: {query.exception()}")
         reports = [report for report in query.recentProgress if report["numInputRows"]]
+        files = 0
         if sink == "delta":
+            files = len(list(table.glob("*.parquet")))
             frame = self.spark.read.format("delta").load(str(table))
             rows = frame.count()
             distinct = frame.select(sequence(side.body_column)).distinct().count()
@@ -204,7 +210,7 @@ class Bench:
         self.drop(side)
         shutil.rmtree(table, ignore_errors=True)
         shutil.rmtree(checkpoint, ignore_errors=True)
-        return Run(seconds, messages, used, len(reports))
+        return Run(seconds, messages, used, len(reports), files)
 
     def sink(self, kind: str, frame, messages: int) -> Run:
         side = self.side(kind, "sink")

@@ -115,3 +115,12 @@ def test_the_latency_workload_appends_the_same_columns_on_both_sides_by_default(
     assert parse_arguments(["--latency-write", "all"]).latency_write == "all"
     with pytest.raises(SystemExit):
         parse_arguments(["--latency-write", "some"])
+
+
+def test_a_quorumqueue_source_option_is_passed_as_key_and_value():
+    arguments = parse_arguments(["--qq-option", "maxMessagesPerPartition=50000",
+                                 "--qq-option", "minPartitions=2"])
+    assert arguments.qq_options == {"maxMessagesPerPartition": "50000", "minPartitions": "2"}
+    assert parse_arguments([]).qq_options == {}
+    with pytest.raises(SystemExit):
+        parse_arguments(["--qq-option", "maxMessagesPerPartition"])
