@@ -176,7 +176,9 @@ def partition_sizes(counts: Mapping[str, int], cut: Cut, min_partitions: int | N
     (`per_queue` partitions of it) between `floor` and `cap`, and when `cap` cuts the
     largest queue into more than `per_queue` partitions, into a multiple of
     `per_queue` of them (the size evened out to it); option maxMessagesPerPartition
-    replaces `cap` (and lowers `floor` to it), and is then the size. If that gives
+    replaces `cap` (and lowers `floor` to it) and is then the size whenever it is
+    below the share (no evening out), else the share stays (it only caps: 100,000 in
+    lease mode with 50,000 are still 4 of 25,000). If that gives
     fewer partitions than option minPartitions, the size shrinks to the largest that
     gives enough (or 1, when the batch has fewer messages than that), and each queue's
     partitions are then evened out (100 messages in 4 partitions: 25 each, not 33, 33,

@@ -141,6 +141,7 @@ def sizes(counts, cut, **options) -> list[int]:
     (CONSUME, [12_000], {}, [5_000]),
     # maxMessagesPerPartition caps a partition (and lowers the 2,000 floor to it)
     (LEASE, [100_000], {"max_per_partition": 7_000}, [7_000]),
+    (LEASE, [100_000], {"max_per_partition": 50_000}, [25_000]),   # it only caps: still 4
     (LEASE, [10], {"max_per_partition": 3}, [3]),
     (CONSUME, [12_000], {"max_per_partition": 100}, [100]),
     # minPartitions: the largest size giving at least that many partitions in all,
