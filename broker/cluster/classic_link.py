@@ -411,8 +411,7 @@ class ClassicLink:
         one will be deleted"), as RabbitMQ deletes it on nodedown: the metadata
         group's leader asks, once for each; its node drops it too when it comes back
         and applies the deletion. A mirrored one has a mirror to take over."""
-        meta = self.cluster.meta
-        if meta is None or not meta.is_leader:
+        if not self.cluster.meta.is_leader:
             return
         for queue in list(self.node.all_queues()):
             host = getattr(queue, "host", None)

@@ -272,8 +272,7 @@ class MirrorLink:
         for uid in [u for u, (_key, when) in self.proposed.items()
                     if now - when >= PROPOSE_EVERY]:
             del self.proposed[uid]  # (deleted queues' too)
-        if (not self.cluster.settings.permit_classic_queue_mirroring
-                or self.cluster.meta is None):
+        if not self.cluster.settings.permit_classic_queue_mirroring:
             return
         leaderless = set()
         for queue in list(self.node.all_queues()):
@@ -464,8 +463,6 @@ class MirrorLink:
         "stopped": `forget_cluster_node` of this node promotes the most recently
         stopped one, mirroring.forget_leader)."""
         self.stopped[sender] = body["boot"]
-        if self.cluster.meta is None:
-            return
         for queue in list(self.node.all_queues()):
             if not isinstance(queue, ClassicQueue) or queue.deleted \
                     or sender not in (queue.mirrors or ()):

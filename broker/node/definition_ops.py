@@ -279,8 +279,7 @@ def _shovels_status(node, session, request):
     a shovel whose runner does not answer (none elected, unreachable) or that has
     not started yet has state "unknown" and the node expected to run it."""
     _require_administrator(session)
-    meta = node.cluster.meta
-    runner = meta.leader_id if meta is not None else None
+    runner = node.cluster.meta.leader_id
 
     def rows(answered: list[dict]) -> list[dict]:
         shown = list(answered)

@@ -261,10 +261,9 @@ def named(node: "Node", queue) -> None:
     own tick, proposes adding it: a change no one would ever acknowledge). Not during
     a restart's replay, and never over a group this node still stores (`reconcile`
     decides those, as before)."""
-    meta_group = node.cluster.meta
     if (queue.REPLICATED and not queue.deleted and queue.raft is None
             and node.settings.node_name in queue.members
-            and meta_group is not None and not meta_group.replay_until
+            and not node.cluster.meta.replay_until
             and queue.group not in node.quorum.store.groups()):
         node.quorum.join(queue)
 
@@ -346,7 +345,7 @@ def _reconcile_metadata(node: "Node") -> None:
     `cluster.forget_node` is), one change at a time, adds first."""
     cluster = node.cluster
     meta_group = cluster.meta
-    if meta_group is None or not meta_group.is_leader:
+    if not meta_group.is_leader:
         return
     members = set(meta_group.raft.members)
     missing = sorted(set(cluster.nodes) - members)

@@ -103,8 +103,7 @@ def may_be_unapplied(session, error: AMQPError | None = None) -> bool:
                               or not error.detail.startswith(_MISSING)):
         return False
     cluster = session.node.cluster
-    group = cluster.meta
-    raft = group.raft if group is not None else None
+    raft = cluster.meta.raft
     if raft is None or len(raft.members) < 2:
         return False
     reached = sum(1 for member in raft.members if cluster.reachable(member))

@@ -1041,8 +1041,7 @@ class BrokerServer:
         as that node goes away (a new leader is elected). A node that stops leading
         stops its shovels. RabbitMQ too runs a dynamic shovel on one node of the
         cluster."""
-        meta = self.node.cluster.meta
-        leading = meta is not None and meta.is_leader
+        leading = self.node.cluster.meta.is_leader
         self.shovels.reconcile(self.node.shovel_parameters() if leading else {})
 
     def _shovel_finished(self, vhost: str, name: str) -> None:

@@ -97,3 +97,49 @@ def test_the_built_node_logs_in_the_configured_loopback_users_from_loopback_only
             assert (remote is None) == (default_user == "alice")
         finally:
             node.quorum.store.close()
+
+
+def is_member(expr, path: Path) -> bool:
+    """`<...>cluster.meta`, or `self.meta` in cluster/cluster.py: the cluster's
+    metadata member (not a snapshot's `meta`, say)."""
+    if not (isinstance(expr, ast.Attribute) and expr.attr == "meta"):
+        return False
+    owner = ast.unparse(expr.value)
+    return owner.endswith("cluster") or (owner == "self"
+                                         and path == BROKER / "cluster" / "cluster.py")
+
+
+def meta_guards() -> list[str]:
+    """Where broker/ asks whether the cluster's metadata member (`<x>.meta`, or a
+    local name taken from one) is None, or tests it for truth: it is there from the
+    cluster's construction on, so such a branch cannot be taken."""
+    found = []
+    for path in sorted(BROKER.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            local = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+                     and is_member(node.value, path)
+                     for target in node.targets if isinstance(target, ast.Name)}
+
+            def is_meta(expr) -> bool:
+                return (is_member(expr, path)
+                        or (isinstance(expr, ast.Name) and expr.id in local))
+
+            for node in ast.walk(function):
+                tested = []
+                if isinstance(node, ast.Compare) and is_meta(node.left) and all(
+                        isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and all(
+                        isinstance(c, ast.Constant) and c.value is None
+                        for c in node.comparators):
+                    tested.append(node)
+                elif isinstance(node, (ast.If, ast.IfExp)) and is_meta(node.test):
+                    tested.append(node.test)
+                found += [f"{path.relative_to(BROKER)}:{one.lineno}: {ast.unparse(one)}"
+                          for one in tested]
+    return found
+
+
+def test_nothing_asks_whether_the_cluster_has_its_metadata_member():
+    assert meta_guards() == []
