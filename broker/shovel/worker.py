@@ -19,7 +19,8 @@ its properties, and acknowledged at the source:
 Any failure (a connection or channel closed, a refused declare, a nack) ends the
 attempt: nothing new is published, what is on its way is settled while the
 destination is up (up to SETTLE_TIMEOUT: its confirm, then the source ack, which a
-source still there gets before our close), both connections are closed, the state
+source still there gets before our close; an ack to a source gone fails at once,
+`_ack`, so a lost source costs no wait), both connections are closed, the state
 is `terminated` with the reason, and after reconnect-delay seconds the shovel
 starts again. What the source
 delivered and did not get acknowledged is requeued by the source when the
@@ -308,13 +309,13 @@ class Shovel:
             and its ack not known to have landed until a sync after it."""
             nonlocal in_batch, syncing
             if digest is None:
-                await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                await _ack(source, src, message.delivery.delivery_tag)
                 return
             batch = unsure[-1]
             batch.digests[digest] += 1
             batch.sending += 1
             try:
-                await src.basic_ack(message.delivery.delivery_tag, wait=False)
+                await _ack(source, src, message.delivery.delivery_tag)
             finally:
                 batch.sending -= 1
             in_batch += 1
@@ -498,6 +499,30 @@ def _digest(message) -> bytes:
         header.properties.headers = {k: v for k, v in headers.items()
                                      if k != "x-delivery-count"} or None
     return hashlib.sha256(header.marshal() + message.body).digest()
+
+
+async def _ack(connection, channel, delivery_tag: int) -> None:
+    """basic.ack `delivery_tag` on `channel` (no reply awaited), or raise when the
+    connection or channel goes first: aiormq puts the frame into the connection's
+    bounded write queue, which a connection gone no longer empties, so a put made
+    while it was full (a burst of acks) would otherwise wait for ever."""
+    if connection.is_closed or channel.is_closed:
+        raise RuntimeError("the source went: the ack cannot be sent")
+    if not channel.write_queue.full():  # the put does not wait
+        await channel.basic_ack(delivery_tag, wait=False)
+        return
+    sending = asyncio.ensure_future(channel.basic_ack(delivery_tag, wait=False))
+    gone = [connection.closing, channel.closing]  # observers of the close
+    try:
+        await asyncio.wait([sending, *gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in gone:
+            future.cancel()  # the observer only, not the connection
+        if not sending.done():
+            sending.cancel()  # the put that would wait for ever
+    if not sending.done() or sending.cancelled():
+        raise RuntimeError("the source went: the ack cannot be sent")
+    sending.result()
 
 
 async def _declare(connection, channel, queue: str, confirms: bool, count: bool = False):
