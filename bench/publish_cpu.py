@@ -6,8 +6,10 @@
 What the broker spends per message the sink publishes, without Spark: one bundled
 broker (a process of its own, in its own session), a fresh quorum queue per run, and
 `--messages` persistent messages of `--size` bytes published into it with publisher
-confirms by child processes, each the connector's `ConfirmedPublisher` (1,000
-unconfirmed at most) on a connection of its own. Shapes (`--shapes`):
+confirms by child processes, each the connector's `ConfirmedPublisher` on a
+connection of its own (1,000 unconfirmed messages at most; the keyed shapes' rows go
+to the bundled broker as batch publishes, 4,000 rows unconfirmed at most:
+`connector/publisher.py`, MAX_IN_FLIGHT_BATCHED). Shapes (`--shapes`):
 
 - `plain-N`: N publishers of plain messages (no idempotency key), each
   `--messages` / N of them;
