@@ -139,7 +139,7 @@ class AdoptError(Exception):
 def adopt(node, state: dict, unread: bytes, now: float):
     """A Session of `node` for a connection handed over in `state`, its `unread`
     bytes received and not handled yet (take_input handles them)."""
-    from .session import Session
+    from .session import Session  # not at the top: session.py imports this module
 
     user = node.users.users.get(state["user"])
     vhost = node.vhost(state["vhost"])
