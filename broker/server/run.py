@@ -69,6 +69,12 @@ async def serve(settings: Settings, ready=None) -> None:
         log.warning("ssl_options.* are set but listeners.ssl.default is not: no TLS "
                     "listener is started")
     stop = asyncio.Event()
+    # before any listener: a SIGTERM once a port answers (a service manager's stop
+    # right after its start) stops the node cleanly, after its start, never by the
+    # signal's default action
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     failed = []
     server = BrokerServer(settings, on_fatal=lambda: (failed.append(True), stop.set()))
     await server.start()
@@ -78,9 +84,6 @@ async def serve(settings: Settings, ready=None) -> None:
         log.error("management.tcp.port %d: %s; this node runs without the management "
                   "HTTP API (set management.tcp.port, or --management-port)",
                   settings.management_port, error.strerror or error)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     tune_gc()  # booted: what is alive now lives as long as the node
     log.info("Server startup complete; listening for AMQP 0-9-1 on %s:%d (data: %s)",
              settings.host, server.port, settings.data_dir)
